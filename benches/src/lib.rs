@@ -1,0 +1,1 @@
+//! Benchmarks against named peers; see BENCHMARKS.md for figures and commands.

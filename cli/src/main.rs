@@ -1,0 +1,6 @@
+//! The `smolbox` command.
+
+fn main() {
+    eprintln!("smolbox: not built yet");
+    std::process::exit(2);
+}

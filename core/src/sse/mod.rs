@@ -1,0 +1,1 @@
+//! WHATWG event-stream parser (HTML "Parsing an event stream"), sans-IO.

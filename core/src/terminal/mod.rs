@@ -1,0 +1,1 @@
+//! The worker's interactive terminal session (features C7), sans-IO.

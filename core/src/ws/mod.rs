@@ -1,0 +1,1 @@
+//! RFC 6455 WebSocket client connection, sans-IO.

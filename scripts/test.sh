@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The one test command (README, .ci/run): formatting, lints, docs, the
+# dependency-direction check, every test (unit, property, integration, doc,
+# end-to-end, store conformance on memory/SQLite/PostgreSQL) and the replay of
+# the committed fuzz seed corpora. Works on a fresh machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=never
+
+# shellcheck source=scripts/pg.sh
+source scripts/pg.sh
+
+echo "test: cargo fmt --check"
+cargo fmt --all -- --check
+
+echo "test: clippy -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
+
+echo "test: docs"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps -q
+
+echo "test: dependency directions"
+bash scripts/check-deps.sh
+
+echo "test: cargo test (unit, property, integration, doc, fuzz seed replay)"
+cargo test --workspace --no-fail-fast
