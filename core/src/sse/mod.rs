@@ -80,6 +80,7 @@ mod fuzz;
 mod tests;
 
 pub use fuzz::fuzz_sse;
+pub(crate) use fuzz::sizes as fuzz_sizes;
 
 /// Default cap on one line (terminator excluded): 128 KiB.
 pub const DEFAULT_MAX_LINE_LEN: usize = 131_072;
@@ -329,6 +330,21 @@ impl SseParser {
             data: &self.data[..data_end],
             last_event_id: &self.id_buf,
         }))
+    }
+
+    /// The event the last [`Self::poll_event`] handed out, while it is still
+    /// the current one (until the next `poll_event` or `finish`).
+    /// Lets a decoder built on the parser inspect an event and then hand it
+    /// on without holding the borrow across its own bookkeeping.
+    pub fn event(&self) -> Option<Event<'_>> {
+        if !self.dispatched || !matches!(self.state, State::Open) {
+            return None;
+        }
+        Some(Event {
+            event_type: &self.event_type,
+            data: &self.data[..self.data.len() - 1],
+            last_event_id: &self.id_buf,
+        })
     }
 
     /// Ends the stream. Call after [`Self::poll_event`] returned `Ok(None)`:
