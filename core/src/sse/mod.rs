@@ -466,7 +466,19 @@ impl SseParser {
     /// far) against the line and frame caps. When both are crossed, the one
     /// crossed at the earlier byte wins, so the verdict does not depend on
     /// how much of the line had arrived.
+    #[inline]
     fn check_caps(&mut self, line_len: usize, complete: bool) -> Result<(), Error> {
+        // Fast path: well inside both caps (the line end counts one byte).
+        if line_len <= self.config.max_line_len
+            && self.frame_len.saturating_add(line_len) < self.config.max_event_len
+        {
+            return Ok(());
+        }
+        self.check_caps_slow(line_len, complete)
+    }
+
+    #[cold]
+    fn check_caps_slow(&mut self, line_len: usize, complete: bool) -> Result<(), Error> {
         let max_line = self.config.max_line_len;
         let max_event = self.config.max_event_len;
         // Bytes this line adds to the frame: a complete non-blank line counts
@@ -514,6 +526,7 @@ fn to_u64(n: usize) -> u64 {
 }
 
 /// WHATWG "process the field" for one non-blank line.
+#[inline]
 fn process_line(
     line: &[u8],
     data: &mut Vec<u8>,
@@ -521,14 +534,20 @@ fn process_line(
     id_buf: &mut Vec<u8>,
     retry: &mut Option<u64>,
 ) {
-    let (name, value) = match memchr::memchr(b':', line) {
-        Some(0) => return, // comment
-        Some(c) => {
-            let v = &line[c + 1..];
-            (&line[..c], v.strip_prefix(b" ").unwrap_or(v))
+    // Fast path for the fields the worker sends: none of these names holds
+    // a colon, so a line starting with `data:` has its first colon there.
+    let (name, value) = if let Some(v) = line.strip_prefix(b"data:") {
+        (&b"data"[..], v)
+    } else if let Some(v) = line.strip_prefix(b"event:") {
+        (&b"event"[..], v)
+    } else {
+        match memchr::memchr(b':', line) {
+            Some(0) => return, // comment
+            Some(c) => (&line[..c], &line[c + 1..]),
+            None => (line, &b""[..]),
         }
-        None => (line, &b""[..]),
     };
+    let value = value.strip_prefix(b" ").unwrap_or(value);
     match name {
         b"data" => {
             data.extend_from_slice(value);
