@@ -229,6 +229,7 @@ pub struct SseParser {
     retry: Option<u64>,
     /// An event was handed out: clear the event buffers before parsing on.
     dispatched: bool,
+    line_ends: LineEnds,
 }
 
 impl core::fmt::Debug for SseParser {
@@ -260,6 +261,7 @@ impl SseParser {
             last_event_id: Vec::new(),
             retry: None,
             dispatched: false,
+            line_ends: LineEnds::new(),
         }
     }
 
@@ -416,7 +418,7 @@ impl SseParser {
                 }
                 continue;
             }
-            let Some(i) = memchr::memchr2(b'\n', b'\r', &avail[self.scanned..]) else {
+            let Some(i) = self.line_ends.find(&avail[self.scanned..]) else {
                 self.scanned = avail.len();
                 let len = avail.len();
                 self.check_caps(len, false)?;
@@ -518,6 +520,32 @@ impl SseParser {
         self.buf = Vec::new();
         self.pos = 0;
         e
+    }
+}
+
+/// Finds the next CR or LF. Lines are short, so the CPU-specific searcher
+/// is picked once per parser rather than once per line.
+#[derive(Clone, Copy)]
+struct LineEnds {
+    #[cfg(target_arch = "x86_64")]
+    avx2: Option<memchr::arch::x86_64::avx2::memchr::Two>,
+}
+
+impl LineEnds {
+    fn new() -> Self {
+        Self {
+            #[cfg(target_arch = "x86_64")]
+            avx2: memchr::arch::x86_64::avx2::memchr::Two::new(b'\n', b'\r'),
+        }
+    }
+
+    #[inline]
+    fn find(&self, haystack: &[u8]) -> Option<usize> {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(two) = &self.avx2 {
+            return two.find(haystack);
+        }
+        memchr::memchr2(b'\n', b'\r', haystack)
     }
 }
 
