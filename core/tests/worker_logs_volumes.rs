@@ -1,0 +1,302 @@
+//! Console logs (C8.2, TV22–TV24) and volumes (C10.2, TV26).
+#![allow(clippy::unwrap_used)] // tests unwrap known-good values
+
+mod worker_support;
+
+use std::time::Duration;
+
+use smolbox_core::worker::{
+    Logs, LogsParams, MachineName, Profile, Version, VolumeCreate, VolumeDelete, VolumeId,
+    WorkerCall,
+};
+use smolbox_core::{Category, Evidence, Operation};
+use worker_support::*;
+
+fn logs(params: LogsParams) -> Result<Logs, smolbox_core::Error> {
+    Logs::new(&v122(), MachineName::new("net-test").unwrap(), params)
+}
+
+#[test]
+fn tv22_tail_request_and_lines() {
+    let l = logs(LogsParams {
+        tail: 2,
+        ..LogsParams::default()
+    })
+    .unwrap();
+    let req = l.request().unwrap();
+    assert_eq!(
+        (req.method.as_str(), req.target.as_str()),
+        ("GET", "/api/v1/machines/net-test/logs?tail=2&follow=false")
+    );
+    assert_eq!(req.accept, Some("text/event-stream"));
+    assert!(
+        l.check_head(&head(200, Some("text/event-stream"), b""))
+            .unwrap()
+    );
+    assert!(
+        l.check_head(&head(200, Some("application/json"), b""))
+            .is_err()
+    );
+    // The two data-only events of TV22, as core::sse would deliver them.
+    let mut lines = l.lines();
+    assert_eq!(
+        lines
+            .handle_event(None, "multi\0byte café".as_bytes())
+            .unwrap(),
+        None
+    );
+    lines
+        .handle_event(Some("message"), b"partial-no-newline")
+        .unwrap();
+    lines.handle_event(Some("other"), b"ignored").unwrap();
+    assert_eq!(
+        lines.finish(),
+        vec![
+            "multi\0byte café".to_string(),
+            "partial-no-newline".to_string()
+        ]
+    );
+}
+
+#[test]
+fn tv23_errors() {
+    let l = logs(LogsParams::default()).unwrap();
+    let b = br#"{"error":"tail value 10001 exceeds maximum of 10000","code":"BAD_REQUEST"}"#;
+    assert!(!l.check_head(&json(400, b)).unwrap());
+    let e = l.decode_error(&json(400, b), b);
+    assert_err(
+        &e,
+        Category::Protocol,
+        Operation::Logs,
+        Evidence::DispatchUncertain,
+    );
+    let b = r#"{"error":"machine 'wire-test' has no logs yet — it may not have been started","code":"NOT_FOUND"}"#.as_bytes();
+    assert_eq!(
+        l.decode_error(&json(404, b), b).category(),
+        Category::NotFound
+    );
+    let b = br#"{"error":"stream did not contain valid UTF-8","code":"INTERNAL_ERROR"}"#;
+    assert_eq!(
+        l.decode_error(&json(500, b), b).category(),
+        Category::Protocol
+    );
+}
+
+#[test]
+fn tv24_follow_delivers_each_line() {
+    let l = logs(LogsParams {
+        tail: 1,
+        follow: true,
+        ..LogsParams::default()
+    })
+    .unwrap();
+    assert_eq!(
+        l.request().unwrap().target,
+        "/api/v1/machines/net-test/logs?tail=1&follow=true"
+    );
+    let mut lines = l.lines();
+    assert_eq!(
+        lines
+            .handle_event(None, b"boot: kernel up")
+            .unwrap()
+            .as_deref(),
+        Some("boot: kernel up")
+    );
+    assert_eq!(
+        lines
+            .handle_event(None, b"appended line")
+            .unwrap()
+            .as_deref(),
+        Some("appended line")
+    );
+    assert!(lines.finish().is_empty());
+}
+
+#[test]
+fn params_bounds() {
+    let ok = |p: LogsParams| logs(p).is_ok();
+    let d = LogsParams::default();
+    assert_eq!(
+        (d.tail, d.follow, d.timeout, d.allowance),
+        (100, false, Duration::from_secs(30), 1_048_576)
+    );
+    assert!(ok(LogsParams { tail: 0, ..d }));
+    assert!(ok(LogsParams { tail: 10_000, ..d }));
+    assert!(!ok(LogsParams { tail: 10_001, ..d }));
+    assert!(!ok(LogsParams {
+        timeout: Duration::from_millis(999),
+        ..d
+    }));
+    assert!(ok(LogsParams {
+        timeout: Duration::from_millis(1_000),
+        ..d
+    }));
+    assert!(ok(LogsParams {
+        timeout: Duration::from_millis(300_000),
+        ..d
+    }));
+    assert!(!ok(LogsParams {
+        timeout: Duration::from_millis(300_001),
+        ..d
+    }));
+    assert!(!ok(LogsParams { allowance: 0, ..d }));
+    assert!(ok(LogsParams { allowance: 1, ..d }));
+    assert!(ok(LogsParams {
+        allowance: 8_388_608,
+        ..d
+    }));
+    assert!(!ok(LogsParams {
+        allowance: 8_388_609,
+        ..d
+    }));
+    let e = logs(LogsParams { tail: 10_001, ..d }).unwrap_err();
+    assert_err(
+        &e,
+        Category::Validation,
+        Operation::Logs,
+        Evidence::NotDispatched,
+    );
+    // Console logs need 1.17.0+ on the later line.
+    let e = Logs::new(
+        &Profile::known(Version::V1_16_1),
+        MachineName::new("a").unwrap(),
+        d,
+    )
+    .unwrap_err();
+    assert_err(
+        &e,
+        Category::UnsupportedCapability,
+        Operation::Logs,
+        Evidence::NotDispatched,
+    );
+}
+
+#[test]
+fn line_allowance_and_event_cap() {
+    // Allowance counts one newline per event: 4 bytes + 1 = 5.
+    let l = logs(LogsParams {
+        allowance: 10,
+        ..LogsParams::default()
+    })
+    .unwrap();
+    let mut lines = l.lines();
+    lines.handle_event(None, b"abcd").unwrap();
+    lines.handle_event(None, b"efgh").unwrap();
+    let e = lines.handle_event(None, b"").unwrap_err();
+    assert_err(
+        &e,
+        Category::OutputLimit,
+        Operation::Logs,
+        Evidence::DispatchUncertain,
+    );
+    // 10,000 events accepted, the 10,001st refused.
+    let l = logs(LogsParams {
+        allowance: 8_388_608,
+        ..LogsParams::default()
+    })
+    .unwrap();
+    let mut lines = l.lines();
+    for _ in 0..10_000 {
+        lines.handle_event(None, b"x").unwrap();
+    }
+    let e = lines.handle_event(None, b"x").unwrap_err();
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::OutputLimit, "log_event_cap")
+    );
+    // Invalid UTF-8.
+    let mut lines = logs(LogsParams::default()).unwrap().lines();
+    let e = lines.handle_event(None, b"\xff").unwrap_err();
+    assert_err(
+        &e,
+        Category::Protocol,
+        Operation::Logs,
+        Evidence::DispatchUncertain,
+    );
+}
+
+#[test]
+fn tv26_volume_create() {
+    let v = VolumeCreate::new(&v122(), VolumeId::new("vol-abc123").unwrap(), 2).unwrap();
+    let req = v.request().unwrap();
+    assert_eq!(
+        (req.method.as_str(), req.target.as_str()),
+        ("POST", "/api/v1/volumes")
+    );
+    assert_eq!(
+        &req.body[..],
+        br#"{"id":"vol-abc123","size_gb":2,"backend":"local"}"#
+    );
+    let b = br#"{"node_path":"/var/lib/smolvm/.local/share/smolvm/volumes/vol-abc123"}"#;
+    assert_eq!(
+        v.decode(&json(200, b), b).unwrap(),
+        "/var/lib/smolvm/.local/share/smolvm/volumes/vol-abc123"
+    );
+    for bad in [
+        &br#"{"node_path":"relative/x"}"#[..],
+        br#"{"node_path":"/a/../b"}"#,
+        br#"{"node_path":"/a/"}"#,
+        br#"{}"#,
+    ] {
+        assert_eq!(
+            v.decode(&json(200, bad), bad).unwrap_err().category(),
+            Category::Protocol
+        );
+    }
+    let b = br#"{"error":"invalid volume id: \"../x\"","code":"BAD_REQUEST"}"#;
+    assert_eq!(
+        v.decode(&json(400, b), b).unwrap_err().category(),
+        Category::Protocol
+    );
+    // Bounds.
+    let id = || VolumeId::new("v").unwrap();
+    assert!(VolumeCreate::new(&v122(), id(), 0).is_err());
+    assert!(VolumeCreate::new(&v122(), id(), 1).is_ok());
+    assert!(VolumeCreate::new(&v122(), id(), 1_024).is_ok());
+    assert!(VolumeCreate::new(&v122(), id(), 1_025).is_err());
+    assert!(VolumeId::new(&"a".repeat(128)).is_ok());
+    for bad in ["", "../x", "a.b", "a b"] {
+        assert!(VolumeId::new(bad).is_err(), "{bad}");
+    }
+    assert!(VolumeId::new(&"a".repeat(129)).is_err());
+    let e = VolumeCreate::new(&Profile::known(Version::V1_19_0), id(), 1).unwrap_err();
+    assert_err(
+        &e,
+        Category::UnsupportedCapability,
+        Operation::VolumeCreate,
+        Evidence::NotDispatched,
+    );
+}
+
+#[test]
+fn tv26_volume_delete_needs_204_empty() {
+    let d = VolumeDelete::new(&v122(), VolumeId::new("vol-abc123").unwrap()).unwrap();
+    let req = d.request().unwrap();
+    assert_eq!(
+        (req.method.as_str(), req.target.as_str()),
+        ("DELETE", "/api/v1/volumes/vol-abc123")
+    );
+    d.decode(&head(204, None, b""), b"").unwrap();
+    let e = d.decode(&head(404, None, b""), b"").unwrap_err();
+    assert_err(
+        &e,
+        Category::Protocol,
+        Operation::VolumeDelete,
+        Evidence::DispatchUncertain,
+    );
+    assert_eq!(
+        d.decode(&json(200, b"{}"), b"{}").unwrap_err().category(),
+        Category::Protocol
+    );
+    assert_eq!(
+        d.decode(&head(204, None, b"x"), b"x")
+            .unwrap_err()
+            .category(),
+        Category::Protocol
+    );
+    let b = br#"{"error":"volume is mounted","code":"CONFLICT"}"#;
+    assert_eq!(
+        d.decode(&json(409, b), b).unwrap_err().category(),
+        Category::IdentityConflict
+    );
+}
