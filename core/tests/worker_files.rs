@@ -367,3 +367,62 @@ fn guest_path_policy_c6_2() {
         Evidence::NotDispatched,
     );
 }
+
+#[test]
+fn byte_budgets_c6_3() {
+    use smolbox_core::worker::check_byte_budgets;
+    let d = Budgets::default();
+    let client = |a: u64, b: Budgets| FileBudget::new(a, &b).unwrap();
+    let mib = 1_048_576;
+    // Defaults: 1 MiB per file, 4 MiB per direction.
+    check_byte_budgets(mib, 4 * mib, &client(mib, d)).unwrap();
+    // Per-file range 1 B–16 MiB, per-direction 1 B–64 MiB and ≥ per-file.
+    let wide = Budgets {
+        max_request_body: 16 * mib,
+        max_response_bytes: 32 * mib,
+        ..d
+    };
+    check_byte_budgets(16 * mib, 64 * mib, &client(16 * mib, wide)).unwrap();
+    assert!(check_byte_budgets(16 * mib + 1, 64 * mib, &client(16 * mib, wide)).is_err());
+    assert!(check_byte_budgets(16 * mib, 64 * mib + 1, &client(16 * mib, wide)).is_err());
+    assert!(check_byte_budgets(0, 1, &client(1, d)).is_err());
+    check_byte_budgets(1, 1, &client(1, d)).unwrap();
+    assert_eq!(
+        check_byte_budgets(2, 1, &client(2, d))
+            .unwrap_err()
+            .reason(),
+        "per_direction_below_per_file"
+    );
+    // The client allowance must cover the profile's per-file budget.
+    assert_eq!(
+        check_byte_budgets(mib, 4 * mib, &client(mib - 1, d))
+            .unwrap_err()
+            .reason(),
+        "client_allowance_below_profile"
+    );
+    // Above 1 MiB the request and response caps must cover per-file.
+    let big = 2 * mib;
+    assert_eq!(
+        check_byte_budgets(big, 4 * mib, &client(big, d))
+            .unwrap_err()
+            .reason(),
+        "request_cap_below_per_file"
+    );
+    let req_ok = Budgets {
+        max_request_body: big,
+        max_response_bytes: big - 1,
+        ..d
+    };
+    assert_eq!(
+        check_byte_budgets(big, 4 * mib, &client(big, req_ok))
+            .unwrap_err()
+            .reason(),
+        "response_cap_below_per_file"
+    );
+    let both = Budgets {
+        max_request_body: big,
+        max_response_bytes: big,
+        ..d
+    };
+    check_byte_budgets(big, 4 * mib, &client(big, both)).unwrap();
+}

@@ -180,3 +180,78 @@ fn malformed_error_bodies_are_still_status_errors() {
     let h = head(500, Some("text/html"), b"<html>");
     assert_eq!(classify_error_body(&h, b"<html>"), ErrorBody::Unrecognized);
 }
+
+#[test]
+fn tv8_create_validation_errors_are_protocol_without_text() {
+    let bodies = [
+        r#"{"error":"machine name cannot be empty","code":"BAD_REQUEST"}"#,
+        r#"{"error":"published ports require networkBackend 'virtio-net' (TSI is outbound-only); omit networkBackend or set it to 'virtio-net'","code":"BAD_REQUEST"}"#,
+        r#"{"error":"port 0 is not valid for VM port forwarding","code":"BAD_REQUEST"}"#,
+        r#"{"error":"invalid CIDR 'nope': expected format like 10.0.0.0/8 or 1.1.1.1","code":"BAD_REQUEST"}"#,
+        r#"{"error":"cmd/entrypoint require an image, from, or registryRef; an imageless machine has no workload to launch them in (use exec instead)","code":"BAD_REQUEST"}"#,
+        r#"{"error":"config operation failed: validate resources: memory must be at least 64 MiB (got 32 MiB)","code":"BAD_REQUEST"}"#,
+        r#"{"error":"config operation failed: validate resources: CPU count must be at least 1","code":"BAD_REQUEST"}"#,
+        r#"{"error":"sidecar file not found: /nonexistent/x.smolmachine","code":"BAD_REQUEST"}"#,
+        r#"{"error":"secret 'TOKEN': source kind 'env' is not allowed in scope Untrusted; secret refs may only be resolved on the trusted local host","code":"BAD_REQUEST"}"#,
+    ];
+    let c = Create::new(&v192(), name("c0"), &MachineSpec::default()).unwrap();
+    for b in bodies {
+        let b = b.as_bytes();
+        assert_eq!(
+            classify_error_body(&json(400, b), b),
+            ErrorBody::Handler(ErrorCode::BadRequest)
+        );
+        let e = c.decode(&json(400, b), b).unwrap_err();
+        assert_err(
+            &e,
+            Category::Protocol,
+            Operation::Create,
+            Evidence::DispatchUncertain,
+        );
+        assert_eq!((e.reason(), e.status()), ("worker_bad_request", Some(400)));
+        let shown = format!("{e} {e:?}");
+        assert!(
+            !shown.contains("error") || !shown.contains("BAD_REQUEST"),
+            "{shown}"
+        );
+        assert!(
+            !shown.contains("CIDR") && !shown.contains("secret"),
+            "{shown}"
+        );
+    }
+}
+
+#[test]
+fn ac_0_2_2_sentinels_never_reach_errors_or_request_debug() {
+    use bytes::Bytes;
+    use smolbox_core::worker::{Budgets, FileBudget, GuestPath, PathPolicy, Source, Upload};
+    let spec = MachineSpec {
+        source: Source::Registry {
+            reference: "r.example.com/a:1".into(),
+            identity_token: Some(smolbox_core::Secret::new("SENTINEL-TOKEN")),
+        },
+        ..MachineSpec::default()
+    };
+    let c = Create::new(&v122(), name("m1"), &spec).unwrap();
+    let req = c.request().unwrap();
+    assert!(
+        std::str::from_utf8(&req.body)
+            .unwrap()
+            .contains(r#""registryIdentityToken":"SENTINEL-TOKEN""#)
+    );
+    assert!(!format!("{req:?} {c:?}").contains("SENTINEL"));
+    let e = Upload::new(
+        &v122(),
+        &PathPolicy::default(),
+        &FileBudget::new(1_000, &Budgets::default()).unwrap(),
+        name("m1"),
+        GuestPath::new("/workspace/secret").unwrap(),
+        Bytes::from_static(b"SENTINEL-PAYLOAD"),
+        &"0".repeat(64),
+    )
+    .unwrap_err();
+    assert!(!format!("{e} {e:?}").contains("SENTINEL"));
+    let b = br#"{"error":"SENTINEL-PEER-TEXT","code":"INTERNAL_ERROR"}"#;
+    let e = c.decode(&json(500, b), b).unwrap_err();
+    assert!(!format!("{e} {e:?}").contains("SENTINEL"));
+}

@@ -223,6 +223,54 @@ impl FileBudget {
     }
 }
 
+/// Largest profile per-direction (manifest) budget.
+pub const MAX_DIRECTION_BUDGET: u64 = 67_108_864;
+
+/// Checks the layered byte budgets of C6.3: profile per-file 1 B–16 MiB;
+/// profile per-direction 1 B–64 MiB and ≥ per-file; client per-file
+/// allowance ≥ the profile's per-file (C6.2); and a profile per-file above
+/// 1 MiB needs request and response caps ≥ per-file.
+///
+/// # Errors
+/// `validation`, operation `config`, with the offending numbers as limit.
+pub fn check_byte_budgets(
+    profile_per_file: u64,
+    profile_per_direction: u64,
+    client: &FileBudget,
+) -> Result<(), Error> {
+    let e = |r| Error::validation(Operation::Config, r);
+    if !(1..=MAX_FILE_ALLOWANCE).contains(&profile_per_file) {
+        return Err(
+            e("profile_per_file_out_of_range").with_limit(profile_per_file, MAX_FILE_ALLOWANCE)
+        );
+    }
+    if !(1..=MAX_DIRECTION_BUDGET).contains(&profile_per_direction) {
+        return Err(e("profile_per_direction_out_of_range")
+            .with_limit(profile_per_direction, MAX_DIRECTION_BUDGET));
+    }
+    if profile_per_direction < profile_per_file {
+        return Err(
+            e("per_direction_below_per_file").with_limit(profile_per_file, profile_per_direction)
+        );
+    }
+    if client.allowance < profile_per_file {
+        return Err(
+            e("client_allowance_below_profile").with_limit(profile_per_file, client.allowance)
+        );
+    }
+    if profile_per_file > SMALL_FILE_MAX {
+        if client.max_request_body < profile_per_file {
+            return Err(e("request_cap_below_per_file")
+                .with_limit(profile_per_file, client.max_request_body));
+        }
+        if client.max_response_bytes < profile_per_file {
+            return Err(e("response_cap_below_per_file")
+                .with_limit(profile_per_file, client.max_response_bytes));
+        }
+    }
+    Ok(())
+}
+
 /// `PUT /api/v1/machines/{name}/files/{path}` (C6.1). The caller's SHA-256
 /// is verified over the bytes before any request exists.
 #[derive(Clone, Debug)]

@@ -51,7 +51,10 @@ pub mod workload;
 mod json;
 
 pub use endpoint::{Budgets, Endpoint, EndpointConfig, Scheme, Target, WorkerId};
-pub use files::{Download, DownloadSink, FileBudget, GuestPath, PathPolicy, Upload, UploadReply};
+pub use files::{
+    Download, DownloadSink, FileBudget, GuestPath, PathPolicy, Upload, UploadReply,
+    check_byte_budgets,
+};
 pub use logs::{LogLines, Logs, LogsParams};
 pub use machines::{
     Create, Delete, Get, Incarnation, List, MachineName, MachineSpec, MachineState, Measure,
