@@ -1,5 +1,6 @@
 //! [`HttpExchange`]: one request and its response on one connection.
 
+use core::fmt;
 use core::ops::Range;
 use std::time::{Duration, Instant};
 
@@ -66,7 +67,6 @@ enum Step {
 /// Errors carry the request's operation. Before `poll_transmit` handed out
 /// a byte, evidence is `not_dispatched`; from then on it is always
 /// `dispatch_uncertain`. See the [module docs](super) for a drive loop.
-#[derive(Debug)]
 pub struct HttpExchange {
     operation: Operation,
     tx_head: Vec<u8>,
@@ -92,6 +92,19 @@ pub struct HttpExchange {
     deadline: Instant,
     last_now: Instant,
     error: Option<Error>,
+}
+
+impl fmt::Debug for HttpExchange {
+    /// Never prints the request (it may carry the bearer token) or peer bytes.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpExchange")
+            .field("operation", &self.operation)
+            .field("transmitted", &self.transmitted)
+            .field("status", &self.status)
+            .field("finished", &matches!(self.phase, Phase::Finished))
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
 }
 
 impl HttpExchange {
