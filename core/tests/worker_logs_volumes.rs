@@ -300,3 +300,118 @@ fn tv26_volume_delete_needs_204_empty() {
         Category::IdentityConflict
     );
 }
+
+const TV22: &[u8] = "data: multi\0byte café\n\ndata: partial-no-newline\n\n".as_bytes();
+const TV23: &[u8] = "data: boot: kernel up\n\ndata: {\"level\":\"info\",\"msg\":\"agent ready\"}\n\ndata: line with crlf\n\ndata: multi\0byte café\n\ndata: partial-no-newline\n\n".as_bytes();
+const TV24: &[u8] = b"data: boot: kernel up\n\ndata: appended line\n\n:\n\n";
+
+#[test]
+fn tv22_tv23_stream_bytes_decode_to_lines() {
+    let l = logs(LogsParams {
+        tail: 2,
+        ..LogsParams::default()
+    })
+    .unwrap();
+    let mut s = l.stream();
+    s.handle_input(TV22).unwrap();
+    assert_eq!(s.poll_line(), None);
+    assert_eq!(
+        s.finish().unwrap(),
+        vec!["multi\0byte café", "partial-no-newline"]
+    );
+    let mut s = logs(LogsParams::default()).unwrap().stream();
+    s.handle_input(TV23).unwrap();
+    let lines = s.finish().unwrap();
+    assert_eq!(lines.len(), 5);
+    assert_eq!(lines[1], r#"{"level":"info","msg":"agent ready"}"#);
+}
+
+#[test]
+fn tv24_follow_with_keepalive() {
+    let l = logs(LogsParams {
+        tail: 1,
+        follow: true,
+        ..LogsParams::default()
+    })
+    .unwrap();
+    let mut s = l.stream();
+    s.handle_input(&TV24[..23]).unwrap();
+    assert_eq!(s.poll_line().as_deref(), Some("boot: kernel up"));
+    s.handle_input(&TV24[23..]).unwrap();
+    assert_eq!(s.poll_line().as_deref(), Some("appended line"));
+    assert_eq!(s.poll_line(), None);
+    assert!(s.finish().unwrap().is_empty());
+}
+
+#[test]
+fn log_stream_any_split_gives_the_same_lines() {
+    let whole = {
+        let mut s = logs(LogsParams::default()).unwrap().stream();
+        s.handle_input(TV23).unwrap();
+        s.finish().unwrap()
+    };
+    for cut in 0..=TV23.len() {
+        let mut s = logs(LogsParams::default()).unwrap().stream();
+        s.handle_input(&TV23[..cut]).unwrap();
+        s.handle_input(&TV23[cut..]).unwrap();
+        assert_eq!(s.finish().unwrap(), whole, "cut at {cut}");
+    }
+    let mut s = logs(LogsParams::default()).unwrap().stream();
+    for b in TV23 {
+        s.handle_input(std::slice::from_ref(b)).unwrap();
+    }
+    assert_eq!(s.finish().unwrap(), whole);
+}
+
+#[test]
+fn log_stream_failures() {
+    // A partial final frame.
+    let mut s = logs(LogsParams::default()).unwrap().stream();
+    s.handle_input(b"data: a\n\ndata: b").unwrap();
+    let e = s.finish().unwrap_err();
+    assert_err(
+        &e,
+        Category::Protocol,
+        Operation::Logs,
+        Evidence::DispatchUncertain,
+    );
+    // Invalid UTF-8 in a line.
+    let mut s = logs(LogsParams::default()).unwrap().stream();
+    let e = s.handle_input(b"data: \xff\n\n").unwrap_err();
+    assert_eq!(
+        (e.category(), e.operation()),
+        (Category::Protocol, Operation::Logs)
+    );
+    // Allowance: "abcd" + newline = 5 bytes; allowance 5 accepts one line, not two.
+    let mut s = logs(LogsParams {
+        allowance: 5,
+        ..LogsParams::default()
+    })
+    .unwrap()
+    .stream();
+    s.handle_input(b"data: abcd\n\n").unwrap();
+    let e = s.handle_input(b"data: e\n\n").unwrap_err();
+    assert_err(
+        &e,
+        Category::OutputLimit,
+        Operation::Logs,
+        Evidence::DispatchUncertain,
+    );
+    // A line longer than the allowance fails in the framing, before buffering it.
+    let mut s = logs(LogsParams {
+        allowance: 8,
+        ..LogsParams::default()
+    })
+    .unwrap()
+    .stream();
+    let e = s.handle_input(&[b'x'; 100]).unwrap_err();
+    assert_eq!(
+        (e.category(), e.operation()),
+        (Category::OutputLimit, Operation::Logs)
+    );
+    // Other event names and comments are ignored.
+    let mut s = logs(LogsParams::default()).unwrap().stream();
+    s.handle_input(b": hi\n\nevent: other\ndata: x\n\ndata: y\n\n")
+        .unwrap();
+    assert_eq!(s.finish().unwrap(), vec!["y"]);
+}

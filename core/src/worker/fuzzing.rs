@@ -101,6 +101,12 @@ fn decode_all(profile: &Profile, head: &ResponseHead, data: &[u8]) {
                 break;
             }
         }
+        let mut stream = logs.stream();
+        let fed = data.chunks(4_096).try_for_each(|c| stream.handle_input(c));
+        while stream.poll_line().is_some() {}
+        if fed.is_ok() {
+            let _ = stream.finish();
+        }
     }
     if let Ok(id) = VolumeId::new("vol-abc123") {
         if let Ok(v) = VolumeCreate::new(profile, id.clone(), 2) {

@@ -1,9 +1,14 @@
-//! Console logs over SSE (features C8.2): the request with its bounds and
-//! a line collector over already-parsed SSE events.
+//! Console logs over SSE (features C8.2): the request with its bounds, a
+//! line collector over parsed SSE events ([`LogLines`]) and the whole-body
+//! decoder over [`crate::sse`] ([`LogStream`]).
 //!
-//! The event-stream framing itself is `core::sse`'s job; a shell feeds each
-//! parsed event (type and data) to [`LogLines::handle_event`].
+//! A shell checks the head with [`Logs::check_head`], then feeds body bytes
+//! to [`LogStream::handle_input`]; in follow mode it drains
+//! [`LogStream::poll_line`] after every input and hands each line to the
+//! caller's callback; at end of stream [`LogStream::finish`] returns the
+//! snapshot lines (a partial final frame is a `protocol` error).
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::machines::MachineName;
@@ -12,6 +17,7 @@ use super::status::{check_media_type, check_status};
 use super::{TEXT_EVENT_STREAM, machine_target};
 use crate::error::{Category, Error, Evidence, Operation};
 use crate::http1::{Method, Request, ResponseHead};
+use crate::sse::{self, SseParser, StreamEnd};
 
 /// Largest `tail`.
 pub const MAX_TAIL: u32 = 10_000;
@@ -25,6 +31,8 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(30_000);
 pub const MAX_ALLOWANCE: u64 = 8_388_608;
 /// Default output allowance.
 pub const DEFAULT_ALLOWANCE: u64 = 1_048_576;
+/// Bytes of SSE framing a log frame may add to its line.
+const FRAMING_ROOM: usize = 64;
 /// Most events one read may deliver.
 pub const MAX_EVENTS: u32 = 10_000;
 
@@ -142,6 +150,27 @@ impl Logs {
         }
     }
 
+    /// The body decoder for this read (SSE framing plus line bounds).
+    pub fn stream(&self) -> LogStream {
+        // A line may be as long as the whole allowance (the worker flushes
+        // partial lines only past 1 MiB); frames hold one data line. The
+        // small extra room is for the `data: ` field name and line ends.
+        let cap = usize::try_from(self.params.allowance)
+            .unwrap_or(usize::MAX)
+            .saturating_add(FRAMING_ROOM);
+        let config = sse::Config {
+            max_line_len: cap,
+            max_event_len: cap,
+            max_chunk_len: sse::DEFAULT_MAX_CHUNK_LEN,
+            operation: Operation::Logs,
+        };
+        LogStream {
+            parser: SseParser::new(config),
+            lines: self.lines(),
+            ready: VecDeque::new(),
+        }
+    }
+
     /// A line collector with this read's bounds.
     pub fn lines(&self) -> LogLines {
         LogLines {
@@ -214,5 +243,51 @@ impl LogLines {
     /// The snapshot lines at a clean end of stream.
     pub fn finish(self) -> Vec<String> {
         self.lines
+    }
+}
+
+/// The console-log body decoder: [`crate::sse`] framing (comments and
+/// keep-alives ignored) feeding a [`LogLines`].
+#[derive(Debug)]
+pub struct LogStream {
+    parser: SseParser,
+    lines: LogLines,
+    ready: VecDeque<String>,
+}
+
+impl LogStream {
+    /// Feeds body bytes (at most 256 KiB per call). Follow lines become
+    /// available from [`Self::poll_line`].
+    ///
+    /// # Errors
+    /// `output_limit` (frame, allowance or event cap), `protocol` (invalid
+    /// UTF-8); all `dispatch_uncertain` and sticky in the parser.
+    pub fn handle_input(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        self.parser.handle_input(bytes)?;
+        while let Some(event) = self.parser.poll_event()? {
+            let kind = std::str::from_utf8(event.event_type()).unwrap_or("");
+            let kind = if kind.is_empty() { None } else { Some(kind) };
+            let data = event.data();
+            if let Some(line) = self.lines.handle_event(kind, data)? {
+                self.ready.push_back(line);
+            }
+        }
+        Ok(())
+    }
+
+    /// The next followed line, in arrival order.
+    pub fn poll_line(&mut self) -> Option<String> {
+        self.ready.pop_front()
+    }
+
+    /// Ends the stream: the snapshot lines (empty for a follow read).
+    ///
+    /// # Errors
+    /// `protocol` when the stream ended inside a frame.
+    pub fn finish(mut self) -> Result<Vec<String>, Error> {
+        match self.parser.finish()? {
+            StreamEnd::Clean => Ok(self.lines.finish()),
+            StreamEnd::PartialFrame => Err(Error::protocol(Operation::Logs, "log_partial_frame")),
+        }
     }
 }

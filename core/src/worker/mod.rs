@@ -55,7 +55,7 @@ pub use files::{
     Download, DownloadSink, FileBudget, GuestPath, PathPolicy, Upload, UploadReply,
     check_byte_budgets,
 };
-pub use logs::{LogLines, Logs, LogsParams};
+pub use logs::{LogLines, LogStream, Logs, LogsParams};
 pub use machines::{
     Create, Delete, Get, Incarnation, List, MachineName, MachineSpec, MachineState, Measure,
     Namespace, Observation, Source, Start, Stop, same_incarnation,
