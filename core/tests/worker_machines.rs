@@ -652,3 +652,57 @@ fn machine_name_grammar() {
         assert!(MachineName::new(bad).is_err(), "{bad}");
     }
 }
+
+#[test]
+fn ac_4_2_inspection_never_uses_booting_endpoints() {
+    let targets = [
+        Get::new(&v122(), name("m1")).request().unwrap().target,
+        Measure::new(&v122(), name("m1")).request().unwrap().target,
+        List::new(&v122()).request().unwrap().target,
+    ];
+    for t in targets {
+        assert!(
+            !t.contains("/exec") && !t.contains("/files") && !t.contains("/start"),
+            "{t}"
+        );
+    }
+    for r in [
+        Get::new(&v122(), name("m1")).request().unwrap(),
+        Measure::new(&v122(), name("m1")).request().unwrap(),
+    ] {
+        assert_eq!(
+            (r.method.as_str(), r.target.as_str()),
+            ("GET", "/api/v1/machines/m1")
+        );
+    }
+}
+
+#[test]
+fn plain_image_machine_preflight() {
+    let g = Get::new(&v122(), name("wire-a36ea992d1a0"));
+    let running = g.decode(&json(200, TV13_RUNNING), TV13_RUNNING).unwrap();
+    assert!(running.is_plain_image_machine());
+    running
+        .require_plain_image_machine(Operation::Exec)
+        .unwrap();
+    // 1.9.2 replies carry neither image nor branchable.
+    let old = Get::new(&v192(), name("wire-test"))
+        .decode(&json(200, TV5), TV5)
+        .unwrap();
+    let e = old
+        .require_plain_image_machine(Operation::Upload)
+        .unwrap_err();
+    assert_err(
+        &e,
+        Category::UnsupportedCapability,
+        Operation::Upload,
+        Evidence::NotDispatched,
+    );
+    let branchable = String::from_utf8(TV13_RUNNING.to_vec())
+        .unwrap()
+        .replace(r#""branchable":false"#, r#""branchable":true"#);
+    let b = g
+        .decode(&json(200, branchable.as_bytes()), branchable.as_bytes())
+        .unwrap();
+    assert!(!b.is_plain_image_machine());
+}
