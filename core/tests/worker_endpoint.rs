@@ -157,6 +157,10 @@ fn base_url_rules() {
         "https://a b",
         "https://[zz]",
         "https://999.1.1.1",
+        "https://a..b",
+        "https://-a.b",
+        "https://a-.b",
+        "https://a.b.",
     ] {
         assert!(Endpoint::new(https(bad)).is_err(), "{bad}");
     }

@@ -415,3 +415,39 @@ fn log_stream_failures() {
         .unwrap();
     assert_eq!(s.finish().unwrap(), vec!["y"]);
 }
+
+#[test]
+fn logs_as_a_worker_call() {
+    let l = logs(LogsParams {
+        tail: 2,
+        ..LogsParams::default()
+    })
+    .unwrap();
+    assert_eq!(
+        WorkerCall::request(&l).unwrap().target,
+        l.request().unwrap().target
+    );
+    let h = head(200, Some("text/event-stream"), TV22);
+    assert_eq!(
+        l.decode(&h, TV22).unwrap(),
+        vec!["multi\0byte café", "partial-no-newline"]
+    );
+    let f = logs(LogsParams {
+        follow: true,
+        ..LogsParams::default()
+    })
+    .unwrap();
+    assert_eq!(
+        f.decode(&head(200, Some("text/event-stream"), TV24), TV24)
+            .unwrap(),
+        vec!["boot: kernel up", "appended line"]
+    );
+    let b = br#"{"error":"machine 'net-test' not found","code":"NOT_FOUND"}"#;
+    assert_eq!(
+        l.decode(&json(404, b), b).unwrap_err().category(),
+        Category::NotFound
+    );
+    assert!(l.decode(&json(200, b"{}"), b"{}").is_err());
+    assert_eq!(l.timeout(Duration::from_secs(10)), Duration::from_secs(10));
+    assert_eq!(l.timeout(Duration::from_secs(100)), Duration::from_secs(30));
+}

@@ -501,9 +501,13 @@ fn parse_base_url(url: &str) -> Result<BaseUrl, Error> {
             Some((h, p)) => (h, Some(p)),
             None => (authority, None),
         };
-        let valid = !h.is_empty()
-            && h.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-'))
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        };
+        let valid = h.split('.').all(label_ok)
             && (h.parse::<Ipv4Addr>().is_ok()
                 || !h.bytes().all(|b| b.is_ascii_digit() || b == b'.'));
         if !valid {

@@ -14,7 +14,7 @@ use std::time::Duration;
 use super::machines::MachineName;
 use super::profile::{Feature, Profile};
 use super::status::{check_media_type, check_status};
-use super::{TEXT_EVENT_STREAM, machine_target};
+use super::{TEXT_EVENT_STREAM, WorkerCall, machine_target};
 use crate::error::{Category, Error, Evidence, Operation};
 use crate::http1::{Method, Request, ResponseHead};
 use crate::sse::{self, SseParser, StreamEnd};
@@ -111,6 +111,12 @@ impl Logs {
         &self.params
     }
 
+    /// The time this read may take: its own timeout, capped by the
+    /// endpoint's operation budget.
+    pub fn timeout(&self, operation_budget: Duration) -> Duration {
+        self.params.timeout.min(operation_budget)
+    }
+
     /// The request.
     ///
     /// # Errors
@@ -180,6 +186,39 @@ impl Logs {
             lines: Vec::new(),
             keep: !self.params.follow,
         }
+    }
+}
+
+impl WorkerCall for Logs {
+    /// Every line of the read, in order (snapshot lines, or the followed
+    /// lines seen before the body ended).
+    type Output = Vec<String>;
+
+    fn operation(&self) -> Operation {
+        Operation::Logs
+    }
+
+    fn request(&self) -> Result<Request, Error> {
+        Self::request(self)
+    }
+
+    fn decode(&self, head: &ResponseHead, body: &[u8]) -> Result<Vec<String>, Error> {
+        if !self.check_head(head)? {
+            return Err(self.decode_error(head, body));
+        }
+        let mut stream = self.stream();
+        let mut followed = Vec::new();
+        for chunk in body.chunks(sse::DEFAULT_MAX_CHUNK_LEN) {
+            stream.handle_input(chunk)?;
+            while let Some(line) = stream.poll_line() {
+                followed.push(line);
+            }
+        }
+        let mut lines = stream.finish()?;
+        if lines.is_empty() {
+            lines = followed;
+        }
+        Ok(lines)
     }
 }
 
