@@ -339,9 +339,22 @@ impl HttpExchange {
                     let region = &self.rx[self.pos..];
                     let budget = self.max_head_bytes - self.head_used;
                     let window = &region[..region.len().min(budget)];
-                    match self.scanner.scan(window) {
+                    // A head that arrived whole is parsed once, in place;
+                    // otherwise the scanner finds its end incrementally.
+                    let whole = match self.scanner.is_fresh() {
+                        true => head::decode_whole(window, self.max_headers),
+                        false => None,
+                    };
+                    let scan = match &whole {
+                        Some(Ok((n, _))) => Scan::Complete(*n),
+                        Some(Err(_)) | None => self.scanner.scan(window),
+                    };
+                    match scan {
                         Scan::Complete(n) => {
-                            let decoded = head::decode(&region[..n], self.max_headers)?;
+                            let decoded = match whole {
+                                Some(d) => d?.1,
+                                None => head::decode(&region[..n], self.max_headers)?,
+                            };
                             self.pos += n;
                             self.head_used += n;
                             self.scanner = HeadScanner::default();
