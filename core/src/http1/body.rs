@@ -133,15 +133,25 @@ impl BodyDecoder {
                 State::Data { left, chunked } => {
                     let n = usize::try_from(left).map_or(allowed - i, |l| l.min(allowed - i));
                     let left = left - n as u64;
+                    let data = i..i + n;
+                    let mut consumed = i + n;
                     self.state = match (left, chunked) {
                         (0, true) => State::DataCr,
                         (0, false) => State::Done,
                         _ => State::Data { left, chunked },
                     };
-                    self.raw += (i + n) as u64;
+                    if self.state == State::DataCr {
+                        // Take the chunk's CRLF and a plain next size line
+                        // along with this payload (one call per chunk). A
+                        // size line that would fail is left for the next
+                        // call, so the payload is still reported first.
+                        consumed += self
+                            .fuse_next_chunk(&input[consumed..allowed], self.raw + consumed as u64);
+                    }
+                    self.raw += consumed as u64;
                     return Ok(Progress {
-                        consumed: i + n,
-                        data: Some(i..i + n),
+                        consumed,
+                        data: Some(data),
                     });
                 }
                 State::UntilClose => {
@@ -266,6 +276,31 @@ impl BodyDecoder {
             State::Data { .. } | State::UntilClose | State::Done => self.state,
         };
         Ok(())
+    }
+
+    /// In state `DataCr`, `rest` being the input right after a chunk's
+    /// payload and `seen` the raw bytes before it: consumes the chunk's CRLF
+    /// and a plain next size line when both are there; returns how many
+    /// bytes it took. A size line that would be refused is left for the
+    /// next call, so the payload before it is still reported first.
+    fn fuse_next_chunk(&mut self, rest: &[u8], seen: u64) -> usize {
+        if !rest.starts_with(b"\r\n") {
+            return 0;
+        }
+        self.state = State::Size {
+            value: 0,
+            digits: false,
+        };
+        let Some((m, value)) = plain_size_line(&rest[2..]) else {
+            return 2;
+        };
+        match self.chunk_header(value, seen + 2 + m as u64) {
+            Ok(state) => {
+                self.state = state;
+                2 + m
+            }
+            Err(_) => 2,
+        }
     }
 
     /// The state after a complete chunk-size line declaring `value`, once

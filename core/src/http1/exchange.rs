@@ -82,6 +82,8 @@ pub struct HttpExchange {
     phase: Phase,
     scanner: HeadScanner,
     head_used: usize,
+    /// A head decoded in place by `handle_input`, not yet reported.
+    ready: Option<Decoded>,
     max_head_bytes: usize,
     max_headers: usize,
     body_limits: BodyLimits,
@@ -141,6 +143,7 @@ impl HttpExchange {
             phase: Phase::Head,
             scanner: HeadScanner::default(),
             head_used: 0,
+            ready: None,
             max_head_bytes: config.max_head_bytes,
             max_headers: config.max_headers,
             body_limits: BodyLimits {
@@ -193,6 +196,25 @@ impl HttpExchange {
         } else if self.pos > 0 {
             self.rx.drain(..self.pos);
             self.pos = 0;
+        }
+        let mut bytes = bytes;
+        if self.pos == self.rx.len()
+            && self.ready.is_none()
+            && matches!(self.phase, Phase::Head)
+            && self.scanner.is_fresh()
+        {
+            // A head that arrives whole at the start of a read is decoded in
+            // place, without copying it into the receive buffer. Only a
+            // success is taken here; anything else goes the general way,
+            // which reaches the same verdict.
+            let budget = self.max_head_bytes - self.head_used;
+            let window = &bytes[..bytes.len().min(budget)];
+            if let Some(Ok((n, decoded))) = head::decode_whole(window, self.max_headers) {
+                self.head_used += n;
+                self.accepted += n as u64;
+                self.ready = Some(decoded);
+                bytes = &bytes[n..];
+            }
         }
         let room = self.allowance - self.accepted;
         let take = usize::try_from(room).map_or(bytes.len(), |r| r.min(bytes.len()));
@@ -331,10 +353,29 @@ impl HttpExchange {
         e
     }
 
+    /// After a complete head: a final one starts the body and is returned.
+    fn start_body(&mut self, decoded: Decoded) -> Result<Option<ResponseHead>, Error> {
+        let Decoded::Final(head, framing) = decoded else {
+            return Ok(None);
+        };
+        let body = BodyDecoder::new(framing, self.body_limits)?;
+        self.keep_alive = head.keep_alive;
+        self.status = Some(head.status);
+        self.phase = Phase::Body(body);
+        Ok(Some(head))
+    }
+
     fn step(&mut self) -> Result<Option<Step>, Error> {
         loop {
             match &mut self.phase {
                 Phase::Finished => return Ok(None),
+                Phase::Head if self.ready.is_some() => {
+                    if let Some(decoded) = self.ready.take()
+                        && let Some(head) = self.start_body(decoded)?
+                    {
+                        return Ok(Some(Step::Head(head)));
+                    }
+                }
                 Phase::Head => {
                     let region = &self.rx[self.pos..];
                     let budget = self.max_head_bytes - self.head_used;
@@ -358,12 +399,8 @@ impl HttpExchange {
                             self.pos += n;
                             self.head_used += n;
                             self.scanner = HeadScanner::default();
-                            if let Decoded::Final(h, framing) = decoded {
-                                let body = BodyDecoder::new(framing, self.body_limits)?;
-                                self.keep_alive = h.keep_alive;
-                                self.status = Some(h.status);
-                                self.phase = Phase::Body(body);
-                                return Ok(Some(Step::Head(h)));
+                            if let Some(head) = self.start_body(decoded)? {
+                                return Ok(Some(Step::Head(head)));
                             }
                         }
                         Scan::Partial if region.len() > budget => {
