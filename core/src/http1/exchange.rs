@@ -39,8 +39,10 @@ pub enum Timer {
 enum Phase {
     /// Reading (interim or final) response heads.
     Head,
-    /// Streaming the body.
+    /// Streaming the body: `rx[pos..]` is payload not yet reported.
     Body(BodyDecoder),
+    /// A response without body: `End` is next.
+    Ending,
     /// `End` was reported.
     Finished,
 }
@@ -84,6 +86,11 @@ pub struct HttpExchange {
     head_used: usize,
     /// A head decoded in place by `handle_input`, not yet reported.
     ready: Option<Decoded>,
+    /// A body error found while de-framing, reported after the payload
+    /// that preceded it.
+    pending: Option<Error>,
+    /// Bytes followed the end of the body.
+    extra: bool,
     max_head_bytes: usize,
     max_headers: usize,
     body_limits: BodyLimits,
@@ -144,6 +151,8 @@ impl HttpExchange {
             scanner: HeadScanner::default(),
             head_used: 0,
             ready: None,
+            pending: None,
+            extra: false,
             max_head_bytes: config.max_head_bytes,
             max_headers: config.max_headers,
             body_limits: BodyLimits {
@@ -220,7 +229,22 @@ impl HttpExchange {
         let take = usize::try_from(room).map_or(bytes.len(), |r| r.min(bytes.len()));
         self.dropped |= take < bytes.len();
         self.accepted += take as u64;
-        self.rx.extend_from_slice(&bytes[..take]);
+        let bytes = &bytes[..take];
+        match &mut self.phase {
+            // Body bytes are de-framed on the way in: the receive buffer
+            // then holds payload only, reported as one event per read.
+            Phase::Body(body) if self.pending.is_none() => {
+                absorb(
+                    body,
+                    bytes,
+                    &mut self.rx,
+                    &mut self.pending,
+                    &mut self.extra,
+                );
+            }
+            Phase::Body(_) => {}
+            Phase::Head | Phase::Ending | Phase::Finished => self.rx.extend_from_slice(bytes),
+        }
         Ok(())
     }
 
@@ -318,6 +342,7 @@ impl HttpExchange {
             && self.transmitted
             && !self.eof
             && !self.dropped
+            && !self.extra
             && self.pos == self.rx.len()
     }
 
@@ -358,10 +383,23 @@ impl HttpExchange {
         let Decoded::Final(head, framing) = decoded else {
             return Ok(None);
         };
-        let body = BodyDecoder::new(framing, self.body_limits)?;
+        let mut body = BodyDecoder::new(framing, self.body_limits)?;
         self.keep_alive = head.keep_alive;
         self.status = Some(head.status);
-        self.phase = Phase::Body(body);
+        if body.is_done() {
+            // No body: what follows the head stays as `leftover`.
+            self.phase = Phase::Ending;
+        } else {
+            // Body bytes that came with the head: de-frame them in place.
+            absorb_in_place(
+                &mut body,
+                &mut self.rx,
+                self.pos,
+                &mut self.pending,
+                &mut self.extra,
+            );
+            self.phase = Phase::Body(body);
+        }
         Ok(Some(head))
     }
 
@@ -424,26 +462,99 @@ impl HttpExchange {
                         Scan::Partial => return Ok(None),
                     }
                 }
+                Phase::Ending => {
+                    self.phase = Phase::Finished;
+                    return Ok(Some(Step::End));
+                }
                 Phase::Body(body) => {
+                    if self.pos < self.rx.len() {
+                        let payload = self.pos..self.rx.len();
+                        self.pos = self.rx.len();
+                        return Ok(Some(Step::Data(payload)));
+                    }
+                    if let Some(e) = self.pending.take() {
+                        return Err(e);
+                    }
                     if body.is_done() {
                         self.phase = Phase::Finished;
                         return Ok(Some(Step::End));
                     }
-                    if self.pos == self.rx.len() {
-                        if !self.eof {
-                            return Ok(None);
-                        }
-                        body.finish()?;
-                        continue;
+                    if !self.eof {
+                        return Ok(None);
                     }
-                    let start = self.pos;
-                    let progress = body.decode(&self.rx[start..])?;
-                    self.pos += progress.consumed;
-                    if let Some(r) = progress.data.filter(|r| !r.is_empty()) {
-                        return Ok(Some(Step::Data(start + r.start..start + r.end)));
-                    }
+                    body.finish()?;
                 }
             }
         }
     }
+}
+
+/// De-frames `input` (raw body bytes, in stream order) into `out`: payload
+/// is appended, framing dropped. A decoding error is parked in `pending`
+/// (reported after the payload before it); bytes after the end of the body
+/// set `extra`.
+fn absorb(
+    body: &mut BodyDecoder,
+    input: &[u8],
+    out: &mut Vec<u8>,
+    pending: &mut Option<Error>,
+    extra: &mut bool,
+) {
+    let mut at = 0;
+    while at < input.len() {
+        if body.is_done() {
+            *extra = true;
+            return;
+        }
+        match body.decode(&input[at..]) {
+            Ok(progress) => {
+                if let Some(r) = progress.data {
+                    out.extend_from_slice(&input[at + r.start..at + r.end]);
+                }
+                if progress.consumed == 0 {
+                    return;
+                }
+                at += progress.consumed;
+            }
+            Err(e) => {
+                *pending = Some(e);
+                return;
+            }
+        }
+    }
+}
+
+/// [`absorb`] for raw body bytes already in `buf[start..]`: the payload is
+/// moved down over the framing and `buf` truncated after it.
+fn absorb_in_place(
+    body: &mut BodyDecoder,
+    buf: &mut Vec<u8>,
+    start: usize,
+    pending: &mut Option<Error>,
+    extra: &mut bool,
+) {
+    let (mut read, mut write) = (start, start);
+    while read < buf.len() {
+        if body.is_done() {
+            *extra = true;
+            break;
+        }
+        match body.decode(&buf[read..]) {
+            Ok(progress) => {
+                if let Some(r) = progress.data {
+                    buf.copy_within(read + r.start..read + r.end, write);
+                    write += r.len();
+                }
+                if progress.consumed == 0 {
+                    break;
+                }
+                read += progress.consumed;
+            }
+            Err(e) => {
+                *pending = Some(e);
+                break;
+            }
+        }
+    }
+    buf.truncate(write);
 }
