@@ -322,6 +322,12 @@ impl DevWorker {
         }
     }
 
+    /// Runs the supervisor tick now (never-started `created` machines read
+    /// `stopped` afterwards), independent of the configured interval.
+    pub fn tick_supervisor(&self) {
+        api::supervisor_tick(&self.shared);
+    }
+
     /// Simulates a worker restart: every connection, stream, terminal and
     /// running command is dropped and forgotten; machines whose process died
     /// are deleted with their directories; `boot_id`, uptime and trace ids
@@ -437,6 +443,10 @@ impl BlockingDevWorker {
     /// See [`DevWorker::kill_machine_process`].
     pub fn kill_machine_process(&self, name: &str) {
         self.w().kill_machine_process(name);
+    }
+    /// See [`DevWorker::tick_supervisor`].
+    pub fn tick_supervisor(&self) {
+        self.w().tick_supervisor();
     }
     /// See [`DevWorker::restart`].
     pub fn restart(&self) {
