@@ -230,6 +230,10 @@ pub struct SseParser {
     /// An event was handed out: clear the event buffers before parsing on.
     dispatched: bool,
     line_ends: LineEnds,
+    /// Bytes scanned for line ends plus bytes moved by compaction (tests
+    /// check that this stays linear in the input).
+    #[cfg(test)]
+    work: usize,
 }
 
 impl core::fmt::Debug for SseParser {
@@ -262,6 +266,8 @@ impl SseParser {
             retry: None,
             dispatched: false,
             line_ends: LineEnds::new(),
+            #[cfg(test)]
+            work: 0,
         }
     }
 
@@ -297,6 +303,10 @@ impl SseParser {
             if self.pos == self.buf.len() {
                 self.buf.clear();
             } else {
+                #[cfg(test)]
+                {
+                    self.work += self.buf.len() - self.pos;
+                }
                 self.buf.drain(..self.pos);
             }
             self.pos = 0;
@@ -418,7 +428,12 @@ impl SseParser {
                 }
                 continue;
             }
-            let Some(i) = self.line_ends.find(&avail[self.scanned..]) else {
+            let found = self.line_ends.find(&avail[self.scanned..]);
+            #[cfg(test)]
+            {
+                self.work += found.map_or(avail.len() - self.scanned, |i| i + 1);
+            }
+            let Some(i) = found else {
                 self.scanned = avail.len();
                 let len = avail.len();
                 self.check_caps(len, false)?;
