@@ -43,9 +43,10 @@
 //! The parser works on bytes. Every delimiter is ASCII and UTF-8 never puts an
 //! ASCII byte inside a multi-byte sequence, so parsing the bytes and decoding
 //! each value with replacement gives exactly what WHATWG's decode-then-parse
-//! gives. [`Event::data`] is the raw bytes (exec output keeps its invalid
-//! sequences until the caller asks); [`Event::data_lossy`] and
-//! [`Event::data_str`] convert.
+//! gives. So the parser is always in raw-bytes mode: [`Event::data`] is the
+//! raw bytes (exec output keeps its invalid sequences until the caller
+//! asks), and [`Event::data_lossy`] (WHATWG's replacement) or
+//! [`Event::data_str`] (strict) convert on request.
 //!
 //! # Limits
 //!
@@ -56,7 +57,7 @@
 //! on the logical stream, so the verdict (which limit, and after which event)
 //! is the same however the input was chunked: the error is raised at the first
 //! byte over a cap, and [`crate::Limit::actual`] is that byte's count
-//! (`max + 1`). Errors are `output_limit` with evidence `dispatch_uncertain`,
+//! (`max + 1`; the chunk cap reports the chunk's length). Errors are `output_limit` with evidence `dispatch_uncertain`,
 //! attributed to [`Config::operation`] (default [`Operation::Sse`]). After an
 //! error every call returns the same error.
 //!
