@@ -278,6 +278,62 @@ impl BodyDecoder {
         Ok(())
     }
 
+    /// Decodes `input` (raw bytes following what was consumed before),
+    /// appending payload to `out`, until the input is used up or the body
+    /// ends; returns the bytes consumed. On an error, the payload before it
+    /// has been appended. Same verdicts as [`decode`](Self::decode), which
+    /// it falls back to for anything but the steady state of a chunked body
+    /// (whole chunks with plain size lines), handled here in a tight loop.
+    pub(crate) fn decode_into(&mut self, input: &[u8], out: &mut Vec<u8>) -> Result<usize, Error> {
+        let mut at = 0;
+        while at < input.len() && self.state != State::Done {
+            if let State::Data {
+                left,
+                chunked: true,
+            } = self.state
+            {
+                // The size-line check guarantees the payload fits the cap.
+                let rest = &input[at..];
+                let Some(n) = usize::try_from(left).ok().filter(|&n| n <= rest.len()) else {
+                    out.extend_from_slice(rest);
+                    self.raw += rest.len() as u64;
+                    self.state = State::Data {
+                        left: left - rest.len() as u64,
+                        chunked: true,
+                    };
+                    return Ok(input.len());
+                };
+                out.extend_from_slice(&rest[..n]);
+                at += n;
+                self.raw += n as u64;
+                self.state = State::DataCr;
+                let next = &input[at..];
+                if next.starts_with(b"\r\n")
+                    && let Some((m, value)) = plain_size_line(&next[2..])
+                {
+                    let seen = self.raw + 2 + m as u64;
+                    if seen <= self.limits.max_raw
+                        && let Ok(state) = self.chunk_header(value, seen)
+                    {
+                        self.state = state;
+                        self.raw = seen;
+                        at += 2 + m;
+                    }
+                }
+                continue;
+            }
+            let progress = self.decode(&input[at..])?;
+            if let Some(r) = progress.data {
+                out.extend_from_slice(&input[at + r.start..at + r.end]);
+            }
+            if progress.consumed == 0 {
+                break;
+            }
+            at += progress.consumed;
+        }
+        Ok(at)
+    }
+
     /// In state `DataCr`, `rest` being the input right after a chunk's
     /// payload and `seen` the raw bytes before it: consumes the chunk's CRLF
     /// and a plain next size line when both are there; returns how many

@@ -500,27 +500,9 @@ fn absorb(
     pending: &mut Option<Error>,
     extra: &mut bool,
 ) {
-    let mut at = 0;
-    while at < input.len() {
-        if body.is_done() {
-            *extra = true;
-            return;
-        }
-        match body.decode(&input[at..]) {
-            Ok(progress) => {
-                if let Some(r) = progress.data {
-                    out.extend_from_slice(&input[at + r.start..at + r.end]);
-                }
-                if progress.consumed == 0 {
-                    return;
-                }
-                at += progress.consumed;
-            }
-            Err(e) => {
-                *pending = Some(e);
-                return;
-            }
-        }
+    match body.decode_into(input, out) {
+        Ok(n) => *extra |= n < input.len(),
+        Err(e) => *pending = Some(e),
     }
 }
 
