@@ -234,6 +234,9 @@ impl HttpExchange {
             // Body bytes are de-framed on the way in: the receive buffer
             // then holds payload only, reported as one event per read.
             Phase::Body(body) if self.pending.is_none() => {
+                // Payload is never longer than its input: one reservation,
+                // reused for every later read of the same size.
+                self.rx.reserve(bytes.len());
                 absorb(
                     body,
                     bytes,
