@@ -19,8 +19,11 @@ use crate::error::{Category, Error, Evidence, Operation};
 pub enum HttpEvent<'a> {
     /// The final response head (interim 1xx heads are skipped; 101 is final).
     Head(ResponseHead),
-    /// Raw body bytes (transfer framing removed), borrowed from the
-    /// exchange's receive buffer until the next call.
+    /// Body bytes (transfer framing removed; no content coding is ever
+    /// accepted, so these are the raw payload), borrowed from the
+    /// exchange's buffer until the next call. All payload received so far
+    /// comes as one event, so a shell that drains after every read sees at
+    /// most one `Data` per read.
     Data(&'a [u8]),
     /// The body is complete.
     End,
@@ -188,8 +191,12 @@ impl HttpExchange {
         true
     }
 
-    /// Bytes read from the connection. They are decoded lazily by
-    /// [`poll_event`](Self::poll_event). Returns the sticky error, if any.
+    /// Bytes read from the connection. Head bytes are buffered (a head that
+    /// arrives whole is decoded in place); body bytes are de-framed on the
+    /// way in, so only payload is kept. What they mean is reported by
+    /// [`poll_event`](Self::poll_event), in stream order (an error found
+    /// while de-framing comes after the payload before it). Returns the
+    /// sticky error, if any.
     pub fn handle_input(&mut self, now: Instant, bytes: &[u8]) -> Result<(), Error> {
         if let Some(e) = self.error {
             return Err(e);
