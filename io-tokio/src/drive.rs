@@ -78,29 +78,14 @@ impl Driver {
         }
     }
 
-    /// Bytes handed to the connection so far (0 means nothing could have left).
-    pub(crate) fn written(&self) -> u64 {
-        self.written
-    }
-
     /// True when every transmit pulled so far has been written and flushed.
     pub(crate) fn is_flushed(&self) -> bool {
         self.out_pos == self.out.len() && !self.need_flush
     }
 
-    /// True once the peer closed its side.
-    pub(crate) fn is_eof(&self) -> bool {
-        self.eof
-    }
-
     /// Gives the connection back (for pooling).
     pub(crate) fn into_connection(self) -> Connection {
         self.conn
-    }
-
-    /// Re-attributes I/O errors to another operation.
-    pub(crate) fn set_operation(&mut self, operation: Operation) {
-        self.operation = operation;
     }
 
     /// The evidence an I/O failure carries now.
@@ -179,46 +164,6 @@ impl Driver {
             Io::ReadFailed => return Err(self.transport_error("read_failed")),
         }
         Ok(Turn::Progress)
-    }
-
-    /// Writes and flushes everything pending, then pulls again, until the
-    /// machine has nothing more to send or `deadline` passes. Reads nothing.
-    ///
-    /// # Errors
-    /// `transport` on failure; `write_timeout` when the deadline passed.
-    pub(crate) async fn flush_all<M: Machine + ?Sized>(
-        &mut self,
-        machine: &mut M,
-        deadline: Instant,
-    ) -> Result<(), Error> {
-        use tokio::io::AsyncWriteExt;
-        loop {
-            self.pull_transmits(machine);
-            if self.is_flushed() {
-                return Ok(());
-            }
-            let write = async {
-                while self.out_pos < self.out.len() {
-                    match self.conn.write(&self.out[self.out_pos..]).await {
-                        Ok(0) | Err(_) => return Err(()),
-                        Ok(n) => {
-                            self.written += n as u64;
-                            self.out_pos += n;
-                        }
-                    }
-                }
-                self.out.clear();
-                self.out_pos = 0;
-                self.conn.flush().await.map_err(|_| ())?;
-                self.need_flush = false;
-                Ok(())
-            };
-            match tokio::time::timeout_at(deadline.into(), write).await {
-                Ok(Ok(())) => {}
-                Ok(Err(())) => return Err(self.transport_error("write_failed")),
-                Err(_) => return Err(self.transport_error("write_timeout")),
-            }
-        }
     }
 
     fn pull_transmits<M: Machine + ?Sized>(&mut self, machine: &mut M) {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use smolbox_core::http1::{ExchangeConfig, HttpEvent, HttpExchange, Request, ResponseHead};
-use smolbox_core::{Category, Error, Evidence, Operation};
+use smolbox_core::{Category, Error, Evidence};
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::drive::{Driver, Machine, Turn};
@@ -88,7 +88,12 @@ impl Exchange {
         let core = HttpExchange::new(request, config, Instant::now())?;
         let op = request.operation;
         let checkout = pool
-            .checkout(op, deadlines.checkout.min(deadlines.operation), deadlines.connect, deadlines.operation)
+            .checkout(
+                op,
+                deadlines.checkout.min(deadlines.operation),
+                deadlines.connect,
+                deadlines.operation,
+            )
             .await
             .map_err(|e| with_deadline_reason(e, deadlines.operation))?;
         let (conn, permit) = checkout.into_parts();
@@ -113,7 +118,10 @@ impl Exchange {
     /// # Errors
     /// The core's errors (status, limits, timeouts, truncation) and transport
     /// failures; `sink`'s errors are returned as they are.
-    pub(crate) async fn next(&mut self, sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>) -> Result<Step, Error> {
+    pub(crate) async fn next(
+        &mut self,
+        sink: &mut (dyn FnMut(&[u8]) -> Result<(), Error> + Send),
+    ) -> Result<Step, Error> {
         loop {
             if let Some(event) = self.core.poll_event() {
                 return match event? {
@@ -187,9 +195,3 @@ fn with_deadline_reason(e: Error, operation_deadline: Instant) -> Error {
         e
     }
 }
-
-/// A transport error for an operation that has not sent anything.
-pub(crate) fn not_dispatched(operation: Operation, reason: &'static str) -> Error {
-    Error::new(Category::Transport, operation, Evidence::NotDispatched).with_reason(reason)
-}
-

@@ -22,15 +22,16 @@
 //! transport::{Target, Connection, TlsFiles}, MAX_CONNECTIONS
 //! ```
 
-// The HTTP exchange (`http.rs`) and the client (`client.rs`) are compiled
-// once `core::http1::HttpExchange` and `core::worker` land on main.
-#[allow(dead_code)]
+mod client;
 mod drive;
-#[allow(dead_code)]
+mod http;
 mod pool;
+mod stream;
 #[cfg(test)]
 mod tests;
 pub mod transport;
 
+pub use client::Client;
 pub use pool::MAX_CONNECTIONS;
+pub use stream::{ExecEvent, ExecStream};
 pub use transport::{Connection, Target, TlsFiles};

@@ -29,6 +29,7 @@ pub(crate) struct Pool {
 pub(crate) struct Checkout {
     pub(crate) conn: Connection,
     /// True when this connection was freshly opened for this checkout.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fresh: bool,
     permit: OwnedSemaphorePermit,
 }
@@ -49,6 +50,7 @@ impl Pool {
         }
     }
 
+    #[allow(dead_code)] // the terminal connects outside the pool (next)
     pub(crate) fn target(&self) -> &Target {
         &self.target
     }
