@@ -1,0 +1,4 @@
+//! Shell-level tests on loopback: transports, the loop, the pool.
+
+mod pki;
+mod transport;
