@@ -29,8 +29,7 @@ use std::time::{Duration, Instant};
 
 use mio::{Events, Interest, Poll, Token};
 
-use crate::tls::TlsSetup;
-use crate::transport::{Stream, Target};
+use crate::transport::{Kind, Stream, Target};
 
 /// Size of the per-connection read buffer.
 pub(crate) const READ_CHUNK: usize = 16 * 1024;
@@ -56,6 +55,29 @@ pub(crate) trait Machine {
     fn poll_timeout(&self) -> Option<Instant>;
     /// False once the machine wants no more input (finished or failed).
     fn wants_input(&self) -> bool;
+}
+
+/// Why a turn failed. The reasons match the tokio shell's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// Writing (or flushing TLS records) failed.
+    Write,
+    /// Reading (or TLS record processing, or waiting) failed.
+    Read,
+    /// The peer closed, nothing is left to write and nobody set a deadline:
+    /// no further turn can change anything.
+    Stalled,
+}
+
+impl Failure {
+    /// The fixed reason code.
+    pub(crate) const fn reason(self) -> &'static str {
+        match self {
+            Self::Write => "write_failed",
+            Self::Read => "read_failed",
+            Self::Stalled => "stalled",
+        }
+    }
 }
 
 /// A connected stream with its poll, read buffer and parked transmit.
@@ -90,44 +112,38 @@ pub(crate) enum ConnectError {
 
 impl Conn {
     /// Connects (and completes the TLS handshake) before `deadline`.
-    pub(crate) fn connect(
-        target: &Target,
-        tls: Option<&TlsSetup>,
-        deadline: Instant,
-    ) -> Result<Self, ConnectError> {
-        let mut last = ConnectError::Refused;
-        match target {
-            Target::Unix(path) => {
+    pub(crate) fn connect(target: &Target, deadline: Instant) -> Result<Self, ConnectError> {
+        let (host, port, tls) = match &target.kind {
+            Kind::Unix { path } => {
                 let stream = Stream::unix(path).map_err(|_| ConnectError::Refused)?;
-                Self::establish(stream, deadline)
+                return Self::establish(stream, deadline);
             }
-            Target::Tcp { host, port } => {
-                // Name resolution is the platform's blocking resolver; for
-                // the loopback and literal addresses workers use it does
-                // not touch the network.
-                let addrs = (host.trim_start_matches('[').trim_end_matches(']'), *port)
-                    .to_socket_addrs()
-                    .map_err(|_| ConnectError::Resolve)?;
-                for addr in addrs {
-                    if Instant::now() >= deadline {
-                        return Err(ConnectError::Timeout);
-                    }
-                    let Ok(sock) = Stream::tcp(addr) else {
-                        continue;
-                    };
-                    let stream = match tls {
-                        Some(setup) => Stream::tls(sock, setup).map_err(|_| ConnectError::Tls)?,
-                        None => Stream::Tcp(sock),
-                    };
-                    match Self::establish(stream, deadline) {
-                        Ok(conn) => return Ok(conn),
-                        Err(e @ (ConnectError::Timeout | ConnectError::Tls)) => return Err(e),
-                        Err(e) => last = e,
-                    }
-                }
-                Err(last)
+            Kind::Tcp { host, port } => (host, *port, None),
+            Kind::Tls { host, port, setup } => (host, *port, Some(setup)),
+        };
+        // Name resolution is the platform's blocking resolver; for the
+        // loopback and literal addresses workers use it does not touch the
+        // network.
+        let addrs = (host.trim_start_matches('[').trim_end_matches(']'), port)
+            .to_socket_addrs()
+            .map_err(|_| ConnectError::Resolve)?;
+        let mut last = ConnectError::Refused;
+        for addr in addrs {
+            if Instant::now() >= deadline {
+                return Err(ConnectError::Timeout);
+            }
+            let Ok(sock) = Stream::tcp(addr) else { continue };
+            let stream = match tls {
+                Some(setup) => Stream::tls(sock, setup).map_err(|_| ConnectError::Tls)?,
+                None => Stream::Tcp(sock),
+            };
+            match Self::establish(stream, deadline) {
+                Ok(conn) => return Ok(conn),
+                Err(e @ (ConnectError::Timeout | ConnectError::Tls)) => return Err(e),
+                Err(e) => last = e,
             }
         }
+        Err(last)
     }
 
     fn establish(mut stream: Stream, deadline: Instant) -> Result<Self, ConnectError> {
@@ -212,25 +228,28 @@ impl Conn {
     /// wait, so the caller can drain events and check its own deadline.
     ///
     /// # Errors
-    /// The socket's I/O errors (reset, broken pipe, TLS failures).
-    pub(crate) fn turn<M: Machine>(
+    /// [`Failure`]: the socket failed, or nothing can ever happen again.
+    pub(crate) fn turn<M: Machine + ?Sized>(
         &mut self,
         machine: &mut M,
         caller_deadline: Option<Instant>,
-    ) -> io::Result<()> {
-        self.flush(machine)?;
+    ) -> Result<(), Failure> {
+        self.flush(machine).map_err(|_| Failure::Write)?;
         let want_read = machine.wants_input() && !self.eof;
         let can_write = self.maybe_writable && self.has_parked();
         let ready = can_write || (want_read && self.maybe_readable);
         if !ready {
             let deadline = min_opt(machine.poll_timeout(), caller_deadline);
-            if deadline.is_none_or(|at| at > Instant::now()) {
-                self.wait_until(deadline)?;
+            if deadline.is_none() && !want_read && !self.has_parked() {
+                return Err(Failure::Stalled);
             }
-            self.flush(machine)?;
+            if deadline.is_none_or(|at| at > Instant::now()) {
+                self.wait_until(deadline).map_err(|_| Failure::Read)?;
+            }
+            self.flush(machine).map_err(|_| Failure::Write)?;
         }
         if machine.wants_input() && !self.eof {
-            self.read_into(machine)?;
+            self.read_into(machine).map_err(|_| Failure::Read)?;
         }
         let now = Instant::now();
         if machine.poll_timeout().is_some_and(|at| at <= now) {
@@ -244,7 +263,7 @@ impl Conn {
     ///
     /// # Errors
     /// The socket's write errors.
-    pub(crate) fn flush<M: Machine>(&mut self, machine: &mut M) -> io::Result<()> {
+    pub(crate) fn flush<M: Machine + ?Sized>(&mut self, machine: &mut M) -> io::Result<()> {
         loop {
             if self.parked_pos == self.parked.len() {
                 self.parked.clear();
@@ -283,7 +302,7 @@ impl Conn {
 
     /// Reads until `WouldBlock`, end of stream, or [`READS_PER_TURN`]
     /// reads, feeding every chunk to the machine.
-    fn read_into<M: Machine>(&mut self, machine: &mut M) -> io::Result<()> {
+    fn read_into<M: Machine + ?Sized>(&mut self, machine: &mut M) -> io::Result<()> {
         for _ in 0..READS_PER_TURN {
             if !machine.wants_input() {
                 return Ok(());

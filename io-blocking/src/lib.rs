@@ -15,12 +15,14 @@
 
 mod conn;
 mod errors;
+mod http;
 mod pool;
 mod tls;
-mod transport;
+pub mod transport;
 
 pub use pool::MAX_CONNECTIONS;
 pub use tls::TlsFiles;
+pub use transport::Target;
 
 #[cfg(test)]
 mod tests;

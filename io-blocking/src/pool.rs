@@ -7,13 +7,12 @@
 //! outside the lock with its own budget.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use smolbox_core::{Error, Operation};
 
 use crate::conn::{Conn, ConnectError};
 use crate::errors;
-use crate::tls::TlsSetup;
 use crate::transport::Target;
 
 /// Connections per endpoint, at most (features C1.2).
@@ -23,7 +22,6 @@ pub const MAX_CONNECTIONS: usize = 4;
 #[derive(Debug)]
 pub(crate) struct Pool {
     target: Target,
-    tls: Option<TlsSetup>,
     max: usize,
     state: Mutex<PoolState>,
     freed: Condvar,
@@ -46,10 +44,9 @@ pub(crate) struct PooledConn {
 }
 
 impl Pool {
-    pub(crate) fn new(target: Target, tls: Option<TlsSetup>, max: usize) -> Self {
+    pub(crate) fn new(target: Target, max: usize) -> Self {
         Self {
             target,
-            tls,
             max: max.clamp(1, MAX_CONNECTIONS),
             state: Mutex::new(PoolState::default()),
             freed: Condvar::new(),
@@ -60,13 +57,14 @@ impl Pool {
     ///
     /// # Errors
     /// `transport`/`not_dispatched` when no connection became free before
-    /// `checkout_deadline` or the connect failed or ran past
-    /// `connect_deadline`.
+    /// `checkout_deadline`, or the connect failed or ran past its budget
+    /// (counted from when it starts, and never past `operation_deadline`).
     pub(crate) fn checkout(
         self: &Arc<Self>,
         operation: Operation,
         checkout_deadline: Instant,
-        connect_deadline: Instant,
+        connect_budget: Duration,
+        operation_deadline: Instant,
     ) -> Result<PooledConn, Error> {
         let mut state = self.lock();
         loop {
@@ -84,7 +82,8 @@ impl Pool {
             if state.open < self.max {
                 state.open += 1;
                 drop(state);
-                return match Conn::connect(&self.target, self.tls.as_ref(), connect_deadline) {
+                let connect_deadline = (Instant::now() + connect_budget).min(operation_deadline);
+                return match Conn::connect(&self.target, connect_deadline) {
                     Ok(conn) => Ok(PooledConn {
                         pool: self.clone(),
                         conn: Some(conn),
@@ -117,7 +116,7 @@ impl Pool {
         operation: Operation,
         connect_deadline: Instant,
     ) -> Result<Conn, Error> {
-        Conn::connect(&self.target, self.tls.as_ref(), connect_deadline)
+        Conn::connect(&self.target, connect_deadline)
             .map_err(|e: ConnectError| errors::connect(operation, &e))
     }
 
@@ -170,6 +169,16 @@ impl PooledConn {
             conn.shutdown();
             self.pool.forget_one();
         }
+    }
+}
+
+impl PooledConn {
+    /// Takes the connection out of the pool for good (an upgraded
+    /// connection never carries HTTP again); its slot is freed.
+    pub(crate) fn detach(mut self) -> Option<Conn> {
+        let conn = self.conn.take()?;
+        self.pool.forget_one();
+        Some(conn)
     }
 }
 

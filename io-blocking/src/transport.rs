@@ -11,19 +11,84 @@ use std::path::PathBuf;
 
 use mio::net::{TcpStream, UnixStream};
 
-use crate::tls::TlsSetup;
+use smolbox_core::Error;
+
+use crate::tls::{TlsFiles, TlsSetup};
 
 /// Plaintext that rustls may hold for sending before `write` refuses more.
 /// Bytes past it stay parked in the connection's own buffer.
 const TLS_SEND_BUFFER: usize = 64 * 1024;
 
-/// Where to connect.
-#[derive(Clone, Debug)]
-pub(crate) enum Target {
-    /// TCP (plain or TLS) to a host and port, resolved at connect time.
-    Tcp { host: String, port: u16 },
-    /// A Unix domain socket path.
-    Unix(PathBuf),
+/// Where to connect. Built once per client (reading the TLS files then), so
+/// connecting does no file I/O.
+#[derive(Clone)]
+pub struct Target {
+    pub(crate) kind: Kind,
+}
+
+#[derive(Clone)]
+pub(crate) enum Kind {
+    Tcp {
+        host: String,
+        port: u16,
+    },
+    Tls {
+        host: String,
+        port: u16,
+        setup: TlsSetup,
+    },
+    Unix {
+        path: PathBuf,
+    },
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.kind {
+            Kind::Tcp { host, port } => write!(f, "Target(tcp {host}:{port})"),
+            Kind::Tls { host, port, .. } => write!(f, "Target(tls {host}:{port})"),
+            Kind::Unix { path } => write!(f, "Target(unix {})", path.display()),
+        }
+    }
+}
+
+impl Target {
+    /// Plain TCP. The caller (endpoint validation) is responsible for only
+    /// asking for this on loopback with insecure loopback allowed.
+    pub fn tcp(host: impl Into<String>, port: u16) -> Self {
+        Self {
+            kind: Kind::Tcp {
+                host: host.into(),
+                port,
+            },
+        }
+    }
+
+    /// A Unix domain socket.
+    pub fn unix(path: impl Into<PathBuf>) -> Self {
+        Self {
+            kind: Kind::Unix { path: path.into() },
+        }
+    }
+
+    /// TLS over TCP, verifying the chain against `files.ca_file` and the
+    /// certificate against `host`; presents the client identity when given.
+    ///
+    /// # Errors
+    /// `validation` (operation `config`) when a file cannot be read or parsed,
+    /// or the host is not a valid server name.
+    pub fn tls(host: impl Into<String>, port: u16, files: &TlsFiles) -> Result<Self, Error> {
+        let host = host.into();
+        let setup = TlsSetup::new(&host, files)?;
+        Ok(Self {
+            kind: Kind::Tls { host, port, setup },
+        })
+    }
+
+    /// True for TLS targets (WebSocket URLs use `wss`).
+    pub fn is_tls(&self) -> bool {
+        matches!(self.kind, Kind::Tls { .. })
+    }
 }
 
 /// A connected, non-blocking stream.

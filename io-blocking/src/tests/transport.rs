@@ -12,7 +12,6 @@ use smolbox_core::{Category, Evidence, Operation};
 use super::pki::Pki;
 use crate::conn::{Conn, ConnectError, Machine};
 use crate::pool::Pool;
-use crate::tls::TlsSetup;
 use crate::transport::Target;
 
 /// Sends `to_send` once and collects replies until `want` bytes or EOF.
@@ -70,6 +69,8 @@ fn run(conn: &mut Conn, probe: &mut Probe) {
     }
 }
 
+const BUDGET: Duration = Duration::from_secs(5);
+
 fn soon() -> Instant {
     Instant::now() + Duration::from_secs(5)
 }
@@ -110,16 +111,13 @@ fn tls_echo(config: Arc<rustls::ServerConfig>) -> (u16, thread::JoinHandle<()>) 
 }
 
 fn local(port: u16) -> Target {
-    Target::Tcp {
-        host: "127.0.0.1".into(),
-        port,
-    }
+    Target::tcp("127.0.0.1", port)
 }
 
 #[test]
 fn tcp_round_trip() {
     let (port, h) = tcp_echo();
-    let mut conn = Conn::connect(&local(port), None, soon()).unwrap();
+    let mut conn = Conn::connect(&local(port), soon()).unwrap();
     let mut probe = Probe::new(b"hello over tcp".to_vec(), 14);
     run(&mut conn, &mut probe);
     assert_eq!(probe.received, b"hello over tcp");
@@ -133,7 +131,7 @@ fn unix_round_trip() {
     let path = dir.path().join("w.sock");
     let l = UnixListener::bind(&path).unwrap();
     let h = thread::spawn(move || echo_once(l.accept().unwrap().0));
-    let mut conn = Conn::connect(&Target::Unix(path), None, soon()).unwrap();
+    let mut conn = Conn::connect(&Target::unix(path), soon()).unwrap();
     let mut probe = Probe::new(b"hello over unix".to_vec(), 15);
     run(&mut conn, &mut probe);
     assert_eq!(probe.received, b"hello over unix");
@@ -145,8 +143,8 @@ fn unix_round_trip() {
 fn mutual_tls_round_trip_with_large_payload() {
     let pki = Pki::new(&["127.0.0.1", "localhost"]);
     let (port, h) = tls_echo(pki.server_config(true));
-    let setup = TlsSetup::new("127.0.0.1", &pki.client_files(true)).unwrap();
-    let mut conn = Conn::connect(&local(port), Some(&setup), soon()).unwrap();
+    let setup = Target::tls("127.0.0.1", port, &pki.client_files(true)).unwrap();
+    let mut conn = Conn::connect(&setup, soon()).unwrap();
     let payload: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
     let mut probe = Probe::new(payload.clone(), payload.len());
     run(&mut conn, &mut probe);
@@ -160,12 +158,8 @@ fn mutual_tls_round_trip_with_large_payload() {
 fn tls_with_hostname_localhost_verifies() {
     let pki = Pki::new(&["localhost"]);
     let (port, h) = tls_echo(pki.server_config(false));
-    let setup = TlsSetup::new("localhost", &pki.client_files(false)).unwrap();
-    let target = Target::Tcp {
-        host: "localhost".into(),
-        port,
-    };
-    let mut conn = Conn::connect(&target, Some(&setup), soon()).unwrap();
+    let setup = Target::tls("localhost", port, &pki.client_files(false)).unwrap();
+    let mut conn = Conn::connect(&setup, soon()).unwrap();
     let mut probe = Probe::new(b"ping".to_vec(), 4);
     run(&mut conn, &mut probe);
     assert_eq!(probe.received, b"ping");
@@ -179,8 +173,8 @@ fn tls_refuses_a_certificate_from_another_ca() {
     let server_pki = Pki::new(&["127.0.0.1"]);
     let other = Pki::new(&["127.0.0.1"]);
     let (port, h) = tls_echo(server_pki.server_config(false));
-    let setup = TlsSetup::new("127.0.0.1", &other.client_files(false)).unwrap();
-    let err = Conn::connect(&local(port), Some(&setup), soon()).unwrap_err();
+    let setup = Target::tls("127.0.0.1", port, &other.client_files(false)).unwrap();
+    let err = Conn::connect(&setup, soon()).unwrap_err();
     assert!(matches!(err, ConnectError::Tls), "{err:?}");
     h.join().unwrap();
 }
@@ -189,30 +183,32 @@ fn tls_refuses_a_certificate_from_another_ca() {
 fn tls_refuses_a_certificate_for_another_name() {
     let pki = Pki::new(&["worker.example"]);
     let (port, h) = tls_echo(pki.server_config(false));
-    let setup = TlsSetup::new("127.0.0.1", &pki.client_files(false)).unwrap();
-    let err = Conn::connect(&local(port), Some(&setup), soon()).unwrap_err();
+    let setup = Target::tls("127.0.0.1", port, &pki.client_files(false)).unwrap();
+    let err = Conn::connect(&setup, soon()).unwrap_err();
     assert!(matches!(err, ConnectError::Tls), "{err:?}");
     h.join().unwrap();
 }
 
 #[test]
-fn tls_without_ca_file_trusts_nothing() {
+fn a_ca_file_without_certificates_is_refused() {
     let pki = Pki::new(&["127.0.0.1"]);
-    let (port, h) = tls_echo(pki.server_config(false));
-    let setup = TlsSetup::new("127.0.0.1", &crate::TlsFiles::default()).unwrap();
-    let err = Conn::connect(&local(port), Some(&setup), soon()).unwrap_err();
-    assert!(matches!(err, ConnectError::Tls), "{err:?}");
-    h.join().unwrap();
+    std::fs::write(pki.path("empty.pem"), "").unwrap();
+    let files = crate::TlsFiles {
+        ca_file: pki.path("empty.pem"),
+        client_identity: None,
+    };
+    let e = Target::tls("127.0.0.1", 1, &files).unwrap_err();
+    assert_eq!((e.category(), e.reason()), (Category::Validation, "tls_ca_file"));
 }
 
 #[test]
 fn mutual_tls_server_refuses_a_client_without_certificate() {
     let pki = Pki::new(&["127.0.0.1"]);
     let (port, h) = tls_echo(pki.server_config(true));
-    let setup = TlsSetup::new("127.0.0.1", &pki.client_files(false)).unwrap();
+    let setup = Target::tls("127.0.0.1", port, &pki.client_files(false)).unwrap();
     // TLS 1.3: the client may finish its side before the server rejects it;
     // the refusal then arrives as an alert on the first read.
-    match Conn::connect(&local(port), Some(&setup), soon()) {
+    match Conn::connect(&setup, soon()) {
         Err(e) => assert!(matches!(e, ConnectError::Tls), "{e:?}"),
         Ok(mut conn) => {
             let mut probe = Probe::new(b"x".to_vec(), 1);
@@ -233,10 +229,10 @@ fn mutual_tls_server_refuses_a_client_without_certificate() {
 #[test]
 fn unreadable_tls_files_are_validation_errors() {
     let files = crate::TlsFiles {
-        ca_file: Some("/nonexistent/ca.pem".into()),
+        ca_file: "/nonexistent/ca.pem".into(),
         client_identity: None,
     };
-    let e = TlsSetup::new("127.0.0.1", &files).unwrap_err();
+    let e = Target::tls("127.0.0.1", 1, &files).unwrap_err();
     assert_eq!(e.category(), Category::Validation);
     assert_eq!(e.evidence(), Evidence::NotDispatched);
 }
@@ -251,9 +247,9 @@ fn a_silent_tls_peer_runs_into_the_connect_budget() {
         let (_s, _) = l.accept().unwrap();
         let _ = rx.recv(); // hold the socket open, say nothing
     });
-    let setup = TlsSetup::new("127.0.0.1", &pki.client_files(false)).unwrap();
+    let setup = Target::tls("127.0.0.1", port, &pki.client_files(false)).unwrap();
     let deadline = Instant::now() + Duration::from_millis(100);
-    let err = Conn::connect(&local(port), Some(&setup), deadline).unwrap_err();
+    let err = Conn::connect(&setup, deadline).unwrap_err();
     assert!(matches!(err, ConnectError::Timeout), "{err:?}");
     tx.send(()).unwrap();
     h.join().unwrap();
@@ -264,7 +260,7 @@ fn nothing_listening_is_a_connect_failure() {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
     drop(l);
-    let err = Conn::connect(&local(port), None, soon()).unwrap_err();
+    let err = Conn::connect(&local(port), soon()).unwrap_err();
     assert!(matches!(err, ConnectError::Refused), "{err:?}");
 }
 
@@ -285,7 +281,7 @@ fn blocked_writes_are_parked_not_dropped_nor_spun() {
         all
     });
     let payload: Vec<u8> = (0..8_000_000u32).map(|i| (i % 253) as u8).collect();
-    let mut conn = Conn::connect(&local(port), None, soon()).unwrap();
+    let mut conn = Conn::connect(&local(port), soon()).unwrap();
     let mut probe = Probe::new(payload.clone(), usize::MAX);
     // Turns until the socket refuses more.
     let mut turns = 0;
@@ -327,21 +323,21 @@ fn pool_caps_connections_and_times_out_checkout() {
         }
         socks
     });
-    let pool = Arc::new(Pool::new(local(port), None, 4));
+    let pool = Arc::new(Pool::new(local(port), 4));
     let mut out = Vec::new();
     for _ in 0..4 {
-        out.push(pool.checkout(Operation::Health, soon(), soon()).unwrap());
+        out.push(pool.checkout(Operation::Health, soon(), BUDGET, soon()).unwrap());
     }
     assert_eq!(pool.open_count(), 4);
     let at = Instant::now() + Duration::from_millis(30);
-    let e = pool.checkout(Operation::Health, at, soon()).unwrap_err();
+    let e = pool.checkout(Operation::Health, at, BUDGET, soon()).unwrap_err();
     assert_eq!(e.category(), Category::Transport);
     assert_eq!(e.evidence(), Evidence::NotDispatched);
     assert_eq!(e.reason(), "pool_checkout_timeout");
     // Releasing one as reusable lets the next checkout reuse it.
     out.pop().unwrap().release(true);
     assert_eq!(pool.idle_count(), 1);
-    let again = pool.checkout(Operation::Health, soon(), soon()).unwrap();
+    let again = pool.checkout(Operation::Health, soon(), BUDGET, soon()).unwrap();
     assert!(again.reused);
     assert_eq!(pool.open_count(), 4);
     // A connection the core did not call reusable is closed.
@@ -364,12 +360,12 @@ fn pool_does_not_reuse_a_connection_the_peer_closed() {
         let (s2, _) = l.accept().unwrap();
         s2
     });
-    let pool = Arc::new(Pool::new(local(port), None, 4));
-    let c = pool.checkout(Operation::Health, soon(), soon()).unwrap();
+    let pool = Arc::new(Pool::new(local(port), 4));
+    let c = pool.checkout(Operation::Health, soon(), BUDGET, soon()).unwrap();
     c.release(true);
     closed_rx.recv().unwrap();
     // Wait until the FIN is visible on our side without sleeping blindly.
-    let fresh = pool.checkout(Operation::Health, soon(), soon()).unwrap();
+    let fresh = pool.checkout(Operation::Health, soon(), BUDGET, soon()).unwrap();
     assert!(!fresh.reused, "a closed idle connection was reused");
     drop(fresh);
     drop(h.join().unwrap());
@@ -380,11 +376,11 @@ fn checkout_waits_for_a_released_connection() {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
     let held = thread::spawn(move || l.accept().unwrap().0);
-    let pool = Arc::new(Pool::new(local(port), None, 1));
-    let first = pool.checkout(Operation::Health, soon(), soon()).unwrap();
+    let pool = Arc::new(Pool::new(local(port), 1));
+    let first = pool.checkout(Operation::Health, soon(), BUDGET, soon()).unwrap();
     let p2 = pool.clone();
     let waiter = thread::spawn(move || {
-        p2.checkout(Operation::Health, soon(), soon())
+        p2.checkout(Operation::Health, soon(), BUDGET, soon())
             .map(|c| c.reused)
     });
     // The waiter can only succeed through the release below (max is 1).
@@ -404,13 +400,9 @@ fn connect_error_mapping_never_claims_dispatch() {
             "connect_timeout"
         )
     );
-    let io = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
-    assert_eq!(
-        crate::errors::io(Operation::Exec, &io, 0).evidence(),
-        Evidence::NotDispatched
-    );
-    assert_eq!(
-        crate::errors::io(Operation::Exec, &io, 1).evidence(),
-        Evidence::DispatchUncertain
-    );
+    let f = crate::conn::Failure::Read;
+    let e0 = crate::errors::failure(Operation::Exec, f, 0);
+    assert_eq!((e0.evidence(), e0.reason()), (Evidence::NotDispatched, "read_failed"));
+    let e1 = crate::errors::failure(Operation::Exec, f, 1);
+    assert_eq!(e1.evidence(), Evidence::DispatchUncertain);
 }
