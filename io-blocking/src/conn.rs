@@ -132,7 +132,9 @@ impl Conn {
             if Instant::now() >= deadline {
                 return Err(ConnectError::Timeout);
             }
-            let Ok(sock) = Stream::tcp(addr) else { continue };
+            let Ok(sock) = Stream::tcp(addr) else {
+                continue;
+            };
             let stream = match tls {
                 Some(setup) => Stream::tls(sock, setup).map_err(|_| ConnectError::Tls)?,
                 None => Stream::Tcp(sock),

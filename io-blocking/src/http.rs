@@ -10,8 +10,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use smolbox_core::{Error, Operation};
 use smolbox_core::http1::{ExchangeConfig, HttpEvent, HttpExchange, Request, ResponseHead};
+use smolbox_core::{Error, Operation};
 
 use crate::conn::{Conn, Machine};
 use crate::errors;

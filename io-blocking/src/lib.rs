@@ -13,6 +13,7 @@
 // to the core as its modules land; until then only the tests reach them.
 #![allow(dead_code)]
 
+mod client;
 mod conn;
 mod errors;
 mod http;
@@ -20,6 +21,7 @@ mod pool;
 mod tls;
 pub mod transport;
 
+pub use client::Client;
 pub use pool::MAX_CONNECTIONS;
 pub use tls::TlsFiles;
 pub use transport::Target;

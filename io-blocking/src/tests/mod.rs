@@ -1,4 +1,5 @@
 //! Shell-level tests on loopback: transports, the loop, the pool.
 
+mod client;
 mod pki;
 mod transport;

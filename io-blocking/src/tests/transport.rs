@@ -198,7 +198,10 @@ fn a_ca_file_without_certificates_is_refused() {
         client_identity: None,
     };
     let e = Target::tls("127.0.0.1", 1, &files).unwrap_err();
-    assert_eq!((e.category(), e.reason()), (Category::Validation, "tls_ca_file"));
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::Validation, "tls_ca_file")
+    );
 }
 
 #[test]
@@ -326,18 +329,25 @@ fn pool_caps_connections_and_times_out_checkout() {
     let pool = Arc::new(Pool::new(local(port), 4));
     let mut out = Vec::new();
     for _ in 0..4 {
-        out.push(pool.checkout(Operation::Health, soon(), BUDGET, soon()).unwrap());
+        out.push(
+            pool.checkout(Operation::Health, soon(), BUDGET, soon())
+                .unwrap(),
+        );
     }
     assert_eq!(pool.open_count(), 4);
     let at = Instant::now() + Duration::from_millis(30);
-    let e = pool.checkout(Operation::Health, at, BUDGET, soon()).unwrap_err();
+    let e = pool
+        .checkout(Operation::Health, at, BUDGET, soon())
+        .unwrap_err();
     assert_eq!(e.category(), Category::Transport);
     assert_eq!(e.evidence(), Evidence::NotDispatched);
     assert_eq!(e.reason(), "pool_checkout_timeout");
     // Releasing one as reusable lets the next checkout reuse it.
     out.pop().unwrap().release(true);
     assert_eq!(pool.idle_count(), 1);
-    let again = pool.checkout(Operation::Health, soon(), BUDGET, soon()).unwrap();
+    let again = pool
+        .checkout(Operation::Health, soon(), BUDGET, soon())
+        .unwrap();
     assert!(again.reused);
     assert_eq!(pool.open_count(), 4);
     // A connection the core did not call reusable is closed.
@@ -361,11 +371,15 @@ fn pool_does_not_reuse_a_connection_the_peer_closed() {
         s2
     });
     let pool = Arc::new(Pool::new(local(port), 4));
-    let c = pool.checkout(Operation::Health, soon(), BUDGET, soon()).unwrap();
+    let c = pool
+        .checkout(Operation::Health, soon(), BUDGET, soon())
+        .unwrap();
     c.release(true);
     closed_rx.recv().unwrap();
     // Wait until the FIN is visible on our side without sleeping blindly.
-    let fresh = pool.checkout(Operation::Health, soon(), BUDGET, soon()).unwrap();
+    let fresh = pool
+        .checkout(Operation::Health, soon(), BUDGET, soon())
+        .unwrap();
     assert!(!fresh.reused, "a closed idle connection was reused");
     drop(fresh);
     drop(h.join().unwrap());
@@ -377,7 +391,9 @@ fn checkout_waits_for_a_released_connection() {
     let port = l.local_addr().unwrap().port();
     let held = thread::spawn(move || l.accept().unwrap().0);
     let pool = Arc::new(Pool::new(local(port), 1));
-    let first = pool.checkout(Operation::Health, soon(), BUDGET, soon()).unwrap();
+    let first = pool
+        .checkout(Operation::Health, soon(), BUDGET, soon())
+        .unwrap();
     let p2 = pool.clone();
     let waiter = thread::spawn(move || {
         p2.checkout(Operation::Health, soon(), BUDGET, soon())
@@ -402,7 +418,10 @@ fn connect_error_mapping_never_claims_dispatch() {
     );
     let f = crate::conn::Failure::Read;
     let e0 = crate::errors::failure(Operation::Exec, f, 0);
-    assert_eq!((e0.evidence(), e0.reason()), (Evidence::NotDispatched, "read_failed"));
+    assert_eq!(
+        (e0.evidence(), e0.reason()),
+        (Evidence::NotDispatched, "read_failed")
+    );
     let e1 = crate::errors::failure(Operation::Exec, f, 1);
     assert_eq!(e1.evidence(), Evidence::DispatchUncertain);
 }
