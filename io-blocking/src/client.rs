@@ -4,12 +4,19 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use smolbox_core::exec::{self, Command, ExecOutcome, ExecOutput, OutputAllowance};
 use smolbox_core::http1::ExchangeConfig;
-use smolbox_core::worker::{Endpoint, Scheme, WorkerCall};
+use smolbox_core::worker::{
+    Capacity, CapacityReply, Create, Delete, Endpoint, Get, Health, HealthReply, List, MachineName,
+    MachineSpec, Measure, Measurements, Metrics, Observation, Profile, Readyz, Scheme, Start, Stop,
+    WorkerCall, status,
+};
 use smolbox_core::{Category, Error, Evidence, Operation};
 
+use crate::callback::CallbackPool;
 use crate::http::{Deadlines, Exchange};
 use crate::pool::{MAX_CONNECTIONS, Pool};
+use crate::stream::{ExecEvent, ExecStream, run_with_callback};
 use crate::tls::TlsFiles;
 use crate::transport::Target;
 
@@ -33,6 +40,7 @@ pub struct Client {
 struct Inner {
     endpoint: Endpoint,
     pool: Arc<Pool>,
+    callbacks: CallbackPool,
 }
 
 impl Client {
@@ -50,6 +58,7 @@ impl Client {
             inner: Arc::new(Inner {
                 endpoint,
                 pool: Arc::new(Pool::new(target, MAX_CONNECTIONS)),
+                callbacks: CallbackPool::default(),
             }),
         })
     }
@@ -75,6 +84,214 @@ impl Client {
         let mut body = Vec::new();
         exchange.read_body(&mut body)?;
         call.decode(&head, &body)
+    }
+
+    /// `GET /health`.
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub fn health(&self) -> Result<HealthReply, Error> {
+        self.call(&Health::new())
+    }
+
+    /// `GET /health`, then the profile of the reported version: a known one,
+    /// or one of `supplied` (an unknown version is refused with
+    /// `unsupported_capability`).
+    ///
+    /// # Errors
+    /// As [`call`](Self::call), and the core's admission errors.
+    pub fn admit(&self, supplied: &[Profile]) -> Result<Profile, Error> {
+        let health = self.health()?;
+        Profile::admit(&health.version, supplied)
+    }
+
+    /// `GET /readyz` (exactly 200 with an empty body).
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub fn readyz(&self) -> Result<(), Error> {
+        self.call(&Readyz)
+    }
+
+    /// `GET /capacity`.
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub fn capacity(&self) -> Result<CapacityReply, Error> {
+        self.call(&Capacity)
+    }
+
+    /// `GET /metrics`: the text, uninterpreted.
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub fn metrics(&self) -> Result<String, Error> {
+        self.call(&Metrics)
+    }
+
+    /// `POST /api/v1/machines`: creates `name` from `spec` and checks that
+    /// the reply matches the request.
+    ///
+    /// # Errors
+    /// As [`call`](Self::call); spec and profile errors before sending.
+    pub fn create(
+        &self,
+        profile: &Profile,
+        name: MachineName,
+        spec: &MachineSpec,
+    ) -> Result<Observation, Error> {
+        self.call(&Create::new(profile, name, spec)?)
+    }
+
+    /// `GET /api/v1/machines` (≤ 1,024 entries).
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub fn list(&self, profile: &Profile) -> Result<Vec<Observation>, Error> {
+        self.call(&List::new(profile))
+    }
+
+    /// `GET /api/v1/machines/{name}` (never starts the machine).
+    ///
+    /// # Errors
+    /// As [`call`](Self::call); `not_found` when absent.
+    pub fn get(&self, profile: &Profile, name: MachineName) -> Result<Observation, Error> {
+        self.call(&Get::new(profile, name))
+    }
+
+    /// The machine's measurements, from the same single GET.
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub fn measure(&self, profile: &Profile, name: MachineName) -> Result<Measurements, Error> {
+        self.call(&Measure::new(profile, name))
+    }
+
+    /// `POST /api/v1/machines/{name}/start`.
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub fn start(&self, profile: &Profile, name: MachineName) -> Result<Observation, Error> {
+        self.call(&Start::new(profile, name))
+    }
+
+    /// `POST /api/v1/machines/{name}/stop`.
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub fn stop(&self, profile: &Profile, name: MachineName) -> Result<Observation, Error> {
+        self.call(&Stop::new(profile, name))
+    }
+
+    /// `DELETE /api/v1/machines/{name}` (only `{"deleted": name}` succeeds).
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub fn delete(&self, name: MachineName) -> Result<(), Error> {
+        self.call(&Delete::new(name))
+    }
+
+    /// Buffered exec (`POST …/exec`) with the default output allowance: a
+    /// foreground command's exit (any exit code is a result) or a background
+    /// command's launch acknowledgement.
+    ///
+    /// # Errors
+    /// Command validation before sending; transport, status and decode
+    /// errors after (an output overflow is `output_limit` with evidence
+    /// `exited` and the exit code).
+    pub fn exec(&self, machine: &str, command: &Command) -> Result<ExecOutcome, Error> {
+        self.exec_with_allowance(machine, command, OutputAllowance::DEFAULT)
+    }
+
+    /// [`exec`](Self::exec) with an explicit output allowance.
+    ///
+    /// # Errors
+    /// As [`exec`](Self::exec).
+    pub fn exec_with_allowance(
+        &self,
+        machine: &str,
+        command: &Command,
+        allowance: OutputAllowance,
+    ) -> Result<ExecOutcome, Error> {
+        let request = exec::exec_request(machine, command)?;
+        let op = request.operation;
+        let deadlines = self.deadlines(Instant::now());
+        let config = self.exchange_config(None, deadlines.operation);
+        let mut exchange = Exchange::start(&self.inner.pool, &request, &config, deadlines)?;
+        if command.is_extended() {
+            exchange.set_idle_timeout(None);
+        }
+        let head = exchange.head()?;
+        let mut body = Vec::new();
+        exchange.read_body(&mut body)?;
+        status::check_status(op, &head, &body, 200)?;
+        status::check_media_type(op, &head, smolbox_core::worker::APPLICATION_JSON)?;
+        exec::decode_reply_for(command, &body, allowance)
+    }
+
+    /// Streamed exec (`POST …/exec/stream`): returns once the 200
+    /// `text/event-stream` head was read; events are pulled from the
+    /// [`ExecStream`] iterator. The output allowance is the default (1 MiB).
+    ///
+    /// # Errors
+    /// Command validation (stdin and background are refused) before
+    /// sending; transport and status errors.
+    pub fn exec_stream(&self, machine: &str, command: &Command) -> Result<ExecStream, Error> {
+        self.exec_stream_with_allowance(machine, command, OutputAllowance::DEFAULT)
+    }
+
+    /// [`exec_stream`](Self::exec_stream) with an explicit output allowance.
+    ///
+    /// # Errors
+    /// As [`exec_stream`](Self::exec_stream).
+    pub fn exec_stream_with_allowance(
+        &self,
+        machine: &str,
+        command: &Command,
+        allowance: OutputAllowance,
+    ) -> Result<ExecStream, Error> {
+        let request = exec::exec_stream_request(machine, command)?;
+        let deadlines = self.deadlines(Instant::now());
+        let config = self.exchange_config(None, deadlines.operation);
+        let mut exchange = Exchange::start(&self.inner.pool, &request, &config, deadlines)?;
+        if command.is_extended() {
+            exchange.set_idle_timeout(None);
+        }
+        ExecStream::open(exchange, allowance)
+    }
+
+    /// Streamed exec observed by a synchronous `callback`, one event at a
+    /// time, with back-pressure: a slow callback slows reading. Returns the
+    /// captured output (tagged lossy UTF-8) and exit code. A callback that
+    /// panics is detached and capture continues; one that blocks is
+    /// abandoned at the operation deadline and the call fails with
+    /// `transport`/`dispatch_uncertain` (`callback_deadline`).
+    ///
+    /// The loop runs on the calling thread; the callback runs on one of the
+    /// client's reusable delivery threads (see [`MAX_DELIVERY_THREADS`]),
+    /// which is what lets the deadline cut a blocked callback off without a
+    /// thread per operation.
+    ///
+    /// # Errors
+    /// As [`exec_stream`](Self::exec_stream), plus the stream's errors;
+    /// `admission_exhausted`/`not_dispatched` (nothing sent) when every
+    /// delivery thread is busy or stuck in an abandoned callback.
+    ///
+    /// [`MAX_DELIVERY_THREADS`]: crate::MAX_DELIVERY_THREADS
+    pub fn exec_with<F>(
+        &self,
+        machine: &str,
+        command: &Command,
+        callback: F,
+    ) -> Result<ExecOutput, Error>
+    where
+        F: FnMut(&ExecEvent) + Send + 'static,
+    {
+        let deadline = Instant::now() + self.inner.endpoint.budgets().operation;
+        // Before anything is sent, so a refusal is `not_dispatched`.
+        let observer = self.inner.callbacks.observer(callback)?;
+        let stream = self.exec_stream(machine, command)?;
+        run_with_callback(stream, observer, deadline)
     }
 
     /// The deadlines of an operation starting at `start`.
@@ -106,6 +323,12 @@ impl Client {
             .max(1);
         config.idle_timeout = Some(b.receive_idle);
         config
+    }
+
+    /// Delivery threads that exist now (tests).
+    #[cfg(test)]
+    pub(crate) fn inner_callback_threads(&self) -> usize {
+        self.inner.callbacks.alive()
     }
 
     /// The endpoint's pool.

@@ -33,8 +33,9 @@ use crate::transport::{Kind, Stream, Target};
 
 /// Size of the per-connection read buffer.
 pub(crate) const READ_CHUNK: usize = 16 * 1024;
-/// Reads per turn before events are delivered again.
-pub(crate) const READS_PER_TURN: usize = 16;
+/// Reads per turn before events are delivered again (8 × 16 KiB stays
+/// under the exec stream decoder's 256 KiB input cap).
+pub(crate) const READS_PER_TURN: usize = 8;
 /// The core's transmits pulled into the parked buffer per flush, at most.
 const PULL_LIMIT: usize = 64 * 1024;
 const TOKEN: Token = Token(0);

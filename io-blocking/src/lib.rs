@@ -13,16 +13,20 @@
 // to the core as its modules land; until then only the tests reach them.
 #![allow(dead_code)]
 
+mod callback;
 mod client;
 mod conn;
 mod errors;
 mod http;
 mod pool;
+mod stream;
 mod tls;
 pub mod transport;
 
+pub use callback::MAX_DELIVERY_THREADS;
 pub use client::Client;
 pub use pool::MAX_CONNECTIONS;
+pub use stream::{ExecEvent, ExecStream};
 pub use tls::TlsFiles;
 pub use transport::Target;
 

@@ -32,13 +32,13 @@ fn read_request(s: &mut impl Read) -> Option<Vec<u8>> {
 
 /// A peer answering every request on every connection with `reply`;
 /// counts connections and requests.
-struct Peer {
-    port: u16,
-    conns: Arc<AtomicUsize>,
-    requests: Arc<AtomicUsize>,
+pub(super) struct Peer {
+    pub(super) port: u16,
+    pub(super) conns: Arc<AtomicUsize>,
+    pub(super) requests: Arc<AtomicUsize>,
 }
 
-fn peer(reply: &'static [u8]) -> Peer {
+pub(super) fn peer(reply: &'static [u8]) -> Peer {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
     let conns = Arc::new(AtomicUsize::new(0));
@@ -66,7 +66,7 @@ fn peer(reply: &'static [u8]) -> Peer {
     }
 }
 
-fn budgets() -> Budgets {
+pub(super) fn budgets() -> Budgets {
     Budgets {
         connect: Duration::from_secs(2),
         pool_checkout: Duration::from_secs(2),
@@ -77,7 +77,7 @@ fn budgets() -> Budgets {
     }
 }
 
-fn tcp_client(port: u16, budgets: Budgets) -> Client {
+pub(super) fn tcp_client(port: u16, budgets: Budgets) -> Client {
     let endpoint = Endpoint::new(EndpointConfig {
         id: "w1".into(),
         base_url: format!("http://127.0.0.1:{port}"),

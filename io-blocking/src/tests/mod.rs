@@ -1,5 +1,6 @@
 //! Shell-level tests on loopback: transports, the loop, the pool.
 
 mod client;
+mod exec;
 mod pki;
 mod transport;
