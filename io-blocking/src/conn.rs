@@ -96,6 +96,8 @@ pub(crate) struct Conn {
     /// Bytes handed to the transport since [`Conn::reset_sent`]. Once this
     /// is non-zero a request byte may have left the process.
     sent: u64,
+    /// Bytes read so far.
+    received: u64,
 }
 
 /// Why a connection could not be established.
@@ -169,6 +171,7 @@ impl Conn {
             maybe_writable: false,
             eof: false,
             sent: 0,
+            received: 0,
         };
         // TCP / Unix connect completes with a writable edge.
         loop {
@@ -217,6 +220,17 @@ impl Conn {
         self.sent = 0;
     }
 
+    /// Bytes read so far.
+    pub(crate) fn received(&self) -> u64 {
+        self.received
+    }
+
+    /// Picks up readiness that arrived since the last wait, without
+    /// waiting.
+    pub(crate) fn refresh_readiness(&mut self) {
+        let _ = self.wait_until(Some(Instant::now()));
+    }
+
     /// True when the peer closed the connection.
     pub(crate) fn is_eof(&self) -> bool {
         self.eof
@@ -258,7 +272,9 @@ impl Conn {
         if machine.poll_timeout().is_some_and(|at| at <= now) {
             machine.handle_timeout(now);
         }
-        Ok(())
+        // What the input or timer produced (a pong, a close echo) goes out
+        // now, not at the next call.
+        self.flush(machine).map_err(|_| Failure::Write)
     }
 
     /// Writes parked bytes, then pulls and writes more from the machine,
@@ -317,7 +333,10 @@ impl Conn {
                     machine.handle_eof(Instant::now());
                     return Ok(());
                 }
-                Ok(n) => machine.handle_input(Instant::now(), &self.rbuf[..n]),
+                Ok(n) => {
+                    self.received += n as u64;
+                    machine.handle_input(Instant::now(), &self.rbuf[..n]);
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.maybe_readable = false;
                     return Ok(());
@@ -331,11 +350,9 @@ impl Conn {
 
     /// Waits for readiness or `deadline` and records what became ready.
     fn wait_until(&mut self, deadline: Option<Instant>) -> io::Result<()> {
-        let timeout = deadline.map(|at| {
-            // Round up so a wake-up never comes a hair before the deadline
-            // (which would cost one extra, empty turn).
-            at.saturating_duration_since(Instant::now()) + Duration::from_micros(500)
-        });
+        // mio rounds a timeout up to the clock's granularity, so a wake-up
+        // never comes before the deadline.
+        let timeout = deadline.map(|at| at.saturating_duration_since(Instant::now()));
         match self.poll.poll(&mut self.events, timeout) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(()),

@@ -20,6 +20,7 @@ mod errors;
 mod http;
 mod pool;
 mod stream;
+mod terminal;
 mod tls;
 pub mod transport;
 
@@ -27,6 +28,7 @@ pub use callback::MAX_DELIVERY_THREADS;
 pub use client::Client;
 pub use pool::MAX_CONNECTIONS;
 pub use stream::{ExecEvent, ExecStream};
+pub use terminal::{MAX_WRITE_WAIT, Terminal, TerminalEvent};
 pub use tls::TlsFiles;
 pub use transport::Target;
 

@@ -3,4 +3,5 @@
 mod client;
 mod exec;
 mod pki;
+mod terminal;
 mod transport;
