@@ -2,7 +2,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use smolbox_core::exec::{self, Command, ExecOutcome, ExecOutput, OutputAllowance};
 use smolbox_core::http1::ExchangeConfig;
@@ -334,11 +334,6 @@ impl Client {
     /// The endpoint's pool.
     pub(crate) fn pool(&self) -> &Arc<Pool> {
         &self.inner.pool
-    }
-
-    /// The endpoint's receive-idle budget.
-    pub(crate) fn receive_idle(&self) -> Duration {
-        self.inner.endpoint.budgets().receive_idle
     }
 }
 

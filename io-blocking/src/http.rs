@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use smolbox_core::http1::{ExchangeConfig, HttpEvent, HttpExchange, Request, ResponseHead};
 use smolbox_core::{Error, Operation};
 
-use crate::conn::{Conn, Machine};
+use crate::conn::Machine;
 use crate::errors;
 use crate::pool::{Pool, PooledConn};
 
@@ -170,15 +170,6 @@ impl Exchange {
                 return Ok(());
             }
         }
-    }
-
-    /// Takes the connection after a final `101` head (the core stops at the
-    /// head; the connection now carries another protocol) together with the
-    /// bytes that followed the head.
-    pub(crate) fn into_upgraded(mut self) -> Option<(Conn, Vec<u8>)> {
-        let leftover = self.core.leftover().to_vec();
-        let conn = self.conn.take()?.detach()?;
-        Some((conn, leftover))
     }
 
     fn release(&mut self) {

@@ -40,6 +40,8 @@ pub(crate) struct PooledConn {
     pool: Arc<Pool>,
     conn: Option<Conn>,
     /// True when this came from the idle list rather than a fresh connect.
+    // Only the pool tests read it; it documents what checkout did.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) reused: bool,
 }
 
@@ -121,11 +123,13 @@ impl Pool {
     }
 
     /// Open connections (idle and checked out).
+    #[cfg(test)]
     pub(crate) fn open_count(&self) -> usize {
         self.lock().open
     }
 
     /// Idle connections.
+    #[cfg(test)]
     pub(crate) fn idle_count(&self) -> usize {
         self.lock().idle.len()
     }
@@ -169,16 +173,6 @@ impl PooledConn {
             conn.shutdown();
             self.pool.forget_one();
         }
-    }
-}
-
-impl PooledConn {
-    /// Takes the connection out of the pool for good (an upgraded
-    /// connection never carries HTTP again); its slot is freed.
-    pub(crate) fn detach(mut self) -> Option<Conn> {
-        let conn = self.conn.take()?;
-        self.pool.forget_one();
-        Some(conn)
     }
 }
 

@@ -2,7 +2,7 @@
 //! driving `rustls::ClientConnection` directly.
 //!
 //! Every method here is non-blocking: it returns `WouldBlock` instead of
-//! waiting. Waiting is the job of [`crate::conn::Conn`], which owns the
+//! waiting. Waiting is the job of the connection loop, which owns the
 //! `mio::Poll` the stream is registered with.
 
 use std::io::{self, Read, Write};
