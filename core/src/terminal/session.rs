@@ -227,6 +227,28 @@ impl TerminalSession {
         Ok(())
     }
 
+    /// Room to read socket bytes into directly; see
+    /// [`WsClient::input_buffer`].
+    pub fn input_buffer(&mut self) -> &mut [u8] {
+        self.ws.input_buffer()
+    }
+
+    /// `n` bytes were read into the last [`input_buffer`](Self::input_buffer);
+    /// every frame they complete is processed.
+    ///
+    /// # Errors
+    /// `validation` when `n` is larger than the slice handed out.
+    pub fn handle_read(&mut self, now: Instant, n: usize) -> Result<(), Error> {
+        let now = self.touch(now);
+        if let Err(e) = self.ws.handle_read(now, n)
+            && e.category() == Category::Validation
+        {
+            return Err(e.with_operation(Operation::TerminalOutput));
+        }
+        self.pump(now);
+        Ok(())
+    }
+
     /// The peer ended the byte stream: without a close frame this is an
     /// abnormal close (uncertain outcome).
     pub fn handle_eof(&mut self, now: Instant) {

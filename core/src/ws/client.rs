@@ -15,6 +15,11 @@ use crate::error::{Category, Error, Evidence, Operation};
 /// can always be masked.
 const MASK_RESERVE_BYTES: usize = 8;
 
+/// A frame at least this long that is split across reads makes
+/// [`WsClient::input_buffer`] offer exactly its remainder, so it is never
+/// moved; shorter partial frames are moved (cheaply) instead.
+const LARGE_FRAME: usize = 4_096;
+
 /// Largest number of bytes waiting in the send buffer (1 MiB of payload plus
 /// headers). A send that would exceed it is refused and changes nothing.
 pub const MAX_PENDING_TRANSMIT: usize = 1_048_576 + 64 * 1_024;
@@ -50,8 +55,13 @@ pub struct WsClient {
     phase: Phase,
     expected_accept: String,
     head_scan: usize,
+    /// Receive buffer: `rx[rx_pos..rx_end]` is unconsumed input; `rx.len()`
+    /// is the initialised room (so reads can land in it directly).
     rx: Vec<u8>,
     rx_pos: usize,
+    rx_end: usize,
+    /// Length of the slice [`WsClient::input_buffer`] last handed out.
+    rx_offered: usize,
     eof: bool,
     msg: Vec<u8>,
     msg_opcode: Option<Opcode>,
@@ -170,6 +180,8 @@ impl WsClient {
             head_scan: 0,
             rx: Vec::new(),
             rx_pos: 0,
+            rx_end: 0,
+            rx_offered: 0,
             eof: false,
             msg: Vec::new(),
             msg_opcode: None,
@@ -213,27 +225,84 @@ impl WsClient {
         match self.phase {
             Phase::Done => Ok(()),
             Phase::Handshake => {
-                self.rx.extend_from_slice(bytes);
+                self.make_room(bytes.len());
+                self.rx[self.rx_end..self.rx_end + bytes.len()].copy_from_slice(bytes);
+                self.rx_end += bytes.len();
                 self.advance_handshake();
                 self.error.map_or(Ok(()), Err)
             }
             Phase::Open => {
-                if self.rx_pos == self.rx.len() {
-                    self.rx.clear();
-                    self.rx_pos = 0;
-                }
-                let pending = self.rx.len() - self.rx_pos;
-                let max = self.config.max_frame_len + MAX_HEADER_LEN + MAX_INPUT_CHUNK;
+                let pending = self.rx_end - self.rx_pos;
+                let max = self.max_buffered();
                 if pending + bytes.len() > max {
                     return Err(self
                         .err(Category::Validation, "input_not_drained")
                         .with_limit((pending + bytes.len()) as u64, max as u64));
                 }
-                if self.rx_pos > 0 && self.rx.len() + bytes.len() > self.rx.capacity() {
-                    self.rx.drain(..self.rx_pos);
-                    self.rx_pos = 0;
-                }
-                self.rx.extend_from_slice(bytes);
+                self.make_room(bytes.len());
+                self.rx[self.rx_end..self.rx_end + bytes.len()].copy_from_slice(bytes);
+                self.rx_end += bytes.len();
+                Ok(())
+            }
+        }
+    }
+
+    /// Room to read socket bytes into directly, without a copy through
+    /// [`handle_input`](Self::handle_input); report how many were written
+    /// at its start with [`handle_read`](Self::handle_read).
+    ///
+    /// Its length (≤ 64 KiB) is chosen so that a large frame split across
+    /// reads completes exactly at the end of a read: the buffer then empties
+    /// and no partial frame is ever moved. Empty when the connection ended,
+    /// or when undrained events hold the buffer (drain `poll_event` first).
+    pub fn input_buffer(&mut self) -> &mut [u8] {
+        let pending = self.rx_end - self.rx_pos;
+        let mut want = MAX_INPUT_CHUNK.min(self.max_buffered().saturating_sub(pending));
+        if self.phase == Phase::Done {
+            want = 0;
+        }
+        if self.phase == Phase::Open
+            && let Ok(Some(h)) = frame::parse_server_header(
+                &self.rx[self.rx_pos..self.rx_end],
+                self.config.max_frame_len as u64,
+            )
+        {
+            let total = h.header_len + h.payload_len as usize;
+            if total > pending && total >= LARGE_FRAME {
+                want = want.min(total - pending);
+            }
+        }
+        self.make_room(want);
+        self.rx_offered = want;
+        &mut self.rx[self.rx_end..self.rx_end + want]
+    }
+
+    /// `n` bytes were read into the start of the last
+    /// [`input_buffer`](Self::input_buffer).
+    ///
+    /// # Errors
+    /// As [`handle_input`](Self::handle_input); `validation` when `n` is
+    /// larger than the slice handed out.
+    pub fn handle_read(&mut self, now: Instant, n: usize) -> Result<(), Error> {
+        self.touch(now);
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        if n > self.rx_offered {
+            return Err(self
+                .err(Category::Validation, "read_past_input_buffer")
+                .with_limit(n as u64, self.rx_offered as u64));
+        }
+        self.rx_offered = 0;
+        match self.phase {
+            Phase::Done => Ok(()),
+            Phase::Handshake => {
+                self.rx_end += n;
+                self.advance_handshake();
+                self.error.map_or(Ok(()), Err)
+            }
+            Phase::Open => {
+                self.rx_end += n;
                 Ok(())
             }
         }
@@ -355,6 +424,7 @@ impl WsClient {
     /// Moves every queued byte to `out` and returns how many. When `out` is
     /// empty the buffers are swapped (no copy); otherwise the bytes are
     /// appended.
+    #[inline]
     pub fn poll_transmit(&mut self, out: &mut Vec<u8>) -> Option<usize> {
         if self.tx.is_empty() {
             return None;
@@ -373,6 +443,7 @@ impl WsClient {
     /// The next event. Messages are lent from the receive or message buffer
     /// and valid until the next call on the client. Decoding a ping or close
     /// may queue a transmit.
+    #[inline]
     pub fn poll_event(&mut self) -> Option<WsEvent<'_>> {
         if self.open_pending {
             self.open_pending = false;
@@ -484,10 +555,36 @@ impl WsClient {
         self.config.operation
     }
 
+    /// Most unconsumed bytes the receive buffer holds: one partial frame
+    /// plus one chunk (a handshake head is smaller).
+    fn max_buffered(&self) -> usize {
+        self.config.max_frame_len + MAX_HEADER_LEN + MAX_INPUT_CHUNK
+    }
+
+    /// Makes `rx[rx_end..rx_end + n]` available: restart at 0 when all was
+    /// consumed, move the unconsumed tail to the front only when the room
+    /// at the end is short, grow (bounded by the callers' checks) last.
+    fn make_room(&mut self, n: usize) {
+        if self.rx_pos == self.rx_end {
+            self.rx_pos = 0;
+            self.rx_end = 0;
+        }
+        if self.rx_end + n > self.rx.len() {
+            if self.rx_pos > 0 {
+                self.rx.copy_within(self.rx_pos..self.rx_end, 0);
+                self.rx_end -= self.rx_pos;
+                self.rx_pos = 0;
+            }
+            if self.rx_end + n > self.rx.len() {
+                self.rx.resize(self.rx_end + n, 0);
+            }
+        }
+    }
+
     fn advance_handshake(&mut self) {
-        let Some(end) = handshake::find_head_end(&self.rx, self.head_scan) else {
-            self.head_scan = self.rx.len();
-            if self.rx.len() >= MAX_HANDSHAKE_LEN {
+        let Some(end) = handshake::find_head_end(&self.rx[..self.rx_end], self.head_scan) else {
+            self.head_scan = self.rx_end;
+            if self.rx_end >= MAX_HANDSHAKE_LEN {
                 let e = Error::protocol(self.op(), "handshake_too_large")
                     .with_limit(MAX_HANDSHAKE_LEN as u64 + 1, MAX_HANDSHAKE_LEN as u64);
                 self.fail(e, None);
@@ -548,7 +645,7 @@ impl WsClient {
     #[inline]
     fn decode(&mut self) -> Step {
         loop {
-            let avail = &self.rx[self.rx_pos..];
+            let avail = &self.rx[self.rx_pos..self.rx_end];
             let hdr = match frame::parse_server_header(avail, self.config.max_frame_len as u64) {
                 Ok(Some(h)) => h,
                 Ok(None) => return self.need_more(),
@@ -726,7 +823,7 @@ impl fmt::Debug for WsClient {
         f.debug_struct("WsClient")
             .field("phase", &self.phase)
             .field("operation", &self.config.operation)
-            .field("buffered_rx", &(self.rx.len() - self.rx_pos))
+            .field("buffered_rx", &(self.rx_end - self.rx_pos))
             .field("pending_tx", &self.tx.len())
             .field("close_sent", &self.close_sent)
             .field("close_received", &self.close_received)

@@ -14,6 +14,7 @@ const BLOCK: usize = 4_096;
 /// XORs `buf` with the 4-byte `mask` repeated, starting at mask offset 0.
 /// Works on 8-byte words (the compiler widens the loop to vector registers);
 /// only a tail shorter than a word is touched byte by byte.
+#[inline]
 pub fn apply_mask(buf: &mut [u8], mask: [u8; 4]) {
     let word = mask_word(mask);
     let mut chunks = buf.chunks_exact_mut(8);
@@ -30,6 +31,7 @@ pub fn apply_mask(buf: &mut [u8], mask: [u8; 4]) {
 
 /// Appends `src` masked with `mask` to `out`, in L1-sized blocks (copy, then
 /// mask in place while the block is hot).
+#[inline]
 pub fn extend_masked(out: &mut Vec<u8>, src: &[u8], mask: [u8; 4]) {
     out.reserve(src.len());
     // BLOCK is a multiple of 4, so every block starts at mask offset 0.
@@ -40,6 +42,7 @@ pub fn extend_masked(out: &mut Vec<u8>, src: &[u8], mask: [u8; 4]) {
     }
 }
 
+#[inline]
 fn mask_word(mask: [u8; 4]) -> u64 {
     let mut w = [0u8; 8];
     w[..4].copy_from_slice(&mask);
