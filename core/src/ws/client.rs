@@ -8,7 +8,7 @@ use super::close::{CloseCode, ClosePayloadError, parse_close_payload};
 use super::config::{MAX_HANDSHAKE_LEN, MAX_INPUT_CHUNK, WsConfig};
 use super::frame::{self, HeaderError, MAX_CONTROL_PAYLOAD, MAX_HEADER_LEN, Opcode};
 use super::handshake;
-use super::mask::{MaskPool, extend_masked};
+use super::mask::{MaskPool, extend_masked, mask_word};
 use crate::error::{Category, Error, Evidence, Operation};
 
 /// Masking keys kept back from application sends so that a pong or a close
@@ -445,6 +445,34 @@ impl WsClient {
     /// may queue a transmit.
     #[inline]
     pub fn poll_event(&mut self) -> Option<WsEvent<'_>> {
+        // Fast path: a complete, final, unmasked binary frame shorter than
+        // 64 KiB outside a fragmented message (the terminal's output). Every
+        // check the slow path makes is implied by these bytes and caps;
+        // anything else goes the general way.
+        if self.phase == Phase::Open && self.msg_opcode.is_none() && !self.open_pending {
+            let avail = &self.rx[self.rx_pos..self.rx_end];
+            if let [0x82, b1, ..] = *avail {
+                let (hl, len) = match (b1, avail.get(2..4)) {
+                    (0..=125, _) => (2, usize::from(b1)),
+                    (126, Some(&[hi, lo])) => (4, usize::from(u16::from_be_bytes([hi, lo]))),
+                    _ => (0, 0),
+                };
+                if hl != 0
+                    && (hl == 2 || len >= 126)
+                    && len <= self.config.max_frame_len
+                    && len <= self.config.max_message_len
+                    && avail.len() >= hl + len
+                {
+                    let start = self.rx_pos + hl;
+                    self.rx_pos = start + len;
+                    return Some(WsEvent::Binary(&self.rx[start..start + len]));
+                }
+            }
+        }
+        self.poll_event_general()
+    }
+
+    fn poll_event_general(&mut self) -> Option<WsEvent<'_>> {
         if self.open_pending {
             self.open_pending = false;
             return Some(WsEvent::Open);
@@ -527,6 +555,7 @@ impl WsClient {
 
     // ---- internals ----------------------------------------------------
 
+    #[inline]
     fn touch(&mut self, now: Instant) -> Instant {
         self.last_now = self.last_now.max(now);
         self.last_now
@@ -835,9 +864,45 @@ impl fmt::Debug for WsClient {
 /// Appends one masked, unfragmented client frame.
 #[inline]
 fn write_frame(tx: &mut Vec<u8>, opcode: Opcode, payload: &[u8], mask: [u8; 4]) {
+    if payload.len() <= SMALL_FRAME {
+        // Small frames are built on the stack with fixed-size word stores
+        // (the payload masked a word at a time) and appended in one copy.
+        let len = payload.len();
+        let mut buf = [0u8; 6 + SMALL_FRAME + 8];
+        // len ≤ 125, so the 7-bit length form is the minimal one.
+        buf[..6].copy_from_slice(&[
+            0x80 | opcode.as_u8(),
+            0x80 | len as u8,
+            mask[0],
+            mask[1],
+            mask[2],
+            mask[3],
+        ]);
+        let word = mask_word(mask);
+        let mut at = 6;
+        let mut words = payload.chunks_exact(8);
+        for w in &mut words {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(w);
+            buf[at..at + 8].copy_from_slice(&(u64::from_ne_bytes(a) ^ word).to_ne_bytes());
+            at += 8;
+        }
+        let tail = words.remainder();
+        if !tail.is_empty() {
+            let mut a = [0u8; 8];
+            a[..tail.len()].copy_from_slice(tail);
+            // Writes a whole word; only `tail.len()` bytes of it are kept.
+            buf[at..at + 8].copy_from_slice(&(u64::from_ne_bytes(a) ^ word).to_ne_bytes());
+        }
+        tx.extend_from_slice(&buf[..6 + len]);
+        return;
+    }
     frame::encode_header(tx, true, opcode, payload.len(), Some(mask));
     extend_masked(tx, payload, mask);
 }
+
+/// Payloads up to this length use the 2-byte header and the stack path.
+const SMALL_FRAME: usize = 125;
 
 fn write_close(tx: &mut Vec<u8>, code: Option<CloseCode>, mask: [u8; 4]) {
     match code {

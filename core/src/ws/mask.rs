@@ -42,8 +42,9 @@ pub fn extend_masked(out: &mut Vec<u8>, src: &[u8], mask: [u8; 4]) {
     }
 }
 
+/// The 4-byte key repeated into a native-order word.
 #[inline]
-fn mask_word(mask: [u8; 4]) -> u64 {
+pub(crate) fn mask_word(mask: [u8; 4]) -> u64 {
     let mut w = [0u8; 8];
     w[..4].copy_from_slice(&mask);
     w[4..].copy_from_slice(&mask);
