@@ -63,7 +63,9 @@ pub struct WsClient {
     /// Length of the slice [`WsClient::input_buffer`] last handed out.
     rx_offered: usize,
     eof: bool,
+    /// Message assembly: the message is `msg[msg_off..]`.
     msg: Vec<u8>,
+    msg_off: usize,
     msg_opcode: Option<Opcode>,
     tx: Vec<u8>,
     masks: MaskPool,
@@ -184,6 +186,7 @@ impl WsClient {
             rx_offered: 0,
             eof: false,
             msg: Vec::new(),
+            msg_off: 0,
             msg_opcode: None,
             tx,
             masks: MaskPool::new(),
@@ -494,13 +497,15 @@ impl WsClient {
                 core::str::from_utf8(&self.rx[r]).ok().map(WsEvent::Text)
             }
             Step::Message(Opcode::Text) => {
-                if core::str::from_utf8(&self.msg).is_err() {
+                if core::str::from_utf8(&self.msg[self.msg_off..]).is_err() {
                     self.fail_invalid_utf8();
                     return self.take_end();
                 }
-                core::str::from_utf8(&self.msg).ok().map(WsEvent::Text)
+                core::str::from_utf8(&self.msg[self.msg_off..])
+                    .ok()
+                    .map(WsEvent::Text)
             }
-            Step::Message(_) => Some(WsEvent::Binary(&self.msg)),
+            Step::Message(_) => Some(WsEvent::Binary(&self.msg[self.msg_off..])),
             Step::NeedMore | Step::End => self.take_end(),
         }
     }
@@ -717,7 +722,7 @@ impl WsClient {
                             Step::Text(range)
                         };
                     }
-                    self.msg.clear();
+                    self.start_message(range.start);
                     self.msg.extend_from_slice(&self.rx[range]);
                     self.msg_opcode = Some(hdr.opcode);
                 }
@@ -727,7 +732,7 @@ impl WsClient {
                         self.fail(e, Some(CloseCode::PROTOCOL_ERROR));
                         return Step::End;
                     };
-                    let total_len = self.msg.len() + len;
+                    let total_len = self.msg.len() - self.msg_off + len;
                     if total_len > max_msg {
                         self.fail_too_big("message_too_large", total_len as u64, max_msg as u64);
                         return Step::End;
@@ -749,6 +754,23 @@ impl WsClient {
                 }
             }
         }
+    }
+
+    /// Empties the message buffer for a new message whose first payload
+    /// byte is `rx[src]`. The message starts at an offset chosen so that
+    /// `(destination - source) % 4096 == 2048` for the fragment copies:
+    /// `memcpy` on some CPUs (AMD Zen with glibc's `rep movsb` path) runs
+    /// ~15x slower when the destination is 1–31 bytes past the source
+    /// modulo 4 KiB, and later fragments drift only by header sizes. The
+    /// buffer is reserved once for a whole message plus that slack, so the
+    /// chosen alignment holds (and steady state allocates nothing).
+    fn start_message(&mut self, src: usize) {
+        self.msg.clear();
+        self.msg.reserve(self.config.max_message_len + 4_096);
+        let src_addr = self.rx[src..].as_ptr() as usize;
+        let dst_addr = self.msg.as_ptr() as usize;
+        self.msg_off = src_addr.wrapping_add(2_048).wrapping_sub(dst_addr) % 4_096;
+        self.msg.resize(self.msg_off, 0);
     }
 
     fn need_more(&mut self) -> Step {
