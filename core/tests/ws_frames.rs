@@ -510,3 +510,23 @@ fn direct_reads_complete_large_frames_exactly() {
         "read_past_input_buffer"
     );
 }
+
+#[test]
+fn transmit_data_supports_partial_writes() {
+    let mut ws = open();
+    ws.send_binary(t0(), b"abc").unwrap();
+    ws.send_text(t0(), "de").unwrap();
+    let all = ws.transmit_data().to_vec();
+    assert_eq!(all.len(), 9 + 8);
+    ws.consume_transmit(4);
+    assert_eq!(ws.transmit_data(), &all[4..]);
+    ws.send_binary(t0(), b"f").unwrap();
+    let rest = transmit(&mut ws);
+    let mut joined = all[..4].to_vec();
+    joined.extend(rest);
+    let frames = client_frames(&joined);
+    let payloads: Vec<&[u8]> = frames.iter().map(|f| f.payload.as_slice()).collect();
+    assert_eq!(payloads, vec![&b"abc"[..], b"de", b"f"]);
+    assert!(ws.transmit_data().is_empty());
+    assert_eq!(ws.poll_transmit(&mut Vec::new()), None);
+}

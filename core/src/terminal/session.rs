@@ -417,9 +417,20 @@ impl TerminalSession {
         Next::Pending(wake)
     }
 
-    /// Moves queued bytes to `out`; see [`WsClient::poll_transmit`].
+    /// Appends queued bytes to `out`; see [`WsClient::poll_transmit`].
     pub fn poll_transmit(&mut self, out: &mut Vec<u8>) -> Option<usize> {
         self.ws.poll_transmit(out)
+    }
+
+    /// Queued bytes to write straight from the session's buffer; see
+    /// [`WsClient::transmit_data`].
+    pub fn transmit_data(&self) -> &[u8] {
+        self.ws.transmit_data()
+    }
+
+    /// `n` bytes of [`transmit_data`](Self::transmit_data) were written.
+    pub fn consume_transmit(&mut self, n: usize) {
+        self.ws.consume_transmit(n);
     }
 
     /// The next deadline and its timer; ties go to the earlier timer in

@@ -8,7 +8,8 @@ use super::close::{CloseCode, ClosePayloadError, parse_close_payload};
 use super::config::{MAX_HANDSHAKE_LEN, MAX_INPUT_CHUNK, WsConfig};
 use super::frame::{self, HeaderError, MAX_CONTROL_PAYLOAD, MAX_HEADER_LEN, Opcode};
 use super::handshake;
-use super::mask::{MaskPool, extend_masked, mask_word};
+use super::mask::MaskPool;
+use super::send::TxBuf;
 use crate::error::{Category, Error, Evidence, Operation};
 
 /// Masking keys kept back from application sends so that a pong or a close
@@ -67,7 +68,7 @@ pub struct WsClient {
     msg: Vec<u8>,
     msg_off: usize,
     msg_opcode: Option<Opcode>,
-    tx: Vec<u8>,
+    tx: TxBuf,
     masks: MaskPool,
     deferred_pong: Option<([u8; MAX_CONTROL_PAYLOAD], u8)>,
     deferred_close: Option<Option<CloseCode>>,
@@ -172,8 +173,10 @@ impl WsClient {
         config.validate()?;
         let key_b64 = handshake::encode_key(&key);
         let expected_accept = handshake::accept_for(&key_b64);
-        let mut tx = Vec::with_capacity(512);
-        handshake::write_request(&mut tx, &config, &key_b64);
+        let mut request = Vec::with_capacity(512);
+        handshake::write_request(&mut request, &config, &key_b64);
+        let mut tx = TxBuf::default();
+        tx.push(&request);
         Ok(Self {
             handshake_deadline: Some(now + config.handshake_timeout),
             config,
@@ -343,13 +346,14 @@ impl WsClient {
         if let Some(code) = self.deferred_close {
             if let Some(mask) = self.masks.take() {
                 self.deferred_close = None;
-                write_close(&mut self.tx, code, mask);
+                self.tx.write_close(code, mask);
             }
         } else if let Some((buf, len)) = self.deferred_pong
             && let Some(mask) = self.masks.take()
         {
             self.deferred_pong = None;
-            write_frame(&mut self.tx, Opcode::Pong, &buf[..usize::from(len)], mask);
+            self.tx
+                .write_frame(Opcode::Pong, &buf[..usize::from(len)], mask);
         }
     }
 
@@ -424,23 +428,36 @@ impl WsClient {
 
     // ---- outputs ------------------------------------------------------
 
-    /// Moves every queued byte to `out` and returns how many. When `out` is
-    /// empty the buffers are swapped (no copy); otherwise the bytes are
-    /// appended.
+    /// Appends every queued byte to `out` and returns how many (one copy;
+    /// [`transmit_data`](Self::transmit_data) avoids it).
     #[inline]
     pub fn poll_transmit(&mut self, out: &mut Vec<u8>) -> Option<usize> {
-        if self.tx.is_empty() {
+        let n = self.tx.len();
+        if n == 0 {
             return None;
         }
         self.sent_any = true;
-        let n = self.tx.len();
-        if out.is_empty() {
-            core::mem::swap(out, &mut self.tx);
-        } else {
-            out.extend_from_slice(&self.tx);
-            self.tx.clear();
-        }
+        out.extend_from_slice(self.tx.pending());
+        self.tx.consume(n);
         Some(n)
+    }
+
+    /// The queued bytes, to write to the socket straight from the client's
+    /// buffer; report what the socket took with
+    /// [`consume_transmit`](Self::consume_transmit) (partial writes are
+    /// fine).
+    #[inline]
+    pub fn transmit_data(&self) -> &[u8] {
+        self.tx.pending()
+    }
+
+    /// `n` bytes of [`transmit_data`](Self::transmit_data) were written.
+    #[inline]
+    pub fn consume_transmit(&mut self, n: usize) {
+        if n > 0 {
+            self.sent_any = true;
+        }
+        self.tx.consume(n);
     }
 
     /// The next event. Messages are lent from the receive or message buffer
@@ -670,7 +687,7 @@ impl WsClient {
         let Some(mask) = self.masks.take() else {
             return Err(self.err(Category::Validation, "mask_entropy_exhausted"));
         };
-        write_frame(&mut self.tx, opcode, payload, mask);
+        self.tx.write_frame(opcode, payload, mask);
         Ok(())
     }
 
@@ -809,7 +826,7 @@ impl WsClient {
         }
         let payload = &self.rx[range];
         match self.masks.take() {
-            Some(mask) => write_frame(&mut self.tx, Opcode::Pong, payload, mask),
+            Some(mask) => self.tx.write_frame(Opcode::Pong, payload, mask),
             None => {
                 // RFC 6455 §5.5.3: answering only the latest ping is allowed.
                 let mut buf = [0u8; MAX_CONTROL_PAYLOAD];
@@ -827,7 +844,7 @@ impl WsClient {
         self.close_sent = true;
         self.deferred_pong = None;
         match self.masks.take() {
-            Some(mask) => write_close(&mut self.tx, code, mask),
+            Some(mask) => self.tx.write_close(code, mask),
             None => self.deferred_close = Some(code),
         }
     }
@@ -880,55 +897,5 @@ impl fmt::Debug for WsClient {
             .field("close_received", &self.close_received)
             .field("error", &self.error)
             .finish_non_exhaustive()
-    }
-}
-
-/// Appends one masked, unfragmented client frame.
-#[inline]
-fn write_frame(tx: &mut Vec<u8>, opcode: Opcode, payload: &[u8], mask: [u8; 4]) {
-    if payload.len() <= SMALL_FRAME {
-        // Small frames are built on the stack with fixed-size word stores
-        // (the payload masked a word at a time) and appended in one copy.
-        let len = payload.len();
-        let mut buf = [0u8; 6 + SMALL_FRAME + 8];
-        // len ≤ 125, so the 7-bit length form is the minimal one.
-        buf[..6].copy_from_slice(&[
-            0x80 | opcode.as_u8(),
-            0x80 | len as u8,
-            mask[0],
-            mask[1],
-            mask[2],
-            mask[3],
-        ]);
-        let word = mask_word(mask);
-        let mut at = 6;
-        let mut words = payload.chunks_exact(8);
-        for w in &mut words {
-            let mut a = [0u8; 8];
-            a.copy_from_slice(w);
-            buf[at..at + 8].copy_from_slice(&(u64::from_ne_bytes(a) ^ word).to_ne_bytes());
-            at += 8;
-        }
-        let tail = words.remainder();
-        if !tail.is_empty() {
-            let mut a = [0u8; 8];
-            a[..tail.len()].copy_from_slice(tail);
-            // Writes a whole word; only `tail.len()` bytes of it are kept.
-            buf[at..at + 8].copy_from_slice(&(u64::from_ne_bytes(a) ^ word).to_ne_bytes());
-        }
-        tx.extend_from_slice(&buf[..6 + len]);
-        return;
-    }
-    frame::encode_header(tx, true, opcode, payload.len(), Some(mask));
-    extend_masked(tx, payload, mask);
-}
-
-/// Payloads up to this length use the 2-byte header and the stack path.
-const SMALL_FRAME: usize = 125;
-
-fn write_close(tx: &mut Vec<u8>, code: Option<CloseCode>, mask: [u8; 4]) {
-    match code {
-        Some(c) => write_frame(tx, Opcode::Close, &c.as_u16().to_be_bytes(), mask),
-        None => write_frame(tx, Opcode::Close, &[], mask),
     }
 }

@@ -42,9 +42,44 @@ pub fn extend_masked(out: &mut Vec<u8>, src: &[u8], mask: [u8; 4]) {
     }
 }
 
+/// Writes `src` masked with `mask` into `dst` (same length) in one pass,
+/// 32 bytes (four words) at a time, then words, then a short tail.
+///
+/// # Panics
+/// When `dst` and `src` differ in length (a caller bug).
+#[inline]
+pub fn copy_masked(dst: &mut [u8], src: &[u8], mask: [u8; 4]) {
+    assert_eq!(dst.len(), src.len(), "copy_masked needs equal lengths");
+    let word = mask_word(mask);
+    let mut d32 = dst.chunks_exact_mut(32);
+    let mut s32 = src.chunks_exact(32);
+    for (d, s) in (&mut d32).zip(&mut s32) {
+        for lane in 0..4 {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&s[lane * 8..lane * 8 + 8]);
+            d[lane * 8..lane * 8 + 8]
+                .copy_from_slice(&(u64::from_ne_bytes(w) ^ word).to_ne_bytes());
+        }
+    }
+    // Offsets stay multiples of 8, so the key phase is unchanged.
+    let (d, s) = (d32.into_remainder(), s32.remainder());
+    let mut d8 = d.chunks_exact_mut(8);
+    let mut s8 = s.chunks_exact(8);
+    for (d, s) in (&mut d8).zip(&mut s8) {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(s);
+        d.copy_from_slice(&(u64::from_ne_bytes(w) ^ word).to_ne_bytes());
+    }
+    let (d, s) = (d8.into_remainder(), s8.remainder());
+    let mut w = [0u8; 8];
+    w[..s.len()].copy_from_slice(s);
+    let masked = (u64::from_ne_bytes(w) ^ word).to_ne_bytes();
+    d.copy_from_slice(&masked[..d.len()]);
+}
+
 /// The 4-byte key repeated into a native-order word.
 #[inline]
-pub(crate) fn mask_word(mask: [u8; 4]) -> u64 {
+fn mask_word(mask: [u8; 4]) -> u64 {
     let mut w = [0u8; 8];
     w[..4].copy_from_slice(&mask);
     w[4..].copy_from_slice(&mask);
@@ -124,6 +159,9 @@ mod tests {
             let mut b = vec![9];
             extend_masked(&mut b, &src, mask);
             assert_eq!(&b[1..], &naive(&src, mask)[..]);
+            let mut c = vec![0; len];
+            copy_masked(&mut c, &src, mask);
+            assert_eq!(c, naive(&src, mask), "copy_masked len {len}");
         }
         let big: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
         let mut out = Vec::new();
