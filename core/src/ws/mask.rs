@@ -42,8 +42,10 @@ pub fn extend_masked(out: &mut Vec<u8>, src: &[u8], mask: [u8; 4]) {
     }
 }
 
-/// Writes `src` masked with `mask` into `dst` (same length) in one pass,
-/// 32 bytes (four words) at a time, then words, then a short tail.
+/// Writes `src` masked with `mask` into `dst` (same length) in one pass:
+/// 32-byte blocks XORed with a 32-byte key pattern (fixed-size arrays, which
+/// the compiler turns into vector loads, XORs and stores), then 8-byte
+/// words, then a tail shorter than a word.
 ///
 /// # Panics
 /// When `dst` and `src` differ in length (a caller bug).
@@ -51,14 +53,18 @@ pub fn extend_masked(out: &mut Vec<u8>, src: &[u8], mask: [u8; 4]) {
 pub fn copy_masked(dst: &mut [u8], src: &[u8], mask: [u8; 4]) {
     assert_eq!(dst.len(), src.len(), "copy_masked needs equal lengths");
     let word = mask_word(mask);
+    let mut pattern = [0u8; 32];
+    for (p, k) in pattern.chunks_exact_mut(8).zip([word; 4]) {
+        p.copy_from_slice(&k.to_ne_bytes());
+    }
     let mut d32 = dst.chunks_exact_mut(32);
     let mut s32 = src.chunks_exact(32);
     for (d, s) in (&mut d32).zip(&mut s32) {
-        for lane in 0..4 {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&s[lane * 8..lane * 8 + 8]);
-            d[lane * 8..lane * 8 + 8]
-                .copy_from_slice(&(u64::from_ne_bytes(w) ^ word).to_ne_bytes());
+        let (Ok(d), Ok(s)) = (<&mut [u8; 32]>::try_from(d), <&[u8; 32]>::try_from(s)) else {
+            unreachable!("chunks_exact yields 32-byte chunks");
+        };
+        for i in 0..32 {
+            d[i] = s[i] ^ pattern[i];
         }
     }
     // Offsets stay multiples of 8, so the key phase is unchanged.
