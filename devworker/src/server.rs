@@ -391,6 +391,7 @@ pub(crate) fn restart_state(st: &Shared) {
     *lock(&st.started) = Instant::now();
     st.seq.store(0, std::sync::atomic::Ordering::SeqCst);
     lock(&st.metrics).clear();
+    *lock(&st.exec_hist) = crate::state::ExecHistogram::default();
 }
 
 /// A devworker on its own runtime, for callers without tokio.

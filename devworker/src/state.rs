@@ -136,6 +136,19 @@ pub(crate) struct Shared {
     /// terminals and commands of the old incarnation end.
     pub(crate) generation: watch::Sender<u64>,
     pub(crate) log_followers: AtomicU32,
+    /// `smolvm_exec_seconds`: bucket counts, sum, count.
+    pub(crate) exec_hist: Mutex<ExecHistogram>,
+}
+
+/// Upper bounds of the exec duration histogram, in seconds.
+pub(crate) const EXEC_BUCKETS: [f64; 8] = [0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 300.0];
+
+/// Buffered exec durations.
+#[derive(Debug, Default)]
+pub(crate) struct ExecHistogram {
+    pub(crate) buckets: [u64; 8],
+    pub(crate) sum: f64,
+    pub(crate) count: u64,
 }
 
 pub(crate) type AppState = Arc<Shared>;
@@ -179,6 +192,7 @@ impl Shared {
             metrics: Mutex::new(Vec::new()),
             generation,
             log_followers: AtomicU32::new(0),
+            exec_hist: Mutex::new(ExecHistogram::default()),
         }
     }
 
@@ -198,6 +212,18 @@ impl Shared {
         } else {
             m.push(((method.to_owned(), status, path.to_owned()), 1));
         }
+    }
+
+    pub(crate) fn record_exec(&self, d: std::time::Duration) {
+        let secs = d.as_secs_f64();
+        let mut h = lock(&self.exec_hist);
+        for (i, le) in EXEC_BUCKETS.iter().enumerate() {
+            if secs <= *le {
+                h.buckets[i] += 1;
+            }
+        }
+        h.sum += secs;
+        h.count += 1;
     }
 
     pub(crate) fn machines_dir(&self) -> PathBuf {

@@ -335,3 +335,85 @@ fn blocking_handle_without_tokio() {
     assert!(w.base_url().starts_with("http://127.0.0.1:"));
     w.shutdown();
 }
+
+#[tokio::test]
+async fn sse_setup_failure_is_an_in_band_error_and_metrics_count_execs() {
+    let w = worker().await;
+    create(&w, "m").await;
+    let r = post(
+        &w,
+        "/api/v1/machines/m/exec/stream",
+        r#"{"command":["/no/such/program"]}"#,
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let t = r.text();
+    assert!(t.starts_with("event: error\ndata: {\"message\":\"Agent { operation: \"run\", message: \"failed to spawn command: "), "{t}");
+    assert!(!t.contains("event: exit"));
+    let r = exec(&w, "m", r#"{"command":["/no/such/program"]}"#).await;
+    assert_eq!(
+        (r.status, r.json()["code"].as_str()),
+        (500, Some("INTERNAL_ERROR"))
+    );
+    exec(&w, "m", r#"{"command":["true"]}"#).await;
+    let m = get(&w, "/metrics").await.text();
+    assert!(m.contains("# TYPE smolvm_exec_seconds histogram\n"));
+    assert!(m.contains("smolvm_exec_seconds_count 1\n"));
+    assert!(m.contains("smolvm_api_requests_total{method=\"POST\",status=\"500\",path=\"/api/v1/machines/:id/exec\"} 1\n"));
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn binary_starts_warns_and_serves() {
+    use tokio::io::AsyncBufReadExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_smolbox-devworker"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--tls",
+            "--impersonate",
+            "1.22.0",
+            "--state-dir",
+        ])
+        .arg(dir.path())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    let url = tokio::time::timeout(PATIENCE, async {
+        while let Some(l) = lines.next_line().await.unwrap() {
+            seen.push(l.clone());
+            if let Some(u) = l.strip_prefix("smolbox-devworker: listening on ") {
+                return u.to_owned();
+            }
+        }
+        panic!("no listening line in {seen:?}")
+    })
+    .await
+    .unwrap();
+    let all = seen.join("\n");
+    assert!(all.contains("WITHOUT isolation"), "{all}");
+    assert!(
+        all.contains(&dir.path().join("tls/ca.pem").display().to_string()),
+        "{all}"
+    );
+    let addr: std::net::SocketAddr = url.strip_prefix("https://").unwrap().parse().unwrap();
+    let files = smolbox_devworker::TlsFiles {
+        ca_pem: dir.path().join("tls/ca.pem"),
+        client_cert_pem: dir.path().join("tls/client.pem"),
+        client_key_pem: dir.path().join("tls/client-key.pem"),
+        server_name: "localhost".into(),
+    };
+    let connector = tokio_rustls::TlsConnector::from(tls_client(&files, true));
+    let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+    let tls = connector
+        .connect(name, tokio::net::TcpStream::connect(addr).await.unwrap())
+        .await
+        .unwrap();
+    let r = exchange(tls, &request("GET", "/health", &[], b"")).await;
+    assert!(r.text().contains("\"version\":\"1.22.0\""));
+    child.kill().await.unwrap();
+}

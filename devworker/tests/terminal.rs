@@ -181,6 +181,11 @@ async fn program_exit_without_input_and_unknown_machine() {
     let (texts, clean) = rest(&mut ws).await;
     assert_eq!(texts, [r#"{"type":"exit","code":1}"#]);
     assert!(clean);
+    // A program that cannot start: the internal-error sentinel -1.
+    let mut ws = open(&w, "dev", "cmd=/no/such/program").await;
+    let (texts, clean) = rest(&mut ws).await;
+    assert_eq!(texts, [r#"{"type":"exit","code":-1}"#]);
+    assert!(clean);
     let mut s = connect(&w).await;
     s.write_all(
         b"GET /api/v1/machines/ghost/exec/interactive HTTP/1.1\r\nhost: localhost\r\n\
