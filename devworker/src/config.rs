@@ -84,4 +84,9 @@ pub(crate) struct Config {
     pub(crate) token: Option<String>,
     pub(crate) state_dir: PathBuf,
     pub(crate) limits: Limits,
+    /// Machine records are written to the state directory (it was given).
+    pub(crate) persistent: bool,
+    /// At shutdown, leave stand-in VMMs running (the real worker's default)
+    /// instead of draining them.
+    pub(crate) keep_running: bool,
 }

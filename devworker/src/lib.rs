@@ -61,6 +61,7 @@ mod config;
 mod conn;
 mod faults;
 mod gzip;
+mod persist;
 mod process;
 mod server;
 mod state;

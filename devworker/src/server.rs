@@ -34,6 +34,7 @@ pub struct Builder {
     listen: SocketAddr,
     limits: Limits,
     quiet: bool,
+    keep_running: bool,
 }
 
 impl Default for Builder {
@@ -47,6 +48,7 @@ impl Default for Builder {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             limits: Limits::default(),
             quiet: false,
+            keep_running: false,
         }
     }
 }
@@ -103,6 +105,15 @@ impl Builder {
         self.limits.supervisor_tick = d;
         self
     }
+    /// At shutdown (or drop), leave running machines' stand-in VMM processes
+    /// alive, as the real worker leaves VMs running across a serve restart;
+    /// a later devworker on the same state directory reconnects them.
+    /// Default `false`: machines are stopped (drained) at shutdown. Only
+    /// meaningful with [`Builder::state_dir`].
+    pub fn keep_machines_running(mut self, keep: bool) -> Self {
+        self.keep_running = keep;
+        self
+    }
     /// Do not print the start-up notice.
     pub fn quiet(mut self, q: bool) -> Self {
         self.quiet = q;
@@ -141,6 +152,7 @@ impl DevWorker {
                 format!("unsupported version {:?} (use 1.9.2 or 1.22.0)", b.version),
             )
         })?;
+        let persistent = b.state_dir.is_some();
         let (tmp, state_dir) = match b.state_dir {
             Some(d) => (None, d),
             None => {
@@ -158,8 +170,13 @@ impl DevWorker {
             token: b.token,
             state_dir: state_dir.clone(),
             limits: b.limits,
+            persistent,
+            keep_running: b.keep_running && persistent,
         };
         let shared = Arc::new(Shared::new(config, Faults::default()));
+        if persistent {
+            *lock(&shared.machines) = crate::persist::load(&shared.machines_dir());
+        }
         let router = api::router(Arc::clone(&shared));
         let (shutdown, _) = watch::channel(false);
         let mut tasks = Vec::new();
@@ -350,7 +367,11 @@ impl DevWorker {
         let _ = self.shutdown.send(true);
         self.shared.generation.send_modify(|g| *g += 1);
         for m in lock(&self.shared.machines).iter_mut() {
-            api::stop_machine(m);
+            if self.shared.config.keep_running {
+                m.kill_commands();
+            } else {
+                api::stop_machine(m);
+            }
         }
         if let Some(p) = &self.unix {
             let _ = std::fs::remove_file(p);

@@ -74,6 +74,10 @@ pub(crate) struct Machine {
     pub(crate) dir: PathBuf,
     /// Bumped to kill every command of this machine.
     pub(crate) kill: watch::Sender<u64>,
+    /// Whether the record is written to `dir/record.json`.
+    pub(crate) persist: bool,
+    /// Creation order (list order survives restarts).
+    pub(crate) order: u64,
 }
 
 /// The state a reply shows, resolved like the real worker does.

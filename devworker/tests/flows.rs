@@ -417,3 +417,60 @@ async fn binary_starts_warns_and_serves() {
     assert!(r.text().contains("\"version\":\"1.22.0\""));
     child.kill().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_new_devworker_on_the_same_state_dir_is_a_restarted_worker() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = || DevWorker::builder().state_dir(Some(dir.path().to_path_buf()));
+    let w1 = start(b().keep_machines_running(true)).await;
+    for m in ["crashed", "alive", "idle", "stopped"] {
+        create(&w1, m).await;
+    }
+    for m in ["crashed", "alive", "stopped"] {
+        post(&w1, &format!("/api/v1/machines/{m}/start"), "{}").await;
+    }
+    post(&w1, "/api/v1/machines/stopped/stop", "").await;
+    let alive_pid = w1.machine_pid("alive").unwrap();
+    let crashed_pid = w1.machine_pid("crashed").unwrap();
+    w1.shutdown().await;
+    // The VMMs survived the worker; one of them now dies while it is down.
+    assert!(pid_alive(alive_pid) && pid_alive(crashed_pid));
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(crashed_pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    eventually("the crashed VMM to go", || !pid_alive(crashed_pid)).await;
+
+    let w2 = start(b()).await;
+    assert_eq!(get(&w2, "/api/v1/machines/crashed").await.status, 404);
+    assert!(!dir.path().join("machines/crashed").exists());
+    let r = get(&w2, "/api/v1/machines/alive").await.json();
+    assert_eq!(
+        (r["state"].as_str(), r["pid"].as_u64()),
+        (Some("running"), Some(u64::from(alive_pid)))
+    );
+    assert_eq!(
+        get(&w2, "/api/v1/machines/idle").await.json()["state"],
+        "created"
+    );
+    assert_eq!(
+        get(&w2, "/api/v1/machines/stopped").await.json()["state"],
+        "stopped"
+    );
+    let names: Vec<String> = get(&w2, "/api/v1/machines").await.json()["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(names, ["alive", "idle", "stopped"]);
+    // Default shutdown drains: the reconnected VMM is stopped.
+    w2.shutdown().await;
+    eventually("the drained VMM to go", || !pid_alive(alive_pid)).await;
+    let w3 = start(b()).await;
+    assert_eq!(
+        get(&w3, "/api/v1/machines/alive").await.json()["state"],
+        "stopped"
+    );
+    w3.shutdown().await;
+}

@@ -492,6 +492,8 @@ pub(crate) async fn create(State(st): State<AppState>, req: Request) -> Response
         vmm: None,
         dir,
         kill,
+        persist: st.config.persistent,
+        order: ms.iter().map(|m| m.order + 1).max().unwrap_or(0),
     };
     let mut out = info(&machine, version);
     for f in &faults.0 {
@@ -501,6 +503,7 @@ pub(crate) async fn create(State(st): State<AppState>, req: Request) -> Response
     }
     let resp = ok_json(&out);
     drop(out);
+    crate::persist::save(&machine);
     ms.push(machine);
     resp
 }
@@ -531,6 +534,9 @@ pub(crate) async fn get_one(
 ) -> Response {
     reply_for(&st, &name)
 }
+
+/// `/proc/<pid>/cmdline` of a stand-in VMM process.
+pub(crate) const VMM_CMDLINE: &[u8] = b"sleep\x002147483647\x00";
 
 /// Spawns the stand-in VMM process (a `sleep`), whose life is the machine's.
 fn spawn_vmm() -> std::io::Result<Vmm> {
@@ -590,6 +596,7 @@ pub(crate) fn ensure_running(st: &Shared, name: &str) -> Result<(), ApiError> {
         .and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
     m.vmm = Some(vmm);
     m.stored = Stored::Running;
+    crate::persist::save(m);
     Ok(())
 }
 
@@ -658,6 +665,7 @@ pub(crate) fn stop_machine(m: &mut Machine) {
     if m.stored == Stored::Running {
         m.stored = Stored::Stopped;
     }
+    crate::persist::save(m);
 }
 
 pub(crate) async fn stop(State(st): State<AppState>, UrlPath(name): UrlPath<String>) -> Response {
@@ -705,6 +713,7 @@ pub(crate) fn supervisor_tick_all(st: &Shared) {
     for m in ms.iter_mut() {
         if m.stored == Stored::Created {
             m.stored = Stored::Stopped;
+            crate::persist::save(m);
         }
     }
 }

@@ -28,7 +28,9 @@ mod sse;
 mod terminal;
 mod volumes;
 
-pub(crate) use machines::{kill_pid, stop_machine, supervisor_tick_all as supervisor_tick};
+pub(crate) use machines::{
+    VMM_CMDLINE, kill_pid, stop_machine, supervisor_tick_all as supervisor_tick,
+};
 
 const VARY: &str = "origin, access-control-request-method, access-control-request-headers";
 
