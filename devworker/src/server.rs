@@ -132,6 +132,7 @@ pub struct DevWorker {
     shared: AppState,
     addr: SocketAddr,
     tls: Option<TlsFiles>,
+    door: Option<SocketAddr>,
     unix: Option<PathBuf>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
@@ -189,6 +190,7 @@ impl DevWorker {
         } else {
             (None, None)
         };
+        let tls_on = acceptor.is_some();
         tasks.push(tokio::spawn(accept_tcp(
             tcp,
             acceptor,
@@ -196,6 +198,23 @@ impl DevWorker {
             Arc::clone(&shared),
             shutdown.subscribe(),
         )));
+        let mut door = None;
+        if tls_on {
+            let next = SocketAddr::from(([127, 0, 0, 1], addr.port().wrapping_add(1)));
+            let listener = match TcpListener::bind(next).await {
+                Ok(l) => l,
+                Err(_) => TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?,
+            };
+            door = Some(listener.local_addr()?);
+            let door_router = api::door_router(Arc::clone(&shared));
+            tasks.push(tokio::spawn(accept_tcp(
+                listener,
+                None,
+                door_router,
+                Arc::clone(&shared),
+                shutdown.subscribe(),
+            )));
+        }
 
         if let Some(path) = &b.unix_socket {
             if path.exists() {
@@ -246,6 +265,7 @@ impl DevWorker {
             shared,
             addr,
             tls: tls_files,
+            door,
             unix: b.unix_socket,
             shutdown,
             tasks,
@@ -281,6 +301,13 @@ impl DevWorker {
     /// The Unix socket path, if one was asked for.
     pub fn unix_path(&self) -> Option<PathBuf> {
         self.unix.clone()
+    }
+
+    /// With TLS: the plain-HTTP loopback door (`127.0.0.1:<port + 1>`, or
+    /// another free port if that one is taken) serving only `/health`,
+    /// `/readyz`, `/capacity` and `/metrics`.
+    pub fn local_door(&self) -> Option<SocketAddr> {
+        self.door
     }
 
     /// The generated certificates, when TLS is on.
@@ -437,6 +464,10 @@ impl BlockingDevWorker {
     /// See [`DevWorker::unix_path`].
     pub fn unix_path(&self) -> Option<PathBuf> {
         self.w().unix_path()
+    }
+    /// See [`DevWorker::local_door`].
+    pub fn local_door(&self) -> Option<SocketAddr> {
+        self.w().local_door()
     }
     /// See [`DevWorker::tls_files`].
     pub fn tls_files(&self) -> Option<TlsFiles> {

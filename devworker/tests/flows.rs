@@ -247,6 +247,21 @@ async fn mutual_tls_listener() {
         refused.is_err() || refused.as_ref().is_ok_and(Vec::is_empty),
         "{refused:?}"
     );
+    // The plain loopback door serves only the node endpoints.
+    let door = w.local_door().unwrap();
+    assert!(door.ip().is_loopback());
+    let plain = |req: Vec<u8>| async move {
+        exchange(tokio::net::TcpStream::connect(door).await.unwrap(), &req).await
+    };
+    assert_eq!(plain(request("GET", "/health", &[], b"")).await.status, 200);
+    assert_eq!(
+        plain(request("GET", "/metrics", &[], b"")).await.status,
+        200
+    );
+    plain(request("GET", "/api/v1/machines", &[], b""))
+        .await
+        .assert(404, None, "");
+    assert!(worker().await.local_door().is_none());
     w.shutdown().await;
 }
 

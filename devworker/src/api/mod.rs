@@ -175,6 +175,22 @@ pub(crate) fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
+/// The plain-HTTP loopback door of mTLS mode: only the node endpoints;
+/// every other path is 404 (worker-api.md §1.2).
+pub(crate) fn door_router(state: AppState) -> Router {
+    Router::new()
+        .route("/health", get(node::health))
+        .route("/readyz", get(node::readyz))
+        .route("/capacity", get(node::capacity))
+        .route("/metrics", get(node::metrics))
+        .fallback(fallback)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            outer,
+        ))
+        .with_state(state)
+}
+
 async fn fallback() -> StatusCode {
     StatusCode::NOT_FOUND
 }
