@@ -46,6 +46,14 @@ pub enum Route {
     EgressEvents,
     /// `GET /api/v1/machines/{name}/images`
     Images,
+    /// `POST /api/v1/machines/{name}/images/pull`
+    ImagesPull,
+    /// `POST /api/v1/machines/{name}/resize`
+    Resize,
+    /// `POST /api/v1/machines/{name}/fork` (1.9.2) or `/branches` (1.22.0)
+    Fork,
+    /// `POST /artifacts/warm`
+    ArtifactsWarm,
     /// `POST /api/v1/volumes`
     VolumesCreate,
     /// `DELETE /api/v1/volumes/{id}`
@@ -76,6 +84,10 @@ impl Route {
             Self::Logs => "logs",
             Self::EgressEvents => "egress_events",
             Self::Images => "images",
+            Self::ImagesPull => "images_pull",
+            Self::Resize => "resize",
+            Self::Fork => "fork",
+            Self::ArtifactsWarm => "artifacts_warm",
             Self::VolumesCreate => "volumes_create",
             Self::VolumesDelete => "volumes_delete",
             Self::Other => "other",
@@ -105,6 +117,10 @@ impl Route {
             ("GET" | "HEAD", ["api", "v1", "machines", _, "logs"]) => Self::Logs,
             ("GET" | "HEAD", ["api", "v1", "machines", _, "egress-events"]) => Self::EgressEvents,
             ("GET" | "HEAD", ["api", "v1", "machines", _, "images"]) => Self::Images,
+            ("POST", ["api", "v1", "machines", _, "images", "pull"]) => Self::ImagesPull,
+            ("POST", ["api", "v1", "machines", _, "resize"]) => Self::Resize,
+            ("POST", ["api", "v1", "machines", _, "fork" | "branches"]) => Self::Fork,
+            ("POST", ["artifacts", "warm"]) => Self::ArtifactsWarm,
             ("POST", ["api", "v1", "volumes"]) => Self::VolumesCreate,
             ("DELETE", ["api", "v1", "volumes", _]) => Self::VolumesDelete,
             _ => Self::Other,

@@ -46,6 +46,8 @@ struct Record {
     state: String,
     pid: Option<u32>,
     start_time_us: Option<u64>,
+    #[serde(default)]
+    images: Vec<String>,
 }
 
 /// Writes `m`'s record if the machine is persistent (best effort).
@@ -88,6 +90,7 @@ pub(crate) fn save(m: &Machine) {
         .to_owned(),
         pid: m.vmm.as_ref().map(|v| v.pid),
         start_time_us: m.vmm.as_ref().map(|v| v.start_time_us),
+        images: m.images.clone(),
     };
     if let Ok(bytes) = serde_json::to_vec(&rec) {
         let tmp = m.dir.join("record.json.tmp");
@@ -196,6 +199,7 @@ pub(crate) fn load(machines_dir: &Path) -> Vec<Machine> {
             kill,
             persist: true,
             order: rec.order,
+            images: rec.images,
         });
     }
     out.sort_by_key(|m| m.order);

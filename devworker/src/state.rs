@@ -78,6 +78,8 @@ pub(crate) struct Machine {
     pub(crate) persist: bool,
     /// Creation order (list order survives restarts).
     pub(crate) order: u64,
+    /// Image references pulled into this machine.
+    pub(crate) images: Vec<String>,
 }
 
 /// The state a reply shows, resolved like the real worker does.

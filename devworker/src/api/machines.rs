@@ -29,6 +29,22 @@ pub(crate) enum NetworkBackend {
     VirtioNet,
 }
 
+/// A port in a fork/branch request.
+#[derive(Deserialize)]
+pub(crate) struct PortSpecIn {
+    host: u16,
+    guest: u16,
+}
+
+impl PortSpecIn {
+    pub(crate) fn to_spec(&self) -> PortSpec {
+        PortSpec {
+            host: self.host,
+            guest: self.guest,
+        }
+    }
+}
+
 #[derive(Deserialize)]
 pub(crate) struct MountSpec {
     source: String,
@@ -186,7 +202,7 @@ pub(crate) fn info(m: &Machine, version: Version) -> MachineInfo<'_> {
         storage_gb: m.storage_gb,
         overlay_gb: m.overlay_gb,
         block_io: later.then_some("sync"),
-        branchable: later.then_some(false),
+        branchable: later.then_some(m.forkable),
         forkable: m.forkable,
         branchpoint_held: later.then_some(false),
         forkpoint_held: false,
@@ -198,7 +214,7 @@ pub(crate) fn info(m: &Machine, version: Version) -> MachineInfo<'_> {
     }
 }
 
-fn validate_name(name: &str) -> Result<(), ApiError> {
+pub(crate) fn validate_name(name: &str) -> Result<(), ApiError> {
     if name.is_empty() {
         return Err(ApiError::bad_request("machine name cannot be empty"));
     }
@@ -494,6 +510,7 @@ pub(crate) async fn create(State(st): State<AppState>, req: Request) -> Response
         kill,
         persist: st.config.persistent,
         order: ms.iter().map(|m| m.order + 1).max().unwrap_or(0),
+        images: Vec::new(),
     };
     let mut out = info(&machine, version);
     for f in &faults.0 {
@@ -604,10 +621,8 @@ pub(crate) fn ensure_running(st: &Shared, name: &str) -> Result<(), ApiError> {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct StartQuery {
     #[serde(default)]
-    #[allow(dead_code)]
     forkable: Option<bool>,
     #[serde(default)]
-    #[allow(dead_code)]
     branchable: Option<bool>,
     #[serde(default)]
     #[allow(dead_code)]
@@ -628,9 +643,14 @@ pub(crate) struct StartBody {
 pub(crate) async fn start(
     State(st): State<AppState>,
     UrlPath(name): UrlPath<String>,
-    Query(_q): Query<StartQuery>,
+    Query(q): Query<StartQuery>,
     req: Request,
 ) -> Response {
+    let base = if st.config.version.is_later() {
+        q.branchable
+    } else {
+        q.forkable
+    };
     let has_ct = req.headers().contains_key(header::CONTENT_TYPE);
     if has_ct {
         let later = st.config.version.is_later();
@@ -650,8 +670,15 @@ pub(crate) async fn start(
             }
         }
     }
+    let was_running = st.with_machine(&name, |m| m.resolved() == Resolved::Running);
     if let Err(e) = ensure_running(&st, &name) {
         return e.into_response();
+    }
+    if was_running == Some(false) {
+        st.with_machine(&name, |m| {
+            m.forkable = base.unwrap_or(false);
+            crate::persist::save(m);
+        });
     }
     reply_for(&st, &name)
 }

@@ -20,6 +20,7 @@ use crate::state::AppState;
 
 mod control;
 mod exec;
+mod extensions;
 mod files;
 mod logs;
 mod machines;
@@ -157,7 +158,21 @@ pub(crate) fn router(state: AppState) -> Router {
         )
         .route(&format!("{m}/logs"), get(logs::logs))
         .route(&format!("{m}/egress-events"), get(node::egress_events))
-        .route(&format!("{m}/images"), get(node::images))
+        .route(&format!("{m}/images"), get(extensions::images))
+        .route(&format!("{m}/images/pull"), post(extensions::pull))
+        .route(&format!("{m}/resize"), post(extensions::resize))
+        .route(
+            &format!(
+                "{m}/{}",
+                if state.config.version.is_later() {
+                    "branches"
+                } else {
+                    "fork"
+                }
+            ),
+            post(extensions::fork),
+        )
+        .route("/artifacts/warm", post(extensions::warm))
         .route("/api/v1/volumes", post(volumes::create))
         .route("/api/v1/volumes/{id}", delete(volumes::delete_one))
         .route(

@@ -131,15 +131,3 @@ pub(crate) async fn egress_events(
     }
     ok_json(&Events { events: [] })
 }
-
-#[derive(Serialize)]
-struct Images {
-    images: [u8; 0],
-}
-
-pub(crate) async fn images(State(st): State<AppState>, UrlPath(name): UrlPath<String>) -> Response {
-    if st.with_machine(&name, |_| ()).is_none() {
-        return ApiError::machine_not_found(&name).into_response();
-    }
-    ok_json(&Images { images: [] })
-}
