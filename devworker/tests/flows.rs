@@ -489,3 +489,123 @@ async fn a_new_devworker_on_the_same_state_dir_is_a_restarted_worker() {
     );
     w3.shutdown().await;
 }
+
+#[tokio::test]
+async fn limits_at_n_and_n_plus_one() {
+    let w = start(DevWorker::builder().limits(Limits {
+        max_log_followers: 1,
+        ..Default::default()
+    }))
+    .await;
+    let n128 = format!("a{}", "b".repeat(127));
+    assert_eq!(
+        post(&w, "/api/v1/machines", &format!(r#"{{"name":"{n128}"}}"#))
+            .await
+            .status,
+        200
+    );
+    let n129 = format!("a{}", "b".repeat(128));
+    assert_eq!(
+        post(&w, "/api/v1/machines", &format!(r#"{{"name":"{n129}"}}"#))
+            .await
+            .status,
+        400
+    );
+    assert_eq!(
+        post(&w, "/api/v1/machines", r#"{"name":"mem64","memoryMb":64}"#)
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        post(&w, "/api/v1/machines", r#"{"name":"mem63","memoryMb":63}"#)
+            .await
+            .status,
+        400
+    );
+    assert_eq!(
+        post(&w, "/api/v1/machines", r#"{"name":"cpu1","cpus":1}"#)
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        post(&w, "/api/v1/machines", r#"{"name":"cpu256","cpus":256}"#)
+            .await
+            .status,
+        422
+    );
+    for bad in ["-a", "a-", "a--b", "a/b", "a.b"] {
+        assert_eq!(
+            post(&w, "/api/v1/machines", &format!(r#"{{"name":"{bad}"}}"#))
+                .await
+                .status,
+            400,
+            "{bad}"
+        );
+    }
+    let v128 = "v".repeat(128);
+    assert_eq!(
+        post(&w, "/api/v1/volumes", &format!(r#"{{"id":"{v128}"}}"#))
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        post(&w, "/api/v1/volumes", &format!(r#"{{"id":"{v128}v"}}"#))
+            .await
+            .status,
+        400
+    );
+    // Log followers: N allowed, N+1 refused with 409 while the first follows.
+    create(&w, "m").await;
+    post(&w, "/api/v1/machines/m/start", "{}").await;
+    let mut first = connect(&w).await;
+    first
+        .write_all(&request(
+            "GET",
+            "/api/v1/machines/m/logs?follow=true",
+            &[],
+            b"",
+        ))
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    read_until(&mut first, &mut buf, |b| contains(b, b"data: boot")).await;
+    get(&w, "/api/v1/machines/m/logs?follow=true").await.assert(
+        409,
+        Some("application/json"),
+        r#"{"error":"too many concurrent log followers","code":"CONFLICT"}"#,
+    );
+    // Non-following reads are not limited.
+    assert_eq!(get(&w, "/api/v1/machines/m/logs").await.status, 200);
+    drop(first);
+    eventually_async_ok(&w).await;
+    w.shutdown().await;
+}
+
+/// After the first follower disconnects, a new follower is admitted.
+async fn eventually_async_ok(w: &DevWorker) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let mut s = connect(w).await;
+        s.write_all(&request(
+            "GET",
+            "/api/v1/machines/m/logs?follow=true",
+            &[],
+            b"",
+        ))
+        .await
+        .unwrap();
+        let mut buf = Vec::new();
+        read_until(&mut s, &mut buf, |b| contains(b, b"\r\n\r\n")).await;
+        if buf.starts_with(b"HTTP/1.1 200") {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "follower slot never freed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -204,3 +204,20 @@ sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
     );
     w.shutdown().await;
 }
+
+#[tokio::test]
+async fn stopping_the_machine_ends_the_session_with_minus_one() {
+    let w = worker().await;
+    create(&w, "dev").await;
+    let mut ws = open(&w, "dev", "").await;
+    let mut acc = Vec::new();
+    ws.send(Message::Binary(b"echo up-$((1+1))\n".to_vec().into()))
+        .await
+        .unwrap();
+    output_until(&mut ws, &mut acc, b"up-2").await;
+    post(&w, "/api/v1/machines/dev/stop", "").await;
+    let (texts, clean) = rest(&mut ws).await;
+    assert_eq!(texts, [r#"{"type":"exit","code":-1}"#]);
+    assert!(clean);
+    w.shutdown().await;
+}

@@ -89,7 +89,7 @@ pub(crate) async fn interactive(
         pixel_height: 0,
     };
     let generation = st.generation.subscribe();
-    ws.on_upgrade(move |socket| session(socket, root, cmd, size, faults, vec![kill, generation]))
+    ws.on_upgrade(move |socket| session(socket, root, cmd, size, faults, kill, generation))
 }
 
 fn raw_upgrade(mut req: Request, fault: Fault) -> Response {
@@ -225,7 +225,8 @@ async fn session(
     cmd: String,
     size: PtySize,
     faults: ActiveFaults,
-    mut kills: Vec<watch::Receiver<u64>>,
+    mut machine_kill: watch::Receiver<u64>,
+    mut generation: watch::Receiver<u64>,
 ) {
     let Ok(mut pty) = open_pty(&root, &cmd, size) else {
         let _ = socket.send(exit_text(-1)).await;
@@ -244,10 +245,6 @@ async fn session(
         if code.is_some() && output_done {
             break;
         }
-        let killed = async {
-            let futs = kills.iter_mut().map(|k| Box::pin(k.changed()));
-            let _ = futures_util::future::select_all(futs).await;
-        };
         let drain = async {
             match drain_deadline {
                 Some(d) => tokio::time::sleep_until(d).await,
@@ -285,7 +282,15 @@ async fn session(
                     return;
                 }
             },
-            () = killed => {
+            _ = machine_kill.changed() => {
+                // The machine stopped under the session: internal error.
+                let _ = pty.killer.kill();
+                let _ = socket.send(exit_text(-1)).await;
+                let _ = socket.send(Message::Close(None)).await;
+                return;
+            }
+            _ = generation.changed() => {
+                // Worker restart: the connection is simply gone.
                 let _ = pty.killer.kill();
                 return;
             }
