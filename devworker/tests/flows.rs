@@ -430,7 +430,14 @@ async fn binary_starts_warns_and_serves() {
         .unwrap();
     let r = exchange(tls, &request("GET", "/health", &[], b"")).await;
     assert!(r.text().contains("\"version\":\"1.22.0\""));
-    child.kill().await.unwrap();
+    // SIGTERM stops it cleanly (machines drained, exit status 0).
+    let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = tokio::time::timeout(PATIENCE, child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success());
 }
 
 #[tokio::test]
