@@ -183,3 +183,52 @@ async fn branches_in_the_later_contract() {
     );
     w.shutdown().await;
 }
+
+#[tokio::test]
+async fn later_contract_lists_directories_and_has_no_exec_timeout() {
+    let w = start(
+        DevWorker::builder()
+            .version("1.22.0")
+            .request_timeout(std::time::Duration::from_millis(200)),
+    )
+    .await;
+    create(&w, "m").await;
+    send(
+        &w,
+        &request(
+            "PUT",
+            "/api/v1/machines/m/files/workspace/d/a.txt",
+            &[],
+            b"abc",
+        ),
+    )
+    .await;
+    let r = get(&w, "/api/v1/machines/m/files/workspace/d").await;
+    r.assert(
+        200,
+        Some("application/json"),
+        r#"{"entries":[{"name":"a.txt","kind":"file","size":3}]}"#,
+    );
+    // Commands longer than the request timeout complete (1.22.0 qualified 305 s).
+    let r = exec(&w, "m", r#"{"command":["sh","-c","sleep 0.5; echo late"]}"#).await;
+    assert_eq!(r.json()["stdout"], "late\n");
+    // Other machine routes keep the timeout; in 1.9.2 a directory read fails.
+    w.shutdown().await;
+    let w = worker().await;
+    create(&w, "m").await;
+    send(
+        &w,
+        &request(
+            "PUT",
+            "/api/v1/machines/m/files/workspace/d/a.txt",
+            &[],
+            b"abc",
+        ),
+    )
+    .await;
+    assert_eq!(
+        get(&w, "/api/v1/machines/m/files/workspace/d").await.status,
+        500
+    );
+    w.shutdown().await;
+}
