@@ -174,6 +174,18 @@ pub enum Fault {
         /// The bytes written instead of the reply.
         bytes: Vec<u8>,
     },
+    /// Answer with this status, content type and body instead of handling
+    /// (e.g. a `503` readyz, a `401`, a `200` of the wrong media type).
+    Reply {
+        /// HTTP status code.
+        status: u16,
+        /// `content-type` header, if any.
+        #[serde(default)]
+        content_type: Option<String>,
+        /// Body text.
+        #[serde(default)]
+        body: String,
+    },
     /// A buffered JSON reply cut in half (content-length matches the cut body).
     TruncateJson,
     /// A buffered JSON reply made invalid (a stray `,` before its last byte).

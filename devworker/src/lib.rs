@@ -49,7 +49,8 @@
 //! [`Route`] and/or machine: delay, drop after N reply bytes, silent stall
 //! after N bytes, raw reply bytes, truncated or malformed JSON, gzip,
 //! redirect, mismatched create reply, early 408, close before the exit
-//! frame, exit 130, oversize or masked terminal frame, silent stream stall.
+//! frame, exit 130, oversize or masked terminal frame, silent stream stall,
+//! a canned reply (any status, content type and body).
 //! [`DevWorker::restart`] simulates a worker restart. The same is reachable
 //! over HTTP: `POST /_devworker/faults` with a [`FaultRule`] as JSON (e.g.
 //! `{"route":"exec","fault":{"kind":"delay","ms":100},"times":1}`),

@@ -328,6 +328,21 @@ async fn with_faults(
                 }
                 return resp;
             }
+            Fault::Reply {
+                status,
+                content_type,
+                body,
+            } => {
+                let mut resp = Response::new(Body::from(body.clone()));
+                *resp.status_mut() =
+                    StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                if let Some(ct) = content_type
+                    && let Ok(v) = HeaderValue::from_str(ct)
+                {
+                    resp.headers_mut().insert(header::CONTENT_TYPE, v);
+                }
+                return resp;
+            }
             Fault::DropAfter { bytes } => set_mode(ctl.as_ref(), WriteMode::DropAfter(*bytes)),
             Fault::StallAfter { bytes } => set_mode(ctl.as_ref(), WriteMode::StallAfter(*bytes)),
             Fault::RawReply { bytes } => set_mode(ctl.as_ref(), WriteMode::Replace(bytes.clone())),
