@@ -393,6 +393,7 @@ impl DevWorker {
     fn stop(&mut self) {
         let _ = self.shutdown.send(true);
         self.shared.generation.send_modify(|g| *g += 1);
+        self.shared.commands.kill_all();
         for m in lock(&self.shared.machines).iter_mut() {
             if self.shared.config.keep_running {
                 m.kill_commands();
@@ -418,6 +419,7 @@ impl Drop for DevWorker {
 /// Forgets live commands and connections; deletes machines whose process died.
 pub(crate) fn restart_state(st: &Shared) {
     st.generation.send_modify(|g| *g += 1);
+    st.commands.kill_all();
     let dead: Vec<_> = {
         let mut ms = lock(&st.machines);
         let mut dead = Vec::new();

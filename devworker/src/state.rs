@@ -144,6 +144,8 @@ pub(crate) struct Shared {
     pub(crate) log_followers: AtomicU32,
     /// `smolvm_exec_seconds`: bucket counts, sum, count.
     pub(crate) exec_hist: Mutex<ExecHistogram>,
+    /// Live command process groups.
+    pub(crate) commands: crate::process::Registry,
 }
 
 /// Upper bounds of the exec duration histogram, in seconds.
@@ -199,6 +201,7 @@ impl Shared {
             generation,
             log_followers: AtomicU32::new(0),
             exec_hist: Mutex::new(ExecHistogram::default()),
+            commands: crate::process::Registry::default(),
         }
     }
 

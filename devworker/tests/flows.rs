@@ -616,3 +616,40 @@ async fn eventually_async_ok(w: &DevWorker) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+#[tokio::test]
+async fn dropping_the_worker_kills_its_commands() {
+    let w = worker().await;
+    create(&w, "m").await;
+    let r = exec(&w, "m", r#"{"command":["sleep","30"],"background":true}"#).await;
+    let bg: u32 = r.json()["stdout"].as_str().unwrap()[4..]
+        .trim()
+        .parse()
+        .unwrap();
+    let mut s = connect(&w).await;
+    s.write_all(&json_req(
+        "POST",
+        "/api/v1/machines/m/exec/stream",
+        r#"{"command":["sh","-c","echo pid=$$; exec sleep 30"]}"#,
+    ))
+    .await
+    .unwrap();
+    let mut buf = Vec::new();
+    read_until(&mut s, &mut buf, |b| contains(b, b"data: \n\n")).await;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let fg: u32 = text
+        .split("pid=")
+        .nth(1)
+        .unwrap()
+        .split('\n')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(pid_alive(bg) && pid_alive(fg));
+    drop(w);
+    eventually("commands to die with the worker", || {
+        !pid_alive(bg) && !pid_alive(fg)
+    })
+    .await;
+}

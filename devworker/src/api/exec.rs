@@ -165,7 +165,7 @@ pub(crate) async fn exec(
     if body.background {
         let mut spec = spec_of(&body, false);
         spec.timeout = None;
-        return match process::spawn_background(&root, spec, kills) {
+        return match process::spawn_background(&root, spec, kills, &st.commands) {
             Ok(pid) => {
                 let text = format!("pid={pid}\n");
                 ok_json(&ExecResponse::new(0, text.as_bytes(), b""))
@@ -173,7 +173,7 @@ pub(crate) async fn exec(
             Err(msg) => ApiError::internal(msg).into_response(),
         };
     }
-    let mut running = match process::spawn(&root, spec_of(&body, true), kills) {
+    let mut running = match process::spawn(&root, spec_of(&body, true), kills, &st.commands) {
         Ok(r) => r,
         Err(msg) => return ApiError::internal(msg).into_response(),
     };
@@ -212,7 +212,7 @@ pub(crate) async fn exec_stream(
         Err(r) => return r,
     };
     let (tx, rx) = mpsc::channel(16);
-    let running = match process::spawn(&root, spec_of(&body, false), kills) {
+    let running = match process::spawn(&root, spec_of(&body, false), kills, &st.commands) {
         Ok(r) => r,
         Err(msg) => {
             // Agent-side failures arrive in-band, formatted without JSON
