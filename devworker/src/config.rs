@@ -6,6 +6,7 @@ use std::time::Duration;
 /// The worker release the devworker impersonates (`/health.version`, routes
 /// and fields follow it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum Version {
     /// smolvm 1.9.2: the live contract of worker-api.md §1–§11.
     V1_9_2,

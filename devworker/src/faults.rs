@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 /// A worker API route, as faults and request counters name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Route {
     /// `GET /health`
     Health,
@@ -136,6 +137,7 @@ impl Route {
 /// Which field a mismatched create reply changes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum MismatchField {
     /// `name` gets a `-other` suffix.
     Name,
@@ -152,6 +154,7 @@ pub enum MismatchField {
 /// One injectable fault.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Fault {
     /// Wait this long before handling (and so before replying).
     Delay {
