@@ -483,7 +483,11 @@ mod tests {
     #[test]
     fn category_names_are_unique_snake_case() {
         let mut names: Vec<_> = Category::ALL.iter().map(|c| c.as_str()).collect();
-        assert!(names.iter().all(|n| n.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')));
+        assert!(
+            names
+                .iter()
+                .all(|n| n.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
+        );
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), Category::ALL.len());
