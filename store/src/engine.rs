@@ -10,7 +10,7 @@ use smolbox_core::managed::record::{Assignment, Capacity};
 use smolbox_core::managed::slot::{self, Finish};
 use smolbox_core::managed::state::{Cleanup, ExecState, MachineOperation};
 use smolbox_core::managed::{
-    ExecPatch, ExecutionRecord, Guard, Lease, MachinePatch, MachineRecord, RecordKey, RecordKind,
+    ExecPatch, ExecutionRecord, Guard, Lease, MachinePatch, MachineRecord, RecordKey,
     check_machine_name, check_worker_id,
 };
 use smolbox_core::{Category, Error, Evidence, Operation};
@@ -568,7 +568,8 @@ const fn unsupported(op: Operation) -> Error {
 
 /// The kind and key an assignment row stores.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub(crate) fn assigned_parts(a: &Assigned) -> (RecordKind, &RecordKey) {
+pub(crate) fn assigned_parts(a: &Assigned) -> (smolbox_core::managed::RecordKind, &RecordKey) {
+    use smolbox_core::managed::RecordKind;
     match a {
         Assigned::Execution(k) => (RecordKind::Execution, k),
         Assigned::Machine(k) => (RecordKind::Machine, k),
