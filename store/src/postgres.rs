@@ -186,19 +186,71 @@ impl PostgresStore {
         }
     }
 
-    /// Inserts many accepted records in one transaction (an import, for
-    /// example from another store). Existing identities fail the import.
+    /// Inserts many records in one transaction (an import, for example
+    /// from another store), sending them in batches of 10,000 rows.
+    /// Existing identities fail the import.
     ///
     /// # Errors
     /// `validation` for an invalid record; `store` on failure (nothing is
     /// inserted).
     pub fn import(&self, records: &[ExecutionRecord]) -> Result<(), Error> {
-        self.transact(Operation::StoreAccept, Lock::Partition, &mut |tx| {
-            for r in records {
-                r.validate()?;
-                tx.put_exec(r, true)?;
+        let op = Operation::StoreAccept;
+        let mut batches = Vec::new();
+        for chunk in records.chunks(10_000) {
+            let mut b = Batch::default();
+            for r in chunk {
+                r.validate().map_err(|e| e.with_operation(op))?;
+                let p = Projection::of_exec(r);
+                b.scope.push(r.key.scope.clone());
+                b.id.push(r.key.id.clone());
+                b.payload.push(self.sealer.seal_exec(r)?);
+                b.fingerprint.push(p.fingerprint);
+                b.state.push(p.state);
+                b.version.push(p.version);
+                b.next_due_ms.push(p.next_due_ms);
+                b.pending.push(p.pending);
+                b.worker_id.push(p.worker_id);
+                b.machine_name.push(p.machine_name);
+                b.slots.push(p.slots);
+                b.cpus.push(p.cpus);
+                b.memory_mb.push(p.memory_mb);
+                b.disk_gb.push(p.disk_gb);
+                b.managed_machine.push(p.managed_machine);
             }
-            Ok(())
+            batches.push(b);
+        }
+        let partition = self.sealer.partition().to_owned();
+        self.with_conn(op, |conn| {
+            let mut tx = conn.client.transaction()?;
+            for b in &batches {
+                tx.execute(
+                    &format!(
+                        "INSERT INTO executions (partition, scope, id, {COLS}) SELECT $1, * FROM UNNEST(\
+                         $2::text[], $3::text[], $4::bytea[], $5::text[], $6::text[], $7::bigint[], \
+                         $8::bigint[], $9::bool[], $10::text[], $11::text[], $12::bigint[], $13::bigint[], \
+                         $14::bigint[], $15::bigint[], $16::text[])"
+                    ),
+                    &[
+                        &partition,
+                        &b.scope,
+                        &b.id,
+                        &b.payload,
+                        &b.fingerprint,
+                        &b.state,
+                        &b.version,
+                        &b.next_due_ms,
+                        &b.pending,
+                        &b.worker_id,
+                        &b.machine_name,
+                        &b.slots,
+                        &b.cpus,
+                        &b.memory_mb,
+                        &b.disk_gb,
+                        &b.managed_machine,
+                    ],
+                )?;
+            }
+            tx.commit()
         })
     }
 
@@ -272,6 +324,26 @@ impl Backend for PostgresStore {
 }
 
 impl_store!(PostgresStore);
+
+/// Column arrays of one import batch.
+#[derive(Default)]
+struct Batch {
+    scope: Vec<String>,
+    id: Vec<String>,
+    payload: Vec<Vec<u8>>,
+    fingerprint: Vec<String>,
+    state: Vec<String>,
+    version: Vec<i64>,
+    next_due_ms: Vec<Option<i64>>,
+    pending: Vec<bool>,
+    worker_id: Vec<Option<String>>,
+    machine_name: Vec<Option<String>>,
+    slots: Vec<i64>,
+    cpus: Vec<i64>,
+    memory_mb: Vec<i64>,
+    disk_gb: Vec<i64>,
+    managed_machine: Vec<Option<String>>,
+}
 
 enum Failure {
     Retry,

@@ -177,6 +177,24 @@ impl SqliteStore {
     }
 }
 
+impl SqliteStore {
+    /// Inserts many records in one transaction (an import, for example
+    /// from another store). Existing identities fail the import.
+    ///
+    /// # Errors
+    /// `validation` for an invalid record; `store` on failure (nothing is
+    /// inserted).
+    pub fn import(&self, records: &[ExecutionRecord]) -> Result<(), Error> {
+        self.transact(Operation::StoreAccept, Lock::Partition, &mut |tx| {
+            for r in records {
+                r.validate()?;
+                tx.put_exec(r, true)?;
+            }
+            Ok(())
+        })
+    }
+}
+
 impl Backend for SqliteStore {
     fn info(&self) -> StoreInfo {
         StoreInfo {
