@@ -1,2 +1,42 @@
-//! Command execution: buffered results, the SSE exec stream decoder, and the
-//! background launch acknowledgement (features C5).
+//! Command execution (features C5): the [`Command`] and its bounds, the
+//! buffered and streamed exec requests, buffered result decoding with the
+//! output allowance, the background launch acknowledgement, and the SSE exec
+//! stream decoder.
+//!
+//! ```
+//! use smolbox_core::exec::{self, Command, ExecStreamDecoder, ExecStreamEvent, OutputAllowance};
+//!
+//! let cmd = Command::new(["echo", "hi"]);
+//! let req = exec::exec_stream_request("dev", &cmd).unwrap();
+//! assert_eq!(req.target, "/api/v1/machines/dev/exec/stream");
+//!
+//! let mut dec = ExecStreamDecoder::new(OutputAllowance::DEFAULT);
+//! dec.handle_input(b"event: stdout\ndata: hi\ndata: \n\nevent: exit\ndata: {\"exitCode\":0}\n\n").unwrap();
+//! assert_eq!(dec.poll_event().unwrap(), Some(ExecStreamEvent::Stdout("hi\n")));
+//! assert_eq!(dec.poll_event().unwrap(), Some(ExecStreamEvent::Exit(0)));
+//! assert_eq!(dec.poll_event().unwrap(), None);
+//! assert_eq!(dec.finish().unwrap(), 0);
+//! ```
+
+mod buffered;
+mod command;
+mod fuzz;
+mod request;
+mod stream;
+#[cfg(test)]
+mod tests;
+
+pub use buffered::{
+    DEFAULT_MAX_OUTPUT_BYTES, ExecOutcome, ExecOutput, ExecReplyDecoder, Launched,
+    MAX_OUTPUT_BYTES, OutputAllowance, OutputEncoding, decode_b64, decode_exec_reply,
+    decode_launch_reply, decode_reply_for, launch_from_output,
+};
+pub use command::{
+    Command, DEFAULT_TIMEOUT_SECS, DEFAULT_WORKDIR, EXTENDED_TIMEOUT_SECS, MAX_ARG_LEN,
+    MAX_ARGV_ENTRIES, MAX_ARGV_TOTAL_LEN, MAX_ENV_NAME_LEN, MAX_ENV_PAIRS, MAX_ENV_VALUE_LEN,
+    MAX_STDIN_LEN, MAX_TIMEOUT_SECS, MAX_USER_LEN, MAX_WORKDIR_LEN, MIN_TIMEOUT_SECS,
+    validate_abs_path,
+};
+pub use fuzz::fuzz_exec_stream;
+pub use request::{EVENT_STREAM, JSON, exec_request, exec_stream_request};
+pub use stream::{ExecStreamDecoder, ExecStreamEvent, MAX_STREAM_CHUNK_LEN, MAX_STREAM_FRAME_LEN};

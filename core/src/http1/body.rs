@@ -1,0 +1,481 @@
+//! Body framing: Content-Length, chunked and read-to-close bodies.
+//!
+//! [`BodyDecoder`] consumes raw body bytes in stream order and hands back
+//! runs of payload as ranges of its input, so a body chunk costs no copy and
+//! no allocation here. Chunk framing is decoded one byte at a time by a small
+//! state machine that never rescans, so its verdicts (bad hex, size overflow,
+//! missing CRLF, extension and trailer caps, the raw-byte cap) depend only on
+//! the byte stream, never on how it was split into reads.
+
+use core::ops::Range;
+
+use super::head::Framing;
+use crate::error::{Category, Error, Evidence, Operation};
+
+/// Limits the body decoder enforces.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BodyLimits {
+    /// Most raw bytes (payload plus chunk framing and trailers).
+    pub(crate) max_raw: u64,
+    /// Longest chunk extension.
+    pub(crate) max_extension: usize,
+    /// Longest trailer section.
+    pub(crate) max_trailer: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// Payload of a Content-Length body or of a chunk: this many bytes left.
+    Data { left: u64, chunked: bool },
+    /// Read-to-close payload.
+    UntilClose,
+    /// Hex digits of a chunk size.
+    Size { value: u64, digits: bool },
+    /// A chunk extension (after `;` or whitespace), `len` bytes so far.
+    Extension { value: u64, len: usize },
+    /// The LF ending a chunk-size line.
+    SizeLf { value: u64 },
+    /// The CR after a chunk's payload.
+    DataCr,
+    /// The LF after a chunk's payload.
+    DataLf,
+    /// At the start of a trailer line (or the final empty line).
+    TrailerStart,
+    /// Inside a trailer line.
+    TrailerLine,
+    /// The LF ending a trailer line.
+    TrailerLf,
+    /// The LF of the final empty line.
+    FinalLf,
+    /// The body is complete.
+    Done,
+}
+
+/// What one [`BodyDecoder::decode`] call produced.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Progress {
+    /// Bytes of the input consumed (framing and payload).
+    pub(crate) consumed: usize,
+    /// A run of payload, as a range of the input.
+    pub(crate) data: Option<Range<usize>>,
+}
+
+/// Streaming body decoder for one response.
+#[derive(Clone, Debug)]
+pub(crate) struct BodyDecoder {
+    state: State,
+    raw: u64,
+    trailer: usize,
+    limits: BodyLimits,
+}
+
+fn protocol(reason: &'static str) -> Error {
+    Error::protocol(Operation::Http, reason)
+}
+
+fn over(reason: &'static str, actual: u64, max: u64) -> Error {
+    Error::new(
+        Category::OutputLimit,
+        Operation::Http,
+        Evidence::DispatchUncertain,
+    )
+    .with_reason(reason)
+    .with_limit(actual, max)
+}
+
+impl BodyDecoder {
+    /// A decoder for `framing`. A declared Content-Length over the raw cap
+    /// is refused here, before any body byte is read.
+    pub(crate) fn new(framing: Framing, limits: BodyLimits) -> Result<Self, Error> {
+        let state = match framing {
+            Framing::None | Framing::Length(0) => State::Done,
+            Framing::Length(n) if n > limits.max_raw => {
+                return Err(over("response_body", n, limits.max_raw));
+            }
+            Framing::Length(n) => State::Data {
+                left: n,
+                chunked: false,
+            },
+            Framing::Chunked => State::Size {
+                value: 0,
+                digits: false,
+            },
+            Framing::Close => State::UntilClose,
+        };
+        Ok(Self {
+            state,
+            raw: 0,
+            trailer: 0,
+            limits,
+        })
+    }
+
+    /// True once the body is complete.
+    pub(crate) fn is_done(&self) -> bool {
+        self.state == State::Done
+    }
+
+    /// Consumes `input` (raw bytes following what was consumed before) until
+    /// a run of payload is found, the body ends, or the input is used up.
+    /// Input past the end of the body is left unconsumed.
+    pub(crate) fn decode(&mut self, input: &[u8]) -> Result<Progress, Error> {
+        if self.state == State::Done {
+            return Ok(Progress {
+                consumed: 0,
+                data: None,
+            });
+        }
+        let room = self.limits.max_raw - self.raw;
+        let allowed = usize::try_from(room).map_or(input.len(), |r| r.min(input.len()));
+        let mut i = 0;
+        while i < allowed {
+            match self.state {
+                State::Data { left, chunked } => {
+                    let n = usize::try_from(left).map_or(allowed - i, |l| l.min(allowed - i));
+                    let left = left - n as u64;
+                    let data = i..i + n;
+                    let mut consumed = i + n;
+                    self.state = match (left, chunked) {
+                        (0, true) => State::DataCr,
+                        (0, false) => State::Done,
+                        _ => State::Data { left, chunked },
+                    };
+                    if self.state == State::DataCr {
+                        // Take the chunk's CRLF and a plain next size line
+                        // along with this payload (one call per chunk). A
+                        // size line that would fail is left for the next
+                        // call, so the payload is still reported first.
+                        consumed += self
+                            .fuse_next_chunk(&input[consumed..allowed], self.raw + consumed as u64);
+                    }
+                    self.raw += consumed as u64;
+                    return Ok(Progress {
+                        consumed,
+                        data: Some(data),
+                    });
+                }
+                State::UntilClose => {
+                    self.raw += allowed as u64;
+                    return Ok(Progress {
+                        consumed: allowed,
+                        data: Some(i..allowed),
+                    });
+                }
+                State::Done => break,
+                // Fast paths for the common framing (a chunk's CRLF, a plain
+                // size line); anything else goes byte by byte below, with the
+                // same verdicts.
+                State::DataCr if input[i..allowed].starts_with(b"\r\n") => {
+                    i += 2;
+                    self.state = State::Size {
+                        value: 0,
+                        digits: false,
+                    };
+                }
+                State::Size {
+                    value: 0,
+                    digits: false,
+                } if let Some((n, value)) = plain_size_line(&input[i..allowed]) => {
+                    i += n;
+                    self.state = self.chunk_header(value, self.raw + i as u64)?;
+                }
+                _ => {
+                    self.framing_byte(input[i], i)?;
+                    i += 1;
+                }
+            }
+        }
+        self.raw += i as u64;
+        if self.state != State::Done && i < input.len() {
+            // The next byte would be one past the cap.
+            return Err(over(
+                "response_body",
+                self.limits.max_raw + 1,
+                self.limits.max_raw,
+            ));
+        }
+        Ok(Progress {
+            consumed: i,
+            data: None,
+        })
+    }
+
+    /// One byte of chunk framing; `at` is its offset in the current input
+    /// (so `self.raw + at + 1` bytes have been seen once it is consumed).
+    fn framing_byte(&mut self, b: u8, at: usize) -> Result<(), Error> {
+        self.state = match self.state {
+            State::Size { value, digits } => match hex(b) {
+                Some(d) => {
+                    if value > u64::MAX >> 4 {
+                        return Err(protocol("chunk_size_overflow"));
+                    }
+                    State::Size {
+                        value: (value << 4) | u64::from(d),
+                        digits: true,
+                    }
+                }
+                None if !digits => return Err(protocol("chunk_size")),
+                None => match b {
+                    b'\r' => State::SizeLf { value },
+                    b';' | b' ' | b'\t' => State::Extension { value, len: 1 },
+                    b'\n' => return Err(protocol("chunk_missing_crlf")),
+                    _ => return Err(protocol("chunk_size")),
+                },
+            },
+            State::Extension { value, len } => match b {
+                b'\r' => State::SizeLf { value },
+                b'\n' => return Err(protocol("chunk_missing_crlf")),
+                b'\t' | 0x20..=0x7e | 0x80..=0xff => {
+                    if len >= self.limits.max_extension {
+                        return Err(over(
+                            "chunk_extension",
+                            len as u64 + 1,
+                            self.limits.max_extension as u64,
+                        ));
+                    }
+                    State::Extension {
+                        value,
+                        len: len + 1,
+                    }
+                }
+                _ => return Err(protocol("chunk_extension")),
+            },
+            State::SizeLf { value } => {
+                if b != b'\n' {
+                    return Err(protocol("chunk_missing_crlf"));
+                }
+                self.chunk_header(value, self.raw + at as u64 + 1)?
+            }
+            State::DataCr if b == b'\r' => State::DataLf,
+            State::DataLf if b == b'\n' => State::Size {
+                value: 0,
+                digits: false,
+            },
+            State::DataCr | State::DataLf => return Err(protocol("chunk_missing_crlf")),
+            State::TrailerStart if b == b'\r' => State::FinalLf,
+            State::TrailerStart | State::TrailerLine | State::TrailerLf => {
+                self.trailer += 1;
+                if self.trailer > self.limits.max_trailer {
+                    return Err(over(
+                        "trailer_bytes",
+                        self.trailer as u64,
+                        self.limits.max_trailer as u64,
+                    ));
+                }
+                match (self.state, b) {
+                    (State::TrailerLf, b'\n') => State::TrailerStart,
+                    (State::TrailerLf, _) | (_, b'\n') => {
+                        return Err(protocol("chunk_missing_crlf"));
+                    }
+                    (_, b'\r') => State::TrailerLf,
+                    _ => State::TrailerLine,
+                }
+            }
+            State::FinalLf if b == b'\n' => State::Done,
+            State::FinalLf => return Err(protocol("chunk_missing_crlf")),
+            State::Data { .. } | State::UntilClose | State::Done => self.state,
+        };
+        Ok(())
+    }
+
+    /// In state `DataCr`, `rest` being the input right after a chunk's
+    /// payload and `seen` the raw bytes before it: consumes the chunk's CRLF
+    /// and a plain next size line when both are there; returns how many
+    /// bytes it took. A size line that would be refused is left for the
+    /// next call, so the payload before it is still reported first.
+    fn fuse_next_chunk(&mut self, rest: &[u8], seen: u64) -> usize {
+        if !rest.starts_with(b"\r\n") {
+            return 0;
+        }
+        self.state = State::Size {
+            value: 0,
+            digits: false,
+        };
+        let Some((m, value)) = plain_size_line(&rest[2..]) else {
+            return 2;
+        };
+        match self.chunk_header(value, seen + 2 + m as u64) {
+            Ok(state) => {
+                self.state = state;
+                2 + m
+            }
+            Err(_) => 2,
+        }
+    }
+
+    /// The state after a complete chunk-size line declaring `value`, once
+    /// `seen` raw bytes (that line included) were consumed. A chunk that
+    /// cannot fit under the raw cap is refused from its declared size.
+    fn chunk_header(&self, value: u64, seen: u64) -> Result<State, Error> {
+        if value == 0 {
+            return Ok(State::TrailerStart);
+        }
+        if value > self.limits.max_raw - seen.min(self.limits.max_raw) {
+            return Err(over(
+                "response_body",
+                seen.saturating_add(value),
+                self.limits.max_raw,
+            ));
+        }
+        Ok(State::Data {
+            left: value,
+            chunked: true,
+        })
+    }
+
+    /// The peer closed the connection: fine for a read-to-close body,
+    /// `transport`/`truncated` for an unfinished one.
+    pub(crate) fn finish(&mut self) -> Result<(), Error> {
+        match self.state {
+            State::Done => Ok(()),
+            State::UntilClose => {
+                self.state = State::Done;
+                Ok(())
+            }
+            _ => Err(Error::new(
+                Category::Transport,
+                Operation::Http,
+                Evidence::DispatchUncertain,
+            )
+            .with_reason("truncated")),
+        }
+    }
+}
+
+/// A complete `1*16HEXDIG CRLF` line at the start of `input`: its length
+/// and value. `None` for anything else (left to the byte-wise decoder).
+fn plain_size_line(input: &[u8]) -> Option<(usize, u64)> {
+    let mut value = 0u64;
+    let mut i = 0;
+    while i < 16 {
+        match input.get(i).copied().and_then(hex) {
+            Some(d) => value = (value << 4) | u64::from(d),
+            None => break,
+        }
+        i += 1;
+    }
+    if i == 0 || i == 16 || input.get(i..i + 2) != Some(b"\r\n") {
+        return None;
+    }
+    Some((i + 2, value))
+}
+
+const fn hex(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: BodyLimits = BodyLimits {
+        max_raw: 1 << 20,
+        max_extension: 8,
+        max_trailer: 16,
+    };
+
+    /// Feeds `input` in pieces of `step` bytes; returns the payload or the error.
+    fn run(
+        framing: Framing,
+        limits: BodyLimits,
+        input: &[u8],
+        step: usize,
+    ) -> Result<Vec<u8>, Error> {
+        let mut d = BodyDecoder::new(framing, limits)?;
+        let mut out = Vec::new();
+        for piece in input.chunks(step.max(1)) {
+            let mut at = 0;
+            while at < piece.len() && !d.is_done() {
+                let p = d.decode(&piece[at..])?;
+                if let Some(r) = p.data {
+                    out.extend_from_slice(&piece[at..][r]);
+                }
+                at += p.consumed;
+            }
+        }
+        d.finish()?;
+        Ok(out)
+    }
+
+    fn reason(r: Result<Vec<u8>, Error>) -> &'static str {
+        r.unwrap_err().reason()
+    }
+
+    #[test]
+    fn chunked_with_extension_and_trailer_any_split() {
+        let body = b"5;a=b\r\nhello\r\n0\r\nX-T: 1\r\n\r\n";
+        for step in 1..body.len() + 1 {
+            assert_eq!(
+                run(Framing::Chunked, LIMITS, body, step).unwrap(),
+                b"hello",
+                "{step}"
+            );
+        }
+    }
+
+    #[test]
+    fn chunked_rejections() {
+        let c = |b: &[u8]| reason(run(Framing::Chunked, LIMITS, b, 3));
+        assert_eq!(c(b"x\r\n"), "chunk_size");
+        assert_eq!(c(b"5g\r\n"), "chunk_size");
+        assert_eq!(c(b"10000000000000000\r\n"), "chunk_size_overflow");
+        assert_eq!(c(b"5\nhello"), "chunk_missing_crlf");
+        assert_eq!(c(b"5\r\nhelloX\r\n"), "chunk_missing_crlf");
+        assert_eq!(c(b"5\r\nhello\rX"), "chunk_missing_crlf");
+        assert_eq!(c(b"0\r\nA\n"), "chunk_missing_crlf");
+        assert_eq!(c(b"0\r\n\rX"), "chunk_missing_crlf");
+        assert_eq!(c(b"5;\x01\r\n"), "chunk_extension");
+        assert_eq!(c(b"5\r\nhel"), "truncated");
+        // Largest value that fits still parses (then exceeds the raw cap).
+        assert_eq!(c(b"ffffffffffffffff\r\n"), "response_body");
+    }
+
+    #[test]
+    fn extension_and_trailer_at_n_and_n_plus_one() {
+        // max_extension 8: ";" + 7 bytes = 8 accepted, 9 refused.
+        assert!(run(Framing::Chunked, LIMITS, b"1;1234567\r\na\r\n0\r\n\r\n", 1).is_ok());
+        let e = run(Framing::Chunked, LIMITS, b"1;12345678\r\na\r\n0\r\n\r\n", 1).unwrap_err();
+        assert_eq!(
+            (e.reason(), e.limit().map(|l| l.actual)),
+            ("chunk_extension", Some(9))
+        );
+        // max_trailer 16: "X: 0123456789\r\n" is 15 bytes; one more byte is 16, two are 17.
+        assert!(run(Framing::Chunked, LIMITS, b"0\r\nX: 01234567890\r\n\r\n", 2).is_ok());
+        let e = run(Framing::Chunked, LIMITS, b"0\r\nX: 012345678901\r\n\r\n", 2).unwrap_err();
+        assert_eq!(
+            (e.reason(), e.limit().map(|l| l.actual)),
+            ("trailer_bytes", Some(17))
+        );
+    }
+
+    #[test]
+    fn raw_cap_at_n_and_n_plus_one() {
+        let lim = |max_raw| BodyLimits { max_raw, ..LIMITS };
+        // Content-Length: declared over the cap is refused before reading.
+        assert!(run(Framing::Length(10), lim(10), &[b'a'; 10], 4).is_ok());
+        assert_eq!(
+            reason(run(Framing::Length(11), lim(10), &[b'a'; 11], 4)),
+            "response_body"
+        );
+        // Read-to-close: the 11th byte is refused.
+        assert!(run(Framing::Close, lim(10), &[b'a'; 10], 3).is_ok());
+        assert_eq!(
+            reason(run(Framing::Close, lim(10), &[b'a'; 11], 3)),
+            "response_body"
+        );
+        // Chunked counts framing: this body is 15 raw bytes.
+        let body = b"5\r\nhello\r\n0\r\n\r\n";
+        for step in 1..16 {
+            assert!(run(Framing::Chunked, lim(15), body, step).is_ok());
+            assert_eq!(
+                reason(run(Framing::Chunked, lim(14), body, step)),
+                "response_body"
+            );
+        }
+    }
+}

@@ -1,0 +1,560 @@
+//! [`HttpExchange`]: one request and its response on one connection.
+
+use core::fmt;
+use core::ops::Range;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::body::{BodyDecoder, BodyLimits};
+use super::config::ExchangeConfig;
+use super::head::{self, Decoded, HeadScanner, Scan};
+use super::request::encode_head;
+use super::types::{Request, ResponseHead};
+use crate::error::{Category, Error, Evidence, Operation};
+
+/// What the exchange reports, in order: one [`HttpEvent::Head`], any number
+/// of [`HttpEvent::Data`], then one [`HttpEvent::End`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum HttpEvent<'a> {
+    /// The final response head (interim 1xx heads are skipped; 101 is final).
+    Head(ResponseHead),
+    /// Raw body bytes (transfer framing removed), borrowed from the
+    /// exchange's receive buffer until the next call.
+    Data(&'a [u8]),
+    /// The body is complete.
+    End,
+}
+
+/// The exchange's timers, as named by [`HttpExchange::poll_timeout`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Timer {
+    /// The overall deadline.
+    Deadline,
+    /// The receive-idle timeout.
+    Idle,
+}
+
+#[derive(Debug)]
+enum Phase {
+    /// Reading (interim or final) response heads.
+    Head,
+    /// Streaming the body: `rx[pos..]` is payload not yet reported.
+    Body(BodyDecoder),
+    /// A response without body: `End` is next.
+    Ending,
+    /// `End` was reported.
+    Finished,
+}
+
+/// What one decoding step produced (before it is turned into an event).
+enum Step {
+    Head(ResponseHead),
+    Data(Range<usize>),
+    End,
+}
+
+/// One HTTP/1.1 request/response exchange as a sans-IO state machine.
+///
+/// * Inputs: [`handle_input`](Self::handle_input) (bytes read),
+///   [`handle_eof`](Self::handle_eof) (the peer closed),
+///   [`handle_timeout`](Self::handle_timeout).
+/// * Outputs, drained in this order after every input:
+///   [`poll_transmit`](Self::poll_transmit) (bytes to write),
+///   [`poll_event`](Self::poll_event) (until `None`),
+///   [`poll_timeout`](Self::poll_timeout) (when to call `handle_timeout`).
+///
+/// Errors are sticky: once `poll_event` returned `Err(e)`, every later
+/// `poll_event` returns the same `e` and `handle_input` returns it too.
+/// Errors carry the request's operation. Before `poll_transmit` handed out
+/// a byte, evidence is `not_dispatched`; from then on it is always
+/// `dispatch_uncertain`. See the [module docs](super) for a drive loop.
+pub struct HttpExchange {
+    operation: Operation,
+    tx_head: Vec<u8>,
+    tx_body: Bytes,
+    transmitted: bool,
+    rx: Vec<u8>,
+    pos: usize,
+    /// Bytes ever accepted into `rx`, and how many may be.
+    accepted: u64,
+    allowance: u64,
+    dropped: bool,
+    eof: bool,
+    phase: Phase,
+    scanner: HeadScanner,
+    head_used: usize,
+    /// A head decoded in place by `handle_input`, not yet reported.
+    ready: Option<Decoded>,
+    /// A body error found while de-framing, reported after the payload
+    /// that preceded it.
+    pending: Option<Error>,
+    /// Bytes followed the end of the body.
+    extra: bool,
+    max_head_bytes: usize,
+    max_headers: usize,
+    body_limits: BodyLimits,
+    keep_alive: bool,
+    status: Option<u16>,
+    idle_timeout: Option<Duration>,
+    last_activity: Instant,
+    deadline: Instant,
+    last_now: Instant,
+    error: Option<Error>,
+}
+
+impl fmt::Debug for HttpExchange {
+    /// Never prints the request (it may carry the bearer token) or peer bytes.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpExchange")
+            .field("operation", &self.operation)
+            .field("transmitted", &self.transmitted)
+            .field("status", &self.status)
+            .field("finished", &matches!(self.phase, Phase::Finished))
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpExchange {
+    /// Validates `config` and `request` and encodes the request. Refuses,
+    /// before any byte exists: a body over `max_request_body`
+    /// (`validation`, operation `request_size`, with the limit), a bad
+    /// target or header value (`validation`), an invalid config
+    /// (`validation`, operation `config`), and a deadline already passed
+    /// (`transport`, reason `deadline`). All with evidence `not_dispatched`.
+    pub fn new(request: &Request, config: &ExchangeConfig, now: Instant) -> Result<Self, Error> {
+        let mut tx_head = Vec::new();
+        encode_head(request, config, &mut tx_head)?;
+        if now >= config.deadline {
+            return Err(Error::new(
+                Category::Transport,
+                request.operation,
+                Evidence::NotDispatched,
+            )
+            .with_reason("deadline"));
+        }
+        Ok(Self {
+            operation: request.operation,
+            tx_head,
+            tx_body: request.body.clone(),
+            transmitted: false,
+            rx: Vec::new(),
+            pos: 0,
+            accepted: 0,
+            allowance: (config.max_head_bytes as u64)
+                .saturating_add(config.max_response_body)
+                .saturating_add(1),
+            dropped: false,
+            eof: false,
+            phase: Phase::Head,
+            scanner: HeadScanner::default(),
+            head_used: 0,
+            ready: None,
+            pending: None,
+            extra: false,
+            max_head_bytes: config.max_head_bytes,
+            max_headers: config.max_headers,
+            body_limits: BodyLimits {
+                max_raw: config.max_response_body,
+                max_extension: config.max_chunk_extension,
+                max_trailer: config.max_trailer_bytes,
+            },
+            keep_alive: false,
+            status: None,
+            idle_timeout: config.idle_timeout,
+            last_activity: now,
+            deadline: config.deadline,
+            last_now: now,
+            error: None,
+        })
+    }
+
+    /// Appends the whole request (head and body) to `out` the first time;
+    /// returns whether anything was appended. From the first `true` on, the
+    /// request may have reached the peer (`dispatch_uncertain`) and the
+    /// receive-idle timer runs from the last `now` the exchange was given.
+    pub fn poll_transmit(&mut self, out: &mut Vec<u8>) -> bool {
+        if self.transmitted || self.error.is_some() {
+            return false;
+        }
+        out.reserve(self.tx_head.len() + self.tx_body.len());
+        out.extend_from_slice(&self.tx_head);
+        out.extend_from_slice(&self.tx_body);
+        self.transmitted = true;
+        self.last_activity = self.last_now;
+        self.tx_head = Vec::new();
+        self.tx_body = Bytes::new();
+        true
+    }
+
+    /// Bytes read from the connection. They are decoded lazily by
+    /// [`poll_event`](Self::poll_event). Returns the sticky error, if any.
+    pub fn handle_input(&mut self, now: Instant, bytes: &[u8]) -> Result<(), Error> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        self.advance(now);
+        if self.eof || bytes.is_empty() {
+            return Ok(());
+        }
+        self.last_activity = self.last_now;
+        if self.pos == self.rx.len() {
+            self.rx.clear();
+            self.pos = 0;
+        } else if self.pos > 0 {
+            self.rx.drain(..self.pos);
+            self.pos = 0;
+        }
+        let mut bytes = bytes;
+        if self.pos == self.rx.len()
+            && self.ready.is_none()
+            && matches!(self.phase, Phase::Head)
+            && self.scanner.is_fresh()
+        {
+            // A head that arrives whole at the start of a read is decoded in
+            // place, without copying it into the receive buffer. Only a
+            // success is taken here; anything else goes the general way,
+            // which reaches the same verdict.
+            let budget = self.max_head_bytes - self.head_used;
+            let window = &bytes[..bytes.len().min(budget)];
+            if let Some(Ok((n, decoded))) = head::decode_whole(window, self.max_headers) {
+                self.head_used += n;
+                self.accepted += n as u64;
+                self.ready = Some(decoded);
+                bytes = &bytes[n..];
+            }
+        }
+        let room = self.allowance - self.accepted;
+        let take = usize::try_from(room).map_or(bytes.len(), |r| r.min(bytes.len()));
+        self.dropped |= take < bytes.len();
+        self.accepted += take as u64;
+        let bytes = &bytes[..take];
+        match &mut self.phase {
+            // Body bytes are de-framed on the way in: the receive buffer
+            // then holds payload only, reported as one event per read.
+            Phase::Body(body) if self.pending.is_none() => {
+                absorb(
+                    body,
+                    bytes,
+                    &mut self.rx,
+                    &mut self.pending,
+                    &mut self.extra,
+                );
+            }
+            Phase::Body(_) => {}
+            Phase::Head | Phase::Ending | Phase::Finished => self.rx.extend_from_slice(bytes),
+        }
+        Ok(())
+    }
+
+    /// The peer closed its side. A read-to-close body ends here; an
+    /// unfinished head or body becomes `transport` (`early_close` /
+    /// `truncated`), reported by `poll_event` after the buffered bytes.
+    pub fn handle_eof(&mut self, now: Instant) {
+        self.advance(now);
+        self.eof = true;
+    }
+
+    /// Fires due timers: `transport` with reason `deadline` or
+    /// `idle_timeout`. Early or repeated calls are harmless no-ops.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.advance(now);
+        let Some((at, timer)) = self.poll_timeout() else {
+            return;
+        };
+        if self.last_now < at {
+            return;
+        }
+        let reason = match timer {
+            Timer::Deadline => "deadline",
+            Timer::Idle => "idle_timeout",
+        };
+        self.fail(
+            Error::new(
+                Category::Transport,
+                self.operation,
+                Evidence::DispatchUncertain,
+            )
+            .with_reason(reason),
+        );
+    }
+
+    /// The next moment [`handle_timeout`](Self::handle_timeout) will act,
+    /// and which timer that is. `None` once finished or failed.
+    pub fn poll_timeout(&self) -> Option<(Instant, Timer)> {
+        if self.error.is_some() || matches!(self.phase, Phase::Finished) {
+            return None;
+        }
+        let idle = self
+            .idle_timeout
+            .filter(|_| self.transmitted)
+            .map(|d| self.last_activity + d);
+        match idle {
+            Some(at) if at < self.deadline => Some((at, Timer::Idle)),
+            _ => Some((self.deadline, Timer::Deadline)),
+        }
+    }
+
+    /// Replaces the receive-idle timeout (`None`: only the deadline holds),
+    /// counted from the last activity. Extended exec uses this.
+    pub fn set_idle_timeout(&mut self, idle: Option<Duration>) {
+        self.idle_timeout = idle;
+    }
+
+    /// The next event, or `None` when more input (or EOF) is needed or the
+    /// exchange ended. A [`HttpEvent::Data`] borrows the receive buffer.
+    pub fn poll_event(&mut self) -> Option<Result<HttpEvent<'_>, Error>> {
+        if let Some(e) = self.error {
+            return Some(Err(e));
+        }
+        match self.step() {
+            Ok(None) => None,
+            Ok(Some(Step::Head(h))) => Some(Ok(HttpEvent::Head(h))),
+            Ok(Some(Step::Data(r))) => Some(Ok(HttpEvent::Data(&self.rx[r]))),
+            Ok(Some(Step::End)) => Some(Ok(HttpEvent::End)),
+            Err(e) => Some(Err(self.fail(e))),
+        }
+    }
+
+    /// The final status, once the head was reported.
+    pub fn status(&self) -> Option<u16> {
+        self.status
+    }
+
+    /// The sticky error, if the exchange failed.
+    pub fn error(&self) -> Option<Error> {
+        self.error
+    }
+
+    /// True once [`HttpEvent::End`] was reported.
+    pub fn is_finished(&self) -> bool {
+        matches!(self.phase, Phase::Finished) && self.error.is_none()
+    }
+
+    /// True when the connection may carry another exchange: the response
+    /// ended cleanly, was length-delimited, allowed keep-alive, the whole
+    /// request was handed out, the peer did not close, and no byte follows
+    /// the response.
+    pub fn is_reusable(&self) -> bool {
+        self.is_finished()
+            && self.keep_alive
+            && self.transmitted
+            && !self.eof
+            && !self.dropped
+            && !self.extra
+            && self.pos == self.rx.len()
+    }
+
+    /// Bytes received after the end of the response (e.g. the first bytes
+    /// of another protocol after a 101).
+    pub fn leftover(&self) -> &[u8] {
+        if self.is_finished() {
+            &self.rx[self.pos..]
+        } else {
+            &[]
+        }
+    }
+
+    fn advance(&mut self, now: Instant) {
+        self.last_now = self.last_now.max(now);
+    }
+
+    fn evidence(&self) -> Evidence {
+        if self.transmitted {
+            Evidence::DispatchUncertain
+        } else {
+            Evidence::NotDispatched
+        }
+    }
+
+    fn fail(&mut self, e: Error) -> Error {
+        let e = e
+            .with_operation(self.operation)
+            .with_evidence(self.evidence());
+        self.error = Some(e);
+        self.rx = Vec::new();
+        self.pos = 0;
+        e
+    }
+
+    /// After a complete head: a final one starts the body and is returned.
+    fn start_body(&mut self, decoded: Decoded) -> Result<Option<ResponseHead>, Error> {
+        let Decoded::Final(head, framing) = decoded else {
+            return Ok(None);
+        };
+        let mut body = BodyDecoder::new(framing, self.body_limits)?;
+        self.keep_alive = head.keep_alive;
+        self.status = Some(head.status);
+        if body.is_done() {
+            // No body: what follows the head stays as `leftover`.
+            self.phase = Phase::Ending;
+        } else {
+            // Body bytes that came with the head: de-frame them in place.
+            absorb_in_place(
+                &mut body,
+                &mut self.rx,
+                self.pos,
+                &mut self.pending,
+                &mut self.extra,
+            );
+            self.phase = Phase::Body(body);
+        }
+        Ok(Some(head))
+    }
+
+    fn step(&mut self) -> Result<Option<Step>, Error> {
+        loop {
+            match &mut self.phase {
+                Phase::Finished => return Ok(None),
+                Phase::Head if self.ready.is_some() => {
+                    if let Some(decoded) = self.ready.take()
+                        && let Some(head) = self.start_body(decoded)?
+                    {
+                        return Ok(Some(Step::Head(head)));
+                    }
+                }
+                Phase::Head => {
+                    let region = &self.rx[self.pos..];
+                    let budget = self.max_head_bytes - self.head_used;
+                    let window = &region[..region.len().min(budget)];
+                    // A head that arrived whole is parsed once, in place;
+                    // otherwise the scanner finds its end incrementally.
+                    let whole = match self.scanner.is_fresh() {
+                        true => head::decode_whole(window, self.max_headers),
+                        false => None,
+                    };
+                    let scan = match &whole {
+                        Some(Ok((n, _))) => Scan::Complete(*n),
+                        Some(Err(_)) | None => self.scanner.scan(window),
+                    };
+                    match scan {
+                        Scan::Complete(n) => {
+                            let decoded = match whole {
+                                Some(d) => d?.1,
+                                None => head::decode(&region[..n], self.max_headers)?,
+                            };
+                            self.pos += n;
+                            self.head_used += n;
+                            self.scanner = HeadScanner::default();
+                            if let Some(head) = self.start_body(decoded)? {
+                                return Ok(Some(Step::Head(head)));
+                            }
+                        }
+                        Scan::Partial if region.len() > budget => {
+                            let max = self.max_head_bytes as u64;
+                            return Err(Error::new(
+                                Category::OutputLimit,
+                                Operation::Http,
+                                Evidence::DispatchUncertain,
+                            )
+                            .with_reason("head_bytes")
+                            .with_limit(max + 1, max));
+                        }
+                        Scan::Partial if self.eof => {
+                            return Err(Error::new(
+                                Category::Transport,
+                                Operation::Http,
+                                Evidence::DispatchUncertain,
+                            )
+                            .with_reason("early_close"));
+                        }
+                        Scan::Partial => return Ok(None),
+                    }
+                }
+                Phase::Ending => {
+                    self.phase = Phase::Finished;
+                    return Ok(Some(Step::End));
+                }
+                Phase::Body(body) => {
+                    if self.pos < self.rx.len() {
+                        let payload = self.pos..self.rx.len();
+                        self.pos = self.rx.len();
+                        return Ok(Some(Step::Data(payload)));
+                    }
+                    if let Some(e) = self.pending.take() {
+                        return Err(e);
+                    }
+                    if body.is_done() {
+                        self.phase = Phase::Finished;
+                        return Ok(Some(Step::End));
+                    }
+                    if !self.eof {
+                        return Ok(None);
+                    }
+                    body.finish()?;
+                }
+            }
+        }
+    }
+}
+
+/// De-frames `input` (raw body bytes, in stream order) into `out`: payload
+/// is appended, framing dropped. A decoding error is parked in `pending`
+/// (reported after the payload before it); bytes after the end of the body
+/// set `extra`.
+fn absorb(
+    body: &mut BodyDecoder,
+    input: &[u8],
+    out: &mut Vec<u8>,
+    pending: &mut Option<Error>,
+    extra: &mut bool,
+) {
+    let mut at = 0;
+    while at < input.len() {
+        if body.is_done() {
+            *extra = true;
+            return;
+        }
+        match body.decode(&input[at..]) {
+            Ok(progress) => {
+                if let Some(r) = progress.data {
+                    out.extend_from_slice(&input[at + r.start..at + r.end]);
+                }
+                if progress.consumed == 0 {
+                    return;
+                }
+                at += progress.consumed;
+            }
+            Err(e) => {
+                *pending = Some(e);
+                return;
+            }
+        }
+    }
+}
+
+/// [`absorb`] for raw body bytes already in `buf[start..]`: the payload is
+/// moved down over the framing and `buf` truncated after it.
+fn absorb_in_place(
+    body: &mut BodyDecoder,
+    buf: &mut Vec<u8>,
+    start: usize,
+    pending: &mut Option<Error>,
+    extra: &mut bool,
+) {
+    let (mut read, mut write) = (start, start);
+    while read < buf.len() {
+        if body.is_done() {
+            *extra = true;
+            break;
+        }
+        match body.decode(&buf[read..]) {
+            Ok(progress) => {
+                if let Some(r) = progress.data {
+                    buf.copy_within(read + r.start..read + r.end, write);
+                    write += r.len();
+                }
+                if progress.consumed == 0 {
+                    break;
+                }
+                read += progress.consumed;
+            }
+            Err(e) => {
+                *pending = Some(e);
+                break;
+            }
+        }
+    }
+    buf.truncate(write);
+}

@@ -1,0 +1,541 @@
+//! Worker endpoint configuration (features C1.1).
+//!
+//! [`Endpoint::new`] validates an [`EndpointConfig`] without any I/O. The
+//! one rule that needs the file system ("the CA file, client certificate
+//! and key must exist as regular files") is [`Endpoint::check_files`], which
+//! the shell calls with its own file test before connecting.
+
+use core::fmt;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Operation};
+use crate::http1::ExchangeConfig;
+use crate::secret::Secret;
+
+/// A worker id: ≤64 bytes of `^[A-Za-z0-9][A-Za-z0-9._-]*$` (features §0.1).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct WorkerId(Box<str>);
+
+impl WorkerId {
+    /// The longest id in bytes.
+    pub const MAX_LEN: usize = 64;
+
+    /// Validates a worker id.
+    ///
+    /// # Errors
+    /// `validation`, operation `config`, reason `invalid_worker_id`.
+    pub fn new(id: &str) -> Result<Self, Error> {
+        let b = id.as_bytes();
+        let ok = !b.is_empty()
+            && b.len() <= Self::MAX_LEN
+            && b[0].is_ascii_alphanumeric()
+            && b.iter()
+                .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'));
+        if ok {
+            Ok(Self(id.into()))
+        } else {
+            Err(Error::validation(Operation::Config, "invalid_worker_id"))
+        }
+    }
+
+    /// The id text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The URL scheme.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scheme {
+    /// Plain HTTP (loopback or Unix socket only).
+    Http,
+    /// HTTPS with mutual TLS available; verification cannot be disabled.
+    Https,
+}
+
+/// The six budgets of an endpoint, each with its default and range (C1.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Budgets {
+    /// Connect timeout: default 1,000 ms, 1–900,000 ms.
+    pub connect: Duration,
+    /// Pool checkout timeout: default 5,000 ms, 1–900,000 ms.
+    pub pool_checkout: Duration,
+    /// Receive-idle timeout: default 15,000 ms, 1–86,460,000 ms.
+    pub receive_idle: Duration,
+    /// Operation timeout: default 30,000 ms, 1–86,460,000 ms.
+    pub operation: Duration,
+    /// Max request body: default 1,048,576 B, 1–16,777,216 B.
+    pub max_request_body: u64,
+    /// Max response bytes: default 16,777,216 B, 1–33,554,432 B.
+    pub max_response_bytes: u64,
+}
+
+impl Budgets {
+    /// Default connect timeout.
+    pub const DEFAULT_CONNECT: Duration = Duration::from_millis(1_000);
+    /// Default pool checkout timeout.
+    pub const DEFAULT_POOL_CHECKOUT: Duration = Duration::from_millis(5_000);
+    /// Default receive-idle timeout.
+    pub const DEFAULT_RECEIVE_IDLE: Duration = Duration::from_millis(15_000);
+    /// Default operation timeout.
+    pub const DEFAULT_OPERATION: Duration = Duration::from_millis(30_000);
+    /// Default max request body.
+    pub const DEFAULT_MAX_REQUEST_BODY: u64 = 1_048_576;
+    /// Default max response bytes.
+    pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 16_777_216;
+    /// Largest connect and pool checkout timeout, ms.
+    pub const MAX_CONNECT_MS: u64 = 900_000;
+    /// Largest receive-idle and operation timeout, ms.
+    pub const MAX_OPERATION_MS: u64 = 86_460_000;
+    /// Largest max request body.
+    pub const MAX_REQUEST_BODY: u64 = 16_777_216;
+    /// Largest max response bytes.
+    pub const MAX_RESPONSE_BYTES: u64 = 33_554_432;
+
+    /// Checks every budget against its range.
+    ///
+    /// # Errors
+    /// `validation`, operation `config`, with the offending value as limit
+    /// (durations in ms).
+    pub fn validate(&self) -> Result<(), Error> {
+        check_ms(
+            self.connect,
+            Self::MAX_CONNECT_MS,
+            "connect_timeout_out_of_range",
+        )?;
+        check_ms(
+            self.pool_checkout,
+            Self::MAX_CONNECT_MS,
+            "pool_checkout_out_of_range",
+        )?;
+        check_ms(
+            self.receive_idle,
+            Self::MAX_OPERATION_MS,
+            "receive_idle_out_of_range",
+        )?;
+        check_ms(
+            self.operation,
+            Self::MAX_OPERATION_MS,
+            "operation_timeout_out_of_range",
+        )?;
+        check_range(
+            self.max_request_body,
+            Self::MAX_REQUEST_BODY,
+            "max_request_body_out_of_range",
+        )?;
+        check_range(
+            self.max_response_bytes,
+            Self::MAX_RESPONSE_BYTES,
+            "max_response_bytes_out_of_range",
+        )
+    }
+}
+
+impl Default for Budgets {
+    fn default() -> Self {
+        Self {
+            connect: Self::DEFAULT_CONNECT,
+            pool_checkout: Self::DEFAULT_POOL_CHECKOUT,
+            receive_idle: Self::DEFAULT_RECEIVE_IDLE,
+            operation: Self::DEFAULT_OPERATION,
+            max_request_body: Self::DEFAULT_MAX_REQUEST_BODY,
+            max_response_bytes: Self::DEFAULT_MAX_RESPONSE_BYTES,
+        }
+    }
+}
+
+fn check_ms(d: Duration, max_ms: u64, reason: &'static str) -> Result<(), Error> {
+    // Sub-millisecond precision is refused rather than rounded.
+    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    if !d.subsec_nanos().is_multiple_of(1_000_000) {
+        return Err(Error::validation(Operation::Config, reason));
+    }
+    check_range(ms, max_ms, reason)
+}
+
+fn check_range(v: u64, max: u64, reason: &'static str) -> Result<(), Error> {
+    if (1..=max).contains(&v) {
+        Ok(())
+    } else {
+        Err(Error::validation(Operation::Config, reason).with_limit(v, max))
+    }
+}
+
+/// The caller's endpoint settings, before validation.
+#[derive(Clone, Debug, Default)]
+pub struct EndpointConfig {
+    /// Worker id (worker id grammar).
+    pub id: String,
+    /// Base URL: `http(s)://host[:port][/]`.
+    pub base_url: String,
+    /// Bearer token: 1–4,096 bytes of `0x21–0x7E`; mandatory for HTTPS.
+    pub token: Option<Secret>,
+    /// PEM CA file to verify the worker with (HTTPS only).
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate chain for mutual TLS (HTTPS only, with `client_key`).
+    pub client_cert: Option<PathBuf>,
+    /// PEM client private key for mutual TLS (HTTPS only, with `client_cert`).
+    pub client_key: Option<PathBuf>,
+    /// Unix socket path (absolute, ≤100 bytes): only with a plain-HTTP loopback URL.
+    pub unix_socket: Option<String>,
+    /// Allow plain HTTP over TCP to a loopback host (`127.0.0.1`, `localhost`, `::1`).
+    pub allow_insecure_loopback: bool,
+    /// The six budgets.
+    pub budgets: Budgets,
+}
+
+/// Where the shell connects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target<'a> {
+    /// A TCP connection to host (no brackets for IPv6) and port.
+    Tcp {
+        /// Host name or IP literal.
+        host: &'a str,
+        /// Port.
+        port: u16,
+    },
+    /// A Unix domain socket.
+    Unix(&'a Path),
+}
+
+/// A validated worker endpoint. Construction performs no I/O (AC-1.1.1);
+/// the token never appears in `Debug` (AC-1.1.4).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    id: WorkerId,
+    scheme: Scheme,
+    host: Box<str>,
+    port: u16,
+    explicit_port: bool,
+    token: Option<Secret>,
+    ca_file: Option<PathBuf>,
+    client_identity: Option<(PathBuf, PathBuf)>,
+    unix_socket: Option<PathBuf>,
+    budgets: Budgets,
+}
+
+/// The longest base URL in bytes.
+pub const MAX_BASE_URL_LEN: usize = 2_048;
+/// The longest bearer token in bytes.
+pub const MAX_TOKEN_LEN: usize = 4_096;
+/// The longest Unix socket path in bytes.
+pub const MAX_SOCKET_PATH_LEN: usize = 100;
+
+impl Endpoint {
+    /// Validates a configuration (every rule of C1.1 except file existence).
+    ///
+    /// # Errors
+    /// `validation`, operation `config`, evidence `not_dispatched`.
+    pub fn new(config: EndpointConfig) -> Result<Self, Error> {
+        let id = WorkerId::new(&config.id)?;
+        let url = parse_base_url(&config.base_url)?;
+        config.budgets.validate()?;
+        if let Some(token) = &config.token {
+            let b = token.expose().as_bytes();
+            if b.is_empty()
+                || b.len() > MAX_TOKEN_LEN
+                || !b.iter().all(|c| (0x21..=0x7e).contains(c))
+            {
+                return Err(invalid("invalid_token"));
+            }
+        }
+        let loopback = is_loopback_host(&url.host);
+        let client_identity = match (config.client_cert, config.client_key) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => Some((cert, key)),
+            _ => return Err(invalid("client_cert_and_key_go_together")),
+        };
+        let unix_socket = match config.unix_socket {
+            None => None,
+            Some(s) => Some(check_socket_path(&s)?),
+        };
+        match url.scheme {
+            Scheme::Https => {
+                if config.token.is_none() {
+                    return Err(invalid("https_requires_token"));
+                }
+                if unix_socket.is_some() {
+                    return Err(invalid("socket_requires_plain_http"));
+                }
+                if config.allow_insecure_loopback {
+                    return Err(invalid("insecure_with_https"));
+                }
+            }
+            Scheme::Http => {
+                if config.ca_file.is_some() {
+                    return Err(invalid("ca_file_requires_https"));
+                }
+                if client_identity.is_some() {
+                    return Err(invalid("client_cert_requires_https"));
+                }
+                if !loopback {
+                    return Err(invalid("plain_http_requires_loopback"));
+                }
+                if unix_socket.is_none() && !config.allow_insecure_loopback {
+                    return Err(invalid("plain_http_requires_opt_in"));
+                }
+            }
+        }
+        for p in config
+            .ca_file
+            .iter()
+            .chain(client_identity.iter().flat_map(|(c, k)| [c, k]))
+        {
+            let s = p.as_os_str();
+            if s.is_empty() || s.as_encoded_bytes().contains(&0) {
+                return Err(invalid("invalid_file_path"));
+            }
+        }
+        Ok(Self {
+            id,
+            scheme: url.scheme,
+            host: url.host.into(),
+            port: url.port,
+            explicit_port: url.explicit_port,
+            token: config.token,
+            ca_file: config.ca_file,
+            client_identity,
+            unix_socket,
+            budgets: config.budgets,
+        })
+    }
+
+    /// Checks that the CA file and client certificate/key exist as regular
+    /// files, using the shell's file test (the only C1.1 rule needing I/O).
+    ///
+    /// # Errors
+    /// `validation`, operation `config`, reason `file_not_regular`.
+    pub fn check_files(&self, is_regular_file: impl Fn(&Path) -> bool) -> Result<(), Error> {
+        let mut files = self
+            .ca_file
+            .iter()
+            .map(PathBuf::as_path)
+            .collect::<Vec<_>>();
+        if let Some((c, k)) = &self.client_identity {
+            files.push(c);
+            files.push(k);
+        }
+        if files.into_iter().all(is_regular_file) {
+            Ok(())
+        } else {
+            Err(invalid("file_not_regular"))
+        }
+    }
+
+    /// The worker id.
+    pub const fn id(&self) -> &WorkerId {
+        &self.id
+    }
+
+    /// The scheme.
+    pub const fn scheme(&self) -> Scheme {
+        self.scheme
+    }
+
+    /// The host (lowercase; IPv6 without brackets).
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The port (explicit, or 80/443 by scheme).
+    pub const fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The `Host` header value: host (IPv6 in brackets) plus `:port` when
+    /// the URL named one.
+    pub fn host_header(&self) -> String {
+        let mut h = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.to_string()
+        };
+        if self.explicit_port {
+            h.push(':');
+            h.push_str(&self.port.to_string());
+        }
+        h
+    }
+
+    /// The TLS server name to verify (HTTPS only).
+    pub fn tls_server_name(&self) -> Option<&str> {
+        match self.scheme {
+            Scheme::Https => Some(&self.host),
+            Scheme::Http => None,
+        }
+    }
+
+    /// Where to connect: the Unix socket when configured, else TCP.
+    pub fn target(&self) -> Target<'_> {
+        match &self.unix_socket {
+            Some(p) => Target::Unix(p),
+            None => Target::Tcp {
+                host: &self.host,
+                port: self.port,
+            },
+        }
+    }
+
+    /// The bearer token, if any (write it only onto the wire).
+    pub const fn token(&self) -> Option<&Secret> {
+        self.token.as_ref()
+    }
+
+    /// The CA file, if any.
+    pub fn ca_file(&self) -> Option<&Path> {
+        self.ca_file.as_deref()
+    }
+
+    /// The client certificate and key paths for mutual TLS, if any.
+    pub fn client_identity(&self) -> Option<(&Path, &Path)> {
+        self.client_identity
+            .as_ref()
+            .map(|(c, k)| (c.as_path(), k.as_path()))
+    }
+
+    /// The Unix socket path, if any.
+    pub fn unix_socket(&self) -> Option<&Path> {
+        self.unix_socket.as_deref()
+    }
+
+    /// The budgets.
+    pub const fn budgets(&self) -> &Budgets {
+        &self.budgets
+    }
+
+    /// The [`ExchangeConfig`] of one exchange with this endpoint: its Host
+    /// header, bearer token, request-body cap, receive-idle timeout and the
+    /// response cap (the endpoint's, or an operation's tighter
+    /// [`super::WorkerCall::max_response_bytes`]). `deadline` is the
+    /// operation's overall deadline (typically `now + budgets().operation`).
+    pub fn exchange_config(&self, deadline: Instant, call_cap: Option<u64>) -> ExchangeConfig {
+        let mut c = ExchangeConfig::new(self.host_header(), deadline);
+        c.bearer = self.token.clone();
+        c.max_request_body = usize::try_from(self.budgets.max_request_body).unwrap_or(usize::MAX);
+        c.max_response_body = call_cap.map_or(self.budgets.max_response_bytes, |cap| {
+            cap.clamp(1, self.budgets.max_response_bytes)
+        });
+        c.idle_timeout = Some(self.budgets.receive_idle);
+        c
+    }
+}
+
+impl fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("id", &self.id.as_str())
+            .field("scheme", &self.scheme)
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("has_token", &self.token.is_some())
+            .field("ca_file", &self.ca_file)
+            .field("client_identity", &self.client_identity)
+            .field("unix_socket", &self.unix_socket)
+            .field("budgets", &self.budgets)
+            .finish()
+    }
+}
+
+const fn invalid(reason: &'static str) -> Error {
+    Error::validation(Operation::Config, reason)
+}
+
+fn is_loopback_host(host: &str) -> bool {
+    matches!(host, "127.0.0.1" | "localhost" | "::1")
+}
+
+fn check_socket_path(s: &str) -> Result<PathBuf, Error> {
+    if !s.starts_with('/') || s.len() > MAX_SOCKET_PATH_LEN || s.contains('\0') {
+        return Err(invalid("invalid_socket_path"));
+    }
+    Ok(PathBuf::from(s))
+}
+
+struct BaseUrl {
+    scheme: Scheme,
+    host: String,
+    port: u16,
+    explicit_port: bool,
+}
+
+fn parse_base_url(url: &str) -> Result<BaseUrl, Error> {
+    if url.len() > MAX_BASE_URL_LEN {
+        return Err(
+            invalid("base_url_too_long").with_limit(url.len() as u64, MAX_BASE_URL_LEN as u64)
+        );
+    }
+    let (scheme, rest) = if let Some(r) = strip_prefix_ci(url, "http://") {
+        (Scheme::Http, r)
+    } else if let Some(r) = strip_prefix_ci(url, "https://") {
+        (Scheme::Https, r)
+    } else {
+        return Err(invalid("base_url_scheme"));
+    };
+    if rest.contains(['?', '#']) {
+        return Err(invalid("base_url_query_or_fragment"));
+    }
+    let (authority, path) = rest.find('/').map_or((rest, ""), |i| rest.split_at(i));
+    if !(path.is_empty() || path == "/") {
+        return Err(invalid("base_url_path"));
+    }
+    if authority.contains('@') {
+        return Err(invalid("base_url_userinfo"));
+    }
+    let (host, port_text) = if let Some(after) = authority.strip_prefix('[') {
+        let end = after.find(']').ok_or_else(|| invalid("base_url_host"))?;
+        let literal = &after[..end];
+        if literal.parse::<Ipv6Addr>().is_err() {
+            return Err(invalid("base_url_host"));
+        }
+        let tail = &after[end + 1..];
+        let port = match tail.strip_prefix(':') {
+            Some(p) => Some(p),
+            None if tail.is_empty() => None,
+            None => return Err(invalid("base_url_host")),
+        };
+        (literal.to_ascii_lowercase(), port)
+    } else {
+        let (h, p) = match authority.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        };
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        };
+        let valid = h.split('.').all(label_ok)
+            && (h.parse::<Ipv4Addr>().is_ok()
+                || !h.bytes().all(|b| b.is_ascii_digit() || b == b'.'));
+        if !valid {
+            return Err(invalid("base_url_host"));
+        }
+        (h.to_ascii_lowercase(), p)
+    };
+    let (port, explicit_port) = match port_text {
+        None => (if scheme == Scheme::Https { 443 } else { 80 }, false),
+        Some(p) => {
+            let ok = !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit());
+            let n: u32 = if ok { p.parse().unwrap_or(0) } else { 0 };
+            match u16::try_from(n) {
+                Ok(n) if n >= 1 => (n, true),
+                _ => return Err(invalid("base_url_port")),
+            }
+        }
+    };
+    Ok(BaseUrl {
+        scheme,
+        host,
+        port,
+        explicit_port,
+    })
+}
+
+fn strip_prefix_ci<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
+    let head = s.get(..prefix.len())?;
+    head.eq_ignore_ascii_case(prefix)
+        .then(|| &s[prefix.len()..])
+}

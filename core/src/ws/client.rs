@@ -1,0 +1,750 @@
+//! The connection state machine: handshake, receive path, send path, close.
+
+use core::fmt;
+use core::ops::Range;
+use std::time::Instant;
+
+use super::close::{CloseCode, ClosePayloadError, parse_close_payload};
+use super::config::{MAX_HANDSHAKE_LEN, MAX_INPUT_CHUNK, WsConfig};
+use super::frame::{self, HeaderError, MAX_CONTROL_PAYLOAD, MAX_HEADER_LEN, Opcode};
+use super::handshake;
+use super::mask::{MaskPool, extend_masked};
+use crate::error::{Category, Error, Evidence, Operation};
+
+/// Masking keys kept back from application sends so that a pong or a close
+/// can always be masked.
+const MASK_RESERVE_BYTES: usize = 8;
+
+/// Largest number of bytes waiting in the send buffer (1 MiB of payload plus
+/// headers). A send that would exceed it is refused and changes nothing.
+pub const MAX_PENDING_TRANSMIT: usize = 1_048_576 + 64 * 1_024;
+
+/// A WebSocket client connection (RFC 6455), sans-IO.
+///
+/// # Contract
+/// * **Inputs** — [`handle_input`](Self::handle_input) (bytes read from the
+///   socket, at most [`MAX_INPUT_CHUNK`](super::MAX_INPUT_CHUNK) per call),
+///   [`handle_eof`](Self::handle_eof) (the peer ended the TCP stream),
+///   [`handle_timeout`](Self::handle_timeout), and
+///   [`handle_entropy`](Self::handle_entropy) (random bytes for masking keys;
+///   add [`entropy_wanted`](Self::entropy_wanted) bytes whenever it is
+///   non-zero, before sending).
+/// * **Commands** — [`send_binary`](Self::send_binary),
+///   [`send_text`](Self::send_text), [`send_ping`](Self::send_ping),
+///   [`close`](Self::close).
+/// * **Outputs** — [`poll_transmit`](Self::poll_transmit) (bytes to write),
+///   [`poll_event`](Self::poll_event) (lends messages out of the receive
+///   buffer without copying), [`poll_timeout`](Self::poll_timeout).
+///
+/// Drain order after every input or command: `poll_transmit`, then
+/// `poll_event` until `None`, then `poll_transmit` again (decoding a ping or
+/// a close queues a pong or a close echo), then `poll_timeout`. Frames are
+/// decoded lazily by `poll_event`, so a caller that stops draining events
+/// also stops the decoder; `handle_input` refuses more bytes than one
+/// partial frame plus one chunk.
+///
+/// When [`is_finished`](Self::is_finished) is true and `poll_transmit`
+/// returns `None`, the shell closes the socket.
+pub struct WsClient {
+    config: WsConfig,
+    phase: Phase,
+    expected_accept: String,
+    head_scan: usize,
+    rx: Vec<u8>,
+    rx_pos: usize,
+    eof: bool,
+    msg: Vec<u8>,
+    msg_opcode: Option<Opcode>,
+    tx: Vec<u8>,
+    masks: MaskPool,
+    deferred_pong: Option<([u8; MAX_CONTROL_PAYLOAD], u8)>,
+    deferred_close: Option<Option<CloseCode>>,
+    close_sent: bool,
+    close_received: bool,
+    handshake_deadline: Option<Instant>,
+    close_deadline: Option<Instant>,
+    last_now: Instant,
+    sent_any: bool,
+    open_pending: bool,
+    end: Option<End>,
+    error: Option<Error>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for the 101 reply.
+    Handshake,
+    /// Frames flow.
+    Open,
+    /// Nothing more is decoded (closed, failed, timed out).
+    Done,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum End {
+    Closed(CloseInfo),
+    Failed(Error),
+}
+
+/// The timers a [`WsClient`] runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WsTimer {
+    /// The 101 reply must be complete by then.
+    Handshake,
+    /// The peer's close must arrive by then (after ours).
+    CloseWait,
+}
+
+/// How a connection closed cleanly (a close frame was received).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CloseInfo {
+    /// The peer's code; `None` when its close frame had no payload (1005).
+    pub code: Option<CloseCode>,
+    /// True when the peer closed first and we echoed.
+    pub by_peer: bool,
+}
+
+/// Something that happened on the connection. Payloads are lent from the
+/// client's buffers (no copy) until the next call on the client.
+pub enum WsEvent<'a> {
+    /// The 101 reply was valid; frames may flow.
+    Open,
+    /// A complete binary message.
+    Binary(&'a [u8]),
+    /// A complete text message (valid UTF-8).
+    Text(&'a str),
+    /// A ping arrived; the pong is already queued.
+    Ping(&'a [u8]),
+    /// A pong arrived.
+    Pong(&'a [u8]),
+    /// The close handshake completed (final event).
+    Closed(CloseInfo),
+    /// The connection failed (final event). A close frame with the matching
+    /// code (1002, 1007, 1009) is queued when one may still be sent.
+    Failed(Error),
+}
+
+impl fmt::Debug for WsEvent<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Payloads are peer bytes: print lengths only.
+        match self {
+            Self::Open => f.write_str("Open"),
+            Self::Binary(b) => write!(f, "Binary(len {})", b.len()),
+            Self::Text(t) => write!(f, "Text(len {})", t.len()),
+            Self::Ping(b) => write!(f, "Ping(len {})", b.len()),
+            Self::Pong(b) => write!(f, "Pong(len {})", b.len()),
+            Self::Closed(c) => write!(f, "Closed({c:?})"),
+            Self::Failed(e) => write!(f, "Failed({e:?})"),
+        }
+    }
+}
+
+/// What one decode step found; ranges index `rx`, so no borrow is held.
+enum Step {
+    NeedMore,
+    Binary(Range<usize>),
+    Text(Range<usize>),
+    Message(Opcode),
+    Ping(Range<usize>),
+    Pong(Range<usize>),
+    End,
+}
+
+impl WsClient {
+    /// Starts a connection: the upgrade request is queued for
+    /// `poll_transmit` and the handshake timer starts at `now`.
+    ///
+    /// # Errors
+    /// `validation` when [`WsConfig::validate`] refuses the configuration.
+    pub fn new(config: WsConfig, key: [u8; 16], now: Instant) -> Result<Self, Error> {
+        config.validate()?;
+        let key_b64 = handshake::encode_key(&key);
+        let expected_accept = handshake::accept_for(&key_b64);
+        let mut tx = Vec::with_capacity(512);
+        handshake::write_request(&mut tx, &config, &key_b64);
+        Ok(Self {
+            handshake_deadline: Some(now + config.handshake_timeout),
+            config,
+            phase: Phase::Handshake,
+            expected_accept,
+            head_scan: 0,
+            rx: Vec::new(),
+            rx_pos: 0,
+            eof: false,
+            msg: Vec::new(),
+            msg_opcode: None,
+            tx,
+            masks: MaskPool::new(),
+            deferred_pong: None,
+            deferred_close: None,
+            close_sent: false,
+            close_received: false,
+            close_deadline: None,
+            last_now: now,
+            sent_any: false,
+            open_pending: false,
+            end: None,
+            error: None,
+        })
+    }
+
+    // ---- inputs -------------------------------------------------------
+
+    /// Feeds bytes read from the socket (any chunking, at most
+    /// [`MAX_INPUT_CHUNK`](super::MAX_INPUT_CHUNK) per call). During the
+    /// handshake the reply head is checked here; bytes after it in the same
+    /// chunk are kept as frames.
+    ///
+    /// # Errors
+    /// The connection's error once it failed (sticky; bytes are then
+    /// ignored); `validation` for a chunk over the cap or when undrained
+    /// input would exceed one partial frame plus one chunk (nothing is
+    /// consumed then).
+    pub fn handle_input(&mut self, now: Instant, bytes: &[u8]) -> Result<(), Error> {
+        self.touch(now);
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        if bytes.len() > MAX_INPUT_CHUNK {
+            return Err(self
+                .err(Category::Validation, "input_chunk_too_large")
+                .with_limit(bytes.len() as u64, MAX_INPUT_CHUNK as u64));
+        }
+        match self.phase {
+            Phase::Done => Ok(()),
+            Phase::Handshake => {
+                self.rx.extend_from_slice(bytes);
+                self.advance_handshake();
+                self.error.map_or(Ok(()), Err)
+            }
+            Phase::Open => {
+                if self.rx_pos == self.rx.len() {
+                    self.rx.clear();
+                    self.rx_pos = 0;
+                }
+                let pending = self.rx.len() - self.rx_pos;
+                let max = self.config.max_frame_len + MAX_HEADER_LEN + MAX_INPUT_CHUNK;
+                if pending + bytes.len() > max {
+                    return Err(self
+                        .err(Category::Validation, "input_not_drained")
+                        .with_limit((pending + bytes.len()) as u64, max as u64));
+                }
+                if self.rx_pos > 0 && self.rx.len() + bytes.len() > self.rx.capacity() {
+                    self.rx.drain(..self.rx_pos);
+                    self.rx_pos = 0;
+                }
+                self.rx.extend_from_slice(bytes);
+                Ok(())
+            }
+        }
+    }
+
+    /// The peer ended the byte stream. Frames already buffered are still
+    /// delivered; then, unless a close frame was received, the connection
+    /// fails as an abnormal close (1006, `transport`).
+    pub fn handle_eof(&mut self, now: Instant) {
+        self.touch(now);
+        self.eof = true;
+        if self.phase == Phase::Handshake {
+            let e = self.err(Category::Transport, "eof_during_handshake");
+            self.fail(e, None);
+        }
+    }
+
+    /// Acts on every timer due at `now`; early or repeated calls do nothing.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let now = self.touch(now);
+        if self.handshake_deadline.is_some_and(|t| t <= now) {
+            let e = self.err(Category::Transport, "handshake_timeout");
+            self.fail(e, None);
+        } else if self.close_deadline.is_some_and(|t| t <= now) {
+            let e = self.err(Category::Transport, "close_wait_expired");
+            self.fail(e, None);
+        }
+    }
+
+    /// Adds caller-generated random bytes for masking keys (4 per frame).
+    /// Bytes beyond the pool's room ([`MASK_POOL_BYTES`](super::MASK_POOL_BYTES))
+    /// are ignored. A pong or close that waited for a key is queued now.
+    pub fn handle_entropy(&mut self, random: &[u8]) {
+        self.masks.add(random);
+        if let Some(code) = self.deferred_close {
+            if let Some(mask) = self.masks.take() {
+                self.deferred_close = None;
+                write_close(&mut self.tx, code, mask);
+            }
+        } else if let Some((buf, len)) = self.deferred_pong
+            && let Some(mask) = self.masks.take()
+        {
+            self.deferred_pong = None;
+            write_frame(&mut self.tx, Opcode::Pong, &buf[..usize::from(len)], mask);
+        }
+    }
+
+    /// How many random bytes [`handle_entropy`](Self::handle_entropy) should
+    /// be given now (0 while the pool is at least half full).
+    pub fn entropy_wanted(&self) -> usize {
+        self.masks.wanted()
+    }
+
+    // ---- commands -----------------------------------------------------
+
+    /// Queues one unfragmented binary message.
+    ///
+    /// # Errors
+    /// See [`send_text`](Self::send_text).
+    #[inline]
+    pub fn send_binary(&mut self, now: Instant, payload: &[u8]) -> Result<(), Error> {
+        self.send(now, Opcode::Binary, payload)
+    }
+
+    /// Queues one unfragmented text message.
+    ///
+    /// # Errors
+    /// The sticky error after a failure; `validation` before the handshake
+    /// completed, after a close was sent or received, or without enough
+    /// random bytes for a masking key; `admission_exhausted` when the send
+    /// buffer would pass [`MAX_PENDING_TRANSMIT`]. Nothing is queued then.
+    pub fn send_text(&mut self, now: Instant, text: &str) -> Result<(), Error> {
+        self.send(now, Opcode::Text, text.as_bytes())
+    }
+
+    /// Queues a ping (payload ≤ 125 bytes).
+    ///
+    /// # Errors
+    /// As [`send_text`](Self::send_text), and `validation` for a payload over
+    /// 125 bytes.
+    pub fn send_ping(&mut self, now: Instant, payload: &[u8]) -> Result<(), Error> {
+        if payload.len() > MAX_CONTROL_PAYLOAD {
+            return Err(self
+                .err(Category::Validation, "ping_payload_too_long")
+                .with_limit(payload.len() as u64, MAX_CONTROL_PAYLOAD as u64));
+        }
+        self.send(now, Opcode::Ping, payload)
+    }
+
+    /// Starts the close handshake: queues a close frame with `code` and
+    /// starts the close-wait timer. After this no data frame is sent. Before
+    /// the handshake completed it abandons the connection instead (no close
+    /// frame; the final event is `Failed` with reason `closed_before_open`).
+    /// A second call, or a call after the connection ended, does nothing.
+    ///
+    /// # Errors
+    /// `validation` when `code` may not be sent (1005, 1006, 1015, reserved).
+    pub fn close(&mut self, now: Instant, code: CloseCode) -> Result<(), Error> {
+        let now = self.touch(now);
+        if !code.is_sendable() {
+            return Err(self.err(Category::Validation, "close_code_not_sendable"));
+        }
+        match self.phase {
+            Phase::Handshake => {
+                let e = self.err(Category::Transport, "closed_before_open");
+                self.fail(e, None);
+            }
+            Phase::Open if !self.close_sent => {
+                self.queue_close(Some(code));
+                self.close_deadline = Some(now + self.config.close_wait);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    // ---- outputs ------------------------------------------------------
+
+    /// Moves every queued byte to `out` and returns how many. When `out` is
+    /// empty the buffers are swapped (no copy); otherwise the bytes are
+    /// appended.
+    pub fn poll_transmit(&mut self, out: &mut Vec<u8>) -> Option<usize> {
+        if self.tx.is_empty() {
+            return None;
+        }
+        self.sent_any = true;
+        let n = self.tx.len();
+        if out.is_empty() {
+            core::mem::swap(out, &mut self.tx);
+        } else {
+            out.extend_from_slice(&self.tx);
+            self.tx.clear();
+        }
+        Some(n)
+    }
+
+    /// The next event. Messages are lent from the receive or message buffer
+    /// and valid until the next call on the client. Decoding a ping or close
+    /// may queue a transmit.
+    pub fn poll_event(&mut self) -> Option<WsEvent<'_>> {
+        if self.open_pending {
+            self.open_pending = false;
+            return Some(WsEvent::Open);
+        }
+        let step = if self.phase == Phase::Open {
+            self.decode()
+        } else {
+            Step::NeedMore
+        };
+        match step {
+            Step::Binary(r) => Some(WsEvent::Binary(&self.rx[r])),
+            Step::Ping(r) => Some(WsEvent::Ping(&self.rx[r])),
+            Step::Pong(r) => Some(WsEvent::Pong(&self.rx[r])),
+            Step::Text(r) => {
+                if core::str::from_utf8(&self.rx[r.clone()]).is_err() {
+                    self.fail_invalid_utf8();
+                    return self.take_end();
+                }
+                core::str::from_utf8(&self.rx[r]).ok().map(WsEvent::Text)
+            }
+            Step::Message(Opcode::Text) => {
+                if core::str::from_utf8(&self.msg).is_err() {
+                    self.fail_invalid_utf8();
+                    return self.take_end();
+                }
+                core::str::from_utf8(&self.msg).ok().map(WsEvent::Text)
+            }
+            Step::Message(_) => Some(WsEvent::Binary(&self.msg)),
+            Step::NeedMore | Step::End => self.take_end(),
+        }
+    }
+
+    /// The next deadline and which timer it is; `handle_timeout` acts at
+    /// exactly that instant.
+    pub fn poll_timeout(&self) -> Option<(Instant, WsTimer)> {
+        if let Some(t) = self.handshake_deadline {
+            return Some((t, WsTimer::Handshake));
+        }
+        self.close_deadline.map(|t| (t, WsTimer::CloseWait))
+    }
+
+    // ---- getters ------------------------------------------------------
+
+    /// True once the 101 reply was accepted and until the connection ended.
+    pub fn is_open(&self) -> bool {
+        self.phase == Phase::Open
+    }
+
+    /// True once the final event (`Closed` or `Failed`) is decided; the
+    /// shell may close the socket after `poll_transmit` returns `None`.
+    pub fn is_finished(&self) -> bool {
+        self.phase == Phase::Done
+    }
+
+    /// True once a close frame was queued; no data frame follows it.
+    pub fn is_close_sent(&self) -> bool {
+        self.close_sent
+    }
+
+    /// The sticky error, once the connection failed.
+    pub fn error(&self) -> Option<Error> {
+        self.error
+    }
+
+    /// True once `poll_transmit` handed out a byte (so the request may
+    /// have reached the peer).
+    pub fn has_transmitted(&self) -> bool {
+        self.sent_any
+    }
+
+    /// Bytes waiting for `poll_transmit`.
+    pub fn pending_transmit(&self) -> usize {
+        self.tx.len()
+    }
+
+    /// Random bytes buffered for masking keys.
+    pub fn entropy_available(&self) -> usize {
+        self.masks.available()
+    }
+
+    // ---- internals ----------------------------------------------------
+
+    fn touch(&mut self, now: Instant) -> Instant {
+        self.last_now = self.last_now.max(now);
+        self.last_now
+    }
+
+    /// Evidence for errors: `not_dispatched` until the first request byte
+    /// was handed to the shell.
+    fn evidence(&self) -> Evidence {
+        if self.sent_any {
+            Evidence::DispatchUncertain
+        } else {
+            Evidence::NotDispatched
+        }
+    }
+
+    fn err(&self, category: Category, reason: &'static str) -> Error {
+        let evidence = match category {
+            // The caller's own mistake says nothing new about dispatch.
+            Category::Validation | Category::AdmissionExhausted => Evidence::NotDispatched,
+            _ => self.evidence(),
+        };
+        Error::new(category, self.config.operation, evidence).with_reason(reason)
+    }
+
+    fn op(&self) -> Operation {
+        self.config.operation
+    }
+
+    fn advance_handshake(&mut self) {
+        let Some(end) = handshake::find_head_end(&self.rx, self.head_scan) else {
+            self.head_scan = self.rx.len();
+            if self.rx.len() >= MAX_HANDSHAKE_LEN {
+                let e = Error::protocol(self.op(), "handshake_too_large")
+                    .with_limit(MAX_HANDSHAKE_LEN as u64 + 1, MAX_HANDSHAKE_LEN as u64);
+                self.fail(e, None);
+            }
+            return;
+        };
+        if end > MAX_HANDSHAKE_LEN {
+            let e = Error::protocol(self.op(), "handshake_too_large")
+                .with_limit(end as u64, MAX_HANDSHAKE_LEN as u64);
+            self.fail(e, None);
+            return;
+        }
+        if let Err(e) = handshake::check_reply(&self.rx[..end], &self.expected_accept, &self.config)
+        {
+            self.fail(e, None);
+            return;
+        }
+        self.rx_pos = end;
+        self.phase = Phase::Open;
+        self.handshake_deadline = None;
+        self.open_pending = true;
+    }
+
+    #[inline]
+    fn send(&mut self, now: Instant, opcode: Opcode, payload: &[u8]) -> Result<(), Error> {
+        self.touch(now);
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        if self.phase != Phase::Open || self.close_sent {
+            let reason = match self.phase {
+                Phase::Handshake => "not_open",
+                _ => "closed",
+            };
+            return Err(self.err(Category::Validation, reason));
+        }
+        let frame_len = payload.len() + MAX_HEADER_LEN;
+        if self.tx.len() + frame_len > MAX_PENDING_TRANSMIT {
+            return Err(self
+                .err(Category::AdmissionExhausted, "send_buffer_full")
+                .with_limit(
+                    (self.tx.len() + frame_len) as u64,
+                    MAX_PENDING_TRANSMIT as u64,
+                ));
+        }
+        if self.masks.available() < 4 + MASK_RESERVE_BYTES {
+            return Err(self.err(Category::Validation, "mask_entropy_exhausted"));
+        }
+        let Some(mask) = self.masks.take() else {
+            return Err(self.err(Category::Validation, "mask_entropy_exhausted"));
+        };
+        write_frame(&mut self.tx, opcode, payload, mask);
+        Ok(())
+    }
+
+    /// Decodes frames until one yields an event, more bytes are needed, or
+    /// the connection ends.
+    #[inline]
+    fn decode(&mut self) -> Step {
+        loop {
+            let avail = &self.rx[self.rx_pos..];
+            let hdr = match frame::parse_server_header(avail, self.config.max_frame_len as u64) {
+                Ok(Some(h)) => h,
+                Ok(None) => return self.need_more(),
+                Err(HeaderError::Protocol(reason)) => {
+                    let e = Error::protocol(self.op(), reason);
+                    self.fail(e, Some(CloseCode::PROTOCOL_ERROR));
+                    return Step::End;
+                }
+                Err(HeaderError::TooLarge { len, max }) => {
+                    self.fail_too_big("frame_too_large", len, max);
+                    return Step::End;
+                }
+            };
+            // The header check bounds the length by 64 KiB (data) or 125
+            // (control), so it fits in usize.
+            let len = hdr.payload_len as usize;
+            let total = hdr.header_len + len;
+            if avail.len() < total {
+                return self.need_more();
+            }
+            let start = self.rx_pos + hdr.header_len;
+            let range = start..start + len;
+            self.rx_pos += total;
+            let max_msg = self.config.max_message_len;
+            match hdr.opcode {
+                Opcode::Binary | Opcode::Text => {
+                    if self.msg_opcode.is_some() {
+                        let e = Error::protocol(self.op(), "data_frame_inside_fragmented_message");
+                        self.fail(e, Some(CloseCode::PROTOCOL_ERROR));
+                        return Step::End;
+                    }
+                    if len > max_msg {
+                        self.fail_too_big("message_too_large", len as u64, max_msg as u64);
+                        return Step::End;
+                    }
+                    if hdr.fin {
+                        return if hdr.opcode == Opcode::Binary {
+                            Step::Binary(range)
+                        } else {
+                            Step::Text(range)
+                        };
+                    }
+                    self.msg.clear();
+                    self.msg.extend_from_slice(&self.rx[range]);
+                    self.msg_opcode = Some(hdr.opcode);
+                }
+                Opcode::Continuation => {
+                    let Some(opcode) = self.msg_opcode else {
+                        let e = Error::protocol(self.op(), "continuation_without_start");
+                        self.fail(e, Some(CloseCode::PROTOCOL_ERROR));
+                        return Step::End;
+                    };
+                    let total_len = self.msg.len() + len;
+                    if total_len > max_msg {
+                        self.fail_too_big("message_too_large", total_len as u64, max_msg as u64);
+                        return Step::End;
+                    }
+                    self.msg.extend_from_slice(&self.rx[range]);
+                    if hdr.fin {
+                        self.msg_opcode = None;
+                        return Step::Message(opcode);
+                    }
+                }
+                Opcode::Ping => {
+                    self.queue_pong(range.clone());
+                    return Step::Ping(range);
+                }
+                Opcode::Pong => return Step::Pong(range),
+                Opcode::Close => {
+                    self.on_close_frame(range);
+                    return Step::End;
+                }
+            }
+        }
+    }
+
+    fn need_more(&mut self) -> Step {
+        if self.eof && !self.close_received {
+            let e = self.err(Category::Transport, "abnormal_close");
+            self.fail(e, None);
+            return Step::End;
+        }
+        Step::NeedMore
+    }
+
+    fn on_close_frame(&mut self, range: Range<usize>) {
+        match parse_close_payload(&self.rx[range]) {
+            Ok(code) => {
+                self.close_received = true;
+                let by_peer = !self.close_sent;
+                if by_peer {
+                    // RFC 6455 §5.5.1: echo the status code received.
+                    self.queue_close(code);
+                }
+                self.phase = Phase::Done;
+                self.close_deadline = None;
+                self.end = Some(End::Closed(CloseInfo { code, by_peer }));
+            }
+            Err(ClosePayloadError::Protocol(reason)) => {
+                let e = Error::protocol(self.op(), reason);
+                self.fail(e, Some(CloseCode::PROTOCOL_ERROR));
+            }
+            Err(ClosePayloadError::InvalidUtf8) => self.fail_invalid_utf8(),
+        }
+    }
+
+    fn queue_pong(&mut self, range: Range<usize>) {
+        if self.close_sent {
+            return;
+        }
+        let payload = &self.rx[range];
+        match self.masks.take() {
+            Some(mask) => write_frame(&mut self.tx, Opcode::Pong, payload, mask),
+            None => {
+                // RFC 6455 §5.5.3: answering only the latest ping is allowed.
+                let mut buf = [0u8; MAX_CONTROL_PAYLOAD];
+                buf[..payload.len()].copy_from_slice(payload);
+                // A control payload is ≤ 125 bytes (checked in the header).
+                self.deferred_pong = Some((buf, payload.len() as u8));
+            }
+        }
+    }
+
+    fn queue_close(&mut self, code: Option<CloseCode>) {
+        if self.close_sent {
+            return;
+        }
+        self.close_sent = true;
+        self.deferred_pong = None;
+        match self.masks.take() {
+            Some(mask) => write_close(&mut self.tx, code, mask),
+            None => self.deferred_close = Some(code),
+        }
+    }
+
+    fn fail_too_big(&mut self, reason: &'static str, len: u64, max: u64) {
+        let e = self.err(Category::OutputLimit, reason).with_limit(len, max);
+        self.fail(e, Some(CloseCode::MESSAGE_TOO_BIG));
+    }
+
+    fn fail_invalid_utf8(&mut self) {
+        let e = Error::protocol(self.op(), "invalid_utf8");
+        self.fail(e, Some(CloseCode::INVALID_PAYLOAD));
+    }
+
+    /// Ends the connection with `error`; queues a close with `code` when the
+    /// connection is open and no close was sent yet.
+    fn fail(&mut self, error: Error, code: Option<CloseCode>) {
+        if self.phase == Phase::Done {
+            return;
+        }
+        if self.phase == Phase::Open
+            && let Some(code) = code
+        {
+            self.queue_close(Some(code));
+        }
+        self.phase = Phase::Done;
+        self.handshake_deadline = None;
+        self.close_deadline = None;
+        self.error = Some(error);
+        self.end = Some(End::Failed(error));
+    }
+
+    fn take_end(&mut self) -> Option<WsEvent<'static>> {
+        match self.end.take()? {
+            End::Closed(info) => Some(WsEvent::Closed(info)),
+            End::Failed(e) => Some(WsEvent::Failed(e)),
+        }
+    }
+}
+
+impl fmt::Debug for WsClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // No buffer contents: they are peer or terminal bytes.
+        f.debug_struct("WsClient")
+            .field("phase", &self.phase)
+            .field("operation", &self.config.operation)
+            .field("buffered_rx", &(self.rx.len() - self.rx_pos))
+            .field("pending_tx", &self.tx.len())
+            .field("close_sent", &self.close_sent)
+            .field("close_received", &self.close_received)
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Appends one masked, unfragmented client frame.
+#[inline]
+fn write_frame(tx: &mut Vec<u8>, opcode: Opcode, payload: &[u8], mask: [u8; 4]) {
+    frame::encode_header(tx, true, opcode, payload.len(), Some(mask));
+    extend_masked(tx, payload, mask);
+}
+
+fn write_close(tx: &mut Vec<u8>, code: Option<CloseCode>, mask: [u8; 4]) {
+    match code {
+        Some(c) => write_frame(tx, Opcode::Close, &c.as_u16().to_be_bytes(), mask),
+        None => write_frame(tx, Opcode::Close, &[], mask),
+    }
+}

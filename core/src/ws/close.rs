@@ -1,0 +1,122 @@
+//! Close codes (RFC 6455 §7.4) and close-frame payloads.
+
+use core::fmt;
+
+/// A WebSocket close status code (RFC 6455 §7.4.1).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CloseCode(u16);
+
+impl CloseCode {
+    /// 1000: normal closure.
+    pub const NORMAL: Self = Self(1000);
+    /// 1001: the endpoint is going away.
+    pub const GOING_AWAY: Self = Self(1001);
+    /// 1002: protocol error.
+    pub const PROTOCOL_ERROR: Self = Self(1002);
+    /// 1003: a data type the endpoint cannot accept.
+    pub const UNSUPPORTED_DATA: Self = Self(1003);
+    /// 1005: no status code was present (never on the wire).
+    pub const NO_STATUS: Self = Self(1005);
+    /// 1006: the connection ended without a close frame (never on the wire).
+    pub const ABNORMAL: Self = Self(1006);
+    /// 1007: a text message was not valid UTF-8.
+    pub const INVALID_PAYLOAD: Self = Self(1007);
+    /// 1008: policy violation.
+    pub const POLICY_VIOLATION: Self = Self(1008);
+    /// 1009: a message was too big to process.
+    pub const MESSAGE_TOO_BIG: Self = Self(1009);
+    /// 1010: a required extension was not negotiated.
+    pub const MANDATORY_EXTENSION: Self = Self(1010);
+    /// 1011: internal error.
+    pub const INTERNAL_ERROR: Self = Self(1011);
+
+    /// Wraps a raw code without checking it; see [`CloseCode::is_sendable`].
+    pub const fn from_u16(code: u16) -> Self {
+        Self(code)
+    }
+
+    /// The numeric code.
+    pub const fn as_u16(self) -> u16 {
+        self.0
+    }
+
+    /// True when the code may appear in a close frame on the wire
+    /// (RFC 6455 §7.4.1–§7.4.2 and the IANA registry): 1000–1003, 1007–1014
+    /// and 3000–4999. 1004 is reserved, 1005/1006/1015 are never sent, the
+    /// rest of 0–2999 is reserved for the protocol and ≥ 5000 is undefined.
+    pub const fn is_sendable(self) -> bool {
+        matches!(self.0, 1000..=1003 | 1007..=1014 | 3000..=4999)
+    }
+}
+
+impl fmt::Debug for CloseCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CloseCode({})", self.0)
+    }
+}
+
+/// Why a close payload was refused (maps to close 1002 or 1007).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ClosePayloadError {
+    /// One byte, or a code that must not be on the wire.
+    Protocol(&'static str),
+    /// The reason is not UTF-8.
+    InvalidUtf8,
+}
+
+/// Parses a received close payload (RFC 6455 §5.5.1): empty, or a 2-byte code
+/// followed by a UTF-8 reason.
+pub(crate) fn parse_close_payload(payload: &[u8]) -> Result<Option<CloseCode>, ClosePayloadError> {
+    match payload {
+        [] => Ok(None),
+        [_] => Err(ClosePayloadError::Protocol("close_payload_one_byte")),
+        [hi, lo, reason @ ..] => {
+            let code = CloseCode(u16::from_be_bytes([*hi, *lo]));
+            if !code.is_sendable() {
+                return Err(ClosePayloadError::Protocol("close_code_invalid"));
+            }
+            if core::str::from_utf8(reason).is_err() {
+                return Err(ClosePayloadError::InvalidUtf8);
+            }
+            Ok(Some(code))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_codes_follow_rfc_6455_7_4() {
+        for ok in [
+            1000, 1001, 1002, 1003, 1007, 1008, 1009, 1010, 1011, 1014, 3000, 4999,
+        ] {
+            assert!(CloseCode(ok).is_sendable(), "{ok}");
+        }
+        for bad in [0, 999, 1004, 1005, 1006, 1015, 1016, 2999, 5000, u16::MAX] {
+            assert!(!CloseCode(bad).is_sendable(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn close_payload_rules() {
+        assert_eq!(parse_close_payload(&[]), Ok(None));
+        assert!(matches!(
+            parse_close_payload(&[3]),
+            Err(ClosePayloadError::Protocol(_))
+        ));
+        assert_eq!(
+            parse_close_payload(&[3, 0xe8, b'o', b'k']),
+            Ok(Some(CloseCode::NORMAL))
+        );
+        assert!(matches!(
+            parse_close_payload(&[3, 0xed]),
+            Err(ClosePayloadError::Protocol(_))
+        ));
+        assert_eq!(
+            parse_close_payload(&[3, 0xe8, 0xff]),
+            Err(ClosePayloadError::InvalidUtf8)
+        );
+    }
+}

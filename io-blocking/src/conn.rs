@@ -1,0 +1,422 @@
+//! One connection and the loop that drives a core state machine over it
+//! (STYLE.md §2).
+//!
+//! A [`Conn`] owns a non-blocking [`Stream`], the `mio::Poll` it is
+//! registered with (edge-triggered, one socket per poll), a reusable read
+//! buffer and the *parked* transmit: bytes the core handed out that the
+//! socket has not taken yet. One turn of the loop ([`Conn::turn`]):
+//!
+//! 1. flush: write parked bytes, then pull more from the core with
+//!    `poll_transmit` only once the parked ones are gone, stopping at
+//!    `WouldBlock` (the rest stays parked: never dropped, never retried in a
+//!    spin);
+//! 2. the caller drains events (between turns);
+//! 3. wait in `mio::Poll::poll` until the socket is ready or the earliest of
+//!    the core's `poll_timeout` and the caller's own deadline, unless the
+//!    socket is already known to be readable;
+//! 4. read until `WouldBlock` (at most [`READS_PER_TURN`] reads, so events
+//!    are delivered between bursts), feeding each chunk with `Instant::now()`;
+//! 5. call `handle_timeout` when the core's deadline has passed.
+//!
+//! Readiness is remembered in two flags (`maybe_readable`,
+//! `maybe_writable`) that only a `WouldBlock` clears, so a socket whose edge
+//! was consumed while the core did not want input is read again without
+//! waiting for another event.
+
+use std::io;
+use std::net::ToSocketAddrs;
+use std::time::{Duration, Instant};
+
+use mio::{Events, Interest, Poll, Token};
+
+use crate::transport::{Kind, Stream, Target};
+
+/// Size of the per-connection read buffer.
+pub(crate) const READ_CHUNK: usize = 16 * 1024;
+/// Reads per turn before events are delivered again (8 × 16 KiB stays
+/// under the exec stream decoder's 256 KiB input cap).
+pub(crate) const READS_PER_TURN: usize = 8;
+/// The core's transmits pulled into the parked buffer per flush, at most.
+const PULL_LIMIT: usize = 64 * 1024;
+const TOKEN: Token = Token(0);
+
+/// A sans-IO core object as the loop sees it. Adapters in the operation
+/// modules implement it for the core's exchanges and sessions; every
+/// protocol decision stays behind these calls.
+pub(crate) trait Machine {
+    /// Bytes arrived.
+    fn handle_input(&mut self, now: Instant, bytes: &[u8]);
+    /// The peer closed its sending side.
+    fn handle_eof(&mut self, now: Instant);
+    /// The deadline reported by `poll_timeout` may have passed.
+    fn handle_timeout(&mut self, now: Instant);
+    /// Appends bytes to send; false when there were none.
+    fn poll_transmit(&mut self, out: &mut Vec<u8>) -> bool;
+    /// The next moment `handle_timeout` will act.
+    fn poll_timeout(&self) -> Option<Instant>;
+    /// False once the machine wants no more input (finished or failed).
+    fn wants_input(&self) -> bool;
+}
+
+/// Why a turn failed. The reasons match the tokio shell's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// Writing (or flushing TLS records) failed.
+    Write,
+    /// Reading (or TLS record processing, or waiting) failed.
+    Read,
+    /// The peer closed, nothing is left to write and nobody set a deadline:
+    /// no further turn can change anything.
+    Stalled,
+}
+
+impl Failure {
+    /// The fixed reason code.
+    pub(crate) const fn reason(self) -> &'static str {
+        match self {
+            Self::Write => "write_failed",
+            Self::Read => "read_failed",
+            Self::Stalled => "stalled",
+        }
+    }
+}
+
+/// A connected stream with its poll, read buffer and parked transmit.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    stream: Stream,
+    poll: Poll,
+    events: Events,
+    parked: Vec<u8>,
+    parked_pos: usize,
+    rbuf: Box<[u8]>,
+    maybe_readable: bool,
+    maybe_writable: bool,
+    eof: bool,
+    /// Bytes handed to the transport since [`Conn::reset_sent`]. Once this
+    /// is non-zero a request byte may have left the process.
+    sent: u64,
+    /// Bytes read so far.
+    received: u64,
+}
+
+/// Why a connection could not be established.
+#[derive(Debug)]
+pub(crate) enum ConnectError {
+    /// The budget ran out.
+    Timeout,
+    /// The name did not resolve.
+    Resolve,
+    /// The socket could not connect.
+    Refused,
+    /// The TLS handshake failed (verification, protocol, or the peer closed).
+    Tls,
+}
+
+impl Conn {
+    /// Connects (and completes the TLS handshake) before `deadline`.
+    pub(crate) fn connect(target: &Target, deadline: Instant) -> Result<Self, ConnectError> {
+        let (host, port, tls) = match &target.kind {
+            Kind::Unix { path } => {
+                let stream = Stream::unix(path).map_err(|_| ConnectError::Refused)?;
+                return Self::establish(stream, deadline);
+            }
+            Kind::Tcp { host, port } => (host, *port, None),
+            Kind::Tls { host, port, setup } => (host, *port, Some(setup)),
+        };
+        // Name resolution is the platform's blocking resolver; for the
+        // loopback and literal addresses workers use it does not touch the
+        // network.
+        let addrs = (host.trim_start_matches('[').trim_end_matches(']'), port)
+            .to_socket_addrs()
+            .map_err(|_| ConnectError::Resolve)?;
+        let mut last = ConnectError::Refused;
+        for addr in addrs {
+            if Instant::now() >= deadline {
+                return Err(ConnectError::Timeout);
+            }
+            let Ok(sock) = Stream::tcp(addr) else {
+                continue;
+            };
+            let stream = match tls {
+                Some(setup) => Stream::tls(sock, setup).map_err(|_| ConnectError::Tls)?,
+                None => Stream::Tcp(sock),
+            };
+            match Self::establish(stream, deadline) {
+                Ok(conn) => return Ok(conn),
+                Err(e @ (ConnectError::Timeout | ConnectError::Tls)) => return Err(e),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    fn establish(mut stream: Stream, deadline: Instant) -> Result<Self, ConnectError> {
+        let poll = Poll::new().map_err(|_| ConnectError::Refused)?;
+        poll.registry()
+            .register(
+                stream.source(),
+                TOKEN,
+                Interest::READABLE | Interest::WRITABLE,
+            )
+            .map_err(|_| ConnectError::Refused)?;
+        let mut conn = Self {
+            stream,
+            poll,
+            events: Events::with_capacity(4),
+            parked: Vec::new(),
+            parked_pos: 0,
+            rbuf: vec![0; READ_CHUNK].into_boxed_slice(),
+            maybe_readable: false,
+            maybe_writable: false,
+            eof: false,
+            sent: 0,
+            received: 0,
+        };
+        // TCP / Unix connect completes with a writable edge.
+        loop {
+            match conn.stream.finish_connect() {
+                Ok(true) => break,
+                Ok(false) => {}
+                Err(_) => return Err(ConnectError::Refused),
+            }
+            conn.wait_until(Some(deadline))
+                .map_err(|_| ConnectError::Refused)?;
+            if !conn.maybe_writable && Instant::now() >= deadline {
+                return Err(ConnectError::Timeout);
+            }
+        }
+        while conn.stream.is_handshaking() {
+            match conn.stream.handshake_step() {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if Instant::now() >= deadline {
+                        return Err(ConnectError::Timeout);
+                    }
+                    conn.maybe_readable = false;
+                    conn.maybe_writable = false;
+                    conn.wait_until(Some(deadline))
+                        .map_err(|_| ConnectError::Tls)?;
+                }
+                Err(_) => return Err(ConnectError::Tls),
+            }
+        }
+        if conn.stream.is_handshaking() {
+            return Err(ConnectError::Tls);
+        }
+        // Readiness is unknown after the handshake: try reading first.
+        conn.maybe_readable = true;
+        conn.maybe_writable = true;
+        Ok(conn)
+    }
+
+    /// Bytes handed to the transport since the last [`Conn::reset_sent`].
+    pub(crate) fn sent(&self) -> u64 {
+        self.sent
+    }
+
+    /// Starts counting sent bytes for a new exchange.
+    pub(crate) fn reset_sent(&mut self) {
+        self.sent = 0;
+    }
+
+    /// Bytes read so far.
+    pub(crate) fn received(&self) -> u64 {
+        self.received
+    }
+
+    /// Picks up readiness that arrived since the last wait, without
+    /// waiting.
+    pub(crate) fn refresh_readiness(&mut self) {
+        let _ = self.wait_until(Some(Instant::now()));
+    }
+
+    /// True when the peer closed the connection.
+    pub(crate) fn is_eof(&self) -> bool {
+        self.eof
+    }
+
+    /// True when core bytes are parked (or TLS records are pending).
+    pub(crate) fn has_parked(&self) -> bool {
+        self.parked_pos < self.parked.len() || self.stream.wants_write()
+    }
+
+    /// One turn of the loop (see the module docs). Returns after at most one
+    /// wait, so the caller can drain events and check its own deadline.
+    ///
+    /// # Errors
+    /// [`Failure`]: the socket failed, or nothing can ever happen again.
+    pub(crate) fn turn<M: Machine + ?Sized>(
+        &mut self,
+        machine: &mut M,
+        caller_deadline: Option<Instant>,
+    ) -> Result<(), Failure> {
+        self.flush(machine).map_err(|_| Failure::Write)?;
+        let want_read = machine.wants_input() && !self.eof;
+        let can_write = self.maybe_writable && self.has_parked();
+        let ready = can_write || (want_read && self.maybe_readable);
+        if !ready {
+            let deadline = min_opt(machine.poll_timeout(), caller_deadline);
+            if deadline.is_none() && !want_read && !self.has_parked() {
+                return Err(Failure::Stalled);
+            }
+            if deadline.is_none_or(|at| at > Instant::now()) {
+                self.wait_until(deadline).map_err(|_| Failure::Read)?;
+            }
+            self.flush(machine).map_err(|_| Failure::Write)?;
+        }
+        if machine.wants_input() && !self.eof {
+            self.read_into(machine).map_err(|_| Failure::Read)?;
+        }
+        let now = Instant::now();
+        if machine.poll_timeout().is_some_and(|at| at <= now) {
+            machine.handle_timeout(now);
+        }
+        // What the input or timer produced (a pong, a close echo) goes out
+        // now, not at the next call.
+        self.flush(machine).map_err(|_| Failure::Write)
+    }
+
+    /// Writes parked bytes, then pulls and writes more from the machine,
+    /// until `WouldBlock` or nothing is left.
+    ///
+    /// # Errors
+    /// The socket's write errors.
+    pub(crate) fn flush<M: Machine + ?Sized>(&mut self, machine: &mut M) -> io::Result<()> {
+        loop {
+            if self.parked_pos == self.parked.len() {
+                self.parked.clear();
+                self.parked_pos = 0;
+                while self.parked.len() < PULL_LIMIT && machine.poll_transmit(&mut self.parked) {}
+                if self.parked.is_empty() {
+                    break;
+                }
+            }
+            if !self.maybe_writable {
+                return Ok(());
+            }
+            match self.stream.write(&self.parked[self.parked_pos..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    self.parked_pos += n;
+                    self.sent += n as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.maybe_writable = false;
+                    return Ok(());
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        match self.stream.flush_pending() {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                self.maybe_writable = false;
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Reads until `WouldBlock`, end of stream, or [`READS_PER_TURN`]
+    /// reads, feeding every chunk to the machine.
+    fn read_into<M: Machine + ?Sized>(&mut self, machine: &mut M) -> io::Result<()> {
+        for _ in 0..READS_PER_TURN {
+            if !machine.wants_input() {
+                return Ok(());
+            }
+            match self.stream.read(&mut self.rbuf) {
+                Ok(0) => {
+                    self.eof = true;
+                    self.maybe_readable = false;
+                    machine.handle_eof(Instant::now());
+                    return Ok(());
+                }
+                Ok(n) => {
+                    self.received += n as u64;
+                    machine.handle_input(Instant::now(), &self.rbuf[..n]);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.maybe_readable = false;
+                    return Ok(());
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for readiness or `deadline` and records what became ready.
+    fn wait_until(&mut self, deadline: Option<Instant>) -> io::Result<()> {
+        // mio rounds a timeout up to the clock's granularity, so a wake-up
+        // never comes before the deadline.
+        let timeout = deadline.map(|at| at.saturating_duration_since(Instant::now()));
+        match self.poll.poll(&mut self.events, timeout) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        for event in &self.events {
+            if event.is_readable() || event.is_read_closed() || event.is_error() {
+                self.maybe_readable = true;
+            }
+            if event.is_writable() || event.is_write_closed() || event.is_error() {
+                self.maybe_writable = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// True when an idle pooled connection is still usable: no bytes, no
+    /// end of stream and no error are waiting on it.
+    pub(crate) fn is_idle_usable(&mut self) -> bool {
+        if self.eof || self.has_parked() {
+            return false;
+        }
+        if self
+            .poll
+            .poll(&mut self.events, Some(Duration::ZERO))
+            .is_err()
+        {
+            return false;
+        }
+        let mut probe = [0u8; 1];
+        match self.stream.read(&mut probe) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                self.maybe_readable = false;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// True unless the last write met `WouldBlock` and no writable event
+    /// came since.
+    #[cfg(test)]
+    pub(crate) fn may_write(&self) -> bool {
+        self.maybe_writable
+    }
+
+    /// Closes the sending side (plain streams only; tests).
+    #[cfg(test)]
+    pub(crate) fn shutdown_write(&mut self) {
+        if let Stream::Tcp(s) = &self.stream {
+            let _ = s.shutdown(std::net::Shutdown::Write);
+        }
+    }
+
+    /// Shuts the connection down (best effort).
+    pub(crate) fn shutdown(&mut self) {
+        self.stream.shutdown();
+    }
+}
+
+fn min_opt(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}

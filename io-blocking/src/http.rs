@@ -1,0 +1,180 @@
+//! One HTTP/1.1 exchange driven over a pooled connection.
+//!
+//! [`Exchange`] builds `core::http1::HttpExchange` (which validates the
+//! request before any I/O), checks a connection out of the endpoint's pool
+//! (within the checkout and connect budgets, both bounded by the operation
+//! deadline), then turns the loop and pulls the core's events one at a
+//! time. The connection goes back to the pool only when the core says it is
+//! reusable.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use smolbox_core::http1::{ExchangeConfig, HttpEvent, HttpExchange, Request, ResponseHead};
+use smolbox_core::{Error, Operation};
+
+use crate::conn::Machine;
+use crate::errors;
+use crate::pool::{Pool, PooledConn};
+
+impl Machine for HttpExchange {
+    fn handle_input(&mut self, now: Instant, bytes: &[u8]) {
+        // A failure is sticky and reported by the next `poll_event`.
+        let _ = Self::handle_input(self, now, bytes);
+    }
+
+    fn handle_eof(&mut self, now: Instant) {
+        Self::handle_eof(self, now);
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        Self::handle_timeout(self, now);
+    }
+
+    fn poll_transmit(&mut self, out: &mut Vec<u8>) -> bool {
+        Self::poll_transmit(self, out)
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        Self::poll_timeout(self).map(|(at, _)| at)
+    }
+
+    fn wants_input(&self) -> bool {
+        !self.is_finished() && self.error().is_none()
+    }
+}
+
+/// The moments an operation must respect, fixed when it starts (C1.3: one
+/// overall deadline covers checkout, connect and the transfer).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Deadlines {
+    /// The overall operation deadline.
+    pub(crate) operation: Instant,
+    /// Pool checkout must end by then (≤ operation).
+    pub(crate) checkout: Instant,
+    /// Connect budget, counted from the moment the connect starts.
+    pub(crate) connect: Duration,
+}
+
+/// What [`Exchange::next`] produced.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// The final response head.
+    Head(ResponseHead),
+    /// Body bytes were handed to the sink.
+    Data,
+    /// The body is complete.
+    End,
+}
+
+/// A request in flight on a checked-out connection.
+#[derive(Debug)]
+pub(crate) struct Exchange {
+    /// `None` once the connection went back to the pool.
+    conn: Option<PooledConn>,
+    core: HttpExchange,
+    operation: Operation,
+}
+
+impl Exchange {
+    /// Builds the core exchange, then checks out a connection.
+    ///
+    /// # Errors
+    /// Validation errors of the request; checkout and connect failures
+    /// (`transport`, `not_dispatched`).
+    pub(crate) fn start(
+        pool: &Arc<Pool>,
+        request: &Request,
+        config: &ExchangeConfig,
+        deadlines: Deadlines,
+    ) -> Result<Self, Error> {
+        let core = HttpExchange::new(request, config, Instant::now())?;
+        let conn = pool
+            .checkout(
+                request.operation,
+                deadlines.checkout.min(deadlines.operation),
+                deadlines.connect,
+                deadlines.operation,
+            )
+            .map_err(|e| errors::with_deadline_reason(e, deadlines.operation))?;
+        Ok(Self {
+            conn: Some(conn),
+            core,
+            operation: request.operation,
+        })
+    }
+
+    /// Replaces the receive-idle timeout (extended exec uses the remaining
+    /// operation budget instead).
+    pub(crate) fn set_idle_timeout(&mut self, idle: Option<Duration>) {
+        self.core.set_idle_timeout(idle);
+    }
+
+    /// Drives until the next event: the head, body bytes (handed to `sink`),
+    /// or the end. After `End` the connection returns to the pool if the
+    /// core says it is reusable.
+    ///
+    /// # Errors
+    /// The core's errors (status, limits, timeouts, truncation) and
+    /// transport failures; `sink`'s errors are returned as they are.
+    pub(crate) fn next(
+        &mut self,
+        sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>,
+    ) -> Result<Step, Error> {
+        loop {
+            if let Some(event) = self.core.poll_event() {
+                return match event? {
+                    HttpEvent::Head(head) => Ok(Step::Head(head)),
+                    HttpEvent::Data(bytes) => sink(bytes).map(|()| Step::Data),
+                    HttpEvent::End => {
+                        self.release();
+                        Ok(Step::End)
+                    }
+                };
+            }
+            let Some(pooled) = self.conn.as_mut() else {
+                // Released after `End`: nothing more will come.
+                return Ok(Step::End);
+            };
+            let conn = pooled.conn();
+            if let Err(f) = conn.turn(&mut self.core, None) {
+                return Err(errors::failure(self.operation, f, conn.sent()));
+            }
+        }
+    }
+
+    /// Reads the head (the body is left to [`next`](Self::next)).
+    ///
+    /// # Errors
+    /// As [`next`](Self::next).
+    pub(crate) fn head(&mut self) -> Result<ResponseHead, Error> {
+        let mut no_body = |_: &[u8]| Ok(());
+        loop {
+            if let Step::Head(h) = self.next(&mut no_body)? {
+                return Ok(h);
+            }
+        }
+    }
+
+    /// Reads the whole body into `body`, until the end.
+    ///
+    /// # Errors
+    /// As [`next`](Self::next).
+    pub(crate) fn read_body(&mut self, body: &mut Vec<u8>) -> Result<(), Error> {
+        let mut sink = |b: &[u8]| {
+            body.extend_from_slice(b);
+            Ok(())
+        };
+        loop {
+            if let Step::End = self.next(&mut sink)? {
+                return Ok(());
+            }
+        }
+    }
+
+    fn release(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            conn.release(self.core.is_reusable());
+        }
+    }
+}

@@ -1,0 +1,7 @@
+//! Shell-level tests on loopback: transports, the loop, the pool.
+
+mod client;
+mod exec;
+mod pki;
+mod terminal;
+mod transport;
