@@ -284,15 +284,22 @@ async fn drive(shared: Arc<Shared>, mut conn: Connection, write_wait: Duration) 
     let mut rbuf = vec![0u8; READ_CHUNK].into_boxed_slice();
     let mut eof = false;
     let mut need_flush = false;
+    // After a failed write the peer may still send (the exit frame, its
+    // close): keep reading, stop writing.
+    let mut write_broken = false;
     let mut blocked_since: Option<Instant> = None;
     loop {
         let notified = shared.to_task.notified();
         let deadline = {
             let mut st = shared.lock();
-            if pos == out.len() {
+            if pos == out.len() || write_broken {
                 out.clear();
                 pos = 0;
+                need_flush = false;
                 while st.session.poll_transmit(&mut out).is_some() {}
+                if write_broken {
+                    out.clear();
+                }
             }
             if st.session.is_transport_finished() && pos == out.len() && !need_flush {
                 break;
@@ -372,6 +379,10 @@ async fn drive(shared: Arc<Shared>, mut conn: Connection, write_wait: Duration) 
                 st.session.handle_timeout(now);
             }
             Io::Commands => {}
+            Io::Failed("write_failed") if !eof => {
+                write_broken = true;
+                blocked_since = None;
+            }
             Io::Failed(reason) => {
                 st.session.handle_eof(now);
                 if st.session.outcome().is_none() {
@@ -390,7 +401,12 @@ async fn drive(shared: Arc<Shared>, mut conn: Connection, write_wait: Duration) 
     let mut st = shared.lock();
     st.task_done = true;
     if st.session.outcome().is_none() && st.transport.is_none() {
-        st.transport = Some(transport_error("connection_ended"));
+        let reason = if write_broken {
+            "write_failed"
+        } else {
+            "connection_ended"
+        };
+        st.transport = Some(transport_error(reason));
     }
     drop(st);
     shared.to_consumer.notify_one();
