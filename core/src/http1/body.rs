@@ -133,15 +133,25 @@ impl BodyDecoder {
                 State::Data { left, chunked } => {
                     let n = usize::try_from(left).map_or(allowed - i, |l| l.min(allowed - i));
                     let left = left - n as u64;
+                    let data = i..i + n;
+                    let mut consumed = i + n;
                     self.state = match (left, chunked) {
                         (0, true) => State::DataCr,
                         (0, false) => State::Done,
                         _ => State::Data { left, chunked },
                     };
-                    self.raw += (i + n) as u64;
+                    if self.state == State::DataCr {
+                        // Take the chunk's CRLF and a plain next size line
+                        // along with this payload (one call per chunk). A
+                        // size line that would fail is left for the next
+                        // call, so the payload is still reported first.
+                        consumed += self
+                            .fuse_next_chunk(&input[consumed..allowed], self.raw + consumed as u64);
+                    }
+                    self.raw += consumed as u64;
                     return Ok(Progress {
-                        consumed: i + n,
-                        data: Some(i..i + n),
+                        consumed,
+                        data: Some(data),
                     });
                 }
                 State::UntilClose => {
@@ -152,6 +162,23 @@ impl BodyDecoder {
                     });
                 }
                 State::Done => break,
+                // Fast paths for the common framing (a chunk's CRLF, a plain
+                // size line); anything else goes byte by byte below, with the
+                // same verdicts.
+                State::DataCr if input[i..allowed].starts_with(b"\r\n") => {
+                    i += 2;
+                    self.state = State::Size {
+                        value: 0,
+                        digits: false,
+                    };
+                }
+                State::Size {
+                    value: 0,
+                    digits: false,
+                } if let Some((n, value)) = plain_size_line(&input[i..allowed]) => {
+                    i += n;
+                    self.state = self.chunk_header(value, self.raw + i as u64)?;
+                }
                 _ => {
                     self.framing_byte(input[i], i)?;
                     i += 1;
@@ -217,23 +244,7 @@ impl BodyDecoder {
                 if b != b'\n' {
                     return Err(protocol("chunk_missing_crlf"));
                 }
-                if value == 0 {
-                    State::TrailerStart
-                } else {
-                    // Refuse from the declared size, before reading the chunk.
-                    let seen = self.raw + at as u64 + 1;
-                    if value > self.limits.max_raw - seen.min(self.limits.max_raw) {
-                        return Err(over(
-                            "response_body",
-                            seen.saturating_add(value),
-                            self.limits.max_raw,
-                        ));
-                    }
-                    State::Data {
-                        left: value,
-                        chunked: true,
-                    }
-                }
+                self.chunk_header(value, self.raw + at as u64 + 1)?
             }
             State::DataCr if b == b'\r' => State::DataLf,
             State::DataLf if b == b'\n' => State::Size {
@@ -267,6 +278,51 @@ impl BodyDecoder {
         Ok(())
     }
 
+    /// In state `DataCr`, `rest` being the input right after a chunk's
+    /// payload and `seen` the raw bytes before it: consumes the chunk's CRLF
+    /// and a plain next size line when both are there; returns how many
+    /// bytes it took. A size line that would be refused is left for the
+    /// next call, so the payload before it is still reported first.
+    fn fuse_next_chunk(&mut self, rest: &[u8], seen: u64) -> usize {
+        if !rest.starts_with(b"\r\n") {
+            return 0;
+        }
+        self.state = State::Size {
+            value: 0,
+            digits: false,
+        };
+        let Some((m, value)) = plain_size_line(&rest[2..]) else {
+            return 2;
+        };
+        match self.chunk_header(value, seen + 2 + m as u64) {
+            Ok(state) => {
+                self.state = state;
+                2 + m
+            }
+            Err(_) => 2,
+        }
+    }
+
+    /// The state after a complete chunk-size line declaring `value`, once
+    /// `seen` raw bytes (that line included) were consumed. A chunk that
+    /// cannot fit under the raw cap is refused from its declared size.
+    fn chunk_header(&self, value: u64, seen: u64) -> Result<State, Error> {
+        if value == 0 {
+            return Ok(State::TrailerStart);
+        }
+        if value > self.limits.max_raw - seen.min(self.limits.max_raw) {
+            return Err(over(
+                "response_body",
+                seen.saturating_add(value),
+                self.limits.max_raw,
+            ));
+        }
+        Ok(State::Data {
+            left: value,
+            chunked: true,
+        })
+    }
+
     /// The peer closed the connection: fine for a read-to-close body,
     /// `transport`/`truncated` for an unfinished one.
     pub(crate) fn finish(&mut self) -> Result<(), Error> {
@@ -284,6 +340,24 @@ impl BodyDecoder {
             .with_reason("truncated")),
         }
     }
+}
+
+/// A complete `1*16HEXDIG CRLF` line at the start of `input`: its length
+/// and value. `None` for anything else (left to the byte-wise decoder).
+fn plain_size_line(input: &[u8]) -> Option<(usize, u64)> {
+    let mut value = 0u64;
+    let mut i = 0;
+    while i < 16 {
+        match input.get(i).copied().and_then(hex) {
+            Some(d) => value = (value << 4) | u64::from(d),
+            None => break,
+        }
+        i += 1;
+    }
+    if i == 0 || i == 16 || input.get(i..i + 2) != Some(b"\r\n") {
+        return None;
+    }
+    Some((i + 2, value))
 }
 
 const fn hex(b: u8) -> Option<u8> {

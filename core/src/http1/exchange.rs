@@ -39,8 +39,10 @@ pub enum Timer {
 enum Phase {
     /// Reading (interim or final) response heads.
     Head,
-    /// Streaming the body.
+    /// Streaming the body: `rx[pos..]` is payload not yet reported.
     Body(BodyDecoder),
+    /// A response without body: `End` is next.
+    Ending,
     /// `End` was reported.
     Finished,
 }
@@ -82,6 +84,13 @@ pub struct HttpExchange {
     phase: Phase,
     scanner: HeadScanner,
     head_used: usize,
+    /// A head decoded in place by `handle_input`, not yet reported.
+    ready: Option<Decoded>,
+    /// A body error found while de-framing, reported after the payload
+    /// that preceded it.
+    pending: Option<Error>,
+    /// Bytes followed the end of the body.
+    extra: bool,
     max_head_bytes: usize,
     max_headers: usize,
     body_limits: BodyLimits,
@@ -141,6 +150,9 @@ impl HttpExchange {
             phase: Phase::Head,
             scanner: HeadScanner::default(),
             head_used: 0,
+            ready: None,
+            pending: None,
+            extra: false,
             max_head_bytes: config.max_head_bytes,
             max_headers: config.max_headers,
             body_limits: BodyLimits {
@@ -194,11 +206,45 @@ impl HttpExchange {
             self.rx.drain(..self.pos);
             self.pos = 0;
         }
+        let mut bytes = bytes;
+        if self.pos == self.rx.len()
+            && self.ready.is_none()
+            && matches!(self.phase, Phase::Head)
+            && self.scanner.is_fresh()
+        {
+            // A head that arrives whole at the start of a read is decoded in
+            // place, without copying it into the receive buffer. Only a
+            // success is taken here; anything else goes the general way,
+            // which reaches the same verdict.
+            let budget = self.max_head_bytes - self.head_used;
+            let window = &bytes[..bytes.len().min(budget)];
+            if let Some(Ok((n, decoded))) = head::decode_whole(window, self.max_headers) {
+                self.head_used += n;
+                self.accepted += n as u64;
+                self.ready = Some(decoded);
+                bytes = &bytes[n..];
+            }
+        }
         let room = self.allowance - self.accepted;
         let take = usize::try_from(room).map_or(bytes.len(), |r| r.min(bytes.len()));
         self.dropped |= take < bytes.len();
         self.accepted += take as u64;
-        self.rx.extend_from_slice(&bytes[..take]);
+        let bytes = &bytes[..take];
+        match &mut self.phase {
+            // Body bytes are de-framed on the way in: the receive buffer
+            // then holds payload only, reported as one event per read.
+            Phase::Body(body) if self.pending.is_none() => {
+                absorb(
+                    body,
+                    bytes,
+                    &mut self.rx,
+                    &mut self.pending,
+                    &mut self.extra,
+                );
+            }
+            Phase::Body(_) => {}
+            Phase::Head | Phase::Ending | Phase::Finished => self.rx.extend_from_slice(bytes),
+        }
         Ok(())
     }
 
@@ -296,6 +342,7 @@ impl HttpExchange {
             && self.transmitted
             && !self.eof
             && !self.dropped
+            && !self.extra
             && self.pos == self.rx.len()
     }
 
@@ -331,26 +378,67 @@ impl HttpExchange {
         e
     }
 
+    /// After a complete head: a final one starts the body and is returned.
+    fn start_body(&mut self, decoded: Decoded) -> Result<Option<ResponseHead>, Error> {
+        let Decoded::Final(head, framing) = decoded else {
+            return Ok(None);
+        };
+        let mut body = BodyDecoder::new(framing, self.body_limits)?;
+        self.keep_alive = head.keep_alive;
+        self.status = Some(head.status);
+        if body.is_done() {
+            // No body: what follows the head stays as `leftover`.
+            self.phase = Phase::Ending;
+        } else {
+            // Body bytes that came with the head: de-frame them in place.
+            absorb_in_place(
+                &mut body,
+                &mut self.rx,
+                self.pos,
+                &mut self.pending,
+                &mut self.extra,
+            );
+            self.phase = Phase::Body(body);
+        }
+        Ok(Some(head))
+    }
+
     fn step(&mut self) -> Result<Option<Step>, Error> {
         loop {
             match &mut self.phase {
                 Phase::Finished => return Ok(None),
+                Phase::Head if self.ready.is_some() => {
+                    if let Some(decoded) = self.ready.take()
+                        && let Some(head) = self.start_body(decoded)?
+                    {
+                        return Ok(Some(Step::Head(head)));
+                    }
+                }
                 Phase::Head => {
                     let region = &self.rx[self.pos..];
                     let budget = self.max_head_bytes - self.head_used;
                     let window = &region[..region.len().min(budget)];
-                    match self.scanner.scan(window) {
+                    // A head that arrived whole is parsed once, in place;
+                    // otherwise the scanner finds its end incrementally.
+                    let whole = match self.scanner.is_fresh() {
+                        true => head::decode_whole(window, self.max_headers),
+                        false => None,
+                    };
+                    let scan = match &whole {
+                        Some(Ok((n, _))) => Scan::Complete(*n),
+                        Some(Err(_)) | None => self.scanner.scan(window),
+                    };
+                    match scan {
                         Scan::Complete(n) => {
-                            let decoded = head::decode(&region[..n], self.max_headers)?;
+                            let decoded = match whole {
+                                Some(d) => d?.1,
+                                None => head::decode(&region[..n], self.max_headers)?,
+                            };
                             self.pos += n;
                             self.head_used += n;
                             self.scanner = HeadScanner::default();
-                            if let Decoded::Final(h, framing) = decoded {
-                                let body = BodyDecoder::new(framing, self.body_limits)?;
-                                self.keep_alive = h.keep_alive;
-                                self.status = Some(h.status);
-                                self.phase = Phase::Body(body);
-                                return Ok(Some(Step::Head(h)));
+                            if let Some(head) = self.start_body(decoded)? {
+                                return Ok(Some(Step::Head(head)));
                             }
                         }
                         Scan::Partial if region.len() > budget => {
@@ -374,26 +462,99 @@ impl HttpExchange {
                         Scan::Partial => return Ok(None),
                     }
                 }
+                Phase::Ending => {
+                    self.phase = Phase::Finished;
+                    return Ok(Some(Step::End));
+                }
                 Phase::Body(body) => {
+                    if self.pos < self.rx.len() {
+                        let payload = self.pos..self.rx.len();
+                        self.pos = self.rx.len();
+                        return Ok(Some(Step::Data(payload)));
+                    }
+                    if let Some(e) = self.pending.take() {
+                        return Err(e);
+                    }
                     if body.is_done() {
                         self.phase = Phase::Finished;
                         return Ok(Some(Step::End));
                     }
-                    if self.pos == self.rx.len() {
-                        if !self.eof {
-                            return Ok(None);
-                        }
-                        body.finish()?;
-                        continue;
+                    if !self.eof {
+                        return Ok(None);
                     }
-                    let start = self.pos;
-                    let progress = body.decode(&self.rx[start..])?;
-                    self.pos += progress.consumed;
-                    if let Some(r) = progress.data.filter(|r| !r.is_empty()) {
-                        return Ok(Some(Step::Data(start + r.start..start + r.end)));
-                    }
+                    body.finish()?;
                 }
             }
         }
     }
+}
+
+/// De-frames `input` (raw body bytes, in stream order) into `out`: payload
+/// is appended, framing dropped. A decoding error is parked in `pending`
+/// (reported after the payload before it); bytes after the end of the body
+/// set `extra`.
+fn absorb(
+    body: &mut BodyDecoder,
+    input: &[u8],
+    out: &mut Vec<u8>,
+    pending: &mut Option<Error>,
+    extra: &mut bool,
+) {
+    let mut at = 0;
+    while at < input.len() {
+        if body.is_done() {
+            *extra = true;
+            return;
+        }
+        match body.decode(&input[at..]) {
+            Ok(progress) => {
+                if let Some(r) = progress.data {
+                    out.extend_from_slice(&input[at + r.start..at + r.end]);
+                }
+                if progress.consumed == 0 {
+                    return;
+                }
+                at += progress.consumed;
+            }
+            Err(e) => {
+                *pending = Some(e);
+                return;
+            }
+        }
+    }
+}
+
+/// [`absorb`] for raw body bytes already in `buf[start..]`: the payload is
+/// moved down over the framing and `buf` truncated after it.
+fn absorb_in_place(
+    body: &mut BodyDecoder,
+    buf: &mut Vec<u8>,
+    start: usize,
+    pending: &mut Option<Error>,
+    extra: &mut bool,
+) {
+    let (mut read, mut write) = (start, start);
+    while read < buf.len() {
+        if body.is_done() {
+            *extra = true;
+            break;
+        }
+        match body.decode(&buf[read..]) {
+            Ok(progress) => {
+                if let Some(r) = progress.data {
+                    buf.copy_within(read + r.start..read + r.end, write);
+                    write += r.len();
+                }
+                if progress.consumed == 0 {
+                    break;
+                }
+                read += progress.consumed;
+            }
+            Err(e) => {
+                *pending = Some(e);
+                break;
+            }
+        }
+    }
+    buf.truncate(write);
 }

@@ -28,6 +28,11 @@ pub(crate) enum Scan {
 }
 
 impl HeadScanner {
+    /// True before the first scan of this head.
+    pub(crate) fn is_fresh(&self) -> bool {
+        self.resume == 0
+    }
+
     /// Scans `buf` (the head so far, from its first byte) for the blank line
     /// ending it. Only looks at bytes it has not decided on before.
     pub(crate) fn scan(&mut self, buf: &[u8]) -> Scan {
@@ -101,19 +106,49 @@ pub(crate) fn decode(head: &[u8], max_headers: usize) -> Result<Decoded, Error> 
         table,
     );
     match parsed {
-        Ok(httparse::Status::Complete(n)) if n == head.len() => {}
-        Ok(_) => return Err(protocol("malformed_head")),
-        Err(httparse::Error::TooManyHeaders) => {
-            return Err(Error::new(
-                Category::OutputLimit,
-                Operation::Http,
-                Evidence::DispatchUncertain,
-            )
-            .with_reason("header_count")
-            .with_limit(max_headers as u64 + 1, max_headers as u64));
-        }
-        Err(_) => return Err(protocol("malformed_head")),
+        Ok(httparse::Status::Complete(n)) if n == head.len() => interpret(&response),
+        Ok(_) => Err(protocol("malformed_head")),
+        Err(httparse::Error::TooManyHeaders) => Err(Error::new(
+            Category::OutputLimit,
+            Operation::Http,
+            Evidence::DispatchUncertain,
+        )
+        .with_reason("header_count")
+        .with_limit(max_headers as u64 + 1, max_headers as u64)),
+        Err(_) => Err(protocol("malformed_head")),
     }
+}
+
+/// The fast path for a head that arrived whole: parses `window` (the
+/// unscanned head bytes, cut at the head-byte budget) directly. Returns
+/// `None` unless httparse finds a complete, valid head, in which case the
+/// outcome (its length and decoding) is the one [`HeadScanner`] followed by
+/// [`decode`] would give: a head that starts with its status line ends at
+/// its first empty line for both. Anything else (partial, malformed, too
+/// many headers) is left to the incremental path, so verdicts never depend
+/// on how the head was split into reads.
+pub(crate) fn decode_whole(
+    window: &[u8],
+    max_headers: usize,
+) -> Option<Result<(usize, Decoded), Error>> {
+    if !window.starts_with(b"HTTP/") {
+        return None;
+    }
+    let mut table = [MaybeUninit::<httparse::Header<'_>>::uninit(); MAX_HEADERS_CEILING];
+    let table = &mut table[..max_headers.min(MAX_HEADERS_CEILING)];
+    let mut response = httparse::Response::new(&mut []);
+    match httparse::ParserConfig::default().parse_response_with_uninit_headers(
+        &mut response,
+        window,
+        table,
+    ) {
+        Ok(httparse::Status::Complete(n)) => Some(interpret(&response).map(|d| (n, d))),
+        _ => None,
+    }
+}
+
+/// Status, framing, encoding and content-type rules on a parsed head.
+fn interpret(response: &httparse::Response<'_, '_>) -> Result<Decoded, Error> {
     let status = response.code.unwrap_or(0);
     if !(100..=599).contains(&status) {
         return Err(protocol("status_code"));

@@ -8,9 +8,10 @@
 use core::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Operation};
+use crate::http1::ExchangeConfig;
 use crate::secret::Secret;
 
 /// A worker id: ≤64 bytes of `^[A-Za-z0-9][A-Za-z0-9._-]*$` (features §0.1).
@@ -403,6 +404,22 @@ impl Endpoint {
     pub const fn budgets(&self) -> &Budgets {
         &self.budgets
     }
+
+    /// The [`ExchangeConfig`] of one exchange with this endpoint: its Host
+    /// header, bearer token, request-body cap, receive-idle timeout and the
+    /// response cap (the endpoint's, or an operation's tighter
+    /// [`super::WorkerCall::max_response_bytes`]). `deadline` is the
+    /// operation's overall deadline (typically `now + budgets().operation`).
+    pub fn exchange_config(&self, deadline: Instant, call_cap: Option<u64>) -> ExchangeConfig {
+        let mut c = ExchangeConfig::new(self.host_header(), deadline);
+        c.bearer = self.token.clone();
+        c.max_request_body = usize::try_from(self.budgets.max_request_body).unwrap_or(usize::MAX);
+        c.max_response_body = call_cap.map_or(self.budgets.max_response_bytes, |cap| {
+            cap.clamp(1, self.budgets.max_response_bytes)
+        });
+        c.idle_timeout = Some(self.budgets.receive_idle);
+        c
+    }
 }
 
 impl fmt::Debug for Endpoint {
@@ -484,9 +501,13 @@ fn parse_base_url(url: &str) -> Result<BaseUrl, Error> {
             Some((h, p)) => (h, Some(p)),
             None => (authority, None),
         };
-        let valid = !h.is_empty()
-            && h.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-'))
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        };
+        let valid = h.split('.').all(label_ok)
             && (h.parse::<Ipv4Addr>().is_ok()
                 || !h.bytes().all(|b| b.is_ascii_digit() || b == b'.'));
         if !valid {

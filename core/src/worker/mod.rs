@@ -36,23 +36,26 @@
 //! incremental decoder so a shell never buffers beyond the cap.
 
 pub mod endpoint;
-// pub mod files;
-// pub mod fuzzing;
-// pub mod logs;
+pub mod files;
+pub mod fuzzing;
+pub mod logs;
 pub mod machines;
 pub mod mounts;
 pub mod network;
 pub mod node;
 pub mod profile;
 pub mod status;
-// pub mod volumes;
+pub mod volumes;
 pub mod workload;
 
 mod json;
 
 pub use endpoint::{Budgets, Endpoint, EndpointConfig, Scheme, Target, WorkerId};
-// pub use files::{Download, DownloadSink, GuestPath, PathPolicy, Upload, UploadReply};
-// pub use logs::{LogLines, Logs, LogsParams};
+pub use files::{
+    Download, DownloadSink, FileBudget, GuestPath, PathPolicy, Upload, UploadReply,
+    check_byte_budgets,
+};
+pub use logs::{LogLines, LogStream, Logs, LogsParams};
 pub use machines::{
     Create, Delete, Get, Incarnation, List, MachineName, MachineSpec, MachineState, Measure,
     Namespace, Observation, Source, Start, Stop, same_incarnation,
@@ -62,8 +65,8 @@ pub use network::{Cidr, Hostname, NetworkPolicy, PortMapping};
 pub use node::{Capacity, CapacityReply, Health, HealthReply, Measurements, Metrics, Readyz};
 pub use profile::{Feature, Profile, Version};
 pub use status::{ErrorBody, ErrorCode, Rejection};
-// pub use volumes::{VolumeCreate, VolumeDelete, VolumeId};
-pub use workload::Workload;
+pub use volumes::{VolumeCreate, VolumeDelete, VolumeId};
+pub use workload::{RestartPolicy, Workload};
 
 use crate::error::{Error, Operation};
 use crate::http1::{Request, ResponseHead};

@@ -156,7 +156,8 @@ impl WorkerCall for Readyz {
     }
 
     fn max_response_bytes(&self) -> Option<u64> {
-        Some(0)
+        // Room to classify a non-empty reply as `protocol` rather than a cap hit.
+        Some(4_096)
     }
 }
 

@@ -154,7 +154,8 @@ fn classify_rejection(body: &[u8]) -> Rejection {
         .map_or(Rejection::OtherText, |&(_, r)| r)
 }
 
-/// Maps a reply whose status is not `expected` to an error (features C1.2).
+/// Maps a reply whose status is not `expected` to an error (features C1.2),
+/// refining [`crate::http1::status_error`] for the worker.
 ///
 /// 401/403 → `authentication`; 404 → `not_found`; 409 → `identity_conflict`
 /// except a `start` answered with `PORT_IN_USE` → `port_conflict`; 408 (the
@@ -180,16 +181,17 @@ pub fn check_status(
 pub fn status_error(operation: Operation, head: &ResponseHead, body: &[u8]) -> Error {
     let kind = classify_error_body(head, body);
     let (category, reason) = match head.status {
-        401 | 403 => (Category::Authentication, "worker_refused_credentials"),
-        404 => (Category::NotFound, "worker_not_found"),
         409 if operation == Operation::Start
             && kind == ErrorBody::Handler(ErrorCode::PortInUse) =>
         {
             (Category::PortConflict, "port_in_use")
         }
-        409 => (Category::IdentityConflict, "worker_conflict"),
         408 => (Category::Unknown, "worker_request_timeout"),
-        300..=399 => (Category::Protocol, "redirect_not_followed"),
+        // The generic mapping of C1.2 (authentication, not_found,
+        // identity_conflict, redirects).
+        401 | 403 | 404 | 409 | 300..=399 => {
+            return crate::http1::status_error(operation, head.status);
+        }
         _ => (Category::Protocol, protocol_reason(kind)),
     };
     Error::new(category, operation, Evidence::DispatchUncertain)

@@ -42,6 +42,37 @@ pub struct Observation {
     pub measurements: Measurements,
 }
 
+impl Observation {
+    /// True for a plain image machine: a non-empty `image` and
+    /// `branchable == false` (fields 1.9.2 never returns). Extended exec,
+    /// terminals and large or out-of-root files need one (C5.4, C6.1, C7).
+    pub fn is_plain_image_machine(&self) -> bool {
+        self.incarnation
+            .image
+            .as_deref()
+            .is_some_and(|i| !i.is_empty())
+            && self.branchable == Some(false)
+    }
+
+    /// Fails unless [`Self::is_plain_image_machine`]: the preflight of an
+    /// operation that needs one, before anything of it is sent.
+    ///
+    /// # Errors
+    /// `unsupported_capability`, evidence `not_dispatched`, on `operation`.
+    pub fn require_plain_image_machine(&self, operation: Operation) -> Result<(), Error> {
+        if self.is_plain_image_machine() {
+            Ok(())
+        } else {
+            Err(Error::new(
+                crate::error::Category::UnsupportedCapability,
+                operation,
+                crate::error::Evidence::NotDispatched,
+            )
+            .with_reason("needs_plain_image_machine"))
+        }
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct MachineWire {

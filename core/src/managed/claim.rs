@@ -1,0 +1,307 @@
+//! Leases, claims and fencing guards (C15).
+//!
+//! A worker lease (per worker id) and a record claim (per record) follow the
+//! same rule, [`take`]: the same owner renews (`until = max(old, now + ttl)`),
+//! an expired or absent lease goes to the new owner with generation + 1, and
+//! a live lease of another owner is `stale_claim`. Every mutating write
+//! carries a [`Guard`] checked by [`check_guard`].
+//!
+//! Fencing protects store writes only: a lease, claim or generation never
+//! proves that an HTTP request already sent cannot still take effect.
+
+use serde::{Deserialize, Serialize};
+
+use super::record::{Assignment, Claim, ExecutionRecord, MachineRecord};
+use super::{MAX_COUNTER, check_identifier};
+use crate::{Category, Error, Evidence, Operation};
+
+/// Shortest lease or claim TTL in milliseconds (C15).
+pub const MIN_TTL_MS: u64 = 1;
+/// Longest lease or claim TTL in milliseconds (C15).
+pub const MAX_TTL_MS: u64 = 900_000;
+
+/// A worker lease `{owner, generation, until}` (C15).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Lease {
+    /// Controller identifier.
+    pub owner: String,
+    /// Generation, > 0; +1 on every change of owner.
+    pub generation: u64,
+    /// Expiry, wall-clock milliseconds.
+    pub until_ms: u64,
+}
+
+/// The fencing token every mutating write carries (C15).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Guard {
+    /// The claiming controller.
+    pub owner: String,
+    /// The claim generation it holds.
+    pub generation: u64,
+    /// The record version it read.
+    pub version: u64,
+}
+
+impl Guard {
+    /// The guard for the current claim and version of `rec`, for `owner`.
+    pub fn for_exec(rec: &ExecutionRecord, owner: &str) -> Self {
+        Self {
+            owner: owner.to_owned(),
+            generation: rec.generation,
+            version: rec.version,
+        }
+    }
+
+    /// The guard for the current claim and version of a machine record.
+    pub fn for_machine(rec: &MachineRecord, owner: &str) -> Self {
+        Self {
+            owner: owner.to_owned(),
+            generation: rec.generation,
+            version: rec.version,
+        }
+    }
+}
+
+/// A `stale_claim` error for `op`.
+pub const fn stale_claim(op: Operation, reason: &'static str) -> Error {
+    Error::new(Category::StaleClaim, op, Evidence::Unknown).with_reason(reason)
+}
+
+/// A `stale_version` error for `op`.
+pub const fn stale_version(op: Operation) -> Error {
+    Error::new(Category::StaleVersion, op, Evidence::Unknown).with_reason("version_mismatch")
+}
+
+/// Takes or renews a lease for `owner` at `now_ms` (C15).
+///
+/// # Errors
+/// `validation` for a bad owner or TTL; `stale_claim` when another owner
+/// holds a live lease.
+pub fn take(
+    current: Option<&Lease>,
+    owner: &str,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> Result<Lease, Error> {
+    check_identifier(owner).map_err(|e| e.with_operation(Operation::StoreClaim))?;
+    if !(MIN_TTL_MS..=MAX_TTL_MS).contains(&ttl_ms) {
+        return Err(Error::validation(Operation::StoreClaim, "ttl").with_limit(ttl_ms, MAX_TTL_MS));
+    }
+    let until = now_ms.saturating_add(ttl_ms);
+    match current {
+        Some(l) if l.owner == owner => Ok(Lease {
+            owner: owner.to_owned(),
+            generation: l.generation,
+            until_ms: l.until_ms.max(until),
+        }),
+        Some(l) if l.until_ms > now_ms => Err(stale_claim(Operation::StoreClaim, "held_by_other")),
+        Some(l) if l.generation >= MAX_COUNTER => Err(Error::validation(
+            Operation::StoreClaim,
+            "generation_exhausted",
+        )),
+        other => Ok(Lease {
+            owner: owner.to_owned(),
+            generation: other.map_or(1, |l| l.generation + 1),
+            until_ms: until,
+        }),
+    }
+}
+
+/// Claims (or renews the claim on) an execution record: the claim rule of
+/// [`take`], then version + 1 (a claim is a write).
+///
+/// # Errors
+/// As [`take`]; `validation` when `now_ms < updated_at`.
+pub fn claim_exec(
+    rec: &ExecutionRecord,
+    owner: &str,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> Result<ExecutionRecord, Error> {
+    let lease = take(
+        record_lease(rec.claim.as_ref(), rec.generation).as_ref(),
+        owner,
+        now_ms,
+        ttl_ms,
+    )?;
+    if now_ms < rec.updated_at_ms {
+        return Err(Error::validation(
+            Operation::StoreClaim,
+            "clock_before_updated_at",
+        ));
+    }
+    let mut next = rec.clone();
+    next.generation = lease.generation;
+    next.claim = Some(Claim {
+        owner: lease.owner,
+        until_ms: lease.until_ms,
+    });
+    next.version += 1;
+    next.updated_at_ms = now_ms;
+    Ok(next)
+}
+
+/// Claims a machine record, as [`claim_exec`].
+///
+/// # Errors
+/// As [`claim_exec`].
+pub fn claim_machine(
+    rec: &MachineRecord,
+    owner: &str,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> Result<MachineRecord, Error> {
+    let lease = take(
+        record_lease(rec.claim.as_ref(), rec.generation).as_ref(),
+        owner,
+        now_ms,
+        ttl_ms,
+    )?;
+    if now_ms < rec.updated_at_ms {
+        return Err(Error::validation(
+            Operation::StoreClaim,
+            "clock_before_updated_at",
+        ));
+    }
+    let mut next = rec.clone();
+    next.generation = lease.generation;
+    next.claim = Some(Claim {
+        owner: lease.owner,
+        until_ms: lease.until_ms,
+    });
+    next.version += 1;
+    next.updated_at_ms = now_ms;
+    Ok(next)
+}
+
+/// The record's claim as a lease; a record never claimed has generation 0,
+/// so its first claim gets generation 1.
+fn record_lease(claim: Option<&Claim>, generation: u64) -> Option<Lease> {
+    match claim {
+        Some(c) => Some(Lease {
+            owner: c.owner.clone(),
+            generation,
+            until_ms: c.until_ms,
+        }),
+        None if generation > 0 => Some(Lease {
+            owner: String::new(),
+            generation,
+            until_ms: 0,
+        }),
+        None => None,
+    }
+}
+
+/// The parts of a record a guard is checked against.
+#[derive(Clone, Copy, Debug)]
+pub struct Fence<'a> {
+    /// Record version.
+    pub version: u64,
+    /// Record claim.
+    pub claim: Option<&'a Claim>,
+    /// Record claim generation.
+    pub generation: u64,
+    /// Record assignment (its worker generation is fenced too).
+    pub assignment: Option<&'a Assignment>,
+}
+
+impl<'a> Fence<'a> {
+    /// The fence of an execution record.
+    pub fn of_exec(rec: &'a ExecutionRecord) -> Self {
+        Self {
+            version: rec.version,
+            claim: rec.claim.as_ref(),
+            generation: rec.generation,
+            assignment: rec.assignment.as_ref(),
+        }
+    }
+
+    /// The fence of a machine record.
+    pub fn of_machine(rec: &'a MachineRecord) -> Self {
+        Self {
+            version: rec.version,
+            claim: rec.claim.as_ref(),
+            generation: rec.generation,
+            assignment: rec.assignment.as_ref(),
+        }
+    }
+}
+
+/// Checks a write's guard (C15): version mismatch → `stale_version`;
+/// owner or generation mismatch, expired claim, or the record's worker
+/// generation ≠ the current worker lease generation → `stale_claim`.
+///
+/// # Errors
+/// `stale_version` or `stale_claim` attributed to `op`.
+pub fn check_guard(
+    fence: Fence<'_>,
+    guard: &Guard,
+    worker_lease: Option<&Lease>,
+    now_ms: u64,
+    op: Operation,
+) -> Result<(), Error> {
+    if guard.version != fence.version {
+        return Err(stale_version(op));
+    }
+    let Some(claim) = fence.claim else {
+        return Err(stale_claim(op, "no_claim"));
+    };
+    if claim.owner != guard.owner || fence.generation != guard.generation {
+        return Err(stale_claim(op, "claim_owner"));
+    }
+    if claim.until_ms <= now_ms {
+        return Err(stale_claim(op, "claim_expired"));
+    }
+    if let Some(a) = fence.assignment
+        && worker_lease.map(|l| l.generation) != Some(a.worker_generation)
+    {
+        return Err(stale_claim(op, "worker_generation"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(owner: &str, generation: u64, until_ms: u64) -> Lease {
+        Lease {
+            owner: owner.into(),
+            generation,
+            until_ms,
+        }
+    }
+
+    #[test]
+    fn same_owner_renews_without_shortening() {
+        let l = take(Some(&lease("a", 3, 10_000)), "a", 1_000, 2_000).unwrap();
+        assert_eq!((l.generation, l.until_ms), (3, 10_000));
+        let l = take(Some(&lease("a", 3, 10_000)), "a", 9_000, 2_000).unwrap();
+        assert_eq!(l.until_ms, 11_000);
+    }
+
+    #[test]
+    fn expired_lease_moves_with_generation_plus_one() {
+        let l = take(Some(&lease("a", 3, 1_000)), "b", 1_000, 500).unwrap();
+        assert_eq!(
+            (l.owner.as_str(), l.generation, l.until_ms),
+            ("b", 4, 1_500)
+        );
+        assert_eq!(take(None, "b", 0, 1).unwrap().generation, 1);
+    }
+
+    #[test]
+    fn live_lease_of_another_owner_is_stale_claim() {
+        let e = take(Some(&lease("a", 3, 1_001)), "b", 1_000, 500).unwrap_err();
+        assert_eq!(e.category(), Category::StaleClaim);
+    }
+
+    #[test]
+    fn ttl_bounds_are_n_and_n_plus_one() {
+        assert!(take(None, "a", 0, MAX_TTL_MS).is_ok());
+        assert!(take(None, "a", 0, MAX_TTL_MS + 1).is_err());
+        assert!(take(None, "a", 0, 0).is_err());
+    }
+}

@@ -1,0 +1,341 @@
+//! Fingerprints: HMAC-SHA256 (lowercase hex) with the host key over a
+//! canonical, domain-separated, versioned encoding (C12.5).
+//!
+//! # Canonical encoding, version 1 (frozen by the golden tests below)
+//!
+//! ```text
+//! message = "smolbox.fp" 0x00 version(u8 = 1) str(domain) field*
+//! field   = tag(u8) value            -- tags strictly increasing
+//! str     = len(u32 BE) utf8-bytes
+//! u64/i64 = 8 bytes BE               bool = 0x00 | 0x01
+//! list    = count(u32 BE) item*      map = list of (str key, value), sorted
+//! ```
+//!
+//! Fields equal to their default (no env, background false, offline
+//! network, no guest-path policy, no inputs/outputs/metadata) are left out,
+//! so identities stay stable when a new optional field is introduced. A
+//! managed command's fingerprint is the HMAC over `(command domain, machine
+//! handle, spec fingerprint)`; a machine's layers ports, workload and the
+//! checkpointable flag onto a base over the machine spec.
+
+use core::fmt;
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use super::RecordKey;
+use super::spec::{Action, ExecutionSpec, MachineSpec, MetaValue};
+use crate::{Error, Operation};
+
+/// Version of the canonical encoding.
+pub const ENCODING_VERSION: u8 = 1;
+/// Shortest fingerprint key in bytes (C12.1).
+pub const MIN_KEY_LEN: usize = 32;
+/// Longest fingerprint key in bytes (C12.1).
+pub const MAX_KEY_LEN: usize = 4_096;
+
+const DOMAIN_EXEC: &str = "execution-spec";
+const DOMAIN_COMMAND: &str = "managed-command";
+const DOMAIN_MACHINE_BASE: &str = "machine-base";
+const DOMAIN_MACHINE: &str = "machine";
+
+/// The host's fingerprint key: 32–4,096 bytes, stable across restarts,
+/// distinct from the encryption key. `Debug` never prints it.
+#[derive(Clone)]
+pub struct FingerprintKey(Vec<u8>);
+
+impl FingerprintKey {
+    /// Wraps key bytes.
+    ///
+    /// # Errors
+    /// `validation` when the key is shorter than 32 or longer than 4,096 bytes.
+    pub fn new(bytes: &[u8]) -> Result<Self, Error> {
+        if !(MIN_KEY_LEN..=MAX_KEY_LEN).contains(&bytes.len()) {
+            return Err(Error::validation(Operation::Fingerprint, "key_length")
+                .with_limit(bytes.len() as u64, MAX_KEY_LEN as u64));
+        }
+        Ok(Self(bytes.to_vec()))
+    }
+
+    /// True when both keys hold the same bytes (used to refuse an
+    /// encryption key equal to the fingerprint key).
+    pub fn same_bytes(&self, other: &[u8]) -> bool {
+        self.0 == other
+    }
+
+    fn mac(&self, message: &[u8]) -> String {
+        // HMAC accepts keys of any length; new_from_slice cannot fail.
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.0)
+            .unwrap_or_else(|_| unreachable!("HMAC takes any key length"));
+        mac.update(message);
+        hex(&mac.finalize().into_bytes())
+    }
+}
+
+impl fmt::Debug for FingerprintKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("FingerprintKey(<redacted>)")
+    }
+}
+
+/// The canonical encoding of an execution spec (without its machine
+/// handle). Exposed for golden tests and audits.
+pub fn encode_exec_spec(spec: &ExecutionSpec) -> Vec<u8> {
+    let mut c = Canon::new(DOMAIN_EXEC);
+    c.str(
+        1,
+        match spec.artifact.kind {
+            super::spec::ArtifactKind::Image => "image",
+            super::spec::ArtifactKind::Checkpoint => "checkpoint",
+        },
+    );
+    c.str(2, &spec.artifact.id);
+    c.str(3, &spec.artifact.sha256);
+    c.str(4, &spec.artifact.architecture);
+    c.str(5, &spec.profile.id);
+    match &spec.action {
+        Action::Command(cmd) => {
+            c.str(6, "command");
+            c.strs(7, &cmd.argv);
+            c.env(8, &cmd.env);
+            c.opt_str(9, cmd.workdir.as_deref());
+            c.opt_str(10, cmd.stdin_b64.as_deref());
+            if let Some(t) = cmd.timeout_s {
+                c.u64(11, t);
+            }
+            if cmd.background {
+                c.bool(12, true);
+            }
+        }
+        Action::Terminal(t) => {
+            c.str(6, "terminal");
+            c.strs(7, &t.argv);
+            c.env(8, &t.env);
+            c.opt_str(9, t.workdir.as_deref());
+            c.u64(13, u64::from(t.cols));
+            c.u64(14, u64::from(t.rows));
+        }
+    }
+    if !spec.inputs.is_empty() {
+        let mut inputs: Vec<_> = spec.inputs.iter().collect();
+        inputs.sort_by(|a, b| a.path.cmp(&b.path));
+        c.tag(15);
+        c.count(inputs.len());
+        for i in inputs {
+            c.raw_str(&i.path);
+            c.raw_str(&i.source);
+            c.raw_str(&i.sha256);
+            c.raw_u64(i.size);
+        }
+    }
+    if !spec.outputs.is_empty() {
+        let mut outputs: Vec<_> = spec.outputs.iter().collect();
+        outputs.sort_by(|a, b| a.path.cmp(&b.path));
+        c.tag(16);
+        c.count(outputs.len());
+        for o in outputs {
+            c.raw_str(&o.path);
+            c.raw_str(&o.destination);
+            c.raw_u64(o.max_size);
+        }
+    }
+    c.u64(17, spec.queue_budget_ms);
+    c.u64(18, spec.retention_ms);
+    if !spec.metadata.is_empty() {
+        c.tag(19);
+        c.count(spec.metadata.len());
+        for (k, v) in &spec.metadata {
+            c.raw_str(k);
+            match v {
+                MetaValue::String(s) => {
+                    c.buf.push(b's');
+                    c.raw_str(s);
+                }
+                MetaValue::Integer(i) => {
+                    c.buf.push(b'i');
+                    c.buf.extend_from_slice(&i.to_be_bytes());
+                }
+                MetaValue::Bool(b) => {
+                    c.buf.push(b'b');
+                    c.buf.push(u8::from(*b));
+                }
+                MetaValue::Null => c.buf.push(b'n'),
+            }
+        }
+    }
+    if let Some(n) = &spec.network {
+        let mut allow = n.allow.clone();
+        allow.sort();
+        c.strs(20, &allow);
+    }
+    if let Some(g) = &spec.guest_paths {
+        c.strs(21, &g.roots);
+        c.strs(22, &g.workdir_roots);
+    }
+    c.buf
+}
+
+/// The fingerprint of an execution spec: for a disposable execution the
+/// HMAC of its canonical encoding; for a managed command the HMAC over
+/// `(command domain, machine handle, spec fingerprint)` (C12.5).
+pub fn exec_fingerprint(key: &FingerprintKey, spec: &ExecutionSpec) -> String {
+    let spec_fp = key.mac(&encode_exec_spec(spec));
+    match &spec.machine {
+        None => spec_fp,
+        Some(machine) => command_fingerprint(key, machine, &spec_fp),
+    }
+}
+
+/// The managed command fingerprint over the machine handle and a spec
+/// fingerprint.
+pub fn command_fingerprint(key: &FingerprintKey, machine: &RecordKey, spec_fp: &str) -> String {
+    let mut c = Canon::new(DOMAIN_COMMAND);
+    c.str(1, &machine.scope);
+    c.str(2, &machine.id);
+    c.str(3, spec_fp);
+    key.mac(&c.buf)
+}
+
+/// The canonical encoding of a machine spec's base (artifact, profile,
+/// network, guest paths).
+pub fn encode_machine_base(spec: &MachineSpec) -> Vec<u8> {
+    let mut c = Canon::new(DOMAIN_MACHINE_BASE);
+    c.str(
+        1,
+        match spec.artifact.kind {
+            super::spec::ArtifactKind::Image => "image",
+            super::spec::ArtifactKind::Checkpoint => "checkpoint",
+        },
+    );
+    c.str(2, &spec.artifact.id);
+    c.str(3, &spec.artifact.sha256);
+    c.str(4, &spec.artifact.architecture);
+    c.str(5, &spec.profile.id);
+    if let Some(n) = &spec.network {
+        let mut allow = n.allow.clone();
+        allow.sort();
+        c.strs(20, &allow);
+    }
+    if let Some(g) = &spec.guest_paths {
+        c.strs(21, &g.roots);
+        c.strs(22, &g.workdir_roots);
+    }
+    c.buf
+}
+
+/// The machine fingerprint: ports, workload and the checkpointable flag
+/// layered onto the base fingerprint (C12.5).
+pub fn machine_fingerprint(key: &FingerprintKey, spec: &MachineSpec) -> String {
+    let base = key.mac(&encode_machine_base(spec));
+    let mut c = Canon::new(DOMAIN_MACHINE);
+    c.str(1, &base);
+    if !spec.ports.is_empty() {
+        let mut ports = spec.ports.clone();
+        ports.sort();
+        c.tag(2);
+        c.count(ports.len());
+        for p in ports {
+            c.raw_u64(u64::from(p.host));
+            c.raw_u64(u64::from(p.guest));
+        }
+    }
+    if let Some(w) = &spec.workload {
+        c.strs(3, w);
+    }
+    if spec.checkpointable {
+        c.bool(4, true);
+    }
+    key.mac(&c.buf)
+}
+
+/// Canonical byte writer.
+struct Canon {
+    buf: Vec<u8>,
+    last_tag: u8,
+}
+
+impl Canon {
+    fn new(domain: &str) -> Self {
+        let mut c = Self {
+            buf: Vec::with_capacity(256),
+            last_tag: 0,
+        };
+        c.buf.extend_from_slice(b"smolbox.fp\0");
+        c.buf.push(ENCODING_VERSION);
+        c.raw_str(domain);
+        c
+    }
+
+    fn tag(&mut self, tag: u8) {
+        debug_assert!(tag > self.last_tag, "canonical tags must increase");
+        self.last_tag = tag;
+        self.buf.push(tag);
+    }
+
+    fn count(&mut self, n: usize) {
+        // Every list is bounded far below u32::MAX by spec validation.
+        self.buf
+            .extend_from_slice(&u32::try_from(n).unwrap_or(u32::MAX).to_be_bytes());
+    }
+
+    fn raw_str(&mut self, s: &str) {
+        self.count(s.len());
+        self.buf.extend_from_slice(s.as_bytes());
+    }
+
+    fn raw_u64(&mut self, v: u64) {
+        self.buf.extend_from_slice(&v.to_be_bytes());
+    }
+
+    fn str(&mut self, tag: u8, s: &str) {
+        self.tag(tag);
+        self.raw_str(s);
+    }
+
+    fn opt_str(&mut self, tag: u8, s: Option<&str>) {
+        if let Some(s) = s {
+            self.str(tag, s);
+        }
+    }
+
+    fn u64(&mut self, tag: u8, v: u64) {
+        self.tag(tag);
+        self.raw_u64(v);
+    }
+
+    fn bool(&mut self, tag: u8, v: bool) {
+        self.tag(tag);
+        self.buf.push(u8::from(v));
+    }
+
+    fn strs(&mut self, tag: u8, items: &[String]) {
+        self.tag(tag);
+        self.count(items.len());
+        for s in items {
+            self.raw_str(s);
+        }
+    }
+
+    fn env(&mut self, tag: u8, env: &std::collections::BTreeMap<String, String>) {
+        if env.is_empty() {
+            return;
+        }
+        self.tag(tag);
+        self.count(env.len());
+        for (k, v) in env {
+            self.raw_str(k);
+            self.raw_str(v);
+        }
+    }
+}
+
+/// Lowercase hex of `bytes`.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(char::from(HEX[usize::from(b >> 4)]));
+        s.push(char::from(HEX[usize::from(b & 15)]));
+    }
+    s
+}

@@ -1,0 +1,263 @@
+//! Patches: the only way a stored record changes outside claims,
+//! reservations and the command slot (C13.3).
+//!
+//! A patch names only patchable fields, so identity, spec, claims and
+//! reservations cannot be patched by construction. [`apply_exec`] and
+//! [`apply_machine`] check the transition table, the evidence coupling, the
+//! write-once fields and `now ≥ updated_at`, set each deadline once on first
+//! entry to its state (C13.4), increment the version, and re-validate the
+//! whole record. Guards are checked separately ([`super::claim::check_guard`]).
+
+use super::invalid;
+use super::record::{
+    CollectedArtifact, CreationEvidence, ErrorEntry, ExecResult, ExecutionRecord,
+    MAX_ERROR_HISTORY, MachineRecord, Observation,
+};
+use super::state::{
+    Cleanup, Collection, ExecState, MachineOperation, MachinePhase, MachineState, RecordEvidence,
+};
+use crate::Error;
+
+/// The patchable fields of an execution record (C13.3). `None` leaves a
+/// field as it is.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExecPatch {
+    /// New state (must be allowed by C13.1, or the same state).
+    pub state: Option<ExecState>,
+    /// New evidence (C13.2).
+    pub evidence: Option<RecordEvidence>,
+    /// The result (write-once).
+    pub result: Option<ExecResult>,
+    /// Collection progress.
+    pub collection: Option<Collection>,
+    /// Cleanup progress (`complete` is permanent).
+    pub cleanup: Option<Cleanup>,
+    /// Creation evidence (write-once).
+    pub creation: Option<CreationEvidence>,
+    /// Next due time; `Some(None)` clears it.
+    pub next_due_at_ms: Option<Option<u64>>,
+    /// Collected artifacts (replaces the list).
+    pub artifacts: Option<Vec<CollectedArtifact>>,
+    /// Latest error (also appended to the history of 8).
+    pub last_error: Option<ErrorEntry>,
+    /// Cleanup attempts.
+    pub cleanup_attempts: Option<u32>,
+    /// Verified absence time (write-once).
+    pub absence_at_ms: Option<u64>,
+}
+
+/// The patchable fields of a machine record.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MachinePatch {
+    /// New state.
+    pub state: Option<MachineState>,
+    /// New operation and phase (both none or both set).
+    pub operation: Option<(MachineOperation, MachinePhase)>,
+    /// Creation evidence (write-once).
+    pub creation: Option<CreationEvidence>,
+    /// Latest observation.
+    pub observation: Option<Observation>,
+    /// Next due time; `Some(None)` clears it.
+    pub next_due_at_ms: Option<Option<u64>>,
+    /// Verified absence time (write-once).
+    pub absence_at_ms: Option<u64>,
+    /// Operation deadline (set once per operation).
+    pub operation_deadline_ms: Option<u64>,
+    /// Operator resolution time.
+    pub resolved_at_ms: Option<u64>,
+    /// Latest error.
+    pub last_error: Option<ErrorEntry>,
+}
+
+/// Applies `patch` to `rec` at `now_ms`, returning the new record.
+///
+/// # Errors
+/// `validation` (nothing changes) when the clock went back, the transition
+/// or evidence move is forbidden, a write-once field would change, or the
+/// result breaks a record invariant.
+pub fn apply_exec(
+    rec: &ExecutionRecord,
+    patch: &ExecPatch,
+    now_ms: u64,
+) -> Result<ExecutionRecord, Error> {
+    if now_ms < rec.updated_at_ms {
+        return Err(invalid("clock_before_updated_at"));
+    }
+    let mut next = rec.clone();
+    if let Some(to) = patch.state
+        && to != rec.state
+    {
+        if !rec.state.can_move_to(to) {
+            return Err(invalid("forbidden_transition"));
+        }
+        next.state = to;
+        enter_state(&mut next, now_ms);
+    }
+    if let Some(ev) = patch.evidence {
+        if !rec.evidence.can_move_to(ev) {
+            return Err(invalid("forbidden_evidence"));
+        }
+        next.evidence = ev;
+    }
+    set_once(&mut next.result, &patch.result, "result_write_once")?;
+    set_once(&mut next.creation, &patch.creation, "creation_write_once")?;
+    set_once(
+        &mut next.absence_at_ms,
+        &patch.absence_at_ms,
+        "absence_write_once",
+    )?;
+    if let Some(c) = patch.collection {
+        next.collection = c;
+    }
+    if let Some(c) = patch.cleanup {
+        if rec.cleanup == Cleanup::Complete && c != Cleanup::Complete {
+            return Err(invalid("cleanup_complete_permanent"));
+        }
+        next.cleanup = c;
+    }
+    if let Some(due) = patch.next_due_at_ms {
+        next.next_due_at_ms = due;
+    }
+    if let Some(a) = &patch.artifacts {
+        next.artifacts.clone_from(a);
+    }
+    if let Some(n) = patch.cleanup_attempts {
+        if n < rec.cleanup_attempts {
+            return Err(invalid("cleanup_attempts_decrease"));
+        }
+        next.cleanup_attempts = n;
+    }
+    if let Some(e) = &patch.last_error {
+        next.last_error = Some(e.clone());
+        next.errors.push(e.clone());
+        if next.errors.len() > MAX_ERROR_HISTORY {
+            let extra = next.errors.len() - MAX_ERROR_HISTORY;
+            next.errors.drain(..extra);
+        }
+    }
+    next.version = rec.version + 1;
+    next.updated_at_ms = now_ms;
+    next.validate()?;
+    Ok(next)
+}
+
+/// Sets the deadline that belongs to `rec.state`, once (C13.4).
+fn enter_state(rec: &mut ExecutionRecord, now_ms: u64) {
+    let b = rec.spec.profile.budgets;
+    let d = &mut rec.deadlines;
+    match rec.state {
+        ExecState::Preparing => {
+            d.preparation_ms
+                .get_or_insert(now_ms.saturating_add(b.preparation_ms));
+        }
+        ExecState::Dispatching => {
+            d.execution_ms
+                .get_or_insert(now_ms.saturating_add(b.execution_ms));
+        }
+        ExecState::Collecting => {
+            d.collection_ms
+                .get_or_insert(now_ms.saturating_add(b.collection_ms));
+        }
+        s if s.is_terminal() || s == ExecState::Unknown => {
+            let retention_until = if s == ExecState::Unknown {
+                d.execution_ms
+                    .unwrap_or(rec.accepted_at_ms)
+                    .saturating_add(rec.spec.retention_ms)
+            } else {
+                now_ms
+            };
+            d.cleanup_ms
+                .get_or_insert(now_ms.max(retention_until).saturating_add(b.cleanup_ms));
+        }
+        _ => {}
+    }
+}
+
+fn set_once<T: Clone + PartialEq>(
+    field: &mut Option<T>,
+    value: &Option<T>,
+    reason: &'static str,
+) -> Result<(), Error> {
+    match (field.as_ref(), value) {
+        (_, None) => Ok(()),
+        (None, Some(v)) => {
+            *field = Some(v.clone());
+            Ok(())
+        }
+        (Some(old), Some(v)) if old == v => Ok(()),
+        (Some(_), Some(_)) => Err(invalid(reason)),
+    }
+}
+
+/// Applies a machine patch at `now_ms`. Entering `deleted` clears the
+/// reservation and ports (C14.1); the operation deadline is set once per
+/// operation and cleared with it.
+///
+/// # Errors
+/// `validation` (nothing changes) as for [`apply_exec`].
+pub fn apply_machine(
+    rec: &MachineRecord,
+    patch: &MachinePatch,
+    now_ms: u64,
+) -> Result<MachineRecord, Error> {
+    if now_ms < rec.updated_at_ms {
+        return Err(invalid("clock_before_updated_at"));
+    }
+    let mut next = rec.clone();
+    if let Some(to) = patch.state
+        && to != rec.state
+    {
+        if !rec.state.can_move_to(to) {
+            return Err(invalid("forbidden_transition"));
+        }
+        next.state = to;
+        if to == MachineState::Deleted {
+            next.reservation = None;
+            next.reserved_ports.clear();
+        }
+    }
+    if let Some((op, phase)) = patch.operation {
+        if op != rec.operation || op == MachineOperation::None {
+            next.operation_deadline_ms = None;
+        }
+        next.operation = op;
+        next.phase = phase;
+    }
+    if let Some(d) = patch.operation_deadline_ms {
+        if next.operation == MachineOperation::None {
+            return Err(invalid("deadline_without_operation"));
+        }
+        set_once(
+            &mut next.operation_deadline_ms,
+            &Some(d),
+            "deadline_set_once",
+        )?;
+    }
+    set_once(&mut next.creation, &patch.creation, "creation_write_once")?;
+    set_once(
+        &mut next.absence_at_ms,
+        &patch.absence_at_ms,
+        "absence_write_once",
+    )?;
+    if let Some(o) = &patch.observation {
+        if let Some(c) = &next.creation
+            && c.incarnation != o.incarnation
+        {
+            return Err(invalid("observation_incarnation"));
+        }
+        next.observation = Some(o.clone());
+    }
+    if let Some(due) = patch.next_due_at_ms {
+        next.next_due_at_ms = due;
+    }
+    if let Some(t) = patch.resolved_at_ms {
+        next.resolved_at_ms = Some(t);
+    }
+    if let Some(e) = &patch.last_error {
+        next.last_error = Some(e.clone());
+    }
+    next.version = rec.version + 1;
+    next.updated_at_ms = now_ms;
+    next.validate()?;
+    Ok(next)
+}

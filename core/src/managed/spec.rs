@@ -1,0 +1,386 @@
+//! Execution and machine specifications as stored data (features C12.4, C14).
+//!
+//! These are the semantic inputs a record was accepted with. They are plain
+//! data: the managed runtime validates them against the worker catalog; this
+//! module checks only the shape rules that every stored record must keep
+//! (counts, identifiers, sizes), so a decoded record can be re-validated.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::{RecordKey, check_digest, check_identifier, invalid};
+use crate::Error;
+
+/// Most inputs or outputs one spec may declare (C12.4).
+pub const MAX_FILES: usize = 32;
+/// Most metadata entries one spec may carry (C12.4).
+pub const MAX_METADATA: usize = 16;
+/// Longest metadata string value in bytes (C12.4).
+pub const MAX_METADATA_STRING: usize = 256;
+/// Largest magnitude of a metadata integer (C0.1).
+pub const MAX_SAFE_INTEGER: i64 = 9_007_199_254_740_991;
+/// Default queue budget in milliseconds (C12.4).
+pub const DEFAULT_QUEUE_BUDGET_MS: u64 = 60_000;
+/// Default retention in milliseconds (C12.4).
+pub const DEFAULT_RETENTION_MS: u64 = 86_400_000;
+/// Execution budgets above this need the `extended_execution` capability (C19.2).
+pub const MAX_BASE_EXECUTION_BUDGET_MS: u64 = 300_000;
+/// Per-file sizes above this need the `guest_files` capability (C19.2).
+pub const MAX_BASE_PER_FILE: u64 = 1_048_576;
+
+/// What kind of artifact a machine boots from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ArtifactKind {
+    /// A `.smolmachine` image.
+    Image,
+    /// An approved checkpoint.
+    Checkpoint,
+}
+
+/// An exact artifact reference `{id, sha256, architecture}` (C12.4).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArtifactRef {
+    /// Image or checkpoint.
+    pub kind: ArtifactKind,
+    /// Catalog identifier.
+    pub id: String,
+    /// SHA-256 of the artifact, 64 lowercase hex characters.
+    pub sha256: String,
+    /// `x86_64` or `aarch64`.
+    pub architecture: String,
+}
+
+/// The profile budgets a record's deadlines are derived from (C12.3, C13.4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Budgets {
+    /// Preparation budget in milliseconds.
+    pub preparation_ms: u64,
+    /// Execution budget in milliseconds.
+    pub execution_ms: u64,
+    /// Collection budget in milliseconds.
+    pub collection_ms: u64,
+    /// Cleanup budget in milliseconds.
+    pub cleanup_ms: u64,
+}
+
+impl Budgets {
+    /// The profile defaults of C12.3.
+    pub const DEFAULT: Self = Self {
+        preparation_ms: 60_000,
+        execution_ms: 30_000,
+        collection_ms: 30_000,
+        cleanup_ms: 30_000,
+    };
+}
+
+/// An exact profile revision reference with its budgets.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileRef {
+    /// Profile identifier (an immutable revision).
+    pub id: String,
+    /// Budgets of that revision.
+    pub budgets: Budgets,
+    /// Largest size of one transferred file in bytes.
+    pub per_file_max: u64,
+}
+
+/// A foreground, background or streamed command.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandSpec {
+    /// Program and arguments (never stored in clear, never in errors).
+    pub argv: Vec<String>,
+    /// Environment; sorted by construction.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Working directory in the guest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
+    /// Standard input bytes, base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin_b64: Option<String>,
+    /// Foreground timeout in seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_s: Option<u64>,
+    /// Background launch (needs `extended_execution`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub background: bool,
+}
+
+/// An interactive terminal (C7.1).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TerminalSpec {
+    /// Program and arguments.
+    pub argv: Vec<String>,
+    /// Environment.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Working directory in the guest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
+    /// Initial columns.
+    pub cols: u16,
+    /// Initial rows.
+    pub rows: u16,
+}
+
+/// What an execution runs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Action {
+    /// A command.
+    Command(CommandSpec),
+    /// An interactive terminal.
+    Terminal(TerminalSpec),
+}
+
+/// One declared input file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputFile {
+    /// Guest path.
+    pub path: String,
+    /// Artifact-store reference of the bytes.
+    pub source: String,
+    /// SHA-256 of the bytes.
+    pub sha256: String,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+/// One declared output file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputFile {
+    /// Guest path.
+    pub path: String,
+    /// Artifact-store destination reference.
+    pub destination: String,
+    /// Largest accepted size in bytes.
+    pub max_size: u64,
+}
+
+/// A metadata value (C12.4).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum MetaValue {
+    /// A string of at most 256 bytes.
+    String(String),
+    /// An integer within ±(2^53 − 1).
+    Integer(i64),
+    /// A boolean.
+    Bool(bool),
+    /// Null.
+    Null,
+}
+
+/// Outbound network allowlist (C9.1); absent means offline.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkPolicy {
+    /// Allowed destinations (host or CIDR), sorted.
+    pub allow: Vec<String>,
+}
+
+/// Explicit guest-path policy (C6.2); absent means the default root.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GuestPathPolicy {
+    /// Allowed transfer roots.
+    pub roots: Vec<String>,
+    /// Allowed working-directory roots.
+    pub workdir_roots: Vec<String>,
+}
+
+/// An execution specification (C12.4).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecutionSpec {
+    /// The artifact the machine boots from.
+    pub artifact: ArtifactRef,
+    /// The exact profile revision.
+    pub profile: ProfileRef,
+    /// What runs.
+    pub action: Action,
+    /// Retained machine the command runs on (managed command); none for a
+    /// disposable execution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<RecordKey>,
+    /// Input files, sorted by path.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<InputFile>,
+    /// Output files, sorted by path.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<OutputFile>,
+    /// Queue budget in milliseconds.
+    pub queue_budget_ms: u64,
+    /// Retention in milliseconds.
+    pub retention_ms: u64,
+    /// Metadata (identifier keys).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, MetaValue>,
+    /// Outbound network policy; absent is offline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkPolicy>,
+    /// Guest-path policy; absent is the default root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_paths: Option<GuestPathPolicy>,
+}
+
+/// A host-port to guest-port mapping (C9.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PortMapping {
+    /// Host port, 1–65,535.
+    pub host: u16,
+    /// Guest port, 1–65,535.
+    pub guest: u16,
+}
+
+/// A retained machine specification (C14).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MachineSpec {
+    /// The artifact the machine boots from.
+    pub artifact: ArtifactRef,
+    /// The exact profile revision.
+    pub profile: ProfileRef,
+    /// Port mappings, sorted by host port.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<PortMapping>,
+    /// Startup workload argv.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<Vec<String>>,
+    /// Checkpointable machine.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub checkpointable: bool,
+    /// Outbound network policy; absent is offline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkPolicy>,
+    /// Guest-path policy; absent is the default root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest_paths: Option<GuestPathPolicy>,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if signature
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+impl ArtifactRef {
+    fn validate(&self) -> Result<(), Error> {
+        check_identifier(&self.id)?;
+        check_digest(&self.sha256)?;
+        if !matches!(self.architecture.as_str(), "x86_64" | "aarch64") {
+            return Err(invalid("architecture"));
+        }
+        Ok(())
+    }
+}
+
+impl ProfileRef {
+    fn validate(&self) -> Result<(), Error> {
+        check_identifier(&self.id)?;
+        let b = &self.budgets;
+        let ok = (1_000..=300_000).contains(&b.preparation_ms)
+            && (1_000..=86_460_000).contains(&b.execution_ms)
+            && (1_000..=300_000).contains(&b.collection_ms)
+            && (1_000..=300_000).contains(&b.cleanup_ms)
+            && (1..=16_777_216).contains(&self.per_file_max);
+        if ok {
+            Ok(())
+        } else {
+            Err(invalid("profile_budget"))
+        }
+    }
+}
+
+impl ExecutionSpec {
+    /// Checks the stored-shape rules of C12.4.
+    ///
+    /// # Errors
+    /// `validation` naming the first broken rule.
+    pub fn validate(&self) -> Result<(), Error> {
+        self.artifact.validate()?;
+        self.profile.validate()?;
+        let argv = match &self.action {
+            Action::Command(c) => &c.argv,
+            Action::Terminal(t) => &t.argv,
+        };
+        if argv.is_empty() {
+            return Err(invalid("empty_argv"));
+        }
+        if let Some(m) = &self.machine {
+            m.validate()?;
+        }
+        if self.inputs.len() > MAX_FILES || self.outputs.len() > MAX_FILES {
+            return Err(invalid("too_many_files").with_limit(
+                self.inputs.len().max(self.outputs.len()) as u64,
+                MAX_FILES as u64,
+            ));
+        }
+        if !self.inputs.windows(2).all(|w| w[0].path < w[1].path)
+            || !self.outputs.windows(2).all(|w| w[0].path < w[1].path)
+        {
+            return Err(invalid("files_not_sorted_unique"));
+        }
+        for i in &self.inputs {
+            check_digest(&i.sha256)?;
+        }
+        if !(1..=86_400_000).contains(&self.queue_budget_ms) {
+            return Err(invalid("queue_budget"));
+        }
+        if !(60_000..=2_592_000_000).contains(&self.retention_ms) {
+            return Err(invalid("retention"));
+        }
+        if self.metadata.len() > MAX_METADATA {
+            return Err(invalid("too_many_metadata")
+                .with_limit(self.metadata.len() as u64, MAX_METADATA as u64));
+        }
+        for (k, v) in &self.metadata {
+            check_identifier(k)?;
+            match v {
+                MetaValue::String(s) if s.len() > MAX_METADATA_STRING => {
+                    return Err(invalid("metadata_string")
+                        .with_limit(s.len() as u64, MAX_METADATA_STRING as u64));
+                }
+                MetaValue::Integer(i) if i.unsigned_abs() > MAX_SAFE_INTEGER as u64 => {
+                    return Err(invalid("metadata_integer"));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// True for a background launch.
+    pub fn is_background(&self) -> bool {
+        matches!(&self.action, Action::Command(c) if c.background)
+    }
+}
+
+impl MachineSpec {
+    /// Checks the stored-shape rules.
+    ///
+    /// # Errors
+    /// `validation` naming the first broken rule.
+    pub fn validate(&self) -> Result<(), Error> {
+        self.artifact.validate()?;
+        self.profile.validate()?;
+        if !self.ports.windows(2).all(|w| w[0].host < w[1].host)
+            || self.ports.iter().any(|p| p.host == 0 || p.guest == 0)
+        {
+            return Err(invalid("ports"));
+        }
+        if self.workload.as_ref().is_some_and(Vec::is_empty) {
+            return Err(invalid("empty_workload"));
+        }
+        Ok(())
+    }
+}

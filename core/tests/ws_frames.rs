@@ -1,0 +1,480 @@
+//! Frames after the handshake: RFC 6455 §5.7 vectors, every protocol error,
+//! the frame and message caps, UTF-8, control frames, close, masking.
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+mod ws_support;
+
+use std::time::Duration;
+
+use smolbox_core::ws::frame::Opcode;
+use smolbox_core::ws::{CloseCode, CloseInfo, MAX_INPUT_CHUNK, WsClient, WsConfig, WsTimer};
+use smolbox_core::{Category, Evidence};
+use ws_support::*;
+
+fn config() -> WsConfig {
+    WsConfig::new("localhost", "/ws")
+}
+
+fn open() -> WsClient {
+    open_client(config(), t0())
+}
+
+/// Feeds `bytes` and returns every event.
+fn feed(ws: &mut WsClient, bytes: &[u8]) -> Vec<Ev> {
+    let mut evs = Vec::new();
+    for chunk in bytes.chunks(MAX_INPUT_CHUNK) {
+        ws.handle_input(t0(), chunk).unwrap();
+        evs.extend(events(ws));
+    }
+    evs
+}
+
+/// The close code in the one close frame the client queued.
+fn sent_close(ws: &mut WsClient) -> Option<u16> {
+    let frames = client_frames(&transmit(ws));
+    assert_eq!(frames.len(), 1, "exactly one frame (the close)");
+    assert_eq!(frames[0].header.opcode, Opcode::Close);
+    let p = &frames[0].payload;
+    (p.len() >= 2).then(|| u16::from_be_bytes([p[0], p[1]]))
+}
+
+#[test]
+fn rfc_6455_5_7_examples() {
+    // A single-frame unmasked text message.
+    let mut ws = open();
+    assert_eq!(
+        feed(&mut ws, &[0x81, 0x05, 0x48, 0x65, 0x6c, 0x6c, 0x6f]),
+        vec![Ev::Text("Hello".into())]
+    );
+    // A fragmented unmasked text message.
+    assert_eq!(feed(&mut ws, &[0x01, 0x03, 0x48, 0x65, 0x6c]), vec![]);
+    assert_eq!(
+        feed(&mut ws, &[0x80, 0x02, 0x6c, 0x6f]),
+        vec![Ev::Text("Hello".into())]
+    );
+    // Unmasked ping and the masked pong answering it.
+    assert_eq!(
+        feed(&mut ws, &[0x89, 0x05, 0x48, 0x65, 0x6c, 0x6c, 0x6f]),
+        vec![Ev::Ping(b"Hello".to_vec())]
+    );
+    assert_eq!(
+        transmit(&mut ws),
+        [
+            0x8a, 0x85, 0x37, 0xfa, 0x21, 0x3d, 0x7f, 0x9f, 0x4d, 0x51, 0x58
+        ]
+    );
+    // 256 bytes binary in a single unmasked frame.
+    let mut f = vec![0x82, 0x7e, 0x01, 0x00];
+    f.extend(vec![0xab; 256]);
+    assert_eq!(feed(&mut ws, &f), vec![Ev::Binary(vec![0xab; 256])]);
+    // 64 KiB binary in a single unmasked frame.
+    let mut f = vec![0x82, 0x7f, 0, 0, 0, 0, 0, 0x01, 0x00, 0x00];
+    f.extend(vec![0xcd; 65_536]);
+    ws.handle_input(t0(), &f[..40_000]).unwrap();
+    assert_eq!(events(&mut ws), vec![]);
+    assert_eq!(
+        feed(&mut ws, &f[40_000..]),
+        vec![Ev::Binary(vec![0xcd; 65_536])]
+    );
+    // A single-frame masked text message, as this client encodes it.
+    ws.send_text(t0(), "Hello").unwrap();
+    assert_eq!(
+        transmit(&mut ws),
+        [
+            0x81, 0x85, 0x37, 0xfa, 0x21, 0x3d, 0x7f, 0x9f, 0x4d, 0x51, 0x58
+        ]
+    );
+}
+
+#[test]
+fn every_protocol_error_fails_with_close_1002() {
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (vec![0x82, 0x81, 1, 2, 3, 4, 0], "masked_server_frame"),
+        (vec![0xa2, 0x00], "rsv_bits_set"),
+        (vec![0x83, 0x00], "reserved_opcode"),
+        (vec![0x8f, 0x00], "reserved_opcode"),
+        (vec![0x82, 0x7e, 0x00, 0x05], "non_minimal_length"),
+        (
+            vec![0x82, 0x7f, 0, 0, 0, 0, 0, 0, 0x01, 0x00],
+            "non_minimal_length",
+        ),
+        (
+            vec![0x82, 0x7f, 0x80, 0, 0, 0, 0, 0, 0, 0],
+            "length_top_bit_set",
+        ),
+        (vec![0x09, 0x00], "fragmented_control_frame"),
+        (vec![0x89, 0x7e, 0x00, 0x7e], "control_frame_too_long"),
+        (vec![0x80, 0x01, b'x'], "continuation_without_start"),
+        (
+            [
+                server_frame(false, 0x2, b"a"),
+                server_frame(true, 0x2, b"b"),
+            ]
+            .concat(),
+            "data_frame_inside_fragmented_message",
+        ),
+        (
+            [
+                server_frame(false, 0x1, b"a"),
+                server_frame(false, 0x1, b"b"),
+            ]
+            .concat(),
+            "data_frame_inside_fragmented_message",
+        ),
+    ];
+    for (bytes, reason) in cases {
+        let mut ws = open();
+        let e = failure(&feed(&mut ws, &bytes));
+        assert_eq!((e.category(), e.reason()), (Category::Protocol, reason));
+        assert_eq!(e.evidence(), Evidence::DispatchUncertain);
+        assert_eq!(sent_close(&mut ws), Some(1002), "{reason}");
+        // Sticky: later input and sends return the same error; nothing more is sent.
+        assert_eq!(ws.handle_input(t0(), b"\x81\x00").unwrap_err(), e);
+        assert_eq!(ws.send_binary(t0(), b"x").unwrap_err(), e);
+        assert!(transmit(&mut ws).is_empty());
+        assert_eq!(events(&mut ws), vec![]);
+    }
+}
+
+#[test]
+fn frame_cap_is_refused_from_the_header_at_n_plus_one() {
+    for cap in [1_024usize, 65_536] {
+        let mut c = config();
+        c.max_frame_len = cap;
+        c.max_message_len = 1_048_576;
+        let mut ws = open_client(c.clone(), t0());
+        let ok = server_frame(true, 0x2, &vec![1; cap]);
+        assert_eq!(feed(&mut ws, &ok), vec![Ev::Binary(vec![1; cap])]);
+        // Only the header of an N+1 frame has arrived: refused at once.
+        let mut ws = open_client(c, t0());
+        let big = server_frame(true, 0x2, &vec![1; cap + 1]);
+        let hdr_len = if cap + 1 < 65_536 { 4 } else { 10 };
+        let e = failure(&feed(&mut ws, &big[..hdr_len]));
+        assert_eq!(
+            (e.category(), e.reason()),
+            (Category::OutputLimit, "frame_too_large")
+        );
+        assert_eq!(
+            (e.limit().unwrap().actual, e.limit().unwrap().max),
+            (cap as u64 + 1, cap as u64)
+        );
+        assert_eq!(sent_close(&mut ws), Some(1009));
+    }
+}
+
+#[test]
+fn fragmented_message_cap_at_n_and_n_plus_one() {
+    let mut c = config();
+    c.max_message_len = 1_024;
+    let frags = |last: usize| {
+        [
+            server_frame(false, 0x2, &[1; 500]),
+            server_frame(false, 0x0, &[2; 500]),
+            server_frame(true, 0x0, &vec![3; last]),
+        ]
+        .concat()
+    };
+    let mut ws = open_client(c.clone(), t0());
+    let evs = feed(&mut ws, &frags(24));
+    assert_eq!(evs.len(), 1);
+    assert!(matches!(&evs[0], Ev::Binary(b) if b.len() == 1_024 && b[0] == 1 && b[1_023] == 3));
+    let mut ws = open_client(c.clone(), t0());
+    let e = failure(&feed(&mut ws, &frags(25)));
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::OutputLimit, "message_too_large")
+    );
+    assert_eq!(e.limit().unwrap().actual, 1_025);
+    assert_eq!(sent_close(&mut ws), Some(1009));
+    // An unfragmented message over the message cap is refused too.
+    let mut ws = open_client(c, t0());
+    let e = failure(&feed(&mut ws, &server_frame(true, 0x2, &[0; 1_025])));
+    assert_eq!(e.reason(), "message_too_large");
+}
+
+#[test]
+fn text_must_be_utf8_close_1007() {
+    let mut ws = open();
+    let e = failure(&feed(&mut ws, &server_frame(true, 0x1, &[0x68, 0xc3])));
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::Protocol, "invalid_utf8")
+    );
+    assert_eq!(sent_close(&mut ws), Some(1007));
+    // A multi-byte character split across fragments is fine.
+    let mut ws = open();
+    let bytes = [
+        server_frame(false, 0x1, &[0x68, 0xc3]),
+        server_frame(true, 0x0, &[0xa9]),
+    ]
+    .concat();
+    assert_eq!(feed(&mut ws, &bytes), vec![Ev::Text("hé".into())]);
+    let mut ws = open();
+    let bytes = [
+        server_frame(false, 0x1, &[0x68, 0xc3]),
+        server_frame(true, 0x0, &[0x41]),
+    ]
+    .concat();
+    assert_eq!(failure(&feed(&mut ws, &bytes)).reason(), "invalid_utf8");
+}
+
+#[test]
+fn control_frames_between_fragments() {
+    let mut ws = open();
+    let bytes = [
+        server_frame(false, 0x2, b"ab"),
+        server_frame(true, 0x9, b"p1"),
+        server_frame(false, 0x0, b"cd"),
+        server_frame(true, 0xa, b"p2"),
+        server_frame(true, 0x0, b"ef"),
+    ]
+    .concat();
+    assert_eq!(
+        feed(&mut ws, &bytes),
+        vec![
+            Ev::Ping(b"p1".to_vec()),
+            Ev::Pong(b"p2".to_vec()),
+            Ev::Binary(b"abcdef".to_vec())
+        ]
+    );
+    let frames = client_frames(&transmit(&mut ws));
+    assert_eq!(frames.len(), 1);
+    assert_eq!(
+        (frames[0].header.opcode, frames[0].payload.as_slice()),
+        (Opcode::Pong, &b"p1"[..])
+    );
+}
+
+#[test]
+fn peer_close_is_echoed_and_nothing_follows() {
+    let mut ws = open();
+    let evs = feed(
+        &mut ws,
+        &server_frame(true, 0x8, &[0x03, 0xe8, b'b', b'y', b'e']),
+    );
+    assert_eq!(
+        evs,
+        vec![Ev::Closed(CloseInfo {
+            code: Some(CloseCode::NORMAL),
+            by_peer: true
+        })]
+    );
+    assert_eq!(sent_close(&mut ws), Some(1000));
+    assert!(ws.is_finished());
+    assert_eq!(ws.send_binary(t0(), b"x").unwrap_err().reason(), "closed");
+    ws.handle_input(t0(), &server_frame(true, 0x9, b"late"))
+        .unwrap();
+    assert_eq!(events(&mut ws), vec![]);
+    assert!(transmit(&mut ws).is_empty());
+    // TCP end after a close is normal.
+    ws.handle_eof(t0());
+    assert_eq!(events(&mut ws), vec![]);
+
+    // An empty close (peer sees 1005) is echoed empty.
+    let mut ws = open();
+    let evs = feed(&mut ws, &[0x88, 0x00]);
+    assert_eq!(
+        evs,
+        vec![Ev::Closed(CloseInfo {
+            code: None,
+            by_peer: true
+        })]
+    );
+    assert_eq!(sent_close(&mut ws), None);
+}
+
+#[test]
+fn close_codes_and_reasons_are_validated() {
+    for code in [0u16, 999, 1004, 1005, 1006, 1015, 1016, 2999, 5000, 65_535] {
+        let mut ws = open();
+        let e = failure(&feed(
+            &mut ws,
+            &server_frame(true, 0x8, &code.to_be_bytes()),
+        ));
+        assert_eq!(e.reason(), "close_code_invalid", "{code}");
+        assert_eq!(sent_close(&mut ws), Some(1002));
+    }
+    for code in [1000u16, 1001, 1003, 1007, 1011, 1014, 3000, 4999] {
+        let mut ws = open();
+        let evs = feed(&mut ws, &server_frame(true, 0x8, &code.to_be_bytes()));
+        assert!(matches!(evs[..], [Ev::Closed(_)]), "{code}");
+    }
+    let mut ws = open();
+    assert_eq!(
+        failure(&feed(&mut ws, &[0x88, 0x01, 0x03])).reason(),
+        "close_payload_one_byte"
+    );
+    let mut ws = open();
+    assert_eq!(
+        failure(&feed(&mut ws, &[0x88, 0x03, 0x03, 0xe8, 0xff])).reason(),
+        "invalid_utf8"
+    );
+    assert_eq!(sent_close(&mut ws), Some(1007));
+    // Our side: codes that must not be on the wire are refused.
+    let mut ws = open();
+    for code in [1005u16, 1006, 1015, 999] {
+        let e = ws.close(t0(), CloseCode::from_u16(code)).unwrap_err();
+        assert_eq!(e.category(), Category::Validation);
+    }
+    assert!(transmit(&mut ws).is_empty());
+}
+
+#[test]
+fn our_close_waits_for_the_peer_then_times_out() {
+    let now = t0();
+    let mut c = config();
+    c.close_wait = Duration::from_millis(700);
+    let mut ws = open_client(c.clone(), now);
+    ws.close(now, CloseCode::NORMAL).unwrap();
+    assert_eq!(sent_close(&mut ws), Some(1000));
+    let deadline = now + Duration::from_millis(700);
+    assert_eq!(ws.poll_timeout(), Some((deadline, WsTimer::CloseWait)));
+    // Nothing is sent after our close: no data, no pong.
+    assert_eq!(ws.send_binary(now, b"x").unwrap_err().reason(), "closed");
+    assert_eq!(
+        feed(&mut ws, &server_frame(true, 0x9, b"p")),
+        vec![Ev::Ping(b"p".to_vec())]
+    );
+    assert_eq!(
+        feed(&mut ws, &server_frame(true, 0x2, b"late data")),
+        vec![Ev::Binary(b"late data".to_vec())]
+    );
+    assert!(transmit(&mut ws).is_empty());
+    ws.close(now, CloseCode::NORMAL).unwrap();
+    assert!(transmit(&mut ws).is_empty(), "a second close sends nothing");
+    // The peer answers in time.
+    let evs = feed(&mut ws, &server_frame(true, 0x8, &[0x03, 0xe8]));
+    assert_eq!(
+        evs,
+        vec![Ev::Closed(CloseInfo {
+            code: Some(CloseCode::NORMAL),
+            by_peer: false
+        })]
+    );
+    assert!(transmit(&mut ws).is_empty(), "no echo of an answer");
+    assert_eq!(ws.poll_timeout(), None);
+
+    // The peer does not answer.
+    let mut ws = open_client(c, now);
+    ws.close(now, CloseCode::GOING_AWAY).unwrap();
+    transmit(&mut ws);
+    ws.handle_timeout(deadline - Duration::from_nanos(1));
+    assert_eq!(events(&mut ws), vec![]);
+    ws.handle_timeout(deadline);
+    let e = failure(&events(&mut ws));
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::Transport, "close_wait_expired")
+    );
+}
+
+#[test]
+fn tcp_end_without_close_is_abnormal_after_buffered_frames() {
+    let mut ws = open();
+    let mut bytes = server_frame(true, 0x2, b"one");
+    bytes.extend(&server_frame(true, 0x2, b"two")[..3]);
+    ws.handle_input(t0(), &bytes).unwrap();
+    ws.handle_eof(t0());
+    let evs = events(&mut ws);
+    assert_eq!(evs[0], Ev::Binary(b"one".to_vec()));
+    let e = failure(&evs);
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::Transport, "abnormal_close")
+    );
+    assert_eq!(evs.len(), 2);
+}
+
+#[test]
+fn masking_needs_caller_entropy_and_control_frames_wait_for_it() {
+    let now = t0();
+    let mut ws = WsClient::new(config(), KEY, now).unwrap();
+    transmit(&mut ws);
+    ws.handle_input(now, &reply_101("")).unwrap();
+    assert_eq!(events(&mut ws), vec![Ev::Open]);
+    assert_eq!(ws.entropy_wanted(), smolbox_core::ws::MASK_POOL_BYTES);
+    let e = ws.send_binary(now, b"x").unwrap_err();
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::Validation, "mask_entropy_exhausted")
+    );
+    // A ping with no entropy: the pong waits, then goes out with the next entropy.
+    assert_eq!(
+        feed(&mut ws, &server_frame(true, 0x9, b"a")),
+        vec![Ev::Ping(b"a".to_vec())]
+    );
+    assert_eq!(
+        feed(&mut ws, &server_frame(true, 0x9, b"b")),
+        vec![Ev::Ping(b"b".to_vec())]
+    );
+    assert!(transmit(&mut ws).is_empty());
+    ws.handle_entropy(&fixed_entropy(4));
+    let frames = client_frames(&transmit(&mut ws));
+    assert_eq!(frames.len(), 1, "only the latest ping is answered");
+    assert_eq!(frames[0].payload, b"b");
+    // Distinct keys come from distinct entropy bytes.
+    ws.handle_entropy(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
+    ws.send_binary(now, b"x").unwrap();
+    let f = client_frames(&transmit(&mut ws));
+    assert_eq!(f[0].header.mask, Some([1, 2, 3, 4]));
+    assert_eq!(
+        ws.send_binary(now, b"y").unwrap_err().reason(),
+        "mask_entropy_exhausted",
+        "keys are kept for a close"
+    );
+    ws.close(now, CloseCode::NORMAL).unwrap();
+    assert_eq!(
+        client_frames(&transmit(&mut ws))[0].header.mask,
+        Some([5, 6, 7, 8])
+    );
+}
+
+#[test]
+fn input_chunk_cap_at_n_and_n_plus_one() {
+    let mut ws = open();
+    let frame = server_frame(true, 0x2, &vec![7; MAX_INPUT_CHUNK - 4]);
+    assert_eq!(frame.len(), MAX_INPUT_CHUNK);
+    assert_eq!(feed(&mut ws, &frame).len(), 1);
+    let e = ws
+        .handle_input(t0(), &vec![0; MAX_INPUT_CHUNK + 1])
+        .unwrap_err();
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::Validation, "input_chunk_too_large")
+    );
+    // Nothing was consumed: the connection is still usable.
+    assert_eq!(
+        feed(&mut ws, &server_frame(true, 0x2, b"ok")),
+        vec![Ev::Binary(b"ok".to_vec())]
+    );
+}
+
+#[test]
+fn undrained_input_is_refused_without_consuming() {
+    let mut ws = open();
+    // 64 KiB of small frames, twice, without draining events.
+    let chunk: Vec<u8> = (0..MAX_INPUT_CHUNK / 16)
+        .flat_map(|_| server_frame(true, 0x2, &[5; 14]))
+        .collect();
+    assert_eq!(chunk.len(), MAX_INPUT_CHUNK);
+    ws.handle_input(t0(), &chunk).unwrap();
+    ws.handle_input(t0(), &chunk).unwrap();
+    let e = ws.handle_input(t0(), &chunk).unwrap_err();
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::Validation, "input_not_drained")
+    );
+    // Draining frees the room, and nothing was lost or duplicated.
+    assert_eq!(events(&mut ws).len(), 2 * MAX_INPUT_CHUNK / 16);
+    assert_eq!(feed(&mut ws, &chunk).len(), MAX_INPUT_CHUNK / 16);
+}
+
+#[test]
+fn events_never_print_payloads() {
+    let mut ws = open();
+    ws.handle_input(t0(), &server_frame(true, 0x2, b"SENTINEL-PAYLOAD"))
+        .unwrap();
+    let ev = ws.poll_event().unwrap();
+    assert!(!format!("{ev:?}").contains("SENTINEL"));
+    assert!(!format!("{ws:?}").contains("SENTINEL"));
+}

@@ -1,0 +1,348 @@
+//! The worker HTTP API on axum: router, the outer middleware (trace ids,
+//! `vary`, metrics, bearer check, faults, request timeout) and error replies.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, FromRequest, MatchedPath, Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::conn::{ConnCtl, WriteMode};
+use crate::faults::{ActiveFaults, Fault, Route};
+use crate::state::AppState;
+
+mod control;
+mod exec;
+mod files;
+mod logs;
+mod machines;
+mod node;
+mod sse;
+mod terminal;
+mod volumes;
+
+pub(crate) use machines::{kill_pid, stop_machine, supervisor_tick_all as supervisor_tick};
+
+const VARY: &str = "origin, access-control-request-method, access-control-request-headers";
+
+/// A handler error: `{"error": msg, "code": CODE}` with its status.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    status: StatusCode,
+    message: String,
+    code: &'static str,
+}
+
+impl ApiError {
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            code: "BAD_REQUEST",
+        }
+    }
+    pub(crate) fn not_found(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::NOT_FOUND,
+            message: message.into(),
+            code: "NOT_FOUND",
+        }
+    }
+    pub(crate) fn machine_not_found(name: &str) -> Self {
+        Self::not_found(format!("machine '{name}' not found"))
+    }
+    pub(crate) fn conflict(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::CONFLICT,
+            message: message.into(),
+            code: "CONFLICT",
+        }
+    }
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: message.into(),
+            code: "INTERNAL_ERROR",
+        }
+    }
+    pub(crate) fn unauthorized() -> Self {
+        Self {
+            status: StatusCode::UNAUTHORIZED,
+            message: "missing or invalid bearer token".to_owned(),
+            code: "UNAUTHORIZED",
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: &'a str,
+    code: &'a str,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        json_reply(
+            self.status,
+            &ErrorBody {
+                error: &self.message,
+                code: self.code,
+            },
+        )
+    }
+}
+
+/// A compact JSON reply with `content-type: application/json`.
+pub(crate) fn json_reply<T: Serialize>(status: StatusCode, body: &T) -> Response {
+    match serde_json::to_vec(body) {
+        Ok(bytes) => (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+pub(crate) fn ok_json<T: Serialize>(body: &T) -> Response {
+    json_reply(StatusCode::OK, body)
+}
+
+/// Extracts a JSON body exactly as axum's `Json` does (same rejections).
+pub(crate) async fn json_body<T: DeserializeOwned>(req: Request) -> Result<T, Response> {
+    axum::Json::<T>::from_request(req, &())
+        .await
+        .map(|j| j.0)
+        .map_err(IntoResponse::into_response)
+}
+
+pub(crate) fn active_faults(req: &Request) -> ActiveFaults {
+    req.extensions()
+        .get::<ActiveFaults>()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Builds the whole router for `state`.
+pub(crate) fn router(state: AppState) -> Router {
+    let limits = &state.config.limits;
+    let json_max = limits.json_body_max;
+    let file_max = limits.file_body_max;
+    let m = "/api/v1/machines/{name}";
+    Router::new()
+        .route("/health", get(node::health))
+        .route("/readyz", get(node::readyz))
+        .route("/capacity", get(node::capacity))
+        .route("/metrics", get(node::metrics))
+        .route(
+            "/api/v1/machines",
+            post(machines::create).get(machines::list),
+        )
+        .route(m, get(machines::get_one).delete(machines::delete_one))
+        .route(&format!("{m}/start"), post(machines::start))
+        .route(&format!("{m}/stop"), post(machines::stop))
+        .route(&format!("{m}/exec"), post(exec::exec))
+        .route(&format!("{m}/exec/stream"), post(exec::exec_stream))
+        .route(&format!("{m}/exec/interactive"), get(terminal::interactive))
+        .route(
+            &format!("{m}/files/{{*path}}"),
+            get(files::download)
+                .put(files::upload)
+                .layer(DefaultBodyLimit::max(file_max)),
+        )
+        .route(&format!("{m}/logs"), get(logs::logs))
+        .route(&format!("{m}/egress-events"), get(node::egress_events))
+        .route(&format!("{m}/images"), get(node::images))
+        .route("/api/v1/volumes", post(volumes::create))
+        .route("/api/v1/volumes/{id}", delete(volumes::delete_one))
+        .route(
+            "/_devworker/faults",
+            post(control::add_fault).delete(control::clear_faults),
+        )
+        .route("/_devworker/counts", get(control::counts))
+        .route("/_devworker/restart", post(control::restart))
+        .fallback(fallback)
+        .layer(DefaultBodyLimit::max(json_max))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            outer,
+        ))
+        .with_state(state)
+}
+
+async fn fallback() -> StatusCode {
+    StatusCode::NOT_FOUND
+}
+
+const ALLOWED_ORIGINS: [&str; 4] = [
+    "http://localhost:8080",
+    "http://127.0.0.1:8080",
+    "http://localhost:3000",
+    "http://127.0.0.1:3000",
+];
+
+fn preflight(req: &Request) -> Response {
+    let mut resp = StatusCode::OK.into_response();
+    let h = resp.headers_mut();
+    if let Some(origin) = req.headers().get(header::ORIGIN)
+        && ALLOWED_ORIGINS
+            .iter()
+            .any(|o| origin.as_bytes() == o.as_bytes())
+    {
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());
+    }
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static("GET,POST,PUT,DELETE"),
+    );
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_HEADERS,
+        HeaderValue::from_static("content-type"),
+    );
+    h.insert(
+        header::ALLOW,
+        HeaderValue::from_static("GET,HEAD,POST,PUT,DELETE"),
+    );
+    h.insert(header::VARY, HeaderValue::from_static(VARY));
+    resp
+}
+
+fn metric_path(req: &Request, route: Route, raw: &str) -> String {
+    match (route, req.extensions().get::<MatchedPath>()) {
+        (Route::VolumesDelete | Route::Other, _) | (_, None) => raw.to_owned(),
+        (_, Some(p)) => p
+            .as_str()
+            .replace("{name}", ":id")
+            .replace("{*path}", "*path"),
+    }
+}
+
+fn token_ok(state: &AppState, req: &Request) -> bool {
+    let Some(token) = state.config.token.as_deref() else {
+        return true;
+    };
+    req.headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|t| t == token)
+}
+
+fn is_timed(state: &AppState, route: Route, path: &str) -> bool {
+    match route {
+        Route::Logs | Route::Terminal => false,
+        Route::Exec | Route::ExecStream => !state.config.version.is_later(),
+        _ => path.starts_with("/api/v1/machines") || path.starts_with("/api/v1/pools"),
+    }
+}
+
+async fn outer(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    if method == Method::OPTIONS
+        && req
+            .headers()
+            .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD)
+    {
+        return preflight(&req);
+    }
+    let trace = state.next_trace_id();
+    let control = path.starts_with("/_devworker/");
+    let (route, machine) = Route::classify(method.as_str(), &path);
+    let mpath = metric_path(&req, route, &path);
+    let mut resp = if !token_ok(&state, &req) {
+        ApiError::unauthorized().into_response()
+    } else if control {
+        next.run(req).await
+    } else {
+        state.faults.count(route);
+        let faults = state.faults.take(route, machine.as_deref());
+        req.extensions_mut().insert(ActiveFaults(faults.clone()));
+        with_faults(&state, route, &path, faults, req, next).await
+    };
+    let h = resp.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&trace) {
+        h.insert("x-trace-id", v);
+    }
+    h.insert(header::VARY, HeaderValue::from_static(VARY));
+    if !control {
+        state.record_metric(method.as_str(), resp.status().as_u16(), &mpath);
+    }
+    resp
+}
+
+async fn with_faults(
+    state: &AppState,
+    route: Route,
+    path: &str,
+    faults: Vec<Fault>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let ctl = req.extensions().get::<Arc<ConnCtl>>().cloned();
+    let mut timeout = is_timed(state, route, path).then_some(state.config.limits.request_timeout);
+    let mut transform = None;
+    for f in &faults {
+        match f {
+            Fault::Delay { ms } => tokio::time::sleep(Duration::from_millis(*ms)).await,
+            Fault::Redirect { location } => {
+                let mut resp = StatusCode::TEMPORARY_REDIRECT.into_response();
+                if let Ok(v) = HeaderValue::from_str(location) {
+                    resp.headers_mut().insert(header::LOCATION, v);
+                }
+                return resp;
+            }
+            Fault::DropAfter { bytes } => set_mode(ctl.as_ref(), WriteMode::DropAfter(*bytes)),
+            Fault::StallAfter { bytes } => set_mode(ctl.as_ref(), WriteMode::StallAfter(*bytes)),
+            Fault::RawReply { bytes } => set_mode(ctl.as_ref(), WriteMode::Replace(bytes.clone())),
+            Fault::Timeout408 { ms } => timeout = Some(Duration::from_millis(*ms)),
+            Fault::TruncateJson | Fault::MalformedJson | Fault::Gzip => transform = Some(f.clone()),
+            _ => {}
+        }
+    }
+    let resp = match timeout {
+        Some(d) => match tokio::time::timeout(d, next.run(req)).await {
+            Ok(r) => r,
+            Err(_) => StatusCode::REQUEST_TIMEOUT.into_response(),
+        },
+        None => next.run(req).await,
+    };
+    match transform {
+        Some(t) => transform_body(resp, &t).await,
+        None => resp,
+    }
+}
+
+fn set_mode(ctl: Option<&Arc<ConnCtl>>, mode: WriteMode) {
+    if let Some(c) = ctl {
+        c.set(mode);
+    }
+}
+
+async fn transform_body(resp: Response, fault: &Fault) -> Response {
+    let (mut parts, body) = resp.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    };
+    let out: Vec<u8> = match fault {
+        Fault::TruncateJson => bytes[..bytes.len() / 2].to_vec(),
+        Fault::MalformedJson => {
+            let mut v = bytes.to_vec();
+            let at = v.len().saturating_sub(1);
+            v.insert(at, b',');
+            v
+        }
+        Fault::Gzip => {
+            parts
+                .headers
+                .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+            crate::gzip::gzip_stored(&bytes)
+        }
+        _ => bytes.to_vec(),
+    };
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, Body::from(out))
+}

@@ -1,0 +1,333 @@
+//! Interactive terminal over WebSocket (`GET /{id}/exec/interactive`): the
+//! program runs under a real PTY (worker-api.md §8).
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{FromRequestParts, Path as UrlPath, Query, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use portable_pty::{CommandBuilder, MasterPty, PtySize, native_pty_system};
+use serde::Deserialize;
+use sha1::{Digest, Sha1};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{mpsc, watch};
+
+use super::machines::ensure_running;
+use super::{ApiError, active_faults};
+use crate::faults::{ActiveFaults, Fault};
+use crate::process::map_arg;
+use crate::state::{AppState, lock};
+
+#[derive(Deserialize)]
+pub(crate) struct TermQuery {
+    #[serde(default)]
+    cmd: Option<String>,
+    #[serde(default)]
+    cols: Option<u16>,
+    #[serde(default)]
+    rows: Option<u16>,
+}
+
+#[derive(Deserialize)]
+struct ClientText {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    cols: Option<u64>,
+    #[serde(default)]
+    rows: Option<u64>,
+    #[serde(default)]
+    data: Option<serde_json::Value>,
+}
+
+pub(crate) async fn interactive(
+    State(st): State<AppState>,
+    UrlPath(name): UrlPath<String>,
+    req: Request,
+) -> Response {
+    let faults = active_faults(&req);
+    let raw_fault = faults
+        .0
+        .iter()
+        .find(|f| matches!(f, Fault::MaskedFrame | Fault::OversizeFrame { .. }))
+        .cloned();
+    let (mut parts, body) = req.into_parts();
+    let ws = if raw_fault.is_some() {
+        None
+    } else {
+        match WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
+            Ok(ws) => Some(ws),
+            Err(rej) => return rej.into_response(),
+        }
+    };
+    let q = match Query::<TermQuery>::try_from_uri(&parts.uri) {
+        Ok(q) => q.0,
+        Err(rej) => return rej.into_response(),
+    };
+    if let Err(e) = ensure_running(&st, &name) {
+        return e.into_response();
+    }
+    let Some((root, kill)) = st.with_machine(&name, |m| (m.rootfs(), m.kill.subscribe())) else {
+        return ApiError::machine_not_found(&name).into_response();
+    };
+    if let Some(fault) = raw_fault {
+        return raw_upgrade(Request::from_parts(parts, body), fault);
+    }
+    let Some(ws) = ws else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    let cmd = q.cmd.unwrap_or_else(|| "/bin/sh".to_owned());
+    let size = PtySize {
+        rows: q.rows.unwrap_or(24),
+        cols: q.cols.unwrap_or(80),
+        pixel_width: 0,
+        pixel_height: 0,
+    };
+    let generation = st.generation.subscribe();
+    ws.on_upgrade(move |socket| session(socket, root, cmd, size, faults, vec![kill, generation]))
+}
+
+fn raw_upgrade(mut req: Request, fault: Fault) -> Response {
+    let Some(key) = req.headers().get(header::SEC_WEBSOCKET_KEY).cloned() else {
+        return (
+            StatusCode::BAD_REQUEST,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            "`Sec-WebSocket-Key` header did not include a valid key",
+        )
+            .into_response();
+    };
+    let mut sha = Sha1::new();
+    sha.update(key.as_bytes());
+    sha.update(b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11");
+    let accept = base64::engine::general_purpose::STANDARD.encode(sha.finalize());
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    tokio::spawn(async move {
+        let Ok(up) = on_upgrade.await else { return };
+        let mut io = hyper_util::rt::TokioIo::new(up);
+        let mut frame = Vec::new();
+        match fault {
+            Fault::MaskedFrame => {
+                let mask = [0x37u8, 0xfa, 0x21, 0x3d];
+                frame.extend_from_slice(&[0x82, 0x84]);
+                frame.extend_from_slice(&mask);
+                frame.extend(b"/ # ".iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+            }
+            Fault::OversizeFrame { len } => {
+                frame.extend_from_slice(&[0x82, 0x7f]);
+                frame.extend_from_slice(&len.to_be_bytes());
+                frame.extend(std::iter::repeat_n(
+                    b'x',
+                    usize::try_from(len.min(4096)).unwrap_or(0),
+                ));
+            }
+            _ => {}
+        }
+        let _ = io.write_all(&frame).await;
+        let _ = io.flush().await;
+        let _ = io.shutdown().await;
+    });
+    let mut resp = StatusCode::SWITCHING_PROTOCOLS.into_response();
+    let h = resp.headers_mut();
+    h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    if let Ok(v) = HeaderValue::from_str(&accept) {
+        h.insert(header::SEC_WEBSOCKET_ACCEPT, v);
+    }
+    resp
+}
+
+type Master = Arc<Mutex<Box<dyn MasterPty + Send>>>;
+
+struct Pty {
+    master: Master,
+    input: std::sync::mpsc::Sender<Vec<u8>>,
+    output: mpsc::Receiver<Vec<u8>>,
+    exit: mpsc::Receiver<i32>,
+    killer: Box<dyn portable_pty::ChildKiller + Send + Sync>,
+}
+
+fn open_pty(root: &std::path::Path, cmd: &str, size: PtySize) -> Result<Pty, String> {
+    let pair = native_pty_system()
+        .openpty(size)
+        .map_err(|e| e.to_string())?;
+    let mut builder = CommandBuilder::new(map_arg(root, cmd));
+    builder.env_clear();
+    builder.env("TERM", "xterm-256color");
+    builder.env(
+        "PATH",
+        std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into()),
+    );
+    builder.env("HOME", root.join("root"));
+    builder.cwd(root);
+    let mut child = pair
+        .slave
+        .spawn_command(builder)
+        .map_err(|e| e.to_string())?;
+    drop(pair.slave);
+    let killer = child.clone_killer();
+    let mut reader = pair.master.try_clone_reader().map_err(|e| e.to_string())?;
+    let mut writer = pair.master.take_writer().map_err(|e| e.to_string())?;
+    let (out_tx, output) = mpsc::channel::<Vec<u8>>(64);
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            match reader.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if out_tx.blocking_send(buf[..n].to_vec()).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    let (input, in_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    std::thread::spawn(move || {
+        while let Ok(bytes) = in_rx.recv() {
+            if writer
+                .write_all(&bytes)
+                .and_then(|()| writer.flush())
+                .is_err()
+            {
+                break;
+            }
+        }
+    });
+    let (exit_tx, exit) = mpsc::channel(1);
+    std::thread::spawn(move || {
+        let code = child
+            .wait()
+            .map(|s| i32::try_from(s.exit_code()).unwrap_or(-1))
+            .unwrap_or(-1);
+        let _ = exit_tx.blocking_send(code);
+    });
+    Ok(Pty {
+        master: Arc::new(Mutex::new(pair.master)),
+        input,
+        output,
+        exit,
+        killer,
+    })
+}
+
+fn exit_text(code: i32) -> Message {
+    Message::Text(format!("{{\"type\":\"exit\",\"code\":{code}}}").into())
+}
+
+async fn session(
+    mut socket: WebSocket,
+    root: PathBuf,
+    cmd: String,
+    size: PtySize,
+    faults: ActiveFaults,
+    mut kills: Vec<watch::Receiver<u64>>,
+) {
+    let Ok(mut pty) = open_pty(&root, &cmd, size) else {
+        let _ = socket.send(exit_text(-1)).await;
+        let _ = socket.send(Message::Close(None)).await;
+        return;
+    };
+    let close_before_exit = faults.has(|f| matches!(f, Fault::CloseBeforeExit));
+    let exit130 = faults.has(|f| matches!(f, Fault::Exit130));
+    let stall = faults.has(|f| matches!(f, Fault::StallStream));
+    let mut code: Option<i32> = None;
+    let mut output_done = false;
+    let mut drain_deadline: Option<tokio::time::Instant> = None;
+    let mut frames_sent = 0usize;
+    let mut stalled = false;
+    loop {
+        if code.is_some() && output_done {
+            break;
+        }
+        let killed = async {
+            let futs = kills.iter_mut().map(|k| Box::pin(k.changed()));
+            let _ = futures_util::future::select_all(futs).await;
+        };
+        let drain = async {
+            match drain_deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            chunk = pty.output.recv(), if !output_done && !stalled => match chunk {
+                Some(bytes) => {
+                    if socket.send(Message::Binary(bytes.into())).await.is_err() {
+                        let _ = pty.killer.kill();
+                        return;
+                    }
+                    frames_sent += 1;
+                    if stall && frames_sent > 0 {
+                        stalled = true;
+                    }
+                }
+                None => output_done = true,
+            },
+            c = pty.exit.recv(), if code.is_none() => {
+                code = Some(c.unwrap_or(-1));
+                drain_deadline = Some(tokio::time::Instant::now() + Duration::from_millis(300));
+            }
+            () = drain => output_done = true,
+            msg = socket.recv() => match msg {
+                Some(Ok(Message::Binary(b))) => { let _ = pty.input.send(b.to_vec()); }
+                Some(Ok(Message::Text(t))) => handle_text(&pty, t.as_str()),
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
+                Some(Ok(Message::Close(_))) | Some(Err(_)) | None => {
+                    // Client went away: the session ends with 130 and the
+                    // program is killed (the code is not deliverable).
+                    let _ = pty.input.send(vec![4]);
+                    let _ = pty.killer.kill();
+                    return;
+                }
+            },
+            () = killed => {
+                let _ = pty.killer.kill();
+                return;
+            }
+        }
+        if stalled {
+            // Silent: keep the socket open, read nothing more from the PTY.
+            loop {
+                match socket.recv().await {
+                    Some(Ok(Message::Close(_)) | Err(_)) | None => break,
+                    _ => {}
+                }
+            }
+            let _ = pty.killer.kill();
+            return;
+        }
+    }
+    let code = if exit130 { 130 } else { code.unwrap_or(-1) };
+    if !close_before_exit {
+        let _ = socket.send(exit_text(code)).await;
+    }
+    let _ = socket.send(Message::Close(None)).await;
+}
+
+fn handle_text(pty: &Pty, text: &str) {
+    match serde_json::from_str::<ClientText>(text) {
+        Ok(m) if m.kind == "resize" => {
+            let cols = m.cols.unwrap_or(80) as u16;
+            let rows = m.rows.unwrap_or(24) as u16;
+            let _ = lock(&pty.master).resize(PtySize {
+                rows,
+                cols,
+                pixel_width: 0,
+                pixel_height: 0,
+            });
+        }
+        Ok(m) if m.kind == "stdin" => {
+            if let Some(serde_json::Value::String(s)) = m.data {
+                let _ = pty.input.send(s.into_bytes());
+            }
+        }
+        _ => {
+            let _ = pty.input.send(text.as_bytes().to_vec());
+        }
+    }
+}

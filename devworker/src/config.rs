@@ -1,0 +1,87 @@
+//! Start-up configuration: impersonated version, limits and timings.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The worker release the devworker impersonates (`/health.version`, routes
+/// and fields follow it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Version {
+    /// smolvm 1.9.2: the live contract of worker-api.md §1–§11.
+    V1_9_2,
+    /// smolvm 1.22.0: the later contract of worker-api.md §12.
+    V1_22_0,
+}
+
+impl Version {
+    /// The version string `/health` reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::V1_9_2 => "1.9.2",
+            Self::V1_22_0 => "1.22.0",
+        }
+    }
+
+    /// Parses `"1.9.2"` or `"1.22.0"`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "1.9.2" => Some(Self::V1_9_2),
+            "1.22.0" => Some(Self::V1_22_0),
+            _ => None,
+        }
+    }
+
+    /// True for the later (1.22.0) contract.
+    pub fn is_later(self) -> bool {
+        self == Self::V1_22_0
+    }
+}
+
+/// Limits and timings. The defaults are the real worker's; tests shrink them.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Request timeout of the `/api/v1/machines/...` routes (real: 300 s).
+    pub request_timeout: Duration,
+    /// SSE keep-alive interval for exec and logs (real: 15 s).
+    pub keepalive: Duration,
+    /// Supervisor tick that turns never-started `created` machines into
+    /// `stopped` (real: 5 s). `None` disables the tick.
+    pub supervisor_tick: Option<Duration>,
+    /// JSON request body cap (real: 2 MiB).
+    pub json_body_max: usize,
+    /// File upload body cap (real: 100 MiB).
+    pub file_body_max: usize,
+    /// Buffered exec cap per stream (real: 11 MiB).
+    pub exec_output_max: usize,
+    /// SSE exec cumulative output cap (real: 11 MiB).
+    pub stream_output_max: usize,
+    /// Log follower poll interval (real: 100 ms).
+    pub log_poll: Duration,
+    /// Maximum concurrent log followers (real: 16).
+    pub max_log_followers: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            request_timeout: Duration::from_secs(300),
+            keepalive: Duration::from_secs(15),
+            supervisor_tick: Some(Duration::from_secs(5)),
+            json_body_max: 2 * 1024 * 1024,
+            file_body_max: 100 * 1024 * 1024,
+            exec_output_max: 11 * 1024 * 1024,
+            stream_output_max: 11 * 1024 * 1024,
+            log_poll: Duration::from_millis(100),
+            max_log_followers: 16,
+        }
+    }
+}
+
+/// Everything the server needs at start.
+#[derive(Clone, Debug)]
+pub(crate) struct Config {
+    pub(crate) version: Version,
+    pub(crate) token: Option<String>,
+    pub(crate) state_dir: PathBuf,
+    pub(crate) limits: Limits,
+}

@@ -1,0 +1,269 @@
+//! Shared server state: machines (in memory, plus one host directory each),
+//! request ids, metrics, boot identity.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::watch;
+
+use crate::config::Config;
+use crate::faults::Faults;
+
+/// A published port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct PortSpec {
+    pub(crate) host: u16,
+    pub(crate) guest: u16,
+}
+
+/// A mount as the reply shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct MountInfo {
+    pub(crate) tag: String,
+    pub(crate) source: String,
+    pub(crate) target: String,
+    pub(crate) readonly: bool,
+}
+
+/// The stored lifecycle state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stored {
+    Created,
+    Running,
+    Stopped,
+}
+
+/// The stand-in VMM: a host process whose life is the machine's.
+#[derive(Clone, Debug)]
+pub(crate) struct Vmm {
+    pub(crate) pid: u32,
+    pub(crate) alive: Arc<AtomicBool>,
+    pub(crate) start_time_us: u64,
+}
+
+impl Vmm {
+    pub(crate) fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::SeqCst)
+    }
+}
+
+/// One machine record.
+#[derive(Debug)]
+pub(crate) struct Machine {
+    pub(crate) name: String,
+    pub(crate) cpus: u8,
+    pub(crate) memory_mb: u32,
+    pub(crate) storage_gb: u64,
+    pub(crate) overlay_gb: u64,
+    pub(crate) network: bool,
+    pub(crate) gpu: bool,
+    pub(crate) cuda: bool,
+    pub(crate) network_backend: Option<String>,
+    pub(crate) allowed_cidrs: Option<Vec<String>>,
+    pub(crate) allowed_hosts: Option<Vec<String>>,
+    pub(crate) ports: Vec<PortSpec>,
+    pub(crate) mounts: Vec<MountInfo>,
+    pub(crate) image: Option<String>,
+    pub(crate) forkable: bool,
+    pub(crate) created_at: u64,
+    pub(crate) stored: Stored,
+    pub(crate) vmm: Option<Vmm>,
+    /// `<state>/machines/<name>`: holds `rootfs/` and `agent-console.log`.
+    pub(crate) dir: PathBuf,
+    /// Bumped to kill every command of this machine.
+    pub(crate) kill: watch::Sender<u64>,
+}
+
+/// The state a reply shows, resolved like the real worker does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Resolved {
+    Created,
+    Running,
+    Stopped,
+}
+
+impl Resolved {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Created => "created",
+            Self::Running => "running",
+            Self::Stopped => "stopped",
+        }
+    }
+}
+
+impl Machine {
+    pub(crate) fn resolved(&self) -> Resolved {
+        match self.stored {
+            Stored::Created => Resolved::Created,
+            Stored::Stopped => Resolved::Stopped,
+            Stored::Running => match &self.vmm {
+                Some(v) if v.is_alive() => Resolved::Running,
+                _ => Resolved::Stopped,
+            },
+        }
+    }
+
+    pub(crate) fn rootfs(&self) -> PathBuf {
+        self.dir.join("rootfs")
+    }
+
+    pub(crate) fn console_log(&self) -> PathBuf {
+        self.dir.join("agent-console.log")
+    }
+
+    pub(crate) fn kill_commands(&self) {
+        self.kill.send_modify(|n| *n += 1);
+    }
+}
+
+/// Metric series key: method, status, path.
+type SeriesKey = (String, u16, String);
+
+/// Everything handlers share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) config: Config,
+    pub(crate) faults: Faults,
+    pub(crate) machines: Mutex<Vec<Machine>>,
+    pub(crate) seq: AtomicU32,
+    pub(crate) started: Mutex<Instant>,
+    pub(crate) boot_id: Mutex<String>,
+    pub(crate) metrics: Mutex<Vec<(SeriesKey, u64)>>,
+    /// Bumped on "worker restart" and shutdown: connections, streams,
+    /// terminals and commands of the old incarnation end.
+    pub(crate) generation: watch::Sender<u64>,
+    pub(crate) log_followers: AtomicU32,
+}
+
+pub(crate) type AppState = Arc<Shared>;
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+pub(crate) fn unix_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+pub(crate) fn unix_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+pub(crate) fn new_boot_id() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{}-{}", std::process::id(), nanos)
+}
+
+impl Shared {
+    pub(crate) fn new(config: Config, faults: Faults) -> Self {
+        let (generation, _) = watch::channel(0);
+        Self {
+            config,
+            faults,
+            machines: Mutex::new(Vec::new()),
+            seq: AtomicU32::new(0),
+            started: Mutex::new(Instant::now()),
+            boot_id: Mutex::new(new_boot_id()),
+            metrics: Mutex::new(Vec::new()),
+            generation,
+            log_followers: AtomicU32::new(0),
+        }
+    }
+
+    /// `x-trace-id`: 8 hex digits of request sequence, 8 of the server PID.
+    pub(crate) fn next_trace_id(&self) -> String {
+        let n = self.seq.fetch_add(1, Ordering::SeqCst);
+        format!("{:08x}{:08x}", n, std::process::id())
+    }
+
+    pub(crate) fn record_metric(&self, method: &str, status: u16, path: &str) {
+        let mut m = lock(&self.metrics);
+        if let Some((_, n)) = m
+            .iter_mut()
+            .find(|((me, st, p), _)| me == method && *st == status && p == path)
+        {
+            *n += 1;
+        } else {
+            m.push(((method.to_owned(), status, path.to_owned()), 1));
+        }
+    }
+
+    pub(crate) fn machines_dir(&self) -> PathBuf {
+        self.config.state_dir.join("machines")
+    }
+
+    pub(crate) fn volumes_dir(&self) -> PathBuf {
+        self.config.state_dir.join("volumes")
+    }
+
+    pub(crate) fn machine_dir(&self, name: &str) -> PathBuf {
+        self.machines_dir().join(name)
+    }
+
+    pub(crate) fn with_machine<R>(
+        &self,
+        name: &str,
+        f: impl FnOnce(&mut Machine) -> R,
+    ) -> Option<R> {
+        let mut ms = lock(&self.machines);
+        ms.iter_mut().find(|m| m.name == name).map(f)
+    }
+}
+
+/// Maps a guest path (`/workspace/a.txt`) into the machine's host root,
+/// never escaping it (`..` stops at the root).
+pub(crate) fn guest_to_host(root: &Path, guest: &str) -> PathBuf {
+    let mut out = root.to_path_buf();
+    let mut depth = 0usize;
+    for seg in guest.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => {
+                if depth > 0 {
+                    out.pop();
+                    depth -= 1;
+                }
+            }
+            s => {
+                out.push(s);
+                depth += 1;
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guest_paths_stay_inside_the_root() {
+        let r = Path::new("/r");
+        assert_eq!(
+            guest_to_host(r, "/workspace/a.txt"),
+            Path::new("/r/workspace/a.txt")
+        );
+        assert_eq!(
+            guest_to_host(r, "//workspace//./a"),
+            Path::new("/r/workspace/a")
+        );
+        assert_eq!(
+            guest_to_host(r, "/../../etc/passwd"),
+            Path::new("/r/etc/passwd")
+        );
+        assert_eq!(guest_to_host(r, "/a/../b"), Path::new("/r/b"));
+    }
+}

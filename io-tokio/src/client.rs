@@ -1,0 +1,345 @@
+//! [`Client`]: one verified worker operation per call.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use smolbox_core::exec::{self, Command, ExecOutcome, ExecOutput, OutputAllowance};
+use smolbox_core::http1::ExchangeConfig;
+use smolbox_core::worker::{
+    Capacity, CapacityReply, Create, Delete, Get, Health, HealthReply, List, MachineName,
+    MachineSpec, Measure, Measurements, Metrics, Observation, Profile, Readyz, Start, Stop,
+    WorkerCall, status,
+};
+use smolbox_core::worker::{Endpoint, Scheme};
+use smolbox_core::{Error, Operation};
+
+use crate::http::{Deadlines, Exchange};
+use crate::pool::{MAX_CONNECTIONS, Pool};
+use crate::stream::{ExecEvent, ExecStream, run_with_callback};
+use crate::transport::{Target, TlsFiles};
+
+/// The async worker client. Cheap to clone (clones share one connection
+/// pool of at most [`MAX_CONNECTIONS`]).
+///
+/// Every operation runs under the endpoint's budgets, fixed when the call
+/// starts: pool checkout, connect (both inside the operation deadline),
+/// receive idle, the overall operation deadline, and the request and
+/// response byte caps. Nothing is retried, no redirect is followed and no
+/// reply is decompressed. A failure is a [`smolbox_core::Error`]; its
+/// evidence is `not_dispatched` only when not one request byte was written.
+///
+/// Dropping the future of an operation closes its connection: nothing keeps
+/// running in the background.
+#[derive(Clone, Debug)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    endpoint: Endpoint,
+    pool: Arc<Pool>,
+}
+
+impl Client {
+    /// A client for `endpoint`. Reads the TLS files (CA, client identity)
+    /// once; opens no connection.
+    ///
+    /// # Errors
+    /// `validation` (operation `config`) when a file is missing, not a
+    /// regular file, or cannot be parsed; `unsupported_capability` for HTTPS
+    /// without a CA file (no system roots are consulted).
+    pub fn new(endpoint: Endpoint) -> Result<Self, Error> {
+        endpoint.check_files(Path::is_file)?;
+        let target = target_of(&endpoint)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                endpoint,
+                pool: Arc::new(Pool::new(target, MAX_CONNECTIONS)),
+            }),
+        })
+    }
+
+    /// The endpoint this client talks to.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.inner.endpoint
+    }
+
+    /// Performs one worker operation: sends `call`'s request and decodes and
+    /// validates the reply with `call`.
+    ///
+    /// # Errors
+    /// The call's validation errors (nothing sent), transport failures, and
+    /// the decode errors of the call (status, media type, contract).
+    pub async fn call<C: WorkerCall + ?Sized>(&self, call: &C) -> Result<C::Output, Error> {
+        let request = call.request()?;
+        let start = Instant::now();
+        let deadlines = self.deadlines(start);
+        let config = self.exchange_config(call.max_response_bytes(), deadlines.operation);
+        let mut exchange =
+            Exchange::start(Arc::clone(&self.inner.pool), &request, &config, deadlines).await?;
+        let head = exchange.head().await?;
+        let mut body = Vec::new();
+        exchange.read_body(&mut body).await?;
+        call.decode(&head, &body)
+    }
+
+    /// `GET /health`.
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub async fn health(&self) -> Result<HealthReply, Error> {
+        self.call(&Health::new()).await
+    }
+
+    /// `GET /health`, then the profile of the reported version: a known one,
+    /// or one of `supplied` (an unknown version is refused with
+    /// `unsupported_capability`).
+    ///
+    /// # Errors
+    /// As [`call`](Self::call), and the core's admission errors.
+    pub async fn admit(&self, supplied: &[Profile]) -> Result<Profile, Error> {
+        let health = self.health().await?;
+        Profile::admit(&health.version, supplied)
+    }
+
+    /// `GET /readyz` (exactly 200 with an empty body).
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub async fn readyz(&self) -> Result<(), Error> {
+        self.call(&Readyz).await
+    }
+
+    /// `GET /capacity`.
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub async fn capacity(&self) -> Result<CapacityReply, Error> {
+        self.call(&Capacity).await
+    }
+
+    /// `GET /metrics`: the text, uninterpreted.
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub async fn metrics(&self) -> Result<String, Error> {
+        self.call(&Metrics).await
+    }
+
+    /// `POST /api/v1/machines`: creates `name` from `spec` and checks that
+    /// the reply matches the request.
+    ///
+    /// # Errors
+    /// As [`call`](Self::call); spec and profile errors before sending.
+    pub async fn create(
+        &self,
+        profile: &Profile,
+        name: MachineName,
+        spec: &MachineSpec,
+    ) -> Result<Observation, Error> {
+        self.call(&Create::new(profile, name, spec)?).await
+    }
+
+    /// `GET /api/v1/machines` (≤ 1,024 entries).
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub async fn list(&self, profile: &Profile) -> Result<Vec<Observation>, Error> {
+        self.call(&List::new(profile)).await
+    }
+
+    /// `GET /api/v1/machines/{name}` (never starts the machine).
+    ///
+    /// # Errors
+    /// As [`call`](Self::call); `not_found` when absent.
+    pub async fn get(&self, profile: &Profile, name: MachineName) -> Result<Observation, Error> {
+        self.call(&Get::new(profile, name)).await
+    }
+
+    /// The machine's measurements, from the same single GET.
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub async fn measure(
+        &self,
+        profile: &Profile,
+        name: MachineName,
+    ) -> Result<Measurements, Error> {
+        self.call(&Measure::new(profile, name)).await
+    }
+
+    /// `POST /api/v1/machines/{name}/start`.
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub async fn start(&self, profile: &Profile, name: MachineName) -> Result<Observation, Error> {
+        self.call(&Start::new(profile, name)).await
+    }
+
+    /// `POST /api/v1/machines/{name}/stop`.
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub async fn stop(&self, profile: &Profile, name: MachineName) -> Result<Observation, Error> {
+        self.call(&Stop::new(profile, name)).await
+    }
+
+    /// `DELETE /api/v1/machines/{name}` (only `{"deleted": name}` succeeds).
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub async fn delete(&self, name: MachineName) -> Result<(), Error> {
+        self.call(&Delete::new(name)).await
+    }
+
+    /// Buffered exec (`POST …/exec`) with the default output allowance: a
+    /// foreground command's exit (any exit code is a result) or a background
+    /// command's launch acknowledgement.
+    ///
+    /// # Errors
+    /// Command validation before sending; transport, status and decode
+    /// errors after (an output overflow is `output_limit` with evidence
+    /// `exited` and the exit code).
+    pub async fn exec(&self, machine: &str, command: &Command) -> Result<ExecOutcome, Error> {
+        self.exec_with_allowance(machine, command, OutputAllowance::DEFAULT)
+            .await
+    }
+
+    /// [`exec`](Self::exec) with an explicit output allowance.
+    ///
+    /// # Errors
+    /// As [`exec`](Self::exec).
+    pub async fn exec_with_allowance(
+        &self,
+        machine: &str,
+        command: &Command,
+        allowance: OutputAllowance,
+    ) -> Result<ExecOutcome, Error> {
+        let request = exec::exec_request(machine, command)?;
+        let op = request.operation;
+        let deadlines = self.deadlines(Instant::now());
+        let config = self.exchange_config(None, deadlines.operation);
+        let mut exchange =
+            Exchange::start(Arc::clone(&self.inner.pool), &request, &config, deadlines).await?;
+        if command.is_extended() {
+            exchange.set_idle_timeout(None);
+        }
+        let head = exchange.head().await?;
+        let mut body = Vec::new();
+        exchange.read_body(&mut body).await?;
+        status::check_status(op, &head, &body, 200)?;
+        status::check_media_type(op, &head, smolbox_core::worker::APPLICATION_JSON)?;
+        exec::decode_reply_for(command, &body, allowance)
+    }
+
+    /// Streamed exec (`POST …/exec/stream`): returns once the 200
+    /// `text/event-stream` head was read; events are pulled from the
+    /// [`ExecStream`]. The output allowance is the default (1 MiB).
+    ///
+    /// # Errors
+    /// Command validation (stdin and background are refused) before
+    /// sending; transport and status errors.
+    pub async fn exec_stream(&self, machine: &str, command: &Command) -> Result<ExecStream, Error> {
+        self.exec_stream_with_allowance(machine, command, OutputAllowance::DEFAULT)
+            .await
+    }
+
+    /// [`exec_stream`](Self::exec_stream) with an explicit output allowance.
+    ///
+    /// # Errors
+    /// As [`exec_stream`](Self::exec_stream).
+    pub async fn exec_stream_with_allowance(
+        &self,
+        machine: &str,
+        command: &Command,
+        allowance: OutputAllowance,
+    ) -> Result<ExecStream, Error> {
+        let request = exec::exec_stream_request(machine, command)?;
+        let deadlines = self.deadlines(Instant::now());
+        let config = self.exchange_config(None, deadlines.operation);
+        let mut exchange =
+            Exchange::start(Arc::clone(&self.inner.pool), &request, &config, deadlines).await?;
+        if command.is_extended() {
+            exchange.set_idle_timeout(None);
+        }
+        ExecStream::open(exchange, allowance).await
+    }
+
+    /// Streamed exec observed by a synchronous `callback` (run on a helper
+    /// thread, one event at a time, with back-pressure: a slow callback
+    /// slows reading). Returns the captured output (tagged lossy UTF-8) and
+    /// exit code. A callback that panics is detached and capture continues;
+    /// one that blocks is abandoned at the operation deadline and the call
+    /// fails with `transport`/`dispatch_uncertain` (`callback_deadline`).
+    ///
+    /// # Errors
+    /// As [`exec_stream`](Self::exec_stream), plus the stream's errors.
+    pub async fn exec_with<F>(
+        &self,
+        machine: &str,
+        command: &Command,
+        callback: F,
+    ) -> Result<ExecOutput, Error>
+    where
+        F: FnMut(&ExecEvent) + Send + 'static,
+    {
+        let deadline = Instant::now() + self.inner.endpoint.budgets().operation;
+        let stream = self.exec_stream(machine, command).await?;
+        run_with_callback(stream, callback, deadline).await
+    }
+
+    /// The deadlines of an operation starting at `start`.
+    pub(crate) fn deadlines(&self, start: Instant) -> Deadlines {
+        let b = self.inner.endpoint.budgets();
+        let operation = start + b.operation;
+        Deadlines {
+            operation,
+            checkout: (start + b.pool_checkout).min(operation),
+            connect: b.connect,
+        }
+    }
+
+    /// The exchange settings of one request under the endpoint's budgets.
+    pub(crate) fn exchange_config(
+        &self,
+        max_response: Option<u64>,
+        deadline: Instant,
+    ) -> ExchangeConfig {
+        let e = &self.inner.endpoint;
+        let b = e.budgets();
+        let mut config = ExchangeConfig::new(e.host_header(), deadline);
+        config.bearer = e.token().cloned();
+        config.max_request_body = usize::try_from(b.max_request_body).unwrap_or(usize::MAX);
+        config.max_response_body =
+            max_response.map_or(b.max_response_bytes, |m| m.min(b.max_response_bytes));
+        config.idle_timeout = Some(b.receive_idle);
+        config
+    }
+}
+
+fn target_of(endpoint: &Endpoint) -> Result<Target, Error> {
+    use smolbox_core::worker::Target as Where;
+    match (endpoint.target(), endpoint.scheme()) {
+        (Where::Unix(path), _) => Ok(Target::unix(path)),
+        (Where::Tcp { host, port }, Scheme::Http) => Ok(Target::tcp(host, port)),
+        (Where::Tcp { host, port }, Scheme::Https) => {
+            let Some(ca_file) = endpoint.ca_file() else {
+                return Err(Error::new(
+                    smolbox_core::Category::UnsupportedCapability,
+                    Operation::Config,
+                    smolbox_core::Evidence::NotDispatched,
+                )
+                .with_reason("tls_requires_ca_file"));
+            };
+            let files = TlsFiles {
+                ca_file: ca_file.to_path_buf(),
+                client_identity: endpoint
+                    .client_identity()
+                    .map(|(c, k)| (c.to_path_buf(), k.to_path_buf())),
+            };
+            Target::tls(host, port, &files)
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! One HTTP/1.1 exchange driven over a pooled connection.
+//!
+//! [`Exchange`] checks a connection out of the endpoint's pool (within the
+//! checkout and connect budgets, both bounded by the operation deadline),
+//! hands the request to `core::http1::HttpExchange`, and then pulls the
+//! core's events one at a time. The connection goes back to the pool only
+//! when the core says it is reusable.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use smolbox_core::http1::{ExchangeConfig, HttpEvent, HttpExchange, Request, ResponseHead};
+use smolbox_core::{Category, Error, Evidence};
+use tokio::sync::OwnedSemaphorePermit;
+
+use crate::drive::{Driver, Machine, Turn};
+use crate::pool::Pool;
+
+impl Machine for HttpExchange {
+    fn handle_input(&mut self, now: Instant, bytes: &[u8]) {
+        // A failure is sticky and reported by the next `poll_event`.
+        let _ = Self::handle_input(self, now, bytes);
+    }
+
+    fn handle_eof(&mut self, now: Instant) {
+        Self::handle_eof(self, now);
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        Self::handle_timeout(self, now);
+    }
+
+    fn poll_transmit(&mut self, out: &mut Vec<u8>) -> bool {
+        Self::poll_transmit(self, out)
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        Self::poll_timeout(self).map(|(at, _)| at)
+    }
+}
+
+/// The moments an operation must respect, fixed when it starts (C1.3: one
+/// overall deadline covers checkout, connect and the transfer).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Deadlines {
+    /// The overall operation deadline.
+    pub(crate) operation: Instant,
+    /// Pool checkout must end by then (≤ operation).
+    pub(crate) checkout: Instant,
+    /// Connect budget, counted from the moment the connect starts.
+    pub(crate) connect: std::time::Duration,
+}
+
+/// What [`Exchange::next`] produced.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// The final response head.
+    Head(ResponseHead),
+    /// Body bytes were handed to the sink.
+    Data,
+    /// The body is complete.
+    End,
+}
+
+/// A request in flight on a checked-out connection.
+#[derive(Debug)]
+pub(crate) struct Exchange {
+    pool: Arc<Pool>,
+    /// `None` once the connection went back to the pool.
+    driver: Option<Driver>,
+    permit: Option<OwnedSemaphorePermit>,
+    core: HttpExchange,
+}
+
+impl Exchange {
+    /// Builds the core exchange (which validates the request before any I/O),
+    /// then checks out a connection.
+    ///
+    /// # Errors
+    /// Validation errors of the request; checkout and connect failures
+    /// (`transport`, `not_dispatched`).
+    pub(crate) async fn start(
+        pool: Arc<Pool>,
+        request: &Request,
+        config: &ExchangeConfig,
+        deadlines: Deadlines,
+    ) -> Result<Self, Error> {
+        let core = HttpExchange::new(request, config, Instant::now())?;
+        let op = request.operation;
+        let checkout = pool
+            .checkout(
+                op,
+                deadlines.checkout.min(deadlines.operation),
+                deadlines.connect,
+                deadlines.operation,
+            )
+            .await
+            .map_err(|e| with_deadline_reason(e, deadlines.operation))?;
+        let (conn, permit) = checkout.into_parts();
+        Ok(Self {
+            pool,
+            driver: Some(Driver::new(conn, op)),
+            permit: Some(permit),
+            core,
+        })
+    }
+
+    /// Replaces the receive-idle timeout (extended exec uses the remaining
+    /// operation budget instead).
+    pub(crate) fn set_idle_timeout(&mut self, idle: Option<std::time::Duration>) {
+        self.core.set_idle_timeout(idle);
+    }
+
+    /// Drives until the next event: the head, body bytes (handed to `sink`),
+    /// or the end. After `End` the connection returns to the pool if the core
+    /// says it is reusable.
+    ///
+    /// # Errors
+    /// The core's errors (status, limits, timeouts, truncation) and transport
+    /// failures; `sink`'s errors are returned as they are.
+    pub(crate) async fn next(
+        &mut self,
+        sink: &mut (dyn FnMut(&[u8]) -> Result<(), Error> + Send),
+    ) -> Result<Step, Error> {
+        loop {
+            if let Some(event) = self.core.poll_event() {
+                return match event? {
+                    HttpEvent::Head(head) => Ok(Step::Head(head)),
+                    HttpEvent::Data(bytes) => sink(bytes).map(|()| Step::Data),
+                    HttpEvent::End => {
+                        self.release();
+                        Ok(Step::End)
+                    }
+                };
+            }
+            let Some(driver) = self.driver.as_mut() else {
+                // Released after `End`: nothing more will come.
+                return Ok(Step::End);
+            };
+            match driver.turn(&mut self.core, None).await? {
+                Turn::Progress | Turn::Timeout | Turn::HardDeadline => {}
+                Turn::Stalled => return Err(driver.transport_error("stalled")),
+            }
+        }
+    }
+
+    /// Reads the head (the body is left to [`next`](Self::next)).
+    ///
+    /// # Errors
+    /// As [`next`](Self::next); body bytes before a head cannot happen.
+    pub(crate) async fn head(&mut self) -> Result<ResponseHead, Error> {
+        let mut no_body = |_: &[u8]| Ok(());
+        loop {
+            if let Step::Head(h) = self.next(&mut no_body).await? {
+                return Ok(h);
+            }
+        }
+    }
+
+    /// Reads the whole body into `body`, until the end.
+    ///
+    /// # Errors
+    /// As [`next`](Self::next).
+    pub(crate) async fn read_body(&mut self, body: &mut Vec<u8>) -> Result<(), Error> {
+        let mut sink = |b: &[u8]| {
+            body.extend_from_slice(b);
+            Ok(())
+        };
+        loop {
+            if let Step::End = self.next(&mut sink).await? {
+                return Ok(());
+            }
+        }
+    }
+
+    fn release(&mut self) {
+        if self.core.is_reusable()
+            && self.driver.as_ref().is_some_and(Driver::is_flushed)
+            && let (Some(permit), Some(driver)) = (self.permit.take(), self.driver.take())
+        {
+            self.pool.give_back(driver.into_connection(), permit);
+        }
+    }
+}
+
+/// When checkout or connect failed because the *operation* deadline (not
+/// their own budget) ran out, say so.
+fn with_deadline_reason(e: Error, operation_deadline: Instant) -> Error {
+    if e.category() == Category::Transport
+        && e.evidence() == Evidence::NotDispatched
+        && Instant::now() >= operation_deadline
+    {
+        e.with_reason("deadline")
+    } else {
+        e
+    }
+}

@@ -1,0 +1,120 @@
+//! A small per-endpoint connection pool (features C1.2: at most 4).
+//!
+//! A permit bounds the connections that exist at once (idle or busy). An idle
+//! connection is reused only when the exchange that last used it said it can
+//! be (`is_reusable`), and only if it is not stale when checked out.
+
+use std::sync::{Arc, Mutex};
+
+use smolbox_core::{Category, Error, Evidence, Operation};
+use std::time::Instant;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::transport::{Connection, Target};
+
+/// Largest number of connections one endpoint may have open (C1.2).
+pub const MAX_CONNECTIONS: usize = 4;
+
+/// The pool of one endpoint.
+#[derive(Debug)]
+pub(crate) struct Pool {
+    target: Target,
+    permits: Arc<Semaphore>,
+    idle: Mutex<Vec<Connection>>,
+}
+
+/// A checked-out connection. Dropping it closes the connection and frees its
+/// slot; [`Pool::give_back`] keeps it for reuse.
+#[derive(Debug)]
+pub(crate) struct Checkout {
+    pub(crate) conn: Connection,
+    /// True when this connection was freshly opened for this checkout.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fresh: bool,
+    permit: OwnedSemaphorePermit,
+}
+
+impl Checkout {
+    /// The connection and the slot it occupies.
+    pub(crate) fn into_parts(self) -> (Connection, OwnedSemaphorePermit) {
+        (self.conn, self.permit)
+    }
+}
+
+impl Pool {
+    pub(crate) fn new(target: Target, max: usize) -> Self {
+        Self {
+            target,
+            permits: Arc::new(Semaphore::new(max.clamp(1, MAX_CONNECTIONS))),
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    #[allow(dead_code)] // the terminal connects outside the pool (next)
+    pub(crate) fn target(&self) -> &Target {
+        &self.target
+    }
+
+    /// Takes a connection: waits for a slot until `checkout_deadline`, then
+    /// reuses a healthy idle connection or opens one within `connect_budget`
+    /// (and before `operation_deadline`).
+    ///
+    /// # Errors
+    /// `transport`/`not_dispatched`: `pool_checkout_timeout`, or a connect error.
+    pub(crate) async fn checkout(
+        &self,
+        operation: Operation,
+        checkout_deadline: Instant,
+        connect_budget: std::time::Duration,
+        operation_deadline: Instant,
+    ) -> Result<Checkout, Error> {
+        let permit = tokio::time::timeout_at(
+            checkout_deadline.into(),
+            self.permits.clone().acquire_owned(),
+        )
+        .await
+        .map_err(|_| {
+            Error::new(Category::Transport, operation, Evidence::NotDispatched)
+                .with_reason("pool_checkout_timeout")
+        })?
+        .map_err(|_| {
+            Error::new(Category::Transport, operation, Evidence::NotDispatched)
+                .with_reason("pool_closed")
+        })?;
+        while let Some(mut conn) = self.pop_idle() {
+            if !conn.is_stale() {
+                return Ok(Checkout {
+                    conn,
+                    fresh: false,
+                    permit,
+                });
+            }
+        }
+        let connect_deadline = (Instant::now() + connect_budget).min(operation_deadline);
+        let conn = self.target.connect(connect_deadline, operation).await?;
+        Ok(Checkout {
+            conn,
+            fresh: true,
+            permit,
+        })
+    }
+
+    /// Keeps a connection whose last exchange the core declared reusable.
+    pub(crate) fn give_back(&self, conn: Connection, permit: OwnedSemaphorePermit) {
+        if let Ok(mut idle) = self.idle.lock() {
+            idle.push(conn);
+        }
+        // The permit drops here: the slot is free, the connection idles.
+        drop(permit);
+    }
+
+    /// Number of idle connections (tests).
+    #[cfg(test)]
+    pub(crate) fn idle_len(&self) -> usize {
+        self.idle.lock().map(|v| v.len()).unwrap_or(0)
+    }
+
+    fn pop_idle(&self) -> Option<Connection> {
+        self.idle.lock().ok()?.pop()
+    }
+}

@@ -1,0 +1,318 @@
+//! [`ExecStream`]: streamed exec (`POST …/exec/stream`) as a `Stream` of
+//! events, and its callback form with back-pressure (features C5.3).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use futures_core::Stream;
+use smolbox_core::exec::{
+    ExecOutput, ExecStreamDecoder, ExecStreamEvent, OutputAllowance, OutputEncoding,
+};
+use smolbox_core::http1::ResponseHead;
+use smolbox_core::{Category, Error, Evidence, Operation};
+
+use crate::http::{Exchange, Step};
+
+/// One event of a streamed exec, owned.
+///
+/// Its `Debug` prints sizes only: output never reaches a log through it.
+#[derive(Clone, PartialEq, Eq)]
+pub enum ExecEvent {
+    /// A piece of standard output (the worker's lossy UTF-8 text).
+    Stdout(String),
+    /// A piece of standard error.
+    Stderr(String),
+    /// The exit code; the last event of a complete stream.
+    Exit(i32),
+}
+
+impl std::fmt::Debug for ExecEvent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Stdout(s) => write!(f, "Stdout({} bytes)", s.len()),
+            Self::Stderr(s) => write!(f, "Stderr({} bytes)", s.len()),
+            Self::Exit(code) => write!(f, "Exit({code})"),
+        }
+    }
+}
+
+impl ExecEvent {
+    fn from_core(ev: ExecStreamEvent<'_>) -> Self {
+        match ev {
+            ExecStreamEvent::Stdout(s) => Self::Stdout(s.to_owned()),
+            ExecStreamEvent::Stderr(s) => Self::Stderr(s.to_owned()),
+            ExecStreamEvent::Exit(code) => Self::Exit(code),
+        }
+    }
+}
+
+/// A streamed exec in progress: a [`Stream`] of [`ExecEvent`]s (or call
+/// [`ExecStream::next`]). The stream ends after [`ExecEvent::Exit`] once the
+/// body ended cleanly, or after the first error.
+///
+/// Reading is driven by the consumer: a slow consumer slows the reads (the
+/// worker is back-pressured, nothing is buffered beyond one read).
+/// Dropping the stream (or calling [`ExecStream::detach`]) closes the
+/// connection and ends *observation* only; the command may still be
+/// running in the guest, and `detach` says so with evidence
+/// `dispatch_uncertain`.
+pub struct ExecStream {
+    inner: Option<Inner>,
+    pending: Option<PendingNext>,
+}
+
+/// An in-flight `next` of the `Stream` impl; it gives the state back.
+type PendingNext = Pin<Box<dyn Future<Output = (Inner, Option<Result<ExecEvent, Error>>)> + Send>>;
+
+struct Inner {
+    exchange: Exchange,
+    decoder: ExecStreamDecoder,
+    state: State,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum State {
+    Body,
+    Finished,
+    Failed,
+}
+
+impl std::fmt::Debug for ExecStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecStream").finish_non_exhaustive()
+    }
+}
+
+impl ExecStream {
+    /// Reads the head of a started exchange and checks it (status through
+    /// the core's status mapping, media type), then streams the body.
+    pub(crate) async fn open(
+        mut exchange: Exchange,
+        allowance: OutputAllowance,
+    ) -> Result<Self, Error> {
+        let head = exchange.head().await?;
+        check_head(&mut exchange, &head).await?;
+        Ok(Self {
+            inner: Some(Inner {
+                exchange,
+                decoder: ExecStreamDecoder::new(allowance),
+                state: State::Body,
+            }),
+            pending: None,
+        })
+    }
+
+    /// The next event; `None` after the exit of a clean stream or after an
+    /// error was returned.
+    pub async fn next(&mut self) -> Option<Result<ExecEvent, Error>> {
+        if let Some(fut) = self.pending.take() {
+            let (inner, item) = fut.await;
+            self.inner = Some(inner);
+            return item;
+        }
+        self.inner.as_mut()?.next().await
+    }
+
+    /// Stops observing: closes the connection and returns the error value
+    /// that describes what is known — the command may still be running
+    /// (`transport`, `dispatch_uncertain`, reason `detached`), or nothing if
+    /// the stream had already finished.
+    pub fn detach(mut self) -> Option<Error> {
+        self.pending = None;
+        match self.inner.take() {
+            Some(inner) if inner.state == State::Body => Some(detached()),
+            _ => None,
+        }
+    }
+}
+
+fn detached() -> Error {
+    Error::new(
+        Category::Transport,
+        Operation::ExecStream,
+        Evidence::DispatchUncertain,
+    )
+    .with_reason("detached")
+}
+
+impl Stream for ExecStream {
+    type Item = Result<ExecEvent, Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        if this.pending.is_none() {
+            let Some(mut inner) = this.inner.take() else {
+                return Poll::Ready(None);
+            };
+            this.pending = Some(Box::pin(async move {
+                let item = inner.next().await;
+                (inner, item)
+            }));
+        }
+        let Some(fut) = this.pending.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match fut.as_mut().poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready((inner, item)) => {
+                this.pending = None;
+                this.inner = Some(inner);
+                Poll::Ready(item)
+            }
+        }
+    }
+}
+
+impl Inner {
+    async fn next(&mut self) -> Option<Result<ExecEvent, Error>> {
+        loop {
+            match self.state {
+                State::Failed => return None,
+                State::Finished => {
+                    return match self.decoder.poll_event() {
+                        Ok(Some(ev)) => Some(Ok(ExecEvent::from_core(ev))),
+                        Ok(None) => None,
+                        Err(e) => self.fail(e),
+                    };
+                }
+                State::Body => {}
+            }
+            match self.decoder.poll_event() {
+                Ok(Some(ev)) => return Some(Ok(ExecEvent::from_core(ev))),
+                Ok(None) => {}
+                Err(e) => return self.fail(e),
+            }
+            let decoder = &mut self.decoder;
+            let mut sink = |bytes: &[u8]| decoder.handle_input(bytes);
+            match self.exchange.next(&mut sink).await {
+                Ok(Step::Data | Step::Head(_)) => {}
+                Ok(Step::End) => {
+                    if let Err(e) = self.decoder.finish() {
+                        return self.fail(e);
+                    }
+                    self.state = State::Finished;
+                }
+                Err(e) => return self.fail(e),
+            }
+        }
+    }
+
+    fn fail(&mut self, e: Error) -> Option<Result<ExecEvent, Error>> {
+        self.state = State::Failed;
+        Some(Err(e))
+    }
+}
+
+/// A non-200 status becomes the core's mapped error (reading the error body
+/// within the byte cap); a 200 must carry `text/event-stream`.
+async fn check_head(exchange: &mut Exchange, head: &ResponseHead) -> Result<(), Error> {
+    use smolbox_core::worker::status;
+    if head.status != 200 {
+        let mut body = Vec::new();
+        exchange.read_body(&mut body).await?;
+        return Err(status::status_error(Operation::ExecStream, head, &body));
+    }
+    status::check_media_type(
+        Operation::ExecStream,
+        head,
+        smolbox_core::worker::TEXT_EVENT_STREAM,
+    )
+}
+
+/// Drives `stream` to its end, capturing output into an [`ExecOutput`]
+/// (tagged lossy UTF-8) and handing each event to `callback` on a helper
+/// thread, one at a time, waiting for it to return before reading on
+/// (back-pressure). A callback that panics is detached and capture
+/// continues; one that blocks is abandoned at `deadline` and the call fails
+/// with `transport`/`dispatch_uncertain` (reason `callback_deadline`).
+pub(crate) async fn run_with_callback<F>(
+    mut stream: ExecStream,
+    callback: F,
+    deadline: Instant,
+) -> Result<ExecOutput, Error>
+where
+    F: FnMut(&ExecEvent) + Send + 'static,
+{
+    let mut out = ExecOutput::empty(OutputEncoding::LossyUtf8);
+    let mut observer = Some(Observer::spawn(callback));
+    while let Some(item) = stream.next().await {
+        let event = item?;
+        match &event {
+            ExecEvent::Stdout(s) => out.stdout.extend_from_slice(s.as_bytes()),
+            ExecEvent::Stderr(s) => out.stderr.extend_from_slice(s.as_bytes()),
+            ExecEvent::Exit(code) => out.exit_code = *code,
+        }
+        if let Some(obs) = observer.as_mut() {
+            match obs.deliver(event, deadline).await {
+                Delivered::Ok => {}
+                Delivered::Panicked => observer = None,
+                Delivered::Deadline => {
+                    drop(stream);
+                    return Err(Error::new(
+                        Category::Transport,
+                        Operation::ExecStream,
+                        Evidence::DispatchUncertain,
+                    )
+                    .with_reason("callback_deadline"));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+enum Delivered {
+    Ok,
+    Panicked,
+    Deadline,
+}
+
+/// The helper thread that runs a synchronous callback. Each event is
+/// acknowledged before the next is sent, so at most one is in flight. The
+/// thread ends when the sender drops (or right after a panic).
+struct Observer {
+    events: tokio::sync::mpsc::Sender<(ExecEvent, tokio::sync::oneshot::Sender<bool>)>,
+}
+
+impl Observer {
+    fn spawn<F>(mut callback: F) -> Self
+    where
+        F: FnMut(&ExecEvent) + Send + 'static,
+    {
+        let (tx, mut rx) =
+            tokio::sync::mpsc::channel::<(ExecEvent, tokio::sync::oneshot::Sender<bool>)>(1);
+        // If the thread cannot be spawned, `rx` drops and the first delivery
+        // reports the callback as gone (capture continues without it).
+        let _ = std::thread::Builder::new()
+            .name("smolbox-exec-callback".into())
+            .spawn(move || {
+                while let Some((event, ack)) = rx.blocking_recv() {
+                    let ok =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| callback(&event)))
+                            .is_ok();
+                    let _ = ack.send(ok);
+                    if !ok {
+                        return;
+                    }
+                }
+            });
+        Self { events: tx }
+    }
+
+    async fn deliver(&mut self, event: ExecEvent, deadline: Instant) -> Delivered {
+        let (ack_tx, ack_rx) = tokio::sync::oneshot::channel();
+        let wait = async {
+            if self.events.send((event, ack_tx)).await.is_err() {
+                return false;
+            }
+            ack_rx.await.unwrap_or(false)
+        };
+        match tokio::time::timeout_at(deadline.into(), wait).await {
+            Ok(true) => Delivered::Ok,
+            Ok(false) => Delivered::Panicked,
+            Err(_) => Delivered::Deadline,
+        }
+    }
+}

@@ -1,0 +1,321 @@
+//! Transport and pool tests on loopback (TCP, mutual TLS, Unix socket).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use smolbox_core::{Category, Evidence, Operation};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, UnixListener};
+
+use crate::pool::Pool;
+use crate::transport::{Target, TlsFiles};
+
+/// A CA, a server certificate for `server_names` and a client certificate,
+/// written as PEM files into `dir`.
+pub(crate) struct Pki {
+    pub(crate) ca: PathBuf,
+    pub(crate) server_cert: PathBuf,
+    pub(crate) server_key: PathBuf,
+    pub(crate) client_cert: PathBuf,
+    pub(crate) client_key: PathBuf,
+}
+
+pub(crate) fn make_pki(dir: &std::path::Path, server_names: &[&str]) -> Pki {
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let server_key = KeyPair::generate().unwrap();
+    let names: Vec<String> = server_names.iter().map(|s| (*s).to_owned()).collect();
+    let server = CertificateParams::new(names)
+        .unwrap()
+        .signed_by(&server_key, &issuer)
+        .unwrap();
+    let client_key = KeyPair::generate().unwrap();
+    let client = CertificateParams::new(vec!["client".to_owned()])
+        .unwrap()
+        .signed_by(&client_key, &issuer)
+        .unwrap();
+    let w = |name: &str, text: String| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    Pki {
+        ca: w("ca.pem", ca_cert.pem()),
+        server_cert: w("server.pem", server.pem()),
+        server_key: w("server.key", server_key.serialize_pem()),
+        client_cert: w("client.pem", client.pem()),
+        client_key: w("client.key", client_key.serialize_pem()),
+    }
+}
+
+/// A mutual-TLS echo server on 127.0.0.1; returns its port.
+async fn mtls_echo(pki: &Pki) -> u16 {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&pki.server_cert)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let key = PrivateKeyDer::from_pem_file(&pki.server_key).unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(&pki.ca).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .build()
+    .unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs, key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        for _ in 0..8 {
+            let Ok((s, _)) = listener.accept().await else {
+                return;
+            };
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                if let Ok(mut tls) = acceptor.accept(s).await {
+                    let mut b = [0u8; 64];
+                    if let Ok(n) = tls.read(&mut b).await {
+                        let _ = tls.write_all(&b[..n]).await;
+                        let _ = tls.flush().await;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+fn soon() -> Instant {
+    Instant::now() + Duration::from_secs(5)
+}
+
+#[tokio::test]
+async fn mutual_tls_connects_and_carries_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = make_pki(dir.path(), &["localhost"]);
+    let port = mtls_echo(&pki).await;
+    let files = TlsFiles {
+        ca_file: pki.ca.clone(),
+        client_identity: Some((pki.client_cert.clone(), pki.client_key.clone())),
+    };
+    let target = Target::tls("localhost", port, &files).unwrap();
+    let mut conn = target.connect(soon(), Operation::Health).await.unwrap();
+    conn.write_all(b"ping").await.unwrap();
+    conn.flush().await.unwrap();
+    let mut b = [0u8; 4];
+    conn.read_exact(&mut b).await.unwrap();
+    assert_eq!(&b, b"ping");
+}
+
+#[tokio::test]
+async fn tls_refuses_an_unknown_ca_and_a_wrong_host_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = make_pki(dir.path(), &["localhost"]);
+    let other_dir = tempfile::tempdir().unwrap();
+    let other = make_pki(other_dir.path(), &["localhost"]);
+    let port = mtls_echo(&pki).await;
+    // A CA that did not sign the server.
+    let files = TlsFiles {
+        ca_file: other.ca.clone(),
+        client_identity: Some((pki.client_cert.clone(), pki.client_key.clone())),
+    };
+    let e = Target::tls("localhost", port, &files)
+        .unwrap()
+        .connect(soon(), Operation::Health)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.category(), e.evidence(), e.reason()),
+        (
+            Category::Transport,
+            Evidence::NotDispatched,
+            "tls_handshake"
+        )
+    );
+    // The right CA, but the certificate does not name 127.0.0.1.
+    let files = TlsFiles {
+        ca_file: pki.ca.clone(),
+        client_identity: Some((pki.client_cert.clone(), pki.client_key.clone())),
+    };
+    let e = Target::tls("127.0.0.1", port, &files)
+        .unwrap()
+        .connect(soon(), Operation::Health)
+        .await
+        .unwrap_err();
+    assert_eq!(e.reason(), "tls_handshake");
+}
+
+#[tokio::test]
+async fn tls_files_that_are_missing_or_not_pem_are_validation_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.pem");
+    std::fs::write(&junk, "not a certificate").unwrap();
+    for ca in [dir.path().join("missing.pem"), junk] {
+        let files = TlsFiles {
+            ca_file: ca,
+            client_identity: None,
+        };
+        let e = Target::tls("localhost", 1, &files).unwrap_err();
+        assert_eq!(
+            (e.category(), e.reason()),
+            (Category::Validation, "tls_ca_file")
+        );
+    }
+}
+
+#[tokio::test]
+async fn connect_refused_is_transport_not_dispatched() {
+    // Bind then drop to get a port nobody listens on.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let e = Target::tcp("127.0.0.1", port)
+        .connect(soon(), Operation::Get)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.category(), e.operation(), e.evidence(), e.reason()),
+        (
+            Category::Transport,
+            Operation::Get,
+            Evidence::NotDispatched,
+            "connect_failed"
+        )
+    );
+}
+
+#[tokio::test]
+async fn unix_socket_connects() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.sock");
+    let listener = UnixListener::bind(&path).unwrap();
+    tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        s.write_all(b"hi").await.unwrap();
+    });
+    let mut conn = Target::unix(&path)
+        .connect(soon(), Operation::Health)
+        .await
+        .unwrap();
+    let mut b = [0u8; 2];
+    conn.read_exact(&mut b).await.unwrap();
+    assert_eq!(&b, b"hi");
+}
+
+/// A TCP server that counts accepted connections and keeps them open.
+async fn counting_server() -> (u16, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let count = Arc::new(AtomicUsize::new(0));
+    let c = Arc::clone(&count);
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = listener.accept().await {
+            c.fetch_add(1, Ordering::SeqCst);
+            held.push(s);
+        }
+    });
+    (port, count)
+}
+
+#[tokio::test]
+async fn pool_holds_at_most_four_and_times_out_the_fifth_checkout() {
+    let (port, accepted) = counting_server().await;
+    let pool = Pool::new(Target::tcp("127.0.0.1", port), 4);
+    let budget = Duration::from_secs(5);
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(
+            pool.checkout(Operation::Get, soon(), budget, soon())
+                .await
+                .unwrap(),
+        );
+    }
+    let e = pool
+        .checkout(
+            Operation::Get,
+            Instant::now() + Duration::from_millis(20),
+            budget,
+            soon(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.category(), e.evidence(), e.reason()),
+        (
+            Category::Transport,
+            Evidence::NotDispatched,
+            "pool_checkout_timeout"
+        )
+    );
+    // Give one back as reusable: the next checkout reuses it (no new accept).
+    let (conn, permit) = held.pop().unwrap().into_parts();
+    pool.give_back(conn, permit);
+    assert_eq!(pool.idle_len(), 1);
+    let again = pool
+        .checkout(Operation::Get, soon(), budget, soon())
+        .await
+        .unwrap();
+    assert!(!again.fresh);
+    drop(again);
+    let fresh = pool
+        .checkout(Operation::Get, soon(), budget, soon())
+        .await
+        .unwrap();
+    assert!(fresh.fresh);
+    // Wait for the server to have seen every connect (4 + 1 fresh).
+    while accepted.load(Ordering::SeqCst) < 5 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 5);
+}
+
+#[tokio::test]
+async fn pool_drops_an_idle_connection_the_peer_closed() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (closed_tx, closed_rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let (s, _) = listener.accept().await.unwrap();
+        drop(s);
+        let _ = closed_tx.send(());
+        let (s2, _) = listener.accept().await.unwrap();
+        std::future::pending::<()>().await;
+        drop(s2);
+    });
+    let pool = Pool::new(Target::tcp("127.0.0.1", port), 4);
+    let first = pool
+        .checkout(Operation::Get, soon(), Duration::from_secs(5), soon())
+        .await
+        .unwrap();
+    let (mut conn, permit) = first.into_parts();
+    closed_rx.await.unwrap();
+    // Let the FIN arrive: read until EOF is visible.
+    let mut b = [0u8; 1];
+    assert_eq!(conn.read(&mut b).await.unwrap(), 0);
+    pool.give_back(conn, permit);
+    let next = pool
+        .checkout(Operation::Get, soon(), Duration::from_secs(5), soon())
+        .await
+        .unwrap();
+    assert!(next.fresh, "a closed idle connection is never reused");
+}

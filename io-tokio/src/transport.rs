@@ -1,0 +1,277 @@
+//! Connections: TCP, TLS (rustls, ring provider) and Unix sockets.
+//!
+//! A [`Connection`] is one byte stream to a worker. It is opened by
+//! [`Target::connect`] within a deadline; the TLS configuration comes from
+//! [`TlsFiles`] and always verifies the peer certificate chain and the host
+//! name (there is no switch to turn either off). ALPN offers `http/1.1` only.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use rustls::ClientConfig;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use smolbox_core::{Category, Error, Evidence, Operation};
+use std::time::Instant;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpStream, UnixStream};
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+
+/// Files that configure TLS: the CA that signs the worker's certificate and,
+/// for mutual TLS (the worker's network listener is mutual), the client's
+/// certificate chain and private key (PEM).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// PEM file with the CA certificate(s) the worker's chain must lead to.
+    pub ca_file: PathBuf,
+    /// PEM client certificate chain and PEM private key, for mutual TLS.
+    pub client_identity: Option<(PathBuf, PathBuf)>,
+}
+
+/// Where to connect. Built once per client (reading the TLS files then), so
+/// connecting does no file I/O.
+#[derive(Clone)]
+pub struct Target {
+    kind: Kind,
+}
+
+#[derive(Clone)]
+enum Kind {
+    Tcp {
+        host: String,
+        port: u16,
+    },
+    Tls {
+        host: String,
+        port: u16,
+        name: ServerName<'static>,
+        connector: TlsConnector,
+    },
+    Unix {
+        path: PathBuf,
+    },
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.kind {
+            Kind::Tcp { host, port } => write!(f, "Target(tcp {host}:{port})"),
+            Kind::Tls { host, port, .. } => write!(f, "Target(tls {host}:{port})"),
+            Kind::Unix { path } => write!(f, "Target(unix {})", path.display()),
+        }
+    }
+}
+
+impl Target {
+    /// Plain TCP. The caller (endpoint validation) is responsible for only
+    /// asking for this on loopback with insecure loopback allowed.
+    pub fn tcp(host: impl Into<String>, port: u16) -> Self {
+        Self {
+            kind: Kind::Tcp {
+                host: host.into(),
+                port,
+            },
+        }
+    }
+
+    /// A Unix domain socket.
+    pub fn unix(path: impl Into<PathBuf>) -> Self {
+        Self {
+            kind: Kind::Unix { path: path.into() },
+        }
+    }
+
+    /// TLS over TCP, verifying the chain against `files.ca_file` and the
+    /// certificate against `host`; presents the client identity when given.
+    ///
+    /// # Errors
+    /// `validation` (operation `config`) when a file cannot be read or parsed,
+    /// or the host is not a valid server name.
+    pub fn tls(host: impl Into<String>, port: u16, files: &TlsFiles) -> Result<Self, Error> {
+        let host = host.into();
+        let config = client_config(files)?;
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        let name = ServerName::try_from(bare.to_owned())
+            .map_err(|_| Error::validation(Operation::Config, "tls_server_name"))?;
+        Ok(Self {
+            kind: Kind::Tls {
+                host,
+                port,
+                name,
+                connector: TlsConnector::from(Arc::new(config)),
+            },
+        })
+    }
+
+    /// True for TLS targets (WebSocket URLs use `wss`).
+    pub fn is_tls(&self) -> bool {
+        matches!(self.kind, Kind::Tls { .. })
+    }
+
+    /// Opens a connection before `deadline`. Nothing of a request has been
+    /// written when this fails, so errors carry `not_dispatched`.
+    ///
+    /// # Errors
+    /// `transport` with reason `connect_timeout`, `connect_failed` or
+    /// `tls_handshake`.
+    pub async fn connect(
+        &self,
+        deadline: Instant,
+        operation: Operation,
+    ) -> Result<Connection, Error> {
+        let fail = |reason| {
+            Error::new(Category::Transport, operation, Evidence::NotDispatched).with_reason(reason)
+        };
+        let attempt = async {
+            match &self.kind {
+                Kind::Tcp { host, port } => {
+                    let s = TcpStream::connect((host.as_str(), *port))
+                        .await
+                        .map_err(|_| fail("connect_failed"))?;
+                    let _ = s.set_nodelay(true);
+                    Ok(Connection::Tcp(s))
+                }
+                Kind::Unix { path } => UnixStream::connect(path)
+                    .await
+                    .map(Connection::Unix)
+                    .map_err(|_| fail("connect_failed")),
+                Kind::Tls {
+                    host,
+                    port,
+                    name,
+                    connector,
+                } => {
+                    let s = TcpStream::connect((
+                        host.trim_start_matches('[').trim_end_matches(']'),
+                        *port,
+                    ))
+                    .await
+                    .map_err(|_| fail("connect_failed"))?;
+                    let _ = s.set_nodelay(true);
+                    let tls = connector
+                        .connect(name.clone(), s)
+                        .await
+                        .map_err(|_| fail("tls_handshake"))?;
+                    Ok(Connection::Tls(Box::new(tls)))
+                }
+            }
+        };
+        match tokio::time::timeout_at(deadline.into(), attempt).await {
+            Ok(r) => r,
+            Err(_) => Err(fail("connect_timeout")),
+        }
+    }
+}
+
+/// One byte stream to a worker.
+#[derive(Debug)]
+pub enum Connection {
+    /// Plain TCP (loopback only).
+    Tcp(TcpStream),
+    /// TLS over TCP.
+    Tls(Box<TlsStream<TcpStream>>),
+    /// A Unix domain socket.
+    Unix(UnixStream),
+}
+
+impl Connection {
+    /// True when the peer has closed, sent unexpected bytes, or failed while
+    /// the connection sat idle: such a connection must not carry a request.
+    /// Looks without waiting.
+    pub(crate) fn is_stale(&mut self) -> bool {
+        let mut byte = [0u8; 1];
+        let mut buf = ReadBuf::new(&mut byte);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        // Pending means "nothing to read": the healthy idle case.
+        !Pin::new(self).poll_read(&mut cx, &mut buf).is_pending()
+    }
+}
+
+impl AsyncRead for Connection {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            Self::Unix(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Connection {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Self::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            Self::Unix(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            Self::Unix(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            Self::Unix(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
+/// The rustls client configuration: ring provider, safe default protocol
+/// versions, roots from the CA file only, ALPN `http/1.1`, optional client
+/// identity. Verification uses rustls' WebPKI verifier unchanged.
+fn client_config(files: &TlsFiles) -> Result<ClientConfig, Error> {
+    let bad = |reason| Error::validation(Operation::Config, reason);
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in read_certs(&files.ca_file).map_err(|()| bad("tls_ca_file"))? {
+        roots.add(cert).map_err(|_| bad("tls_ca_file"))?;
+    }
+    if roots.is_empty() {
+        return Err(bad("tls_ca_file"));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|_| bad("tls_provider"))?
+        .with_root_certificates(roots);
+    let mut config = match &files.client_identity {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => {
+            let chain = read_certs(cert).map_err(|()| bad("tls_client_cert"))?;
+            if chain.is_empty() {
+                return Err(bad("tls_client_cert"));
+            }
+            let key = PrivateKeyDer::from_pem_file(key).map_err(|_| bad("tls_client_key"))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|_| bad("tls_client_key"))?
+        }
+    };
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, ()> {
+    CertificateDer::pem_file_iter(path)
+        .map_err(|_| ())?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| ())
+}
