@@ -290,6 +290,11 @@ impl Client {
         run_with_callback(stream, callback, deadline).await
     }
 
+    /// The endpoint's connection pool.
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.inner.pool
+    }
+
     /// The deadlines of an operation starting at `start`.
     pub(crate) fn deadlines(&self, start: Instant) -> Deadlines {
         let b = self.inner.endpoint.budgets();
@@ -312,8 +317,11 @@ impl Client {
         let mut config = ExchangeConfig::new(e.host_header(), deadline);
         config.bearer = e.token().cloned();
         config.max_request_body = usize::try_from(b.max_request_body).unwrap_or(usize::MAX);
-        config.max_response_body =
-            max_response.map_or(b.max_response_bytes, |m| m.min(b.max_response_bytes));
+        // A call that wants no body at all (readyz: `Some(0)`) gets the
+        // smallest cap the exchange accepts; its decoder refuses any byte.
+        config.max_response_body = max_response
+            .map_or(b.max_response_bytes, |m| m.min(b.max_response_bytes))
+            .max(1);
         config.idle_timeout = Some(b.receive_idle);
         config
     }

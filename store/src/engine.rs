@@ -1,0 +1,577 @@
+//! The one implementation of every store operation, over a backend's
+//! transaction. Each operation loads what it needs through [`Tx`], calls
+//! the pure rule in `smolbox_core::managed`, and writes the result back;
+//! the backend commits only when the closure returns `Ok`.
+
+use smolbox_core::managed::claim::{self, Fence, stale_claim};
+use smolbox_core::managed::envelope::{exec_requirements, machine_requirements};
+use smolbox_core::managed::patch::{apply_exec, apply_machine};
+use smolbox_core::managed::record::{Assignment, Capacity};
+use smolbox_core::managed::slot::{self, Finish};
+use smolbox_core::managed::state::{Cleanup, ExecState, MachineOperation};
+use smolbox_core::managed::{
+    ExecPatch, ExecutionRecord, Guard, Lease, MachinePatch, MachineRecord, RecordKey,
+    check_machine_name, check_worker_id,
+};
+use smolbox_core::{Category, Error, Evidence, Operation};
+
+use crate::{
+    Accepted, Assigned, DueCursor, DuePage, MAX_DUE_PAGE, MAX_PENDING, MIN_PENDING, Reserve,
+    StoreInfo, not_found,
+};
+
+/// How much a transaction locks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lock {
+    /// A read: no locks, never writes.
+    Read,
+    /// Writes records it loads (each row locked as it is read).
+    Record,
+    /// Also serializes on the partition: for partition-wide totals
+    /// (pending count, capacity, leases, names and ports).
+    Partition,
+}
+
+/// One transaction's view of a partition. Reads inside a `Record` or
+/// `Partition` transaction lock the rows they return.
+pub(crate) trait Tx {
+    fn exec(&mut self, key: &RecordKey) -> Result<Option<ExecutionRecord>, Error>;
+    fn put_exec(&mut self, rec: &ExecutionRecord, new: bool) -> Result<(), Error>;
+    fn pending_count(&mut self) -> Result<u64, Error>;
+    fn machine(&mut self, key: &RecordKey) -> Result<Option<MachineRecord>, Error>;
+    fn put_machine(&mut self, rec: &MachineRecord, new: bool) -> Result<(), Error>;
+    fn lease(&mut self, worker_id: &str) -> Result<Option<Lease>, Error>;
+    fn put_lease(&mut self, worker_id: &str, lease: &Lease, new: bool) -> Result<(), Error>;
+    fn assignment(&mut self, worker_id: &str, name: &str) -> Result<Option<Assigned>, Error>;
+    fn put_assignment(&mut self, worker_id: &str, name: &str, who: &Assigned) -> Result<(), Error>;
+    fn port_owner(&mut self, worker_id: &str, port: u16) -> Result<Option<RecordKey>, Error>;
+    fn put_port(&mut self, worker_id: &str, port: u16, owner: &RecordKey) -> Result<(), Error>;
+    fn delete_ports(&mut self, owner: &RecordKey) -> Result<(), Error>;
+    fn usage(&mut self, worker_id: &str) -> Result<Capacity, Error>;
+    fn due(
+        &mut self,
+        now_ms: u64,
+        after: Option<&DueCursor>,
+        limit: u32,
+    ) -> Result<Vec<ExecutionRecord>, Error>;
+}
+
+/// A store adapter: runs closures in its transactions.
+pub(crate) trait Backend {
+    fn info(&self) -> StoreInfo;
+    /// Runs `f` in one transaction and commits when it returns `Ok`;
+    /// rolls everything back otherwise. A backend may run `f` again after
+    /// a serialization failure, so `f` must not keep state between runs.
+    fn transact<R>(
+        &self,
+        op: Operation,
+        lock: Lock,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<R, Error>,
+    ) -> Result<R, Error>;
+}
+
+pub(crate) fn accept<B: Backend>(
+    b: &B,
+    rec: &ExecutionRecord,
+    max_pending: u32,
+) -> Result<Accepted<ExecutionRecord>, Error> {
+    let op = Operation::StoreAccept;
+    check_pending(max_pending, op)?;
+    rec.validate().map_err(|e| e.with_operation(op))?;
+    if rec.state != ExecState::Accepted || rec.version != 1 {
+        return Err(Error::validation(op, "not_freshly_accepted"));
+    }
+    if !b
+        .info()
+        .capabilities
+        .covers(exec_requirements(rec).capabilities)
+    {
+        return Err(unsupported(op));
+    }
+    b.transact(op, Lock::Partition, &mut |tx| {
+        if let Some(existing) = tx.exec(&rec.key)? {
+            return if existing.fingerprint == rec.fingerprint {
+                Ok(Accepted::Existing(existing))
+            } else {
+                Err(identity_conflict(op))
+            };
+        }
+        let pending = tx.pending_count()?;
+        if pending >= u64::from(max_pending) {
+            return Err(exhausted(op, "max_pending").with_limit(pending + 1, max_pending.into()));
+        }
+        tx.put_exec(rec, true)?;
+        Ok(Accepted::Inserted(rec.clone()))
+    })
+}
+
+pub(crate) fn fetch<B: Backend>(b: &B, key: &RecordKey) -> Result<ExecutionRecord, Error> {
+    let op = Operation::StoreFetch;
+    b.transact(op, Lock::Read, &mut |tx| tx.exec(key)?.ok_or(not_found(op)))
+}
+
+pub(crate) fn find_machine<B: Backend>(b: &B, worker: &str, name: &str) -> Result<Assigned, Error> {
+    let op = Operation::StoreFind;
+    b.transact(op, Lock::Read, &mut |tx| {
+        tx.assignment(worker, name)?.ok_or(not_found(op))
+    })
+}
+
+pub(crate) fn claim_worker<B: Backend>(
+    b: &B,
+    worker: &str,
+    owner: &str,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> Result<Lease, Error> {
+    let op = Operation::StoreClaim;
+    check_worker_id(worker).map_err(|e| e.with_operation(op))?;
+    b.transact(op, Lock::Partition, &mut |tx| {
+        let current = tx.lease(worker)?;
+        let next = claim::take(current.as_ref(), owner, now_ms, ttl_ms)?;
+        if current.as_ref() != Some(&next) {
+            tx.put_lease(worker, &next, current.is_none())?;
+        }
+        Ok(next)
+    })
+}
+
+pub(crate) fn claim<B: Backend>(
+    b: &B,
+    key: &RecordKey,
+    owner: &str,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> Result<ExecutionRecord, Error> {
+    let op = Operation::StoreClaim;
+    b.transact(op, Lock::Record, &mut |tx| {
+        let rec = tx.exec(key)?.ok_or(not_found(op))?;
+        let next = claim::claim_exec(&rec, owner, now_ms, ttl_ms)?;
+        tx.put_exec(&next, false)?;
+        Ok(next)
+    })
+}
+
+/// Loads a record and checks the guard, including its worker generation.
+fn guarded_exec(
+    tx: &mut dyn Tx,
+    key: &RecordKey,
+    guard: &Guard,
+    now_ms: u64,
+    op: Operation,
+) -> Result<ExecutionRecord, Error> {
+    let rec = tx.exec(key)?.ok_or(not_found(op))?;
+    let lease = match &rec.assignment {
+        Some(a) => tx.lease(&a.worker_id)?,
+        None => None,
+    };
+    claim::check_guard(Fence::of_exec(&rec), guard, lease.as_ref(), now_ms, op)?;
+    Ok(rec)
+}
+
+fn guarded_machine(
+    tx: &mut dyn Tx,
+    key: &RecordKey,
+    guard: &Guard,
+    now_ms: u64,
+    op: Operation,
+) -> Result<MachineRecord, Error> {
+    let rec = tx.machine(key)?.ok_or(not_found(op))?;
+    let lease = match &rec.assignment {
+        Some(a) => tx.lease(&a.worker_id)?,
+        None => None,
+    };
+    claim::check_guard(Fence::of_machine(&rec), guard, lease.as_ref(), now_ms, op)?;
+    Ok(rec)
+}
+
+pub(crate) fn write<B: Backend>(
+    b: &B,
+    key: &RecordKey,
+    guard: &Guard,
+    patch: &ExecPatch,
+    now_ms: u64,
+) -> Result<ExecutionRecord, Error> {
+    let op = Operation::StoreWrite;
+    b.transact(op, Lock::Record, &mut |tx| {
+        let rec = guarded_exec(tx, key, guard, now_ms, op)?;
+        let next = apply_exec(&rec, patch, now_ms).map_err(|e| e.with_operation(op))?;
+        tx.put_exec(&next, false)?;
+        Ok(next)
+    })
+}
+
+/// Checks the worker lease the guard's owner must hold to reserve, and
+/// returns its generation.
+fn live_lease(
+    tx: &mut dyn Tx,
+    req: &Reserve,
+    guard: &Guard,
+    now_ms: u64,
+    op: Operation,
+) -> Result<u64, Error> {
+    check_worker_id(&req.worker_id).map_err(|e| e.with_operation(op))?;
+    check_machine_name(&req.machine_name).map_err(|e| e.with_operation(op))?;
+    match tx.lease(&req.worker_id)? {
+        Some(l) if l.owner == guard.owner && l.until_ms > now_ms => Ok(l.generation),
+        _ => Err(stale_claim(op, "worker_lease")),
+    }
+}
+
+fn check_capacity(tx: &mut dyn Tx, req: &Reserve, op: Operation) -> Result<(), Error> {
+    let used = tx.usage(&req.worker_id)?;
+    if used.plus(req.capacity).fits(req.limit) {
+        Ok(())
+    } else {
+        Err(exhausted(op, "worker_capacity"))
+    }
+}
+
+fn check_name(tx: &mut dyn Tx, req: &Reserve, who: &Assigned, op: Operation) -> Result<(), Error> {
+    match tx.assignment(&req.worker_id, &req.machine_name)? {
+        Some(existing) if existing != *who => {
+            Err(identity_conflict(op).with_reason("machine_name_taken"))
+        }
+        Some(_) => Err(Error::validation(op, "already_assigned")),
+        None => Ok(()),
+    }
+}
+
+pub(crate) fn reserve<B: Backend>(
+    b: &B,
+    key: &RecordKey,
+    guard: &Guard,
+    req: &Reserve,
+    now_ms: u64,
+) -> Result<ExecutionRecord, Error> {
+    let op = Operation::StoreReserve;
+    b.transact(op, Lock::Partition, &mut |tx| {
+        let generation = live_lease(tx, req, guard, now_ms, op)?;
+        let rec = guarded_exec(tx, key, guard, now_ms, op)?;
+        if rec.spec.machine.is_some() {
+            return Err(Error::validation(op, "managed_command_has_no_reservation"));
+        }
+        if rec.assignment.is_some() || rec.reservation.is_some() {
+            return Err(Error::validation(op, "already_assigned"));
+        }
+        if rec.deadlines.queue_ms.is_some_and(|q| now_ms > q) {
+            return Err(Error::new(Category::Expired, op, Evidence::NotDispatched)
+                .with_reason("queue_deadline"));
+        }
+        if now_ms < rec.updated_at_ms {
+            return Err(Error::validation(op, "clock_before_updated_at"));
+        }
+        let who = Assigned::Execution(rec.key.clone());
+        check_name(tx, req, &who, op)?;
+        check_capacity(tx, req, op)?;
+        let mut next = rec;
+        next.assignment = Some(Assignment {
+            worker_id: req.worker_id.clone(),
+            worker_generation: generation,
+            machine_name: req.machine_name.clone(),
+        });
+        next.reservation = Some(req.capacity);
+        next.version += 1;
+        next.updated_at_ms = now_ms;
+        next.validate().map_err(|e| e.with_operation(op))?;
+        tx.put_exec(&next, false)?;
+        tx.put_assignment(&req.worker_id, &req.machine_name, &who)?;
+        Ok(next)
+    })
+}
+
+pub(crate) fn release<B: Backend>(
+    b: &B,
+    key: &RecordKey,
+    guard: &Guard,
+    now_ms: u64,
+) -> Result<ExecutionRecord, Error> {
+    let op = Operation::StoreRelease;
+    b.transact(op, Lock::Record, &mut |tx| {
+        let rec = guarded_exec(tx, key, guard, now_ms, op)?;
+        if rec.reservation.is_none() {
+            return Err(Error::validation(op, "not_reserved"));
+        }
+        // C0.4 rule 7: only after verified absence (or no machine at all).
+        let allowed = rec.cleanup == Cleanup::Complete
+            && (rec.assignment.is_none() || rec.absence_at_ms.is_some());
+        if !allowed {
+            return Err(Error::validation(op, "release_before_absence"));
+        }
+        if now_ms < rec.updated_at_ms {
+            return Err(Error::validation(op, "clock_before_updated_at"));
+        }
+        let mut next = rec;
+        next.reservation = None;
+        next.version += 1;
+        next.updated_at_ms = now_ms;
+        tx.put_exec(&next, false)?;
+        Ok(next)
+    })
+}
+
+pub(crate) fn cancel<B: Backend>(
+    b: &B,
+    key: &RecordKey,
+    now_ms: u64,
+) -> Result<ExecutionRecord, Error> {
+    let op = Operation::StoreCancel;
+    b.transact(op, Lock::Record, &mut |tx| {
+        let rec = tx.exec(key)?.ok_or(not_found(op))?;
+        if rec.state.is_terminal() {
+            return Ok(rec);
+        }
+        let now = now_ms.max(rec.updated_at_ms);
+        let mut next = rec;
+        next.cancel_requested_at_ms.get_or_insert(now);
+        next.next_due_at_ms = Some(now);
+        next.version += 1;
+        next.updated_at_ms = now;
+        tx.put_exec(&next, false)?;
+        Ok(next)
+    })
+}
+
+pub(crate) fn due<B: Backend>(
+    b: &B,
+    now_ms: u64,
+    after: Option<&DueCursor>,
+    limit: u32,
+) -> Result<DuePage, Error> {
+    let op = Operation::StoreDue;
+    if !(1..=MAX_DUE_PAGE).contains(&limit) {
+        return Err(
+            Error::validation(op, "due_limit").with_limit(limit.into(), MAX_DUE_PAGE.into())
+        );
+    }
+    b.transact(op, Lock::Read, &mut |tx| {
+        let records = tx.due(now_ms, after, limit)?;
+        let next = if records.len() == limit as usize {
+            records.last().and_then(|r| {
+                r.next_due_at_ms.map(|due_at_ms| DueCursor {
+                    due_at_ms,
+                    key: r.key.clone(),
+                })
+            })
+        } else {
+            None
+        };
+        Ok(DuePage { records, next })
+    })
+}
+
+pub(crate) fn usage<B: Backend>(b: &B, worker: &str) -> Result<Capacity, Error> {
+    b.transact(Operation::StoreUsage, Lock::Read, &mut |tx| {
+        tx.usage(worker)
+    })
+}
+
+pub(crate) fn accept_machine<B: Backend>(
+    b: &B,
+    rec: &MachineRecord,
+    max_pending: u32,
+) -> Result<Accepted<MachineRecord>, Error> {
+    let op = Operation::StoreAccept;
+    check_pending(max_pending, op)?;
+    rec.validate().map_err(|e| e.with_operation(op))?;
+    if rec.version != 1 {
+        return Err(Error::validation(op, "not_freshly_accepted"));
+    }
+    if !b
+        .info()
+        .capabilities
+        .covers(machine_requirements(rec).capabilities)
+    {
+        return Err(unsupported(op));
+    }
+    b.transact(op, Lock::Partition, &mut |tx| {
+        if let Some(existing) = tx.machine(&rec.key)? {
+            return if existing.fingerprint == rec.fingerprint {
+                Ok(Accepted::Existing(existing))
+            } else {
+                Err(identity_conflict(op))
+            };
+        }
+        tx.put_machine(rec, true)?;
+        Ok(Accepted::Inserted(rec.clone()))
+    })
+}
+
+pub(crate) fn fetch_machine<B: Backend>(b: &B, key: &RecordKey) -> Result<MachineRecord, Error> {
+    let op = Operation::StoreFetch;
+    b.transact(op, Lock::Read, &mut |tx| {
+        tx.machine(key)?.ok_or(not_found(op))
+    })
+}
+
+pub(crate) fn claim_machine<B: Backend>(
+    b: &B,
+    key: &RecordKey,
+    owner: &str,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> Result<MachineRecord, Error> {
+    let op = Operation::StoreClaim;
+    b.transact(op, Lock::Record, &mut |tx| {
+        let rec = tx.machine(key)?.ok_or(not_found(op))?;
+        let next = claim::claim_machine(&rec, owner, now_ms, ttl_ms)?;
+        tx.put_machine(&next, false)?;
+        Ok(next)
+    })
+}
+
+pub(crate) fn write_machine<B: Backend>(
+    b: &B,
+    key: &RecordKey,
+    guard: &Guard,
+    patch: &MachinePatch,
+    now_ms: u64,
+) -> Result<MachineRecord, Error> {
+    let op = Operation::StoreWrite;
+    b.transact(op, Lock::Partition, &mut |tx| {
+        let rec = guarded_machine(tx, key, guard, now_ms, op)?;
+        let next = apply_machine(&rec, patch, now_ms).map_err(|e| e.with_operation(op))?;
+        if !rec.reserved_ports.is_empty() && next.reserved_ports.is_empty() {
+            tx.delete_ports(key)?;
+        }
+        tx.put_machine(&next, false)?;
+        Ok(next)
+    })
+}
+
+pub(crate) fn reserve_machine<B: Backend>(
+    b: &B,
+    key: &RecordKey,
+    guard: &Guard,
+    req: &Reserve,
+    now_ms: u64,
+) -> Result<MachineRecord, Error> {
+    let op = Operation::StoreReserve;
+    b.transact(op, Lock::Partition, &mut |tx| {
+        let generation = live_lease(tx, req, guard, now_ms, op)?;
+        let rec = guarded_machine(tx, key, guard, now_ms, op)?;
+        if rec.assignment.is_some() || rec.reservation.is_some() {
+            return Err(Error::validation(op, "already_assigned"));
+        }
+        if now_ms < rec.updated_at_ms {
+            return Err(Error::validation(op, "clock_before_updated_at"));
+        }
+        let who = Assigned::Machine(rec.key.clone());
+        check_name(tx, req, &who, op)?;
+        check_capacity(tx, req, op)?;
+        let ports: Vec<u16> = rec.spec.ports.iter().map(|p| p.host).collect();
+        for port in &ports {
+            if tx.port_owner(&req.worker_id, *port)?.is_some() {
+                return Err(
+                    Error::new(Category::PortConflict, op, Evidence::NotDispatched)
+                        .with_reason("host_port_taken"),
+                );
+            }
+        }
+        let mut next = rec;
+        next.assignment = Some(Assignment {
+            worker_id: req.worker_id.clone(),
+            worker_generation: generation,
+            machine_name: req.machine_name.clone(),
+        });
+        next.reservation = Some(req.capacity);
+        next.reserved_ports.clone_from(&ports);
+        next.version += 1;
+        next.updated_at_ms = now_ms;
+        next.validate().map_err(|e| e.with_operation(op))?;
+        tx.put_machine(&next, false)?;
+        tx.put_assignment(&req.worker_id, &req.machine_name, &who)?;
+        for port in ports {
+            tx.put_port(&req.worker_id, port, key)?;
+        }
+        Ok(next)
+    })
+}
+
+pub(crate) fn request_machine<B: Backend>(
+    b: &B,
+    key: &RecordKey,
+    action: MachineOperation,
+    version: u64,
+    now_ms: u64,
+) -> Result<MachineRecord, Error> {
+    let op = Operation::StoreSlot;
+    b.transact(op, Lock::Record, &mut |tx| {
+        let rec = tx.machine(key)?.ok_or(not_found(op))?;
+        match slot::request(&rec, action, version, now_ms)? {
+            None => Ok(rec),
+            Some(next) => {
+                tx.put_machine(&next, false)?;
+                Ok(next)
+            }
+        }
+    })
+}
+
+pub(crate) fn acquire_slot<B: Backend>(
+    b: &B,
+    machine: &RecordKey,
+    guard: &Guard,
+    exec: &RecordKey,
+    now_ms: u64,
+) -> Result<MachineRecord, Error> {
+    let op = Operation::StoreSlot;
+    b.transact(op, Lock::Partition, &mut |tx| {
+        let m = guarded_machine(tx, machine, guard, now_ms, op)?;
+        let e = tx.exec(exec)?.ok_or(not_found(op))?;
+        let next = slot::acquire(&m, &e, now_ms)?;
+        if next != m {
+            tx.put_machine(&next, false)?;
+        }
+        Ok(next)
+    })
+}
+
+pub(crate) fn finish_slot<B: Backend>(
+    b: &B,
+    machine: &RecordKey,
+    guard: &Guard,
+    exec: &RecordKey,
+    now_ms: u64,
+) -> Result<(MachineRecord, Finish), Error> {
+    let op = Operation::StoreSlot;
+    b.transact(op, Lock::Partition, &mut |tx| {
+        let m = guarded_machine(tx, machine, guard, now_ms, op)?;
+        let e = tx.exec(exec)?.ok_or(not_found(op))?;
+        let (next, finish) = slot::finish(&m, &e, now_ms)?;
+        tx.put_machine(&next, false)?;
+        Ok((next, finish))
+    })
+}
+
+fn check_pending(max_pending: u32, op: Operation) -> Result<(), Error> {
+    if (MIN_PENDING..=MAX_PENDING).contains(&max_pending) {
+        Ok(())
+    } else {
+        Err(Error::validation(op, "max_pending").with_limit(max_pending.into(), MAX_PENDING.into()))
+    }
+}
+
+const fn identity_conflict(op: Operation) -> Error {
+    Error::new(Category::IdentityConflict, op, Evidence::NotDispatched)
+        .with_reason("fingerprint_differs")
+}
+
+pub(crate) const fn exhausted(op: Operation, reason: &'static str) -> Error {
+    Error::new(Category::AdmissionExhausted, op, Evidence::NotDispatched).with_reason(reason)
+}
+
+const fn unsupported(op: Operation) -> Error {
+    Error::new(Category::UnsupportedCapability, op, Evidence::NotDispatched)
+        .with_reason("store_capability")
+}
+
+/// The kind and key an assignment row stores.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn assigned_parts(a: &Assigned) -> (smolbox_core::managed::RecordKind, &RecordKey) {
+    use smolbox_core::managed::RecordKind;
+    match a {
+        Assigned::Execution(k) => (RecordKind::Execution, k),
+        Assigned::Machine(k) => (RecordKind::Machine, k),
+    }
+}

@@ -1,0 +1,269 @@
+//! The in-memory adapter (C18.2): explicitly ephemeral, one serialized
+//! owner (a mutex), bounded by record count, encoded bytes and worker
+//! leases. It keeps completed identities (so duplicates still resolve) and
+//! therefore eventually refuses with `admission_exhausted`. A durable
+//! runtime refuses it (`StoreInfo::durable` is false).
+//!
+//! A transaction runs on a copy of the state that replaces the original
+//! only when the operation succeeds, so a failure changes nothing.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, PoisonError};
+
+use smolbox_core::managed::envelope::{Capabilities, encode_exec, encode_machine};
+use smolbox_core::managed::record::Capacity;
+use smolbox_core::managed::{ExecutionRecord, Lease, MachineRecord, RecordKey};
+use smolbox_core::{Error, Operation};
+
+use crate::engine::{Backend, Lock, Tx, exhausted};
+use crate::{Assigned, DueCursor, SCHEMA, StoreInfo, impl_store};
+
+/// Default record bound (C18.2).
+pub const DEFAULT_MAX_RECORDS: usize = 256;
+/// Largest record bound (C18.2).
+pub const MAX_RECORDS: usize = 10_000;
+/// Default encoded-bytes bound: 64 MiB (C18.2).
+pub const DEFAULT_MAX_BYTES: usize = 64 * 1024 * 1024;
+/// Largest encoded-bytes bound: 1 GiB (C18.2).
+pub const MAX_BYTES: usize = 1024 * 1024 * 1024;
+/// Most worker leases (C18.2).
+pub const MAX_LEASES: usize = 64;
+
+/// Bounds of a [`MemoryStore`]. Worst-case memory is about `max_bytes`
+/// twice over (records are kept decoded and their encoded size counted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryConfig {
+    /// Execution plus machine records, 1–10,000 (default 256).
+    pub max_records: usize,
+    /// Encoded bytes of all records, 1 B – 1 GiB (default 64 MiB).
+    pub max_bytes: usize,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        Self {
+            max_records: DEFAULT_MAX_RECORDS,
+            max_bytes: DEFAULT_MAX_BYTES,
+        }
+    }
+}
+
+/// The ephemeral, bounded in-memory store.
+#[derive(Debug)]
+pub struct MemoryStore {
+    config: MemoryConfig,
+    state: Mutex<MemState>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct MemState {
+    execs: BTreeMap<RecordKey, (ExecutionRecord, usize)>,
+    machines: BTreeMap<RecordKey, (MachineRecord, usize)>,
+    leases: BTreeMap<String, Lease>,
+    assignments: BTreeMap<(String, String), Assigned>,
+    ports: BTreeMap<(String, u16), RecordKey>,
+    bytes: usize,
+}
+
+impl MemoryStore {
+    /// A new, empty store.
+    ///
+    /// # Errors
+    /// `validation` when a bound is out of range.
+    pub fn new(config: MemoryConfig) -> Result<Self, Error> {
+        if !(1..=MAX_RECORDS).contains(&config.max_records) {
+            return Err(Error::validation(Operation::Config, "max_records")
+                .with_limit(config.max_records as u64, MAX_RECORDS as u64));
+        }
+        if !(1..=MAX_BYTES).contains(&config.max_bytes) {
+            return Err(Error::validation(Operation::Config, "max_bytes")
+                .with_limit(config.max_bytes as u64, MAX_BYTES as u64));
+        }
+        Ok(Self {
+            config,
+            state: Mutex::new(MemState::default()),
+        })
+    }
+}
+
+impl Backend for MemoryStore {
+    fn info(&self) -> StoreInfo {
+        StoreInfo {
+            schema: SCHEMA,
+            durable: false,
+            atomic: true,
+            capabilities: Capabilities::ALL,
+        }
+    }
+
+    fn transact<R>(
+        &self,
+        _op: Operation,
+        lock: Lock,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<R, Error>,
+    ) -> Result<R, Error> {
+        // A poisoned lock means a panic mid-operation; the state it guards
+        // is only ever replaced whole, so it is still consistent.
+        let mut guard = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if lock == Lock::Read {
+            let mut tx = MemTx {
+                s: &mut guard,
+                config: self.config,
+            };
+            return f(&mut tx);
+        }
+        let mut copy = guard.clone();
+        let out = f(&mut MemTx {
+            s: &mut copy,
+            config: self.config,
+        })?;
+        *guard = copy;
+        Ok(out)
+    }
+}
+
+impl_store!(MemoryStore);
+
+struct MemTx<'a> {
+    s: &'a mut MemState,
+    config: MemoryConfig,
+}
+
+impl MemTx<'_> {
+    fn admit(&mut self, old: usize, new: usize, inserting: bool) -> Result<(), Error> {
+        let op = Operation::StoreWrite;
+        let records = self.s.execs.len() + self.s.machines.len();
+        if inserting && records >= self.config.max_records {
+            return Err(exhausted(op, "memory_records")
+                .with_limit(records as u64 + 1, self.config.max_records as u64));
+        }
+        let bytes = self.s.bytes - old + new;
+        if bytes > self.config.max_bytes {
+            return Err(exhausted(op, "memory_bytes")
+                .with_limit(bytes as u64, self.config.max_bytes as u64));
+        }
+        self.s.bytes = bytes;
+        Ok(())
+    }
+}
+
+impl Tx for MemTx<'_> {
+    fn exec(&mut self, key: &RecordKey) -> Result<Option<ExecutionRecord>, Error> {
+        Ok(self.s.execs.get(key).map(|(r, _)| r.clone()))
+    }
+
+    fn put_exec(&mut self, rec: &ExecutionRecord, new: bool) -> Result<(), Error> {
+        let size = encode_exec(rec)?.len();
+        let old = self.s.execs.get(&rec.key).map_or(0, |(_, n)| *n);
+        self.admit(old, size, new)?;
+        self.s.execs.insert(rec.key.clone(), (rec.clone(), size));
+        Ok(())
+    }
+
+    fn pending_count(&mut self) -> Result<u64, Error> {
+        Ok(self
+            .s
+            .execs
+            .values()
+            .filter(|(r, _)| r.state.is_pending())
+            .count() as u64)
+    }
+
+    fn machine(&mut self, key: &RecordKey) -> Result<Option<MachineRecord>, Error> {
+        Ok(self.s.machines.get(key).map(|(r, _)| r.clone()))
+    }
+
+    fn put_machine(&mut self, rec: &MachineRecord, new: bool) -> Result<(), Error> {
+        let size = encode_machine(rec)?.len();
+        let old = self.s.machines.get(&rec.key).map_or(0, |(_, n)| *n);
+        self.admit(old, size, new)?;
+        self.s.machines.insert(rec.key.clone(), (rec.clone(), size));
+        Ok(())
+    }
+
+    fn lease(&mut self, worker_id: &str) -> Result<Option<Lease>, Error> {
+        Ok(self.s.leases.get(worker_id).cloned())
+    }
+
+    fn put_lease(&mut self, worker_id: &str, lease: &Lease, new: bool) -> Result<(), Error> {
+        if new && self.s.leases.len() >= MAX_LEASES {
+            return Err(exhausted(Operation::StoreClaim, "memory_leases")
+                .with_limit(self.s.leases.len() as u64 + 1, MAX_LEASES as u64));
+        }
+        self.s.leases.insert(worker_id.to_owned(), lease.clone());
+        Ok(())
+    }
+
+    fn assignment(&mut self, worker_id: &str, name: &str) -> Result<Option<Assigned>, Error> {
+        Ok(self
+            .s
+            .assignments
+            .get(&(worker_id.to_owned(), name.to_owned()))
+            .cloned())
+    }
+
+    fn put_assignment(&mut self, worker_id: &str, name: &str, who: &Assigned) -> Result<(), Error> {
+        self.s
+            .assignments
+            .insert((worker_id.to_owned(), name.to_owned()), who.clone());
+        Ok(())
+    }
+
+    fn port_owner(&mut self, worker_id: &str, port: u16) -> Result<Option<RecordKey>, Error> {
+        Ok(self.s.ports.get(&(worker_id.to_owned(), port)).cloned())
+    }
+
+    fn put_port(&mut self, worker_id: &str, port: u16, owner: &RecordKey) -> Result<(), Error> {
+        self.s
+            .ports
+            .insert((worker_id.to_owned(), port), owner.clone());
+        Ok(())
+    }
+
+    fn delete_ports(&mut self, owner: &RecordKey) -> Result<(), Error> {
+        self.s.ports.retain(|_, k| k != owner);
+        Ok(())
+    }
+
+    fn usage(&mut self, worker_id: &str) -> Result<Capacity, Error> {
+        let held = |a: Option<&smolbox_core::managed::record::Assignment>, r: Option<Capacity>| {
+            r.filter(|_| a.is_some_and(|a| a.worker_id == worker_id))
+        };
+        let execs = self
+            .s
+            .execs
+            .values()
+            .filter_map(|(r, _)| held(r.assignment.as_ref(), r.reservation));
+        let machines = self
+            .s
+            .machines
+            .values()
+            .filter_map(|(r, _)| held(r.assignment.as_ref(), r.reservation));
+        Ok(execs
+            .chain(machines)
+            .fold(Capacity::default(), Capacity::plus))
+    }
+
+    fn due(
+        &mut self,
+        now_ms: u64,
+        after: Option<&DueCursor>,
+        limit: u32,
+    ) -> Result<Vec<ExecutionRecord>, Error> {
+        let mut due: Vec<(u64, &RecordKey, &ExecutionRecord)> = self
+            .s
+            .execs
+            .values()
+            .filter_map(|(r, _)| r.next_due_at_ms.map(|d| (d, &r.key, r)))
+            .filter(|(d, k, _)| {
+                *d <= now_ms && after.is_none_or(|c| (*d, *k) > (c.due_at_ms, &c.key))
+            })
+            .collect();
+        due.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        Ok(due
+            .into_iter()
+            .take(limit as usize)
+            .map(|(_, _, r)| r.clone())
+            .collect())
+    }
+}

@@ -1,0 +1,124 @@
+//! Projected columns of the durable adapters: what a row shows in clear
+//! beside its sealed payload, and the check that they match the decrypted
+//! record on every read (C18.3). Only identifiers, the fingerprint (a keyed
+//! hash), the state, the version, the due time, the assignment and the
+//! capacity numbers are projected; argv, env, stdin, paths and every other
+//! payload field exist only inside the ciphertext (C18.4).
+
+use smolbox_core::managed::record::Capacity;
+use smolbox_core::managed::{ExecutionRecord, Lease, MachineRecord, RecordKey, RecordKind};
+use smolbox_core::{Error, Operation};
+
+use crate::{Assigned, store_error};
+
+/// Projected columns, in the order of the SQL column lists.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Projection {
+    pub(crate) fingerprint: String,
+    pub(crate) state: String,
+    pub(crate) version: i64,
+    pub(crate) next_due_ms: Option<i64>,
+    pub(crate) pending: bool,
+    pub(crate) worker_id: Option<String>,
+    pub(crate) machine_name: Option<String>,
+    pub(crate) slots: i64,
+    pub(crate) cpus: i64,
+    pub(crate) memory_mb: i64,
+    pub(crate) disk_gb: i64,
+    pub(crate) managed_machine: Option<String>,
+}
+
+/// Every projected value is at most 2^53 − 1 or rejected before a write;
+/// an out-of-range value maps to -1, which never matches on read.
+pub(crate) fn int(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(-1)
+}
+
+fn reserved(c: Option<Capacity>) -> [i64; 4] {
+    let c = c.unwrap_or_default();
+    [int(c.slots), int(c.cpus), int(c.memory_mb), int(c.disk_gb)]
+}
+
+/// `scope/id` (identifiers never contain `/`).
+pub(crate) fn joined(k: &RecordKey) -> String {
+    format!("{}/{}", k.scope, k.id)
+}
+
+impl Projection {
+    pub(crate) fn of_exec(r: &ExecutionRecord) -> Self {
+        let [slots, cpus, memory_mb, disk_gb] = reserved(r.reservation);
+        Self {
+            fingerprint: r.fingerprint.clone(),
+            state: r.state.as_str().to_owned(),
+            version: int(r.version),
+            next_due_ms: r.next_due_at_ms.map(int),
+            pending: r.state.is_pending(),
+            worker_id: r.assignment.as_ref().map(|a| a.worker_id.clone()),
+            machine_name: r.assignment.as_ref().map(|a| a.machine_name.clone()),
+            slots,
+            cpus,
+            memory_mb,
+            disk_gb,
+            managed_machine: r.managed_machine.as_ref().map(joined),
+        }
+    }
+
+    pub(crate) fn of_machine(r: &MachineRecord) -> Self {
+        let [slots, cpus, memory_mb, disk_gb] = reserved(r.reservation);
+        Self {
+            fingerprint: r.fingerprint.clone(),
+            state: r.state.as_str().to_owned(),
+            version: int(r.version),
+            next_due_ms: r.next_due_at_ms.map(int),
+            pending: r.state != smolbox_core::managed::MachineState::Deleted,
+            worker_id: r.assignment.as_ref().map(|a| a.worker_id.clone()),
+            machine_name: r.assignment.as_ref().map(|a| a.machine_name.clone()),
+            slots,
+            cpus,
+            memory_mb,
+            disk_gb,
+            managed_machine: r.active_execution.as_ref().map(joined),
+        }
+    }
+
+    /// Fails loudly when the clear columns disagree with the payload.
+    pub(crate) fn check(&self, decoded: &Self) -> Result<(), Error> {
+        if self == decoded {
+            Ok(())
+        } else {
+            Err(store_error(Operation::StoreFetch, "projection_mismatch"))
+        }
+    }
+}
+
+pub(crate) fn lease_of(
+    owner: String,
+    generation: i64,
+    until: i64,
+    op: Operation,
+) -> Result<Lease, Error> {
+    match (u64::try_from(generation), u64::try_from(until)) {
+        (Ok(generation), Ok(until_ms)) if generation > 0 => Ok(Lease {
+            owner,
+            generation,
+            until_ms,
+        }),
+        _ => Err(store_error(op, "corrupt_lease")),
+    }
+}
+
+pub(crate) fn assigned_of(
+    kind: &str,
+    scope: String,
+    id: String,
+    op: Operation,
+) -> Result<Assigned, Error> {
+    let key = RecordKey { scope, id };
+    if kind == RecordKind::Execution.as_str() {
+        Ok(Assigned::Execution(key))
+    } else if kind == RecordKind::Machine.as_str() {
+        Ok(Assigned::Machine(key))
+    } else {
+        Err(store_error(op, "corrupt_assignment"))
+    }
+}

@@ -1,0 +1,601 @@
+//! The embedded default adapter: one SQLite file in WAL mode (bundled
+//! SQLite). Every mutation runs in `BEGIN IMMEDIATE`, which takes SQLite's
+//! write lock up front, so several processes on one host serialize their
+//! writes through the file lock (with a busy timeout) and a read-modify-write
+//! never races. Payloads are sealed ([`Sealer`]); projected columns are
+//! checked against the decrypted payload on every read.
+//!
+//! Durability: `synchronous = FULL` by default (every commit reaches the
+//! disk); [`SqliteOptions::synchronous_normal`] trades the last commits
+//! before an OS crash or power loss for speed (WAL keeps the file
+//! consistent either way).
+
+use std::path::Path;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use rusqlite::{
+    Connection, OpenFlags, OptionalExtension, Row, Transaction, TransactionBehavior, params,
+};
+use smolbox_core::managed::envelope::Capabilities;
+use smolbox_core::managed::record::Capacity;
+use smolbox_core::managed::{ExecutionRecord, Lease, MachineRecord, RecordKey};
+use smolbox_core::{Error, Operation};
+
+use crate::engine::{Backend, Lock, Tx, assigned_parts};
+use crate::row::{Projection, assigned_of, int, lease_of};
+use crate::{Assigned, DueCursor, SCHEMA, Sealer, StoreInfo, impl_store, store_error};
+
+/// Schema version of the SQLite layout.
+const LAYOUT_VERSION: i64 = 1;
+/// How long a writer waits for another process's write lock.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+const SCHEMA_SQL: &str = "
+CREATE TABLE IF NOT EXISTS smolbox_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS worker_leases (
+    partition TEXT NOT NULL, worker_id TEXT NOT NULL, owner TEXT NOT NULL,
+    generation INTEGER NOT NULL CHECK (generation > 0), until_ms INTEGER NOT NULL CHECK (until_ms >= 0),
+    PRIMARY KEY (partition, worker_id));
+CREATE TABLE IF NOT EXISTS executions (
+    partition TEXT NOT NULL, scope TEXT NOT NULL, id TEXT NOT NULL, payload BLOB NOT NULL,
+    fingerprint TEXT NOT NULL CHECK (length(fingerprint) = 64), state TEXT NOT NULL,
+    version INTEGER NOT NULL CHECK (version > 0), next_due_ms INTEGER, pending INTEGER NOT NULL,
+    worker_id TEXT, machine_name TEXT,
+    slots INTEGER NOT NULL CHECK (slots >= 0), cpus INTEGER NOT NULL CHECK (cpus >= 0),
+    memory_mb INTEGER NOT NULL CHECK (memory_mb >= 0), disk_gb INTEGER NOT NULL CHECK (disk_gb >= 0),
+    managed_machine TEXT,
+    PRIMARY KEY (partition, scope, id)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS executions_due ON executions (partition, next_due_ms, scope, id)
+    WHERE next_due_ms IS NOT NULL;
+CREATE INDEX IF NOT EXISTS executions_pending ON executions (partition) WHERE pending = 1;
+CREATE INDEX IF NOT EXISTS executions_worker ON executions (partition, worker_id)
+    WHERE worker_id IS NOT NULL;
+CREATE TABLE IF NOT EXISTS machines (
+    partition TEXT NOT NULL, scope TEXT NOT NULL, id TEXT NOT NULL, payload BLOB NOT NULL,
+    fingerprint TEXT NOT NULL CHECK (length(fingerprint) = 64), state TEXT NOT NULL,
+    version INTEGER NOT NULL CHECK (version > 0), next_due_ms INTEGER, pending INTEGER NOT NULL,
+    worker_id TEXT, machine_name TEXT,
+    slots INTEGER NOT NULL CHECK (slots >= 0), cpus INTEGER NOT NULL CHECK (cpus >= 0),
+    memory_mb INTEGER NOT NULL CHECK (memory_mb >= 0), disk_gb INTEGER NOT NULL CHECK (disk_gb >= 0),
+    managed_machine TEXT,
+    PRIMARY KEY (partition, scope, id)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS machines_worker ON machines (partition, worker_id)
+    WHERE worker_id IS NOT NULL;
+CREATE TABLE IF NOT EXISTS machine_identities (
+    partition TEXT NOT NULL, worker_id TEXT NOT NULL, machine_name TEXT NOT NULL,
+    kind TEXT NOT NULL, scope TEXT NOT NULL, id TEXT NOT NULL,
+    PRIMARY KEY (partition, worker_id, machine_name), UNIQUE (partition, kind, scope, id));
+CREATE TABLE IF NOT EXISTS port_owners (
+    partition TEXT NOT NULL, worker_id TEXT NOT NULL,
+    host_port INTEGER NOT NULL CHECK (host_port BETWEEN 1 AND 65535),
+    scope TEXT NOT NULL, id TEXT NOT NULL,
+    PRIMARY KEY (partition, worker_id, host_port));
+";
+
+const COLS: &str = "payload, fingerprint, state, version, next_due_ms, pending, worker_id, \
+                    machine_name, slots, cpus, memory_mb, disk_gb, managed_machine";
+
+/// How the file is opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SqliteMode {
+    /// Create or migrate the schema; reads and writes.
+    ReadWrite,
+    /// Open an existing store for reads only (every write is a `store` error).
+    ReadOnly,
+}
+
+/// Options of [`SqliteStore::open_with`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SqliteOptions {
+    /// Read-write (default) or read-only.
+    pub mode: SqliteMode,
+    /// `synchronous = NORMAL` instead of `FULL` (see the module docs).
+    pub synchronous_normal: bool,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        Self {
+            mode: SqliteMode::ReadWrite,
+            synchronous_normal: false,
+        }
+    }
+}
+
+/// The embedded SQLite store.
+#[derive(Debug)]
+pub struct SqliteStore {
+    conn: Mutex<Connection>,
+    sealer: Sealer,
+}
+
+impl SqliteStore {
+    /// Opens (creating and migrating when needed) the store file at `path`.
+    ///
+    /// # Errors
+    /// `store` when the file cannot be opened or holds a newer layout.
+    pub fn open(path: &Path, sealer: Sealer) -> Result<Self, Error> {
+        Self::open_with(path, sealer, SqliteOptions::default())
+    }
+
+    /// Opens with explicit options.
+    ///
+    /// # Errors
+    /// As [`SqliteStore::open`]; a read-only open of a file without the
+    /// schema is a `store` error.
+    pub fn open_with(path: &Path, sealer: Sealer, options: SqliteOptions) -> Result<Self, Error> {
+        let op = Operation::StoreMigrate;
+        let flags = match options.mode {
+            SqliteMode::ReadWrite => {
+                OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE
+            }
+            SqliteMode::ReadOnly => OpenFlags::SQLITE_OPEN_READ_ONLY,
+        } | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags).map_err(|e| sql_error(op, &e))?;
+        conn.busy_timeout(BUSY_TIMEOUT)
+            .map_err(|e| sql_error(op, &e))?;
+        let sync = if options.synchronous_normal {
+            "NORMAL"
+        } else {
+            "FULL"
+        };
+        if options.mode == SqliteMode::ReadWrite {
+            conn.execute_batch(&format!(
+                "PRAGMA journal_mode = WAL; PRAGMA synchronous = {sync};"
+            ))
+            .map_err(|e| sql_error(op, &e))?;
+            let tx = conn
+                .unchecked_transaction()
+                .map_err(|e| sql_error(op, &e))?;
+            tx.execute_batch(SCHEMA_SQL)
+                .map_err(|e| sql_error(op, &e))?;
+            tx.execute(
+                "INSERT INTO smolbox_meta (key, value) VALUES ('layout', ?1) ON CONFLICT DO NOTHING",
+                [LAYOUT_VERSION],
+            )
+            .map_err(|e| sql_error(op, &e))?;
+            tx.commit().map_err(|e| sql_error(op, &e))?;
+        }
+        let layout: Option<i64> = conn
+            .query_row(
+                "SELECT value FROM smolbox_meta WHERE key = 'layout'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| sql_error(op, &e))?;
+        match layout {
+            Some(LAYOUT_VERSION) => {}
+            Some(_) => return Err(store_error(op, "unknown_layout_version")),
+            None => return Err(store_error(op, "schema_missing")),
+        }
+        Ok(Self {
+            conn: Mutex::new(conn),
+            sealer,
+        })
+    }
+}
+
+impl SqliteStore {
+    /// Inserts many records in one transaction (an import, for example
+    /// from another store). Existing identities fail the import.
+    ///
+    /// # Errors
+    /// `validation` for an invalid record; `store` on failure (nothing is
+    /// inserted).
+    pub fn import(&self, records: &[ExecutionRecord]) -> Result<(), Error> {
+        self.transact(Operation::StoreAccept, Lock::Partition, &mut |tx| {
+            for r in records {
+                r.validate()?;
+                tx.put_exec(r, true)?;
+            }
+            Ok(())
+        })
+    }
+}
+
+impl Backend for SqliteStore {
+    fn info(&self) -> StoreInfo {
+        StoreInfo {
+            schema: SCHEMA,
+            durable: true,
+            atomic: true,
+            capabilities: Capabilities::ALL,
+        }
+    }
+
+    fn transact<R>(
+        &self,
+        op: Operation,
+        lock: Lock,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<R, Error>,
+    ) -> Result<R, Error> {
+        // The connection has no state a panic could leave half-written
+        // outside a transaction, which rolls back when dropped.
+        let mut conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+        let behavior = match lock {
+            Lock::Read => TransactionBehavior::Deferred,
+            Lock::Record | Lock::Partition => TransactionBehavior::Immediate,
+        };
+        let tx = conn
+            .transaction_with_behavior(behavior)
+            .map_err(|e| sql_error(op, &e))?;
+        let out = f(&mut SqliteTx {
+            tx: &tx,
+            sealer: &self.sealer,
+            op,
+        })?;
+        tx.commit().map_err(|e| sql_error(op, &e))?;
+        Ok(out)
+    }
+}
+
+impl_store!(SqliteStore);
+
+struct SqliteTx<'a> {
+    tx: &'a Transaction<'a>,
+    sealer: &'a Sealer,
+    op: Operation,
+}
+
+fn read_row(row: &Row<'_>) -> rusqlite::Result<(Vec<u8>, Projection)> {
+    Ok((
+        row.get(0)?,
+        Projection {
+            fingerprint: row.get(1)?,
+            state: row.get(2)?,
+            version: row.get(3)?,
+            next_due_ms: row.get(4)?,
+            pending: row.get(5)?,
+            worker_id: row.get(6)?,
+            machine_name: row.get(7)?,
+            slots: row.get(8)?,
+            cpus: row.get(9)?,
+            memory_mb: row.get(10)?,
+            disk_gb: row.get(11)?,
+            managed_machine: row.get(12)?,
+        },
+    ))
+}
+
+impl SqliteTx<'_> {
+    fn err(&self, e: &rusqlite::Error) -> Error {
+        sql_error(self.op, e)
+    }
+
+    fn partition(&self) -> &str {
+        self.sealer.partition()
+    }
+
+    fn get_row(
+        &self,
+        table: &str,
+        key: &RecordKey,
+    ) -> Result<Option<(Vec<u8>, Projection)>, Error> {
+        let sql =
+            format!("SELECT {COLS} FROM {table} WHERE partition = ?1 AND scope = ?2 AND id = ?3");
+        let mut stmt = self.tx.prepare_cached(&sql).map_err(|e| self.err(&e))?;
+        stmt.query_row(params![self.partition(), key.scope, key.id], read_row)
+            .optional()
+            .map_err(|e| self.err(&e))
+    }
+
+    fn put_row(
+        &self,
+        table: &str,
+        key: &RecordKey,
+        payload: &[u8],
+        p: &Projection,
+        new: bool,
+    ) -> Result<(), Error> {
+        let sql = if new {
+            format!(
+                "INSERT INTO {table} (partition, scope, id, {COLS}) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
+            )
+        } else {
+            format!(
+                "UPDATE {table} SET payload = ?4, fingerprint = ?5, state = ?6, version = ?7, \
+                 next_due_ms = ?8, pending = ?9, worker_id = ?10, machine_name = ?11, slots = ?12, \
+                 cpus = ?13, memory_mb = ?14, disk_gb = ?15, managed_machine = ?16 \
+                 WHERE partition = ?1 AND scope = ?2 AND id = ?3"
+            )
+        };
+        let mut stmt = self.tx.prepare_cached(&sql).map_err(|e| self.err(&e))?;
+        let n = stmt
+            .execute(params![
+                self.partition(),
+                key.scope,
+                key.id,
+                payload,
+                p.fingerprint,
+                p.state,
+                p.version,
+                p.next_due_ms,
+                p.pending,
+                p.worker_id,
+                p.machine_name,
+                p.slots,
+                p.cpus,
+                p.memory_mb,
+                p.disk_gb,
+                p.managed_machine
+            ])
+            .map_err(|e| self.err(&e))?;
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(store_error(self.op, "row_vanished"))
+        }
+    }
+
+    fn open_exec(
+        &self,
+        key: &RecordKey,
+        payload: &[u8],
+        p: &Projection,
+    ) -> Result<ExecutionRecord, Error> {
+        let rec = self
+            .sealer
+            .open_exec(key, payload)
+            .map_err(|e| e.with_operation(self.op))?;
+        p.check(&Projection::of_exec(&rec))
+            .map_err(|e| e.with_operation(self.op))?;
+        Ok(rec)
+    }
+}
+
+impl Tx for SqliteTx<'_> {
+    fn exec(&mut self, key: &RecordKey) -> Result<Option<ExecutionRecord>, Error> {
+        match self.get_row("executions", key)? {
+            None => Ok(None),
+            Some((payload, p)) => self.open_exec(key, &payload, &p).map(Some),
+        }
+    }
+
+    fn put_exec(&mut self, rec: &ExecutionRecord, new: bool) -> Result<(), Error> {
+        let payload = self.sealer.seal_exec(rec)?;
+        self.put_row(
+            "executions",
+            &rec.key,
+            &payload,
+            &Projection::of_exec(rec),
+            new,
+        )
+    }
+
+    fn pending_count(&mut self) -> Result<u64, Error> {
+        let mut stmt = self
+            .tx
+            .prepare_cached("SELECT COUNT(*) FROM executions WHERE partition = ?1 AND pending = 1")
+            .map_err(|e| self.err(&e))?;
+        let n: i64 = stmt
+            .query_row([self.partition()], |r| r.get(0))
+            .map_err(|e| self.err(&e))?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    fn machine(&mut self, key: &RecordKey) -> Result<Option<MachineRecord>, Error> {
+        match self.get_row("machines", key)? {
+            None => Ok(None),
+            Some((payload, p)) => {
+                let rec = self
+                    .sealer
+                    .open_machine(key, &payload)
+                    .map_err(|e| e.with_operation(self.op))?;
+                p.check(&Projection::of_machine(&rec))
+                    .map_err(|e| e.with_operation(self.op))?;
+                Ok(Some(rec))
+            }
+        }
+    }
+
+    fn put_machine(&mut self, rec: &MachineRecord, new: bool) -> Result<(), Error> {
+        let payload = self.sealer.seal_machine(rec)?;
+        self.put_row(
+            "machines",
+            &rec.key,
+            &payload,
+            &Projection::of_machine(rec),
+            new,
+        )
+    }
+
+    fn lease(&mut self, worker_id: &str) -> Result<Option<Lease>, Error> {
+        let mut stmt = self
+            .tx
+            .prepare_cached(
+                "SELECT owner, generation, until_ms FROM worker_leases WHERE partition = ?1 AND worker_id = ?2",
+            )
+            .map_err(|e| self.err(&e))?;
+        let row: Option<(String, i64, i64)> = stmt
+            .query_row(params![self.partition(), worker_id], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .optional()
+            .map_err(|e| self.err(&e))?;
+        row.map(|(owner, generation, until)| lease_of(owner, generation, until, self.op))
+            .transpose()
+    }
+
+    fn put_lease(&mut self, worker_id: &str, lease: &Lease, _new: bool) -> Result<(), Error> {
+        let mut stmt = self
+            .tx
+            .prepare_cached(
+                "INSERT INTO worker_leases (partition, worker_id, owner, generation, until_ms) \
+                 VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (partition, worker_id) DO UPDATE SET \
+                 owner = excluded.owner, generation = excluded.generation, until_ms = excluded.until_ms",
+            )
+            .map_err(|e| self.err(&e))?;
+        stmt.execute(params![
+            self.partition(),
+            worker_id,
+            lease.owner,
+            int(lease.generation),
+            int(lease.until_ms)
+        ])
+        .map_err(|e| self.err(&e))?;
+        Ok(())
+    }
+
+    fn assignment(&mut self, worker_id: &str, name: &str) -> Result<Option<Assigned>, Error> {
+        let mut stmt = self
+            .tx
+            .prepare_cached(
+                "SELECT kind, scope, id FROM machine_identities \
+                 WHERE partition = ?1 AND worker_id = ?2 AND machine_name = ?3",
+            )
+            .map_err(|e| self.err(&e))?;
+        let row: Option<(String, String, String)> = stmt
+            .query_row(params![self.partition(), worker_id, name], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .optional()
+            .map_err(|e| self.err(&e))?;
+        row.map(|(kind, scope, id)| assigned_of(&kind, scope, id, self.op))
+            .transpose()
+    }
+
+    fn put_assignment(&mut self, worker_id: &str, name: &str, who: &Assigned) -> Result<(), Error> {
+        let (kind, key) = assigned_parts(who);
+        let mut stmt = self
+            .tx
+            .prepare_cached(
+                "INSERT INTO machine_identities (partition, worker_id, machine_name, kind, scope, id) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )
+            .map_err(|e| self.err(&e))?;
+        stmt.execute(params![
+            self.partition(),
+            worker_id,
+            name,
+            kind.as_str(),
+            key.scope,
+            key.id
+        ])
+        .map_err(|e| self.err(&e))?;
+        Ok(())
+    }
+
+    fn port_owner(&mut self, worker_id: &str, port: u16) -> Result<Option<RecordKey>, Error> {
+        let mut stmt = self
+            .tx
+            .prepare_cached(
+                "SELECT scope, id FROM port_owners WHERE partition = ?1 AND worker_id = ?2 AND host_port = ?3",
+            )
+            .map_err(|e| self.err(&e))?;
+        stmt.query_row(params![self.partition(), worker_id, port], |r| {
+            Ok(RecordKey {
+                scope: r.get(0)?,
+                id: r.get(1)?,
+            })
+        })
+        .optional()
+        .map_err(|e| self.err(&e))
+    }
+
+    fn put_port(&mut self, worker_id: &str, port: u16, owner: &RecordKey) -> Result<(), Error> {
+        let mut stmt = self
+            .tx
+            .prepare_cached(
+                "INSERT INTO port_owners (partition, worker_id, host_port, scope, id) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )
+            .map_err(|e| self.err(&e))?;
+        stmt.execute(params![
+            self.partition(),
+            worker_id,
+            port,
+            owner.scope,
+            owner.id
+        ])
+        .map_err(|e| self.err(&e))?;
+        Ok(())
+    }
+
+    fn delete_ports(&mut self, owner: &RecordKey) -> Result<(), Error> {
+        let mut stmt = self
+            .tx
+            .prepare_cached(
+                "DELETE FROM port_owners WHERE partition = ?1 AND scope = ?2 AND id = ?3",
+            )
+            .map_err(|e| self.err(&e))?;
+        stmt.execute(params![self.partition(), owner.scope, owner.id])
+            .map_err(|e| self.err(&e))?;
+        Ok(())
+    }
+
+    fn usage(&mut self, worker_id: &str) -> Result<Capacity, Error> {
+        let mut total = Capacity::default();
+        for table in ["executions", "machines"] {
+            let sql = format!(
+                "SELECT COALESCE(SUM(slots), 0), COALESCE(SUM(cpus), 0), COALESCE(SUM(memory_mb), 0), \
+                 COALESCE(SUM(disk_gb), 0) FROM {table} WHERE partition = ?1 AND worker_id = ?2"
+            );
+            let mut stmt = self.tx.prepare_cached(&sql).map_err(|e| self.err(&e))?;
+            let sums: [i64; 4] = stmt
+                .query_row(params![self.partition(), worker_id], |r| {
+                    Ok([r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?])
+                })
+                .map_err(|e| self.err(&e))?;
+            let [slots, cpus, memory_mb, disk_gb] =
+                sums.map(|v| u64::try_from(v).unwrap_or(u64::MAX));
+            total = total.plus(Capacity {
+                slots,
+                cpus,
+                memory_mb,
+                disk_gb,
+            });
+        }
+        Ok(total)
+    }
+
+    fn due(
+        &mut self,
+        now_ms: u64,
+        after: Option<&DueCursor>,
+        limit: u32,
+    ) -> Result<Vec<ExecutionRecord>, Error> {
+        let (due, scope, id) = after.map_or((-1, "", ""), |c| {
+            (int(c.due_at_ms), c.key.scope.as_str(), c.key.id.as_str())
+        });
+        let sql = format!(
+            "SELECT {COLS}, scope, id FROM executions WHERE partition = ?1 AND next_due_ms IS NOT NULL \
+             AND next_due_ms <= ?2 AND (next_due_ms, scope, id) > (?3, ?4, ?5) \
+             ORDER BY next_due_ms, scope, id LIMIT ?6"
+        );
+        let mut stmt = self.tx.prepare_cached(&sql).map_err(|e| self.err(&e))?;
+        let rows = stmt
+            .query_map(
+                params![self.partition(), int(now_ms), due, scope, id, limit],
+                |r| {
+                    let (payload, p) = read_row(r)?;
+                    Ok((payload, p, r.get::<_, String>(13)?, r.get::<_, String>(14)?))
+                },
+            )
+            .map_err(|e| self.err(&e))?;
+        let mut out = Vec::with_capacity(limit as usize);
+        for row in rows {
+            let (payload, p, scope, id) = row.map_err(|e| self.err(&e))?;
+            let key = RecordKey { scope, id };
+            out.push(self.open_exec(&key, &payload, &p)?);
+        }
+        Ok(out)
+    }
+}
+
+/// Maps a SQLite failure to a `store` error (never `not_found`).
+fn sql_error(op: Operation, e: &rusqlite::Error) -> Error {
+    use rusqlite::ErrorCode as C;
+    let reason = match e.sqlite_error_code() {
+        Some(C::DatabaseBusy | C::DatabaseLocked) => "sqlite_busy",
+        Some(C::ReadOnly) => "sqlite_read_only",
+        Some(C::DatabaseCorrupt | C::NotADatabase) => "sqlite_corrupt",
+        Some(C::CannotOpen) => "sqlite_cannot_open",
+        Some(C::DiskFull) => "sqlite_disk_full",
+        Some(C::SystemIoFailure) => "sqlite_io",
+        Some(C::ConstraintViolation) => "sqlite_constraint",
+        _ => "sqlite",
+    };
+    store_error(op, reason)
+}
