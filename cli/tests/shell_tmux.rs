@@ -54,6 +54,12 @@ fn wait_for(
     }
 }
 
+/// A screen line showing `output` (perhaps after a prompt printed late),
+/// not the typed command line.
+fn is_output(line: &str, output: &str, command: &str) -> bool {
+    line.trim_end().ends_with(output) && !line.contains(command)
+}
+
 /// Kills the tmux server of this test when dropped.
 struct Server<'a>(&'a Path);
 
@@ -123,7 +129,47 @@ fn shell_echoes_exits_with_the_guest_code_and_restores_the_tty() {
             let screen = capture(&socket, &target);
             screen
                 .lines()
-                .any(|l| l.trim_end() == "hi-from-42")
+                .any(|l| is_output(l, "hi-from-42", "echo"))
+                .then_some(screen)
+        });
+
+        // Ctrl-C goes to the guest as a byte: it interrupts the guest's
+        // `sleep`, and smolbox keeps running (the next command answers).
+        // (Each step waits for the previous one on screen: the PTY
+        // discards unread input when it sees the interrupt.)
+        tmux(&socket, &["send-keys", "-t", &target, "sleep 30", "Enter"]);
+        wait_for("the sleep to be typed", &socket, &target, || {
+            let screen = capture(&socket, &target);
+            screen.contains("sleep 30").then_some(screen)
+        });
+        tmux(&socket, &["send-keys", "-t", &target, "C-c", ""]);
+        wait_for("the interrupt echoed", &socket, &target, || {
+            let screen = capture(&socket, &target);
+            screen.contains("^C").then_some(screen)
+        });
+        tmux(
+            &socket,
+            &["send-keys", "-t", &target, "echo after-$((1+1))", "Enter"],
+        );
+        wait_for("output after Ctrl-C", &socket, &target, || {
+            let screen = capture(&socket, &target);
+            screen
+                .lines()
+                .any(|l| is_output(l, "after-2", "echo"))
+                .then_some(screen)
+        });
+
+        // A window resize reaches the guest's PTY.
+        tmux(
+            &socket,
+            &["resize-window", "-t", &target, "-x", "91", "-y", "27"],
+        );
+        wait_for("the new size in the guest", &socket, &target, || {
+            tmux(&socket, &["send-keys", "-t", &target, "stty size", "Enter"]);
+            let screen = capture(&socket, &target);
+            screen
+                .lines()
+                .any(|l| is_output(l, "27 91", "stty"))
                 .then_some(screen)
         });
 
