@@ -9,11 +9,12 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{SHELLS, code, devworker, run};
+use smolbox_devworker::{BlockingDevWorker, Fault, Route};
 
 const DEADLINE: Duration = Duration::from_secs(15);
 
@@ -69,17 +70,17 @@ impl Drop for Server<'_> {
     }
 }
 
-#[test]
-fn shell_echoes_exits_with_the_guest_code_and_restores_the_tty() {
-    let w = devworker(None);
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("tmux.sock");
-    let _server = Server(&socket);
-    for shell in SHELLS {
-        let m = format!("sh-{shell}");
-        assert_eq!(code(&run(&w, shell, &["machine", "create", &m])), 0);
-        let result = dir.path().join(format!("result-{shell}"));
-        let script = dir.path().join(format!("run-{shell}.sh"));
+/// A `smolbox shell` running in a tmux pane; when it ends, the wrapper
+/// script writes its exit code to `result` and `stty -a` to `result.stty`.
+struct Pane {
+    target: String,
+    result: PathBuf,
+}
+
+impl Pane {
+    fn start(socket: &Path, dir: &Path, w: &BlockingDevWorker, shell: &str, m: &str) -> Self {
+        let result = dir.join(format!("result-{shell}-{m}"));
+        let script = dir.join(format!("run-{shell}-{m}.sh"));
         std::fs::write(
             &script,
             format!(
@@ -94,9 +95,9 @@ fn shell_echoes_exits_with_the_guest_code_and_restores_the_tty() {
             ),
         )
         .unwrap();
-        let session = format!("t-{shell}");
+        let session = format!("t-{shell}-{m}");
         let o = tmux(
-            &socket,
+            socket,
             &[
                 "new-session",
                 "-d",
@@ -111,74 +112,23 @@ fn shell_echoes_exits_with_the_guest_code_and_restores_the_tty() {
             ],
         );
         assert!(o.status.success(), "tmux new-session failed");
-        let target = format!("{session}:0.0");
+        Self {
+            target: format!("{session}:0.0"),
+            result,
+        }
+    }
 
-        // The guest shell's prompt or any output shows the session is up;
-        // then type a command and see its output on its own line.
-        tmux(
-            &socket,
-            &[
-                "send-keys",
-                "-t",
-                &target,
-                "echo hi-from-$((40+2))",
-                "Enter",
-            ],
-        );
-        wait_for("the echoed output", &socket, &target, || {
-            let screen = capture(&socket, &target);
-            screen
-                .lines()
-                .any(|l| is_output(l, "hi-from-42", "echo"))
-                .then_some(screen)
-        });
+    fn keys(&self, socket: &Path, keys: &str) {
+        tmux(socket, &["send-keys", "-t", &self.target, keys, "Enter"]);
+    }
 
-        // Ctrl-C goes to the guest as a byte: it interrupts the guest's
-        // `sleep`, and smolbox keeps running (the next command answers).
-        // (Each step waits for the previous one on screen: the PTY
-        // discards unread input when it sees the interrupt.)
-        tmux(&socket, &["send-keys", "-t", &target, "sleep 30", "Enter"]);
-        wait_for("the sleep to be typed", &socket, &target, || {
-            let screen = capture(&socket, &target);
-            screen.contains("sleep 30").then_some(screen)
+    /// Waits for the wrapper's record: the exit code, and checks that the
+    /// tty is out of raw mode again.
+    fn finish(&self, socket: &Path, shell: &str) -> i32 {
+        let exit = wait_for("the exit code file", socket, &self.target, || {
+            std::fs::read_to_string(&self.result).ok()
         });
-        tmux(&socket, &["send-keys", "-t", &target, "C-c", ""]);
-        wait_for("the interrupt echoed", &socket, &target, || {
-            let screen = capture(&socket, &target);
-            screen.contains("^C").then_some(screen)
-        });
-        tmux(
-            &socket,
-            &["send-keys", "-t", &target, "echo after-$((1+1))", "Enter"],
-        );
-        wait_for("output after Ctrl-C", &socket, &target, || {
-            let screen = capture(&socket, &target);
-            screen
-                .lines()
-                .any(|l| is_output(l, "after-2", "echo"))
-                .then_some(screen)
-        });
-
-        // A window resize reaches the guest's PTY.
-        tmux(
-            &socket,
-            &["resize-window", "-t", &target, "-x", "91", "-y", "27"],
-        );
-        wait_for("the new size in the guest", &socket, &target, || {
-            tmux(&socket, &["send-keys", "-t", &target, "stty size", "Enter"]);
-            let screen = capture(&socket, &target);
-            screen
-                .lines()
-                .any(|l| is_output(l, "27 91", "stty"))
-                .then_some(screen)
-        });
-
-        tmux(&socket, &["send-keys", "-t", &target, "exit 3", "Enter"]);
-        let exit = wait_for("the exit code file", &socket, &target, || {
-            std::fs::read_to_string(&result).ok()
-        });
-        assert_eq!(exit.trim(), "3", "{shell}: the guest's exit code");
-        let stty = std::fs::read_to_string(format!("{}.stty", result.display())).unwrap();
+        let stty = std::fs::read_to_string(format!("{}.stty", self.result.display())).unwrap();
         let words: Vec<&str> = stty.split_whitespace().collect();
         for flag in ["icanon", "echo", "isig"] {
             assert!(
@@ -186,6 +136,86 @@ fn shell_echoes_exits_with_the_guest_code_and_restores_the_tty() {
                 "{shell}: tty not restored ({flag}): {stty}"
             );
         }
-        tmux(&socket, &["kill-session", "-t", &session]);
+        exit.trim().parse().unwrap()
+    }
+}
+
+#[test]
+fn shell_echoes_exits_with_the_guest_code_and_restores_the_tty() {
+    let w = devworker(None);
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("tmux.sock");
+    let _server = Server(&socket);
+    for shell in SHELLS {
+        let m = format!("sh-{shell}");
+        assert_eq!(code(&run(&w, shell, &["machine", "create", &m])), 0);
+        let pane = Pane::start(&socket, dir.path(), &w, shell, &m);
+        let target = pane.target.clone();
+        let on_screen = |what: &str, check: &dyn Fn(&str) -> bool| {
+            wait_for(what, &socket, &target, || {
+                let screen = capture(&socket, &target);
+                screen.lines().any(check).then_some(screen)
+            })
+        };
+
+        // Type a command and see its output on its own line.
+        pane.keys(&socket, "echo hi-from-$((40+2))");
+        on_screen("the echoed output", &|l| is_output(l, "hi-from-42", "echo"));
+
+        // Ctrl-C goes to the guest as a byte: it interrupts the guest's
+        // `sleep`, and smolbox keeps running (the next command answers).
+        // (Each step waits for the previous one on screen: the PTY
+        // discards unread input when it sees the interrupt.)
+        pane.keys(&socket, "sleep 30");
+        on_screen("the sleep to be typed", &|l| l.contains("sleep 30"));
+        tmux(&socket, &["send-keys", "-t", &target, "C-c", ""]);
+        on_screen("the interrupt echoed", &|l| l.contains("^C"));
+        pane.keys(&socket, "echo after-$((1+1))");
+        on_screen("output after Ctrl-C", &|l| is_output(l, "after-2", "echo"));
+
+        // A window resize reaches the guest's PTY.
+        tmux(
+            &socket,
+            &["resize-window", "-t", &target, "-x", "91", "-y", "27"],
+        );
+        wait_for("the new size in the guest", &socket, &target, || {
+            pane.keys(&socket, "stty size");
+            let screen = capture(&socket, &target);
+            screen
+                .lines()
+                .any(|l| is_output(l, "27 91", "stty"))
+                .then_some(screen)
+        });
+
+        pane.keys(&socket, "exit 3");
+        assert_eq!(
+            pane.finish(&socket, shell),
+            3,
+            "{shell}: the guest's exit code"
+        );
+    }
+}
+
+#[test]
+fn shell_reports_an_unconfirmed_exit_as_uncertain_and_restores_the_tty() {
+    let w = devworker(None);
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("tmux.sock");
+    let _server = Server(&socket);
+    for shell in SHELLS {
+        let m = format!("cb-{shell}");
+        assert_eq!(code(&run(&w, shell, &["machine", "create", &m])), 0);
+        // The worker closes without the exit frame: the end is not confirmed.
+        w.faults()
+            .on_machine(Route::Terminal, &m, Fault::CloseBeforeExit);
+        let pane = Pane::start(&socket, dir.path(), &w, shell, &m);
+        pane.keys(&socket, "exit 0");
+        assert_eq!(
+            pane.finish(&socket, shell),
+            3,
+            "{shell}: uncertain is exit code 3"
+        );
+        let screen = capture(&socket, &pane.target);
+        assert!(screen.contains("evidence="), "{shell}: {screen}");
     }
 }
