@@ -86,6 +86,22 @@ impl Backend {
         })
     }
 
+    /// The shell this backend runs on.
+    pub(crate) fn kind(&self) -> ShellKind {
+        match self {
+            Self::Tokio { .. } => ShellKind::Tokio,
+            Self::Blocking(_) => ShellKind::Blocking,
+        }
+    }
+
+    /// The endpoint.
+    pub(crate) fn endpoint(&self) -> &Endpoint {
+        match self {
+            Self::Tokio { client, .. } => client.endpoint(),
+            Self::Blocking(client) => client.endpoint(),
+        }
+    }
+
     /// The endpoint's budgets.
     pub(crate) fn endpoint_budgets(&self) -> &Budgets {
         match self {

@@ -2,6 +2,8 @@
 //! [`Backend`].
 
 use std::io::Read;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
@@ -244,7 +246,22 @@ pub(crate) fn run(b: &Backend, args: &RunArgs, json: bool) -> Result<i32, Failur
     let profile = b.admit()?;
     let name = fresh_name()?;
     b.create(&profile, name.clone(), &MachineSpec::default())?;
+    let guard = if args.keep {
+        None
+    } else {
+        remove_on_interrupt(b, &name)
+    };
     let outcome = run_command(b, name.as_str(), &cmd, args.opts.stream, json);
+    if let Some((handle, fired)) = guard {
+        handle.close();
+        if fired.load(Ordering::SeqCst) {
+            // The interrupt thread removes the machine and exits; the
+            // command's failure (it was ended by the removal) is not news.
+            loop {
+                std::thread::park();
+            }
+        }
+    }
     if args.keep {
         report::note(&format!("kept machine {}", name.as_str()));
         return outcome;
@@ -268,6 +285,44 @@ pub(crate) fn run(b: &Backend, args: &RunArgs, json: bool) -> Result<i32, Failur
             Ok(code)
         }
     }
+}
+
+/// Exit code after an interrupt (128 + SIGINT).
+const EXIT_INTERRUPTED: i32 = 130;
+
+/// Until the returned handle is closed, Ctrl-C (SIGINT) removes the
+/// machine with a client of its own (which also ends the command in it),
+/// then exits with 130; the flag says it fired. `None` when the handler
+/// cannot be installed (then Ctrl-C leaves the machine behind, as without
+/// it).
+fn remove_on_interrupt(
+    b: &Backend,
+    name: &MachineName,
+) -> Option<(signal_hook::iterator::Handle, Arc<AtomicBool>)> {
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT]).ok()?;
+    let handle = signals.handle();
+    let (kind, endpoint, name) = (b.kind(), b.endpoint().clone(), name.clone());
+    let fired = Arc::new(AtomicBool::new(false));
+    let fired_here = Arc::clone(&fired);
+    let spawned = std::thread::Builder::new()
+        .name("smolbox-interrupt".into())
+        .spawn(move || {
+            if signals.forever().next().is_none() {
+                return; // closed: the command finished first
+            }
+            fired_here.store(true, Ordering::SeqCst);
+            report::note(&format!("interrupted: removing machine {}", name.as_str()));
+            let removed = Backend::new(kind, endpoint).and_then(|c| Ok(c.delete(name)?));
+            let code = match removed {
+                Ok(()) => EXIT_INTERRUPTED,
+                Err(f) => {
+                    f.print();
+                    EXIT_CLEANUP
+                }
+            };
+            std::process::exit(code);
+        });
+    spawned.ok().map(|_| (handle, fired))
 }
 
 /// `sb-` and 20 random base32 characters.

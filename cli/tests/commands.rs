@@ -320,3 +320,97 @@ fn help_documents_the_exit_codes() {
     assert!(text.contains("Exit codes:"), "{text}");
     assert!(text.contains("uncertain"), "{text}");
 }
+
+#[test]
+fn logs_follow_prints_new_lines() {
+    use std::io::{BufRead, BufReader};
+    let w = devworker(None);
+    for shell in SHELLS {
+        let m = format!("follow-{shell}");
+        assert_eq!(code(&run(&w, shell, &["machine", "create", &m])), 0);
+        assert_eq!(code(&run(&w, shell, &["machine", "start", &m])), 0);
+        let mut child = smolbox()
+            .args([
+                "--worker",
+                &w.base_url(),
+                "--shell",
+                shell,
+                "logs",
+                "-f",
+                &m,
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        // Bounded: a watchdog kills the follower after 15 s, which ends
+        // its stdout and fails the reads below instead of hanging.
+        let child = std::sync::Arc::new(std::sync::Mutex::new(child));
+        let (done, stop) = std::sync::mpsc::channel::<()>();
+        let watchdog = {
+            let child = std::sync::Arc::clone(&child);
+            std::thread::spawn(move || {
+                let _ = stop.recv_timeout(std::time::Duration::from_secs(15));
+                let mut c = child.lock().unwrap();
+                let _ = c.kill();
+                let _ = c.wait();
+            })
+        };
+        let mut lines = BufReader::new(out).lines();
+        let first = lines.next().expect("a first line").unwrap();
+        assert!(first.contains("started"), "{shell}: {first}");
+        // A restart appends a second boot line, which the follower prints.
+        assert_eq!(code(&run(&w, shell, &["machine", "stop", &m])), 0);
+        assert_eq!(code(&run(&w, shell, &["machine", "start", &m])), 0);
+        let second = lines.next().expect("the new line").unwrap();
+        assert!(second.contains("started"), "{shell}: {second}");
+        done.send(()).unwrap();
+        watchdog.join().unwrap();
+    }
+}
+
+#[test]
+fn run_interrupted_removes_the_machine_and_exits_130() {
+    let w = devworker(None);
+    for shell in SHELLS {
+        let child = smolbox()
+            .args(["--worker", &w.base_url(), "--shell", shell])
+            .args(["run", "--timeout", "60", "--", "sleep", "60"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Wait (bounded) until the machine runs (the exec started it, so
+        // the interrupt handler is in place), then interrupt.
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        loop {
+            let o = run(&w, shell, &["--json", "machine", "ls"]);
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+            if v.as_array()
+                .unwrap()
+                .iter()
+                .any(|m| m["state"] == "running")
+            {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < until,
+                "{shell}: no running machine"
+            );
+        }
+        let status = std::process::Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let o = child.wait_with_output().unwrap();
+        assert_eq!(code(&o), 130, "{shell}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("interrupted"),
+            "{shell}: {}",
+            stderr(&o)
+        );
+        assert!(machine_names(&w, shell).is_empty(), "{shell}: machine left");
+    }
+}
