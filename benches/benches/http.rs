@@ -127,17 +127,17 @@ fn chunked_memcpy(bencher: Bencher<'_, '_>, chunk: usize) {
 mod chunked_4k {
     use super::*;
 
-    #[divan::bench]
+    #[divan::bench(sample_count = 400)]
     fn smolbox(b: Bencher<'_, '_>) {
         chunked_smolbox(b, 4096);
     }
 
-    #[divan::bench]
+    #[divan::bench(sample_count = 400)]
     fn chunked_transfer(b: Bencher<'_, '_>) {
         chunked_peer(b, 4096);
     }
 
-    #[divan::bench]
+    #[divan::bench(sample_count = 400)]
     fn memcpy(b: Bencher<'_, '_>) {
         chunked_memcpy(b, 4096);
     }
@@ -146,17 +146,17 @@ mod chunked_4k {
 mod chunked_256 {
     use super::*;
 
-    #[divan::bench]
+    #[divan::bench(sample_count = 400)]
     fn smolbox(b: Bencher<'_, '_>) {
         chunked_smolbox(b, 256);
     }
 
-    #[divan::bench]
+    #[divan::bench(sample_count = 400)]
     fn chunked_transfer(b: Bencher<'_, '_>) {
         chunked_peer(b, 256);
     }
 
-    #[divan::bench]
+    #[divan::bench(sample_count = 400)]
     fn memcpy(b: Bencher<'_, '_>) {
         chunked_memcpy(b, 256);
     }
@@ -177,7 +177,7 @@ Vary: Accept\r\n\r\n";
 
     /// The whole head path, with the look-ups a reply decoder needs
     /// (status, single content-type + media type, framing, keep-alive).
-    #[divan::bench]
+    #[divan::bench(sample_size = 64, sample_count = 400)]
     fn smolbox(bencher: Bencher<'_, '_>) {
         #[allow(clippy::disallowed_methods)] // benches may read the clock; only an origin
         let now = Instant::now();
@@ -196,7 +196,7 @@ Vary: Accept\r\n\r\n";
             });
     }
 
-    #[divan::bench]
+    #[divan::bench(sample_size = 64, sample_count = 400)]
     fn httparse_raw(bencher: Bencher<'_, '_>) {
         bencher
             .counter(divan::counter::BytesCount::new(REPLY.len()))

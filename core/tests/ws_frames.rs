@@ -478,3 +478,55 @@ fn events_never_print_payloads() {
     assert!(!format!("{ev:?}").contains("SENTINEL"));
     assert!(!format!("{ws:?}").contains("SENTINEL"));
 }
+
+#[test]
+fn direct_reads_complete_large_frames_exactly() {
+    let mut ws = open();
+    let frame = server_frame(true, 0x2, &vec![9; 65_536]);
+    let mut stream = frame.clone();
+    stream.extend(&frame);
+    let mut pos = 0;
+    let mut reads = Vec::new();
+    let mut got = Vec::new();
+    while pos < stream.len() {
+        let buf = ws.input_buffer();
+        let n = buf.len().min(stream.len() - pos);
+        buf[..n].copy_from_slice(&stream[pos..pos + n]);
+        ws.handle_read(t0(), n).unwrap();
+        reads.push(n);
+        pos += n;
+        got.extend(events(&mut ws));
+    }
+    // 64 KiB, then exactly the 10 bytes that finish the frame, twice.
+    assert_eq!(reads, vec![65_536, 10, 65_536, 10]);
+    assert_eq!(
+        got,
+        vec![Ev::Binary(vec![9; 65_536]), Ev::Binary(vec![9; 65_536])]
+    );
+    // Reporting more than was offered is refused.
+    let offered = ws.input_buffer().len();
+    assert_eq!(
+        ws.handle_read(t0(), offered + 1).unwrap_err().reason(),
+        "read_past_input_buffer"
+    );
+}
+
+#[test]
+fn transmit_data_supports_partial_writes() {
+    let mut ws = open();
+    ws.send_binary(t0(), b"abc").unwrap();
+    ws.send_text(t0(), "de").unwrap();
+    let all = ws.transmit_data().to_vec();
+    assert_eq!(all.len(), 9 + 8);
+    ws.consume_transmit(4);
+    assert_eq!(ws.transmit_data(), &all[4..]);
+    ws.send_binary(t0(), b"f").unwrap();
+    let rest = transmit(&mut ws);
+    let mut joined = all[..4].to_vec();
+    joined.extend(rest);
+    let frames = client_frames(&joined);
+    let payloads: Vec<&[u8]> = frames.iter().map(|f| f.payload.as_slice()).collect();
+    assert_eq!(payloads, vec![&b"abc"[..], b"de", b"f"]);
+    assert!(ws.transmit_data().is_empty());
+    assert_eq!(ws.poll_transmit(&mut Vec::new()), None);
+}

@@ -63,8 +63,42 @@ fn run(bytes: &[u8], sizes: &[usize]) -> (Vec<Ev>, Vec<u8>) {
     (evs, sent)
 }
 
+/// As [`run`], reading straight into `input_buffer` with at most the
+/// given sizes per read.
+fn run_direct(bytes: &[u8], sizes: &[usize]) -> (Vec<Ev>, Vec<u8>) {
+    let now = t0();
+    let mut ws = WsClient::new(config(), KEY, now).unwrap();
+    ws.handle_entropy(&fixed_entropy(4_096));
+    transmit(&mut ws);
+    let mut all = reply_101("");
+    all.extend_from_slice(bytes);
+    let mut evs = Vec::new();
+    let mut sent = Vec::new();
+    let mut rest = &all[..];
+    let mut i = 0;
+    while !rest.is_empty() {
+        let buf = ws.input_buffer();
+        if buf.is_empty() {
+            break;
+        }
+        let n = sizes[i % sizes.len()].clamp(1, buf.len()).min(rest.len());
+        i += 1;
+        buf[..n].copy_from_slice(&rest[..n]);
+        if ws.handle_read(now, n).is_err() {
+            break;
+        }
+        rest = &rest[n..];
+        evs.extend(events(&mut ws));
+        sent.extend(transmit(&mut ws));
+    }
+    ws.handle_eof(now);
+    evs.extend(events(&mut ws));
+    sent.extend(transmit(&mut ws));
+    (evs, sent)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
 
     #[test]
     fn any_split_gives_the_same_events(
@@ -75,6 +109,8 @@ proptest! {
         let whole = run(&bytes, &[MAX_INPUT_CHUNK]);
         let split = run(&bytes, &sizes);
         prop_assert_eq!(&whole, &split);
+        prop_assert_eq!(&whole, &run_direct(&bytes, &sizes));
+        prop_assert_eq!(&whole, &run_direct(&bytes, &[MAX_INPUT_CHUNK]));
         let bytewise = run(&bytes[..bytes.len().min(2_000)], &[1]);
         let prefix = run(&bytes[..bytes.len().min(2_000)], &[MAX_INPUT_CHUNK]);
         prop_assert_eq!(bytewise, prefix);
@@ -85,7 +121,9 @@ proptest! {
         bytes in proptest::collection::vec(any::<u8>(), 0..4_000),
         sizes in proptest::collection::vec(1usize..300, 1..6),
     ) {
-        prop_assert_eq!(run(&bytes, &[MAX_INPUT_CHUNK]), run(&bytes, &sizes));
+        let whole = run(&bytes, &[MAX_INPUT_CHUNK]);
+        prop_assert_eq!(&whole, &run(&bytes, &sizes));
+        prop_assert_eq!(&whole, &run_direct(&bytes, &sizes));
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::time::Duration;
 /// The worker release the devworker impersonates (`/health.version`, routes
 /// and fields follow it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum Version {
     /// smolvm 1.9.2: the live contract of worker-api.md §1–§11.
     V1_9_2,
@@ -84,4 +85,9 @@ pub(crate) struct Config {
     pub(crate) token: Option<String>,
     pub(crate) state_dir: PathBuf,
     pub(crate) limits: Limits,
+    /// Machine records are written to the state directory (it was given).
+    pub(crate) persistent: bool,
+    /// At shutdown, leave stand-in VMMs running (the real worker's default)
+    /// instead of draining them.
+    pub(crate) keep_running: bool,
 }

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 /// A worker API route, as faults and request counters name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Route {
     /// `GET /health`
     Health,
@@ -46,6 +47,14 @@ pub enum Route {
     EgressEvents,
     /// `GET /api/v1/machines/{name}/images`
     Images,
+    /// `POST /api/v1/machines/{name}/images/pull`
+    ImagesPull,
+    /// `POST /api/v1/machines/{name}/resize`
+    Resize,
+    /// `POST /api/v1/machines/{name}/fork` (1.9.2) or `/branches` (1.22.0)
+    Fork,
+    /// `POST /artifacts/warm`
+    ArtifactsWarm,
     /// `POST /api/v1/volumes`
     VolumesCreate,
     /// `DELETE /api/v1/volumes/{id}`
@@ -76,6 +85,10 @@ impl Route {
             Self::Logs => "logs",
             Self::EgressEvents => "egress_events",
             Self::Images => "images",
+            Self::ImagesPull => "images_pull",
+            Self::Resize => "resize",
+            Self::Fork => "fork",
+            Self::ArtifactsWarm => "artifacts_warm",
             Self::VolumesCreate => "volumes_create",
             Self::VolumesDelete => "volumes_delete",
             Self::Other => "other",
@@ -105,6 +118,10 @@ impl Route {
             ("GET" | "HEAD", ["api", "v1", "machines", _, "logs"]) => Self::Logs,
             ("GET" | "HEAD", ["api", "v1", "machines", _, "egress-events"]) => Self::EgressEvents,
             ("GET" | "HEAD", ["api", "v1", "machines", _, "images"]) => Self::Images,
+            ("POST", ["api", "v1", "machines", _, "images", "pull"]) => Self::ImagesPull,
+            ("POST", ["api", "v1", "machines", _, "resize"]) => Self::Resize,
+            ("POST", ["api", "v1", "machines", _, "fork" | "branches"]) => Self::Fork,
+            ("POST", ["artifacts", "warm"]) => Self::ArtifactsWarm,
             ("POST", ["api", "v1", "volumes"]) => Self::VolumesCreate,
             ("DELETE", ["api", "v1", "volumes", _]) => Self::VolumesDelete,
             _ => Self::Other,
@@ -120,6 +137,7 @@ impl Route {
 /// Which field a mismatched create reply changes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum MismatchField {
     /// `name` gets a `-other` suffix.
     Name,
@@ -136,6 +154,7 @@ pub enum MismatchField {
 /// One injectable fault.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Fault {
     /// Wait this long before handling (and so before replying).
     Delay {
@@ -157,6 +176,18 @@ pub enum Fault {
     RawReply {
         /// The bytes written instead of the reply.
         bytes: Vec<u8>,
+    },
+    /// Answer with this status, content type and body instead of handling
+    /// (e.g. a `503` readyz, a `401`, a `200` of the wrong media type).
+    Reply {
+        /// HTTP status code.
+        status: u16,
+        /// `content-type` header, if any.
+        #[serde(default)]
+        content_type: Option<String>,
+        /// Body text.
+        #[serde(default)]
+        body: String,
     },
     /// A buffered JSON reply cut in half (content-length matches the cut body).
     TruncateJson,

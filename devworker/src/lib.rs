@@ -1,23 +1,57 @@
 //! smolbox-devworker: a local stand-in for `smolvm serve`, faithful on the
 //! wire, with fault injection.
 //!
-//! **Commands run on the host, as host processes, without isolation.** Each
-//! machine is a record in memory plus a host directory standing for its
-//! filesystem (`<state>/machines/<name>/rootfs`; guest `/workspace/a.txt` is
-//! `rootfs/workspace/a.txt`). Exec runs argv as a host process in that
-//! directory (the working directory is mapped; `/workspace` inside argv
-//! elements is rewritten to the host directory; the environment is only
-//! `PATH`, `HOME` and the request's `env`). Terminals run under a real PTY.
-//! A "running" machine owns a stand-in VMM host process whose PID is the
-//! machine's `pid`; killing it makes the machine read `stopped`, and a
-//! [`DevWorker::restart`] then deletes it, as the real worker does.
+//! **Commands run on the host, as host processes, without isolation** (it
+//! says so on stderr at start unless [`Builder::quiet`]).
 //!
-//! The HTTP API follows `worker-api.md` (1.9.2, or the 1.22.0 profile of §12):
-//! status codes, content types, JSON field order, axum's own plain-text
-//! rejections (it is built on axum 0.8 like the real worker), `x-trace-id`
-//! and `vary` on every reply, SSE framing of axum's encoder, the WebSocket
-//! terminal protocol, and the 300 s request timeout (408, command still
-//! running).
+//! # Model
+//!
+//! * Each machine is a record in memory plus a host directory standing for
+//!   its filesystem: `<state>/machines/<name>/rootfs` ([`DevWorker::guest_root`]).
+//!   Guest paths map into it (`/workspace/a.txt` → `rootfs/workspace/a.txt`;
+//!   `..` never leaves it) for files, exec `workdir` and terminal cwd.
+//! * Exec runs argv as a host process in its own process group: `/workspace`
+//!   inside argv elements (as a word or path prefix, also inside `sh -c`
+//!   strings) is rewritten to the host directory; the environment is only
+//!   `PATH`, `HOME` (`rootfs/root`) and the request's `env`; default working
+//!   directory is `rootfs`. `timeoutSecs` kills the group and reports 124.
+//!   `user` (1.22.0) is accepted and ignored.
+//! * A running machine owns a stand-in VMM host process (`sleep`), whose PID
+//!   is the machine's `pid` ([`DevWorker::machine_pid`]); killing it
+//!   ([`DevWorker::kill_machine_process`]) makes the machine read `stopped`,
+//!   and a [`DevWorker::restart`] then deletes it, as the real worker does.
+//!   Exec, files, terminals and image pulls start a machine implicitly.
+//! * Terminals run under a real PTY (portable-pty); the console log that
+//!   `/logs` serves is `<state>/machines/<name>/agent-console.log`
+//!   ([`DevWorker::console_log`]); the devworker appends a boot line at each
+//!   start and tests may write anything there.
+//! * With a caller-given state directory, machine records persist: a new
+//!   devworker on the same directory is a restarted worker (live VMMs
+//!   reconnected, dead ones deleted, records without a PID kept). Shutdown
+//!   stops machines unless [`Builder::keep_machines_running`].
+//! * Without a state directory a temporary one is used and removed at
+//!   shutdown; every process the devworker started is killed at shutdown or
+//!   drop.
+//!
+//! # Wire fidelity
+//!
+//! The HTTP API follows `worker-api.md`: 1.9.2, or the 1.22.0 profile of §12
+//! (`image`, `runtime`, `blockIo`, `branchable`… in replies, `staged` mounts,
+//! exec `user`, empty start bodies, `?branchable=true`, `/branches`,
+//! directory listings, no 300 s limit on exec). Status codes, content types,
+//! JSON field order, axum's own plain-text rejections (it is built on axum
+//! 0.8 like the real worker), `x-trace-id` and `vary` on every reply, CORS
+//! preflight, the SSE framing of axum's encoder (CR splitting, `:` keep-alive,
+//! `error` events), the WebSocket terminal protocol, the 300 s request
+//! timeout (empty 408, command still running), body caps and output caps.
+//! Listeners: TCP on loopback, a Unix socket, mutual TLS with generated
+//! certificates ([`DevWorker::tls_files`]) plus the plain loopback door
+//! ([`DevWorker::local_door`]). An optional bearer token
+//! ([`Builder::token`]) stands in for an authenticating proxy; it guards every
+//! route, the control routes included. Extension routes (resize,
+//! `/artifacts/warm`, images list/pull, fork/branches) have simple stand-in
+//! semantics. Error messages not captured in the vectors are the
+//! devworker's own wording.
 //!
 //! # Starting one in a test
 //!
@@ -41,26 +75,37 @@
 //! ```
 //!
 //! Without tokio: `DevWorker::start_blocking(DevWorker::builder())` returns a
-//! [`BlockingDevWorker`] that runs its own runtime.
+//! [`BlockingDevWorker`] that runs its own runtime (do not use it from inside
+//! an async context). Timings shrink for tests through [`Builder::limits`],
+//! [`Builder::request_timeout`], [`Builder::keepalive`] and
+//! [`Builder::supervisor_tick`] (or [`DevWorker::tick_supervisor`]).
 //!
 //! # Faults
 //!
 //! [`Faults`] (from [`DevWorker::faults`]) takes [`FaultRule`]s per
-//! [`Route`] and/or machine: delay, drop after N reply bytes, silent stall
-//! after N bytes, raw reply bytes, truncated or malformed JSON, gzip,
-//! redirect, mismatched create reply, early 408, close before the exit
-//! frame, exit 130, oversize or masked terminal frame, silent stream stall.
-//! [`DevWorker::restart`] simulates a worker restart. The same is reachable
-//! over HTTP: `POST /_devworker/faults` with a [`FaultRule`] as JSON (e.g.
+//! [`Route`] and/or machine, for one request, N requests or until cleared:
+//! delay, drop after N reply bytes, silent stall after N bytes, raw reply
+//! bytes (broken HTTP), a canned reply (any status, content type and body),
+//! truncated or malformed JSON, gzip, redirect, mismatched create reply
+//! (name, cpus, memory, disks, ports), early 408 with the command still
+//! running, close before the exit frame/event, exit 130, oversize or masked
+//! terminal frame, silent stream stall. [`DevWorker::restart`] simulates a
+//! worker restart (connections, streams, terminals and commands dropped and
+//! forgotten; machines whose process died deleted; new `boot_id`).
+//! [`Faults::request_count`] proves "no replay".
+//!
+//! The same over HTTP (outside the worker API): `POST /_devworker/faults`
+//! with a [`FaultRule`] as JSON (e.g.
 //! `{"route":"exec","fault":{"kind":"delay","ms":100},"times":1}`),
 //! `DELETE /_devworker/faults`, `GET /_devworker/counts`,
-//! `POST /_devworker/restart`.
+//! `POST /_devworker/restart` (202, restarts right after replying).
 
 mod api;
 mod config;
 mod conn;
 mod faults;
 mod gzip;
+mod persist;
 mod process;
 mod server;
 mod state;

@@ -58,7 +58,11 @@ fn main() -> std::io::Result<()> {
             );
         }
         eprintln!("smolbox-devworker: listening on {}", w.base_url());
-        tokio::signal::ctrl_c().await?;
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r?,
+            _ = term.recv() => {}
+        }
         eprintln!("smolbox-devworker: shutting down");
         w.shutdown().await;
         Ok(())

@@ -41,6 +41,29 @@ pub(crate) struct Running {
     pub(crate) rx: mpsc::Receiver<Out>,
 }
 
+/// Every live command's process group, so shutdown can kill them
+/// synchronously even when the runtime is going away.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Registry(std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<i32>>>);
+
+impl Registry {
+    pub(crate) fn add(&self, pgid: i32) {
+        crate::state::lock(&self.0).insert(pgid);
+    }
+    pub(crate) fn remove(&self, pgid: i32) {
+        crate::state::lock(&self.0).remove(&pgid);
+    }
+    /// Kills every registered process group.
+    pub(crate) fn kill_all(&self) {
+        let all: Vec<i32> = std::mem::take(&mut *crate::state::lock(&self.0))
+            .into_iter()
+            .collect();
+        for pgid in all {
+            kill_group(pgid);
+        }
+    }
+}
+
 /// Kills a command's whole process group.
 pub(crate) fn kill_group(pgid: i32) {
     if pgid > 0 {
@@ -127,6 +150,7 @@ pub(crate) fn spawn(
     root: &Path,
     spec: CommandSpec,
     kills: Vec<watch::Receiver<u64>>,
+    registry: &Registry,
 ) -> Result<Running, String> {
     let cwd = host_workdir(root, spec.workdir.as_deref());
     if !cwd.is_dir() {
@@ -148,6 +172,8 @@ pub(crate) fn spawn(
         .spawn()
         .map_err(|e| format!("failed to spawn command: {e}"))?;
     let pgid = child.id().and_then(|p| i32::try_from(p).ok()).unwrap_or(0);
+    registry.add(pgid);
+    let registry = registry.clone();
     if let (Some(data), Some(mut sin)) = (spec.stdin, child.stdin.take()) {
         tokio::spawn(async move {
             let _ = sin.write_all(&data).await;
@@ -225,6 +251,7 @@ pub(crate) fn spawn(
                 }
             }
         }
+        registry.remove(pgid);
         let code = if timed_out { 124 } else { status.unwrap_or(-1) };
         if !receiver_gone {
             let _ = tx.send(Out::Exit(code)).await;
@@ -252,6 +279,7 @@ pub(crate) fn spawn_background(
     root: &Path,
     spec: CommandSpec,
     mut kills: Vec<watch::Receiver<u64>>,
+    registry: &Registry,
 ) -> Result<u32, String> {
     let cwd = host_workdir(root, spec.workdir.as_deref());
     if !cwd.is_dir() {
@@ -270,6 +298,8 @@ pub(crate) fn spawn_background(
         .map_err(|e| format!("failed to spawn command: {e}"))?;
     let pid = child.id().unwrap_or(0);
     let pgid = i32::try_from(pid).unwrap_or(0);
+    registry.add(pgid);
+    let registry = registry.clone();
     tokio::spawn(async move {
         let killed = async {
             if kills.is_empty() {
@@ -285,6 +315,7 @@ pub(crate) fn spawn_background(
                 let _ = child.wait().await;
             }
         }
+        registry.remove(pgid);
     });
     Ok(pid)
 }

@@ -34,6 +34,7 @@ pub struct Builder {
     listen: SocketAddr,
     limits: Limits,
     quiet: bool,
+    keep_running: bool,
 }
 
 impl Default for Builder {
@@ -47,6 +48,7 @@ impl Default for Builder {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             limits: Limits::default(),
             quiet: false,
+            keep_running: false,
         }
     }
 }
@@ -103,6 +105,15 @@ impl Builder {
         self.limits.supervisor_tick = d;
         self
     }
+    /// At shutdown (or drop), leave running machines' stand-in VMM processes
+    /// alive, as the real worker leaves VMs running across a serve restart;
+    /// a later devworker on the same state directory reconnects them.
+    /// Default `false`: machines are stopped (drained) at shutdown. Only
+    /// meaningful with [`Builder::state_dir`].
+    pub fn keep_machines_running(mut self, keep: bool) -> Self {
+        self.keep_running = keep;
+        self
+    }
     /// Do not print the start-up notice.
     pub fn quiet(mut self, q: bool) -> Self {
         self.quiet = q;
@@ -121,6 +132,7 @@ pub struct DevWorker {
     shared: AppState,
     addr: SocketAddr,
     tls: Option<TlsFiles>,
+    door: Option<SocketAddr>,
     unix: Option<PathBuf>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
@@ -141,6 +153,7 @@ impl DevWorker {
                 format!("unsupported version {:?} (use 1.9.2 or 1.22.0)", b.version),
             )
         })?;
+        let persistent = b.state_dir.is_some();
         let (tmp, state_dir) = match b.state_dir {
             Some(d) => (None, d),
             None => {
@@ -158,8 +171,13 @@ impl DevWorker {
             token: b.token,
             state_dir: state_dir.clone(),
             limits: b.limits,
+            persistent,
+            keep_running: b.keep_running && persistent,
         };
         let shared = Arc::new(Shared::new(config, Faults::default()));
+        if persistent {
+            *lock(&shared.machines) = crate::persist::load(&shared.machines_dir());
+        }
         let router = api::router(Arc::clone(&shared));
         let (shutdown, _) = watch::channel(false);
         let mut tasks = Vec::new();
@@ -172,6 +190,7 @@ impl DevWorker {
         } else {
             (None, None)
         };
+        let tls_on = acceptor.is_some();
         tasks.push(tokio::spawn(accept_tcp(
             tcp,
             acceptor,
@@ -179,6 +198,23 @@ impl DevWorker {
             Arc::clone(&shared),
             shutdown.subscribe(),
         )));
+        let mut door = None;
+        if tls_on {
+            let next = SocketAddr::from(([127, 0, 0, 1], addr.port().wrapping_add(1)));
+            let listener = match TcpListener::bind(next).await {
+                Ok(l) => l,
+                Err(_) => TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?,
+            };
+            door = Some(listener.local_addr()?);
+            let door_router = api::door_router(Arc::clone(&shared));
+            tasks.push(tokio::spawn(accept_tcp(
+                listener,
+                None,
+                door_router,
+                Arc::clone(&shared),
+                shutdown.subscribe(),
+            )));
+        }
 
         if let Some(path) = &b.unix_socket {
             if path.exists() {
@@ -229,6 +265,7 @@ impl DevWorker {
             shared,
             addr,
             tls: tls_files,
+            door,
             unix: b.unix_socket,
             shutdown,
             tasks,
@@ -264,6 +301,13 @@ impl DevWorker {
     /// The Unix socket path, if one was asked for.
     pub fn unix_path(&self) -> Option<PathBuf> {
         self.unix.clone()
+    }
+
+    /// With TLS: the plain-HTTP loopback door (`127.0.0.1:<port + 1>`, or
+    /// another free port if that one is taken) serving only `/health`,
+    /// `/readyz`, `/capacity` and `/metrics`.
+    pub fn local_door(&self) -> Option<SocketAddr> {
+        self.door
     }
 
     /// The generated certificates, when TLS is on.
@@ -349,8 +393,13 @@ impl DevWorker {
     fn stop(&mut self) {
         let _ = self.shutdown.send(true);
         self.shared.generation.send_modify(|g| *g += 1);
+        self.shared.commands.kill_all();
         for m in lock(&self.shared.machines).iter_mut() {
-            api::stop_machine(m);
+            if self.shared.config.keep_running {
+                m.kill_commands();
+            } else {
+                api::stop_machine(m);
+            }
         }
         if let Some(p) = &self.unix {
             let _ = std::fs::remove_file(p);
@@ -370,6 +419,7 @@ impl Drop for DevWorker {
 /// Forgets live commands and connections; deletes machines whose process died.
 pub(crate) fn restart_state(st: &Shared) {
     st.generation.send_modify(|g| *g += 1);
+    st.commands.kill_all();
     let dead: Vec<_> = {
         let mut ms = lock(&st.machines);
         let mut dead = Vec::new();
@@ -391,6 +441,7 @@ pub(crate) fn restart_state(st: &Shared) {
     *lock(&st.started) = Instant::now();
     st.seq.store(0, std::sync::atomic::Ordering::SeqCst);
     lock(&st.metrics).clear();
+    *lock(&st.exec_hist) = crate::state::ExecHistogram::default();
 }
 
 /// A devworker on its own runtime, for callers without tokio.
@@ -416,6 +467,10 @@ impl BlockingDevWorker {
     pub fn unix_path(&self) -> Option<PathBuf> {
         self.w().unix_path()
     }
+    /// See [`DevWorker::local_door`].
+    pub fn local_door(&self) -> Option<SocketAddr> {
+        self.w().local_door()
+    }
     /// See [`DevWorker::tls_files`].
     pub fn tls_files(&self) -> Option<TlsFiles> {
         self.w().tls_files()
@@ -427,6 +482,14 @@ impl BlockingDevWorker {
     /// See [`DevWorker::request_count`].
     pub fn request_count(&self, route: Route) -> u64 {
         self.w().request_count(route)
+    }
+    /// See [`DevWorker::version`].
+    pub fn version(&self) -> Version {
+        self.w().version()
+    }
+    /// See [`DevWorker::state_dir`].
+    pub fn state_dir(&self) -> PathBuf {
+        self.w().state_dir().to_path_buf()
     }
     /// See [`DevWorker::guest_root`].
     pub fn guest_root(&self, name: &str) -> PathBuf {

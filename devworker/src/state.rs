@@ -74,6 +74,12 @@ pub(crate) struct Machine {
     pub(crate) dir: PathBuf,
     /// Bumped to kill every command of this machine.
     pub(crate) kill: watch::Sender<u64>,
+    /// Whether the record is written to `dir/record.json`.
+    pub(crate) persist: bool,
+    /// Creation order (list order survives restarts).
+    pub(crate) order: u64,
+    /// Image references pulled into this machine.
+    pub(crate) images: Vec<String>,
 }
 
 /// The state a reply shows, resolved like the real worker does.
@@ -136,6 +142,21 @@ pub(crate) struct Shared {
     /// terminals and commands of the old incarnation end.
     pub(crate) generation: watch::Sender<u64>,
     pub(crate) log_followers: AtomicU32,
+    /// `smolvm_exec_seconds`: bucket counts, sum, count.
+    pub(crate) exec_hist: Mutex<ExecHistogram>,
+    /// Live command process groups.
+    pub(crate) commands: crate::process::Registry,
+}
+
+/// Upper bounds of the exec duration histogram, in seconds.
+pub(crate) const EXEC_BUCKETS: [f64; 8] = [0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 300.0];
+
+/// Buffered exec durations.
+#[derive(Debug, Default)]
+pub(crate) struct ExecHistogram {
+    pub(crate) buckets: [u64; 8],
+    pub(crate) sum: f64,
+    pub(crate) count: u64,
 }
 
 pub(crate) type AppState = Arc<Shared>;
@@ -179,6 +200,8 @@ impl Shared {
             metrics: Mutex::new(Vec::new()),
             generation,
             log_followers: AtomicU32::new(0),
+            exec_hist: Mutex::new(ExecHistogram::default()),
+            commands: crate::process::Registry::default(),
         }
     }
 
@@ -198,6 +221,18 @@ impl Shared {
         } else {
             m.push(((method.to_owned(), status, path.to_owned()), 1));
         }
+    }
+
+    pub(crate) fn record_exec(&self, d: std::time::Duration) {
+        let secs = d.as_secs_f64();
+        let mut h = lock(&self.exec_hist);
+        for (i, le) in EXEC_BUCKETS.iter().enumerate() {
+            if secs <= *le {
+                h.buckets[i] += 1;
+            }
+        }
+        h.sum += secs;
+        h.count += 1;
     }
 
     pub(crate) fn machines_dir(&self) -> PathBuf {

@@ -416,3 +416,44 @@ async fn per_machine_rules_and_the_control_route() {
     }
     w.shutdown().await;
 }
+
+#[tokio::test]
+async fn canned_reply_instead_of_handling() {
+    let w = worker().await;
+    w.faults().once(
+        Route::Readyz,
+        Fault::Reply {
+            status: 503,
+            content_type: None,
+            body: String::new(),
+        },
+    );
+    get(&w, "/readyz").await.assert(503, None, "");
+    w.faults().once(
+        Route::Capacity,
+        Fault::Reply {
+            status: 503,
+            content_type: Some("text/plain".into()),
+            body: "main runtime stalled; node unschedulable".into(),
+        },
+    );
+    get(&w, "/capacity").await.assert(
+        503,
+        Some("text/plain"),
+        "main runtime stalled; node unschedulable",
+    );
+    w.faults().once(
+        Route::MachinesCreate,
+        Fault::Reply {
+            status: 200,
+            content_type: Some("text/html".into()),
+            body: "<html>".into(),
+        },
+    );
+    post(&w, "/api/v1/machines", r#"{"name":"m"}"#)
+        .await
+        .assert(200, Some("text/html"), "<html>");
+    assert_eq!(get(&w, "/api/v1/machines/m").await.status, 404);
+    assert_eq!(get(&w, "/readyz").await.status, 200);
+    w.shutdown().await;
+}

@@ -181,6 +181,11 @@ async fn program_exit_without_input_and_unknown_machine() {
     let (texts, clean) = rest(&mut ws).await;
     assert_eq!(texts, [r#"{"type":"exit","code":1}"#]);
     assert!(clean);
+    // A program that cannot start: the internal-error sentinel -1.
+    let mut ws = open(&w, "dev", "cmd=/no/such/program").await;
+    let (texts, clean) = rest(&mut ws).await;
+    assert_eq!(texts, [r#"{"type":"exit","code":-1}"#]);
+    assert!(clean);
     let mut s = connect(&w).await;
     s.write_all(
         b"GET /api/v1/machines/ghost/exec/interactive HTTP/1.1\r\nhost: localhost\r\n\
@@ -197,5 +202,22 @@ sec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
         Some("application/json"),
         r#"{"error":"machine 'ghost' not found","code":"NOT_FOUND"}"#,
     );
+    w.shutdown().await;
+}
+
+#[tokio::test]
+async fn stopping_the_machine_ends_the_session_with_minus_one() {
+    let w = worker().await;
+    create(&w, "dev").await;
+    let mut ws = open(&w, "dev", "").await;
+    let mut acc = Vec::new();
+    ws.send(Message::Binary(b"echo up-$((1+1))\n".to_vec().into()))
+        .await
+        .unwrap();
+    output_until(&mut ws, &mut acc, b"up-2").await;
+    post(&w, "/api/v1/machines/dev/stop", "").await;
+    let (texts, clean) = rest(&mut ws).await;
+    assert_eq!(texts, [r#"{"type":"exit","code":-1}"#]);
+    assert!(clean);
     w.shutdown().await;
 }

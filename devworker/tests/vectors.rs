@@ -574,7 +574,7 @@ async fn tv22_tv23_logs() {
 
 #[tokio::test]
 async fn tv24_logs_follow_with_keepalive() {
-    let w = start(log_worker().keepalive(std::time::Duration::from_millis(300))).await;
+    let w = start(log_worker().keepalive(std::time::Duration::from_secs(1))).await;
     create(&w, "net-test").await;
     post(&w, "/api/v1/machines/net-test/start", "{}").await;
     let log = w.console_log("net-test");

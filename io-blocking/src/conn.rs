@@ -98,6 +98,10 @@ pub(crate) struct Conn {
     sent: u64,
     /// Bytes read so far.
     received: u64,
+    /// A read failure met after bytes were already fed this turn: reported
+    /// by the next turn, so the events those bytes complete are delivered
+    /// first (a reply that ended just before the peer vanished is whole).
+    deferred: Option<Failure>,
 }
 
 /// Why a connection could not be established.
@@ -172,6 +176,7 @@ impl Conn {
             eof: false,
             sent: 0,
             received: 0,
+            deferred: None,
         };
         // TCP / Unix connect completes with a writable edge.
         loop {
@@ -251,6 +256,9 @@ impl Conn {
         machine: &mut M,
         caller_deadline: Option<Instant>,
     ) -> Result<(), Failure> {
+        if let Some(f) = self.deferred.take() {
+            return Err(f);
+        }
         self.flush(machine).map_err(|_| Failure::Write)?;
         let want_read = machine.wants_input() && !self.eof;
         let can_write = self.maybe_writable && self.has_parked();
@@ -266,7 +274,14 @@ impl Conn {
             self.flush(machine).map_err(|_| Failure::Write)?;
         }
         if machine.wants_input() && !self.eof {
-            self.read_into(machine).map_err(|_| Failure::Read)?;
+            let before = self.received;
+            if self.read_into(machine).is_err() {
+                if self.received == before {
+                    return Err(Failure::Read);
+                }
+                self.deferred = Some(Failure::Read);
+                return Ok(());
+            }
         }
         let now = Instant::now();
         if machine.poll_timeout().is_some_and(|at| at <= now) {

@@ -11,7 +11,9 @@ use smolbox_core::worker::{
     MachineSpec, Measure, Measurements, Metrics, Observation, Profile, Readyz, Start, Stop,
     WorkerCall, status,
 };
-use smolbox_core::worker::{Endpoint, Scheme};
+use smolbox_core::worker::{
+    Download, Endpoint, Logs, Scheme, Upload, UploadReply, VolumeCreate, VolumeDelete,
+};
 use smolbox_core::{Error, Operation};
 
 use crate::http::{Deadlines, Exchange};
@@ -290,6 +292,73 @@ impl Client {
         run_with_callback(stream, callback, deadline).await
     }
 
+    /// Background launch (`POST …/exec` with `background: true`): the launch
+    /// acknowledgement (`pid=N`), which proves a launch only.
+    ///
+    /// # Errors
+    /// As [`exec`](Self::exec); `validation` for a foreground command.
+    pub async fn launch(&self, machine: &str, command: &Command) -> Result<exec::Launched, Error> {
+        if !command.is_background() {
+            return Err(Error::validation(
+                Operation::Launch,
+                "launch_requires_background",
+            ));
+        }
+        match self.exec(machine, command).await? {
+            ExecOutcome::Launched(l) => Ok(l),
+            // `decode_reply_for` yields a launch for every background command.
+            ExecOutcome::Exited(_) => Err(Error::protocol(Operation::Launch, "launch_without_ack")),
+        }
+    }
+
+    /// `PUT …/files/{path}` (build the [`Upload`] with its digest first).
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub async fn upload(&self, upload: &Upload) -> Result<UploadReply, Error> {
+        self.call(upload).await
+    }
+
+    /// `GET …/files/{path}` within the download's byte cap.
+    ///
+    /// # Errors
+    /// As [`call`](Self::call); `output_limit` past the cap.
+    pub async fn download(&self, download: &Download) -> Result<bytes::Bytes, Error> {
+        self.call(download).await
+    }
+
+    /// Console logs (`GET …/logs`, SSE): the history lines (tail).
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub async fn logs(&self, logs: &Logs) -> Result<Vec<String>, Error> {
+        self.call(logs).await
+    }
+
+    /// `POST /api/v1/volumes`.
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub async fn volume_create(&self, call: &VolumeCreate) -> Result<String, Error> {
+        self.call(call).await
+    }
+
+    /// `DELETE /api/v1/volumes/{id}` (204).
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub async fn volume_delete(
+        &self,
+        call: &VolumeDelete,
+    ) -> Result<<VolumeDelete as WorkerCall>::Output, Error> {
+        self.call(call).await
+    }
+
+    /// The endpoint's connection pool.
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.inner.pool
+    }
+
     /// The deadlines of an operation starting at `start`.
     pub(crate) fn deadlines(&self, start: Instant) -> Deadlines {
         let b = self.inner.endpoint.budgets();
@@ -312,8 +381,11 @@ impl Client {
         let mut config = ExchangeConfig::new(e.host_header(), deadline);
         config.bearer = e.token().cloned();
         config.max_request_body = usize::try_from(b.max_request_body).unwrap_or(usize::MAX);
-        config.max_response_body =
-            max_response.map_or(b.max_response_bytes, |m| m.min(b.max_response_bytes));
+        // A call that wants no body at all (readyz: `Some(0)`) gets the
+        // smallest cap the exchange accepts; its decoder refuses any byte.
+        config.max_response_body = max_response
+            .map_or(b.max_response_bytes, |m| m.min(b.max_response_bytes))
+            .max(1);
         config.idle_timeout = Some(b.receive_idle);
         config
     }

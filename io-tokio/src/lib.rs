@@ -27,6 +27,7 @@ mod drive;
 mod http;
 mod pool;
 mod stream;
+mod terminal;
 #[cfg(test)]
 mod tests;
 pub mod transport;
@@ -34,4 +35,5 @@ pub mod transport;
 pub use client::Client;
 pub use pool::MAX_CONNECTIONS;
 pub use stream::{ExecEvent, ExecStream};
+pub use terminal::{Terminal, TerminalEvent};
 pub use transport::{Connection, Target, TlsFiles};

@@ -50,7 +50,6 @@ impl Pool {
         }
     }
 
-    #[allow(dead_code)] // the terminal connects outside the pool (next)
     pub(crate) fn target(&self) -> &Target {
         &self.target
     }

@@ -26,7 +26,7 @@ use crate::transport::Connection;
 
 /// Longest time one socket write may stay blocked (C7.2: at most
 /// min(connect budget, 1 s)).
-pub const MAX_WRITE_WAIT: Duration = Duration::from_millis(1_000);
+pub(crate) const MAX_WRITE_WAIT: Duration = Duration::from_millis(1_000);
 
 /// What [`Terminal::next`] returns.
 #[derive(Clone, PartialEq, Eq)]
@@ -104,7 +104,11 @@ impl Terminal {
             to_task: Notify::new(),
             to_consumer: Notify::new(),
         });
-        let task = tokio::spawn(drive(Arc::clone(&shared), conn, write_wait.min(MAX_WRITE_WAIT)));
+        let task = tokio::spawn(drive(
+            Arc::clone(&shared),
+            conn,
+            write_wait.min(MAX_WRITE_WAIT),
+        ));
         let mut terminal = Self {
             shared,
             task: Some(task),
@@ -199,7 +203,7 @@ impl Terminal {
     /// Closes the session: sends a close frame and waits (the close wait)
     /// for the worker's. Returns the outcome: without an exit frame first it
     /// is uncertain.
-    pub async fn close(mut self) -> Result<TerminalExit, Error> {
+    pub async fn close(self) -> Result<TerminalExit, Error> {
         {
             let mut st = self.shared.lock();
             st.session.close(Instant::now());
@@ -235,8 +239,12 @@ impl Terminal {
                     return Err(e.with_operation(Operation::TerminalOpen));
                 }
                 if st.task_done {
-                    return Err(Error::new(Category::Transport, Operation::TerminalOpen, Evidence::DispatchUncertain)
-                        .with_reason("closed_before_open"));
+                    return Err(Error::new(
+                        Category::Transport,
+                        Operation::TerminalOpen,
+                        Evidence::DispatchUncertain,
+                    )
+                    .with_reason("closed_before_open"));
                 }
             }
             notified.await;
@@ -262,7 +270,9 @@ impl Shared {
         // A poisoned lock means a panic while holding it elsewhere; the
         // state is still consistent enough to report (all writes are single
         // calls into the session).
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -273,24 +283,32 @@ async fn drive(shared: Arc<Shared>, mut conn: Connection, write_wait: Duration) 
     let mut pos = 0usize;
     let mut rbuf = vec![0u8; READ_CHUNK].into_boxed_slice();
     let mut eof = false;
+    let mut need_flush = false;
+    // After a failed write the peer may still send (the exit frame, its
+    // close): keep reading, stop writing.
+    let mut write_broken = false;
     let mut blocked_since: Option<Instant> = None;
     loop {
         let notified = shared.to_task.notified();
         let deadline = {
             let mut st = shared.lock();
-            if pos == out.len() {
+            if pos == out.len() || write_broken {
                 out.clear();
                 pos = 0;
+                need_flush = false;
                 while st.session.poll_transmit(&mut out).is_some() {}
+                if write_broken {
+                    out.clear();
+                }
             }
-            if st.session.is_transport_finished() && pos == out.len() {
+            if st.session.is_transport_finished() && pos == out.len() && !need_flush {
                 break;
             }
             if eof && pos == out.len() && st.session.poll_timeout().is_none() {
                 break;
             }
             let mut deadline = st.session.poll_timeout().map(|(at, _)| at);
-            if pos < out.len() {
+            if pos < out.len() || need_flush {
                 let since = *blocked_since.get_or_insert_with(Instant::now);
                 let limit = since + write_wait;
                 deadline = Some(deadline.map_or(limit, |d| d.min(limit)));
@@ -302,6 +320,12 @@ async fn drive(shared: Arc<Shared>, mut conn: Connection, write_wait: Duration) 
                 match Pin::new(&mut conn).poll_write(cx, &out[pos..]) {
                     Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(Io::Failed("write_failed")),
                     Poll::Ready(Ok(n)) => return Poll::Ready(Io::Wrote(n)),
+                    Poll::Pending => {}
+                }
+            } else if need_flush {
+                match Pin::new(&mut conn).poll_flush(cx) {
+                    Poll::Ready(Ok(())) => return Poll::Ready(Io::Flushed),
+                    Poll::Ready(Err(_)) => return Poll::Ready(Io::Failed("write_failed")),
                     Poll::Pending => {}
                 }
             }
@@ -332,14 +356,12 @@ async fn drive(shared: Arc<Shared>, mut conn: Connection, write_wait: Duration) 
             Io::Wrote(n) => {
                 pos += n;
                 blocked_since = None;
-                if pos == out.len() {
-                    // Flush TLS records buffered in the stream.
-                    let _ = std::future::poll_fn(|cx| match Pin::new(&mut conn).poll_flush(cx) {
-                        Poll::Pending => Poll::Ready(()),
-                        Poll::Ready(_) => Poll::Ready(()),
-                    })
-                    .await;
-                }
+                // TLS may hold records until flushed.
+                need_flush = pos == out.len();
+            }
+            Io::Flushed => {
+                need_flush = false;
+                blocked_since = None;
             }
             Io::Read(0) => {
                 eof = true;
@@ -357,6 +379,10 @@ async fn drive(shared: Arc<Shared>, mut conn: Connection, write_wait: Duration) 
                 st.session.handle_timeout(now);
             }
             Io::Commands => {}
+            Io::Failed("write_failed") if !eof => {
+                write_broken = true;
+                blocked_since = None;
+            }
             Io::Failed(reason) => {
                 st.session.handle_eof(now);
                 if st.session.outcome().is_none() {
@@ -375,7 +401,12 @@ async fn drive(shared: Arc<Shared>, mut conn: Connection, write_wait: Duration) 
     let mut st = shared.lock();
     st.task_done = true;
     if st.session.outcome().is_none() && st.transport.is_none() {
-        st.transport = Some(transport_error("connection_ended"));
+        let reason = if write_broken {
+            "write_failed"
+        } else {
+            "connection_ended"
+        };
+        st.transport = Some(transport_error(reason));
     }
     drop(st);
     shared.to_consumer.notify_one();
@@ -383,6 +414,7 @@ async fn drive(shared: Arc<Shared>, mut conn: Connection, write_wait: Duration) 
 
 enum Io {
     Wrote(usize),
+    Flushed,
     Read(usize),
     Timer,
     Commands,
@@ -390,7 +422,12 @@ enum Io {
 }
 
 fn transport_error(reason: &'static str) -> Error {
-    Error::new(Category::Transport, Operation::TerminalOutput, Evidence::Unknown).with_reason(reason)
+    Error::new(
+        Category::Transport,
+        Operation::TerminalOutput,
+        Evidence::Unknown,
+    )
+    .with_reason(reason)
 }
 
 /// Tops up the session's masking randomness when it asks for more.
@@ -406,6 +443,45 @@ fn feed_entropy(session: &mut TerminalSession) -> Result<(), Error> {
 
 fn random(buf: &mut [u8]) -> Result<(), Error> {
     getrandom::getrandom(buf).map_err(|_| {
-        Error::new(Category::Transport, Operation::TerminalOpen, Evidence::NotDispatched).with_reason("no_randomness")
+        Error::new(
+            Category::Transport,
+            Operation::TerminalOpen,
+            Evidence::NotDispatched,
+        )
+        .with_reason("no_randomness")
     })
+}
+
+impl crate::Client {
+    /// Opens an interactive terminal on `machine` running `spec.program`:
+    /// connects (outside the request pool: the connection becomes the
+    /// WebSocket), sends the upgrade and returns once the 101 was read.
+    /// The handshake must complete within min(operation budget, 30 s,
+    /// connect budget); socket writes within min(connect budget, 1 s).
+    ///
+    /// # Errors
+    /// Spec validation (`validation`, nothing sent); connect failures
+    /// (`transport`, `not_dispatched`); 401/403 (`authentication`) and any
+    /// other status (`protocol`); handshake timeout.
+    pub async fn terminal(&self, machine: &str, spec: &TerminalSpec) -> Result<Terminal, Error> {
+        spec.validate()?;
+        let endpoint = self.endpoint();
+        let budgets = endpoint.budgets();
+        let start = Instant::now();
+        let operation_deadline = start + budgets.operation;
+        let connect_deadline = (start + budgets.connect).min(operation_deadline);
+        let conn = self
+            .pool()
+            .target()
+            .connect(connect_deadline, Operation::TerminalOpen)
+            .await?;
+        let mut config = TerminalConfig::new(endpoint.host_header(), machine);
+        config.authorization = endpoint.token().cloned();
+        config.max_request_bytes = budgets.max_request_body;
+        config.handshake_timeout = budgets
+            .operation
+            .min(smolbox_core::terminal::MAX_HANDSHAKE_TIMEOUT)
+            .min(budgets.connect);
+        Terminal::open(conn, spec, config, budgets.connect).await
+    }
 }

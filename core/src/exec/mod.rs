@@ -19,6 +19,7 @@
 //! ```
 
 mod buffered;
+mod call;
 mod command;
 mod fuzz;
 mod request;
@@ -31,6 +32,7 @@ pub use buffered::{
     MAX_OUTPUT_BYTES, OutputAllowance, OutputEncoding, decode_b64, decode_exec_reply,
     decode_launch_reply, decode_reply_for, launch_from_output,
 };
+pub use call::{ExecCall, ExecStreamCall};
 pub use command::{
     Command, DEFAULT_TIMEOUT_SECS, DEFAULT_WORKDIR, EXTENDED_TIMEOUT_SECS, MAX_ARG_LEN,
     MAX_ARGV_ENTRIES, MAX_ARGV_TOTAL_LEN, MAX_ENV_NAME_LEN, MAX_ENV_PAIRS, MAX_ENV_VALUE_LEN,

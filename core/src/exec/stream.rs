@@ -134,8 +134,14 @@ impl ExecStreamDecoder {
             self.exit = Some(code);
             return Ok(Some(ExecStreamEvent::Exit(code)));
         }
-        let len = self.sse.event().map_or(0, |ev| ev.data().len());
-        self.output_len += len;
+        // Only disjoint fields are written while the event is borrowed.
+        let data = self.sse.event().map_or(&b""[..], |ev| ev.data());
+        let Ok(text) = std::str::from_utf8(data) else {
+            let e = Error::protocol(Operation::ExecStream, "output_invalid_utf8");
+            self.failed = Some(e);
+            return Err(e);
+        };
+        self.output_len += text.len();
         if self.output_len > self.allowance.bytes() {
             let e = Error::new(
                 Category::OutputLimit,
@@ -144,14 +150,9 @@ impl ExecStreamDecoder {
             )
             .with_reason("output_allowance")
             .with_limit(to_u64(self.output_len), to_u64(self.allowance.bytes()));
-            return Err(self.fail(e));
+            self.failed = Some(e);
+            return Err(e);
         }
-        // `classify` checked this event's UTF-8.
-        let text = self
-            .sse
-            .event()
-            .and_then(|ev| std::str::from_utf8(ev.data()).ok())
-            .unwrap_or_default();
         Ok(Some(match action {
             Action::Stderr => ExecStreamEvent::Stderr(text),
             _ => ExecStreamEvent::Stdout(text),
@@ -219,9 +220,6 @@ fn classify(ev: sse::Event<'_>, exited: bool) -> Result<Action, Error> {
         b"stdout" | b"stderr" => {
             if exited {
                 return Err(protocol("output_after_exit"));
-            }
-            if std::str::from_utf8(ev.data()).is_err() {
-                return Err(protocol("output_invalid_utf8"));
             }
             if ev.data().is_empty() {
                 Action::Skip

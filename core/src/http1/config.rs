@@ -39,12 +39,13 @@ pub const DEFAULT_USER_AGENT: &str = concat!("smolbox/", env!("CARGO_PKG_VERSION
 /// Worst-case memory held by an [`HttpExchange`](super::HttpExchange):
 /// the encoded request head (≈ 200 B + target + host + token), a reference
 /// to the request body (shared, not copied, until `poll_transmit`), and the
-/// receive buffer. The receive buffer holds at most the bytes of the last
-/// undrained `handle_input` calls and never more than
-/// `max_head_bytes + max_response_body + 1` bytes in total (input past that
-/// cannot be part of an acceptable reply and is dropped). A shell that drains
-/// `poll_event` after every read holds one read's worth. Body bytes are
-/// streamed out as events and never accumulated; chunk extensions and
+/// receive buffer. The receive buffer holds the head being read (at most
+/// `max_head_bytes`) or the de-framed payload of the `handle_input` calls
+/// not yet drained by `poll_event`; in total the exchange never accepts more
+/// than `max_head_bytes + max_response_body + 1` bytes (input past that
+/// cannot be part of an acceptable reply and is dropped). A shell that
+/// drains `poll_event` after every read holds one read's worth. Body bytes
+/// are streamed out as events and never accumulated; chunk extensions and
 /// trailers are counted and skipped, never stored.
 #[derive(Clone, Debug)]
 pub struct ExchangeConfig {

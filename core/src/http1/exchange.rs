@@ -19,8 +19,11 @@ use crate::error::{Category, Error, Evidence, Operation};
 pub enum HttpEvent<'a> {
     /// The final response head (interim 1xx heads are skipped; 101 is final).
     Head(ResponseHead),
-    /// Raw body bytes (transfer framing removed), borrowed from the
-    /// exchange's receive buffer until the next call.
+    /// Body bytes (transfer framing removed; no content coding is ever
+    /// accepted, so these are the raw payload), borrowed from the
+    /// exchange's buffer until the next call. All payload received so far
+    /// comes as one event, so a shell that drains after every read sees at
+    /// most one `Data` per read.
     Data(&'a [u8]),
     /// The body is complete.
     End,
@@ -188,8 +191,12 @@ impl HttpExchange {
         true
     }
 
-    /// Bytes read from the connection. They are decoded lazily by
-    /// [`poll_event`](Self::poll_event). Returns the sticky error, if any.
+    /// Bytes read from the connection. Head bytes are buffered (a head that
+    /// arrives whole is decoded in place); body bytes are de-framed on the
+    /// way in, so only payload is kept. What they mean is reported by
+    /// [`poll_event`](Self::poll_event), in stream order (an error found
+    /// while de-framing comes after the payload before it). Returns the
+    /// sticky error, if any.
     pub fn handle_input(&mut self, now: Instant, bytes: &[u8]) -> Result<(), Error> {
         if let Some(e) = self.error {
             return Err(e);
@@ -234,6 +241,9 @@ impl HttpExchange {
             // Body bytes are de-framed on the way in: the receive buffer
             // then holds payload only, reported as one event per read.
             Phase::Body(body) if self.pending.is_none() => {
+                // Payload is never longer than its input: one reservation,
+                // reused for every later read of the same size.
+                self.rx.reserve(bytes.len());
                 absorb(
                     body,
                     bytes,
@@ -500,27 +510,9 @@ fn absorb(
     pending: &mut Option<Error>,
     extra: &mut bool,
 ) {
-    let mut at = 0;
-    while at < input.len() {
-        if body.is_done() {
-            *extra = true;
-            return;
-        }
-        match body.decode(&input[at..]) {
-            Ok(progress) => {
-                if let Some(r) = progress.data {
-                    out.extend_from_slice(&input[at + r.start..at + r.end]);
-                }
-                if progress.consumed == 0 {
-                    return;
-                }
-                at += progress.consumed;
-            }
-            Err(e) => {
-                *pending = Some(e);
-                return;
-            }
-        }
+    match body.decode_into(input, out) {
+        Ok(n) => *extra |= n < input.len(),
+        Err(e) => *pending = Some(e),
     }
 }
 

@@ -165,36 +165,43 @@ fn interpret(response: &httparse::Response<'_, '_>) -> Result<Decoded, Error> {
     let mut close = false;
     let mut keep_alive_token = false;
     for h in response.headers.iter() {
-        let name = h.name.as_bytes();
         let value = h.value;
-        if name.eq_ignore_ascii_case(b"content-length") {
-            if content_length.is_some() {
-                return Err(protocol("duplicate_content_length"));
-            }
-            content_length = Some(parse_decimal(value).ok_or_else(|| protocol("content_length"))?);
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            for coding in tokens(value) {
-                // Only a single `chunked` is understood; anything else,
-                // including `chunked` twice or after another coding, is refused.
-                if chunked || !coding.eq_ignore_ascii_case(b"chunked") {
-                    return Err(protocol("transfer_encoding"));
+        match known(h.name.as_bytes()) {
+            Known::Other => {}
+            Known::ContentLength => {
+                if content_length.is_some() {
+                    return Err(protocol("duplicate_content_length"));
                 }
-                chunked = true;
+                content_length =
+                    Some(parse_decimal(value).ok_or_else(|| protocol("content_length"))?);
             }
-            transfer_encoding = true;
-        } else if name.eq_ignore_ascii_case(b"content-encoding") {
-            if !tokens(value).all(|c| c.eq_ignore_ascii_case(b"identity")) {
-                return Err(protocol("content_encoding"));
+            Known::TransferEncoding => {
+                for coding in tokens(value) {
+                    // Only a single `chunked` is understood; anything else,
+                    // including `chunked` twice or after another coding, is refused.
+                    if chunked || !eq_lower(coding, b"chunked") {
+                        return Err(protocol("transfer_encoding"));
+                    }
+                    chunked = true;
+                }
+                transfer_encoding = true;
             }
-        } else if name.eq_ignore_ascii_case(b"content-type") {
-            if content_type.is_some() {
-                return Err(protocol("duplicate_content_type"));
+            Known::ContentEncoding => {
+                if !tokens(value).all(|c| eq_lower(c, b"identity")) {
+                    return Err(protocol("content_encoding"));
+                }
             }
-            content_type = Some(value);
-        } else if name.eq_ignore_ascii_case(b"connection") {
-            for token in tokens(value) {
-                close |= token.eq_ignore_ascii_case(b"close");
-                keep_alive_token |= token.eq_ignore_ascii_case(b"keep-alive");
+            Known::ContentType => {
+                if content_type.is_some() {
+                    return Err(protocol("duplicate_content_type"));
+                }
+                content_type = Some(value);
+            }
+            Known::Connection => {
+                for token in tokens(value) {
+                    close |= eq_lower(token, b"close");
+                    keep_alive_token |= eq_lower(token, b"keep-alive");
+                }
             }
         }
     }
@@ -234,6 +241,64 @@ fn interpret(response: &httparse::Response<'_, '_>) -> Result<Decoded, Error> {
         keep_alive,
     };
     Ok(Decoded::Final(head, framing))
+}
+
+/// The header fields the decoder looks at.
+enum Known {
+    ContentLength,
+    TransferEncoding,
+    ContentEncoding,
+    ContentType,
+    Connection,
+    Other,
+}
+
+/// Classifies a field name (case-insensitive), by length first so most
+/// names cost one comparison of lengths.
+fn known(name: &[u8]) -> Known {
+    let (candidate, kind): (&[u8], _) = match name.len() {
+        10 => (b"connection", Known::Connection),
+        12 => (b"content-type", Known::ContentType),
+        14 => (b"content-length", Known::ContentLength),
+        16 => (b"content-encoding", Known::ContentEncoding),
+        17 => (b"transfer-encoding", Known::TransferEncoding),
+        _ => return Known::Other,
+    };
+    if eq_lower(name, candidate) {
+        kind
+    } else {
+        Known::Other
+    }
+}
+
+/// Case-insensitive equality of a header name or token with `lower`, a
+/// lowercase ASCII word of letters, digits and `-`. Setting bit 0x20 maps
+/// `A-Z` onto `a-z` and no other byte httparse lets through (no CR, LF or
+/// other control in names or values) onto a letter, digit or `-`, so the
+/// comparison is exact; it runs eight bytes at a time.
+fn eq_lower(a: &[u8], lower: &[u8]) -> bool {
+    const CASE: u64 = 0x2020_2020_2020_2020;
+    if a.len() != lower.len() {
+        return false;
+    }
+    let word = |s: &[u8], i: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&s[i..i + 8]);
+        u64::from_le_bytes(w)
+    };
+    if a.len() < 8 {
+        return a.iter().zip(lower).all(|(&x, &y)| x | 0x20 == y | 0x20);
+    }
+    // Whole words, then one last (overlapping) word for the tail.
+    let mut i = 0;
+    while i + 8 <= a.len() {
+        if word(a, i) | CASE != word(lower, i) | CASE {
+            return false;
+        }
+        i += 8;
+    }
+    let last = a.len() - 8;
+    i == a.len() || word(a, last) | CASE == word(lower, last) | CASE
 }
 
 /// `1*DIGIT` as a u64; `None` on anything else or overflow.
@@ -356,6 +421,24 @@ mod tests {
             final_head("HTTP/1.1 2000 X\r\n\r\n").unwrap_err().reason(),
             "malformed_head"
         );
+    }
+
+    #[test]
+    fn eq_lower_is_exact_case_folding() {
+        assert!(eq_lower(b"Transfer-Encoding", b"transfer-encoding"));
+        assert!(eq_lower(b"KEEP-ALIVE", b"keep-alive"));
+        assert!(!eq_lower(b"Content-Typf", b"content-type"));
+        assert!(!eq_lower(b"content-typ", b"content-type"));
+        // Every byte httparse could pass, against every target byte.
+        for x in (0x20u8..=0xff).chain([b'\t']) {
+            for y in b"abcdefghijklmnopqrstuvwxyz0123456789-" {
+                assert_eq!(
+                    eq_lower(&[x], &[*y]),
+                    x.to_ascii_lowercase() == *y,
+                    "{x:#x} {y}"
+                );
+            }
+        }
     }
 
     #[test]

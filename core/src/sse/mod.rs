@@ -43,9 +43,10 @@
 //! The parser works on bytes. Every delimiter is ASCII and UTF-8 never puts an
 //! ASCII byte inside a multi-byte sequence, so parsing the bytes and decoding
 //! each value with replacement gives exactly what WHATWG's decode-then-parse
-//! gives. [`Event::data`] is the raw bytes (exec output keeps its invalid
-//! sequences until the caller asks); [`Event::data_lossy`] and
-//! [`Event::data_str`] convert.
+//! gives. So the parser is always in raw-bytes mode: [`Event::data`] is the
+//! raw bytes (exec output keeps its invalid sequences until the caller
+//! asks), and [`Event::data_lossy`] (WHATWG's replacement) or
+//! [`Event::data_str`] (strict) convert on request.
 //!
 //! # Limits
 //!
@@ -56,7 +57,7 @@
 //! on the logical stream, so the verdict (which limit, and after which event)
 //! is the same however the input was chunked: the error is raised at the first
 //! byte over a cap, and [`crate::Limit::actual`] is that byte's count
-//! (`max + 1`). Errors are `output_limit` with evidence `dispatch_uncertain`,
+//! (`max + 1`; the chunk cap reports the chunk's length). Errors are `output_limit` with evidence `dispatch_uncertain`,
 //! attributed to [`Config::operation`] (default [`Operation::Sse`]). After an
 //! error every call returns the same error.
 //!
@@ -229,6 +230,11 @@ pub struct SseParser {
     retry: Option<u64>,
     /// An event was handed out: clear the event buffers before parsing on.
     dispatched: bool,
+    line_ends: LineEnds,
+    /// Bytes scanned for line ends plus bytes moved by compaction (tests
+    /// check that this stays linear in the input).
+    #[cfg(test)]
+    work: usize,
 }
 
 impl core::fmt::Debug for SseParser {
@@ -260,6 +266,9 @@ impl SseParser {
             last_event_id: Vec::new(),
             retry: None,
             dispatched: false,
+            line_ends: LineEnds::new(),
+            #[cfg(test)]
+            work: 0,
         }
     }
 
@@ -295,6 +304,10 @@ impl SseParser {
             if self.pos == self.buf.len() {
                 self.buf.clear();
             } else {
+                #[cfg(test)]
+                {
+                    self.work += self.buf.len() - self.pos;
+                }
                 self.buf.drain(..self.pos);
             }
             self.pos = 0;
@@ -416,7 +429,12 @@ impl SseParser {
                 }
                 continue;
             }
-            let Some(i) = memchr::memchr2(b'\n', b'\r', &avail[self.scanned..]) else {
+            let found = self.line_ends.find(&avail[self.scanned..]);
+            #[cfg(test)]
+            {
+                self.work += found.map_or(avail.len() - self.scanned, |i| i + 1);
+            }
+            let Some(i) = found else {
                 self.scanned = avail.len();
                 let len = avail.len();
                 self.check_caps(len, false)?;
@@ -466,7 +484,19 @@ impl SseParser {
     /// far) against the line and frame caps. When both are crossed, the one
     /// crossed at the earlier byte wins, so the verdict does not depend on
     /// how much of the line had arrived.
+    #[inline]
     fn check_caps(&mut self, line_len: usize, complete: bool) -> Result<(), Error> {
+        // Fast path: well inside both caps (the line end counts one byte).
+        if line_len <= self.config.max_line_len
+            && self.frame_len.saturating_add(line_len) < self.config.max_event_len
+        {
+            return Ok(());
+        }
+        self.check_caps_slow(line_len, complete)
+    }
+
+    #[cold]
+    fn check_caps_slow(&mut self, line_len: usize, complete: bool) -> Result<(), Error> {
         let max_line = self.config.max_line_len;
         let max_event = self.config.max_event_len;
         // Bytes this line adds to the frame: a complete non-blank line counts
@@ -509,11 +539,38 @@ impl SseParser {
     }
 }
 
+/// Finds the next CR or LF. Lines are short, so the CPU-specific searcher
+/// is picked once per parser rather than once per line.
+#[derive(Clone, Copy)]
+struct LineEnds {
+    #[cfg(target_arch = "x86_64")]
+    avx2: Option<memchr::arch::x86_64::avx2::memchr::Two>,
+}
+
+impl LineEnds {
+    fn new() -> Self {
+        Self {
+            #[cfg(target_arch = "x86_64")]
+            avx2: memchr::arch::x86_64::avx2::memchr::Two::new(b'\n', b'\r'),
+        }
+    }
+
+    #[inline]
+    fn find(&self, haystack: &[u8]) -> Option<usize> {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(two) = &self.avx2 {
+            return two.find(haystack);
+        }
+        memchr::memchr2(b'\n', b'\r', haystack)
+    }
+}
+
 fn to_u64(n: usize) -> u64 {
     u64::try_from(n).unwrap_or(u64::MAX)
 }
 
 /// WHATWG "process the field" for one non-blank line.
+#[inline]
 fn process_line(
     line: &[u8],
     data: &mut Vec<u8>,
@@ -521,14 +578,20 @@ fn process_line(
     id_buf: &mut Vec<u8>,
     retry: &mut Option<u64>,
 ) {
-    let (name, value) = match memchr::memchr(b':', line) {
-        Some(0) => return, // comment
-        Some(c) => {
-            let v = &line[c + 1..];
-            (&line[..c], v.strip_prefix(b" ").unwrap_or(v))
+    // Fast path for the fields the worker sends: none of these names holds
+    // a colon, so a line starting with `data:` has its first colon there.
+    let (name, value) = if let Some(v) = line.strip_prefix(b"data:") {
+        (&b"data"[..], v)
+    } else if let Some(v) = line.strip_prefix(b"event:") {
+        (&b"event"[..], v)
+    } else {
+        match memchr::memchr(b':', line) {
+            Some(0) => return, // comment
+            Some(c) => (&line[..c], &line[c + 1..]),
+            None => (line, &b""[..]),
         }
-        None => (line, &b""[..]),
     };
+    let value = value.strip_prefix(b" ").unwrap_or(value);
     match name {
         b"data" => {
             data.extend_from_slice(value);

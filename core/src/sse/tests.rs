@@ -318,6 +318,40 @@ fn long_line_in_small_pieces_is_one_event() {
 }
 
 #[test]
+fn work_is_linear_whatever_the_chunking() {
+    // One 200 KB line fed a byte at a time, then many short events fed a
+    // byte at a time: rescanning the unchanged prefix would be quadratic.
+    let mut input = b"data: ".to_vec();
+    input.extend(std::iter::repeat_n(b'z', 200_000));
+    input.extend_from_slice(b"\r\n\r\n");
+    for _ in 0..2_000 {
+        input.extend_from_slice(b"event: stdout\ndata: hi\ndata: \n\n");
+    }
+    let cfg = Config {
+        max_line_len: 262_144,
+        max_event_len: 262_144,
+        ..Config::default()
+    };
+    for piece in [1, 7, 1460, 4096] {
+        let mut p = SseParser::new(cfg);
+        let mut n = 0;
+        for chunk in input.chunks(piece) {
+            p.handle_input(chunk).unwrap();
+            while p.poll_event().unwrap().is_some() {
+                n += 1;
+            }
+        }
+        assert_eq!(n, 2_001);
+        assert!(
+            p.work <= 2 * input.len(),
+            "piece {piece}: {} for {}",
+            p.work,
+            input.len()
+        );
+    }
+}
+
+#[test]
 fn buffers_are_reused_across_events() {
     let mut p = SseParser::new(Config::default());
     let frame = b"event: stdout\ndata: 0123456789abcdef\n\n";
@@ -372,6 +406,9 @@ fn sse_stream() -> impl Strategy<Value = Vec<u8>> {
 }
 
 proptest! {
+    // Each case already tries every split point; 96 cases keep `cargo test` quick.
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
     #[test]
     fn any_split_gives_identical_events_and_verdicts(
         input in sse_stream(),

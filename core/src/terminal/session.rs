@@ -227,6 +227,28 @@ impl TerminalSession {
         Ok(())
     }
 
+    /// Room to read socket bytes into directly; see
+    /// [`WsClient::input_buffer`].
+    pub fn input_buffer(&mut self) -> &mut [u8] {
+        self.ws.input_buffer()
+    }
+
+    /// `n` bytes were read into the last [`input_buffer`](Self::input_buffer);
+    /// every frame they complete is processed.
+    ///
+    /// # Errors
+    /// `validation` when `n` is larger than the slice handed out.
+    pub fn handle_read(&mut self, now: Instant, n: usize) -> Result<(), Error> {
+        let now = self.touch(now);
+        if let Err(e) = self.ws.handle_read(now, n)
+            && e.category() == Category::Validation
+        {
+            return Err(e.with_operation(Operation::TerminalOutput));
+        }
+        self.pump(now);
+        Ok(())
+    }
+
     /// The peer ended the byte stream: without a close frame this is an
     /// abnormal close (uncertain outcome).
     pub fn handle_eof(&mut self, now: Instant) {
@@ -395,9 +417,20 @@ impl TerminalSession {
         Next::Pending(wake)
     }
 
-    /// Moves queued bytes to `out`; see [`WsClient::poll_transmit`].
+    /// Appends queued bytes to `out`; see [`WsClient::poll_transmit`].
     pub fn poll_transmit(&mut self, out: &mut Vec<u8>) -> Option<usize> {
         self.ws.poll_transmit(out)
+    }
+
+    /// Queued bytes to write straight from the session's buffer; see
+    /// [`WsClient::transmit_data`].
+    pub fn transmit_data(&self) -> &[u8] {
+        self.ws.transmit_data()
+    }
+
+    /// `n` bytes of [`transmit_data`](Self::transmit_data) were written.
+    pub fn consume_transmit(&mut self, n: usize) {
+        self.ws.consume_transmit(n);
     }
 
     /// The next deadline and its timer; ties go to the earlier timer in

@@ -98,6 +98,7 @@ pub enum HeaderError {
 ///
 /// # Errors
 /// [`HeaderError`] for a broken rule or a declared length over the cap.
+#[inline]
 pub fn parse_server_header(
     buf: &[u8],
     max_payload: u64,
@@ -207,6 +208,7 @@ pub fn parse_any_header(buf: &[u8]) -> Option<FrameHeader> {
 
 /// Appends a frame header to `out`: FIN as given, no RSV bits, the minimal
 /// length encoding, and the masking key when `mask` is `Some`.
+#[inline]
 pub fn encode_header(
     out: &mut Vec<u8>,
     fin: bool,

@@ -14,6 +14,7 @@ const BLOCK: usize = 4_096;
 /// XORs `buf` with the 4-byte `mask` repeated, starting at mask offset 0.
 /// Works on 8-byte words (the compiler widens the loop to vector registers);
 /// only a tail shorter than a word is touched byte by byte.
+#[inline]
 pub fn apply_mask(buf: &mut [u8], mask: [u8; 4]) {
     let word = mask_word(mask);
     let mut chunks = buf.chunks_exact_mut(8);
@@ -30,6 +31,7 @@ pub fn apply_mask(buf: &mut [u8], mask: [u8; 4]) {
 
 /// Appends `src` masked with `mask` to `out`, in L1-sized blocks (copy, then
 /// mask in place while the block is hot).
+#[inline]
 pub fn extend_masked(out: &mut Vec<u8>, src: &[u8], mask: [u8; 4]) {
     out.reserve(src.len());
     // BLOCK is a multiple of 4, so every block starts at mask offset 0.
@@ -40,6 +42,49 @@ pub fn extend_masked(out: &mut Vec<u8>, src: &[u8], mask: [u8; 4]) {
     }
 }
 
+/// Writes `src` masked with `mask` into `dst` (same length) in one pass:
+/// 32-byte blocks XORed with a 32-byte key pattern (fixed-size arrays, which
+/// the compiler turns into vector loads, XORs and stores), then 8-byte
+/// words, then a tail shorter than a word.
+///
+/// # Panics
+/// When `dst` and `src` differ in length (a caller bug).
+#[inline]
+pub fn copy_masked(dst: &mut [u8], src: &[u8], mask: [u8; 4]) {
+    assert_eq!(dst.len(), src.len(), "copy_masked needs equal lengths");
+    let word = mask_word(mask);
+    let mut pattern = [0u8; 32];
+    for (p, k) in pattern.chunks_exact_mut(8).zip([word; 4]) {
+        p.copy_from_slice(&k.to_ne_bytes());
+    }
+    let mut d32 = dst.chunks_exact_mut(32);
+    let mut s32 = src.chunks_exact(32);
+    for (d, s) in (&mut d32).zip(&mut s32) {
+        let (Ok(d), Ok(s)) = (<&mut [u8; 32]>::try_from(d), <&[u8; 32]>::try_from(s)) else {
+            unreachable!("chunks_exact yields 32-byte chunks");
+        };
+        for i in 0..32 {
+            d[i] = s[i] ^ pattern[i];
+        }
+    }
+    // Offsets stay multiples of 8, so the key phase is unchanged.
+    let (d, s) = (d32.into_remainder(), s32.remainder());
+    let mut d8 = d.chunks_exact_mut(8);
+    let mut s8 = s.chunks_exact(8);
+    for (d, s) in (&mut d8).zip(&mut s8) {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(s);
+        d.copy_from_slice(&(u64::from_ne_bytes(w) ^ word).to_ne_bytes());
+    }
+    let (d, s) = (d8.into_remainder(), s8.remainder());
+    let mut w = [0u8; 8];
+    w[..s.len()].copy_from_slice(s);
+    let masked = (u64::from_ne_bytes(w) ^ word).to_ne_bytes();
+    d.copy_from_slice(&masked[..d.len()]);
+}
+
+/// The 4-byte key repeated into a native-order word.
+#[inline]
 fn mask_word(mask: [u8; 4]) -> u64 {
     let mut w = [0u8; 8];
     w[..4].copy_from_slice(&mask);
@@ -120,6 +165,9 @@ mod tests {
             let mut b = vec![9];
             extend_masked(&mut b, &src, mask);
             assert_eq!(&b[1..], &naive(&src, mask)[..]);
+            let mut c = vec![0; len];
+            copy_masked(&mut c, &src, mask);
+            assert_eq!(c, naive(&src, mask), "copy_masked len {len}");
         }
         let big: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
         let mut out = Vec::new();

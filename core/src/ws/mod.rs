@@ -17,6 +17,7 @@ pub mod frame;
 mod fuzz;
 pub mod handshake;
 pub mod mask;
+mod send;
 
 pub use client::{CloseInfo, MAX_PENDING_TRANSMIT, WsClient, WsEvent, WsTimer};
 pub use close::CloseCode;

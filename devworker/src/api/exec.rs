@@ -165,7 +165,7 @@ pub(crate) async fn exec(
     if body.background {
         let mut spec = spec_of(&body, false);
         spec.timeout = None;
-        return match process::spawn_background(&root, spec, kills) {
+        return match process::spawn_background(&root, spec, kills, &st.commands) {
             Ok(pid) => {
                 let text = format!("pid={pid}\n");
                 ok_json(&ExecResponse::new(0, text.as_bytes(), b""))
@@ -173,17 +173,21 @@ pub(crate) async fn exec(
             Err(msg) => ApiError::internal(msg).into_response(),
         };
     }
-    let mut running = match process::spawn(&root, spec_of(&body, true), kills) {
+    let mut running = match process::spawn(&root, spec_of(&body, true), kills, &st.commands) {
         Ok(r) => r,
         Err(msg) => return ApiError::internal(msg).into_response(),
     };
     let cap = st.config.limits.exec_output_max;
+    let started = std::time::Instant::now();
     let (mut out, mut err) = (Vec::new(), Vec::new());
     while let Some(ev) = running.rx.recv().await {
         let (buf, chunk) = match ev {
             Out::Stdout(c) => (&mut out, c),
             Out::Stderr(c) => (&mut err, c),
-            Out::Exit(code) => return ok_json(&ExecResponse::new(code, &out, &err)),
+            Out::Exit(code) => {
+                st.record_exec(started.elapsed());
+                return ok_json(&ExecResponse::new(code, &out, &err));
+            }
         };
         buf.extend_from_slice(&chunk);
         if buf.len() > cap {
@@ -207,11 +211,18 @@ pub(crate) async fn exec_stream(
         Ok(x) => x,
         Err(r) => return r,
     };
-    let running = match process::spawn(&root, spec_of(&body, false), kills) {
-        Ok(r) => r,
-        Err(msg) => return ApiError::internal(msg).into_response(),
-    };
     let (tx, rx) = mpsc::channel(16);
+    let running = match process::spawn(&root, spec_of(&body, false), kills, &st.commands) {
+        Ok(r) => r,
+        Err(msg) => {
+            // Agent-side failures arrive in-band, formatted without JSON
+            // escaping like the real encoder (often invalid JSON).
+            let data =
+                format!("{{\"message\":\"Agent {{ operation: \"run\", message: \"{msg}\" }}\"}}");
+            let _ = tx.try_send(sse::event(Some("error"), data.as_bytes()));
+            return sse::response(rx);
+        }
+    };
     let keepalive = st.config.limits.keepalive;
     let cap = st.config.limits.stream_output_max;
     let generation = st.generation.subscribe();

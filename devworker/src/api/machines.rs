@@ -29,6 +29,22 @@ pub(crate) enum NetworkBackend {
     VirtioNet,
 }
 
+/// A port in a fork/branch request.
+#[derive(Deserialize)]
+pub(crate) struct PortSpecIn {
+    host: u16,
+    guest: u16,
+}
+
+impl PortSpecIn {
+    pub(crate) fn to_spec(&self) -> PortSpec {
+        PortSpec {
+            host: self.host,
+            guest: self.guest,
+        }
+    }
+}
+
 #[derive(Deserialize)]
 pub(crate) struct MountSpec {
     source: String,
@@ -186,7 +202,7 @@ pub(crate) fn info(m: &Machine, version: Version) -> MachineInfo<'_> {
         storage_gb: m.storage_gb,
         overlay_gb: m.overlay_gb,
         block_io: later.then_some("sync"),
-        branchable: later.then_some(false),
+        branchable: later.then_some(m.forkable),
         forkable: m.forkable,
         branchpoint_held: later.then_some(false),
         forkpoint_held: false,
@@ -198,7 +214,7 @@ pub(crate) fn info(m: &Machine, version: Version) -> MachineInfo<'_> {
     }
 }
 
-fn validate_name(name: &str) -> Result<(), ApiError> {
+pub(crate) fn validate_name(name: &str) -> Result<(), ApiError> {
     if name.is_empty() {
         return Err(ApiError::bad_request("machine name cannot be empty"));
     }
@@ -492,6 +508,9 @@ pub(crate) async fn create(State(st): State<AppState>, req: Request) -> Response
         vmm: None,
         dir,
         kill,
+        persist: st.config.persistent,
+        order: ms.iter().map(|m| m.order + 1).max().unwrap_or(0),
+        images: Vec::new(),
     };
     let mut out = info(&machine, version);
     for f in &faults.0 {
@@ -501,6 +520,7 @@ pub(crate) async fn create(State(st): State<AppState>, req: Request) -> Response
     }
     let resp = ok_json(&out);
     drop(out);
+    crate::persist::save(&machine);
     ms.push(machine);
     resp
 }
@@ -531,6 +551,9 @@ pub(crate) async fn get_one(
 ) -> Response {
     reply_for(&st, &name)
 }
+
+/// `/proc/<pid>/cmdline` of a stand-in VMM process.
+pub(crate) const VMM_CMDLINE: &[u8] = b"sleep\x002147483647\x00";
 
 /// Spawns the stand-in VMM process (a `sleep`), whose life is the machine's.
 fn spawn_vmm() -> std::io::Result<Vmm> {
@@ -590,6 +613,7 @@ pub(crate) fn ensure_running(st: &Shared, name: &str) -> Result<(), ApiError> {
         .and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
     m.vmm = Some(vmm);
     m.stored = Stored::Running;
+    crate::persist::save(m);
     Ok(())
 }
 
@@ -597,10 +621,8 @@ pub(crate) fn ensure_running(st: &Shared, name: &str) -> Result<(), ApiError> {
 #[serde(rename_all = "camelCase")]
 pub(crate) struct StartQuery {
     #[serde(default)]
-    #[allow(dead_code)]
     forkable: Option<bool>,
     #[serde(default)]
-    #[allow(dead_code)]
     branchable: Option<bool>,
     #[serde(default)]
     #[allow(dead_code)]
@@ -621,9 +643,14 @@ pub(crate) struct StartBody {
 pub(crate) async fn start(
     State(st): State<AppState>,
     UrlPath(name): UrlPath<String>,
-    Query(_q): Query<StartQuery>,
+    Query(q): Query<StartQuery>,
     req: Request,
 ) -> Response {
+    let base = if st.config.version.is_later() {
+        q.branchable
+    } else {
+        q.forkable
+    };
     let has_ct = req.headers().contains_key(header::CONTENT_TYPE);
     if has_ct {
         let later = st.config.version.is_later();
@@ -643,8 +670,15 @@ pub(crate) async fn start(
             }
         }
     }
+    let was_running = st.with_machine(&name, |m| m.resolved() == Resolved::Running);
     if let Err(e) = ensure_running(&st, &name) {
         return e.into_response();
+    }
+    if was_running == Some(false) {
+        st.with_machine(&name, |m| {
+            m.forkable = base.unwrap_or(false);
+            crate::persist::save(m);
+        });
     }
     reply_for(&st, &name)
 }
@@ -658,6 +692,7 @@ pub(crate) fn stop_machine(m: &mut Machine) {
     if m.stored == Stored::Running {
         m.stored = Stored::Stopped;
     }
+    crate::persist::save(m);
 }
 
 pub(crate) async fn stop(State(st): State<AppState>, UrlPath(name): UrlPath<String>) -> Response {
@@ -705,6 +740,7 @@ pub(crate) fn supervisor_tick_all(st: &Shared) {
     for m in ms.iter_mut() {
         if m.stored == Stored::Created {
             m.stored = Stored::Stopped;
+            crate::persist::save(m);
         }
     }
 }

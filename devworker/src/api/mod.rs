@@ -20,6 +20,7 @@ use crate::state::AppState;
 
 mod control;
 mod exec;
+mod extensions;
 mod files;
 mod logs;
 mod machines;
@@ -28,7 +29,9 @@ mod sse;
 mod terminal;
 mod volumes;
 
-pub(crate) use machines::{kill_pid, stop_machine, supervisor_tick_all as supervisor_tick};
+pub(crate) use machines::{
+    VMM_CMDLINE, kill_pid, stop_machine, supervisor_tick_all as supervisor_tick,
+};
 
 const VARY: &str = "origin, access-control-request-method, access-control-request-headers";
 
@@ -155,7 +158,21 @@ pub(crate) fn router(state: AppState) -> Router {
         )
         .route(&format!("{m}/logs"), get(logs::logs))
         .route(&format!("{m}/egress-events"), get(node::egress_events))
-        .route(&format!("{m}/images"), get(node::images))
+        .route(&format!("{m}/images"), get(extensions::images))
+        .route(&format!("{m}/images/pull"), post(extensions::pull))
+        .route(&format!("{m}/resize"), post(extensions::resize))
+        .route(
+            &format!(
+                "{m}/{}",
+                if state.config.version.is_later() {
+                    "branches"
+                } else {
+                    "fork"
+                }
+            ),
+            post(extensions::fork),
+        )
+        .route("/artifacts/warm", post(extensions::warm))
         .route("/api/v1/volumes", post(volumes::create))
         .route("/api/v1/volumes/{id}", delete(volumes::delete_one))
         .route(
@@ -166,6 +183,22 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/_devworker/restart", post(control::restart))
         .fallback(fallback)
         .layer(DefaultBodyLimit::max(json_max))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            outer,
+        ))
+        .with_state(state)
+}
+
+/// The plain-HTTP loopback door of mTLS mode: only the node endpoints;
+/// every other path is 404 (worker-api.md §1.2).
+pub(crate) fn door_router(state: AppState) -> Router {
+    Router::new()
+        .route("/health", get(node::health))
+        .route("/readyz", get(node::readyz))
+        .route("/capacity", get(node::capacity))
+        .route("/metrics", get(node::metrics))
+        .fallback(fallback)
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
             outer,
@@ -292,6 +325,21 @@ async fn with_faults(
                 let mut resp = StatusCode::TEMPORARY_REDIRECT.into_response();
                 if let Ok(v) = HeaderValue::from_str(location) {
                     resp.headers_mut().insert(header::LOCATION, v);
+                }
+                return resp;
+            }
+            Fault::Reply {
+                status,
+                content_type,
+                body,
+            } => {
+                let mut resp = Response::new(Body::from(body.clone()));
+                *resp.status_mut() =
+                    StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                if let Some(ct) = content_type
+                    && let Ok(v) = HeaderValue::from_str(ct)
+                {
+                    resp.headers_mut().insert(header::CONTENT_TYPE, v);
                 }
                 return resp;
             }

@@ -83,6 +83,19 @@ pub(crate) async fn metrics(State(st): State<AppState>) -> Response {
             "smolvm_api_requests_total{{method=\"{method}\",status=\"{status}\",path=\"{path}\"}} {n}\n"
         ));
     }
+    {
+        let h = lock(&st.exec_hist);
+        if h.count > 0 {
+            out.push_str("\n# TYPE smolvm_exec_seconds histogram\n");
+            for (le, n) in crate::state::EXEC_BUCKETS.iter().zip(h.buckets) {
+                out.push_str(&format!("smolvm_exec_seconds_bucket{{le=\"{le}\"}} {n}\n"));
+            }
+            out.push_str(&format!(
+                "smolvm_exec_seconds_bucket{{le=\"+Inf\"}} {}\nsmolvm_exec_seconds_sum {}\nsmolvm_exec_seconds_count {}\n",
+                h.count, h.sum, h.count
+            ));
+        }
+    }
     let c = counts(&st);
     out.push_str(&format!(
         "\n# TYPE smolvm_machines_total gauge\nsmolvm_machines_total {}\n\n# TYPE smolvm_machines_running gauge\nsmolvm_machines_running {}\n\n",
@@ -117,16 +130,4 @@ pub(crate) async fn egress_events(
         return ApiError::machine_not_found(&name).into_response();
     }
     ok_json(&Events { events: [] })
-}
-
-#[derive(Serialize)]
-struct Images {
-    images: [u8; 0],
-}
-
-pub(crate) async fn images(State(st): State<AppState>, UrlPath(name): UrlPath<String>) -> Response {
-    if st.with_machine(&name, |_| ()).is_none() {
-        return ApiError::machine_not_found(&name).into_response();
-    }
-    ok_json(&Images { images: [] })
 }

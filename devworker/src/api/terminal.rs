@@ -89,7 +89,17 @@ pub(crate) async fn interactive(
         pixel_height: 0,
     };
     let generation = st.generation.subscribe();
-    ws.on_upgrade(move |socket| session(socket, root, cmd, size, faults, vec![kill, generation]))
+    let commands = st.commands.clone();
+    let ctx = Session {
+        root,
+        cmd,
+        size,
+        faults,
+        machine_kill: kill,
+        generation,
+        commands,
+    };
+    ws.on_upgrade(move |socket| session(socket, ctx))
 }
 
 fn raw_upgrade(mut req: Request, fault: Fault) -> Response {
@@ -151,7 +161,12 @@ struct Pty {
     killer: Box<dyn portable_pty::ChildKiller + Send + Sync>,
 }
 
-fn open_pty(root: &std::path::Path, cmd: &str, size: PtySize) -> Result<Pty, String> {
+fn open_pty(
+    root: &std::path::Path,
+    cmd: &str,
+    size: PtySize,
+    registry: &crate::process::Registry,
+) -> Result<Pty, String> {
     let pair = native_pty_system()
         .openpty(size)
         .map_err(|e| e.to_string())?;
@@ -170,6 +185,12 @@ fn open_pty(root: &std::path::Path, cmd: &str, size: PtySize) -> Result<Pty, Str
         .map_err(|e| e.to_string())?;
     drop(pair.slave);
     let killer = child.clone_killer();
+    let pgid = child
+        .process_id()
+        .and_then(|p| i32::try_from(p).ok())
+        .unwrap_or(0);
+    registry.add(pgid);
+    let registry = registry.clone();
     let mut reader = pair.master.try_clone_reader().map_err(|e| e.to_string())?;
     let mut writer = pair.master.take_writer().map_err(|e| e.to_string())?;
     let (out_tx, output) = mpsc::channel::<Vec<u8>>(64);
@@ -204,6 +225,7 @@ fn open_pty(root: &std::path::Path, cmd: &str, size: PtySize) -> Result<Pty, Str
             .wait()
             .map(|s| i32::try_from(s.exit_code()).unwrap_or(-1))
             .unwrap_or(-1);
+        registry.remove(pgid);
         let _ = exit_tx.blocking_send(code);
     });
     Ok(Pty {
@@ -219,15 +241,28 @@ fn exit_text(code: i32) -> Message {
     Message::Text(format!("{{\"type\":\"exit\",\"code\":{code}}}").into())
 }
 
-async fn session(
-    mut socket: WebSocket,
+/// What a terminal session needs once upgraded.
+struct Session {
     root: PathBuf,
     cmd: String,
     size: PtySize,
     faults: ActiveFaults,
-    mut kills: Vec<watch::Receiver<u64>>,
-) {
-    let Ok(mut pty) = open_pty(&root, &cmd, size) else {
+    machine_kill: watch::Receiver<u64>,
+    generation: watch::Receiver<u64>,
+    commands: crate::process::Registry,
+}
+
+async fn session(mut socket: WebSocket, ctx: Session) {
+    let Session {
+        root,
+        cmd,
+        size,
+        faults,
+        mut machine_kill,
+        mut generation,
+        commands,
+    } = ctx;
+    let Ok(mut pty) = open_pty(&root, &cmd, size, &commands) else {
         let _ = socket.send(exit_text(-1)).await;
         let _ = socket.send(Message::Close(None)).await;
         return;
@@ -244,10 +279,6 @@ async fn session(
         if code.is_some() && output_done {
             break;
         }
-        let killed = async {
-            let futs = kills.iter_mut().map(|k| Box::pin(k.changed()));
-            let _ = futures_util::future::select_all(futs).await;
-        };
         let drain = async {
             match drain_deadline {
                 Some(d) => tokio::time::sleep_until(d).await,
@@ -285,7 +316,15 @@ async fn session(
                     return;
                 }
             },
-            () = killed => {
+            _ = machine_kill.changed() => {
+                // The machine stopped under the session: internal error.
+                let _ = pty.killer.kill();
+                let _ = socket.send(exit_text(-1)).await;
+                let _ = socket.send(Message::Close(None)).await;
+                return;
+            }
+            _ = generation.changed() => {
+                // Worker restart: the connection is simply gone.
                 let _ = pty.killer.kill();
                 return;
             }

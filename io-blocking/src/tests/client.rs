@@ -280,3 +280,38 @@ fn readyz_requires_exactly_200_and_empty() {
     let e = tcp_client(p.port, budgets()).call(&Readyz).unwrap_err();
     assert_eq!(e.evidence(), Evidence::DispatchUncertain);
 }
+
+/// A TLS peer that sends a whole reply and vanishes without `close_notify`:
+/// the reply is complete, so the call succeeds (the read failure after it
+/// is reported only if the core still needed bytes).
+#[test]
+fn a_complete_reply_before_an_unclean_tls_close_is_a_result() {
+    let pki = Pki::new(&["localhost"]);
+    let config = pki.server_config(true);
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        let mut tls = rustls::StreamOwned::new(rustls::ServerConnection::new(config).unwrap(), s);
+        read_request(&mut tls).unwrap();
+        tls.write_all(HEALTH).unwrap();
+        tls.flush().unwrap();
+        // Dropping the socket without close_notify.
+        let _ = tls.sock.shutdown(std::net::Shutdown::Both);
+    });
+    let endpoint = Endpoint::new(EndpointConfig {
+        id: "w1".into(),
+        base_url: format!("https://localhost:{port}"),
+        token: Some(Secret::new("t")),
+        ca_file: Some(pki.path("ca.pem")),
+        client_cert: Some(pki.path("client.pem")),
+        client_key: Some(pki.path("client.key")),
+        budgets: budgets(),
+        ..EndpointConfig::default()
+    })
+    .unwrap();
+    assert_eq!(
+        Client::new(endpoint).unwrap().health().unwrap().version,
+        "1.9.2"
+    );
+}

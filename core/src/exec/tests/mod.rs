@@ -3,5 +3,6 @@
 //! any-split properties of the stream decoder.
 
 mod buffered;
+mod call;
 mod command;
 mod stream;

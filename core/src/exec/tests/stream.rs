@@ -347,6 +347,9 @@ fn exec_stream() -> impl Strategy<Value = Vec<u8>> {
 }
 
 proptest! {
+    // Each case already tries every split point; 96 cases keep `cargo test` quick.
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
     /// AC-5.3.1: random piece sizes 1–23 and every single-byte split give
     /// identical events and verdicts.
     #[test]

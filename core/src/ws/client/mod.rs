@@ -1,19 +1,27 @@
 //! The connection state machine: handshake, receive path, send path, close.
 
+mod recv;
+
 use core::fmt;
 use core::ops::Range;
 use std::time::Instant;
 
-use super::close::{CloseCode, ClosePayloadError, parse_close_payload};
-use super::config::{MAX_HANDSHAKE_LEN, MAX_INPUT_CHUNK, WsConfig};
-use super::frame::{self, HeaderError, MAX_CONTROL_PAYLOAD, MAX_HEADER_LEN, Opcode};
-use super::handshake;
-use super::mask::{MaskPool, extend_masked};
 use crate::error::{Category, Error, Evidence, Operation};
+use crate::ws::close::CloseCode;
+use crate::ws::config::{MAX_HANDSHAKE_LEN, MAX_INPUT_CHUNK, WsConfig};
+use crate::ws::frame::{self, MAX_CONTROL_PAYLOAD, MAX_HEADER_LEN, Opcode};
+use crate::ws::handshake;
+use crate::ws::mask::MaskPool;
+use crate::ws::send::TxBuf;
 
 /// Masking keys kept back from application sends so that a pong or a close
 /// can always be masked.
 const MASK_RESERVE_BYTES: usize = 8;
+
+/// A frame at least this long that is split across reads makes
+/// [`WsClient::input_buffer`] offer exactly its remainder, so it is never
+/// moved; shorter partial frames are moved (cheaply) instead.
+const LARGE_FRAME: usize = 4_096;
 
 /// Largest number of bytes waiting in the send buffer (1 MiB of payload plus
 /// headers). A send that would exceed it is refused and changes nothing.
@@ -50,12 +58,19 @@ pub struct WsClient {
     phase: Phase,
     expected_accept: String,
     head_scan: usize,
+    /// Receive buffer: `rx[rx_pos..rx_end]` is unconsumed input; `rx.len()`
+    /// is the initialised room (so reads can land in it directly).
     rx: Vec<u8>,
     rx_pos: usize,
+    rx_end: usize,
+    /// Length of the slice [`WsClient::input_buffer`] last handed out.
+    rx_offered: usize,
     eof: bool,
+    /// Message assembly: the message is `msg[msg_off..]`.
     msg: Vec<u8>,
+    msg_off: usize,
     msg_opcode: Option<Opcode>,
-    tx: Vec<u8>,
+    tx: TxBuf,
     masks: MaskPool,
     deferred_pong: Option<([u8; MAX_CONTROL_PAYLOAD], u8)>,
     deferred_close: Option<Option<CloseCode>>,
@@ -160,8 +175,10 @@ impl WsClient {
         config.validate()?;
         let key_b64 = handshake::encode_key(&key);
         let expected_accept = handshake::accept_for(&key_b64);
-        let mut tx = Vec::with_capacity(512);
-        handshake::write_request(&mut tx, &config, &key_b64);
+        let mut request = Vec::with_capacity(512);
+        handshake::write_request(&mut request, &config, &key_b64);
+        let mut tx = TxBuf::default();
+        tx.push(&request);
         Ok(Self {
             handshake_deadline: Some(now + config.handshake_timeout),
             config,
@@ -170,8 +187,11 @@ impl WsClient {
             head_scan: 0,
             rx: Vec::new(),
             rx_pos: 0,
+            rx_end: 0,
+            rx_offered: 0,
             eof: false,
             msg: Vec::new(),
+            msg_off: 0,
             msg_opcode: None,
             tx,
             masks: MaskPool::new(),
@@ -213,27 +233,84 @@ impl WsClient {
         match self.phase {
             Phase::Done => Ok(()),
             Phase::Handshake => {
-                self.rx.extend_from_slice(bytes);
+                self.make_room(bytes.len());
+                self.rx[self.rx_end..self.rx_end + bytes.len()].copy_from_slice(bytes);
+                self.rx_end += bytes.len();
                 self.advance_handshake();
                 self.error.map_or(Ok(()), Err)
             }
             Phase::Open => {
-                if self.rx_pos == self.rx.len() {
-                    self.rx.clear();
-                    self.rx_pos = 0;
-                }
-                let pending = self.rx.len() - self.rx_pos;
-                let max = self.config.max_frame_len + MAX_HEADER_LEN + MAX_INPUT_CHUNK;
+                let pending = self.rx_end - self.rx_pos;
+                let max = self.max_buffered();
                 if pending + bytes.len() > max {
                     return Err(self
                         .err(Category::Validation, "input_not_drained")
                         .with_limit((pending + bytes.len()) as u64, max as u64));
                 }
-                if self.rx_pos > 0 && self.rx.len() + bytes.len() > self.rx.capacity() {
-                    self.rx.drain(..self.rx_pos);
-                    self.rx_pos = 0;
-                }
-                self.rx.extend_from_slice(bytes);
+                self.make_room(bytes.len());
+                self.rx[self.rx_end..self.rx_end + bytes.len()].copy_from_slice(bytes);
+                self.rx_end += bytes.len();
+                Ok(())
+            }
+        }
+    }
+
+    /// Room to read socket bytes into directly, without a copy through
+    /// [`handle_input`](Self::handle_input); report how many were written
+    /// at its start with [`handle_read`](Self::handle_read).
+    ///
+    /// Its length (≤ 64 KiB) is chosen so that a large frame split across
+    /// reads completes exactly at the end of a read: the buffer then empties
+    /// and no partial frame is ever moved. Empty when the connection ended,
+    /// or when undrained events hold the buffer (drain `poll_event` first).
+    pub fn input_buffer(&mut self) -> &mut [u8] {
+        let pending = self.rx_end - self.rx_pos;
+        let mut want = MAX_INPUT_CHUNK.min(self.max_buffered().saturating_sub(pending));
+        if self.phase == Phase::Done {
+            want = 0;
+        }
+        if self.phase == Phase::Open
+            && let Ok(Some(h)) = frame::parse_server_header(
+                &self.rx[self.rx_pos..self.rx_end],
+                self.config.max_frame_len as u64,
+            )
+        {
+            let total = h.header_len + h.payload_len as usize;
+            if total > pending && total >= LARGE_FRAME {
+                want = want.min(total - pending);
+            }
+        }
+        self.make_room(want);
+        self.rx_offered = want;
+        &mut self.rx[self.rx_end..self.rx_end + want]
+    }
+
+    /// `n` bytes were read into the start of the last
+    /// [`input_buffer`](Self::input_buffer).
+    ///
+    /// # Errors
+    /// As [`handle_input`](Self::handle_input); `validation` when `n` is
+    /// larger than the slice handed out.
+    pub fn handle_read(&mut self, now: Instant, n: usize) -> Result<(), Error> {
+        self.touch(now);
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        if n > self.rx_offered {
+            return Err(self
+                .err(Category::Validation, "read_past_input_buffer")
+                .with_limit(n as u64, self.rx_offered as u64));
+        }
+        self.rx_offered = 0;
+        match self.phase {
+            Phase::Done => Ok(()),
+            Phase::Handshake => {
+                self.rx_end += n;
+                self.advance_handshake();
+                self.error.map_or(Ok(()), Err)
+            }
+            Phase::Open => {
+                self.rx_end += n;
                 Ok(())
             }
         }
@@ -271,13 +348,14 @@ impl WsClient {
         if let Some(code) = self.deferred_close {
             if let Some(mask) = self.masks.take() {
                 self.deferred_close = None;
-                write_close(&mut self.tx, code, mask);
+                self.tx.write_close(code, mask);
             }
         } else if let Some((buf, len)) = self.deferred_pong
             && let Some(mask) = self.masks.take()
         {
             self.deferred_pong = None;
-            write_frame(&mut self.tx, Opcode::Pong, &buf[..usize::from(len)], mask);
+            self.tx
+                .write_frame(Opcode::Pong, &buf[..usize::from(len)], mask);
         }
     }
 
@@ -352,28 +430,71 @@ impl WsClient {
 
     // ---- outputs ------------------------------------------------------
 
-    /// Moves every queued byte to `out` and returns how many. When `out` is
-    /// empty the buffers are swapped (no copy); otherwise the bytes are
-    /// appended.
+    /// Appends every queued byte to `out` and returns how many (one copy;
+    /// [`transmit_data`](Self::transmit_data) avoids it).
+    #[inline]
     pub fn poll_transmit(&mut self, out: &mut Vec<u8>) -> Option<usize> {
-        if self.tx.is_empty() {
+        let n = self.tx.len();
+        if n == 0 {
             return None;
         }
         self.sent_any = true;
-        let n = self.tx.len();
-        if out.is_empty() {
-            core::mem::swap(out, &mut self.tx);
-        } else {
-            out.extend_from_slice(&self.tx);
-            self.tx.clear();
-        }
+        out.extend_from_slice(self.tx.pending());
+        self.tx.consume(n);
         Some(n)
+    }
+
+    /// The queued bytes, to write to the socket straight from the client's
+    /// buffer; report what the socket took with
+    /// [`consume_transmit`](Self::consume_transmit) (partial writes are
+    /// fine).
+    #[inline]
+    pub fn transmit_data(&self) -> &[u8] {
+        self.tx.pending()
+    }
+
+    /// `n` bytes of [`transmit_data`](Self::transmit_data) were written.
+    #[inline]
+    pub fn consume_transmit(&mut self, n: usize) {
+        if n > 0 {
+            self.sent_any = true;
+        }
+        self.tx.consume(n);
     }
 
     /// The next event. Messages are lent from the receive or message buffer
     /// and valid until the next call on the client. Decoding a ping or close
     /// may queue a transmit.
+    #[inline]
     pub fn poll_event(&mut self) -> Option<WsEvent<'_>> {
+        // Fast path: a complete, final, unmasked binary frame shorter than
+        // 64 KiB outside a fragmented message (the terminal's output). Every
+        // check the slow path makes is implied by these bytes and caps;
+        // anything else goes the general way.
+        if self.phase == Phase::Open && self.msg_opcode.is_none() && !self.open_pending {
+            let avail = &self.rx[self.rx_pos..self.rx_end];
+            if let [0x82, b1, ..] = *avail {
+                let (hl, len) = match (b1, avail.get(2..4)) {
+                    (0..=125, _) => (2, usize::from(b1)),
+                    (126, Some(&[hi, lo])) => (4, usize::from(u16::from_be_bytes([hi, lo]))),
+                    _ => (0, 0),
+                };
+                if hl != 0
+                    && (hl == 2 || len >= 126)
+                    && len <= self.config.max_frame_len
+                    && len <= self.config.max_message_len
+                    && avail.len() >= hl + len
+                {
+                    let start = self.rx_pos + hl;
+                    self.rx_pos = start + len;
+                    return Some(WsEvent::Binary(&self.rx[start..start + len]));
+                }
+            }
+        }
+        self.poll_event_general()
+    }
+
+    fn poll_event_general(&mut self) -> Option<WsEvent<'_>> {
         if self.open_pending {
             self.open_pending = false;
             return Some(WsEvent::Open);
@@ -395,13 +516,15 @@ impl WsClient {
                 core::str::from_utf8(&self.rx[r]).ok().map(WsEvent::Text)
             }
             Step::Message(Opcode::Text) => {
-                if core::str::from_utf8(&self.msg).is_err() {
+                if core::str::from_utf8(&self.msg[self.msg_off..]).is_err() {
                     self.fail_invalid_utf8();
                     return self.take_end();
                 }
-                core::str::from_utf8(&self.msg).ok().map(WsEvent::Text)
+                core::str::from_utf8(&self.msg[self.msg_off..])
+                    .ok()
+                    .map(WsEvent::Text)
             }
-            Step::Message(_) => Some(WsEvent::Binary(&self.msg)),
+            Step::Message(_) => Some(WsEvent::Binary(&self.msg[self.msg_off..])),
             Step::NeedMore | Step::End => self.take_end(),
         }
     }
@@ -456,6 +579,7 @@ impl WsClient {
 
     // ---- internals ----------------------------------------------------
 
+    #[inline]
     fn touch(&mut self, now: Instant) -> Instant {
         self.last_now = self.last_now.max(now);
         self.last_now
@@ -484,10 +608,36 @@ impl WsClient {
         self.config.operation
     }
 
+    /// Most unconsumed bytes the receive buffer holds: one partial frame
+    /// plus one chunk (a handshake head is smaller).
+    fn max_buffered(&self) -> usize {
+        self.config.max_frame_len + MAX_HEADER_LEN + MAX_INPUT_CHUNK
+    }
+
+    /// Makes `rx[rx_end..rx_end + n]` available: restart at 0 when all was
+    /// consumed, move the unconsumed tail to the front only when the room
+    /// at the end is short, grow (bounded by the callers' checks) last.
+    fn make_room(&mut self, n: usize) {
+        if self.rx_pos == self.rx_end {
+            self.rx_pos = 0;
+            self.rx_end = 0;
+        }
+        if self.rx_end + n > self.rx.len() {
+            if self.rx_pos > 0 {
+                self.rx.copy_within(self.rx_pos..self.rx_end, 0);
+                self.rx_end -= self.rx_pos;
+                self.rx_pos = 0;
+            }
+            if self.rx_end + n > self.rx.len() {
+                self.rx.resize(self.rx_end + n, 0);
+            }
+        }
+    }
+
     fn advance_handshake(&mut self) {
-        let Some(end) = handshake::find_head_end(&self.rx, self.head_scan) else {
-            self.head_scan = self.rx.len();
-            if self.rx.len() >= MAX_HANDSHAKE_LEN {
+        let Some(end) = handshake::find_head_end(&self.rx[..self.rx_end], self.head_scan) else {
+            self.head_scan = self.rx_end;
+            if self.rx_end >= MAX_HANDSHAKE_LEN {
                 let e = Error::protocol(self.op(), "handshake_too_large")
                     .with_limit(MAX_HANDSHAKE_LEN as u64 + 1, MAX_HANDSHAKE_LEN as u64);
                 self.fail(e, None);
@@ -539,120 +689,8 @@ impl WsClient {
         let Some(mask) = self.masks.take() else {
             return Err(self.err(Category::Validation, "mask_entropy_exhausted"));
         };
-        write_frame(&mut self.tx, opcode, payload, mask);
+        self.tx.write_frame(opcode, payload, mask);
         Ok(())
-    }
-
-    /// Decodes frames until one yields an event, more bytes are needed, or
-    /// the connection ends.
-    #[inline]
-    fn decode(&mut self) -> Step {
-        loop {
-            let avail = &self.rx[self.rx_pos..];
-            let hdr = match frame::parse_server_header(avail, self.config.max_frame_len as u64) {
-                Ok(Some(h)) => h,
-                Ok(None) => return self.need_more(),
-                Err(HeaderError::Protocol(reason)) => {
-                    let e = Error::protocol(self.op(), reason);
-                    self.fail(e, Some(CloseCode::PROTOCOL_ERROR));
-                    return Step::End;
-                }
-                Err(HeaderError::TooLarge { len, max }) => {
-                    self.fail_too_big("frame_too_large", len, max);
-                    return Step::End;
-                }
-            };
-            // The header check bounds the length by 64 KiB (data) or 125
-            // (control), so it fits in usize.
-            let len = hdr.payload_len as usize;
-            let total = hdr.header_len + len;
-            if avail.len() < total {
-                return self.need_more();
-            }
-            let start = self.rx_pos + hdr.header_len;
-            let range = start..start + len;
-            self.rx_pos += total;
-            let max_msg = self.config.max_message_len;
-            match hdr.opcode {
-                Opcode::Binary | Opcode::Text => {
-                    if self.msg_opcode.is_some() {
-                        let e = Error::protocol(self.op(), "data_frame_inside_fragmented_message");
-                        self.fail(e, Some(CloseCode::PROTOCOL_ERROR));
-                        return Step::End;
-                    }
-                    if len > max_msg {
-                        self.fail_too_big("message_too_large", len as u64, max_msg as u64);
-                        return Step::End;
-                    }
-                    if hdr.fin {
-                        return if hdr.opcode == Opcode::Binary {
-                            Step::Binary(range)
-                        } else {
-                            Step::Text(range)
-                        };
-                    }
-                    self.msg.clear();
-                    self.msg.extend_from_slice(&self.rx[range]);
-                    self.msg_opcode = Some(hdr.opcode);
-                }
-                Opcode::Continuation => {
-                    let Some(opcode) = self.msg_opcode else {
-                        let e = Error::protocol(self.op(), "continuation_without_start");
-                        self.fail(e, Some(CloseCode::PROTOCOL_ERROR));
-                        return Step::End;
-                    };
-                    let total_len = self.msg.len() + len;
-                    if total_len > max_msg {
-                        self.fail_too_big("message_too_large", total_len as u64, max_msg as u64);
-                        return Step::End;
-                    }
-                    self.msg.extend_from_slice(&self.rx[range]);
-                    if hdr.fin {
-                        self.msg_opcode = None;
-                        return Step::Message(opcode);
-                    }
-                }
-                Opcode::Ping => {
-                    self.queue_pong(range.clone());
-                    return Step::Ping(range);
-                }
-                Opcode::Pong => return Step::Pong(range),
-                Opcode::Close => {
-                    self.on_close_frame(range);
-                    return Step::End;
-                }
-            }
-        }
-    }
-
-    fn need_more(&mut self) -> Step {
-        if self.eof && !self.close_received {
-            let e = self.err(Category::Transport, "abnormal_close");
-            self.fail(e, None);
-            return Step::End;
-        }
-        Step::NeedMore
-    }
-
-    fn on_close_frame(&mut self, range: Range<usize>) {
-        match parse_close_payload(&self.rx[range]) {
-            Ok(code) => {
-                self.close_received = true;
-                let by_peer = !self.close_sent;
-                if by_peer {
-                    // RFC 6455 §5.5.1: echo the status code received.
-                    self.queue_close(code);
-                }
-                self.phase = Phase::Done;
-                self.close_deadline = None;
-                self.end = Some(End::Closed(CloseInfo { code, by_peer }));
-            }
-            Err(ClosePayloadError::Protocol(reason)) => {
-                let e = Error::protocol(self.op(), reason);
-                self.fail(e, Some(CloseCode::PROTOCOL_ERROR));
-            }
-            Err(ClosePayloadError::InvalidUtf8) => self.fail_invalid_utf8(),
-        }
     }
 
     fn queue_pong(&mut self, range: Range<usize>) {
@@ -661,7 +699,7 @@ impl WsClient {
         }
         let payload = &self.rx[range];
         match self.masks.take() {
-            Some(mask) => write_frame(&mut self.tx, Opcode::Pong, payload, mask),
+            Some(mask) => self.tx.write_frame(Opcode::Pong, payload, mask),
             None => {
                 // RFC 6455 §5.5.3: answering only the latest ping is allowed.
                 let mut buf = [0u8; MAX_CONTROL_PAYLOAD];
@@ -679,7 +717,7 @@ impl WsClient {
         self.close_sent = true;
         self.deferred_pong = None;
         match self.masks.take() {
-            Some(mask) => write_close(&mut self.tx, code, mask),
+            Some(mask) => self.tx.write_close(code, mask),
             None => self.deferred_close = Some(code),
         }
     }
@@ -726,25 +764,11 @@ impl fmt::Debug for WsClient {
         f.debug_struct("WsClient")
             .field("phase", &self.phase)
             .field("operation", &self.config.operation)
-            .field("buffered_rx", &(self.rx.len() - self.rx_pos))
+            .field("buffered_rx", &(self.rx_end - self.rx_pos))
             .field("pending_tx", &self.tx.len())
             .field("close_sent", &self.close_sent)
             .field("close_received", &self.close_received)
             .field("error", &self.error)
             .finish_non_exhaustive()
-    }
-}
-
-/// Appends one masked, unfragmented client frame.
-#[inline]
-fn write_frame(tx: &mut Vec<u8>, opcode: Opcode, payload: &[u8], mask: [u8; 4]) {
-    frame::encode_header(tx, true, opcode, payload.len(), Some(mask));
-    extend_masked(tx, payload, mask);
-}
-
-fn write_close(tx: &mut Vec<u8>, code: Option<CloseCode>, mask: [u8; 4]) {
-    match code {
-        Some(c) => write_frame(tx, Opcode::Close, &c.as_u16().to_be_bytes(), mask),
-        None => write_frame(tx, Opcode::Close, &[], mask),
     }
 }

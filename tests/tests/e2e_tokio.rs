@@ -1,0 +1,4 @@
+//! The end-to-end suite on the tokio shell, over TCP, mutual TLS and a Unix
+//! socket (the blocking shell's `e2e_blocking.rs` is the same line).
+
+smolbox_tests::e2e_suite!(smolbox_tests::tokio_shell::TokioShell);
