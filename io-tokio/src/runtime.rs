@@ -4,10 +4,6 @@
 //! [`smolbox_core::managed::run::Run`]: it performs the store operations and
 //! the one dispatch the core asks for, and makes no decision of its own.
 
-use std::fs::{self, OpenOptions};
-use std::io::{Read, Write};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -15,7 +11,7 @@ use smolbox_core::exec::Command;
 use smolbox_core::managed::run::{Run, RunConfig, RunOutcome, RunTarget, StoreOp};
 use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
 use smolbox_core::{Category, Error, Evidence, Operation};
-use smolbox_store::{EncryptionKey, Store};
+use smolbox_store::Store;
 
 use crate::Client;
 
@@ -198,71 +194,4 @@ fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// The fingerprint key and the store encryption key of the database at
-/// `db_path`, loaded from (or created as) two 32-byte files with mode 0600
-/// next to it: `<db>.fingerprint-key` and `<db>.seal-key`.
-///
-/// # Errors
-/// `store` when a key file cannot be read or created; `validation` when
-/// it has the wrong length or is readable by group or others.
-pub fn load_or_create_keys(db_path: &Path) -> Result<(FingerprintKey, EncryptionKey), Error> {
-    let fp = key_file(&sibling(db_path, "fingerprint-key"))?;
-    let seal = key_file(&sibling(db_path, "seal-key"))?;
-    let fingerprint_key = FingerprintKey::new(&fp)?;
-    let encryption_key = EncryptionKey::new(seal, &fingerprint_key)?;
-    Ok((fingerprint_key, encryption_key))
-}
-
-fn sibling(db_path: &Path, suffix: &str) -> PathBuf {
-    let mut name = db_path.file_name().unwrap_or_default().to_os_string();
-    name.push(".");
-    name.push(suffix);
-    db_path.with_file_name(name)
-}
-
-fn key_error(reason: &'static str) -> Error {
-    let category = match reason {
-        "key_permissions" | "key_length" => Category::Validation,
-        _ => Category::Store,
-    };
-    Error::new(category, Operation::Encryption, Evidence::NotDispatched).with_reason(reason)
-}
-
-/// Loads a 32-byte key file, or creates it (mode 0600, exclusive create).
-///
-/// # Errors
-/// `store` on I/O failure; `validation` for a wrong length or loose
-/// permissions.
-pub fn key_file(path: &Path) -> Result<[u8; 32], Error> {
-    let mut key = [0u8; 32];
-    match OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-    {
-        Ok(mut f) => {
-            getrandom::getrandom(&mut key).map_err(|_| key_error("key_random"))?;
-            f.write_all(&key)
-                .and_then(|()| f.sync_all())
-                .map_err(|_| key_error("key_write"))?;
-            Ok(key)
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            let meta = fs::metadata(path).map_err(|_| key_error("key_read"))?;
-            if meta.permissions().mode() & 0o077 != 0 {
-                return Err(key_error("key_permissions"));
-            }
-            let mut bytes = Vec::with_capacity(33);
-            fs::File::open(path)
-                .and_then(|f| f.take(33).read_to_end(&mut bytes))
-                .map_err(|_| key_error("key_read"))?;
-            if bytes.len() != 32 {
-                return Err(key_error("key_length").with_limit(bytes.len() as u64, 32));
-            }
-            key.copy_from_slice(&bytes);
-            Ok(key)
-        }
-        Err(_) => Err(key_error("key_create")),
-    }
-}
+pub use smolbox_store::keys::{key_file, load_or_create_keys};
