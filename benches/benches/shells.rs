@@ -106,7 +106,7 @@ fn flood_input() -> String {
 
 // ---- terminal output throughput -------------------------------------------
 
-#[divan::bench_group(name = "terminal_throughput")]
+#[divan::bench_group(name = "terminal_throughput", sample_count = 10, sample_size = 1)]
 mod terminal_throughput {
     use super::*;
 
@@ -203,7 +203,7 @@ async fn reqwest_exec(client: &reqwest::Client, url: &str, body: &[u8]) -> i32 {
     i32::try_from(v["exitCode"].as_i64().unwrap()).unwrap()
 }
 
-#[divan::bench_group(name = "exec_round_trip", sample_count = 30)]
+#[divan::bench_group(name = "exec_round_trip", sample_count = 30, sample_size = 4)]
 mod exec_round_trip {
     use super::*;
 
