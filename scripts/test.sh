@@ -10,6 +10,13 @@ export CARGO_TERM_COLOR=never
 # shellcheck source=scripts/pg.sh
 source scripts/pg.sh
 
+# The `smolbox shell` test drives the command through a real terminal (tmux).
+if ! command -v tmux >/dev/null 2>&1; then
+    echo "test: installing tmux"
+    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+    $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null
+fi
+
 echo "test: cargo fmt --check"
 cargo fmt --all -- --check
 

@@ -483,6 +483,14 @@ impl BlockingDevWorker {
     pub fn request_count(&self, route: Route) -> u64 {
         self.w().request_count(route)
     }
+    /// See [`DevWorker::version`].
+    pub fn version(&self) -> Version {
+        self.w().version()
+    }
+    /// See [`DevWorker::state_dir`].
+    pub fn state_dir(&self) -> PathBuf {
+        self.w().state_dir().to_path_buf()
+    }
     /// See [`DevWorker::guest_root`].
     pub fn guest_root(&self, name: &str) -> PathBuf {
         self.w().guest_root(name)

@@ -11,7 +11,9 @@ use smolbox_core::worker::{
     MachineSpec, Measure, Measurements, Metrics, Observation, Profile, Readyz, Start, Stop,
     WorkerCall, status,
 };
-use smolbox_core::worker::{Endpoint, Scheme};
+use smolbox_core::worker::{
+    Download, Endpoint, Logs, Scheme, Upload, UploadReply, VolumeCreate, VolumeDelete,
+};
 use smolbox_core::{Error, Operation};
 
 use crate::http::{Deadlines, Exchange};
@@ -288,6 +290,68 @@ impl Client {
         let deadline = Instant::now() + self.inner.endpoint.budgets().operation;
         let stream = self.exec_stream(machine, command).await?;
         run_with_callback(stream, callback, deadline).await
+    }
+
+    /// Background launch (`POST …/exec` with `background: true`): the launch
+    /// acknowledgement (`pid=N`), which proves a launch only.
+    ///
+    /// # Errors
+    /// As [`exec`](Self::exec); `validation` for a foreground command.
+    pub async fn launch(&self, machine: &str, command: &Command) -> Result<exec::Launched, Error> {
+        if !command.is_background() {
+            return Err(Error::validation(
+                Operation::Launch,
+                "launch_requires_background",
+            ));
+        }
+        match self.exec(machine, command).await? {
+            ExecOutcome::Launched(l) => Ok(l),
+            // `decode_reply_for` yields a launch for every background command.
+            ExecOutcome::Exited(_) => Err(Error::protocol(Operation::Launch, "launch_without_ack")),
+        }
+    }
+
+    /// `PUT …/files/{path}` (build the [`Upload`] with its digest first).
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub async fn upload(&self, upload: &Upload) -> Result<UploadReply, Error> {
+        self.call(upload).await
+    }
+
+    /// `GET …/files/{path}` within the download's byte cap.
+    ///
+    /// # Errors
+    /// As [`call`](Self::call); `output_limit` past the cap.
+    pub async fn download(&self, download: &Download) -> Result<bytes::Bytes, Error> {
+        self.call(download).await
+    }
+
+    /// Console logs (`GET …/logs`, SSE): the history lines (tail).
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub async fn logs(&self, logs: &Logs) -> Result<Vec<String>, Error> {
+        self.call(logs).await
+    }
+
+    /// `POST /api/v1/volumes`.
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub async fn volume_create(&self, call: &VolumeCreate) -> Result<String, Error> {
+        self.call(call).await
+    }
+
+    /// `DELETE /api/v1/volumes/{id}` (204).
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub async fn volume_delete(
+        &self,
+        call: &VolumeDelete,
+    ) -> Result<<VolumeDelete as WorkerCall>::Output, Error> {
+        self.call(call).await
     }
 
     /// The endpoint's connection pool.

@@ -165,6 +165,29 @@ impl Shell for BlockingShell {
             .exec_with(machine, command, move |e| callback(&event(e)))
     }
 
+    fn launch(
+        &self,
+        machine: &str,
+        command: &Command,
+    ) -> Result<smolbox_core::exec::Launched, Error> {
+        self.client.launch(machine, command)
+    }
+
+    fn upload(
+        &self,
+        upload: &smolbox_core::worker::Upload,
+    ) -> Result<smolbox_core::worker::UploadReply, Error> {
+        self.client.upload(upload)
+    }
+
+    fn download(&self, download: &smolbox_core::worker::Download) -> Result<Vec<u8>, Error> {
+        self.client.download(download).map(|b| b.to_vec())
+    }
+
+    fn logs(&self, logs: &smolbox_core::worker::Logs) -> Result<Vec<String>, Error> {
+        self.client.logs(logs)
+    }
+
     fn terminal(&self, machine: &str, spec: &TerminalSpec) -> Result<BlockingTerminal, Error> {
         Ok(BlockingTerminal {
             terminal: self.client.terminal(machine, spec)?,

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use sha2::Digest;
 use smolbox_core::exec::{Command, ExecOutcome, ExecOutput, OutputAllowance};
 use smolbox_core::terminal::{TerminalExit, TerminalSpec};
 use smolbox_core::worker::{Budgets, MachineName, MachineSpec, MachineState, Profile};
@@ -553,6 +554,63 @@ pub fn sentinels_never_appear_in_errors<S: Shell>(t: Transport) {
             "{text}"
         );
     }
+}
+
+/// Upload then download (the digest is checked before sending), the
+/// download cap at N and N-1, a background launch, console logs.
+pub fn files_launch_and_logs<S: Shell>(t: Transport) {
+    use smolbox_core::worker::{
+        Download, FileBudget, GuestPath, Logs, LogsParams, PathPolicy, Upload,
+    };
+    let fx = Fixture::start(t);
+    let s: S = fx.shell();
+    let profile = machine(&s);
+    let budget = FileBudget::new(1 << 20, &Fixture::budgets()).unwrap();
+    let policy = PathPolicy::default();
+    let path = || GuestPath::new("/workspace/a.txt").unwrap();
+    let data = bytes::Bytes::from_static(b"file body\n\0\xff");
+    let digest: String = sha2::Sha256::digest(&data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let up = Upload::new(
+        &profile,
+        &policy,
+        &budget,
+        name("m1"),
+        path(),
+        data.clone(),
+        &digest,
+    )
+    .unwrap();
+    let reply = s.upload(&up).unwrap();
+    assert_eq!(
+        (reply.path.as_str(), reply.size),
+        ("/workspace/a.txt", data.len() as u64)
+    );
+    let n = data.len() as u64;
+    let dl = Download::new(&profile, &policy, &budget, name("m1"), path(), n).unwrap();
+    assert_eq!(s.download(&dl).unwrap(), data.to_vec());
+    let dl = Download::new(&profile, &policy, &budget, name("m1"), path(), n - 1).unwrap();
+    let e = s.download(&dl).unwrap_err();
+    assert_err(&e, Category::OutputLimit, Evidence::DispatchUncertain);
+    // A wrong digest is refused before anything exists to send.
+    let e = Upload::new(
+        &profile,
+        &policy,
+        &budget,
+        name("m1"),
+        path(),
+        data,
+        &"0".repeat(64),
+    )
+    .unwrap_err();
+    assert_err(&e, Category::Validation, Evidence::NotDispatched);
+    assert_eq!(fx.worker.request_count(Route::FilesPut), 1);
+    let launched = s.launch("m1", &sh("sleep 1").background(true)).unwrap();
+    assert!(launched.pid > 0);
+    let logs = Logs::new(&profile, name("m1"), LogsParams::default()).unwrap();
+    s.logs(&logs).unwrap();
 }
 
 // ---- terminals ----------------------------------------------------------

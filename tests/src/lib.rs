@@ -55,6 +55,7 @@ macro_rules! e2e_suite {
                 output_allowance_at_n_and_n_plus_1,
                 connection_is_reused,
                 sentinels_never_appear_in_errors,
+                files_launch_and_logs,
                 terminal_echo_and_exit_code,
                 terminal_resize_seen_by_stty,
                 terminal_next_timeout_keeps_the_session,

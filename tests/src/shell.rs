@@ -162,6 +162,33 @@ pub trait Shell: Sized {
         command: &Command,
         callback: Box<dyn FnMut(&StreamEvent) + Send>,
     ) -> Result<ExecOutput, Error>;
+    /// `Client::launch`.
+    ///
+    /// # Errors
+    /// The operation's errors.
+    fn launch(
+        &self,
+        machine: &str,
+        command: &Command,
+    ) -> Result<smolbox_core::exec::Launched, Error>;
+    /// `Client::upload`.
+    ///
+    /// # Errors
+    /// The operation's errors.
+    fn upload(
+        &self,
+        upload: &smolbox_core::worker::Upload,
+    ) -> Result<smolbox_core::worker::UploadReply, Error>;
+    /// `Client::download`.
+    ///
+    /// # Errors
+    /// The operation's errors.
+    fn download(&self, download: &smolbox_core::worker::Download) -> Result<Vec<u8>, Error>;
+    /// `Client::logs`.
+    ///
+    /// # Errors
+    /// The operation's errors.
+    fn logs(&self, logs: &smolbox_core::worker::Logs) -> Result<Vec<String>, Error>;
     /// `Client::terminal`.
     ///
     /// # Errors

@@ -188,6 +188,31 @@ impl Shell for TokioShell {
         )
     }
 
+    fn launch(
+        &self,
+        machine: &str,
+        command: &Command,
+    ) -> Result<smolbox_core::exec::Launched, Error> {
+        self.rt.block_on(self.client.launch(machine, command))
+    }
+
+    fn upload(
+        &self,
+        upload: &smolbox_core::worker::Upload,
+    ) -> Result<smolbox_core::worker::UploadReply, Error> {
+        self.rt.block_on(self.client.upload(upload))
+    }
+
+    fn download(&self, download: &smolbox_core::worker::Download) -> Result<Vec<u8>, Error> {
+        self.rt
+            .block_on(self.client.download(download))
+            .map(|b| b.to_vec())
+    }
+
+    fn logs(&self, logs: &smolbox_core::worker::Logs) -> Result<Vec<String>, Error> {
+        self.rt.block_on(self.client.logs(logs))
+    }
+
     fn terminal(&self, machine: &str, spec: &TerminalSpec) -> Result<TokioTerminal, Error> {
         let terminal = self.rt.block_on(self.client.terminal(machine, spec))?;
         Ok(TokioTerminal {

@@ -1,0 +1,196 @@
+//! The command line.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::backend::ShellKind;
+
+const ABOUT: &str = "Drive a smolvm worker: machines, commands, files, logs and terminals.
+
+With neither --worker nor SMOLBOX_WORKER, smolbox starts the local devworker
+in-process on loopback; it runs commands on this host WITHOUT isolation.";
+
+/// `smolbox`: drive a smolvm worker from a shell.
+#[derive(Parser, Debug)]
+#[command(name = "smolbox", version, about = ABOUT, after_help = crate::report::EXIT_TABLE)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) global: Global,
+    #[command(subcommand)]
+    pub(crate) command: Cmd,
+}
+
+/// Worker selection and output options.
+#[derive(Args, Debug)]
+pub(crate) struct Global {
+    /// Worker: `http://127.0.0.1:PORT` (loopback only), `https://HOST:PORT`
+    /// (needs --ca and a token), or `unix:PATH`.
+    #[arg(long, global = true, env = "SMOLBOX_WORKER")]
+    pub(crate) worker: Option<String>,
+    /// Bearer token for the worker (never printed).
+    #[arg(long, global = true, env = "SMOLBOX_TOKEN", hide_env_values = true)]
+    pub(crate) token: Option<String>,
+    /// CA certificate file (PEM) for an https worker.
+    #[arg(long, global = true)]
+    pub(crate) ca: Option<PathBuf>,
+    /// Client certificate (PEM) for mutual TLS.
+    #[arg(long, global = true, requires = "key")]
+    pub(crate) cert: Option<PathBuf>,
+    /// Client key (PEM) for mutual TLS.
+    #[arg(long, global = true, requires = "cert")]
+    pub(crate) key: Option<PathBuf>,
+    /// Which client shell drives the worker.
+    #[arg(long, global = true, value_enum, default_value = "tokio")]
+    pub(crate) shell: ShellKind,
+    /// Print results as JSON (where supported).
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+}
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub(crate) enum Cmd {
+    /// The worker's health and version.
+    Health,
+    /// Machine lifecycle.
+    #[command(subcommand)]
+    Machine(MachineCmd),
+    /// Run a command in a machine (buffered unless --stream); exits with
+    /// the command's exit code.
+    Exec(ExecArgs),
+    /// An interactive terminal in a machine.
+    Shell(ShellArgs),
+    /// Copy a file: `LOCAL MACHINE:/path` uploads, `MACHINE:/path LOCAL`
+    /// downloads. The SHA-256 is computed and printed (and checked with
+    /// --sha256).
+    Cp(CpArgs),
+    /// A machine's console log.
+    Logs(LogsArgs),
+    /// Create a fresh machine, run the command in it, print its output,
+    /// remove the machine; exits with the command's exit code.
+    Run(RunArgs),
+}
+
+/// `machine …`.
+#[derive(Subcommand, Debug)]
+pub(crate) enum MachineCmd {
+    /// Create a machine (imageless: 1 CPU, 256 MiB by default).
+    Create {
+        /// Machine name (lowercase letters, digits, `-`, `_`).
+        name: String,
+        /// CPUs (1–64).
+        #[arg(long, default_value_t = 1)]
+        cpus: u8,
+        /// Memory in MiB (128–16384).
+        #[arg(long, default_value_t = 256)]
+        memory: u32,
+    },
+    /// List machines.
+    Ls,
+    /// Show one machine.
+    Get {
+        /// Machine name.
+        name: String,
+    },
+    /// Start a machine.
+    Start {
+        /// Machine name.
+        name: String,
+    },
+    /// Stop a machine.
+    Stop {
+        /// Machine name.
+        name: String,
+    },
+    /// Remove a machine.
+    Rm {
+        /// Machine name.
+        name: String,
+    },
+}
+
+/// Options of a command run in a guest.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct CommandOpts {
+    /// Stream output as it is produced (SSE) instead of buffering it.
+    #[arg(long)]
+    pub(crate) stream: bool,
+    /// Environment variable for the command (repeatable).
+    #[arg(long = "env", value_name = "K=V")]
+    pub(crate) env: Vec<String>,
+    /// Working directory in the guest (default /workspace).
+    #[arg(long)]
+    pub(crate) workdir: Option<String>,
+    /// Command timeout in seconds (1–86400; default 30).
+    #[arg(long, value_name = "SECS")]
+    pub(crate) timeout: Option<u32>,
+    /// Feed this file as the command's stdin (`-` reads smolbox's stdin;
+    /// UTF-8 text, at most 64 KiB; not with --stream).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) stdin: Option<PathBuf>,
+}
+
+/// `exec`.
+#[derive(Args, Debug)]
+pub(crate) struct ExecArgs {
+    /// Machine name.
+    pub(crate) machine: String,
+    #[command(flatten)]
+    pub(crate) opts: CommandOpts,
+    /// The command and its arguments (after `--`).
+    #[arg(last = true, required = true, value_name = "ARGV")]
+    pub(crate) argv: Vec<String>,
+}
+
+/// `run`.
+#[derive(Args, Debug)]
+pub(crate) struct RunArgs {
+    #[command(flatten)]
+    pub(crate) opts: CommandOpts,
+    /// Keep the machine afterwards (its name is printed on stderr).
+    #[arg(long)]
+    pub(crate) keep: bool,
+    /// The command and its arguments (after `--`).
+    #[arg(last = true, required = true, value_name = "ARGV")]
+    pub(crate) argv: Vec<String>,
+}
+
+/// `shell`.
+#[derive(Args, Debug)]
+pub(crate) struct ShellArgs {
+    /// Machine name.
+    pub(crate) machine: String,
+    /// Program to run under the PTY.
+    #[arg(long, default_value = "/bin/sh")]
+    pub(crate) program: String,
+}
+
+/// `cp`.
+#[derive(Args, Debug)]
+pub(crate) struct CpArgs {
+    /// Source: a local path or `MACHINE:/path`.
+    pub(crate) src: String,
+    /// Destination: `MACHINE:/path` or a local path.
+    pub(crate) dst: String,
+    /// Expected SHA-256 (hex) of the file; a mismatch fails the copy and,
+    /// for a download, nothing is written.
+    #[arg(long, value_name = "HEX")]
+    pub(crate) sha256: Option<String>,
+    /// Largest file accepted, bytes (≤ 16 MiB).
+    #[arg(long, default_value_t = 16_777_216)]
+    pub(crate) max_bytes: u64,
+}
+
+/// `logs`.
+#[derive(Args, Debug)]
+pub(crate) struct LogsArgs {
+    /// Machine name.
+    pub(crate) machine: String,
+    /// Keep printing new lines until interrupted.
+    #[arg(short, long)]
+    pub(crate) follow: bool,
+    /// History lines (0–10000).
+    #[arg(long, default_value_t = 100)]
+    pub(crate) tail: u32,
+}

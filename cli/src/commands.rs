@@ -1,0 +1,378 @@
+//! `health`, `machine …`, `exec`, `run` and `logs`, written once over
+//! [`Backend`].
+
+use std::io::Read;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde_json::json;
+use smolbox_core::exec::{Command, ExecOutcome, ExecOutput};
+use smolbox_core::worker::logs::MAX_TAIL;
+use smolbox_core::worker::{
+    Logs, LogsParams, MachineName, MachineSpec, MachineState, Namespace, Observation,
+};
+use smolbox_core::{Category, Error, Evidence, Operation};
+
+use crate::args::{CommandOpts, LogsArgs, MachineCmd, RunArgs};
+use crate::backend::{Backend, StreamPiece};
+use crate::report::{self, EXIT_CLEANUP, Failure};
+
+/// `health`.
+pub(crate) fn health(b: &Backend, json: bool) -> Result<i32, Failure> {
+    let h = b.health()?;
+    if json {
+        report::line(
+            &json!({
+                "version": h.version,
+                "machines_total": h.total,
+                "machines_running": h.running,
+                "uptime_seconds": h.uptime_seconds,
+            })
+            .to_string(),
+        )?;
+    } else {
+        let mut text = format!("ok: worker version {}", h.version);
+        if let (Some(t), Some(r)) = (h.total, h.running) {
+            text.push_str(&format!(", {t} machines ({r} running)"));
+        }
+        if let Some(u) = h.uptime_seconds {
+            text.push_str(&format!(", up {u} s"));
+        }
+        report::line(&text)?;
+    }
+    Ok(0)
+}
+
+/// `machine …`.
+pub(crate) fn machine(b: &Backend, cmd: MachineCmd, json: bool) -> Result<i32, Failure> {
+    let profile = b.admit()?;
+    match cmd {
+        MachineCmd::Create { name, cpus, memory } => {
+            let spec = MachineSpec {
+                cpus,
+                memory_mb: memory,
+                ..MachineSpec::default()
+            };
+            let obs = b.create(&profile, MachineName::new(&name)?, &spec)?;
+            print_observation(&obs, json)?;
+        }
+        MachineCmd::Ls => {
+            let list = b.list(&profile)?;
+            if json {
+                let all: Vec<_> = list.iter().map(observation_json).collect();
+                report::line(&serde_json::Value::Array(all).to_string())?;
+            } else {
+                report::line(&format!(
+                    "{:<32} {:<8} {:>4} {:>7}",
+                    "NAME", "STATE", "CPUS", "MEM_MB"
+                ))?;
+                for o in &list {
+                    report::line(&format!(
+                        "{:<32} {:<8} {:>4} {:>7}",
+                        o.incarnation.name,
+                        state_str(o.state),
+                        o.incarnation.cpus,
+                        o.incarnation.memory_mb
+                    ))?;
+                }
+            }
+        }
+        MachineCmd::Get { name } => {
+            let obs = b.get(&profile, MachineName::new(&name)?)?;
+            print_observation(&obs, json)?;
+        }
+        MachineCmd::Start { name } => {
+            let obs = b.start(&profile, MachineName::new(&name)?)?;
+            print_observation(&obs, json)?;
+        }
+        MachineCmd::Stop { name } => {
+            let obs = b.stop(&profile, MachineName::new(&name)?)?;
+            print_observation(&obs, json)?;
+        }
+        MachineCmd::Rm { name } => {
+            b.delete(MachineName::new(&name)?)?;
+            if json {
+                report::line(&json!({ "deleted": name }).to_string())?;
+            } else {
+                report::line(&format!("deleted {name}"))?;
+            }
+        }
+    }
+    Ok(0)
+}
+
+fn state_str(s: MachineState) -> &'static str {
+    match s {
+        MachineState::Created => "created",
+        MachineState::Running => "running",
+        MachineState::Stopped => "stopped",
+    }
+}
+
+fn observation_json(o: &Observation) -> serde_json::Value {
+    json!({
+        "name": o.incarnation.name,
+        "state": state_str(o.state),
+        "cpus": o.incarnation.cpus,
+        "memory_mb": o.incarnation.memory_mb,
+        "created_at": o.incarnation.created_at,
+        "pid": o.pid,
+        "image": o.incarnation.image,
+    })
+}
+
+fn print_observation(o: &Observation, json: bool) -> Result<(), Failure> {
+    if json {
+        return report::line(&observation_json(o).to_string());
+    }
+    let mut text = format!(
+        "{}: {} ({} cpu, {} MiB)",
+        o.incarnation.name,
+        state_str(o.state),
+        o.incarnation.cpus,
+        o.incarnation.memory_mb
+    );
+    if let Some(pid) = o.pid {
+        text.push_str(&format!(", pid {pid}"));
+    }
+    report::line(&text)
+}
+
+/// Builds the guest command from the options.
+fn command(opts: &CommandOpts, argv: Vec<String>) -> Result<Command, Failure> {
+    let mut cmd = Command::new(argv);
+    for pair in &opts.env {
+        let Some((k, v)) = pair.split_once('=') else {
+            return Err(Error::validation(Operation::CommandSpec, "env_not_k_equals_v").into());
+        };
+        cmd = cmd.env(k, v);
+    }
+    if let Some(w) = &opts.workdir {
+        cmd = cmd.workdir(w.clone());
+    }
+    if let Some(t) = opts.timeout {
+        cmd = cmd.timeout_secs(t);
+    }
+    if let Some(path) = &opts.stdin {
+        if opts.stream {
+            return Err(Error::validation(Operation::CommandSpec, "stdin_with_stream").into());
+        }
+        let mut bytes = Vec::new();
+        let limit = smolbox_core::exec::MAX_STDIN_LEN as u64 + 1;
+        let read = if path.as_os_str() == "-" {
+            std::io::stdin().lock().take(limit).read_to_end(&mut bytes)
+        } else {
+            std::fs::File::open(path).and_then(|f| f.take(limit).read_to_end(&mut bytes))
+        };
+        read.map_err(|e| Failure::local(format!("read stdin file {}", path.display()), &e))?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| Error::validation(Operation::CommandSpec, "stdin_not_utf8"))?;
+        cmd = cmd.stdin(text);
+    }
+    cmd.validate()?;
+    Ok(cmd)
+}
+
+/// Runs `cmd` in `machine` and prints its output: buffered (stdout then
+/// stderr) or streamed. Returns the guest's exit code.
+fn run_command(
+    b: &Backend,
+    machine: &str,
+    cmd: &Command,
+    stream: bool,
+    json: bool,
+) -> Result<i32, Failure> {
+    if stream {
+        let mut write_failed = None;
+        let code = b.exec_stream(machine, cmd, &mut |piece| match piece {
+            StreamPiece::Stdout(s) => {
+                if let Err(e) = report::out(s.as_bytes()) {
+                    write_failed.get_or_insert(e);
+                }
+            }
+            StreamPiece::Stderr(s) => report::err(s.as_bytes()),
+        })?;
+        if let Some(e) = write_failed {
+            return Err(e);
+        }
+        return Ok(code);
+    }
+    match b.exec(machine, cmd)? {
+        ExecOutcome::Exited(out) => {
+            print_output(&out, json)?;
+            Ok(out.exit_code)
+        }
+        ExecOutcome::Launched(l) => {
+            report::line(&format!("launched pid {}", l.pid))?;
+            Ok(0)
+        }
+    }
+}
+
+fn print_output(out: &ExecOutput, json: bool) -> Result<(), Failure> {
+    if json {
+        return report::line(
+            &json!({
+                "exit_code": out.exit_code,
+                "stdout": String::from_utf8_lossy(&out.stdout),
+                "stderr": String::from_utf8_lossy(&out.stderr),
+            })
+            .to_string(),
+        );
+    }
+    report::out(&out.stdout)?;
+    report::err(&out.stderr);
+    Ok(())
+}
+
+/// `exec MACHINE -- ARGV…`.
+pub(crate) fn exec(
+    b: &Backend,
+    machine: &str,
+    opts: &CommandOpts,
+    argv: Vec<String>,
+    json: bool,
+) -> Result<i32, Failure> {
+    MachineName::new(machine)?;
+    let cmd = command(opts, argv)?;
+    run_command(b, machine, &cmd, opts.stream, json)
+}
+
+/// `run -- ARGV…`: a fresh machine, the command, the machine removed
+/// (whatever the command's outcome).
+pub(crate) fn run(b: &Backend, args: &RunArgs, json: bool) -> Result<i32, Failure> {
+    let cmd = command(&args.opts, args.argv.clone())?;
+    let profile = b.admit()?;
+    let name = fresh_name()?;
+    b.create(&profile, name.clone(), &MachineSpec::default())?;
+    let guard = if args.keep {
+        None
+    } else {
+        remove_on_interrupt(b, &name)
+    };
+    let outcome = run_command(b, name.as_str(), &cmd, args.opts.stream, json);
+    if let Some((handle, fired)) = guard {
+        handle.close();
+        if fired.load(Ordering::SeqCst) {
+            // The interrupt thread removes the machine and exits; the
+            // command's failure (it was ended by the removal) is not news.
+            loop {
+                std::thread::park();
+            }
+        }
+    }
+    if args.keep {
+        report::note(&format!("kept machine {}", name.as_str()));
+        return outcome;
+    }
+    match b.delete(name.clone()) {
+        Ok(()) => outcome,
+        Err(e) => {
+            // The command's own outcome first, then why cleanup failed.
+            let code = match outcome {
+                Ok(code) => {
+                    report::note(&format!("the command exited with code {code}"));
+                    EXIT_CLEANUP
+                }
+                Err(f) => {
+                    f.print();
+                    EXIT_CLEANUP
+                }
+            };
+            report::note(&format!("could not remove machine {}", name.as_str()));
+            Failure::Core(e).print();
+            Ok(code)
+        }
+    }
+}
+
+/// Exit code after an interrupt (128 + SIGINT).
+const EXIT_INTERRUPTED: i32 = 130;
+
+/// Until the returned handle is closed, Ctrl-C (SIGINT) removes the
+/// machine with a client of its own (which also ends the command in it),
+/// then exits with 130; the flag says it fired. `None` when the handler
+/// cannot be installed (then Ctrl-C leaves the machine behind, as without
+/// it).
+fn remove_on_interrupt(
+    b: &Backend,
+    name: &MachineName,
+) -> Option<(signal_hook::iterator::Handle, Arc<AtomicBool>)> {
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT]).ok()?;
+    let handle = signals.handle();
+    let (kind, endpoint, name) = (b.kind(), b.endpoint().clone(), name.clone());
+    let fired = Arc::new(AtomicBool::new(false));
+    let fired_here = Arc::clone(&fired);
+    let spawned = std::thread::Builder::new()
+        .name("smolbox-interrupt".into())
+        .spawn(move || {
+            if signals.forever().next().is_none() {
+                return; // closed: the command finished first
+            }
+            fired_here.store(true, Ordering::SeqCst);
+            report::note(&format!("interrupted: removing machine {}", name.as_str()));
+            let removed = Backend::new(kind, endpoint).and_then(|c| Ok(c.delete(name)?));
+            let code = match removed {
+                Ok(()) => EXIT_INTERRUPTED,
+                Err(f) => {
+                    f.print();
+                    EXIT_CLEANUP
+                }
+            };
+            std::process::exit(code);
+        });
+    spawned.ok().map(|_| (handle, fired))
+}
+
+/// `sb-` and 20 random base32 characters.
+fn fresh_name() -> Result<MachineName, Failure> {
+    let ns = Namespace::new("sb")?;
+    let mut random = [0u8; 13];
+    getrandom::getrandom(&mut random).map_err(|_| {
+        Error::new(
+            Category::Unknown,
+            Operation::Config,
+            Evidence::NotDispatched,
+        )
+        .with_reason("no_randomness")
+    })?;
+    Ok(ns.generate(random))
+}
+
+/// `logs MACHINE [-f]`.
+pub(crate) fn logs(b: &Backend, args: &LogsArgs) -> Result<i32, Failure> {
+    let profile = b.admit()?;
+    let name = MachineName::new(&args.machine)?;
+    let read = |tail: u32| {
+        let params = LogsParams {
+            tail,
+            ..LogsParams::default()
+        };
+        b.call(&Logs::new(&profile, name.clone(), params)?)
+    };
+    let lines = read(args.tail)?;
+    for l in &lines {
+        report::line(l)?;
+    }
+    if !args.follow {
+        return Ok(0);
+    }
+    // Follow: the clients have no streaming console-log read yet, so new
+    // lines are found by re-reading the last MAX_TAIL lines and printing
+    // those past the ones already seen (the log only grows).
+    let mut seen = read(MAX_TAIL)?.len();
+    loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = read(MAX_TAIL)?;
+        let fresh = if now.len() >= seen {
+            &now[seen..]
+        } else {
+            &now[..]
+        };
+        for l in fresh {
+            report::line(l)?;
+        }
+        seen = now.len();
+    }
+}

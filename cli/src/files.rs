@@ -1,0 +1,226 @@
+//! `cp`: upload `LOCAL MACHINE:/path`, download `MACHINE:/path LOCAL`,
+//! with a progress bar on stderr and the SHA-256 computed and checked.
+
+use std::io::{Read, Write};
+use std::path::Path;
+
+use bytes::Bytes;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use smolbox_core::worker::{Download, FileBudget, GuestPath, MachineName, PathPolicy, Upload};
+use smolbox_core::{Error, Operation};
+
+use crate::args::CpArgs;
+use crate::backend::Backend;
+use crate::report::{self, Failure};
+
+const CHUNK: usize = 64 * 1024;
+
+/// `MACHINE:/path`, when `arg` has that shape.
+fn remote(arg: &str) -> Option<(&str, &str)> {
+    let (machine, path) = arg.split_once(':')?;
+    let ok = !machine.is_empty()
+        && path.starts_with('/')
+        && machine
+            .bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-' || c == b'_');
+    ok.then_some((machine, path))
+}
+
+/// `cp SRC DST`.
+pub(crate) fn cp(b: &Backend, args: &CpArgs, json: bool) -> Result<i32, Failure> {
+    let expected = match &args.sha256 {
+        Some(h) => Some(parse_hex(h)?),
+        None => None,
+    };
+    match (remote(&args.src), remote(&args.dst)) {
+        (None, Some((machine, path))) => {
+            upload(b, Path::new(&args.src), machine, path, args, expected, json)
+        }
+        (Some((machine, path)), None) => {
+            download(b, machine, path, Path::new(&args.dst), args, expected, json)
+        }
+        _ => Err(Error::validation(Operation::GuestPath, "cp_needs_one_local_one_remote").into()),
+    }
+}
+
+fn parse_hex(h: &str) -> Result<String, Failure> {
+    let lower = h.to_ascii_lowercase();
+    if lower.len() == 64 && lower.bytes().all(|c| c.is_ascii_hexdigit()) {
+        Ok(lower)
+    } else {
+        Err(Error::validation(Operation::Upload, "invalid_sha256").into())
+    }
+}
+
+fn hex(digest: &[u8]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn bar(len: u64, message: &'static str) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
+    if let Ok(style) =
+        ProgressStyle::with_template("{msg:>10} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message(message);
+    bar
+}
+
+fn budget(b: &Backend, max_bytes: u64) -> Result<FileBudget, Error> {
+    FileBudget::new(max_bytes, b.endpoint_budgets())
+}
+
+fn print_result(
+    direction: &str,
+    from: &str,
+    to: &str,
+    size: u64,
+    digest: &str,
+    json: bool,
+) -> Result<(), Failure> {
+    if json {
+        report::line(
+            &json!({"direction": direction, "from": from, "to": to, "bytes": size, "sha256": digest})
+                .to_string(),
+        )
+    } else {
+        report::line(&format!(
+            "{direction} {from} -> {to}: {size} bytes, sha256 {digest}"
+        ))
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn upload(
+    b: &Backend,
+    local: &Path,
+    machine: &str,
+    path: &str,
+    args: &CpArgs,
+    expected: Option<String>,
+    json: bool,
+) -> Result<i32, Failure> {
+    let name = MachineName::new(machine)?;
+    let guest = GuestPath::new(path)?;
+    let budget = budget(b, args.max_bytes)?;
+    let doing = || format!("read {}", local.display());
+    let file = std::fs::File::open(local).map_err(|e| Failure::local(doing(), &e))?;
+    let len = file
+        .metadata()
+        .map_err(|e| Failure::local(doing(), &e))?
+        .len();
+    if len > budget.allowance() {
+        return Err(
+            Error::validation(Operation::Upload, "file_allowance_exceeded")
+                .with_limit(len, budget.allowance())
+                .into(),
+        );
+    }
+    // Read and hash with progress; the body is sent in one request.
+    let progress = bar(len, "reading");
+    let mut data = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    let mut hasher = Sha256::new();
+    let mut reader = file.take(budget.allowance() + 1);
+    let mut chunk = vec![0u8; CHUNK];
+    loop {
+        let n = reader
+            .read(&mut chunk)
+            .map_err(|e| Failure::local(doing(), &e))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&chunk[..n]);
+        data.extend_from_slice(&chunk[..n]);
+        progress.inc(n as u64);
+    }
+    let digest = hex(&hasher.finalize());
+    if let Some(want) = expected
+        && want != digest
+    {
+        progress.abandon();
+        return Err(Error::validation(Operation::Upload, "sha256_mismatch").into());
+    }
+    progress.set_message("uploading");
+    let profile = b.admit()?;
+    let size = data.len() as u64;
+    // The core re-checks the digest over the exact bytes it sends.
+    let call = Upload::new(
+        &profile,
+        &PathPolicy::default(),
+        &budget,
+        name,
+        guest,
+        Bytes::from(data),
+        &digest,
+    )?;
+    let reply = b.call(&call);
+    progress.finish_and_clear();
+    let reply = reply?;
+    print_result(
+        "uploaded",
+        &local.display().to_string(),
+        &format!("{machine}:{}", reply.path),
+        size,
+        &digest,
+        json,
+    )?;
+    Ok(0)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn download(
+    b: &Backend,
+    machine: &str,
+    path: &str,
+    local: &Path,
+    args: &CpArgs,
+    expected: Option<String>,
+    json: bool,
+) -> Result<i32, Failure> {
+    let name = MachineName::new(machine)?;
+    let guest = GuestPath::new(path)?;
+    let budget = budget(b, args.max_bytes)?;
+    let profile = b.admit()?;
+    let call = Download::new(
+        &profile,
+        &PathPolicy::default(),
+        &budget,
+        name,
+        guest,
+        budget.allowance(),
+    )?;
+    let spinner = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    spinner.set_message("downloading");
+    let data = b.call(&call);
+    spinner.finish_and_clear();
+    let data = data?;
+    let digest = hex(&Sha256::digest(&data));
+    if let Some(want) = expected
+        && want != digest
+    {
+        // Nothing is written: the bytes are not the expected file.
+        return Err(Error::validation(Operation::Download, "sha256_mismatch").into());
+    }
+    let doing = || format!("write {}", local.display());
+    let progress = bar(data.len() as u64, "writing");
+    let mut file = std::fs::File::create(local).map_err(|e| Failure::local(doing(), &e))?;
+    for piece in data.chunks(CHUNK) {
+        file.write_all(piece)
+            .map_err(|e| Failure::local(doing(), &e))?;
+        progress.inc(piece.len() as u64);
+    }
+    file.sync_all().map_err(|e| Failure::local(doing(), &e))?;
+    progress.finish_and_clear();
+    print_result(
+        "downloaded",
+        &format!("{machine}:{path}"),
+        &local.display().to_string(),
+        data.len() as u64,
+        &digest,
+        json,
+    )?;
+    Ok(0)
+}

@@ -1,0 +1,416 @@
+//! The `smolbox` binary driven as a user would, against a devworker on
+//! loopback, on both client shells.
+
+// Tests may unwrap: a failure is a test failure.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{SHELLS, code, devworker, machine_names, run, smolbox, stderr, stdout};
+
+#[test]
+fn run_prints_the_output_and_removes_the_machine() {
+    let w = devworker(None);
+    for shell in SHELLS {
+        let o = run(&w, shell, &["run", "--", "echo", "hello from smolbox"]);
+        assert_eq!(code(&o), 0, "{shell}: {}", stderr(&o));
+        assert_eq!(stdout(&o), "hello from smolbox\n", "{shell}");
+        assert!(machine_names(&w, shell).is_empty(), "{shell}: machine left");
+    }
+}
+
+#[test]
+fn run_removes_the_machine_when_the_command_fails() {
+    let w = devworker(None);
+    for shell in SHELLS {
+        let o = run(
+            &w,
+            shell,
+            &["run", "--", "sh", "-c", "echo bad >&2; exit 7"],
+        );
+        assert_eq!(code(&o), 7, "{shell}: {}", stderr(&o));
+        assert!(stderr(&o).contains("bad"), "{shell}");
+        assert!(machine_names(&w, shell).is_empty(), "{shell}: machine left");
+    }
+}
+
+#[test]
+fn run_without_a_worker_starts_the_devworker_and_says_so() {
+    let o = smolbox()
+        .args(["run", "--", "echo", "hello from smolbox"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(stdout(&o), "hello from smolbox\n");
+    assert!(stderr(&o).contains("WITHOUT isolation"), "{}", stderr(&o));
+}
+
+#[test]
+fn exec_propagates_the_exit_code_buffered_and_streamed() {
+    let w = devworker(None);
+    for shell in SHELLS {
+        let m = format!("ex-{shell}");
+        assert_eq!(code(&run(&w, shell, &["machine", "create", &m])), 0);
+        let script = "echo out; echo err >&2; exit 5";
+        for stream in [false, true] {
+            let mut args = vec!["exec", m.as_str()];
+            if stream {
+                args.push("--stream");
+            }
+            args.extend(["--", "sh", "-c", script]);
+            let o = run(&w, shell, &args);
+            assert_eq!(code(&o), 5, "{shell} stream={stream}: {}", stderr(&o));
+            assert_eq!(stdout(&o), "out\n", "{shell} stream={stream}");
+            assert!(stderr(&o).contains("err\n"), "{shell} stream={stream}");
+        }
+        let o = run(&w, shell, &["exec", &m, "--", "true"]);
+        assert_eq!(code(&o), 0, "{shell}");
+    }
+}
+
+#[test]
+fn exec_passes_env_workdir_and_stdin() {
+    let w = devworker(None);
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, "line one\nline two\n").unwrap();
+    for shell in SHELLS {
+        let m = format!("env-{shell}");
+        assert_eq!(code(&run(&w, shell, &["machine", "create", &m])), 0);
+        let o = run(
+            &w,
+            shell,
+            &[
+                "exec",
+                &m,
+                "--env",
+                "GREETING=bonjour",
+                "--",
+                "sh",
+                "-c",
+                "echo $GREETING",
+            ],
+        );
+        assert_eq!(stdout(&o), "bonjour\n", "{shell}: {}", stderr(&o));
+        let o = run(
+            &w,
+            shell,
+            &[
+                "exec",
+                &m,
+                "--stdin",
+                input.to_str().unwrap(),
+                "--",
+                "wc",
+                "-l",
+            ],
+        );
+        assert_eq!(stdout(&o).trim(), "2", "{shell}: {}", stderr(&o));
+        let o = run(&w, shell, &["exec", &m, "--env", "NOEQUALS", "--", "true"]);
+        assert_eq!(
+            code(&o),
+            2,
+            "{shell}: a malformed --env is a validation error"
+        );
+        assert!(stderr(&o).contains("category=validation"), "{shell}");
+    }
+}
+
+#[test]
+fn machine_lifecycle() {
+    let w = devworker(None);
+    for shell in SHELLS {
+        let m = format!("life-{shell}");
+        let o = run(&w, shell, &["machine", "create", &m]);
+        assert_eq!(code(&o), 0, "{shell}: {}", stderr(&o));
+        assert!(stdout(&o).contains(&m), "{shell}");
+        assert!(machine_names(&w, shell).contains(&m), "{shell}");
+
+        let o = run(&w, shell, &["--json", "machine", "start", &m]);
+        assert_eq!(code(&o), 0, "{shell}: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v["state"], "running", "{shell}");
+
+        let o = run(&w, shell, &["--json", "machine", "stop", &m]);
+        assert_eq!(code(&o), 0, "{shell}: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v["state"], "stopped", "{shell}");
+
+        let o = run(&w, shell, &["machine", "get", &m]);
+        assert_eq!(code(&o), 0, "{shell}");
+        assert!(stdout(&o).contains("stopped"), "{shell}: {}", stdout(&o));
+
+        let o = run(&w, shell, &["machine", "rm", &m]);
+        assert_eq!(code(&o), 0, "{shell}: {}", stderr(&o));
+        assert!(!machine_names(&w, shell).contains(&m), "{shell}");
+
+        let o = run(&w, shell, &["machine", "get", &m]);
+        assert_eq!(code(&o), 5, "{shell}: absent is not_found: {}", stderr(&o));
+        assert!(stderr(&o).contains("category=not_found"), "{shell}");
+    }
+}
+
+#[test]
+fn logs_show_the_console() {
+    let w = devworker(None);
+    for shell in SHELLS {
+        let m = format!("logs-{shell}");
+        assert_eq!(code(&run(&w, shell, &["machine", "create", &m])), 0);
+        assert_eq!(code(&run(&w, shell, &["machine", "start", &m])), 0);
+        let o = run(&w, shell, &["logs", &m]);
+        assert_eq!(code(&o), 0, "{shell}: {}", stderr(&o));
+        assert!(
+            stdout(&o).contains(&format!("machine '{m}' started")),
+            "{shell}: {}",
+            stdout(&o)
+        );
+    }
+}
+
+#[test]
+fn cp_round_trip_with_digest() {
+    let w = devworker(None);
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src.bin");
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(&src, &data).unwrap();
+    let digest = {
+        use sha2::Digest;
+        sha2::Sha256::digest(&data)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    for shell in SHELLS {
+        let m = format!("cp-{shell}");
+        assert_eq!(code(&run(&w, shell, &["machine", "create", &m])), 0);
+        assert_eq!(code(&run(&w, shell, &["machine", "start", &m])), 0);
+        let remote = format!("{m}:/workspace/data.bin");
+        let o = run(
+            &w,
+            shell,
+            &["cp", src.to_str().unwrap(), &remote, "--sha256", &digest],
+        );
+        assert_eq!(code(&o), 0, "{shell}: {}", stderr(&o));
+        assert!(stdout(&o).contains(&digest), "{shell}: {}", stdout(&o));
+
+        let back = dir.path().join(format!("back-{shell}.bin"));
+        let o = run(
+            &w,
+            shell,
+            &[
+                "--json",
+                "cp",
+                &remote,
+                back.to_str().unwrap(),
+                "--sha256",
+                &digest,
+            ],
+        );
+        assert_eq!(code(&o), 0, "{shell}: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v["sha256"], digest.as_str(), "{shell}");
+        assert_eq!(v["bytes"], data.len(), "{shell}");
+        assert_eq!(std::fs::read(&back).unwrap(), data, "{shell}");
+
+        // A wrong expected digest fails the download and writes nothing.
+        let wrong = "0".repeat(64);
+        let none = dir.path().join(format!("none-{shell}.bin"));
+        let o = run(
+            &w,
+            shell,
+            &["cp", &remote, none.to_str().unwrap(), "--sha256", &wrong],
+        );
+        assert_eq!(code(&o), 2, "{shell}: {}", stderr(&o));
+        assert!(stderr(&o).contains("reason=sha256_mismatch"), "{shell}");
+        assert!(!none.exists(), "{shell}: nothing written on mismatch");
+    }
+}
+
+#[test]
+fn errors_show_category_and_evidence_never_the_token_or_payload() {
+    const TOKEN: &str = "sentinel-token-4f1c9a";
+    const WRONG: &str = "sentinel-wrong-77d2e0";
+    const PAYLOAD: &str = "sentinel-payload-0b3e51";
+    let w = devworker(Some(TOKEN));
+    for shell in SHELLS {
+        // Wrong token: refused, category authentication.
+        let o = run(
+            &w,
+            shell,
+            &["--token", WRONG, "exec", "nope", "--", "echo", PAYLOAD],
+        );
+        let err = stderr(&o);
+        assert_eq!(code(&o), 4, "{shell}: {err}");
+        assert!(err.contains("category=authentication"), "{shell}: {err}");
+        assert!(err.contains("evidence="), "{shell}: {err}");
+        for s in [TOKEN, WRONG, PAYLOAD] {
+            assert!(
+                !err.contains(s) && !stdout(&o).contains(s),
+                "{shell}: leaked {s}"
+            );
+        }
+        // Right token, absent machine: not_found; the payload is not echoed.
+        let o = smolbox()
+            .args(["--worker", &w.base_url(), "--shell", shell])
+            .env("SMOLBOX_TOKEN", TOKEN)
+            .args(["exec", "nope", "--", "echo", PAYLOAD])
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert_eq!(code(&o), 5, "{shell}: {err}");
+        assert!(
+            err.contains("category=not_found operation=exec"),
+            "{shell}: {err}"
+        );
+        for s in [TOKEN, PAYLOAD] {
+            assert!(
+                !err.contains(s) && !stdout(&o).contains(s),
+                "{shell}: leaked {s}"
+            );
+        }
+    }
+}
+
+#[test]
+fn an_unreachable_worker_is_a_transport_error_with_nothing_sent() {
+    // A port nobody listens on: bind, read the port, close.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    for shell in SHELLS {
+        let o = smolbox()
+            .args([
+                "--worker",
+                &format!("http://127.0.0.1:{port}"),
+                "--shell",
+                shell,
+                "health",
+            ])
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert_eq!(code(&o), 6, "{shell}: {err}");
+        assert!(err.contains("category=transport"), "{shell}: {err}");
+        assert!(err.contains("evidence=not_dispatched"), "{shell}: {err}");
+    }
+}
+
+#[test]
+fn invalid_input_is_a_validation_error() {
+    let o = smolbox()
+        .args(["--worker", "http://example.com:1", "health"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("category=validation operation=config"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn help_documents_the_exit_codes() {
+    let o = smolbox().arg("--help").output().unwrap();
+    assert_eq!(code(&o), 0);
+    let text = stdout(&o);
+    assert!(text.contains("Exit codes:"), "{text}");
+    assert!(text.contains("uncertain"), "{text}");
+}
+
+#[test]
+fn logs_follow_prints_new_lines() {
+    use std::io::{BufRead, BufReader};
+    let w = devworker(None);
+    for shell in SHELLS {
+        let m = format!("follow-{shell}");
+        assert_eq!(code(&run(&w, shell, &["machine", "create", &m])), 0);
+        assert_eq!(code(&run(&w, shell, &["machine", "start", &m])), 0);
+        let mut child = smolbox()
+            .args([
+                "--worker",
+                &w.base_url(),
+                "--shell",
+                shell,
+                "logs",
+                "-f",
+                &m,
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        // Bounded: a watchdog kills the follower after 15 s, which ends
+        // its stdout and fails the reads below instead of hanging.
+        let child = std::sync::Arc::new(std::sync::Mutex::new(child));
+        let (done, stop) = std::sync::mpsc::channel::<()>();
+        let watchdog = {
+            let child = std::sync::Arc::clone(&child);
+            std::thread::spawn(move || {
+                let _ = stop.recv_timeout(std::time::Duration::from_secs(15));
+                let mut c = child.lock().unwrap();
+                let _ = c.kill();
+                let _ = c.wait();
+            })
+        };
+        let mut lines = BufReader::new(out).lines();
+        let first = lines.next().expect("a first line").unwrap();
+        assert!(first.contains("started"), "{shell}: {first}");
+        // A restart appends a second boot line, which the follower prints.
+        assert_eq!(code(&run(&w, shell, &["machine", "stop", &m])), 0);
+        assert_eq!(code(&run(&w, shell, &["machine", "start", &m])), 0);
+        let second = lines.next().expect("the new line").unwrap();
+        assert!(second.contains("started"), "{shell}: {second}");
+        done.send(()).unwrap();
+        watchdog.join().unwrap();
+    }
+}
+
+#[test]
+fn run_interrupted_removes_the_machine_and_exits_130() {
+    let w = devworker(None);
+    for shell in SHELLS {
+        let child = smolbox()
+            .args(["--worker", &w.base_url(), "--shell", shell])
+            .args(["run", "--timeout", "60", "--", "sleep", "60"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Wait (bounded) until the machine runs (the exec started it, so
+        // the interrupt handler is in place), then interrupt.
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        loop {
+            let o = run(&w, shell, &["--json", "machine", "ls"]);
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+            if v.as_array()
+                .unwrap()
+                .iter()
+                .any(|m| m["state"] == "running")
+            {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < until,
+                "{shell}: no running machine"
+            );
+        }
+        let status = std::process::Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let o = child.wait_with_output().unwrap();
+        assert_eq!(code(&o), 130, "{shell}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("interrupted"),
+            "{shell}: {}",
+            stderr(&o)
+        );
+        assert!(machine_names(&w, shell).is_empty(), "{shell}: machine left");
+    }
+}

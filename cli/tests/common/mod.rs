@@ -1,0 +1,64 @@
+//! Shared helpers: a devworker on loopback and the built `smolbox` binary.
+
+#![allow(dead_code)]
+
+use std::process::{Command, Output};
+
+use smolbox_devworker::{BlockingDevWorker, DevWorker};
+
+/// Both client shells: every user-facing case runs on each.
+pub(crate) const SHELLS: [&str; 2] = ["tokio", "blocking"];
+
+/// A devworker with the later profile (console logs, large files).
+pub(crate) fn devworker(token: Option<&str>) -> BlockingDevWorker {
+    DevWorker::start_blocking(
+        DevWorker::builder()
+            .version("1.22.0")
+            .token(token)
+            .quiet(true),
+    )
+    .expect("devworker starts")
+}
+
+/// The `smolbox` binary with a clean environment for worker selection.
+pub(crate) fn smolbox() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_smolbox"));
+    c.env_remove("SMOLBOX_WORKER").env_remove("SMOLBOX_TOKEN");
+    c
+}
+
+/// Runs `smolbox --worker URL --shell SHELL ARGS…`.
+pub(crate) fn run(worker: &BlockingDevWorker, shell: &str, args: &[&str]) -> Output {
+    smolbox()
+        .args(["--worker", &worker.base_url(), "--shell", shell])
+        .args(args)
+        .output()
+        .expect("smolbox runs")
+}
+
+/// stdout as text.
+pub(crate) fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// stderr as text.
+pub(crate) fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The exit code (a signal death fails the test).
+pub(crate) fn code(o: &Output) -> i32 {
+    o.status.code().expect("exited, not signalled")
+}
+
+/// The machine names `machine ls --json` reports.
+pub(crate) fn machine_names(worker: &BlockingDevWorker, shell: &str) -> Vec<String> {
+    let o = run(worker, shell, &["--json", "machine", "ls"]);
+    assert_eq!(code(&o), 0, "ls failed: {}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("ls --json is JSON");
+    v.as_array()
+        .expect("an array")
+        .iter()
+        .map(|m| m["name"].as_str().expect("a name").to_owned())
+        .collect()
+}
