@@ -55,7 +55,7 @@ pub use runtime::Runtime;
 pub use stream::{ExecEvent, ExecStream};
 pub use terminal::{MAX_WRITE_WAIT, Terminal, TerminalEvent};
 pub use tls::TlsFiles;
-pub use transport::Target;
+pub use transport::{Connection, Target};
 
 #[cfg(test)]
 mod tests;
