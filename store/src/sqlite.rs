@@ -132,7 +132,7 @@ impl SqliteStore {
             }
             SqliteMode::ReadOnly => OpenFlags::SQLITE_OPEN_READ_ONLY,
         } | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags(path, flags).map_err(|e| sql_error(op, &e))?;
+        let mut conn = Connection::open_with_flags(path, flags).map_err(|e| sql_error(op, &e))?;
         conn.busy_timeout(BUSY_TIMEOUT)
             .map_err(|e| sql_error(op, &e))?;
         let sync = if options.synchronous_normal {
@@ -145,8 +145,11 @@ impl SqliteStore {
                 "PRAGMA journal_mode = WAL; PRAGMA synchronous = {sync};"
             ))
             .map_err(|e| sql_error(op, &e))?;
+            // IMMEDIATE: a deferred transaction that reads the schema and
+            // then writes gets SQLITE_BUSY at once (no busy wait) when
+            // another process migrates the same file concurrently.
             let tx = conn
-                .unchecked_transaction()
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
                 .map_err(|e| sql_error(op, &e))?;
             tx.execute_batch(SCHEMA_SQL)
                 .map_err(|e| sql_error(op, &e))?;
