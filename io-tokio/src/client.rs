@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use smolbox_core::exec::{self, Command, ExecOutcome, ExecOutput, OutputAllowance};
+use smolbox_core::exec::{self, Command, ExecOutcome, ExecOutput, ExecStreamCall, OutputAllowance};
 use smolbox_core::http1::ExchangeConfig;
 use smolbox_core::worker::{
     Capacity, CapacityReply, Create, Delete, Get, Health, HealthReply, List, MachineName,
@@ -267,6 +267,20 @@ impl Client {
             exchange.set_idle_timeout(None);
         }
         ExecStream::open(exchange, allowance).await
+    }
+
+    /// Streamed exec from a core [`ExecStreamCall`] (which also applies the
+    /// profile's extended-exec gates before anything is sent).
+    ///
+    /// # Errors
+    /// As [`exec_stream`](Self::exec_stream).
+    pub async fn exec_stream_call(&self, call: &ExecStreamCall) -> Result<ExecStream, Error> {
+        let request = call.request()?;
+        let deadlines = self.deadlines(Instant::now());
+        let config = self.exchange_config(None, deadlines.operation);
+        let exchange =
+            Exchange::start(Arc::clone(&self.inner.pool), &request, &config, deadlines).await?;
+        ExecStream::open_call(exchange, call).await
     }
 
     /// Streamed exec observed by a synchronous `callback` (run on a helper

@@ -5,27 +5,45 @@
 //! # Public surface (mirrored name for name by `smolbox-blocking`, minus `async`)
 //!
 //! ```text
-//! Client::new(endpoint: core::worker::Endpoint) -> Result<Client, Error>   // no network I/O
+//! Client::new(endpoint: core::worker::Endpoint) -> Result<Client, Error>   // reads TLS files; no network I/O
 //! Client::endpoint(&self) -> &Endpoint
-//! Client::call<C: core::worker::WorkerCall>(&self, call: &C) -> Result<C::Output, Error>
-//! Client::{health, readyz, capacity, metrics, create, list, get, start, stop, delete,
-//!          exec, launch, upload, download, logs, volume_create, volume_delete}(…)
-//!                                            // one thin method per core::worker operation
-//! Client::exec_stream(&self, machine, &Command) -> Result<ExecStream, Error>
-//! Client::exec_with(&self, machine, &Command, callback: FnMut(&ExecEvent) + Send + 'static)
-//!                                            -> Result<StreamedResult, Error>
-//! ExecStream: futures_core::Stream<Item = Result<ExecEvent, Error>>; ExecStream::next(&mut self).await;
-//!             ExecStream::detach(self) -> Error  // observation ends; says dispatch_uncertain
-//! Client::terminal(&self, machine, &TerminalSpec) -> Result<Terminal, Error>  // after the 101
-//! Terminal::{input(&[u8]), resize(cols, rows), next(timeout) -> Result<TerminalEvent, Error>, close()}
-//! TerminalEvent::{Output(Bytes), Closed(outcome)}
-//! transport::{Target, Connection, TlsFiles}, MAX_CONNECTIONS
+//! Client::call<C: core::worker::WorkerCall>(&self, &C) -> Result<C::Output, Error>   // any operation
+//! Client::health() -> HealthReply            Client::admit(&[Profile]) -> Profile (health + Profile::admit)
+//! Client::readyz() -> ()                     Client::capacity() -> CapacityReply     Client::metrics() -> String
+//! Client::create(&Profile, MachineName, &MachineSpec) -> Observation
+//! Client::list(&Profile) -> Vec<Observation> Client::get / measure / start / stop (&Profile, MachineName)
+//! Client::delete(MachineName) -> ()
+//! Client::exec(machine, &Command) -> ExecOutcome          Client::exec_with_allowance(…, OutputAllowance)
+//! Client::launch(machine, &Command) -> Launched
+//! Client::exec_stream(machine, &Command) -> ExecStream    Client::exec_stream_with_allowance(…, OutputAllowance)
+//! Client::exec_with(machine, &Command, FnMut(&ExecEvent) + Send + 'static) -> ExecOutput
+//! Client::upload(&Upload) -> UploadReply     Client::download(&Download) -> Bytes
+//! Client::logs(&Logs) -> Vec<String>         Client::volume_create(&VolumeCreate) / volume_delete(&VolumeDelete)
+//! Client::terminal(machine, &TerminalSpec) -> Terminal   // returns once the 101 was read
+//! ExecStream: futures_core::Stream<Item = Result<ExecEvent, Error>>; ExecStream::next(&mut self);
+//!             ExecStream::detach(self) -> Option<Error>  // transport/dispatch_uncertain "detached"
+//! ExecEvent::{Stdout(String), Stderr(String), Exit(i32)}
+//! Terminal::input(&mut self, &[u8]), resize(cols, rows), next(Duration) -> TerminalEvent, close(self) -> Result<TerminalExit, Error>
+//! TerminalEvent::{Output(Bytes), Closed(Result<TerminalExit, Error>)}
+//! transport::{Target, Connection, TlsFiles}, MAX_CONNECTIONS (= 4)
 //! ```
+//!
+//! Every call takes its budgets from the endpoint when it starts (pool
+//! checkout and connect inside the operation deadline, receive idle, request
+//! and response bytes). Nothing is retried, redirected or decompressed; an
+//! error's evidence is `not_dispatched` only when not one request byte was
+//! written. Dropping a future closes its connection; dropping an
+//! [`ExecStream`] ends observation only (the command may still run);
+//! dropping a [`Terminal`] detaches its consumer and its driver task ends
+//! within the close wait.
+//!
+//! The conformance probe is the `smolbox-probe` binary of this package.
 
 mod client;
 mod drive;
 mod http;
 mod pool;
+pub mod runtime;
 mod stream;
 mod terminal;
 #[cfg(test)]
@@ -34,6 +52,7 @@ pub mod transport;
 
 pub use client::Client;
 pub use pool::MAX_CONNECTIONS;
+pub use runtime::Runtime;
 pub use stream::{ExecEvent, ExecStream};
 pub use terminal::{Terminal, TerminalEvent};
 pub use transport::{Connection, Target, TlsFiles};

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use futures_core::Stream;
 use smolbox_core::exec::{
-    ExecOutput, ExecStreamDecoder, ExecStreamEvent, OutputAllowance, OutputEncoding,
+    ExecOutput, ExecStreamCall, ExecStreamDecoder, ExecStreamEvent, OutputAllowance, OutputEncoding,
 };
 use smolbox_core::http1::ResponseHead;
 use smolbox_core::{Category, Error, Evidence, Operation};
@@ -98,6 +98,27 @@ impl ExecStream {
             inner: Some(Inner {
                 exchange,
                 decoder: ExecStreamDecoder::new(allowance),
+                state: State::Body,
+            }),
+            pending: None,
+        })
+    }
+
+    /// As [`open`](Self::open), with the head judged by the core's call.
+    pub(crate) async fn open_call(
+        mut exchange: Exchange,
+        call: &ExecStreamCall,
+    ) -> Result<Self, Error> {
+        let head = exchange.head().await?;
+        if !call.check_head(&head)? {
+            let mut body = Vec::new();
+            exchange.read_body(&mut body).await?;
+            return Err(call.decode_error(&head, &body));
+        }
+        Ok(Self {
+            inner: Some(Inner {
+                exchange,
+                decoder: call.decoder(),
                 state: State::Body,
             }),
             pending: None,
