@@ -407,14 +407,19 @@ pub fn fault_stream_stall_hits_idle_budget<S: Shell>(t: Transport) {
 }
 
 /// Exit 130 through the stream (the worker killed the command at its first
-/// output) is an observed exit code.
+/// output) is an observed exit code. (`exec`: no orphaned `sleep` keeps the
+/// output pipes open past the kill.)
 pub fn fault_stream_exit_130<S: Shell>(t: Transport) {
     let fx = Fixture::start(t);
     let s: S = fx.shell();
     machine(&s);
     fx.worker.faults().once(Route::ExecStream, Fault::Exit130);
     let stream = s
-        .exec_stream("m1", &sh("echo started; sleep 5"), OutputAllowance::DEFAULT)
+        .exec_stream(
+            "m1",
+            &sh("echo started; exec sleep 5"),
+            OutputAllowance::DEFAULT,
+        )
         .unwrap();
     let (events, err) = collect::<S>(stream);
     assert!(err.is_none(), "{err:?}");
