@@ -151,6 +151,11 @@ pub(crate) struct RunArgs {
     /// Keep the machine afterwards (its name is printed on stderr).
     #[arg(long)]
     pub(crate) keep: bool,
+    /// The SQLite store that records the execution (default:
+    /// `$XDG_DATA_HOME/smolbox/smolbox.db` or `~/.local/share/smolbox/smolbox.db`).
+    /// Buffered runs are recorded; `--stream` runs are not.
+    #[arg(long, env = "SMOLBOX_STORE", value_name = "PATH")]
+    pub(crate) store: Option<PathBuf>,
     /// The command and its arguments (after `--`).
     #[arg(last = true, required = true, value_name = "ARGV")]
     pub(crate) argv: Vec<String>,

@@ -251,7 +251,11 @@ pub(crate) fn run(b: &Backend, args: &RunArgs, json: bool) -> Result<i32, Failur
     } else {
         remove_on_interrupt(b, &name)
     };
-    let outcome = run_command(b, name.as_str(), &cmd, args.opts.stream, json);
+    let outcome = if args.opts.stream {
+        run_command(b, name.as_str(), &cmd, true, json)
+    } else {
+        run_recorded(b, args, name.as_str(), &cmd, json)
+    };
     if let Some((handle, fired)) = guard {
         handle.close();
         if fired.load(Ordering::SeqCst) {
@@ -284,6 +288,34 @@ pub(crate) fn run(b: &Backend, args: &RunArgs, json: bool) -> Result<i32, Failur
             Failure::Core(e).print();
             Ok(code)
         }
+    }
+}
+
+/// A buffered `run` through the durable record (see [`crate::records`]):
+/// the guest's exit code when observed; an uncertain outcome is reported
+/// as such (exit 3), never guessed.
+fn run_recorded(
+    b: &Backend,
+    args: &RunArgs,
+    machine: &str,
+    cmd: &Command,
+    json: bool,
+) -> Result<i32, Failure> {
+    let db = crate::records::store_path(args.store.as_deref())?;
+    let out = crate::records::run_recorded(b, &db, machine, machine, cmd)?;
+    if let Some(output) = &out.output {
+        print_output(output, json)?;
+    }
+    match out.exit_code() {
+        Some(code) => Ok(code),
+        None => match out.error {
+            Some(e) => Err(Failure::Core(e)),
+            None => Err(Failure::Core(Error::new(
+                Category::Unknown,
+                Operation::Exec,
+                Evidence::DispatchUncertain,
+            ))),
+        },
     }
 }
 

@@ -12,6 +12,7 @@ mod backend;
 mod backend_tokio_term;
 mod commands;
 mod files;
+mod records;
 mod report;
 mod shell;
 mod worker;

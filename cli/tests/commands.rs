@@ -414,3 +414,60 @@ fn run_interrupted_removes_the_machine_and_exits_130() {
         assert!(machine_names(&w, shell).is_empty(), "{shell}: machine left");
     }
 }
+
+#[test]
+fn run_records_the_execution_in_the_sqlite_store_sealed() {
+    let w = devworker(None);
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("state").join("smolbox.db");
+    let sentinel = "SENTINEL-ARGV-7f3a";
+    for shell in SHELLS {
+        let o = run(
+            &w,
+            shell,
+            &[
+                "run",
+                "--store",
+                db.to_str().unwrap(),
+                "--",
+                "sh",
+                "-c",
+                &format!("echo {sentinel} >/dev/null; echo recorded; exit 4"),
+            ],
+        );
+        assert_eq!(code(&o), 4, "{shell}: {}", stderr(&o));
+        assert_eq!(stdout(&o), "recorded\n", "{shell}");
+        assert!(
+            stderr(&o).contains("embedded SQLite store"),
+            "{shell}: {}",
+            stderr(&o)
+        );
+    }
+    // The records exist (database and key files), and no file holds the
+    // command text in clear.
+    let files: Vec<_> = std::fs::read_dir(db.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(files.iter().any(|p| p.ends_with("smolbox.db")), "{files:?}");
+    assert!(
+        files
+            .iter()
+            .any(|p| p.to_string_lossy().ends_with("seal-key"))
+    );
+    let recorded: u64 = files
+        .iter()
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .sum();
+    assert!(recorded > 0);
+    for p in &files {
+        let bytes = std::fs::read(p).unwrap();
+        assert!(
+            !bytes
+                .windows(sentinel.len())
+                .any(|w| w == sentinel.as_bytes()),
+            "{} holds the command in clear",
+            p.display()
+        );
+    }
+}

@@ -11,6 +11,7 @@ use smolbox_core::worker::{
     MachineSpec, Measure, Measurements, Metrics, Observation, Profile, Readyz, Scheme, Start, Stop,
     WorkerCall, status,
 };
+use smolbox_core::worker::{Download, Logs, Upload, UploadReply, VolumeCreate, VolumeDelete};
 use smolbox_core::{Category, Error, Evidence, Operation};
 
 use crate::callback::CallbackPool;
@@ -292,6 +293,68 @@ impl Client {
         let observer = self.inner.callbacks.observer(callback)?;
         let stream = self.exec_stream(machine, command)?;
         run_with_callback(stream, observer, deadline)
+    }
+
+    /// Background launch (`POST …/exec` with `background: true`): the launch
+    /// acknowledgement (`pid=N`), which proves a launch only.
+    ///
+    /// # Errors
+    /// As [`exec`](Self::exec); `validation` for a foreground command.
+    pub fn launch(&self, machine: &str, command: &Command) -> Result<exec::Launched, Error> {
+        if !command.is_background() {
+            return Err(Error::validation(
+                Operation::Launch,
+                "launch_requires_background",
+            ));
+        }
+        match self.exec(machine, command)? {
+            ExecOutcome::Launched(l) => Ok(l),
+            // `decode_reply_for` yields a launch for every background command.
+            ExecOutcome::Exited(_) => Err(Error::protocol(Operation::Launch, "launch_without_ack")),
+        }
+    }
+
+    /// `PUT …/files/{path}` (build the [`Upload`] with its digest first).
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub fn upload(&self, upload: &Upload) -> Result<UploadReply, Error> {
+        self.call(upload)
+    }
+
+    /// `GET …/files/{path}` within the download's byte cap.
+    ///
+    /// # Errors
+    /// As [`call`](Self::call); `output_limit` past the cap.
+    pub fn download(&self, download: &Download) -> Result<bytes::Bytes, Error> {
+        self.call(download)
+    }
+
+    /// Console logs (`GET …/logs`, SSE): the history lines (tail).
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub fn logs(&self, logs: &Logs) -> Result<Vec<String>, Error> {
+        self.call(logs)
+    }
+
+    /// `POST /api/v1/volumes`.
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub fn volume_create(&self, call: &VolumeCreate) -> Result<String, Error> {
+        self.call(call)
+    }
+
+    /// `DELETE /api/v1/volumes/{id}` (204).
+    ///
+    /// # Errors
+    /// As [`call`](Self::call).
+    pub fn volume_delete(
+        &self,
+        call: &VolumeDelete,
+    ) -> Result<<VolumeDelete as WorkerCall>::Output, Error> {
+        self.call(call)
     }
 
     /// The deadlines of an operation starting at `start`.

@@ -407,6 +407,66 @@ impl Conn {
         }
     }
 
+    /// Writes all of `bytes`, waiting for the socket as needed, until
+    /// `deadline` (`TimedOut` then). For raw use (the probe).
+    pub(crate) fn write_all_until(
+        &mut self,
+        mut bytes: &[u8],
+        deadline: Option<Instant>,
+    ) -> io::Result<()> {
+        loop {
+            if bytes.is_empty() {
+                match self.stream.flush_pending() {
+                    Ok(()) => return Ok(()),
+                    Err(e) if e.kind() != io::ErrorKind::WouldBlock => return Err(e),
+                    Err(_) => {}
+                }
+            } else {
+                match self.stream.write(bytes) {
+                    Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                    Ok(n) => {
+                        bytes = &bytes[n..];
+                        self.sent += n as u64;
+                        continue;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) if e.kind() != io::ErrorKind::WouldBlock => return Err(e),
+                    Err(_) => {}
+                }
+            }
+            self.maybe_writable = false;
+            if deadline.is_some_and(|at| Instant::now() >= at) {
+                return Err(io::ErrorKind::TimedOut.into());
+            }
+            self.wait_until(deadline)?;
+        }
+    }
+
+    /// Reads what is available into `buf`, waiting until `deadline`
+    /// (`TimedOut` then). `Ok(0)` is the end of the stream.
+    pub(crate) fn read_until(
+        &mut self,
+        buf: &mut [u8],
+        deadline: Option<Instant>,
+    ) -> io::Result<usize> {
+        loop {
+            match self.stream.read(buf) {
+                Ok(n) => {
+                    self.received += n as u64;
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() != io::ErrorKind::WouldBlock => return Err(e),
+                Err(_) => {}
+            }
+            self.maybe_readable = false;
+            if deadline.is_some_and(|at| Instant::now() >= at) {
+                return Err(io::ErrorKind::TimedOut.into());
+            }
+            self.wait_until(deadline)?;
+        }
+    }
+
     /// True unless the last write met `WouldBlock` and no writable event
     /// came since.
     #[cfg(test)]

@@ -42,6 +42,7 @@ mod conn;
 mod errors;
 mod http;
 mod pool;
+pub mod runtime;
 mod stream;
 mod terminal;
 mod tls;
@@ -50,10 +51,11 @@ pub mod transport;
 pub use callback::MAX_DELIVERY_THREADS;
 pub use client::Client;
 pub use pool::MAX_CONNECTIONS;
+pub use runtime::Runtime;
 pub use stream::{ExecEvent, ExecStream};
 pub use terminal::{MAX_WRITE_WAIT, Terminal, TerminalEvent};
 pub use tls::TlsFiles;
-pub use transport::Target;
+pub use transport::{Connection, Target};
 
 #[cfg(test)]
 mod tests;

@@ -91,6 +91,62 @@ impl Target {
     }
 }
 
+/// One byte stream to a worker (or any peer), for raw use such as the
+/// conformance probe: blocking reads and writes bounded by a deadline, on
+/// the same mio loop as the client.
+#[derive(Debug)]
+pub struct Connection {
+    conn: crate::conn::Conn,
+}
+
+impl Target {
+    /// Opens a connection before `deadline` (TLS handshake included).
+    /// Nothing has been written when this fails, so errors carry
+    /// `not_dispatched`.
+    ///
+    /// # Errors
+    /// `transport` with reason `connect_timeout`, `connect_failed` or
+    /// `tls_handshake`.
+    pub fn connect(
+        &self,
+        deadline: std::time::Instant,
+        operation: smolbox_core::Operation,
+    ) -> Result<Connection, Error> {
+        crate::conn::Conn::connect(self, deadline)
+            .map(|conn| Connection { conn })
+            .map_err(|e| crate::errors::connect(operation, &e))
+    }
+}
+
+impl Connection {
+    /// Writes all of `bytes` (and flushes TLS records), waiting until
+    /// `deadline` at most.
+    ///
+    /// # Errors
+    /// `TimedOut` at the deadline; the socket's errors.
+    pub fn write_all_until(
+        &mut self,
+        bytes: &[u8],
+        deadline: Option<std::time::Instant>,
+    ) -> io::Result<()> {
+        self.conn.write_all_until(bytes, deadline)
+    }
+
+    /// Reads what arrived into `buf`, waiting until `deadline` at most;
+    /// `Ok(0)` is the end of the stream.
+    ///
+    /// # Errors
+    /// `TimedOut` at the deadline; the socket's errors (a TLS peer that
+    /// closed without `close_notify` is `UnexpectedEof`).
+    pub fn read_until(
+        &mut self,
+        buf: &mut [u8],
+        deadline: Option<std::time::Instant>,
+    ) -> io::Result<usize> {
+        self.conn.read_until(buf, deadline)
+    }
+}
+
 /// A connected, non-blocking stream.
 #[derive(Debug)]
 pub(crate) enum Stream {

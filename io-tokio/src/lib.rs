@@ -43,6 +43,7 @@ mod client;
 mod drive;
 mod http;
 mod pool;
+pub mod runtime;
 mod stream;
 mod terminal;
 #[cfg(test)]
@@ -51,6 +52,7 @@ pub mod transport;
 
 pub use client::Client;
 pub use pool::MAX_CONNECTIONS;
+pub use runtime::Runtime;
 pub use stream::{ExecEvent, ExecStream};
 pub use terminal::{Terminal, TerminalEvent};
 pub use transport::{Connection, Target, TlsFiles};

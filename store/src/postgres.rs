@@ -5,10 +5,14 @@
 //!   reserve and worker capacity, worker leases, machine names and ports,
 //!   the command slot) lock the partition row first, so they serialize per
 //!   partition;
-//! - single-record writes (guarded patch, claim, cancel, release) lock the
-//!   record row (`FOR UPDATE`) and the worker-lease row they are fenced by
-//!   (`FOR SHARE`). They only shrink partition totals, so they need not
-//!   wait for the partition lock.
+//! - single-record writes (guarded patch, claim, cancel, release) are a
+//!   compare-and-swap: read the row, apply the pure rule, then `UPDATE ...
+//!   WHERE version = <read version>` (and, when the record is assigned,
+//!   only while the worker lease still has the generation the guard was
+//!   checked against); a lost race reruns the operation, which then sees
+//!   the new version and fails `stale_version` or `stale_claim` as the
+//!   rules say. They only shrink partition totals, so they need not wait
+//!   for the partition lock.
 //!
 //! Payloads are sealed; projected columns are checked against the
 //! decrypted payload on every read. A lost connection is a `store` error
@@ -367,14 +371,23 @@ fn run_once<R>(
             Failure::Error(pg_error(op, &e))
         }
     };
-    let tx = conn.client.transaction().map_err(classify)?;
+    // Reads and single-record writes run without an explicit transaction:
+    // each statement is atomic, and a record write is a compare-and-swap on
+    // its version (and on the worker-lease generation that fences it), so
+    // the read-modify-write needs two round trips instead of four.
+    let session = if lock == Lock::Partition {
+        Session::Tx(conn.client.transaction().map_err(classify)?)
+    } else {
+        Session::Auto(&mut conn.client)
+    };
     let mut pg = PgTx {
-        tx,
+        session,
         statements: &mut conn.statements,
         sealer,
         op,
         lock,
         retry: false,
+        fence: None,
     };
     if lock == Lock::Partition {
         let partition = sealer.partition().to_owned();
@@ -390,8 +403,9 @@ fn run_once<R>(
     }
     match f(&mut pg) {
         Ok(v) => {
-            let PgTx { tx, .. } = pg;
-            tx.commit().map_err(classify)?;
+            if let Session::Tx(tx) = pg.session {
+                tx.commit().map_err(classify)?;
+            }
             Ok(v)
         }
         Err(_) if pg.retry => Err(Failure::Retry),
@@ -399,14 +413,24 @@ fn run_once<R>(
     }
 }
 
+enum Session<'a> {
+    /// A transaction holding the partition lock.
+    Tx(Transaction<'a>),
+    /// Autocommit statements (reads, compare-and-swap record writes).
+    Auto(&'a mut Client),
+}
+
 struct PgTx<'a> {
-    tx: Transaction<'a>,
+    session: Session<'a>,
     statements: &'a mut BTreeMap<String, Statement>,
     sealer: &'a Sealer,
     op: Operation,
     lock: Lock,
-    /// Set when a statement failed with a deadlock or serialization error.
+    /// Set when a statement failed with a deadlock or serialization error,
+    /// or a compare-and-swap found the row changed: the operation reruns.
     retry: bool,
+    /// The worker-lease generation a compare-and-swap write is fenced by.
+    fence: Option<(String, i64)>,
 }
 
 impl PgTx<'_> {
@@ -414,7 +438,11 @@ impl PgTx<'_> {
         if let Some(s) = self.statements.get(sql) {
             return Ok(s.clone());
         }
-        let s = self.tx.prepare(sql).map_err(|e| self.fail(&e))?;
+        let prepared = match &mut self.session {
+            Session::Tx(t) => t.prepare(sql),
+            Session::Auto(c) => c.prepare(sql),
+        };
+        let s = prepared.map_err(|e| self.fail(&e))?;
         self.statements.insert(sql.to_owned(), s.clone());
         Ok(s)
     }
@@ -431,24 +459,36 @@ impl PgTx<'_> {
 
     fn query_opt(&mut self, sql: &str, p: &[&(dyn ToSql + Sync)]) -> Result<Option<Row>, Error> {
         let s = self.statement(sql)?;
-        self.tx.query_opt(&s, p).map_err(|e| self.fail(&e))
+        let r = match &mut self.session {
+            Session::Tx(t) => t.query_opt(&s, p),
+            Session::Auto(c) => c.query_opt(&s, p),
+        };
+        r.map_err(|e| self.fail(&e))
     }
 
     fn query(&mut self, sql: &str, p: &[&(dyn ToSql + Sync)]) -> Result<Vec<Row>, Error> {
         let s = self.statement(sql)?;
-        self.tx.query(&s, p).map_err(|e| self.fail(&e))
+        let r = match &mut self.session {
+            Session::Tx(t) => t.query(&s, p),
+            Session::Auto(c) => c.query(&s, p),
+        };
+        r.map_err(|e| self.fail(&e))
     }
 
     fn execute(&mut self, sql: &str, p: &[&(dyn ToSql + Sync)]) -> Result<u64, Error> {
         let s = self.statement(sql)?;
-        self.tx.execute(&s, p).map_err(|e| self.fail(&e))
+        let r = match &mut self.session {
+            Session::Tx(t) => t.execute(&s, p),
+            Session::Auto(c) => c.execute(&s, p),
+        };
+        r.map_err(|e| self.fail(&e))
     }
 
     fn row_lock(&self) -> &'static str {
-        if self.lock == Lock::Read {
-            ""
-        } else {
+        if self.lock == Lock::Partition {
             " FOR UPDATE"
+        } else {
+            ""
         }
     }
 
@@ -479,6 +519,18 @@ impl PgTx<'_> {
         p: &Projection,
         new: bool,
     ) -> Result<(), Error> {
+        // Every write moves the version by exactly one: outside the
+        // partition lock the row must still hold the version this
+        // operation read (compare-and-swap), and the worker lease the
+        // generation its guard was checked against.
+        let cas = if self.lock == Lock::Partition || new {
+            ""
+        } else if self.fence.is_some() {
+            " AND version = $17 AND EXISTS (SELECT 1 FROM worker_leases l WHERE l.partition = $1 \
+             AND l.worker_id = $18 AND l.generation = $19)"
+        } else {
+            " AND version = $17"
+        };
         let sql = if new {
             format!(
                 "INSERT INTO {table} (partition, scope, id, {COLS}) \
@@ -489,33 +541,43 @@ impl PgTx<'_> {
                 "UPDATE {table} SET payload = $4, fingerprint = $5, state = $6, version = $7, \
                  next_due_ms = $8, pending = $9, worker_id = $10, machine_name = $11, slots = $12, \
                  cpus = $13, memory_mb = $14, disk_gb = $15, managed_machine = $16 \
-                 WHERE partition = $1 AND scope = $2 AND id = $3"
+                 WHERE partition = $1 AND scope = $2 AND id = $3{cas}"
             )
         };
         let partition = self.partition();
-        let n = self.execute(
-            &sql,
-            &[
-                &partition,
-                &key.scope,
-                &key.id,
-                &payload,
-                &p.fingerprint,
-                &p.state,
-                &p.version,
-                &p.next_due_ms,
-                &p.pending,
-                &p.worker_id,
-                &p.machine_name,
-                &p.slots,
-                &p.cpus,
-                &p.memory_mb,
-                &p.disk_gb,
-                &p.managed_machine,
-            ],
-        )?;
+        let old_version = p.version - 1;
+        let (fence_worker, fence_generation) = self.fence.clone().unwrap_or_default();
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![
+            &partition,
+            &key.scope,
+            &key.id,
+            &payload,
+            &p.fingerprint,
+            &p.state,
+            &p.version,
+            &p.next_due_ms,
+            &p.pending,
+            &p.worker_id,
+            &p.machine_name,
+            &p.slots,
+            &p.cpus,
+            &p.memory_mb,
+            &p.disk_gb,
+            &p.managed_machine,
+        ];
+        if !cas.is_empty() {
+            params.push(&old_version);
+            if self.fence.is_some() {
+                params.push(&fence_worker);
+                params.push(&fence_generation);
+            }
+        }
+        let n = self.execute(&sql, &params)?;
         if n == 1 {
             Ok(())
+        } else if !cas.is_empty() {
+            self.retry = true;
+            Err(store_error(self.op, "postgres_contention"))
         } else {
             Err(store_error(self.op, "row_vanished"))
         }
@@ -618,7 +680,7 @@ impl Tx for PgTx<'_> {
                 "SELECT owner, generation, until_ms FROM worker_leases WHERE partition = $1 AND worker_id = $2"
             }
             Lock::Record => {
-                "SELECT owner, generation, until_ms FROM worker_leases WHERE partition = $1 AND worker_id = $2 FOR SHARE"
+                "SELECT owner, generation, until_ms FROM worker_leases WHERE partition = $1 AND worker_id = $2"
             }
             Lock::Partition => {
                 "SELECT owner, generation, until_ms FROM worker_leases WHERE partition = $1 AND worker_id = $2 FOR UPDATE"
@@ -626,8 +688,15 @@ impl Tx for PgTx<'_> {
         };
         let partition = self.partition();
         let row = self.query_opt(sql, &[&partition, &worker_id])?;
-        row.map(|r| lease_of(r.get(0), r.get(1), r.get(2), self.op))
-            .transpose()
+        let lease = row
+            .map(|r| lease_of(r.get(0), r.get(1), r.get(2), self.op))
+            .transpose()?;
+        if self.lock == Lock::Record
+            && let Some(l) = &lease
+        {
+            self.fence = Some((worker_id.to_owned(), int(l.generation)));
+        }
+        Ok(lease)
     }
 
     fn put_lease(&mut self, worker_id: &str, lease: &Lease, _new: bool) -> Result<(), Error> {

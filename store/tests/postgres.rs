@@ -206,3 +206,29 @@ fn down_migration_refuses_non_empty_history() {
     );
     assert!(h.first.fetch(&key("s", "a")).is_ok());
 }
+
+#[test]
+fn import_is_one_transaction() {
+    let Some(h) = make() else { return };
+    let recs: Vec<_> = (0..3)
+        .map(|i| accepted(key("s", &format!("i{i}")), exec_spec("x"), 10 + i))
+        .collect();
+    h.first.import(&recs).unwrap();
+    assert_eq!(h.first.fetch(&recs[1].key).unwrap(), recs[1]);
+    assert_eq!(
+        h.first.due(11, None, 10).unwrap().records,
+        recs[..2].to_vec()
+    );
+    let more = vec![
+        accepted(key("s", "i9"), exec_spec("x"), 10),
+        recs[0].clone(),
+    ];
+    assert_eq!(
+        h.first.import(&more).unwrap_err().category(),
+        Category::Store
+    );
+    assert_eq!(
+        h.first.fetch(&key("s", "i9")).unwrap_err().category(),
+        Category::NotFound
+    );
+}

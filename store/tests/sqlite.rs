@@ -240,3 +240,30 @@ fn missing_or_garbage_file_is_a_store_error() {
         Category::Store
     );
 }
+
+#[test]
+fn import_is_one_transaction() {
+    let h = make().unwrap();
+    let recs: Vec<_> = (0..3)
+        .map(|i| accepted(key("s", &format!("i{i}")), exec_spec("x"), 10 + i))
+        .collect();
+    h.first.import(&recs).unwrap();
+    assert_eq!(h.first.fetch(&recs[1].key).unwrap(), recs[1]);
+    assert_eq!(
+        h.first.due(11, None, 10).unwrap().records,
+        recs[..2].to_vec()
+    );
+    // An existing identity fails the whole import.
+    let more = vec![
+        accepted(key("s", "i9"), exec_spec("x"), 10),
+        recs[0].clone(),
+    ];
+    assert_eq!(
+        h.first.import(&more).unwrap_err().category(),
+        Category::Store
+    );
+    assert_eq!(
+        h.first.fetch(&key("s", "i9")).unwrap_err().category(),
+        Category::NotFound
+    );
+}

@@ -12,6 +12,7 @@
 //! smolbox_tests::e2e_suite!(smolbox_tests::tokio_shell::TokioShell);
 //! ```
 
+pub mod blocking_shell;
 pub mod cases;
 pub mod fixture;
 pub mod shell;

@@ -425,3 +425,40 @@ fn connect_error_mapping_never_claims_dispatch() {
     let e1 = crate::errors::failure(Operation::Exec, f, 1);
     assert_eq!(e1.evidence(), Evidence::DispatchUncertain);
 }
+
+/// The raw `Connection` (the probe's I/O): writes and reads with a deadline
+/// on the same loop; a silent peer times the read out.
+#[test]
+fn raw_connection_reads_writes_and_times_out() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let h = thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut b = [0u8; 5];
+        s.read_exact(&mut b).unwrap();
+        go_rx.recv().unwrap();
+        s.write_all(&b).unwrap();
+    });
+    let mut c = local(port).connect(soon(), Operation::Http).unwrap();
+    c.write_all_until(b"hello", Some(soon())).unwrap();
+    let mut buf = [0u8; 16];
+    let e = c
+        .read_until(&mut buf, Some(Instant::now() + Duration::from_millis(20)))
+        .unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+    go_tx.send(()).unwrap();
+    let mut got = Vec::new();
+    while got.len() < 5 {
+        let n = c.read_until(&mut buf, Some(soon())).unwrap();
+        assert!(n > 0);
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(got, b"hello");
+    assert_eq!(
+        c.read_until(&mut buf, Some(soon())).unwrap(),
+        0,
+        "end of stream"
+    );
+    h.join().unwrap();
+}

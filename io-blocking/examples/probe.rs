@@ -1,0 +1,621 @@
+//! The conformance probe on the blocking shell (`--shell blocking`): the
+//! same contract, output and error classes as the tokio shell's
+//! `smolbox-probe`, with every read and write on the blocking shell's mio
+//! loop (`smolbox_blocking::Connection`). It drives smolbox's HTTP/1.1, SSE
+//! and WebSocket state machines against a third-party peer and prints what
+//! it saw.
+//!
+//! `cargo run -p smolbox-blocking --example probe -- MODE URL … --shell blocking`
+//!
+//! ```text
+//! smolbox-probe MODE URL [args] --max-body N --max-header N --max-frame N --max-message N
+//!     --max-line N --max-event N --idle-timeout-ms N --deadline-ms N [--shell blocking]
+//! MODE http     one request (GET, or --method POST --json DOC), a JSON reply expected
+//! MODE sse      GET with Accept: text/event-stream; every event, then `end`
+//! MODE ws       open; --send text:STR|hex:HEX (in order); close 1000 after --recv N
+//!               messages; --flood BYTES sends 64 KiB binary messages up to BYTES
+//! MODE ws-echo  echo every message back with the same type until the close
+//! ```
+//!
+//! Output: one JSON object per line on stdout; the last is a terminator
+//! (`response`, `end`, `close`) or one `error` with a class among
+//! `protocol, too_large, timeout, truncated, abnormal_close, handshake,
+//! invalid_utf8, unsupported_encoding, status, content_type, json, connect`.
+//! Redirects are never followed and nothing is decompressed. `--ca FILE`
+//! (with an optional `--cert FILE --key FILE`) enables `https`/`wss`.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use smolbox_blocking::{Connection, Target, TlsFiles};
+use smolbox_core::http1::{ExchangeConfig, HttpEvent, HttpExchange, Method, Request};
+use smolbox_core::sse::{self, SseParser};
+use smolbox_core::ws::{CloseCode, WsClient, WsConfig, WsEvent};
+use smolbox_core::{Category, Error, Operation};
+
+/// Size of one flood message.
+const FLOOD_MESSAGE: usize = 64 * 1024;
+/// Bytes read per call.
+const READ_CHUNK: usize = 64 * 1024;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let opts = match Opts::parse(&args) {
+        Ok(o) => o,
+        Err(msg) => {
+            let _ = writeln!(std::io::stderr(), "usage error: {msg}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut out = Out;
+    let result = run(&opts, &mut out);
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(fail) => {
+            out.emit(&fail.to_json());
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Prints one JSON object per line.
+struct Out;
+
+impl Out {
+    fn emit(&mut self, v: &Value) {
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(stdout, "{v}");
+        let _ = stdout.flush();
+    }
+}
+
+/// A failure as the probe reports it.
+struct Fail {
+    class: &'static str,
+    detail: String,
+    status: Option<u16>,
+}
+
+impl Fail {
+    fn new(class: &'static str, detail: impl Into<String>) -> Self {
+        Self {
+            class,
+            detail: detail.into(),
+            status: None,
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        let mut v = json!({"kind": "error", "error": self.class, "detail": self.detail});
+        if let Some(s) = self.status {
+            v["status"] = json!(s);
+        }
+        v
+    }
+}
+
+/// Maps a library error onto the probe's classes.
+fn classify(e: &Error, handshake: bool) -> Fail {
+    let reason = e.reason();
+    let class = match (e.category(), reason) {
+        (_, "connect_failed" | "tls_handshake" | "no_randomness") => "connect",
+        (
+            Category::Transport,
+            "deadline" | "idle_timeout" | "connect_timeout" | "handshake_timeout"
+            | "close_wait_expired" | "write_timeout",
+        ) => "timeout",
+        (Category::OutputLimit, _) => "too_large",
+        (_, "invalid_utf8") => "invalid_utf8",
+        (_, "content_encoding") => "unsupported_encoding",
+        (_, "abnormal_close") => "abnormal_close",
+        _ if handshake => "handshake",
+        (
+            Category::Transport,
+            "early_close" | "truncated" | "eof_during_handshake" | "read_failed" | "write_failed",
+        ) => "truncated",
+        (_, "content_type" | "duplicate_content_type") => "content_type",
+        _ => "protocol",
+    };
+    Fail {
+        class,
+        detail: e.to_string(),
+        status: None,
+    }
+}
+
+#[derive(Debug)]
+struct Opts {
+    mode: String,
+    url: Url,
+    method: Method,
+    json: Option<String>,
+    sends: Vec<(bool, Vec<u8>)>,
+    recv: Option<usize>,
+    flood: Option<u64>,
+    max_body: u64,
+    max_header: usize,
+    max_frame: usize,
+    max_message: usize,
+    max_line: usize,
+    max_event: usize,
+    idle: Duration,
+    deadline: Duration,
+    tls: Option<TlsFiles>,
+}
+
+#[derive(Debug)]
+struct Url {
+    secure: bool,
+    host: String,
+    port: u16,
+    target: String,
+    host_header: String,
+}
+
+impl Opts {
+    fn parse(args: &[String]) -> Result<Self, String> {
+        let mut it = args.iter();
+        let mode = it.next().ok_or("missing MODE")?.clone();
+        if !matches!(mode.as_str(), "http" | "sse" | "ws" | "ws-echo") {
+            return Err(format!("unknown mode {mode}"));
+        }
+        let url = parse_url(it.next().ok_or("missing URL")?)?;
+        let mut o = Self {
+            mode,
+            url,
+            method: Method::Get,
+            json: None,
+            sends: Vec::new(),
+            recv: None,
+            flood: None,
+            max_body: 16 * 1024 * 1024,
+            max_header: 16 * 1024,
+            max_frame: 65_536,
+            max_message: 1_048_576,
+            max_line: 131_072,
+            max_event: 131_072,
+            idle: Duration::from_secs(15),
+            deadline: Duration::from_secs(30),
+            tls: None,
+        };
+        let (mut ca, mut cert, mut key) = (None, None, None);
+        while let Some(flag) = it.next() {
+            let mut value = || it.next().cloned().ok_or(format!("{flag} needs a value"));
+            let num = |v: String| {
+                v.parse::<u64>()
+                    .map_err(|_| format!("{flag}: not a number"))
+            };
+            match flag.as_str() {
+                "--method" => {
+                    o.method = match value()?.as_str() {
+                        "GET" => Method::Get,
+                        "POST" => Method::Post,
+                        m => return Err(format!("unsupported method {m}")),
+                    }
+                }
+                "--json" => o.json = Some(value()?),
+                "--send" => {
+                    let v = value()?;
+                    if let Some(t) = v.strip_prefix("text:") {
+                        o.sends.push((true, t.as_bytes().to_vec()));
+                    } else if let Some(h) = v.strip_prefix("hex:") {
+                        o.sends
+                            .push((false, hex_decode(h).ok_or("--send hex: bad hex")?));
+                    } else {
+                        return Err("--send needs text: or hex:".into());
+                    }
+                }
+                "--recv" => {
+                    o.recv = Some(usize::try_from(num(value()?)?).map_err(|e| e.to_string())?)
+                }
+                "--flood" => o.flood = Some(num(value()?)?),
+                "--max-body" => o.max_body = num(value()?)?,
+                "--max-header" => o.max_header = to_usize(num(value()?)?),
+                "--max-frame" => o.max_frame = to_usize(num(value()?)?),
+                "--max-message" => o.max_message = to_usize(num(value()?)?),
+                "--max-line" => o.max_line = to_usize(num(value()?)?),
+                "--max-event" => o.max_event = to_usize(num(value()?)?),
+                "--idle-timeout-ms" => o.idle = Duration::from_millis(num(value()?)?),
+                "--deadline-ms" => o.deadline = Duration::from_millis(num(value()?)?),
+                "--shell" => {
+                    let v = value()?;
+                    if v != "blocking" {
+                        return Err(format!("this probe is the blocking shell, not {v}"));
+                    }
+                }
+                "--ca" => ca = Some(PathBuf::from(value()?)),
+                "--cert" => cert = Some(PathBuf::from(value()?)),
+                "--key" => key = Some(PathBuf::from(value()?)),
+                other => return Err(format!("unknown flag {other}")),
+            }
+        }
+        if let Some(ca_file) = ca {
+            o.tls = Some(TlsFiles {
+                ca_file,
+                client_identity: cert.zip(key),
+            });
+        }
+        if o.url.secure && o.tls.is_none() {
+            return Err("https/wss needs --ca FILE".into());
+        }
+        Ok(o)
+    }
+}
+
+fn to_usize(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
+}
+
+fn parse_url(s: &str) -> Result<Url, String> {
+    let (scheme, rest) = s.split_once("://").ok_or("URL needs a scheme")?;
+    let secure = match scheme {
+        "http" | "ws" => false,
+        "https" | "wss" => true,
+        _ => return Err(format!("unsupported scheme {scheme}")),
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) if !h.is_empty() && !p.contains(']') => {
+            (h.to_owned(), p.parse::<u16>().map_err(|_| "bad port")?)
+        }
+        _ => (authority.to_owned(), if secure { 443 } else { 80 }),
+    };
+    if host.is_empty() {
+        return Err("URL needs a host".into());
+    }
+    Ok(Url {
+        secure,
+        host_header: authority.to_owned(),
+        host: host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned(),
+        port,
+        target: path.to_owned(),
+    })
+}
+
+fn hex_decode(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn connect(o: &Opts, deadline: Instant, op: Operation) -> Result<Connection, Fail> {
+    let target = match &o.tls {
+        Some(files) if o.url.secure => Target::tls(o.url.host.clone(), o.url.port, files)
+            .map_err(|e| Fail::new("connect", e.to_string()))?,
+        _ => Target::tcp(o.url.host.clone(), o.url.port),
+    };
+    target
+        .connect(deadline, op)
+        .map_err(|e| classify(&e, false))
+}
+
+fn run(o: &Opts, out: &mut Out) -> Result<(), Fail> {
+    let deadline = Instant::now() + o.deadline;
+    match o.mode.as_str() {
+        "http" => http(o, out, deadline),
+        "sse" => sse_mode(o, out, deadline),
+        _ => ws(o, out, deadline),
+    }
+}
+
+/// Runs one exchange, handing body bytes to `on_body`; returns the head.
+fn exchange(
+    o: &Opts,
+    request: &Request,
+    deadline: Instant,
+    on_head: &mut dyn FnMut(&smolbox_core::http1::ResponseHead) -> Result<(), Fail>,
+    on_body: &mut dyn FnMut(&[u8]) -> Result<(), Fail>,
+) -> Result<(), Fail> {
+    let mut conn = connect(o, deadline, request.operation)?;
+    let mut config = ExchangeConfig::new(o.url.host_header.clone(), deadline);
+    config.max_response_body = o.max_body;
+    config.max_head_bytes = o.max_header;
+    config.idle_timeout = Some(o.idle);
+    config.keep_alive = false;
+    let mut ex =
+        HttpExchange::new(request, &config, Instant::now()).map_err(|e| classify(&e, false))?;
+    let mut wire = Vec::new();
+    ex.poll_transmit(&mut wire);
+    write_all(&mut conn, &wire, ex.poll_timeout().map(|(t, _)| t))?;
+    let mut buf = vec![0u8; READ_CHUNK];
+    loop {
+        while let Some(ev) = ex.poll_event() {
+            match ev.map_err(|e| classify(&e, false))? {
+                HttpEvent::Head(head) => on_head(&head)?,
+                HttpEvent::Data(bytes) => on_body(bytes)?,
+                HttpEvent::End => return Ok(()),
+            }
+        }
+        let wake = ex.poll_timeout().map(|(t, _)| t);
+        match read_until(&mut conn, &mut buf, wake) {
+            Read::Data(n) => {
+                let _ = ex.handle_input(Instant::now(), &buf[..n]);
+            }
+            Read::Eof => ex.handle_eof(Instant::now()),
+            Read::Timer => ex.handle_timeout(Instant::now()),
+            Read::Failed => return Err(Fail::new("truncated", "read failed")),
+        }
+    }
+}
+
+fn http(o: &Opts, out: &mut Out, deadline: Instant) -> Result<(), Fail> {
+    let mut request =
+        Request::new(Operation::Http, o.method, o.url.target.clone()).accept("application/json");
+    if let Some(doc) = &o.json {
+        request = request.body("application/json", doc.clone().into_bytes());
+    }
+    let mut status = 0u16;
+    let mut body = Vec::new();
+    let mut on_head = |h: &smolbox_core::http1::ResponseHead| {
+        status = h.status;
+        if !(200..300).contains(&h.status) {
+            return Err(Fail {
+                status: Some(h.status),
+                ..Fail::new("status", format!("status {}", h.status))
+            });
+        }
+        if !h.media_type_is("application/json") {
+            return Err(Fail::new("content_type", "expected application/json"));
+        }
+        Ok(())
+    };
+    let mut on_body = |b: &[u8]| {
+        body.extend_from_slice(b);
+        Ok(())
+    };
+    exchange(o, &request, deadline, &mut on_head, &mut on_body)?;
+    let doc: Value = serde_json::from_slice(&body).map_err(|e| Fail::new("json", e.to_string()))?;
+    out.emit(&json!({"kind": "response", "status": status, "body": doc}));
+    Ok(())
+}
+
+fn sse_mode(o: &Opts, out: &mut Out, deadline: Instant) -> Result<(), Fail> {
+    let request =
+        Request::new(Operation::Sse, Method::Get, o.url.target.clone()).accept("text/event-stream");
+    let mut parser = SseParser::new(sse::Config {
+        max_line_len: o.max_line,
+        max_event_len: o.max_event,
+        max_chunk_len: READ_CHUNK.max(o.max_line),
+        operation: Operation::Sse,
+    });
+    let mut on_head = |h: &smolbox_core::http1::ResponseHead| {
+        if !(200..300).contains(&h.status) {
+            return Err(Fail {
+                status: Some(h.status),
+                ..Fail::new("status", format!("status {}", h.status))
+            });
+        }
+        if !h.media_type_is("text/event-stream") {
+            return Err(Fail::new("content_type", "expected text/event-stream"));
+        }
+        Ok(())
+    };
+    let mut events = Vec::new();
+    let mut on_body = |b: &[u8]| {
+        parser.handle_input(b).map_err(|e| classify(&e, false))?;
+        while let Some(ev) = parser.poll_event().map_err(|e| classify(&e, false))? {
+            events.push(event_json(&ev));
+        }
+        Ok(())
+    };
+    let r = exchange(o, &request, deadline, &mut on_head, &mut on_body);
+    for e in &events {
+        out.emit(e);
+    }
+    r?;
+    parser.finish().map_err(|e| classify(&e, false))?;
+    while let Some(ev) = parser.poll_event().map_err(|e| classify(&e, false))? {
+        out.emit(&event_json(&ev));
+    }
+    out.emit(&json!({
+        "kind": "end",
+        "last_event_id": String::from_utf8_lossy(parser.last_event_id()),
+        "retry_ms": parser.retry(),
+    }));
+    Ok(())
+}
+
+fn event_json(ev: &sse::Event<'_>) -> Value {
+    json!({
+        "kind": "event",
+        "event": String::from_utf8_lossy(ev.event_type()),
+        "data": ev.data_lossy(),
+        "id": String::from_utf8_lossy(ev.last_event_id()),
+    })
+}
+
+fn ws(o: &Opts, out: &mut Out, deadline: Instant) -> Result<(), Fail> {
+    let echo = o.mode == "ws-echo";
+    let mut conn = connect(o, deadline, Operation::WebSocket)?;
+    let mut config = WsConfig::new(o.url.host_header.clone(), o.url.target.clone());
+    config.max_frame_len = o.max_frame;
+    config.max_message_len = o.max_message;
+    config.handshake_timeout = o.deadline.min(Duration::from_secs(30));
+    let mut key = [0u8; 16];
+    getrandom::getrandom(&mut key).map_err(|_| Fail::new("connect", "no randomness"))?;
+    let mut ws = WsClient::new(config, key, Instant::now()).map_err(|e| classify(&e, true))?;
+    let mut opened = false;
+    let mut received = 0usize;
+    let mut flooded = 0u64;
+    let mut sends = o.sends.iter();
+    let mut wire = Vec::new();
+    let mut buf = vec![0u8; READ_CHUNK];
+    let flood_msg = vec![0x5au8; FLOOD_MESSAGE];
+    loop {
+        top_up(&mut ws)?;
+        // Deliver events; queue replies.
+        let mut replies: Vec<(bool, Vec<u8>)> = Vec::new();
+        let mut close_now = false;
+        while let Some(ev) = ws.poll_event() {
+            match ev {
+                WsEvent::Open => opened = true,
+                WsEvent::Text(t) => {
+                    out.emit(&json!({"kind": "message", "type": "text", "text": t, "len": t.len(), "sha256": hex(&Sha256::digest(t.as_bytes()))}));
+                    received += 1;
+                    if echo {
+                        replies.push((true, t.as_bytes().to_vec()));
+                    }
+                }
+                WsEvent::Binary(b) => {
+                    out.emit(&json!({"kind": "message", "type": "binary", "len": b.len(), "sha256": hex(&Sha256::digest(b))}));
+                    received += 1;
+                    if echo {
+                        replies.push((false, b.to_vec()));
+                    }
+                }
+                WsEvent::Ping(_) | WsEvent::Pong(_) => {}
+                WsEvent::Closed(info) => {
+                    flush(&mut conn, &mut ws, &mut wire)?;
+                    let code = info.code.map_or(1005, CloseCode::as_u16);
+                    out.emit(&json!({"kind": "close", "code": code, "reason": ""}));
+                    return Ok(());
+                }
+                WsEvent::Failed(e) => {
+                    // The matching close code (1002/1007/1009) is queued by the core.
+                    let _ = flush(&mut conn, &mut ws, &mut wire);
+                    return Err(classify(&e, !opened));
+                }
+            }
+            if o.recv.is_some_and(|n| received >= n) {
+                close_now = true;
+            }
+        }
+        let now = Instant::now();
+        for (text, payload) in replies {
+            send(&mut ws, &mut conn, &mut wire, now, text, &payload)?;
+        }
+        if opened && !ws.is_close_sent() {
+            for (text, payload) in sends.by_ref() {
+                send(&mut ws, &mut conn, &mut wire, now, *text, payload)?;
+            }
+            if let Some(total) = o.flood
+                && flooded < total
+            {
+                let n = usize::try_from((total - flooded).min(FLOOD_MESSAGE as u64))
+                    .unwrap_or(FLOOD_MESSAGE);
+                send(&mut ws, &mut conn, &mut wire, now, false, &flood_msg[..n])?;
+                flooded += n as u64;
+            }
+            if close_now {
+                let _ = ws.close(now, CloseCode::NORMAL);
+            }
+        }
+        flush(&mut conn, &mut ws, &mut wire)?;
+        if o.flood.is_some_and(|t| flooded < t) && opened && !ws.is_close_sent() {
+            // Keep flooding; read only what is already there.
+            if let Read::Data(n) = read_until(&mut conn, &mut buf, Some(Instant::now())) {
+                let _ = ws.handle_input(Instant::now(), &buf[..n]);
+            }
+            continue;
+        }
+        let wake = ws
+            .poll_timeout()
+            .map(|(t, _)| t)
+            .map_or(deadline, |t| t.min(deadline));
+        match read_until(&mut conn, &mut buf, Some(wake)) {
+            Read::Data(n) => {
+                let _ = ws.handle_input(Instant::now(), &buf[..n]);
+            }
+            Read::Eof => ws.handle_eof(Instant::now()),
+            Read::Timer => {
+                if Instant::now() >= deadline {
+                    return Err(Fail::new("timeout", "deadline"));
+                }
+                ws.handle_timeout(Instant::now());
+            }
+            Read::Failed => ws.handle_eof(Instant::now()),
+        }
+    }
+}
+
+fn top_up(ws: &mut WsClient) -> Result<(), Fail> {
+    let wanted = ws.entropy_wanted();
+    if wanted > 0 {
+        let mut r = vec![0u8; wanted];
+        getrandom::getrandom(&mut r).map_err(|_| Fail::new("connect", "no randomness"))?;
+        ws.handle_entropy(&r);
+    }
+    Ok(())
+}
+
+/// Queues one message, flushing first when the core's send buffer is full.
+fn send(
+    ws: &mut WsClient,
+    conn: &mut Connection,
+    wire: &mut Vec<u8>,
+    now: Instant,
+    text: bool,
+    payload: &[u8],
+) -> Result<(), Fail> {
+    for _ in 0..2 {
+        top_up(ws)?;
+        let r = if text {
+            match std::str::from_utf8(payload) {
+                Ok(t) => ws.send_text(now, t),
+                Err(_) => return Err(Fail::new("invalid_utf8", "text message is not UTF-8")),
+            }
+        } else {
+            ws.send_binary(now, payload)
+        };
+        match r {
+            Ok(()) => return Ok(()),
+            Err(e) if e.category() == Category::AdmissionExhausted => flush(conn, ws, wire)?,
+            Err(e) => return Err(classify(&e, false)),
+        }
+    }
+    Err(Fail::new("protocol", "send buffer stays full"))
+}
+
+fn flush(conn: &mut Connection, ws: &mut WsClient, wire: &mut Vec<u8>) -> Result<(), Fail> {
+    wire.clear();
+    while ws.poll_transmit(wire).is_some() {}
+    if !wire.is_empty() {
+        write_all(conn, wire, ws.poll_timeout().map(|(t, _)| t))?;
+        wire.clear();
+    }
+    Ok(())
+}
+
+fn write_all(conn: &mut Connection, bytes: &[u8], deadline: Option<Instant>) -> Result<(), Fail> {
+    match conn.write_all_until(bytes, deadline) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+            Err(Fail::new("timeout", "write timed out"))
+        }
+        Err(_) => Err(Fail::new("truncated", "write failed")),
+    }
+}
+
+enum Read {
+    Data(usize),
+    Eof,
+    Timer,
+    Failed,
+}
+
+fn read_until(conn: &mut Connection, buf: &mut [u8], wake: Option<Instant>) -> Read {
+    match conn.read_until(buf, wake) {
+        Ok(0) => Read::Eof,
+        Ok(n) => Read::Data(n),
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Read::Timer,
+        Err(_) => Read::Failed,
+    }
+}
