@@ -295,6 +295,10 @@ async fn drive(shared: Arc<Shared>, mut conn: Connection, write_wait: Duration) 
     // close): keep reading, stop writing.
     let mut write_broken = false;
     let mut blocked_since: Option<Instant> = None;
+    // Set when a throttle grace passed without the consumer pulling: the
+    // consumer is stalled, so read on (the queue bound decides) until it
+    // pulls again.
+    let mut consumer_stalled = false;
     loop {
         let notified = shared.to_task.notified();
         let throttle;
@@ -321,8 +325,9 @@ async fn drive(shared: Arc<Shared>, mut conn: Connection, write_wait: Duration) 
             // the driver pauses reading until the consumer pulls, or for a
             // short grace. A stalled consumer still overflows the queue
             // (output_limit) after a few graces.
-            throttle = st.session.unread_bytes() * 2 > shared.max_buffer_bytes
-                || st.session.unread_chunks() * 2 > smolbox_core::terminal::MAX_UNREAD_CHUNKS;
+            throttle = !consumer_stalled
+                && (st.session.unread_bytes() * 2 > shared.max_buffer_bytes
+                    || st.session.unread_chunks() * 2 > smolbox_core::terminal::MAX_UNREAD_CHUNKS);
             if throttle {
                 let grace = Instant::now() + READ_GRACE;
                 deadline = Some(deadline.map_or(grace, |d| d.min(grace)));
@@ -391,13 +396,14 @@ async fn drive(shared: Arc<Shared>, mut conn: Connection, write_wait: Duration) 
                 let _ = st.session.handle_input(now, &rbuf[..n]);
             }
             Io::Timer => {
+                consumer_stalled |= throttle;
                 if blocked_since.is_some_and(|since| now >= since + write_wait) {
                     st.transport = Some(transport_error("write_timeout"));
                     break;
                 }
                 st.session.handle_timeout(now);
             }
-            Io::Commands => {}
+            Io::Commands => consumer_stalled = false,
             Io::Failed("write_failed") if !eof => {
                 write_broken = true;
                 blocked_since = None;
