@@ -28,6 +28,9 @@ use crate::transport::Connection;
 /// min(connect budget, 1 s)).
 pub(crate) const MAX_WRITE_WAIT: Duration = Duration::from_millis(1_000);
 
+/// How long a throttled driver waits for the consumer before reading on.
+const READ_GRACE: Duration = Duration::from_millis(20);
+
 /// What [`Terminal::next`] returns.
 #[derive(Clone, PartialEq, Eq)]
 pub enum TerminalEvent {
@@ -58,6 +61,8 @@ pub struct Terminal {
 
 struct Shared {
     state: Mutex<State>,
+    /// The unread-output bound of the session (for the read throttle).
+    max_buffer_bytes: usize,
     /// The task wakes for new transmits or a detach.
     to_task: Notify,
     /// The consumer wakes for new output, the outcome, or a transport end.
@@ -95,6 +100,7 @@ impl Terminal {
         let mut session = TerminalSession::new(spec, config, key, Instant::now())?;
         feed_entropy(&mut session)?;
         let shared = Arc::new(Shared {
+            max_buffer_bytes: spec.max_buffer_bytes,
             state: Mutex::new(State {
                 session,
                 transport: None,
@@ -175,7 +181,8 @@ impl Terminal {
                     Next::Output(bytes) => {
                         let out = Bytes::copy_from_slice(bytes);
                         drop(st);
-                        // Reading freed queue space; nothing for the task to do.
+                        // Queue space was freed: a throttled driver reads on.
+                        self.shared.to_task.notify_one();
                         return Ok(TerminalEvent::Output(out));
                     }
                     Next::Closed(outcome) => return Ok(TerminalEvent::Closed(outcome)),
@@ -288,8 +295,13 @@ async fn drive(shared: Arc<Shared>, mut conn: Connection, write_wait: Duration) 
     // close): keep reading, stop writing.
     let mut write_broken = false;
     let mut blocked_since: Option<Instant> = None;
+    // Set when a throttle grace passed without the consumer pulling: the
+    // consumer is stalled, so read on (the queue bound decides) until it
+    // pulls again.
+    let mut consumer_stalled = false;
     loop {
         let notified = shared.to_task.notified();
+        let throttle;
         let deadline = {
             let mut st = shared.lock();
             if pos == out.len() || write_broken {
@@ -308,6 +320,18 @@ async fn drive(shared: Arc<Shared>, mut conn: Connection, write_wait: Duration) 
                 break;
             }
             let mut deadline = st.session.poll_timeout().map(|(at, _)| at);
+            // A live consumer on the same runtime must get a chance to pull
+            // before the driver fills the queue: above half of either bound
+            // the driver pauses reading until the consumer pulls, or for a
+            // short grace. A stalled consumer still overflows the queue
+            // (output_limit) after a few graces.
+            throttle = !consumer_stalled
+                && (st.session.unread_bytes() * 2 > shared.max_buffer_bytes
+                    || st.session.unread_chunks() * 2 > smolbox_core::terminal::MAX_UNREAD_CHUNKS);
+            if throttle {
+                let grace = Instant::now() + READ_GRACE;
+                deadline = Some(deadline.map_or(grace, |d| d.min(grace)));
+            }
             if pos < out.len() || need_flush {
                 let since = *blocked_since.get_or_insert_with(Instant::now);
                 let limit = since + write_wait;
@@ -329,7 +353,7 @@ async fn drive(shared: Arc<Shared>, mut conn: Connection, write_wait: Duration) 
                     Poll::Pending => {}
                 }
             }
-            if eof {
+            if eof || throttle {
                 return Poll::Pending;
             }
             let mut buf = ReadBuf::new(&mut rbuf[..]);
@@ -372,13 +396,14 @@ async fn drive(shared: Arc<Shared>, mut conn: Connection, write_wait: Duration) 
                 let _ = st.session.handle_input(now, &rbuf[..n]);
             }
             Io::Timer => {
+                consumer_stalled |= throttle;
                 if blocked_since.is_some_and(|since| now >= since + write_wait) {
                     st.transport = Some(transport_error("write_timeout"));
                     break;
                 }
                 st.session.handle_timeout(now);
             }
-            Io::Commands => {}
+            Io::Commands => consumer_stalled = false,
             Io::Failed("write_failed") if !eof => {
                 write_broken = true;
                 blocked_since = None;
