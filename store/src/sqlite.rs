@@ -149,7 +149,7 @@ impl SqliteStore {
             // then writes gets SQLITE_BUSY at once (no busy wait) when
             // another process migrates the same file concurrently.
             let tx = conn
-                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(|e| sql_error(op, &e))?;
             tx.execute_batch(SCHEMA_SQL)
                 .map_err(|e| sql_error(op, &e))?;
