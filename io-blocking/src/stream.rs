@@ -3,47 +3,14 @@
 
 use std::time::Instant;
 
-use smolbox_core::exec::{
-    ExecOutput, ExecStreamDecoder, ExecStreamEvent, OutputAllowance, OutputEncoding,
-};
+use smolbox_core::exec::{ExecOutput, ExecStreamDecoder, OutputAllowance, OutputEncoding};
 use smolbox_core::http1::ResponseHead;
 use smolbox_core::{Category, Error, Evidence, Operation};
 
 use crate::callback::{Delivered, Observer};
 use crate::http::{Exchange, Step};
 
-/// One event of a streamed exec, owned.
-///
-/// Its `Debug` prints sizes only: output never reaches a log through it.
-#[derive(Clone, PartialEq, Eq)]
-pub enum ExecEvent {
-    /// A piece of standard output (the worker's lossy UTF-8 text).
-    Stdout(String),
-    /// A piece of standard error.
-    Stderr(String),
-    /// The exit code; the last event of a complete stream.
-    Exit(i32),
-}
-
-impl std::fmt::Debug for ExecEvent {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Stdout(s) => write!(f, "Stdout({} bytes)", s.len()),
-            Self::Stderr(s) => write!(f, "Stderr({} bytes)", s.len()),
-            Self::Exit(code) => write!(f, "Exit({code})"),
-        }
-    }
-}
-
-impl ExecEvent {
-    fn from_core(ev: ExecStreamEvent<'_>) -> Self {
-        match ev {
-            ExecStreamEvent::Stdout(s) => Self::Stdout(s.to_owned()),
-            ExecStreamEvent::Stderr(s) => Self::Stderr(s.to_owned()),
-            ExecStreamEvent::Exit(code) => Self::Exit(code),
-        }
-    }
-}
+pub use smolbox_core::exec::ExecEvent;
 
 /// A streamed exec in progress: an [`Iterator`] of [`ExecEvent`]s. It ends
 /// after [`ExecEvent::Exit`] once the body ended cleanly, or after the first
@@ -132,7 +99,7 @@ impl Inner {
                 State::Failed => return None,
                 State::Finished => {
                     return match self.decoder.poll_event() {
-                        Ok(Some(ev)) => Some(Ok(ExecEvent::from_core(ev))),
+                        Ok(Some(ev)) => Some(Ok(ExecEvent::from(ev))),
                         Ok(None) => None,
                         Err(e) => self.fail(e),
                     };
@@ -140,7 +107,7 @@ impl Inner {
                 State::Body => {}
             }
             match self.decoder.poll_event() {
-                Ok(Some(ev)) => return Some(Ok(ExecEvent::from_core(ev))),
+                Ok(Some(ev)) => return Some(Ok(ExecEvent::from(ev))),
                 Ok(None) => {}
                 Err(e) => return self.fail(e),
             }

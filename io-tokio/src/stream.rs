@@ -8,45 +8,14 @@ use std::time::Instant;
 
 use futures_core::Stream;
 use smolbox_core::exec::{
-    ExecOutput, ExecStreamCall, ExecStreamDecoder, ExecStreamEvent, OutputAllowance, OutputEncoding,
+    ExecOutput, ExecStreamCall, ExecStreamDecoder, OutputAllowance, OutputEncoding,
 };
 use smolbox_core::http1::ResponseHead;
 use smolbox_core::{Category, Error, Evidence, Operation};
 
 use crate::http::{Exchange, Step};
 
-/// One event of a streamed exec, owned.
-///
-/// Its `Debug` prints sizes only: output never reaches a log through it.
-#[derive(Clone, PartialEq, Eq)]
-pub enum ExecEvent {
-    /// A piece of standard output (the worker's lossy UTF-8 text).
-    Stdout(String),
-    /// A piece of standard error.
-    Stderr(String),
-    /// The exit code; the last event of a complete stream.
-    Exit(i32),
-}
-
-impl std::fmt::Debug for ExecEvent {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Stdout(s) => write!(f, "Stdout({} bytes)", s.len()),
-            Self::Stderr(s) => write!(f, "Stderr({} bytes)", s.len()),
-            Self::Exit(code) => write!(f, "Exit({code})"),
-        }
-    }
-}
-
-impl ExecEvent {
-    fn from_core(ev: ExecStreamEvent<'_>) -> Self {
-        match ev {
-            ExecStreamEvent::Stdout(s) => Self::Stdout(s.to_owned()),
-            ExecStreamEvent::Stderr(s) => Self::Stderr(s.to_owned()),
-            ExecStreamEvent::Exit(code) => Self::Exit(code),
-        }
-    }
-}
+pub use smolbox_core::exec::ExecEvent;
 
 /// A streamed exec in progress: a [`Stream`] of [`ExecEvent`]s (or call
 /// [`ExecStream::next`]). The stream ends after [`ExecEvent::Exit`] once the
@@ -193,7 +162,7 @@ impl Inner {
                 State::Failed => return None,
                 State::Finished => {
                     return match self.decoder.poll_event() {
-                        Ok(Some(ev)) => Some(Ok(ExecEvent::from_core(ev))),
+                        Ok(Some(ev)) => Some(Ok(ExecEvent::from(ev))),
                         Ok(None) => None,
                         Err(e) => self.fail(e),
                     };
@@ -201,7 +170,7 @@ impl Inner {
                 State::Body => {}
             }
             match self.decoder.poll_event() {
-                Ok(Some(ev)) => return Some(Ok(ExecEvent::from_core(ev))),
+                Ok(Some(ev)) => return Some(Ok(ExecEvent::from(ev))),
                 Ok(None) => {}
                 Err(e) => return self.fail(e),
             }

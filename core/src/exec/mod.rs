@@ -41,4 +41,6 @@ pub use command::{
 };
 pub use fuzz::fuzz_exec_stream;
 pub use request::{EVENT_STREAM, JSON, exec_request, exec_stream_request};
-pub use stream::{ExecStreamDecoder, ExecStreamEvent, MAX_STREAM_CHUNK_LEN, MAX_STREAM_FRAME_LEN};
+pub use stream::{
+    ExecEvent, ExecStreamDecoder, ExecStreamEvent, MAX_STREAM_CHUNK_LEN, MAX_STREAM_FRAME_LEN,
+};

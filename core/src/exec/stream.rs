@@ -24,6 +24,39 @@ pub const MAX_STREAM_FRAME_LEN: usize = 131_072;
 /// command off (TV21).
 const WORKER_CAP_PREFIX: &str = "streaming output exceeded ";
 
+/// One event of a streamed exec, owned (what the shells hand to callers).
+///
+/// Its `Debug` prints sizes only: output never reaches a log through it.
+#[derive(Clone, PartialEq, Eq)]
+pub enum ExecEvent {
+    /// A piece of standard output (the worker's lossy UTF-8 text).
+    Stdout(String),
+    /// A piece of standard error.
+    Stderr(String),
+    /// The exit code; the last event of a complete stream.
+    Exit(i32),
+}
+
+impl core::fmt::Debug for ExecEvent {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::Stdout(s) => write!(f, "Stdout({} bytes)", s.len()),
+            Self::Stderr(s) => write!(f, "Stderr({} bytes)", s.len()),
+            Self::Exit(code) => write!(f, "Exit({code})"),
+        }
+    }
+}
+
+impl From<ExecStreamEvent<'_>> for ExecEvent {
+    fn from(ev: ExecStreamEvent<'_>) -> Self {
+        match ev {
+            ExecStreamEvent::Stdout(s) => Self::Stdout(s.to_owned()),
+            ExecStreamEvent::Stderr(s) => Self::Stderr(s.to_owned()),
+            ExecStreamEvent::Exit(code) => Self::Exit(code),
+        }
+    }
+}
+
 /// One decoded event, borrowing the decoder until the next call.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum ExecStreamEvent<'a> {
