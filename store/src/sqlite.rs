@@ -141,10 +141,9 @@ impl SqliteStore {
             "FULL"
         };
         if options.mode == SqliteMode::ReadWrite {
-            conn.execute_batch(&format!(
-                "PRAGMA journal_mode = WAL; PRAGMA synchronous = {sync};"
-            ))
-            .map_err(|e| sql_error(op, &e))?;
+            set_wal(&conn).map_err(|e| sql_error(op, &e))?;
+            conn.execute_batch(&format!("PRAGMA synchronous = {sync};"))
+                .map_err(|e| sql_error(op, &e))?;
             // IMMEDIATE: a deferred transaction that reads the schema and
             // then writes gets SQLITE_BUSY at once (no busy wait) when
             // another process migrates the same file concurrently.
@@ -588,6 +587,27 @@ impl Tx for SqliteTx<'_> {
 }
 
 /// Maps a SQLite failure to a `store` error (never `not_found`).
+/// Switches a file to WAL. The switch needs an exclusive lock and SQLite
+/// answers `SQLITE_BUSY` to it at once (the busy handler is not consulted)
+/// while another process opens the same fresh file, so it is retried for up
+/// to [`BUSY_TIMEOUT`]; once any process has switched, it is a no-op.
+fn set_wal(conn: &Connection) -> rusqlite::Result<()> {
+    let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+    loop {
+        match conn.execute_batch("PRAGMA journal_mode = WAL;") {
+            Err(e)
+                if matches!(
+                    e.sqlite_error_code(),
+                    Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+                ) && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            other => return other,
+        }
+    }
+}
+
 fn sql_error(op: Operation, e: &rusqlite::Error) -> Error {
     use rusqlite::ErrorCode as C;
     let reason = match e.sqlite_error_code() {
