@@ -1,0 +1,238 @@
+// The shell-independent half of the conformance probe (output lines,
+// error classes, options, URL and hex helpers), included textually by both
+// probes (`io-tokio/src/bin/probe.rs`, `io-blocking/examples/probe.rs`),
+// which define `SHELL` and bring the imports. Only the I/O differs.
+
+/// Prints one JSON object per line.
+struct Out;
+
+impl Out {
+    fn emit(&mut self, v: &Value) {
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(stdout, "{v}");
+        let _ = stdout.flush();
+    }
+}
+
+/// A failure as the probe reports it.
+struct Fail {
+    class: &'static str,
+    detail: String,
+    status: Option<u16>,
+}
+
+impl Fail {
+    fn new(class: &'static str, detail: impl Into<String>) -> Self {
+        Self {
+            class,
+            detail: detail.into(),
+            status: None,
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        let mut v = json!({"kind": "error", "error": self.class, "detail": self.detail});
+        if let Some(s) = self.status {
+            v["status"] = json!(s);
+        }
+        v
+    }
+}
+
+/// Maps a library error onto the probe's classes.
+fn classify(e: &Error, handshake: bool) -> Fail {
+    let reason = e.reason();
+    let class = match (e.category(), reason) {
+        (_, "connect_failed" | "tls_handshake" | "no_randomness") => "connect",
+        (
+            Category::Transport,
+            "deadline" | "idle_timeout" | "connect_timeout" | "handshake_timeout"
+            | "close_wait_expired" | "write_timeout",
+        ) => "timeout",
+        (Category::OutputLimit, _) => "too_large",
+        (_, "invalid_utf8") => "invalid_utf8",
+        (_, "content_encoding") => "unsupported_encoding",
+        (_, "abnormal_close") => "abnormal_close",
+        _ if handshake => "handshake",
+        (
+            Category::Transport,
+            "early_close" | "truncated" | "eof_during_handshake" | "read_failed" | "write_failed",
+        ) => "truncated",
+        (_, "content_type" | "duplicate_content_type") => "content_type",
+        _ => "protocol",
+    };
+    Fail {
+        class,
+        detail: e.to_string(),
+        status: None,
+    }
+}
+
+#[derive(Debug)]
+struct Opts {
+    mode: String,
+    url: Url,
+    method: Method,
+    json: Option<String>,
+    sends: Vec<(bool, Vec<u8>)>,
+    recv: Option<usize>,
+    flood: Option<u64>,
+    max_body: u64,
+    max_header: usize,
+    max_frame: usize,
+    max_message: usize,
+    max_line: usize,
+    max_event: usize,
+    idle: Duration,
+    deadline: Duration,
+    tls: Option<TlsFiles>,
+}
+
+#[derive(Debug)]
+struct Url {
+    secure: bool,
+    host: String,
+    port: u16,
+    target: String,
+    host_header: String,
+}
+
+impl Opts {
+    fn parse(args: &[String]) -> Result<Self, String> {
+        let mut it = args.iter();
+        let mode = it.next().ok_or("missing MODE")?.clone();
+        if !matches!(mode.as_str(), "http" | "sse" | "ws" | "ws-echo") {
+            return Err(format!("unknown mode {mode}"));
+        }
+        let url = parse_url(it.next().ok_or("missing URL")?)?;
+        let mut o = Self {
+            mode,
+            url,
+            method: Method::Get,
+            json: None,
+            sends: Vec::new(),
+            recv: None,
+            flood: None,
+            max_body: 16 * 1024 * 1024,
+            max_header: 16 * 1024,
+            max_frame: 65_536,
+            max_message: 1_048_576,
+            max_line: 131_072,
+            max_event: 131_072,
+            idle: Duration::from_secs(15),
+            deadline: Duration::from_secs(30),
+            tls: None,
+        };
+        let (mut ca, mut cert, mut key) = (None, None, None);
+        while let Some(flag) = it.next() {
+            let mut value = || it.next().cloned().ok_or(format!("{flag} needs a value"));
+            let num = |v: String| {
+                v.parse::<u64>()
+                    .map_err(|_| format!("{flag}: not a number"))
+            };
+            match flag.as_str() {
+                "--method" => {
+                    o.method = match value()?.as_str() {
+                        "GET" => Method::Get,
+                        "POST" => Method::Post,
+                        m => return Err(format!("unsupported method {m}")),
+                    }
+                }
+                "--json" => o.json = Some(value()?),
+                "--send" => {
+                    let v = value()?;
+                    if let Some(t) = v.strip_prefix("text:") {
+                        o.sends.push((true, t.as_bytes().to_vec()));
+                    } else if let Some(h) = v.strip_prefix("hex:") {
+                        o.sends
+                            .push((false, hex_decode(h).ok_or("--send hex: bad hex")?));
+                    } else {
+                        return Err("--send needs text: or hex:".into());
+                    }
+                }
+                "--recv" => {
+                    o.recv = Some(usize::try_from(num(value()?)?).map_err(|e| e.to_string())?)
+                }
+                "--flood" => o.flood = Some(num(value()?)?),
+                "--max-body" => o.max_body = num(value()?)?,
+                "--max-header" => o.max_header = to_usize(num(value()?)?),
+                "--max-frame" => o.max_frame = to_usize(num(value()?)?),
+                "--max-message" => o.max_message = to_usize(num(value()?)?),
+                "--max-line" => o.max_line = to_usize(num(value()?)?),
+                "--max-event" => o.max_event = to_usize(num(value()?)?),
+                "--idle-timeout-ms" => o.idle = Duration::from_millis(num(value()?)?),
+                "--deadline-ms" => o.deadline = Duration::from_millis(num(value()?)?),
+                "--shell" => {
+                    let v = value()?;
+                    if v != SHELL {
+                        return Err(format!("this probe is the {SHELL} shell, not {v}"));
+                    }
+                }
+                "--ca" => ca = Some(PathBuf::from(value()?)),
+                "--cert" => cert = Some(PathBuf::from(value()?)),
+                "--key" => key = Some(PathBuf::from(value()?)),
+                other => return Err(format!("unknown flag {other}")),
+            }
+        }
+        if let Some(ca_file) = ca {
+            o.tls = Some(TlsFiles {
+                ca_file,
+                client_identity: cert.zip(key),
+            });
+        }
+        if o.url.secure && o.tls.is_none() {
+            return Err("https/wss needs --ca FILE".into());
+        }
+        Ok(o)
+    }
+}
+
+fn to_usize(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
+}
+
+fn parse_url(s: &str) -> Result<Url, String> {
+    let (scheme, rest) = s.split_once("://").ok_or("URL needs a scheme")?;
+    let secure = match scheme {
+        "http" | "ws" => false,
+        "https" | "wss" => true,
+        _ => return Err(format!("unsupported scheme {scheme}")),
+    };
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let (host, port) = match authority.rsplit_once(':') {
+        Some((h, p)) if !h.is_empty() && !p.contains(']') => {
+            (h.to_owned(), p.parse::<u16>().map_err(|_| "bad port")?)
+        }
+        _ => (authority.to_owned(), if secure { 443 } else { 80 }),
+    };
+    if host.is_empty() {
+        return Err("URL needs a host".into());
+    }
+    Ok(Url {
+        secure,
+        host_header: authority.to_owned(),
+        host: host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned(),
+        port,
+        target: path.to_owned(),
+    })
+}
+
+fn hex_decode(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
