@@ -44,7 +44,8 @@ pub(crate) struct Global {
     /// Which client shell drives the worker.
     #[arg(long, global = true, value_enum, default_value = "tokio")]
     pub(crate) shell: ShellKind,
-    /// Print results as JSON (where supported).
+    /// Print results as JSON (one object, or one per line for streams and
+    /// logs); a failure is then one JSON object on stderr.
     #[arg(long, global = true)]
     pub(crate) json: bool,
 }
@@ -148,7 +149,7 @@ pub(crate) struct CommandOpts {
     #[arg(long)]
     pub(crate) workdir: Option<String>,
     /// Command timeout in seconds (1–86400; default 30).
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u32).range(1..=86_400))]
     pub(crate) timeout: Option<u32>,
     /// Feed this file as the command's stdin (`-` reads smolbox's stdin;
     /// UTF-8 text, at most 64 KiB; not with --stream).

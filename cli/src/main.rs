@@ -26,10 +26,15 @@ use crate::report::Failure;
 
 fn main() {
     let cli = Cli::parse();
+    let json = cli.global.json;
     let code = match run(cli) {
         Ok(code) => code,
         Err(failure) => {
-            failure.print();
+            if json {
+                failure.print_json();
+            } else {
+                failure.print();
+            }
             failure.exit_code()
         }
     };
@@ -61,7 +66,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         Cmd::Run(a) => commands::run(&backend, &a, json),
         Cmd::Shell(a) => shell::shell(&backend, &a),
         Cmd::Cp(a) => files::cp(&backend, &a, json),
-        Cmd::Logs(a) => commands::logs(&backend, &a),
+        Cmd::Logs(a) => commands::logs(&backend, &a, json),
         Cmd::Dev(_) => Ok(0), // answered above
     };
     // The client (and its runtime) goes before the devworker it talks to.
