@@ -76,6 +76,8 @@ CREATE INDEX IF NOT EXISTS machines_worker ON machines (partition, worker_id)
     WHERE worker_id IS NOT NULL;
 CREATE UNIQUE INDEX IF NOT EXISTS machines_name ON machines (partition, worker_id, machine_name)
     WHERE worker_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS machines_due ON machines (partition, next_due_ms, scope, id)
+    WHERE next_due_ms IS NOT NULL;
 CREATE TABLE IF NOT EXISTS machine_identities (
     partition VARCHAR(10) NOT NULL REFERENCES partitions (name), worker_id VARCHAR(64) NOT NULL,
     machine_name VARCHAR(31) NOT NULL, kind VARCHAR(16) NOT NULL, scope TEXT NOT NULL, id TEXT NOT NULL,
@@ -651,15 +653,7 @@ impl Tx for PgTx<'_> {
     fn machine(&mut self, key: &RecordKey) -> Result<Option<MachineRecord>, Error> {
         match self.get_row("machines", key)? {
             None => Ok(None),
-            Some((payload, p)) => {
-                let rec = self
-                    .sealer
-                    .open_machine(key, &payload)
-                    .map_err(|e| e.with_operation(self.op))?;
-                p.check(&Projection::of_machine(&rec))
-                    .map_err(|e| e.with_operation(self.op))?;
-                Ok(Some(rec))
-            }
+            Some((payload, p)) => self.open_machine(key, &payload, &p).map(Some),
         }
     }
 
@@ -800,16 +794,109 @@ impl Tx for PgTx<'_> {
         after: Option<&DueCursor>,
         limit: u32,
     ) -> Result<Vec<ExecutionRecord>, Error> {
+        let rows = self.due_rows("executions", now_ms, after, limit)?;
+        rows.into_iter()
+            .map(|(key, payload, p)| self.open_exec(&key, &payload, &p))
+            .collect()
+    }
+
+    fn pending_machines(&mut self) -> Result<u64, Error> {
+        let partition = self.partition();
+        let rows = self.query(
+            "SELECT COUNT(*) FROM machines WHERE partition = $1 AND pending",
+            &[&partition],
+        )?;
+        let n: i64 = rows.first().map_or(0, |r| r.get(0));
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    fn due_machines(
+        &mut self,
+        now_ms: u64,
+        after: Option<&DueCursor>,
+        limit: u32,
+    ) -> Result<Vec<MachineRecord>, Error> {
+        let rows = self.due_rows("machines", now_ms, after, limit)?;
+        rows.into_iter()
+            .map(|(key, payload, p)| self.open_machine(&key, &payload, &p))
+            .collect()
+    }
+
+    fn list_execs(
+        &mut self,
+        scope: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<ExecutionRecord>, Error> {
+        let rows = self.list_rows("executions", scope, after, limit)?;
+        rows.into_iter()
+            .map(|(key, payload, p)| self.open_exec(&key, &payload, &p))
+            .collect()
+    }
+
+    fn list_machines(
+        &mut self,
+        scope: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<MachineRecord>, Error> {
+        let rows = self.list_rows("machines", scope, after, limit)?;
+        rows.into_iter()
+            .map(|(key, payload, p)| self.open_machine(&key, &payload, &p))
+            .collect()
+    }
+}
+
+/// A row of a scan: its key, sealed payload and projected columns.
+type ScanRow = (RecordKey, Vec<u8>, Projection);
+
+impl PgTx<'_> {
+    fn open_machine(
+        &self,
+        key: &RecordKey,
+        payload: &[u8],
+        p: &Projection,
+    ) -> Result<MachineRecord, Error> {
+        let rec = self
+            .sealer
+            .open_machine(key, payload)
+            .map_err(|e| e.with_operation(self.op))?;
+        p.check(&Projection::of_machine(&rec))
+            .map_err(|e| e.with_operation(self.op))?;
+        Ok(rec)
+    }
+
+    fn scan(&mut self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<ScanRow>, Error> {
+        let rows = self.query(sql, params)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let (payload, p) = read_row(&r).map_err(|e| pg_error(self.op, &e))?;
+            let key = RecordKey {
+                scope: r.try_get(13).map_err(|e| pg_error(self.op, &e))?,
+                id: r.try_get(14).map_err(|e| pg_error(self.op, &e))?,
+            };
+            out.push((key, payload, p));
+        }
+        Ok(out)
+    }
+
+    fn due_rows(
+        &mut self,
+        table: &str,
+        now_ms: u64,
+        after: Option<&DueCursor>,
+        limit: u32,
+    ) -> Result<Vec<ScanRow>, Error> {
         let (due, scope, id) = after.map_or((-1, String::new(), String::new()), |c| {
             (int(c.due_at_ms), c.key.scope.clone(), c.key.id.clone())
         });
         let sql = format!(
-            "SELECT {COLS}, scope, id FROM executions WHERE partition = $1 AND next_due_ms IS NOT NULL \
+            "SELECT {COLS}, scope, id FROM {table} WHERE partition = $1 AND next_due_ms IS NOT NULL \
              AND next_due_ms <= $2 AND (next_due_ms, scope, id) > ($3, $4, $5) \
              ORDER BY next_due_ms, scope, id LIMIT $6"
         );
         let partition = self.partition();
-        let rows = self.query(
+        self.scan(
             &sql,
             &[
                 &partition,
@@ -819,17 +906,24 @@ impl Tx for PgTx<'_> {
                 &id,
                 &i64::from(limit),
             ],
-        )?;
-        let mut out = Vec::with_capacity(rows.len());
-        for r in rows {
-            let (payload, p) = read_row(&r).map_err(|e| pg_error(self.op, &e))?;
-            let key = RecordKey {
-                scope: r.get(13),
-                id: r.get(14),
-            };
-            out.push(self.open_exec(&key, &payload, &p)?);
-        }
-        Ok(out)
+        )
+    }
+
+    fn list_rows(
+        &mut self,
+        table: &str,
+        scope: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<ScanRow>, Error> {
+        // An empty string sorts before every identifier.
+        let after = after.unwrap_or("");
+        let sql = format!(
+            "SELECT {COLS}, scope, id FROM {table} WHERE partition = $1 AND scope = $2 AND id > $3 \
+             ORDER BY id LIMIT $4"
+        );
+        let partition = self.partition();
+        self.scan(&sql, &[&partition, &scope, &after, &i64::from(limit)])
     }
 }
 

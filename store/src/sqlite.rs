@@ -62,6 +62,8 @@ CREATE TABLE IF NOT EXISTS machines (
     PRIMARY KEY (partition, scope, id)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS machines_worker ON machines (partition, worker_id)
     WHERE worker_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS machines_due ON machines (partition, next_due_ms, scope, id)
+    WHERE next_due_ms IS NOT NULL;
 CREATE TABLE IF NOT EXISTS machine_identities (
     partition TEXT NOT NULL, worker_id TEXT NOT NULL, machine_name TEXT NOT NULL,
     kind TEXT NOT NULL, scope TEXT NOT NULL, id TEXT NOT NULL,
@@ -381,15 +383,7 @@ impl Tx for SqliteTx<'_> {
     fn machine(&mut self, key: &RecordKey) -> Result<Option<MachineRecord>, Error> {
         match self.get_row("machines", key)? {
             None => Ok(None),
-            Some((payload, p)) => {
-                let rec = self
-                    .sealer
-                    .open_machine(key, &payload)
-                    .map_err(|e| e.with_operation(self.op))?;
-                p.check(&Projection::of_machine(&rec))
-                    .map_err(|e| e.with_operation(self.op))?;
-                Ok(Some(rec))
-            }
+            Some((payload, p)) => self.open_machine(key, &payload, &p).map(Some),
         }
     }
 
@@ -558,31 +552,129 @@ impl Tx for SqliteTx<'_> {
         after: Option<&DueCursor>,
         limit: u32,
     ) -> Result<Vec<ExecutionRecord>, Error> {
+        let rows = self.due_rows("executions", now_ms, after, limit)?;
+        rows.into_iter()
+            .map(|(key, payload, p)| self.open_exec(&key, &payload, &p))
+            .collect()
+    }
+
+    fn pending_machines(&mut self) -> Result<u64, Error> {
+        let mut stmt = self
+            .tx
+            .prepare_cached("SELECT COUNT(*) FROM machines WHERE partition = ?1 AND pending = 1")
+            .map_err(|e| self.err(&e))?;
+        let n: i64 = stmt
+            .query_row([self.partition()], |r| r.get(0))
+            .map_err(|e| self.err(&e))?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    fn due_machines(
+        &mut self,
+        now_ms: u64,
+        after: Option<&DueCursor>,
+        limit: u32,
+    ) -> Result<Vec<MachineRecord>, Error> {
+        let rows = self.due_rows("machines", now_ms, after, limit)?;
+        rows.into_iter()
+            .map(|(key, payload, p)| self.open_machine(&key, &payload, &p))
+            .collect()
+    }
+
+    fn list_execs(
+        &mut self,
+        scope: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<ExecutionRecord>, Error> {
+        let rows = self.list_rows("executions", scope, after, limit)?;
+        rows.into_iter()
+            .map(|(key, payload, p)| self.open_exec(&key, &payload, &p))
+            .collect()
+    }
+
+    fn list_machines(
+        &mut self,
+        scope: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<MachineRecord>, Error> {
+        let rows = self.list_rows("machines", scope, after, limit)?;
+        rows.into_iter()
+            .map(|(key, payload, p)| self.open_machine(&key, &payload, &p))
+            .collect()
+    }
+}
+
+/// A row of a scan: its key, sealed payload and projected columns.
+type ScanRow = (RecordKey, Vec<u8>, Projection);
+
+impl SqliteTx<'_> {
+    fn open_machine(
+        &self,
+        key: &RecordKey,
+        payload: &[u8],
+        p: &Projection,
+    ) -> Result<MachineRecord, Error> {
+        let rec = self
+            .sealer
+            .open_machine(key, payload)
+            .map_err(|e| e.with_operation(self.op))?;
+        p.check(&Projection::of_machine(&rec))
+            .map_err(|e| e.with_operation(self.op))?;
+        Ok(rec)
+    }
+
+    fn scan(&self, sql: &str, params: &[&dyn rusqlite::ToSql]) -> Result<Vec<ScanRow>, Error> {
+        let mut stmt = self.tx.prepare_cached(sql).map_err(|e| self.err(&e))?;
+        let rows = stmt
+            .query_map(params, |r| {
+                let (payload, p) = read_row(r)?;
+                let key = RecordKey {
+                    scope: r.get(13)?,
+                    id: r.get(14)?,
+                };
+                Ok((key, payload, p))
+            })
+            .map_err(|e| self.err(&e))?;
+        rows.map(|r| r.map_err(|e| self.err(&e))).collect()
+    }
+
+    fn due_rows(
+        &self,
+        table: &str,
+        now_ms: u64,
+        after: Option<&DueCursor>,
+        limit: u32,
+    ) -> Result<Vec<ScanRow>, Error> {
         let (due, scope, id) = after.map_or((-1, "", ""), |c| {
             (int(c.due_at_ms), c.key.scope.as_str(), c.key.id.as_str())
         });
         let sql = format!(
-            "SELECT {COLS}, scope, id FROM executions WHERE partition = ?1 AND next_due_ms IS NOT NULL \
+            "SELECT {COLS}, scope, id FROM {table} WHERE partition = ?1 AND next_due_ms IS NOT NULL \
              AND next_due_ms <= ?2 AND (next_due_ms, scope, id) > (?3, ?4, ?5) \
              ORDER BY next_due_ms, scope, id LIMIT ?6"
         );
-        let mut stmt = self.tx.prepare_cached(&sql).map_err(|e| self.err(&e))?;
-        let rows = stmt
-            .query_map(
-                params![self.partition(), int(now_ms), due, scope, id, limit],
-                |r| {
-                    let (payload, p) = read_row(r)?;
-                    Ok((payload, p, r.get::<_, String>(13)?, r.get::<_, String>(14)?))
-                },
-            )
-            .map_err(|e| self.err(&e))?;
-        let mut out = Vec::with_capacity(limit as usize);
-        for row in rows {
-            let (payload, p, scope, id) = row.map_err(|e| self.err(&e))?;
-            let key = RecordKey { scope, id };
-            out.push(self.open_exec(&key, &payload, &p)?);
-        }
-        Ok(out)
+        self.scan(
+            &sql,
+            params![self.partition(), int(now_ms), due, scope, id, limit],
+        )
+    }
+
+    fn list_rows(
+        &self,
+        table: &str,
+        scope: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<ScanRow>, Error> {
+        // An empty string sorts before every identifier.
+        let after = after.unwrap_or("");
+        let sql = format!(
+            "SELECT {COLS}, scope, id FROM {table} WHERE partition = ?1 AND scope = ?2 AND id > ?3 \
+             ORDER BY id LIMIT ?4"
+        );
+        self.scan(&sql, params![self.partition(), scope, after, limit])
     }
 }
 
