@@ -8,7 +8,9 @@
 //! Durability: `synchronous = FULL` by default (every commit reaches the
 //! disk); [`SqliteOptions::synchronous_normal`] trades the last commits
 //! before an OS crash or power loss for speed (WAL keeps the file
-//! consistent either way).
+//! consistent either way). A store opened that way reports
+//! `durable: false` in [`StoreInfo`], so a durable runtime refuses it
+//! unless its ephemeral mode is explicit.
 
 use std::path::Path;
 use std::sync::{Mutex, PoisonError};
@@ -92,7 +94,8 @@ pub enum SqliteMode {
 pub struct SqliteOptions {
     /// Read-write (default) or read-only.
     pub mode: SqliteMode,
-    /// `synchronous = NORMAL` instead of `FULL` (see the module docs).
+    /// `synchronous = NORMAL` instead of `FULL` (see the module docs); the
+    /// store then reports itself non-durable.
     pub synchronous_normal: bool,
 }
 
@@ -110,6 +113,9 @@ impl Default for SqliteOptions {
 pub struct SqliteStore {
     conn: Mutex<Connection>,
     sealer: Sealer,
+    /// False under `synchronous = NORMAL`: a committed write may be lost
+    /// to an OS crash or power loss.
+    durable: bool,
 }
 
 impl SqliteStore {
@@ -177,6 +183,7 @@ impl SqliteStore {
         Ok(Self {
             conn: Mutex::new(conn),
             sealer,
+            durable: !options.synchronous_normal,
         })
     }
 }
@@ -203,7 +210,7 @@ impl Backend for SqliteStore {
     fn info(&self) -> StoreInfo {
         StoreInfo {
             schema: SCHEMA,
-            durable: true,
+            durable: self.durable,
             atomic: true,
             capabilities: Capabilities::ALL,
         }

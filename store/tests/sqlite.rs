@@ -267,3 +267,24 @@ fn import_is_one_transaction() {
         Category::NotFound
     );
 }
+
+#[test]
+fn synchronous_normal_reports_itself_non_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("d.db");
+    // FULL (the default) is durable.
+    let full = SqliteStore::open(&path, sealer("test")).unwrap();
+    assert!(full.info().durable);
+    drop(full);
+    // NORMAL may lose the last commits to an OS crash: not durable (issue 12).
+    let normal = open(&path);
+    let info = normal.info();
+    assert!(!info.durable && info.atomic && info.schema == 1);
+    // The mode belongs to the handle, not to the file.
+    assert!(
+        SqliteStore::open(&path, sealer("test"))
+            .unwrap()
+            .info()
+            .durable
+    );
+}
