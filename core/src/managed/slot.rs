@@ -7,8 +7,10 @@
 //! failed collection keep the slot (the machine becomes `unknown`).
 
 use super::patch::{ExecPatch, apply_exec};
-use super::record::{ExecutionRecord, LastRequest, MachineRecord, Observation};
-use super::state::{Cleanup, Collection, ExecState, MachineOperation, MachinePhase, MachineState};
+use super::record::{ExecutionRecord, LastRequest, MachineRecord, RecordedObservation};
+use super::state::{
+    Cleanup, Collection, ExecState, MachineOperation, MachinePhase, MachineRecordState,
+};
 use crate::{Category, Error, Evidence, Operation};
 
 const fn exhausted(reason: &'static str) -> Error {
@@ -57,7 +59,7 @@ pub fn acquire(
             "execution_not_pending",
         ));
     }
-    if machine.state != MachineState::Running || machine.operation != MachineOperation::None {
+    if machine.state != MachineRecordState::Running || machine.operation != MachineOperation::None {
         return Err(exhausted("machine_not_idle"));
     }
     if now_ms < machine.updated_at_ms {
@@ -102,7 +104,7 @@ pub fn finish(
 /// without inputs release the slot and complete the command's cleanup;
 /// anything else keeps the slot, marks the machine `unknown` and sets the
 /// command's cleanup to `failed` (a cleanup already `complete` stays).
-/// Capacity and ports stay either way. Both records move one version.
+/// Resources and ports stay either way. Both records move one version.
 ///
 /// # Errors
 /// `validation` when `exec` does not hold the slot (`not_slot_holder`),
@@ -138,14 +140,14 @@ pub fn finish_command(
         next.active_execution = None;
         (Finish::Released, Cleanup::Complete)
     } else {
-        if next.state != MachineState::Unknown {
-            if !next.state.can_move_to(MachineState::Unknown) {
+        if next.state != MachineRecordState::Unknown {
+            if !next.state.can_move_to(MachineRecordState::Unknown) {
                 return Err(Error::validation(
                     Operation::StoreSlot,
                     "forbidden_transition",
                 ));
             }
-            next.state = MachineState::Unknown;
+            next.state = MachineRecordState::Unknown;
         }
         let cleanup = if exec.cleanup == Cleanup::Complete {
             Cleanup::Complete
@@ -224,7 +226,7 @@ pub enum Disposition {
     /// this incarnation.
     Stopped {
         /// The observed state: `stopped` or `created`.
-        observed: MachineState,
+        observed: MachineRecordState,
         /// The observed incarnation; must be the recorded one.
         incarnation: String,
     },
@@ -265,7 +267,7 @@ pub fn resolve(
     if version != machine.version {
         return Err(super::claim::stale_version(op));
     }
-    if machine.state == MachineState::Deleted {
+    if machine.state == MachineRecordState::Deleted {
         return Err(Error::validation(op, "already_deleted"));
     }
     if command.map(|c| &c.key) != machine.active_execution.as_ref() {
@@ -284,18 +286,21 @@ pub fn resolve(
             if recorded != Some(incarnation.as_str()) {
                 return Err(identity_conflict("incarnation_mismatch"));
             }
-            if !matches!(observed, MachineState::Stopped | MachineState::Created) {
+            if !matches!(
+                observed,
+                MachineRecordState::Stopped | MachineRecordState::Created
+            ) {
                 return Err(identity_conflict("not_stopped"));
             }
             next.state = *observed;
-            next.observation = Some(Observation {
+            next.observation = Some(RecordedObservation {
                 state: *observed,
                 incarnation: incarnation.clone(),
                 at_ms: now_ms,
             });
         }
         Disposition::Deleted => {
-            next.state = MachineState::Deleted;
+            next.state = MachineRecordState::Deleted;
             if next.assignment.is_some() {
                 next.absence_at_ms.get_or_insert(now_ms);
             }
@@ -362,14 +367,14 @@ mod tests {
 
     fn holding(state: ExecState) -> (MachineRecord, ExecutionRecord) {
         let e = exec_in(state, key("s", "e1"), T0).unwrap();
-        let mut m = machine_in(MachineState::Running, key("s", "machine-1"), T0).unwrap();
+        let mut m = machine_in(MachineRecordState::Running, key("s", "machine-1"), T0).unwrap();
         m.active_execution = Some(e.key.clone());
         (m, e)
     }
 
     #[test]
     fn acquire_refuses_an_execution_past_dispatch() {
-        let m = machine_in(MachineState::Running, key("s", "machine-1"), T0).unwrap();
+        let m = machine_in(MachineRecordState::Running, key("s", "machine-1"), T0).unwrap();
         for state in ExecState::ALL {
             let e = exec_in(state, key("s", "e1"), T0).unwrap();
             let got = acquire(&m, &e, T0 + 50);
@@ -407,7 +412,7 @@ mod tests {
                 Finish::Released => assert!(after.active_execution.is_none()),
                 Finish::Kept => {
                     assert_eq!(after.active_execution, Some(e.key.clone()));
-                    assert_eq!(after.state, MachineState::Unknown);
+                    assert_eq!(after.state, MachineRecordState::Unknown);
                 }
             }
         }
@@ -428,7 +433,7 @@ mod tests {
 
     fn stopped(incarnation: &str) -> Disposition {
         Disposition::Stopped {
-            observed: MachineState::Stopped,
+            observed: MachineRecordState::Stopped,
             incarnation: incarnation.into(),
         }
     }
@@ -464,7 +469,7 @@ mod tests {
             (Category::IdentityConflict, "incarnation_mismatch")
         );
         let running = Disposition::Stopped {
-            observed: MachineState::Running,
+            observed: MachineRecordState::Running,
             incarnation: "inc-1".into(),
         };
         let err = resolve(&m, Some(&e), m.version, true, &running, T0 + 60).unwrap_err();
@@ -472,7 +477,7 @@ mod tests {
         let (after, cmd) =
             resolve(&m, Some(&e), m.version, true, &stopped("inc-1"), T0 + 60).unwrap();
         let cmd = cmd.unwrap();
-        assert_eq!(after.state, MachineState::Stopped);
+        assert_eq!(after.state, MachineRecordState::Stopped);
         assert!(after.active_execution.is_none());
         assert_eq!(after.resolved_at_ms, Some(T0 + 60));
         assert_eq!(
@@ -513,7 +518,7 @@ mod tests {
             assert_eq!(cmd.state, expect, "{state:?}");
             assert_eq!(cmd.cleanup, Cleanup::Complete);
             assert_eq!(cmd.next_due_at_ms, None);
-            assert_eq!(after.state, MachineState::Deleted);
+            assert_eq!(after.state, MachineRecordState::Deleted);
             assert!(after.reservation.is_none() && after.reserved_ports.is_empty());
         }
     }

@@ -5,11 +5,12 @@
 use std::sync::{Arc, Barrier};
 
 use proptest::prelude::*;
-use smolbox_core::managed::record::{Capacity, CreationEvidence};
+use smolbox_core::managed::record::{CreationEvidence, Resources};
 use smolbox_core::managed::slot::{Disposition, Finish};
-use smolbox_core::managed::spec::PortMapping;
+use smolbox_core::managed::spec::ReservedPort;
 use smolbox_core::managed::state::{
-    Cleanup, Collection, ExecState, MachineOperation, MachinePhase, MachineState, RecordEvidence,
+    Cleanup, Collection, ExecState, MachineOperation, MachinePhase, MachineRecordState,
+    RecordEvidence,
 };
 use smolbox_core::managed::testkit::{
     self, EXIT, accepted, accepted_machine, entry_patch, exec_spec, key, machine_spec,
@@ -282,13 +283,13 @@ fn reserve_req(worker: &str, name: &str, slots: u64) -> Reserve {
     Reserve {
         worker_id: worker.into(),
         machine_name: name.into(),
-        capacity: Capacity {
+        capacity: Resources {
             slots: 1,
             cpus: 1,
             memory_mb: 512,
             disk_gb: 2,
         },
-        limit: Capacity {
+        limit: Resources {
             slots,
             cpus: 64,
             memory_mb: 1 << 20,
@@ -488,7 +489,7 @@ pub(crate) fn reserve_checks_deadline_name_and_totals(h: &impl Harness) {
         (used.slots, used.cpus, used.memory_mb, used.disk_gb),
         (2, 2, 1024, 4)
     );
-    assert_eq!(s.usage("nobody").unwrap(), Capacity::default());
+    assert_eq!(s.usage("nobody").unwrap(), Resources::default());
     // Past the queue deadline.
     let late = T0 + recs[3].spec.queue_budget_ms + 1;
     s.claim_worker("w2", "ctl-a", late, TTL).unwrap();
@@ -561,7 +562,7 @@ pub(crate) fn release_only_after_cleanup_and_absence(h: &impl Harness) {
     assert_eq!(s.usage("w3").unwrap().slots, 1);
     let rec = s.release(&k, &g(&rec), T0 + 11).unwrap();
     assert!(rec.reservation.is_none());
-    assert_eq!(s.usage("w3").unwrap(), Capacity::default());
+    assert_eq!(s.usage("w3").unwrap(), Resources::default());
     // The assignment index is kept after cleanup.
     assert_eq!(
         s.find_machine("w3", "m-rel").unwrap(),
@@ -735,7 +736,7 @@ fn running_machine(
     s: &dyn Store,
     k: RecordKey,
     worker: &str,
-    ports: Vec<PortMapping>,
+    ports: Vec<ReservedPort>,
 ) -> Result<smolbox_core::managed::MachineRecord, Error> {
     let mut spec = machine_spec();
     spec.ports = ports;
@@ -750,13 +751,13 @@ fn running_machine(
         T0 + 1,
     )?;
     let p = MachinePatch {
-        state: Some(MachineState::Creating),
+        state: Some(MachineRecordState::Creating),
         operation: Some((MachineOperation::Create, MachinePhase::Dispatching)),
         ..MachinePatch::default()
     };
     let m = s.write_machine(&k, &Guard::for_machine(&m, "ctl-a"), &p, T0 + 2)?;
     let p = MachinePatch {
-        state: Some(MachineState::Running),
+        state: Some(MachineRecordState::Running),
         operation: Some((MachineOperation::None, MachinePhase::None)),
         creation: Some(CreationEvidence {
             created_at_ms: T0 + 2,
@@ -840,7 +841,7 @@ pub(crate) fn machine_accept_slot_and_lifecycle(h: &impl Harness) {
     // A deleted machine keeps its identity (tombstone) and frees its reservation.
     let g = Guard::for_machine(&stopped, "ctl-a");
     let p = MachinePatch {
-        state: Some(MachineState::Deleted),
+        state: Some(MachineRecordState::Deleted),
         operation: Some((MachineOperation::None, MachinePhase::None)),
         ..MachinePatch::default()
     };
@@ -850,7 +851,7 @@ pub(crate) fn machine_accept_slot_and_lifecycle(h: &impl Harness) {
         "deleting needs recorded absence"
     );
     let to_deleting = MachinePatch {
-        state: Some(MachineState::Deleting),
+        state: Some(MachineRecordState::Deleting),
         operation: Some((MachineOperation::Delete, MachinePhase::Dispatching)),
         ..MachinePatch::default()
     };
@@ -862,8 +863,8 @@ pub(crate) fn machine_accept_slot_and_lifecycle(h: &impl Harness) {
     let d = s
         .write_machine(&mk, &Guard::for_machine(&d, "ctl-a"), &gone, T0 + 41)
         .unwrap();
-    assert_eq!(d.state, MachineState::Deleted);
-    assert_eq!(s.usage("wm").unwrap(), Capacity::default());
+    assert_eq!(d.state, MachineRecordState::Deleted);
+    assert_eq!(s.usage("wm").unwrap(), Resources::default());
     assert!(matches!(
         s.accept_machine(&accepted_machine(mk, machine_spec(), T0), 100)
             .unwrap(),
@@ -915,7 +916,7 @@ pub(crate) fn slot_race_has_one_winner(h: &impl Harness) {
 
 pub(crate) fn ports_are_reserved_and_freed(h: &impl Harness) {
     let s = h.store();
-    let p = vec![PortMapping {
+    let p = vec![ReservedPort {
         host: 8080,
         guest: 80,
     }];
@@ -1021,7 +1022,7 @@ pub(crate) fn machine_list_includes_deleted_and_pages(h: &impl Harness) {
     // An unassigned accepted machine can be deleted with no worker call.
     let m = s.claim_machine(&expected[1].key, "ctl-a", T0, TTL).unwrap();
     let p = MachinePatch {
-        state: Some(MachineState::Deleted),
+        state: Some(MachineRecordState::Deleted),
         ..MachinePatch::default()
     };
     expected[1] = s
@@ -1029,7 +1030,7 @@ pub(crate) fn machine_list_includes_deleted_and_pages(h: &impl Harness) {
         .unwrap();
     let first = h.another().list_machines("ml", None, 2).unwrap();
     assert_eq!(first.records, expected[..2].to_vec());
-    assert_eq!(first.records[1].state, MachineState::Deleted);
+    assert_eq!(first.records[1].state, MachineRecordState::Deleted);
     assert_eq!(first.next.as_deref(), Some("m1"));
     let second = s.list_machines("ml", first.next.as_deref(), 2).unwrap();
     assert_eq!(
@@ -1243,7 +1244,7 @@ pub(crate) fn submit_accepts_and_takes_the_slot_in_one_transaction(h: &impl Harn
     let mk2 = key("sb", "machine-2");
     let m2 = running_machine(&*s, mk2.clone(), "wsb", Vec::new()).unwrap();
     let p = MachinePatch {
-        state: Some(MachineState::Stopped),
+        state: Some(MachineRecordState::Stopped),
         ..MachinePatch::default()
     };
     s.write_machine(&mk2, &Guard::for_machine(&m2, "ctl-a"), &p, T0 + 30)
@@ -1304,7 +1305,7 @@ fn held_by(
     s: &dyn Store,
     scope: &str,
     worker: &str,
-    ports: Vec<PortMapping>,
+    ports: Vec<ReservedPort>,
     state: ExecState,
 ) -> (smolbox_core::managed::MachineRecord, ExecutionRecord) {
     let mk = key(scope, "machine-1");
@@ -1339,7 +1340,7 @@ pub(crate) fn finish_command_sets_cleanup_with_the_slot(h: &impl Harness) {
     assert_eq!(fin, Finish::Kept);
     assert_eq!(
         (m2.state, m2.active_execution.as_ref()),
-        (MachineState::Unknown, Some(&c.key))
+        (MachineRecordState::Unknown, Some(&c.key))
     );
     assert_eq!(s.fetch(&c.key).unwrap().cleanup, Cleanup::Failed);
     assert_eq!(s.usage("wfb").unwrap().slots, 1, "capacity stays");
@@ -1377,7 +1378,7 @@ pub(crate) fn machine_pending_limit_at_n_and_n_plus_one(h: &impl Harness) {
     // A deleted machine no longer counts.
     let m = s.claim_machine(&key("mp", "m0"), "ctl-a", T0, TTL).unwrap();
     let p = MachinePatch {
-        state: Some(MachineState::Deleted),
+        state: Some(MachineRecordState::Deleted),
         ..MachinePatch::default()
     };
     s.write_machine(&m.key, &Guard::for_machine(&m, "ctl-a"), &p, T0 + 1)
@@ -1394,7 +1395,7 @@ pub(crate) fn machine_pending_limit_at_n_and_n_plus_one(h: &impl Harness) {
 
 fn stopped(incarnation: &str) -> Disposition {
     Disposition::Stopped {
-        observed: MachineState::Stopped,
+        observed: MachineRecordState::Stopped,
         incarnation: incarnation.into(),
     }
 }
@@ -1423,7 +1424,7 @@ pub(crate) fn resolve_stopped_clears_the_slot_and_keeps_unknown(h: &impl Harness
         Category::IdentityConflict
     );
     let running = Disposition::Stopped {
-        observed: MachineState::Running,
+        observed: MachineRecordState::Running,
         incarnation: "inc-1".into(),
     };
     assert_eq!(
@@ -1442,7 +1443,7 @@ pub(crate) fn resolve_stopped_clears_the_slot_and_keeps_unknown(h: &impl Harness
         .unwrap();
     assert_eq!(
         (r.machine.state, r.machine.active_execution.as_ref()),
-        (MachineState::Stopped, None)
+        (MachineRecordState::Stopped, None)
     );
     assert_eq!(r.machine.resolved_at_ms, Some(T0 + 50));
     let cmd = r.command.unwrap();
@@ -1476,7 +1477,7 @@ pub(crate) fn resolve_stopped_clears_the_slot_and_keeps_unknown(h: &impl Harness
 
 pub(crate) fn resolve_deleted_releases_capacity_and_ports(h: &impl Harness) {
     let s = h.store();
-    let ports = vec![PortMapping {
+    let ports = vec![ReservedPort {
         host: 8181,
         guest: 80,
     }];
@@ -1485,12 +1486,12 @@ pub(crate) fn resolve_deleted_releases_capacity_and_ports(h: &impl Harness) {
     let r = s
         .resolve_machine(&m.key, m.version, true, &Disposition::Deleted, T0 + 50)
         .unwrap();
-    assert_eq!(r.machine.state, MachineState::Deleted);
+    assert_eq!(r.machine.state, MachineRecordState::Deleted);
     assert_eq!(r.machine.absence_at_ms, Some(T0 + 50));
     assert!(r.machine.reservation.is_none() && r.machine.reserved_ports.is_empty());
     assert_eq!(r.command.as_ref().unwrap().state, ExecState::Unknown);
     assert_eq!(s.fetch(&c.key).unwrap(), r.command.unwrap());
-    assert_eq!(s.usage("wrd").unwrap(), Capacity::default());
+    assert_eq!(s.usage("wrd").unwrap(), Resources::default());
     // The port is free for another machine on the same worker.
     running_machine(&*s, key("rd", "again"), "wrd", ports).unwrap();
     // A deleted machine cannot be resolved again; the identity still resolves.
