@@ -10,14 +10,14 @@ use smolbox_core::managed::record::{Assignment, Resources};
 use smolbox_core::managed::slot::{self, Disposition, Finish};
 use smolbox_core::managed::state::{Cleanup, ExecState, MachineOperation};
 use smolbox_core::managed::{
-    ExecPatch, ExecutionRecord, Guard, Lease, MachinePatch, MachineRecord, RecordKey,
+    ExecPatch, ExecutionRecord, Guard, Lease, MachinePatch, MachineRecord, RecordKey, RecordKind,
     check_identifier, check_machine_name, check_worker_id,
 };
 use smolbox_core::{Category, Error, Evidence, Operation};
 
 use crate::{
     Accepted, Assigned, DueCursor, DuePage, MAX_DUE_PAGE, MAX_LIST_PAGE, MAX_PENDING, MIN_PENDING,
-    Page, Reserve, Resolved, StoreInfo, Submitted, not_found, store_error,
+    Page, Reserve, Resolved, Sealer, StoreInfo, Submitted, not_found, store_error,
 };
 
 /// How much a transaction locks.
@@ -77,6 +77,61 @@ pub(crate) trait Tx {
         after: Option<&str>,
         limit: u32,
     ) -> Result<Vec<MachineRecord>, Error>;
+    /// The partition's stored key-check value.
+    fn key_check(&mut self) -> Result<Option<Vec<u8>>, Error>;
+    /// Stores the partition's key-check value.
+    fn put_key_check(&mut self, check: &[u8]) -> Result<(), Error>;
+    /// Every record of the partition: kind, key, and whether its payload
+    /// is sealed in the current format.
+    fn row_formats(&mut self) -> Result<Vec<(RecordKind, RecordKey, bool)>, Error>;
+}
+
+/// Readies a partition of a durable store at open, in one transaction run
+/// with a sealer that also opens first-format payloads: a partition with a
+/// key-check value must match the key (a replaced or newly created key file
+/// is refused); a partition without one is checked record by record under
+/// the key (every record must open), first-format payloads are re-sealed in
+/// the current format (the versioned migration of C18.4), and the key check
+/// is stored.
+///
+/// # Errors
+/// `store` with reason `key_mismatch` when the key does not open the
+/// partition; any read or decode failure as it is.
+pub(crate) fn prepare_partition(tx: &mut dyn Tx, sealer: &Sealer) -> Result<(), Error> {
+    let op = Operation::StoreMigrate;
+    if let Some(check) = tx.key_check()? {
+        return sealer.verify_key_check(&check);
+    }
+    let mismatch = |e: Error| {
+        if e.reason() == "authentication_failed" {
+            store_error(op, "key_mismatch")
+        } else {
+            e
+        }
+    };
+    for (kind, key, current) in tx.row_formats()? {
+        match kind {
+            RecordKind::Execution => {
+                let rec = tx
+                    .exec(&key)
+                    .map_err(mismatch)?
+                    .ok_or(store_error(op, "row_vanished"))?;
+                if !current {
+                    tx.put_exec(&rec, false)?;
+                }
+            }
+            RecordKind::Machine => {
+                let rec = tx
+                    .machine(&key)
+                    .map_err(mismatch)?
+                    .ok_or(store_error(op, "row_vanished"))?;
+                if !current {
+                    tx.put_machine(&rec, false)?;
+                }
+            }
+        }
+    }
+    tx.put_key_check(&sealer.key_check()?)
 }
 
 /// A store adapter: runs closures in its transactions.
@@ -820,8 +875,7 @@ const fn unsupported(op: Operation) -> Error {
 
 /// The kind and key an assignment row stores.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub(crate) fn assigned_parts(a: &Assigned) -> (smolbox_core::managed::RecordKind, &RecordKey) {
-    use smolbox_core::managed::RecordKind;
+pub(crate) fn assigned_parts(a: &Assigned) -> (RecordKind, &RecordKey) {
     match a {
         Assigned::Execution(k) => (RecordKind::Execution, k),
         Assigned::Machine(k) => (RecordKind::Machine, k),

@@ -49,7 +49,7 @@ pub use memory::{
 };
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
-pub use seal::{EncryptionKey, Sealer};
+pub use seal::{EncryptionKey, KEY_ID, Sealer};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteMode, SqliteOptions, SqliteStore};
 

@@ -13,7 +13,9 @@ use std::sync::{Mutex, PoisonError};
 
 use smolbox_core::managed::envelope::{Capabilities, encode_exec, encode_machine};
 use smolbox_core::managed::record::Resources;
-use smolbox_core::managed::{ExecutionRecord, Lease, MachineRecord, MachineRecordState, RecordKey};
+use smolbox_core::managed::{
+    ExecutionRecord, Lease, MachineRecord, MachineRecordState, RecordKey, RecordKind,
+};
 use smolbox_core::{Error, Operation};
 
 use crate::engine::{Backend, Lock, Tx, exhausted};
@@ -316,6 +318,19 @@ impl Tx for MemTx<'_> {
         limit: u32,
     ) -> Result<Vec<MachineRecord>, Error> {
         Ok(page_of(&self.s.machines, scope, after, limit))
+    }
+
+    // Nothing is sealed in memory: there is no key to check.
+    fn key_check(&mut self) -> Result<Option<Vec<u8>>, Error> {
+        Ok(None)
+    }
+
+    fn put_key_check(&mut self, _check: &[u8]) -> Result<(), Error> {
+        Ok(())
+    }
+
+    fn row_formats(&mut self) -> Result<Vec<(RecordKind, RecordKey, bool)>, Error> {
+        Ok(Vec::new())
     }
 }
 

@@ -27,15 +27,18 @@ use postgres::types::ToSql;
 use postgres::{Client, NoTls, Row, Statement, Transaction};
 use smolbox_core::managed::envelope::Capabilities;
 use smolbox_core::managed::record::Resources;
-use smolbox_core::managed::{ExecutionRecord, Lease, MachineRecord, RecordKey};
+use smolbox_core::managed::{ExecutionRecord, Lease, MachineRecord, RecordKey, RecordKind};
 use smolbox_core::{Error, Operation};
 
-use crate::engine::{Backend, Lock, Tx, assigned_parts};
+use crate::engine::{Backend, Lock, Tx, assigned_parts, prepare_partition};
 use crate::row::{Projection, assigned_of, int, lease_of};
+use crate::seal::{KEY_ID, SEALED_V2};
 use crate::{Assigned, DueCursor, SCHEMA, Sealer, StoreInfo, impl_store, store_error};
 
-/// Schema version of the PostgreSQL layout.
-const LAYOUT_VERSION: i64 = 1;
+/// Schema version of the PostgreSQL layout: 2 adds the partitions'
+/// key-check values and the current sealed format (version-bound, with a
+/// key id).
+const LAYOUT_VERSION: i64 = 2;
 /// Attempts of one operation after deadlock or serialization failures.
 const MAX_ATTEMPTS: usize = 5;
 /// Advisory lock key serializing migrations across controllers.
@@ -82,6 +85,9 @@ CREATE TABLE IF NOT EXISTS machine_identities (
     partition VARCHAR(10) NOT NULL REFERENCES partitions (name), worker_id VARCHAR(64) NOT NULL,
     machine_name VARCHAR(31) NOT NULL, kind VARCHAR(16) NOT NULL, scope TEXT NOT NULL, id TEXT NOT NULL,
     PRIMARY KEY (partition, worker_id, machine_name), UNIQUE (partition, kind, scope, id));
+CREATE TABLE IF NOT EXISTS partition_keys (
+    partition VARCHAR(10) PRIMARY KEY REFERENCES partitions (name), key_id BIGINT NOT NULL,
+    check_value BYTEA NOT NULL);
 CREATE TABLE IF NOT EXISTS port_owners (
     partition VARCHAR(10) NOT NULL, worker_id VARCHAR(64) NOT NULL,
     host_port INTEGER NOT NULL CHECK (host_port BETWEEN 1 AND 65535),
@@ -140,6 +146,12 @@ impl PostgresStore {
                 "INSERT INTO smolbox_meta (key, value) VALUES ('layout', $1) ON CONFLICT DO NOTHING",
                 &[&LAYOUT_VERSION],
             )?;
+            // Layout 1 → 2: the schema above added the key-check table; each
+            // partition's rows are re-sealed when it is prepared.
+            tx.execute(
+                "UPDATE smolbox_meta SET value = $1 WHERE key = 'layout' AND value = 1",
+                &[&LAYOUT_VERSION],
+            )?;
             let layout: i64 = tx
                 .query_one("SELECT value FROM smolbox_meta WHERE key = 'layout'", &[])?
                 .get(0);
@@ -156,6 +168,17 @@ impl PostgresStore {
             } else {
                 Err(store_error(op, "unknown_layout_version"))
             }
+        })?;
+        self.prepare()
+    }
+
+    /// Checks this partition's key and re-seals its first-format rows, in
+    /// one transaction holding the partition lock (see `prepare_partition`).
+    fn prepare(&self) -> Result<(), Error> {
+        let op = Operation::StoreMigrate;
+        let legacy = self.sealer.with_legacy();
+        self.run(&legacy, op, Lock::Partition, &mut |tx| {
+            prepare_partition(tx, &legacy)
         })
     }
 
@@ -180,7 +203,7 @@ impl PostgresStore {
             }
             tx.batch_execute(
                 "DROP TABLE port_owners, machine_identities, machines, executions, worker_leases, \
-                 partitions, smolbox_meta",
+                 partition_keys, partitions, smolbox_meta",
             )?;
             tx.commit()?;
             Ok(true)
@@ -301,6 +324,20 @@ impl Backend for PostgresStore {
         lock: Lock,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<R, Error>,
     ) -> Result<R, Error> {
+        self.run(&self.sealer, op, lock, f)
+    }
+}
+
+impl PostgresStore {
+    /// Runs `f` in one transaction with `sealer`, retrying after deadlock
+    /// or serialization failures.
+    fn run<R>(
+        &self,
+        sealer: &Sealer,
+        op: Operation,
+        lock: Lock,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<R, Error>,
+    ) -> Result<R, Error> {
         let mut slot = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
         let mut attempt = 0;
         loop {
@@ -315,7 +352,7 @@ impl Backend for PostgresStore {
             let Some(conn) = slot.as_mut() else {
                 return Err(store_error(op, "postgres_unavailable"));
             };
-            let result = run_once(conn, &self.sealer, op, lock, f);
+            let result = run_once(conn, sealer, op, lock, f);
             if conn.client.is_closed() {
                 *slot = None;
             }
@@ -593,7 +630,7 @@ impl PgTx<'_> {
     ) -> Result<ExecutionRecord, Error> {
         let rec = self
             .sealer
-            .open_exec(key, payload)
+            .open_exec(key, p.stored_version()?, payload)
             .map_err(|e| e.with_operation(self.op))?;
         p.check(&Projection::of_exec(&rec))
             .map_err(|e| e.with_operation(self.op))?;
@@ -845,6 +882,47 @@ impl Tx for PgTx<'_> {
             .map(|(key, payload, p)| self.open_machine(&key, &payload, &p))
             .collect()
     }
+
+    fn key_check(&mut self) -> Result<Option<Vec<u8>>, Error> {
+        let partition = self.partition();
+        let row = self.query_opt(
+            "SELECT check_value FROM partition_keys WHERE partition = $1",
+            &[&partition],
+        )?;
+        row.map(|r| r.try_get(0).map_err(|e| pg_error(self.op, &e)))
+            .transpose()
+    }
+
+    fn put_key_check(&mut self, check: &[u8]) -> Result<(), Error> {
+        let partition = self.partition();
+        self.execute(
+            "INSERT INTO partition_keys (partition, key_id, check_value) VALUES ($1, $2, $3)",
+            &[&partition, &i64::from(KEY_ID), &check],
+        )?;
+        Ok(())
+    }
+
+    fn row_formats(&mut self) -> Result<Vec<(RecordKind, RecordKey, bool)>, Error> {
+        let partition = self.partition();
+        let mut out = Vec::new();
+        for (table, kind) in [
+            ("executions", RecordKind::Execution),
+            ("machines", RecordKind::Machine),
+        ] {
+            let sql = format!(
+                "SELECT scope, id, get_byte(payload, 0) = $2 FROM {table} WHERE partition = $1"
+            );
+            for r in self.query(&sql, &[&partition, &i32::from(SEALED_V2)])? {
+                let key = RecordKey {
+                    scope: r.try_get(0).map_err(|e| pg_error(self.op, &e))?,
+                    id: r.try_get(1).map_err(|e| pg_error(self.op, &e))?,
+                };
+                let current: bool = r.try_get(2).map_err(|e| pg_error(self.op, &e))?;
+                out.push((kind, key, current));
+            }
+        }
+        Ok(out)
+    }
 }
 
 /// A row of a scan: its key, sealed payload and projected columns.
@@ -859,7 +937,7 @@ impl PgTx<'_> {
     ) -> Result<MachineRecord, Error> {
         let rec = self
             .sealer
-            .open_machine(key, payload)
+            .open_machine(key, p.stored_version()?, payload)
             .map_err(|e| e.with_operation(self.op))?;
         p.check(&Projection::of_machine(&rec))
             .map_err(|e| e.with_operation(self.op))?;

@@ -1514,3 +1514,34 @@ pub(crate) fn resolve_deleted_releases_capacity_and_ports(h: &impl Harness) {
         Accepted::Existing(_)
     ));
 }
+
+/// Seals `plain` in the first sealed format (`0x01 nonce tag ciphertext`,
+/// associated data without key id or version), written here independently
+/// of the store so the migration is tested against the format as it was.
+#[allow(dead_code)] // the durable adapters' tests use it; the memory store seals nothing
+pub(crate) fn legacy_seal(
+    key_bytes: [u8; 32],
+    partition: &str,
+    kind: smolbox_core::managed::RecordKind,
+    key: &RecordKey,
+    plain: &[u8],
+) -> Vec<u8> {
+    use aes_gcm::aead::{AeadInPlace, KeyInit};
+    let cipher = aes_gcm::Aes256Gcm::new(&key_bytes.into());
+    let nonce = [0x5a_u8; 12];
+    let mut ad = b"smolbox.record.v1\0".to_vec();
+    ad.push(kind.tag());
+    for part in [partition, key.scope.as_str(), key.id.as_str()] {
+        ad.extend_from_slice(&(part.len() as u32).to_be_bytes());
+        ad.extend_from_slice(part.as_bytes());
+    }
+    let mut buf = plain.to_vec();
+    let tag = cipher
+        .encrypt_in_place_detached(aes_gcm::Nonce::from_slice(&nonce), &ad, &mut buf)
+        .unwrap();
+    let mut out = vec![0x01];
+    out.extend_from_slice(&nonce);
+    out.extend_from_slice(&tag);
+    out.extend_from_slice(&buf);
+    out
+}
