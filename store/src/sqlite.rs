@@ -108,6 +108,8 @@ impl Default for SqliteOptions {
 pub struct SqliteStore {
     conn: Mutex<Connection>,
     sealer: Sealer,
+    /// False under `synchronous = NORMAL` (the last commits may be lost).
+    durable: bool,
 }
 
 impl SqliteStore {
@@ -175,6 +177,7 @@ impl SqliteStore {
         Ok(Self {
             conn: Mutex::new(conn),
             sealer,
+            durable: !options.synchronous_normal,
         })
     }
 }
@@ -201,7 +204,7 @@ impl Backend for SqliteStore {
     fn info(&self) -> StoreInfo {
         StoreInfo {
             schema: SCHEMA,
-            durable: true,
+            durable: self.durable,
             atomic: true,
             capabilities: Capabilities::ALL,
         }

@@ -267,3 +267,12 @@ fn import_is_one_transaction() {
         Category::NotFound
     );
 }
+
+#[test]
+fn synchronous_normal_reports_itself_non_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let normal = open(&dir.path().join("a.db"));
+    assert!(!normal.info().durable, "NORMAL may lose the last commits");
+    let full = SqliteStore::open(&dir.path().join("b.db"), sealer("test")).unwrap();
+    assert!(full.info().durable);
+}
