@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
-use smolbox_core::managed::record::{Capacity, ExecutionRecord, MachineRecord};
+use smolbox_core::managed::record::{ExecutionRecord, MachineRecord, Resources};
 use smolbox_core::managed::slot::Finish;
 use smolbox_core::managed::state::MachineOperation;
 use smolbox_core::managed::{ExecPatch, Guard, Lease, MachinePatch, RecordKey};
@@ -378,7 +378,7 @@ impl Store for FaultStore {
         self.read(Operation::StoreDue, |s| s.due(now_ms, after, limit))
     }
 
-    fn usage(&self, worker_id: &str) -> Result<Capacity, Error> {
+    fn usage(&self, worker_id: &str) -> Result<Resources, Error> {
         self.read(Operation::StoreUsage, |s| s.usage(worker_id))
     }
 
