@@ -5,7 +5,9 @@
 use smolbox_core::managed::fingerprint::{
     FingerprintKey, command_fingerprint, encode_exec_spec, exec_fingerprint, machine_fingerprint,
 };
-use smolbox_core::managed::spec::{Action, GuestPathPolicy, MetaValue, NetworkPolicy, PortMapping};
+use smolbox_core::managed::spec::{
+    Action, GuestPathPolicy, MetaValue, ProfileNetwork, ReservedPort,
+};
 use smolbox_core::managed::testkit::{exec_spec, fingerprint_key, key, machine_spec};
 
 fn hex(b: &[u8]) -> String {
@@ -61,7 +63,7 @@ fn every_semantic_field_changes_the_fingerprint() {
     v.metadata.insert("k".into(), MetaValue::Bool(true));
     variants.push(v);
     let mut v = base.clone();
-    v.network = Some(NetworkPolicy {
+    v.network = Some(ProfileNetwork {
         allow: vec!["1.1.1.1".into()],
     });
     variants.push(v);
@@ -142,7 +144,7 @@ fn machine_layers_change_the_machine_fingerprint() {
     let base = machine_spec();
     let fp = machine_fingerprint(&k, &base);
     let mut v = base.clone();
-    v.ports.push(PortMapping {
+    v.ports.push(ReservedPort {
         host: 8080,
         guest: 80,
     });

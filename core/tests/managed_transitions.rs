@@ -7,7 +7,9 @@ use proptest::prelude::*;
 use smolbox_core::Category;
 use smolbox_core::managed::patch::{ExecPatch, MachinePatch, apply_exec, apply_machine};
 use smolbox_core::managed::record::{CreationEvidence, ErrorEntry, ExecResult};
-use smolbox_core::managed::state::{Cleanup, Collection, ExecState, MachineState, RecordEvidence};
+use smolbox_core::managed::state::{
+    Cleanup, Collection, ExecState, MachineRecordState, RecordEvidence,
+};
 use smolbox_core::managed::testkit::{self, EXIT, entry_patch, exec_in, key, machine_in};
 
 const T0: u64 = 1_700_000_000_000;
@@ -47,9 +49,9 @@ fn every_allowed_and_forbidden_execution_transition() {
 
 #[test]
 fn every_allowed_and_forbidden_machine_transition() {
-    for from in MachineState::ALL {
+    for from in MachineRecordState::ALL {
         let rec = machine_in(from, key("s", "m"), T0).unwrap();
-        for to in MachineState::ALL {
+        for to in MachineRecordState::ALL {
             if to == from {
                 continue;
             }

@@ -6,7 +6,7 @@
 use smolbox_core::managed::claim::{self, Fence, stale_claim};
 use smolbox_core::managed::envelope::{exec_requirements, machine_requirements};
 use smolbox_core::managed::patch::{apply_exec, apply_machine};
-use smolbox_core::managed::record::{Assignment, Capacity};
+use smolbox_core::managed::record::{Assignment, Resources};
 use smolbox_core::managed::slot::{self, Finish};
 use smolbox_core::managed::state::{Cleanup, ExecState, MachineOperation};
 use smolbox_core::managed::{
@@ -47,7 +47,7 @@ pub(crate) trait Tx {
     fn port_owner(&mut self, worker_id: &str, port: u16) -> Result<Option<RecordKey>, Error>;
     fn put_port(&mut self, worker_id: &str, port: u16, owner: &RecordKey) -> Result<(), Error>;
     fn delete_ports(&mut self, owner: &RecordKey) -> Result<(), Error>;
-    fn usage(&mut self, worker_id: &str) -> Result<Capacity, Error>;
+    fn usage(&mut self, worker_id: &str) -> Result<Resources, Error>;
     fn due(
         &mut self,
         now_ms: u64,
@@ -360,7 +360,7 @@ pub(crate) fn due<B: Backend>(
     })
 }
 
-pub(crate) fn usage<B: Backend>(b: &B, worker: &str) -> Result<Capacity, Error> {
+pub(crate) fn usage<B: Backend>(b: &B, worker: &str) -> Result<Resources, Error> {
     b.transact(Operation::StoreUsage, Lock::Read, &mut |tx| {
         tx.usage(worker)
     })

@@ -26,7 +26,7 @@
 //! Leases, claims and generations fence store writes only; they never fence
 //! HTTP already sent (C15).
 
-use smolbox_core::managed::record::{Capacity, ExecutionRecord, MachineRecord};
+use smolbox_core::managed::record::{ExecutionRecord, MachineRecord, Resources};
 use smolbox_core::managed::slot::Finish;
 use smolbox_core::managed::state::MachineOperation;
 use smolbox_core::managed::{Capabilities, ExecPatch, Guard, Lease, MachinePatch, RecordKey};
@@ -102,9 +102,9 @@ pub struct Reserve {
     /// Machine name on that worker (unique per worker).
     pub machine_name: String,
     /// What the record reserves.
-    pub capacity: Capacity,
+    pub capacity: Resources,
     /// The worker's total capacity (C12.2).
-    pub limit: Capacity,
+    pub limit: Resources,
 }
 
 /// A keyset cursor of `due`: the last `(next_due_at, scope, id)` seen.
@@ -245,7 +245,7 @@ pub trait Store: Send + Sync {
     ///
     /// # Errors
     /// `store` on failure (never zero on failure).
-    fn usage(&self, worker_id: &str) -> Result<Capacity, Error>;
+    fn usage(&self, worker_id: &str) -> Result<Resources, Error>;
 
     /// Inserts an accepted machine or returns the existing one (dedup by
     /// fingerprint, tombstones included).
@@ -448,7 +448,7 @@ macro_rules! impl_store {
             fn usage(
                 &self,
                 worker_id: &str,
-            ) -> Result<smolbox_core::managed::record::Capacity, smolbox_core::Error> {
+            ) -> Result<smolbox_core::managed::record::Resources, smolbox_core::Error> {
                 $crate::engine::usage(self, worker_id)
             }
             fn accept_machine(

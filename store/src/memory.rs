@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, PoisonError};
 
 use smolbox_core::managed::envelope::{Capabilities, encode_exec, encode_machine};
-use smolbox_core::managed::record::Capacity;
+use smolbox_core::managed::record::Resources;
 use smolbox_core::managed::{ExecutionRecord, Lease, MachineRecord, RecordKey};
 use smolbox_core::{Error, Operation};
 
@@ -225,8 +225,8 @@ impl Tx for MemTx<'_> {
         Ok(())
     }
 
-    fn usage(&mut self, worker_id: &str) -> Result<Capacity, Error> {
-        let held = |a: Option<&smolbox_core::managed::record::Assignment>, r: Option<Capacity>| {
+    fn usage(&mut self, worker_id: &str) -> Result<Resources, Error> {
+        let held = |a: Option<&smolbox_core::managed::record::Assignment>, r: Option<Resources>| {
             r.filter(|_| a.is_some_and(|a| a.worker_id == worker_id))
         };
         let execs = self
@@ -241,7 +241,7 @@ impl Tx for MemTx<'_> {
             .filter_map(|(r, _)| held(r.assignment.as_ref(), r.reservation));
         Ok(execs
             .chain(machines)
-            .fold(Capacity::default(), Capacity::plus))
+            .fold(Resources::default(), Resources::plus))
     }
 
     fn due(

@@ -26,7 +26,7 @@ use postgres::error::SqlState;
 use postgres::types::ToSql;
 use postgres::{Client, NoTls, Row, Statement, Transaction};
 use smolbox_core::managed::envelope::Capabilities;
-use smolbox_core::managed::record::Capacity;
+use smolbox_core::managed::record::Resources;
 use smolbox_core::managed::{ExecutionRecord, Lease, MachineRecord, RecordKey};
 use smolbox_core::{Error, Operation};
 
@@ -772,7 +772,7 @@ impl Tx for PgTx<'_> {
         Ok(())
     }
 
-    fn usage(&mut self, worker_id: &str) -> Result<Capacity, Error> {
+    fn usage(&mut self, worker_id: &str) -> Result<Resources, Error> {
         let partition = self.partition();
         let rows = self.query(
             "SELECT COALESCE(SUM(slots), 0)::BIGINT, COALESCE(SUM(cpus), 0)::BIGINT, \
@@ -786,7 +786,7 @@ impl Tx for PgTx<'_> {
             return Err(store_error(self.op, "usage_missing"));
         };
         let v = |i: usize| u64::try_from(r.get::<_, i64>(i)).unwrap_or(u64::MAX);
-        Ok(Capacity {
+        Ok(Resources {
             slots: v(0),
             cpus: v(1),
             memory_mb: v(2),

@@ -18,7 +18,7 @@ use rusqlite::{
     Connection, OpenFlags, OptionalExtension, Row, Transaction, TransactionBehavior, params,
 };
 use smolbox_core::managed::envelope::Capabilities;
-use smolbox_core::managed::record::Capacity;
+use smolbox_core::managed::record::Resources;
 use smolbox_core::managed::{ExecutionRecord, Lease, MachineRecord, RecordKey};
 use smolbox_core::{Error, Operation};
 
@@ -527,8 +527,8 @@ impl Tx for SqliteTx<'_> {
         Ok(())
     }
 
-    fn usage(&mut self, worker_id: &str) -> Result<Capacity, Error> {
-        let mut total = Capacity::default();
+    fn usage(&mut self, worker_id: &str) -> Result<Resources, Error> {
+        let mut total = Resources::default();
         for table in ["executions", "machines"] {
             let sql = format!(
                 "SELECT COALESCE(SUM(slots), 0), COALESCE(SUM(cpus), 0), COALESCE(SUM(memory_mb), 0), \
@@ -542,7 +542,7 @@ impl Tx for SqliteTx<'_> {
                 .map_err(|e| self.err(&e))?;
             let [slots, cpus, memory_mb, disk_gb] =
                 sums.map(|v| u64::try_from(v).unwrap_or(u64::MAX));
-            total = total.plus(Capacity {
+            total = total.plus(Resources {
                 slots,
                 cpus,
                 memory_mb,

@@ -24,7 +24,7 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 use super::RecordKey;
-use super::spec::{Action, ExecutionSpec, MachineSpec, MetaValue};
+use super::spec::{Action, ExecutionSpec, MetaValue, RetainedMachineSpec};
 use crate::{Error, Operation};
 
 /// Version of the canonical encoding.
@@ -198,7 +198,7 @@ pub fn command_fingerprint(key: &FingerprintKey, machine: &RecordKey, spec_fp: &
 
 /// The canonical encoding of a machine spec's base (artifact, profile,
 /// network, guest paths).
-pub fn encode_machine_base(spec: &MachineSpec) -> Vec<u8> {
+pub fn encode_machine_base(spec: &RetainedMachineSpec) -> Vec<u8> {
     let mut c = Canon::new(DOMAIN_MACHINE_BASE);
     c.str(
         1,
@@ -225,7 +225,7 @@ pub fn encode_machine_base(spec: &MachineSpec) -> Vec<u8> {
 
 /// The machine fingerprint: ports, workload and the checkpointable flag
 /// layered onto the base fingerprint (C12.5).
-pub fn machine_fingerprint(key: &FingerprintKey, spec: &MachineSpec) -> String {
+pub fn machine_fingerprint(key: &FingerprintKey, spec: &RetainedMachineSpec) -> String {
     let base = key.mac(&encode_machine_base(spec));
     let mut c = Canon::new(DOMAIN_MACHINE);
     c.str(1, &base);

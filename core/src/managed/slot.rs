@@ -7,7 +7,7 @@
 //! failed collection keep the slot (the machine becomes `unknown`).
 
 use super::record::{ExecutionRecord, LastRequest, MachineRecord};
-use super::state::{ExecState, MachineOperation, MachinePhase, MachineState};
+use super::state::{ExecState, MachineOperation, MachinePhase, MachineRecordState};
 use crate::{Category, Error, Evidence, Operation};
 
 const fn exhausted(reason: &'static str) -> Error {
@@ -47,7 +47,7 @@ pub fn acquire(
         Some(_) => return Err(exhausted("slot_busy")),
         None => {}
     }
-    if machine.state != MachineState::Running || machine.operation != MachineOperation::None {
+    if machine.state != MachineRecordState::Running || machine.operation != MachineOperation::None {
         return Err(exhausted("machine_not_idle"));
     }
     if now_ms < machine.updated_at_ms {
@@ -111,14 +111,14 @@ pub fn finish(
         next.active_execution = None;
         Finish::Released
     } else {
-        if next.state != MachineState::Unknown {
-            if !next.state.can_move_to(MachineState::Unknown) {
+        if next.state != MachineRecordState::Unknown {
+            if !next.state.can_move_to(MachineRecordState::Unknown) {
                 return Err(Error::validation(
                     Operation::StoreSlot,
                     "forbidden_transition",
                 ));
             }
-            next.state = MachineState::Unknown;
+            next.state = MachineRecordState::Unknown;
         }
         Finish::Kept
     };

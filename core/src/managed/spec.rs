@@ -56,7 +56,7 @@ pub struct ArtifactRef {
 /// The profile budgets a record's deadlines are derived from (C12.3, C13.4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Budgets {
+pub struct ProfileBudgets {
     /// Preparation budget in milliseconds.
     pub preparation_ms: u64,
     /// Execution budget in milliseconds.
@@ -67,7 +67,7 @@ pub struct Budgets {
     pub cleanup_ms: u64,
 }
 
-impl Budgets {
+impl ProfileBudgets {
     /// The profile defaults of C12.3.
     pub const DEFAULT: Self = Self {
         preparation_ms: 60_000,
@@ -84,7 +84,7 @@ pub struct ProfileRef {
     /// Profile identifier (an immutable revision).
     pub id: String,
     /// Budgets of that revision.
-    pub budgets: Budgets,
+    pub budgets: ProfileBudgets,
     /// Largest size of one transferred file in bytes.
     pub per_file_max: u64,
 }
@@ -115,7 +115,7 @@ pub struct CommandSpec {
 /// An interactive terminal (C7.1).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct TerminalSpec {
+pub struct ManagedTerminalSpec {
     /// Program and arguments.
     pub argv: Vec<String>,
     /// Environment.
@@ -137,7 +137,7 @@ pub enum Action {
     /// A command.
     Command(CommandSpec),
     /// An interactive terminal.
-    Terminal(TerminalSpec),
+    Terminal(ManagedTerminalSpec),
 }
 
 /// One declared input file.
@@ -183,7 +183,7 @@ pub enum MetaValue {
 /// Outbound network allowlist (C9.1); absent means offline.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct NetworkPolicy {
+pub struct ProfileNetwork {
     /// Allowed destinations (host or CIDR), sorted.
     pub allow: Vec<String>,
 }
@@ -227,7 +227,7 @@ pub struct ExecutionSpec {
     pub metadata: BTreeMap<String, MetaValue>,
     /// Outbound network policy; absent is offline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub network: Option<NetworkPolicy>,
+    pub network: Option<ProfileNetwork>,
     /// Guest-path policy; absent is the default root.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guest_paths: Option<GuestPathPolicy>,
@@ -236,7 +236,7 @@ pub struct ExecutionSpec {
 /// A host-port to guest-port mapping (C9.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PortMapping {
+pub struct ReservedPort {
     /// Host port, 1–65,535.
     pub host: u16,
     /// Guest port, 1–65,535.
@@ -246,14 +246,14 @@ pub struct PortMapping {
 /// A retained machine specification (C14).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct MachineSpec {
+pub struct RetainedMachineSpec {
     /// The artifact the machine boots from.
     pub artifact: ArtifactRef,
     /// The exact profile revision.
     pub profile: ProfileRef,
     /// Port mappings, sorted by host port.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ports: Vec<PortMapping>,
+    pub ports: Vec<ReservedPort>,
     /// Startup workload argv.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workload: Option<Vec<String>>,
@@ -262,7 +262,7 @@ pub struct MachineSpec {
     pub checkpointable: bool,
     /// Outbound network policy; absent is offline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub network: Option<NetworkPolicy>,
+    pub network: Option<ProfileNetwork>,
     /// Guest-path policy; absent is the default root.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guest_paths: Option<GuestPathPolicy>,
@@ -365,7 +365,7 @@ impl ExecutionSpec {
     }
 }
 
-impl MachineSpec {
+impl RetainedMachineSpec {
     /// Checks the stored-shape rules.
     ///
     /// # Errors

@@ -241,7 +241,7 @@ pub enum Cleanup {
 /// Retained machine states (C14.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum MachineState {
+pub enum MachineRecordState {
     /// Durable, not yet assigned or created.
     Accepted,
     /// Create intent persisted.
@@ -268,7 +268,7 @@ pub enum MachineState {
     Deleted,
 }
 
-impl MachineState {
+impl MachineRecordState {
     /// Every state, in declaration order.
     pub const ALL: [Self; 12] = [
         Self::Accepted,
@@ -291,7 +291,7 @@ impl MachineState {
     /// an observation or `unknown`, observations may be re-observed, and
     /// `deleted` is a permanent tombstone.
     pub const fn next(self) -> &'static [Self] {
-        use MachineState::*;
+        use MachineRecordState::*;
         match self {
             Accepted => &[Creating, Conflict, Deleted],
             Creating => &[Created, Running, Unknown, Missing, Conflict],
@@ -405,7 +405,7 @@ mod tests {
 
     #[test]
     fn deleted_machine_is_a_tombstone() {
-        assert!(MachineState::Deleted.next().is_empty());
-        assert!(MachineState::Running.needs_creation_evidence());
+        assert!(MachineRecordState::Deleted.next().is_empty());
+        assert!(MachineRecordState::Running.needs_creation_evidence());
     }
 }

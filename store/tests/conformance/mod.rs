@@ -5,11 +5,12 @@
 use std::sync::{Arc, Barrier};
 
 use proptest::prelude::*;
-use smolbox_core::managed::record::{Capacity, CreationEvidence};
+use smolbox_core::managed::record::{CreationEvidence, Resources};
 use smolbox_core::managed::slot::Finish;
-use smolbox_core::managed::spec::PortMapping;
+use smolbox_core::managed::spec::ReservedPort;
 use smolbox_core::managed::state::{
-    Cleanup, Collection, ExecState, MachineOperation, MachinePhase, MachineState, RecordEvidence,
+    Cleanup, Collection, ExecState, MachineOperation, MachinePhase, MachineRecordState,
+    RecordEvidence,
 };
 use smolbox_core::managed::testkit::{
     self, EXIT, accepted, accepted_machine, entry_patch, exec_spec, key, machine_spec,
@@ -270,13 +271,13 @@ fn reserve_req(worker: &str, name: &str, slots: u64) -> Reserve {
     Reserve {
         worker_id: worker.into(),
         machine_name: name.into(),
-        capacity: Capacity {
+        capacity: Resources {
             slots: 1,
             cpus: 1,
             memory_mb: 512,
             disk_gb: 2,
         },
-        limit: Capacity {
+        limit: Resources {
             slots,
             cpus: 64,
             memory_mb: 1 << 20,
@@ -476,7 +477,7 @@ pub(crate) fn reserve_checks_deadline_name_and_totals(h: &impl Harness) {
         (used.slots, used.cpus, used.memory_mb, used.disk_gb),
         (2, 2, 1024, 4)
     );
-    assert_eq!(s.usage("nobody").unwrap(), Capacity::default());
+    assert_eq!(s.usage("nobody").unwrap(), Resources::default());
     // Past the queue deadline.
     let late = T0 + recs[3].spec.queue_budget_ms + 1;
     s.claim_worker("w2", "ctl-a", late, TTL).unwrap();
@@ -549,7 +550,7 @@ pub(crate) fn release_only_after_cleanup_and_absence(h: &impl Harness) {
     assert_eq!(s.usage("w3").unwrap().slots, 1);
     let rec = s.release(&k, &g(&rec), T0 + 11).unwrap();
     assert!(rec.reservation.is_none());
-    assert_eq!(s.usage("w3").unwrap(), Capacity::default());
+    assert_eq!(s.usage("w3").unwrap(), Resources::default());
     // The assignment index is kept after cleanup.
     assert_eq!(
         s.find_machine("w3", "m-rel").unwrap(),
@@ -723,7 +724,7 @@ fn running_machine(
     s: &dyn Store,
     k: RecordKey,
     worker: &str,
-    ports: Vec<PortMapping>,
+    ports: Vec<ReservedPort>,
 ) -> Result<smolbox_core::managed::MachineRecord, Error> {
     let mut spec = machine_spec();
     spec.ports = ports;
@@ -738,13 +739,13 @@ fn running_machine(
         T0 + 1,
     )?;
     let p = MachinePatch {
-        state: Some(MachineState::Creating),
+        state: Some(MachineRecordState::Creating),
         operation: Some((MachineOperation::Create, MachinePhase::Dispatching)),
         ..MachinePatch::default()
     };
     let m = s.write_machine(&k, &Guard::for_machine(&m, "ctl-a"), &p, T0 + 2)?;
     let p = MachinePatch {
-        state: Some(MachineState::Running),
+        state: Some(MachineRecordState::Running),
         operation: Some((MachineOperation::None, MachinePhase::None)),
         creation: Some(CreationEvidence {
             created_at_ms: T0 + 2,
@@ -828,7 +829,7 @@ pub(crate) fn machine_accept_slot_and_lifecycle(h: &impl Harness) {
     // A deleted machine keeps its identity (tombstone) and frees its reservation.
     let g = Guard::for_machine(&stopped, "ctl-a");
     let p = MachinePatch {
-        state: Some(MachineState::Deleted),
+        state: Some(MachineRecordState::Deleted),
         operation: Some((MachineOperation::None, MachinePhase::None)),
         ..MachinePatch::default()
     };
@@ -838,7 +839,7 @@ pub(crate) fn machine_accept_slot_and_lifecycle(h: &impl Harness) {
         "deleting needs recorded absence"
     );
     let to_deleting = MachinePatch {
-        state: Some(MachineState::Deleting),
+        state: Some(MachineRecordState::Deleting),
         operation: Some((MachineOperation::Delete, MachinePhase::Dispatching)),
         ..MachinePatch::default()
     };
@@ -850,8 +851,8 @@ pub(crate) fn machine_accept_slot_and_lifecycle(h: &impl Harness) {
     let d = s
         .write_machine(&mk, &Guard::for_machine(&d, "ctl-a"), &gone, T0 + 41)
         .unwrap();
-    assert_eq!(d.state, MachineState::Deleted);
-    assert_eq!(s.usage("wm").unwrap(), Capacity::default());
+    assert_eq!(d.state, MachineRecordState::Deleted);
+    assert_eq!(s.usage("wm").unwrap(), Resources::default());
     assert!(matches!(
         s.accept_machine(&accepted_machine(mk, machine_spec(), T0), 100)
             .unwrap(),
@@ -903,7 +904,7 @@ pub(crate) fn slot_race_has_one_winner(h: &impl Harness) {
 
 pub(crate) fn ports_are_reserved_and_freed(h: &impl Harness) {
     let s = h.store();
-    let p = vec![PortMapping {
+    let p = vec![ReservedPort {
         host: 8080,
         guest: 80,
     }];
