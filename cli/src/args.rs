@@ -8,8 +8,9 @@ use crate::backend::ShellKind;
 
 const ABOUT: &str = "Drive a smolvm worker: machines, commands, files, logs and terminals.
 
-With neither --worker nor SMOLBOX_WORKER, smolbox starts the local devworker
-in-process on loopback; it runs commands on this host WITHOUT isolation.";
+With neither --worker nor SMOLBOX_WORKER, smolbox uses the local devworker
+that `smolbox dev up` started, else starts one in-process for the command;
+either runs commands on this host WITHOUT isolation.";
 
 /// `smolbox`: drive a smolvm worker from a shell.
 #[derive(Parser, Debug)]
@@ -43,7 +44,8 @@ pub(crate) struct Global {
     /// Which client shell drives the worker.
     #[arg(long, global = true, value_enum, default_value = "tokio")]
     pub(crate) shell: ShellKind,
-    /// Print results as JSON (where supported).
+    /// Print results as JSON (one object, or one per line for streams and
+    /// logs); a failure is then one JSON object on stderr.
     #[arg(long, global = true)]
     pub(crate) json: bool,
 }
@@ -70,6 +72,30 @@ pub(crate) enum Cmd {
     /// Create a fresh machine, run the command in it, print its output,
     /// remove the machine; exits with the command's exit code.
     Run(RunArgs),
+    /// The local devworker in the background for this user (commands run
+    /// on this host WITHOUT isolation).
+    #[command(subcommand)]
+    Dev(DevCmd),
+}
+
+/// `dev …`.
+#[derive(Subcommand, Debug)]
+pub(crate) enum DevCmd {
+    /// Start the devworker in the background (Unix socket in a 0700
+    /// directory under the data directory, random token in a 0600 file);
+    /// later commands without --worker use it.
+    Up,
+    /// Say whether it runs (a stale pid file is reported as such).
+    Status,
+    /// Stop it (SIGTERM, then SIGKILL after 10 s), wait, clean up.
+    Down,
+    /// The background devworker itself (started by `dev up`).
+    #[command(hide = true)]
+    Serve {
+        /// Its directory.
+        #[arg(long)]
+        dir: PathBuf,
+    },
 }
 
 /// `machine …`.
@@ -123,7 +149,7 @@ pub(crate) struct CommandOpts {
     #[arg(long)]
     pub(crate) workdir: Option<String>,
     /// Command timeout in seconds (1–86400; default 30).
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u32).range(1..=86_400))]
     pub(crate) timeout: Option<u32>,
     /// Feed this file as the command's stdin (`-` reads smolbox's stdin;
     /// UTF-8 text, at most 64 KiB; not with --stream).

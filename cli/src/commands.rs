@@ -185,16 +185,26 @@ fn run_command(
 ) -> Result<i32, Failure> {
     if stream {
         let mut write_failed = None;
-        let code = b.exec_stream(machine, cmd, &mut |piece| match piece {
-            StreamPiece::Stdout(s) => {
-                if let Err(e) = report::out(s.as_bytes()) {
-                    write_failed.get_or_insert(e);
+        let code = b.exec_stream(machine, cmd, &mut |piece| {
+            let written = match (piece, json) {
+                // --json: one object per piece on stdout, in arrival order.
+                (StreamPiece::Stdout(s), true) => report::line(&json!({ "stdout": s }).to_string()),
+                (StreamPiece::Stderr(s), true) => report::line(&json!({ "stderr": s }).to_string()),
+                (StreamPiece::Stdout(s), false) => report::out(s.as_bytes()),
+                (StreamPiece::Stderr(s), false) => {
+                    report::err(s.as_bytes());
+                    Ok(())
                 }
+            };
+            if let Err(e) = written {
+                write_failed.get_or_insert(e);
             }
-            StreamPiece::Stderr(s) => report::err(s.as_bytes()),
         })?;
         if let Some(e) = write_failed {
             return Err(e);
+        }
+        if json {
+            report::line(&json!({ "exit_code": code }).to_string())?;
         }
         return Ok(code);
     }
@@ -204,7 +214,11 @@ fn run_command(
             Ok(out.exit_code)
         }
         ExecOutcome::Launched(l) => {
-            report::line(&format!("launched pid {}", l.pid))?;
+            if json {
+                report::line(&json!({ "launched_pid": l.pid }).to_string())?;
+            } else {
+                report::line(&format!("launched pid {}", l.pid))?;
+            }
             Ok(0)
         }
     }
@@ -372,8 +386,17 @@ fn fresh_name() -> Result<MachineName, Failure> {
     Ok(ns.generate(random))
 }
 
+/// One console line: as is, or `{"line": …}` with `--json`.
+fn log_line(l: &str, json: bool) -> Result<(), Failure> {
+    if json {
+        report::line(&json!({ "line": l }).to_string())
+    } else {
+        report::line(l)
+    }
+}
+
 /// `logs MACHINE [-f]`.
-pub(crate) fn logs(b: &Backend, args: &LogsArgs) -> Result<i32, Failure> {
+pub(crate) fn logs(b: &Backend, args: &LogsArgs, json: bool) -> Result<i32, Failure> {
     let profile = b.admit()?;
     let name = MachineName::new(&args.machine)?;
     let read = |tail: u32| {
@@ -385,7 +408,7 @@ pub(crate) fn logs(b: &Backend, args: &LogsArgs) -> Result<i32, Failure> {
     };
     let lines = read(args.tail)?;
     for l in &lines {
-        report::line(l)?;
+        log_line(l, json)?;
     }
     if !args.follow {
         return Ok(0);
@@ -403,7 +426,7 @@ pub(crate) fn logs(b: &Backend, args: &LogsArgs) -> Result<i32, Failure> {
             &now[..]
         };
         for l in fresh {
-            report::line(l)?;
+            log_line(l, json)?;
         }
         seen = now.len();
     }

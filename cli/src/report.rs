@@ -78,6 +78,36 @@ impl Failure {
             }
         };
     }
+
+    /// Prints the failure to stderr as one JSON object (for `--json`).
+    pub(crate) fn print_json(&self) {
+        let v = match self {
+            Self::Core(e) => {
+                let definite = definite_answer(e);
+                serde_json::json!({ "error": {
+                    "category": e.category().as_str(),
+                    "operation": e.operation().as_str(),
+                    "evidence": e.evidence().as_str(),
+                    "reason": e.reason(),
+                    "status": e.status(),
+                    "limit": e.limit().map(|l| serde_json::json!({"actual": l.actual, "max": l.max})),
+                    "guest_exit_code": e.exit_code(),
+                    "worker_answered": definite.is_some(),
+                    "effect_uncertain": definite.is_none() && e.evidence().may_have_reached_worker(),
+                    "outcome": outcome(e),
+                    "exit_code": exit_code(e),
+                }})
+            }
+            Self::Local { doing, kind } => serde_json::json!({ "error": {
+                "category": "local",
+                "doing": doing,
+                "io_error": kind.to_string(),
+                "exit_code": EXIT_LOCAL,
+            }}),
+        };
+        let mut err = io::stderr().lock();
+        let _ = writeln!(err, "{v}");
+    }
 }
 
 /// The exit code of a library error (see [`EXIT_TABLE`]).
@@ -107,9 +137,60 @@ pub(crate) fn exit_code(e: &Error) -> i32 {
     }
 }
 
+/// The status of a definite refusal by the worker: a 4xx reply other than
+/// 408 (the worker's request timeout, after which the work may still run).
+/// Such a request reached the worker, which answered that it did not carry
+/// it out (absent machine, conflict, invalid input, refused credentials):
+/// nothing about its effect is uncertain.
+pub(crate) fn definite_answer(e: &Error) -> Option<u16> {
+    e.status().filter(|s| (400..500).contains(s) && *s != 408)
+}
+
+/// What a 4xx answer means, in words.
+fn status_words(status: u16) -> &'static str {
+    match status {
+        400 => "bad request: the worker found the request invalid",
+        401 => "unauthorized: the worker refused the credentials",
+        403 => "forbidden: the worker refused the request",
+        404 => "not found: no such machine or resource on the worker",
+        405 => "method not allowed",
+        409 => "conflict: the worker refused it against the machine's current state or name",
+        413 => "payload too large: the worker refused the body",
+        415 => "unsupported media type",
+        422 => "unprocessable: the worker could not read the request body",
+        429 => "too many requests: the worker refused it for now",
+        _ => "refused by the worker",
+    }
+}
+
+/// One sentence on what is known of the request's effect.
+fn outcome(e: &Error) -> String {
+    if let Some(status) = definite_answer(e) {
+        return format!("the worker answered {status}: the request was refused, not carried out");
+    }
+    match e.evidence() {
+        Evidence::NotDispatched => "nothing was sent to the worker".to_owned(),
+        Evidence::DispatchUncertain | Evidence::Unknown => {
+            "the request may have reached the worker; its effect is unknown and it was not retried"
+                .to_owned()
+        }
+        Evidence::RunningObserved => "the command was seen running; its end is unknown".to_owned(),
+        Evidence::Exited => "the command exited".to_owned(),
+        Evidence::TerminationConfirmed => "the guest stopped; no exit status is known".to_owned(),
+    }
+}
+
 /// Writes one error: a readable line, then its fields one by one.
 fn print_error(out: &mut impl Write, e: &Error) -> io::Result<()> {
-    writeln!(out, "smolbox: error: {e}")?;
+    match definite_answer(e) {
+        Some(status) => writeln!(
+            out,
+            "smolbox: error: {} failed: the worker answered {status} {}",
+            e.operation().as_str(),
+            status_words(status)
+        )?,
+        None => writeln!(out, "smolbox: error: {e}")?,
+    }
     write!(
         out,
         "  category={} operation={} evidence={}",
@@ -130,16 +211,7 @@ fn print_error(out: &mut impl Write, e: &Error) -> io::Result<()> {
         write!(out, " exit_code={code}")?;
     }
     writeln!(out)?;
-    let hint = match e.evidence() {
-        Evidence::NotDispatched => "nothing was sent to the worker",
-        Evidence::DispatchUncertain | Evidence::Unknown => {
-            "the request may have reached the worker; its effect is unknown and it was not retried"
-        }
-        Evidence::RunningObserved => "the command was seen running; its end is unknown",
-        Evidence::Exited => "the command exited",
-        Evidence::TerminationConfirmed => "the guest stopped; no exit status is known",
-    };
-    writeln!(out, "  ({hint})")
+    writeln!(out, "  ({})", outcome(e))
 }
 
 /// Prints a note to stderr.

@@ -1,5 +1,6 @@
 //! Worker selection: `--worker URL|unix:PATH` (or `SMOLBOX_WORKER`), else
-//! the devworker started in-process on loopback.
+//! the background devworker of `smolbox dev up` (see [`crate::dev`]), else
+//! a devworker started in-process on loopback behind a random token.
 
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use smolbox_core::worker::{Budgets, Endpoint, EndpointConfig};
 use smolbox_devworker::{BlockingDevWorker, DevWorker};
 
 use crate::args::Global;
+use crate::dev::{self, DevPaths, DevState};
 use crate::report::{self, Failure};
 
 /// The version the in-process devworker impersonates (the later profile,
@@ -43,7 +45,7 @@ pub(crate) fn budgets(command_secs: Option<u32>) -> Budgets {
 pub(crate) fn select(global: &Global, budgets: Budgets) -> Result<Selected, Failure> {
     let token = global.token.as_deref().map(Secret::new);
     let Some(worker) = global.worker.as_deref().filter(|w| !w.is_empty()) else {
-        return startdev(budgets);
+        return local(budgets);
     };
     let mut config = EndpointConfig {
         id: "cli".into(),
@@ -69,9 +71,53 @@ pub(crate) fn select(global: &Global, budgets: Budgets) -> Result<Selected, Fail
     })
 }
 
+/// No worker named: the background devworker when `dev up` started one,
+/// else one in-process for this command.
+fn local(budgets: Budgets) -> Result<Selected, Failure> {
+    let paths = DevPaths::for_user()?;
+    match dev::state(&paths)? {
+        DevState::Running(r) => {
+            report::note(&format!(
+                "no worker configured (--worker or SMOLBOX_WORKER): using the local devworker \
+                 of `smolbox dev up` (pid {}, unix:{}); it runs commands on this host WITHOUT \
+                 isolation",
+                r.pid,
+                r.paths.sock.display()
+            ));
+            let endpoint = Endpoint::new(EndpointConfig {
+                id: "devworker".into(),
+                base_url: "http://localhost".into(),
+                unix_socket: Some(r.paths.sock.to_string_lossy().into_owned()),
+                token: Some(Secret::new(r.token()?)),
+                budgets,
+                ..EndpointConfig::default()
+            })?;
+            return Ok(Selected {
+                endpoint,
+                dev: None,
+            });
+        }
+        DevState::Stale(pid) => report::note(&format!(
+            "the local devworker of `smolbox dev up` is not running (stale pid file: pid {pid} \
+             is gone; `smolbox dev up` starts it again)"
+        )),
+        DevState::Absent => {}
+    }
+    startdev(budgets)
+}
+
+/// A devworker in-process on loopback for this command only. It requires
+/// a random token, so another local user (or a web page) cannot drive it
+/// while it lives.
 fn startdev(budgets: Budgets) -> Result<Selected, Failure> {
-    let dev = DevWorker::start_blocking(DevWorker::builder().version(DEV_VERSION).quiet(true))
-        .map_err(|e| Failure::local("start the in-process devworker", &e))?;
+    let token = dev::random_token()?;
+    let dev = DevWorker::start_blocking(
+        DevWorker::builder()
+            .version(DEV_VERSION)
+            .token(Some(&token))
+            .quiet(true),
+    )
+    .map_err(|e| Failure::local("start the in-process devworker", &e))?;
     report::note(&format!(
         "no worker configured (--worker or SMOLBOX_WORKER): started the local devworker \
          in-process at {}; it runs commands on this host WITHOUT isolation",
@@ -81,6 +127,7 @@ fn startdev(budgets: Budgets) -> Result<Selected, Failure> {
         id: "devworker".into(),
         base_url: dev.base_url(),
         allow_insecure_loopback: true,
+        token: Some(Secret::new(token)),
         budgets,
         ..EndpointConfig::default()
     })?;

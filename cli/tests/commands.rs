@@ -471,3 +471,127 @@ fn run_records_the_execution_in_the_sqlite_store_sealed() {
         );
     }
 }
+
+#[test]
+fn a_definite_worker_answer_is_reported_as_such_not_as_uncertain() {
+    let w = devworker(None);
+    for shell in SHELLS {
+        // 404: the worker said the machine does not exist.
+        let o = run(&w, shell, &["exec", "absent", "--", "true"]);
+        let err = stderr(&o);
+        assert_eq!(code(&o), 5, "{shell}: {err}");
+        assert!(err.contains("the worker answered 404"), "{shell}: {err}");
+        assert!(err.contains("not carried out"), "{shell}: {err}");
+        assert!(!err.contains("may have reached"), "{shell}: {err}");
+
+        // 409: the name is taken.
+        let m = format!("dup-{shell}");
+        assert_eq!(code(&run(&w, shell, &["machine", "create", &m])), 0);
+        let o = run(&w, shell, &["machine", "create", &m]);
+        let err = stderr(&o);
+        assert_eq!(code(&o), 8, "{shell}: {err}");
+        assert!(err.contains("the worker answered 409"), "{shell}: {err}");
+        assert!(!err.contains("may have reached"), "{shell}: {err}");
+
+        // With --json the failure is one JSON object on stderr.
+        let o = run(&w, shell, &["--json", "machine", "get", "absent"]);
+        assert_eq!(code(&o), 5, "{shell}");
+        let v: serde_json::Value = serde_json::from_slice(&o.stderr).unwrap();
+        assert_eq!(v["error"]["status"], 404, "{shell}");
+        assert_eq!(v["error"]["worker_answered"], true, "{shell}");
+        assert_eq!(v["error"]["effect_uncertain"], false, "{shell}");
+        assert_eq!(v["error"]["exit_code"], 5, "{shell}");
+    }
+}
+
+#[test]
+fn an_uncertain_outcome_keeps_the_may_have_reached_note() {
+    use smolbox_devworker::{Fault, Route};
+    let w = devworker(None);
+    for shell in SHELLS {
+        let m = format!("unc-{shell}");
+        assert_eq!(code(&run(&w, shell, &["machine", "create", &m])), 0);
+        // The worker takes the exec, then the connection drops mid-reply.
+        w.faults().once(Route::Exec, Fault::DropAfter { bytes: 20 });
+        let o = run(&w, shell, &["exec", &m, "--", "true"]);
+        let err = stderr(&o);
+        assert_eq!(code(&o), 3, "{shell}: {err}");
+        assert!(
+            err.contains("may have reached the worker"),
+            "{shell}: {err}"
+        );
+        assert!(!err.contains("the worker answered"), "{shell}: {err}");
+
+        w.faults().once(Route::Exec, Fault::DropAfter { bytes: 20 });
+        let o = run(&w, shell, &["--json", "exec", &m, "--", "true"]);
+        assert_eq!(code(&o), 3, "{shell}");
+        let v: serde_json::Value = serde_json::from_slice(&o.stderr).unwrap();
+        assert_eq!(v["error"]["effect_uncertain"], true, "{shell}");
+        assert_eq!(v["error"]["worker_answered"], false, "{shell}");
+    }
+}
+
+#[test]
+fn json_for_streamed_exec_and_logs() {
+    let w = devworker(None);
+    for shell in SHELLS {
+        let m = format!("js-{shell}");
+        assert_eq!(code(&run(&w, shell, &["machine", "create", &m])), 0);
+        let o = run(
+            &w,
+            shell,
+            &[
+                "--json",
+                "exec",
+                &m,
+                "--stream",
+                "--",
+                "sh",
+                "-c",
+                "echo out; exit 6",
+            ],
+        );
+        assert_eq!(code(&o), 6, "{shell}: {}", stderr(&o));
+        let objs: Vec<serde_json::Value> = stdout(&o)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let text: String = objs.iter().filter_map(|v| v["stdout"].as_str()).collect();
+        assert_eq!(text, "out\n", "{shell}");
+        assert_eq!(objs.last().unwrap()["exit_code"], 6, "{shell}");
+
+        let o = run(&w, shell, &["--json", "logs", &m]);
+        assert_eq!(code(&o), 0, "{shell}: {}", stderr(&o));
+        let lines: Vec<serde_json::Value> = stdout(&o)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert!(
+            lines
+                .iter()
+                .any(|v| v["line"].as_str().unwrap().contains("started")),
+            "{shell}: {}",
+            stdout(&o)
+        );
+    }
+}
+
+#[test]
+fn the_command_timeout_is_bounded_at_one_day() {
+    let w = devworker(None);
+    let shell = "tokio";
+    assert_eq!(code(&run(&w, shell, &["machine", "create", "tmo"])), 0);
+    let o = run(
+        &w,
+        shell,
+        &["exec", "tmo", "--timeout", "86400", "--", "true"],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = run(
+        &w,
+        shell,
+        &["exec", "tmo", "--timeout", "86401", "--", "true"],
+    );
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("86400"), "{}", stderr(&o));
+}

@@ -6,7 +6,7 @@ use smolbox_core::Operation;
 use smolbox_core::managed::claim::{Fence, Guard, Lease, check_guard, claim_exec};
 use smolbox_core::managed::record::Assignment;
 use smolbox_core::managed::slot::{self, Finish};
-use smolbox_core::managed::state::{ExecState, MachineOperation, MachineState};
+use smolbox_core::managed::state::{ExecState, MachineOperation, MachineRecordState};
 use smolbox_core::managed::testkit::{
     accepted, exec_in, exec_spec, key, machine_in, managed_exec_spec,
 };
@@ -105,7 +105,7 @@ fn a_claim_moves_only_when_expired() {
 
 #[test]
 fn the_command_slot_holds_one_execution() {
-    let m = machine_in(MachineState::Running, key("s", "m"), T0).unwrap();
+    let m = machine_in(MachineRecordState::Running, key("s", "m"), T0).unwrap();
     let e1 = accepted(key("s", "e1"), managed_exec_spec("x", &m.key), T0);
     let e2 = accepted(key("s", "e2"), managed_exec_spec("y", &m.key), T0);
     let held = slot::acquire(&m, &e1, T0 + 10).unwrap();
@@ -132,7 +132,7 @@ fn the_command_slot_holds_one_execution() {
         Category::Validation
     );
     // A stopped machine has no slot to give.
-    let stopped = machine_in(MachineState::Stopped, key("s", "m"), T0).unwrap();
+    let stopped = machine_in(MachineRecordState::Stopped, key("s", "m"), T0).unwrap();
     assert_eq!(
         slot::acquire(&stopped, &e1, T0 + 10).unwrap_err().reason(),
         "machine_not_idle"
@@ -141,7 +141,7 @@ fn the_command_slot_holds_one_execution() {
 
 #[test]
 fn finishing_releases_or_keeps_the_slot() {
-    let m = machine_in(MachineState::Running, key("s", "m"), T0).unwrap();
+    let m = machine_in(MachineRecordState::Running, key("s", "m"), T0).unwrap();
     for (state, expect) in [
         (ExecState::Completed, Finish::Released),
         (ExecState::Launched, Finish::Released),
@@ -151,23 +151,24 @@ fn finishing_releases_or_keeps_the_slot() {
         (ExecState::Failed, Finish::Kept),
     ] {
         let e = exec_in(state, key("s", "e1"), T0).unwrap();
-        let mut spec_machine = m.clone();
-        spec_machine.key = e.spec.machine.clone().unwrap();
-        let held = slot::acquire(&spec_machine, &e, T0 + 50).unwrap();
+        let mut held = m.clone();
+        held.key = e.spec.machine.clone().unwrap();
+        // The slot was taken before dispatch; the record finished since.
+        held.active_execution = Some(e.key.clone());
         let (after, got) = slot::finish(&held, &e, T0 + 60).unwrap();
         assert_eq!(got, expect, "{state:?}");
         match expect {
             Finish::Released => assert!(after.active_execution.is_none()),
             Finish::Kept => {
                 assert_eq!(after.active_execution.as_ref(), Some(&e.key));
-                assert_eq!(after.state, MachineState::Unknown);
+                assert_eq!(after.state, MachineRecordState::Unknown);
             }
         }
     }
     let running = exec_in(ExecState::Running, key("s", "e1"), T0).unwrap();
-    let mut mm = m.clone();
-    mm.key = running.spec.machine.clone().unwrap();
-    let held = slot::acquire(&mm, &running, T0 + 50).unwrap();
+    let mut held = m.clone();
+    held.key = running.spec.machine.clone().unwrap();
+    held.active_execution = Some(running.key.clone());
     assert_eq!(
         slot::finish(&held, &running, T0 + 60).unwrap_err().reason(),
         "execution_not_finished"
@@ -176,7 +177,7 @@ fn finishing_releases_or_keeps_the_slot() {
 
 #[test]
 fn versioned_lifecycle_requests() {
-    let m = machine_in(MachineState::Running, key("s", "m"), T0).unwrap();
+    let m = machine_in(MachineRecordState::Running, key("s", "m"), T0).unwrap();
     let after = slot::request(&m, MachineOperation::Stop, m.version, T0 + 10)
         .unwrap()
         .unwrap();

@@ -8,8 +8,8 @@ use smolbox_core::managed::envelope::{
     self, CURRENT_VERSION, Capabilities, HEADER_LEN, MAX_PAYLOAD_LEN, decode_exec, decode_machine,
     encode_exec, encode_machine, exec_requirements,
 };
-use smolbox_core::managed::spec::{Action, GuestPathPolicy, TerminalSpec};
-use smolbox_core::managed::state::{ExecState, MachineState};
+use smolbox_core::managed::spec::{Action, GuestPathPolicy, ManagedTerminalSpec};
+use smolbox_core::managed::state::{ExecState, MachineRecordState};
 use smolbox_core::managed::testkit::{
     accepted, exec_in, exec_spec, key, machine_in, managed_exec_spec,
 };
@@ -38,7 +38,7 @@ fn ac_19_1_every_state_round_trips_and_an_appended_byte_fails() {
             );
         }
     }
-    for s in MachineState::ALL {
+    for s in MachineRecordState::ALL {
         let rec = machine_in(s, key("s", "m"), T0).unwrap();
         let bytes = encode_machine(&rec).unwrap();
         assert_eq!(decode_machine(&bytes).unwrap(), rec, "{s:?}");
@@ -119,7 +119,7 @@ fn ac_19_2_selective_versions_keep_every_capability() {
     assert_eq!(exec_requirements(&base).capabilities, Capabilities::BASE);
 
     let mut spec = managed_exec_spec("x", &key("s", "m"));
-    spec.action = Action::Terminal(TerminalSpec {
+    spec.action = Action::Terminal(ManagedTerminalSpec {
         argv: vec!["sh".into()],
         env: Default::default(),
         workdir: None,
@@ -159,7 +159,8 @@ fn fuzz_seed_corpus_replays() {
         std::fs::create_dir_all(&dir).unwrap();
         let e = encode_exec(&exec_in(ExecState::Completed, key("s", "r"), T0).unwrap()).unwrap();
         let m =
-            encode_machine(&machine_in(MachineState::Running, key("s", "m"), T0).unwrap()).unwrap();
+            encode_machine(&machine_in(MachineRecordState::Running, key("s", "m"), T0).unwrap())
+                .unwrap();
         std::fs::write(dir.join("exec-completed"), &e).unwrap();
         std::fs::write(dir.join("machine-running"), &m).unwrap();
         std::fs::write(dir.join("exec-truncated"), &e[..e.len() / 2]).unwrap();

@@ -7,7 +7,9 @@ use proptest::prelude::*;
 use smolbox_core::Category;
 use smolbox_core::managed::patch::{ExecPatch, MachinePatch, apply_exec, apply_machine};
 use smolbox_core::managed::record::{CreationEvidence, ErrorEntry, ExecResult};
-use smolbox_core::managed::state::{Cleanup, Collection, ExecState, MachineState, RecordEvidence};
+use smolbox_core::managed::state::{
+    Cleanup, Collection, ExecState, MachineRecordState, RecordEvidence,
+};
 use smolbox_core::managed::testkit::{self, EXIT, entry_patch, exec_in, key, machine_in};
 
 const T0: u64 = 1_700_000_000_000;
@@ -47,9 +49,9 @@ fn every_allowed_and_forbidden_execution_transition() {
 
 #[test]
 fn every_allowed_and_forbidden_machine_transition() {
-    for from in MachineState::ALL {
+    for from in MachineRecordState::ALL {
         let rec = machine_in(from, key("s", "m"), T0).unwrap();
-        for to in MachineState::ALL {
+        for to in MachineRecordState::ALL {
             if to == from {
                 continue;
             }
@@ -350,4 +352,37 @@ proptest! {
             prop_assert!(!matches!(rec.state, ExecState::Completed | ExecState::Cancelled));
         }
     }
+}
+
+#[test]
+fn a_cancel_request_refuses_the_dispatch_intent() {
+    // C16: a cancel requested before dispatch wins; every store applies
+    // this rule, so the intent write fails and nothing is sent.
+    let mut rec = exec_in(ExecState::Ready, key("s", "r"), T0).unwrap();
+    let intent = entry_patch(&rec, ExecState::Dispatching);
+    apply_exec(&rec, &intent, T0 + 100).unwrap();
+    rec.cancel_requested_at_ms = Some(T0);
+    let e = apply_exec(&rec, &intent, T0 + 100).unwrap_err();
+    assert_eq!(e.category(), Category::Validation);
+    assert_eq!(e.reason(), "cancel_requested");
+    // Cancelled is still reachable.
+    let next = apply_exec(&rec, &entry_patch(&rec, ExecState::Cancelled), T0 + 100).unwrap();
+    assert_eq!(next.state, ExecState::Cancelled);
+}
+
+#[test]
+fn dispatching_fails_only_back_to_not_dispatched() {
+    let rec = exec_in(ExecState::Dispatching, key("s", "r"), T0).unwrap();
+    let failed = ExecPatch {
+        state: Some(ExecState::Failed),
+        evidence: Some(RecordEvidence::NotDispatched),
+        ..ExecPatch::default()
+    };
+    let next = apply_exec(&rec, &failed, T0 + 100).unwrap();
+    assert_eq!(next.evidence, RecordEvidence::NotDispatched);
+    let uncertain = ExecPatch {
+        state: Some(ExecState::Failed),
+        ..ExecPatch::default()
+    };
+    assert!(apply_exec(&rec, &uncertain, T0 + 100).is_err());
 }

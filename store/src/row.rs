@@ -5,7 +5,7 @@
 //! capacity numbers are projected; argv, env, stdin, paths and every other
 //! payload field exist only inside the ciphertext (C18.4).
 
-use smolbox_core::managed::record::Capacity;
+use smolbox_core::managed::record::Resources;
 use smolbox_core::managed::{ExecutionRecord, Lease, MachineRecord, RecordKey, RecordKind};
 use smolbox_core::{Error, Operation};
 
@@ -34,7 +34,7 @@ pub(crate) fn int(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(-1)
 }
 
-fn reserved(c: Option<Capacity>) -> [i64; 4] {
+fn reserved(c: Option<Resources>) -> [i64; 4] {
     let c = c.unwrap_or_default();
     [int(c.slots), int(c.cpus), int(c.memory_mb), int(c.disk_gb)]
 }
@@ -70,7 +70,7 @@ impl Projection {
             state: r.state.as_str().to_owned(),
             version: int(r.version),
             next_due_ms: r.next_due_at_ms.map(int),
-            pending: r.state != smolbox_core::managed::MachineState::Deleted,
+            pending: r.state != smolbox_core::managed::MachineRecordState::Deleted,
             worker_id: r.assignment.as_ref().map(|a| a.worker_id.clone()),
             machine_name: r.assignment.as_ref().map(|a| a.machine_name.clone()),
             slots,
@@ -79,6 +79,12 @@ impl Projection {
             disk_gb,
             managed_machine: r.active_execution.as_ref().map(joined),
         }
+    }
+
+    /// The row's version column, which the sealed payload is bound to.
+    pub(crate) fn stored_version(&self) -> Result<u64, Error> {
+        u64::try_from(self.version)
+            .map_err(|_| store_error(Operation::StoreFetch, "projection_mismatch"))
     }
 
     /// Fails loudly when the clear columns disagree with the payload.

@@ -77,7 +77,7 @@ impl RecordKind {
 
 /// A feature that forces a newer envelope (C19.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Feature {
+pub enum RecordFeature {
     /// Disposable execution.
     Base,
     /// Retained machine or a command on one.
@@ -94,7 +94,7 @@ pub enum Feature {
     GuestFiles,
 }
 
-impl Feature {
+impl RecordFeature {
     /// The oldest envelope version that can hold this feature.
     pub const fn min_version(self) -> u16 {
         match self {
@@ -204,7 +204,7 @@ pub struct Requirements {
 }
 
 impl Requirements {
-    fn of(features: &[Feature]) -> Self {
+    fn of(features: &[RecordFeature]) -> Self {
         features.iter().fold(
             Self {
                 version: 1,
@@ -219,39 +219,39 @@ impl Requirements {
 }
 
 /// The features an execution record uses.
-pub fn exec_features(rec: &ExecutionRecord) -> Vec<Feature> {
+pub fn exec_features(rec: &ExecutionRecord) -> Vec<RecordFeature> {
     let spec = &rec.spec;
-    let mut f = vec![Feature::Base];
+    let mut f = vec![RecordFeature::Base];
     if spec.machine.is_some() {
-        f.push(Feature::ManagedMachines);
+        f.push(RecordFeature::ManagedMachines);
     }
     if spec.is_background() || spec.profile.budgets.execution_ms > MAX_BASE_EXECUTION_BUDGET_MS {
-        f.push(Feature::ExtendedExecution);
+        f.push(RecordFeature::ExtendedExecution);
     }
     if matches!(spec.action, Action::Terminal(_)) {
-        f.push(Feature::InteractiveTerminal);
+        f.push(RecordFeature::InteractiveTerminal);
     }
     if spec.guest_paths.is_some() || spec.profile.per_file_max > MAX_BASE_PER_FILE {
-        f.push(Feature::GuestFiles);
+        f.push(RecordFeature::GuestFiles);
     }
     f
 }
 
 /// The features a machine record uses.
-pub fn machine_features(rec: &MachineRecord) -> Vec<Feature> {
+pub fn machine_features(rec: &MachineRecord) -> Vec<RecordFeature> {
     let spec = &rec.spec;
-    let mut f = vec![Feature::Base, Feature::ManagedMachines];
+    let mut f = vec![RecordFeature::Base, RecordFeature::ManagedMachines];
     if !spec.ports.is_empty() {
-        f.push(Feature::ManagedPorts);
+        f.push(RecordFeature::ManagedPorts);
     }
     if spec.profile.budgets.execution_ms > MAX_BASE_EXECUTION_BUDGET_MS {
-        f.push(Feature::ExtendedExecution);
+        f.push(RecordFeature::ExtendedExecution);
     }
     if spec.workload.is_some() {
-        f.push(Feature::ManagedWorkloads);
+        f.push(RecordFeature::ManagedWorkloads);
     }
     if spec.guest_paths.is_some() || spec.profile.per_file_max > MAX_BASE_PER_FILE {
-        f.push(Feature::GuestFiles);
+        f.push(RecordFeature::GuestFiles);
     }
     f
 }

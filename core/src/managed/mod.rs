@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use crate::{Error, Operation};
 
 pub mod claim;
+pub mod controller;
 pub mod envelope;
 pub mod fingerprint;
 pub mod patch;
@@ -38,12 +39,12 @@ pub mod state;
 pub mod testkit;
 
 pub use claim::{Guard, Lease};
-pub use envelope::{Capabilities, Feature, RecordKind};
+pub use envelope::{Capabilities, RecordFeature, RecordKind};
 pub use fingerprint::FingerprintKey;
 pub use patch::{ExecPatch, MachinePatch};
 pub use record::{ExecutionRecord, MachineRecord};
-pub use spec::{ExecutionSpec, MachineSpec};
-pub use state::{Cleanup, Collection, ExecState, MachineState, RecordEvidence};
+pub use spec::{ExecutionSpec, RetainedMachineSpec};
+pub use state::{Cleanup, Collection, ExecState, MachineRecordState, RecordEvidence};
 
 /// Largest wall-clock timestamp in milliseconds (C0.1).
 pub const MAX_TIMESTAMP_MS: u64 = 253_402_300_000_000;

@@ -11,10 +11,11 @@
 use super::invalid;
 use super::record::{
     CollectedArtifact, CreationEvidence, ErrorEntry, ExecResult, ExecutionRecord,
-    MAX_ERROR_HISTORY, MachineRecord, Observation,
+    MAX_ERROR_HISTORY, MachineRecord, RecordedObservation,
 };
 use super::state::{
-    Cleanup, Collection, ExecState, MachineOperation, MachinePhase, MachineState, RecordEvidence,
+    Cleanup, Collection, ExecState, MachineOperation, MachinePhase, MachineRecordState,
+    RecordEvidence,
 };
 use crate::Error;
 
@@ -50,13 +51,13 @@ pub struct ExecPatch {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MachinePatch {
     /// New state.
-    pub state: Option<MachineState>,
+    pub state: Option<MachineRecordState>,
     /// New operation and phase (both none or both set).
     pub operation: Option<(MachineOperation, MachinePhase)>,
     /// Creation evidence (write-once).
     pub creation: Option<CreationEvidence>,
     /// Latest observation.
-    pub observation: Option<Observation>,
+    pub observation: Option<RecordedObservation>,
     /// Next due time; `Some(None)` clears it.
     pub next_due_at_ms: Option<Option<u64>>,
     /// Verified absence time (write-once).
@@ -89,6 +90,11 @@ pub fn apply_exec(
     {
         if !rec.state.can_move_to(to) {
             return Err(invalid("forbidden_transition"));
+        }
+        // C16: a cancel requested before dispatch wins; the intent is
+        // refused so nothing is sent.
+        if to == ExecState::Dispatching && rec.cancel_requested_at_ms.is_some() {
+            return Err(invalid("cancel_requested"));
         }
         next.state = to;
         enter_state(&mut next, now_ms);
@@ -211,7 +217,7 @@ pub fn apply_machine(
             return Err(invalid("forbidden_transition"));
         }
         next.state = to;
-        if to == MachineState::Deleted {
+        if to == MachineRecordState::Deleted {
             next.reservation = None;
             next.reserved_ports.clear();
         }

@@ -4,9 +4,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::spec::{ExecutionSpec, MachineSpec};
+use super::spec::{ExecutionSpec, RetainedMachineSpec};
 use super::state::{
-    Cleanup, Collection, ExecState, MachineOperation, MachinePhase, MachineState, RecordEvidence,
+    Cleanup, Collection, ExecState, MachineOperation, MachinePhase, MachineRecordState,
+    RecordEvidence,
 };
 use super::{
     MAX_COUNTER, MAX_TIMESTAMP_MS, RecordKey, check_digest, check_identifier, check_machine_name,
@@ -39,7 +40,7 @@ pub struct Claim {
 /// Slot, CPU, memory and disk amounts (C12.4, C14.4).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Capacity {
+pub struct Resources {
     /// Machine slots.
     pub slots: u64,
     /// Virtual CPUs.
@@ -50,7 +51,7 @@ pub struct Capacity {
     pub disk_gb: u64,
 }
 
-impl Capacity {
+impl Resources {
     /// Component-wise sum, saturating.
     #[must_use]
     pub const fn plus(self, o: Self) -> Self {
@@ -259,7 +260,7 @@ pub struct ExecutionRecord {
     pub cleanup_attempts: u32,
     /// Held reservation (C12.4); absent once released.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reservation: Option<Capacity>,
+    pub reservation: Option<Resources>,
     /// Deadlines.
     pub deadlines: Deadlines,
     /// Collected outputs.
@@ -458,9 +459,9 @@ pub struct LastRequest {
 /// The last observation of the machine (same incarnation).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Observation {
+pub struct RecordedObservation {
     /// Observed state.
-    pub state: MachineState,
+    pub state: MachineRecordState,
     /// Incarnation observed.
     pub incarnation: String,
     /// Observation time.
@@ -478,7 +479,7 @@ pub struct MachineRecord {
     /// Machine fingerprint.
     pub fingerprint: String,
     /// The accepted spec.
-    pub spec: MachineSpec,
+    pub spec: RetainedMachineSpec,
     /// Acceptance time.
     pub accepted_at_ms: u64,
     /// Last write time; never decreases.
@@ -487,7 +488,7 @@ pub struct MachineRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_due_at_ms: Option<u64>,
     /// State.
-    pub state: MachineState,
+    pub state: MachineRecordState,
     /// Current lifecycle operation.
     pub operation: MachineOperation,
     /// Its phase.
@@ -500,10 +501,10 @@ pub struct MachineRecord {
     pub creation: Option<CreationEvidence>,
     /// Last observation of the same incarnation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observation: Option<Observation>,
+    pub observation: Option<RecordedObservation>,
     /// Held reservation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reservation: Option<Capacity>,
+    pub reservation: Option<Resources>,
     /// Reserved host ports, sorted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reserved_ports: Vec<u16>,
@@ -542,7 +543,7 @@ impl MachineRecord {
     pub fn accepted(
         key: RecordKey,
         fingerprint: String,
-        spec: MachineSpec,
+        spec: RetainedMachineSpec,
         now_ms: u64,
     ) -> Result<Self, Error> {
         let rec = Self {
@@ -553,7 +554,7 @@ impl MachineRecord {
             accepted_at_ms: now_ms,
             updated_at_ms: now_ms,
             next_due_at_ms: Some(now_ms),
-            state: MachineState::Accepted,
+            state: MachineRecordState::Accepted,
             operation: MachineOperation::None,
             phase: MachinePhase::None,
             assignment: None,
@@ -612,12 +613,15 @@ impl MachineRecord {
         if let Some(k) = &self.active_execution {
             k.validate()?;
             if self.operation != MachineOperation::None
-                || !matches!(self.state, MachineState::Running | MachineState::Unknown)
+                || !matches!(
+                    self.state,
+                    MachineRecordState::Running | MachineRecordState::Unknown
+                )
             {
                 return Err(invalid("active_execution_state"));
             }
         }
-        if self.state == MachineState::Deleted {
+        if self.state == MachineRecordState::Deleted {
             let absent_ok = self.assignment.is_none() || self.absence_at_ms.is_some();
             if self.active_execution.is_some()
                 || !absent_ok

@@ -33,8 +33,8 @@ use super::claim::Guard;
 use super::patch::ExecPatch;
 use super::record::{ErrorEntry, ExecResult, ExecutionRecord};
 use super::spec::{
-    Action, ArtifactKind, ArtifactRef, Budgets, CommandSpec, DEFAULT_QUEUE_BUDGET_MS,
-    DEFAULT_RETENTION_MS, ExecutionSpec, ProfileRef,
+    Action, ArtifactKind, ArtifactRef, CommandSpec, DEFAULT_QUEUE_BUDGET_MS, DEFAULT_RETENTION_MS,
+    ExecutionSpec, ProfileBudgets, ProfileRef,
 };
 use super::state::{Cleanup, Collection, ExecState, RecordEvidence};
 use super::{FingerprintKey, RecordKey, fingerprint};
@@ -96,7 +96,7 @@ impl RunTarget {
             },
             profile: ProfileRef {
                 id: "default".to_owned(),
-                budgets: Budgets::DEFAULT,
+                budgets: ProfileBudgets::DEFAULT,
                 per_file_max: super::spec::MAX_BASE_PER_FILE,
             },
         }
@@ -122,8 +122,10 @@ pub fn spec_for(command: &Command, target: &RunTarget) -> Result<ExecutionSpec, 
                 .map(|s| base64::engine::general_purpose::STANDARD.encode(s)),
             timeout_s: command.effective_timeout_secs().map(u64::from),
             background: command.is_background(),
+            user: None,
         }),
         machine: None,
+        worker_machine: None,
         inputs: Vec::new(),
         outputs: Vec::new(),
         queue_budget_ms: DEFAULT_QUEUE_BUDGET_MS,

@@ -56,7 +56,7 @@ pub struct ArtifactRef {
 /// The profile budgets a record's deadlines are derived from (C12.3, C13.4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Budgets {
+pub struct ProfileBudgets {
     /// Preparation budget in milliseconds.
     pub preparation_ms: u64,
     /// Execution budget in milliseconds.
@@ -67,7 +67,7 @@ pub struct Budgets {
     pub cleanup_ms: u64,
 }
 
-impl Budgets {
+impl ProfileBudgets {
     /// The profile defaults of C12.3.
     pub const DEFAULT: Self = Self {
         preparation_ms: 60_000,
@@ -84,13 +84,14 @@ pub struct ProfileRef {
     /// Profile identifier (an immutable revision).
     pub id: String,
     /// Budgets of that revision.
-    pub budgets: Budgets,
+    pub budgets: ProfileBudgets,
     /// Largest size of one transferred file in bytes.
     pub per_file_max: u64,
 }
 
-/// A foreground, background or streamed command.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// A foreground, background or streamed command. `Debug` prints counts and
+/// flags only: argv, env values, stdin, user and workdir can be secrets.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CommandSpec {
     /// Program and arguments (never stored in clear, never in errors).
@@ -110,12 +111,30 @@ pub struct CommandSpec {
     /// Background launch (needs `extended_execution`).
     #[serde(default, skip_serializing_if = "is_false")]
     pub background: bool,
+    /// Guest user (`name` or `uid[:gid]`); absent runs as the worker's
+    /// default user. Part of the identity (canonical encoding version 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
 }
 
-/// An interactive terminal (C7.1).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+impl core::fmt::Debug for CommandSpec {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("CommandSpec")
+            .field("argc", &self.argv.len())
+            .field("env_names", &self.env.keys().collect::<Vec<_>>())
+            .field("has_workdir", &self.workdir.is_some())
+            .field("has_stdin", &self.stdin_b64.is_some())
+            .field("timeout_s", &self.timeout_s)
+            .field("background", &self.background)
+            .field("has_user", &self.user.is_some())
+            .finish()
+    }
+}
+
+/// An interactive terminal (C7.1). `Debug` prints counts only.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct TerminalSpec {
+pub struct ManagedTerminalSpec {
     /// Program and arguments.
     pub argv: Vec<String>,
     /// Environment.
@@ -130,6 +149,18 @@ pub struct TerminalSpec {
     pub rows: u16,
 }
 
+impl core::fmt::Debug for ManagedTerminalSpec {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ManagedTerminalSpec")
+            .field("argc", &self.argv.len())
+            .field("env_names", &self.env.keys().collect::<Vec<_>>())
+            .field("has_workdir", &self.workdir.is_some())
+            .field("cols", &self.cols)
+            .field("rows", &self.rows)
+            .finish()
+    }
+}
+
 /// What an execution runs.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
@@ -137,7 +168,7 @@ pub enum Action {
     /// A command.
     Command(CommandSpec),
     /// An interactive terminal.
-    Terminal(TerminalSpec),
+    Terminal(ManagedTerminalSpec),
 }
 
 /// One declared input file.
@@ -183,7 +214,7 @@ pub enum MetaValue {
 /// Outbound network allowlist (C9.1); absent means offline.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct NetworkPolicy {
+pub struct ProfileNetwork {
     /// Allowed destinations (host or CIDR), sorted.
     pub allow: Vec<String>,
 }
@@ -212,6 +243,12 @@ pub struct ExecutionSpec {
     /// disposable execution.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine: Option<RecordKey>,
+    /// A worker machine the caller names and owns (the CLI's `run` and
+    /// `exec`): the command runs there and the controller never creates,
+    /// stops or deletes it. Part of the identity (canonical encoding
+    /// version 2). Exclusive with `machine`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_machine: Option<WorkerMachine>,
     /// Input files, sorted by path.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inputs: Vec<InputFile>,
@@ -227,33 +264,44 @@ pub struct ExecutionSpec {
     pub metadata: BTreeMap<String, MetaValue>,
     /// Outbound network policy; absent is offline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub network: Option<NetworkPolicy>,
+    pub network: Option<ProfileNetwork>,
     /// Guest-path policy; absent is the default root.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guest_paths: Option<GuestPathPolicy>,
 }
 
+/// A machine on a configured worker, named by the caller.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerMachine {
+    /// Worker id (a configured worker of the controller).
+    pub worker_id: String,
+    /// Machine name on that worker.
+    pub name: String,
+}
+
 /// A host-port to guest-port mapping (C9.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PortMapping {
+pub struct ReservedPort {
     /// Host port, 1–65,535.
     pub host: u16,
     /// Guest port, 1–65,535.
     pub guest: u16,
 }
 
-/// A retained machine specification (C14).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// A retained machine specification (C14). `Debug` prints the workload's
+/// argument count only.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct MachineSpec {
+pub struct RetainedMachineSpec {
     /// The artifact the machine boots from.
     pub artifact: ArtifactRef,
     /// The exact profile revision.
     pub profile: ProfileRef,
     /// Port mappings, sorted by host port.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub ports: Vec<PortMapping>,
+    pub ports: Vec<ReservedPort>,
     /// Startup workload argv.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workload: Option<Vec<String>>,
@@ -262,10 +310,24 @@ pub struct MachineSpec {
     pub checkpointable: bool,
     /// Outbound network policy; absent is offline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub network: Option<NetworkPolicy>,
+    pub network: Option<ProfileNetwork>,
     /// Guest-path policy; absent is the default root.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guest_paths: Option<GuestPathPolicy>,
+}
+
+impl core::fmt::Debug for RetainedMachineSpec {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RetainedMachineSpec")
+            .field("artifact", &self.artifact)
+            .field("profile", &self.profile)
+            .field("ports", &self.ports)
+            .field("workload_argc", &self.workload.as_ref().map(Vec::len))
+            .field("checkpointable", &self.checkpointable)
+            .field("network", &self.network)
+            .field("guest_paths", &self.guest_paths)
+            .finish()
+    }
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if signature
@@ -319,6 +381,20 @@ impl ExecutionSpec {
         if let Some(m) = &self.machine {
             m.validate()?;
         }
+        if let Some(w) = &self.worker_machine {
+            if self.machine.is_some() {
+                return Err(invalid("two_machines"));
+            }
+            super::check_worker_id(&w.worker_id)?;
+            super::check_machine_name(&w.name)?;
+        }
+        if let Action::Command(CommandSpec {
+            user: Some(user), ..
+        }) = &self.action
+            && (user.is_empty() || user.len() > crate::exec::MAX_USER_LEN)
+        {
+            return Err(invalid("user"));
+        }
         if self.inputs.len() > MAX_FILES || self.outputs.len() > MAX_FILES {
             return Err(invalid("too_many_files").with_limit(
                 self.inputs.len().max(self.outputs.len()) as u64,
@@ -365,7 +441,7 @@ impl ExecutionSpec {
     }
 }
 
-impl MachineSpec {
+impl RetainedMachineSpec {
     /// Checks the stored-shape rules.
     ///
     /// # Errors

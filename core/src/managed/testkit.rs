@@ -9,10 +9,10 @@ use super::fingerprint::{FingerprintKey, exec_fingerprint, machine_fingerprint};
 use super::patch::{ExecPatch, MachinePatch, apply_exec, apply_machine};
 use super::record::{CreationEvidence, ExecResult, ExecutionRecord, MachineRecord};
 use super::spec::{
-    Action, ArtifactKind, ArtifactRef, Budgets, CommandSpec, ExecutionSpec, MachineSpec,
-    OutputFile, ProfileRef,
+    Action, ArtifactKind, ArtifactRef, CommandSpec, ExecutionSpec, OutputFile, ProfileBudgets,
+    ProfileRef, RetainedMachineSpec,
 };
-use super::state::{Collection, ExecState, MachineOperation, MachinePhase, MachineState};
+use super::state::{Collection, ExecState, MachineOperation, MachinePhase, MachineRecordState};
 use crate::Error;
 
 /// The fingerprint key used by samples (32 bytes of `0x42`).
@@ -42,7 +42,7 @@ pub fn exec_spec(sentinel: &str) -> ExecutionSpec {
         },
         profile: ProfileRef {
             id: "small".to_owned(),
-            budgets: Budgets::DEFAULT,
+            budgets: ProfileBudgets::DEFAULT,
             per_file_max: 1_048_576,
         },
         action: Action::Command(CommandSpec {
@@ -52,8 +52,10 @@ pub fn exec_spec(sentinel: &str) -> ExecutionSpec {
             stdin_b64: Some(format!("stdin-{sentinel}")),
             timeout_s: Some(10),
             background: false,
+            user: None,
         }),
         machine: None,
+        worker_machine: None,
         inputs: Vec::new(),
         outputs: vec![OutputFile {
             path: format!("/workspace/out-{sentinel}"),
@@ -77,9 +79,9 @@ pub fn managed_exec_spec(sentinel: &str, machine: &RecordKey) -> ExecutionSpec {
 }
 
 /// A retained machine spec.
-pub fn machine_spec() -> MachineSpec {
+pub fn machine_spec() -> RetainedMachineSpec {
     let e = exec_spec("m");
-    MachineSpec {
+    RetainedMachineSpec {
         artifact: e.artifact,
         profile: e.profile,
         ports: Vec::new(),
@@ -98,7 +100,7 @@ pub fn accepted(key: RecordKey, spec: ExecutionSpec, now_ms: u64) -> ExecutionRe
 }
 
 /// A fresh accepted machine record.
-pub fn accepted_machine(key: RecordKey, spec: MachineSpec, now_ms: u64) -> MachineRecord {
+pub fn accepted_machine(key: RecordKey, spec: RetainedMachineSpec, now_ms: u64) -> MachineRecord {
     let fp = machine_fingerprint(&fingerprint_key(), &spec);
     MachineRecord::accepted(key, fp, spec, now_ms)
         .unwrap_or_else(|e| panic!("sample machine is valid: {e}"))
@@ -187,13 +189,13 @@ pub fn exec_in(state: ExecState, key: RecordKey, now_ms: u64) -> Result<Executio
 /// # Errors
 /// Never for the sample.
 pub fn machine_in(
-    state: MachineState,
+    state: MachineRecordState,
     key: RecordKey,
     now_ms: u64,
 ) -> Result<MachineRecord, Error> {
-    use MachineState::*;
+    use MachineRecordState::*;
     let mut rec = accepted_machine(key, machine_spec(), now_ms);
-    let path: &[MachineState] = match state {
+    let path: &[MachineRecordState] = match state {
         Accepted => &[],
         Creating => &[Creating],
         Created => &[Creating, Created],
