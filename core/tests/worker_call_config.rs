@@ -2,8 +2,10 @@
 //! core: the exchange configuration of each call and the connect plan.
 #![allow(clippy::unwrap_used)] // tests unwrap known-good values
 
+mod ws_support;
+
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use smolbox_core::exec::{Command, ExecCall, ExecStreamCall, OutputAllowance};
 use smolbox_core::http1::{Request, ResponseHead};
@@ -11,6 +13,7 @@ use smolbox_core::worker::{
     Budgets, ConnectPlan, Endpoint, EndpointConfig, Health, Profile, Readyz, Version, WorkerCall,
 };
 use smolbox_core::{Category, Error, Evidence, Operation, Secret};
+use ws_support::t0;
 
 fn endpoint(url: &str, ca: Option<&str>) -> Endpoint {
     Endpoint::new(EndpointConfig {
@@ -50,7 +53,7 @@ impl WorkerCall for NoBody {
 #[test]
 fn each_call_gets_its_cap_and_a_zero_cap_the_smallest_the_exchange_takes() {
     let ep = endpoint("http://127.0.0.1:8080", None);
-    let at = Instant::now();
+    let at = t0();
     assert_eq!(ep.exchange_config_for(&Readyz, at).max_response_body, 4_096);
     assert_eq!(ep.exchange_config_for(&NoBody, at).max_response_body, 1);
     let health = ep.exchange_config_for(&Health::new(), at);
@@ -66,7 +69,7 @@ fn each_call_gets_its_cap_and_a_zero_cap_the_smallest_the_exchange_takes() {
 fn extended_exec_runs_without_the_receive_idle_timeout() {
     let ep = endpoint("http://127.0.0.1:8080", None);
     let profile = Profile::known(Version::V1_22_0);
-    let at = Instant::now();
+    let at = t0();
     let cmd = Command::new(["true"]);
     // 300 s is the longest ordinary timeout; 301 s makes it extended.
     for (secs, idle) in [(300, Some(Duration::from_secs(7))), (301, None)] {
