@@ -1,8 +1,11 @@
 //! `cp`: upload `LOCAL MACHINE:/path`, download `MACHINE:/path LOCAL`,
-//! with a progress bar on stderr and the SHA-256 computed and checked.
+//! with a progress bar on stderr (hidden when stderr is not a terminal)
+//! and the SHA-256 computed and checked. A download is checked before it
+//! is written, then written to a temporary file beside the target and
+//! renamed over it.
 
 use std::io::{Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -170,6 +173,64 @@ fn upload(
     Ok(0)
 }
 
+/// Where a download goes: `local`, or the guest file's name inside it when
+/// `local` is a directory.
+fn target_path(local: &Path, guest: &str) -> PathBuf {
+    match (local.is_dir(), guest.rsplit('/').next()) {
+        (true, Some(base)) if !base.is_empty() && base != "." && base != ".." => local.join(base),
+        _ => local.to_path_buf(),
+    }
+}
+
+/// Writes `data` to a temporary file in `target`'s directory, syncs it,
+/// then renames it over `target`: an interrupted or failed write never
+/// leaves a partial file under the target's name (nor replaces an older
+/// one), and the temporary file is removed on failure.
+fn write_then_rename(target: &Path, data: &[u8]) -> Result<(), Failure> {
+    let doing = || format!("write {}", target.display());
+    let dir = match target.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".smolbox-cp-")
+        .suffix(".part")
+        .tempfile_in(&dir)
+        .map_err(|e| Failure::local(doing(), &e))?;
+    let progress = bar(data.len() as u64, "writing");
+    for piece in data.chunks(CHUNK) {
+        tmp.write_all(piece)
+            .map_err(|e| Failure::local(doing(), &e))?;
+        progress.inc(piece.len() as u64);
+    }
+    tmp.as_file()
+        .sync_all()
+        .map_err(|e| Failure::local(doing(), &e))?;
+    // The new file gets the usual mode for a created file (umask applied),
+    // not the temporary file's 0600.
+    let mode = 0o666 & !current_umask();
+    let _ = tmp
+        .as_file()
+        .set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode));
+    tmp.persist(target)
+        .map_err(|e| Failure::local(doing(), &e.error))?;
+    progress.finish_and_clear();
+    Ok(())
+}
+
+/// The process umask, read from `/proc/self/status` (0o022 when unknown:
+/// it cannot be read without changing it elsewhere).
+fn current_umask() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        })
+        .unwrap_or(0o022)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn download(
     b: &Backend,
@@ -204,20 +265,12 @@ fn download(
         // Nothing is written: the bytes are not the expected file.
         return Err(Error::validation(Operation::Download, "sha256_mismatch").into());
     }
-    let doing = || format!("write {}", local.display());
-    let progress = bar(data.len() as u64, "writing");
-    let mut file = std::fs::File::create(local).map_err(|e| Failure::local(doing(), &e))?;
-    for piece in data.chunks(CHUNK) {
-        file.write_all(piece)
-            .map_err(|e| Failure::local(doing(), &e))?;
-        progress.inc(piece.len() as u64);
-    }
-    file.sync_all().map_err(|e| Failure::local(doing(), &e))?;
-    progress.finish_and_clear();
+    let target = target_path(local, path);
+    write_then_rename(&target, &data)?;
     print_result(
         "downloaded",
         &format!("{machine}:{path}"),
-        &local.display().to_string(),
+        &target.display().to_string(),
         data.len() as u64,
         &digest,
         json,

@@ -595,3 +595,76 @@ fn the_command_timeout_is_bounded_at_one_day() {
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     assert!(stderr(&o).contains("86400"), "{}", stderr(&o));
 }
+
+#[test]
+fn a_download_is_renamed_into_place_only_when_checked() {
+    let w = devworker(None);
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("new.txt");
+    std::fs::write(&src, "new content\n").unwrap();
+    let digest = {
+        use sha2::Digest;
+        sha2::Sha256::digest(b"new content\n")
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    for shell in SHELLS {
+        let m = format!("ren-{shell}");
+        assert_eq!(code(&run(&w, shell, &["machine", "create", &m])), 0);
+        let remote = format!("{m}:/workspace/f.txt");
+        let o = run(&w, shell, &["cp", src.to_str().unwrap(), &remote]);
+        assert_eq!(code(&o), 0, "{shell}: {}", stderr(&o));
+
+        // An older file under the target name survives a failed check.
+        let target = out.join(format!("f-{shell}.txt"));
+        std::fs::write(&target, "old\n").unwrap();
+        let wrong = "0".repeat(64);
+        let o = run(
+            &w,
+            shell,
+            &["cp", &remote, target.to_str().unwrap(), "--sha256", &wrong],
+        );
+        assert_eq!(code(&o), 2, "{shell}: {}", stderr(&o));
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "old\n");
+
+        // A checked download replaces it.
+        let o = run(
+            &w,
+            shell,
+            &["cp", &remote, target.to_str().unwrap(), "--sha256", &digest],
+        );
+        assert_eq!(code(&o), 0, "{shell}: {}", stderr(&o));
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "new content\n");
+
+        // Into a directory: the guest file's name.
+        let sub = out.join(format!("into-{shell}"));
+        std::fs::create_dir(&sub).unwrap();
+        let o = run(&w, shell, &["cp", &remote, sub.to_str().unwrap()]);
+        assert_eq!(code(&o), 0, "{shell}: {}", stderr(&o));
+        assert_eq!(
+            std::fs::read_to_string(sub.join("f.txt")).unwrap(),
+            "new content\n"
+        );
+    }
+    // No temporary file is left behind anywhere.
+    let mut stack = vec![out.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            assert!(
+                !p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .contains(".smolbox-cp-"),
+                "left {}",
+                p.display()
+            );
+            if p.is_dir() {
+                stack.push(p);
+            }
+        }
+    }
+}

@@ -26,6 +26,7 @@
 //! Leases, claims and generations fence store writes only; they never fence
 //! HTTP already sent (C15).
 
+use smolbox_core::managed::controller::{DueAfter, StoreOp, StoreReply, StoreResult};
 use smolbox_core::managed::record::{ExecutionRecord, MachineRecord, Resources};
 use smolbox_core::managed::slot::{Disposition, Finish};
 use smolbox_core::managed::state::MachineOperation;
@@ -772,3 +773,91 @@ macro_rules! impl_store {
     };
 }
 pub(crate) use impl_store;
+
+/// Performs one controller [`StoreOp`] on `store` (the one place both
+/// shells' drivers turn the controller's data into a store call). The
+/// store's error is returned unchanged, never mapped to absence.
+///
+/// # Errors
+/// The store method's error.
+pub fn apply_op(store: &dyn Store, op: &StoreOp) -> StoreResult {
+    match op {
+        StoreOp::Accept {
+            record,
+            max_pending,
+        } => store.accept(record, *max_pending).map(|a| match a {
+            Accepted::Inserted(record) => StoreReply::Accepted {
+                record,
+                existing: false,
+            },
+            Accepted::Existing(record) => StoreReply::Accepted {
+                record,
+                existing: true,
+            },
+        }),
+        StoreOp::Fetch { key } => store.fetch(key).map(StoreReply::Record),
+        StoreOp::Claim {
+            key,
+            owner,
+            now_ms,
+            ttl_ms,
+        } => store
+            .claim(key, owner, *now_ms, *ttl_ms)
+            .map(StoreReply::Record),
+        StoreOp::ClaimWorker {
+            worker_id,
+            owner,
+            now_ms,
+            ttl_ms,
+        } => store
+            .claim_worker(worker_id, owner, *now_ms, *ttl_ms)
+            .map(StoreReply::Lease),
+        StoreOp::Write {
+            key,
+            guard,
+            patch,
+            now_ms,
+        } => store
+            .write(key, guard, patch, *now_ms)
+            .map(StoreReply::Record),
+        StoreOp::Reserve {
+            key,
+            guard,
+            reservation,
+            now_ms,
+        } => {
+            let request = Reserve {
+                worker_id: reservation.worker_id.clone(),
+                machine_name: reservation.machine_name.clone(),
+                capacity: reservation.capacity,
+                limit: reservation.limit,
+            };
+            store
+                .reserve(key, guard, &request, *now_ms)
+                .map(StoreReply::Record)
+        }
+        StoreOp::Release { key, guard, now_ms } => {
+            store.release(key, guard, *now_ms).map(StoreReply::Record)
+        }
+        StoreOp::Cancel { key, now_ms } => store.cancel(key, *now_ms).map(StoreReply::Record),
+        StoreOp::Due {
+            now_ms,
+            after,
+            limit,
+        } => {
+            let cursor = after.as_ref().map(|a| DueCursor {
+                due_at_ms: a.due_at_ms,
+                key: a.key.clone(),
+            });
+            store
+                .due(*now_ms, cursor.as_ref(), *limit)
+                .map(|page| StoreReply::Due {
+                    records: page.records,
+                    next: page.next.map(|c| DueAfter {
+                        due_at_ms: c.due_at_ms,
+                        key: c.key,
+                    }),
+                })
+        }
+    }
+}

@@ -33,7 +33,10 @@ enum State {
     UntilClose,
     /// Hex digits of a chunk size.
     Size { value: u64, digits: bool },
-    /// A chunk extension (after `;` or whitespace), `len` bytes so far.
+    /// Whitespace after the size digits, `len` bytes so far: only more
+    /// whitespace, `;` (an extension) or CR may follow.
+    SizeWs { value: u64, len: usize },
+    /// A chunk extension (after `;`), `len` bytes so far.
     Extension { value: u64, len: usize },
     /// The LF ending a chunk-size line.
     SizeLf { value: u64 },
@@ -219,11 +222,35 @@ impl BodyDecoder {
                 None if !digits => return Err(protocol("chunk_size")),
                 None => match b {
                     b'\r' => State::SizeLf { value },
-                    b';' | b' ' | b'\t' => State::Extension { value, len: 1 },
+                    b';' => State::Extension { value, len: 1 },
+                    b' ' | b'\t' => State::SizeWs { value, len: 1 },
                     b'\n' => return Err(protocol("chunk_missing_crlf")),
                     _ => return Err(protocol("chunk_size")),
                 },
             },
+            State::SizeWs { value, len } => {
+                if len >= self.limits.max_extension {
+                    return Err(over(
+                        "chunk_extension",
+                        len as u64 + 1,
+                        self.limits.max_extension as u64,
+                    ));
+                }
+                match b {
+                    b' ' | b'\t' => State::SizeWs {
+                        value,
+                        len: len + 1,
+                    },
+                    b';' => State::Extension {
+                        value,
+                        len: len + 1,
+                    },
+                    b'\r' => State::SizeLf { value },
+                    b'\n' => return Err(protocol("chunk_missing_crlf")),
+                    // `52 junk`: after the size only whitespace, `;` or CRLF.
+                    _ => return Err(protocol("chunk_size")),
+                }
+            }
             State::Extension { value, len } => match b {
                 b'\r' => State::SizeLf { value },
                 b'\n' => return Err(protocol("chunk_missing_crlf")),
@@ -522,9 +549,41 @@ mod tests {
         assert_eq!(c(b"0\r\nA\n"), "chunk_missing_crlf");
         assert_eq!(c(b"0\r\n\rX"), "chunk_missing_crlf");
         assert_eq!(c(b"5;\x01\r\n"), "chunk_extension");
+        // After the size: only whitespace, then `;` or CRLF.
+        assert_eq!(c(b"52 junk\r\n"), "chunk_size");
+        assert_eq!(c(b"5 \tx;a\r\n"), "chunk_size");
+        assert_eq!(c(b"5 \nhello"), "chunk_missing_crlf");
         assert_eq!(c(b"5\r\nhel"), "truncated");
         // Largest value that fits still parses (then exceeds the raw cap).
         assert_eq!(c(b"ffffffffffffffff\r\n"), "response_body");
+    }
+
+    #[test]
+    fn whitespace_after_the_size_any_split() {
+        for body in [
+            &b"5 \r\nhello\r\n0\r\n\r\n"[..],
+            b"5\t ;a=b\r\nhello\r\n0 \r\n\r\n",
+            b"5 ; x\r\nhello\r\n0\r\n\r\n",
+        ] {
+            for step in 1..body.len() + 1 {
+                assert_eq!(
+                    run(Framing::Chunked, LIMITS, body, step).unwrap(),
+                    b"hello",
+                    "{step}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn size_whitespace_counts_toward_the_extension_cap() {
+        // max_extension 8: 7 spaces + ";" = 8 accepted, 8 spaces + ";" refused.
+        assert!(run(Framing::Chunked, LIMITS, b"1       ;\r\na\r\n0\r\n\r\n", 1).is_ok());
+        let e = run(Framing::Chunked, LIMITS, b"1        ;\r\na\r\n0\r\n\r\n", 1).unwrap_err();
+        assert_eq!(
+            (e.reason(), e.limit().map(|l| l.actual)),
+            ("chunk_extension", Some(9))
+        );
     }
 
     #[test]
