@@ -82,9 +82,8 @@ mod base64_decode {
     #[divan::bench(args = SIZES)]
     fn base64_023_simd(b: Bencher<'_, '_>, len: usize) {
         use base64_023::Engine as _;
-        let engine = base64_023::engine::simd::Simd::standard(
-            base64_023::engine::general_purpose::PAD,
-        );
+        let engine =
+            base64_023::engine::simd::Simd::standard(base64_023::engine::general_purpose::PAD);
         let input = encoded(len);
         let mut out = Vec::with_capacity(len);
         b.counter(BytesCount::new(input.len())).bench_local(|| {

@@ -11,11 +11,11 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::{Mutex, PoisonError};
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+use smolbox_core::managed::RecordKind;
 use smolbox_core::managed::envelope::{Capabilities, encode_exec, encode_machine};
 use smolbox_core::managed::record::Resources;
-use smolbox_core::managed::{
-    ExecutionRecord, Lease, MachineRecord, MachineRecordState, RecordKey, RecordKind,
-};
+use smolbox_core::managed::{ExecutionRecord, Lease, MachineRecord, MachineRecordState, RecordKey};
 use smolbox_core::{Error, Operation};
 
 use crate::engine::{Backend, Lock, Tx, exhausted};
@@ -321,14 +321,17 @@ impl Tx for MemTx<'_> {
     }
 
     // Nothing is sealed in memory: there is no key to check.
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     fn key_check(&mut self) -> Result<Option<Vec<u8>>, Error> {
         Ok(None)
     }
 
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     fn put_key_check(&mut self, _check: &[u8]) -> Result<(), Error> {
         Ok(())
     }
 
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     fn row_formats(&mut self) -> Result<Vec<(RecordKind, RecordKey, bool)>, Error> {
         Ok(Vec::new())
     }

@@ -107,6 +107,7 @@ impl Sealer {
     }
 
     /// A copy that also opens first-format payloads (the migration's).
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     pub(crate) fn with_legacy(&self) -> Self {
         Self {
             legacy: true,
