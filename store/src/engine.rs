@@ -35,7 +35,11 @@ pub(crate) enum Lock {
 }
 
 /// One transaction's view of a partition. Reads inside a `Record` or
-/// `Partition` transaction lock the rows they return.
+/// `Partition` transaction lock the rows they return. Every record given to
+/// `put_exec` / `put_machine` has just been validated by the operation (the
+/// pure rule that produced it, or an explicit `validate`): the adapters
+/// encode it without validating again, and every read re-validates what it
+/// decodes (issue 16: a write validates once and seals once).
 pub(crate) trait Tx {
     fn exec(&mut self, key: &RecordKey) -> Result<Option<ExecutionRecord>, Error>;
     fn put_exec(&mut self, rec: &ExecutionRecord, new: bool) -> Result<(), Error>;
@@ -389,6 +393,7 @@ pub(crate) fn release<B: Backend>(
         next.reservation = None;
         next.version += 1;
         next.updated_at_ms = now_ms;
+        next.validate().map_err(|e| e.with_operation(op))?;
         tx.put_exec(&next, false)?;
         Ok(next)
     })
@@ -411,6 +416,7 @@ pub(crate) fn cancel<B: Backend>(
         next.next_due_at_ms = Some(now);
         next.version += 1;
         next.updated_at_ms = now;
+        next.validate().map_err(|e| e.with_operation(op))?;
         tx.put_exec(&next, false)?;
         Ok(next)
     })
