@@ -77,6 +77,25 @@ mod base64_decode {
         });
     }
 
+    /// The `base64` crate 0.23's runtime-detected SIMD engine into a
+    /// reused buffer (issue 16 item 5: measured beside base64-simd).
+    #[divan::bench(args = SIZES)]
+    fn base64_023_simd(b: Bencher<'_, '_>, len: usize) {
+        use base64_023::Engine as _;
+        let engine = base64_023::engine::simd::Simd::standard(
+            base64_023::engine::general_purpose::PAD,
+        );
+        let input = encoded(len);
+        let mut out = Vec::with_capacity(len);
+        b.counter(BytesCount::new(input.len())).bench_local(|| {
+            out.clear();
+            engine
+                .decode_vec(black_box(input.as_bytes()), &mut out)
+                .unwrap_or_else(|e| panic!("{e}"));
+            black_box(&mut out);
+        });
+    }
+
     /// The whole buffered reply (JSON with the lossy fields, then base64),
     /// into a reused result.
     #[divan::bench(args = SIZES)]

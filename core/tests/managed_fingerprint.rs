@@ -165,3 +165,41 @@ fn key_length_is_bounded_at_n_and_n_plus_one() {
     assert!(FingerprintKey::new(&[1; 4_097]).is_err());
     assert!(!format!("{:?}", FingerprintKey::new(&[0x41; 32]).unwrap()).contains("AAAA"));
 }
+
+#[test]
+fn version_2_adds_the_guest_user_and_worker_machine_and_keeps_old_identities() {
+    use smolbox_core::managed::spec::WorkerMachine;
+    let k = fingerprint_key();
+    // Without the new fields: byte-for-byte version 1 (the golden above).
+    let old = exec_spec("g");
+    assert_eq!(exec_fingerprint(&k, &old), GOLDEN_EXEC);
+    let mut user = exec_spec("g");
+    if let Action::Command(c) = &mut user.action {
+        c.user = Some("1000:1000".to_owned());
+    }
+    let enc = encode_exec_spec(&user);
+    assert!(enc.starts_with(b"smolbox.fp\0\x02\0\0\0\x0eexecution-spec"));
+    assert_eq!(exec_fingerprint(&k, &user), GOLDEN_EXEC_USER);
+    let mut on = exec_spec("g");
+    on.worker_machine = Some(WorkerMachine {
+        worker_id: "w1".to_owned(),
+        name: "m1".to_owned(),
+    });
+    assert_eq!(exec_fingerprint(&k, &on), GOLDEN_EXEC_MACHINE);
+    // Each field is semantic: a different user or machine is another identity.
+    let mut other = on.clone();
+    other.worker_machine = Some(WorkerMachine {
+        worker_id: "w1".to_owned(),
+        name: "m2".to_owned(),
+    });
+    assert_ne!(exec_fingerprint(&k, &other), GOLDEN_EXEC_MACHINE);
+    let mut other_user = user.clone();
+    if let Action::Command(c) = &mut other_user.action {
+        c.user = Some("root".to_owned());
+    }
+    assert_ne!(exec_fingerprint(&k, &other_user), GOLDEN_EXEC_USER);
+}
+
+const GOLDEN_EXEC_USER: &str = "7324a00810628761791f6ee041e847be90180a36cae84dc6be6404e734823a4b";
+const GOLDEN_EXEC_MACHINE: &str =
+    "50575c51babf8932f3ae56d9f9fcf3c84f83db7908ff1da7279d4742204b11b5";

@@ -353,3 +353,36 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_cancel_request_refuses_the_dispatch_intent() {
+    // C16: a cancel requested before dispatch wins; every store applies
+    // this rule, so the intent write fails and nothing is sent.
+    let mut rec = exec_in(ExecState::Ready, key("s", "r"), T0).unwrap();
+    let intent = entry_patch(&rec, ExecState::Dispatching);
+    apply_exec(&rec, &intent, T0 + 100).unwrap();
+    rec.cancel_requested_at_ms = Some(T0);
+    let e = apply_exec(&rec, &intent, T0 + 100).unwrap_err();
+    assert_eq!(e.category(), Category::Validation);
+    assert_eq!(e.reason(), "cancel_requested");
+    // Cancelled is still reachable.
+    let next = apply_exec(&rec, &entry_patch(&rec, ExecState::Cancelled), T0 + 100).unwrap();
+    assert_eq!(next.state, ExecState::Cancelled);
+}
+
+#[test]
+fn dispatching_fails_only_back_to_not_dispatched() {
+    let rec = exec_in(ExecState::Dispatching, key("s", "r"), T0).unwrap();
+    let failed = ExecPatch {
+        state: Some(ExecState::Failed),
+        evidence: Some(RecordEvidence::NotDispatched),
+        ..ExecPatch::default()
+    };
+    let next = apply_exec(&rec, &failed, T0 + 100).unwrap();
+    assert_eq!(next.evidence, RecordEvidence::NotDispatched);
+    let uncertain = ExecPatch {
+        state: Some(ExecState::Failed),
+        ..ExecPatch::default()
+    };
+    assert!(apply_exec(&rec, &uncertain, T0 + 100).is_err());
+}

@@ -1,15 +1,21 @@
 //! Fingerprints: HMAC-SHA256 (lowercase hex) with the host key over a
 //! canonical, domain-separated, versioned encoding (C12.5).
 //!
-//! # Canonical encoding, version 1 (frozen by the golden tests below)
+//! # Canonical encoding, versions 1 and 2 (frozen by the golden tests)
 //!
 //! ```text
-//! message = "smolbox.fp" 0x00 version(u8 = 1) str(domain) field*
+//! message = "smolbox.fp" 0x00 version(u8) str(domain) field*
 //! field   = tag(u8) value            -- tags strictly increasing
 //! str     = len(u32 BE) utf8-bytes
 //! u64/i64 = 8 bytes BE               bool = 0x00 | 0x01
 //! list    = count(u32 BE) item*      map = list of (str key, value), sorted
 //! ```
+//!
+//! Version 2 adds two optional execution-spec fields after tag 22: the
+//! guest user (tag 23) and the caller-named worker machine (tags 24 worker
+//! id, 25 machine name). A spec that has neither is encoded exactly as in
+//! version 1 (version byte 1), so every identity created before version 2
+//! stays stable; a spec with either is encoded with version byte 2.
 //!
 //! Fields equal to their default (no env, background false, offline
 //! network, no guest-path policy, no inputs/outputs/metadata) are left out,
@@ -27,8 +33,11 @@ use super::RecordKey;
 use super::spec::{Action, ExecutionSpec, MetaValue, RetainedMachineSpec};
 use crate::{Error, Operation};
 
-/// Version of the canonical encoding.
+/// Version of the canonical encoding of specs without the version-2 fields.
 pub const ENCODING_VERSION: u8 = 1;
+/// Version of the canonical encoding of execution specs with a guest user
+/// or a caller-named worker machine.
+pub const ENCODING_VERSION_2: u8 = 2;
 /// Shortest fingerprint key in bytes (C12.1).
 pub const MIN_KEY_LEN: usize = 32;
 /// Longest fingerprint key in bytes (C12.1).
@@ -81,7 +90,16 @@ impl fmt::Debug for FingerprintKey {
 /// The canonical encoding of an execution spec (without its machine
 /// handle). Exposed for golden tests and audits.
 pub fn encode_exec_spec(spec: &ExecutionSpec) -> Vec<u8> {
-    let mut c = Canon::new(DOMAIN_EXEC);
+    let user = match &spec.action {
+        Action::Command(cmd) => cmd.user.as_deref(),
+        Action::Terminal(_) => None,
+    };
+    let version = if user.is_some() || spec.worker_machine.is_some() {
+        ENCODING_VERSION_2
+    } else {
+        ENCODING_VERSION
+    };
+    let mut c = Canon::with_version(DOMAIN_EXEC, version);
     c.str(
         1,
         match spec.artifact.kind {
@@ -172,6 +190,11 @@ pub fn encode_exec_spec(spec: &ExecutionSpec) -> Vec<u8> {
         c.strs(21, &g.roots);
         c.strs(22, &g.workdir_roots);
     }
+    c.opt_str(23, user);
+    if let Some(w) = &spec.worker_machine {
+        c.str(24, &w.worker_id);
+        c.str(25, &w.name);
+    }
     c.buf
 }
 
@@ -256,12 +279,16 @@ struct Canon {
 
 impl Canon {
     fn new(domain: &str) -> Self {
+        Self::with_version(domain, ENCODING_VERSION)
+    }
+
+    fn with_version(domain: &str, version: u8) -> Self {
         let mut c = Self {
             buf: Vec::with_capacity(256),
             last_tag: 0,
         };
         c.buf.extend_from_slice(b"smolbox.fp\0");
-        c.buf.push(ENCODING_VERSION);
+        c.buf.push(version);
         c.raw_str(domain);
         c
     }

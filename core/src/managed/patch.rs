@@ -91,6 +91,11 @@ pub fn apply_exec(
         if !rec.state.can_move_to(to) {
             return Err(invalid("forbidden_transition"));
         }
+        // C16: a cancel requested before dispatch wins; the intent is
+        // refused so nothing is sent.
+        if to == ExecState::Dispatching && rec.cancel_requested_at_ms.is_some() {
+            return Err(invalid("cancel_requested"));
+        }
         next.state = to;
         enter_state(&mut next, now_ms);
     }

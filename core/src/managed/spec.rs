@@ -89,8 +89,9 @@ pub struct ProfileRef {
     pub per_file_max: u64,
 }
 
-/// A foreground, background or streamed command.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// A foreground, background or streamed command. `Debug` prints counts and
+/// flags only: argv, env values, stdin, user and workdir can be secrets.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CommandSpec {
     /// Program and arguments (never stored in clear, never in errors).
@@ -110,10 +111,28 @@ pub struct CommandSpec {
     /// Background launch (needs `extended_execution`).
     #[serde(default, skip_serializing_if = "is_false")]
     pub background: bool,
+    /// Guest user (`name` or `uid[:gid]`); absent runs as the worker's
+    /// default user. Part of the identity (canonical encoding version 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
 }
 
-/// An interactive terminal (C7.1).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+impl core::fmt::Debug for CommandSpec {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("CommandSpec")
+            .field("argc", &self.argv.len())
+            .field("env_names", &self.env.keys().collect::<Vec<_>>())
+            .field("has_workdir", &self.workdir.is_some())
+            .field("has_stdin", &self.stdin_b64.is_some())
+            .field("timeout_s", &self.timeout_s)
+            .field("background", &self.background)
+            .field("has_user", &self.user.is_some())
+            .finish()
+    }
+}
+
+/// An interactive terminal (C7.1). `Debug` prints counts only.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ManagedTerminalSpec {
     /// Program and arguments.
@@ -128,6 +147,18 @@ pub struct ManagedTerminalSpec {
     pub cols: u16,
     /// Initial rows.
     pub rows: u16,
+}
+
+impl core::fmt::Debug for ManagedTerminalSpec {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ManagedTerminalSpec")
+            .field("argc", &self.argv.len())
+            .field("env_names", &self.env.keys().collect::<Vec<_>>())
+            .field("has_workdir", &self.workdir.is_some())
+            .field("cols", &self.cols)
+            .field("rows", &self.rows)
+            .finish()
+    }
 }
 
 /// What an execution runs.
@@ -212,6 +243,12 @@ pub struct ExecutionSpec {
     /// disposable execution.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine: Option<RecordKey>,
+    /// A worker machine the caller names and owns (the CLI's `run` and
+    /// `exec`): the command runs there and the controller never creates,
+    /// stops or deletes it. Part of the identity (canonical encoding
+    /// version 2). Exclusive with `machine`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_machine: Option<WorkerMachine>,
     /// Input files, sorted by path.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inputs: Vec<InputFile>,
@@ -233,6 +270,16 @@ pub struct ExecutionSpec {
     pub guest_paths: Option<GuestPathPolicy>,
 }
 
+/// A machine on a configured worker, named by the caller.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkerMachine {
+    /// Worker id (a configured worker of the controller).
+    pub worker_id: String,
+    /// Machine name on that worker.
+    pub name: String,
+}
+
 /// A host-port to guest-port mapping (C9.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -243,8 +290,9 @@ pub struct ReservedPort {
     pub guest: u16,
 }
 
-/// A retained machine specification (C14).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// A retained machine specification (C14). `Debug` prints the workload's
+/// argument count only.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RetainedMachineSpec {
     /// The artifact the machine boots from.
@@ -266,6 +314,20 @@ pub struct RetainedMachineSpec {
     /// Guest-path policy; absent is the default root.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guest_paths: Option<GuestPathPolicy>,
+}
+
+impl core::fmt::Debug for RetainedMachineSpec {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RetainedMachineSpec")
+            .field("artifact", &self.artifact)
+            .field("profile", &self.profile)
+            .field("ports", &self.ports)
+            .field("workload_argc", &self.workload.as_ref().map(Vec::len))
+            .field("checkpointable", &self.checkpointable)
+            .field("network", &self.network)
+            .field("guest_paths", &self.guest_paths)
+            .finish()
+    }
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if signature
@@ -318,6 +380,20 @@ impl ExecutionSpec {
         }
         if let Some(m) = &self.machine {
             m.validate()?;
+        }
+        if let Some(w) = &self.worker_machine {
+            if self.machine.is_some() {
+                return Err(invalid("two_machines"));
+            }
+            super::check_worker_id(&w.worker_id)?;
+            super::check_machine_name(&w.name)?;
+        }
+        if let Action::Command(CommandSpec {
+            user: Some(user), ..
+        }) = &self.action
+            && (user.is_empty() || user.len() > crate::exec::MAX_USER_LEN)
+        {
+            return Err(invalid("user"));
         }
         if self.inputs.len() > MAX_FILES || self.outputs.len() > MAX_FILES {
             return Err(invalid("too_many_files").with_limit(

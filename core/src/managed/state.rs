@@ -26,7 +26,7 @@ pub enum ExecState {
     Launched,
     /// Exit known, collection failed (terminal).
     CollectionFailed,
-    /// Failed before dispatch (terminal).
+    /// Failed before dispatch, or refused with nothing sent (terminal).
     Failed,
     /// Cancelled before dispatch (terminal).
     Cancelled,
@@ -59,13 +59,17 @@ impl ExecState {
 
     /// The allowed next states (C13.1). A state is never its own successor
     /// here; a patch that keeps the state is not a transition.
+    ///
+    /// One move is added to the table of C13.1: `dispatching → failed`, for
+    /// an exec refused with evidence `not_dispatched` after the intent was
+    /// durable (nothing left the process; docs/decisions.md).
     pub const fn next(self) -> &'static [Self] {
         use ExecState::*;
         match self {
             Accepted => &[Preparing, Cancelled, Expired],
             Preparing => &[Ready, Failed, Cancelled],
             Ready => &[Dispatching, Cancelled, Failed],
-            Dispatching => &[Launched, Running, Collecting, Unknown, Cancelling],
+            Dispatching => &[Launched, Running, Collecting, Unknown, Cancelling, Failed],
             Running => &[Collecting, Unknown, Cancelling],
             Cancelling => &[Collecting, Unknown],
             Unknown => &[Collecting, Cancelling],
@@ -96,6 +100,11 @@ impl ExecState {
     /// True for states before any byte of the command could have left.
     pub const fn is_before_dispatch(self) -> bool {
         matches!(self, Self::Accepted | Self::Preparing | Self::Ready)
+    }
+
+    /// True when a caller's wait ends: a terminal state or `unknown` (C16).
+    pub const fn ends_wait(self) -> bool {
+        self.is_terminal() || matches!(self, Self::Unknown)
     }
 
     /// True while the record counts against the pending limit of `accept`.
@@ -401,6 +410,21 @@ mod tests {
             );
         }
         assert!(!RecordEvidence::TerminationConfirmed.can_move_to(RecordEvidence::RunningObserved));
+    }
+
+    #[test]
+    fn dispatching_may_fail_only_with_nothing_sent() {
+        // The one move added to C13.1 (docs/decisions.md): an exec refused
+        // with `not_dispatched` after the intent is durable.
+        assert!(ExecState::Dispatching.can_move_to(ExecState::Failed));
+        assert_eq!(
+            ExecState::Failed.allowed_evidence(),
+            &[RecordEvidence::NotDispatched]
+        );
+        // Still no way back from `running` or `unknown` to `failed`.
+        assert!(!ExecState::Running.can_move_to(ExecState::Failed));
+        assert!(!ExecState::Unknown.can_move_to(ExecState::Failed));
+        assert!(!ExecState::Cancelling.can_move_to(ExecState::Failed));
     }
 
     #[test]

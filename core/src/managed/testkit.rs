@@ -52,8 +52,10 @@ pub fn exec_spec(sentinel: &str) -> ExecutionSpec {
             stdin_b64: Some(format!("stdin-{sentinel}")),
             timeout_s: Some(10),
             background: false,
+            user: None,
         }),
         machine: None,
+        worker_machine: None,
         inputs: Vec::new(),
         outputs: vec![OutputFile {
             path: format!("/workspace/out-{sentinel}"),

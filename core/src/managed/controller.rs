@@ -1,0 +1,1013 @@
+//! The managed runtime as one sans-IO object per controller process
+//! (DESIGN.md §5a; features C12, C13, C15, C16, C17.1, C20).
+//!
+//! A [`Controller`] runs many executions at once. It never performs I/O:
+//! it asks its driver (the shells' `Runtime`) for store and worker
+//! operations and is told their results. Time is an argument: every input
+//! takes a monotonic `now: Instant` and a wall-clock `now_ms: u64`; the
+//! controller reads no clock.
+//!
+//! # Inputs
+//! - commands: [`Controller::submit`], [`Controller::cancel`],
+//!   [`Controller::reconcile`], [`Controller::shutdown`];
+//! - [`Controller::handle_stored`]`(now, now_ms, op_id, result)`: the answer
+//!   to a [`StoreOp`];
+//! - [`Controller::handle_worker`]`(now, now_ms, op_id, result)`: the answer
+//!   to a [`WorkerOp`];
+//! - [`Controller::handle_timeout`]`(now, now_ms)`: call it at (or after)
+//!   [`Controller::poll_timeout`].
+//!
+//! # Outputs (drain all four after every input)
+//! - [`Controller::poll_store_op`] → `(OpId, StoreOp)`: perform with
+//!   `smolbox_store::apply_op` and answer with `handle_stored`;
+//! - [`Controller::poll_worker_op`] → `(OpId, WorkerOp)`: perform with the
+//!   worker's client and answer with `handle_worker`;
+//! - [`Controller::poll_event`] → [`Event`]: acceptance and completion
+//!   notices (never dropped), then telemetry (bounded, lossy, C20);
+//! - [`Controller::poll_timeout`] → when to call `handle_timeout`.
+//!
+//! Several ops may be outstanding at once, in any order of completion;
+//! each execution has at most one store op and one worker op outstanding.
+//!
+//! # What it does (C13, C15, C16, C17.1)
+//! An execution runs on a machine the caller names
+//! ([`ExecutionSpec::worker_machine`]): accept → claim → `preparing` →
+//! `ready` → claim again (refreshed immediately before the intent, C15) →
+//! `dispatching` (durable before any byte is sent) → [`WorkerOp::Exec`]
+//! with the command decoded from the **stored** spec → `collecting` with
+//! the exit → `completed`; an exec error that may have reached the worker →
+//! `unknown`; an exec refused with `not_dispatched` → `failed`. The record
+//! claim is renewed every third of the TTL while the execution is driven
+//! (so a command may outlive its claim TTL many times). At most
+//! `max_active` executions are driven at once; accepted records beyond that
+//! stay due in the store and are picked up by the due scan.
+//!
+//! Recovery is a procedure, not a caller's job: on start and every poll
+//! interval the controller pages through due records of its workers and
+//! moves each forward: possibly dispatched without a saved exit →
+//! `unknown` (never re-sent); `collecting` → `completed`; not yet
+//! dispatched → dispatched once from the stored spec (after re-checking
+//! it). A record another live controller holds (`stale_claim`) is left
+//! alone and retried after one claim TTL.
+//!
+//! Cancel (C16) persists the request; before dispatch the record becomes
+//! `cancelled` / `not_dispatched` (the store refuses the `dispatching`
+//! intent of a record with a cancel request, so nothing is sent); after
+//! dispatch the observation ends (`cancelling` → `unknown`) unless an exit
+//! is observed, which wins. Deadlines (C13.4) are enforced with both the
+//! stored wall-clock deadline and a monotonic bound taken when the
+//! controller first saw the record, so a wall-clock step backwards never
+//! extends a budget: past the queue deadline an accepted record becomes
+//! `expired`; past the preparation deadline `failed`; past the execution
+//! deadline the observation ends (`unknown`; a later exit still wins).
+//!
+//! A store failure is never read as absence and never a reason to resend:
+//! a failed write is retried (the guard makes a retry safe) a bounded
+//! number of times, then the execution is reported [`Event::Finished`] with
+//! the error, its evidence saying what is known about the command.
+//!
+//! Leases, claims and generations fence store writes only; they never
+//! prove that an HTTP request already sent cannot still take effect (C15).
+//!
+//! Not yet here (issue 12 part 2 / 13): disposable machines the controller
+//! creates and deletes itself ([`WorkerOp::Create`] … are defined for it),
+//! retained machines and their command slot, terminals, background
+//! launches, inputs and outputs (refused at submit with
+//! `unsupported_capability`).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+
+mod exec;
+pub mod ops;
+
+pub use ops::{
+    DueAfter, OpId, Reservation, StoreOp, StoreReply, StoreResult, WorkerOp, WorkerReply,
+    WorkerResult,
+};
+
+use self::exec::{Exec, Step};
+use super::record::{ExecResult, ExecutionRecord, Resources};
+use super::spec::{
+    Action, ArtifactKind, ArtifactRef, CommandSpec, DEFAULT_QUEUE_BUDGET_MS, DEFAULT_RETENTION_MS,
+    ExecutionSpec, ProfileBudgets, ProfileRef, WorkerMachine,
+};
+use super::state::{ExecState, RecordEvidence};
+use super::{FingerprintKey, RecordKey, check_identifier, check_worker_id, fingerprint};
+use crate::exec::{Command, ExecOutput};
+use crate::{Category, Error, Evidence, Operation};
+
+/// Default `max_pending` (C12.1).
+pub const DEFAULT_MAX_PENDING: u32 = 128;
+/// Default most executions driven at once (C12.1).
+pub const DEFAULT_MAX_ACTIVE: usize = 4;
+/// Largest `max_active` (C12.1).
+pub const MAX_ACTIVE: usize = 64;
+/// Default poll interval in milliseconds (C12.1).
+pub const DEFAULT_POLL_INTERVAL_MS: u64 = 250;
+/// Default lease and claim TTL in milliseconds (C12.1).
+pub const DEFAULT_LEASE_TTL_MS: u64 = 30_000;
+/// Default cleanup attempts (C12.1).
+pub const DEFAULT_CLEANUP_ATTEMPTS: u32 = 5;
+/// Default telemetry queue length (C12.1).
+pub const DEFAULT_TELEMETRY_PENDING: usize = 128;
+/// Largest telemetry queue length (C12.1).
+pub const MAX_TELEMETRY_PENDING: usize = 1_024;
+/// Most configured workers (C12.1).
+pub const MAX_WORKERS: usize = 64;
+/// Page size of the due scan.
+pub const DUE_PAGE: u32 = 100;
+/// Consecutive store failures of one execution before it is given up.
+pub const MAX_STORE_RETRIES: u32 = 5;
+
+/// One configured worker (C12.2, the part this slice needs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerEntry {
+    /// Worker id (≤64 bytes, `^[A-Za-z0-9][A-Za-z0-9._-]*$`).
+    pub id: String,
+    /// Total capacity `{slots, cpus, memory_mb, disk_gb}`.
+    pub capacity: Resources,
+}
+
+impl WorkerEntry {
+    /// A worker with the given id and a capacity of 64 slots, 64 CPUs,
+    /// 64 GiB of memory and 1 TiB of disk.
+    pub fn new(id: &str) -> Self {
+        Self {
+            id: id.to_owned(),
+            capacity: Resources {
+                slots: 64,
+                cpus: 64,
+                memory_mb: 65_536,
+                disk_gb: 1_024,
+            },
+        }
+    }
+}
+
+/// Controller options (C12.1) with their ranges, checked by
+/// [`ControllerConfig::validate`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ControllerConfig {
+    /// Controller identifier (claims and leases are taken under it); must be
+    /// unique per process.
+    pub owner: String,
+    /// Configured workers (≤64, unique ids). The controller only touches
+    /// records whose machine is on one of them (its namespace).
+    pub workers: Vec<WorkerEntry>,
+    /// `max_pending` of `accept` (1–10,000).
+    pub max_pending: u32,
+    /// Most executions driven at once (1–64).
+    pub max_active: usize,
+    /// Due-scan interval in milliseconds (10–5,000).
+    pub poll_interval_ms: u64,
+    /// Claim and worker-lease TTL (1,000–900,000 and ≥ 4 × poll interval).
+    pub lease_ttl_ms: u64,
+    /// Cleanup mutation attempts (1–20).
+    pub cleanup_attempts: u32,
+    /// Telemetry queue length (1–1,024); older entries are dropped first.
+    pub telemetry_pending: usize,
+}
+
+impl ControllerConfig {
+    /// Defaults of C12.1 for `owner`, no workers.
+    pub fn new(owner: &str) -> Self {
+        Self {
+            owner: owner.to_owned(),
+            workers: Vec::new(),
+            max_pending: DEFAULT_MAX_PENDING,
+            max_active: DEFAULT_MAX_ACTIVE,
+            poll_interval_ms: DEFAULT_POLL_INTERVAL_MS,
+            lease_ttl_ms: DEFAULT_LEASE_TTL_MS,
+            cleanup_attempts: DEFAULT_CLEANUP_ATTEMPTS,
+            telemetry_pending: DEFAULT_TELEMETRY_PENDING,
+        }
+    }
+
+    /// Checks every range of C12.1.
+    ///
+    /// # Errors
+    /// `validation` (operation `config`) naming the first bad option.
+    pub fn validate(&self) -> Result<(), Error> {
+        let bad = |reason| Err(Error::validation(Operation::Config, reason));
+        if check_identifier(&self.owner).is_err() {
+            return bad("owner");
+        }
+        if self.workers.len() > MAX_WORKERS {
+            return Err(Error::validation(Operation::Config, "too_many_workers")
+                .with_limit(self.workers.len() as u64, MAX_WORKERS as u64));
+        }
+        let mut ids = BTreeSet::new();
+        for w in &self.workers {
+            if check_worker_id(&w.id).is_err() {
+                return bad("worker_id");
+            }
+            if !ids.insert(w.id.as_str()) {
+                return bad("duplicate_worker");
+            }
+            let c = w.capacity;
+            let range = 1..=1_048_576;
+            if ![c.slots, c.cpus, c.memory_mb, c.disk_gb]
+                .iter()
+                .all(|v| range.contains(v))
+            {
+                return bad("worker_capacity");
+            }
+        }
+        if !(1..=10_000).contains(&self.max_pending) {
+            return Err(Error::validation(Operation::Config, "max_pending")
+                .with_limit(u64::from(self.max_pending), 10_000));
+        }
+        if !(1..=MAX_ACTIVE).contains(&self.max_active) {
+            return Err(Error::validation(Operation::Config, "max_active")
+                .with_limit(self.max_active as u64, MAX_ACTIVE as u64));
+        }
+        if !(10..=5_000).contains(&self.poll_interval_ms) {
+            return Err(Error::validation(Operation::Config, "poll_interval")
+                .with_limit(self.poll_interval_ms, 5_000));
+        }
+        if !(1_000..=900_000).contains(&self.lease_ttl_ms)
+            || self.lease_ttl_ms < 4 * self.poll_interval_ms
+        {
+            return Err(Error::validation(Operation::Config, "lease_ttl")
+                .with_limit(self.lease_ttl_ms, 900_000));
+        }
+        if !(1..=20).contains(&self.cleanup_attempts) {
+            return Err(Error::validation(Operation::Config, "cleanup_attempts")
+                .with_limit(u64::from(self.cleanup_attempts), 20));
+        }
+        if !(1..=MAX_TELEMETRY_PENDING).contains(&self.telemetry_pending) {
+            return Err(Error::validation(Operation::Config, "telemetry_pending")
+                .with_limit(self.telemetry_pending as u64, MAX_TELEMETRY_PENDING as u64));
+        }
+        Ok(())
+    }
+
+    fn poll(&self) -> Duration {
+        Duration::from_millis(self.poll_interval_ms)
+    }
+
+    /// How often a held claim is renewed: a third of the TTL.
+    fn renew_every(&self) -> Duration {
+        Duration::from_millis(self.lease_ttl_ms / 3)
+    }
+}
+
+/// A command to run: its record key and spec (C12.4).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Submit {
+    /// Scope and id (the idempotency key).
+    pub key: RecordKey,
+    /// What to run, where.
+    pub spec: ExecutionSpec,
+}
+
+/// How one execution ended for this controller.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finished {
+    /// Record key.
+    pub key: RecordKey,
+    /// The record as last stored (absent when it never was).
+    pub record: Option<ExecutionRecord>,
+    /// The command's output when this controller observed its exit (held
+    /// in memory only, never stored).
+    pub output: Option<ExecOutput>,
+    /// The error that ended the execution here, or the exec error stored
+    /// as its outcome; its evidence says what is known about the command.
+    pub error: Option<Error>,
+    /// True when this controller sent the command.
+    pub dispatched: bool,
+    /// True when another controller holds the record (it was left alone).
+    pub held_elsewhere: bool,
+}
+
+impl Finished {
+    /// The stored exit code, if an exit was observed (by any controller).
+    pub fn exit_code(&self) -> Option<i32> {
+        match self.record.as_ref()?.result {
+            Some(ExecResult::Exited { exit_code, .. }) => Some(exit_code),
+            _ => None,
+        }
+    }
+}
+
+/// One lifecycle telemetry entry (C20): identifiers, state and evidence
+/// only (never argv, env, stdin, paths' contents, tokens or output).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Telemetry {
+    /// Overflow epoch, stamped at delivery: +1 for each run of drops
+    /// between two deliveries. A consumer that sees it change lost entries
+    /// just before this one.
+    pub epoch: u64,
+    /// Entries dropped in total so far (stamped at delivery).
+    pub dropped: u64,
+    /// Record key.
+    pub key: RecordKey,
+    /// State after the write.
+    pub state: ExecState,
+    /// Evidence after the write.
+    pub evidence: RecordEvidence,
+    /// Record version after the write.
+    pub version: u64,
+}
+
+/// What the controller tells its driver.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A submission is durable (`existing`: it already was, same identity).
+    Accepted {
+        /// Record key.
+        key: RecordKey,
+        /// True when the record already existed.
+        existing: bool,
+        /// The record as stored.
+        record: Box<ExecutionRecord>,
+    },
+    /// A submission was refused (nothing was dispatched).
+    Refused {
+        /// Record key.
+        key: RecordKey,
+        /// Why (`identity_conflict`, `admission_exhausted`, `store`, …).
+        error: Error,
+    },
+    /// A cancel request is durable; the record as the store returned it.
+    CancelRecorded {
+        /// Record key.
+        key: RecordKey,
+        /// The record, or the store's error.
+        result: Result<Box<ExecutionRecord>, Error>,
+    },
+    /// This controller stopped driving an execution.
+    Finished(Box<Finished>),
+    /// Lifecycle telemetry (lossy).
+    Telemetry(Telemetry),
+    /// After [`Controller::shutdown`]: nothing is outstanding any more.
+    Stopped,
+}
+
+/// What an outstanding op is for.
+#[derive(Clone, Debug)]
+enum Purpose {
+    Accept(RecordKey),
+    Exec(RecordKey),
+    Scan,
+    Cancel(RecordKey),
+}
+
+/// The managed controller (see the module docs for inputs, outputs and
+/// behaviour).
+#[derive(Debug)]
+pub struct Controller {
+    cfg: ControllerConfig,
+    fingerprint_key: FingerprintKey,
+    next_op: u64,
+    ops: BTreeMap<OpId, Purpose>,
+    store_out: VecDeque<(OpId, StoreOp)>,
+    worker_out: VecDeque<(OpId, WorkerOp)>,
+    notices: VecDeque<Event>,
+    telemetry: VecDeque<Telemetry>,
+    telemetry_epoch: u64,
+    telemetry_dropped: u64,
+    dropped_since_delivery: bool,
+    /// Executions being driven (≤ max_active once started).
+    execs: BTreeMap<RecordKey, Exec>,
+    /// Keys submitted here whose acceptance is outstanding (how many).
+    accepting: BTreeMap<RecordKey, u32>,
+    /// Records held by another controller: not retried before the instant.
+    skip: BTreeMap<RecordKey, Instant>,
+    scan_at: Option<Instant>,
+    scan_cursor: Option<DueAfter>,
+    scanning: bool,
+    shutting_down: bool,
+    stopped_sent: bool,
+    /// Monotonic queue deadlines of records accepted here but left due in
+    /// the store (no room): kept so a wall-clock step backwards cannot
+    /// extend their queue budget before they are picked up (≤ max_pending).
+    queue_bounds: BTreeMap<RecordKey, Instant>,
+    /// Largest wall clock seen (a step backwards never moves time back).
+    now_ms: u64,
+}
+
+impl Controller {
+    /// A controller with `cfg` and the host's fingerprint key, started at
+    /// `now`: the first due scan (recovery, C17.1) is due immediately.
+    ///
+    /// # Errors
+    /// `validation` (operation `config`) for a bad option.
+    pub fn new(
+        cfg: ControllerConfig,
+        fingerprint_key: FingerprintKey,
+        now: Instant,
+        now_ms: u64,
+    ) -> Result<Self, Error> {
+        cfg.validate()?;
+        let scan_at = if cfg.workers.is_empty() {
+            None
+        } else {
+            Some(now)
+        };
+        let mut ctl = Self {
+            cfg,
+            fingerprint_key,
+            next_op: 1,
+            ops: BTreeMap::new(),
+            store_out: VecDeque::new(),
+            worker_out: VecDeque::new(),
+            notices: VecDeque::new(),
+            telemetry: VecDeque::new(),
+            telemetry_epoch: 0,
+            telemetry_dropped: 0,
+            dropped_since_delivery: false,
+            execs: BTreeMap::new(),
+            accepting: BTreeMap::new(),
+            skip: BTreeMap::new(),
+            scan_at,
+            scan_cursor: None,
+            scanning: false,
+            shutting_down: false,
+            stopped_sent: false,
+            queue_bounds: BTreeMap::new(),
+            now_ms,
+        };
+        ctl.pump(now);
+        Ok(ctl)
+    }
+
+    /// The options.
+    pub fn config(&self) -> &ControllerConfig {
+        &self.cfg
+    }
+
+    /// Executions currently driven by this controller.
+    pub fn active(&self) -> usize {
+        self.execs.len()
+    }
+
+    /// True when the controller drives `key` right now.
+    pub fn is_active(&self, key: &RecordKey) -> bool {
+        self.execs.contains_key(key)
+    }
+
+    /// Telemetry entries dropped so far (C20).
+    pub fn telemetry_dropped(&self) -> u64 {
+        self.telemetry_dropped
+    }
+
+    /// The spec's fingerprint under this controller's key.
+    pub fn fingerprint(&self, spec: &ExecutionSpec) -> String {
+        fingerprint::exec_fingerprint(&self.fingerprint_key, spec)
+    }
+
+    /// Submits a command (C12.4, C12.5, C16): checks the spec against the
+    /// catalog (refused with `unsupported_capability` before anything is
+    /// stored), fingerprints it and asks the store to accept it. The answer
+    /// is [`Event::Accepted`] (also for a duplicate, `existing: true`) or
+    /// [`Event::Refused`]. A duplicate of an execution driven here joins it.
+    ///
+    /// # Errors
+    /// `validation` for a bad key, spec or time; `unsupported_capability`
+    /// for what this controller cannot run; `admission_exhausted` after
+    /// [`Controller::shutdown`]. Nothing is stored on error.
+    pub fn submit(&mut self, now: Instant, now_ms: u64, submit: Submit) -> Result<(), Error> {
+        let _ = now;
+        self.observe_clock(now_ms);
+        if self.shutting_down {
+            return Err(Error::new(
+                Category::AdmissionExhausted,
+                Operation::Submit,
+                Evidence::NotDispatched,
+            )
+            .with_reason("shutting_down"));
+        }
+        submit
+            .key
+            .validate()
+            .map_err(|e| e.with_operation(Operation::Submit))?;
+        submit
+            .spec
+            .validate()
+            .map_err(|e| e.with_operation(Operation::Submit))?;
+        self.check_catalog(&submit.spec)?;
+        command_of(&submit.spec)?.validate()?;
+        let fp = self.fingerprint(&submit.spec);
+        let record = ExecutionRecord::accepted(submit.key.clone(), fp, submit.spec, self.now_ms)
+            .map_err(|e| e.with_operation(Operation::Submit))?;
+        *self.accepting.entry(submit.key.clone()).or_insert(0) += 1;
+        let op = StoreOp::Accept {
+            record: Box::new(record),
+            max_pending: self.cfg.max_pending,
+        };
+        self.push_store(Purpose::Accept(submit.key), op);
+        Ok(())
+    }
+
+    /// Requests cancellation of `key` (C16): the first cancel time is
+    /// persisted (idempotent) and the record made due; the answer is
+    /// [`Event::CancelRecorded`]. The execution then moves as the module
+    /// docs say. Cancelling a finished record changes nothing.
+    pub fn cancel(&mut self, now: Instant, now_ms: u64, key: RecordKey) {
+        let _ = now;
+        self.observe_clock(now_ms);
+        let op = StoreOp::Cancel {
+            key: key.clone(),
+            now_ms: self.now_ms,
+        };
+        self.push_store(Purpose::Cancel(key), op);
+    }
+
+    /// Schedules a due scan now (C16 reconcile): observation only, never a
+    /// replay, never a budget reset.
+    pub fn reconcile(&mut self, now: Instant, now_ms: u64) {
+        self.observe_clock(now_ms);
+        if !self.shutting_down && !self.cfg.workers.is_empty() {
+            self.scan_at = Some(now);
+            self.pump(now);
+        }
+    }
+
+    /// Stops taking work: new submissions are refused, no new execution is
+    /// started or adopted; executions already dispatched are driven to
+    /// their end. [`Event::Stopped`] follows once nothing is outstanding.
+    pub fn shutdown(&mut self, now: Instant, now_ms: u64) {
+        self.observe_clock(now_ms);
+        self.shutting_down = true;
+        self.scan_at = None;
+        self.pump(now);
+    }
+
+    /// The answer to store op `id`.
+    pub fn handle_stored(&mut self, now: Instant, now_ms: u64, id: OpId, result: StoreResult) {
+        self.observe_clock(now_ms);
+        let Some(purpose) = self.ops.remove(&id) else {
+            return;
+        };
+        match purpose {
+            Purpose::Scan => self.on_scan(now, result),
+            Purpose::Cancel(key) => self.on_cancel(key, result),
+            Purpose::Accept(key) => {
+                if let Some(n) = self.accepting.get_mut(&key) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.accepting.remove(&key);
+                    }
+                }
+                self.on_accepted(now, key, result);
+            }
+            Purpose::Exec(key) => {
+                let changed = self
+                    .execs
+                    .get_mut(&key)
+                    .and_then(|ex| ex.on_stored(now, &self.cfg, id, result));
+                if let Some(rec) = changed {
+                    self.push_telemetry(&rec);
+                }
+            }
+        }
+        self.pump(now);
+    }
+
+    /// The answer to worker op `id`.
+    pub fn handle_worker(&mut self, now: Instant, now_ms: u64, id: OpId, result: WorkerResult) {
+        self.observe_clock(now_ms);
+        let Some(Purpose::Exec(key)) = self.ops.remove(&id) else {
+            return;
+        };
+        if let Some(ex) = self.execs.get_mut(&key) {
+            ex.on_worker(id, result);
+        }
+        self.pump(now);
+    }
+
+    /// Time passed: due scans, claim renewals, deadlines, retries.
+    pub fn handle_timeout(&mut self, now: Instant, now_ms: u64) {
+        self.observe_clock(now_ms);
+        self.skip.retain(|_, until| *until > now);
+        self.pump(now);
+    }
+
+    /// When [`Controller::handle_timeout`] should next be called.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let scan = if self.scanning { None } else { self.scan_at };
+        self.execs
+            .values()
+            .filter_map(|e| e.wake_at(&self.cfg))
+            .chain(scan)
+            .min()
+    }
+
+    /// The next store op to perform.
+    pub fn poll_store_op(&mut self) -> Option<(OpId, StoreOp)> {
+        self.store_out.pop_front()
+    }
+
+    /// The next worker op to perform.
+    pub fn poll_worker_op(&mut self) -> Option<(OpId, WorkerOp)> {
+        self.worker_out.pop_front()
+    }
+
+    /// The next event: notices first (never dropped), then telemetry.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        if let Some(e) = self.notices.pop_front() {
+            return Some(e);
+        }
+        let mut t = self.telemetry.pop_front()?;
+        // Stamped at delivery: a consumer that sees `dropped` grow (or the
+        // epoch change) lost entries before this one.
+        t.epoch = self.telemetry_epoch;
+        t.dropped = self.telemetry_dropped;
+        self.dropped_since_delivery = false;
+        Some(Event::Telemetry(t))
+    }
+
+    /// Pushes one telemetry entry, dropping the oldest when full (C20).
+    fn push_telemetry(&mut self, rec: &ExecutionRecord) {
+        if self.telemetry.len() >= self.cfg.telemetry_pending {
+            self.telemetry.pop_front();
+            self.telemetry_dropped += 1;
+            if !self.dropped_since_delivery {
+                self.dropped_since_delivery = true;
+                self.telemetry_epoch += 1;
+            }
+        }
+        self.telemetry.push_back(Telemetry {
+            epoch: self.telemetry_epoch,
+            dropped: self.telemetry_dropped,
+            key: rec.key.clone(),
+            state: rec.state,
+            evidence: rec.evidence,
+            version: rec.version,
+        });
+    }
+
+    fn observe_clock(&mut self, now_ms: u64) {
+        self.now_ms = self.now_ms.max(now_ms);
+    }
+
+    fn op_id(&mut self) -> OpId {
+        let id = OpId(self.next_op);
+        self.next_op += 1;
+        id
+    }
+
+    fn push_store(&mut self, purpose: Purpose, op: StoreOp) -> OpId {
+        let id = self.op_id();
+        self.ops.insert(id, purpose);
+        self.store_out.push_back((id, op));
+        id
+    }
+
+    /// Acceptance rules that need the catalog (C12.4).
+    fn check_catalog(&self, spec: &ExecutionSpec) -> Result<(), Error> {
+        let unsupported = |reason| {
+            Err(Error::new(
+                Category::UnsupportedCapability,
+                Operation::Submit,
+                Evidence::NotDispatched,
+            )
+            .with_reason(reason))
+        };
+        let Some(w) = &spec.worker_machine else {
+            return unsupported("disposable_machines");
+        };
+        if !self.cfg.workers.iter().any(|x| x.id == w.worker_id) {
+            return unsupported("unknown_worker");
+        }
+        if !spec.inputs.is_empty() || !spec.outputs.is_empty() {
+            return unsupported("file_transfer");
+        }
+        match &spec.action {
+            Action::Terminal(_) => unsupported("terminal"),
+            Action::Command(c) if c.background => unsupported("background"),
+            Action::Command(c) => {
+                if let Some(t) = c.timeout_s
+                    && t.saturating_mul(1_000) > spec.profile.budgets.execution_ms
+                {
+                    return Err(Error::validation(Operation::Submit, "timeout_over_budget")
+                        .with_limit(t.saturating_mul(1_000), spec.profile.budgets.execution_ms));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// True when this controller may drive `rec` (its namespace: a machine
+    /// on one of its workers).
+    fn owns(&self, rec: &ExecutionRecord) -> bool {
+        rec.spec.machine.is_none()
+            && rec
+                .spec
+                .worker_machine
+                .as_ref()
+                .is_some_and(|w| self.cfg.workers.iter().any(|x| x.id == w.worker_id))
+    }
+
+    fn on_accepted(&mut self, now: Instant, key: RecordKey, result: StoreResult) {
+        let (record, existing) = match result {
+            Ok(StoreReply::Accepted { record, existing }) if record.key == key => {
+                (record, existing)
+            }
+            Ok(_) => {
+                let error = Error::protocol(Operation::StoreAccept, "unexpected_reply");
+                self.notices.push_back(Event::Refused { key, error });
+                return;
+            }
+            Err(error) => {
+                self.notices.push_back(Event::Refused { key, error });
+                return;
+            }
+        };
+        self.notices.push_back(Event::Accepted {
+            key: key.clone(),
+            existing,
+            record: Box::new(record.clone()),
+        });
+        // A duplicate of an execution driven here joins it; otherwise the
+        // record is driven now if there is room, else left due in the
+        // store for the scan (bounded memory).
+        if self.execs.contains_key(&key) || self.shutting_down {
+            return;
+        }
+        if existing && !record.state.is_before_dispatch() && record.next_due_at_ms.is_none() {
+            return;
+        }
+        if self.execs.len() < self.cfg.max_active {
+            let ex = Exec::new(record, now, self.now_ms, None);
+            self.execs.insert(key, ex);
+        } else if record.state == ExecState::Accepted {
+            if self.queue_bounds.len() >= self.cfg.max_pending as usize {
+                self.queue_bounds.pop_first();
+            }
+            let left = record
+                .deadlines
+                .queue_ms
+                .unwrap_or(0)
+                .saturating_sub(self.now_ms);
+            self.queue_bounds
+                .insert(key, now + Duration::from_millis(left));
+        }
+    }
+
+    fn on_cancel(&mut self, key: RecordKey, result: StoreResult) {
+        let result = match result {
+            Ok(StoreReply::Record(rec)) => Ok(rec),
+            Ok(_) => Err(Error::protocol(Operation::StoreCancel, "unexpected_reply")),
+            Err(e) => Err(e),
+        };
+        if let (Ok(rec), Some(ex)) = (&result, self.execs.get_mut(&key)) {
+            ex.on_cancel_recorded(rec);
+        }
+        self.notices.push_back(Event::CancelRecorded {
+            key,
+            result: result.map(Box::new),
+        });
+    }
+
+    fn on_scan(&mut self, now: Instant, result: StoreResult) {
+        self.scanning = false;
+        let Ok(StoreReply::Due { records, next }) = result else {
+            // A failed scan is retried next interval (never read as "none due").
+            self.scan_cursor = None;
+            self.scan_at = Some(now + self.cfg.poll());
+            return;
+        };
+        let mut full = false;
+        for rec in records {
+            if self.shutting_down {
+                break;
+            }
+            if self.execs.contains_key(&rec.key)
+                || self.accepting.contains_key(&rec.key)
+                || self.skip.contains_key(&rec.key)
+                || !self.owns(&rec)
+            {
+                continue;
+            }
+            if self.execs.len() >= self.cfg.max_active {
+                full = true;
+                break;
+            }
+            let key = rec.key.clone();
+            let bound = self.queue_bounds.remove(&key);
+            self.execs
+                .insert(key, Exec::new(rec, now, self.now_ms, bound));
+        }
+        match next {
+            Some(cursor) if !full && !self.shutting_down => {
+                self.scan_cursor = Some(cursor);
+                self.scan_at = Some(now);
+            }
+            _ => {
+                self.scan_cursor = None;
+                self.scan_at = if self.shutting_down {
+                    None
+                } else {
+                    Some(now + self.cfg.poll())
+                };
+            }
+        }
+    }
+
+    /// Moves every execution forward and starts a due scan when it is time.
+    fn pump(&mut self, now: Instant) {
+        let keys: Vec<RecordKey> = self.execs.keys().cloned().collect();
+        let mut freed = false;
+        for key in keys {
+            let Some(ex) = self.execs.get_mut(&key) else {
+                continue;
+            };
+            loop {
+                match ex.step(&self.cfg, now, self.now_ms) {
+                    Step::Wait => break,
+                    Step::Store(op) => {
+                        let id = OpId(self.next_op);
+                        self.next_op += 1;
+                        self.ops.insert(id, Purpose::Exec(key.clone()));
+                        ex.store_sent(id);
+                        self.store_out.push_back((id, op));
+                        break;
+                    }
+                    Step::Worker(op) => {
+                        let id = OpId(self.next_op);
+                        self.next_op += 1;
+                        self.ops.insert(id, Purpose::Exec(key.clone()));
+                        ex.worker_sent(id);
+                        self.worker_out.push_back((id, op));
+                    }
+                    Step::Finish(f) => {
+                        if f.held_elsewhere {
+                            self.skip.insert(
+                                key.clone(),
+                                now + Duration::from_millis(self.cfg.lease_ttl_ms),
+                            );
+                        }
+                        self.notices.push_back(Event::Finished(f));
+                        self.execs.remove(&key);
+                        freed = true;
+                        break;
+                    }
+                }
+            }
+        }
+        if freed && !self.shutting_down && !self.cfg.workers.is_empty() && self.scan_at.is_some() {
+            // Room again: pick up records left due in the store.
+            self.scan_at = Some(now);
+        }
+        if let Some(at) = self.scan_at
+            && at <= now
+            && !self.scanning
+            && !self.shutting_down
+            && self.execs.len() < self.cfg.max_active
+        {
+            self.scanning = true;
+            let op = StoreOp::Due {
+                now_ms: self.now_ms,
+                after: self.scan_cursor.clone(),
+                limit: DUE_PAGE,
+            };
+            self.push_store(Purpose::Scan, op);
+        } else if let Some(at) = self.scan_at
+            && at <= now
+            && self.execs.len() >= self.cfg.max_active
+        {
+            self.scan_at = Some(now + self.cfg.poll());
+        }
+        if self.shutting_down && self.ops.is_empty() && self.execs.is_empty() && !self.stopped_sent
+        {
+            self.stopped_sent = true;
+            self.notices.push_back(Event::Stopped);
+        }
+    }
+}
+
+/// The artifact and profile a spec names (C12.4).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunTarget {
+    /// The artifact the machine was booted from.
+    pub artifact: ArtifactRef,
+    /// The profile revision and its budgets.
+    pub profile: ProfileRef,
+}
+
+impl RunTarget {
+    /// A target for a machine this runtime did not create and whose artifact
+    /// it did not verify (the `smolbox run` case): artifact id `unverified`,
+    /// an all-zero digest, this host's architecture, the default budgets.
+    pub fn unverified() -> Self {
+        let arch = if cfg!(target_arch = "aarch64") {
+            "aarch64"
+        } else {
+            "x86_64"
+        };
+        Self {
+            artifact: ArtifactRef {
+                kind: ArtifactKind::Image,
+                id: "unverified".to_owned(),
+                sha256: "0".repeat(64),
+                architecture: arch.to_owned(),
+            },
+            profile: ProfileRef {
+                id: "default".to_owned(),
+                budgets: ProfileBudgets::DEFAULT,
+                per_file_max: super::spec::MAX_BASE_PER_FILE,
+            },
+        }
+    }
+
+    /// The same target with an execution budget that fits `command`'s
+    /// timeout (timeout × 1,000 ≤ budget, C12.4): the larger of the current
+    /// budget and the timeout plus 5 s, at most 86,460,000 ms.
+    #[must_use]
+    pub fn fitting(mut self, command: &Command) -> Self {
+        if let Some(t) = command.effective_timeout_secs() {
+            let need = u64::from(t) * 1_000 + 5_000;
+            let b = &mut self.profile.budgets;
+            b.execution_ms = b.execution_ms.max(need).min(86_460_000);
+        }
+        self
+    }
+}
+
+/// The stored spec of `command` on the caller's machine `machine` of
+/// worker `worker_id` (argv, env, workdir, stdin, timeout and user; the
+/// store seals them).
+///
+/// # Errors
+/// `validation` when the spec breaks a stored-shape rule.
+pub fn spec_for(
+    command: &Command,
+    target: &RunTarget,
+    worker_id: &str,
+    machine: &str,
+) -> Result<ExecutionSpec, Error> {
+    let env = command.env_pairs().iter().cloned().collect();
+    let spec = ExecutionSpec {
+        artifact: target.artifact.clone(),
+        profile: target.profile.clone(),
+        action: Action::Command(CommandSpec {
+            argv: command.argv().to_vec(),
+            env,
+            workdir: Some(command.working_dir().to_owned()),
+            stdin_b64: command
+                .stdin_text()
+                .map(|s| base64::engine::general_purpose::STANDARD.encode(s)),
+            timeout_s: command.effective_timeout_secs().map(u64::from),
+            background: command.is_background(),
+            user: command.user_name().map(str::to_owned),
+        }),
+        machine: None,
+        worker_machine: Some(WorkerMachine {
+            worker_id: worker_id.to_owned(),
+            name: machine.to_owned(),
+        }),
+        inputs: Vec::new(),
+        outputs: Vec::new(),
+        queue_budget_ms: DEFAULT_QUEUE_BUDGET_MS,
+        retention_ms: DEFAULT_RETENTION_MS,
+        metadata: BTreeMap::new(),
+        network: None,
+        guest_paths: None,
+    };
+    spec.validate()?;
+    Ok(spec)
+}
+
+/// The [`Command`] a stored spec describes (the inverse of [`spec_for`]):
+/// what a resumed record dispatches, never the caller's memory.
+///
+/// # Errors
+/// `validation` (operation `command_spec`) when the spec is not a command,
+/// its stdin is not base64 UTF-8, or its timeout is out of range.
+pub fn command_of(spec: &ExecutionSpec) -> Result<Command, Error> {
+    let Action::Command(c) = &spec.action else {
+        return Err(Error::validation(Operation::CommandSpec, "not_a_command"));
+    };
+    let mut cmd = Command::new(c.argv.iter().cloned());
+    for (k, v) in &c.env {
+        cmd = cmd.env(k.clone(), v.clone());
+    }
+    if let Some(w) = &c.workdir {
+        cmd = cmd.workdir(w.clone());
+    }
+    if let Some(s) = &c.stdin_b64 {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(s)
+            .map_err(|_| Error::validation(Operation::CommandSpec, "stdin_encoding"))?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| Error::validation(Operation::CommandSpec, "stdin_encoding"))?;
+        cmd = cmd.stdin(text);
+    }
+    if let Some(t) = c.timeout_s {
+        let t = u32::try_from(t)
+            .map_err(|_| Error::validation(Operation::CommandSpec, "timeout_range"))?;
+        cmd = cmd.timeout_secs(t);
+    }
+    if let Some(u) = &c.user {
+        cmd = cmd.user(u.clone());
+    }
+    Ok(cmd.background(c.background))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,737 @@
+//! One execution inside the controller: a pure state machine over the last
+//! stored record and what this controller itself did (sent the intent,
+//! sent the command, holds an unwritten result).
+//!
+//! [`Exec::step`] decides the next op from that; it is called whenever the
+//! execution has no store op outstanding. At most one store op and one
+//! worker op are outstanding at a time.
+
+use std::time::{Duration, Instant};
+
+use super::ops::{OpId, StoreOp, StoreReply, StoreResult, WorkerOp, WorkerReply, WorkerResult};
+use super::{ControllerConfig, Finished, MAX_STORE_RETRIES, command_of};
+use crate::exec::{ExecOutcome, ExecOutput};
+use crate::managed::claim::Guard;
+use crate::managed::patch::ExecPatch;
+use crate::managed::record::{ErrorEntry, ExecResult, ExecutionRecord};
+use crate::managed::state::{Cleanup, Collection, ExecState, RecordEvidence};
+use crate::{Category, Error, Evidence, Operation};
+
+/// Consecutive `stale_version` refetches before an execution is given up.
+const MAX_REFETCHES: u32 = 16;
+
+/// What an execution wants next.
+#[derive(Debug)]
+pub(super) enum Step {
+    /// Nothing until an answer or a timeout.
+    Wait,
+    /// Perform this store op.
+    Store(StoreOp),
+    /// Perform this worker op (then call `step` again).
+    Worker(WorkerOp),
+    /// This controller is done with the execution.
+    Finish(Box<Finished>),
+}
+
+/// What the outstanding store op is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Claim,
+    Fetch,
+    Intent,
+    Result,
+    Write,
+}
+
+/// The exec's answer, classified, until it is stored.
+#[derive(Clone, Debug)]
+enum Observed {
+    /// An exit (with the output when it was read whole).
+    Exit(ExecResult),
+    /// Refused before anything could leave the process.
+    NotSent,
+    /// May have reached the worker; outcome unknown.
+    Uncertain,
+}
+
+/// Deadline slots with a monotonic bound (C13.4).
+#[derive(Clone, Copy, Debug)]
+enum Deadline {
+    Queue = 0,
+    Preparation = 1,
+    Execution = 2,
+}
+
+#[derive(Debug)]
+pub(super) struct Exec {
+    rec: ExecutionRecord,
+    inflight: Option<(OpId, Kind)>,
+    next_kind: Kind,
+    worker_op: Option<OpId>,
+    /// When this controller last got its claim confirmed (monotonic).
+    claim_at: Option<Instant>,
+    /// The last store answer was a claim (fresh for the intent).
+    fresh_claim: bool,
+    /// This controller wrote the `dispatching` intent.
+    intent_mine: bool,
+    /// The exec was emitted (or refused locally): never sent again.
+    attempted: bool,
+    /// The exec was emitted to the worker.
+    dispatched: bool,
+    observed: Option<Observed>,
+    result_written: bool,
+    output: Option<ExecOutput>,
+    exec_error: Option<Error>,
+    /// Monotonic bound of each deadline, fixed when first seen.
+    mono: [Option<Instant>; 3],
+    retry_at: Option<Instant>,
+    failures: u32,
+    refetches: u32,
+    need_fetch: bool,
+    cancel_seen: bool,
+    fatal: Option<Error>,
+    held_elsewhere: bool,
+}
+
+impl Exec {
+    /// An execution over `rec`, first seen at `now`; `queue_bound` is the
+    /// monotonic queue deadline fixed when this controller accepted it.
+    pub(super) fn new(
+        rec: ExecutionRecord,
+        now: Instant,
+        now_ms: u64,
+        queue_bound: Option<Instant>,
+    ) -> Self {
+        let mut ex = Self {
+            rec,
+            inflight: None,
+            next_kind: Kind::Write,
+            worker_op: None,
+            claim_at: None,
+            fresh_claim: false,
+            intent_mine: false,
+            attempted: false,
+            dispatched: false,
+            observed: None,
+            result_written: false,
+            output: None,
+            exec_error: None,
+            mono: [queue_bound, None, None],
+            retry_at: None,
+            failures: 0,
+            refetches: 0,
+            need_fetch: false,
+            cancel_seen: false,
+            fatal: None,
+            held_elsewhere: false,
+        };
+        ex.bound_deadlines(now, now_ms);
+        ex
+    }
+
+    /// Fixes the monotonic bound of every deadline the record carries and
+    /// that has none yet: `now + (deadline − now_ms)`. Taken once, so a
+    /// later wall-clock step backwards cannot extend it.
+    fn bound_deadlines(&mut self, now: Instant, now_ms: u64) {
+        let d = self.rec.deadlines;
+        for (slot, wall) in [
+            (Deadline::Queue, d.queue_ms),
+            (Deadline::Preparation, d.preparation_ms),
+            (Deadline::Execution, d.execution_ms),
+        ] {
+            if let (None, Some(w)) = (self.mono[slot as usize], wall) {
+                self.mono[slot as usize] =
+                    Some(now + Duration::from_millis(w.saturating_sub(now_ms)));
+            }
+        }
+    }
+
+    fn past(&self, slot: Deadline, now: Instant, now_ms: u64) -> bool {
+        let d = self.rec.deadlines;
+        let wall = match slot {
+            Deadline::Queue => d.queue_ms,
+            Deadline::Preparation => d.preparation_ms,
+            Deadline::Execution => d.execution_ms,
+        };
+        wall.is_some_and(|w| now_ms >= w) || self.mono[slot as usize].is_some_and(|m| now >= m)
+    }
+
+    pub(super) fn store_sent(&mut self, id: OpId) {
+        self.inflight = Some((id, self.next_kind));
+    }
+
+    pub(super) fn worker_sent(&mut self, id: OpId) {
+        self.worker_op = Some(id);
+        self.attempted = true;
+        self.dispatched = true;
+    }
+
+    /// When this execution next needs time to pass (claim renewal while a
+    /// command runs, the execution deadline, a store retry).
+    pub(super) fn wake_at(&self, cfg: &ControllerConfig) -> Option<Instant> {
+        if self.inflight.is_some() {
+            return None;
+        }
+        let mut at = self.retry_at;
+        if self.worker_op.is_some() {
+            let renew = self.claim_at.map(|c| c + cfg.renew_every());
+            let deadline = if self.rec.state.ends_wait() {
+                None
+            } else {
+                self.mono[Deadline::Execution as usize]
+            };
+            at = [at, renew, deadline].into_iter().flatten().min();
+        }
+        at
+    }
+
+    /// True while the claim this controller holds is live and fresh enough
+    /// not to need renewal.
+    fn claim_ok(&self, cfg: &ControllerConfig, now: Instant, now_ms: u64) -> bool {
+        let ours = self
+            .rec
+            .claim
+            .as_ref()
+            .is_some_and(|c| c.owner == cfg.owner && c.until_ms > now_ms);
+        ours && self
+            .claim_at
+            .is_some_and(|at| now.saturating_duration_since(at) < cfg.renew_every())
+    }
+
+    fn claim_op(&mut self, cfg: &ControllerConfig, now_ms: u64) -> Step {
+        self.next_kind = Kind::Claim;
+        Step::Store(StoreOp::Claim {
+            key: self.rec.key.clone(),
+            owner: cfg.owner.clone(),
+            now_ms: now_ms.max(self.rec.updated_at_ms),
+            ttl_ms: cfg.lease_ttl_ms,
+        })
+    }
+
+    fn write(&mut self, cfg: &ControllerConfig, now_ms: u64, kind: Kind, patch: ExecPatch) -> Step {
+        self.next_kind = kind;
+        Step::Store(StoreOp::Write {
+            key: self.rec.key.clone(),
+            guard: Guard::for_exec(&self.rec, &cfg.owner),
+            patch,
+            now_ms: now_ms.max(self.rec.updated_at_ms),
+        })
+    }
+
+    /// A guarded write, claiming (or renewing) first when needed.
+    fn guarded(
+        &mut self,
+        cfg: &ControllerConfig,
+        now: Instant,
+        now_ms: u64,
+        kind: Kind,
+        patch: ExecPatch,
+    ) -> Step {
+        if self.claim_ok(cfg, now, now_ms) {
+            self.write(cfg, now_ms, kind, patch)
+        } else {
+            self.claim_op(cfg, now_ms)
+        }
+    }
+
+    fn finish(&mut self) -> Step {
+        let error = match self.fatal.take() {
+            Some(e) => Some(self.with_known_evidence(e)),
+            None => self.exec_error.take(),
+        };
+        Step::Finish(Box::new(Finished {
+            key: self.rec.key.clone(),
+            record: Some(self.rec.clone()),
+            output: self.output.take(),
+            error,
+            dispatched: self.dispatched && !matches!(self.observed, Some(Observed::NotSent)),
+            held_elsewhere: self.held_elsewhere,
+        }))
+    }
+
+    /// An error that ends the execution here carries what is known about
+    /// the command: never `not_dispatched` once it was sent.
+    fn with_known_evidence(&self, e: Error) -> Error {
+        if self.dispatched && !matches!(self.observed, Some(Observed::NotSent)) {
+            match (&self.output, &self.observed, &self.exec_error) {
+                (Some(out), _, _) => e
+                    .with_evidence(Evidence::Exited)
+                    .with_exit_code(out.exit_code),
+                (None, Some(Observed::Exit(ExecResult::Exited { exit_code, .. })), _) => {
+                    e.with_evidence(Evidence::Exited).with_exit_code(*exit_code)
+                }
+                (None, _, Some(x)) => {
+                    let e = e.with_evidence(x.evidence());
+                    match x.exit_code() {
+                        Some(c) => e.with_exit_code(c),
+                        None => e,
+                    }
+                }
+                _ => e.with_evidence(Evidence::DispatchUncertain),
+            }
+        } else if self.rec.state.is_before_dispatch() {
+            e.with_evidence(Evidence::NotDispatched)
+        } else {
+            e.with_evidence(self.rec.evidence.to_error_evidence())
+        }
+    }
+
+    /// The next op, given the last stored record and what this controller
+    /// did. Called only with no store op outstanding.
+    pub(super) fn step(&mut self, cfg: &ControllerConfig, now: Instant, now_ms: u64) -> Step {
+        if self.inflight.is_some() {
+            return Step::Wait;
+        }
+        if self.fatal.is_some() || self.held_elsewhere {
+            if self.worker_op.is_some() {
+                // Keep the slot until the worker answers; nothing more is
+                // written by this controller.
+                return Step::Wait;
+            }
+            return self.finish();
+        }
+        if let Some(t) = self.retry_at {
+            if now < t {
+                return Step::Wait;
+            }
+            self.retry_at = None;
+        }
+        if self.need_fetch || (self.cancel_seen && self.rec.cancel_requested_at_ms.is_none()) {
+            self.need_fetch = false;
+            self.cancel_seen = false;
+            self.next_kind = Kind::Fetch;
+            return Step::Store(StoreOp::Fetch {
+                key: self.rec.key.clone(),
+            });
+        }
+        if let Some(obs) = self.observed.clone()
+            && !self.result_written
+        {
+            if let Some(patch) = self.result_patch(&obs, now_ms) {
+                return self.guarded(cfg, now, now_ms, Kind::Result, patch);
+            }
+            self.result_written = true;
+        }
+        let state = self.rec.state;
+        let cancel = self.rec.cancel_requested_at_ms.is_some();
+        match state {
+            ExecState::Accepted | ExecState::Preparing | ExecState::Ready if cancel => {
+                let patch = ExecPatch {
+                    state: Some(ExecState::Cancelled),
+                    evidence: Some(RecordEvidence::NotDispatched),
+                    cleanup: Some(Cleanup::Complete),
+                    next_due_at_ms: Some(None),
+                    ..ExecPatch::default()
+                };
+                self.guarded(cfg, now, now_ms, Kind::Write, patch)
+            }
+            ExecState::Accepted if self.past(Deadline::Queue, now, now_ms) => {
+                let e = Error::new(
+                    Category::Expired,
+                    Operation::Submit,
+                    Evidence::NotDispatched,
+                )
+                .with_reason("queue_deadline");
+                let patch = ExecPatch {
+                    state: Some(ExecState::Expired),
+                    cleanup: Some(Cleanup::Complete),
+                    next_due_at_ms: Some(None),
+                    last_error: Some(ErrorEntry::from_error(&e, now_ms)),
+                    ..ExecPatch::default()
+                };
+                self.exec_error = Some(e);
+                self.guarded(cfg, now, now_ms, Kind::Write, patch)
+            }
+            ExecState::Accepted => {
+                let patch = ExecPatch {
+                    state: Some(ExecState::Preparing),
+                    ..ExecPatch::default()
+                };
+                self.guarded(cfg, now, now_ms, Kind::Write, patch)
+            }
+            ExecState::Preparing | ExecState::Ready => {
+                let check = if self.past(Deadline::Preparation, now, now_ms) {
+                    Err(Error::new(
+                        Category::Expired,
+                        Operation::Submit,
+                        Evidence::NotDispatched,
+                    )
+                    .with_reason("preparation_deadline"))
+                } else {
+                    self.prepare()
+                };
+                match check {
+                    Err(e) => {
+                        let patch = ExecPatch {
+                            state: Some(ExecState::Failed),
+                            cleanup: Some(Cleanup::Complete),
+                            next_due_at_ms: Some(None),
+                            last_error: Some(ErrorEntry::from_error(&e, now_ms)),
+                            ..ExecPatch::default()
+                        };
+                        self.exec_error = Some(e);
+                        self.guarded(cfg, now, now_ms, Kind::Write, patch)
+                    }
+                    Ok(_) if state == ExecState::Preparing => {
+                        let patch = ExecPatch {
+                            state: Some(ExecState::Ready),
+                            ..ExecPatch::default()
+                        };
+                        self.guarded(cfg, now, now_ms, Kind::Write, patch)
+                    }
+                    // C15: the claim is refreshed immediately before the
+                    // intent is committed.
+                    Ok(_) if !self.fresh_claim => self.claim_op(cfg, now_ms),
+                    Ok(_) => {
+                        let patch = ExecPatch {
+                            state: Some(ExecState::Dispatching),
+                            evidence: Some(RecordEvidence::DispatchUncertain),
+                            ..ExecPatch::default()
+                        };
+                        self.write(cfg, now_ms, Kind::Intent, patch)
+                    }
+                }
+            }
+            ExecState::Dispatching | ExecState::Running | ExecState::Cancelling => {
+                self.after_dispatch(cfg, now, now_ms)
+            }
+            ExecState::Unknown => {
+                if self.worker_op.is_some() {
+                    // A late exit still wins (unknown → collecting).
+                    return self.renew_or_wait(cfg, now, now_ms);
+                }
+                if self.rec.next_due_at_ms.is_some() {
+                    let patch = ExecPatch {
+                        next_due_at_ms: Some(None),
+                        ..ExecPatch::default()
+                    };
+                    return self.guarded(cfg, now, now_ms, Kind::Write, patch);
+                }
+                self.finish()
+            }
+            ExecState::Collecting => {
+                // Output collection is not part of this slice: a record
+                // declaring outputs (only reachable from another version)
+                // ends `collection_failed` with its exit kept.
+                let patch = if self.rec.spec.outputs.is_empty() {
+                    ExecPatch {
+                        state: Some(ExecState::Completed),
+                        collection: Some(Collection::Complete),
+                        cleanup: Some(Cleanup::Complete),
+                        next_due_at_ms: Some(None),
+                        ..ExecPatch::default()
+                    }
+                } else {
+                    ExecPatch {
+                        state: Some(ExecState::CollectionFailed),
+                        collection: Some(Collection::Failed),
+                        cleanup: Some(Cleanup::Complete),
+                        next_due_at_ms: Some(None),
+                        ..ExecPatch::default()
+                    }
+                };
+                self.guarded(cfg, now, now_ms, Kind::Write, patch)
+            }
+            s if s.is_terminal() => {
+                if self.rec.next_due_at_ms.is_some() || self.rec.cleanup != Cleanup::Complete {
+                    let patch = ExecPatch {
+                        cleanup: Some(Cleanup::Complete),
+                        next_due_at_ms: Some(None),
+                        ..ExecPatch::default()
+                    };
+                    return self.guarded(cfg, now, now_ms, Kind::Write, patch);
+                }
+                self.finish()
+            }
+            _ => self.finish(),
+        }
+    }
+
+    /// `dispatching`, `running` or `cancelling`.
+    fn after_dispatch(&mut self, cfg: &ControllerConfig, now: Instant, now_ms: u64) -> Step {
+        if !self.intent_mine {
+            // Found possibly dispatched, not by this controller, no saved
+            // exit: `unknown`, never re-sent (C17.1).
+            let patch = ExecPatch {
+                state: Some(ExecState::Unknown),
+                next_due_at_ms: Some(None),
+                ..ExecPatch::default()
+            };
+            return self.guarded(cfg, now, now_ms, Kind::Write, patch);
+        }
+        if !self.attempted {
+            let Some(w) = self.rec.spec.worker_machine.clone() else {
+                self.fatal = Some(Error::validation(Operation::Submit, "no_machine"));
+                return Step::Wait;
+            };
+            return match command_of(&self.rec.spec) {
+                Ok(command) => Step::Worker(WorkerOp::Exec {
+                    worker_id: w.worker_id,
+                    machine: w.name,
+                    command,
+                }),
+                Err(e) => {
+                    // Checked before the intent; unreachable in practice.
+                    // Nothing was sent: the outcome is stored as refused.
+                    self.attempted = true;
+                    self.exec_error = Some(e);
+                    self.observed = Some(Observed::NotSent);
+                    self.result_written = false;
+                    self.step_after_local_refusal(cfg, now, now_ms)
+                }
+            };
+        }
+        if self.worker_op.is_none() {
+            // Attempted and answered, but the outcome could not be stored
+            // from this state: nothing more to do here.
+            return self.finish();
+        }
+        if self.rec.state == ExecState::Cancelling {
+            // The observation ends (C16): unknown unless an exit arrives.
+            let patch = ExecPatch {
+                state: Some(ExecState::Unknown),
+                next_due_at_ms: Some(None),
+                ..ExecPatch::default()
+            };
+            return self.guarded(cfg, now, now_ms, Kind::Write, patch);
+        }
+        if self.rec.cancel_requested_at_ms.is_some() {
+            let patch = ExecPatch {
+                state: Some(ExecState::Cancelling),
+                ..ExecPatch::default()
+            };
+            return self.guarded(cfg, now, now_ms, Kind::Write, patch);
+        }
+        if self.past(Deadline::Execution, now, now_ms) {
+            let e = Error::new(
+                Category::Expired,
+                Operation::Exec,
+                Evidence::DispatchUncertain,
+            )
+            .with_reason("execution_deadline");
+            let patch = ExecPatch {
+                state: Some(ExecState::Unknown),
+                next_due_at_ms: Some(None),
+                last_error: Some(ErrorEntry::from_error(&e, now_ms)),
+                ..ExecPatch::default()
+            };
+            self.exec_error = Some(e);
+            return self.guarded(cfg, now, now_ms, Kind::Write, patch);
+        }
+        self.renew_or_wait(cfg, now, now_ms)
+    }
+
+    fn step_after_local_refusal(
+        &mut self,
+        cfg: &ControllerConfig,
+        now: Instant,
+        now_ms: u64,
+    ) -> Step {
+        match self.observed.clone() {
+            Some(obs) => match self.result_patch(&obs, now_ms) {
+                Some(patch) => self.guarded(cfg, now, now_ms, Kind::Result, patch),
+                None => self.finish(),
+            },
+            None => Step::Wait,
+        }
+    }
+
+    /// While the command runs: renew the claim every third of the TTL.
+    fn renew_or_wait(&mut self, cfg: &ControllerConfig, now: Instant, now_ms: u64) -> Step {
+        if self.claim_ok(cfg, now, now_ms) {
+            Step::Wait
+        } else {
+            self.claim_op(cfg, now_ms)
+        }
+    }
+
+    /// Pre-dispatch checks from the **stored** spec (also the re-check of a
+    /// resumed `ready` record, C17.1).
+    fn prepare(&self) -> Result<(), Error> {
+        if self.rec.spec.is_background() {
+            return Err(Error::new(
+                Category::UnsupportedCapability,
+                Operation::Submit,
+                Evidence::NotDispatched,
+            )
+            .with_reason("background"));
+        }
+        if self.rec.spec.worker_machine.is_none() {
+            return Err(Error::new(
+                Category::UnsupportedCapability,
+                Operation::Submit,
+                Evidence::NotDispatched,
+            )
+            .with_reason("disposable_machines"));
+        }
+        command_of(&self.rec.spec)?.validate()
+    }
+
+    /// The write that stores an observed outcome, from the current state;
+    /// `None` when nothing more can be stored.
+    fn result_patch(&self, obs: &Observed, now_ms: u64) -> Option<ExecPatch> {
+        let state = self.rec.state;
+        let last_error = self
+            .exec_error
+            .as_ref()
+            .map(|e| ErrorEntry::from_error(e, now_ms));
+        match obs {
+            Observed::Exit(result) if state.can_move_to(ExecState::Collecting) => Some(ExecPatch {
+                state: Some(ExecState::Collecting),
+                evidence: Some(RecordEvidence::Exited),
+                result: Some(result.clone()),
+                last_error,
+                ..ExecPatch::default()
+            }),
+            Observed::NotSent if state.can_move_to(ExecState::Failed) => Some(ExecPatch {
+                state: Some(ExecState::Failed),
+                evidence: Some(RecordEvidence::NotDispatched),
+                cleanup: Some(Cleanup::Complete),
+                next_due_at_ms: Some(None),
+                last_error,
+                ..ExecPatch::default()
+            }),
+            Observed::NotSent | Observed::Uncertain if state.can_move_to(ExecState::Unknown) => {
+                Some(ExecPatch {
+                    state: Some(ExecState::Unknown),
+                    next_due_at_ms: Some(None),
+                    last_error,
+                    ..ExecPatch::default()
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// A cancel request was stored by this controller.
+    pub(super) fn on_cancel_recorded(&mut self, rec: &ExecutionRecord) {
+        if self.inflight.is_none()
+            && rec.version > self.rec.version
+            && rec.generation == self.rec.generation
+            && rec.claim == self.rec.claim
+        {
+            self.rec = rec.clone();
+        } else {
+            self.cancel_seen = true;
+        }
+    }
+
+    /// The answer to this execution's store op; returns the new record when
+    /// its state or evidence changed (for telemetry).
+    pub(super) fn on_stored(
+        &mut self,
+        now: Instant,
+        cfg: &ControllerConfig,
+        id: OpId,
+        result: StoreResult,
+    ) -> Option<ExecutionRecord> {
+        let kind = match self.inflight {
+            Some((op, kind)) if op == id => kind,
+            _ => return None,
+        };
+        self.inflight = None;
+        match result {
+            Ok(StoreReply::Record(rec)) if rec.key == self.rec.key => {
+                self.failures = 0;
+                if kind != Kind::Fetch {
+                    self.refetches = 0;
+                }
+                let changed = rec.state != self.rec.state || rec.evidence != self.rec.evidence;
+                self.rec = rec;
+                // Deadlines set by this write get their monotonic bound now.
+                let now_ms = self.rec.updated_at_ms;
+                self.bound_deadlines(now, now_ms);
+                self.fresh_claim = kind == Kind::Claim;
+                match kind {
+                    Kind::Claim => self.claim_at = Some(now),
+                    Kind::Intent => self.intent_mine = true,
+                    Kind::Result => self.result_written = true,
+                    Kind::Fetch | Kind::Write => {}
+                }
+                changed.then(|| self.rec.clone())
+            }
+            Ok(_) => {
+                self.fatal = Some(Error::protocol(Operation::StoreFetch, "unexpected_reply"));
+                None
+            }
+            Err(e) => {
+                self.on_store_error(now, cfg, kind, e);
+                None
+            }
+        }
+    }
+
+    fn on_store_error(&mut self, now: Instant, cfg: &ControllerConfig, kind: Kind, e: Error) {
+        self.fresh_claim = false;
+        match e.category() {
+            Category::StaleVersion => {
+                self.refetches += 1;
+                if self.refetches > MAX_REFETCHES {
+                    self.fatal = Some(e);
+                } else {
+                    self.need_fetch = true;
+                }
+            }
+            Category::StaleClaim => {
+                // Another controller holds the record (or took it after our
+                // claim lapsed): leave it alone, never mark it.
+                self.held_elsewhere = true;
+                if self.dispatched || kind != Kind::Claim {
+                    self.fatal = Some(e);
+                }
+            }
+            Category::Validation if e.reason() == "cancel_requested" => {
+                self.need_fetch = true;
+            }
+            Category::Store | Category::Unknown | Category::Transport => {
+                self.failures += 1;
+                if self.failures > MAX_STORE_RETRIES {
+                    self.fatal = Some(e);
+                } else {
+                    self.retry_at = Some(now + cfg.poll());
+                }
+            }
+            _ => self.fatal = Some(e),
+        }
+    }
+
+    /// The worker's answer to the exec.
+    pub(super) fn on_worker(&mut self, id: OpId, result: WorkerResult) {
+        if self.worker_op != Some(id) {
+            return;
+        }
+        self.worker_op = None;
+        let obs = match result {
+            Ok(WorkerReply::Exec(ExecOutcome::Exited(out))) => {
+                let r = ExecResult::Exited {
+                    exit_code: out.exit_code,
+                    output_bytes: (out.stdout.len() + out.stderr.len()) as u64,
+                    truncated: false,
+                };
+                self.output = Some(out);
+                Observed::Exit(r)
+            }
+            Ok(_) => {
+                // A launch or machine reply to a foreground exec breaks the
+                // contract: the outcome is unknown.
+                self.exec_error = Some(Error::protocol(Operation::Exec, "unexpected_reply"));
+                Observed::Uncertain
+            }
+            Err(e) => {
+                let obs = match (e.evidence(), e.exit_code()) {
+                    (Evidence::Exited, Some(code)) => Observed::Exit(ExecResult::Exited {
+                        exit_code: code,
+                        output_bytes: 0,
+                        truncated: true,
+                    }),
+                    (Evidence::NotDispatched, _) => Observed::NotSent,
+                    _ => Observed::Uncertain,
+                };
+                self.exec_error = Some(e);
+                obs
+            }
+        };
+        self.observed = Some(obs);
+        self.result_written = false;
+    }
+}

@@ -1,0 +1,946 @@
+#![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::exec::{ExecOutcome, OutputEncoding};
+use crate::managed::claim::{self, Fence};
+use crate::managed::patch::{ExecPatch, apply_exec};
+use crate::managed::state::Cleanup;
+use crate::managed::testkit::fingerprint_key;
+
+const T0: u64 = 1_700_000_000_000;
+const OWNER: &str = "ctl-test-1";
+const WORKER: &str = "w1";
+
+/// A store stand-in over the same pure rules every adapter runs.
+#[derive(Default)]
+struct TestStore {
+    records: BTreeMap<RecordKey, ExecutionRecord>,
+    /// The next this many ops fail with a `store` error.
+    fail_next: u32,
+    commits: u32,
+}
+
+impl TestStore {
+    fn apply(&mut self, op: &StoreOp) -> StoreResult {
+        if self.fail_next > 0 {
+            self.fail_next -= 1;
+            return Err(
+                Error::new(Category::Store, Operation::StoreWrite, Evidence::Unknown)
+                    .with_reason("unavailable"),
+            );
+        }
+        let absent = || Error::new(Category::NotFound, Operation::StoreFetch, Evidence::Unknown);
+        match op {
+            StoreOp::Accept { record, .. } => match self.records.get(&record.key) {
+                Some(r) if r.fingerprint == record.fingerprint => Ok(StoreReply::Accepted {
+                    record: r.clone(),
+                    existing: true,
+                }),
+                Some(_) => Err(Error::new(
+                    Category::IdentityConflict,
+                    Operation::StoreAccept,
+                    Evidence::NotDispatched,
+                )),
+                None => {
+                    self.commits += 1;
+                    self.records.insert(record.key.clone(), (**record).clone());
+                    Ok(StoreReply::Accepted {
+                        record: (**record).clone(),
+                        existing: false,
+                    })
+                }
+            },
+            StoreOp::Fetch { key } => self
+                .records
+                .get(key)
+                .cloned()
+                .map(StoreReply::Record)
+                .ok_or_else(absent),
+            StoreOp::Claim {
+                key,
+                owner,
+                now_ms,
+                ttl_ms,
+            } => {
+                let rec = self.records.get(key).ok_or_else(absent)?;
+                let next = claim::claim_exec(rec, owner, *now_ms, *ttl_ms)?;
+                self.commits += 1;
+                self.records.insert(key.clone(), next.clone());
+                Ok(StoreReply::Record(next))
+            }
+            StoreOp::Write {
+                key,
+                guard,
+                patch,
+                now_ms,
+            } => {
+                let rec = self.records.get(key).ok_or_else(absent)?;
+                claim::check_guard(
+                    Fence::of_exec(rec),
+                    guard,
+                    None,
+                    *now_ms,
+                    Operation::StoreWrite,
+                )?;
+                let next = apply_exec(rec, patch, *now_ms)?;
+                self.commits += 1;
+                self.records.insert(key.clone(), next.clone());
+                Ok(StoreReply::Record(next))
+            }
+            StoreOp::Cancel { key, now_ms } => {
+                let rec = self.records.get(key).ok_or_else(absent)?.clone();
+                if rec.state.is_terminal() {
+                    return Ok(StoreReply::Record(rec));
+                }
+                let now = (*now_ms).max(rec.updated_at_ms);
+                let mut next = rec;
+                next.cancel_requested_at_ms.get_or_insert(now);
+                next.next_due_at_ms = Some(now);
+                next.version += 1;
+                next.updated_at_ms = now;
+                self.commits += 1;
+                self.records.insert(key.clone(), next.clone());
+                Ok(StoreReply::Record(next))
+            }
+            StoreOp::Due {
+                now_ms,
+                after,
+                limit,
+            } => {
+                let mut due: Vec<_> = self
+                    .records
+                    .values()
+                    .filter(|r| r.next_due_at_ms.is_some_and(|d| d <= *now_ms))
+                    .filter(|r| {
+                        after.as_ref().is_none_or(|a| {
+                            (r.next_due_at_ms.unwrap_or(0), &r.key) > (a.due_at_ms, &a.key)
+                        })
+                    })
+                    .cloned()
+                    .collect();
+                due.sort_by(|a, b| (a.next_due_at_ms, &a.key).cmp(&(b.next_due_at_ms, &b.key)));
+                due.truncate(*limit as usize);
+                let next = (due.len() == *limit as usize).then(|| {
+                    let last = &due[due.len() - 1];
+                    DueAfter {
+                        due_at_ms: last.next_due_at_ms.unwrap_or(0),
+                        key: last.key.clone(),
+                    }
+                });
+                Ok(StoreReply::Due { records: due, next })
+            }
+            _ => Err(Error::validation(
+                Operation::StoreWrite,
+                "unsupported_in_test",
+            )),
+        }
+    }
+}
+
+/// The controller, the store stand-in, a virtual clock and the worker ops
+/// the test has not answered yet.
+struct Sim {
+    ctl: Controller,
+    store: TestStore,
+    now: Instant,
+    now_ms: u64,
+    worker: Vec<(OpId, WorkerOp)>,
+    events: Vec<Event>,
+    store_log: Vec<StoreOp>,
+}
+
+fn config() -> ControllerConfig {
+    let mut c = ControllerConfig::new(OWNER);
+    c.workers = vec![WorkerEntry::new(WORKER)];
+    c.lease_ttl_ms = 1_000;
+    c.poll_interval_ms = 100;
+    c
+}
+
+impl Sim {
+    #[allow(clippy::disallowed_methods)] // an arbitrary origin; time is virtual after
+    fn new(cfg: ControllerConfig) -> Self {
+        let now = Instant::now();
+        Self {
+            ctl: Controller::new(cfg, fingerprint_key(), now, T0).unwrap(),
+            store: TestStore::default(),
+            now,
+            now_ms: T0,
+            worker: Vec::new(),
+            events: Vec::new(),
+            store_log: Vec::new(),
+        }
+    }
+
+    /// Performs every store op (in order) until none is left; collects
+    /// worker ops and events.
+    fn settle(&mut self) {
+        loop {
+            while let Some((id, op)) = self.ctl.poll_worker_op() {
+                self.worker.push((id, op));
+            }
+            while let Some(e) = self.ctl.poll_event() {
+                self.events.push(e);
+            }
+            let Some((id, op)) = self.ctl.poll_store_op() else {
+                break;
+            };
+            let r = self.store.apply(&op);
+            self.store_log.push(op);
+            self.ctl.handle_stored(self.now, self.now_ms, id, r);
+        }
+    }
+
+    /// Advances both clocks by `ms`, firing timeouts on the way.
+    fn advance(&mut self, ms: u64) {
+        let end = self.now + Duration::from_millis(ms);
+        let end_ms = self.now_ms + ms;
+        loop {
+            let next = self.ctl.poll_timeout().filter(|t| *t <= end);
+            let Some(t) = next else { break };
+            let t = t.max(self.now);
+            let step = t.duration_since(self.now).as_millis() as u64;
+            self.now = t;
+            self.now_ms += step;
+            self.ctl.handle_timeout(self.now, self.now_ms);
+            self.settle();
+            if step == 0 && self.ctl.poll_timeout().is_some_and(|x| x <= self.now) {
+                // Avoid spinning on a timeout that does not move.
+                self.now += Duration::from_millis(1);
+                self.now_ms += 1;
+            }
+        }
+        self.now = end;
+        self.now_ms = end_ms;
+        self.ctl.handle_timeout(self.now, self.now_ms);
+        self.settle();
+    }
+
+    fn submit(&mut self, id: &str, command: &Command) -> RecordKey {
+        let key = RecordKey::new("s", id).unwrap();
+        let spec = spec_for(command, &RunTarget::unverified(), WORKER, "m1").unwrap();
+        self.ctl
+            .submit(
+                self.now,
+                self.now_ms,
+                Submit {
+                    key: key.clone(),
+                    spec,
+                },
+            )
+            .unwrap();
+        key
+    }
+
+    fn answer_exec(&mut self, result: WorkerResult) {
+        let (id, _) = self.worker.remove(0);
+        self.ctl.handle_worker(self.now, self.now_ms, id, result);
+        self.settle();
+    }
+
+    fn record(&self, key: &RecordKey) -> &ExecutionRecord {
+        &self.store.records[key]
+    }
+
+    fn finished(&self, key: &RecordKey) -> Option<&Finished> {
+        self.events.iter().find_map(|e| match e {
+            Event::Finished(f) if &f.key == key => Some(&**f),
+            _ => None,
+        })
+    }
+}
+
+fn exited(code: i32, stdout: &str) -> WorkerResult {
+    Ok(WorkerReply::Exec(ExecOutcome::Exited(ExecOutput {
+        exit_code: code,
+        stdout: stdout.as_bytes().to_vec(),
+        stderr: Vec::new(),
+        encoding: OutputEncoding::Bytes,
+    })))
+}
+
+fn cmd() -> Command {
+    Command::new(["sh", "-c", "echo hi; exit 4"]).env("SECRET", "v")
+}
+
+#[test]
+fn a_command_runs_once_from_the_stored_spec_and_completes() {
+    let mut s = Sim::new(config());
+    s.settle(); // initial scan: nothing due
+    let key = s.submit("r1", &cmd().user("1000"));
+    s.settle();
+    assert!(matches!(
+        s.events.first(),
+        Some(Event::Accepted {
+            existing: false,
+            ..
+        })
+    ));
+    assert_eq!(s.worker.len(), 1);
+    let (_, op) = &s.worker[0];
+    let WorkerOp::Exec {
+        worker_id,
+        machine,
+        command,
+    } = op
+    else {
+        panic!("expected an exec, got {op:?}");
+    };
+    assert_eq!((worker_id.as_str(), machine.as_str()), (WORKER, "m1"));
+    assert_eq!(command.argv(), cmd().argv());
+    assert_eq!(command.user_name(), Some("1000"));
+    assert_eq!(command.env_pairs(), cmd().env_pairs());
+    // The intent was durable before the exec was handed out.
+    assert_eq!(s.record(&key).state, ExecState::Dispatching);
+    s.answer_exec(exited(4, "hi\n"));
+    let rec = s.record(&key);
+    assert_eq!(rec.state, ExecState::Completed);
+    assert_eq!(rec.evidence, RecordEvidence::Exited);
+    assert_eq!(rec.cleanup, Cleanup::Complete);
+    assert_eq!(rec.next_due_at_ms, None);
+    let f = s.finished(&key).unwrap();
+    assert_eq!(f.exit_code(), Some(4));
+    assert_eq!(f.output.as_ref().unwrap().stdout, b"hi\n");
+    assert!(f.dispatched && f.error.is_none());
+    assert_eq!(s.ctl.active(), 0);
+}
+
+#[test]
+fn the_claim_is_refreshed_right_before_the_intent() {
+    let mut s = Sim::new(config());
+    let key = s.submit("r1", &cmd());
+    s.settle();
+    let kinds: Vec<&str> = s
+        .store_log
+        .iter()
+        .filter_map(|op| match op {
+            StoreOp::Claim { key: k, .. } if *k == key => Some("claim"),
+            StoreOp::Write { patch, .. } => patch.state.map(ExecState::as_str),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        ["claim", "preparing", "ready", "claim", "dispatching"]
+    );
+}
+
+#[test]
+fn a_command_outliving_three_claim_ttls_keeps_its_exit() {
+    let mut s = Sim::new(config());
+    let key = s.submit("long", &cmd());
+    s.settle();
+    assert_eq!(s.worker.len(), 1);
+    // 3.5 × the 1 s TTL with the command still running.
+    s.advance(3_500);
+    let claim = s.record(&key).claim.clone().unwrap();
+    assert_eq!(claim.owner, OWNER);
+    assert!(claim.until_ms > s.now_ms, "claim renewed while running");
+    s.answer_exec(exited(4, "done\n"));
+    let rec = s.record(&key);
+    assert_eq!(rec.state, ExecState::Completed);
+    assert!(matches!(
+        rec.result,
+        Some(ExecResult::Exited { exit_code: 4, .. })
+    ));
+    assert!(s.finished(&key).unwrap().error.is_none());
+}
+
+#[test]
+fn a_cancel_before_dispatch_sends_nothing() {
+    let mut s = Sim::new(config());
+    let key = s.submit("c1", &cmd());
+    // Perform only the accept, then cancel.
+    let (id, op) = s.ctl.poll_store_op().unwrap();
+    let r = s.store.apply(&op);
+    s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    s.ctl.cancel(s.now, s.now_ms, key.clone());
+    s.settle();
+    assert!(s.worker.is_empty(), "nothing dispatched");
+    let rec = s.record(&key);
+    assert_eq!(rec.state, ExecState::Cancelled);
+    assert_eq!(rec.evidence, RecordEvidence::NotDispatched);
+    assert!(
+        s.events
+            .iter()
+            .any(|e| matches!(e, Event::CancelRecorded { result: Ok(_), .. }))
+    );
+    assert!(s.finished(&key).is_some());
+}
+
+#[test]
+fn a_cancel_landing_just_before_the_intent_makes_the_intent_fail() {
+    let mut s = Sim::new(config());
+    let key = s.submit("c2", &cmd());
+    loop {
+        let (id, op) = s.ctl.poll_store_op().unwrap();
+        let is_intent = matches!(&op, StoreOp::Write { patch, .. }
+            if patch.state == Some(ExecState::Dispatching));
+        if is_intent {
+            // Another process cancels between the claim and the intent.
+            s.store
+                .apply(&StoreOp::Cancel {
+                    key: key.clone(),
+                    now_ms: s.now_ms,
+                })
+                .unwrap();
+        }
+        let r = s.store.apply(&op);
+        if is_intent {
+            assert!(r.is_err(), "the intent is refused");
+        }
+        s.ctl.handle_stored(s.now, s.now_ms, id, r);
+        if is_intent {
+            break;
+        }
+    }
+    s.settle();
+    assert!(s.worker.is_empty(), "nothing dispatched");
+    assert_eq!(s.record(&key).state, ExecState::Cancelled);
+    assert_eq!(s.record(&key).evidence, RecordEvidence::NotDispatched);
+}
+
+#[test]
+fn a_cancel_after_dispatch_ends_observation_but_a_late_exit_wins() {
+    let mut s = Sim::new(config());
+    let key = s.submit("c3", &cmd());
+    s.settle();
+    assert_eq!(s.worker.len(), 1);
+    s.ctl.cancel(s.now, s.now_ms, key.clone());
+    s.settle();
+    assert_eq!(s.record(&key).state, ExecState::Unknown);
+    assert!(s.record(&key).cancel_requested_at_ms.is_some());
+    let states: Vec<_> = s
+        .store_log
+        .iter()
+        .filter_map(|op| match op {
+            StoreOp::Write { patch, .. } => patch.state,
+            _ => None,
+        })
+        .collect();
+    assert!(states.ends_with(&[ExecState::Cancelling, ExecState::Unknown]));
+    s.answer_exec(exited(0, ""));
+    assert_eq!(s.record(&key).state, ExecState::Completed);
+    assert_eq!(s.record(&key).evidence, RecordEvidence::Exited);
+}
+
+#[test]
+fn cancelling_a_completed_record_changes_nothing() {
+    let mut s = Sim::new(config());
+    let key = s.submit("c4", &cmd());
+    s.settle();
+    s.answer_exec(exited(0, ""));
+    let before = s.record(&key).clone();
+    s.ctl.cancel(s.now, s.now_ms, key.clone());
+    s.settle();
+    assert_eq!(s.record(&key), &before);
+}
+
+#[test]
+fn a_duplicate_submit_joins_and_a_changed_spec_conflicts() {
+    let mut s = Sim::new(config());
+    let key = s.submit("d1", &cmd());
+    s.settle();
+    let again = s.submit("d1", &cmd());
+    s.settle();
+    assert_eq!(key, again);
+    assert!(
+        s.events
+            .iter()
+            .any(|e| matches!(e, Event::Accepted { existing: true, .. }))
+    );
+    assert_eq!(s.worker.len(), 1, "one exec");
+    s.submit("d1", &Command::new(["true"]));
+    s.settle();
+    assert!(s.events.iter().any(|e| matches!(e,
+        Event::Refused { error, .. } if error.category() == Category::IdentityConflict)));
+    s.answer_exec(exited(0, ""));
+    s.submit("d1", &cmd());
+    s.settle();
+    assert_eq!(s.worker.len(), 0, "a completed duplicate is not re-run");
+    assert_eq!(
+        s.events
+            .iter()
+            .filter(|e| matches!(e, Event::Accepted { existing: true, .. }))
+            .count(),
+        2
+    );
+}
+
+#[test]
+fn an_exec_refused_with_nothing_sent_fails_not_dispatched() {
+    let mut s = Sim::new(config());
+    let key = s.submit("f1", &cmd());
+    s.settle();
+    s.answer_exec(Err(Error::new(
+        Category::Transport,
+        Operation::Exec,
+        Evidence::NotDispatched,
+    )));
+    let rec = s.record(&key);
+    assert_eq!(rec.state, ExecState::Failed);
+    assert_eq!(rec.evidence, RecordEvidence::NotDispatched);
+    let f = s.finished(&key).unwrap();
+    assert!(!f.dispatched);
+    assert_eq!(
+        f.error.as_ref().unwrap().evidence(),
+        Evidence::NotDispatched
+    );
+}
+
+#[test]
+fn an_uncertain_exec_error_is_unknown() {
+    let mut s = Sim::new(config());
+    let key = s.submit("u1", &cmd());
+    s.settle();
+    s.answer_exec(Err(Error::new(
+        Category::Transport,
+        Operation::Exec,
+        Evidence::DispatchUncertain,
+    )));
+    let rec = s.record(&key);
+    assert_eq!(rec.state, ExecState::Unknown);
+    assert_eq!(rec.evidence, RecordEvidence::DispatchUncertain);
+    assert_eq!(rec.next_due_at_ms, None);
+    assert!(s.finished(&key).is_some());
+}
+
+#[test]
+fn an_output_overflow_keeps_the_exit() {
+    let mut s = Sim::new(config());
+    let key = s.submit("o1", &cmd());
+    s.settle();
+    s.answer_exec(Err(Error::new(
+        Category::OutputLimit,
+        Operation::Exec,
+        Evidence::Exited,
+    )
+    .with_exit_code(7)));
+    assert_eq!(s.record(&key).state, ExecState::Completed);
+    assert_eq!(s.finished(&key).unwrap().exit_code(), Some(7));
+}
+
+/// Inserts a record of another (expired) controller directly.
+fn foreign(s: &mut Sim, id: &str, to: &[ExecState], claim_until: u64) -> RecordKey {
+    let key = RecordKey::new("s", id).unwrap();
+    let spec = spec_for(&cmd(), &RunTarget::unverified(), WORKER, "m1").unwrap();
+    let fp = s.ctl.fingerprint(&spec);
+    let mut rec = ExecutionRecord::accepted(key.clone(), fp, spec, T0 - 10_000).unwrap();
+    rec = claim::claim_exec(&rec, "old-ctl", T0 - 10_000, claim_until - (T0 - 10_000)).unwrap();
+    for st in to {
+        let patch = match st {
+            ExecState::Dispatching => ExecPatch {
+                state: Some(*st),
+                evidence: Some(RecordEvidence::DispatchUncertain),
+                ..ExecPatch::default()
+            },
+            ExecState::Collecting => ExecPatch {
+                state: Some(*st),
+                evidence: Some(RecordEvidence::Exited),
+                result: Some(ExecResult::Exited {
+                    exit_code: 3,
+                    output_bytes: 0,
+                    truncated: false,
+                }),
+                ..ExecPatch::default()
+            },
+            _ => ExecPatch {
+                state: Some(*st),
+                ..ExecPatch::default()
+            },
+        };
+        rec = apply_exec(&rec, &patch, T0 - 9_000).unwrap();
+    }
+    s.store.records.insert(key.clone(), rec);
+    key
+}
+
+#[test]
+fn recovery_marks_possibly_dispatched_records_unknown_and_never_resends() {
+    let mut s = Sim::new(config());
+    let key = foreign(
+        &mut s,
+        "x1",
+        &[
+            ExecState::Preparing,
+            ExecState::Ready,
+            ExecState::Dispatching,
+        ],
+        T0 - 5_000,
+    );
+    s.settle();
+    assert!(s.worker.is_empty());
+    assert_eq!(s.record(&key).state, ExecState::Unknown);
+    assert_eq!(s.record(&key).evidence, RecordEvidence::DispatchUncertain);
+    assert_eq!(s.record(&key).next_due_at_ms, None);
+}
+
+#[test]
+fn recovery_finishes_collection() {
+    let mut s = Sim::new(config());
+    let key = foreign(
+        &mut s,
+        "x2",
+        &[
+            ExecState::Preparing,
+            ExecState::Ready,
+            ExecState::Dispatching,
+            ExecState::Collecting,
+        ],
+        T0 - 5_000,
+    );
+    s.settle();
+    assert_eq!(s.record(&key).state, ExecState::Completed);
+    assert!(matches!(
+        s.record(&key).result,
+        Some(ExecResult::Exited { exit_code: 3, .. })
+    ));
+}
+
+#[test]
+fn a_resumed_ready_record_dispatches_its_stored_spec_once() {
+    let mut s = Sim::new(config());
+    let key = foreign(
+        &mut s,
+        "x3",
+        &[ExecState::Preparing, ExecState::Ready],
+        T0 - 5_000,
+    );
+    s.settle();
+    assert_eq!(s.worker.len(), 1);
+    let WorkerOp::Exec { command, .. } = &s.worker[0].1 else {
+        panic!("exec expected");
+    };
+    assert_eq!(command.argv(), cmd().argv());
+    s.answer_exec(exited(0, ""));
+    assert_eq!(s.record(&key).state, ExecState::Completed);
+    // Another scan finds nothing to do.
+    s.advance(500);
+    assert!(s.worker.is_empty());
+}
+
+#[test]
+fn a_record_held_by_a_live_controller_is_left_alone() {
+    let mut s = Sim::new(config());
+    let key = foreign(
+        &mut s,
+        "x4",
+        &[
+            ExecState::Preparing,
+            ExecState::Ready,
+            ExecState::Dispatching,
+        ],
+        T0 + 60_000,
+    );
+    let before = s.record(&key).clone();
+    s.settle();
+    s.advance(300);
+    assert_eq!(s.record(&key), &before, "never marked unknown");
+    assert!(s.worker.is_empty());
+    let f = s.finished(&key).unwrap();
+    assert!(f.held_elsewhere);
+    // Retried only after one claim TTL: a single attempt so far.
+    let claims = s
+        .store_log
+        .iter()
+        .filter(|op| matches!(op, StoreOp::Claim { key: k, .. } if *k == key))
+        .count();
+    assert_eq!(claims, 1);
+}
+
+#[test]
+fn a_submit_of_a_key_another_live_controller_runs_waits_for_it() {
+    let mut s = Sim::new(config());
+    let key = foreign(&mut s, "d2", &[ExecState::Preparing], T0 + 60_000);
+    s.submit("d2", &cmd());
+    s.settle();
+    assert!(
+        s.events
+            .iter()
+            .any(|e| matches!(e, Event::Accepted { existing: true, .. }))
+    );
+    assert!(s.worker.is_empty());
+    assert_eq!(s.record(&key).state, ExecState::Preparing);
+    assert!(s.finished(&key).unwrap().held_elsewhere);
+}
+
+#[test]
+fn at_most_max_active_run_and_the_rest_wait_in_the_store() {
+    let mut cfg = config();
+    cfg.max_active = 2;
+    let mut s = Sim::new(cfg);
+    let a = s.submit("a", &cmd());
+    let b = s.submit("b", &cmd());
+    let c = s.submit("c", &cmd());
+    s.settle();
+    assert_eq!(s.worker.len(), 2);
+    assert_eq!(s.record(&c).state, ExecState::Accepted);
+    s.answer_exec(exited(0, ""));
+    s.advance(10);
+    assert_eq!(s.worker.len(), 2, "the third starts when one ends");
+    s.answer_exec(exited(0, ""));
+    s.answer_exec(exited(0, ""));
+    for k in [&a, &b, &c] {
+        assert_eq!(s.record(k).state, ExecState::Completed, "{k:?}");
+    }
+    assert!(s.worker.is_empty());
+}
+
+#[test]
+fn the_queue_deadline_expires_even_when_the_wall_clock_steps_back() {
+    let mut cfg = config();
+    cfg.max_active = 1;
+    let mut s = Sim::new(cfg);
+    s.submit("busy", &cmd());
+    let key = RecordKey::new("s", "late").unwrap();
+    let mut spec = spec_for(&cmd(), &RunTarget::unverified(), WORKER, "m1").unwrap();
+    spec.queue_budget_ms = 1_000;
+    s.ctl
+        .submit(
+            s.now,
+            s.now_ms,
+            Submit {
+                key: key.clone(),
+                spec,
+            },
+        )
+        .unwrap();
+    s.settle();
+    assert_eq!(s.record(&key).state, ExecState::Accepted);
+    // The wall clock steps back one hour; two monotonic seconds pass.
+    s.now_ms -= 3_600_000;
+    s.advance(2_000);
+    s.answer_exec(exited(0, ""));
+    s.advance(200);
+    let rec = s.record(&key);
+    assert_eq!(rec.state, ExecState::Expired);
+    assert_eq!(rec.evidence, RecordEvidence::NotDispatched);
+    assert_eq!(s.worker.len(), 0);
+}
+
+#[test]
+fn the_execution_deadline_ends_observation_even_when_the_wall_clock_steps_back() {
+    let mut s = Sim::new(config());
+    let command = Command::new(["sleep", "100"]).timeout_secs(1);
+    let key = RecordKey::new("s", "slow").unwrap();
+    let mut target = RunTarget::unverified();
+    target.profile.budgets.execution_ms = 2_000;
+    let spec = spec_for(&command, &target, WORKER, "m1").unwrap();
+    s.ctl
+        .submit(
+            s.now,
+            s.now_ms,
+            Submit {
+                key: key.clone(),
+                spec,
+            },
+        )
+        .unwrap();
+    s.settle();
+    assert_eq!(s.worker.len(), 1);
+    s.now_ms -= 3_600_000;
+    s.advance(1_500);
+    assert_eq!(s.record(&key).state, ExecState::Dispatching);
+    s.advance(1_000);
+    let rec = s.record(&key);
+    assert_eq!(rec.state, ExecState::Unknown);
+    assert_eq!(
+        rec.last_error.as_ref().unwrap().reason,
+        "execution_deadline"
+    );
+}
+
+#[test]
+fn a_store_outage_is_retried_and_never_read_as_absence() {
+    let mut s = Sim::new(config());
+    let key = s.submit("s1", &cmd());
+    s.settle();
+    s.store.fail_next = 2;
+    s.answer_exec(exited(5, ""));
+    assert_eq!(s.record(&key).state, ExecState::Dispatching);
+    s.advance(1_000);
+    assert_eq!(s.record(&key).state, ExecState::Completed);
+    assert_eq!(s.finished(&key).unwrap().exit_code(), Some(5));
+}
+
+#[test]
+fn a_lasting_store_outage_reports_the_known_exit() {
+    let mut s = Sim::new(config());
+    let key = s.submit("s2", &cmd());
+    s.settle();
+    s.store.fail_next = 1_000;
+    s.answer_exec(exited(6, "x"));
+    s.advance(2_000);
+    let f = s.finished(&key).unwrap();
+    let e = f.error.as_ref().unwrap();
+    assert_eq!(e.category(), Category::Store);
+    assert_eq!(e.evidence(), Evidence::Exited);
+    assert_eq!(e.exit_code(), Some(6));
+    assert!(f.output.is_some());
+}
+
+#[test]
+fn telemetry_is_bounded_and_counts_what_it_drops() {
+    let mut cfg = config();
+    cfg.telemetry_pending = 2;
+    let mut s = Sim::new(cfg);
+    s.submit("t1", &cmd());
+    // Do not drain events while the run goes on.
+    for _ in 0..20 {
+        let Some((id, op)) = s.ctl.poll_store_op() else {
+            break;
+        };
+        let r = s.store.apply(&op);
+        s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    }
+    assert!(s.ctl.telemetry_dropped() > 0);
+    let t: Vec<_> = std::iter::from_fn(|| s.ctl.poll_event())
+        .filter_map(|e| match e {
+            Event::Telemetry(t) => Some(t),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(t.len(), 2);
+    assert!(t.iter().all(|x| x.epoch == 1 && x.dropped > 0));
+}
+
+#[test]
+fn submissions_it_cannot_run_are_refused_before_anything_is_stored() {
+    let mut s = Sim::new(config());
+    let key = RecordKey::new("s", "n1").unwrap();
+    let spec = spec_for(&cmd(), &RunTarget::unverified(), "other-worker", "m1").unwrap();
+    let e = s
+        .ctl
+        .submit(s.now, s.now_ms, Submit { key, spec })
+        .unwrap_err();
+    assert_eq!(e.category(), Category::UnsupportedCapability);
+    assert_eq!(e.evidence(), Evidence::NotDispatched);
+    let key = RecordKey::new("s", "n2").unwrap();
+    let spec = spec_for(
+        &Command::new(["true"]).timeout_secs(31),
+        &RunTarget::unverified(),
+        WORKER,
+        "m1",
+    )
+    .unwrap();
+    let e = s
+        .ctl
+        .submit(s.now, s.now_ms, Submit { key, spec })
+        .unwrap_err();
+    assert_eq!(e.reason(), "timeout_over_budget");
+    s.settle();
+    assert!(s.store.records.is_empty());
+}
+
+#[test]
+fn shutdown_refuses_new_work_and_reports_stopped() {
+    let mut s = Sim::new(config());
+    s.submit("z1", &cmd());
+    s.settle();
+    s.ctl.shutdown(s.now, s.now_ms);
+    s.settle();
+    let key = RecordKey::new("s", "z2").unwrap();
+    let spec = spec_for(&cmd(), &RunTarget::unverified(), WORKER, "m1").unwrap();
+    assert!(s.ctl.submit(s.now, s.now_ms, Submit { key, spec }).is_err());
+    assert!(!s.events.iter().any(|e| matches!(e, Event::Stopped)));
+    s.answer_exec(exited(0, ""));
+    assert!(s.events.iter().any(|e| matches!(e, Event::Stopped)));
+}
+
+#[test]
+fn options_are_checked_at_n_and_n_plus_one() {
+    let ok = config();
+    ok.validate().unwrap();
+    type Edit = fn(&mut ControllerConfig);
+    let cases: [(Edit, Edit); 5] = [
+        (|c| c.max_active = 64, |c| c.max_active = 65),
+        (
+            |c| c.telemetry_pending = 1_024,
+            |c| c.telemetry_pending = 1_025,
+        ),
+        (|c| c.max_pending = 10_000, |c| c.max_pending = 10_001),
+        (|c| c.cleanup_attempts = 20, |c| c.cleanup_attempts = 21),
+        (
+            |c| {
+                c.poll_interval_ms = 250;
+                c.lease_ttl_ms = 1_000;
+            },
+            |c| {
+                c.poll_interval_ms = 251;
+                c.lease_ttl_ms = 1_000;
+            },
+        ),
+    ];
+    for (good, bad) in cases {
+        let mut c = config();
+        good(&mut c);
+        c.validate().unwrap();
+        let mut c = config();
+        bad(&mut c);
+        assert_eq!(c.validate().unwrap_err().category(), Category::Validation);
+    }
+    let mut c = config();
+    c.poll_interval_ms = 9;
+    assert!(c.validate().is_err());
+    c.poll_interval_ms = 10;
+    c.validate().unwrap();
+    let mut c = config();
+    c.workers.push(WorkerEntry::new(WORKER));
+    assert_eq!(c.validate().unwrap_err().reason(), "duplicate_worker");
+}
+
+#[test]
+fn the_stored_spec_decodes_back_to_the_command() {
+    let c = Command::new(["cat"])
+        .stdin("in")
+        .env("A", "1")
+        .workdir("/workspace/x")
+        .timeout_secs(9)
+        .user("nobody");
+    let spec = spec_for(&c, &RunTarget::unverified(), WORKER, "m1").unwrap();
+    let back = command_of(&spec).unwrap();
+    assert_eq!(back.argv(), c.argv());
+    assert_eq!(back.stdin_text(), Some("in"));
+    assert_eq!(back.working_dir(), "/workspace/x");
+    assert_eq!(back.effective_timeout_secs(), Some(9));
+    assert_eq!(back.user_name(), Some("nobody"));
+    assert_eq!(back.wire_body().unwrap(), c.wire_body().unwrap());
+}
+
+#[test]
+fn debug_of_specs_and_records_hides_secrets() {
+    let sentinel = "SENTINEL-CTL-93f1";
+    let c = Command::new(["echo", sentinel])
+        .env("K", sentinel)
+        .stdin(sentinel)
+        .user(sentinel)
+        .workdir(format!("/workspace/{sentinel}"));
+    let spec = spec_for(&c, &RunTarget::unverified(), WORKER, "m1").unwrap();
+    let fp = fingerprint::exec_fingerprint(&fingerprint_key(), &spec);
+    let rec =
+        ExecutionRecord::accepted(RecordKey::new("s", "d").unwrap(), fp, spec.clone(), T0).unwrap();
+    let op = StoreOp::Accept {
+        record: Box::new(rec.clone()),
+        max_pending: 1,
+    };
+    let wop = WorkerOp::Exec {
+        worker_id: WORKER.into(),
+        machine: "m1".into(),
+        command: c,
+    };
+    for text in [
+        format!("{spec:?}"),
+        format!("{rec:?}"),
+        format!("{op:?}"),
+        format!("{wop:?}"),
+    ] {
+        assert!(!text.contains(sentinel), "{text}");
+        assert!(
+            !text.contains("U0VOVElORUw"),
+            "no base64 of it either: {text}"
+        );
+    }
+}
