@@ -637,6 +637,11 @@ fn a_download_is_renamed_into_place_only_when_checked() {
             &["cp", &remote, target.to_str().unwrap(), "--sha256", &digest],
         );
         assert_eq!(code(&o), 0, "{shell}: {}", stderr(&o));
+        assert!(
+            stderr(&o).is_empty(),
+            "{shell}: no progress drawn when stderr is not a terminal: {:?}",
+            stderr(&o)
+        );
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "new content\n");
 
         // Into a directory: the guest file's name.
