@@ -72,6 +72,24 @@ fn bar(len: u64, message: &'static str) -> ProgressBar {
     bar
 }
 
+/// A spinner for the transfer itself. The clients send and receive a file
+/// in one call with no progress report, so no byte count is shown for it
+/// (a bar would claim progress nobody measured); only the elapsed time.
+fn transfer_spinner(what: &str, bytes: u64) -> ProgressBar {
+    let spinner = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template("{spinner} {msg} {elapsed}") {
+        spinner.set_style(style);
+    }
+    let limit = if what == "downloading" {
+        "at most "
+    } else {
+        ""
+    };
+    spinner.set_message(format!("{what} ({limit}{bytes} bytes)"));
+    spinner.enable_steady_tick(std::time::Duration::from_millis(120));
+    spinner
+}
+
 fn budget(b: &Backend, max_bytes: u64) -> Result<FileBudget, Error> {
     FileBudget::new(max_bytes, b.endpoint_budgets())
 }
@@ -146,7 +164,7 @@ fn upload(
         progress.abandon();
         return Err(Error::validation(Operation::Upload, "sha256_mismatch").into());
     }
-    progress.set_message("uploading");
+    progress.finish_and_clear();
     let profile = b.admit()?;
     let size = data.len() as u64;
     // The core re-checks the digest over the exact bytes it sends.
@@ -159,8 +177,9 @@ fn upload(
         Bytes::from(data),
         &digest,
     )?;
+    let spinner = transfer_spinner("uploading", size);
     let reply = b.call(&call);
-    progress.finish_and_clear();
+    spinner.finish_and_clear();
     let reply = reply?;
     print_result(
         "uploaded",
@@ -253,8 +272,7 @@ fn download(
         guest,
         budget.allowance(),
     )?;
-    let spinner = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
-    spinner.set_message("downloading");
+    let spinner = transfer_spinner("downloading", budget.allowance());
     let data = b.call(&call);
     spinner.finish_and_clear();
     let data = data?;

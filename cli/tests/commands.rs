@@ -637,6 +637,11 @@ fn a_download_is_renamed_into_place_only_when_checked() {
             &["cp", &remote, target.to_str().unwrap(), "--sha256", &digest],
         );
         assert_eq!(code(&o), 0, "{shell}: {}", stderr(&o));
+        assert!(
+            stderr(&o).is_empty(),
+            "{shell}: no progress drawn when stderr is not a terminal: {:?}",
+            stderr(&o)
+        );
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "new content\n");
 
         // Into a directory: the guest file's name.
@@ -667,4 +672,68 @@ fn a_download_is_renamed_into_place_only_when_checked() {
             }
         }
     }
+}
+
+#[test]
+fn logs_follow_past_ten_thousand_lines_loses_and_repeats_nothing() {
+    use std::io::{BufRead, BufReader, Write};
+    let w = devworker(None);
+    let shell = "tokio";
+    let m = "follow-long";
+    assert_eq!(code(&run(&w, shell, &["machine", "create", m])), 0);
+    assert_eq!(code(&run(&w, shell, &["machine", "start", m])), 0);
+    let mut child = smolbox()
+        .args(["--worker", &w.base_url(), "--shell", shell])
+        .args(["logs", "-f", "--tail", "10000", m])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let child = std::sync::Arc::new(std::sync::Mutex::new(child));
+    let (done, stop) = std::sync::mpsc::channel::<()>();
+    let watchdog = {
+        let child = std::sync::Arc::clone(&child);
+        std::thread::spawn(move || {
+            let _ = stop.recv_timeout(std::time::Duration::from_secs(60));
+            let mut c = child.lock().unwrap();
+            let _ = c.kill();
+            let _ = c.wait();
+        })
+    };
+    let mut lines = BufReader::new(out).lines();
+    let mut seen = Vec::new();
+    let mut until = |needle: &str, seen: &mut Vec<String>| loop {
+        let l = lines.next().expect("the follower ended early").unwrap();
+        let hit = l == needle || (!needle.starts_with("L ") && l.contains(needle));
+        seen.push(l);
+        if hit {
+            return;
+        }
+    };
+    until(&format!("machine '{m}' started"), &mut seen);
+    let append = |range: std::ops::Range<u32>| {
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(w.console_log(m))
+            .unwrap();
+        let text: String = range.map(|i| format!("L {i:06}\n")).collect();
+        f.write_all(text.as_bytes()).unwrap();
+    };
+    // Batches below one read's 10,000 lines, to a total well past it.
+    append(0..6_000);
+    until("L 005999", &mut seen);
+    append(6_000..12_000);
+    until("L 011999", &mut seen);
+    append(12_000..12_003);
+    until("L 012002", &mut seen);
+    done.send(()).unwrap();
+    watchdog.join().unwrap();
+    let numbered: Vec<&String> = seen.iter().filter(|l| l.starts_with("L ")).collect();
+    let expected: Vec<String> = (0..12_003).map(|i| format!("L {i:06}")).collect();
+    assert_eq!(numbered.len(), expected.len(), "every line exactly once");
+    assert!(
+        numbered.iter().zip(&expected).all(|(a, b)| *a == b),
+        "in order"
+    );
 }
