@@ -31,6 +31,7 @@ pub mod controller;
 pub mod envelope;
 pub mod fingerprint;
 pub mod patch;
+pub mod run;
 pub mod record;
 pub mod slot;
 pub mod spec;
