@@ -72,9 +72,11 @@ impl DevPaths {
 
     /// The paths under this user's data directory.
     pub(crate) fn for_user() -> Result<Self, Failure> {
+        // A relative XDG_DATA_HOME is ignored, as the XDG spec says (the
+        // pid check compares the directory in the process's command line).
         let base = std::env::var_os("XDG_DATA_HOME")
-            .filter(|v| !v.is_empty())
             .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
             .or_else(|| {
                 std::env::var_os("HOME")
                     .filter(|v| !v.is_empty())
