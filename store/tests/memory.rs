@@ -135,7 +135,10 @@ fn apply_op_performs_controller_ops_and_keeps_errors() {
     };
     assert!(matches!(
         apply_op(&s, &op).unwrap(),
-        StoreReply::Accepted { existing: false, .. }
+        StoreReply::Accepted {
+            existing: false,
+            ..
+        }
     ));
     assert!(matches!(
         apply_op(&s, &op).unwrap(),
