@@ -88,7 +88,7 @@ pub(crate) enum Cmd {
         /// Execution id.
         id: String,
         /// Longest wait in milliseconds (0–900000); without it, until the
-        /// end. A command this process already sent is still observed to
+        /// end. A command this process already sent is still followed to
         /// its end (leaving would make its outcome unknown).
         #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(0..=900_000))]
         timeout: Option<u64>,
