@@ -353,8 +353,10 @@ impl Outcome {
                     None
                 }
             }
-            // Still driven here: wait for the notice (it carries the output).
-            _ if driven => None,
+            // Still driven here and terminal: the notice (with the output)
+            // follows at once; wait for it. `unknown` ends the wait even
+            // while an exec is still observed (a late exit may follow).
+            _ if driven && record.state != ExecState::Unknown => None,
             _ if record.state.ends_wait() => Some(Self {
                 record,
                 output: None,

@@ -599,6 +599,16 @@ impl Exec {
                     ..ExecPatch::default()
                 })
             }
+            // Already `unknown` (cancel or deadline ended the observation):
+            // the exec's error is kept as the last error.
+            Observed::NotSent | Observed::Uncertain
+                if state == ExecState::Unknown && last_error.is_some() =>
+            {
+                Some(ExecPatch {
+                    last_error,
+                    ..ExecPatch::default()
+                })
+            }
             _ => None,
         }
     }

@@ -944,3 +944,35 @@ fn debug_of_specs_and_records_hides_secrets() {
         );
     }
 }
+
+#[test]
+fn a_wait_settles_on_the_notice_while_driven_and_on_unknown_at_once() {
+    let mut s = Sim::new(config());
+    let key = s.submit("w1", &cmd());
+    s.settle();
+    let dispatching = s.record(&key).clone();
+    assert_eq!(Outcome::settle(dispatching.clone(), None, true), None);
+    assert_eq!(Outcome::settle(dispatching, None, false), None);
+    s.answer_exec(exited(2, "o"));
+    let done = s.record(&key).clone();
+    // Terminal but still driven: wait for the notice (it has the output).
+    assert_eq!(Outcome::settle(done.clone(), None, true), None);
+    let f = s.finished(&key).unwrap().clone();
+    let o = Outcome::settle(done.clone(), Some(&f), false).unwrap();
+    assert_eq!(o.output.as_ref().unwrap().stdout, b"o");
+    assert_eq!(o.exit_code(), Some(2));
+    // A notice of a record held elsewhere is not an outcome.
+    let mut held = f;
+    held.held_elsewhere = true;
+    let o = Outcome::settle(done, Some(&held), false).unwrap();
+    assert!(o.output.is_none());
+    // `unknown` ends the wait even while an exec is still observed.
+    let mut s = Sim::new(config());
+    let key = s.submit("w2", &cmd());
+    s.settle();
+    s.ctl.cancel(s.now, s.now_ms, key.clone());
+    s.settle();
+    let unknown = s.record(&key).clone();
+    assert_eq!(unknown.state, ExecState::Unknown);
+    assert!(Outcome::settle(unknown, None, true).is_some());
+}
