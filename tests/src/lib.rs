@@ -22,6 +22,7 @@ pub mod fixture;
 pub mod managed;
 pub mod managed_cases;
 pub mod shell;
+pub mod sim;
 pub mod tokio_shell;
 
 pub use fixture::{Fixture, Transport};
@@ -69,6 +70,9 @@ macro_rules! e2e_suite {
                 terminal_close_before_exit_is_uncertain,
                 terminal_stalled_consumer_hits_output_limit,
                 terminal_bad_frames_are_protocol_errors,
+                gated_features_are_refused_unsent_on_1_9_2,
+                gated_features_run_on_1_22_0,
+                unknown_version_is_refused_for_every_operation,
             );
         }
     };
