@@ -26,6 +26,7 @@ use smolbox_core::managed::controller::{
 };
 pub use smolbox_core::managed::controller::{Outcome, Submission};
 use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
+use smolbox_core::worker::Profile;
 use smolbox_core::{Category, Error, Evidence, Operation};
 use smolbox_store::Store;
 pub use smolbox_store::keys::{key_file, load_or_create_keys};
@@ -104,6 +105,18 @@ impl RuntimeBuilder {
     #[must_use]
     pub fn worker(mut self, id: &str, client: Client) -> Self {
         self.config.workers.push(WorkerEntry::new(id));
+        self.clients.insert(id.to_owned(), client);
+        self
+    }
+
+    /// Adds a worker that also runs disposable machines (C12.4): the
+    /// controller creates, starts, stops and deletes them with `profile`,
+    /// the worker's admitted version profile (`Client::admit`).
+    #[must_use]
+    pub fn worker_with_profile(mut self, id: &str, client: Client, profile: Profile) -> Self {
+        self.config
+            .workers
+            .push(WorkerEntry::new(id).with_profile(profile));
         self.clients.insert(id.to_owned(), client);
         self
     }

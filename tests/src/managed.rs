@@ -22,6 +22,8 @@ pub struct Options {
     pub poll_interval_ms: u64,
     /// Most executions at once.
     pub max_active: usize,
+    /// The worker also runs disposable machines (its profile is admitted).
+    pub disposable: bool,
 }
 
 impl Default for Options {
@@ -31,6 +33,7 @@ impl Default for Options {
             lease_ttl_ms: 30_000,
             poll_interval_ms: 100,
             max_active: 4,
+            disposable: false,
         }
     }
 }
@@ -88,8 +91,14 @@ impl ManagedShell for BlockingManaged {
         o: &Options,
     ) -> Result<Self, Error> {
         let client = smolbox_blocking::Client::new(endpoint)?;
-        let mut b = smolbox_blocking::Runtime::builder(store, key)
-            .worker(WORKER, client)
+        let b = smolbox_blocking::Runtime::builder(store, key);
+        let b = if o.disposable {
+            let profile = client.admit(&[])?;
+            b.worker_with_profile(WORKER, client, profile)
+        } else {
+            b.worker(WORKER, client)
+        };
+        let mut b = b
             .lease_ttl_ms(o.lease_ttl_ms)
             .poll_interval_ms(o.poll_interval_ms)
             .max_active(o.max_active);
@@ -138,8 +147,14 @@ impl ManagedShell for TokioManaged {
             .build()
             .map_err(|_| Error::validation(smolbox_core::Operation::Config, "tokio"))?;
         let client = smolbox_tokio::Client::new(endpoint)?;
-        let mut b = smolbox_tokio::Runtime::builder(store, key)
-            .worker(WORKER, client)
+        let b = smolbox_tokio::Runtime::builder(store, key);
+        let b = if o.disposable {
+            let profile = rt.block_on(client.admit(&[]))?;
+            b.worker_with_profile(WORKER, client, profile)
+        } else {
+            b.worker(WORKER, client)
+        };
+        let mut b = b
             .lease_ttl_ms(o.lease_ttl_ms)
             .poll_interval_ms(o.poll_interval_ms)
             .max_active(o.max_active);
@@ -189,6 +204,8 @@ macro_rules! managed_suite {
             recovery_dispatches_a_ready_record_once_from_its_stored_spec,
             a_live_claim_of_another_controller_is_respected,
             sentinels_never_reach_the_database_files,
+            a_disposable_machine_is_created_used_deleted_and_released,
+            two_runtimes_on_one_store_dispatch_each_command_once,
         );
     };
     (@cases $shell:ty, $($case:ident),* $(,)?) => {

@@ -458,3 +458,71 @@ pub fn sentinels_never_reach_the_database_files<M: ManagedShell>() {
     assert!(has("z1"), "the database was read");
     assert!(!has(SENTINEL), "a payload is stored in clear");
 }
+
+/// A disposable run: the runtime reserves, creates, starts, runs, deletes,
+/// observes the 404, records absence and releases; one create, one exec,
+/// one delete, and no machine is left.
+pub fn a_disposable_machine_is_created_used_deleted_and_released<M: ManagedShell>() {
+    let s = setup();
+    let options = Options {
+        disposable: true,
+        ..Options::default()
+    };
+    let rt: M = s.runtime(&options);
+    let cmd = Command::new(["sh", "-c", "echo in-vm; exit 5"]);
+    let mut sub = submit_of("disp", &cmd);
+    sub.spec.worker_machine = None;
+    let k = rt.submit(sub).unwrap().key;
+    let out = rt.wait(&k, 30_000).unwrap();
+    assert_eq!(out.record.state, ExecState::Completed, "{:?}", out.error);
+    assert_eq!(out.exit_code(), Some(5));
+    // Cleanup continues after the outcome: observe it end.
+    let rec = eventually(&rt, &k, |r| r.reservation.is_none());
+    assert!(rec.absence_at_ms.is_some());
+    assert_eq!(rec.cleanup, smolbox_core::managed::Cleanup::Complete);
+    let name = rec.assignment.unwrap().machine_name;
+    let w = &s.fixture.worker;
+    assert_eq!(
+        w.request_count(Route::MachinesCreate),
+        2,
+        "m1 and the disposable one"
+    );
+    assert_eq!(w.request_count(Route::Exec), 1);
+    assert_eq!(w.request_count(Route::MachineDelete), 1);
+    let client = smolbox_blocking::Client::new(s.fixture.endpoint(Fixture::budgets())).unwrap();
+    let profile = client.admit(&[]).unwrap();
+    let left: Vec<String> = client
+        .list(&profile)
+        .unwrap()
+        .into_iter()
+        .map(|o| o.incarnation.name)
+        .collect();
+    assert!(!left.contains(&name), "{left:?}");
+    rt.shutdown();
+}
+
+/// Two runtimes (two controllers) on one SQLite file, both submitting and
+/// reconciling the same commands: each is dispatched exactly once.
+pub fn two_runtimes_on_one_store_dispatch_each_command_once<M: ManagedShell>() {
+    let s = setup();
+    let a: M = s.runtime(&Options::default());
+    let b: M = s.runtime(&Options::default());
+    let ids: Vec<String> = (0..8).map(|i| format!("race-{i}")).collect();
+    for id in &ids {
+        let cmd = Command::new(["echo", id.as_str()]);
+        let x = a.submit(submit_of(id, &cmd)).unwrap();
+        let y = b.submit(submit_of(id, &cmd)).unwrap();
+        assert_eq!(x.key, y.key);
+    }
+    a.reconcile();
+    b.reconcile();
+    for id in &ids {
+        let oa = a.wait(&key(id), 30_000).unwrap();
+        let ob = b.wait(&key(id), 30_000).unwrap();
+        assert_eq!(oa.record.state, ExecState::Completed);
+        assert_eq!(ob.record.state, ExecState::Completed);
+    }
+    a.shutdown();
+    b.shutdown();
+    assert_eq!(s.execs(), ids.len() as u64, "each command exactly once");
+}
