@@ -188,11 +188,20 @@ impl ManagedShell for TokioManaged {
 }
 
 /// Instantiates every managed case for `$shell` (a [`ManagedShell`]), one
-/// `#[test]` per case, against the devworker and a `SqliteStore`.
+/// `#[test]` per case and store, against the devworker: `mod sqlite` and
+/// `mod postgres` (the latter needs `SMOLBOX_PG_URL`).
 #[macro_export]
 macro_rules! managed_suite {
     ($shell:ty) => {
-        $crate::managed_suite!(@cases $shell,
+        mod sqlite {
+            $crate::managed_suite!(@store $shell, $crate::managed_cases::StoreKind::Sqlite);
+        }
+        mod postgres {
+            $crate::managed_suite!(@store $shell, $crate::managed_cases::StoreKind::Postgres);
+        }
+    };
+    (@store $shell:ty, $kind:expr) => {
+        $crate::managed_suite!(@cases $shell, $kind,
             submit_returns_at_acceptance_and_wait_returns_the_outcome,
             a_run_past_three_claim_ttls_keeps_its_exit,
             cancel_before_dispatch_sends_nothing,
@@ -208,11 +217,11 @@ macro_rules! managed_suite {
             two_runtimes_on_one_store_dispatch_each_command_once,
         );
     };
-    (@cases $shell:ty, $($case:ident),* $(,)?) => {
+    (@cases $shell:ty, $kind:expr, $($case:ident),* $(,)?) => {
         $(
             #[test]
             fn $case() {
-                $crate::managed_cases::$case::<$shell>();
+                $crate::managed_cases::$case::<$shell>($kind);
             }
         )*
     };
