@@ -26,7 +26,7 @@ use smolbox_core::managed::controller::{
     Controller, ControllerConfig, Event, Finished, OpId, StoreOp, StoreResult, Submit, WorkerEntry,
     WorkerOp, WorkerReply, WorkerResult, owner_id,
 };
-pub use smolbox_core::managed::controller::{Outcome, Submission};
+pub use smolbox_core::managed::controller::{Outcome, Submission, Telemetry};
 use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
 use smolbox_core::worker::Profile;
 use smolbox_core::{Category, Error, Evidence, Operation};
@@ -190,6 +190,7 @@ impl RuntimeBuilder {
         if !self.store.info().durable && !self.ephemeral {
             return Err(Error::validation(Operation::Config, "store_not_durable"));
         }
+        let telemetry_cap = self.config.telemetry_pending;
         let controller = Controller::new(
             self.config,
             self.fingerprint_key,
@@ -197,7 +198,10 @@ impl RuntimeBuilder {
             self.clock.now_ms(),
         )?;
         let shared = Arc::new(Shared {
-            notices: Mutex::new(Notices::default()),
+            notices: Mutex::new(Notices {
+                telemetry_cap: telemetry_cap.max(1),
+                ..Notices::default()
+            }),
             changed: Condvar::new(),
         });
         let (tx, rx) = mpsc::channel::<Msg>();
@@ -246,6 +250,10 @@ struct Notices {
     finished: BTreeMap<RecordKey, Finished>,
     order: VecDeque<RecordKey>,
     driven: BTreeSet<RecordKey>,
+    /// Lifecycle telemetry not yet taken (≤ telemetry pending; oldest
+    /// dropped first, counted in each entry's `dropped`).
+    telemetry: VecDeque<Telemetry>,
+    telemetry_cap: usize,
 }
 
 #[derive(Debug)]
@@ -388,6 +396,13 @@ impl Runtime {
             .send(Msg::Cancel(key.clone(), tx))
             .map_err(|_| gone(Operation::Cancel))?;
         rx.recv().map_err(|_| gone(Operation::Cancel))?
+    }
+
+    /// Takes the lifecycle telemetry delivered so far (C20): identifiers,
+    /// states and evidence only. Bounded and lossy: an entry's `epoch` and
+    /// `dropped` say whether entries were lost before it.
+    pub fn telemetry(&self) -> Vec<Telemetry> {
+        self.shared.lock().telemetry.drain(..).collect()
     }
 
     /// Schedules a due scan now (observation only; never a replay).
@@ -578,7 +593,14 @@ impl Driver {
                 }
                 true
             }
-            Event::Telemetry(_) => false,
+            Event::Telemetry(t) => {
+                let mut n = self.shared.lock();
+                if n.telemetry.len() >= n.telemetry_cap {
+                    n.telemetry.pop_front();
+                }
+                n.telemetry.push_back(t);
+                false
+            }
             Event::Stopped => {
                 self.stopped = true;
                 for tx in self.stop_waiters.drain(..) {

@@ -24,7 +24,7 @@ use smolbox_core::managed::controller::{
     Controller, ControllerConfig, Event, Finished, OpId, StoreOp, StoreResult, Submit, WorkerEntry,
     WorkerOp, WorkerReply, WorkerResult, owner_id,
 };
-pub use smolbox_core::managed::controller::{Outcome, Submission};
+pub use smolbox_core::managed::controller::{Outcome, Submission, Telemetry};
 use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
 use smolbox_core::worker::Profile;
 use smolbox_core::{Category, Error, Evidence, Operation};
@@ -191,6 +191,7 @@ impl RuntimeBuilder {
         let handle = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::validation(Operation::Config, "no_tokio_runtime"))?;
         let max_ops = self.config.max_active + 2;
+        let telemetry_cap = self.config.telemetry_pending;
         let controller = Controller::new(
             self.config,
             self.fingerprint_key,
@@ -198,7 +199,10 @@ impl RuntimeBuilder {
             self.clock.now_ms(),
         )?;
         let shared = Arc::new(Shared {
-            notices: Mutex::new(Notices::default()),
+            notices: Mutex::new(Notices {
+                telemetry_cap: telemetry_cap.max(1),
+                ..Notices::default()
+            }),
             changed: Notify::new(),
         });
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
@@ -231,6 +235,10 @@ struct Notices {
     finished: BTreeMap<RecordKey, Finished>,
     order: VecDeque<RecordKey>,
     driven: BTreeSet<RecordKey>,
+    /// Lifecycle telemetry not yet taken (≤ telemetry pending; oldest
+    /// dropped first, counted in each entry's `dropped`).
+    telemetry: VecDeque<Telemetry>,
+    telemetry_cap: usize,
 }
 
 #[derive(Debug)]
@@ -360,6 +368,13 @@ impl Runtime {
             .send(Cmd::Cancel(key.clone(), tx))
             .map_err(|_| gone(Operation::Cancel))?;
         rx.await.map_err(|_| gone(Operation::Cancel))?
+    }
+
+    /// Takes the lifecycle telemetry delivered so far (C20): identifiers,
+    /// states and evidence only. Bounded and lossy: an entry's `epoch` and
+    /// `dropped` say whether entries were lost before it.
+    pub fn telemetry(&self) -> Vec<Telemetry> {
+        self.shared.lock().telemetry.drain(..).collect()
     }
 
     /// Schedules a due scan now (observation only; never a replay).
@@ -575,7 +590,14 @@ impl Driver {
                 }
                 true
             }
-            Event::Telemetry(_) => false,
+            Event::Telemetry(t) => {
+                let mut n = self.shared.lock();
+                if n.telemetry.len() >= n.telemetry_cap {
+                    n.telemetry.pop_front();
+                }
+                n.telemetry.push_back(t);
+                false
+            }
             Event::Stopped => {
                 self.stopped = true;
                 for tx in self.stop_waiters.drain(..) {

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use smolbox_core::Error;
-use smolbox_core::managed::controller::{Outcome, Submission, Submit};
+use smolbox_core::managed::controller::{Outcome, Submission, Submit, Telemetry};
 use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
 use smolbox_core::worker::Endpoint;
 use smolbox_store::Store;
@@ -75,6 +75,8 @@ pub trait ManagedShell: Sized {
     fn cancel(&self, key: &RecordKey) -> Result<ExecutionRecord, Error>;
     /// `Runtime::reconcile`.
     fn reconcile(&self);
+    /// `Runtime::telemetry`.
+    fn telemetry(&self) -> Vec<Telemetry>;
     /// `Runtime::shutdown`.
     fn shutdown(&self);
 }
@@ -121,6 +123,9 @@ impl ManagedShell for BlockingManaged {
     }
     fn reconcile(&self) {
         self.0.reconcile();
+    }
+    fn telemetry(&self) -> Vec<Telemetry> {
+        self.0.telemetry()
     }
     fn shutdown(&self) {
         self.0.shutdown();
@@ -181,6 +186,9 @@ impl ManagedShell for TokioManaged {
     }
     fn reconcile(&self) {
         self.runtime.reconcile();
+    }
+    fn telemetry(&self) -> Vec<Telemetry> {
+        self.runtime.telemetry()
     }
     fn shutdown(&self) {
         self.rt.block_on(self.runtime.shutdown());

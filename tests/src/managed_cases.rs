@@ -231,6 +231,23 @@ pub fn submit_returns_at_acceptance_and_wait_returns_the_outcome<M: ManagedShell
     assert_eq!(again.record, out.record);
     assert_eq!(rt.fetch(&sub.key).unwrap(), out.record);
     assert_eq!(s.execs(), 1);
+    // Every state it passed, in order, from the lifecycle telemetry.
+    let states: Vec<ExecState> = rt
+        .telemetry()
+        .into_iter()
+        .filter(|t| t.key == sub.key)
+        .map(|t| t.state)
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ExecState::Preparing,
+            ExecState::Ready,
+            ExecState::Dispatching,
+            ExecState::Collecting,
+            ExecState::Completed
+        ]
+    );
     let e = rt.wait(&sub.key, 900_001).unwrap_err();
     assert_eq!(e.category(), Category::Validation);
     rt.shutdown();
