@@ -1066,6 +1066,19 @@ impl Exec {
                 }
             }
         }
+        if reply.is_none()
+            && !self.machine.start_sent
+            && self.past(Deadline::Preparation, now, now_ms)
+        {
+            // The machine exists (evidence recorded): fail, then delete it.
+            let e = Error::new(
+                Category::Expired,
+                Operation::Submit,
+                Evidence::NotDispatched,
+            )
+            .with_reason("preparation_deadline");
+            return fail(self, e, Cleanup::InProgress);
+        }
         match reply {
             Some((MKind::Start, Ok(WorkerReply::Machine(obs))))
                 if obs.state == MachineState::Running

@@ -1337,3 +1337,52 @@ fn an_unknown_disposable_run_is_stopped_and_kept_within_retention() {
     assert_eq!(rec.next_due_at_ms, Some(retention_until));
     assert!(s.worker.is_empty(), "no delete within retention");
 }
+
+#[test]
+fn a_create_past_the_preparation_deadline_fails_and_deletes_the_machine() {
+    let mut s = Sim::new(disposable_config());
+    let key = RecordKey::new("s", "p7").unwrap();
+    let mut target = RunTarget::unverified();
+    target.profile.budgets.preparation_ms = 1_000;
+    let mut spec = spec_for(&cmd(), &target, WORKER, "x").unwrap();
+    spec.worker_machine = None;
+    s.ctl
+        .submit(
+            s.now,
+            s.now_ms,
+            Submit {
+                key: key.clone(),
+                spec,
+            },
+        )
+        .unwrap();
+    s.settle();
+    let name = s.record(&key).assignment.clone().unwrap().machine_name;
+    // The create answers after the 1 s preparation budget (monotonic).
+    s.advance(1_500);
+    s.answer(
+        "create",
+        Ok(WorkerReply::Machine(observation(
+            &name,
+            MachineState::Created,
+            1_700_000_000,
+        ))),
+    );
+    let rec = s.record(&key).clone();
+    assert_eq!(rec.state, ExecState::Failed);
+    assert_eq!(
+        rec.last_error.as_ref().unwrap().reason,
+        "preparation_deadline"
+    );
+    assert!(rec.creation.is_some());
+    // No start: the verified machine is deleted instead.
+    let obs = Ok(WorkerReply::Machine(observation(
+        &name,
+        MachineState::Created,
+        1_700_000_000,
+    )));
+    s.answer("inspect", obs);
+    s.answer("delete", Ok(WorkerReply::Deleted));
+    s.answer("inspect", Err(not_found()));
+    assert_eq!(s.record(&key).reservation, None);
+}
