@@ -1386,3 +1386,25 @@ fn a_create_past_the_preparation_deadline_fails_and_deletes_the_machine() {
     s.answer("inspect", Err(not_found()));
     assert_eq!(s.record(&key).reservation, None);
 }
+
+#[test]
+fn debug_of_the_controller_mid_run_hides_secrets() {
+    let sentinel = "SENTINEL-CTL-DEBUG-7a2c";
+    let mut s = Sim::new(config());
+    let c = Command::new(["echo", sentinel])
+        .env("K", sentinel)
+        .stdin(sentinel);
+    s.submit("dbg", &c);
+    s.settle();
+    let mid = format!("{:?} {:?}", s.ctl, s.worker);
+    assert!(mid.contains("argc"), "the execution is in it");
+    s.answer_exec(exited(0, sentinel));
+    for text in [
+        mid,
+        format!("{:?}", s.ctl),
+        format!("{:?}", s.events),
+        format!("{:?}", s.store_log),
+    ] {
+        assert!(!text.contains(sentinel), "{text}");
+    }
+}
