@@ -412,7 +412,9 @@ impl Sim {
         }
         let later = self.rng.range(0, 2 * TTL_MS);
         self.at(now + later, Ev::Restart);
-        true
+        // A paused controller carries on where it stopped once it wakes (its
+        // answers wait for it); only a crash loses what was in hand.
+        !pause
     }
 
     fn handle(&mut self, ev: Ev) {
