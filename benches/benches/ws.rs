@@ -106,7 +106,7 @@ fn open_client(max_message_len: usize) -> WsClient {
     let mut ws = WsClient::new(c, KEY, t).expect("config");
     ws.handle_entropy(&random_bytes(4_096));
     let mut out = Vec::new();
-    ws.poll_transmit(&mut out);
+    let _ = ws.poll_transmit(&mut out);
     let accept = handshake::accept_for(&handshake::encode_key(&KEY));
     let reply = format!(
         "HTTP/1.1 101 S\r\nupgrade: websocket\r\nconnection: upgrade\r\nsec-websocket-accept: {accept}\r\n\r\n"

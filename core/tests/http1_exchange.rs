@@ -39,6 +39,13 @@ fn run(reply: &[u8], eof: bool) -> Transcript {
     run_with(&config(t0()), reply, eof)
 }
 
+fn failed(ev: Option<HttpEvent<'_>>) -> Error {
+    match ev {
+        Some(HttpEvent::Failed(e)) => e,
+        other => panic!("expected a failure, got {other:?}"),
+    }
+}
+
 fn err(t: &Transcript) -> Error {
     t.error.unwrap()
 }
@@ -88,14 +95,14 @@ fn interim_replies_are_skipped_but_101_is_final() {
 
     let now = t0();
     let mut x = HttpExchange::new(&get(), &config(now), now).unwrap();
-    x.poll_transmit(&mut Vec::new());
+    let _ = x.poll_transmit(&mut Vec::new());
     x.handle_input(
         now,
         b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n\x81\x00",
     )
     .unwrap();
-    assert!(matches!(x.poll_event(), Some(Ok(HttpEvent::Head(h))) if h.status == 101));
-    assert_eq!(x.poll_event(), Some(Ok(HttpEvent::End)));
+    assert!(matches!(x.poll_event(), Some(HttpEvent::Head(h)) if h.status == 101));
+    assert_eq!(x.poll_event(), Some(HttpEvent::End));
     assert_eq!(x.poll_event(), None);
     assert_eq!(x.leftover(), b"\x81\x00");
     assert!(!x.is_reusable());
@@ -211,7 +218,7 @@ fn reuse_rules() {
     let mut c = config(t0());
     c.keep_alive = false;
     let mut wire = Vec::new();
-    HttpExchange::new(&get(), &c, t0())
+    let _ = HttpExchange::new(&get(), &c, t0())
         .unwrap()
         .poll_transmit(&mut wire);
     assert!(
@@ -239,7 +246,7 @@ fn one_connection_carries_exchanges_in_sequence() {
         .unwrap();
         let mut body = Vec::new();
         while let Some(ev) = x.poll_event() {
-            if let HttpEvent::Data(d) = ev.unwrap() {
+            if let HttpEvent::Data(d) = ev {
                 body.extend_from_slice(d);
             }
         }
@@ -257,14 +264,16 @@ fn errors_are_sticky_and_carry_no_peer_bytes() {
         now,
     )
     .unwrap();
-    x.poll_transmit(&mut Vec::new());
+    let _ = x.poll_transmit(&mut Vec::new());
     x.handle_input(
         now,
         b"HTTP/1.1 200 OK\r\nContent-Encoding: SENTINEL-PEER\r\n\r\n",
     )
     .unwrap();
-    let e = x.poll_event().unwrap().unwrap_err();
-    assert_eq!(x.poll_event().unwrap().unwrap_err(), e);
+    let e = failed(x.poll_event());
+    // The failure is the last event; it stays readable.
+    assert_eq!(x.poll_event(), None);
+    assert_eq!(x.error(), Some(e));
     assert_eq!(x.handle_input(now, b"more").unwrap_err(), e);
     assert!(!x.poll_transmit(&mut Vec::new()));
     assert_eq!(x.poll_timeout(), None);
@@ -427,7 +436,7 @@ fn timers_idle_and_deadline() {
     );
     let mut early = HttpExchange::new(&get(), &c, now).unwrap();
     early.handle_timeout(now + Duration::from_secs(30));
-    let e = early.poll_event().unwrap().unwrap_err();
+    let e = failed(early.poll_event());
     assert_eq!(
         (e.category(), e.reason(), e.evidence()),
         (Category::Transport, "deadline", Evidence::NotDispatched)
@@ -450,7 +459,7 @@ fn timers_idle_and_deadline() {
     x.handle_timeout(t2 + Duration::from_secs(4)); // early: no-op
     assert_eq!(x.poll_event(), None);
     x.handle_timeout(t2 + Duration::from_secs(5));
-    let e = x.poll_event().unwrap().unwrap_err();
+    let e = failed(x.poll_event());
     assert_eq!(
         (e.category(), e.reason(), e.evidence()),
         (
@@ -463,13 +472,13 @@ fn timers_idle_and_deadline() {
     // Without idle, the deadline governs, and it fires as dispatch_uncertain.
     let mut x = HttpExchange::new(&get(), &c, now).unwrap();
     x.set_idle_timeout(None);
-    x.poll_transmit(&mut Vec::new());
+    let _ = x.poll_transmit(&mut Vec::new());
     assert_eq!(
         x.poll_timeout(),
         Some((now + Duration::from_secs(30), Timer::Deadline))
     );
     x.handle_timeout(now + Duration::from_secs(31));
-    let e = x.poll_event().unwrap().unwrap_err();
+    let e = failed(x.poll_event());
     assert_eq!(
         (e.reason(), e.evidence()),
         ("deadline", Evidence::DispatchUncertain)
@@ -487,7 +496,7 @@ fn timers_idle_and_deadline() {
 fn no_timers_after_end() {
     let now = t0();
     let mut x = HttpExchange::new(&get(), &config(now), now).unwrap();
-    x.poll_transmit(&mut Vec::new());
+    let _ = x.poll_transmit(&mut Vec::new());
     x.handle_input(now, b"HTTP/1.1 204 No Content\r\n\r\n")
         .unwrap();
     while x.poll_event().is_some() {}

@@ -151,9 +151,10 @@ fn finishing_releases_or_keeps_the_slot() {
         (ExecState::Failed, Finish::Kept),
     ] {
         let e = exec_in(state, key("s", "e1"), T0).unwrap();
-        let mut spec_machine = m.clone();
-        spec_machine.key = e.spec.machine.clone().unwrap();
-        let held = slot::acquire(&spec_machine, &e, T0 + 50).unwrap();
+        let mut held = m.clone();
+        held.key = e.spec.machine.clone().unwrap();
+        // The slot was taken before dispatch; the record finished since.
+        held.active_execution = Some(e.key.clone());
         let (after, got) = slot::finish(&held, &e, T0 + 60).unwrap();
         assert_eq!(got, expect, "{state:?}");
         match expect {
@@ -165,9 +166,9 @@ fn finishing_releases_or_keeps_the_slot() {
         }
     }
     let running = exec_in(ExecState::Running, key("s", "e1"), T0).unwrap();
-    let mut mm = m.clone();
-    mm.key = running.spec.machine.clone().unwrap();
-    let held = slot::acquire(&mm, &running, T0 + 50).unwrap();
+    let mut held = m.clone();
+    held.key = running.spec.machine.clone().unwrap();
+    held.active_execution = Some(running.key.clone());
     assert_eq!(
         slot::finish(&held, &running, T0 + 60).unwrap_err().reason(),
         "execution_not_finished"

@@ -188,7 +188,7 @@ fn sentinels_never_reach_debug_or_errors() {
     let mut s = TerminalSession::new(&spec, c.clone(), KEY, now).unwrap();
     s.handle_entropy(&fixed_entropy(4_096));
     let mut out = Vec::new();
-    s.poll_transmit(&mut out);
+    let _ = s.poll_transmit(&mut out);
     let accept =
         smolbox_core::ws::handshake::accept_for(&smolbox_core::ws::handshake::encode_key(&KEY));
     let reply = format!(

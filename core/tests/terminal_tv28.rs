@@ -30,7 +30,7 @@ fn session(now: Instant) -> TerminalSession {
 
 fn tx(s: &mut TerminalSession) -> Vec<u8> {
     let mut out = Vec::new();
-    s.poll_transmit(&mut out);
+    let _ = s.poll_transmit(&mut out);
     out
 }
 

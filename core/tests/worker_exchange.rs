@@ -45,10 +45,10 @@ fn run<C: WorkerCall>(call: &C, reply: &[u8]) -> (Vec<u8>, Result<C::Output, smo
         }
         while let Some(ev) = ex.poll_event() {
             match ev {
-                Ok(HttpEvent::Head(h)) => head = Some(h.clone()),
-                Ok(HttpEvent::Data(d)) => body.extend_from_slice(d),
-                Ok(HttpEvent::End) => {}
-                Err(e) => return (wire, Err(e)),
+                HttpEvent::Head(h) => head = Some(h.clone()),
+                HttpEvent::Data(d) => body.extend_from_slice(d),
+                HttpEvent::Failed(e) => return (wire, Err(e)),
+                _ => {}
             }
         }
     }

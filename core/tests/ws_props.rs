@@ -224,7 +224,7 @@ proptest! {
         let mut s = TerminalSession::new(&spec, TerminalConfig::new("localhost", "dev"), KEY, now).unwrap();
         s.handle_entropy(&fixed_entropy(4_096));
         let mut out = Vec::new();
-        s.poll_transmit(&mut out);
+        let _ = s.poll_transmit(&mut out);
         s.handle_input(now, &reply_101("")).unwrap();
         let (at, _) = s.poll_timeout().unwrap();
         s.handle_timeout(at - Duration::from_nanos(1));
@@ -251,7 +251,7 @@ fn terminal_run(
         TerminalSession::new(&spec, TerminalConfig::new("localhost", "dev"), KEY, now).unwrap();
     s.handle_entropy(&fixed_entropy(4_096));
     let mut out = Vec::new();
-    s.poll_transmit(&mut out);
+    let _ = s.poll_transmit(&mut out);
     let mut all = reply_101("");
     all.extend_from_slice(bytes);
     let mut rest = &all[..];

@@ -4,12 +4,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use smolbox_core::exec::{self, Command, ExecOutcome, ExecOutput, OutputAllowance};
-use smolbox_core::http1::ExchangeConfig;
+use smolbox_core::exec::{
+    self, Command, ExecCall, ExecOutcome, ExecOutput, ExecStreamCall, OutputAllowance,
+};
 use smolbox_core::worker::{
-    Capacity, CapacityReply, Create, Delete, Endpoint, Get, Health, HealthReply, List, MachineName,
-    MachineSpec, Measure, Measurements, Metrics, Observation, Profile, Readyz, Scheme, Start, Stop,
-    WorkerCall, status,
+    Capacity, CapacityReply, ConnectPlan, Create, Delete, Endpoint, Get, Health, HealthReply, List,
+    MachineName, MachineSpec, Measure, Measurements, Metrics, Observation, Profile, Readyz, Start,
+    Stop, WorkerCall,
 };
 use smolbox_core::worker::{Download, Logs, Upload, UploadReply, VolumeCreate, VolumeDelete};
 use smolbox_core::{Category, Error, Evidence, Operation};
@@ -19,7 +20,7 @@ use crate::http::{Deadlines, Exchange};
 use crate::pool::{MAX_CONNECTIONS, Pool};
 use crate::stream::{ExecEvent, ExecStream, run_with_callback};
 use crate::tls::TlsFiles;
-use crate::transport::Target;
+use crate::transport::SocketTarget;
 
 /// The blocking worker client. Cheap to clone (clones share one connection
 /// pool of at most [`MAX_CONNECTIONS`]); `Send + Sync`, so several threads
@@ -76,15 +77,43 @@ impl Client {
     /// The call's validation errors (nothing sent), transport failures, and
     /// the decode errors of the call (status, media type, contract).
     pub fn call<C: WorkerCall + ?Sized>(&self, call: &C) -> Result<C::Output, Error> {
-        let request = call.request()?;
-        let start = Instant::now();
-        let deadlines = self.deadlines(start);
-        let config = self.exchange_config(call.max_response_bytes(), deadlines.operation);
-        let mut exchange = Exchange::start(&self.inner.pool, &request, &config, deadlines)?;
+        self.call_within(call, self.deadlines(Instant::now()))
+    }
+
+    /// [`call`](Self::call) within deadlines already running.
+    fn call_within<C: WorkerCall + ?Sized>(
+        &self,
+        call: &C,
+        deadlines: Deadlines,
+    ) -> Result<C::Output, Error> {
+        let mut exchange = self.send(call, deadlines)?;
         let head = exchange.head()?;
         let mut body = Vec::new();
         exchange.read_body(&mut body)?;
         call.decode(&head, &body)
+    }
+
+    /// Sends `call`'s request on a pooled connection, configured by core
+    /// for that call and this endpoint.
+    fn send<C: WorkerCall + ?Sized>(
+        &self,
+        call: &C,
+        deadlines: Deadlines,
+    ) -> Result<Exchange, Error> {
+        let request = call.request()?;
+        let config = self
+            .inner
+            .endpoint
+            .exchange_config_for(call, deadlines.operation);
+        Exchange::start(&self.inner.pool, &request, &config, deadlines)
+    }
+
+    /// The worker's version profile, from a `GET /health` preflight inside
+    /// the caller's operation deadline (an unknown version is refused:
+    /// `unsupported_capability`, nothing else sent).
+    pub(crate) fn preflight(&self, deadlines: Deadlines) -> Result<Profile, Error> {
+        let health = self.call_within(&Health::new(), deadlines)?;
+        Profile::admit(&health.version, &[])
     }
 
     /// `GET /health`.
@@ -214,20 +243,10 @@ impl Client {
         command: &Command,
         allowance: OutputAllowance,
     ) -> Result<ExecOutcome, Error> {
-        let request = exec::exec_request(machine, command)?;
-        let op = request.operation;
         let deadlines = self.deadlines(Instant::now());
-        let config = self.exchange_config(None, deadlines.operation);
-        let mut exchange = Exchange::start(&self.inner.pool, &request, &config, deadlines)?;
-        if command.is_extended() {
-            exchange.set_idle_timeout(None);
-        }
-        let head = exchange.head()?;
-        let mut body = Vec::new();
-        exchange.read_body(&mut body)?;
-        status::check_status(op, &head, &body, 200)?;
-        status::check_media_type(op, &head, smolbox_core::worker::APPLICATION_JSON)?;
-        exec::decode_reply_for(command, &body, allowance)
+        let profile = self.preflight(deadlines)?;
+        let call = ExecCall::new(&profile, machine, command.clone(), allowance)?;
+        self.call_within(&call, deadlines)
     }
 
     /// Streamed exec (`POST …/exec/stream`): returns once the 200
@@ -251,14 +270,11 @@ impl Client {
         command: &Command,
         allowance: OutputAllowance,
     ) -> Result<ExecStream, Error> {
-        let request = exec::exec_stream_request(machine, command)?;
         let deadlines = self.deadlines(Instant::now());
-        let config = self.exchange_config(None, deadlines.operation);
-        let mut exchange = Exchange::start(&self.inner.pool, &request, &config, deadlines)?;
-        if command.is_extended() {
-            exchange.set_idle_timeout(None);
-        }
-        ExecStream::open(exchange, allowance)
+        let profile = self.preflight(deadlines)?;
+        let call = ExecStreamCall::new(&profile, machine, command.clone(), allowance)?;
+        let exchange = self.send(&call, deadlines)?;
+        ExecStream::open_call(exchange, &call)
     }
 
     /// Streamed exec observed by a synchronous `callback`, one event at a
@@ -368,26 +384,6 @@ impl Client {
         }
     }
 
-    /// The exchange settings of one request under the endpoint's budgets.
-    pub(crate) fn exchange_config(
-        &self,
-        max_response: Option<u64>,
-        deadline: Instant,
-    ) -> ExchangeConfig {
-        let e = &self.inner.endpoint;
-        let b = e.budgets();
-        let mut config = ExchangeConfig::new(e.host_header(), deadline);
-        config.bearer = e.token().cloned();
-        config.max_request_body = usize::try_from(b.max_request_body).unwrap_or(usize::MAX);
-        // An operation that expects an empty body (readyz) asks for 0; the
-        // exchange's cap is at least 1 and the decoder checks emptiness.
-        config.max_response_body = max_response
-            .map_or(b.max_response_bytes, |m| m.min(b.max_response_bytes))
-            .max(1);
-        config.idle_timeout = Some(b.receive_idle);
-        config
-    }
-
     /// Delivery threads that exist now (tests).
     #[cfg(test)]
     pub(crate) fn inner_callback_threads(&self) -> usize {
@@ -400,27 +396,28 @@ impl Client {
     }
 }
 
-fn target_of(endpoint: &Endpoint) -> Result<Target, Error> {
-    use smolbox_core::worker::Target as Where;
-    match (endpoint.target(), endpoint.scheme()) {
-        (Where::Unix(path), _) => Ok(Target::unix(path)),
-        (Where::Tcp { host, port }, Scheme::Http) => Ok(Target::tcp(host, port)),
-        (Where::Tcp { host, port }, Scheme::Https) => {
-            let Some(ca_file) = endpoint.ca_file() else {
-                return Err(Error::new(
-                    Category::UnsupportedCapability,
-                    Operation::Config,
-                    Evidence::NotDispatched,
-                )
-                .with_reason("tls_requires_ca_file"));
-            };
+fn target_of(endpoint: &Endpoint) -> Result<SocketTarget, Error> {
+    match endpoint.connect_plan()? {
+        ConnectPlan::Unix(path) => Ok(SocketTarget::unix(path)),
+        ConnectPlan::Tcp { host, port } => Ok(SocketTarget::tcp(host, port)),
+        ConnectPlan::Tls {
+            host,
+            port,
+            ca_file,
+            client_identity,
+        } => {
             let files = TlsFiles {
                 ca_file: ca_file.to_path_buf(),
-                client_identity: endpoint
-                    .client_identity()
-                    .map(|(c, k)| (c.to_path_buf(), k.to_path_buf())),
+                client_identity: client_identity.map(|(c, k)| (c.to_path_buf(), k.to_path_buf())),
             };
-            Target::tls(host, port, &files)
+            SocketTarget::tls(host, port, &files)
         }
+        // A plan this shell does not know cannot be connected.
+        _ => Err(Error::new(
+            Category::UnsupportedCapability,
+            Operation::Config,
+            Evidence::NotDispatched,
+        )
+        .with_reason("transport_not_supported")),
     }
 }

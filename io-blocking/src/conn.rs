@@ -1,5 +1,6 @@
-//! One connection and the loop that drives a core state machine over it
-//! (STYLE.md §2).
+//! One connection and the one loop of this shell (STYLE.md §2), generic
+//! over the core's [`Machine`] contract: HTTP exchanges (and so streamed
+//! exec) and terminals run on it.
 //!
 //! A [`Conn`] owns a non-blocking [`Stream`], the `mio::Poll` it is
 //! registered with (edge-triggered, one socket per poll), a reusable read
@@ -18,6 +19,9 @@
 //!    are delivered between bursts), feeding each chunk with `Instant::now()`;
 //! 5. call `handle_timeout` when the core's deadline has passed.
 //!
+//! What the socket took goes to `handle_written`; a socket failure goes to
+//! `handle_transport_error` (the core decides the error and its evidence).
+//!
 //! Readiness is remembered in two flags (`maybe_readable`,
 //! `maybe_writable`) that only a `WouldBlock` clears, so a socket whose edge
 //! was consumed while the core did not want input is read again without
@@ -28,8 +32,9 @@ use std::net::ToSocketAddrs;
 use std::time::{Duration, Instant};
 
 use mio::{Events, Interest, Poll, Token};
+use smolbox_core::{Machine, TransportFailure};
 
-use crate::transport::{Kind, Stream, Target};
+use crate::transport::{Kind, SocketTarget, Stream};
 
 /// Size of the per-connection read buffer.
 pub(crate) const READ_CHUNK: usize = 16 * 1024;
@@ -39,47 +44,6 @@ pub(crate) const READS_PER_TURN: usize = 8;
 /// The core's transmits pulled into the parked buffer per flush, at most.
 const PULL_LIMIT: usize = 64 * 1024;
 const TOKEN: Token = Token(0);
-
-/// A sans-IO core object as the loop sees it. Adapters in the operation
-/// modules implement it for the core's exchanges and sessions; every
-/// protocol decision stays behind these calls.
-pub(crate) trait Machine {
-    /// Bytes arrived.
-    fn handle_input(&mut self, now: Instant, bytes: &[u8]);
-    /// The peer closed its sending side.
-    fn handle_eof(&mut self, now: Instant);
-    /// The deadline reported by `poll_timeout` may have passed.
-    fn handle_timeout(&mut self, now: Instant);
-    /// Appends bytes to send; false when there were none.
-    fn poll_transmit(&mut self, out: &mut Vec<u8>) -> bool;
-    /// The next moment `handle_timeout` will act.
-    fn poll_timeout(&self) -> Option<Instant>;
-    /// False once the machine wants no more input (finished or failed).
-    fn wants_input(&self) -> bool;
-}
-
-/// Why a turn failed. The reasons match the tokio shell's.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Failure {
-    /// Writing (or flushing TLS records) failed.
-    Write,
-    /// Reading (or TLS record processing, or waiting) failed.
-    Read,
-    /// The peer closed, nothing is left to write and nobody set a deadline:
-    /// no further turn can change anything.
-    Stalled,
-}
-
-impl Failure {
-    /// The fixed reason code.
-    pub(crate) const fn reason(self) -> &'static str {
-        match self {
-            Self::Write => "write_failed",
-            Self::Read => "read_failed",
-            Self::Stalled => "stalled",
-        }
-    }
-}
 
 /// A connected stream with its poll, read buffer and parked transmit.
 #[derive(Debug)]
@@ -98,10 +62,8 @@ pub(crate) struct Conn {
     sent: u64,
     /// Bytes read so far.
     received: u64,
-    /// A read failure met after bytes were already fed this turn: reported
-    /// by the next turn, so the events those bytes complete are delivered
-    /// first (a reply that ended just before the peer vanished is whole).
-    deferred: Option<Failure>,
+    /// Writing failed: nothing more is written.
+    write_broken: bool,
 }
 
 /// Why a connection could not be established.
@@ -119,7 +81,7 @@ pub(crate) enum ConnectError {
 
 impl Conn {
     /// Connects (and completes the TLS handshake) before `deadline`.
-    pub(crate) fn connect(target: &Target, deadline: Instant) -> Result<Self, ConnectError> {
+    pub(crate) fn connect(target: &SocketTarget, deadline: Instant) -> Result<Self, ConnectError> {
         let (host, port, tls) = match &target.kind {
             Kind::Unix { path } => {
                 let stream = Stream::unix(path).map_err(|_| ConnectError::Refused)?;
@@ -176,7 +138,7 @@ impl Conn {
             eof: false,
             sent: 0,
             received: 0,
-            deferred: None,
+            write_broken: false,
         };
         // TCP / Unix connect completes with a writable edge.
         loop {
@@ -216,6 +178,7 @@ impl Conn {
     }
 
     /// Bytes handed to the transport since the last [`Conn::reset_sent`].
+    #[cfg(test)]
     pub(crate) fn sent(&self) -> u64 {
         self.sent
     }
@@ -248,56 +211,66 @@ impl Conn {
 
     /// One turn of the loop (see the module docs). Returns after at most one
     /// wait, so the caller can drain events and check its own deadline.
-    ///
-    /// # Errors
-    /// [`Failure`]: the socket failed, or nothing can ever happen again.
+    /// Socket failures are fed to the machine.
     pub(crate) fn turn<M: Machine + ?Sized>(
         &mut self,
         machine: &mut M,
         caller_deadline: Option<Instant>,
-    ) -> Result<(), Failure> {
-        if let Some(f) = self.deferred.take() {
-            return Err(f);
-        }
-        self.flush(machine).map_err(|_| Failure::Write)?;
-        let want_read = machine.wants_input() && !self.eof;
+    ) {
+        self.flush_or_fail(machine);
+        let want_read = machine.wants_read() && !self.eof;
         let can_write = self.maybe_writable && self.has_parked();
         let ready = can_write || (want_read && self.maybe_readable);
         if !ready {
-            let deadline = min_opt(machine.poll_timeout(), caller_deadline);
+            let deadline = min_opt(machine.poll_timeout().map(|(at, _)| at), caller_deadline);
             if deadline.is_none() && !want_read && !self.has_parked() {
-                return Err(Failure::Stalled);
-            }
-            if deadline.is_none_or(|at| at > Instant::now()) {
-                self.wait_until(deadline).map_err(|_| Failure::Read)?;
-            }
-            self.flush(machine).map_err(|_| Failure::Write)?;
-        }
-        if machine.wants_input() && !self.eof {
-            let before = self.received;
-            if self.read_into(machine).is_err() {
-                if self.received == before {
-                    return Err(Failure::Read);
+                // Nothing can ever happen again: the machine decides what
+                // the dead connection means.
+                if !machine.is_finished() {
+                    self.eof = true;
+                    machine.handle_transport_error(Instant::now(), TransportFailure::Read);
                 }
-                self.deferred = Some(Failure::Read);
-                return Ok(());
+                return;
             }
+            if deadline.is_none_or(|at| at > Instant::now()) && self.wait_until(deadline).is_err() {
+                self.eof = true;
+                machine.handle_transport_error(Instant::now(), TransportFailure::Read);
+                return;
+            }
+            self.flush_or_fail(machine);
+        }
+        if machine.wants_read() && !self.eof && self.read_into(machine).is_err() {
+            self.eof = true;
+            self.maybe_readable = false;
+            machine.handle_transport_error(Instant::now(), TransportFailure::Read);
         }
         let now = Instant::now();
-        if machine.poll_timeout().is_some_and(|at| at <= now) {
+        if machine.poll_timeout().is_some_and(|(at, _)| at <= now) {
             machine.handle_timeout(now);
         }
         // What the input or timer produced (a pong, a close echo) goes out
         // now, not at the next call.
-        self.flush(machine).map_err(|_| Failure::Write)
+        self.flush_or_fail(machine);
+    }
+
+    /// Writes what the socket takes now; a write failure goes to the
+    /// machine and nothing more is written.
+    pub(crate) fn flush_or_fail<M: Machine + ?Sized>(&mut self, machine: &mut M) {
+        if self.write_broken {
+            return;
+        }
+        if self.flush(machine).is_err() {
+            self.write_broken = true;
+            self.parked.clear();
+            self.parked_pos = 0;
+            machine.handle_transport_error(Instant::now(), TransportFailure::Write);
+        }
     }
 
     /// Writes parked bytes, then pulls and writes more from the machine,
-    /// until `WouldBlock` or nothing is left.
-    ///
-    /// # Errors
-    /// The socket's write errors.
-    pub(crate) fn flush<M: Machine + ?Sized>(&mut self, machine: &mut M) -> io::Result<()> {
+    /// until `WouldBlock` or nothing is left; what the socket took goes to
+    /// `handle_written`.
+    fn flush<M: Machine + ?Sized>(&mut self, machine: &mut M) -> io::Result<()> {
         loop {
             if self.parked_pos == self.parked.len() {
                 self.parked.clear();
@@ -315,6 +288,7 @@ impl Conn {
                 Ok(n) => {
                     self.parked_pos += n;
                     self.sent += n as u64;
+                    machine.handle_written(Instant::now(), n);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.maybe_writable = false;
@@ -338,7 +312,7 @@ impl Conn {
     /// reads, feeding every chunk to the machine.
     fn read_into<M: Machine + ?Sized>(&mut self, machine: &mut M) -> io::Result<()> {
         for _ in 0..READS_PER_TURN {
-            if !machine.wants_input() {
+            if !machine.wants_read() {
                 return Ok(());
             }
             match self.stream.read(&mut self.rbuf) {

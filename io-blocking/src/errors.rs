@@ -1,15 +1,15 @@
 //! Transport failures as core [`Error`] values (the same reasons as the
 //! tokio shell).
 //!
-//! The shell knows only transport facts: whether the connection could be
-//! made, and whether any request byte was handed to the socket. Evidence is
-//! `not_dispatched` only when not one byte could have left (AC-0.2.1).
+//! Only the connect and checkout failures are built here (nothing was sent:
+//! `not_dispatched`); a failure on an established connection is fed to the
+//! core object, which decides its error and evidence.
 
 use std::time::Instant;
 
 use smolbox_core::{Category, Error, Evidence, Operation};
 
-use crate::conn::{ConnectError, Failure};
+use crate::conn::ConnectError;
 
 /// A connect (or TLS handshake) failure: nothing of the request was sent.
 pub(crate) fn connect(operation: Operation, e: &ConnectError) -> Error {
@@ -29,16 +29,6 @@ pub(crate) fn checkout_timeout(operation: Operation) -> Error {
 /// A transport error for an operation that has not sent anything.
 pub(crate) fn not_dispatched(operation: Operation, reason: &'static str) -> Error {
     Error::new(Category::Transport, operation, Evidence::NotDispatched).with_reason(reason)
-}
-
-/// A failed turn; `sent` is how many bytes had been handed to the socket.
-pub(crate) fn failure(operation: Operation, failure: Failure, sent: u64) -> Error {
-    let evidence = if sent == 0 {
-        Evidence::NotDispatched
-    } else {
-        Evidence::DispatchUncertain
-    };
-    Error::new(Category::Transport, operation, evidence).with_reason(failure.reason())
 }
 
 /// When checkout or connect failed because the *operation* deadline (not

@@ -10,39 +10,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use smolbox_core::Error;
 use smolbox_core::http1::{ExchangeConfig, HttpEvent, HttpExchange, Request, ResponseHead};
-use smolbox_core::{Error, Operation};
 
-use crate::conn::Machine;
 use crate::errors;
 use crate::pool::{Pool, PooledConn};
-
-impl Machine for HttpExchange {
-    fn handle_input(&mut self, now: Instant, bytes: &[u8]) {
-        // A failure is sticky and reported by the next `poll_event`.
-        let _ = Self::handle_input(self, now, bytes);
-    }
-
-    fn handle_eof(&mut self, now: Instant) {
-        Self::handle_eof(self, now);
-    }
-
-    fn handle_timeout(&mut self, now: Instant) {
-        Self::handle_timeout(self, now);
-    }
-
-    fn poll_transmit(&mut self, out: &mut Vec<u8>) -> bool {
-        Self::poll_transmit(self, out)
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        Self::poll_timeout(self).map(|(at, _)| at)
-    }
-
-    fn wants_input(&self) -> bool {
-        !self.is_finished() && self.error().is_none()
-    }
-}
 
 /// The moments an operation must respect, fixed when it starts (C1.3: one
 /// overall deadline covers checkout, connect and the transfer).
@@ -73,7 +45,6 @@ pub(crate) struct Exchange {
     /// `None` once the connection went back to the pool.
     conn: Option<PooledConn>,
     core: HttpExchange,
-    operation: Operation,
 }
 
 impl Exchange {
@@ -100,14 +71,7 @@ impl Exchange {
         Ok(Self {
             conn: Some(conn),
             core,
-            operation: request.operation,
         })
-    }
-
-    /// Replaces the receive-idle timeout (extended exec uses the remaining
-    /// operation budget instead).
-    pub(crate) fn set_idle_timeout(&mut self, idle: Option<Duration>) {
-        self.core.set_idle_timeout(idle);
     }
 
     /// Drives until the next event: the head, body bytes (handed to `sink`),
@@ -122,24 +86,26 @@ impl Exchange {
         sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>,
     ) -> Result<Step, Error> {
         loop {
-            if let Some(event) = self.core.poll_event() {
-                return match event? {
-                    HttpEvent::Head(head) => Ok(Step::Head(head)),
-                    HttpEvent::Data(bytes) => sink(bytes).map(|()| Step::Data),
-                    HttpEvent::End => {
-                        self.release();
-                        Ok(Step::End)
-                    }
-                };
+            match self.core.poll_event() {
+                Some(HttpEvent::Head(head)) => return Ok(Step::Head(head)),
+                Some(HttpEvent::Data(bytes)) => return sink(bytes).map(|()| Step::Data),
+                Some(HttpEvent::End) => {
+                    self.release();
+                    return Ok(Step::End);
+                }
+                Some(HttpEvent::Failed(e)) => return Err(e),
+                Some(_) => continue,
+                None => {}
+            }
+            if let Some(e) = self.core.error() {
+                // Reported before; every later call says it again.
+                return Err(e);
             }
             let Some(pooled) = self.conn.as_mut() else {
                 // Released after `End`: nothing more will come.
                 return Ok(Step::End);
             };
-            let conn = pooled.conn();
-            if let Err(f) = conn.turn(&mut self.core, None) {
-                return Err(errors::failure(self.operation, f, conn.sent()));
-            }
+            pooled.conn().turn(&mut self.core, None);
         }
     }
 

@@ -52,10 +52,11 @@ pub use callback::MAX_DELIVERY_THREADS;
 pub use client::Client;
 pub use pool::MAX_CONNECTIONS;
 pub use runtime::Runtime;
+pub use smolbox_core::terminal::{MAX_WRITE_WAIT, TerminalEvent};
 pub use stream::{ExecEvent, ExecStream};
-pub use terminal::{MAX_WRITE_WAIT, Terminal, TerminalEvent};
+pub use terminal::Terminal;
 pub use tls::TlsFiles;
-pub use transport::{Connection, Target};
+pub use transport::{Connection, SocketTarget};
 
 #[cfg(test)]
 mod tests;

@@ -13,7 +13,7 @@ use smolbox_core::{Error, Operation};
 
 use crate::conn::{Conn, ConnectError};
 use crate::errors;
-use crate::transport::Target;
+use crate::transport::SocketTarget;
 
 /// Connections per endpoint, at most (features C1.2).
 pub const MAX_CONNECTIONS: usize = 4;
@@ -21,7 +21,7 @@ pub const MAX_CONNECTIONS: usize = 4;
 /// Where and how to connect.
 #[derive(Debug)]
 pub(crate) struct Pool {
-    target: Target,
+    target: SocketTarget,
     max: usize,
     state: Mutex<PoolState>,
     freed: Condvar,
@@ -46,7 +46,7 @@ pub(crate) struct PooledConn {
 }
 
 impl Pool {
-    pub(crate) fn new(target: Target, max: usize) -> Self {
+    pub(crate) fn new(target: SocketTarget, max: usize) -> Self {
         Self {
             target,
             max: max.clamp(1, MAX_CONNECTIONS),

@@ -3,8 +3,7 @@
 
 use std::time::Instant;
 
-use smolbox_core::exec::{ExecOutput, ExecStreamDecoder, OutputAllowance, OutputEncoding};
-use smolbox_core::http1::ResponseHead;
+use smolbox_core::exec::{ExecOutput, ExecStreamCall, ExecStreamDecoder, OutputEncoding};
 use smolbox_core::{Category, Error, Evidence, Operation};
 
 use crate::callback::{Delivered, Observer};
@@ -47,15 +46,19 @@ impl std::fmt::Debug for ExecStream {
 }
 
 impl ExecStream {
-    /// Reads the head of a started exchange and checks it (status through
-    /// the core's status mapping, media type), then streams the body.
-    pub(crate) fn open(mut exchange: Exchange, allowance: OutputAllowance) -> Result<Self, Error> {
+    /// Reads the head of a started exchange and has the core's call judge
+    /// it (status mapping, media type), then streams the body.
+    pub(crate) fn open_call(mut exchange: Exchange, call: &ExecStreamCall) -> Result<Self, Error> {
         let head = exchange.head()?;
-        check_head(&mut exchange, &head)?;
+        if !call.check_head(&head)? {
+            let mut body = Vec::new();
+            exchange.read_body(&mut body)?;
+            return Err(call.decode_error(&head, &body));
+        }
         Ok(Self {
             inner: Some(Inner {
                 exchange,
-                decoder: ExecStreamDecoder::new(allowance),
+                decoder: call.decoder(),
                 state: State::Body,
             }),
         })
@@ -130,22 +133,6 @@ impl Inner {
         self.state = State::Failed;
         Some(Err(e))
     }
-}
-
-/// A non-200 status becomes the core's mapped error (reading the error body
-/// within the byte cap); a 200 must carry `text/event-stream`.
-fn check_head(exchange: &mut Exchange, head: &ResponseHead) -> Result<(), Error> {
-    use smolbox_core::worker::status;
-    if head.status != 200 {
-        let mut body = Vec::new();
-        exchange.read_body(&mut body)?;
-        return Err(status::status_error(Operation::ExecStream, head, &body));
-    }
-    status::check_media_type(
-        Operation::ExecStream,
-        head,
-        smolbox_core::worker::TEXT_EVENT_STREAM,
-    )
 }
 
 /// Drives `stream` to its end on the caller's thread, capturing output into

@@ -22,7 +22,7 @@ const TLS_SEND_BUFFER: usize = 64 * 1024;
 /// Where to connect. Built once per client (reading the TLS files then), so
 /// connecting does no file I/O.
 #[derive(Clone)]
-pub struct Target {
+pub struct SocketTarget {
     pub(crate) kind: Kind,
 }
 
@@ -42,17 +42,17 @@ pub(crate) enum Kind {
     },
 }
 
-impl std::fmt::Debug for Target {
+impl std::fmt::Debug for SocketTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.kind {
-            Kind::Tcp { host, port } => write!(f, "Target(tcp {host}:{port})"),
-            Kind::Tls { host, port, .. } => write!(f, "Target(tls {host}:{port})"),
-            Kind::Unix { path } => write!(f, "Target(unix {})", path.display()),
+            Kind::Tcp { host, port } => write!(f, "SocketTarget(tcp {host}:{port})"),
+            Kind::Tls { host, port, .. } => write!(f, "SocketTarget(tls {host}:{port})"),
+            Kind::Unix { path } => write!(f, "SocketTarget(unix {})", path.display()),
         }
     }
 }
 
-impl Target {
+impl SocketTarget {
     /// Plain TCP. The caller (endpoint validation) is responsible for only
     /// asking for this on loopback with insecure loopback allowed.
     pub fn tcp(host: impl Into<String>, port: u16) -> Self {
@@ -99,7 +99,7 @@ pub struct Connection {
     conn: crate::conn::Conn,
 }
 
-impl Target {
+impl SocketTarget {
     /// Opens a connection before `deadline` (TLS handshake included).
     /// Nothing has been written when this fails, so errors carry
     /// `not_dispatched`.

@@ -4,22 +4,23 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use smolbox_core::exec::{self, Command, ExecOutcome, ExecOutput, ExecStreamCall, OutputAllowance};
-use smolbox_core::http1::ExchangeConfig;
+use smolbox_core::exec::{
+    self, Command, ExecCall, ExecOutcome, ExecOutput, ExecStreamCall, OutputAllowance,
+};
 use smolbox_core::worker::{
     Capacity, CapacityReply, Create, Delete, Get, Health, HealthReply, List, MachineName,
     MachineSpec, Measure, Measurements, Metrics, Observation, Profile, Readyz, Start, Stop,
-    WorkerCall, status,
+    WorkerCall,
 };
 use smolbox_core::worker::{
-    Download, Endpoint, Logs, Scheme, Upload, UploadReply, VolumeCreate, VolumeDelete,
+    ConnectPlan, Download, Endpoint, Logs, Upload, UploadReply, VolumeCreate, VolumeDelete,
 };
 use smolbox_core::{Error, Operation};
 
 use crate::http::{Deadlines, Exchange};
 use crate::pool::{MAX_CONNECTIONS, Pool};
 use crate::stream::{ExecEvent, ExecStream, run_with_callback};
-use crate::transport::{Target, TlsFiles};
+use crate::transport::{SocketTarget, TlsFiles};
 
 /// The async worker client. Cheap to clone (clones share one connection
 /// pool of at most [`MAX_CONNECTIONS`]).
@@ -75,16 +76,43 @@ impl Client {
     /// The call's validation errors (nothing sent), transport failures, and
     /// the decode errors of the call (status, media type, contract).
     pub async fn call<C: WorkerCall + ?Sized>(&self, call: &C) -> Result<C::Output, Error> {
-        let request = call.request()?;
-        let start = Instant::now();
-        let deadlines = self.deadlines(start);
-        let config = self.exchange_config(call.max_response_bytes(), deadlines.operation);
-        let mut exchange =
-            Exchange::start(Arc::clone(&self.inner.pool), &request, &config, deadlines).await?;
+        self.call_within(call, self.deadlines(Instant::now())).await
+    }
+
+    /// [`call`](Self::call) within deadlines already running.
+    async fn call_within<C: WorkerCall + ?Sized>(
+        &self,
+        call: &C,
+        deadlines: Deadlines,
+    ) -> Result<C::Output, Error> {
+        let mut exchange = self.send(call, deadlines).await?;
         let head = exchange.head().await?;
         let mut body = Vec::new();
         exchange.read_body(&mut body).await?;
         call.decode(&head, &body)
+    }
+
+    /// Sends `call`'s request on a pooled connection, configured by core
+    /// for that call and this endpoint.
+    async fn send<C: WorkerCall + ?Sized>(
+        &self,
+        call: &C,
+        deadlines: Deadlines,
+    ) -> Result<Exchange, Error> {
+        let request = call.request()?;
+        let config = self
+            .inner
+            .endpoint
+            .exchange_config_for(call, deadlines.operation);
+        Exchange::start(Arc::clone(&self.inner.pool), &request, &config, deadlines).await
+    }
+
+    /// The worker's version profile, from a `GET /health` preflight inside
+    /// the caller's operation deadline (an unknown version is refused:
+    /// `unsupported_capability`, nothing else sent).
+    pub(crate) async fn preflight(&self, deadlines: Deadlines) -> Result<Profile, Error> {
+        let health = self.call_within(&Health::new(), deadlines).await?;
+        Profile::admit(&health.version, &[])
     }
 
     /// `GET /health`.
@@ -219,21 +247,10 @@ impl Client {
         command: &Command,
         allowance: OutputAllowance,
     ) -> Result<ExecOutcome, Error> {
-        let request = exec::exec_request(machine, command)?;
-        let op = request.operation;
         let deadlines = self.deadlines(Instant::now());
-        let config = self.exchange_config(None, deadlines.operation);
-        let mut exchange =
-            Exchange::start(Arc::clone(&self.inner.pool), &request, &config, deadlines).await?;
-        if command.is_extended() {
-            exchange.set_idle_timeout(None);
-        }
-        let head = exchange.head().await?;
-        let mut body = Vec::new();
-        exchange.read_body(&mut body).await?;
-        status::check_status(op, &head, &body, 200)?;
-        status::check_media_type(op, &head, smolbox_core::worker::APPLICATION_JSON)?;
-        exec::decode_reply_for(command, &body, allowance)
+        let profile = self.preflight(deadlines).await?;
+        let call = ExecCall::new(&profile, machine, command.clone(), allowance)?;
+        self.call_within(&call, deadlines).await
     }
 
     /// Streamed exec (`POST …/exec/stream`): returns once the 200
@@ -258,28 +275,28 @@ impl Client {
         command: &Command,
         allowance: OutputAllowance,
     ) -> Result<ExecStream, Error> {
-        let request = exec::exec_stream_request(machine, command)?;
         let deadlines = self.deadlines(Instant::now());
-        let config = self.exchange_config(None, deadlines.operation);
-        let mut exchange =
-            Exchange::start(Arc::clone(&self.inner.pool), &request, &config, deadlines).await?;
-        if command.is_extended() {
-            exchange.set_idle_timeout(None);
-        }
-        ExecStream::open(exchange, allowance).await
+        let profile = self.preflight(deadlines).await?;
+        let call = ExecStreamCall::new(&profile, machine, command.clone(), allowance)?;
+        self.exec_stream_within(&call, deadlines).await
     }
 
-    /// Streamed exec from a core [`ExecStreamCall`] (which also applies the
-    /// profile's extended-exec gates before anything is sent).
+    /// Streamed exec from a core [`ExecStreamCall`] built (and gated) with
+    /// a profile the caller admitted.
     ///
     /// # Errors
     /// As [`exec_stream`](Self::exec_stream).
     pub async fn exec_stream_call(&self, call: &ExecStreamCall) -> Result<ExecStream, Error> {
-        let request = call.request()?;
-        let deadlines = self.deadlines(Instant::now());
-        let config = self.exchange_config(None, deadlines.operation);
-        let exchange =
-            Exchange::start(Arc::clone(&self.inner.pool), &request, &config, deadlines).await?;
+        self.exec_stream_within(call, self.deadlines(Instant::now()))
+            .await
+    }
+
+    async fn exec_stream_within(
+        &self,
+        call: &ExecStreamCall,
+        deadlines: Deadlines,
+    ) -> Result<ExecStream, Error> {
+        let exchange = self.send(call, deadlines).await?;
         ExecStream::open_call(exchange, call).await
     }
 
@@ -383,49 +400,30 @@ impl Client {
             connect: b.connect,
         }
     }
-
-    /// The exchange settings of one request under the endpoint's budgets.
-    pub(crate) fn exchange_config(
-        &self,
-        max_response: Option<u64>,
-        deadline: Instant,
-    ) -> ExchangeConfig {
-        let e = &self.inner.endpoint;
-        let b = e.budgets();
-        let mut config = ExchangeConfig::new(e.host_header(), deadline);
-        config.bearer = e.token().cloned();
-        config.max_request_body = usize::try_from(b.max_request_body).unwrap_or(usize::MAX);
-        // A call that wants no body at all (readyz: `Some(0)`) gets the
-        // smallest cap the exchange accepts; its decoder refuses any byte.
-        config.max_response_body = max_response
-            .map_or(b.max_response_bytes, |m| m.min(b.max_response_bytes))
-            .max(1);
-        config.idle_timeout = Some(b.receive_idle);
-        config
-    }
 }
 
-fn target_of(endpoint: &Endpoint) -> Result<Target, Error> {
-    use smolbox_core::worker::Target as Where;
-    match (endpoint.target(), endpoint.scheme()) {
-        (Where::Unix(path), _) => Ok(Target::unix(path)),
-        (Where::Tcp { host, port }, Scheme::Http) => Ok(Target::tcp(host, port)),
-        (Where::Tcp { host, port }, Scheme::Https) => {
-            let Some(ca_file) = endpoint.ca_file() else {
-                return Err(Error::new(
-                    smolbox_core::Category::UnsupportedCapability,
-                    Operation::Config,
-                    smolbox_core::Evidence::NotDispatched,
-                )
-                .with_reason("tls_requires_ca_file"));
-            };
+fn target_of(endpoint: &Endpoint) -> Result<SocketTarget, Error> {
+    match endpoint.connect_plan()? {
+        ConnectPlan::Unix(path) => Ok(SocketTarget::unix(path)),
+        ConnectPlan::Tcp { host, port } => Ok(SocketTarget::tcp(host, port)),
+        ConnectPlan::Tls {
+            host,
+            port,
+            ca_file,
+            client_identity,
+        } => {
             let files = TlsFiles {
                 ca_file: ca_file.to_path_buf(),
-                client_identity: endpoint
-                    .client_identity()
-                    .map(|(c, k)| (c.to_path_buf(), k.to_path_buf())),
+                client_identity: client_identity.map(|(c, k)| (c.to_path_buf(), k.to_path_buf())),
             };
-            Target::tls(host, port, &files)
+            SocketTarget::tls(host, port, &files)
         }
+        // A plan this shell does not know cannot be connected.
+        _ => Err(Error::new(
+            smolbox_core::Category::UnsupportedCapability,
+            Operation::Config,
+            smolbox_core::Evidence::NotDispatched,
+        )
+        .with_reason("transport_not_supported")),
     }
 }

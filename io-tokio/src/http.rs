@@ -13,31 +13,8 @@ use smolbox_core::http1::{ExchangeConfig, HttpEvent, HttpExchange, Request, Resp
 use smolbox_core::{Category, Error, Evidence};
 use tokio::sync::OwnedSemaphorePermit;
 
-use crate::drive::{Driver, Machine, Turn};
+use crate::drive::Driver;
 use crate::pool::Pool;
-
-impl Machine for HttpExchange {
-    fn handle_input(&mut self, now: Instant, bytes: &[u8]) {
-        // A failure is sticky and reported by the next `poll_event`.
-        let _ = Self::handle_input(self, now, bytes);
-    }
-
-    fn handle_eof(&mut self, now: Instant) {
-        Self::handle_eof(self, now);
-    }
-
-    fn handle_timeout(&mut self, now: Instant) {
-        Self::handle_timeout(self, now);
-    }
-
-    fn poll_transmit(&mut self, out: &mut Vec<u8>) -> bool {
-        Self::poll_transmit(self, out)
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        Self::poll_timeout(self).map(|(at, _)| at)
-    }
-}
 
 /// The moments an operation must respect, fixed when it starts (C1.3: one
 /// overall deadline covers checkout, connect and the transfer).
@@ -99,16 +76,10 @@ impl Exchange {
         let (conn, permit) = checkout.into_parts();
         Ok(Self {
             pool,
-            driver: Some(Driver::new(conn, op)),
+            driver: Some(Driver::new(conn)),
             permit: Some(permit),
             core,
         })
-    }
-
-    /// Replaces the receive-idle timeout (extended exec uses the remaining
-    /// operation budget instead).
-    pub(crate) fn set_idle_timeout(&mut self, idle: Option<std::time::Duration>) {
-        self.core.set_idle_timeout(idle);
     }
 
     /// Drives until the next event: the head, body bytes (handed to `sink`),
@@ -123,24 +94,26 @@ impl Exchange {
         sink: &mut (dyn FnMut(&[u8]) -> Result<(), Error> + Send),
     ) -> Result<Step, Error> {
         loop {
-            if let Some(event) = self.core.poll_event() {
-                return match event? {
-                    HttpEvent::Head(head) => Ok(Step::Head(head)),
-                    HttpEvent::Data(bytes) => sink(bytes).map(|()| Step::Data),
-                    HttpEvent::End => {
-                        self.release();
-                        Ok(Step::End)
-                    }
-                };
+            match self.core.poll_event() {
+                Some(HttpEvent::Head(head)) => return Ok(Step::Head(head)),
+                Some(HttpEvent::Data(bytes)) => return sink(bytes).map(|()| Step::Data),
+                Some(HttpEvent::End) => {
+                    self.release();
+                    return Ok(Step::End);
+                }
+                Some(HttpEvent::Failed(e)) => return Err(e),
+                Some(_) => continue,
+                None => {}
+            }
+            if let Some(e) = self.core.error() {
+                // Reported before; every later call says it again.
+                return Err(e);
             }
             let Some(driver) = self.driver.as_mut() else {
                 // Released after `End`: nothing more will come.
                 return Ok(Step::End);
             };
-            match driver.turn(&mut self.core, None).await? {
-                Turn::Progress | Turn::Timeout | Turn::HardDeadline => {}
-                Turn::Stalled => return Err(driver.transport_error("stalled")),
-            }
+            driver.turn(&mut self.core).await;
         }
     }
 

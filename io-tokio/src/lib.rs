@@ -25,7 +25,7 @@
 //! ExecEvent::{Stdout(String), Stderr(String), Exit(i32)}
 //! Terminal::input(&mut self, &[u8]), resize(cols, rows), next(Duration) -> TerminalEvent, close(self) -> Result<TerminalExit, Error>
 //! TerminalEvent::{Output(Bytes), Closed(Result<TerminalExit, Error>)}
-//! transport::{Target, Connection, TlsFiles}, MAX_CONNECTIONS (= 4)
+//! transport::{SocketTarget, Connection, TlsFiles}, MAX_CONNECTIONS (= 4)
 //! ```
 //!
 //! Every call takes its budgets from the endpoint when it starts (pool
@@ -53,6 +53,7 @@ pub mod transport;
 pub use client::Client;
 pub use pool::MAX_CONNECTIONS;
 pub use runtime::Runtime;
+pub use smolbox_core::terminal::TerminalEvent;
 pub use stream::{ExecEvent, ExecStream};
-pub use terminal::{Terminal, TerminalEvent};
-pub use transport::{Connection, Target, TlsFiles};
+pub use terminal::Terminal;
+pub use transport::{Connection, SocketTarget, TlsFiles};

@@ -10,7 +10,7 @@ use smolbox_core::{Category, Error, Evidence, Operation};
 use std::time::Instant;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::transport::{Connection, Target};
+use crate::transport::{Connection, SocketTarget};
 
 /// Largest number of connections one endpoint may have open (C1.2).
 pub const MAX_CONNECTIONS: usize = 4;
@@ -18,7 +18,7 @@ pub const MAX_CONNECTIONS: usize = 4;
 /// The pool of one endpoint.
 #[derive(Debug)]
 pub(crate) struct Pool {
-    target: Target,
+    target: SocketTarget,
     permits: Arc<Semaphore>,
     idle: Mutex<Vec<Connection>>,
 }
@@ -42,7 +42,7 @@ impl Checkout {
 }
 
 impl Pool {
-    pub(crate) fn new(target: Target, max: usize) -> Self {
+    pub(crate) fn new(target: SocketTarget, max: usize) -> Self {
         Self {
             target,
             permits: Arc::new(Semaphore::new(max.clamp(1, MAX_CONNECTIONS))),
@@ -50,7 +50,7 @@ impl Pool {
         }
     }
 
-    pub(crate) fn target(&self) -> &Target {
+    pub(crate) fn target(&self) -> &SocketTarget {
         &self.target
     }
 

@@ -7,10 +7,7 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use futures_core::Stream;
-use smolbox_core::exec::{
-    ExecOutput, ExecStreamCall, ExecStreamDecoder, OutputAllowance, OutputEncoding,
-};
-use smolbox_core::http1::ResponseHead;
+use smolbox_core::exec::{ExecOutput, ExecStreamCall, ExecStreamDecoder, OutputEncoding};
 use smolbox_core::{Category, Error, Evidence, Operation};
 
 use crate::http::{Exchange, Step};
@@ -55,25 +52,8 @@ impl std::fmt::Debug for ExecStream {
 }
 
 impl ExecStream {
-    /// Reads the head of a started exchange and checks it (status through
-    /// the core's status mapping, media type), then streams the body.
-    pub(crate) async fn open(
-        mut exchange: Exchange,
-        allowance: OutputAllowance,
-    ) -> Result<Self, Error> {
-        let head = exchange.head().await?;
-        check_head(&mut exchange, &head).await?;
-        Ok(Self {
-            inner: Some(Inner {
-                exchange,
-                decoder: ExecStreamDecoder::new(allowance),
-                state: State::Body,
-            }),
-            pending: None,
-        })
-    }
-
-    /// As [`open`](Self::open), with the head judged by the core's call.
+    /// Reads the head of a started exchange and has the core's call judge
+    /// it (status mapping, media type), then streams the body.
     pub(crate) async fn open_call(
         mut exchange: Exchange,
         call: &ExecStreamCall,
@@ -193,22 +173,6 @@ impl Inner {
         self.state = State::Failed;
         Some(Err(e))
     }
-}
-
-/// A non-200 status becomes the core's mapped error (reading the error body
-/// within the byte cap); a 200 must carry `text/event-stream`.
-async fn check_head(exchange: &mut Exchange, head: &ResponseHead) -> Result<(), Error> {
-    use smolbox_core::worker::status;
-    if head.status != 200 {
-        let mut body = Vec::new();
-        exchange.read_body(&mut body).await?;
-        return Err(status::status_error(Operation::ExecStream, head, &body));
-    }
-    status::check_media_type(
-        Operation::ExecStream,
-        head,
-        smolbox_core::worker::TEXT_EVENT_STREAM,
-    )
 }
 
 /// Drives `stream` to its end, capturing output into an [`ExecOutput`]

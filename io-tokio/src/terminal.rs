@@ -1,55 +1,29 @@
 //! [`Terminal`]: an interactive terminal on a worker (features C7.2, C7.3).
 //!
 //! The core's `TerminalSession` holds the whole protocol: handshake, frames,
-//! budgets, the bounded unread-output queue and exit decoding. This shell
-//! runs one driver task per terminal that owns the socket: it reads
-//! continuously (so pings are answered and a stalled consumer hits the
-//! queue's bound instead of stalling the worker), writes what the session
-//! queues within the write bound, and fires the session's timers. The
-//! consumer pulls with [`Terminal::next`]. Dropping the handle detaches the
-//! consumer (the session ends with `terminal_consumer`), and the task ends
-//! within the close wait; it never outlives the session budget.
+//! budgets (the write-stall bound included), the bounded unread-output
+//! queue, the read pacing and exit decoding. This shell runs one task per
+//! terminal that turns the shell's one [`Driver`] over the session (kept
+//! behind a lock the consumer shares): it reads whenever the session wants
+//! to (so pings are answered and a stalled consumer hits the queue's bound
+//! instead of stalling the worker), writes what the session queues, and
+//! fires the session's timers. The consumer pulls with [`Terminal::next`].
+//! Dropping the handle detaches the consumer (the session ends with
+//! `terminal_consumer`), and the task ends within the close wait; it never
+//! outlives the session budget.
 
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use smolbox_core::terminal::{Next, TerminalConfig, TerminalExit, TerminalSession, TerminalSpec};
-use smolbox_core::{Category, Error, Evidence, Operation};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use smolbox_core::terminal::{
+    Next, TerminalCall, TerminalConfig, TerminalEvent, TerminalExit, TerminalSession, TerminalSpec,
+};
+use smolbox_core::{Category, Error, Evidence, Operation, TransportFailure};
 use tokio::sync::Notify;
 
-use crate::drive::READ_CHUNK;
+use crate::drive::Driver;
 use crate::transport::Connection;
-
-/// Longest time one socket write may stay blocked (C7.2: at most
-/// min(connect budget, 1 s)).
-pub(crate) const MAX_WRITE_WAIT: Duration = Duration::from_millis(1_000);
-
-/// How long a throttled driver waits for the consumer before reading on.
-const READ_GRACE: Duration = Duration::from_millis(20);
-
-/// What [`Terminal::next`] returns.
-#[derive(Clone, PartialEq, Eq)]
-pub enum TerminalEvent {
-    /// Output bytes from the PTY (chunk boundaries are arbitrary).
-    Output(Bytes),
-    /// The session ended: `Ok` is a confirmed exit code; `Err` an uncertain
-    /// outcome (124, 130, a close before the exit, a budget, a limit…).
-    Closed(Result<TerminalExit, Error>),
-}
-
-impl std::fmt::Debug for TerminalEvent {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Terminal bytes are never printed.
-        match self {
-            Self::Output(b) => write!(f, "Output(len {})", b.len()),
-            Self::Closed(r) => write!(f, "Closed({r:?})"),
-        }
-    }
-}
 
 /// An open interactive terminal (the 101 was read; that does not mean the
 /// program runs). One consumer: the methods take `&mut self`.
@@ -61,8 +35,6 @@ pub struct Terminal {
 
 struct Shared {
     state: Mutex<State>,
-    /// The unread-output bound of the session (for the read throttle).
-    max_buffer_bytes: usize,
     /// The task wakes for new transmits or a detach.
     to_task: Notify,
     /// The consumer wakes for new output, the outcome, or a transport end.
@@ -71,9 +43,6 @@ struct Shared {
 
 struct State {
     session: TerminalSession,
-    /// A transport failure the session cannot know about (socket error,
-    /// write timeout); sticky.
-    transport: Option<Error>,
     /// The task ended (socket closed).
     task_done: bool,
     /// The consumer handle was dropped.
@@ -93,28 +62,21 @@ impl Terminal {
         conn: Connection,
         spec: &TerminalSpec,
         config: TerminalConfig,
-        write_wait: Duration,
     ) -> Result<Self, Error> {
         let mut key = [0u8; 16];
         random(&mut key)?;
         let mut session = TerminalSession::new(spec, config, key, Instant::now())?;
         feed_entropy(&mut session)?;
         let shared = Arc::new(Shared {
-            max_buffer_bytes: spec.max_buffer_bytes,
             state: Mutex::new(State {
                 session,
-                transport: None,
                 task_done: false,
                 detached: false,
             }),
             to_task: Notify::new(),
             to_consumer: Notify::new(),
         });
-        let task = tokio::spawn(drive(
-            Arc::clone(&shared),
-            conn,
-            write_wait.min(MAX_WRITE_WAIT),
-        ));
+        let task = tokio::spawn(drive(Arc::clone(&shared), Driver::new(conn)));
         let mut terminal = Self {
             shared,
             task: Some(task),
@@ -132,9 +94,6 @@ impl Terminal {
     pub async fn input(&mut self, bytes: &[u8]) -> Result<(), Error> {
         {
             let mut st = self.shared.lock();
-            if let Some(e) = st.transport {
-                return Err(e.with_operation(Operation::TerminalInput));
-            }
             st.session.input(Instant::now(), bytes)?;
             feed_entropy(&mut st.session)?;
         }
@@ -149,9 +108,6 @@ impl Terminal {
     pub async fn resize(&mut self, cols: u16, rows: u16) -> Result<(), Error> {
         {
             let mut st = self.shared.lock();
-            if let Some(e) = st.transport {
-                return Err(e.with_operation(Operation::TerminalResize));
-            }
             st.session.resize(Instant::now(), cols, rows)?;
             feed_entropy(&mut st.session)?;
         }
@@ -175,7 +131,6 @@ impl Terminal {
             let notified = self.shared.to_consumer.notified();
             let wake = {
                 let mut st = self.shared.lock();
-                let transport = st.transport;
                 let now = Instant::now();
                 match st.session.next(now, until) {
                     Next::Output(bytes) => {
@@ -187,12 +142,7 @@ impl Terminal {
                     }
                     Next::Closed(outcome) => return Ok(TerminalEvent::Closed(outcome)),
                     Next::TimedOut(e) => return Err(e),
-                    Next::Pending(at) => {
-                        if let Some(e) = transport {
-                            return Ok(TerminalEvent::Closed(Err(e)));
-                        }
-                        at
-                    }
+                    Next::Pending(at) => at,
                 }
             };
             tokio::select! {
@@ -223,9 +173,6 @@ impl Terminal {
                 if let Some(outcome) = st.session.outcome() {
                     return outcome;
                 }
-                if let Some(e) = st.transport {
-                    return Err(e.with_operation(Operation::TerminalClose));
-                }
             }
             notified.await;
         }
@@ -241,9 +188,6 @@ impl Terminal {
                 }
                 if let Some(Err(e)) = st.session.outcome() {
                     return Err(e);
-                }
-                if let Some(e) = st.transport {
-                    return Err(e.with_operation(Operation::TerminalOpen));
                 }
                 if st.task_done {
                     return Err(Error::new(
@@ -283,176 +227,45 @@ impl Shared {
     }
 }
 
-/// The driver task: write what the session queued (within the write
-/// bound), read what arrives, fire timers; until the transport is finished.
-async fn drive(shared: Arc<Shared>, mut conn: Connection, write_wait: Duration) {
-    let mut out: Vec<u8> = Vec::with_capacity(4096);
-    let mut pos = 0usize;
-    let mut rbuf = vec![0u8; READ_CHUNK].into_boxed_slice();
-    let mut eof = false;
-    let mut need_flush = false;
-    // After a failed write the peer may still send (the exit frame, its
-    // close): keep reading, stop writing.
-    let mut write_broken = false;
-    let mut blocked_since: Option<Instant> = None;
-    // Set when a throttle grace passed without the consumer pulling: the
-    // consumer is stalled, so read on (the queue bound decides) until it
-    // pulls again.
-    let mut consumer_stalled = false;
+/// The driver task: turns the shell's one [`Driver`] over the shared
+/// session until the session says the transport is finished. The lock is
+/// held around the synchronous steps only; the wait races the consumer's
+/// wake-ups (new transmits, a pull that freed queue space, a detach).
+async fn drive(shared: Arc<Shared>, mut driver: Driver) {
     loop {
         let notified = shared.to_task.notified();
-        let throttle;
-        let deadline = {
+        let plan = {
             let mut st = shared.lock();
-            if pos == out.len() || write_broken {
-                out.clear();
-                pos = 0;
-                need_flush = false;
-                while st.session.poll_transmit(&mut out).is_some() {}
-                if write_broken {
-                    out.clear();
-                }
-            }
-            if st.session.is_transport_finished() && pos == out.len() && !need_flush {
+            if st.session.is_transport_finished() && driver.is_flushed() {
                 break;
             }
-            if eof && pos == out.len() && st.session.poll_timeout().is_none() {
-                break;
-            }
-            let mut deadline = st.session.poll_timeout().map(|(at, _)| at);
-            // A live consumer on the same runtime must get a chance to pull
-            // before the driver fills the queue: above half of either bound
-            // the driver pauses reading until the consumer pulls, or for a
-            // short grace. A stalled consumer still overflows the queue
-            // (output_limit) after a few graces.
-            throttle = !consumer_stalled
-                && (st.session.unread_bytes() * 2 > shared.max_buffer_bytes
-                    || st.session.unread_chunks() * 2 > smolbox_core::terminal::MAX_UNREAD_CHUNKS);
-            if throttle {
-                let grace = Instant::now() + READ_GRACE;
-                deadline = Some(deadline.map_or(grace, |d| d.min(grace)));
-            }
-            if pos < out.len() || need_flush {
-                let since = *blocked_since.get_or_insert_with(Instant::now);
-                let limit = since + write_wait;
-                deadline = Some(deadline.map_or(limit, |d| d.min(limit)));
-            }
-            deadline
+            driver.prepare(&mut st.session)
         };
-        let io = std::future::poll_fn(|cx| {
-            if pos < out.len() {
-                match Pin::new(&mut conn).poll_write(cx, &out[pos..]) {
-                    Poll::Ready(Ok(0) | Err(_)) => return Poll::Ready(Io::Failed("write_failed")),
-                    Poll::Ready(Ok(n)) => return Poll::Ready(Io::Wrote(n)),
-                    Poll::Pending => {}
-                }
-            } else if need_flush {
-                match Pin::new(&mut conn).poll_flush(cx) {
-                    Poll::Ready(Ok(())) => return Poll::Ready(Io::Flushed),
-                    Poll::Ready(Err(_)) => return Poll::Ready(Io::Failed("write_failed")),
-                    Poll::Pending => {}
-                }
-            }
-            if eof || throttle {
-                return Poll::Pending;
-            }
-            let mut buf = ReadBuf::new(&mut rbuf[..]);
-            match Pin::new(&mut conn).poll_read(cx, &mut buf) {
-                Poll::Ready(Ok(())) => Poll::Ready(Io::Read(buf.filled().len())),
-                Poll::Ready(Err(_)) => Poll::Ready(Io::Failed("read_failed")),
-                Poll::Pending => Poll::Pending,
-            }
-        });
-        let sleep = async {
-            match deadline {
-                Some(at) => tokio::time::sleep_until(at.into()).await,
-                None => std::future::pending().await,
-            }
+        let io = tokio::select! {
+            io = driver.wait(plan) => Some(io),
+            () = notified => None,
         };
-        let outcome = tokio::select! {
-            io = io => io,
-            () = sleep => Io::Timer,
-            () = notified => Io::Commands,
-        };
-        let now = Instant::now();
         let mut st = shared.lock();
-        match outcome {
-            Io::Wrote(n) => {
-                pos += n;
-                blocked_since = None;
-                // TLS may hold records until flushed.
-                need_flush = pos == out.len();
-            }
-            Io::Flushed => {
-                need_flush = false;
-                blocked_since = None;
-            }
-            Io::Read(0) => {
-                eof = true;
-                st.session.handle_eof(now);
-            }
-            Io::Read(n) => {
-                // A chunk is at most READ_CHUNK = 64 KiB, the session's cap.
-                let _ = st.session.handle_input(now, &rbuf[..n]);
-            }
-            Io::Timer => {
-                consumer_stalled |= throttle;
-                if blocked_since.is_some_and(|since| now >= since + write_wait) {
-                    st.transport = Some(transport_error("write_timeout"));
-                    break;
-                }
-                st.session.handle_timeout(now);
-            }
-            Io::Commands => consumer_stalled = false,
-            Io::Failed("write_failed") if !eof => {
-                write_broken = true;
-                blocked_since = None;
-            }
-            Io::Failed(reason) => {
-                st.session.handle_eof(now);
-                if st.session.outcome().is_none() {
-                    st.transport = Some(transport_error(reason));
-                }
-                break;
-            }
+        if let Some(io) = io {
+            driver.apply(&mut st.session, io, Instant::now());
         }
-        if let Err(e) = feed_entropy(&mut st.session) {
-            st.transport = Some(e);
-            break;
+        if feed_entropy(&mut st.session).is_err() {
+            // No randomness for masks: nothing more can be sent.
+            st.session
+                .handle_transport_error(Instant::now(), TransportFailure::Write);
         }
         drop(st);
         shared.to_consumer.notify_one();
     }
     let mut st = shared.lock();
     st.task_done = true;
-    if st.session.outcome().is_none() && st.transport.is_none() {
-        let reason = if write_broken {
-            "write_failed"
-        } else {
-            "connection_ended"
-        };
-        st.transport = Some(transport_error(reason));
+    if st.session.outcome().is_none() {
+        // The socket is gone: the session decides what that means.
+        st.session
+            .handle_transport_error(Instant::now(), TransportFailure::Read);
     }
     drop(st);
     shared.to_consumer.notify_one();
-}
-
-enum Io {
-    Wrote(usize),
-    Flushed,
-    Read(usize),
-    Timer,
-    Commands,
-    Failed(&'static str),
-}
-
-fn transport_error(reason: &'static str) -> Error {
-    Error::new(
-        Category::Transport,
-        Operation::TerminalOutput,
-        Evidence::Unknown,
-    )
-    .with_reason(reason)
 }
 
 /// Tops up the session's masking randomness when it asks for more.
@@ -479,34 +292,31 @@ fn random(buf: &mut [u8]) -> Result<(), Error> {
 
 impl crate::Client {
     /// Opens an interactive terminal on `machine` running `spec.program`:
-    /// connects (outside the request pool: the connection becomes the
-    /// WebSocket), sends the upgrade and returns once the 101 was read.
-    /// The handshake must complete within min(operation budget, 30 s,
-    /// connect budget); socket writes within min(connect budget, 1 s).
+    /// admits the worker's version (a `GET /health` preflight), checks the
+    /// spec and the version gate (terminals from 1.17.0) with the core's
+    /// [`TerminalCall`], connects (outside the request pool: the connection
+    /// becomes the WebSocket), sends the upgrade and returns once the 101
+    /// was read — all inside one operation deadline. The handshake must
+    /// complete within min(operation budget, 30 s, connect budget); socket
+    /// writes within min(connect budget, 1 s).
     ///
     /// # Errors
-    /// Spec validation (`validation`, nothing sent); connect failures
-    /// (`transport`, `not_dispatched`); 401/403 (`authentication`) and any
-    /// other status (`protocol`); handshake timeout.
+    /// Spec validation (`validation`, nothing sent); an unknown version or
+    /// one without terminals (`unsupported_capability`, `not_dispatched`);
+    /// connect failures (`transport`, `not_dispatched`); 401/403
+    /// (`authentication`) and any other status (`protocol`); handshake
+    /// timeout.
     pub async fn terminal(&self, machine: &str, spec: &TerminalSpec) -> Result<Terminal, Error> {
         spec.validate()?;
-        let endpoint = self.endpoint();
-        let budgets = endpoint.budgets();
-        let start = Instant::now();
-        let operation_deadline = start + budgets.operation;
-        let connect_deadline = (start + budgets.connect).min(operation_deadline);
+        let deadlines = self.deadlines(Instant::now());
+        let profile = self.preflight(deadlines).await?;
+        let call = TerminalCall::new(&profile, machine, spec)?;
+        let connect_deadline = (Instant::now() + deadlines.connect).min(deadlines.operation);
         let conn = self
             .pool()
             .target()
             .connect(connect_deadline, Operation::TerminalOpen)
             .await?;
-        let mut config = TerminalConfig::new(endpoint.host_header(), machine);
-        config.authorization = endpoint.token().cloned();
-        config.max_request_bytes = budgets.max_request_body;
-        config.handshake_timeout = budgets
-            .operation
-            .min(smolbox_core::terminal::MAX_HANDSHAKE_TIMEOUT)
-            .min(budgets.connect);
-        Terminal::open(conn, spec, config, budgets.connect).await
+        Terminal::open(conn, call.spec(), call.config(self.endpoint())).await
     }
 }

@@ -13,7 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, UnixListener};
 
 use crate::pool::Pool;
-use crate::transport::{Target, TlsFiles};
+use crate::transport::{SocketTarget, TlsFiles};
 
 /// A CA, a server certificate for `server_names` and a client certificate,
 /// written as PEM files into `dir`.
@@ -116,7 +116,7 @@ async fn mutual_tls_connects_and_carries_bytes() {
         ca_file: pki.ca.clone(),
         client_identity: Some((pki.client_cert.clone(), pki.client_key.clone())),
     };
-    let target = Target::tls("localhost", port, &files).unwrap();
+    let target = SocketTarget::tls("localhost", port, &files).unwrap();
     let mut conn = target.connect(soon(), Operation::Health).await.unwrap();
     conn.write_all(b"ping").await.unwrap();
     conn.flush().await.unwrap();
@@ -137,7 +137,7 @@ async fn tls_refuses_an_unknown_ca_and_a_wrong_host_name() {
         ca_file: other.ca.clone(),
         client_identity: Some((pki.client_cert.clone(), pki.client_key.clone())),
     };
-    let e = Target::tls("localhost", port, &files)
+    let e = SocketTarget::tls("localhost", port, &files)
         .unwrap()
         .connect(soon(), Operation::Health)
         .await
@@ -155,7 +155,7 @@ async fn tls_refuses_an_unknown_ca_and_a_wrong_host_name() {
         ca_file: pki.ca.clone(),
         client_identity: Some((pki.client_cert.clone(), pki.client_key.clone())),
     };
-    let e = Target::tls("127.0.0.1", port, &files)
+    let e = SocketTarget::tls("127.0.0.1", port, &files)
         .unwrap()
         .connect(soon(), Operation::Health)
         .await
@@ -173,7 +173,7 @@ async fn tls_files_that_are_missing_or_not_pem_are_validation_errors() {
             ca_file: ca,
             client_identity: None,
         };
-        let e = Target::tls("localhost", 1, &files).unwrap_err();
+        let e = SocketTarget::tls("localhost", 1, &files).unwrap_err();
         assert_eq!(
             (e.category(), e.reason()),
             (Category::Validation, "tls_ca_file")
@@ -188,7 +188,7 @@ async fn connect_refused_is_transport_not_dispatched() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
-    let e = Target::tcp("127.0.0.1", port)
+    let e = SocketTarget::tcp("127.0.0.1", port)
         .connect(soon(), Operation::Get)
         .await
         .unwrap_err();
@@ -212,7 +212,7 @@ async fn unix_socket_connects() {
         let (mut s, _) = listener.accept().await.unwrap();
         s.write_all(b"hi").await.unwrap();
     });
-    let mut conn = Target::unix(&path)
+    let mut conn = SocketTarget::unix(&path)
         .connect(soon(), Operation::Health)
         .await
         .unwrap();
@@ -240,7 +240,7 @@ async fn counting_server() -> (u16, Arc<AtomicUsize>) {
 #[tokio::test]
 async fn pool_holds_at_most_four_and_times_out_the_fifth_checkout() {
     let (port, accepted) = counting_server().await;
-    let pool = Pool::new(Target::tcp("127.0.0.1", port), 4);
+    let pool = Pool::new(SocketTarget::tcp("127.0.0.1", port), 4);
     let budget = Duration::from_secs(5);
     let mut held = Vec::new();
     for _ in 0..4 {
@@ -302,7 +302,7 @@ async fn pool_drops_an_idle_connection_the_peer_closed() {
         std::future::pending::<()>().await;
         drop(s2);
     });
-    let pool = Pool::new(Target::tcp("127.0.0.1", port), 4);
+    let pool = Pool::new(SocketTarget::tcp("127.0.0.1", port), 4);
     let first = pool
         .checkout(Operation::Get, soon(), Duration::from_secs(5), soon())
         .await

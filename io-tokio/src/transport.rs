@@ -1,7 +1,7 @@
 //! Connections: TCP, TLS (rustls, ring provider) and Unix sockets.
 //!
 //! A [`Connection`] is one byte stream to a worker. It is opened by
-//! [`Target::connect`] within a deadline; the TLS configuration comes from
+//! [`SocketTarget::connect`] within a deadline; the TLS configuration comes from
 //! [`TlsFiles`] and always verifies the peer certificate chain and the host
 //! name (there is no switch to turn either off). ALPN offers `http/1.1` only.
 
@@ -35,7 +35,7 @@ pub struct TlsFiles {
 /// Where to connect. Built once per client (reading the TLS files then), so
 /// connecting does no file I/O.
 #[derive(Clone)]
-pub struct Target {
+pub struct SocketTarget {
     kind: Kind,
 }
 
@@ -56,17 +56,17 @@ enum Kind {
     },
 }
 
-impl std::fmt::Debug for Target {
+impl std::fmt::Debug for SocketTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.kind {
-            Kind::Tcp { host, port } => write!(f, "Target(tcp {host}:{port})"),
-            Kind::Tls { host, port, .. } => write!(f, "Target(tls {host}:{port})"),
-            Kind::Unix { path } => write!(f, "Target(unix {})", path.display()),
+            Kind::Tcp { host, port } => write!(f, "SocketTarget(tcp {host}:{port})"),
+            Kind::Tls { host, port, .. } => write!(f, "SocketTarget(tls {host}:{port})"),
+            Kind::Unix { path } => write!(f, "SocketTarget(unix {})", path.display()),
         }
     }
 }
 
-impl Target {
+impl SocketTarget {
     /// Plain TCP. The caller (endpoint validation) is responsible for only
     /// asking for this on loopback with insecure loopback allowed.
     pub fn tcp(host: impl Into<String>, port: u16) -> Self {

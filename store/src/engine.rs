@@ -7,18 +7,20 @@ use smolbox_core::managed::claim::{self, Fence, stale_claim};
 use smolbox_core::managed::envelope::{exec_requirements, machine_requirements};
 use smolbox_core::managed::patch::{apply_exec, apply_machine};
 use smolbox_core::managed::record::{Assignment, Resources};
-use smolbox_core::managed::slot::{self, Finish};
+use smolbox_core::managed::slot::{self, Disposition, Finish};
 use smolbox_core::managed::state::{Cleanup, ExecState, MachineOperation};
 use smolbox_core::managed::{
     ExecPatch, ExecutionRecord, Guard, Lease, MachinePatch, MachineRecord, RecordKey,
-    check_machine_name, check_worker_id,
+    check_identifier, check_machine_name, check_worker_id,
 };
 use smolbox_core::{Category, Error, Evidence, Operation};
 
 use crate::{
-    Accepted, Assigned, DueCursor, DuePage, MAX_DUE_PAGE, MAX_PENDING, MIN_PENDING, Reserve,
-    StoreInfo, not_found,
+    Accepted, Assigned, DueCursor, DuePage, MAX_DUE_PAGE, MAX_LIST_PAGE, MAX_PENDING, MIN_PENDING,
+    Page, Reserve, Resolved, StoreInfo, Submitted, not_found, store_error,
 };
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+use {crate::Sealer, smolbox_core::managed::RecordKind};
 
 /// How much a transaction locks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,7 +35,11 @@ pub(crate) enum Lock {
 }
 
 /// One transaction's view of a partition. Reads inside a `Record` or
-/// `Partition` transaction lock the rows they return.
+/// `Partition` transaction lock the rows they return. Every record given to
+/// `put_exec` / `put_machine` has just been validated by the operation (the
+/// pure rule that produced it, or an explicit `validate`): the adapters
+/// encode it without validating again, and every read re-validates what it
+/// decodes (issue 16: a write validates once and seals once).
 pub(crate) trait Tx {
     fn exec(&mut self, key: &RecordKey) -> Result<Option<ExecutionRecord>, Error>;
     fn put_exec(&mut self, rec: &ExecutionRecord, new: bool) -> Result<(), Error>;
@@ -54,6 +60,88 @@ pub(crate) trait Tx {
         after: Option<&DueCursor>,
         limit: u32,
     ) -> Result<Vec<ExecutionRecord>, Error>;
+    /// Non-deleted machine records (the machines' pending count).
+    fn pending_machines(&mut self) -> Result<u64, Error>;
+    /// Machine records due at `now_ms`, as [`Tx::due`].
+    fn due_machines(
+        &mut self,
+        now_ms: u64,
+        after: Option<&DueCursor>,
+        limit: u32,
+    ) -> Result<Vec<MachineRecord>, Error>;
+    /// Execution records of `scope` with id > `after`, by id, at most `limit`.
+    fn list_execs(
+        &mut self,
+        scope: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<ExecutionRecord>, Error>;
+    /// Machine records of `scope` with id > `after`, by id, at most `limit`.
+    fn list_machines(
+        &mut self,
+        scope: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<MachineRecord>, Error>;
+    /// The partition's stored key-check value.
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    fn key_check(&mut self) -> Result<Option<Vec<u8>>, Error>;
+    /// Stores the partition's key-check value.
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    fn put_key_check(&mut self, check: &[u8]) -> Result<(), Error>;
+    /// Every record of the partition: kind, key, and whether its payload
+    /// is sealed in the current format.
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    fn row_formats(&mut self) -> Result<Vec<(RecordKind, RecordKey, bool)>, Error>;
+}
+
+/// Readies a partition of a durable store at open, in one transaction run
+/// with a sealer that also opens first-format payloads: a partition with a
+/// key-check value must match the key (a replaced or newly created key file
+/// is refused); a partition without one is checked record by record under
+/// the key (every record must open), first-format payloads are re-sealed in
+/// the current format (the versioned migration of C18.4), and the key check
+/// is stored.
+///
+/// # Errors
+/// `store` with reason `key_mismatch` when the key does not open the
+/// partition; any read or decode failure as it is.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) fn prepare_partition(tx: &mut dyn Tx, sealer: &Sealer) -> Result<(), Error> {
+    let op = Operation::StoreMigrate;
+    if let Some(check) = tx.key_check()? {
+        return sealer.verify_key_check(&check);
+    }
+    let mismatch = |e: Error| {
+        if e.reason() == "authentication_failed" {
+            store_error(op, "key_mismatch")
+        } else {
+            e
+        }
+    };
+    for (kind, key, current) in tx.row_formats()? {
+        match kind {
+            RecordKind::Execution => {
+                let rec = tx
+                    .exec(&key)
+                    .map_err(mismatch)?
+                    .ok_or(store_error(op, "row_vanished"))?;
+                if !current {
+                    tx.put_exec(&rec, false)?;
+                }
+            }
+            RecordKind::Machine => {
+                let rec = tx
+                    .machine(&key)
+                    .map_err(mismatch)?
+                    .ok_or(store_error(op, "row_vanished"))?;
+                if !current {
+                    tx.put_machine(&rec, false)?;
+                }
+            }
+        }
+    }
+    tx.put_key_check(&sealer.key_check()?)
 }
 
 /// A store adapter: runs closures in its transactions.
@@ -305,6 +393,7 @@ pub(crate) fn release<B: Backend>(
         next.reservation = None;
         next.version += 1;
         next.updated_at_ms = now_ms;
+        next.validate().map_err(|e| e.with_operation(op))?;
         tx.put_exec(&next, false)?;
         Ok(next)
     })
@@ -327,9 +416,32 @@ pub(crate) fn cancel<B: Backend>(
         next.next_due_at_ms = Some(now);
         next.version += 1;
         next.updated_at_ms = now;
+        next.validate().map_err(|e| e.with_operation(op))?;
         tx.put_exec(&next, false)?;
         Ok(next)
     })
+}
+
+fn check_due_limit(limit: u32, op: Operation) -> Result<(), Error> {
+    if (1..=MAX_DUE_PAGE).contains(&limit) {
+        Ok(())
+    } else {
+        Err(Error::validation(op, "due_limit").with_limit(limit.into(), MAX_DUE_PAGE.into()))
+    }
+}
+
+/// The page of a keyset scan: the next cursor only when the page is full.
+fn due_page<T>(
+    records: Vec<T>,
+    limit: u32,
+    cursor: impl Fn(&T) -> Option<DueCursor>,
+) -> DuePage<T> {
+    let next = if records.len() == limit as usize {
+        records.last().and_then(cursor)
+    } else {
+        None
+    };
+    DuePage { records, next }
 }
 
 pub(crate) fn due<B: Backend>(
@@ -339,24 +451,87 @@ pub(crate) fn due<B: Backend>(
     limit: u32,
 ) -> Result<DuePage, Error> {
     let op = Operation::StoreDue;
-    if !(1..=MAX_DUE_PAGE).contains(&limit) {
-        return Err(
-            Error::validation(op, "due_limit").with_limit(limit.into(), MAX_DUE_PAGE.into())
-        );
-    }
+    check_due_limit(limit, op)?;
     b.transact(op, Lock::Read, &mut |tx| {
         let records = tx.due(now_ms, after, limit)?;
-        let next = if records.len() == limit as usize {
-            records.last().and_then(|r| {
-                r.next_due_at_ms.map(|due_at_ms| DueCursor {
-                    due_at_ms,
-                    key: r.key.clone(),
-                })
+        Ok(due_page(records, limit, |r: &ExecutionRecord| {
+            r.next_due_at_ms.map(|due_at_ms| DueCursor {
+                due_at_ms,
+                key: r.key.clone(),
             })
-        } else {
-            None
-        };
-        Ok(DuePage { records, next })
+        }))
+    })
+}
+
+pub(crate) fn due_machines<B: Backend>(
+    b: &B,
+    now_ms: u64,
+    after: Option<&DueCursor>,
+    limit: u32,
+) -> Result<DuePage<MachineRecord>, Error> {
+    let op = Operation::StoreDue;
+    check_due_limit(limit, op)?;
+    b.transact(op, Lock::Read, &mut |tx| {
+        let records = tx.due_machines(now_ms, after, limit)?;
+        Ok(due_page(records, limit, |r: &MachineRecord| {
+            r.next_due_at_ms.map(|due_at_ms| DueCursor {
+                due_at_ms,
+                key: r.key.clone(),
+            })
+        }))
+    })
+}
+
+fn check_list(scope: &str, after: Option<&str>, limit: u32, op: Operation) -> Result<(), Error> {
+    check_identifier(scope).map_err(|e| e.with_operation(op))?;
+    if let Some(a) = after {
+        check_identifier(a).map_err(|e| e.with_operation(op))?;
+    }
+    if (1..=MAX_LIST_PAGE).contains(&limit) {
+        Ok(())
+    } else {
+        Err(Error::validation(op, "list_limit").with_limit(limit.into(), MAX_LIST_PAGE.into()))
+    }
+}
+
+fn list_page<T>(records: Vec<T>, limit: u32, id: impl Fn(&T) -> &str) -> Page<T> {
+    let next = if records.len() == limit as usize {
+        records.last().map(|r| id(r).to_owned())
+    } else {
+        None
+    };
+    Page { records, next }
+}
+
+pub(crate) fn list<B: Backend>(
+    b: &B,
+    scope: &str,
+    after: Option<&str>,
+    limit: u32,
+) -> Result<Page<ExecutionRecord>, Error> {
+    let op = Operation::StoreFetch;
+    check_list(scope, after, limit, op)?;
+    b.transact(op, Lock::Read, &mut |tx| {
+        let records = tx.list_execs(scope, after, limit)?;
+        Ok(list_page(records, limit, |r: &ExecutionRecord| {
+            r.key.id.as_str()
+        }))
+    })
+}
+
+pub(crate) fn list_machines<B: Backend>(
+    b: &B,
+    scope: &str,
+    after: Option<&str>,
+    limit: u32,
+) -> Result<Page<MachineRecord>, Error> {
+    let op = Operation::StoreFetch;
+    check_list(scope, after, limit, op)?;
+    b.transact(op, Lock::Read, &mut |tx| {
+        let records = tx.list_machines(scope, after, limit)?;
+        Ok(list_page(records, limit, |r: &MachineRecord| {
+            r.key.id.as_str()
+        }))
     })
 }
 
@@ -392,6 +567,10 @@ pub(crate) fn accept_machine<B: Backend>(
                 Err(identity_conflict(op))
             };
         }
+        let pending = tx.pending_machines()?;
+        if pending >= u64::from(max_pending) {
+            return Err(exhausted(op, "max_pending").with_limit(pending + 1, max_pending.into()));
+        }
         tx.put_machine(rec, true)?;
         Ok(Accepted::Inserted(rec.clone()))
     })
@@ -414,6 +593,46 @@ pub(crate) fn claim_machine<B: Backend>(
     let op = Operation::StoreClaim;
     b.transact(op, Lock::Record, &mut |tx| {
         let rec = tx.machine(key)?.ok_or(not_found(op))?;
+        let next = claim::claim_machine(&rec, owner, now_ms, ttl_ms)?;
+        tx.put_machine(&next, false)?;
+        Ok(next)
+    })
+}
+
+pub(crate) fn claim_version<B: Backend>(
+    b: &B,
+    key: &RecordKey,
+    owner: &str,
+    version: u64,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> Result<ExecutionRecord, Error> {
+    let op = Operation::StoreClaim;
+    b.transact(op, Lock::Record, &mut |tx| {
+        let rec = tx.exec(key)?.ok_or(not_found(op))?;
+        if rec.version != version {
+            return Err(claim::stale_version(op));
+        }
+        let next = claim::claim_exec(&rec, owner, now_ms, ttl_ms)?;
+        tx.put_exec(&next, false)?;
+        Ok(next)
+    })
+}
+
+pub(crate) fn claim_machine_version<B: Backend>(
+    b: &B,
+    key: &RecordKey,
+    owner: &str,
+    version: u64,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> Result<MachineRecord, Error> {
+    let op = Operation::StoreClaim;
+    b.transact(op, Lock::Record, &mut |tx| {
+        let rec = tx.machine(key)?.ok_or(not_found(op))?;
+        if rec.version != version {
+            return Err(claim::stale_version(op));
+        }
         let next = claim::claim_machine(&rec, owner, now_ms, ttl_ms)?;
         tx.put_machine(&next, false)?;
         Ok(next)
@@ -534,13 +753,113 @@ pub(crate) fn finish_slot<B: Backend>(
     exec: &RecordKey,
     now_ms: u64,
 ) -> Result<(MachineRecord, Finish), Error> {
+    finish_command(b, machine, guard, exec, now_ms).map(|(m, _, f)| (m, f))
+}
+
+pub(crate) fn finish_command<B: Backend>(
+    b: &B,
+    machine: &RecordKey,
+    guard: &Guard,
+    exec: &RecordKey,
+    now_ms: u64,
+) -> Result<(MachineRecord, ExecutionRecord, Finish), Error> {
     let op = Operation::StoreSlot;
     b.transact(op, Lock::Partition, &mut |tx| {
         let m = guarded_machine(tx, machine, guard, now_ms, op)?;
         let e = tx.exec(exec)?.ok_or(not_found(op))?;
-        let (next, finish) = slot::finish(&m, &e, now_ms)?;
+        let (next, command, finish) = slot::finish_command(&m, &e, now_ms)?;
         tx.put_machine(&next, false)?;
-        Ok((next, finish))
+        tx.put_exec(&command, false)?;
+        Ok((next, command, finish))
+    })
+}
+
+pub(crate) fn submit<B: Backend>(
+    b: &B,
+    rec: &ExecutionRecord,
+    max_pending: u32,
+) -> Result<Accepted<Submitted>, Error> {
+    let op = Operation::StoreAccept;
+    check_pending(max_pending, op)?;
+    rec.validate().map_err(|e| e.with_operation(op))?;
+    if rec.state != ExecState::Accepted || rec.version != 1 {
+        return Err(Error::validation(op, "not_freshly_accepted"));
+    }
+    let Some(machine_key) = rec.spec.machine.clone() else {
+        return Err(Error::validation(op, "not_a_machine_command"));
+    };
+    if !b
+        .info()
+        .capabilities
+        .covers(exec_requirements(rec).capabilities)
+    {
+        return Err(unsupported(op));
+    }
+    b.transact(op, Lock::Partition, &mut |tx| {
+        if let Some(existing) = tx.exec(&rec.key)? {
+            return if existing.fingerprint == rec.fingerprint {
+                let machine = tx.machine(&machine_key)?;
+                Ok(Accepted::Existing(Submitted {
+                    execution: existing,
+                    machine,
+                }))
+            } else {
+                Err(identity_conflict(op))
+            };
+        }
+        let m = tx.machine(&machine_key)?.ok_or(not_found(op))?;
+        let pending = tx.pending_count()?;
+        if pending >= u64::from(max_pending) {
+            return Err(exhausted(op, "max_pending").with_limit(pending + 1, max_pending.into()));
+        }
+        // The machine's time never goes back: the slot is taken at the
+        // acceptance time, or at the machine's last write when that is later.
+        let now = rec.accepted_at_ms.max(m.updated_at_ms);
+        let held = slot::acquire(&m, rec, now).map_err(|e| e.with_operation(op))?;
+        tx.put_exec(rec, true)?;
+        tx.put_machine(&held, false)?;
+        Ok(Accepted::Inserted(Submitted {
+            execution: rec.clone(),
+            machine: Some(held),
+        }))
+    })
+}
+
+pub(crate) fn resolve_machine<B: Backend>(
+    b: &B,
+    key: &RecordKey,
+    version: u64,
+    quiesced: bool,
+    disposition: &Disposition,
+    now_ms: u64,
+) -> Result<Resolved, Error> {
+    let op = Operation::StoreSlot;
+    if !quiesced {
+        // AC-17.3.1: refused before anything is read.
+        return Err(Error::validation(op, "not_quiesced"));
+    }
+    b.transact(op, Lock::Partition, &mut |tx| {
+        let m = tx.machine(key)?.ok_or(not_found(op))?;
+        let command = match &m.active_execution {
+            Some(k) => Some(
+                tx.exec(k)?
+                    .ok_or(store_error(op, "active_execution_missing"))?,
+            ),
+            None => None,
+        };
+        let (next, settled) =
+            slot::resolve(&m, command.as_ref(), version, quiesced, disposition, now_ms)?;
+        if !m.reserved_ports.is_empty() && next.reserved_ports.is_empty() {
+            tx.delete_ports(key)?;
+        }
+        tx.put_machine(&next, false)?;
+        if let Some(c) = &settled {
+            tx.put_exec(c, false)?;
+        }
+        Ok(Resolved {
+            machine: next,
+            command: settled,
+        })
     })
 }
 
@@ -568,8 +887,7 @@ const fn unsupported(op: Operation) -> Error {
 
 /// The kind and key an assignment row stores.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
-pub(crate) fn assigned_parts(a: &Assigned) -> (smolbox_core::managed::RecordKind, &RecordKey) {
-    use smolbox_core::managed::RecordKind;
+pub(crate) fn assigned_parts(a: &Assigned) -> (RecordKind, &RecordKey) {
     match a {
         Assigned::Execution(k) => (RecordKind::Execution, k),
         Assigned::Machine(k) => (RecordKind::Machine, k),

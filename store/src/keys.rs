@@ -1,5 +1,12 @@
 //! Key files for a local store: the fingerprint key and the encryption key
 //! of a database, each 32 random bytes in a mode-0600 file next to it.
+//!
+//! A key is created only for a database that does not exist yet: when the
+//! database file is there and a key file is not, the key is refused
+//! (`key_missing`) instead of silently starting over with a new key (whose
+//! records would all be unreadable, and whose fingerprints would no longer
+//! match). A replaced key file is caught by the database's key-check value
+//! when the store opens (`key_mismatch`).
 
 use std::fs::{self, OpenOptions};
 use std::io::{Read, Write};
@@ -16,11 +23,18 @@ use crate::EncryptionKey;
 /// next to it: `<db>.fingerprint-key` and `<db>.seal-key`.
 ///
 /// # Errors
-/// `store` when a key file cannot be read or created; `validation` when
-/// it has the wrong length or is readable by group or others.
+/// `store` when a key file cannot be read or created, or is missing beside
+/// an existing database (`key_missing`); `validation` when it has the wrong
+/// length or is readable by group or others.
 pub fn load_or_create_keys(db_path: &Path) -> Result<(FingerprintKey, EncryptionKey), Error> {
-    let fp = key_file(&sibling(db_path, "fingerprint-key"))?;
-    let seal = key_file(&sibling(db_path, "seal-key"))?;
+    let fp_path = sibling(db_path, "fingerprint-key");
+    let seal_path = sibling(db_path, "seal-key");
+    let db_exists = fs::metadata(db_path).is_ok_and(|m| m.len() > 0);
+    if db_exists && !(fp_path.exists() && seal_path.exists()) {
+        return Err(key_error("key_missing"));
+    }
+    let fp = key_file(&fp_path)?;
+    let seal = key_file(&seal_path)?;
     let fingerprint_key = FingerprintKey::new(&fp)?;
     let encryption_key = EncryptionKey::new(seal, &fingerprint_key)?;
     Ok((fingerprint_key, encryption_key))
@@ -56,7 +70,11 @@ pub fn key_file(path: &Path) -> Result<[u8; 32], Error> {
         let linked = fs::hard_link(&tmp, path);
         let _ = fs::remove_file(&tmp);
         match linked {
-            Ok(()) => return Ok(key),
+            // The new directory entry must survive a crash too.
+            Ok(()) => {
+                sync_parent(path)?;
+                return Ok(key);
+            }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {} // lost the race
             Err(_) => return Err(key_error("key_create")),
         }
@@ -75,6 +93,17 @@ pub fn key_file(path: &Path) -> Result<[u8; 32], Error> {
     let mut key = [0u8; 32];
     key.copy_from_slice(&bytes);
     Ok(key)
+}
+
+/// Fsyncs the directory holding `path` (its new entry is durable after).
+fn sync_parent(path: &Path) -> Result<(), Error> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|_| key_error("key_sync"))
 }
 
 fn sibling(path: &Path, suffix: &str) -> PathBuf {
@@ -115,5 +144,34 @@ mod tests {
         );
         // No temporary file is left behind.
         assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_missing_key_beside_an_existing_database_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("s.db");
+        // A fresh database gets new keys.
+        load_or_create_keys(&db).unwrap();
+        let seal = fs::read(dir.path().join("s.db.seal-key")).unwrap();
+        fs::write(&db, b"records").unwrap();
+        // The same keys come back.
+        load_or_create_keys(&db).unwrap();
+        assert_eq!(fs::read(dir.path().join("s.db.seal-key")).unwrap(), seal);
+        for lost in ["s.db.seal-key", "s.db.fingerprint-key"] {
+            let p = dir.path().join(lost);
+            let saved = fs::read(&p).unwrap();
+            fs::remove_file(&p).unwrap();
+            let e = load_or_create_keys(&db).unwrap_err();
+            assert_eq!((e.category(), e.reason()), (Category::Store, "key_missing"));
+            assert!(!p.exists(), "no new key was created");
+            let mut f = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&p)
+                .unwrap();
+            f.write_all(&saved).unwrap();
+        }
+        assert!(load_or_create_keys(&db).is_ok());
     }
 }

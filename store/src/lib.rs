@@ -20,14 +20,19 @@
 //! row". There is no fallback store.
 //!
 //! Durable adapters seal every payload with AES-256-GCM (C18.4) before it
-//! reaches the database; only identifiers, the fingerprint, state, version,
-//! due time, worker and capacity numbers are projected into clear columns,
-//! and those are checked against the decrypted payload on every read.
+//! reaches the database, bound to the row's identity and version (an older
+//! payload swapped back fails authentication); only identifiers, the
+//! fingerprint, state, version, due time, worker and capacity numbers are
+//! projected into clear columns, and those are checked against the
+//! decrypted payload on every read. Each partition stores a key-check
+//! value, so a store opened with a missing or replaced key is refused at
+//! open (`key_mismatch`) instead of failing record by record.
 //! Leases, claims and generations fence store writes only; they never fence
 //! HTTP already sent (C15).
 
+use smolbox_core::managed::controller::{DueAfter, StoreOp, StoreReply, StoreResult};
 use smolbox_core::managed::record::{ExecutionRecord, MachineRecord, Resources};
-use smolbox_core::managed::slot::Finish;
+use smolbox_core::managed::slot::{Disposition, Finish};
 use smolbox_core::managed::state::MachineOperation;
 use smolbox_core::managed::{Capabilities, ExecPatch, Guard, Lease, MachinePatch, RecordKey};
 use smolbox_core::{Category, Error, Evidence, Operation};
@@ -49,7 +54,7 @@ pub use memory::{
 };
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
-pub use seal::{EncryptionKey, Sealer};
+pub use seal::{EncryptionKey, KEY_ID, Sealer};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteMode, SqliteOptions, SqliteStore};
 
@@ -61,6 +66,10 @@ pub const MIN_PENDING: u32 = 1;
 pub const MAX_PENDING: u32 = 10_000;
 /// Largest page of `due` (C18.1).
 pub const MAX_DUE_PAGE: u32 = 100;
+/// Largest page of `list` and `list_machines` (C14.2, C18.1).
+pub const MAX_LIST_PAGE: u32 = 100;
+/// The page size callers use when theirs asks for none (C14.2).
+pub const DEFAULT_LIST_PAGE: u32 = 20;
 
 /// What a store is and can hold (C18.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,13 +125,44 @@ pub struct DueCursor {
     pub key: RecordKey,
 }
 
-/// One page of `due`.
+/// One page of `due` (execution records) or `due_machines`
+/// (`DuePage<MachineRecord>`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DuePage {
+pub struct DuePage<T = ExecutionRecord> {
     /// Records ordered by `(next_due_at, scope, id)`.
-    pub records: Vec<ExecutionRecord>,
+    pub records: Vec<T>,
     /// Cursor for the next page; `None` when this page was not full.
     pub next: Option<DueCursor>,
+}
+
+/// One page of `list` or `list_machines`: records of one scope ordered by
+/// id. An empty page is `records: [], next: None`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Page<T> {
+    /// Records ordered by id.
+    pub records: Vec<T>,
+    /// The exclusive cursor for the next page (the last id of this page);
+    /// `None` when this page was not full.
+    pub next: Option<String>,
+}
+
+/// What `submit` accepted: the command and the machine whose slot it holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Submitted {
+    /// The command's execution record.
+    pub execution: ExecutionRecord,
+    /// Its machine as stored after the transaction; `None` only when an
+    /// existing command names a machine the store positively does not hold.
+    pub machine: Option<MachineRecord>,
+}
+
+/// What `resolve_machine` wrote.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolved {
+    /// The resolved machine.
+    pub machine: MachineRecord,
+    /// The command that held its slot, settled (C17.3), if there was one.
+    pub command: Option<ExecutionRecord>,
 }
 
 /// Transactional, versioned persistence of execution and machine records
@@ -241,7 +281,7 @@ pub trait Store: Send + Sync {
     /// `validation` for a bad limit.
     fn due(&self, now_ms: u64, after: Option<&DueCursor>, limit: u32) -> Result<DuePage, Error>;
 
-    /// Capacity reserved on `worker_id` by executions and machines.
+    /// Resources reserved on `worker_id` by executions and machines.
     ///
     /// # Errors
     /// `store` on failure (never zero on failure).
@@ -326,7 +366,9 @@ pub trait Store: Send + Sync {
         now_ms: u64,
     ) -> Result<MachineRecord, Error>;
 
-    /// Finishes `exec`'s hold on the slot (C14.3).
+    /// Finishes `exec`'s hold on the slot (C14.3) and sets the command's
+    /// cleanup in the same transaction, as [`Store::finish_command`]
+    /// without returning the command record.
     ///
     /// # Errors
     /// `validation` when `exec` does not hold it or has not finished.
@@ -337,6 +379,130 @@ pub trait Store: Send + Sync {
         exec: &RecordKey,
         now_ms: u64,
     ) -> Result<(MachineRecord, Finish), Error>;
+
+    /// Execution records of `scope` in every state, ordered by id, strictly
+    /// after the id `after`, at most `limit` (1–100).
+    ///
+    /// # Errors
+    /// `validation` for a bad scope or limit; `store` on failure (never an
+    /// empty page on failure).
+    fn list(
+        &self,
+        scope: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Page<ExecutionRecord>, Error>;
+
+    /// Machine records of `scope`, deleted ones included, ordered by id,
+    /// strictly after the id `after`, at most `limit` (1–100; callers
+    /// without a preference use [`DEFAULT_LIST_PAGE`]).
+    ///
+    /// # Errors
+    /// As [`Store::list`].
+    fn list_machines(
+        &self,
+        scope: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Page<MachineRecord>, Error>;
+
+    /// Machine records due at `now_ms`, keyset-ordered by `(next_due_at,
+    /// scope, id)`, strictly after `after`, at most `limit` (1–100).
+    ///
+    /// # Errors
+    /// `validation` for a bad limit.
+    fn due_machines(
+        &self,
+        now_ms: u64,
+        after: Option<&DueCursor>,
+        limit: u32,
+    ) -> Result<DuePage<MachineRecord>, Error>;
+
+    /// Claims an execution record as [`Store::claim`], only while its
+    /// version is still `version`.
+    ///
+    /// # Errors
+    /// `stale_version` when the record moved on; otherwise as
+    /// [`Store::claim`].
+    fn claim_version(
+        &self,
+        key: &RecordKey,
+        owner: &str,
+        version: u64,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<ExecutionRecord, Error>;
+
+    /// Claims a machine record as [`Store::claim_machine`], only while its
+    /// version is still `version`.
+    ///
+    /// # Errors
+    /// `stale_version` when the record moved on; otherwise as
+    /// [`Store::claim_machine`].
+    fn claim_machine_version(
+        &self,
+        key: &RecordKey,
+        owner: &str,
+        version: u64,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<MachineRecord, Error>;
+
+    /// Accepts a command on a retained machine and gives it the machine's
+    /// command slot in one transaction (C14.3), at the record's acceptance
+    /// time. An existing record with the same identity and fingerprint is
+    /// returned as stored even when the slot is held, the machine deleted or
+    /// the pending limit reached (AC-12.5.2). Needs no claim: taking the
+    /// slot moves the machine's version, which fences every writer that
+    /// read the machine before.
+    ///
+    /// # Errors
+    /// `identity_conflict` for a different fingerprint; `admission_exhausted`
+    /// when the slot is held, the machine is not idle and running, or more
+    /// than `max_pending` (1–10,000) records are pending; `validation` when
+    /// the record is not a fresh command on a machine or differs from the
+    /// machine in scope, artifact or profile; `not_found` when the machine
+    /// is positively absent.
+    fn submit(
+        &self,
+        record: &ExecutionRecord,
+        max_pending: u32,
+    ) -> Result<Accepted<Submitted>, Error>;
+
+    /// Finishes `exec`'s hold on the slot and sets its cleanup in the same
+    /// transaction (C14.3): released with cleanup `complete`, or kept
+    /// (machine `unknown`) with cleanup `failed`. Guarded by the machine
+    /// claim; both records move one version.
+    ///
+    /// # Errors
+    /// As [`Store::finish_slot`].
+    fn finish_command(
+        &self,
+        machine: &RecordKey,
+        guard: &Guard,
+        exec: &RecordKey,
+        now_ms: u64,
+    ) -> Result<(MachineRecord, ExecutionRecord, Finish), Error>;
+
+    /// Quiescent resolution, store half (C17.3): at the inspected `version`
+    /// and with `quiesced` asserted, clears the command slot and records the
+    /// verified stop, or records deletion and absence and releases capacity
+    /// and ports; the command that held the slot keeps an uncertain outcome
+    /// and completes its cleanup. One transaction; needs no claim (the
+    /// operator stopped the old controllers), the version guards it.
+    ///
+    /// # Errors
+    /// `validation` without `quiesced` (`not_quiesced`) or for a deleted
+    /// machine; `stale_version`; `identity_conflict` for another
+    /// incarnation or a state other than stopped / created; `not_found`.
+    fn resolve_machine(
+        &self,
+        key: &RecordKey,
+        version: u64,
+        quiesced: bool,
+        disposition: &Disposition,
+        now_ms: u64,
+    ) -> Result<Resolved, Error>;
 }
 
 /// What `find_machine` found.
@@ -525,7 +691,177 @@ macro_rules! impl_store {
             > {
                 $crate::engine::finish_slot(self, machine, guard, exec, now_ms)
             }
+            fn list(
+                &self,
+                scope: &str,
+                after: Option<&str>,
+                limit: u32,
+            ) -> Result<$crate::Page<smolbox_core::managed::ExecutionRecord>, smolbox_core::Error>
+            {
+                $crate::engine::list(self, scope, after, limit)
+            }
+            fn list_machines(
+                &self,
+                scope: &str,
+                after: Option<&str>,
+                limit: u32,
+            ) -> Result<$crate::Page<smolbox_core::managed::MachineRecord>, smolbox_core::Error>
+            {
+                $crate::engine::list_machines(self, scope, after, limit)
+            }
+            fn due_machines(
+                &self,
+                now_ms: u64,
+                after: Option<&$crate::DueCursor>,
+                limit: u32,
+            ) -> Result<
+                $crate::DuePage<smolbox_core::managed::MachineRecord>,
+                smolbox_core::Error,
+            > {
+                $crate::engine::due_machines(self, now_ms, after, limit)
+            }
+            fn claim_version(
+                &self,
+                key: &smolbox_core::managed::RecordKey,
+                owner: &str,
+                version: u64,
+                now_ms: u64,
+                ttl_ms: u64,
+            ) -> Result<smolbox_core::managed::ExecutionRecord, smolbox_core::Error> {
+                $crate::engine::claim_version(self, key, owner, version, now_ms, ttl_ms)
+            }
+            fn claim_machine_version(
+                &self,
+                key: &smolbox_core::managed::RecordKey,
+                owner: &str,
+                version: u64,
+                now_ms: u64,
+                ttl_ms: u64,
+            ) -> Result<smolbox_core::managed::MachineRecord, smolbox_core::Error> {
+                $crate::engine::claim_machine_version(self, key, owner, version, now_ms, ttl_ms)
+            }
+            fn submit(
+                &self,
+                record: &smolbox_core::managed::ExecutionRecord,
+                max_pending: u32,
+            ) -> Result<$crate::Accepted<$crate::Submitted>, smolbox_core::Error> {
+                $crate::engine::submit(self, record, max_pending)
+            }
+            fn finish_command(
+                &self,
+                machine: &smolbox_core::managed::RecordKey,
+                guard: &smolbox_core::managed::Guard,
+                exec: &smolbox_core::managed::RecordKey,
+                now_ms: u64,
+            ) -> Result<
+                (
+                    smolbox_core::managed::MachineRecord,
+                    smolbox_core::managed::ExecutionRecord,
+                    smolbox_core::managed::slot::Finish,
+                ),
+                smolbox_core::Error,
+            > {
+                $crate::engine::finish_command(self, machine, guard, exec, now_ms)
+            }
+            fn resolve_machine(
+                &self,
+                key: &smolbox_core::managed::RecordKey,
+                version: u64,
+                quiesced: bool,
+                disposition: &smolbox_core::managed::slot::Disposition,
+                now_ms: u64,
+            ) -> Result<$crate::Resolved, smolbox_core::Error> {
+                $crate::engine::resolve_machine(self, key, version, quiesced, disposition, now_ms)
+            }
         }
     };
 }
 pub(crate) use impl_store;
+
+/// Performs one controller [`StoreOp`] on `store` (the one place both
+/// shells' drivers turn the controller's data into a store call). The
+/// store's error is returned unchanged, never mapped to absence.
+///
+/// # Errors
+/// The store method's error.
+pub fn apply_op(store: &dyn Store, op: &StoreOp) -> StoreResult {
+    match op {
+        StoreOp::Accept {
+            record,
+            max_pending,
+        } => store.accept(record, *max_pending).map(|a| match a {
+            Accepted::Inserted(record) => StoreReply::Accepted {
+                record,
+                existing: false,
+            },
+            Accepted::Existing(record) => StoreReply::Accepted {
+                record,
+                existing: true,
+            },
+        }),
+        StoreOp::Fetch { key } => store.fetch(key).map(StoreReply::Record),
+        StoreOp::Claim {
+            key,
+            owner,
+            now_ms,
+            ttl_ms,
+        } => store
+            .claim(key, owner, *now_ms, *ttl_ms)
+            .map(StoreReply::Record),
+        StoreOp::ClaimWorker {
+            worker_id,
+            owner,
+            now_ms,
+            ttl_ms,
+        } => store
+            .claim_worker(worker_id, owner, *now_ms, *ttl_ms)
+            .map(StoreReply::Lease),
+        StoreOp::Write {
+            key,
+            guard,
+            patch,
+            now_ms,
+        } => store
+            .write(key, guard, patch, *now_ms)
+            .map(StoreReply::Record),
+        StoreOp::Reserve {
+            key,
+            guard,
+            reservation,
+            now_ms,
+        } => {
+            let request = Reserve {
+                worker_id: reservation.worker_id.clone(),
+                machine_name: reservation.machine_name.clone(),
+                capacity: reservation.capacity,
+                limit: reservation.limit,
+            };
+            store
+                .reserve(key, guard, &request, *now_ms)
+                .map(StoreReply::Record)
+        }
+        StoreOp::Release { key, guard, now_ms } => {
+            store.release(key, guard, *now_ms).map(StoreReply::Record)
+        }
+        StoreOp::Cancel { key, now_ms } => store.cancel(key, *now_ms).map(StoreReply::Record),
+        StoreOp::Due {
+            now_ms,
+            after,
+            limit,
+        } => {
+            let cursor = after.as_ref().map(|a| DueCursor {
+                due_at_ms: a.due_at_ms,
+                key: a.key.clone(),
+            });
+            store
+                .due(*now_ms, cursor.as_ref(), *limit)
+                .map(|page| StoreReply::Due {
+                    records: page.records,
+                    next: page.next.map(|c| DueAfter {
+                        due_at_ms: c.due_at_ms,
+                        key: c.key,
+                    }),
+                })
+        }
+    }
+}

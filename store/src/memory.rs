@@ -8,11 +8,16 @@
 //! only when the operation succeeds, so a failure changes nothing.
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::sync::{Mutex, PoisonError};
 
-use smolbox_core::managed::envelope::{Capabilities, encode_exec, encode_machine};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+use smolbox_core::managed::RecordKind;
+use smolbox_core::managed::envelope::{
+    Capabilities, encode_exec_validated, encode_machine_validated,
+};
 use smolbox_core::managed::record::Resources;
-use smolbox_core::managed::{ExecutionRecord, Lease, MachineRecord, RecordKey};
+use smolbox_core::managed::{ExecutionRecord, Lease, MachineRecord, MachineRecordState, RecordKey};
 use smolbox_core::{Error, Operation};
 
 use crate::engine::{Backend, Lock, Tx, exhausted};
@@ -153,7 +158,7 @@ impl Tx for MemTx<'_> {
     }
 
     fn put_exec(&mut self, rec: &ExecutionRecord, new: bool) -> Result<(), Error> {
-        let size = encode_exec(rec)?.len();
+        let size = encode_exec_validated(rec)?.len();
         let old = self.s.execs.get(&rec.key).map_or(0, |(_, n)| *n);
         self.admit(old, size, new)?;
         self.s.execs.insert(rec.key.clone(), (rec.clone(), size));
@@ -174,7 +179,7 @@ impl Tx for MemTx<'_> {
     }
 
     fn put_machine(&mut self, rec: &MachineRecord, new: bool) -> Result<(), Error> {
-        let size = encode_machine(rec)?.len();
+        let size = encode_machine_validated(rec)?.len();
         let old = self.s.machines.get(&rec.key).map_or(0, |(_, n)| *n);
         self.admit(old, size, new)?;
         self.s.machines.insert(rec.key.clone(), (rec.clone(), size));
@@ -266,4 +271,93 @@ impl Tx for MemTx<'_> {
             .map(|(_, _, r)| r.clone())
             .collect())
     }
+
+    fn pending_machines(&mut self) -> Result<u64, Error> {
+        Ok(self
+            .s
+            .machines
+            .values()
+            .filter(|(r, _)| r.state != MachineRecordState::Deleted)
+            .count() as u64)
+    }
+
+    fn due_machines(
+        &mut self,
+        now_ms: u64,
+        after: Option<&DueCursor>,
+        limit: u32,
+    ) -> Result<Vec<MachineRecord>, Error> {
+        let mut due: Vec<(u64, &RecordKey, &MachineRecord)> = self
+            .s
+            .machines
+            .values()
+            .filter_map(|(r, _)| r.next_due_at_ms.map(|d| (d, &r.key, r)))
+            .filter(|(d, k, _)| {
+                *d <= now_ms && after.is_none_or(|c| (*d, *k) > (c.due_at_ms, &c.key))
+            })
+            .collect();
+        due.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        Ok(due
+            .into_iter()
+            .take(limit as usize)
+            .map(|(_, _, r)| r.clone())
+            .collect())
+    }
+
+    fn list_execs(
+        &mut self,
+        scope: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<ExecutionRecord>, Error> {
+        Ok(page_of(&self.s.execs, scope, after, limit))
+    }
+
+    fn list_machines(
+        &mut self,
+        scope: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<MachineRecord>, Error> {
+        Ok(page_of(&self.s.machines, scope, after, limit))
+    }
+
+    // Nothing is sealed in memory: there is no key to check.
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    fn key_check(&mut self) -> Result<Option<Vec<u8>>, Error> {
+        Ok(None)
+    }
+
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    fn put_key_check(&mut self, _check: &[u8]) -> Result<(), Error> {
+        Ok(())
+    }
+
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    fn row_formats(&mut self) -> Result<Vec<(RecordKind, RecordKey, bool)>, Error> {
+        Ok(Vec::new())
+    }
+}
+
+/// The records of `scope` with id > `after` in key order (the map is
+/// ordered by `(scope, id)`).
+fn page_of<T: Clone>(
+    map: &BTreeMap<RecordKey, (T, usize)>,
+    scope: &str,
+    after: Option<&str>,
+    limit: u32,
+) -> Vec<T> {
+    let start = RecordKey {
+        scope: scope.to_owned(),
+        id: after.unwrap_or_default().to_owned(),
+    };
+    let lower = match after {
+        Some(_) => Bound::Excluded(start),
+        None => Bound::Included(start),
+    };
+    map.range((lower, Bound::Unbounded))
+        .take_while(|(k, _)| k.scope == scope)
+        .take(limit as usize)
+        .map(|(_, (r, _))| r.clone())
+        .collect()
 }

@@ -27,15 +27,18 @@ use postgres::types::ToSql;
 use postgres::{Client, NoTls, Row, Statement, Transaction};
 use smolbox_core::managed::envelope::Capabilities;
 use smolbox_core::managed::record::Resources;
-use smolbox_core::managed::{ExecutionRecord, Lease, MachineRecord, RecordKey};
+use smolbox_core::managed::{ExecutionRecord, Lease, MachineRecord, RecordKey, RecordKind};
 use smolbox_core::{Error, Operation};
 
-use crate::engine::{Backend, Lock, Tx, assigned_parts};
+use crate::engine::{Backend, Lock, Tx, assigned_parts, prepare_partition};
 use crate::row::{Projection, assigned_of, int, lease_of};
+use crate::seal::{KEY_ID, SEALED_V2};
 use crate::{Assigned, DueCursor, SCHEMA, Sealer, StoreInfo, impl_store, store_error};
 
-/// Schema version of the PostgreSQL layout.
-const LAYOUT_VERSION: i64 = 1;
+/// Schema version of the PostgreSQL layout: 2 adds the partitions'
+/// key-check values and the current sealed format (version-bound, with a
+/// key id).
+const LAYOUT_VERSION: i64 = 2;
 /// Attempts of one operation after deadlock or serialization failures.
 const MAX_ATTEMPTS: usize = 5;
 /// Advisory lock key serializing migrations across controllers.
@@ -76,10 +79,15 @@ CREATE INDEX IF NOT EXISTS machines_worker ON machines (partition, worker_id)
     WHERE worker_id IS NOT NULL;
 CREATE UNIQUE INDEX IF NOT EXISTS machines_name ON machines (partition, worker_id, machine_name)
     WHERE worker_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS machines_due ON machines (partition, next_due_ms, scope, id)
+    WHERE next_due_ms IS NOT NULL;
 CREATE TABLE IF NOT EXISTS machine_identities (
     partition VARCHAR(10) NOT NULL REFERENCES partitions (name), worker_id VARCHAR(64) NOT NULL,
     machine_name VARCHAR(31) NOT NULL, kind VARCHAR(16) NOT NULL, scope TEXT NOT NULL, id TEXT NOT NULL,
     PRIMARY KEY (partition, worker_id, machine_name), UNIQUE (partition, kind, scope, id));
+CREATE TABLE IF NOT EXISTS partition_keys (
+    partition VARCHAR(10) PRIMARY KEY REFERENCES partitions (name), key_id BIGINT NOT NULL,
+    check_value BYTEA NOT NULL);
 CREATE TABLE IF NOT EXISTS port_owners (
     partition VARCHAR(10) NOT NULL, worker_id VARCHAR(64) NOT NULL,
     host_port INTEGER NOT NULL CHECK (host_port BETWEEN 1 AND 65535),
@@ -138,6 +146,12 @@ impl PostgresStore {
                 "INSERT INTO smolbox_meta (key, value) VALUES ('layout', $1) ON CONFLICT DO NOTHING",
                 &[&LAYOUT_VERSION],
             )?;
+            // Layout 1 → 2: the schema above added the key-check table; each
+            // partition's rows are re-sealed when it is prepared.
+            tx.execute(
+                "UPDATE smolbox_meta SET value = $1 WHERE key = 'layout' AND value = 1",
+                &[&LAYOUT_VERSION],
+            )?;
             let layout: i64 = tx
                 .query_one("SELECT value FROM smolbox_meta WHERE key = 'layout'", &[])?
                 .get(0);
@@ -154,6 +168,17 @@ impl PostgresStore {
             } else {
                 Err(store_error(op, "unknown_layout_version"))
             }
+        })?;
+        self.prepare()
+    }
+
+    /// Checks this partition's key and re-seals its first-format rows, in
+    /// one transaction holding the partition lock (see `prepare_partition`).
+    fn prepare(&self) -> Result<(), Error> {
+        let op = Operation::StoreMigrate;
+        let legacy = self.sealer.with_legacy();
+        self.run(&legacy, op, Lock::Partition, &mut |tx| {
+            prepare_partition(tx, &legacy)
         })
     }
 
@@ -178,7 +203,7 @@ impl PostgresStore {
             }
             tx.batch_execute(
                 "DROP TABLE port_owners, machine_identities, machines, executions, worker_leases, \
-                 partitions, smolbox_meta",
+                 partition_keys, partitions, smolbox_meta",
             )?;
             tx.commit()?;
             Ok(true)
@@ -299,6 +324,20 @@ impl Backend for PostgresStore {
         lock: Lock,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<R, Error>,
     ) -> Result<R, Error> {
+        self.run(&self.sealer, op, lock, f)
+    }
+}
+
+impl PostgresStore {
+    /// Runs `f` in one transaction with `sealer`, retrying after deadlock
+    /// or serialization failures.
+    fn run<R>(
+        &self,
+        sealer: &Sealer,
+        op: Operation,
+        lock: Lock,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<R, Error>,
+    ) -> Result<R, Error> {
         let mut slot = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
         let mut attempt = 0;
         loop {
@@ -313,7 +352,7 @@ impl Backend for PostgresStore {
             let Some(conn) = slot.as_mut() else {
                 return Err(store_error(op, "postgres_unavailable"));
             };
-            let result = run_once(conn, &self.sealer, op, lock, f);
+            let result = run_once(conn, sealer, op, lock, f);
             if conn.client.is_closed() {
                 *slot = None;
             }
@@ -591,7 +630,7 @@ impl PgTx<'_> {
     ) -> Result<ExecutionRecord, Error> {
         let rec = self
             .sealer
-            .open_exec(key, payload)
+            .open_exec(key, p.stored_version()?, payload)
             .map_err(|e| e.with_operation(self.op))?;
         p.check(&Projection::of_exec(&rec))
             .map_err(|e| e.with_operation(self.op))?;
@@ -628,7 +667,7 @@ impl Tx for PgTx<'_> {
     }
 
     fn put_exec(&mut self, rec: &ExecutionRecord, new: bool) -> Result<(), Error> {
-        let payload = self.sealer.seal_exec(rec)?;
+        let payload = self.sealer.seal_exec_cached(rec)?;
         self.put_row(
             "executions",
             &rec.key,
@@ -651,20 +690,12 @@ impl Tx for PgTx<'_> {
     fn machine(&mut self, key: &RecordKey) -> Result<Option<MachineRecord>, Error> {
         match self.get_row("machines", key)? {
             None => Ok(None),
-            Some((payload, p)) => {
-                let rec = self
-                    .sealer
-                    .open_machine(key, &payload)
-                    .map_err(|e| e.with_operation(self.op))?;
-                p.check(&Projection::of_machine(&rec))
-                    .map_err(|e| e.with_operation(self.op))?;
-                Ok(Some(rec))
-            }
+            Some((payload, p)) => self.open_machine(key, &payload, &p).map(Some),
         }
     }
 
     fn put_machine(&mut self, rec: &MachineRecord, new: bool) -> Result<(), Error> {
-        let payload = self.sealer.seal_machine(rec)?;
+        let payload = self.sealer.seal_machine_cached(rec)?;
         self.put_row(
             "machines",
             &rec.key,
@@ -800,16 +831,150 @@ impl Tx for PgTx<'_> {
         after: Option<&DueCursor>,
         limit: u32,
     ) -> Result<Vec<ExecutionRecord>, Error> {
+        let rows = self.due_rows("executions", now_ms, after, limit)?;
+        rows.into_iter()
+            .map(|(key, payload, p)| self.open_exec(&key, &payload, &p))
+            .collect()
+    }
+
+    fn pending_machines(&mut self) -> Result<u64, Error> {
+        let partition = self.partition();
+        let rows = self.query(
+            "SELECT COUNT(*) FROM machines WHERE partition = $1 AND pending",
+            &[&partition],
+        )?;
+        let n: i64 = rows.first().map_or(0, |r| r.get(0));
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    fn due_machines(
+        &mut self,
+        now_ms: u64,
+        after: Option<&DueCursor>,
+        limit: u32,
+    ) -> Result<Vec<MachineRecord>, Error> {
+        let rows = self.due_rows("machines", now_ms, after, limit)?;
+        rows.into_iter()
+            .map(|(key, payload, p)| self.open_machine(&key, &payload, &p))
+            .collect()
+    }
+
+    fn list_execs(
+        &mut self,
+        scope: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<ExecutionRecord>, Error> {
+        let rows = self.list_rows("executions", scope, after, limit)?;
+        rows.into_iter()
+            .map(|(key, payload, p)| self.open_exec(&key, &payload, &p))
+            .collect()
+    }
+
+    fn list_machines(
+        &mut self,
+        scope: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<MachineRecord>, Error> {
+        let rows = self.list_rows("machines", scope, after, limit)?;
+        rows.into_iter()
+            .map(|(key, payload, p)| self.open_machine(&key, &payload, &p))
+            .collect()
+    }
+
+    fn key_check(&mut self) -> Result<Option<Vec<u8>>, Error> {
+        let partition = self.partition();
+        let row = self.query_opt(
+            "SELECT check_value FROM partition_keys WHERE partition = $1",
+            &[&partition],
+        )?;
+        row.map(|r| r.try_get(0).map_err(|e| pg_error(self.op, &e)))
+            .transpose()
+    }
+
+    fn put_key_check(&mut self, check: &[u8]) -> Result<(), Error> {
+        let partition = self.partition();
+        self.execute(
+            "INSERT INTO partition_keys (partition, key_id, check_value) VALUES ($1, $2, $3)",
+            &[&partition, &i64::from(KEY_ID), &check],
+        )?;
+        Ok(())
+    }
+
+    fn row_formats(&mut self) -> Result<Vec<(RecordKind, RecordKey, bool)>, Error> {
+        let partition = self.partition();
+        let mut out = Vec::new();
+        for (table, kind) in [
+            ("executions", RecordKind::Execution),
+            ("machines", RecordKind::Machine),
+        ] {
+            let sql = format!(
+                "SELECT scope, id, get_byte(payload, 0) = $2 FROM {table} WHERE partition = $1"
+            );
+            for r in self.query(&sql, &[&partition, &i32::from(SEALED_V2)])? {
+                let key = RecordKey {
+                    scope: r.try_get(0).map_err(|e| pg_error(self.op, &e))?,
+                    id: r.try_get(1).map_err(|e| pg_error(self.op, &e))?,
+                };
+                let current: bool = r.try_get(2).map_err(|e| pg_error(self.op, &e))?;
+                out.push((kind, key, current));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A row of a scan: its key, sealed payload and projected columns.
+type ScanRow = (RecordKey, Vec<u8>, Projection);
+
+impl PgTx<'_> {
+    fn open_machine(
+        &self,
+        key: &RecordKey,
+        payload: &[u8],
+        p: &Projection,
+    ) -> Result<MachineRecord, Error> {
+        let rec = self
+            .sealer
+            .open_machine(key, p.stored_version()?, payload)
+            .map_err(|e| e.with_operation(self.op))?;
+        p.check(&Projection::of_machine(&rec))
+            .map_err(|e| e.with_operation(self.op))?;
+        Ok(rec)
+    }
+
+    fn scan(&mut self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<ScanRow>, Error> {
+        let rows = self.query(sql, params)?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let (payload, p) = read_row(&r).map_err(|e| pg_error(self.op, &e))?;
+            let key = RecordKey {
+                scope: r.try_get(13).map_err(|e| pg_error(self.op, &e))?,
+                id: r.try_get(14).map_err(|e| pg_error(self.op, &e))?,
+            };
+            out.push((key, payload, p));
+        }
+        Ok(out)
+    }
+
+    fn due_rows(
+        &mut self,
+        table: &str,
+        now_ms: u64,
+        after: Option<&DueCursor>,
+        limit: u32,
+    ) -> Result<Vec<ScanRow>, Error> {
         let (due, scope, id) = after.map_or((-1, String::new(), String::new()), |c| {
             (int(c.due_at_ms), c.key.scope.clone(), c.key.id.clone())
         });
         let sql = format!(
-            "SELECT {COLS}, scope, id FROM executions WHERE partition = $1 AND next_due_ms IS NOT NULL \
+            "SELECT {COLS}, scope, id FROM {table} WHERE partition = $1 AND next_due_ms IS NOT NULL \
              AND next_due_ms <= $2 AND (next_due_ms, scope, id) > ($3, $4, $5) \
              ORDER BY next_due_ms, scope, id LIMIT $6"
         );
         let partition = self.partition();
-        let rows = self.query(
+        self.scan(
             &sql,
             &[
                 &partition,
@@ -819,17 +984,24 @@ impl Tx for PgTx<'_> {
                 &id,
                 &i64::from(limit),
             ],
-        )?;
-        let mut out = Vec::with_capacity(rows.len());
-        for r in rows {
-            let (payload, p) = read_row(&r).map_err(|e| pg_error(self.op, &e))?;
-            let key = RecordKey {
-                scope: r.get(13),
-                id: r.get(14),
-            };
-            out.push(self.open_exec(&key, &payload, &p)?);
-        }
-        Ok(out)
+        )
+    }
+
+    fn list_rows(
+        &mut self,
+        table: &str,
+        scope: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<ScanRow>, Error> {
+        // An empty string sorts before every identifier.
+        let after = after.unwrap_or("");
+        let sql = format!(
+            "SELECT {COLS}, scope, id FROM {table} WHERE partition = $1 AND scope = $2 AND id > $3 \
+             ORDER BY id LIMIT $4"
+        );
+        let partition = self.partition();
+        self.scan(&sql, &[&partition, &scope, &after, &i64::from(limit)])
     }
 }
 

@@ -81,6 +81,12 @@ impl Projection {
         }
     }
 
+    /// The row's version column, which the sealed payload is bound to.
+    pub(crate) fn stored_version(&self) -> Result<u64, Error> {
+        u64::try_from(self.version)
+            .map_err(|_| store_error(Operation::StoreFetch, "projection_mismatch"))
+    }
+
     /// Fails loudly when the clear columns disagree with the payload.
     pub(crate) fn check(&self, decoded: &Self) -> Result<(), Error> {
         if self == decoded {

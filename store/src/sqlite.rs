@@ -8,7 +8,9 @@
 //! Durability: `synchronous = FULL` by default (every commit reaches the
 //! disk); [`SqliteOptions::synchronous_normal`] trades the last commits
 //! before an OS crash or power loss for speed (WAL keeps the file
-//! consistent either way).
+//! consistent either way). A store opened that way reports
+//! `durable: false` in [`StoreInfo`], so a durable runtime refuses it
+//! unless its ephemeral mode is explicit.
 
 use std::path::Path;
 use std::sync::{Mutex, PoisonError};
@@ -19,15 +21,17 @@ use rusqlite::{
 };
 use smolbox_core::managed::envelope::Capabilities;
 use smolbox_core::managed::record::Resources;
-use smolbox_core::managed::{ExecutionRecord, Lease, MachineRecord, RecordKey};
+use smolbox_core::managed::{ExecutionRecord, Lease, MachineRecord, RecordKey, RecordKind};
 use smolbox_core::{Error, Operation};
 
-use crate::engine::{Backend, Lock, Tx, assigned_parts};
+use crate::engine::{Backend, Lock, Tx, assigned_parts, prepare_partition};
 use crate::row::{Projection, assigned_of, int, lease_of};
+use crate::seal::KEY_ID;
 use crate::{Assigned, DueCursor, SCHEMA, Sealer, StoreInfo, impl_store, store_error};
 
-/// Schema version of the SQLite layout.
-const LAYOUT_VERSION: i64 = 1;
+/// Schema version of the SQLite layout: 2 adds the partitions' key-check
+/// values and the current sealed format (version-bound, with a key id).
+const LAYOUT_VERSION: i64 = 2;
 /// How long a writer waits for another process's write lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -62,10 +66,14 @@ CREATE TABLE IF NOT EXISTS machines (
     PRIMARY KEY (partition, scope, id)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS machines_worker ON machines (partition, worker_id)
     WHERE worker_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS machines_due ON machines (partition, next_due_ms, scope, id)
+    WHERE next_due_ms IS NOT NULL;
 CREATE TABLE IF NOT EXISTS machine_identities (
     partition TEXT NOT NULL, worker_id TEXT NOT NULL, machine_name TEXT NOT NULL,
     kind TEXT NOT NULL, scope TEXT NOT NULL, id TEXT NOT NULL,
     PRIMARY KEY (partition, worker_id, machine_name), UNIQUE (partition, kind, scope, id));
+CREATE TABLE IF NOT EXISTS partition_keys (
+    partition TEXT PRIMARY KEY, key_id INTEGER NOT NULL, check_value BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS port_owners (
     partition TEXT NOT NULL, worker_id TEXT NOT NULL,
     host_port INTEGER NOT NULL CHECK (host_port BETWEEN 1 AND 65535),
@@ -90,7 +98,8 @@ pub enum SqliteMode {
 pub struct SqliteOptions {
     /// Read-write (default) or read-only.
     pub mode: SqliteMode,
-    /// `synchronous = NORMAL` instead of `FULL` (see the module docs).
+    /// `synchronous = NORMAL` instead of `FULL` (see the module docs); the
+    /// store then reports itself non-durable.
     pub synchronous_normal: bool,
 }
 
@@ -108,6 +117,9 @@ impl Default for SqliteOptions {
 pub struct SqliteStore {
     conn: Mutex<Connection>,
     sealer: Sealer,
+    /// False under `synchronous = NORMAL`: a committed write may be lost
+    /// to an OS crash or power loss.
+    durable: bool,
 }
 
 impl SqliteStore {
@@ -132,6 +144,9 @@ impl SqliteStore {
             }
             SqliteMode::ReadOnly => OpenFlags::SQLITE_OPEN_READ_ONLY,
         } | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        if options.mode == SqliteMode::ReadWrite {
+            create_private(path)?;
+        }
         let mut conn = Connection::open_with_flags(path, flags).map_err(|e| sql_error(op, &e))?;
         conn.busy_timeout(BUSY_TIMEOUT)
             .map_err(|e| sql_error(op, &e))?;
@@ -152,30 +167,119 @@ impl SqliteStore {
                 .map_err(|e| sql_error(op, &e))?;
             tx.execute_batch(SCHEMA_SQL)
                 .map_err(|e| sql_error(op, &e))?;
-            tx.execute(
-                "INSERT INTO smolbox_meta (key, value) VALUES ('layout', ?1) ON CONFLICT DO NOTHING",
-                [LAYOUT_VERSION],
-            )
-            .map_err(|e| sql_error(op, &e))?;
+            match read_layout(&tx)? {
+                None => {
+                    tx.execute(
+                        "INSERT INTO smolbox_meta (key, value) VALUES ('layout', ?1)",
+                        [LAYOUT_VERSION],
+                    )
+                    .map_err(|e| sql_error(op, &e))?;
+                }
+                // Layout 1 → 2: the schema above added the key-check table;
+                // each partition's rows are re-sealed when it is prepared.
+                Some(1) => {
+                    tx.execute(
+                        "UPDATE smolbox_meta SET value = ?1 WHERE key = 'layout'",
+                        [LAYOUT_VERSION],
+                    )
+                    .map_err(|e| sql_error(op, &e))?;
+                }
+                Some(LAYOUT_VERSION) => {}
+                Some(_) => return Err(store_error(op, "unknown_layout_version")),
+            }
+            let legacy = sealer.with_legacy();
+            prepare_partition(
+                &mut SqliteTx {
+                    tx: &tx,
+                    sealer: &legacy,
+                    op,
+                },
+                &legacy,
+            )?;
             tx.commit().map_err(|e| sql_error(op, &e))?;
-        }
-        let layout: Option<i64> = conn
-            .query_row(
-                "SELECT value FROM smolbox_meta WHERE key = 'layout'",
-                [],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(|e| sql_error(op, &e))?;
-        match layout {
-            Some(LAYOUT_VERSION) => {}
-            Some(_) => return Err(store_error(op, "unknown_layout_version")),
-            None => return Err(store_error(op, "schema_missing")),
+            // SQLite gives the WAL and the shared-memory file the database
+            // file's mode; tighten any left from an older, looser file.
+            for suffix in ["-wal", "-shm"] {
+                let mut name = path.as_os_str().to_os_string();
+                name.push(suffix);
+                tighten(Path::new(&name))?;
+            }
+        } else {
+            let tx = conn.transaction().map_err(|e| sql_error(op, &e))?;
+            match read_layout(&tx)? {
+                Some(LAYOUT_VERSION) => {}
+                Some(1) => return Err(store_error(op, "layout_needs_migration")),
+                Some(_) => return Err(store_error(op, "unknown_layout_version")),
+                None => return Err(store_error(op, "schema_missing")),
+            }
+            let check: Option<Vec<u8>> = tx
+                .query_row(
+                    "SELECT check_value FROM partition_keys WHERE partition = ?1",
+                    [sealer.partition()],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(|e| sql_error(op, &e))?;
+            if let Some(c) = check {
+                sealer.verify_key_check(&c)?;
+            }
         }
         Ok(Self {
             conn: Mutex::new(conn),
             sealer,
+            durable: !options.synchronous_normal,
         })
+    }
+}
+
+fn read_layout(tx: &Transaction<'_>) -> Result<Option<i64>, Error> {
+    let op = Operation::StoreMigrate;
+    let exists: bool = tx
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'smolbox_meta')",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(|e| sql_error(op, &e))?;
+    if !exists {
+        return Ok(None);
+    }
+    tx.query_row(
+        "SELECT value FROM smolbox_meta WHERE key = 'layout'",
+        [],
+        |r| r.get(0),
+    )
+    .optional()
+    .map_err(|e| sql_error(op, &e))
+}
+
+/// Creates the database file with mode 0600 when it does not exist yet, and
+/// tightens an existing one to 0600 (C18.4: records, even sealed, are the
+/// owner's only).
+fn create_private(path: &Path) -> Result<(), Error> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let created = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path);
+    match created {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => tighten(path),
+        Err(_) => Err(store_error(Operation::StoreMigrate, "sqlite_cannot_open")),
+    }
+}
+
+/// Removes group and other permissions from `path` if it exists.
+fn tighten(path: &Path) -> Result<(), Error> {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::metadata(path) {
+        Ok(m) if m.permissions().mode() & 0o077 != 0 => {
+            let mode = m.permissions().mode() & 0o700;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+                .map_err(|_| store_error(Operation::StoreMigrate, "sqlite_permissions"))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -201,7 +305,7 @@ impl Backend for SqliteStore {
     fn info(&self) -> StoreInfo {
         StoreInfo {
             schema: SCHEMA,
-            durable: true,
+            durable: self.durable,
             atomic: true,
             capabilities: Capabilities::ALL,
         }
@@ -340,7 +444,7 @@ impl SqliteTx<'_> {
     ) -> Result<ExecutionRecord, Error> {
         let rec = self
             .sealer
-            .open_exec(key, payload)
+            .open_exec(key, p.stored_version()?, payload)
             .map_err(|e| e.with_operation(self.op))?;
         p.check(&Projection::of_exec(&rec))
             .map_err(|e| e.with_operation(self.op))?;
@@ -357,7 +461,7 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn put_exec(&mut self, rec: &ExecutionRecord, new: bool) -> Result<(), Error> {
-        let payload = self.sealer.seal_exec(rec)?;
+        let payload = self.sealer.seal_exec_cached(rec)?;
         self.put_row(
             "executions",
             &rec.key,
@@ -381,20 +485,12 @@ impl Tx for SqliteTx<'_> {
     fn machine(&mut self, key: &RecordKey) -> Result<Option<MachineRecord>, Error> {
         match self.get_row("machines", key)? {
             None => Ok(None),
-            Some((payload, p)) => {
-                let rec = self
-                    .sealer
-                    .open_machine(key, &payload)
-                    .map_err(|e| e.with_operation(self.op))?;
-                p.check(&Projection::of_machine(&rec))
-                    .map_err(|e| e.with_operation(self.op))?;
-                Ok(Some(rec))
-            }
+            Some((payload, p)) => self.open_machine(key, &payload, &p).map(Some),
         }
     }
 
     fn put_machine(&mut self, rec: &MachineRecord, new: bool) -> Result<(), Error> {
-        let payload = self.sealer.seal_machine(rec)?;
+        let payload = self.sealer.seal_machine_cached(rec)?;
         self.put_row(
             "machines",
             &rec.key,
@@ -558,31 +654,183 @@ impl Tx for SqliteTx<'_> {
         after: Option<&DueCursor>,
         limit: u32,
     ) -> Result<Vec<ExecutionRecord>, Error> {
+        let rows = self.due_rows("executions", now_ms, after, limit)?;
+        rows.into_iter()
+            .map(|(key, payload, p)| self.open_exec(&key, &payload, &p))
+            .collect()
+    }
+
+    fn pending_machines(&mut self) -> Result<u64, Error> {
+        let mut stmt = self
+            .tx
+            .prepare_cached("SELECT COUNT(*) FROM machines WHERE partition = ?1 AND pending = 1")
+            .map_err(|e| self.err(&e))?;
+        let n: i64 = stmt
+            .query_row([self.partition()], |r| r.get(0))
+            .map_err(|e| self.err(&e))?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    fn due_machines(
+        &mut self,
+        now_ms: u64,
+        after: Option<&DueCursor>,
+        limit: u32,
+    ) -> Result<Vec<MachineRecord>, Error> {
+        let rows = self.due_rows("machines", now_ms, after, limit)?;
+        rows.into_iter()
+            .map(|(key, payload, p)| self.open_machine(&key, &payload, &p))
+            .collect()
+    }
+
+    fn list_execs(
+        &mut self,
+        scope: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<ExecutionRecord>, Error> {
+        let rows = self.list_rows("executions", scope, after, limit)?;
+        rows.into_iter()
+            .map(|(key, payload, p)| self.open_exec(&key, &payload, &p))
+            .collect()
+    }
+
+    fn list_machines(
+        &mut self,
+        scope: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<MachineRecord>, Error> {
+        let rows = self.list_rows("machines", scope, after, limit)?;
+        rows.into_iter()
+            .map(|(key, payload, p)| self.open_machine(&key, &payload, &p))
+            .collect()
+    }
+
+    fn key_check(&mut self) -> Result<Option<Vec<u8>>, Error> {
+        let mut stmt = self
+            .tx
+            .prepare_cached("SELECT check_value FROM partition_keys WHERE partition = ?1")
+            .map_err(|e| self.err(&e))?;
+        stmt.query_row([self.partition()], |r| r.get(0))
+            .optional()
+            .map_err(|e| self.err(&e))
+    }
+
+    fn put_key_check(&mut self, check: &[u8]) -> Result<(), Error> {
+        let mut stmt = self
+            .tx
+            .prepare_cached(
+                "INSERT INTO partition_keys (partition, key_id, check_value) VALUES (?1, ?2, ?3)",
+            )
+            .map_err(|e| self.err(&e))?;
+        stmt.execute(params![self.partition(), KEY_ID, check])
+            .map_err(|e| self.err(&e))?;
+        Ok(())
+    }
+
+    fn row_formats(&mut self) -> Result<Vec<(RecordKind, RecordKey, bool)>, Error> {
+        let mut out = Vec::new();
+        for (table, kind) in [
+            ("executions", RecordKind::Execution),
+            ("machines", RecordKind::Machine),
+        ] {
+            let sql = format!(
+                "SELECT scope, id, substr(payload, 1, 1) = ?2 FROM {table} WHERE partition = ?1"
+            );
+            let mut stmt = self.tx.prepare(&sql).map_err(|e| self.err(&e))?;
+            let rows = stmt
+                .query_map(params![self.partition(), CURRENT_SEALED], |r| {
+                    Ok((
+                        kind,
+                        RecordKey {
+                            scope: r.get(0)?,
+                            id: r.get(1)?,
+                        },
+                        r.get::<_, bool>(2)?,
+                    ))
+                })
+                .map_err(|e| self.err(&e))?;
+            for row in rows {
+                out.push(row.map_err(|e| self.err(&e))?);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The first byte of a payload sealed in the current format.
+const CURRENT_SEALED: &[u8] = &[crate::seal::SEALED_V2];
+
+/// A row of a scan: its key, sealed payload and projected columns.
+type ScanRow = (RecordKey, Vec<u8>, Projection);
+
+impl SqliteTx<'_> {
+    fn open_machine(
+        &self,
+        key: &RecordKey,
+        payload: &[u8],
+        p: &Projection,
+    ) -> Result<MachineRecord, Error> {
+        let rec = self
+            .sealer
+            .open_machine(key, p.stored_version()?, payload)
+            .map_err(|e| e.with_operation(self.op))?;
+        p.check(&Projection::of_machine(&rec))
+            .map_err(|e| e.with_operation(self.op))?;
+        Ok(rec)
+    }
+
+    fn scan(&self, sql: &str, params: &[&dyn rusqlite::ToSql]) -> Result<Vec<ScanRow>, Error> {
+        let mut stmt = self.tx.prepare_cached(sql).map_err(|e| self.err(&e))?;
+        let rows = stmt
+            .query_map(params, |r| {
+                let (payload, p) = read_row(r)?;
+                let key = RecordKey {
+                    scope: r.get(13)?,
+                    id: r.get(14)?,
+                };
+                Ok((key, payload, p))
+            })
+            .map_err(|e| self.err(&e))?;
+        rows.map(|r| r.map_err(|e| self.err(&e))).collect()
+    }
+
+    fn due_rows(
+        &self,
+        table: &str,
+        now_ms: u64,
+        after: Option<&DueCursor>,
+        limit: u32,
+    ) -> Result<Vec<ScanRow>, Error> {
         let (due, scope, id) = after.map_or((-1, "", ""), |c| {
             (int(c.due_at_ms), c.key.scope.as_str(), c.key.id.as_str())
         });
         let sql = format!(
-            "SELECT {COLS}, scope, id FROM executions WHERE partition = ?1 AND next_due_ms IS NOT NULL \
+            "SELECT {COLS}, scope, id FROM {table} WHERE partition = ?1 AND next_due_ms IS NOT NULL \
              AND next_due_ms <= ?2 AND (next_due_ms, scope, id) > (?3, ?4, ?5) \
              ORDER BY next_due_ms, scope, id LIMIT ?6"
         );
-        let mut stmt = self.tx.prepare_cached(&sql).map_err(|e| self.err(&e))?;
-        let rows = stmt
-            .query_map(
-                params![self.partition(), int(now_ms), due, scope, id, limit],
-                |r| {
-                    let (payload, p) = read_row(r)?;
-                    Ok((payload, p, r.get::<_, String>(13)?, r.get::<_, String>(14)?))
-                },
-            )
-            .map_err(|e| self.err(&e))?;
-        let mut out = Vec::with_capacity(limit as usize);
-        for row in rows {
-            let (payload, p, scope, id) = row.map_err(|e| self.err(&e))?;
-            let key = RecordKey { scope, id };
-            out.push(self.open_exec(&key, &payload, &p)?);
-        }
-        Ok(out)
+        self.scan(
+            &sql,
+            params![self.partition(), int(now_ms), due, scope, id, limit],
+        )
+    }
+
+    fn list_rows(
+        &self,
+        table: &str,
+        scope: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<ScanRow>, Error> {
+        // An empty string sorts before every identifier.
+        let after = after.unwrap_or("");
+        let sql = format!(
+            "SELECT {COLS}, scope, id FROM {table} WHERE partition = ?1 AND scope = ?2 AND id > ?3 \
+             ORDER BY id LIMIT ?4"
+        );
+        self.scan(&sql, params![self.partition(), scope, after, limit])
     }
 }
 

@@ -118,3 +118,74 @@ fn config_bounds_are_checked() {
         .is_ok()
     );
 }
+
+#[test]
+fn apply_op_performs_controller_ops_and_keeps_errors() {
+    use smolbox_core::managed::Guard;
+    use smolbox_core::managed::controller::{StoreOp, StoreReply};
+    use smolbox_core::managed::patch::ExecPatch;
+    use smolbox_core::managed::state::ExecState;
+    use smolbox_store::apply_op;
+
+    let s = MemoryStore::new(MemoryConfig::default()).unwrap();
+    let rec = accepted(key("s", "a"), exec_spec("x"), 1_000);
+    let op = StoreOp::Accept {
+        record: Box::new(rec.clone()),
+        max_pending: 10,
+    };
+    assert!(matches!(
+        apply_op(&s, &op).unwrap(),
+        StoreReply::Accepted {
+            existing: false,
+            ..
+        }
+    ));
+    assert!(matches!(
+        apply_op(&s, &op).unwrap(),
+        StoreReply::Accepted { existing: true, .. }
+    ));
+    let claim = StoreOp::Claim {
+        key: rec.key.clone(),
+        owner: "ctl-1".into(),
+        now_ms: 1_001,
+        ttl_ms: 1_000,
+    };
+    let StoreReply::Record(claimed) = apply_op(&s, &claim).unwrap() else {
+        panic!("record expected");
+    };
+    let write = StoreOp::Write {
+        key: rec.key.clone(),
+        guard: Guard::for_exec(&claimed, "ctl-1"),
+        patch: ExecPatch {
+            state: Some(ExecState::Preparing),
+            ..ExecPatch::default()
+        },
+        now_ms: 1_002,
+    };
+    let StoreReply::Record(w) = apply_op(&s, &write).unwrap() else {
+        panic!("record expected");
+    };
+    assert_eq!(w.state, ExecState::Preparing);
+    // The same guard again is stale: the store's error, unchanged.
+    assert_eq!(
+        apply_op(&s, &write).unwrap_err().category(),
+        Category::StaleVersion
+    );
+    let due = StoreOp::Due {
+        now_ms: 5_000,
+        after: None,
+        limit: 1,
+    };
+    let StoreReply::Due { records, next } = apply_op(&s, &due).unwrap() else {
+        panic!("due page expected");
+    };
+    assert_eq!(records.len(), 1);
+    assert_eq!(next.unwrap().key, rec.key);
+    let fetch = StoreOp::Fetch {
+        key: key("s", "absent"),
+    };
+    assert_eq!(
+        apply_op(&s, &fetch).unwrap_err().category(),
+        Category::NotFound
+    );
+}

@@ -232,3 +232,120 @@ fn import_is_one_transaction() {
         Category::NotFound
     );
 }
+
+fn other_sealer(partition: &str) -> Sealer {
+    let k = EncryptionKey::new([8; 32], &fingerprint_key()).unwrap();
+    Sealer::new(&k, partition).unwrap()
+}
+
+#[test]
+fn a_replaced_key_is_refused_at_connect() {
+    let Some(h) = make() else { return };
+    h.first
+        .accept(&accepted(key("s", "a"), exec_spec("x"), 1), 100)
+        .unwrap();
+    let e = PostgresStore::connect(&h.url, other_sealer(&h.partition)).unwrap_err();
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::Store, "key_mismatch")
+    );
+    assert!(h.first.fetch(&key("s", "a")).is_ok());
+}
+
+#[test]
+fn a_rolled_back_sealed_payload_is_a_store_error() {
+    let Some(h) = make() else { return };
+    let k = key("s", "a");
+    h.first
+        .accept(&accepted(k.clone(), exec_spec("x"), 1), 100)
+        .unwrap();
+    let mut c = raw(&h.url);
+    let old: Vec<u8> = c
+        .query_one(
+            "SELECT payload FROM executions WHERE partition = $1 AND id = 'a'",
+            &[&h.partition],
+        )
+        .unwrap()
+        .get(0);
+    h.first.claim(&k, "ctl", 2, 1_000).unwrap();
+    c.execute(
+        "UPDATE executions SET payload = $2 WHERE partition = $1 AND id = 'a'",
+        &[&h.partition, &old],
+    )
+    .unwrap();
+    let e = h.first.fetch(&k).unwrap_err();
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::Store, "authentication_failed")
+    );
+}
+
+#[test]
+fn first_format_rows_migrate_and_keep_decoding() {
+    use smolbox_core::managed::RecordKind;
+    use smolbox_core::managed::envelope::encode_exec;
+    let Some(h) = make() else { return };
+    let recs: Vec<_> = (0..3)
+        .map(|i| accepted(key("s", &format!("o{i}")), exec_spec("x"), 10 + i))
+        .collect();
+    h.first.import(&recs).unwrap();
+    // As the first layout left this partition: no key check, first-format payloads.
+    let mut c = raw(&h.url);
+    c.execute(
+        "DELETE FROM partition_keys WHERE partition = $1",
+        &[&h.partition],
+    )
+    .unwrap();
+    for r in &recs {
+        let old = conformance::legacy_seal(
+            [9; 32],
+            &h.partition,
+            RecordKind::Execution,
+            &r.key,
+            &encode_exec(r).unwrap(),
+        );
+        c.execute(
+            "UPDATE executions SET payload = $3 WHERE partition = $1 AND id = $2",
+            &[&h.partition, &r.key.id, &old],
+        )
+        .unwrap();
+    }
+    let first_byte = |c: &mut postgres::Client, id: &str| -> i32 {
+        c.query_one(
+            "SELECT get_byte(payload, 0) FROM executions WHERE partition = $1 AND id = $2",
+            &[&h.partition, &id],
+        )
+        .unwrap()
+        .get(0)
+    };
+    assert_eq!(first_byte(&mut c, "o1"), 1);
+    let e = PostgresStore::connect(&h.url, other_sealer(&h.partition)).unwrap_err();
+    assert_eq!(e.reason(), "key_mismatch");
+    assert_eq!(
+        first_byte(&mut c, "o1"),
+        1,
+        "a refused migration changes nothing"
+    );
+    let s = PostgresStore::connect(&h.url, sealer(&h.partition)).unwrap();
+    for r in &recs {
+        assert_eq!(&s.fetch(&r.key).unwrap(), r);
+        assert_eq!(first_byte(&mut c, &r.key.id), 2);
+    }
+    // Once migrated, a first-format payload is refused.
+    let old = conformance::legacy_seal(
+        [9; 32],
+        &h.partition,
+        RecordKind::Execution,
+        &recs[0].key,
+        &encode_exec(&recs[0]).unwrap(),
+    );
+    c.execute(
+        "UPDATE executions SET payload = $2 WHERE partition = $1 AND id = 'o0'",
+        &[&h.partition, &old],
+    )
+    .unwrap();
+    assert_eq!(
+        s.fetch(&recs[0].key).unwrap_err().reason(),
+        "legacy_sealed_version"
+    );
+}

@@ -170,7 +170,7 @@ fn unknown_envelope_version_is_a_store_error_not_absence() {
     let mut env = encode_exec(&rec).unwrap();
     env[..2].copy_from_slice(&99u16.to_be_bytes());
     let sealed = sealer("test")
-        .seal_bytes(RecordKind::Execution, &rec.key, &env)
+        .seal_bytes(RecordKind::Execution, &rec.key, rec.version, &env)
         .unwrap();
     raw(&h.path)
         .execute("UPDATE executions SET payload = ?1", [sealed])
@@ -265,5 +265,215 @@ fn import_is_one_transaction() {
     assert_eq!(
         h.first.fetch(&key("s", "i9")).unwrap_err().category(),
         Category::NotFound
+    );
+}
+
+#[test]
+fn synchronous_normal_reports_itself_non_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("d.db");
+    // FULL (the default) is durable.
+    let full = SqliteStore::open(&path, sealer("test")).unwrap();
+    assert!(full.info().durable);
+    drop(full);
+    // NORMAL may lose the last commits to an OS crash: not durable (issue 12).
+    let normal = open(&path);
+    let info = normal.info();
+    assert!(!info.durable && info.atomic && info.schema == 1);
+    // The mode belongs to the handle, not to the file.
+    assert!(
+        SqliteStore::open(&path, sealer("test"))
+            .unwrap()
+            .info()
+            .durable
+    );
+}
+
+fn mode(p: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn file_wal_and_shm_are_created_private() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.db");
+    let s = SqliteStore::open(&path, sealer("test")).unwrap();
+    s.accept(&accepted(key("s", "a"), exec_spec("x"), 1), 100)
+        .unwrap();
+    for suffix in ["", "-wal", "-shm"] {
+        let f = PathBuf::from(format!("{}{suffix}", path.display()));
+        assert_eq!(mode(&f), 0o600, "{}", f.display());
+    }
+    drop(s);
+    // A looser file left by an older version is tightened on open.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    SqliteStore::open(&path, sealer("test")).unwrap();
+    assert_eq!(mode(&path), 0o600);
+}
+
+#[test]
+fn a_rolled_back_sealed_payload_is_a_store_error() {
+    let h = make().unwrap();
+    let k = key("s", "a");
+    h.first
+        .accept(&accepted(k.clone(), exec_spec("x"), 1), 100)
+        .unwrap();
+    let c = raw(&h.path);
+    let old: Vec<u8> = c
+        .query_row("SELECT payload FROM executions WHERE id = 'a'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    let claimed = h.first.claim(&k, "ctl", 2, 1_000).unwrap();
+    assert_eq!(claimed.version, 2);
+    // The version-1 payload swapped back under the version-2 row.
+    c.execute("UPDATE executions SET payload = ?1 WHERE id = 'a'", [&old])
+        .unwrap();
+    let e = h.first.fetch(&k).unwrap_err();
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::Store, "authentication_failed")
+    );
+    assert_eq!(cat_of(h.first.claim(&k, "ctl", 3, 1_000)), Category::Store);
+}
+
+fn cat_of<T: std::fmt::Debug>(r: Result<T, smolbox_core::Error>) -> Category {
+    r.unwrap_err().category()
+}
+
+fn other_sealer(partition: &str) -> Sealer {
+    let k = EncryptionKey::new([8; 32], &fingerprint_key()).unwrap();
+    Sealer::new(&k, partition).unwrap()
+}
+
+#[test]
+fn a_replaced_key_is_refused_at_open() {
+    let h = make().unwrap();
+    h.first
+        .accept(&accepted(key("s", "a"), exec_spec("x"), 1), 100)
+        .unwrap();
+    let e = SqliteStore::open(&h.path, other_sealer("test")).unwrap_err();
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::Store, "key_mismatch")
+    );
+    // Read-only opens check it too.
+    let ro = SqliteOptions {
+        mode: SqliteMode::ReadOnly,
+        ..SqliteOptions::default()
+    };
+    let e = SqliteStore::open_with(&h.path, other_sealer("test"), ro).unwrap_err();
+    assert_eq!(e.reason(), "key_mismatch");
+    // Even a partition without records is bound to the key that opened it first.
+    let e = SqliteStore::open(&h.path, {
+        SqliteStore::open(&h.path, sealer("empty")).unwrap();
+        other_sealer("empty")
+    })
+    .unwrap_err();
+    assert_eq!(e.reason(), "key_mismatch");
+    // Another partition is another key's.
+    SqliteStore::open(&h.path, other_sealer("fresh")).unwrap();
+    assert!(h.first.fetch(&key("s", "a")).is_ok());
+}
+
+/// Rewrites a current store as the first layout wrote it: layout 1, no key
+/// checks, first-format payloads.
+fn make_legacy(path: &Path, recs: &[smolbox_core::managed::ExecutionRecord]) {
+    let c = raw(path);
+    c.execute_batch(
+        "DROP TABLE partition_keys; UPDATE smolbox_meta SET value = 1 WHERE key = 'layout';",
+    )
+    .unwrap();
+    for rec in recs {
+        let old = conformance::legacy_seal(
+            [7; 32],
+            "test",
+            RecordKind::Execution,
+            &rec.key,
+            &encode_exec(rec).unwrap(),
+        );
+        c.execute(
+            "UPDATE executions SET payload = ?1 WHERE id = ?2",
+            rusqlite::params![old, rec.key.id],
+        )
+        .unwrap();
+    }
+}
+
+fn layout(path: &Path) -> i64 {
+    raw(path)
+        .query_row(
+            "SELECT value FROM smolbox_meta WHERE key = 'layout'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+}
+
+fn first_byte(path: &Path, id: &str) -> u8 {
+    let p: Vec<u8> = raw(path)
+        .query_row("SELECT payload FROM executions WHERE id = ?1", [id], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    p[0]
+}
+
+#[test]
+fn first_format_rows_migrate_and_keep_decoding() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    let recs: Vec<_> = (0..3)
+        .map(|i| accepted(key("s", &format!("o{i}")), exec_spec("x"), 10 + i))
+        .collect();
+    {
+        let s = open(&path);
+        s.import(&recs).unwrap();
+    }
+    make_legacy(&path, &recs);
+    assert_eq!((layout(&path), first_byte(&path, "o1")), (1, 0x01));
+    // The wrong key is refused and migrates nothing.
+    let e = SqliteStore::open(&path, other_sealer("test")).unwrap_err();
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::Store, "key_mismatch")
+    );
+    assert_eq!((layout(&path), first_byte(&path, "o1")), (1, 0x01));
+    // A read-only open cannot migrate: it says so.
+    let ro = SqliteOptions {
+        mode: SqliteMode::ReadOnly,
+        ..SqliteOptions::default()
+    };
+    assert_eq!(
+        SqliteStore::open_with(&path, sealer("test"), ro)
+            .unwrap_err()
+            .reason(),
+        "layout_needs_migration"
+    );
+    // The right key migrates: every record reads back as it was, re-sealed.
+    let s = open(&path);
+    for r in &recs {
+        assert_eq!(&s.fetch(&r.key).unwrap(), r);
+        assert_eq!(first_byte(&path, &r.key.id), 0x02);
+    }
+    assert_eq!(layout(&path), 2);
+    assert_eq!(s.due(100, None, 10).unwrap().records, recs);
+    // Once migrated, a first-format payload is refused like any tampering.
+    let old = conformance::legacy_seal(
+        [7; 32],
+        "test",
+        RecordKind::Execution,
+        &recs[0].key,
+        &encode_exec(&recs[0]).unwrap(),
+    );
+    raw(&path)
+        .execute("UPDATE executions SET payload = ?1 WHERE id = 'o0'", [old])
+        .unwrap();
+    let e = s.fetch(&recs[0].key).unwrap_err();
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::Store, "legacy_sealed_version")
     );
 }

@@ -760,3 +760,119 @@ pub fn terminal_bad_frames_are_protocol_errors<S: Shell>(t: Transport) {
         );
     }
 }
+
+/// Exec, streamed exec, launch and terminal run the core's gated calls
+/// after a health preflight: against 1.9.2 a feature it lacks (extended
+/// exec, background launch, `user`) is `unsupported_capability` /
+/// `not_dispatched` and the worker sees no request on that route (AC-0.3.2);
+/// what 1.9.2 has (a plain exec) still runs.
+pub fn gated_features_are_refused_unsent_on_1_9_2<S: Shell>(t: Transport) {
+    let fx = Fixture::start_version(t, "1.9.2");
+    let s: S = fx.shell();
+    let profile = s.admit().unwrap();
+    assert_eq!(profile.version_text(), "1.9.2");
+    s.create(&profile, name("m1"), &MachineSpec::default())
+        .unwrap();
+    let extended = sh("true").timeout_secs(301);
+    let gated = |e: &Error| {
+        assert_err(e, Category::UnsupportedCapability, Evidence::NotDispatched);
+    };
+    gated(
+        &s.exec("m1", &extended, OutputAllowance::DEFAULT)
+            .unwrap_err(),
+    );
+    gated(
+        &s.exec_stream("m1", &extended, OutputAllowance::DEFAULT)
+            .map(|_| ())
+            .unwrap_err(),
+    );
+    gated(&s.launch("m1", &sh("sleep 1").background(true)).unwrap_err());
+    // 1.9.2's strict request struct has no `user`.
+    gated(
+        &s.exec("m1", &sh("id").user("root"), OutputAllowance::DEFAULT)
+            .unwrap_err(),
+    );
+    for route in [Route::Exec, Route::ExecStream] {
+        assert_eq!(fx.worker.request_count(route), 0, "{route:?} was sent");
+    }
+    let out = exited(
+        s.exec("m1", &sh("echo hi"), OutputAllowance::DEFAULT)
+            .unwrap(),
+    );
+    assert_eq!((out.exit_code, &out.stdout[..]), (0, &b"hi\n"[..]));
+    assert_eq!(fx.worker.request_count(Route::Exec), 1);
+}
+
+/// The same operations against 1.22.0 are sent and run (the gate lets them
+/// through).
+pub fn gated_features_run_on_1_22_0<S: Shell>(t: Transport) {
+    let fx = Fixture::start_version(t, "1.22.0");
+    let s: S = fx.shell();
+    machine(&s);
+    let out = exited(
+        s.exec(
+            "m1",
+            &sh("echo ext").timeout_secs(301),
+            OutputAllowance::DEFAULT,
+        )
+        .unwrap(),
+    );
+    assert_eq!((out.exit_code, &out.stdout[..]), (0, &b"ext\n"[..]));
+    let (events, err) = collect::<S>(
+        s.exec_stream(
+            "m1",
+            &sh("echo st").timeout_secs(301),
+            OutputAllowance::DEFAULT,
+        )
+        .unwrap(),
+    );
+    assert!(err.is_none(), "{err:?}");
+    assert_eq!(stdout_of(&events), "st\n");
+    s.launch("m1", &sh("sleep 1").background(true)).unwrap();
+    let term = s.terminal("m1", &term_spec("/bin/sh")).unwrap();
+    drop(term);
+    assert_eq!(fx.worker.request_count(Route::Exec), 2);
+    assert_eq!(fx.worker.request_count(Route::ExecStream), 1);
+    assert_eq!(fx.worker.request_count(Route::Terminal), 1);
+}
+
+/// A worker reporting a version no profile knows (1.21.1) is refused for
+/// every operation: admission, exec, streamed exec, launch and terminal all
+/// fail `unsupported_capability` / `not_dispatched`, and nothing past the
+/// health read is sent (AC-0.3.1).
+pub fn unknown_version_is_refused_for_every_operation<S: Shell>(t: Transport) {
+    let fx = Fixture::start(t);
+    let s: S = fx.shell();
+    machine(&s);
+    fx.worker.faults().on(
+        Route::Health,
+        Fault::Reply {
+            status: 200,
+            content_type: Some("application/json".into()),
+            body: r#"{"status":"ok","version":"1.21.1"}"#.into(),
+        },
+    );
+    let refused = |e: &Error| {
+        assert_err(e, Category::UnsupportedCapability, Evidence::NotDispatched);
+        assert_eq!(e.reason(), "unknown_worker_version", "{e:?}");
+    };
+    refused(&s.admit().unwrap_err());
+    refused(
+        &s.exec("m1", &sh("echo hi"), OutputAllowance::DEFAULT)
+            .unwrap_err(),
+    );
+    refused(
+        &s.exec_stream("m1", &sh("echo hi"), OutputAllowance::DEFAULT)
+            .map(|_| ())
+            .unwrap_err(),
+    );
+    refused(&s.launch("m1", &sh("sleep 1").background(true)).unwrap_err());
+    refused(
+        &s.terminal("m1", &term_spec("/bin/sh"))
+            .map(|_| ())
+            .unwrap_err(),
+    );
+    for route in [Route::Exec, Route::ExecStream, Route::Terminal] {
+        assert_eq!(fx.worker.request_count(route), 0, "{route:?} was sent");
+    }
+}

@@ -43,6 +43,14 @@ impl Fixture {
     /// # Panics
     /// When the devworker cannot start (the case cannot run).
     pub fn start(transport: Transport) -> Self {
+        Self::start_version(transport, WORKER_VERSION)
+    }
+
+    /// Starts a devworker impersonating `version` (`1.9.2` or `1.22.0`).
+    ///
+    /// # Panics
+    /// When the devworker cannot start (the case cannot run).
+    pub fn start_version(transport: Transport, version: &str) -> Self {
         #[allow(clippy::unwrap_used)] // a fixture that cannot start fails the test
         let dir = tempfile::Builder::new()
             .prefix("sbx")
@@ -50,7 +58,7 @@ impl Fixture {
             .unwrap();
         let socket = dir.path().join("w.sock");
         let builder = DevWorker::builder()
-            .version(WORKER_VERSION)
+            .version(version)
             .token(Some(TOKEN_SENTINEL))
             .tls(transport == Transport::Tls)
             .unix_socket((transport == Transport::Unix).then_some(socket))

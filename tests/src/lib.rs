@@ -64,6 +64,9 @@ macro_rules! e2e_suite {
                 terminal_close_before_exit_is_uncertain,
                 terminal_stalled_consumer_hits_output_limit,
                 terminal_bad_frames_are_protocol_errors,
+                gated_features_are_refused_unsent_on_1_9_2,
+                gated_features_run_on_1_22_0,
+                unknown_version_is_refused_for_every_operation,
             );
         }
     };

@@ -86,6 +86,12 @@ impl WorkerCall for ExecCall {
         let allowance = u64::try_from(self.allowance.bytes()).unwrap_or(u64::MAX);
         Some(allowance.saturating_mul(8).saturating_add(4_096))
     }
+
+    /// An extended command (C5.4) may stay silent up to its own timeout:
+    /// only the operation deadline holds.
+    fn uses_receive_idle(&self) -> bool {
+        !self.command.is_extended()
+    }
 }
 
 /// Streamed exec, `POST /api/v1/machines/{name}/exec/stream` (C5.3).
@@ -169,6 +175,12 @@ impl WorkerCall for ExecStreamCall {
 
     fn request(&self) -> Result<Request, Error> {
         Self::request(self)
+    }
+
+    /// As for [`ExecCall`]: an extended command runs without the
+    /// receive-idle timeout.
+    fn uses_receive_idle(&self) -> bool {
+        !self.command.is_extended()
     }
 
     fn decode(&self, head: &ResponseHead, body: &[u8]) -> Result<ExecOutput, Error> {

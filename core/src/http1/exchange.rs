@@ -12,10 +12,13 @@ use super::head::{self, Decoded, HeadScanner, Scan};
 use super::request::encode_head;
 use super::types::{Request, ResponseHead};
 use crate::error::{Category, Error, Evidence, Operation};
+use crate::machine::{Machine, TransportFailure};
 
 /// What the exchange reports, in order: one [`HttpEvent::Head`], any number
-/// of [`HttpEvent::Data`], then one [`HttpEvent::End`].
+/// of [`HttpEvent::Data`], then one [`HttpEvent::End`] — or, at any point,
+/// one [`HttpEvent::Failed`], after which nothing more comes.
 #[derive(Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum HttpEvent<'a> {
     /// The final response head (interim 1xx heads are skipped; 101 is final).
     Head(ResponseHead),
@@ -27,6 +30,9 @@ pub enum HttpEvent<'a> {
     Data(&'a [u8]),
     /// The body is complete.
     End,
+    /// The exchange failed (the last event): a status, limit, timeout,
+    /// truncation or transport error with its evidence.
+    Failed(Error),
 }
 
 /// The exchange's timers, as named by [`HttpExchange::poll_timeout`].
@@ -67,11 +73,17 @@ enum Step {
 ///   [`poll_event`](Self::poll_event) (until `None`),
 ///   [`poll_timeout`](Self::poll_timeout) (when to call `handle_timeout`).
 ///
-/// Errors are sticky: once `poll_event` returned `Err(e)`, every later
-/// `poll_event` returns the same `e` and `handle_input` returns it too.
-/// Errors carry the request's operation. Before `poll_transmit` handed out
-/// a byte, evidence is `not_dispatched`; from then on it is always
-/// `dispatch_uncertain`. See the [module docs](super) for a drive loop.
+/// It implements the driver contract [`Machine`](crate::Machine); the
+/// inherent methods of the same names are that contract.
+///
+/// A failure is reported once, as [`HttpEvent::Failed`] (the last event);
+/// it stays readable with [`error`](Self::error) and `handle_input` returns
+/// it. Errors carry the request's operation. Before `poll_transmit` handed
+/// out a byte, evidence is `not_dispatched`; from then on it is
+/// `dispatch_uncertain` — except a transport failure
+/// ([`handle_transport_error`](Self::handle_transport_error)) before the
+/// socket took one byte ([`handle_written`](Self::handle_written)), which
+/// stays `not_dispatched`. See the [module docs](super) for a drive loop.
 pub struct HttpExchange {
     operation: Operation,
     tx_head: Vec<u8>,
@@ -104,6 +116,12 @@ pub struct HttpExchange {
     deadline: Instant,
     last_now: Instant,
     error: Option<Error>,
+    /// The failure was reported by `poll_event`.
+    failure_reported: bool,
+    /// Request bytes the socket took (`handle_written`).
+    written: u64,
+    /// A read failure, reported after the events of the bytes before it.
+    read_failure: Option<Error>,
 }
 
 impl fmt::Debug for HttpExchange {
@@ -170,6 +188,9 @@ impl HttpExchange {
             deadline: config.deadline,
             last_now: now,
             error: None,
+            failure_reported: false,
+            written: 0,
+            read_failure: None,
         })
     }
 
@@ -177,6 +198,7 @@ impl HttpExchange {
     /// returns whether anything was appended. From the first `true` on, the
     /// request may have reached the peer (`dispatch_uncertain`) and the
     /// receive-idle timer runs from the last `now` the exchange was given.
+    #[must_use]
     pub fn poll_transmit(&mut self, out: &mut Vec<u8>) -> bool {
         if self.transmitted || self.error.is_some() {
             return false;
@@ -290,8 +312,41 @@ impl HttpExchange {
         );
     }
 
+    /// The socket took `n` more request bytes.
+    pub fn handle_written(&mut self, now: Instant, n: usize) {
+        self.advance(now);
+        self.written = self.written.saturating_add(n as u64);
+    }
+
+    /// The socket failed: `transport` with reason `write_failed` or
+    /// `read_failed`, evidence `not_dispatched` only when the socket took
+    /// no request byte. A read failure is reported after the events of the
+    /// bytes read before it (a reply that ended just before is whole).
+    pub fn handle_transport_error(&mut self, now: Instant, failure: TransportFailure) {
+        self.advance(now);
+        if self.error.is_some() || matches!(self.phase, Phase::Finished) {
+            return;
+        }
+        let evidence = if self.written == 0 {
+            Evidence::NotDispatched
+        } else {
+            Evidence::DispatchUncertain
+        };
+        let e =
+            Error::new(Category::Transport, self.operation, evidence).with_reason(failure.reason());
+        match failure {
+            TransportFailure::Read => self.read_failure = Some(e),
+            _ => {
+                self.error = Some(e);
+                self.rx = Vec::new();
+                self.pos = 0;
+            }
+        }
+    }
+
     /// The next moment [`handle_timeout`](Self::handle_timeout) will act,
     /// and which timer that is. `None` once finished or failed.
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<(Instant, Timer)> {
         if self.error.is_some() || matches!(self.phase, Phase::Finished) {
             return None;
@@ -314,16 +369,35 @@ impl HttpExchange {
 
     /// The next event, or `None` when more input (or EOF) is needed or the
     /// exchange ended. A [`HttpEvent::Data`] borrows the receive buffer.
-    pub fn poll_event(&mut self) -> Option<Result<HttpEvent<'_>, Error>> {
+    /// A failure comes once, as the last event.
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<HttpEvent<'_>> {
         if let Some(e) = self.error {
-            return Some(Err(e));
+            if self.failure_reported {
+                return None;
+            }
+            self.failure_reported = true;
+            return Some(HttpEvent::Failed(e));
         }
         match self.step() {
-            Ok(None) => None,
-            Ok(Some(Step::Head(h))) => Some(Ok(HttpEvent::Head(h))),
-            Ok(Some(Step::Data(r))) => Some(Ok(HttpEvent::Data(&self.rx[r]))),
-            Ok(Some(Step::End)) => Some(Ok(HttpEvent::End)),
-            Err(e) => Some(Err(self.fail(e))),
+            Ok(None) => match self.read_failure.take() {
+                Some(e) if !matches!(self.phase, Phase::Finished) => {
+                    self.error = Some(e);
+                    self.rx = Vec::new();
+                    self.pos = 0;
+                    self.failure_reported = true;
+                    Some(HttpEvent::Failed(e))
+                }
+                _ => None,
+            },
+            Ok(Some(Step::Head(h))) => Some(HttpEvent::Head(h)),
+            Ok(Some(Step::Data(r))) => Some(HttpEvent::Data(&self.rx[r])),
+            Ok(Some(Step::End)) => Some(HttpEvent::End),
+            Err(e) => {
+                let e = self.fail(e);
+                self.failure_reported = true;
+                Some(HttpEvent::Failed(e))
+            }
         }
     }
 
@@ -337,8 +411,15 @@ impl HttpExchange {
         self.error
     }
 
-    /// True once [`HttpEvent::End`] was reported.
+    /// True once the exchange ended: [`HttpEvent::End`] was reported or
+    /// the exchange failed (its [`HttpEvent::Failed`] is the next event if
+    /// not reported yet).
     pub fn is_finished(&self) -> bool {
+        self.is_complete() || self.error.is_some()
+    }
+
+    /// True once [`HttpEvent::End`] was reported (a clean end).
+    pub fn is_complete(&self) -> bool {
         matches!(self.phase, Phase::Finished) && self.error.is_none()
     }
 
@@ -347,7 +428,7 @@ impl HttpExchange {
     /// request was handed out, the peer did not close, and no byte follows
     /// the response.
     pub fn is_reusable(&self) -> bool {
-        self.is_finished()
+        self.is_complete()
             && self.keep_alive
             && self.transmitted
             && !self.eof
@@ -359,7 +440,7 @@ impl HttpExchange {
     /// Bytes received after the end of the response (e.g. the first bytes
     /// of another protocol after a 101).
     pub fn leftover(&self) -> &[u8] {
-        if self.is_finished() {
+        if self.is_complete() {
             &self.rx[self.pos..]
         } else {
             &[]
@@ -549,4 +630,50 @@ fn absorb_in_place(
         }
     }
     buf.truncate(write);
+}
+
+impl Machine for HttpExchange {
+    type Event<'a> = HttpEvent<'a>;
+    type Timer = Timer;
+
+    fn handle_input(&mut self, now: Instant, bytes: &[u8]) {
+        // A failure is reported by `poll_event`.
+        let _ = Self::handle_input(self, now, bytes);
+    }
+
+    fn handle_eof(&mut self, now: Instant) {
+        Self::handle_eof(self, now);
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        Self::handle_timeout(self, now);
+    }
+
+    fn handle_written(&mut self, now: Instant, n: usize) {
+        Self::handle_written(self, now, n);
+    }
+
+    fn handle_transport_error(&mut self, now: Instant, failure: TransportFailure) {
+        Self::handle_transport_error(self, now, failure);
+    }
+
+    fn poll_transmit(&mut self, out: &mut Vec<u8>) -> bool {
+        Self::poll_transmit(self, out)
+    }
+
+    fn poll_timeout(&self) -> Option<(Instant, Timer)> {
+        Self::poll_timeout(self)
+    }
+
+    fn poll_event(&mut self) -> Option<HttpEvent<'_>> {
+        Self::poll_event(self)
+    }
+
+    fn is_finished(&self) -> bool {
+        Self::is_finished(self)
+    }
+
+    fn wants_read(&self) -> bool {
+        !self.is_finished() && self.read_failure.is_none()
+    }
 }

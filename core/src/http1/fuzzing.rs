@@ -49,14 +49,14 @@ pub fn drive<'a>(
         }
     };
     let mut wire = Vec::new();
-    exchange.poll_transmit(&mut wire);
+    let _ = exchange.poll_transmit(&mut wire);
     let drain = |x: &mut HttpExchange, t: &mut Transcript| {
         while let Some(ev) = x.poll_event() {
             match ev {
-                Ok(HttpEvent::Head(h)) => t.heads.push(h),
-                Ok(HttpEvent::Data(d)) => t.body.extend_from_slice(d),
-                Ok(HttpEvent::End) => t.ended = true,
-                Err(e) => {
+                HttpEvent::Head(h) => t.heads.push(h),
+                HttpEvent::Data(d) => t.body.extend_from_slice(d),
+                HttpEvent::End => t.ended = true,
+                HttpEvent::Failed(e) => {
                     t.error = Some(e);
                     return;
                 }

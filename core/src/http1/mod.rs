@@ -42,10 +42,12 @@
 //! for piece in [&reply[..40], &reply[40..]] {
 //!     exchange.handle_input(now, piece)?;
 //!     while let Some(event) = exchange.poll_event() {
-//!         match event? {
+//!         match event {
 //!             HttpEvent::Head(head) => assert!(head.media_type_is("application/json")),
 //!             HttpEvent::Data(bytes) => body.extend_from_slice(bytes),
 //!             HttpEvent::End => ended = true,
+//!             HttpEvent::Failed(e) => return Err(e),
+//!             _ => {}
 //!         }
 //!     }
 //!     // else: wait for readable or `exchange.poll_timeout()`, then

@@ -6,8 +6,11 @@
 //! `admission_exhausted`. Unknown outcomes, interrupted preparation and
 //! failed collection keep the slot (the machine becomes `unknown`).
 
-use super::record::{ExecutionRecord, LastRequest, MachineRecord};
-use super::state::{ExecState, MachineOperation, MachinePhase, MachineRecordState};
+use super::patch::{ExecPatch, apply_exec};
+use super::record::{ExecutionRecord, LastRequest, MachineRecord, RecordedObservation};
+use super::state::{
+    Cleanup, Collection, ExecState, MachineOperation, MachinePhase, MachineRecordState,
+};
 use crate::{Category, Error, Evidence, Operation};
 
 const fn exhausted(reason: &'static str) -> Error {
@@ -20,13 +23,16 @@ const fn exhausted(reason: &'static str) -> Error {
 }
 
 /// Gives the slot of `machine` to `exec` (C14.3): the machine must be idle
-/// and running, in the same scope, with the same artifact and exact profile.
-/// Acquiring a slot the execution already holds returns the record as is.
+/// and running, in the same scope, with the same artifact and exact profile,
+/// and the execution must not have been dispatched yet (`accepted`,
+/// `preparing` or `ready`). Acquiring a slot the execution already holds
+/// returns the record as is.
 ///
 /// # Errors
 /// `admission_exhausted` when the slot is held or the machine is not idle
 /// and running; `validation` when the execution does not target this
-/// machine or differs in scope, artifact or profile.
+/// machine, differs in scope, artifact or profile (`command_machine_mismatch`),
+/// or is past dispatch, finished or `unknown` (`execution_not_pending`).
 pub fn acquire(
     machine: &MachineRecord,
     exec: &ExecutionRecord,
@@ -46,6 +52,12 @@ pub fn acquire(
         Some(k) if *k == exec.key => return Ok(machine.clone()),
         Some(_) => return Err(exhausted("slot_busy")),
         None => {}
+    }
+    if !exec.state.is_before_dispatch() {
+        return Err(Error::validation(
+            Operation::StoreSlot,
+            "execution_not_pending",
+        ));
     }
     if machine.state != MachineRecordState::Running || machine.operation != MachineOperation::None {
         return Err(exhausted("machine_not_idle"));
@@ -74,18 +86,35 @@ pub enum Finish {
     Kept,
 }
 
-/// Finishes `exec`'s hold on the slot (C14.3): completed, launched, or
-/// cancelled / expired without inputs release it; anything else keeps it
-/// and marks the machine `unknown`. Capacity and ports stay either way.
+/// Finishes `exec`'s hold on the slot (C14.3), as [`finish_command`]
+/// without the updated command record.
 ///
 /// # Errors
-/// `validation` when `exec` does not hold the slot or has not finished
-/// (only terminal or `unknown` executions finish).
+/// As [`finish_command`].
 pub fn finish(
     machine: &MachineRecord,
     exec: &ExecutionRecord,
     now_ms: u64,
 ) -> Result<(MachineRecord, Finish), Error> {
+    finish_command(machine, exec, now_ms).map(|(m, _, f)| (m, f))
+}
+
+/// Finishes `exec`'s hold on the slot (C14.3) and sets the command's
+/// cleanup in the same step: completed, launched, or cancelled / expired
+/// without inputs release the slot and complete the command's cleanup;
+/// anything else keeps the slot, marks the machine `unknown` and sets the
+/// command's cleanup to `failed` (a cleanup already `complete` stays).
+/// Resources and ports stay either way. Both records move one version.
+///
+/// # Errors
+/// `validation` when `exec` does not hold the slot (`not_slot_holder`),
+/// has not finished (`execution_not_finished`: only terminal or `unknown`
+/// executions finish), or the clock is before either record's last write.
+pub fn finish_command(
+    machine: &MachineRecord,
+    exec: &ExecutionRecord,
+    now_ms: u64,
+) -> Result<(MachineRecord, ExecutionRecord, Finish), Error> {
     if machine.active_execution.as_ref() != Some(&exec.key) {
         return Err(Error::validation(Operation::StoreSlot, "not_slot_holder"));
     }
@@ -107,9 +136,9 @@ pub fn finish(
         _ => false,
     };
     let mut next = machine.clone();
-    let outcome = if release {
+    let (outcome, cleanup) = if release {
         next.active_execution = None;
-        Finish::Released
+        (Finish::Released, Cleanup::Complete)
     } else {
         if next.state != MachineRecordState::Unknown {
             if !next.state.can_move_to(MachineRecordState::Unknown) {
@@ -120,12 +149,23 @@ pub fn finish(
             }
             next.state = MachineRecordState::Unknown;
         }
-        Finish::Kept
+        let cleanup = if exec.cleanup == Cleanup::Complete {
+            Cleanup::Complete
+        } else {
+            Cleanup::Failed
+        };
+        (Finish::Kept, cleanup)
     };
     next.version += 1;
     next.updated_at_ms = now_ms;
     next.validate()?;
-    Ok((next, outcome))
+    let patch = ExecPatch {
+        cleanup: Some(cleanup),
+        ..ExecPatch::default()
+    };
+    let command =
+        apply_exec(exec, &patch, now_ms).map_err(|e| e.with_operation(Operation::StoreSlot))?;
+    Ok((next, command, outcome))
 }
 
 /// Records a versioned lifecycle request `(action, version)` (C14.2).
@@ -175,4 +215,311 @@ pub fn request(
     next.updated_at_ms = now_ms;
     next.validate()?;
     Ok(Some(next))
+}
+
+/// What the operator verified on the worker before a quiescent resolution
+/// (C17.3). The controller checks the worker; the store half checks the
+/// record against it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Disposition {
+    /// The worker showed the machine stopped, or still only created, with
+    /// this incarnation.
+    Stopped {
+        /// The observed state: `stopped` or `created`.
+        observed: MachineRecordState,
+        /// The observed incarnation; must be the recorded one.
+        incarnation: String,
+    },
+    /// The worker answered 404 for the machine's name.
+    Deleted,
+}
+
+/// Resolves a quiesced machine (C17.3, store half), at the inspected
+/// `version`: clears the command slot, and either records the verified stop
+/// (`Stopped`) or records deletion and absence and releases capacity and
+/// ports (`Deleted`). The command that held the slot, if any, keeps an
+/// uncertain outcome: a dispatched command becomes (or stays) `unknown`, a
+/// command still before dispatch ends `cancelled` (from `accepted`) or
+/// `failed`, a command that was collecting ends `collection_failed`; its
+/// cleanup becomes `complete` (the slot it held is released) and nothing
+/// about it is due any more. `command` must be the record named by the
+/// machine's active execution (or `None` when the slot is free).
+///
+/// # Errors
+/// `validation` without `quiesced` (`not_quiesced`, AC-17.3.1), for a
+/// machine already deleted, a mismatched `command`, or a clock before the
+/// last write; `stale_version` when `version` is not the record's;
+/// `identity_conflict` when `Stopped` names another incarnation, a machine
+/// without recorded creation evidence, or a state other than
+/// `stopped` / `created` (AC-17.3.2).
+pub fn resolve(
+    machine: &MachineRecord,
+    command: Option<&ExecutionRecord>,
+    version: u64,
+    quiesced: bool,
+    disposition: &Disposition,
+    now_ms: u64,
+) -> Result<(MachineRecord, Option<ExecutionRecord>), Error> {
+    let op = Operation::StoreSlot;
+    if !quiesced {
+        return Err(Error::validation(op, "not_quiesced"));
+    }
+    if version != machine.version {
+        return Err(super::claim::stale_version(op));
+    }
+    if machine.state == MachineRecordState::Deleted {
+        return Err(Error::validation(op, "already_deleted"));
+    }
+    if command.map(|c| &c.key) != machine.active_execution.as_ref() {
+        return Err(Error::validation(op, "command_mismatch"));
+    }
+    if now_ms < machine.updated_at_ms {
+        return Err(Error::validation(op, "clock_before_updated_at"));
+    }
+    let mut next = machine.clone();
+    match disposition {
+        Disposition::Stopped {
+            observed,
+            incarnation,
+        } => {
+            let recorded = machine.creation.as_ref().map(|c| c.incarnation.as_str());
+            if recorded != Some(incarnation.as_str()) {
+                return Err(identity_conflict("incarnation_mismatch"));
+            }
+            if !matches!(
+                observed,
+                MachineRecordState::Stopped | MachineRecordState::Created
+            ) {
+                return Err(identity_conflict("not_stopped"));
+            }
+            next.state = *observed;
+            next.observation = Some(RecordedObservation {
+                state: *observed,
+                incarnation: incarnation.clone(),
+                at_ms: now_ms,
+            });
+        }
+        Disposition::Deleted => {
+            next.state = MachineRecordState::Deleted;
+            if next.assignment.is_some() {
+                next.absence_at_ms.get_or_insert(now_ms);
+            }
+            next.reservation = None;
+            next.reserved_ports.clear();
+        }
+    }
+    next.operation = MachineOperation::None;
+    next.phase = MachinePhase::None;
+    next.operation_deadline_ms = None;
+    next.active_execution = None;
+    next.next_due_at_ms = None;
+    next.resolved_at_ms = Some(now_ms);
+    next.version += 1;
+    next.updated_at_ms = now_ms;
+    next.validate().map_err(|e| e.with_operation(op))?;
+    let settled = command
+        .map(|c| settle_command(c, now_ms))
+        .transpose()
+        .map_err(|e| e.with_operation(op))?;
+    Ok((next, settled))
+}
+
+/// The command of a resolved machine: its outcome stays uncertain (never a
+/// success), its cleanup completes with the slot's release.
+fn settle_command(c: &ExecutionRecord, now_ms: u64) -> Result<ExecutionRecord, Error> {
+    let state = match c.state {
+        ExecState::Dispatching | ExecState::Running | ExecState::Cancelling => {
+            Some(ExecState::Unknown)
+        }
+        ExecState::Accepted => Some(ExecState::Cancelled),
+        ExecState::Preparing | ExecState::Ready => Some(ExecState::Failed),
+        ExecState::Collecting => Some(ExecState::CollectionFailed),
+        _ => None,
+    };
+    let collection = (state == Some(ExecState::CollectionFailed)
+        && !matches!(c.collection, Collection::Partial | Collection::Failed))
+    .then_some(Collection::Failed);
+    let patch = ExecPatch {
+        state,
+        collection,
+        cleanup: Some(Cleanup::Complete),
+        next_due_at_ms: Some(None),
+        ..ExecPatch::default()
+    };
+    apply_exec(c, &patch, now_ms.max(c.updated_at_ms))
+}
+
+const fn identity_conflict(reason: &'static str) -> Error {
+    Error::new(
+        Category::IdentityConflict,
+        Operation::StoreSlot,
+        Evidence::NotDispatched,
+    )
+    .with_reason(reason)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::managed::testkit::{exec_in, key, machine_in};
+
+    const T0: u64 = 1_700_000_000_000;
+
+    fn holding(state: ExecState) -> (MachineRecord, ExecutionRecord) {
+        let e = exec_in(state, key("s", "e1"), T0).unwrap();
+        let mut m = machine_in(MachineRecordState::Running, key("s", "machine-1"), T0).unwrap();
+        m.active_execution = Some(e.key.clone());
+        (m, e)
+    }
+
+    #[test]
+    fn acquire_refuses_an_execution_past_dispatch() {
+        let m = machine_in(MachineRecordState::Running, key("s", "machine-1"), T0).unwrap();
+        for state in ExecState::ALL {
+            let e = exec_in(state, key("s", "e1"), T0).unwrap();
+            let got = acquire(&m, &e, T0 + 50);
+            if state.is_before_dispatch() {
+                assert_eq!(got.unwrap().active_execution, Some(e.key), "{state:?}");
+            } else {
+                let err = got.unwrap_err();
+                assert_eq!(
+                    (err.category(), err.reason()),
+                    (Category::Validation, "execution_not_pending"),
+                    "{state:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn finish_sets_the_command_cleanup_with_the_slot() {
+        for (state, expect, cleanup) in [
+            (ExecState::Completed, Finish::Released, Cleanup::Complete),
+            (ExecState::Launched, Finish::Released, Cleanup::Complete),
+            (ExecState::Cancelled, Finish::Released, Cleanup::Complete),
+            (ExecState::Expired, Finish::Released, Cleanup::Complete),
+            (ExecState::Unknown, Finish::Kept, Cleanup::Failed),
+            (ExecState::CollectionFailed, Finish::Kept, Cleanup::Failed),
+            (ExecState::Failed, Finish::Kept, Cleanup::Failed),
+        ] {
+            let (m, e) = holding(state);
+            let (after, cmd, got) = finish_command(&m, &e, T0 + 60).unwrap();
+            assert_eq!((got, cmd.cleanup), (expect, cleanup), "{state:?}");
+            assert_eq!(cmd.version, e.version + 1);
+            assert_eq!(after.version, m.version + 1);
+            assert_eq!(after.reservation, m.reservation, "capacity stays");
+            match expect {
+                Finish::Released => assert!(after.active_execution.is_none()),
+                Finish::Kept => {
+                    assert_eq!(after.active_execution, Some(e.key.clone()));
+                    assert_eq!(after.state, MachineRecordState::Unknown);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn cancelled_with_inputs_keeps_the_slot() {
+        let (m, mut e) = holding(ExecState::Cancelled);
+        e.spec.inputs.push(crate::managed::spec::InputFile {
+            path: "/workspace/in".into(),
+            sha256: "b".repeat(64),
+            size: 1,
+            source: "src-1".into(),
+        });
+        let (_, cmd, got) = finish_command(&m, &e, T0 + 60).unwrap();
+        assert_eq!((got, cmd.cleanup), (Finish::Kept, Cleanup::Failed));
+    }
+
+    fn stopped(incarnation: &str) -> Disposition {
+        Disposition::Stopped {
+            observed: MachineRecordState::Stopped,
+            incarnation: incarnation.into(),
+        }
+    }
+
+    #[test]
+    fn resolve_needs_quiesced_and_the_version() {
+        let (m, e) = holding(ExecState::Unknown);
+        let err = resolve(&m, Some(&e), m.version, false, &stopped("inc-1"), T0 + 60).unwrap_err();
+        assert_eq!(
+            (err.category(), err.reason()),
+            (Category::Validation, "not_quiesced")
+        );
+        let err = resolve(
+            &m,
+            Some(&e),
+            m.version - 1,
+            true,
+            &stopped("inc-1"),
+            T0 + 60,
+        )
+        .unwrap_err();
+        assert_eq!(err.category(), Category::StaleVersion);
+        let err = resolve(&m, None, m.version, true, &stopped("inc-1"), T0 + 60).unwrap_err();
+        assert_eq!(err.reason(), "command_mismatch");
+    }
+
+    #[test]
+    fn resolve_stopped_checks_the_incarnation_and_clears_the_slot() {
+        let (m, e) = holding(ExecState::Unknown);
+        let err = resolve(&m, Some(&e), m.version, true, &stopped("inc-2"), T0 + 60).unwrap_err();
+        assert_eq!(
+            (err.category(), err.reason()),
+            (Category::IdentityConflict, "incarnation_mismatch")
+        );
+        let running = Disposition::Stopped {
+            observed: MachineRecordState::Running,
+            incarnation: "inc-1".into(),
+        };
+        let err = resolve(&m, Some(&e), m.version, true, &running, T0 + 60).unwrap_err();
+        assert_eq!(err.category(), Category::IdentityConflict);
+        let (after, cmd) =
+            resolve(&m, Some(&e), m.version, true, &stopped("inc-1"), T0 + 60).unwrap();
+        let cmd = cmd.unwrap();
+        assert_eq!(after.state, MachineRecordState::Stopped);
+        assert!(after.active_execution.is_none());
+        assert_eq!(after.resolved_at_ms, Some(T0 + 60));
+        assert_eq!(
+            after.reservation, m.reservation,
+            "a stopped machine keeps capacity"
+        );
+        assert_eq!(
+            (cmd.state, cmd.cleanup),
+            (ExecState::Unknown, Cleanup::Complete)
+        );
+        assert_eq!(cmd.result, None, "the outcome stays unknown");
+    }
+
+    #[test]
+    fn resolve_settles_every_kind_of_holder_without_a_success() {
+        for (state, expect) in [
+            (ExecState::Accepted, ExecState::Cancelled),
+            (ExecState::Preparing, ExecState::Failed),
+            (ExecState::Ready, ExecState::Failed),
+            (ExecState::Dispatching, ExecState::Unknown),
+            (ExecState::Running, ExecState::Unknown),
+            (ExecState::Cancelling, ExecState::Unknown),
+            (ExecState::Collecting, ExecState::CollectionFailed),
+            (ExecState::CollectionFailed, ExecState::CollectionFailed),
+            (ExecState::Unknown, ExecState::Unknown),
+        ] {
+            let (m, e) = holding(state);
+            let (after, cmd) = resolve(
+                &m,
+                Some(&e),
+                m.version,
+                true,
+                &Disposition::Deleted,
+                T0 + 60,
+            )
+            .unwrap();
+            let cmd = cmd.unwrap();
+            assert_eq!(cmd.state, expect, "{state:?}");
+            assert_eq!(cmd.cleanup, Cleanup::Complete);
+            assert_eq!(cmd.next_due_at_ms, None);
+            assert_eq!(after.state, MachineRecordState::Deleted);
+            assert!(after.reservation.is_none() && after.reserved_ports.is_empty());
+        }
+    }
 }

@@ -20,8 +20,8 @@ pub use exit::{MAX_EXIT_FRAME_BYTES, TerminalExit};
 pub use fuzz::fuzz_terminal;
 pub use queue::MAX_UNREAD_CHUNKS;
 pub use session::{
-    DEFAULT_MAX_REQUEST_BYTES, MAX_HANDSHAKE_TIMEOUT, MAX_NEXT_WAIT, Next, TerminalConfig,
-    TerminalSession, TerminalTimer,
+    DEFAULT_MAX_REQUEST_BYTES, MAX_HANDSHAKE_TIMEOUT, MAX_NEXT_WAIT, MAX_WRITE_WAIT, Next,
+    READ_GRACE, TerminalCall, TerminalConfig, TerminalEvent, TerminalSession, TerminalTimer,
 };
 pub use spec::{
     DEFAULT_ATTACH_WAIT, DEFAULT_CLOSE_WAIT, DEFAULT_COLS, DEFAULT_IDLE_BUDGET,

@@ -4,11 +4,15 @@ use core::fmt;
 use core::time::Duration;
 use std::time::Instant;
 
+use bytes::Bytes;
+
 use super::exit::{TerminalExit, classify_exit, parse_exit_frame};
-use super::queue::{OutputQueue, Overflow};
+use super::queue::{MAX_UNREAD_CHUNKS, OutputQueue, Overflow};
 use super::spec::TerminalSpec;
 use crate::error::{Category, Error, Evidence, Operation};
+use crate::machine::{Machine, TransportFailure};
 use crate::secret::Secret;
+use crate::worker::Endpoint;
 use crate::ws::{CloseCode, MAX_FRAME_LEN, WsClient, WsConfig, WsEvent, WsTimer};
 
 /// Default cap on input + resize bytes per connection: the worker's
@@ -18,6 +22,34 @@ pub const DEFAULT_MAX_REQUEST_BYTES: u64 = 1_048_576;
 pub const MAX_NEXT_WAIT: Duration = Duration::from_millis(900_000);
 /// Longest handshake deadline (features C7.2: min(operation budget, 30 s)).
 pub const MAX_HANDSHAKE_TIMEOUT: Duration = Duration::from_millis(30_000);
+/// Longest time queued bytes may wait for the socket to take any of them
+/// (features C7.2: min(connect budget, 1 s)).
+pub const MAX_WRITE_WAIT: Duration = Duration::from_millis(1_000);
+/// How long the session keeps reading paused, above half of either unread
+/// bound, after the consumer's last pull: a live consumer gets the chance to
+/// pull before the queue fills; a stalled one still overflows it.
+pub const READ_GRACE: Duration = Duration::from_millis(20);
+
+/// What [`TerminalSession::poll_event`] yields and what the shells'
+/// `Terminal::next` returns.
+#[derive(Clone, PartialEq, Eq)]
+pub enum TerminalEvent {
+    /// Output bytes from the PTY (chunk boundaries are arbitrary).
+    Output(Bytes),
+    /// The session ended: `Ok` is a confirmed exit code; `Err` an uncertain
+    /// outcome (124, 130, a close before the exit, a budget, a limit…).
+    Closed(Result<TerminalExit, Error>),
+}
+
+impl fmt::Debug for TerminalEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Terminal bytes are never printed.
+        match self {
+            Self::Output(b) => write!(f, "Output(len {})", b.len()),
+            Self::Closed(r) => write!(f, "Closed({r:?})"),
+        }
+    }
+}
 
 /// Where and how to open the terminal's WebSocket.
 #[derive(Clone)]
@@ -31,9 +63,13 @@ pub struct TerminalConfig {
     /// Cap on cumulative input and resize bytes on this connection: the
     /// worker's max request body.
     pub max_request_bytes: u64,
-    /// Deadline for the 101 reply (≤ 30 s; the shell passes
+    /// Deadline for the 101 reply (≤ 30 s; [`Self::for_endpoint`] takes
     /// min(operation budget, 30 s, connect budget)).
     pub handshake_timeout: Duration,
+    /// Longest time queued bytes may wait for the socket (≤ 1 s;
+    /// [`Self::for_endpoint`] takes min(connect budget, 1 s)); past it the
+    /// session ends with `transport` (`write_timeout`).
+    pub write_wait: Duration,
 }
 
 impl TerminalConfig {
@@ -45,7 +81,25 @@ impl TerminalConfig {
             authorization: None,
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
             handshake_timeout: MAX_HANDSHAKE_TIMEOUT,
+            write_wait: MAX_WRITE_WAIT,
         }
+    }
+
+    /// The configuration of a terminal on `machine` at `endpoint`: its Host
+    /// header and token, the worker's max request body as the cumulative
+    /// input cap, the handshake deadline min(operation budget, 30 s,
+    /// connect budget) and the write bound min(connect budget, 1 s).
+    pub fn for_endpoint(endpoint: &Endpoint, machine: impl Into<String>) -> Self {
+        let budgets = endpoint.budgets();
+        let mut config = Self::new(endpoint.host_header(), machine);
+        config.authorization = endpoint.token().cloned();
+        config.max_request_bytes = budgets.max_request_body;
+        config.handshake_timeout = budgets
+            .operation
+            .min(MAX_HANDSHAKE_TIMEOUT)
+            .min(budgets.connect);
+        config.write_wait = budgets.connect.min(MAX_WRITE_WAIT);
+        config
     }
 }
 
@@ -57,13 +111,57 @@ impl fmt::Debug for TerminalConfig {
             .field("authorization", &self.authorization)
             .field("max_request_bytes", &self.max_request_bytes)
             .field("handshake_timeout", &self.handshake_timeout)
+            .field("write_wait", &self.write_wait)
             .finish()
+    }
+}
+
+/// Opening a terminal as a checked call: the spec's bounds and the
+/// version gate (terminals from 1.17.0), decided before anything is sent.
+#[derive(Clone, Debug)]
+pub struct TerminalCall {
+    machine: String,
+    spec: TerminalSpec,
+}
+
+impl TerminalCall {
+    /// A checked terminal call on `machine` against a worker with
+    /// `profile`.
+    ///
+    /// # Errors
+    /// `validation` (the spec's bounds, the machine name) or
+    /// `unsupported_capability` (a version without terminals), all
+    /// `not_dispatched`.
+    pub fn new(
+        profile: &crate::worker::Profile,
+        machine: impl Into<String>,
+        spec: &TerminalSpec,
+    ) -> Result<Self, Error> {
+        spec.validate()?;
+        let machine = machine.into();
+        spec.upgrade_target(&machine)?;
+        profile.require(crate::worker::Feature::Terminals, Operation::TerminalOpen)?;
+        Ok(Self {
+            machine,
+            spec: spec.clone(),
+        })
+    }
+
+    /// The spec.
+    pub fn spec(&self) -> &TerminalSpec {
+        &self.spec
+    }
+
+    /// The session configuration at `endpoint` ([`TerminalConfig::for_endpoint`]).
+    pub fn config(&self, endpoint: &Endpoint) -> TerminalConfig {
+        TerminalConfig::for_endpoint(endpoint, self.machine.clone())
     }
 }
 
 /// The timers a [`TerminalSession`] runs, in the order they are checked
 /// when several are due at once (features C7.3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TerminalTimer {
     /// The 101 reply is due (operation `terminal_open`).
     Handshake,
@@ -75,6 +173,11 @@ pub enum TerminalTimer {
     Consumer,
     /// No activity for the idle budget (operation `terminal_idle`).
     Idle,
+    /// Queued bytes made no progress for the write bound (`transport`,
+    /// `write_timeout`).
+    WriteStall,
+    /// The read pause for a live consumer ends ([`READ_GRACE`]).
+    Throttle,
 }
 
 /// What [`TerminalSession::next`] found.
@@ -147,6 +250,25 @@ pub struct TerminalSession {
     idle_deadline: Instant,
     exit_close_deadline: Option<Instant>,
     last_now: Instant,
+    write_wait: Duration,
+    /// Bytes handed out by `poll_transmit` the socket has not taken yet.
+    unwritten: usize,
+    /// The last time the socket took bytes (or, with none pending, the
+    /// time bytes were handed out).
+    write_progress_at: Instant,
+    /// Writing failed; the peer may still send (keep reading).
+    write_broken: bool,
+    /// The socket is done with (read failure, write stall): nothing more
+    /// is read or written.
+    abandoned: bool,
+    /// A transport failure the commands report.
+    transport_error: Option<Error>,
+    /// The last time the consumer pulled.
+    last_pull: Option<Instant>,
+    /// `poll_event` reported the outcome.
+    outcome_reported: bool,
+    /// The peer ended the byte stream.
+    eof: bool,
 }
 
 impl TerminalSession {
@@ -177,6 +299,12 @@ impl TerminalSession {
                 "handshake_timeout_out_of_range",
             ));
         }
+        if config.write_wait.is_zero() || config.write_wait > MAX_WRITE_WAIT {
+            return Err(Error::validation(
+                Operation::TerminalSpec,
+                "write_wait_out_of_range",
+            ));
+        }
         let mut ws_config = WsConfig::new(config.host, target);
         ws_config.authorization = config.authorization;
         ws_config.operation = Operation::TerminalOpen;
@@ -204,6 +332,15 @@ impl TerminalSession {
             idle_deadline: now + spec.idle_budget,
             exit_close_deadline: None,
             last_now: now,
+            write_wait: config.write_wait,
+            unwritten: 0,
+            write_progress_at: now,
+            write_broken: false,
+            abandoned: false,
+            transport_error: None,
+            last_pull: None,
+            outcome_reported: false,
+            eof: false,
         })
     }
 
@@ -253,6 +390,7 @@ impl TerminalSession {
     /// abnormal close (uncertain outcome).
     pub fn handle_eof(&mut self, now: Instant) {
         let now = self.touch(now);
+        self.eof = true;
         self.ws.handle_eof(now);
         self.pump(now);
     }
@@ -261,6 +399,11 @@ impl TerminalSession {
     /// attach wait, idle budget; early or repeated calls do nothing.
     pub fn handle_timeout(&mut self, now: Instant) {
         let now = self.touch(now);
+        if self.is_write_stalled(now) {
+            let e = transport_failure("write_timeout");
+            self.abandon(e);
+            return;
+        }
         self.ws.handle_timeout(now);
         self.pump(now);
         if self.exit_close_deadline.is_some_and(|t| t <= now) {
@@ -279,6 +422,38 @@ impl TerminalSession {
             }
         }
         self.pump(now);
+    }
+
+    /// The socket took `n` more of the bytes `poll_transmit` handed out
+    /// (this feeds the write-stall bound).
+    pub fn handle_written(&mut self, now: Instant, n: usize) {
+        let now = self.touch(now);
+        if n > 0 {
+            self.unwritten = self.unwritten.saturating_sub(n);
+            self.write_progress_at = now;
+        }
+    }
+
+    /// The socket failed. A read failure (or a write failure after the
+    /// peer closed) ends the connection: without a decided outcome the
+    /// session ends with `transport` (`read_failed` / `write_failed`,
+    /// evidence `unknown`). A write failure while the peer may still send
+    /// (its exit frame, its close) stops writing only.
+    pub fn handle_transport_error(&mut self, now: Instant, failure: TransportFailure) {
+        let now = self.touch(now);
+        let e = transport_failure(failure.reason());
+        if failure == TransportFailure::Write && !self.eof {
+            self.write_broken = true;
+            self.unwritten = 0;
+            self.transport_error.get_or_insert(e);
+            let pending = self.ws.pending_transmit();
+            self.ws.consume_transmit(pending);
+            return;
+        }
+        self.eof = true;
+        self.ws.handle_eof(now);
+        self.pump(now);
+        self.abandon(e);
     }
 
     /// Adds random bytes for masking keys.
@@ -396,6 +571,7 @@ impl TerminalSession {
     pub fn next(&mut self, now: Instant, wait_until: Instant) -> Next<'_> {
         let now = self.touch(now);
         self.attached = true;
+        self.last_pull = Some(now);
         if self.queue.chunks() > 0 {
             return self.queue.pop().map_or(Next::Pending(now), Next::Output);
         }
@@ -417,9 +593,38 @@ impl TerminalSession {
         Next::Pending(wake)
     }
 
+    /// The next event for a consumer (and marks it attached): the oldest
+    /// unread output chunk, then the outcome once (the last event).
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<TerminalEvent> {
+        self.attached = true;
+        self.last_pull = Some(self.last_now);
+        if let Some(chunk) = self.queue.pop() {
+            return Some(TerminalEvent::Output(Bytes::copy_from_slice(chunk)));
+        }
+        if self.outcome_reported {
+            return None;
+        }
+        let outcome = self.outcome?;
+        self.outcome_reported = true;
+        Some(TerminalEvent::Closed(outcome))
+    }
+
     /// Appends queued bytes to `out`; see [`WsClient::poll_transmit`].
+    /// After a write failure queued bytes are dropped instead.
+    #[must_use]
     pub fn poll_transmit(&mut self, out: &mut Vec<u8>) -> Option<usize> {
-        self.ws.poll_transmit(out)
+        if self.write_broken || self.abandoned {
+            let pending = self.ws.pending_transmit();
+            self.ws.consume_transmit(pending);
+            return None;
+        }
+        let n = self.ws.poll_transmit(out)?;
+        if self.unwritten == 0 {
+            self.write_progress_at = self.last_now;
+        }
+        self.unwritten += n;
+        Some(n)
     }
 
     /// Queued bytes to write straight from the session's buffer; see
@@ -433,9 +638,46 @@ impl TerminalSession {
         self.ws.consume_transmit(n);
     }
 
+    /// False while reading should pause: the transport is finished, or the
+    /// unread output is above half of either bound and the consumer pulled
+    /// within [`READ_GRACE`] (it is live and gets the chance to pull
+    /// first). A consumer that did not pull for longer counts as stalled and
+    /// reading goes on, so the queue bound decides.
+    pub fn wants_read(&self) -> bool {
+        !self.is_transport_finished() && self.throttle_until().is_none()
+    }
+
+    fn throttle_until(&self) -> Option<Instant> {
+        let above_half = self.queue.bytes() * 2 > self.queue.max_bytes()
+            || self.queue.chunks() * 2 > MAX_UNREAD_CHUNKS;
+        let until = self.last_pull? + READ_GRACE;
+        (above_half && self.outcome.is_none() && self.last_now < until).then_some(until)
+    }
+
+    fn is_write_stalled(&self, now: Instant) -> bool {
+        self.unwritten > 0 && !self.abandoned && self.write_progress_at + self.write_wait <= now
+    }
+
+    /// The socket is done with: the outcome (if none yet) is `e`.
+    fn abandon(&mut self, e: Error) {
+        self.abandoned = true;
+        self.unwritten = 0;
+        if self.outcome.is_none() {
+            self.outcome = Some(Err(e));
+        }
+        self.transport_error.get_or_insert(e);
+        self.exit_close_deadline = None;
+        let pending = self.ws.pending_transmit();
+        self.ws.consume_transmit(pending);
+    }
+
     /// The next deadline and its timer; ties go to the earlier timer in
     /// [`TerminalTimer`] order.
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<(Instant, TerminalTimer)> {
+        if self.abandoned {
+            return None;
+        }
         let ws = self.ws.poll_timeout().map(|(t, w)| {
             let timer = match w {
                 WsTimer::Handshake => TerminalTimer::Handshake,
@@ -450,6 +692,11 @@ impl TerminalSession {
             live.then_some((self.session_deadline, TerminalTimer::Session)),
             (live && !self.attached).then_some((self.attach_deadline, TerminalTimer::Consumer)),
             live.then_some((self.idle_deadline, TerminalTimer::Idle)),
+            (self.unwritten > 0).then_some((
+                self.write_progress_at + self.write_wait,
+                TerminalTimer::WriteStall,
+            )),
+            self.throttle_until().map(|t| (t, TerminalTimer::Throttle)),
         ];
         let mut best: Option<(Instant, TerminalTimer)> = None;
         for c in candidates.into_iter().flatten() {
@@ -475,7 +722,7 @@ impl TerminalSession {
     /// True when the connection is over and nothing is left to send: the
     /// shell may close the socket.
     pub fn is_transport_finished(&self) -> bool {
-        self.ws.is_finished() && self.ws.pending_transmit() == 0
+        self.abandoned || self.ws.is_finished() || (self.write_broken && self.ws.is_ended())
     }
 
     /// Unread output bytes.
@@ -515,6 +762,9 @@ impl TerminalSession {
     }
 
     fn check_can_send(&self, op: Operation) -> Result<(), Error> {
+        if let Some(e) = self.transport_error {
+            return Err(e.with_operation(op));
+        }
         if self.outcome.is_some() || self.ws.is_close_sent() {
             return Err(Error::validation(op, "session_closed"));
         }
@@ -549,7 +799,7 @@ impl TerminalSession {
             self.outcome = Some(outcome);
         }
         self.exit_close_deadline = None;
-        if !self.ws.is_close_sent() && !self.ws.is_finished() {
+        if !self.ws.is_close_sent() && !self.ws.is_ended() {
             // `code` is one of the sendable constants.
             let _ = self.ws.close(now, code);
         }
@@ -637,10 +887,9 @@ impl TerminalSession {
             Overflow::Bytes(total) => e
                 .with_reason("unread_output_bytes")
                 .with_limit(total, self.queue_max_bytes()),
-            Overflow::Chunks => e.with_reason("unread_output_chunks").with_limit(
-                super::queue::MAX_UNREAD_CHUNKS as u64 + 1,
-                super::queue::MAX_UNREAD_CHUNKS as u64,
-            ),
+            Overflow::Chunks => e
+                .with_reason("unread_output_chunks")
+                .with_limit(MAX_UNREAD_CHUNKS as u64 + 1, MAX_UNREAD_CHUNKS as u64),
         }
     }
 
@@ -665,6 +914,64 @@ impl TerminalSession {
         } else {
             e.with_operation(Operation::TerminalOutput)
         }
+    }
+}
+
+fn transport_failure(reason: &'static str) -> Error {
+    Error::new(
+        Category::Transport,
+        Operation::TerminalOutput,
+        Evidence::Unknown,
+    )
+    .with_reason(reason)
+}
+
+impl Machine for TerminalSession {
+    type Event<'a> = TerminalEvent;
+    type Timer = TerminalTimer;
+
+    /// As [`TerminalSession::handle_input`], in chunks of at most 64 KiB.
+    fn handle_input(&mut self, now: Instant, bytes: &[u8]) {
+        for chunk in bytes.chunks(crate::ws::MAX_INPUT_CHUNK) {
+            // The only error is a chunk over the cap, which cannot happen.
+            let _ = Self::handle_input(self, now, chunk);
+        }
+    }
+
+    fn handle_eof(&mut self, now: Instant) {
+        Self::handle_eof(self, now);
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        Self::handle_timeout(self, now);
+    }
+
+    fn handle_written(&mut self, now: Instant, n: usize) {
+        Self::handle_written(self, now, n);
+    }
+
+    fn handle_transport_error(&mut self, now: Instant, failure: TransportFailure) {
+        Self::handle_transport_error(self, now, failure);
+    }
+
+    fn poll_transmit(&mut self, out: &mut Vec<u8>) -> bool {
+        Self::poll_transmit(self, out).is_some()
+    }
+
+    fn poll_timeout(&self) -> Option<(Instant, TerminalTimer)> {
+        Self::poll_timeout(self)
+    }
+
+    fn poll_event(&mut self) -> Option<TerminalEvent> {
+        Self::poll_event(self)
+    }
+
+    fn is_finished(&self) -> bool {
+        self.is_transport_finished()
+    }
+
+    fn wants_read(&self) -> bool {
+        Self::wants_read(self)
     }
 }
 

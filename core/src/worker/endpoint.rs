@@ -200,6 +200,33 @@ pub enum Target<'a> {
     Unix(&'a Path),
 }
 
+/// How a shell connects to an endpoint: the transport and, for TLS, the
+/// files to verify with ([`Endpoint::connect_plan`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConnectPlan<'a> {
+    /// A Unix domain socket.
+    Unix(&'a Path),
+    /// Plain TCP (loopback only, validated by [`Endpoint::new`]).
+    Tcp {
+        /// Host name or IP literal (no brackets).
+        host: &'a str,
+        /// Port.
+        port: u16,
+    },
+    /// TLS over TCP, verified against `ca_file` (and the host name).
+    Tls {
+        /// Host name or IP literal (no brackets); also the server name.
+        host: &'a str,
+        /// Port.
+        port: u16,
+        /// The CA bundle the peer is verified against.
+        ca_file: &'a Path,
+        /// Client certificate and key for mutual TLS.
+        client_identity: Option<(&'a Path, &'a Path)>,
+    },
+}
+
 /// A validated worker endpoint. Construction performs no I/O (AC-1.1.1);
 /// the token never appears in `Debug` (AC-1.1.4).
 #[derive(Clone, PartialEq, Eq)]
@@ -378,6 +405,33 @@ impl Endpoint {
         }
     }
 
+    /// How to connect. HTTPS needs a CA file: no system roots are
+    /// consulted.
+    ///
+    /// # Errors
+    /// `unsupported_capability` (operation `config`, `not_dispatched`,
+    /// reason `tls_requires_ca_file`) for HTTPS without a CA file.
+    pub fn connect_plan(&self) -> Result<ConnectPlan<'_>, Error> {
+        match (self.target(), self.scheme) {
+            (Target::Unix(path), _) => Ok(ConnectPlan::Unix(path)),
+            (Target::Tcp { host, port }, Scheme::Http) => Ok(ConnectPlan::Tcp { host, port }),
+            (Target::Tcp { host, port }, Scheme::Https) => match self.ca_file() {
+                Some(ca_file) => Ok(ConnectPlan::Tls {
+                    host,
+                    port,
+                    ca_file,
+                    client_identity: self.client_identity(),
+                }),
+                None => Err(Error::new(
+                    crate::Category::UnsupportedCapability,
+                    Operation::Config,
+                    crate::Evidence::NotDispatched,
+                )
+                .with_reason("tls_requires_ca_file")),
+            },
+        }
+    }
+
     /// The bearer token, if any (write it only onto the wire).
     pub const fn token(&self) -> Option<&Secret> {
         self.token.as_ref()
@@ -418,6 +472,24 @@ impl Endpoint {
             cap.clamp(1, self.budgets.max_response_bytes)
         });
         c.idle_timeout = Some(self.budgets.receive_idle);
+        c
+    }
+
+    /// The [`ExchangeConfig`] of `call` (the one place that decides it):
+    /// [`Self::exchange_config`] with the call's reply cap (a call that
+    /// wants no body, `Some(0)` like readyz, gets the smallest cap the
+    /// exchange accepts, 1 byte; its decoder refuses any byte), and without
+    /// the receive-idle timeout when the call says so (extended exec, whose
+    /// command may stay silent for its whole timeout).
+    pub fn exchange_config_for<C: super::WorkerCall + ?Sized>(
+        &self,
+        call: &C,
+        deadline: Instant,
+    ) -> ExchangeConfig {
+        let mut c = self.exchange_config(deadline, call.max_response_bytes());
+        if !call.uses_receive_idle() {
+            c.idle_timeout = None;
+        }
         c
     }
 }

@@ -50,7 +50,7 @@ pub mod workload;
 
 mod json;
 
-pub use endpoint::{Budgets, Endpoint, EndpointConfig, Scheme, Target, WorkerId};
+pub use endpoint::{Budgets, ConnectPlan, Endpoint, EndpointConfig, Scheme, Target, WorkerId};
 pub use files::{
     Download, DownloadSink, FileBudget, GuestPath, PathPolicy, Upload, UploadReply,
     check_byte_budgets,
@@ -98,6 +98,12 @@ pub trait WorkerCall {
     /// endpoint's `max_response_bytes` (`None`: use the endpoint's).
     fn max_response_bytes(&self) -> Option<u64> {
         None
+    }
+
+    /// False when the receive-idle timeout must not apply (only the
+    /// operation deadline does): extended exec.
+    fn uses_receive_idle(&self) -> bool {
+        true
     }
 }
 

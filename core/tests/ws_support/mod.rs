@@ -109,7 +109,7 @@ pub fn events(ws: &mut WsClient) -> Vec<Ev> {
 /// Drains the transmit queue.
 pub fn transmit(ws: &mut WsClient) -> Vec<u8> {
     let mut out = Vec::new();
-    ws.poll_transmit(&mut out);
+    let _ = ws.poll_transmit(&mut out);
     out
 }
 

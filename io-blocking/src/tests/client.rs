@@ -30,7 +30,12 @@ fn read_request(s: &mut impl Read) -> Option<Vec<u8>> {
     Some(got)
 }
 
-/// A peer answering every request on every connection with `reply`;
+/// The `/health` reply of a 1.22.0 worker (the preflight of exec and
+/// terminal calls).
+pub(super) const HEALTH_1_22: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 34\r\n\r\n{\"status\":\"ok\",\"version\":\"1.22.0\"}";
+
+/// A peer answering every request on every connection with `reply` (and
+/// the version preflight `GET /health` with [`HEALTH_1_22`], not counted);
 /// counts connections and requests.
 pub(super) struct Peer {
     pub(super) port: u16,
@@ -39,6 +44,15 @@ pub(super) struct Peer {
 }
 
 pub(super) fn peer(reply: &'static [u8]) -> Peer {
+    peer_with(reply, false)
+}
+
+/// [`peer`] that also answers the version preflight (exec, terminals).
+pub(super) fn worker_peer(reply: &'static [u8]) -> Peer {
+    peer_with(reply, true)
+}
+
+fn peer_with(reply: &'static [u8], preflight: bool) -> Peer {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
     let conns = Arc::new(AtomicUsize::new(0));
@@ -50,9 +64,16 @@ pub(super) fn peer(reply: &'static [u8]) -> Peer {
             c.fetch_add(1, Ordering::SeqCst);
             let r = r.clone();
             thread::spawn(move || {
-                while read_request(&mut s).is_some() {
-                    r.fetch_add(1, Ordering::SeqCst);
-                    if s.write_all(reply).is_err() {
+                while let Some(head) = read_request(&mut s) {
+                    // The head may follow the unread body of the last request.
+                    let is_health = head.windows(12).any(|w| w == b"GET /health ");
+                    let answer = if preflight && is_health {
+                        HEALTH_1_22
+                    } else {
+                        r.fetch_add(1, Ordering::SeqCst);
+                        reply
+                    };
+                    if s.write_all(answer).is_err() {
                         return;
                     }
                 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use smolbox_core::exec::{Command, ExecOutcome};
 use smolbox_core::{Category, Evidence};
 
-use super::client::{budgets, peer, tcp_client};
+use super::client::{budgets, tcp_client, worker_peer as peer};
 use crate::{ExecEvent, MAX_DELIVERY_THREADS};
 
 const SSE_BODY: &str = "event: stdout\ndata: hi\ndata: \n\nevent: stderr\ndata: boom\ndata: \n\nevent: exit\ndata: {\"exitCode\":3}\n\n";

@@ -17,15 +17,31 @@ use crate::TerminalEvent;
 
 const GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 
+/// Accepts connections until one carries a request other than the
+/// version preflight `GET /health` (answered as a 1.22.0 worker); returns
+/// that connection and its request head.
+fn accept_after_preflight(l: &TcpListener) -> (TcpStream, Vec<u8>) {
+    loop {
+        let (mut s, _) = l.accept().unwrap();
+        let mut head = Vec::new();
+        let mut b = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            s.read_exact(&mut b).unwrap();
+            head.push(b[0]);
+        }
+        if head.starts_with(b"GET /health ") {
+            s.write_all(super::client::HEALTH_1_22).unwrap();
+            // The preflight's connection stays pooled; keep it open.
+            std::mem::forget(s);
+            continue;
+        }
+        return (s, head);
+    }
+}
+
 /// Accepts one upgrade; returns the socket after the 101.
 fn upgrade(l: &TcpListener) -> TcpStream {
-    let (mut s, _) = l.accept().unwrap();
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        s.read_exact(&mut b).unwrap();
-        head.push(b[0]);
-    }
+    let (mut s, head) = accept_after_preflight(l);
     let head = String::from_utf8(head).unwrap();
     assert!(
         head.starts_with("GET /api/v1/machines/dev/exec/interactive?"),
@@ -216,9 +232,7 @@ fn a_refused_upgrade_is_an_error_from_open() {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
     thread::spawn(move || {
-        let (mut s, _) = l.accept().unwrap();
-        let mut b = [0u8; 1024];
-        let _ = s.read(&mut b);
+        let (mut s, _) = accept_after_preflight(&l);
         let body = r#"{"error":"machine 'dev' not found","code":"NOT_FOUND"}"#;
         let _ = write!(
             s,

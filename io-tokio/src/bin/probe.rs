@@ -29,7 +29,7 @@ use smolbox_core::http1::{ExchangeConfig, HttpEvent, HttpExchange, Method, Reque
 use smolbox_core::sse::{self, SseParser};
 use smolbox_core::ws::{CloseCode, WsClient, WsConfig, WsEvent};
 use smolbox_core::{Category, Error, Operation};
-use smolbox_tokio::{Connection, Target, TlsFiles};
+use smolbox_tokio::{Connection, SocketTarget, TlsFiles};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Size of one flood message.
@@ -70,9 +70,9 @@ include!("../../probe/common.rs");
 
 async fn connect(o: &Opts, deadline: Instant, op: Operation) -> Result<Connection, Fail> {
     let target = match &o.tls {
-        Some(files) if o.url.secure => Target::tls(o.url.host.clone(), o.url.port, files)
+        Some(files) if o.url.secure => SocketTarget::tls(o.url.host.clone(), o.url.port, files)
             .map_err(|e| Fail::new("connect", e.to_string()))?,
-        _ => Target::tcp(o.url.host.clone(), o.url.port),
+        _ => SocketTarget::tcp(o.url.host.clone(), o.url.port),
     };
     target
         .connect(deadline, op)
@@ -106,15 +106,17 @@ async fn exchange(
     let mut ex =
         HttpExchange::new(request, &config, Instant::now()).map_err(|e| classify(&e, false))?;
     let mut wire = Vec::new();
-    ex.poll_transmit(&mut wire);
+    let _ = ex.poll_transmit(&mut wire);
     write_all(&mut conn, &wire, ex.poll_timeout().map(|(t, _)| t)).await?;
     let mut buf = vec![0u8; READ_CHUNK];
     loop {
         while let Some(ev) = ex.poll_event() {
-            match ev.map_err(|e| classify(&e, false))? {
+            match ev {
                 HttpEvent::Head(head) => on_head(&head)?,
                 HttpEvent::Data(bytes) => on_body(bytes)?,
                 HttpEvent::End => return Ok(()),
+                HttpEvent::Failed(e) => return Err(classify(&e, false)),
+                _ => {}
             }
         }
         let wake = ex.poll_timeout().map(|(t, _)| t);

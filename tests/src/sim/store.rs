@@ -11,12 +11,13 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
 use smolbox_core::managed::record::{ExecutionRecord, MachineRecord, Resources};
-use smolbox_core::managed::slot::Finish;
+use smolbox_core::managed::slot::{Disposition, Finish};
 use smolbox_core::managed::state::MachineOperation;
 use smolbox_core::managed::{ExecPatch, Guard, Lease, MachinePatch, RecordKey};
 use smolbox_core::{Category, Error, Evidence, Operation};
 use smolbox_store::{
-    Accepted, Assigned, DueCursor, DuePage, MemoryConfig, MemoryStore, Reserve, Store, StoreInfo,
+    Accepted, Assigned, DueCursor, DuePage, MemoryConfig, MemoryStore, Page, Reserve, Resolved,
+    Store, StoreInfo, Submitted,
 };
 
 use super::rng::Rng;
@@ -465,6 +466,98 @@ impl Store for FaultStore {
     ) -> Result<(MachineRecord, Finish), Error> {
         self.mutation(Operation::StoreSlot, |s| {
             s.finish_slot(machine, guard, exec, now_ms)
+        })
+    }
+
+    // The operations added with issue 13's store work: reads may time out,
+    // mutations fail before or after applying, like the others.
+    fn list(
+        &self,
+        scope: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Page<ExecutionRecord>, Error> {
+        self.read(Operation::StoreFetch, |s| s.list(scope, after, limit))
+    }
+
+    fn list_machines(
+        &self,
+        scope: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Page<MachineRecord>, Error> {
+        self.read(Operation::StoreFetch, |s| {
+            s.list_machines(scope, after, limit)
+        })
+    }
+
+    fn due_machines(
+        &self,
+        now_ms: u64,
+        after: Option<&DueCursor>,
+        limit: u32,
+    ) -> Result<DuePage<MachineRecord>, Error> {
+        self.read(Operation::StoreDue, |s| {
+            s.due_machines(now_ms, after, limit)
+        })
+    }
+
+    fn claim_version(
+        &self,
+        key: &RecordKey,
+        owner: &str,
+        version: u64,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<ExecutionRecord, Error> {
+        self.exec_mutation(Operation::StoreClaim, CommitKind::Claim, Some(owner), |s| {
+            s.claim_version(key, owner, version, now_ms, ttl_ms)
+        })
+    }
+
+    fn claim_machine_version(
+        &self,
+        key: &RecordKey,
+        owner: &str,
+        version: u64,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<MachineRecord, Error> {
+        self.mutation(Operation::StoreClaim, |s| {
+            s.claim_machine_version(key, owner, version, now_ms, ttl_ms)
+        })
+    }
+
+    fn submit(
+        &self,
+        record: &ExecutionRecord,
+        max_pending: u32,
+    ) -> Result<Accepted<Submitted>, Error> {
+        self.mutation(Operation::StoreAccept, |s| s.submit(record, max_pending))
+    }
+
+    fn finish_command(
+        &self,
+        machine: &RecordKey,
+        guard: &Guard,
+        exec: &RecordKey,
+        now_ms: u64,
+    ) -> Result<(MachineRecord, ExecutionRecord, Finish), Error> {
+        self.mutation(Operation::StoreSlot, |s| {
+            s.finish_command(machine, guard, exec, now_ms)
+        })
+    }
+
+    fn resolve_machine(
+        &self,
+        key: &RecordKey,
+        version: u64,
+        quiesced: bool,
+        disposition: &Disposition,
+        now_ms: u64,
+    ) -> Result<Resolved, Error> {
+        self.mutation(Operation::StoreWrite, |s| {
+            s.resolve_machine(key, version, quiesced, disposition, now_ms)
         })
     }
 }

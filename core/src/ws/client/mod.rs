@@ -7,6 +7,7 @@ use core::ops::Range;
 use std::time::Instant;
 
 use crate::error::{Category, Error, Evidence, Operation};
+use crate::machine::{Machine, TransportFailure};
 use crate::ws::close::CloseCode;
 use crate::ws::config::{MAX_HANDSHAKE_LEN, MAX_INPUT_CHUNK, WsConfig};
 use crate::ws::frame::{self, MAX_CONTROL_PAYLOAD, MAX_HEADER_LEN, Opcode};
@@ -51,8 +52,12 @@ pub const MAX_PENDING_TRANSMIT: usize = 1_048_576 + 64 * 1_024;
 /// also stops the decoder; `handle_input` refuses more bytes than one
 /// partial frame plus one chunk.
 ///
-/// When [`is_finished`](Self::is_finished) is true and `poll_transmit`
-/// returns `None`, the shell closes the socket.
+/// When [`is_finished`](Self::is_finished) is true the shell closes the
+/// socket. It implements the driver contract [`Machine`](crate::Machine),
+/// with one difference the generic drivers absorb: frames are decoded by
+/// `poll_event`, not by `handle_input` (messages are lent from the receive
+/// buffer without a copy), so a pong or close echo is queued while events
+/// are drained and goes out with the next turn's `poll_transmit`.
 pub struct WsClient {
     config: WsConfig,
     phase: Phase,
@@ -433,6 +438,7 @@ impl WsClient {
     /// Appends every queued byte to `out` and returns how many (one copy;
     /// [`transmit_data`](Self::transmit_data) avoids it).
     #[inline]
+    #[must_use]
     pub fn poll_transmit(&mut self, out: &mut Vec<u8>) -> Option<usize> {
         let n = self.tx.len();
         if n == 0 {
@@ -466,6 +472,7 @@ impl WsClient {
     /// and valid until the next call on the client. Decoding a ping or close
     /// may queue a transmit.
     #[inline]
+    #[must_use]
     pub fn poll_event(&mut self) -> Option<WsEvent<'_>> {
         // Fast path: a complete, final, unmasked binary frame shorter than
         // 64 KiB outside a fragmented message (the terminal's output). Every
@@ -531,6 +538,7 @@ impl WsClient {
 
     /// The next deadline and which timer it is; `handle_timeout` acts at
     /// exactly that instant.
+    #[must_use]
     pub fn poll_timeout(&self) -> Option<(Instant, WsTimer)> {
         if let Some(t) = self.handshake_deadline {
             return Some((t, WsTimer::Handshake));
@@ -545,10 +553,16 @@ impl WsClient {
         self.phase == Phase::Open
     }
 
-    /// True once the final event (`Closed` or `Failed`) is decided; the
-    /// shell may close the socket after `poll_transmit` returns `None`.
-    pub fn is_finished(&self) -> bool {
+    /// True once the final event (`Closed` or `Failed`) is decided (a
+    /// close echo may still wait for `poll_transmit`).
+    pub fn is_ended(&self) -> bool {
         self.phase == Phase::Done
+    }
+
+    /// True once the final event is decided and nothing is left to send:
+    /// the shell may close the socket.
+    pub fn is_finished(&self) -> bool {
+        self.phase == Phase::Done && self.tx.len() == 0
     }
 
     /// True once a close frame was queued; no data frame follows it.
@@ -770,5 +784,66 @@ impl fmt::Debug for WsClient {
             .field("close_received", &self.close_received)
             .field("error", &self.error)
             .finish_non_exhaustive()
+    }
+}
+
+impl Machine for WsClient {
+    type Event<'a> = WsEvent<'a>;
+    type Timer = WsTimer;
+
+    /// As [`WsClient::handle_input`], in chunks of at most
+    /// [`MAX_INPUT_CHUNK`]; input the client cannot hold (events not
+    /// drained) fails the connection instead of being lost.
+    fn handle_input(&mut self, now: Instant, bytes: &[u8]) {
+        for chunk in bytes.chunks(MAX_INPUT_CHUNK) {
+            if let Err(e) = Self::handle_input(self, now, chunk) {
+                if e.category() == Category::Validation {
+                    let e = self.err(Category::OutputLimit, "input_not_drained");
+                    self.fail(e, Some(CloseCode::MESSAGE_TOO_BIG));
+                }
+                return;
+            }
+        }
+    }
+
+    fn handle_eof(&mut self, now: Instant) {
+        Self::handle_eof(self, now);
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        Self::handle_timeout(self, now);
+    }
+
+    fn handle_written(&mut self, now: Instant, _n: usize) {
+        self.touch(now);
+    }
+
+    fn handle_transport_error(&mut self, now: Instant, failure: TransportFailure) {
+        self.touch(now);
+        self.eof = true;
+        let e = self.err(Category::Transport, failure.reason());
+        self.fail(e, None);
+        let pending = self.tx.len();
+        self.tx.consume(pending);
+    }
+
+    fn poll_transmit(&mut self, out: &mut Vec<u8>) -> bool {
+        Self::poll_transmit(self, out).is_some()
+    }
+
+    fn poll_timeout(&self) -> Option<(Instant, WsTimer)> {
+        Self::poll_timeout(self)
+    }
+
+    fn poll_event(&mut self) -> Option<WsEvent<'_>> {
+        Self::poll_event(self)
+    }
+
+    fn is_finished(&self) -> bool {
+        Self::is_finished(self)
+    }
+
+    fn wants_read(&self) -> bool {
+        self.phase != Phase::Done && !self.eof
     }
 }

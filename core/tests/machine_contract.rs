@@ -1,0 +1,241 @@
+//! The driver contract ([`Machine`]) as the shells use it: the decisions
+//! that moved out of the shells — write-stall bound, read pacing, transport
+//! failures and their evidence, failure as the last event.
+#![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
+
+mod ws_support;
+
+use std::time::{Duration, Instant};
+
+use smolbox_core::http1::{ExchangeConfig, HttpEvent, HttpExchange, Method, Request};
+use smolbox_core::terminal::{
+    MAX_WRITE_WAIT, READ_GRACE, TerminalConfig, TerminalEvent, TerminalSession, TerminalSpec,
+    TerminalTimer,
+};
+use smolbox_core::{Category, Evidence, Machine, Operation, TransportFailure};
+use ws_support::{KEY, fixed_entropy, t0};
+
+const REPLY: &str = "HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: websocket\r\nsec-websocket-accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n";
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// An open session whose upgrade request the socket took at `now`.
+fn opened(spec: &TerminalSpec, now: Instant) -> TerminalSession {
+    let mut s =
+        TerminalSession::new(spec, TerminalConfig::new("localhost", "dev"), KEY, now).unwrap();
+    s.handle_entropy(&fixed_entropy(4_096));
+    let mut out = Vec::new();
+    assert!(Machine::poll_transmit(&mut s, &mut out));
+    s.handle_written(now, out.len());
+    Machine::handle_input(&mut s, now, REPLY.as_bytes());
+    assert!(s.is_open());
+    s
+}
+
+fn binary(payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![0x82, payload.len() as u8];
+    f.extend_from_slice(payload);
+    f
+}
+
+#[test]
+fn write_stall_bound_ends_the_session_at_exactly_its_deadline() {
+    let now = t0();
+    let spec = TerminalSpec::new("/bin/sh");
+    let mut s = opened(&spec, now);
+    s.input(now, b"x").unwrap();
+    let mut out = Vec::new();
+    assert!(Machine::poll_transmit(&mut s, &mut out));
+    // The socket takes part of it just before the bound: progress moves it.
+    let almost = now + MAX_WRITE_WAIT - ms(1);
+    s.handle_written(almost, 1);
+    s.handle_timeout(now + MAX_WRITE_WAIT);
+    assert!(s.outcome().is_none(), "progress resets the write bound");
+    assert_eq!(
+        s.poll_timeout(),
+        Some((almost + MAX_WRITE_WAIT, TerminalTimer::WriteStall))
+    );
+    // No more progress: one instant early nothing happens, at it the end.
+    s.handle_timeout(almost + MAX_WRITE_WAIT - ms(1));
+    assert!(s.outcome().is_none());
+    s.handle_timeout(almost + MAX_WRITE_WAIT);
+    let e = s.outcome().unwrap().unwrap_err();
+    assert_eq!(
+        (e.category(), e.operation(), e.evidence(), e.reason()),
+        (
+            Category::Transport,
+            Operation::TerminalOutput,
+            Evidence::Unknown,
+            "write_timeout"
+        )
+    );
+    assert!(Machine::is_finished(&s));
+    // Commands after it report the transport failure.
+    let e = s.input(now + ms(2_000), b"y").unwrap_err();
+    assert_eq!(
+        (e.operation(), e.reason()),
+        (Operation::TerminalInput, "write_timeout")
+    );
+}
+
+#[test]
+fn a_written_transmit_sets_no_write_timer() {
+    let now = t0();
+    let mut s = opened(&TerminalSpec::new("/bin/sh"), now);
+    s.input(now, b"x").unwrap();
+    let mut out = Vec::new();
+    assert!(Machine::poll_transmit(&mut s, &mut out));
+    s.handle_written(now, out.len());
+    assert_ne!(
+        s.poll_timeout().map(|(_, t)| t),
+        Some(TerminalTimer::WriteStall)
+    );
+}
+
+#[test]
+fn reading_pauses_for_a_live_consumer_only_within_the_grace() {
+    let now = t0();
+    let spec = TerminalSpec {
+        max_buffer_bytes: 1_024,
+        ..TerminalSpec::new("/bin/sh")
+    };
+    let mut s = opened(&spec, now);
+    // Never pulled: a consumer that is not there does not pause reading.
+    Machine::handle_input(&mut s, now, &binary(&[b'a'; 100]));
+    Machine::handle_input(&mut s, now, &binary(&[b'b'; 100]));
+    let pulled = Machine::poll_event(&mut s).unwrap();
+    assert!(matches!(pulled, TerminalEvent::Output(ref b) if b.len() == 100));
+    // Unread at exactly half of the bound (512): still reading.
+    let half: Vec<u8> = [&binary(&[b'c'; 100])[..], &binary(&[b'd'; 125])[..]].concat();
+    Machine::handle_input(&mut s, now, &half);
+    Machine::handle_input(&mut s, now, &binary(&[b'e'; 125]));
+    Machine::handle_input(&mut s, now, &binary(&[b'g'; 62]));
+    assert_eq!(s.unread_bytes(), 512);
+    assert!(Machine::wants_read(&s));
+    // One byte past half, pulled just now: pause until the grace ends.
+    Machine::handle_input(&mut s, now, &binary(b"f"));
+    assert!(!Machine::wants_read(&s));
+    assert_eq!(
+        s.poll_timeout(),
+        Some((now + READ_GRACE, TerminalTimer::Throttle))
+    );
+    s.handle_timeout(now + READ_GRACE - ms(1));
+    assert!(!Machine::wants_read(&s));
+    s.handle_timeout(now + READ_GRACE);
+    assert!(
+        Machine::wants_read(&s),
+        "a consumer silent past the grace is stalled"
+    );
+    // A pull pauses reading again only while still above half.
+    let _ = Machine::poll_event(&mut s).unwrap();
+    assert!(Machine::wants_read(&s));
+}
+
+#[test]
+fn a_read_failure_decides_the_outcome_and_a_write_failure_keeps_reading() {
+    let now = t0();
+    let mut s = opened(&TerminalSpec::new("/bin/sh"), now);
+    Machine::handle_transport_error(&mut s, now, TransportFailure::Write);
+    assert!(s.outcome().is_none() && Machine::wants_read(&s));
+    s.input(now, b"x").unwrap_err();
+    // The exit still arrives and decides the outcome.
+    let exit = br#"{"type":"exit","code":0}"#;
+    let mut frame = vec![0x81, exit.len() as u8];
+    frame.extend_from_slice(exit);
+    Machine::handle_input(&mut s, now, &frame);
+    Machine::handle_input(&mut s, now, &[0x88, 0x02, 0x03, 0xe8]);
+    assert_eq!(s.outcome().unwrap().unwrap().code, 0);
+
+    let mut r = opened(&TerminalSpec::new("/bin/sh"), now);
+    Machine::handle_input(&mut r, now, &binary(b"out"));
+    Machine::handle_transport_error(&mut r, now, TransportFailure::Read);
+    assert!(Machine::is_finished(&r));
+    // Output read before the failure is still delivered, then the end.
+    assert!(matches!(
+        Machine::poll_event(&mut r),
+        Some(TerminalEvent::Output(b)) if &b[..] == b"out"
+    ));
+    assert!(matches!(
+        Machine::poll_event(&mut r),
+        Some(TerminalEvent::Closed(Err(_)))
+    ));
+    assert!(
+        Machine::poll_event(&mut r).is_none(),
+        "the end is the last event"
+    );
+}
+
+fn exchange(now: Instant) -> HttpExchange {
+    let config = ExchangeConfig::new("worker:1", now + Duration::from_secs(30));
+    let request = Request::new(Operation::Get, Method::Get, "/health".into());
+    HttpExchange::new(&request, &config, now).unwrap()
+}
+
+#[test]
+fn http_transport_failure_evidence_follows_what_the_socket_took() {
+    let now = t0();
+    for (written, evidence) in [
+        (0, Evidence::NotDispatched),
+        (1, Evidence::DispatchUncertain),
+    ] {
+        for failure in [TransportFailure::Write, TransportFailure::Read] {
+            let mut x = exchange(now);
+            let mut out = Vec::new();
+            assert!(Machine::poll_transmit(&mut x, &mut out));
+            Machine::handle_written(&mut x, now, written);
+            Machine::handle_transport_error(&mut x, now, failure);
+            let e = match Machine::poll_event(&mut x) {
+                Some(HttpEvent::Failed(e)) => e,
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(
+                (e.category(), e.evidence(), e.reason()),
+                (Category::Transport, evidence, failure.reason())
+            );
+            assert!(Machine::poll_event(&mut x).is_none());
+            assert!(Machine::is_finished(&x));
+        }
+    }
+}
+
+#[test]
+fn a_reply_complete_before_a_read_failure_is_whole() {
+    let now = t0();
+    let mut x = exchange(now);
+    let _ = x.poll_transmit(&mut Vec::new());
+    x.handle_written(now, 1);
+    Machine::handle_input(
+        &mut x,
+        now,
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
+    );
+    Machine::handle_transport_error(&mut x, now, TransportFailure::Read);
+    assert!(matches!(
+        Machine::poll_event(&mut x),
+        Some(HttpEvent::Head(_))
+    ));
+    assert_eq!(Machine::poll_event(&mut x), Some(HttpEvent::Data(b"{}")));
+    assert_eq!(Machine::poll_event(&mut x), Some(HttpEvent::End));
+    assert_eq!(Machine::poll_event(&mut x), None);
+    // A cut-off body instead fails with the read failure, after its bytes.
+    let mut y = exchange(now);
+    let _ = y.poll_transmit(&mut Vec::new());
+    y.handle_written(now, 1);
+    Machine::handle_input(
+        &mut y,
+        now,
+        b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n{}",
+    );
+    Machine::handle_transport_error(&mut y, now, TransportFailure::Read);
+    assert!(matches!(
+        Machine::poll_event(&mut y),
+        Some(HttpEvent::Head(_))
+    ));
+    assert_eq!(Machine::poll_event(&mut y), Some(HttpEvent::Data(b"{}")));
+    assert!(matches!(
+        Machine::poll_event(&mut y),
+        Some(HttpEvent::Failed(e)) if e.reason() == "read_failed"
+    ));
+}
