@@ -388,9 +388,15 @@ mod tests {
         m.observe_commits(2, vec![commit(CommitKind::Write, Some("o"), first)]);
         let before = m.violations.len();
         m.observe_commits(3, vec![commit(CommitKind::Write, Some("o"), second)]);
-        let new: Vec<&str> = m.violations[before..].iter().map(|v| v.what.as_str()).collect();
+        let new: Vec<&str> = m.violations[before..]
+            .iter()
+            .map(|v| v.what.as_str())
+            .collect();
         assert!(new.iter().any(|w| w.contains("result changed")), "{new:?}");
-        assert!(new.iter().any(|w| w.contains("execution deadline moved")), "{new:?}");
+        assert!(
+            new.iter().any(|w| w.contains("execution deadline moved")),
+            "{new:?}"
+        );
     }
 
     #[test]
