@@ -11,10 +11,16 @@
 //! // tests/tests/e2e_tokio.rs
 //! smolbox_tests::e2e_suite!(smolbox_tests::tokio_shell::TokioShell);
 //! ```
+//!
+//! The managed suite ([`managed_cases`]) is written the same way against
+//! the shells' `Runtime` ([`managed::ManagedShell`]) and instantiated with
+//! [`managed_suite!`].
 
 pub mod blocking_shell;
 pub mod cases;
 pub mod fixture;
+pub mod managed;
+pub mod managed_cases;
 pub mod shell;
 pub mod sim;
 pub mod tokio_shell;
