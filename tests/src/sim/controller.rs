@@ -20,6 +20,9 @@ use smolbox_core::managed::controller::{
 };
 use smolbox_core::managed::record::{Claim, ExecResult, ExecutionRecord};
 use smolbox_core::managed::{ExecState, ExecutionSpec, RecordKey, testkit};
+use smolbox_core::worker::{
+    Incarnation, MachineSpec, MachineState as WState, Measurements, Observation, Profile, Version,
+};
 use smolbox_core::{Category, Error, Evidence, Operation};
 use smolbox_store::{Accepted, DueCursor, Reserve, Store};
 
@@ -141,6 +144,8 @@ struct Sim {
     skips_left: u32,
     /// Commands sent and not yet answered: key → (host, request).
     running: BTreeMap<RecordKey, (usize, u64)>,
+    /// The spec each machine was created with (its replies echo it).
+    machine_specs: BTreeMap<String, MachineSpec>,
 }
 
 /// Runs one seed against the `Controller` and checks it.
@@ -160,6 +165,7 @@ pub fn run_seed(seed: u64, opts: Options) -> SeedReport {
         steps: sim.step,
         crashes: sim.crashes.clone(),
         faults,
+        mutations: sim.worker.mutation_counts(),
         violations: sim.model.violations,
         trace,
     }
@@ -320,6 +326,7 @@ impl Sim {
             truly_absent: None,
             skips_left: 0,
             running: BTreeMap::new(),
+            machine_specs: BTreeMap::new(),
         };
         sim.workload(&mut rng);
         // One or two controllers share the store from the start.
@@ -338,8 +345,13 @@ impl Sim {
             let exit = rng.range(0, 3) as i32;
             let dur = rng.range(0, 3 * TTL_MS);
             let cmd = smolbox_core::exec::Command::new(worker::sim_argv(&id, exit, dur));
-            let spec = spec_for(&cmd, &target, WORKER_ID, MACHINE)
+            let mut spec = spec_for(&cmd, &target, WORKER_ID, MACHINE)
                 .unwrap_or_else(|e| unreachable!("a valid spec: {e:?}"));
+            // Half the commands run on a disposable machine the controller
+            // creates, uses, deletes and verifies absent (C17.2).
+            if rng.chance(500) && self.opts.disposable {
+                spec.worker_machine = None;
+            }
             self.jobs.push(Job {
                 key: testkit::key("sim", &id),
                 spec,
@@ -399,7 +411,8 @@ impl Sim {
     fn new_host(&mut self) {
         let h = self.hosts.len();
         let mut cfg = ControllerConfig::new(&Self::owner(h));
-        cfg.workers = vec![WorkerEntry::new(WORKER_ID)];
+        cfg.workers =
+            vec![WorkerEntry::new(WORKER_ID).with_profile(Profile::known(Version::V1_9_2))];
         cfg.lease_ttl_ms = TTL_MS;
         cfg.poll_interval_ms = POLL_MS;
         let ctl = match Controller::new(
@@ -856,23 +869,104 @@ impl Sim {
     }
 
     fn worker_op(&mut self, h: usize, id: OpId, op: WorkerOp) {
-        let WorkerOp::Exec {
-            worker_id,
-            machine,
-            command,
-        } = op
-        else {
-            self.violation(format!(
-                "{}: worker op not simulated yet: {op:?}",
-                Self::owner(h)
-            ));
-            return;
+        let (request, key) = match op {
+            WorkerOp::Exec {
+                worker_id,
+                machine,
+                command,
+            } => {
+                if worker_id != WORKER_ID {
+                    self.violation(format!("exec on unknown worker {worker_id}"));
+                }
+                return self.exec_op(h, id, machine, &command);
+            }
+            WorkerOp::Create { name, spec, .. } => {
+                self.machine_specs.insert(name.as_str().to_owned(), *spec);
+                (
+                    Request::Create {
+                        name: name.as_str().to_owned(),
+                    },
+                    name,
+                )
+            }
+            WorkerOp::Start { name, .. } => (
+                Request::Start {
+                    name: name.as_str().to_owned(),
+                },
+                name,
+            ),
+            WorkerOp::Stop { name, .. } => (
+                Request::Stop {
+                    name: name.as_str().to_owned(),
+                },
+                name,
+            ),
+            WorkerOp::Delete { name, .. } => (
+                Request::Delete {
+                    name: name.as_str().to_owned(),
+                },
+                name,
+            ),
+            WorkerOp::Inspect { name, .. } => (
+                Request::Inspect {
+                    name: name.as_str().to_owned(),
+                },
+                name,
+            ),
         };
+        if self.crash_point(h, "worker_before_send") {
+            return;
+        }
+        let req = self.next_req;
+        self.next_req += 1;
+        self.reqs.insert(req, (ReqTo::Op(h, id), None));
+        self.log(format!("{} sends {request:?}", Self::owner(h)));
+        let _ = key;
+        let now = self.now();
+        if let Err(e) = self.worker.send(now, req, request) {
+            self.at(now + 1, Ev::WorkerReply(h, id, req, Err(e)));
+        }
+        self.crash_point(h, "worker_after_send");
+    }
+
+    /// A machine reply as the client decodes it.
+    fn observation(&self, v: &worker::MachineView) -> Observation {
+        let spec = self.machine_specs.get(&v.name).cloned().unwrap_or_default();
+        Observation {
+            incarnation: Incarnation {
+                name: v.name.clone(),
+                created_at: 1_700_000_000 + v.incarnation,
+                cpus: spec.cpus,
+                memory_mb: spec.memory_mb,
+                storage_gb: spec.storage_gb,
+                overlay_gb: spec.overlay_gb,
+                network: spec.network.clone(),
+                network_backend: None,
+                allowlists_present: false,
+                ports: spec.ports.clone(),
+                mounts: spec.mounts.clone(),
+                image: None,
+            },
+            state: match v.state {
+                worker::MachineState::Created => WState::Created,
+                worker::MachineState::Running => WState::Running,
+                worker::MachineState::Stopped => WState::Stopped,
+            },
+            pid: None,
+            branchable: None,
+            measurements: Measurements::default(),
+        }
+    }
+
+    fn exec_op(
+        &mut self,
+        h: usize,
+        id: OpId,
+        machine: String,
+        command: &smolbox_core::exec::Command,
+    ) {
         let argv = command.argv().to_vec();
         let key = testkit::key("sim", &worker::exec_identity(&argv));
-        if worker_id != WORKER_ID {
-            self.violation(format!("exec on unknown worker {worker_id}"));
-        }
         if let Some((req, early)) = self.hosts[h].early.remove(&key) {
             // Planted DispatchBeforeIntent: already sent; answer when it comes.
             match early {
@@ -929,10 +1023,18 @@ impl Sim {
         }
     }
 
-    fn to_worker_result(r: Result<Reply, Error>) -> WorkerResult {
+    fn to_worker_result(&self, r: Result<Reply, Error>) -> WorkerResult {
         match r {
             Ok(Reply::Exec(o)) => Ok(WorkerReply::Exec(o)),
-            Ok(_) => Err(Error::protocol(Operation::Exec, "unexpected_reply")),
+            Ok(Reply::Machine(v)) => Ok(WorkerReply::Machine(Box::new(self.observation(&v)))),
+            Ok(Reply::Deleted) => Ok(WorkerReply::Deleted),
+            // The observed 404 is a `not_found` error (worker-api.md).
+            Ok(Reply::Absent) => {
+                Err(
+                    Error::new(Category::NotFound, Operation::Get, Evidence::NotDispatched)
+                        .with_reason("machine_not_found"),
+                )
+            }
             Err(e) => Err(e),
         }
     }
@@ -1090,7 +1192,7 @@ impl Sim {
         if r.is_ok() {
             self.worker.settle(req);
         }
-        let mut r = Self::to_worker_result(r);
+        let mut r = self.to_worker_result(r);
         if self.opts.bug == Some(Bug::UncertainAsExit)
             && r.as_ref()
                 .err()

@@ -156,6 +156,7 @@ pub fn run_seed(seed: u64, opts: Options) -> SeedReport {
         steps: sim.step,
         crashes,
         faults,
+        mutations: sim.worker.mutation_counts(),
         violations: sim.model.violations,
         trace,
     }

@@ -146,6 +146,9 @@ pub struct Options {
     /// seen by a controller that stays up is persisted; commands may run
     /// longer than the claim TTL.
     pub strict: bool,
+    /// `Controller` only: half the commands run on disposable machines the
+    /// controller creates and deletes (runtime ca8cf19).
+    pub disposable: bool,
 }
 
 impl Options {
@@ -154,6 +157,7 @@ impl Options {
         subject: Subject::Controller,
         bug: None,
         strict: true,
+        disposable: false,
     };
 
     /// `Run`, no bug, the safety rules it promises.
@@ -161,6 +165,7 @@ impl Options {
         subject: Subject::Run,
         bug: None,
         strict: false,
+        disposable: false,
     };
 
     /// The same options with `bug` planted.
@@ -190,6 +195,8 @@ pub struct SeedReport {
     pub crashes: BTreeMap<&'static str, u64>,
     /// Faults injected (store, worker, wall steps, worker restarts).
     pub faults: u64,
+    /// Worker mutations that arrived, by kind.
+    pub mutations: BTreeMap<worker::Mutation, u64>,
     /// Violations found (empty when the seed passed).
     pub violations: Vec<Violation>,
     /// The last steps before the first violation (or the end).
@@ -212,6 +219,8 @@ pub struct Summary {
     pub crashes: BTreeMap<&'static str, u64>,
     /// Faults injected.
     pub faults: u64,
+    /// Worker mutations that arrived, by kind.
+    pub mutations: BTreeMap<worker::Mutation, u64>,
     /// Seeds with a violation.
     pub failed: Vec<SeedReport>,
 }
@@ -252,6 +261,9 @@ pub fn run_seeds(
         s.faults += r.faults;
         for (k, n) in &r.crashes {
             *s.crashes.entry(k).or_insert(0) += n;
+        }
+        for (k, n) in &r.mutations {
+            *s.mutations.entry(*k).or_insert(0) += n;
         }
         if !r.violations.is_empty() {
             s.failed.push(r);
