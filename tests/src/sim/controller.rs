@@ -349,7 +349,7 @@ impl Sim {
                 .unwrap_or_else(|e| unreachable!("a valid spec: {e:?}"));
             // Half the commands run on a disposable machine the controller
             // creates, uses, deletes and verifies absent (C17.2).
-            if rng.chance(500) && self.opts.disposable {
+            if self.opts.disposable && rng.chance(500) {
                 spec.worker_machine = None;
             }
             self.jobs.push(Job {
