@@ -3,7 +3,6 @@
 //! (`io-tokio/src/bin/probe.rs`, `io-blocking/examples/probe.rs`) use it;
 //! only their I/O differs.
 
-
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;

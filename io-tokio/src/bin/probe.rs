@@ -268,6 +268,7 @@ async fn ws(o: &Opts, out: &mut Out, deadline: Instant) -> Result<(), Fail> {
                     let _ = flush(&mut conn, &mut ws, &mut wire).await;
                     return Err(classify(&e, !opened));
                 }
+                _ => {}
             }
             if o.recv.is_some_and(|n| received >= n) {
                 close_now = true;
