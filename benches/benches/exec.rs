@@ -52,7 +52,8 @@ mod base64_decode {
         });
     }
 
-    /// smolbox: SIMD engine (base64-simd) into a reused buffer.
+    /// smolbox: the `base64` crate's runtime-detected SIMD engine into a
+    /// reused buffer.
     #[divan::bench(args = SIZES)]
     fn smolbox(b: Bencher<'_, '_>, len: usize) {
         let input = encoded(len);
@@ -63,7 +64,7 @@ mod base64_decode {
         });
     }
 
-    /// The `base64` crate's general-purpose engine into a reused buffer.
+    /// The `base64` crate's scalar general-purpose engine into a reused buffer.
     #[divan::bench(args = SIZES)]
     fn base64_crate(b: Bencher<'_, '_>, len: usize) {
         let input = encoded(len);
@@ -72,6 +73,20 @@ mod base64_decode {
             out.clear();
             base64::engine::general_purpose::STANDARD
                 .decode_vec(black_box(input.as_bytes()), &mut out)
+                .unwrap_or_else(|e| panic!("{e}"));
+            black_box(&mut out);
+        });
+    }
+
+    /// base64-simd 0.8, the engine smolbox used before, into a reused buffer.
+    #[divan::bench(args = SIZES)]
+    fn base64_simd(b: Bencher<'_, '_>, len: usize) {
+        let input = encoded(len);
+        let mut out = Vec::with_capacity(len);
+        b.counter(BytesCount::new(input.len())).bench_local(|| {
+            out.clear();
+            base64_simd::STANDARD
+                .decode_append(black_box(input.as_bytes()), &mut out)
                 .unwrap_or_else(|e| panic!("{e}"));
             black_box(&mut out);
         });

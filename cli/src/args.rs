@@ -76,6 +76,27 @@ pub(crate) enum Cmd {
     /// on this host WITHOUT isolation).
     #[command(subcommand)]
     Dev(DevCmd),
+    /// Print a shell completion script: `smolbox completions bash >
+    /// ~/.local/share/bash-completion/completions/smolbox` (zsh: a `_smolbox`
+    /// file on `$fpath`; fish: `~/.config/fish/completions/smolbox.fish`).
+    Completions {
+        /// The shell: bash, zsh or fish.
+        #[arg(value_enum, value_name = "SHELL")]
+        target: CompletionShell,
+    },
+    /// Print the man page (roff): `smolbox man > smolbox.1; man ./smolbox.1`.
+    Man,
+}
+
+/// Shells `completions` writes for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum CompletionShell {
+    /// Bash.
+    Bash,
+    /// Zsh.
+    Zsh,
+    /// Fish.
+    Fish,
 }
 
 /// `dev …`.

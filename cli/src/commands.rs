@@ -402,32 +402,102 @@ pub(crate) fn logs(b: &Backend, args: &LogsArgs, json: bool) -> Result<i32, Fail
     let read = |tail: u32| {
         let params = LogsParams {
             tail,
+            // A full window of long lines fits.
+            allowance: smolbox_core::worker::logs::MAX_ALLOWANCE,
             ..LogsParams::default()
         };
         b.call(&Logs::new(&profile, name.clone(), params)?)
     };
-    let lines = read(args.tail)?;
-    for l in &lines {
-        log_line(l, json)?;
-    }
     if !args.follow {
+        for l in &read(args.tail)? {
+            log_line(l, json)?;
+        }
         return Ok(0);
     }
-    // Follow: the clients have no streaming console-log read yet, so new
-    // lines are found by re-reading the last MAX_TAIL lines and printing
-    // those past the ones already seen (the log only grows).
-    let mut seen = read(MAX_TAIL)?.len();
+    // Follow: the clients have no streaming console-log read yet, so the
+    // last MAX_TAIL lines are re-read and the new ones found by where the
+    // previous window reappears in the new one (see `fresh_since`). One
+    // first read gives both the history shown and the window kept, so no
+    // line falls between them.
+    let mut window = read(MAX_TAIL)?;
+    let shown = window.len().saturating_sub(args.tail as usize);
+    for l in &window[shown..] {
+        log_line(l, json)?;
+    }
     loop {
         std::thread::sleep(Duration::from_millis(500));
         let now = read(MAX_TAIL)?;
-        let fresh = if now.len() >= seen {
-            &now[seen..]
-        } else {
-            &now[..]
-        };
-        for l in fresh {
+        let (from, gap) = fresh_since(&window, &now, MAX_TAIL as usize);
+        if gap {
+            report::note(
+                "more console lines arrived between two reads than one read returns \
+                 (10,000): some lines may be missing here",
+            );
+        }
+        for l in &now[from..] {
             log_line(l, json)?;
         }
-        seen = now.len();
+        window = now;
+    }
+}
+
+/// Where the new lines of `now` begin, given the previous read `prev` (both
+/// are the last ≤ `cap` lines of a log that only grows), and whether lines
+/// may have been skipped.
+///
+/// While the log is shorter than `cap`, `now` starts with `prev` and the
+/// answer is exact. Past `cap`, the window slid by some `d` lines: the
+/// smallest `d` for which `prev[d..]` is a prefix of `now` is taken (exact
+/// unless the log repeats a run of `prev.len() - d` identical lines). When
+/// no part of `prev` reappears (more than `cap` new lines, or the log was
+/// replaced), all of `now` is new and a gap is reported.
+pub(crate) fn fresh_since(prev: &[String], now: &[String], cap: usize) -> (usize, bool) {
+    if prev.is_empty() {
+        return (0, false);
+    }
+    if now.len() < cap && now.len() >= prev.len() && now[..prev.len()] == *prev {
+        return (prev.len(), false);
+    }
+    for d in 0..prev.len() {
+        let overlap = &prev[d..];
+        if overlap.len() <= now.len() && now[..overlap.len()] == *overlap {
+            return (overlap.len(), false);
+        }
+    }
+    (0, !now.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fresh_since;
+
+    fn lines(r: std::ops::Range<u32>) -> Vec<String> {
+        r.map(|i| format!("line {i}")).collect()
+    }
+
+    #[test]
+    fn below_the_cap_the_new_lines_follow_the_old() {
+        assert_eq!(fresh_since(&lines(0..3), &lines(0..5), 10), (3, false));
+        assert_eq!(fresh_since(&lines(0..3), &lines(0..3), 10), (3, false));
+        assert_eq!(fresh_since(&[], &lines(0..2), 10), (0, false));
+    }
+
+    #[test]
+    fn past_the_cap_the_slid_window_is_aligned() {
+        // A full window of 10 slid by 4: lines 14..18 are new.
+        let (from, gap) = fresh_since(&lines(4..14), &lines(8..18), 10);
+        assert_eq!((from, gap), (6, false));
+        assert_eq!(lines(8..18)[from..], lines(14..18)[..]);
+        // Filling up: from 7 lines to a full window of 10 (3 slid out).
+        let (from, gap) = fresh_since(&lines(0..7), &lines(3..13), 10);
+        assert_eq!(lines(3..13)[from..], lines(7..13)[..]);
+        assert!(!gap);
+        // Nothing new in a full window.
+        assert_eq!(fresh_since(&lines(4..14), &lines(4..14), 10), (10, false));
+    }
+
+    #[test]
+    fn a_jump_past_the_window_is_a_reported_gap() {
+        assert_eq!(fresh_since(&lines(0..10), &lines(20..30), 10), (0, true));
     }
 }

@@ -1,8 +1,11 @@
 //! `cp`: upload `LOCAL MACHINE:/path`, download `MACHINE:/path LOCAL`,
-//! with a progress bar on stderr and the SHA-256 computed and checked.
+//! with a progress bar on stderr (hidden when stderr is not a terminal)
+//! and the SHA-256 computed and checked. A download is checked before it
+//! is written, then written to a temporary file beside the target and
+//! renamed over it.
 
 use std::io::{Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -67,6 +70,24 @@ fn bar(len: u64, message: &'static str) -> ProgressBar {
     }
     bar.set_message(message);
     bar
+}
+
+/// A spinner for the transfer itself. The clients send and receive a file
+/// in one call with no progress report, so no byte count is shown for it
+/// (a bar would claim progress nobody measured); only the elapsed time.
+fn transfer_spinner(what: &str, bytes: u64) -> ProgressBar {
+    let spinner = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template("{spinner} {msg} {elapsed}") {
+        spinner.set_style(style);
+    }
+    let limit = if what == "downloading" {
+        "at most "
+    } else {
+        ""
+    };
+    spinner.set_message(format!("{what} ({limit}{bytes} bytes)"));
+    spinner.enable_steady_tick(std::time::Duration::from_millis(120));
+    spinner
 }
 
 fn budget(b: &Backend, max_bytes: u64) -> Result<FileBudget, Error> {
@@ -143,7 +164,7 @@ fn upload(
         progress.abandon();
         return Err(Error::validation(Operation::Upload, "sha256_mismatch").into());
     }
-    progress.set_message("uploading");
+    progress.finish_and_clear();
     let profile = b.admit()?;
     let size = data.len() as u64;
     // The core re-checks the digest over the exact bytes it sends.
@@ -156,8 +177,9 @@ fn upload(
         Bytes::from(data),
         &digest,
     )?;
+    let spinner = transfer_spinner("uploading", size);
     let reply = b.call(&call);
-    progress.finish_and_clear();
+    spinner.finish_and_clear();
     let reply = reply?;
     print_result(
         "uploaded",
@@ -168,6 +190,64 @@ fn upload(
         json,
     )?;
     Ok(0)
+}
+
+/// Where a download goes: `local`, or the guest file's name inside it when
+/// `local` is a directory.
+fn target_path(local: &Path, guest: &str) -> PathBuf {
+    match (local.is_dir(), guest.rsplit('/').next()) {
+        (true, Some(base)) if !base.is_empty() && base != "." && base != ".." => local.join(base),
+        _ => local.to_path_buf(),
+    }
+}
+
+/// Writes `data` to a temporary file in `target`'s directory, syncs it,
+/// then renames it over `target`: an interrupted or failed write never
+/// leaves a partial file under the target's name (nor replaces an older
+/// one), and the temporary file is removed on failure.
+fn write_then_rename(target: &Path, data: &[u8]) -> Result<(), Failure> {
+    let doing = || format!("write {}", target.display());
+    let dir = match target.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".smolbox-cp-")
+        .suffix(".part")
+        .tempfile_in(&dir)
+        .map_err(|e| Failure::local(doing(), &e))?;
+    let progress = bar(data.len() as u64, "writing");
+    for piece in data.chunks(CHUNK) {
+        tmp.write_all(piece)
+            .map_err(|e| Failure::local(doing(), &e))?;
+        progress.inc(piece.len() as u64);
+    }
+    tmp.as_file()
+        .sync_all()
+        .map_err(|e| Failure::local(doing(), &e))?;
+    // The new file gets the usual mode for a created file (umask applied),
+    // not the temporary file's 0600.
+    let mode = 0o666 & !current_umask();
+    let _ = tmp
+        .as_file()
+        .set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode));
+    tmp.persist(target)
+        .map_err(|e| Failure::local(doing(), &e.error))?;
+    progress.finish_and_clear();
+    Ok(())
+}
+
+/// The process umask, read from `/proc/self/status` (0o022 when unknown:
+/// it cannot be read without changing it elsewhere).
+fn current_umask() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        })
+        .unwrap_or(0o022)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -192,8 +272,7 @@ fn download(
         guest,
         budget.allowance(),
     )?;
-    let spinner = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
-    spinner.set_message("downloading");
+    let spinner = transfer_spinner("downloading", budget.allowance());
     let data = b.call(&call);
     spinner.finish_and_clear();
     let data = data?;
@@ -204,20 +283,12 @@ fn download(
         // Nothing is written: the bytes are not the expected file.
         return Err(Error::validation(Operation::Download, "sha256_mismatch").into());
     }
-    let doing = || format!("write {}", local.display());
-    let progress = bar(data.len() as u64, "writing");
-    let mut file = std::fs::File::create(local).map_err(|e| Failure::local(doing(), &e))?;
-    for piece in data.chunks(CHUNK) {
-        file.write_all(piece)
-            .map_err(|e| Failure::local(doing(), &e))?;
-        progress.inc(piece.len() as u64);
-    }
-    file.sync_all().map_err(|e| Failure::local(doing(), &e))?;
-    progress.finish_and_clear();
+    let target = target_path(local, path);
+    write_then_rename(&target, &data)?;
     print_result(
         "downloaded",
         &format!("{machine}:{path}"),
-        &local.display().to_string(),
+        &target.display().to_string(),
         data.len() as u64,
         &digest,
         json,

@@ -19,9 +19,9 @@ mod shell;
 mod term;
 mod worker;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
-use crate::args::{Cli, Cmd, DevCmd};
+use crate::args::{Cli, Cmd, CompletionShell, DevCmd};
 use crate::backend::Backend;
 use crate::report::Failure;
 
@@ -45,6 +45,11 @@ fn main() {
 /// Runs the command; `Ok` is the exit code to leave with.
 fn run(cli: Cli) -> Result<i32, Failure> {
     let json = cli.global.json;
+    match &cli.command {
+        Cmd::Completions { target } => return completions(*target),
+        Cmd::Man => return man(),
+        _ => {}
+    }
     if let Cmd::Dev(d) = &cli.command {
         return match d {
             DevCmd::Up => dev::up(json),
@@ -68,10 +73,86 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         Cmd::Shell(a) => shell::shell(&backend, &a),
         Cmd::Cp(a) => files::cp(&backend, &a, json),
         Cmd::Logs(a) => commands::logs(&backend, &a, json),
-        Cmd::Dev(_) => Ok(0), // answered above
+        // Answered above, without a worker.
+        Cmd::Dev(_) | Cmd::Completions { .. } | Cmd::Man => Ok(0),
     };
     // The client (and its runtime) goes before the devworker it talks to.
     drop(backend);
     drop(selected.dev);
     code
+}
+
+/// The command line without `dev serve` (hidden from `--help`, but the
+/// completion generators list hidden subcommands too).
+fn without_hidden() -> clap::Command {
+    Cli::command().mut_subcommand("dev", |dev| {
+        let kept: Vec<clap::Command> = dev
+            .get_subcommands()
+            .filter(|c| !c.is_hide_set())
+            .cloned()
+            .collect();
+        let mut fresh = clap::Command::new("dev").subcommand_required(true);
+        if let Some(about) = dev.get_about() {
+            fresh = fresh.about(about.clone());
+        }
+        fresh.subcommands(kept)
+    })
+}
+
+/// `completions SHELL`: the script, generated from the clap definitions.
+fn completions(shell: CompletionShell) -> Result<i32, Failure> {
+    let shell = match shell {
+        CompletionShell::Bash => clap_complete::Shell::Bash,
+        CompletionShell::Zsh => clap_complete::Shell::Zsh,
+        CompletionShell::Fish => clap_complete::Shell::Fish,
+    };
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut without_hidden(), "smolbox", &mut script);
+    report::out(&script)?;
+    Ok(0)
+}
+
+/// `man`: the man page (roff), generated from the clap definitions, with
+/// a section per subcommand.
+fn man() -> Result<i32, Failure> {
+    let cmd = Cli::command();
+    let mut page = Vec::new();
+    let render = |page: &mut Vec<u8>| -> std::io::Result<()> {
+        let m = clap_mangen::Man::new(cmd.clone());
+        m.render_title(page)?;
+        m.render_name_section(page)?;
+        m.render_synopsis_section(page)?;
+        m.render_description_section(page)?;
+        m.render_options_section(page)?;
+        // One section for each visible subcommand, nested ones included.
+        let mut stack: Vec<(String, clap::Command)> = cmd
+            .get_subcommands()
+            .filter(|c| !c.is_hide_set())
+            .map(|c| (format!("smolbox {}", c.get_name()), c.clone()))
+            .collect();
+        stack.reverse();
+        while let Some((path, sub)) = stack.pop() {
+            let sub = sub.bin_name(path.clone());
+            clap_mangen::roff::Roff::new()
+                .control("SH", [path.to_uppercase().as_str()])
+                .to_writer(page)?;
+            let sm = clap_mangen::Man::new(sub.clone());
+            sm.render_synopsis_section(page)?;
+            sm.render_description_section(page)?;
+            sm.render_options_section(page)?;
+            let mut kids: Vec<(String, clap::Command)> = sub
+                .get_subcommands()
+                .filter(|c| !c.is_hide_set())
+                .map(|c| (format!("{path} {}", c.get_name()), c.clone()))
+                .collect();
+            kids.reverse();
+            stack.extend(kids);
+        }
+        m.render_extra_section(page)?;
+        m.render_version_section(page)?;
+        m.render_authors_section(page)
+    };
+    render(&mut page).map_err(|e| Failure::local("render the man page", &e))?;
+    report::out(&page)?;
+    Ok(0)
 }

@@ -1,22 +1,26 @@
 //! The durable record of `run`: a buffered run goes through the managed
-//! data flow (DESIGN.md §5) in the embedded SQLite store — the record is
+//! runtime (DESIGN.md §5a) over the embedded SQLite store — the record is
 //! accepted, its `dispatching` intent made durable before the command is
-//! sent, and the observed exit (or `unknown`) stored afterwards.
+//! sent, its claim renewed while the command runs, and the observed exit
+//! (or `unknown`) stored afterwards. Each process is its own controller
+//! (a unique owner id), so two `smolbox` processes fence each other.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use smolbox_core::exec::Command;
 use smolbox_core::managed::RecordKey;
-use smolbox_core::managed::run::RunOutcome;
+use smolbox_core::managed::controller::{Outcome, RunTarget, Submit, spec_for};
 use smolbox_store::keys::load_or_create_keys;
 use smolbox_store::{Sealer, SqliteStore, Store};
 
 use crate::backend::Backend;
 use crate::report::{self, Failure};
 
-/// Controller and scope name of the records the command writes.
-const OWNER: &str = "cli";
+/// Scope of the records the command writes (and the sealing partition).
+const SCOPE: &str = "cli";
+/// Worker id of the one worker the command talks to.
+const WORKER: &str = "local";
 
 /// Where the store lives: `explicit`, else `$XDG_DATA_HOME/smolbox`, else
 /// `$HOME/.local/share/smolbox`, as `smolbox.db`.
@@ -45,7 +49,7 @@ pub(crate) fn run_recorded(
     machine: &str,
     id: &str,
     cmd: &Command,
-) -> Result<RunOutcome, Failure> {
+) -> Result<Outcome, Failure> {
     if let Some(dir) = db.parent() {
         create_private_dir(dir)?;
     }
@@ -55,18 +59,26 @@ pub(crate) fn run_recorded(
     ));
     let (fingerprint_key, encryption_key) = load_or_create_keys(db)?;
     let store: Arc<dyn Store> =
-        Arc::new(SqliteStore::open(db, Sealer::new(&encryption_key, OWNER)?)?);
-    let key = RecordKey::new(OWNER, id)?;
+        Arc::new(SqliteStore::open(db, Sealer::new(&encryption_key, SCOPE)?)?);
+    let key = RecordKey::new(SCOPE, id)?;
+    let spec = spec_for(cmd, &RunTarget::unverified().fitting(cmd), WORKER, machine)?;
+    let submit = Submit { key, spec };
     let outcome = match b {
-        Backend::Tokio { rt, client } => {
-            let runtime =
-                smolbox_tokio::Runtime::new(client.clone(), store, fingerprint_key, OWNER)?;
-            rt.block_on(runtime.run(machine, cmd, &key))?
-        }
+        Backend::Tokio { rt, client } => rt.block_on(async {
+            let runtime = smolbox_tokio::Runtime::builder(store, fingerprint_key)
+                .worker(WORKER, client.clone())
+                .build()?;
+            let out = runtime.run(submit).await;
+            runtime.shutdown().await;
+            out
+        })?,
         Backend::Blocking(client) => {
-            let runtime =
-                smolbox_blocking::Runtime::new(client.clone(), store, fingerprint_key, OWNER)?;
-            runtime.run(machine, cmd, &key)?
+            let runtime = smolbox_blocking::Runtime::builder(store, fingerprint_key)
+                .worker(WORKER, client.clone())
+                .build()?;
+            let out = runtime.run(submit);
+            runtime.shutdown();
+            out?
         }
     };
     Ok(outcome)

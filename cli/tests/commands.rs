@@ -595,3 +595,145 @@ fn the_command_timeout_is_bounded_at_one_day() {
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     assert!(stderr(&o).contains("86400"), "{}", stderr(&o));
 }
+
+#[test]
+fn a_download_is_renamed_into_place_only_when_checked() {
+    let w = devworker(None);
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("new.txt");
+    std::fs::write(&src, "new content\n").unwrap();
+    let digest = {
+        use sha2::Digest;
+        sha2::Sha256::digest(b"new content\n")
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    };
+    let out = dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    for shell in SHELLS {
+        let m = format!("ren-{shell}");
+        assert_eq!(code(&run(&w, shell, &["machine", "create", &m])), 0);
+        let remote = format!("{m}:/workspace/f.txt");
+        let o = run(&w, shell, &["cp", src.to_str().unwrap(), &remote]);
+        assert_eq!(code(&o), 0, "{shell}: {}", stderr(&o));
+
+        // An older file under the target name survives a failed check.
+        let target = out.join(format!("f-{shell}.txt"));
+        std::fs::write(&target, "old\n").unwrap();
+        let wrong = "0".repeat(64);
+        let o = run(
+            &w,
+            shell,
+            &["cp", &remote, target.to_str().unwrap(), "--sha256", &wrong],
+        );
+        assert_eq!(code(&o), 2, "{shell}: {}", stderr(&o));
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "old\n");
+
+        // A checked download replaces it.
+        let o = run(
+            &w,
+            shell,
+            &["cp", &remote, target.to_str().unwrap(), "--sha256", &digest],
+        );
+        assert_eq!(code(&o), 0, "{shell}: {}", stderr(&o));
+        assert!(
+            stderr(&o).is_empty(),
+            "{shell}: no progress drawn when stderr is not a terminal: {:?}",
+            stderr(&o)
+        );
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "new content\n");
+
+        // Into a directory: the guest file's name.
+        let sub = out.join(format!("into-{shell}"));
+        std::fs::create_dir(&sub).unwrap();
+        let o = run(&w, shell, &["cp", &remote, sub.to_str().unwrap()]);
+        assert_eq!(code(&o), 0, "{shell}: {}", stderr(&o));
+        assert_eq!(
+            std::fs::read_to_string(sub.join("f.txt")).unwrap(),
+            "new content\n"
+        );
+    }
+    // No temporary file is left behind anywhere.
+    let mut stack = vec![out.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            assert!(
+                !p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .contains(".smolbox-cp-"),
+                "left {}",
+                p.display()
+            );
+            if p.is_dir() {
+                stack.push(p);
+            }
+        }
+    }
+}
+
+#[test]
+fn logs_follow_past_ten_thousand_lines_loses_and_repeats_nothing() {
+    use std::io::{BufRead, BufReader, Write};
+    let w = devworker(None);
+    let shell = "tokio";
+    let m = "follow-long";
+    assert_eq!(code(&run(&w, shell, &["machine", "create", m])), 0);
+    assert_eq!(code(&run(&w, shell, &["machine", "start", m])), 0);
+    let mut child = smolbox()
+        .args(["--worker", &w.base_url(), "--shell", shell])
+        .args(["logs", "-f", "--tail", "10000", m])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let child = std::sync::Arc::new(std::sync::Mutex::new(child));
+    let (done, stop) = std::sync::mpsc::channel::<()>();
+    let watchdog = {
+        let child = std::sync::Arc::clone(&child);
+        std::thread::spawn(move || {
+            let _ = stop.recv_timeout(std::time::Duration::from_secs(60));
+            let mut c = child.lock().unwrap();
+            let _ = c.kill();
+            let _ = c.wait();
+        })
+    };
+    let mut lines = BufReader::new(out).lines();
+    let mut seen = Vec::new();
+    let mut until = |needle: &str, seen: &mut Vec<String>| loop {
+        let l = lines.next().expect("the follower ended early").unwrap();
+        let hit = l == needle || (!needle.starts_with("L ") && l.contains(needle));
+        seen.push(l);
+        if hit {
+            return;
+        }
+    };
+    until(&format!("machine '{m}' started"), &mut seen);
+    let append = |range: std::ops::Range<u32>| {
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(w.console_log(m))
+            .unwrap();
+        let text: String = range.map(|i| format!("L {i:06}\n")).collect();
+        f.write_all(text.as_bytes()).unwrap();
+    };
+    // Batches below one read's 10,000 lines, to a total well past it.
+    append(0..6_000);
+    until("L 005999", &mut seen);
+    append(6_000..12_000);
+    until("L 011999", &mut seen);
+    append(12_000..12_003);
+    until("L 012002", &mut seen);
+    done.send(()).unwrap();
+    watchdog.join().unwrap();
+    let numbered: Vec<&String> = seen.iter().filter(|l| l.starts_with("L ")).collect();
+    let expected: Vec<String> = (0..12_003).map(|i| format!("L {i:06}")).collect();
+    assert_eq!(numbered.len(), expected.len(), "every line exactly once");
+    assert!(
+        numbered.iter().zip(&expected).all(|(a, b)| *a == b),
+        "in order"
+    );
+}

@@ -60,6 +60,9 @@ pub struct Limits {
     pub log_poll: Duration,
     /// Maximum concurrent log followers (real: 16).
     pub max_log_followers: usize,
+    /// At terminal teardown the PTY's process group gets SIGHUP, then
+    /// SIGKILL after this grace.
+    pub terminal_hangup_grace: Duration,
 }
 
 impl Default for Limits {
@@ -74,7 +77,38 @@ impl Default for Limits {
             stream_output_max: 11 * 1024 * 1024,
             log_poll: Duration::from_millis(100),
             max_log_followers: 16,
+            terminal_hangup_grace: Duration::from_secs(2),
         }
+    }
+}
+
+/// The bearer token: its `Debug` never shows it, and it is compared in
+/// constant time.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Token(String);
+
+impl Token {
+    pub(crate) fn new(t: &str) -> Self {
+        Self(t.to_owned())
+    }
+
+    /// True when `presented` is the token. Both sides are hashed first, so
+    /// the comparison takes the same time whatever the lengths and wherever
+    /// the first difference is.
+    pub(crate) fn matches(&self, presented: &[u8]) -> bool {
+        use sha2::{Digest, Sha256};
+        let a = Sha256::digest(self.0.as_bytes());
+        let b = Sha256::digest(presented);
+        a.iter()
+            .zip(b.iter())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+    }
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token(<redacted>)")
     }
 }
 
@@ -82,7 +116,10 @@ impl Default for Limits {
 #[derive(Clone, Debug)]
 pub(crate) struct Config {
     pub(crate) version: Version,
-    pub(crate) token: Option<String>,
+    pub(crate) token: Option<Token>,
+    /// Refuse a `Host` that is not loopback or the bound address, and a
+    /// WebSocket upgrade from a foreign `Origin` (see `Builder::neighbour_checks`).
+    pub(crate) neighbour_checks: bool,
     pub(crate) state_dir: PathBuf,
     pub(crate) limits: Limits,
     /// Machine records are written to the state directory (it was given).

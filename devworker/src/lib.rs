@@ -53,6 +53,19 @@
 //! semantics. Error messages not captured in the vectors are the
 //! devworker's own wording.
 //!
+//! # A safe neighbour
+//!
+//! By default ([`Builder::neighbour_checks`]) a TCP request whose `Host` is
+//! neither `localhost`, a loopback address nor the bound address is refused
+//! with 403 (DNS rebinding), as is a WebSocket upgrade whose `Origin` is
+//! present and not one of the CORS origins, and an exec `timeoutSecs` above
+//! 86,400 gets 400. The bearer token is compared in constant time and never
+//! shown by `Debug`; generated TLS keys are written 0600. Terminal teardown
+//! hangs up the PTY's whole process group (SIGHUP, then SIGKILL after
+//! [`Limits::terminal_hangup_grace`]). Downloads refuse FIFOs, devices,
+//! sockets and files above [`Limits::file_body_max`]. The standalone binary
+//! generates a token unless given one (or `--no-token`, loopback only).
+//!
 //! # Starting one in a test
 //!
 //! ```no_run
@@ -115,3 +128,12 @@ pub use config::{Limits, Version};
 pub use faults::{Fault, FaultRule, Faults, MismatchField, Route};
 pub use server::{BlockingDevWorker, Builder, DevWorker};
 pub use tls::TlsFiles;
+
+/// Writes `bytes` to `path` readable by its owner only (0600, forced also
+/// on an existing file): how the devworker writes keys and tokens.
+///
+/// # Errors
+/// The I/O error of opening, changing the mode of, or writing the file.
+pub fn write_private_file(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    tls::write_private(path, bytes)
+}

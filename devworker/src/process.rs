@@ -64,6 +64,25 @@ impl Registry {
     }
 }
 
+/// Hangs up a terminal's whole process group: SIGHUP now, SIGKILL after
+/// `grace` (from a thread of its own, so the caller does not wait and a
+/// runtime shutdown does not cancel it) for whatever ignored the hangup.
+pub(crate) fn hangup_group(pgid: i32, grace: Duration) {
+    if pgid <= 0 {
+        return;
+    }
+    let group = nix::unistd::Pid::from_raw(pgid);
+    if nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGHUP).is_err() {
+        return; // the group is gone already
+    }
+    let _ = std::thread::Builder::new()
+        .name("smolbox-devworker-hangup".into())
+        .spawn(move || {
+            std::thread::sleep(grace);
+            let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+        });
+}
+
 /// Kills a command's whole process group.
 pub(crate) fn kill_group(pgid: i32) {
     if pgid > 0 {

@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 use tower::ServiceExt;
 
 use crate::api;
-use crate::config::{Config, Limits, Version};
+use crate::config::{Config, Limits, Token, Version};
 use crate::conn::{ConnCtl, FaultIo};
 use crate::faults::{Faults, Route};
 use crate::state::{AppState, Shared, lock, new_boot_id};
@@ -27,7 +27,8 @@ use crate::tls::{self, TlsFiles};
 #[derive(Clone, Debug)]
 pub struct Builder {
     version: String,
-    token: Option<String>,
+    token: Option<Token>,
+    neighbour_checks: bool,
     tls: bool,
     unix_socket: Option<PathBuf>,
     state_dir: Option<PathBuf>,
@@ -42,6 +43,7 @@ impl Default for Builder {
         Self {
             version: "1.9.2".to_owned(),
             token: None,
+            neighbour_checks: true,
             tls: false,
             unix_socket: None,
             state_dir: None,
@@ -59,9 +61,21 @@ impl Builder {
         v.clone_into(&mut self.version);
         self
     }
-    /// Require `authorization: Bearer <token>` on every request.
+    /// Require `authorization: Bearer <token>` on every request (compared
+    /// in constant time; never shown by `Debug`).
     pub fn token(mut self, t: Option<&str>) -> Self {
-        self.token = t.map(str::to_owned);
+        self.token = t.map(Token::new);
+        self
+    }
+    /// The safe-neighbour checks (default on): a TCP request whose `Host`
+    /// is neither `localhost`, a loopback address nor the bound address is
+    /// refused with 403 (DNS rebinding), as is a WebSocket upgrade whose
+    /// `Origin` is present and not one of the worker's CORS origins, and an
+    /// exec `timeoutSecs` above 86,400 is refused with 400. The real worker
+    /// has none of these; a test that compares the devworker with the real
+    /// worker request by request may turn them off.
+    pub fn neighbour_checks(mut self, on: bool) -> Self {
+        self.neighbour_checks = on;
         self
     }
     /// Serve mutual TLS on the TCP listener (certificates generated at start).
@@ -169,6 +183,7 @@ impl DevWorker {
         let config = Config {
             version,
             token: b.token,
+            neighbour_checks: b.neighbour_checks,
             state_dir: state_dir.clone(),
             limits: b.limits,
             persistent,
@@ -535,7 +550,12 @@ impl Drop for BlockingDevWorker {
     }
 }
 
-async fn serve_io<IO>(io: IO, router: Router, st: AppState)
+/// Which listener a request came in on: the TCP listener's bound address,
+/// or `None` for the Unix socket.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Listener(pub(crate) Option<SocketAddr>);
+
+async fn serve_io<IO>(io: IO, router: Router, st: AppState, listener: Listener)
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -544,6 +564,7 @@ where
     let io = TokioIo::new(FaultIo::new(io, Arc::clone(&ctl)));
     let svc = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
         req.extensions_mut().insert(Arc::clone(&ctl));
+        req.extensions_mut().insert(listener);
         let r = router.clone();
         async move { r.oneshot(req.map(Body::new)).await }
     });
@@ -563,6 +584,7 @@ async fn accept_tcp(
     st: AppState,
     mut stop: watch::Receiver<bool>,
 ) {
+    let bound = Listener(listener.local_addr().ok());
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -573,13 +595,13 @@ async fn accept_tcp(
         let (router, st) = (router.clone(), Arc::clone(&st));
         match &tls {
             None => {
-                tokio::spawn(serve_io(stream, router, st));
+                tokio::spawn(serve_io(stream, router, st, bound));
             }
             Some(acceptor) => {
                 let acceptor = acceptor.clone();
                 tokio::spawn(async move {
                     if let Ok(s) = acceptor.accept(stream).await {
-                        serve_io(s, router, st).await;
+                        serve_io(s, router, st, bound).await;
                     }
                 });
             }
@@ -599,6 +621,11 @@ async fn accept_unix(
             _ = stop.changed() => return,
         };
         let Ok((stream, _)) = accepted else { continue };
-        tokio::spawn(serve_io(stream, router.clone(), Arc::clone(&st)));
+        tokio::spawn(serve_io(
+            stream,
+            router.clone(),
+            Arc::clone(&st),
+            Listener(None),
+        ));
     }
 }

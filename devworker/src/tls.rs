@@ -31,6 +31,23 @@ fn err(e: impl std::fmt::Display) -> io::Error {
     io::Error::other(e.to_string())
 }
 
+/// Writes a private key file readable by its owner only (0600 from the
+/// start, also when it replaces an older file).
+pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    // An existing file keeps its mode on open: force it.
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    f.write_all(bytes)?;
+    f.sync_all()
+}
+
 /// Generates the certificates into `dir` and returns the files and the
 /// server's rustls configuration (client certificate required).
 pub(crate) fn generate(dir: &Path) -> io::Result<(TlsFiles, Arc<rustls::ServerConfig>)> {
@@ -75,9 +92,12 @@ pub(crate) fn generate(dir: &Path) -> io::Result<(TlsFiles, Arc<rustls::ServerCo
     };
     std::fs::write(&files.ca_pem, ca_cert.pem())?;
     std::fs::write(&files.client_cert_pem, client_cert.pem())?;
-    std::fs::write(&files.client_key_pem, client_key.serialize_pem())?;
+    write_private(&files.client_key_pem, client_key.serialize_pem().as_bytes())?;
     std::fs::write(dir.join("server.pem"), server_cert.pem())?;
-    std::fs::write(dir.join("server-key.pem"), server_key.serialize_pem())?;
+    write_private(
+        &dir.join("server-key.pem"),
+        server_key.serialize_pem().as_bytes(),
+    )?;
 
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = RootCertStore::empty();

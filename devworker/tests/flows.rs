@@ -428,8 +428,17 @@ async fn binary_starts_warns_and_serves() {
         .connect(name, tokio::net::TcpStream::connect(addr).await.unwrap())
         .await
         .unwrap();
-    let r = exchange(tls, &request("GET", "/health", &[], b"")).await;
-    assert!(r.text().contains("\"version\":\"1.22.0\""));
+    // A token was generated (the binary requires one by default), printed
+    // and written 0600 to the state directory.
+    let token = std::fs::read_to_string(dir.path().join("token")).unwrap();
+    assert!(all.contains(&token), "the generated token is printed");
+    let bearer = format!("Bearer {token}");
+    let r = exchange(
+        tls,
+        &request("GET", "/health", &[("authorization", &bearer)], b""),
+    )
+    .await;
+    assert!(r.text().contains("\"version\":\"1.22.0\""), "{}", r.text());
     // SIGTERM stops it cleanly (machines drained, exit status 0).
     let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();

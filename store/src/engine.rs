@@ -10,15 +10,17 @@ use smolbox_core::managed::record::{Assignment, Resources};
 use smolbox_core::managed::slot::{self, Disposition, Finish};
 use smolbox_core::managed::state::{Cleanup, ExecState, MachineOperation};
 use smolbox_core::managed::{
-    ExecPatch, ExecutionRecord, Guard, Lease, MachinePatch, MachineRecord, RecordKey, RecordKind,
+    ExecPatch, ExecutionRecord, Guard, Lease, MachinePatch, MachineRecord, RecordKey,
     check_identifier, check_machine_name, check_worker_id,
 };
 use smolbox_core::{Category, Error, Evidence, Operation};
 
 use crate::{
     Accepted, Assigned, DueCursor, DuePage, MAX_DUE_PAGE, MAX_LIST_PAGE, MAX_PENDING, MIN_PENDING,
-    Page, Reserve, Resolved, Sealer, StoreInfo, Submitted, not_found, store_error,
+    Page, Reserve, Resolved, StoreInfo, Submitted, not_found, store_error,
 };
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+use {crate::Sealer, smolbox_core::managed::RecordKind};
 
 /// How much a transaction locks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,7 +35,11 @@ pub(crate) enum Lock {
 }
 
 /// One transaction's view of a partition. Reads inside a `Record` or
-/// `Partition` transaction lock the rows they return.
+/// `Partition` transaction lock the rows they return. Every record given to
+/// `put_exec` / `put_machine` has just been validated by the operation (the
+/// pure rule that produced it, or an explicit `validate`): the adapters
+/// encode it without validating again, and every read re-validates what it
+/// decodes (issue 16: a write validates once and seals once).
 pub(crate) trait Tx {
     fn exec(&mut self, key: &RecordKey) -> Result<Option<ExecutionRecord>, Error>;
     fn put_exec(&mut self, rec: &ExecutionRecord, new: bool) -> Result<(), Error>;
@@ -78,11 +84,14 @@ pub(crate) trait Tx {
         limit: u32,
     ) -> Result<Vec<MachineRecord>, Error>;
     /// The partition's stored key-check value.
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     fn key_check(&mut self) -> Result<Option<Vec<u8>>, Error>;
     /// Stores the partition's key-check value.
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     fn put_key_check(&mut self, check: &[u8]) -> Result<(), Error>;
     /// Every record of the partition: kind, key, and whether its payload
     /// is sealed in the current format.
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     fn row_formats(&mut self) -> Result<Vec<(RecordKind, RecordKey, bool)>, Error>;
 }
 
@@ -97,6 +106,7 @@ pub(crate) trait Tx {
 /// # Errors
 /// `store` with reason `key_mismatch` when the key does not open the
 /// partition; any read or decode failure as it is.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn prepare_partition(tx: &mut dyn Tx, sealer: &Sealer) -> Result<(), Error> {
     let op = Operation::StoreMigrate;
     if let Some(check) = tx.key_check()? {
@@ -383,6 +393,7 @@ pub(crate) fn release<B: Backend>(
         next.reservation = None;
         next.version += 1;
         next.updated_at_ms = now_ms;
+        next.validate().map_err(|e| e.with_operation(op))?;
         tx.put_exec(&next, false)?;
         Ok(next)
     })
@@ -405,6 +416,7 @@ pub(crate) fn cancel<B: Backend>(
         next.next_due_at_ms = Some(now);
         next.version += 1;
         next.updated_at_ms = now;
+        next.validate().map_err(|e| e.with_operation(op))?;
         tx.put_exec(&next, false)?;
         Ok(next)
     })

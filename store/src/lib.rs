@@ -20,9 +20,13 @@
 //! row". There is no fallback store.
 //!
 //! Durable adapters seal every payload with AES-256-GCM (C18.4) before it
-//! reaches the database; only identifiers, the fingerprint, state, version,
-//! due time, worker and capacity numbers are projected into clear columns,
-//! and those are checked against the decrypted payload on every read.
+//! reaches the database, bound to the row's identity and version (an older
+//! payload swapped back fails authentication); only identifiers, the
+//! fingerprint, state, version, due time, worker and capacity numbers are
+//! projected into clear columns, and those are checked against the
+//! decrypted payload on every read. Each partition stores a key-check
+//! value, so a store opened with a missing or replaced key is refused at
+//! open (`key_mismatch`) instead of failing record by record.
 //! Leases, claims and generations fence store writes only; they never fence
 //! HTTP already sent (C15).
 

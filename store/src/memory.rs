@@ -11,11 +11,13 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::{Mutex, PoisonError};
 
-use smolbox_core::managed::envelope::{Capabilities, encode_exec, encode_machine};
-use smolbox_core::managed::record::Resources;
-use smolbox_core::managed::{
-    ExecutionRecord, Lease, MachineRecord, MachineRecordState, RecordKey, RecordKind,
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+use smolbox_core::managed::RecordKind;
+use smolbox_core::managed::envelope::{
+    Capabilities, encode_exec_validated, encode_machine_validated,
 };
+use smolbox_core::managed::record::Resources;
+use smolbox_core::managed::{ExecutionRecord, Lease, MachineRecord, MachineRecordState, RecordKey};
 use smolbox_core::{Error, Operation};
 
 use crate::engine::{Backend, Lock, Tx, exhausted};
@@ -156,7 +158,7 @@ impl Tx for MemTx<'_> {
     }
 
     fn put_exec(&mut self, rec: &ExecutionRecord, new: bool) -> Result<(), Error> {
-        let size = encode_exec(rec)?.len();
+        let size = encode_exec_validated(rec)?.len();
         let old = self.s.execs.get(&rec.key).map_or(0, |(_, n)| *n);
         self.admit(old, size, new)?;
         self.s.execs.insert(rec.key.clone(), (rec.clone(), size));
@@ -177,7 +179,7 @@ impl Tx for MemTx<'_> {
     }
 
     fn put_machine(&mut self, rec: &MachineRecord, new: bool) -> Result<(), Error> {
-        let size = encode_machine(rec)?.len();
+        let size = encode_machine_validated(rec)?.len();
         let old = self.s.machines.get(&rec.key).map_or(0, |(_, n)| *n);
         self.admit(old, size, new)?;
         self.s.machines.insert(rec.key.clone(), (rec.clone(), size));
@@ -321,14 +323,17 @@ impl Tx for MemTx<'_> {
     }
 
     // Nothing is sealed in memory: there is no key to check.
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     fn key_check(&mut self) -> Result<Option<Vec<u8>>, Error> {
         Ok(None)
     }
 
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     fn put_key_check(&mut self, _check: &[u8]) -> Result<(), Error> {
         Ok(())
     }
 
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     fn row_formats(&mut self) -> Result<Vec<(RecordKind, RecordKey, bool)>, Error> {
         Ok(Vec::new())
     }

@@ -667,7 +667,7 @@ impl Tx for PgTx<'_> {
     }
 
     fn put_exec(&mut self, rec: &ExecutionRecord, new: bool) -> Result<(), Error> {
-        let payload = self.sealer.seal_exec(rec)?;
+        let payload = self.sealer.seal_exec_cached(rec)?;
         self.put_row(
             "executions",
             &rec.key,
@@ -695,7 +695,7 @@ impl Tx for PgTx<'_> {
     }
 
     fn put_machine(&mut self, rec: &MachineRecord, new: bool) -> Result<(), Error> {
-        let payload = self.sealer.seal_machine(rec)?;
+        let payload = self.sealer.seal_machine_cached(rec)?;
         self.put_row(
             "machines",
             &rec.key,

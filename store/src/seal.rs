@@ -23,6 +23,8 @@
 //! a v1 payload is refused like any other tampering.
 
 use core::fmt;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use aes_gcm::aead::{AeadInPlace, KeyInit};
 use aes_gcm::{Aes256Gcm, Nonce, Tag};
@@ -80,6 +82,9 @@ impl fmt::Debug for EncryptionKey {
 pub struct Sealer {
     cipher: Aes256Gcm,
     partition: String,
+    /// What this process last sealed or opened, by record: reused when a
+    /// row holds exactly those sealed bytes (see [`Decoded`]).
+    decoded: Arc<Mutex<Decoded>>,
     /// Opens first-format (v1) payloads: only the migration's copy does.
     legacy: bool,
 }
@@ -102,14 +107,19 @@ impl Sealer {
         Ok(Self {
             cipher: Aes256Gcm::new(&key.0.into()),
             partition: partition.to_owned(),
+            decoded: Arc::default(),
             legacy: false,
         })
     }
 
     /// A copy that also opens first-format payloads (the migration's).
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
     pub(crate) fn with_legacy(&self) -> Self {
+        // A cache of its own: nothing opened from a first-format payload is
+        // ever served to the current-format sealer.
         Self {
             legacy: true,
+            decoded: Arc::default(),
             ..self.clone()
         }
     }
@@ -163,6 +173,16 @@ impl Sealer {
         self.seal(RecordKind::Execution, &rec.key, rec.version, plain)
     }
 
+    /// As [`Sealer::seal_exec`] for a record the caller has just validated
+    /// (a store's own write), remembering it for the next read of these
+    /// bytes.
+    pub(crate) fn seal_exec_cached(&self, rec: &ExecutionRecord) -> Result<Vec<u8>, Error> {
+        let plain = envelope::encode_exec_validated(rec)?;
+        let sealed = self.seal(RecordKind::Execution, &rec.key, rec.version, plain)?;
+        self.cache().put_exec(&sealed, rec);
+        Ok(sealed)
+    }
+
     /// Encodes and seals a machine record, binding its version.
     ///
     /// # Errors
@@ -170,6 +190,14 @@ impl Sealer {
     pub fn seal_machine(&self, rec: &MachineRecord) -> Result<Vec<u8>, Error> {
         let plain = envelope::encode_machine(rec)?;
         self.seal(RecordKind::Machine, &rec.key, rec.version, plain)
+    }
+
+    /// As [`Sealer::seal_machine`] for a validated record, remembering it.
+    pub(crate) fn seal_machine_cached(&self, rec: &MachineRecord) -> Result<Vec<u8>, Error> {
+        let plain = envelope::encode_machine_validated(rec)?;
+        let sealed = self.seal(RecordKind::Machine, &rec.key, rec.version, plain)?;
+        self.cache().put_machine(&sealed, rec);
+        Ok(sealed)
     }
 
     /// Opens, decodes and checks an execution record stored at `key` whose
@@ -183,9 +211,13 @@ impl Sealer {
         version: u64,
         sealed: &[u8],
     ) -> Result<ExecutionRecord, Error> {
+        if let Some(rec) = self.cache().exec(key, version, sealed) {
+            return Ok(rec);
+        }
         let plain = self.open(RecordKind::Execution, key, version, sealed)?;
         let rec = envelope::decode_exec(&plain)?;
         check_identity(&rec.key, rec.version, key, version)?;
+        self.cache().put_exec(sealed, &rec);
         Ok(rec)
     }
 
@@ -199,10 +231,20 @@ impl Sealer {
         version: u64,
         sealed: &[u8],
     ) -> Result<MachineRecord, Error> {
+        if let Some(rec) = self.cache().machine(key, version, sealed) {
+            return Ok(rec);
+        }
         let plain = self.open(RecordKind::Machine, key, version, sealed)?;
         let rec = envelope::decode_machine(&plain)?;
         check_identity(&rec.key, rec.version, key, version)?;
+        self.cache().put_machine(sealed, &rec);
         Ok(rec)
+    }
+
+    fn cache(&self) -> std::sync::MutexGuard<'_, Decoded> {
+        // The cache holds only complete entries; a panic elsewhere cannot
+        // leave one half-written.
+        self.decoded.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Seals arbitrary envelope bytes for `kind` at `key` and `version`
@@ -320,6 +362,55 @@ impl Sealer {
     }
 }
 
+/// Most records the decoded cache of one sealer holds (per kind).
+const CACHE_ENTRIES: usize = 256;
+
+/// The records this process last sealed or opened, each with the exact
+/// sealed bytes it was sealed to or opened from. A row holding exactly those
+/// bytes (at the same version) decrypts, by construction, to exactly that
+/// record, already authenticated and validated, so reading it back needs no
+/// decryption, decoding or validation (issue 16: a write validates once).
+/// Any other bytes (another process's write, a rolled-back transaction, a
+/// tampered row) miss and take the full path. Bounded: when full it is
+/// emptied.
+#[derive(Default)]
+struct Decoded {
+    execs: HashMap<RecordKey, (Vec<u8>, ExecutionRecord)>,
+    machines: HashMap<RecordKey, (Vec<u8>, MachineRecord)>,
+}
+
+impl Decoded {
+    fn exec(&self, key: &RecordKey, version: u64, sealed: &[u8]) -> Option<ExecutionRecord> {
+        match self.execs.get(key) {
+            Some((bytes, rec)) if rec.version == version && bytes == sealed => Some(rec.clone()),
+            _ => None,
+        }
+    }
+
+    fn machine(&self, key: &RecordKey, version: u64, sealed: &[u8]) -> Option<MachineRecord> {
+        match self.machines.get(key) {
+            Some((bytes, rec)) if rec.version == version && bytes == sealed => Some(rec.clone()),
+            _ => None,
+        }
+    }
+
+    fn put_exec(&mut self, sealed: &[u8], rec: &ExecutionRecord) {
+        if self.execs.len() >= CACHE_ENTRIES && !self.execs.contains_key(&rec.key) {
+            self.execs.clear();
+        }
+        self.execs
+            .insert(rec.key.clone(), (sealed.to_vec(), rec.clone()));
+    }
+
+    fn put_machine(&mut self, sealed: &[u8], rec: &MachineRecord) {
+        if self.machines.len() >= CACHE_ENTRIES && !self.machines.contains_key(&rec.key) {
+            self.machines.clear();
+        }
+        self.machines
+            .insert(rec.key.clone(), (sealed.to_vec(), rec.clone()));
+    }
+}
+
 /// Appends `len(u32 BE) bytes` (parts are identifiers of at most 128 bytes).
 fn push_str(ad: &mut Vec<u8>, part: &str) {
     ad.extend_from_slice(&u32::try_from(part.len()).unwrap_or(u32::MAX).to_be_bytes());
@@ -358,5 +449,61 @@ pub(crate) fn check_partition(p: &str) -> Result<(), Error> {
         Ok(())
     } else {
         Err(Error::validation(Operation::Config, "partition"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use smolbox_core::Category;
+    use smolbox_core::managed::testkit::{accepted, exec_spec, fingerprint_key, key};
+
+    fn sealer() -> Sealer {
+        let k = EncryptionKey::new([3; 32], &fingerprint_key()).unwrap();
+        Sealer::new(&k, "test").unwrap()
+    }
+
+    #[test]
+    fn the_decoded_cache_serves_only_the_exact_bytes_at_the_bound_version() {
+        let s = sealer();
+        let rec = accepted(key("s", "a"), exec_spec("x"), 1);
+        let sealed = s.seal_exec_cached(&rec).unwrap();
+        assert_eq!(s.open_exec(&rec.key, 1, &sealed).unwrap(), rec);
+        // The same bytes under another version: refused as the cipher would.
+        let e = s.open_exec(&rec.key, 2, &sealed).unwrap_err();
+        assert_eq!(
+            (e.category(), e.reason()),
+            (Category::Store, "authentication_failed")
+        );
+        // Other bytes for the cached key take the full path.
+        let mut tampered = sealed.clone();
+        let last = tampered.len() - 1;
+        tampered[last] ^= 1;
+        assert_eq!(
+            s.open_exec(&rec.key, 1, &tampered).unwrap_err().reason(),
+            "authentication_failed"
+        );
+        // A sealer without the cache entry reads the same bytes the same way.
+        let fresh = sealer();
+        assert_eq!(fresh.open_exec(&rec.key, 1, &sealed).unwrap(), rec);
+        // Another key's bytes never answer for this key.
+        let other = accepted(key("s", "b"), exec_spec("x"), 1);
+        let other_sealed = s.seal_exec_cached(&other).unwrap();
+        assert_eq!(
+            s.open_exec(&rec.key, 1, &other_sealed)
+                .unwrap_err()
+                .reason(),
+            "authentication_failed"
+        );
+    }
+
+    #[test]
+    fn the_decoded_cache_is_bounded() {
+        let s = sealer();
+        for i in 0..(CACHE_ENTRIES + 10) {
+            let rec = accepted(key("s", &format!("r{i}")), exec_spec("x"), 1);
+            s.seal_exec_cached(&rec).unwrap();
+        }
+        assert!(s.cache().execs.len() <= CACHE_ENTRIES);
     }
 }

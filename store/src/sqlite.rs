@@ -461,7 +461,7 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn put_exec(&mut self, rec: &ExecutionRecord, new: bool) -> Result<(), Error> {
-        let payload = self.sealer.seal_exec(rec)?;
+        let payload = self.sealer.seal_exec_cached(rec)?;
         self.put_row(
             "executions",
             &rec.key,
@@ -490,7 +490,7 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn put_machine(&mut self, rec: &MachineRecord, new: bool) -> Result<(), Error> {
-        let payload = self.sealer.seal_machine(rec)?;
+        let payload = self.sealer.seal_machine_cached(rec)?;
         self.put_row(
             "machines",
             &rec.key,

@@ -16,6 +16,7 @@ pub mod blocking_shell;
 pub mod cases;
 pub mod fixture;
 pub mod shell;
+pub mod sim;
 pub mod tokio_shell;
 
 pub use fixture::{Fixture, Transport};

@@ -225,11 +225,19 @@ impl ExecReplyDecoder {
     }
 }
 
+/// The standard alphabet, canonical padding required, no trailing bits: the
+/// `base64` crate's engine that picks AVX2/NEON at run time (detected once)
+/// and falls back to its scalar engine.
+static B64: std::sync::LazyLock<base64::engine::simd::Simd> = std::sync::LazyLock::new(|| {
+    base64::engine::simd::Simd::standard(base64::engine::general_purpose::PAD)
+});
+
 /// Decodes standard padded base64 into `out` (cleared first; capacity kept),
 /// with a SIMD engine. Returns `false` on any invalid byte, length or padding.
 pub fn decode_b64(input: &[u8], out: &mut Vec<u8>) -> bool {
+    use base64::Engine as _;
     out.clear();
-    base64_simd::STANDARD.decode_append(input, out).is_ok()
+    B64.decode_vec(input, out).is_ok()
 }
 
 /// Decodes the 200 body of a background `POST …/exec` (C5.4): exit 0, empty

@@ -110,10 +110,12 @@ pub fn take(
 }
 
 /// Claims (or renews the claim on) an execution record: the claim rule of
-/// [`take`], then version + 1 (a claim is a write).
+/// [`take`], then version + 1 (a claim is a write). The result is
+/// validated.
 ///
 /// # Errors
-/// As [`take`]; `validation` when `now_ms < updated_at`.
+/// As [`take`]; `validation` when `now_ms < updated_at` or the result
+/// breaks an invariant (a version or generation at its limit).
 pub fn claim_exec(
     rec: &ExecutionRecord,
     owner: &str,
@@ -140,6 +142,8 @@ pub fn claim_exec(
     });
     next.version += 1;
     next.updated_at_ms = now_ms;
+    next.validate()
+        .map_err(|e| e.with_operation(Operation::StoreClaim))?;
     Ok(next)
 }
 
@@ -173,6 +177,8 @@ pub fn claim_machine(
     });
     next.version += 1;
     next.updated_at_ms = now_ms;
+    next.validate()
+        .map_err(|e| e.with_operation(Operation::StoreClaim))?;
     Ok(next)
 }
 

@@ -293,6 +293,84 @@ impl Finished {
     }
 }
 
+/// What `submit` returns at durable acceptance (C16).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Submission {
+    /// The record key (the handle).
+    pub key: RecordKey,
+    /// True when the record already existed with the same identity.
+    pub existing: bool,
+}
+
+/// What a caller's wait returns: the record once terminal or `unknown`
+/// (C16), with the output when this process observed the exit, or the
+/// error that made this controller stop driving it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// The record as stored.
+    pub record: ExecutionRecord,
+    /// The command's output when this process observed the exit.
+    pub output: Option<ExecOutput>,
+    /// The exec error stored as the outcome, or the error that ended the
+    /// execution here (its evidence says what is known about the command).
+    pub error: Option<Error>,
+}
+
+impl Outcome {
+    /// The stored exit code, else the exit code the error carries.
+    pub fn exit_code(&self) -> Option<i32> {
+        match self.record.result {
+            Some(ExecResult::Exited { exit_code, .. }) => Some(exit_code),
+            _ => self.error.as_ref().and_then(Error::exit_code),
+        }
+    }
+
+    /// The rule of a caller's wait: given the record just read from the
+    /// store, the controller's notice for the key (if any) and whether the
+    /// controller still drives the key, the outcome to return, or `None` to
+    /// keep waiting. A notice of a record another controller holds is not
+    /// an outcome; one that ended with an error is, even before the record
+    /// settles (the controller will not move it any more).
+    pub fn settle(
+        record: ExecutionRecord,
+        notice: Option<&Finished>,
+        driven: bool,
+    ) -> Option<Self> {
+        let notice = notice.filter(|f| !f.held_elsewhere);
+        match notice {
+            Some(f) if !driven => {
+                let record = match &f.record {
+                    Some(r) if r.version > record.version => r.clone(),
+                    _ => record,
+                };
+                if record.state.ends_wait() || f.error.is_some() {
+                    Some(Self {
+                        record,
+                        output: f.output.clone(),
+                        error: f.error,
+                    })
+                } else {
+                    None
+                }
+            }
+            // Still driven here: wait for the notice (it carries the output).
+            _ if driven => None,
+            _ if record.state.ends_wait() => Some(Self {
+                record,
+                output: None,
+                error: None,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// A controller id unique per process (never a shared constant):
+/// `ctl-<pid>-<16 hex digits of randomness>`.
+pub fn owner_id(pid: u32, random: u64) -> String {
+    format!("ctl-{pid}-{random:016x}")
+}
+
 /// One lifecycle telemetry entry (C20): identifiers, state and evidence
 /// only (never argv, env, stdin, paths' contents, tokens or output).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -445,9 +523,15 @@ impl Controller {
         self.execs.len()
     }
 
-    /// True when the controller drives `key` right now.
+    /// True when the controller drives `key` right now, or its acceptance
+    /// is outstanding (a caller waiting on it should wait for the notice).
     pub fn is_active(&self, key: &RecordKey) -> bool {
-        self.execs.contains_key(key)
+        self.execs.contains_key(key) || self.accepting.contains_key(key)
+    }
+
+    /// Every key [`Controller::is_active`] is true for.
+    pub fn active_keys(&self) -> impl Iterator<Item = &RecordKey> {
+        self.execs.keys().chain(self.accepting.keys())
     }
 
     /// Telemetry entries dropped so far (C20).

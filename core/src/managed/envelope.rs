@@ -290,6 +290,27 @@ pub fn encode_machine(rec: &MachineRecord) -> Result<Vec<u8>, Error> {
     encode(RecordKind::Machine, machine_requirements(rec).version, rec)
 }
 
+/// Encodes an execution record its caller has just validated (a store
+/// writing the result of a rule that validated it, such as
+/// [`super::patch::apply_exec`]): the bytes of [`encode_exec`] without
+/// validating a second time. Decoding always re-validates, so a record that
+/// was not valid is never read back.
+///
+/// # Errors
+/// `store` when the payload would exceed 16 MiB.
+pub fn encode_exec_validated(rec: &ExecutionRecord) -> Result<Vec<u8>, Error> {
+    encode(RecordKind::Execution, exec_requirements(rec).version, rec)
+}
+
+/// Encodes a machine record its caller has just validated, as
+/// [`encode_exec_validated`].
+///
+/// # Errors
+/// As [`encode_exec_validated`].
+pub fn encode_machine_validated(rec: &MachineRecord) -> Result<Vec<u8>, Error> {
+    encode(RecordKind::Machine, machine_requirements(rec).version, rec)
+}
+
 /// Decodes and re-validates an execution record.
 ///
 /// # Errors

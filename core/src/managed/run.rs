@@ -1,6 +1,10 @@
 //! One buffered command execution, recorded durably (DESIGN.md §5, C13,
 //! C16, C17.1): a pure lifecycle machine the shells drive.
 //!
+//! Kept only until the recovery simulation (tests/src/sim) drives the
+//! `Controller`; the runtimes and the CLI use [`super::controller`]. Remove
+//! it then.
+//!
 //! [`Run`] asks for store operations and for one dispatch; it never performs
 //! them. The drain order after every input is [`Run::poll_store_op`], then
 //! [`Run::poll_dispatch`], then [`Run::outcome`]:

@@ -125,6 +125,12 @@ async fn prepare(
     if body.command.is_empty() {
         return Err(ApiError::bad_request("command cannot be empty").into_response());
     }
+    if st.config.neighbour_checks && body.timeout_secs.is_some_and(|t| t > MAX_TIMEOUT_SECS) {
+        return Err(ApiError::bad_request(format!(
+            "timeoutSecs must be at most {MAX_TIMEOUT_SECS}"
+        ))
+        .into_response());
+    }
     ensure_running(st, name).map_err(IntoResponse::into_response)?;
     validate_env(&body.env).map_err(IntoResponse::into_response)?;
     validate_secrets(&body.secrets).map_err(IntoResponse::into_response)?;
@@ -134,6 +140,11 @@ async fn prepare(
     let kills = vec![kill, st.generation.subscribe()];
     Ok((body, root, kills))
 }
+
+/// The longest exec `timeoutSecs` the devworker takes (one day; the real
+/// worker has no bound). Beyond it a typo would hold a host process for
+/// years.
+pub(crate) const MAX_TIMEOUT_SECS: u64 = 86_400;
 
 fn spec_of(body: &ExecRequest, with_stdin: bool) -> CommandSpec {
     CommandSpec {

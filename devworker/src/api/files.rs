@@ -67,6 +67,38 @@ pub(crate) async fn upload(
     }
 }
 
+/// Reads a regular file of at most `cap` bytes. It is opened without
+/// blocking (a FIFO does not hang the read) and checked on the open file
+/// itself: a FIFO, socket, device or directory is refused, and so is a
+/// file larger than `cap` (also one that grows past it while read), as the
+/// real worker refuses a file above its transfer cap: a read failure.
+fn read_regular(host: &std::path::Path, cap: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+        .open(host)?;
+    let meta = f.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let too_big = |len: u64| {
+        std::io::Error::other(format!(
+            "file is {len} bytes, above the transfer limit of {cap} bytes"
+        ))
+    };
+    if meta.len() > cap {
+        return Err(too_big(meta.len()));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    f.take(cap + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > cap {
+        return Err(too_big(bytes.len() as u64));
+    }
+    Ok(bytes)
+}
+
 pub(crate) async fn download(
     State(st): State<AppState>,
     UrlPath((name, raw)): UrlPath<(String, String)>,
@@ -101,7 +133,10 @@ pub(crate) async fn download(
         entries.sort_by(|a, b| a.name.cmp(&b.name));
         return ok_json(&Listing { entries });
     }
-    match tokio::fs::read(&host).await {
+    let cap = st.config.limits.file_body_max as u64;
+    let read = tokio::task::spawn_blocking(move || read_regular(&host, cap)).await;
+    let read = read.unwrap_or_else(|_| Err(std::io::Error::other("read task failed")));
+    match read {
         Ok(bytes) => (
             StatusCode::OK,
             [(header::CONTENT_TYPE, "application/octet-stream")],

@@ -16,6 +16,7 @@ use serde::de::DeserializeOwned;
 
 use crate::conn::{ConnCtl, WriteMode};
 use crate::faults::{ActiveFaults, Fault, Route};
+use crate::server::Listener;
 use crate::state::AppState;
 
 mod control;
@@ -254,14 +255,13 @@ fn metric_path(req: &Request, route: Route, raw: &str) -> String {
 }
 
 fn token_ok(state: &AppState, req: &Request) -> bool {
-    let Some(token) = state.config.token.as_deref() else {
+    let Some(token) = state.config.token.as_ref() else {
         return true;
     };
     req.headers()
         .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|t| t == token)
+        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
+        .is_some_and(|t| token.matches(t))
 }
 
 fn is_timed(state: &AppState, route: Route, path: &str) -> bool {
@@ -272,9 +272,79 @@ fn is_timed(state: &AppState, route: Route, path: &str) -> bool {
     }
 }
 
+/// True when the request's `Host` names this worker: `localhost`, a
+/// loopback address or the bound address (any IP literal when bound to the
+/// unspecified address). A host name other than `localhost` is what a DNS
+/// rebinding page sends, so it is refused. Requests on the Unix socket, and
+/// requests without `Host` (a browser always sends one), pass.
+pub(crate) fn host_ok(req: &Request) -> bool {
+    let Some(Listener(Some(bound))) = req.extensions().get::<Listener>().copied() else {
+        return true;
+    };
+    let Some(value) = req.headers().get(header::HOST) else {
+        return true;
+    };
+    let Ok(value) = value.to_str() else {
+        return false;
+    };
+    let host = match value.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((inside, after)) if after.is_empty() || after.starts_with(':') => inside,
+            _ => return false,
+        },
+        None => value.rsplit_once(':').map_or(value, |(h, _)| h),
+    };
+    if host.eq_ignore_ascii_case("localhost") {
+        return true;
+    }
+    match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.is_loopback() || ip == bound.ip() || bound.ip().is_unspecified(),
+        Err(_) => false,
+    }
+}
+
+/// True unless the request is a WebSocket upgrade whose `Origin` is present
+/// and not one of the worker's CORS origins (a web page of another site).
+pub(crate) fn origin_ok(req: &Request) -> bool {
+    let upgrade = req
+        .headers()
+        .get(header::UPGRADE)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"));
+    match req.headers().get(header::ORIGIN) {
+        Some(origin) if upgrade => ALLOWED_ORIGINS
+            .iter()
+            .any(|o| origin.as_bytes() == o.as_bytes()),
+        _ => true,
+    }
+}
+
+fn forbidden(message: &str) -> Response {
+    json_reply(
+        StatusCode::FORBIDDEN,
+        &ErrorBody {
+            error: message,
+            code: "FORBIDDEN",
+        },
+    )
+}
+
 async fn outer(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
+    if state.config.neighbour_checks {
+        if !host_ok(&req) {
+            let mut resp = forbidden("request Host is not this worker (DNS rebinding refused)");
+            resp.headers_mut()
+                .insert(header::VARY, HeaderValue::from_static(VARY));
+            return resp;
+        }
+        if !origin_ok(&req) {
+            let mut resp = forbidden("WebSocket upgrade from a foreign Origin refused");
+            resp.headers_mut()
+                .insert(header::VARY, HeaderValue::from_static(VARY));
+            return resp;
+        }
+    }
     if method == Method::OPTIONS
         && req
             .headers()

@@ -98,6 +98,7 @@ pub(crate) async fn interactive(
         machine_kill: kill,
         generation,
         commands,
+        grace: st.config.limits.terminal_hangup_grace,
     };
     ws.on_upgrade(move |socket| session(socket, ctx))
 }
@@ -158,7 +159,17 @@ struct Pty {
     input: std::sync::mpsc::Sender<Vec<u8>>,
     output: mpsc::Receiver<Vec<u8>>,
     exit: mpsc::Receiver<i32>,
-    killer: Box<dyn portable_pty::ChildKiller + Send + Sync>,
+    /// The program's process group (it leads a session of its own).
+    pgid: i32,
+    /// SIGKILL follows SIGHUP after this grace at teardown.
+    grace: Duration,
+}
+
+impl Pty {
+    /// Teardown: the whole process group is hung up, then killed.
+    fn hang_up(&self) {
+        crate::process::hangup_group(self.pgid, self.grace);
+    }
 }
 
 fn open_pty(
@@ -166,6 +177,7 @@ fn open_pty(
     cmd: &str,
     size: PtySize,
     registry: &crate::process::Registry,
+    grace: Duration,
 ) -> Result<Pty, String> {
     let pair = native_pty_system()
         .openpty(size)
@@ -184,7 +196,6 @@ fn open_pty(
         .spawn_command(builder)
         .map_err(|e| e.to_string())?;
     drop(pair.slave);
-    let killer = child.clone_killer();
     let pgid = child
         .process_id()
         .and_then(|p| i32::try_from(p).ok())
@@ -233,7 +244,8 @@ fn open_pty(
         input,
         output,
         exit,
-        killer,
+        pgid,
+        grace,
     })
 }
 
@@ -250,6 +262,7 @@ struct Session {
     machine_kill: watch::Receiver<u64>,
     generation: watch::Receiver<u64>,
     commands: crate::process::Registry,
+    grace: Duration,
 }
 
 async fn session(mut socket: WebSocket, ctx: Session) {
@@ -261,8 +274,9 @@ async fn session(mut socket: WebSocket, ctx: Session) {
         mut machine_kill,
         mut generation,
         commands,
+        grace,
     } = ctx;
-    let Ok(mut pty) = open_pty(&root, &cmd, size, &commands) else {
+    let Ok(mut pty) = open_pty(&root, &cmd, size, &commands, grace) else {
         let _ = socket.send(exit_text(-1)).await;
         let _ = socket.send(Message::Close(None)).await;
         return;
@@ -289,7 +303,7 @@ async fn session(mut socket: WebSocket, ctx: Session) {
             chunk = pty.output.recv(), if !output_done && !stalled => match chunk {
                 Some(bytes) => {
                     if socket.send(Message::Binary(bytes.into())).await.is_err() {
-                        let _ = pty.killer.kill();
+                        pty.hang_up();
                         return;
                     }
                     frames_sent += 1;
@@ -312,20 +326,20 @@ async fn session(mut socket: WebSocket, ctx: Session) {
                     // Client went away: the session ends with 130 and the
                     // program is killed (the code is not deliverable).
                     let _ = pty.input.send(vec![4]);
-                    let _ = pty.killer.kill();
+                    pty.hang_up();
                     return;
                 }
             },
             _ = machine_kill.changed() => {
                 // The machine stopped under the session: internal error.
-                let _ = pty.killer.kill();
+                pty.hang_up();
                 let _ = socket.send(exit_text(-1)).await;
                 let _ = socket.send(Message::Close(None)).await;
                 return;
             }
             _ = generation.changed() => {
                 // Worker restart: the connection is simply gone.
-                let _ = pty.killer.kill();
+                pty.hang_up();
                 return;
             }
         }
@@ -337,10 +351,12 @@ async fn session(mut socket: WebSocket, ctx: Session) {
                     _ => {}
                 }
             }
-            let _ = pty.killer.kill();
+            pty.hang_up();
             return;
         }
     }
+    // The program exited: whatever it left in its group is hung up too.
+    pty.hang_up();
     let code = if exit130 { 130 } else { code.unwrap_or(-1) };
     if !close_before_exit {
         let _ = socket.send(exit_text(code)).await;

@@ -1,0 +1,821 @@
+//! The simulated worker, at the level of operations (not HTTP bytes), with
+//! the uncertain cases of `worker-api.md`:
+//!
+//! - a request refused before it was sent (`not_dispatched`, no effect);
+//! - a reply lost after the effect happened (`dispatch_uncertain`);
+//! - a 408 while the command keeps running (§2: the 300 s layer answers an
+//!   empty 408 and does not cancel the work);
+//! - a create whose reply never arrives but whose machine appears later;
+//! - a stop that takes effect late (the reply is lost, the machine stops
+//!   after a while);
+//! - a serve restart that deletes formerly running machines (§5.8) and
+//!   forgets running commands.
+//!
+//! Requests travel: [`SimWorker::send`] (the request leaves the client) →
+//! arrival after a network delay (the effect happens, the mutation is
+//! counted per identity) → a reply after the operation's duration →
+//! [`SimWorker::take_replies`]. A request that was sent still arrives when
+//! its sender crashed meanwhile, as on a real network.
+//!
+//! A command's identity and behaviour are in its argv:
+//! `["sim", <identity>, <exit code>, <duration ms>]`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use smolbox_core::exec::{ExecOutcome, ExecOutput, OutputEncoding};
+use smolbox_core::{Category, Error, Evidence, Operation};
+
+use super::rng::Rng;
+
+/// Kinds of worker mutation, counted per identity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Mutation {
+    /// `POST /machines`.
+    Create,
+    /// `POST …/start`.
+    Start,
+    /// `POST …/stop`.
+    Stop,
+    /// `DELETE …`.
+    Delete,
+    /// `POST …/exec`.
+    Exec,
+}
+
+/// One request, as the client would perform it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// Create machine `name` (not booted).
+    Create {
+        /// Machine name.
+        name: String,
+    },
+    /// Start `name`.
+    Start {
+        /// Machine name.
+        name: String,
+    },
+    /// Stop `name`.
+    Stop {
+        /// Machine name.
+        name: String,
+    },
+    /// Delete `name`.
+    Delete {
+        /// Machine name.
+        name: String,
+    },
+    /// Read `name` (not a mutation).
+    Inspect {
+        /// Machine name.
+        name: String,
+    },
+    /// Run `argv` on `machine` (buffered exec).
+    Exec {
+        /// Machine name.
+        machine: String,
+        /// `["sim", identity, exit, duration_ms]`.
+        argv: Vec<String>,
+    },
+}
+
+impl Request {
+    /// The mutation kind and identity, or `None` for a read.
+    pub fn mutation(&self) -> Option<(Mutation, String)> {
+        match self {
+            Self::Create { name } => Some((Mutation::Create, name.clone())),
+            Self::Start { name } => Some((Mutation::Start, name.clone())),
+            Self::Stop { name } => Some((Mutation::Stop, name.clone())),
+            Self::Delete { name } => Some((Mutation::Delete, name.clone())),
+            Self::Inspect { .. } => None,
+            Self::Exec { argv, .. } => Some((Mutation::Exec, exec_identity(argv))),
+        }
+    }
+
+    const fn operation(&self) -> Operation {
+        match self {
+            Self::Create { .. } => Operation::Create,
+            Self::Start { .. } => Operation::Start,
+            Self::Stop { .. } => Operation::Stop,
+            Self::Delete { .. } => Operation::Delete,
+            Self::Inspect { .. } => Operation::Get,
+            Self::Exec { .. } => Operation::Exec,
+        }
+    }
+}
+
+/// The identity a simulated command carries (`argv[1]`).
+pub fn exec_identity(argv: &[String]) -> String {
+    argv.get(1).cloned().unwrap_or_default()
+}
+
+/// The argv of a simulated command.
+pub fn sim_argv(identity: &str, exit_code: i32, duration_ms: u64) -> Vec<String> {
+    vec![
+        "sim".to_owned(),
+        identity.to_owned(),
+        exit_code.to_string(),
+        duration_ms.to_string(),
+    ]
+}
+
+/// Machine state as the worker reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MachineState {
+    /// Created, never booted.
+    Created,
+    /// Booted.
+    Running,
+    /// Stopped.
+    Stopped,
+}
+
+/// What a get/create/start/stop reply shows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MachineView {
+    /// Name.
+    pub name: String,
+    /// Incarnation (a fresh number per create; `createdAt` in the real API).
+    pub incarnation: u64,
+    /// State.
+    pub state: MachineState,
+}
+
+/// A successful reply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// A machine's view (create, start, stop, inspect).
+    Machine(MachineView),
+    /// `404`: no machine of that name.
+    Absent,
+    /// `204` of a delete.
+    Deleted,
+    /// The exec result.
+    Exec(ExecOutcome),
+}
+
+/// Per-mille probabilities of the worker's uncertain cases.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkerFaults {
+    /// Refused before sending (`not_dispatched`).
+    pub refuse: u32,
+    /// The reply is lost after the effect.
+    pub lose_reply: u32,
+    /// An exec answers 408 while the command keeps running.
+    pub timeout_408: u32,
+    /// A create's reply never arrives; the machine appears later.
+    pub late_create: u32,
+    /// A stop's reply is lost; it takes effect later.
+    pub late_stop: u32,
+}
+
+impl WorkerFaults {
+    /// No faults (the quiescent phase).
+    pub const NONE: Self = Self {
+        refuse: 0,
+        lose_reply: 0,
+        timeout_408: 0,
+        late_create: 0,
+        late_stop: 0,
+    };
+}
+
+/// The truth about one command at the worker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ExecTruth {
+    /// Running until `until_ms`, then exits with `exit_code`.
+    Running {
+        /// Finish time.
+        until_ms: u64,
+        /// Exit code it will have.
+        exit_code: i32,
+    },
+    /// Exited with this code.
+    Exited(i32),
+    /// Killed by a worker restart: no exit exists.
+    Killed,
+}
+
+#[derive(Clone, Debug)]
+struct Machine {
+    incarnation: u64,
+    state: MachineState,
+}
+
+#[derive(Clone, Debug)]
+enum Pending {
+    /// A sent request arriving at the worker.
+    Arrive(u64, Request, Fate),
+    /// A reply leaving the worker.
+    Reply(u64, Result<Reply, Error>),
+    /// A late effect: the machine appears / stops now.
+    Appear(String),
+    StopNow(String),
+}
+
+/// What happens to a request's reply (drawn when it is sent).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fate {
+    Normal,
+    LoseReply,
+    Timeout408,
+    Late,
+}
+
+/// The simulated worker.
+#[derive(Debug)]
+pub struct SimWorker {
+    rng: Rng,
+    faults: WorkerFaults,
+    now_ms: u64,
+    seq: u64,
+    machines: BTreeMap<String, Machine>,
+    next_incarnation: u64,
+    execs: BTreeMap<String, ExecTruth>,
+    /// `(due_ms, seq) -> pending`.
+    pending: BTreeMap<(u64, u64), Pending>,
+    received: BTreeMap<(Mutation, String), u32>,
+    /// Mutations received whose sender has not had a definite reply.
+    uncertain: BTreeSet<(Mutation, String)>,
+    /// Request id → mutation, to settle `uncertain` on a definite reply.
+    in_flight: BTreeMap<u64, (Mutation, String)>,
+    violations: Vec<String>,
+    arrivals: Vec<(Mutation, String)>,
+    /// Network delay bound (ms) each way.
+    pub latency_ms: u64,
+    /// How long a 408 takes (the worker's request timeout).
+    pub timeout_ms: u64,
+    /// Count of injected faults.
+    pub faults_injected: u64,
+    /// Count of restarts.
+    pub restarts: u64,
+}
+
+impl SimWorker {
+    /// A worker with machine `default_machine` running (for commands on a
+    /// machine the caller already has), drawing from `rng`.
+    pub fn new(rng: Rng, faults: WorkerFaults, default_machine: &str) -> Self {
+        let mut w = Self {
+            rng,
+            faults,
+            now_ms: 0,
+            seq: 0,
+            machines: BTreeMap::new(),
+            next_incarnation: 1,
+            execs: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            received: BTreeMap::new(),
+            uncertain: BTreeSet::new(),
+            in_flight: BTreeMap::new(),
+            violations: Vec::new(),
+            arrivals: Vec::new(),
+            latency_ms: 50,
+            timeout_ms: 30_000,
+            faults_injected: 0,
+            restarts: 0,
+        };
+        w.machines.insert(
+            default_machine.to_owned(),
+            Machine {
+                incarnation: 0,
+                state: MachineState::Running,
+            },
+        );
+        w
+    }
+
+    /// Changes the fault rates (the quiescent phase turns them off).
+    pub const fn set_faults(&mut self, faults: WorkerFaults) {
+        self.faults = faults;
+    }
+
+    fn push(&mut self, at_ms: u64, p: Pending) {
+        self.seq += 1;
+        self.pending.insert((at_ms, self.seq), p);
+    }
+
+    /// The client sends `request` (id `req`) at `now_ms`. Returns `Err` (with
+    /// evidence `not_dispatched`) when it is refused before any byte left:
+    /// nothing arrives and nothing is counted.
+    ///
+    /// # Errors
+    /// `transport`, `not_dispatched`, reason `connection_refused`.
+    pub fn send(&mut self, now_ms: u64, req: u64, request: Request) -> Result<(), Error> {
+        self.now_ms = self.now_ms.max(now_ms);
+        if self.rng.chance(self.faults.refuse) {
+            self.faults_injected += 1;
+            return Err(Error::new(
+                Category::Transport,
+                request.operation(),
+                Evidence::NotDispatched,
+            )
+            .with_reason("connection_refused"));
+        }
+        let fate = if self.rng.chance(self.faults.lose_reply) {
+            Fate::LoseReply
+        } else if matches!(request, Request::Exec { .. })
+            && self.rng.chance(self.faults.timeout_408)
+        {
+            Fate::Timeout408
+        } else if (matches!(request, Request::Create { .. })
+            && self.rng.chance(self.faults.late_create))
+            || (matches!(request, Request::Stop { .. }) && self.rng.chance(self.faults.late_stop))
+        {
+            Fate::Late
+        } else {
+            Fate::Normal
+        };
+        if fate != Fate::Normal {
+            self.faults_injected += 1;
+        }
+        let at = now_ms + self.rng.range(1, self.latency_ms);
+        if let Some(m) = request.mutation() {
+            self.in_flight.insert(req, m);
+        }
+        self.push(at, Pending::Arrive(req, request, fate));
+        Ok(())
+    }
+
+    /// The time of the next thing the worker does, if any.
+    pub fn next_event_ms(&self) -> Option<u64> {
+        self.pending.keys().next().map(|(t, _)| *t)
+    }
+
+    /// Runs the worker up to `now_ms`; returns the replies that left it, in
+    /// order, as `(request id, result)`.
+    pub fn take_replies(&mut self, now_ms: u64) -> Vec<(u64, Result<Reply, Error>)> {
+        let mut out = Vec::new();
+        while let Some(entry) = self.pending.first_entry() {
+            let (at, _) = *entry.key();
+            if at > now_ms {
+                break;
+            }
+            let p = entry.remove();
+            self.now_ms = self.now_ms.max(at);
+            self.finish_execs(at);
+            match p {
+                Pending::Arrive(req, request, fate) => self.arrive(at, req, request, fate),
+                Pending::Reply(req, r) => out.push((req, r)),
+                Pending::Appear(name) => {
+                    let inc = self.next_incarnation;
+                    self.next_incarnation += 1;
+                    self.machines.entry(name).or_insert(Machine {
+                        incarnation: inc,
+                        state: MachineState::Created,
+                    });
+                }
+                Pending::StopNow(name) => {
+                    if let Some(m) = self.machines.get_mut(&name) {
+                        m.state = MachineState::Stopped;
+                    }
+                }
+            }
+        }
+        self.finish_execs(now_ms);
+        self.now_ms = self.now_ms.max(now_ms);
+        out
+    }
+
+    fn finish_execs(&mut self, now_ms: u64) {
+        for t in self.execs.values_mut() {
+            if let ExecTruth::Running {
+                until_ms,
+                exit_code,
+            } = *t
+                && until_ms <= now_ms
+            {
+                *t = ExecTruth::Exited(exit_code);
+            }
+        }
+    }
+
+    fn arrive(&mut self, at: u64, req: u64, request: Request, fate: Fate) {
+        if let Some(m) = request.mutation() {
+            let n = self.received.entry(m.clone()).or_insert(0);
+            *n += 1;
+            if m.0 == Mutation::Exec && *n > 1 {
+                self.violations.push(format!(
+                    "exec {} received {} times (a command is never sent twice)",
+                    m.1, n
+                ));
+            } else if self.uncertain.contains(&m) {
+                self.violations.push(format!(
+                    "{:?} of {} sent again while an earlier one was uncertain",
+                    m.0, m.1
+                ));
+            }
+            self.uncertain.insert(m.clone());
+            self.arrivals.push(m);
+        }
+        let op = request.operation();
+        let back = at + self.rng.range(1, self.latency_ms);
+        let lost = || {
+            Err(
+                Error::new(Category::Transport, op, Evidence::DispatchUncertain)
+                    .with_reason("connection_reset"),
+            )
+        };
+        let reply: (u64, Result<Reply, Error>) = match request {
+            Request::Create { name } => {
+                if fate == Fate::Late {
+                    let later = at + self.rng.range(1, 5_000);
+                    self.push(later, Pending::Appear(name));
+                    (at + self.timeout_ms, lost())
+                } else if self.machines.contains_key(&name) {
+                    (
+                        back,
+                        Err(
+                            Error::new(Category::IdentityConflict, op, Evidence::Unknown)
+                                .with_reason("already_exists"),
+                        ),
+                    )
+                } else {
+                    let inc = self.next_incarnation;
+                    self.next_incarnation += 1;
+                    self.machines.insert(
+                        name.clone(),
+                        Machine {
+                            incarnation: inc,
+                            state: MachineState::Created,
+                        },
+                    );
+                    (back, Ok(self.view(&name)))
+                }
+            }
+            Request::Start { name } => match self.machines.get_mut(&name) {
+                Some(m) => {
+                    m.state = MachineState::Running;
+                    (back, Ok(self.view(&name)))
+                }
+                None => (back, Ok(Reply::Absent)),
+            },
+            Request::Stop { name } => {
+                if !self.machines.contains_key(&name) {
+                    (back, Ok(Reply::Absent))
+                } else if fate == Fate::Late {
+                    let later = at + self.rng.range(1, 5_000);
+                    self.push(later, Pending::StopNow(name));
+                    (at + self.timeout_ms, lost())
+                } else {
+                    if let Some(m) = self.machines.get_mut(&name) {
+                        m.state = MachineState::Stopped;
+                    }
+                    (back, Ok(self.view(&name)))
+                }
+            }
+            Request::Delete { name } => {
+                if self.machines.remove(&name).is_some() {
+                    (back, Ok(Reply::Deleted))
+                } else {
+                    (back, Ok(Reply::Absent))
+                }
+            }
+            Request::Inspect { name } => {
+                if self.machines.contains_key(&name) {
+                    (back, Ok(self.view(&name)))
+                } else {
+                    (back, Ok(Reply::Absent))
+                }
+            }
+            Request::Exec { machine, argv } => self.exec(at, back, &machine, &argv, fate),
+        };
+        let (when, result) = match fate {
+            Fate::LoseReply => (reply.0, lost()),
+            _ => reply,
+        };
+        self.push(when, Pending::Reply(req, result));
+    }
+
+    fn exec(
+        &mut self,
+        at: u64,
+        back: u64,
+        machine: &str,
+        argv: &[String],
+        fate: Fate,
+    ) -> (u64, Result<Reply, Error>) {
+        let running = self
+            .machines
+            .get(machine)
+            .is_some_and(|m| m.state == MachineState::Running);
+        if !running {
+            return (
+                back,
+                Err(
+                    Error::new(Category::NotFound, Operation::Exec, Evidence::NotDispatched)
+                        .with_reason("machine_not_running"),
+                ),
+            );
+        }
+        let id = exec_identity(argv);
+        let exit_code: i32 = argv.get(2).and_then(|s| s.parse().ok()).unwrap_or(127);
+        let duration: u64 = argv.get(3).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let until = at + duration;
+        self.execs.insert(
+            id,
+            ExecTruth::Running {
+                until_ms: until,
+                exit_code,
+            },
+        );
+        if fate == Fate::Timeout408 && duration > 0 {
+            let t = at + self.timeout_ms.min(duration.saturating_sub(1)).max(1);
+            return (
+                t,
+                Err(Error::new(
+                    Category::Transport,
+                    Operation::Exec,
+                    Evidence::DispatchUncertain,
+                )
+                .with_reason("timeout")
+                .with_status(408)),
+            );
+        }
+        let out = ExecOutput {
+            exit_code,
+            stdout: b"out\n".to_vec(),
+            stderr: Vec::new(),
+            encoding: OutputEncoding::Bytes,
+        };
+        (
+            until + (back - at),
+            Ok(Reply::Exec(ExecOutcome::Exited(out))),
+        )
+    }
+
+    fn view(&self, name: &str) -> Reply {
+        self.machines.get(name).map_or(Reply::Absent, |m| {
+            Reply::Machine(MachineView {
+                name: name.to_owned(),
+                incarnation: m.incarnation,
+                state: m.state,
+            })
+        })
+    }
+
+    /// The client received a definite (non-error) reply to `req`: its
+    /// mutation is no longer uncertain.
+    pub fn settle(&mut self, req: u64) {
+        if let Some(m) = self.in_flight.remove(&req) {
+            self.uncertain.remove(&m);
+        }
+    }
+
+    /// A serve restart at `now_ms`: running commands are forgotten (their
+    /// replies become connection errors, no exit ever exists), and every
+    /// machine that was running has lost its VMM and is deleted (§5.8).
+    pub fn restart(&mut self, now_ms: u64) {
+        self.take_replies(now_ms);
+        self.restarts += 1;
+        for t in self.execs.values_mut() {
+            if matches!(t, ExecTruth::Running { .. }) {
+                *t = ExecTruth::Killed;
+            }
+        }
+        for p in self.pending.values_mut() {
+            if let Pending::Reply(_, r) = p
+                && (matches!(r, Ok(Reply::Exec(_)))
+                    || r.as_ref().err().is_some_and(|e| e.status() == Some(408)))
+            {
+                *r = Err(Error::new(
+                    Category::Transport,
+                    Operation::Exec,
+                    Evidence::DispatchUncertain,
+                )
+                .with_reason("connection_closed"));
+            }
+        }
+        self.machines
+            .retain(|_, m| m.state != MachineState::Running || m.incarnation == 0);
+    }
+
+    /// How many times mutation `kind` of `identity` arrived.
+    pub fn received(&self, kind: Mutation, identity: &str) -> u32 {
+        self.received
+            .get(&(kind, identity.to_owned()))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// What the worker knows about command `identity`.
+    pub fn exec_truth(&self, identity: &str) -> Option<&ExecTruth> {
+        self.execs.get(identity)
+    }
+
+    /// Whether machine `name` exists (ground truth).
+    pub fn has_machine(&self, name: &str) -> bool {
+        self.machines.contains_key(name)
+    }
+
+    /// Takes the mutations that arrived since the last call, in order.
+    pub fn take_arrivals(&mut self) -> Vec<(Mutation, String)> {
+        std::mem::take(&mut self.arrivals)
+    }
+
+    /// Takes the resend violations seen so far.
+    pub fn take_violations(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.violations)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn quiet() -> SimWorker {
+        SimWorker::new(Rng::new(1), WorkerFaults::NONE, "m0")
+    }
+
+    fn run_all(w: &mut SimWorker) -> Vec<(u64, Result<Reply, Error>)> {
+        w.take_replies(u64::MAX / 2)
+    }
+
+    #[test]
+    fn exec_replies_after_its_duration_with_its_exit_and_counts_once() {
+        let mut w = quiet();
+        w.send(
+            0,
+            1,
+            Request::Exec {
+                machine: "m0".into(),
+                argv: sim_argv("k1", 3, 1_000),
+            },
+        )
+        .unwrap();
+        assert!(w.take_replies(900).is_empty());
+        let r = run_all(&mut w);
+        assert_eq!(r.len(), 1);
+        match &r[0].1 {
+            Ok(Reply::Exec(ExecOutcome::Exited(o))) => assert_eq!(o.exit_code, 3),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(w.received(Mutation::Exec, "k1"), 1);
+        assert_eq!(w.exec_truth("k1"), Some(&ExecTruth::Exited(3)));
+        assert!(w.take_violations().is_empty());
+    }
+
+    #[test]
+    fn a_second_exec_of_one_identity_is_a_violation() {
+        let mut w = quiet();
+        for req in [1, 2] {
+            w.send(
+                0,
+                req,
+                Request::Exec {
+                    machine: "m0".into(),
+                    argv: sim_argv("k", 0, 1),
+                },
+            )
+            .unwrap();
+        }
+        run_all(&mut w);
+        assert_eq!(w.received(Mutation::Exec, "k"), 2);
+        assert_eq!(w.take_violations().len(), 1);
+    }
+
+    #[test]
+    fn a_mutation_resent_while_uncertain_is_a_violation_after_a_definite_reply_it_is_not() {
+        let mut w = quiet();
+        w.send(0, 1, Request::Create { name: "a".into() }).unwrap();
+        run_all(&mut w);
+        w.settle(1);
+        w.send(10, 2, Request::Stop { name: "a".into() }).unwrap();
+        run_all(&mut w); // reply not settled: uncertain
+        w.send(20, 3, Request::Stop { name: "a".into() }).unwrap();
+        run_all(&mut w);
+        let v = w.take_violations();
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].contains("Stop"));
+    }
+
+    #[test]
+    fn a_lost_reply_still_has_its_effect() {
+        let f = WorkerFaults {
+            lose_reply: 1000,
+            ..WorkerFaults::NONE
+        };
+        let mut w = SimWorker::new(Rng::new(2), f, "m0");
+        w.send(
+            0,
+            1,
+            Request::Exec {
+                machine: "m0".into(),
+                argv: sim_argv("k", 5, 100),
+            },
+        )
+        .unwrap();
+        let r = run_all(&mut w);
+        let e = r[0].1.as_ref().unwrap_err();
+        assert_eq!(e.evidence(), Evidence::DispatchUncertain);
+        assert_eq!(w.exec_truth("k"), Some(&ExecTruth::Exited(5)));
+    }
+
+    #[test]
+    fn a_408_leaves_the_command_running_to_its_exit() {
+        let f = WorkerFaults {
+            timeout_408: 1000,
+            ..WorkerFaults::NONE
+        };
+        let mut w = SimWorker::new(Rng::new(3), f, "m0");
+        w.timeout_ms = 1_000;
+        w.send(
+            0,
+            1,
+            Request::Exec {
+                machine: "m0".into(),
+                argv: sim_argv("k", 2, 5_000),
+            },
+        )
+        .unwrap();
+        let r = w.take_replies(2_000);
+        assert_eq!(r[0].1.as_ref().unwrap_err().status(), Some(408));
+        assert!(matches!(w.exec_truth("k"), Some(ExecTruth::Running { .. })));
+        w.take_replies(10_000);
+        assert_eq!(w.exec_truth("k"), Some(&ExecTruth::Exited(2)));
+    }
+
+    #[test]
+    fn a_refused_request_has_no_effect_and_is_not_counted() {
+        let f = WorkerFaults {
+            refuse: 1000,
+            ..WorkerFaults::NONE
+        };
+        let mut w = SimWorker::new(Rng::new(4), f, "m0");
+        let e = w
+            .send(0, 1, Request::Create { name: "a".into() })
+            .unwrap_err();
+        assert_eq!(e.evidence(), Evidence::NotDispatched);
+        run_all(&mut w);
+        assert_eq!(w.received(Mutation::Create, "a"), 0);
+        assert!(!w.has_machine("a"));
+    }
+
+    #[test]
+    fn a_late_create_times_out_and_the_machine_appears_later() {
+        let f = WorkerFaults {
+            late_create: 1000,
+            ..WorkerFaults::NONE
+        };
+        let mut w = SimWorker::new(Rng::new(5), f, "m0");
+        w.send(0, 1, Request::Create { name: "a".into() }).unwrap();
+        w.take_replies(100);
+        assert!(!w.has_machine("a"));
+        let r = run_all(&mut w);
+        assert_eq!(
+            r[0].1.as_ref().unwrap_err().evidence(),
+            Evidence::DispatchUncertain
+        );
+        assert!(w.has_machine("a"));
+    }
+
+    #[test]
+    fn a_late_stop_takes_effect_after_its_lost_reply() {
+        let mut w = quiet();
+        w.send(0, 1, Request::Create { name: "a".into() }).unwrap();
+        w.send(0, 2, Request::Start { name: "a".into() }).unwrap();
+        run_all(&mut w);
+        w.set_faults(WorkerFaults {
+            late_stop: 1000,
+            ..WorkerFaults::NONE
+        });
+        w.send(100, 3, Request::Stop { name: "a".into() }).unwrap();
+        w.take_replies(200);
+        w.set_faults(WorkerFaults::NONE);
+        w.send(300, 4, Request::Inspect { name: "a".into() })
+            .unwrap();
+        let r = w.take_replies(400);
+        assert!(matches!(&r[0].1, Ok(Reply::Machine(v)) if v.state == MachineState::Running));
+        run_all(&mut w);
+        w.send(u64::MAX / 2, 5, Request::Inspect { name: "a".into() })
+            .unwrap();
+        let r = w.take_replies(u64::MAX / 2 + 1_000);
+        assert!(matches!(&r[0].1, Ok(Reply::Machine(v)) if v.state == MachineState::Stopped));
+    }
+
+    #[test]
+    fn a_restart_deletes_running_machines_and_kills_running_commands() {
+        let mut w = quiet();
+        for (i, n) in ["up", "down"].iter().enumerate() {
+            w.send(0, i as u64 * 2, Request::Create { name: (*n).into() })
+                .unwrap();
+        }
+        w.send(0, 9, Request::Start { name: "up".into() }).unwrap();
+        w.take_replies(1_000);
+        w.send(
+            1_000,
+            10,
+            Request::Exec {
+                machine: "m0".into(),
+                argv: sim_argv("k", 0, 10_000),
+            },
+        )
+        .unwrap();
+        w.take_replies(1_500);
+        w.restart(2_000);
+        assert!(!w.has_machine("up"));
+        assert!(w.has_machine("down"));
+        assert_eq!(w.exec_truth("k"), Some(&ExecTruth::Killed));
+        let r = run_all(&mut w);
+        assert_eq!(r[0].1.as_ref().unwrap_err().reason(), "connection_closed");
+    }
+}
