@@ -255,7 +255,12 @@ pub(crate) fn exec(
 
 /// `run -- ARGV…`: a fresh machine, the command, the machine removed
 /// (whatever the command's outcome).
-pub(crate) fn run(b: &Backend, args: &RunArgs, json: bool) -> Result<i32, Failure> {
+pub(crate) fn run(
+    b: &Backend,
+    args: &RunArgs,
+    json: bool,
+    worker_id: &str,
+) -> Result<i32, Failure> {
     let cmd = command(&args.opts, args.argv.clone())?;
     let profile = b.admit()?;
     let name = fresh_name()?;
@@ -268,7 +273,7 @@ pub(crate) fn run(b: &Backend, args: &RunArgs, json: bool) -> Result<i32, Failur
     let outcome = if args.opts.stream {
         run_command(b, name.as_str(), &cmd, true, json)
     } else {
-        run_recorded(b, args, name.as_str(), &cmd, json)
+        run_recorded(b, args, name.as_str(), &cmd, json, worker_id)
     };
     if let Some((handle, fired)) = guard {
         handle.close();
@@ -314,9 +319,10 @@ fn run_recorded(
     machine: &str,
     cmd: &Command,
     json: bool,
+    worker_id: &str,
 ) -> Result<i32, Failure> {
     let db = crate::records::store_path(args.store.as_deref())?;
-    let out = crate::records::run_recorded(b, &db, machine, machine, cmd)?;
+    let out = crate::records::run_recorded(b, &db, worker_id, machine, machine, cmd)?;
     if let Some(output) = &out.output {
         print_output(output, json)?;
     }

@@ -9,6 +9,7 @@
 //! * `token` — the random bearer token (0600), new at each `dev up`;
 //! * `pid` — the background process's pid (0600), written once it serves;
 //! * `devworker.log` — its stderr;
+//! * `lock` — held while `dev up` or `dev down` runs;
 //! * `state/` — its machines, which persist across `dev down` / `dev up`
 //!   (the devworker stops them at shutdown, like a drained worker).
 //!
@@ -72,9 +73,11 @@ impl DevPaths {
 
     /// The paths under this user's data directory.
     pub(crate) fn for_user() -> Result<Self, Failure> {
+        // A relative XDG_DATA_HOME is ignored, as the XDG spec says (the
+        // pid check compares the directory in the process's command line).
         let base = std::env::var_os("XDG_DATA_HOME")
-            .filter(|v| !v.is_empty())
             .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
             .or_else(|| {
                 std::env::var_os("HOME")
                     .filter(|v| !v.is_empty())
@@ -228,11 +231,28 @@ pub(crate) fn random_token() -> Result<String, Failure> {
 
 const WARNING: &str = "commands run on this host as host processes, WITHOUT isolation";
 
+/// Holds `DIR/lock` exclusively while `dev up` or `dev down` runs, so two
+/// of them at once cannot start two devworkers (or stop one being started).
+fn exclusive(paths: &DevPaths) -> Result<nix::fcntl::Flock<fs::File>, Failure> {
+    let file = paths.dir.join("lock");
+    let doing = || format!("lock {}", file.display());
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(&file)
+        .map_err(|e| Failure::local(doing(), &e))?;
+    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, errno)| Failure::local(doing(), &io::Error::from(errno)))
+}
+
 /// `dev up`.
 pub(crate) fn up(json: bool) -> Result<i32, Failure> {
     let paths = DevPaths::for_user()?;
     private_dir(&paths.dir)
         .map_err(|e| Failure::local(format!("create {}", paths.dir.display()), &e))?;
+    let _lock = exclusive(&paths)?;
     match state(&paths)? {
         DevState::Running(r) => {
             print_running(&r, json, "already running")?;
@@ -359,16 +379,15 @@ pub(crate) fn status(json: bool) -> Result<i32, Failure> {
 /// `dev down`.
 pub(crate) fn down(json: bool) -> Result<i32, Failure> {
     let paths = DevPaths::for_user()?;
+    if !paths.dir.exists() {
+        return print_not_running_down(json);
+    }
+    let _lock = exclusive(&paths)?;
     let r = match state(&paths)? {
         DevState::Running(r) => r,
         DevState::Absent | DevState::Stale(_) => {
             clean(&paths)?;
-            if json {
-                report::line(&json!({ "stopped": false, "running": false }).to_string())?;
-            } else {
-                report::line("local devworker not running")?;
-            }
-            return Ok(0);
+            return print_not_running_down(json);
         }
     };
     let pid = nix::unistd::Pid::from_raw(r.pid);
@@ -394,6 +413,15 @@ pub(crate) fn down(json: bool) -> Result<i32, Failure> {
             ""
         };
         report::line(&format!("local devworker stopped: pid {}{how}", r.pid))?;
+    }
+    Ok(0)
+}
+
+fn print_not_running_down(json: bool) -> Result<i32, Failure> {
+    if json {
+        report::line(&json!({ "stopped": false, "running": false }).to_string())?;
+    } else {
+        report::line("local devworker not running")?;
     }
     Ok(0)
 }

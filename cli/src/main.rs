@@ -69,7 +69,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         Cmd::Health => commands::health(&backend, json),
         Cmd::Machine(m) => commands::machine(&backend, m, json),
         Cmd::Exec(a) => commands::exec(&backend, &a.machine, &a.opts, a.argv, json),
-        Cmd::Run(a) => commands::run(&backend, &a, json),
+        Cmd::Run(a) => commands::run(&backend, &a, json, &selected.worker_id),
         Cmd::Shell(a) => shell::shell(&backend, &a),
         Cmd::Cp(a) => files::cp(&backend, &a, json),
         Cmd::Logs(a) => commands::logs(&backend, &a, json),

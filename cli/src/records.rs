@@ -19,8 +19,6 @@ use crate::report::{self, Failure};
 
 /// Scope of the records the command writes (and the sealing partition).
 const SCOPE: &str = "cli";
-/// Worker id of the one worker the command talks to.
-const WORKER: &str = "local";
 
 /// Where the store lives: `explicit`, else `$XDG_DATA_HOME/smolbox`, else
 /// `$HOME/.local/share/smolbox`, as `smolbox.db`.
@@ -46,6 +44,7 @@ pub(crate) fn store_path(explicit: Option<&Path>) -> Result<PathBuf, Failure> {
 pub(crate) fn run_recorded(
     b: &Backend,
     db: &Path,
+    worker: &str,
     machine: &str,
     id: &str,
     cmd: &Command,
@@ -61,12 +60,12 @@ pub(crate) fn run_recorded(
     let store: Arc<dyn Store> =
         Arc::new(SqliteStore::open(db, Sealer::new(&encryption_key, SCOPE)?)?);
     let key = RecordKey::new(SCOPE, id)?;
-    let spec = spec_for(cmd, &RunTarget::unverified().fitting(cmd), WORKER, machine)?;
+    let spec = spec_for(cmd, &RunTarget::unverified().fitting(cmd), worker, machine)?;
     let submit = Submit { key, spec };
     let outcome = match b {
         Backend::Tokio { rt, client } => rt.block_on(async {
             let runtime = smolbox_tokio::Runtime::builder(store, fingerprint_key)
-                .worker(WORKER, client.clone())
+                .worker(worker, client.clone())
                 .build()?;
             let out = runtime.run(submit).await;
             runtime.shutdown().await;
@@ -74,7 +73,7 @@ pub(crate) fn run_recorded(
         })?,
         Backend::Blocking(client) => {
             let runtime = smolbox_blocking::Runtime::builder(store, fingerprint_key)
-                .worker(WORKER, client.clone())
+                .worker(worker, client.clone())
                 .build()?;
             let out = runtime.run(submit);
             runtime.shutdown();

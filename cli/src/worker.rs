@@ -23,6 +23,13 @@ pub(crate) struct Selected {
     pub(crate) endpoint: Endpoint,
     /// The in-process devworker, when one was started (dropped last).
     pub(crate) dev: Option<BlockingDevWorker>,
+    /// The worker id the command's records name (C12.2). Each in-process
+    /// devworker is a worker of its own (`local-<pid>-<random>`), so two
+    /// `smolbox` processes sharing one store never take each other's
+    /// records for their own; the `dev up` worker and a named worker get
+    /// an id derived from their address ([`named_worker_id`]), so records
+    /// of two different workers never share an id.
+    pub(crate) worker_id: String,
 }
 
 /// Budgets the command runs under. `command_secs` is the longest guest
@@ -65,9 +72,11 @@ pub(crate) fn select(global: &Global, budgets: Budgets) -> Result<Selected, Fail
         config.allow_insecure_loopback = worker.starts_with("http://");
         config.base_url = worker.to_owned();
     }
+    let worker_id = named_worker_id(&config.base_url, config.unix_socket.as_deref());
     Ok(Selected {
         endpoint: Endpoint::new(config)?,
         dev: None,
+        worker_id,
     })
 }
 
@@ -95,6 +104,10 @@ fn local(budgets: Budgets) -> Result<Selected, Failure> {
             return Ok(Selected {
                 endpoint,
                 dev: None,
+                worker_id: named_worker_id(
+                    "http://localhost",
+                    Some(&r.paths.sock.to_string_lossy()),
+                ),
             });
         }
         DevState::Stale(pid) => report::note(&format!(
@@ -131,8 +144,49 @@ fn startdev(budgets: Budgets) -> Result<Selected, Failure> {
         budgets,
         ..EndpointConfig::default()
     })?;
+    // A fresh random suffix (never derived from the token).
+    let nonce = dev::random_token()?;
     Ok(Selected {
         endpoint,
         dev: Some(dev),
+        worker_id: format!("local-{}-{}", std::process::id(), &nonce[..12]),
     })
+}
+
+/// The worker id of a worker named by its address: `w-` and the first 16
+/// hex digits of SHA-256 over the base URL and the Unix socket path. Two
+/// addresses never share an id by accident; the same address always gets
+/// the same one (so a later `smolbox` finds its records).
+pub(crate) fn named_worker_id(base_url: &str, unix_socket: Option<&str>) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(base_url.as_bytes());
+    h.update([0]);
+    h.update(unix_socket.unwrap_or("").as_bytes());
+    let d = h.finalize();
+    let hex: String = d[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("w-{hex}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::named_worker_id;
+
+    #[test]
+    fn named_worker_ids_are_stable_distinct_and_valid() {
+        let a = named_worker_id("http://127.0.0.1:1000", None);
+        assert_eq!(a, named_worker_id("http://127.0.0.1:1000", None));
+        assert_ne!(a, named_worker_id("http://127.0.0.1:1001", None));
+        assert_ne!(
+            named_worker_id("http://localhost", Some("/a.sock")),
+            named_worker_id("http://localhost", Some("/b.sock"))
+        );
+        // The URL/socket boundary is not ambiguous.
+        assert_ne!(
+            named_worker_id("http://localhost/a", Some("b")),
+            named_worker_id("http://localhost/", Some("ab"))
+        );
+        assert!(smolbox_core::managed::check_worker_id(&a).is_ok());
+        assert_eq!(a.len(), 18);
+    }
 }

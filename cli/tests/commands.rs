@@ -737,3 +737,42 @@ fn logs_follow_past_ten_thousand_lines_loses_and_repeats_nothing() {
         "in order"
     );
 }
+
+/// Several `smolbox run` processes share one store at once — each with its
+/// own in-process devworker, and two with different named workers. Each
+/// record names its own worker, so no process takes another's record for
+/// its own: every run prints its output and exits 0 (before the worker ids
+/// were distinct, one run in about twelve ended `dispatch_uncertain`).
+#[test]
+fn concurrent_runs_on_one_store_keep_to_their_own_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("shared.db");
+    let db = db.to_str().unwrap();
+    let w1 = devworker(None);
+    let w2 = devworker(None);
+    for round in 0..2 {
+        let mut children = Vec::new();
+        for i in 0..6 {
+            let text = format!("round {round} run {i}");
+            let mut c = smolbox();
+            match i % 3 {
+                0 => {}
+                1 => {
+                    c.args(["--worker", &w1.base_url()]);
+                }
+                _ => {
+                    c.args(["--worker", &w2.base_url()]);
+                }
+            }
+            c.args(["run", "--store", db, "--", "echo", &text])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            children.push((text, c.spawn().unwrap()));
+        }
+        for (text, child) in children {
+            let o = child.wait_with_output().unwrap();
+            assert_eq!(code(&o), 0, "{text}: {}", stderr(&o));
+            assert_eq!(stdout(&o), format!("{text}\n"));
+        }
+    }
+}

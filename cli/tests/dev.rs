@@ -245,3 +245,46 @@ fn the_in_process_devworker_refuses_a_tokenless_neighbour() {
     let status = child.wait().unwrap();
     assert!(!status.success());
 }
+
+/// The live processes whose command line names `dir` (our `dev serve`).
+fn serving(dir: &Path) -> Vec<i32> {
+    let want = dir.as_os_str().as_encoded_bytes();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == want))
+        })
+        .filter(|pid| alive(*pid))
+        .collect()
+}
+
+#[test]
+fn concurrent_dev_ups_start_one_devworker() {
+    let home = Home::new();
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            home.cmd()
+                .args(["--json", "dev", "up"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let pids: Vec<i64> = children
+        .into_iter()
+        .map(|c| {
+            let o = c.wait_with_output().unwrap();
+            assert_eq!(code(&o), 0, "{}", stderr(&o));
+            json(&o)["pid"].as_i64().unwrap()
+        })
+        .collect();
+    assert!(pids.iter().all(|p| *p == pids[0]), "{pids:?}");
+    let dir = home.dev_dir();
+    assert_eq!(serving(&dir), vec![i32::try_from(pids[0]).unwrap()]);
+    let o = home.run(&["dev", "down"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(serving(&dir).is_empty(), "a devworker was left behind");
+}

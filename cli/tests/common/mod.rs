@@ -20,10 +20,19 @@ pub(crate) fn devworker(token: Option<&str>) -> BlockingDevWorker {
     .expect("devworker starts")
 }
 
-/// The `smolbox` binary with a clean environment for worker selection.
+/// The `smolbox` binary with a clean environment for worker selection and
+/// a data directory of this test process (under the target directory), so
+/// neither the user's store nor a `smolbox dev up` of theirs is touched or
+/// used.
 pub(crate) fn smolbox() -> Command {
+    let home = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("cli-home-{}", std::process::id()));
     let mut c = Command::new(env!("CARGO_BIN_EXE_smolbox"));
-    c.env_remove("SMOLBOX_WORKER").env_remove("SMOLBOX_TOKEN");
+    c.env_remove("SMOLBOX_WORKER")
+        .env_remove("SMOLBOX_TOKEN")
+        .env_remove("SMOLBOX_STORE")
+        .env("HOME", &home)
+        .env("XDG_DATA_HOME", home.join("data"));
     c
 }
 
