@@ -26,7 +26,7 @@ pub mod sim;
 pub mod tokio_shell;
 
 pub use fixture::{Fixture, Transport};
-pub use shell::{Shell, StreamEvent, StreamHandle, TermEvent, TerminalHandle};
+pub use shell::{ExecEvent, Shell, StreamHandle, TerminalEvent, TerminalHandle};
 
 /// Instantiates every end-to-end case for `$shell` over each transport
 /// (`mod tcp`, `mod tls`, `mod unix`), one `#[test]` per case.
