@@ -6,14 +6,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use smolbox_core::Error;
 use smolbox_core::exec::{Command, ExecOutcome};
-use smolbox_core::terminal::{TerminalExit, TerminalSpec};
+use smolbox_core::terminal::{TerminalEvent, TerminalExit, TerminalSpec};
 use smolbox_core::worker::{
     Budgets, Endpoint, HealthReply, MachineName, MachineSpec, Observation, Profile, WorkerCall,
 };
 use tokio::runtime::Runtime;
+
+use crate::term::Term;
 
 /// Which shell drives the client.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -30,26 +31,6 @@ pub(crate) enum StreamPiece<'a> {
     Stdout(&'a str),
     /// Standard error text.
     Stderr(&'a str),
-}
-
-/// What a terminal yields.
-pub(crate) enum TermEvent {
-    /// PTY output bytes.
-    Output(Bytes),
-    /// The session ended: a confirmed exit, or the uncertain outcome.
-    Closed(Result<TerminalExit, Error>),
-}
-
-/// An open interactive terminal of either shell.
-pub(crate) trait Term {
-    /// Sends input bytes to the PTY.
-    fn input(&mut self, bytes: &[u8]) -> Result<(), Error>;
-    /// Forwards a window size.
-    fn resize(&mut self, cols: u16, rows: u16) -> Result<(), Error>;
-    /// Waits up to `timeout` for output or the end.
-    fn next(&mut self, timeout: Duration) -> Result<TermEvent, Error>;
-    /// Closes the session and returns its outcome.
-    fn close(self: Box<Self>) -> Result<TerminalExit, Error>;
 }
 
 /// The worker client of the chosen shell.
@@ -267,11 +248,8 @@ impl Term for smolbox_blocking::Terminal {
         Self::resize(self, cols, rows)
     }
 
-    fn next(&mut self, timeout: Duration) -> Result<TermEvent, Error> {
-        Ok(match Self::next(self, timeout)? {
-            smolbox_blocking::TerminalEvent::Output(b) => TermEvent::Output(b),
-            smolbox_blocking::TerminalEvent::Closed(outcome) => TermEvent::Closed(outcome),
-        })
+    fn next(&mut self, timeout: Duration) -> Result<TerminalEvent, Error> {
+        Self::next(self, timeout)
     }
 
     fn close(self: Box<Self>) -> Result<TerminalExit, Error> {

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use smolbox_core::Error;
-use smolbox_core::terminal::{TerminalExit, TerminalSpec};
+use smolbox_core::terminal::{TerminalEvent, TerminalExit, TerminalSpec};
 use tokio::runtime::Runtime;
 
-use crate::backend::{Term, TermEvent};
+use crate::term::Term;
 
 /// A `smolbox_tokio::Terminal` and the runtime that drives it.
 struct TokioTerm {
@@ -40,11 +40,8 @@ impl Term for TokioTerm {
         self.rt.block_on(self.term.resize(cols, rows))
     }
 
-    fn next(&mut self, timeout: Duration) -> Result<TermEvent, Error> {
-        Ok(match self.rt.block_on(self.term.next(timeout))? {
-            smolbox_tokio::TerminalEvent::Output(b) => TermEvent::Output(b),
-            smolbox_tokio::TerminalEvent::Closed(outcome) => TermEvent::Closed(outcome),
-        })
+    fn next(&mut self, timeout: Duration) -> Result<TerminalEvent, Error> {
+        self.rt.block_on(self.term.next(timeout))
     }
 
     fn close(self: Box<Self>) -> Result<TerminalExit, Error> {

@@ -16,6 +16,7 @@ mod files;
 mod records;
 mod report;
 mod shell;
+mod term;
 mod worker;
 
 use clap::{CommandFactory, Parser};

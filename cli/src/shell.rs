@@ -18,8 +18,11 @@ use smolbox_core::worker::MachineName;
 use smolbox_core::{Category, Error, Operation};
 
 use crate::args::ShellArgs;
-use crate::backend::{Backend, Term, TermEvent};
+use smolbox_core::terminal::TerminalEvent;
+
+use crate::backend::Backend;
 use crate::report::{self, Failure};
+use crate::term::Term;
 
 /// How long one wait for output lasts before input and the window size are
 /// looked at again.
@@ -95,15 +98,15 @@ fn pump(
             }
         }
         match term.next(TURN) {
-            Ok(TermEvent::Output(bytes)) => {
+            Ok(TerminalEvent::Output(bytes)) => {
                 if let Err(f) = report::out(&bytes) {
                     // Nowhere to show output: end the session, report why.
                     let _ = term.close();
                     return Err(f);
                 }
             }
-            Ok(TermEvent::Closed(Ok(exit))) => return Ok(exit.code),
-            Ok(TermEvent::Closed(Err(e))) => return Err(e.into()),
+            Ok(TerminalEvent::Closed(Ok(exit))) => return Ok(exit.code),
+            Ok(TerminalEvent::Closed(Err(e))) => return Err(e.into()),
             Err(e) if is_wait_timeout(&e) => {
                 if let Some(e) = send_failed {
                     return Err(e.into());

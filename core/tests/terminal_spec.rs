@@ -149,7 +149,7 @@ fn upgrade_target_is_form_encoded() {
     for bad in ["", "Dev", "-dev", "a/b", "a?b", &"a".repeat(32)] {
         assert_eq!(
             spec.upgrade_target(bad).unwrap_err().reason(),
-            "machine_name",
+            "invalid_machine_name",
             "{bad:?}"
         );
     }

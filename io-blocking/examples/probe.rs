@@ -25,7 +25,6 @@
 //! (with an optional `--cert FILE --key FILE`) enables `https`/`wss`.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -35,7 +34,8 @@ use smolbox_blocking::{Connection, SocketTarget, TlsFiles};
 use smolbox_core::http1::{ExchangeConfig, HttpEvent, HttpExchange, Method, Request};
 use smolbox_core::sse::{self, SseParser};
 use smolbox_core::ws::{CloseCode, WsClient, WsConfig, WsEvent};
-use smolbox_core::{Category, Error, Operation};
+use smolbox_core::{Category, Operation};
+use smolbox_probe_common::{Fail, Opts, Out, TlsPaths, classify, hex};
 
 /// Size of one flood message.
 const FLOOD_MESSAGE: usize = 64 * 1024;
@@ -44,7 +44,7 @@ const READ_CHUNK: usize = 64 * 1024;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let opts = match Opts::parse(&args) {
+    let opts = match Opts::parse(&args, SHELL) {
         Ok(o) => o,
         Err(msg) => {
             let _ = writeln!(std::io::stderr(), "usage error: {msg}");
@@ -65,12 +65,19 @@ fn main() -> ExitCode {
 /// The shell this probe drives (`--shell` must name it).
 const SHELL: &str = "blocking";
 
-include!("../../io-tokio/probe/common.rs");
+fn tls_files(paths: &TlsPaths) -> TlsFiles {
+    TlsFiles {
+        ca_file: paths.ca_file.clone(),
+        client_identity: paths.client_identity.clone(),
+    }
+}
 
 fn connect(o: &Opts, deadline: Instant, op: Operation) -> Result<Connection, Fail> {
     let target = match &o.tls {
-        Some(files) if o.url.secure => SocketTarget::tls(o.url.host.clone(), o.url.port, files)
-            .map_err(|e| Fail::new("connect", e.to_string()))?,
+        Some(paths) if o.url.secure => {
+            SocketTarget::tls(o.url.host.clone(), o.url.port, &tls_files(paths))
+                .map_err(|e| Fail::new("connect", e.to_string()))?
+        }
         _ => SocketTarget::tcp(o.url.host.clone(), o.url.port),
     };
     target
@@ -266,6 +273,7 @@ fn ws(o: &Opts, out: &mut Out, deadline: Instant) -> Result<(), Fail> {
                     let _ = flush(&mut conn, &mut ws, &mut wire);
                     return Err(classify(&e, !opened));
                 }
+                _ => {}
             }
             if o.recv.is_some_and(|n| received >= n) {
                 close_now = true;

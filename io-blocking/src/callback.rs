@@ -30,7 +30,7 @@ use std::time::Instant;
 
 use smolbox_core::{Category, Error, Evidence, Operation};
 
-use crate::stream::ExecEvent;
+use smolbox_core::exec::ExecEvent;
 
 /// Delivery threads per client, at most (busy, idle and abandoned).
 pub const MAX_DELIVERY_THREADS: usize = 8;

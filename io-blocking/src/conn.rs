@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 use mio::{Events, Interest, Poll, Token};
 use smolbox_core::{Machine, TransportFailure};
 
+use crate::errors::ConnectError;
 use crate::transport::{Kind, SocketTarget, Stream};
 
 /// Size of the per-connection read buffer.
@@ -64,19 +65,6 @@ pub(crate) struct Conn {
     received: u64,
     /// Writing failed: nothing more is written.
     write_broken: bool,
-}
-
-/// Why a connection could not be established.
-#[derive(Debug)]
-pub(crate) enum ConnectError {
-    /// The budget ran out.
-    Timeout,
-    /// The name did not resolve.
-    Resolve,
-    /// The socket could not connect.
-    Refused,
-    /// The TLS handshake failed (verification, protocol, or the peer closed).
-    Tls,
 }
 
 impl Conn {

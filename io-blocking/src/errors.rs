@@ -9,7 +9,18 @@ use std::time::Instant;
 
 use smolbox_core::{Category, Error, Evidence, Operation};
 
-use crate::conn::ConnectError;
+/// Why a connection could not be established.
+#[derive(Debug)]
+pub(crate) enum ConnectError {
+    /// The budget ran out.
+    Timeout,
+    /// The name did not resolve.
+    Resolve,
+    /// The socket could not connect.
+    Refused,
+    /// The TLS handshake failed (verification, protocol, or the peer closed).
+    Tls,
+}
 
 /// A connect (or TLS handshake) failure: nothing of the request was sent.
 pub(crate) fn connect(operation: Operation, e: &ConnectError) -> Error {

@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 
 use smolbox_core::{Error, Operation};
 
-use crate::conn::{Conn, ConnectError};
+use crate::conn::Conn;
 use crate::errors;
+use crate::errors::ConnectError;
 use crate::transport::SocketTarget;
 
 /// Connections per endpoint, at most (features C1.2).

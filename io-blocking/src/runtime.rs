@@ -26,8 +26,9 @@ use smolbox_core::managed::controller::{
     Controller, ControllerConfig, Event, Finished, OpId, StoreOp, StoreResult, Submit, WorkerEntry,
     WorkerOp, WorkerReply, WorkerResult, owner_id,
 };
-pub use smolbox_core::managed::controller::{Outcome, Submission};
+pub use smolbox_core::managed::controller::{Outcome, Submission, Telemetry};
 use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
+use smolbox_core::worker::Profile;
 use smolbox_core::{Category, Error, Evidence, Operation};
 use smolbox_store::Store;
 pub use smolbox_store::keys::{key_file, load_or_create_keys};
@@ -109,6 +110,18 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Adds a worker that also runs disposable machines (C12.4): the
+    /// controller creates, starts, stops and deletes them with `profile`,
+    /// the worker's admitted version profile (`Client::admit`).
+    #[must_use]
+    pub fn worker_with_profile(mut self, id: &str, client: Client, profile: Profile) -> Self {
+        self.config
+            .workers
+            .push(WorkerEntry::new(id).with_profile(profile));
+        self.clients.insert(id.to_owned(), client);
+        self
+    }
+
     /// `max_pending` of `accept` (1–10,000; default 128).
     #[must_use]
     pub fn max_pending(mut self, n: u32) -> Self {
@@ -177,6 +190,8 @@ impl RuntimeBuilder {
         if !self.store.info().durable && !self.ephemeral {
             return Err(Error::validation(Operation::Config, "store_not_durable"));
         }
+        let telemetry_cap = self.config.telemetry_pending;
+        let span = smolbox_store::trace::driver_span(&self.config.owner);
         let controller = Controller::new(
             self.config,
             self.fingerprint_key,
@@ -184,7 +199,10 @@ impl RuntimeBuilder {
             self.clock.now_ms(),
         )?;
         let shared = Arc::new(Shared {
-            notices: Mutex::new(Notices::default()),
+            notices: Mutex::new(Notices {
+                telemetry_cap: telemetry_cap.max(1),
+                ..Notices::default()
+            }),
             changed: Condvar::new(),
         });
         let (tx, rx) = mpsc::channel::<Msg>();
@@ -217,7 +235,10 @@ impl RuntimeBuilder {
         };
         std::thread::Builder::new()
             .name("smolbox-runtime".into())
-            .spawn(move || driver.run(&rx))
+            .spawn(move || {
+                let _entered = span.enter();
+                driver.run(&rx);
+            })
             .map_err(|_| thread_error())?;
         Ok(Runtime {
             store: self.store,
@@ -233,6 +254,10 @@ struct Notices {
     finished: BTreeMap<RecordKey, Finished>,
     order: VecDeque<RecordKey>,
     driven: BTreeSet<RecordKey>,
+    /// Lifecycle telemetry not yet taken (≤ telemetry pending; oldest
+    /// dropped first, counted in each entry's `dropped`).
+    telemetry: VecDeque<Telemetry>,
+    telemetry_cap: usize,
 }
 
 #[derive(Debug)]
@@ -377,6 +402,13 @@ impl Runtime {
         rx.recv().map_err(|_| gone(Operation::Cancel))?
     }
 
+    /// Takes the lifecycle telemetry delivered so far (C20): identifiers,
+    /// states and evidence only. Bounded and lossy: an entry's `epoch` and
+    /// `dropped` say whether entries were lost before it.
+    pub fn telemetry(&self) -> Vec<Telemetry> {
+        self.shared.lock().telemetry.drain(..).collect()
+    }
+
     /// Schedules a due scan now (observation only; never a replay).
     pub fn reconcile(&self) {
         let _ = self.cmd.send(Msg::Reconcile);
@@ -446,8 +478,14 @@ impl Driver {
             let (now, now_ms) = (self.clock.now(), self.clock.now_ms());
             match msg {
                 None => self.controller.handle_timeout(now, now_ms),
-                Some(Msg::Stored(id, r)) => self.controller.handle_stored(now, now_ms, id, *r),
-                Some(Msg::Worker(id, r)) => self.controller.handle_worker(now, now_ms, id, r),
+                Some(Msg::Stored(id, r)) => {
+                    smolbox_store::trace::store_result(id, &r);
+                    self.controller.handle_stored(now, now_ms, id, *r);
+                }
+                Some(Msg::Worker(id, r)) => {
+                    smolbox_store::trace::worker_result(id, &r);
+                    self.controller.handle_worker(now, now_ms, id, r);
+                }
                 Some(Msg::Close) => {
                     self.closed = true;
                     self.controller.shutdown(now, now_ms);
@@ -484,6 +522,7 @@ impl Driver {
     /// Performs every op the controller asks for and delivers its events.
     fn drain(&mut self) {
         while let Some((id, op)) = self.controller.poll_store_op() {
+            smolbox_store::trace::store_op(id, &op);
             if let Err(mpsc::SendError((id, _))) = self.store_tx.send((id, op)) {
                 // The store thread is gone: a store failure, never absence.
                 let e = Error::new(Category::Store, Operation::StoreWrite, Evidence::Unknown)
@@ -493,6 +532,7 @@ impl Driver {
             }
         }
         while let Some((id, op)) = self.controller.poll_worker_op() {
+            smolbox_store::trace::worker_op(id, &op);
             self.perform_worker(id, op);
         }
         let mut changed = false;
@@ -533,6 +573,7 @@ impl Driver {
 
     /// Delivers one event; true when waiters should look again.
     fn deliver(&mut self, event: Event) -> bool {
+        smolbox_store::trace::event(&event);
         match event {
             Event::Accepted { key, existing, .. } => {
                 if let Some(tx) = pop(&mut self.accept_waiters, &key) {
@@ -565,7 +606,14 @@ impl Driver {
                 }
                 true
             }
-            Event::Telemetry(_) => false,
+            Event::Telemetry(t) => {
+                let mut n = self.shared.lock();
+                if n.telemetry.len() >= n.telemetry_cap {
+                    n.telemetry.pop_front();
+                }
+                n.telemetry.push_back(t);
+                false
+            }
             Event::Stopped => {
                 self.stopped = true;
                 for tx in self.stop_waiters.drain(..) {

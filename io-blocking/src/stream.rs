@@ -151,11 +151,7 @@ pub(crate) fn run_with_callback(
     let mut observer = Some(observer);
     for item in stream {
         let event = item?;
-        match &event {
-            ExecEvent::Stdout(s) => out.stdout.extend_from_slice(s.as_bytes()),
-            ExecEvent::Stderr(s) => out.stderr.extend_from_slice(s.as_bytes()),
-            ExecEvent::Exit(code) => out.exit_code = *code,
-        }
+        out.record(&event);
         if let Some(obs) = observer.as_mut() {
             match obs.deliver(event, deadline) {
                 Delivered::Ok => {}

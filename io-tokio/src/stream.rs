@@ -193,11 +193,7 @@ where
     let mut observer = Some(Observer::spawn(callback));
     while let Some(item) = stream.next().await {
         let event = item?;
-        match &event {
-            ExecEvent::Stdout(s) => out.stdout.extend_from_slice(s.as_bytes()),
-            ExecEvent::Stderr(s) => out.stderr.extend_from_slice(s.as_bytes()),
-            ExecEvent::Exit(code) => out.exit_code = *code,
-        }
+        out.record(&event);
         if let Some(obs) = observer.as_mut() {
             match obs.deliver(event, deadline).await {
                 Delivered::Ok => {}

@@ -11,7 +11,7 @@ use smolbox_core::worker::{
     CapacityReply, Endpoint, HealthReply, MachineName, MachineSpec, Observation, Profile,
 };
 
-use crate::shell::{Shell, StreamEvent, StreamHandle, TermEvent, TerminalHandle};
+use crate::shell::{Shell, StreamHandle, TerminalHandle};
 
 /// `smolbox_blocking::Client` as a [`Shell`].
 #[derive(Debug)]
@@ -31,20 +31,12 @@ pub struct BlockingTerminal {
     terminal: Terminal,
 }
 
-fn event(e: &ExecEvent) -> StreamEvent {
-    match e {
-        ExecEvent::Stdout(s) => StreamEvent::Stdout(s.clone()),
-        ExecEvent::Stderr(s) => StreamEvent::Stderr(s.clone()),
-        ExecEvent::Exit(c) => StreamEvent::Exit(*c),
-    }
-}
-
 impl Iterator for BlockingStream {
-    type Item = Result<StreamEvent, Error>;
+    type Item = Result<ExecEvent, Error>;
 
     fn next(&mut self) -> Option<Self::Item> {
         let item = self.stream.next()?;
-        Some(item.map(|e| event(&e)))
+        Some(item)
     }
 }
 
@@ -63,11 +55,8 @@ impl TerminalHandle for BlockingTerminal {
         self.terminal.resize(cols, rows)
     }
 
-    fn next(&mut self, timeout: Duration) -> Result<TermEvent, Error> {
-        Ok(match self.terminal.next(timeout)? {
-            TerminalEvent::Output(b) => TermEvent::Output(b.to_vec()),
-            TerminalEvent::Closed(outcome) => TermEvent::Closed(outcome),
-        })
+    fn next(&mut self, timeout: Duration) -> Result<TerminalEvent, Error> {
+        self.terminal.next(timeout)
     }
 
     fn close(self) -> Result<TerminalExit, Error> {
@@ -159,10 +148,10 @@ impl Shell for BlockingShell {
         &self,
         machine: &str,
         command: &Command,
-        mut callback: Box<dyn FnMut(&StreamEvent) + Send>,
+        mut callback: Box<dyn FnMut(&ExecEvent) + Send>,
     ) -> Result<ExecOutput, Error> {
         self.client
-            .exec_with(machine, command, move |e| callback(&event(e)))
+            .exec_with(machine, command, move |e| callback(e))
     }
 
     fn launch(

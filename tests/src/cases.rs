@@ -18,7 +18,7 @@ use smolbox_core::{Category, Error, Evidence, Operation};
 use smolbox_devworker::{Fault, MismatchField, Route};
 
 use crate::fixture::{Fixture, TOKEN_SENTINEL, Transport, WORKER_VERSION};
-use crate::shell::{Shell, StreamEvent, StreamHandle, TermEvent, TerminalHandle};
+use crate::shell::{ExecEvent, Shell, StreamHandle, TerminalEvent, TerminalHandle};
 
 /// A payload sentinel put in argv, env and output.
 pub const PAYLOAD_SENTINEL: &str = "SENTINEL-PAYLOAD-91d2e7";
@@ -50,7 +50,7 @@ fn assert_err(e: &Error, category: Category, evidence: Evidence) {
     assert_eq!((e.category(), e.evidence()), (category, evidence), "{e:?}");
 }
 
-fn collect<S: Shell>(stream: S::Stream) -> (Vec<StreamEvent>, Option<Error>) {
+fn collect<S: Shell>(stream: S::Stream) -> (Vec<ExecEvent>, Option<Error>) {
     let mut events = Vec::new();
     for item in stream {
         match item {
@@ -61,11 +61,11 @@ fn collect<S: Shell>(stream: S::Stream) -> (Vec<StreamEvent>, Option<Error>) {
     (events, None)
 }
 
-fn stdout_of(events: &[StreamEvent]) -> String {
+fn stdout_of(events: &[ExecEvent]) -> String {
     events
         .iter()
         .filter_map(|e| match e {
-            StreamEvent::Stdout(s) => Some(s.as_str()),
+            ExecEvent::Stdout(s) => Some(s.as_str()),
             _ => None,
         })
         .collect()
@@ -144,8 +144,8 @@ pub fn streamed_exec<S: Shell>(t: Transport) {
     let (events, err) = collect::<S>(stream);
     assert!(err.is_none(), "{err:?}");
     assert_eq!(stdout_of(&events), "one\nthree\n");
-    assert!(events.contains(&StreamEvent::Stderr("two\n".into())));
-    assert_eq!(events.last(), Some(&StreamEvent::Exit(4)));
+    assert!(events.contains(&ExecEvent::Stderr("two\n".into())));
+    assert_eq!(events.last(), Some(&ExecEvent::Exit(4)));
     // Stdin is refused before anything is sent.
     let e = s
         .exec_stream("m1", &sh("cat").stdin("x"), OutputAllowance::DEFAULT)
@@ -174,7 +174,7 @@ pub fn streamed_exec_callback<S: Shell>(t: Transport) {
         (2, &b"a\n"[..], &b"b\n"[..])
     );
     let seen = seen.lock().unwrap();
-    assert_eq!(seen.last(), Some(&StreamEvent::Exit(2)));
+    assert_eq!(seen.last(), Some(&ExecEvent::Exit(2)));
     assert_eq!(stdout_of(&seen), "a\n");
 }
 
@@ -243,7 +243,7 @@ pub fn dropped_stream_detaches<S: Shell>(t: Transport) {
         .unwrap();
     assert_eq!(
         stream.next().unwrap().unwrap(),
-        StreamEvent::Stdout("first\n".into())
+        ExecEvent::Stdout("first\n".into())
     );
     let e = stream.detach().unwrap();
     assert_err(&e, Category::Transport, Evidence::DispatchUncertain);
@@ -378,7 +378,7 @@ pub fn fault_stream_close_before_exit<S: Shell>(t: Transport) {
     let (events, err) = collect::<S>(stream);
     let e = err.unwrap();
     assert_err(&e, Category::Protocol, Evidence::DispatchUncertain);
-    assert!(!events.iter().any(|e| matches!(e, StreamEvent::Exit(_))));
+    assert!(!events.iter().any(|e| matches!(e, ExecEvent::Exit(_))));
     assert_eq!(fx.worker.request_count(Route::ExecStream), 1);
 }
 
@@ -423,7 +423,7 @@ pub fn fault_stream_exit_130<S: Shell>(t: Transport) {
         .unwrap();
     let (events, err) = collect::<S>(stream);
     assert!(err.is_none(), "{err:?}");
-    assert_eq!(events.last(), Some(&StreamEvent::Exit(130)));
+    assert_eq!(events.last(), Some(&ExecEvent::Exit(130)));
 }
 
 /// The response byte cap at exactly the body length, and one below.
@@ -632,13 +632,13 @@ fn read_until<T: TerminalHandle>(term: &mut T, needle: &str) -> String {
     let mut seen = Vec::new();
     for _ in 0..200 {
         match term.next(Duration::from_secs(5)).unwrap() {
-            TermEvent::Output(b) => {
+            TerminalEvent::Output(b) => {
                 seen.extend_from_slice(&b);
                 if String::from_utf8_lossy(&seen).contains(needle) {
                     return String::from_utf8_lossy(&seen).into_owned();
                 }
             }
-            TermEvent::Closed(outcome) => panic!("closed before {needle:?}: {outcome:?}"),
+            TerminalEvent::Closed(outcome) => panic!("closed before {needle:?}: {outcome:?}"),
         }
     }
     panic!("{needle:?} never arrived");
@@ -647,7 +647,7 @@ fn read_until<T: TerminalHandle>(term: &mut T, needle: &str) -> String {
 /// Waits for the end of the session, discarding output.
 fn outcome_of<T: TerminalHandle>(term: &mut T) -> Result<TerminalExit, Error> {
     for _ in 0..10_000 {
-        if let TermEvent::Closed(outcome) = term.next(Duration::from_secs(5)).unwrap() {
+        if let TerminalEvent::Closed(outcome) = term.next(Duration::from_secs(5)).unwrap() {
             return outcome;
         }
     }

@@ -11,16 +11,23 @@
 //! // tests/tests/e2e_tokio.rs
 //! smolbox_tests::e2e_suite!(smolbox_tests::tokio_shell::TokioShell);
 //! ```
+//!
+//! The managed suite ([`managed_cases`]) is written the same way against
+//! the shells' `Runtime` ([`managed::ManagedShell`]) and instantiated with
+//! [`managed_suite!`].
 
 pub mod blocking_shell;
 pub mod cases;
 pub mod fixture;
+pub mod managed;
+pub mod managed_cases;
 pub mod shell;
 pub mod sim;
 pub mod tokio_shell;
+pub mod trace_capture;
 
 pub use fixture::{Fixture, Transport};
-pub use shell::{Shell, StreamEvent, StreamHandle, TermEvent, TerminalHandle};
+pub use shell::{ExecEvent, Shell, StreamHandle, TerminalEvent, TerminalHandle};
 
 /// Instantiates every end-to-end case for `$shell` over each transport
 /// (`mod tcp`, `mod tls`, `mod unix`), one `#[test]` per case.

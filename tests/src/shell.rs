@@ -10,28 +10,11 @@ use smolbox_core::worker::{
     CapacityReply, Endpoint, HealthReply, MachineName, MachineSpec, Observation, Profile,
 };
 
-/// One event of a streamed exec (shell-neutral copy of the shells' `ExecEvent`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StreamEvent {
-    /// Standard output text.
-    Stdout(String),
-    /// Standard error text.
-    Stderr(String),
-    /// The exit code.
-    Exit(i32),
-}
-
-/// What a terminal's `next` returned (shell-neutral).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum TermEvent {
-    /// Output bytes.
-    Output(Vec<u8>),
-    /// The session ended with this outcome.
-    Closed(Result<smolbox_core::terminal::TerminalExit, Error>),
-}
+pub use smolbox_core::exec::ExecEvent;
+pub use smolbox_core::terminal::TerminalEvent;
 
 /// A streamed exec being read.
-pub trait StreamHandle: Iterator<Item = Result<StreamEvent, Error>> {
+pub trait StreamHandle: Iterator<Item = Result<ExecEvent, Error>> {
     /// Stops observing (see `ExecStream::detach`).
     fn detach(self) -> Option<Error>;
 }
@@ -52,7 +35,7 @@ pub trait TerminalHandle {
     ///
     /// # Errors
     /// The shell's errors (a timeout is `expired`).
-    fn next(&mut self, timeout: Duration) -> Result<TermEvent, Error>;
+    fn next(&mut self, timeout: Duration) -> Result<TerminalEvent, Error>;
     /// Closes and returns the outcome.
     ///
     /// # Errors
@@ -160,7 +143,7 @@ pub trait Shell: Sized {
         &self,
         machine: &str,
         command: &Command,
-        callback: Box<dyn FnMut(&StreamEvent) + Send>,
+        callback: Box<dyn FnMut(&ExecEvent) + Send>,
     ) -> Result<ExecOutput, Error>;
     /// `Client::launch`.
     ///

@@ -14,7 +14,7 @@ use smolbox_core::worker::{
 use smolbox_tokio::{Client, ExecEvent, ExecStream, Terminal, TerminalEvent};
 use tokio::runtime::Runtime;
 
-use crate::shell::{Shell, StreamEvent, StreamHandle, TermEvent, TerminalHandle};
+use crate::shell::{Shell, StreamHandle, TerminalHandle};
 
 /// `smolbox_tokio::Client` behind a synchronous face.
 #[derive(Debug)]
@@ -37,21 +37,13 @@ pub struct TokioTerminal {
     terminal: Terminal,
 }
 
-fn event(e: &ExecEvent) -> StreamEvent {
-    match e {
-        ExecEvent::Stdout(s) => StreamEvent::Stdout(s.clone()),
-        ExecEvent::Stderr(s) => StreamEvent::Stderr(s.clone()),
-        ExecEvent::Exit(c) => StreamEvent::Exit(*c),
-    }
-}
-
 impl Iterator for TokioStream {
-    type Item = Result<StreamEvent, Error>;
+    type Item = Result<ExecEvent, Error>;
 
     fn next(&mut self) -> Option<Self::Item> {
         // Exercise the `Stream` impl (the inherent `next` shares its code).
         let item = self.rt.block_on(StreamExt::next(&mut self.stream))?;
-        Some(item.map(|e| event(&e)))
+        Some(item)
     }
 }
 
@@ -71,11 +63,8 @@ impl TerminalHandle for TokioTerminal {
         self.rt.block_on(self.terminal.resize(cols, rows))
     }
 
-    fn next(&mut self, timeout: Duration) -> Result<TermEvent, Error> {
-        Ok(match self.rt.block_on(self.terminal.next(timeout))? {
-            TerminalEvent::Output(b) => TermEvent::Output(b.to_vec()),
-            TerminalEvent::Closed(outcome) => TermEvent::Closed(outcome),
-        })
+    fn next(&mut self, timeout: Duration) -> Result<TerminalEvent, Error> {
+        self.rt.block_on(self.terminal.next(timeout))
     }
 
     fn close(self) -> Result<TerminalExit, Error> {
@@ -180,11 +169,11 @@ impl Shell for TokioShell {
         &self,
         machine: &str,
         command: &Command,
-        mut callback: Box<dyn FnMut(&StreamEvent) + Send>,
+        mut callback: Box<dyn FnMut(&ExecEvent) + Send>,
     ) -> Result<ExecOutput, Error> {
         self.rt.block_on(
             self.client
-                .exec_with(machine, command, move |e| callback(&event(e))),
+                .exec_with(machine, command, move |e| callback(e)),
         )
     }
 

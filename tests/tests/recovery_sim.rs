@@ -1,103 +1,262 @@
-//! The recovery simulation (issue 14): 1,000 seeds by default, one line of
-//! summary, and on a violation the seed, the step, a trace and the command
-//! that replays it. `SMOLBOX_SIM_SEED=<seed>` replays one seed;
-//! `SMOLBOX_SIM_SEEDS=<n>` runs a longer soak.
+//! The recovery simulation (issue 14): 1,000 seeds of the real
+//! `Controller` by default, one line of summary, and on a violation the
+//! seed, the step, a trace and the command that replays it.
+//! `SMOLBOX_SIM_SEED=<seed>` replays one seed; `SMOLBOX_SIM_SEEDS=<n>` runs
+//! a longer soak.
 
 use std::time::Instant;
 
+use smolbox_tests::sim::worker::Mutation;
 use smolbox_tests::sim::{self, Bug, DEFAULT_SEEDS, Options, SEED_VAR, SEEDS_VAR};
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
 }
 
-#[test]
-fn recovery_simulation() {
-    let seeds: Box<dyn Iterator<Item = u64>> = match env_u64(SEED_VAR) {
+fn seeds() -> Box<dyn Iterator<Item = u64>> {
+    match env_u64(SEED_VAR) {
         Some(seed) => Box::new(std::iter::once(seed)),
         None => Box::new(0..env_u64(SEEDS_VAR).unwrap_or(DEFAULT_SEEDS)),
-    };
-    let started = Instant::now();
-    let summary = sim::run_seeds(seeds, Options::DEFAULT, 3);
+    }
+}
+
+#[allow(clippy::print_stdout)] // the report is what the test prints
+fn report(summary: &sim::Summary, started: Instant) {
     println!("{}", summary.line());
     eprintln!(
         "({} ms; crash points by kind: {:?})",
         started.elapsed().as_millis(),
         summary.crashes
     );
-    for r in &summary.failed {
+    for r in summary.failed.iter().take(3) {
         println!("{}", sim::describe(r));
     }
+    if !summary.failed.is_empty() {
+        println!("failing seeds by first broken rule:");
+        for (rule, n, seed) in sim::histogram(&summary.failed) {
+            println!("{n:>5} x {rule}   (e.g. seed {seed})");
+        }
+    }
+}
+
+/// Findings of this simulation in today's `Controller` (branch `runtime`
+/// at ca8cf19, merged here; the same at da35feb), reported to its engineer and not yet fixed; each is
+/// described with an example seed in `tests/src/sim/README.md`. A violation
+/// of any other kind fails the test. Remove an entry once it is fixed.
+const KNOWN_CONTROLLER_FINDINGS: &[&str] = &[
+    // A store failure of a claim renewal while the command runs sets
+    // `retry_at` one poll interval ahead, but `wake_at` still returns the
+    // (past) renewal time: `poll_timeout` is in the past and
+    // `handle_timeout` does nothing until `retry_at` — the driver spins.
+    "spins: poll_timeout stays",
+    // A controller paused past its claim comes back with the exit; another
+    // controller has meanwhile marked the record `unknown` and still holds
+    // its claim: the renewal gets `stale_claim`, the execution is finished
+    // and the exit is dropped, although `unknown -> collecting` is allowed
+    // and the other claim lapses within one TTL.
+    "a controller that was paused and came back was never stored",
+    // `unknown` is written with `next_due_at_ms: None`; a late exit then
+    // writes `collecting` without making the record due again; when that
+    // controller crashes before `completed`, no due scan ever finds the
+    // record: it stays `collecting` and its waits never end (C17.1:
+    // "`collecting` → finish collection").
+    "the wait never ended (record collecting",
+    // After `MAX_STORE_RETRIES` (5) consecutive store failures of its claim
+    // renewals while the command runs, the execution is given up: the claim
+    // lapses while the command still runs and its exit, when it comes, is
+    // dropped (`Finished` with the store error). Seen once in 20,000 seeds
+    // (seed 11334).
+    "the claim lapsed while",
+];
+
+fn is_known(what: &str) -> bool {
+    KNOWN_CONTROLLER_FINDINGS.iter().any(|k| what.contains(k))
+}
+
+#[test]
+fn recovery_simulation() {
+    let started = Instant::now();
+    let summary = sim::run_seeds(seeds(), Options::DEFAULT, usize::MAX);
+    report(&summary, started);
+    let new: Vec<String> = summary
+        .failed
+        .iter()
+        .flat_map(|r| {
+            r.violations
+                .iter()
+                .filter(|v| !is_known(&v.what))
+                .map(move |v| format!("seed {} step {}: {}", r.seed, v.step, v.what))
+        })
+        .collect();
+    if !summary.failed.is_empty() {
+        println!(
+            "{} of the violations are known findings (KNOWN_CONTROLLER_FINDINGS); {} are new",
+            summary.violations() - new.len(),
+            new.len()
+        );
+    }
+    assert!(
+        new.is_empty(),
+        "new violations: {:#?}",
+        &new[..new.len().min(10)]
+    );
+}
+
+/// The same harness over the one-command slice `Run` (its safety rules).
+#[test]
+fn recovery_simulation_of_run() {
+    let started = Instant::now();
+    let summary = sim::run_seeds(seeds(), Options::RUN, usize::MAX);
+    eprint!("Run: ");
+    report(&summary, started);
     assert!(summary.failed.is_empty(), "{}", summary.line());
 }
 
-/// Each planted bug is found within the default seed count.
+/// Replays seeds with one planted bug: `SMOLBOX_SIM_BUG=<name>` (e.g.
+/// `DropClaimRenewal`) with `SMOLBOX_SIM_SEED` / `SMOLBOX_SIM_SEEDS`.
 #[test]
-fn every_planted_bug_is_caught() {
-    for bug in Bug::ALL {
-        let opts = Options {
-            bug: Some(bug),
-            strict: false,
-        };
-        let s = sim::run_seeds(0..DEFAULT_SEEDS, opts, 1);
-        let first = s.failed.first();
+fn replay_with_a_planted_bug() {
+    let Ok(name) = std::env::var("SMOLBOX_SIM_BUG") else {
+        return;
+    };
+    let bug = Bug::CONTROLLER
+        .into_iter()
+        .find(|b| format!("{b:?}") == name);
+    assert!(bug.is_some(), "unknown bug {name}");
+    if let Some(bug) = bug {
+        let started = Instant::now();
+        let summary = sim::run_seeds(seeds(), Options::DEFAULT.with_bug(bug), usize::MAX);
+        report(&summary, started);
+    }
+}
+
+/// Each bug is caught by its own symptom (not by a known finding) within
+/// the default seed count.
+fn assert_caught(opts: Options, bugs: &[Bug]) {
+    for &bug in bugs {
+        let mut caught = None;
+        for seed in 0..DEFAULT_SEEDS {
+            let r = sim::run_seed(seed, opts.with_bug(bug));
+            if let Some(v) = r
+                .violations
+                .iter()
+                .find(|v| bug.symptom().iter().any(|s| v.what.contains(s)))
+            {
+                caught = Some((seed, v.what.clone()));
+                break;
+            }
+        }
         assert!(
-            first.is_some(),
-            "{bug:?} was not caught in {} seeds",
-            s.seeds
+            caught.is_some(),
+            "{:?}: {bug:?} was not caught in {DEFAULT_SEEDS} seeds",
+            opts.subject
         );
-        if let Some(r) = first {
-            eprintln!(
-                "{bug:?}: caught by seed {} ({})",
-                r.seed, r.violations[0].what
-            );
+        if let Some((seed, what)) = caught {
+            eprintln!("{:?} {bug:?}: caught by seed {seed} ({what})", opts.subject);
         }
     }
+}
+
+/// Each bug planted in the Controller's driver is found within the
+/// default seed count.
+#[test]
+fn every_planted_bug_is_caught_in_the_controller() {
+    assert_caught(Options::DEFAULT, &Bug::CONTROLLER);
+}
+
+/// Each bug planted in the Run's driver is found too.
+#[test]
+fn every_planted_bug_is_caught_in_run() {
+    assert_caught(Options::RUN, &Bug::RUN);
 }
 
 /// The same seed gives the same run (replay is exact).
 #[test]
 fn a_seed_replays_exactly() {
-    for seed in [1, 77, 4242] {
-        let a = sim::run_seed(seed, Options::DEFAULT);
-        let b = sim::run_seed(seed, Options::DEFAULT);
-        assert_eq!(a.steps, b.steps);
-        assert_eq!(a.crashes, b.crashes);
-        assert_eq!(a.faults, b.faults);
-        assert_eq!(a.trace, b.trace);
+    for opts in [Options::DEFAULT, Options::RUN] {
+        for seed in [1, 77, 4242] {
+            let a = sim::run_seed(seed, opts);
+            let b = sim::run_seed(seed, opts);
+            assert_eq!(a.steps, b.steps);
+            assert_eq!(a.crashes, b.crashes);
+            assert_eq!(a.faults, b.faults);
+            assert_eq!(a.trace, b.trace);
+        }
     }
 }
 
 /// The promises `Run` does not keep and the `Controller` must (issue 12):
 /// with strict checks and commands longer than the claim TTL, the
-/// simulation finds them in today's `Run` — a known gap, not a pass.
+/// simulation finds them in `Run` — known gaps, not a pass.
 #[test]
 fn strict_mode_finds_the_known_gaps_of_run() {
-    let s = sim::run_seeds(
-        0..DEFAULT_SEEDS,
-        Options {
-            bug: None,
-            strict: true,
-        },
-        20,
-    );
+    let opts = Options {
+        strict: true,
+        ..Options::RUN
+    };
+    let s = sim::run_seeds(0..DEFAULT_SEEDS, opts, 20);
     let whats: Vec<&str> = s
         .failed
         .iter()
         .flat_map(|r| r.violations.iter().map(|v| v.what.as_str()))
         .collect();
-    for w in whats.iter().take(20) {
-        eprintln!("{w}");
-    }
     assert!(
         whats.iter().any(|w| w.contains("never stored")),
         "exit lost past the claim TTL"
     );
-    // With the store refusing the intent of a cancelled record, `Run`
-    // retries a cancelled `ready` record forever (it never writes
-    // `cancelled`): the wait never ends.
+    // The store refuses the intent of a cancelled record and `Run` never
+    // writes `cancelled`: a cancelled `ready` record is retried forever.
     assert!(
         whats.iter().any(|w| w.contains("wait never ended")),
         "a cancelled ready record retried forever"
     );
+}
+
+/// Disposable machines (the Controller creates, starts, uses, deletes and
+/// verifies absent its own machine): the safety rules hold — no create,
+/// start, stop, delete or exec resent while uncertain, intents before
+/// sends, write-once fields, C13 tables. Liveness is not asserted here:
+/// after a controller restart, records assigned under the old worker-lease
+/// generation (and a `preparing` record whose create may have been sent)
+/// are left as stored by design of ca8cf19 (docs/decisions.md, "A record
+/// assigned under another worker-lease generation"), so their waits do not
+/// end; the test prints how often.
+#[test]
+fn disposable_machines_keep_the_safety_rules() {
+    let started = Instant::now();
+    let opts = Options {
+        disposable: true,
+        ..Options::DEFAULT
+    };
+    let n = env_u64(SEEDS_VAR).unwrap_or(200);
+    let summary = sim::run_seeds(0..n, opts, usize::MAX);
+    eprint!("disposable: ");
+    report(&summary, started);
+    let unsafe_: Vec<String> = summary
+        .failed
+        .iter()
+        .flat_map(|r| {
+            r.violations
+                .iter()
+                .filter(|v| !is_known(&v.what) && !v.what.contains("the wait never ended"))
+                .map(move |v| format!("seed {} step {}: {}", r.seed, v.step, v.what))
+        })
+        .collect();
+    assert!(
+        unsafe_.is_empty(),
+        "{:#?}",
+        &unsafe_[..unsafe_.len().min(10)]
+    );
+    eprintln!("disposable: worker mutations {:?}", summary.mutations);
+    for kind in [
+        Mutation::Create,
+        Mutation::Start,
+        Mutation::Delete,
+        Mutation::Exec,
+    ] {
+        assert!(
+            summary.mutations.get(&kind).is_some_and(|n| *n > 0),
+            "{kind:?} never exercised"
+        );
+    }
 }

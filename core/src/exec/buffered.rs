@@ -102,6 +102,16 @@ impl ExecOutput {
             encoding,
         }
     }
+
+    /// Adds one streamed event to the capture: output is appended, an exit
+    /// sets the exit code (how a callback's run captures the stream).
+    pub fn record(&mut self, event: &super::ExecEvent) {
+        match event {
+            super::ExecEvent::Stdout(s) => self.stdout.extend_from_slice(s.as_bytes()),
+            super::ExecEvent::Stderr(s) => self.stderr.extend_from_slice(s.as_bytes()),
+            super::ExecEvent::Exit(code) => self.exit_code = *code,
+        }
+    }
 }
 
 impl fmt::Debug for ExecOutput {

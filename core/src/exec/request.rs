@@ -65,9 +65,8 @@ fn build(
     accept: &'static str,
     command: &Command,
 ) -> Result<Request, Error> {
-    if machine_name.is_empty() {
-        return Err(Error::validation(operation, "machine_name_empty"));
-    }
+    // The one machine-name rule (and reason code) of every API.
+    crate::worker::MachineName::new(machine_name).map_err(|e| e.with_operation(operation))?;
     let body = command.wire_body()?;
     let mut target = String::with_capacity(24 + machine_name.len() * 3 + suffix.len());
     target.push_str("/api/v1/machines/");

@@ -37,6 +37,7 @@ pub enum HttpEvent<'a> {
 
 /// The exchange's timers, as named by [`HttpExchange::poll_timeout`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum Timer {
     /// The overall deadline.
     Deadline,

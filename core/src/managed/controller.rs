@@ -69,11 +69,32 @@
 //! Leases, claims and generations fence store writes only; they never
 //! prove that an HTTP request already sent cannot still take effect (C15).
 //!
-//! Not yet here (issue 12 part 2 / 13): disposable machines the controller
-//! creates and deletes itself ([`WorkerOp::Create`] … are defined for it),
-//! retained machines and their command slot, terminals, background
-//! launches, inputs and outputs (refused at submit with
-//! `unsupported_capability`).
+//! # Disposable machines (C12.4, C17.2)
+//! A spec with neither `worker_machine` nor a retained `machine` runs on a
+//! machine the controller creates, on a configured worker with an admitted
+//! profile ([`WorkerEntry::with_profile`]): claim → worker lease (taken and
+//! renewed every third of the TTL while needed; every write on an assigned
+//! record is fenced by it) → `reserve` (capacity and a machine name
+//! `sbx-<hash of the key>` in one transaction) → `preparing` (the durable
+//! create intent) → [`WorkerOp::Create`] (the call itself matches the reply
+//! to the request) → creation evidence (incarnation token) →
+//! [`WorkerOp::Start`] → `ready` → the common path → `collecting` →
+//! `completed` with cleanup `in_progress` → the cleanup decision, chosen
+//! before mutating: finished or never dispatched → inspect and verify the
+//! incarnation → [`WorkerOp::Delete`] → inspect until the 404 → absence
+//! recorded, cleanup `complete` → `release` as a store op of its own;
+//! `unknown` within retention → [`WorkerOp::Stop`], disks kept, due again
+//! at the end of retention; after retention → delete as above. A create
+//! whose outcome is uncertain (or whose reply does not match) is never sent
+//! again, nothing is started or adopted, and the reservation is kept
+//! (cleanup `failed`); a create refused with `not_dispatched` records
+//! absence and releases. Failed cleanup mutations are bounded by
+//! `cleanup_attempts`. A record assigned under another worker-lease
+//! generation is fenced (C15) and left as stored.
+//!
+//! Not yet here (issue 13 and later): retained machines and their command
+//! slot, terminals, background launches, inputs and outputs (refused at
+//! submit with `unsupported_capability`).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -89,6 +110,7 @@ pub use ops::{
 };
 
 use self::exec::{Exec, Step};
+use super::claim::Lease;
 use super::record::{ExecResult, ExecutionRecord, Resources};
 use super::spec::{
     Action, ArtifactKind, ArtifactRef, CommandSpec, DEFAULT_QUEUE_BUDGET_MS, DEFAULT_RETENTION_MS,
@@ -97,6 +119,7 @@ use super::spec::{
 use super::state::{ExecState, RecordEvidence};
 use super::{FingerprintKey, RecordKey, check_identifier, check_worker_id, fingerprint};
 use crate::exec::{Command, ExecOutput};
+use crate::worker::Profile;
 use crate::{Category, Error, Evidence, Operation};
 
 /// Default `max_pending` (C12.1).
@@ -129,6 +152,10 @@ pub struct WorkerEntry {
     pub id: String,
     /// Total capacity `{slots, cpus, memory_mb, disk_gb}`.
     pub capacity: Resources,
+    /// The worker's admitted version profile. Needed for disposable
+    /// machines (create, start, stop, inspect); without it the worker only
+    /// runs commands on machines the caller names.
+    pub profile: Option<Box<Profile>>,
 }
 
 impl WorkerEntry {
@@ -143,7 +170,40 @@ impl WorkerEntry {
                 memory_mb: 65_536,
                 disk_gb: 1_024,
             },
+            profile: None,
         }
+    }
+
+    /// The same worker, able to create disposable machines with `profile`.
+    #[must_use]
+    pub fn with_profile(mut self, profile: Profile) -> Self {
+        self.profile = Some(Box::new(profile));
+        self
+    }
+}
+
+/// The worker leases this controller holds (C15): taken when a disposable
+/// execution needs its worker, renewed every third of the TTL while any
+/// does. Every write on an assigned record is fenced by it.
+#[derive(Debug, Default)]
+pub(crate) struct Leases {
+    map: BTreeMap<String, LeaseState>,
+}
+
+#[derive(Debug, Default)]
+struct LeaseState {
+    lease: Option<Lease>,
+    at: Option<Instant>,
+    inflight: bool,
+    retry_at: Option<Instant>,
+}
+
+impl Leases {
+    /// The generation of a live, fresh lease on `worker`.
+    pub(crate) fn live(&self, worker: &str, now: Instant, now_ms: u64) -> Option<u64> {
+        let st = self.map.get(worker)?;
+        let l = st.lease.as_ref()?;
+        (l.until_ms > now_ms && st.at.is_some_and(|at| now >= at)).then_some(l.generation)
     }
 }
 
@@ -353,8 +413,10 @@ impl Outcome {
                     None
                 }
             }
-            // Still driven here: wait for the notice (it carries the output).
-            _ if driven => None,
+            // Still driven here and terminal: the notice (with the output)
+            // follows at once; wait for it. `unknown` ends the wait even
+            // while an exec is still observed (a late exit may follow).
+            _ if driven && record.state != ExecState::Unknown => None,
             _ if record.state.ends_wait() => Some(Self {
                 record,
                 output: None,
@@ -428,6 +490,7 @@ pub enum Event {
 /// What an outstanding op is for.
 #[derive(Clone, Debug)]
 enum Purpose {
+    Lease(String),
     Accept(RecordKey),
     Exec(RecordKey),
     Scan,
@@ -464,6 +527,7 @@ pub struct Controller {
     /// the store (no room): kept so a wall-clock step backwards cannot
     /// extend their queue budget before they are picked up (≤ max_pending).
     queue_bounds: BTreeMap<RecordKey, Instant>,
+    leases: Leases,
     /// Largest wall clock seen (a step backwards never moves time back).
     now_ms: u64,
 }
@@ -507,6 +571,7 @@ impl Controller {
             shutting_down: false,
             stopped_sent: false,
             queue_bounds: BTreeMap::new(),
+            leases: Leases::default(),
             now_ms,
         };
         ctl.pump(now);
@@ -628,6 +693,23 @@ impl Controller {
             return;
         };
         match purpose {
+            Purpose::Lease(worker) => {
+                let st = self.leases.map.entry(worker).or_default();
+                st.inflight = false;
+                match result {
+                    Ok(StoreReply::Lease(l)) if l.owner == self.cfg.owner => {
+                        st.lease = Some(l);
+                        st.at = Some(now);
+                    }
+                    // Held by another controller, or the store failed: no
+                    // lease; retry after one poll interval.
+                    _ => {
+                        st.lease = None;
+                        st.at = None;
+                        st.retry_at = Some(now + self.cfg.poll());
+                    }
+                }
+            }
             Purpose::Scan => self.on_scan(now, result),
             Purpose::Cancel(key) => self.on_cancel(key, result),
             Purpose::Accept(key) => {
@@ -674,11 +756,53 @@ impl Controller {
     /// When [`Controller::handle_timeout`] should next be called.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let scan = if self.scanning { None } else { self.scan_at };
+        let leases = self.wanted_workers().into_iter().filter_map(|w| {
+            let st = self.leases.map.get(&w)?;
+            if st.inflight {
+                return None;
+            }
+            st.retry_at.or(st.at.map(|at| at + self.cfg.renew_every()))
+        });
         self.execs
             .values()
             .filter_map(|e| e.wake_at(&self.cfg))
             .chain(scan)
+            .chain(leases)
             .min()
+    }
+
+    /// Workers whose lease a driven disposable execution needs.
+    fn wanted_workers(&self) -> BTreeSet<String> {
+        self.execs
+            .values()
+            .filter(|e| e.is_disposable())
+            .filter_map(|e| e.worker_of(&self.cfg))
+            .collect()
+    }
+
+    /// Takes or renews each wanted worker lease that is missing or a third
+    /// of its TTL old.
+    fn renew_leases(&mut self, now: Instant) {
+        for w in self.wanted_workers() {
+            let st = self.leases.map.entry(w.clone()).or_default();
+            let fresh = st
+                .at
+                .is_some_and(|at| now.saturating_duration_since(at) < self.cfg.renew_every())
+                && st.lease.as_ref().is_some_and(|l| l.until_ms > self.now_ms);
+            let waiting = st.retry_at.is_some_and(|t| now < t);
+            if fresh || st.inflight || waiting {
+                continue;
+            }
+            st.inflight = true;
+            st.retry_at = None;
+            let op = StoreOp::ClaimWorker {
+                worker_id: w.clone(),
+                owner: self.cfg.owner.clone(),
+                now_ms: self.now_ms,
+                ttl_ms: self.cfg.lease_ttl_ms,
+            };
+            self.push_store(Purpose::Lease(w), op);
+        }
     }
 
     /// The next store op to perform.
@@ -752,11 +876,17 @@ impl Controller {
             )
             .with_reason(reason))
         };
-        let Some(w) = &spec.worker_machine else {
-            return unsupported("disposable_machines");
-        };
-        if !self.cfg.workers.iter().any(|x| x.id == w.worker_id) {
-            return unsupported("unknown_worker");
+        if spec.machine.is_some() {
+            return unsupported("retained_machines");
+        }
+        match &spec.worker_machine {
+            Some(w) if !self.cfg.workers.iter().any(|x| x.id == w.worker_id) => {
+                return unsupported("unknown_worker");
+            }
+            None if !self.cfg.workers.iter().any(|x| x.profile.is_some()) => {
+                return unsupported("disposable_machines");
+            }
+            _ => {}
         }
         if !spec.inputs.is_empty() || !spec.outputs.is_empty() {
             return unsupported("file_transfer");
@@ -779,12 +909,20 @@ impl Controller {
     /// True when this controller may drive `rec` (its namespace: a machine
     /// on one of its workers).
     fn owns(&self, rec: &ExecutionRecord) -> bool {
-        rec.spec.machine.is_none()
-            && rec
-                .spec
-                .worker_machine
-                .as_ref()
-                .is_some_and(|w| self.cfg.workers.iter().any(|x| x.id == w.worker_id))
+        if rec.spec.machine.is_some() {
+            return false;
+        }
+        let configured = |id: &str, needs_profile: bool| {
+            self.cfg
+                .workers
+                .iter()
+                .any(|x| x.id == id && (!needs_profile || x.profile.is_some()))
+        };
+        match (&rec.spec.worker_machine, &rec.assignment) {
+            (Some(w), _) => configured(&w.worker_id, false),
+            (None, Some(a)) => configured(&a.worker_id, true),
+            (None, None) => self.cfg.workers.iter().any(|x| x.profile.is_some()),
+        }
     }
 
     fn on_accepted(&mut self, now: Instant, key: RecordKey, result: StoreResult) {
@@ -895,6 +1033,7 @@ impl Controller {
 
     /// Moves every execution forward and starts a due scan when it is time.
     fn pump(&mut self, now: Instant) {
+        self.renew_leases(now);
         let keys: Vec<RecordKey> = self.execs.keys().cloned().collect();
         let mut freed = false;
         for key in keys {
@@ -902,7 +1041,7 @@ impl Controller {
                 continue;
             };
             loop {
-                match ex.step(&self.cfg, now, self.now_ms) {
+                match ex.step(&self.cfg, &self.leases, now, self.now_ms) {
                     Step::Wait => break,
                     Step::Store(op) => {
                         let id = OpId(self.next_op);

@@ -1,9 +1,10 @@
 //! One buffered command execution, recorded durably (DESIGN.md §5, C13,
-//! C16, C17.1): a pure lifecycle machine the shells drive.
+//! C16, C17.1): the first, single-execution slice.
 //!
-//! Kept only until the recovery simulation (tests/src/sim) drives the
-//! `Controller`; the runtimes and the CLI use [`super::controller`]. Remove
-//! it then.
+//! **Superseded by [`super::controller::Controller`]**, which the shells'
+//! `Runtime` drive; this module stays only until the recovery simulation
+//! (`tests/src/sim`) moves to the controller. It does not renew claims or
+//! read cancel requests; do not build on it.
 //!
 //! [`Run`] asks for store operations and for one dispatch; it never performs
 //! them. The drain order after every input is [`Run::poll_store_op`], then

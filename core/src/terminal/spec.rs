@@ -189,22 +189,15 @@ impl TerminalSpec {
     }
 }
 
-/// Checks a machine name (features C0.1).
+/// Checks a machine name with the one rule of every API
+/// ([`MachineName::new`](crate::worker::MachineName::new)).
 ///
 /// # Errors
-/// `validation` (operation `terminal_spec`).
+/// `validation` (operation `terminal_spec`, reason `invalid_machine_name`).
 pub fn validate_machine_name(name: &str) -> Result<(), Error> {
-    let bytes = name.as_bytes();
-    let ok_first = bytes
-        .first()
-        .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
-    let ok_rest = bytes
-        .iter()
-        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_' || *b == b'-');
-    if !ok_first || !ok_rest || bytes.len() > MAX_MACHINE_NAME_BYTES {
-        return Err(Error::validation(Operation::TerminalSpec, "machine_name"));
-    }
-    Ok(())
+    crate::worker::MachineName::new(name)
+        .map(|_| ())
+        .map_err(|e| e.with_operation(Operation::TerminalSpec))
 }
 
 impl fmt::Debug for TerminalSpec {

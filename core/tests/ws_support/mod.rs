@@ -101,6 +101,7 @@ pub fn events(ws: &mut WsClient) -> Vec<Ev> {
             WsEvent::Pong(b) => Ev::Pong(b.to_vec()),
             WsEvent::Closed(c) => Ev::Closed(c),
             WsEvent::Failed(e) => Ev::Failed(e),
+            other => panic!("an event this support does not know: {other:?}"),
         });
     }
     out

@@ -12,7 +12,8 @@ use smolbox_core::{Category, Evidence, Operation};
 use super::pki::Pki;
 use smolbox_core::{Machine, TransportFailure};
 
-use crate::conn::{Conn, ConnectError};
+use crate::conn::Conn;
+use crate::errors::ConnectError;
 use crate::pool::Pool;
 use crate::transport::SocketTarget;
 

@@ -38,6 +38,18 @@ impl VirtualClock {
         self.wall_ms
     }
 
+    /// Monotonic milliseconds of `at`, rounded up (a timer for `at` fires at
+    /// or after it, never before).
+    pub fn ms_of(&self, at: Instant) -> u64 {
+        let d = at.saturating_duration_since(self.base);
+        let ms = d.as_millis() as u64;
+        if Duration::from_millis(ms) < d {
+            ms + 1
+        } else {
+            ms
+        }
+    }
+
     /// Moves both clocks to monotonic time `mono_ms` (never backwards).
     pub fn advance_to(&mut self, mono_ms: u64) {
         if mono_ms > self.mono_ms {
@@ -68,5 +80,7 @@ mod tests {
         assert_eq!(c.mono_ms(), 500);
         assert!(c.now() > t0);
         assert_eq!((c.now() - t0).as_millis(), 500);
+        assert_eq!(c.ms_of(t0 + std::time::Duration::from_micros(1_500)), 2);
+        assert_eq!(c.ms_of(t0 + std::time::Duration::from_millis(7)), 7);
     }
 }

@@ -156,6 +156,7 @@ pub fn run_seed(seed: u64, opts: Options) -> SeedReport {
         steps: sim.step,
         crashes,
         faults,
+        mutations: sim.worker.mutation_counts(),
         violations: sim.model.violations,
         trace,
     }
@@ -412,7 +413,9 @@ impl Sim {
         }
         let later = self.rng.range(0, 2 * TTL_MS);
         self.at(now + later, Ev::Restart);
-        true
+        // A paused controller carries on where it stopped once it wakes (its
+        // answers wait for it); only a crash loses what was in hand.
+        !pause
     }
 
     fn handle(&mut self, ev: Ev) {

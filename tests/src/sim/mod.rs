@@ -31,6 +31,7 @@
 //! ([`Bug`]) live in that driver only.
 
 pub mod clock;
+pub mod controller;
 pub mod driver;
 pub mod model;
 pub mod rng;
@@ -39,13 +40,28 @@ pub mod worker;
 
 use std::collections::BTreeMap;
 
-pub use driver::run_seed;
 pub use model::Violation;
 
 /// The environment variable naming one seed to replay.
 pub const SEED_VAR: &str = "SMOLBOX_SIM_SEED";
 /// The environment variable naming how many seeds to run.
 pub const SEEDS_VAR: &str = "SMOLBOX_SIM_SEEDS";
+/// The environment variable naming how many trace lines a failing seed
+/// keeps (default 40).
+pub const TRACE_VAR: &str = "SMOLBOX_SIM_TRACE";
+
+/// Set (to anything) to keep the trace up to the end of a failing seed
+/// instead of up to its first violation.
+pub const TRACE_END_VAR: &str = "SMOLBOX_SIM_TRACE_END";
+
+/// Trace lines kept per seed.
+pub fn trace_len() -> usize {
+    std::env::var(TRACE_VAR)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(40)
+}
+
 /// Seeds run by default in the test command.
 pub const DEFAULT_SEEDS: u64 = 1_000;
 
@@ -63,11 +79,24 @@ pub enum Bug {
     StoreFailureAsAbsence,
     /// An uncertain exec reply is read as exit 0.
     UncertainAsExit,
+    /// The claim is not renewed while the command runs (the renewal is
+    /// answered from memory): the issue-12 bug. `Controller` only.
+    DropClaimRenewal,
 }
 
 impl Bug {
-    /// Every planted bug.
-    pub const ALL: [Self; 5] = [
+    /// Every planted bug the `Controller` driver can plant.
+    pub const CONTROLLER: [Self; 6] = [
+        Self::RedispatchDispatching,
+        Self::DispatchBeforeIntent,
+        Self::SkipIntentClaimRefresh,
+        Self::StoreFailureAsAbsence,
+        Self::UncertainAsExit,
+        Self::DropClaimRenewal,
+    ];
+
+    /// Every planted bug the `Run` driver can plant.
+    pub const RUN: [Self; 5] = [
         Self::RedispatchDispatching,
         Self::DispatchBeforeIntent,
         Self::SkipIntentClaimRefresh,
@@ -76,9 +105,40 @@ impl Bug {
     ];
 }
 
+/// Which core state machine a seed drives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Subject {
+    /// `managed::controller::Controller` (DESIGN.md §5a).
+    Controller,
+    /// `managed::run::Run`, the one-command slice.
+    Run,
+}
+
+impl Bug {
+    /// Text every violation this bug causes contains (what the planted-bug
+    /// test looks for, so a bug is "caught" only by its own symptom).
+    pub const fn symptom(self) -> &'static [&'static str] {
+        match self {
+            Self::RedispatchDispatching => &["received 2 times", "sent again"],
+            Self::DispatchBeforeIntent => &[
+                "command arrived while the record was",
+                "with not_dispatched but the worker received",
+            ],
+            Self::SkipIntentClaimRefresh => &["not right after its own claim"],
+            Self::StoreFailureAsAbsence => {
+                &["read as absence", "not_found while the record exists"]
+            }
+            Self::UncertainAsExit => &["stored exit", "finished with exit"],
+            Self::DropClaimRenewal => &["(C15 renewal)"],
+        }
+    }
+}
+
 /// What a run checks and plants.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Options {
+    /// What is driven.
+    pub subject: Subject,
     /// A planted bug, or none.
     pub bug: Option<Bug>,
     /// Also check the promises the `Controller` makes and `Run` does not
@@ -86,14 +146,42 @@ pub struct Options {
     /// seen by a controller that stays up is persisted; commands may run
     /// longer than the claim TTL.
     pub strict: bool,
+    /// `Controller` only: half the commands run on disposable machines the
+    /// controller creates and deletes (runtime ca8cf19).
+    pub disposable: bool,
 }
 
 impl Options {
-    /// The default: no bug, the safety rules `Run` promises.
+    /// The default: the `Controller`, no bug, every rule.
     pub const DEFAULT: Self = Self {
+        subject: Subject::Controller,
+        bug: None,
+        strict: true,
+        disposable: false,
+    };
+
+    /// `Run`, no bug, the safety rules it promises.
+    pub const RUN: Self = Self {
+        subject: Subject::Run,
         bug: None,
         strict: false,
+        disposable: false,
     };
+
+    /// The same options with `bug` planted.
+    #[must_use]
+    pub const fn with_bug(mut self, bug: Bug) -> Self {
+        self.bug = Some(bug);
+        self
+    }
+}
+
+/// Runs one seed with `opts`.
+pub fn run_seed(seed: u64, opts: Options) -> SeedReport {
+    match opts.subject {
+        Subject::Controller => controller::run_seed(seed, opts),
+        Subject::Run => driver::run_seed(seed, opts),
+    }
 }
 
 /// The result of one seed.
@@ -107,6 +195,8 @@ pub struct SeedReport {
     pub crashes: BTreeMap<&'static str, u64>,
     /// Faults injected (store, worker, wall steps, worker restarts).
     pub faults: u64,
+    /// Worker mutations that arrived, by kind.
+    pub mutations: BTreeMap<worker::Mutation, u64>,
     /// Violations found (empty when the seed passed).
     pub violations: Vec<Violation>,
     /// The last steps before the first violation (or the end).
@@ -129,6 +219,8 @@ pub struct Summary {
     pub crashes: BTreeMap<&'static str, u64>,
     /// Faults injected.
     pub faults: u64,
+    /// Worker mutations that arrived, by kind.
+    pub mutations: BTreeMap<worker::Mutation, u64>,
     /// Seeds with a violation.
     pub failed: Vec<SeedReport>,
 }
@@ -170,6 +262,9 @@ pub fn run_seeds(
         for (k, n) in &r.crashes {
             *s.crashes.entry(k).or_insert(0) += n;
         }
+        for (k, n) in &r.mutations {
+            *s.mutations.entry(*k).or_insert(0) += n;
+        }
         if !r.violations.is_empty() {
             s.failed.push(r);
             if s.failed.len() >= stop_after {
@@ -178,6 +273,37 @@ pub fn run_seeds(
         }
     }
     s
+}
+
+/// Failing seeds grouped by the rule their first violation broke (the
+/// text without keys and numbers), most frequent first, with an example
+/// seed each.
+pub fn histogram(failed: &[SeedReport]) -> Vec<(String, usize, u64)> {
+    let mut m: BTreeMap<String, (usize, u64)> = BTreeMap::new();
+    for r in failed {
+        let Some(v) = r.violations.first() else {
+            continue;
+        };
+        let what = v
+            .what
+            .split_once(": ")
+            .map_or(v.what.as_str(), |(k, rest)| {
+                if k.starts_with("sim/") {
+                    rest
+                } else {
+                    v.what.as_str()
+                }
+            });
+        let rule: String = what
+            .chars()
+            .map(|c| if c.is_ascii_digit() { '#' } else { c })
+            .collect();
+        let e = m.entry(rule).or_insert((0, r.seed));
+        e.0 += 1;
+    }
+    let mut v: Vec<(String, usize, u64)> = m.into_iter().map(|(k, (n, s))| (k, n, s)).collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    v
 }
 
 /// The command that replays `seed` exactly.

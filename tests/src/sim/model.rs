@@ -368,6 +368,38 @@ mod tests {
     }
 
     #[test]
+    fn a_second_exit_and_a_moved_deadline_are_violations() {
+        let key = testkit::key("s", "k");
+        let done = testkit::exec_in(ExecState::Completed, key.clone(), 1_000).unwrap();
+        let mut acc = testkit::exec_in(ExecState::Accepted, key, 1_000).unwrap();
+        acc.version = 1;
+        let mut m = Model::new();
+        m.observe_commits(1, vec![commit(CommitKind::Accept, None, acc)]);
+        let mut first = done.clone();
+        first.version = 10;
+        let mut second = done;
+        second.version = 11;
+        second.result = Some(ExecResult::Exited {
+            exit_code: 99,
+            output_bytes: 0,
+            truncated: false,
+        });
+        second.deadlines.execution_ms = second.deadlines.execution_ms.map(|d| d + 1);
+        m.observe_commits(2, vec![commit(CommitKind::Write, Some("o"), first)]);
+        let before = m.violations.len();
+        m.observe_commits(3, vec![commit(CommitKind::Write, Some("o"), second)]);
+        let new: Vec<&str> = m.violations[before..]
+            .iter()
+            .map(|v| v.what.as_str())
+            .collect();
+        assert!(new.iter().any(|w| w.contains("result changed")), "{new:?}");
+        assert!(
+            new.iter().any(|w| w.contains("execution deadline moved")),
+            "{new:?}"
+        );
+    }
+
+    #[test]
     fn an_intent_without_a_fresh_claim_is_a_violation() {
         let key = testkit::key("s", "k");
         let ready = testkit::exec_in(ExecState::Ready, key.clone(), 1_000).unwrap();

@@ -533,7 +533,18 @@ impl Store for FaultStore {
         record: &ExecutionRecord,
         max_pending: u32,
     ) -> Result<Accepted<Submitted>, Error> {
-        self.mutation(Operation::StoreAccept, |s| s.submit(record, max_pending))
+        let fault = self.decide(false);
+        if fault == Fault::Before {
+            return Err(store_err(Operation::StoreAccept, "unavailable"));
+        }
+        let r = self.inner.submit(record, max_pending);
+        if let Ok(Accepted::Inserted(sub)) = &r {
+            self.log(CommitKind::Accept, None, &sub.execution);
+        }
+        if fault == Fault::After {
+            return Err(store_err(Operation::StoreAccept, "reply_lost"));
+        }
+        r
     }
 
     fn finish_command(
@@ -543,8 +554,16 @@ impl Store for FaultStore {
         exec: &RecordKey,
         now_ms: u64,
     ) -> Result<(MachineRecord, ExecutionRecord, Finish), Error> {
+        self.remember(exec);
+        let before = self.lock().previous.get(exec).map(|p| p.version);
         self.mutation(Operation::StoreSlot, |s| {
-            s.finish_command(machine, guard, exec, now_ms)
+            let r = s.finish_command(machine, guard, exec, now_ms);
+            if let Ok((_, rec, _)) = &r
+                && before != Some(rec.version)
+            {
+                self.log(CommitKind::Write, Some(&guard.owner), rec);
+            }
+            r
         })
     }
 

@@ -597,6 +597,15 @@ impl SimWorker {
             .unwrap_or(0)
     }
 
+    /// How many mutations of each kind arrived, over all identities.
+    pub fn mutation_counts(&self) -> BTreeMap<Mutation, u64> {
+        let mut m = BTreeMap::new();
+        for ((k, _), n) in &self.received {
+            *m.entry(*k).or_insert(0) += u64::from(*n);
+        }
+        m
+    }
+
     /// What the worker knows about command `identity`.
     pub fn exec_truth(&self, identity: &str) -> Option<&ExecTruth> {
         self.execs.get(identity)

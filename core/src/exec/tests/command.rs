@@ -228,14 +228,23 @@ fn stream_request_rejects_stdin_and_background() {
 }
 
 #[test]
-fn machine_name_is_one_encoded_segment() {
-    let req = exec_request("a/b?c%d", &Command::new(["x"])).unwrap();
-    assert_eq!(req.target, "/api/v1/machines/a%2Fb%3Fc%25d/exec");
-    let e = exec_request("", &Command::new(["x"])).unwrap_err();
-    assert_eq!(
-        (e.category(), e.evidence()),
-        (Category::Validation, Evidence::NotDispatched)
-    );
+fn machine_name_follows_the_one_rule_and_is_one_segment() {
+    let req = exec_request("dev-1_a", &Command::new(["x"])).unwrap();
+    assert_eq!(req.target, "/api/v1/machines/dev-1_a/exec");
+    assert!(exec_request(&"a".repeat(31), &Command::new(["x"])).is_ok());
+    for bad in ["", "a/b?c%d", "Dev", &"a".repeat(32)] {
+        let e = exec_request(bad, &Command::new(["x"])).unwrap_err();
+        assert_eq!(
+            (e.category(), e.evidence(), e.reason(), e.operation()),
+            (
+                Category::Validation,
+                Evidence::NotDispatched,
+                "invalid_machine_name",
+                Operation::Exec
+            ),
+            "{bad:?}"
+        );
+    }
 }
 
 #[test]

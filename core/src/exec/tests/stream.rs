@@ -366,3 +366,21 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn recording_events_captures_output_and_the_exit() {
+    use crate::exec::{ExecEvent, ExecOutput, OutputEncoding};
+    let mut out = ExecOutput::empty(OutputEncoding::LossyUtf8);
+    for ev in [
+        ExecEvent::Stdout("a\n".into()),
+        ExecEvent::Stderr("e".into()),
+        ExecEvent::Stdout("b".into()),
+        ExecEvent::Exit(3),
+    ] {
+        out.record(&ev);
+    }
+    assert_eq!(
+        (out.exit_code, &out.stdout[..], &out.stderr[..]),
+        (3, &b"a\nb"[..], &b"e"[..])
+    );
+}

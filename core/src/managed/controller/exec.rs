@@ -8,13 +8,18 @@
 
 use std::time::{Duration, Instant};
 
-use super::ops::{OpId, StoreOp, StoreReply, StoreResult, WorkerOp, WorkerReply, WorkerResult};
-use super::{ControllerConfig, Finished, MAX_STORE_RETRIES, command_of};
+use super::ops::{
+    OpId, Reservation, StoreOp, StoreReply, StoreResult, WorkerOp, WorkerReply, WorkerResult,
+};
+use super::{ControllerConfig, Finished, Leases, MAX_STORE_RETRIES, command_of};
 use crate::exec::{ExecOutcome, ExecOutput};
 use crate::managed::claim::Guard;
 use crate::managed::patch::ExecPatch;
-use crate::managed::record::{ErrorEntry, ExecResult, ExecutionRecord};
+use crate::managed::record::{
+    CreationEvidence, ErrorEntry, ExecResult, ExecutionRecord, Resources,
+};
 use crate::managed::state::{Cleanup, Collection, ExecState, RecordEvidence};
+use crate::worker::{MachineName, MachineSpec, MachineState, Observation};
 use crate::{Category, Error, Evidence, Operation};
 
 /// Consecutive `stale_version` refetches before an execution is given up.
@@ -91,6 +96,42 @@ pub(super) struct Exec {
     cancel_seen: bool,
     fatal: Option<Error>,
     held_elsewhere: bool,
+    /// What the next `Step::Worker` is (set by `step`, read by `worker_sent`).
+    pending_kind: Option<MKind>,
+    machine: MachineSteps,
+}
+
+/// A machine operation of a disposable execution.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MKind {
+    Create,
+    Start,
+    Stop,
+    /// Inspect before a delete: the machine must be the recorded incarnation.
+    Verify,
+    Delete,
+    /// Inspect after a delete: a 404 is the recorded absence.
+    Absent,
+}
+
+/// What this controller did to a disposable execution's machine (C12.4,
+/// C17.2). Only facts of this process: a resumed record starts empty.
+#[derive(Debug, Default)]
+struct MachineSteps {
+    /// This process reserved the name, so no create was ever sent for it.
+    reserved_here: bool,
+    create_sent: bool,
+    start_sent: bool,
+    started: bool,
+    verified: bool,
+    delete_sent: bool,
+    deleted: bool,
+    absent_sent: bool,
+    stop_sent: bool,
+    /// The kind of the outstanding machine op.
+    kind: Option<MKind>,
+    /// An answer not yet acted on.
+    reply: Option<(MKind, WorkerResult)>,
 }
 
 impl Exec {
@@ -124,6 +165,8 @@ impl Exec {
             cancel_seen: false,
             fatal: None,
             held_elsewhere: false,
+            pending_kind: None,
+            machine: MachineSteps::default(),
         };
         ex.bound_deadlines(now, now_ms);
         ex
@@ -162,8 +205,41 @@ impl Exec {
 
     pub(super) fn worker_sent(&mut self, id: OpId) {
         self.worker_op = Some(id);
-        self.attempted = true;
-        self.dispatched = true;
+        match self.pending_kind.take() {
+            Some(k) => {
+                self.machine.kind = Some(k);
+                let m = &mut self.machine;
+                match k {
+                    MKind::Create => m.create_sent = true,
+                    MKind::Start => m.start_sent = true,
+                    MKind::Stop => m.stop_sent = true,
+                    MKind::Delete => m.delete_sent = true,
+                    MKind::Absent => m.absent_sent = true,
+                    MKind::Verify => {}
+                }
+            }
+            None => {
+                self.attempted = true;
+                self.dispatched = true;
+            }
+        }
+    }
+
+    /// True for an execution on a machine this controller owns (C12.4).
+    pub(super) fn is_disposable(&self) -> bool {
+        self.rec.spec.worker_machine.is_none() && self.rec.spec.machine.is_none()
+    }
+
+    /// The worker a disposable execution runs on: its assignment, else the
+    /// first configured worker that can create machines.
+    pub(super) fn worker_of(&self, cfg: &ControllerConfig) -> Option<String> {
+        if let Some(a) = &self.rec.assignment {
+            return Some(a.worker_id.clone());
+        }
+        cfg.workers
+            .iter()
+            .find(|w| w.profile.is_some())
+            .map(|w| w.id.clone())
     }
 
     /// When this execution next needs time to pass (claim renewal while a
@@ -278,7 +354,13 @@ impl Exec {
 
     /// The next op, given the last stored record and what this controller
     /// did. Called only with no store op outstanding.
-    pub(super) fn step(&mut self, cfg: &ControllerConfig, now: Instant, now_ms: u64) -> Step {
+    pub(super) fn step(
+        &mut self,
+        cfg: &ControllerConfig,
+        leases: &Leases,
+        now: Instant,
+        now_ms: u64,
+    ) -> Step {
         if self.inflight.is_some() {
             return Step::Wait;
         }
@@ -312,6 +394,13 @@ impl Exec {
             }
             self.result_written = true;
         }
+        // Disposable: reservation, machine and cleanup steps; `ready`,
+        // dispatching, running and cancelling go as on a named machine.
+        if self.is_disposable()
+            && let Some(step) = self.step_disposable(cfg, leases, now, now_ms)
+        {
+            return step;
+        }
         let state = self.rec.state;
         let cancel = self.rec.cancel_requested_at_ms.is_some();
         match state {
@@ -319,8 +408,8 @@ impl Exec {
                 let patch = ExecPatch {
                     state: Some(ExecState::Cancelled),
                     evidence: Some(RecordEvidence::NotDispatched),
-                    cleanup: Some(Cleanup::Complete),
-                    next_due_at_ms: Some(None),
+                    cleanup: Some(self.end_cleanup()),
+                    next_due_at_ms: Some(self.end_due(now_ms)),
                     ..ExecPatch::default()
                 };
                 self.guarded(cfg, now, now_ms, Kind::Write, patch)
@@ -334,8 +423,8 @@ impl Exec {
                 .with_reason("queue_deadline");
                 let patch = ExecPatch {
                     state: Some(ExecState::Expired),
-                    cleanup: Some(Cleanup::Complete),
-                    next_due_at_ms: Some(None),
+                    cleanup: Some(self.end_cleanup()),
+                    next_due_at_ms: Some(self.end_due(now_ms)),
                     last_error: Some(ErrorEntry::from_error(&e, now_ms)),
                     ..ExecPatch::default()
                 };
@@ -364,8 +453,8 @@ impl Exec {
                     Err(e) => {
                         let patch = ExecPatch {
                             state: Some(ExecState::Failed),
-                            cleanup: Some(Cleanup::Complete),
-                            next_due_at_ms: Some(None),
+                            cleanup: Some(self.end_cleanup()),
+                            next_due_at_ms: Some(self.end_due(now_ms)),
                             last_error: Some(ErrorEntry::from_error(&e, now_ms)),
                             ..ExecPatch::default()
                         };
@@ -417,16 +506,16 @@ impl Exec {
                     ExecPatch {
                         state: Some(ExecState::Completed),
                         collection: Some(Collection::Complete),
-                        cleanup: Some(Cleanup::Complete),
-                        next_due_at_ms: Some(None),
+                        cleanup: Some(self.end_cleanup()),
+                        next_due_at_ms: Some(self.end_due(now_ms)),
                         ..ExecPatch::default()
                     }
                 } else {
                     ExecPatch {
                         state: Some(ExecState::CollectionFailed),
                         collection: Some(Collection::Failed),
-                        cleanup: Some(Cleanup::Complete),
-                        next_due_at_ms: Some(None),
+                        cleanup: Some(self.end_cleanup()),
+                        next_due_at_ms: Some(self.end_due(now_ms)),
                         ..ExecPatch::default()
                     }
                 };
@@ -435,8 +524,8 @@ impl Exec {
             s if s.is_terminal() => {
                 if self.rec.next_due_at_ms.is_some() || self.rec.cleanup != Cleanup::Complete {
                     let patch = ExecPatch {
-                        cleanup: Some(Cleanup::Complete),
-                        next_due_at_ms: Some(None),
+                        cleanup: Some(self.end_cleanup()),
+                        next_due_at_ms: Some(self.end_due(now_ms)),
                         ..ExecPatch::default()
                     };
                     return self.guarded(cfg, now, now_ms, Kind::Write, patch);
@@ -460,14 +549,19 @@ impl Exec {
             return self.guarded(cfg, now, now_ms, Kind::Write, patch);
         }
         if !self.attempted {
-            let Some(w) = self.rec.spec.worker_machine.clone() else {
+            let target = match (&self.rec.spec.worker_machine, &self.rec.assignment) {
+                (Some(w), _) => Some((w.worker_id.clone(), w.name.clone())),
+                (None, Some(a)) => Some((a.worker_id.clone(), a.machine_name.clone())),
+                (None, None) => None,
+            };
+            let Some((worker_id, machine)) = target else {
                 self.fatal = Some(Error::validation(Operation::Submit, "no_machine"));
                 return Step::Wait;
             };
             return match command_of(&self.rec.spec) {
                 Ok(command) => Step::Worker(WorkerOp::Exec {
-                    worker_id: w.worker_id,
-                    machine: w.name,
+                    worker_id,
+                    machine,
                     command,
                 }),
                 Err(e) => {
@@ -556,13 +650,13 @@ impl Exec {
             )
             .with_reason("background"));
         }
-        if self.rec.spec.worker_machine.is_none() {
+        if self.rec.spec.machine.is_some() {
             return Err(Error::new(
                 Category::UnsupportedCapability,
                 Operation::Submit,
                 Evidence::NotDispatched,
             )
-            .with_reason("disposable_machines"));
+            .with_reason("retained_machines"));
         }
         command_of(&self.rec.spec)?.validate()
     }
@@ -586,8 +680,8 @@ impl Exec {
             Observed::NotSent if state.can_move_to(ExecState::Failed) => Some(ExecPatch {
                 state: Some(ExecState::Failed),
                 evidence: Some(RecordEvidence::NotDispatched),
-                cleanup: Some(Cleanup::Complete),
-                next_due_at_ms: Some(None),
+                cleanup: Some(self.end_cleanup()),
+                next_due_at_ms: Some(self.end_due(now_ms)),
                 last_error,
                 ..ExecPatch::default()
             }),
@@ -595,6 +689,16 @@ impl Exec {
                 Some(ExecPatch {
                     state: Some(ExecState::Unknown),
                     next_due_at_ms: Some(None),
+                    last_error,
+                    ..ExecPatch::default()
+                })
+            }
+            // Already `unknown` (cancel or deadline ended the observation):
+            // the exec's error is kept as the last error.
+            Observed::NotSent | Observed::Uncertain
+                if state == ExecState::Unknown && last_error.is_some() =>
+            {
+                Some(ExecPatch {
                     last_error,
                     ..ExecPatch::default()
                 })
@@ -701,6 +805,10 @@ impl Exec {
             return;
         }
         self.worker_op = None;
+        if let Some(k) = self.machine.kind.take() {
+            self.machine.reply = Some((k, result));
+            return;
+        }
         let obs = match result {
             Ok(WorkerReply::Exec(ExecOutcome::Exited(out))) => {
                 let r = ExecResult::Exited {
@@ -733,5 +841,484 @@ impl Exec {
         };
         self.observed = Some(obs);
         self.result_written = false;
+    }
+}
+
+/// What a disposable execution reserves (C12.4): `{slots 1, cpus, memory +
+/// overhead, storage + overlay}` of the profile defaults (C12.3: 1 CPU,
+/// 256 + 256 MiB, 1 + 1 GiB), the machine the controller creates.
+pub(super) const DISPOSABLE_RESERVATION: Resources = Resources {
+    slots: 1,
+    cpus: 1,
+    memory_mb: 512,
+    disk_gb: 2,
+};
+
+/// The machine name of a disposable execution: `sbx-` and 24 hex digits
+/// of SHA-256 over the record key (deterministic, ≤31 bytes).
+pub(super) fn machine_name_for(rec: &ExecutionRecord) -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    h.update(rec.key.scope.as_bytes());
+    h.update([0]);
+    h.update(rec.key.id.as_bytes());
+    let hex = crate::managed::fingerprint::hex(&h.finalize());
+    format!("sbx-{}", &hex[..24])
+}
+
+/// The incarnation token stored as creation evidence: SHA-256 over the
+/// identity fields of the observation (C3.5), in a fixed layout.
+pub(super) fn incarnation_token(obs: &Observation) -> String {
+    use sha2::Digest;
+    let i = &obs.incarnation;
+    let text = format!(
+        "{}\0{}\0{}\0{}\0{}\0{}\0{}",
+        i.name,
+        i.created_at,
+        i.cpus,
+        i.memory_mb,
+        i.storage_gb,
+        i.overlay_gb,
+        i.image.as_deref().unwrap_or("")
+    );
+    crate::managed::fingerprint::hex(&sha2::Sha256::digest(text.as_bytes()))
+}
+
+impl Exec {
+    /// Cleanup when a disposable record ends: `in_progress` until absence
+    /// is recorded (C13.2), `complete` for records with no machine.
+    fn end_cleanup(&self) -> Cleanup {
+        if self.rec.assignment.is_some() && self.rec.absence_at_ms.is_none() {
+            Cleanup::InProgress
+        } else {
+            Cleanup::Complete
+        }
+    }
+
+    /// Next due time when a record ends: due now while its machine or its
+    /// reservation still needs work (recovery continues it), else none.
+    fn end_due(&self, now_ms: u64) -> Option<u64> {
+        let owed = self.rec.assignment.is_some()
+            && (self.rec.absence_at_ms.is_none() || self.rec.reservation.is_some());
+        owed.then_some(now_ms)
+    }
+
+    fn machine_op(&mut self, kind: MKind, op: WorkerOp) -> Step {
+        self.pending_kind = Some(kind);
+        Step::Worker(op)
+    }
+
+    /// The steps of a disposable execution that differ from a run on a
+    /// named machine (C12.4, C17.2); `None` hands over to the common steps
+    /// (`ready` → intent → exec → result).
+    fn step_disposable(
+        &mut self,
+        cfg: &ControllerConfig,
+        leases: &Leases,
+        now: Instant,
+        now_ms: u64,
+    ) -> Option<Step> {
+        if self.worker_op.is_some() && self.machine.kind.is_some() {
+            // A machine op is out: renew while it runs.
+            return Some(self.renew_or_wait(cfg, now, now_ms));
+        }
+        let worker = self.worker_of(cfg)?;
+        let entry = cfg.workers.iter().find(|w| w.id == worker)?;
+        let profile = entry.profile.clone()?;
+        // Every write on an assigned record is fenced by the worker lease.
+        let Some(generation) = leases.live(&worker, now, now_ms) else {
+            return Some(Step::Wait);
+        };
+        if let Some(a) = &self.rec.assignment
+            && a.worker_generation != generation
+        {
+            // Assigned under another worker-lease generation: fenced (C15);
+            // left as stored for the store's re-fencing or an operator.
+            self.held_elsewhere = true;
+            return Some(self.finish());
+        }
+        let cancel = self.rec.cancel_requested_at_ms.is_some();
+        let reply = self.machine.reply.take();
+        match self.rec.state {
+            ExecState::Accepted if cancel || self.past(Deadline::Queue, now, now_ms) => None,
+            ExecState::Accepted if self.rec.assignment.is_none() => {
+                if !self.claim_ok(cfg, now, now_ms) {
+                    return Some(self.claim_op(cfg, now_ms));
+                }
+                self.machine.reserved_here = true;
+                self.next_kind = Kind::Write;
+                Some(Step::Store(StoreOp::Reserve {
+                    key: self.rec.key.clone(),
+                    guard: Guard::for_exec(&self.rec, &cfg.owner),
+                    reservation: Reservation {
+                        worker_id: worker,
+                        machine_name: machine_name_for(&self.rec),
+                        capacity: DISPOSABLE_RESERVATION,
+                        limit: entry.capacity,
+                    },
+                    now_ms: now_ms.max(self.rec.updated_at_ms),
+                }))
+            }
+            // Assigned: `preparing` with the assignment is the durable
+            // create intent (persisted before the create is sent).
+            ExecState::Accepted => {
+                let patch = ExecPatch {
+                    state: Some(ExecState::Preparing),
+                    ..ExecPatch::default()
+                };
+                Some(self.guarded(cfg, now, now_ms, Kind::Write, patch))
+            }
+            ExecState::Preparing => Some(self.prepare_machine(cfg, &profile, reply, now, now_ms)),
+            s if s.is_terminal() || s == ExecState::Unknown => {
+                Some(self.cleanup_machine(cfg, &profile, reply, now, now_ms))
+            }
+            _ => None,
+        }
+    }
+
+    /// `preparing` on a disposable machine: create → creation evidence →
+    /// start → `ready`. A create whose outcome is uncertain is never sent
+    /// again and its reservation is kept (C0.4 rules 1, 3, 7).
+    fn prepare_machine(
+        &mut self,
+        cfg: &ControllerConfig,
+        profile: &crate::worker::Profile,
+        reply: Option<(MKind, WorkerResult)>,
+        now: Instant,
+        now_ms: u64,
+    ) -> Step {
+        let Some(a) = self.rec.assignment.clone() else {
+            return Step::Wait;
+        };
+        let fail = |this: &mut Self, e: Error, cleanup: Cleanup| {
+            let patch = ExecPatch {
+                state: Some(ExecState::Failed),
+                cleanup: Some(cleanup),
+                next_due_at_ms: Some(this.end_due(now_ms)),
+                last_error: Some(ErrorEntry::from_error(&e, now_ms)),
+                ..ExecPatch::default()
+            };
+            this.exec_error = Some(e);
+            this.guarded(cfg, now, now_ms, Kind::Write, patch)
+        };
+        let name = match MachineName::new(&a.machine_name) {
+            Ok(n) => n,
+            Err(e) => return fail(self, e, Cleanup::Failed),
+        };
+        if self.rec.creation.is_none() {
+            match reply {
+                Some((MKind::Create, Ok(WorkerReply::Machine(obs)))) => {
+                    let patch = ExecPatch {
+                        creation: Some(CreationEvidence {
+                            created_at_ms: obs.incarnation.created_at.saturating_mul(1_000),
+                            incarnation: incarnation_token(&obs),
+                        }),
+                        ..ExecPatch::default()
+                    };
+                    return self.guarded(cfg, now, now_ms, Kind::Write, patch);
+                }
+                Some((MKind::Create, Err(e))) if e.evidence() == Evidence::NotDispatched => {
+                    // Nothing left the process: no machine; absence is known.
+                    let patch = ExecPatch {
+                        state: Some(ExecState::Failed),
+                        absence_at_ms: Some(now_ms),
+                        cleanup: Some(Cleanup::Complete),
+                        next_due_at_ms: Some(Some(now_ms)),
+                        last_error: Some(ErrorEntry::from_error(&e, now_ms)),
+                        ..ExecPatch::default()
+                    };
+                    self.exec_error = Some(e);
+                    return self.guarded(cfg, now, now_ms, Kind::Write, patch);
+                }
+                Some((_, r)) if self.machine.create_sent => {
+                    // Uncertain creation (or a reply that does not match):
+                    // no start, no adoption, no second create; the
+                    // reservation stays until an operator resolves it.
+                    let e = match r {
+                        Err(e) => e,
+                        Ok(_) => Error::protocol(Operation::Create, "create_reply_mismatch"),
+                    };
+                    return fail(self, e, Cleanup::Failed);
+                }
+                _ if self.machine.create_sent => return Step::Wait,
+                _ if self.machine.reserved_here => {
+                    let spec = MachineSpec::default();
+                    return self.machine_op(
+                        MKind::Create,
+                        WorkerOp::Create {
+                            worker_id: a.worker_id,
+                            profile: Box::new(profile.clone()),
+                            name,
+                            spec: Box::new(spec),
+                        },
+                    );
+                }
+                _ => {
+                    // Found after a crash with the intent and no evidence:
+                    // the create may have been sent; never send it again.
+                    let e = Error::new(
+                        Category::Unknown,
+                        Operation::Create,
+                        Evidence::DispatchUncertain,
+                    )
+                    .with_reason("creation_uncertain");
+                    return fail(self, e, Cleanup::Failed);
+                }
+            }
+        }
+        if reply.is_none()
+            && !self.machine.start_sent
+            && self.past(Deadline::Preparation, now, now_ms)
+        {
+            // The machine exists (evidence recorded): fail, then delete it.
+            let e = Error::new(
+                Category::Expired,
+                Operation::Submit,
+                Evidence::NotDispatched,
+            )
+            .with_reason("preparation_deadline");
+            return fail(self, e, Cleanup::InProgress);
+        }
+        match reply {
+            Some((MKind::Start, Ok(WorkerReply::Machine(obs))))
+                if obs.state == MachineState::Running
+                    && self
+                        .rec
+                        .creation
+                        .as_ref()
+                        .is_some_and(|c| c.incarnation == incarnation_token(&obs)) =>
+            {
+                self.machine.started = true;
+            }
+            Some((MKind::Start, r)) => {
+                let e = match r {
+                    Err(e) => e,
+                    Ok(_) => Error::protocol(Operation::Start, "start_reply_mismatch"),
+                };
+                // The machine exists (evidence recorded): fail, then delete.
+                return fail(self, e, Cleanup::InProgress);
+            }
+            _ => {}
+        }
+        if !self.machine.started {
+            if self.machine.start_sent {
+                return Step::Wait;
+            }
+            return self.machine_op(
+                MKind::Start,
+                WorkerOp::Start {
+                    worker_id: a.worker_id,
+                    profile: Box::new(profile.clone()),
+                    name,
+                },
+            );
+        }
+        match self.prepare() {
+            Ok(()) => {
+                let patch = ExecPatch {
+                    state: Some(ExecState::Ready),
+                    ..ExecPatch::default()
+                };
+                self.guarded(cfg, now, now_ms, Kind::Write, patch)
+            }
+            Err(e) => fail(self, e, Cleanup::InProgress),
+        }
+    }
+
+    /// The cleanup decision of C17.2, chosen before mutating: a finished
+    /// (or never dispatched) record → verify the incarnation, delete,
+    /// observe the 404, record absence, then release the reservation in
+    /// its own step. An `unknown` record within retention → graceful stop,
+    /// disks kept, due again when retention ends; after it → delete.
+    fn cleanup_machine(
+        &mut self,
+        cfg: &ControllerConfig,
+        profile: &crate::worker::Profile,
+        reply: Option<(MKind, WorkerResult)>,
+        now: Instant,
+        now_ms: u64,
+    ) -> Step {
+        if self.worker_op.is_some() {
+            // The exec is still observed (a late exit wins).
+            return self.renew_or_wait(cfg, now, now_ms);
+        }
+        let Some(a) = self.rec.assignment.clone() else {
+            return self.tidy_unassigned(cfg, now, now_ms);
+        };
+        if self.rec.cleanup == Cleanup::Complete {
+            if self.rec.reservation.is_some() {
+                if !self.claim_ok(cfg, now, now_ms) {
+                    return self.claim_op(cfg, now_ms);
+                }
+                self.next_kind = Kind::Write;
+                return Step::Store(StoreOp::Release {
+                    key: self.rec.key.clone(),
+                    guard: Guard::for_exec(&self.rec, &cfg.owner),
+                    now_ms: now_ms.max(self.rec.updated_at_ms),
+                });
+            }
+            if self.rec.next_due_at_ms.is_some() {
+                let patch = ExecPatch {
+                    next_due_at_ms: Some(None),
+                    ..ExecPatch::default()
+                };
+                return self.guarded(cfg, now, now_ms, Kind::Write, patch);
+            }
+            return self.finish();
+        }
+        let Some(creation) = self.rec.creation.clone() else {
+            // No creation evidence: a 404 proves nothing (C0.4 rule 3); the
+            // reservation stays for an operator.
+            if self.rec.cleanup != Cleanup::Failed || self.rec.next_due_at_ms.is_some() {
+                let patch = ExecPatch {
+                    cleanup: Some(Cleanup::Failed),
+                    next_due_at_ms: Some(None),
+                    ..ExecPatch::default()
+                };
+                return self.guarded(cfg, now, now_ms, Kind::Write, patch);
+            }
+            return self.finish();
+        };
+        let Ok(name) = MachineName::new(&a.machine_name) else {
+            return self.finish();
+        };
+        let retention_until = self
+            .rec
+            .deadlines
+            .execution_ms
+            .unwrap_or(self.rec.accepted_at_ms)
+            .saturating_add(self.rec.spec.retention_ms);
+        if self.rec.state == ExecState::Unknown && now_ms < retention_until {
+            // Keep the disks for inspection: stop, then come back later.
+            if !self.machine.stop_sent {
+                return self.machine_op(
+                    MKind::Stop,
+                    WorkerOp::Stop {
+                        worker_id: a.worker_id,
+                        profile: Box::new(profile.clone()),
+                        name,
+                    },
+                );
+            }
+            if self.rec.next_due_at_ms != Some(retention_until) {
+                let patch = ExecPatch {
+                    next_due_at_ms: Some(Some(retention_until)),
+                    ..ExecPatch::default()
+                };
+                return self.guarded(cfg, now, now_ms, Kind::Write, patch);
+            }
+            return self.finish();
+        }
+        let attempts = self.rec.cleanup_attempts;
+        match reply {
+            Some((MKind::Verify, Ok(WorkerReply::Machine(obs))))
+                if incarnation_token(&obs) == creation.incarnation =>
+            {
+                self.machine.verified = true;
+            }
+            Some((MKind::Verify, Err(e))) if e.category() == Category::NotFound => {
+                // Already gone, with creation evidence: that is absence.
+                self.machine.deleted = true;
+                self.machine.verified = true;
+                return self.record_absence(cfg, now, now_ms);
+            }
+            Some((MKind::Verify, Ok(_))) => {
+                // Another incarnation under the name: never delete it.
+                let patch = ExecPatch {
+                    cleanup: Some(Cleanup::Failed),
+                    next_due_at_ms: Some(None),
+                    ..ExecPatch::default()
+                };
+                return self.guarded(cfg, now, now_ms, Kind::Write, patch);
+            }
+            Some((MKind::Delete, Ok(WorkerReply::Deleted))) => self.machine.deleted = true,
+            Some((MKind::Absent, Err(e))) if e.category() == Category::NotFound => {
+                return self.record_absence(cfg, now, now_ms);
+            }
+            Some((kind, _)) => {
+                // A failed mutation or check: count it; retry later, bounded.
+                let next = attempts.saturating_add(1);
+                let exhausted = next >= cfg.cleanup_attempts;
+                if kind == MKind::Delete || kind == MKind::Verify {
+                    self.machine.delete_sent = false;
+                    self.machine.verified = false;
+                }
+                self.machine.absent_sent = false;
+                let patch = ExecPatch {
+                    cleanup_attempts: Some(next),
+                    cleanup: Some(if exhausted {
+                        Cleanup::Failed
+                    } else {
+                        Cleanup::InProgress
+                    }),
+                    next_due_at_ms: Some((!exhausted).then(|| now_ms + cfg.poll_interval_ms)),
+                    ..ExecPatch::default()
+                };
+                return self.guarded(cfg, now, now_ms, Kind::Write, patch);
+            }
+            None => {}
+        }
+        if self.rec.cleanup == Cleanup::Failed {
+            return self.finish();
+        }
+        if !self.machine.verified {
+            return self.machine_op(
+                MKind::Verify,
+                WorkerOp::Inspect {
+                    worker_id: a.worker_id,
+                    profile: Box::new(profile.clone()),
+                    name,
+                },
+            );
+        }
+        if !self.machine.deleted {
+            if self.machine.delete_sent {
+                return Step::Wait;
+            }
+            return self.machine_op(
+                MKind::Delete,
+                WorkerOp::Delete {
+                    worker_id: a.worker_id,
+                    name,
+                },
+            );
+        }
+        if !self.machine.absent_sent {
+            return self.machine_op(
+                MKind::Absent,
+                WorkerOp::Inspect {
+                    worker_id: a.worker_id,
+                    profile: Box::new(profile.clone()),
+                    name,
+                },
+            );
+        }
+        Step::Wait
+    }
+
+    /// The observed 404 after a verified delete: absence recorded, cleanup
+    /// complete (the release follows as its own step).
+    fn record_absence(&mut self, cfg: &ControllerConfig, now: Instant, now_ms: u64) -> Step {
+        let patch = ExecPatch {
+            absence_at_ms: Some(now_ms.max(self.rec.updated_at_ms)),
+            cleanup: Some(Cleanup::Complete),
+            next_due_at_ms: Some(Some(now_ms)),
+            ..ExecPatch::default()
+        };
+        self.guarded(cfg, now, now_ms, Kind::Write, patch)
+    }
+
+    fn tidy_unassigned(&mut self, cfg: &ControllerConfig, now: Instant, now_ms: u64) -> Step {
+        if self.rec.state.is_terminal()
+            && (self.rec.cleanup != Cleanup::Complete || self.rec.next_due_at_ms.is_some())
+        {
+            let patch = ExecPatch {
+                cleanup: Some(Cleanup::Complete),
+                next_due_at_ms: Some(None),
+                ..ExecPatch::default()
+            };
+            return self.guarded(cfg, now, now_ms, Kind::Write, patch);
+        }
+        self.finish()
     }
 }

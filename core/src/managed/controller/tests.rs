@@ -18,6 +18,7 @@ const WORKER: &str = "w1";
 #[derive(Default)]
 struct TestStore {
     records: BTreeMap<RecordKey, ExecutionRecord>,
+    leases: BTreeMap<String, Lease>,
     /// The next this many ops fail with a `store` error.
     fail_next: u32,
     commits: u32,
@@ -78,10 +79,14 @@ impl TestStore {
                 now_ms,
             } => {
                 let rec = self.records.get(key).ok_or_else(absent)?;
+                let lease = rec
+                    .assignment
+                    .as_ref()
+                    .and_then(|a| self.leases.get(&a.worker_id));
                 claim::check_guard(
                     Fence::of_exec(rec),
                     guard,
-                    None,
+                    lease,
                     *now_ms,
                     Operation::StoreWrite,
                 )?;
@@ -132,10 +137,80 @@ impl TestStore {
                 });
                 Ok(StoreReply::Due { records: due, next })
             }
-            _ => Err(Error::validation(
-                Operation::StoreWrite,
-                "unsupported_in_test",
-            )),
+            StoreOp::ClaimWorker {
+                worker_id,
+                owner,
+                now_ms,
+                ttl_ms,
+            } => {
+                let next = claim::take(self.leases.get(worker_id), owner, *now_ms, *ttl_ms)?;
+                self.commits += 1;
+                self.leases.insert(worker_id.clone(), next.clone());
+                Ok(StoreReply::Lease(next))
+            }
+            StoreOp::Reserve {
+                key,
+                guard,
+                reservation,
+                now_ms,
+            } => {
+                let lease = self
+                    .leases
+                    .get(&reservation.worker_id)
+                    .filter(|l| l.owner == guard.owner && l.until_ms > *now_ms)
+                    .cloned()
+                    .ok_or_else(|| claim::stale_claim(Operation::StoreReserve, "worker_lease"))?;
+                let rec = self.records.get(key).ok_or_else(absent)?;
+                claim::check_guard(
+                    Fence::of_exec(rec),
+                    guard,
+                    None,
+                    *now_ms,
+                    Operation::StoreReserve,
+                )?;
+                let mut next = rec.clone();
+                next.assignment = Some(crate::managed::record::Assignment {
+                    worker_id: reservation.worker_id.clone(),
+                    worker_generation: lease.generation,
+                    machine_name: reservation.machine_name.clone(),
+                });
+                next.reservation = Some(reservation.capacity);
+                next.version += 1;
+                next.updated_at_ms = *now_ms;
+                next.validate()?;
+                self.commits += 1;
+                self.records.insert(key.clone(), next.clone());
+                Ok(StoreReply::Record(next))
+            }
+            StoreOp::Release { key, guard, now_ms } => {
+                let rec = self.records.get(key).ok_or_else(absent)?;
+                let lease = rec
+                    .assignment
+                    .as_ref()
+                    .and_then(|a| self.leases.get(&a.worker_id));
+                claim::check_guard(
+                    Fence::of_exec(rec),
+                    guard,
+                    lease,
+                    *now_ms,
+                    Operation::StoreRelease,
+                )?;
+                if rec.cleanup != Cleanup::Complete
+                    || (rec.assignment.is_some() && rec.absence_at_ms.is_none())
+                {
+                    return Err(Error::validation(
+                        Operation::StoreRelease,
+                        "release_before_absence",
+                    ));
+                }
+                let mut next = rec.clone();
+                next.reservation = None;
+                next.version += 1;
+                next.updated_at_ms = *now_ms;
+                self.commits += 1;
+                self.records.insert(key.clone(), next.clone());
+                Ok(StoreReply::Record(next))
+            }
         }
     }
 }
@@ -942,5 +1017,394 @@ fn debug_of_specs_and_records_hides_secrets() {
             !text.contains("U0VOVElORUw"),
             "no base64 of it either: {text}"
         );
+    }
+}
+
+#[test]
+fn a_wait_settles_on_the_notice_while_driven_and_on_unknown_at_once() {
+    let mut s = Sim::new(config());
+    let key = s.submit("w1", &cmd());
+    s.settle();
+    let dispatching = s.record(&key).clone();
+    assert_eq!(Outcome::settle(dispatching.clone(), None, true), None);
+    assert_eq!(Outcome::settle(dispatching, None, false), None);
+    s.answer_exec(exited(2, "o"));
+    let done = s.record(&key).clone();
+    // Terminal but still driven: wait for the notice (it has the output).
+    assert_eq!(Outcome::settle(done.clone(), None, true), None);
+    let f = s.finished(&key).unwrap().clone();
+    let o = Outcome::settle(done.clone(), Some(&f), false).unwrap();
+    assert_eq!(o.output.as_ref().unwrap().stdout, b"o");
+    assert_eq!(o.exit_code(), Some(2));
+    // A notice of a record held elsewhere is not an outcome.
+    let mut held = f;
+    held.held_elsewhere = true;
+    let o = Outcome::settle(done, Some(&held), false).unwrap();
+    assert!(o.output.is_none());
+    // `unknown` ends the wait even while an exec is still observed.
+    let mut s = Sim::new(config());
+    let key = s.submit("w2", &cmd());
+    s.settle();
+    s.ctl.cancel(s.now, s.now_ms, key.clone());
+    s.settle();
+    let unknown = s.record(&key).clone();
+    assert_eq!(unknown.state, ExecState::Unknown);
+    assert!(Outcome::settle(unknown, None, true).is_some());
+}
+
+// ---- disposable machines the controller owns (C12.4, C17.2) ----
+
+use crate::worker::machines::Incarnation;
+use crate::worker::{MachineState, NetworkPolicy, Observation, Profile};
+
+fn disposable_config() -> ControllerConfig {
+    let mut c = config();
+    let profile = Profile::admit("1.22.0", &[]).unwrap();
+    c.workers = vec![WorkerEntry::new(WORKER).with_profile(profile)];
+    c
+}
+
+fn observation(name: &str, state: MachineState, created_at: u64) -> Box<Observation> {
+    Box::new(Observation {
+        incarnation: Incarnation {
+            name: name.to_owned(),
+            created_at,
+            cpus: 1,
+            memory_mb: 256,
+            storage_gb: 1,
+            overlay_gb: 1,
+            network: NetworkPolicy::Offline,
+            network_backend: None,
+            allowlists_present: false,
+            ports: Vec::new(),
+            mounts: Vec::new(),
+            image: None,
+        },
+        state,
+        pid: None,
+        branchable: None,
+        measurements: crate::worker::Measurements::default(),
+    })
+}
+
+fn not_found() -> Error {
+    Error::new(Category::NotFound, Operation::Get, Evidence::Unknown)
+}
+
+impl Sim {
+    fn submit_disposable(&mut self, id: &str, command: &Command) -> RecordKey {
+        let key = RecordKey::new("s", id).unwrap();
+        let mut spec = spec_for(command, &RunTarget::unverified(), WORKER, "x").unwrap();
+        spec.worker_machine = None;
+        self.ctl
+            .submit(
+                self.now,
+                self.now_ms,
+                Submit {
+                    key: key.clone(),
+                    spec,
+                },
+            )
+            .unwrap();
+        key
+    }
+
+    /// Takes the next worker op (asserting its kind by name) and answers it.
+    fn answer(&mut self, kind: &str, result: WorkerResult) -> WorkerOp {
+        assert!(!self.worker.is_empty(), "expected a {kind} op");
+        let (id, op) = self.worker.remove(0);
+        let got = match &op {
+            WorkerOp::Exec { .. } => "exec",
+            WorkerOp::Create { .. } => "create",
+            WorkerOp::Start { .. } => "start",
+            WorkerOp::Stop { .. } => "stop",
+            WorkerOp::Delete { .. } => "delete",
+            WorkerOp::Inspect { .. } => "inspect",
+        };
+        assert_eq!(got, kind, "{op:?}");
+        self.ctl.handle_worker(self.now, self.now_ms, id, result);
+        self.settle();
+        op
+    }
+}
+
+#[test]
+fn a_disposable_run_reserves_creates_runs_deletes_observes_absence_then_releases() {
+    let mut s = Sim::new(disposable_config());
+    let key = s.submit_disposable("p1", &cmd());
+    s.settle();
+    // Reserved (lease, capacity, name) and the create intent is durable
+    // before the create goes out.
+    let rec = s.record(&key).clone();
+    let a = rec
+        .assignment
+        .clone()
+        .unwrap_or_else(|| panic!("{:#?} {:#?}", s.store_log, s.events));
+    assert_eq!(a.worker_id, WORKER);
+    assert!(rec.reservation.is_some());
+    assert_eq!(rec.state, ExecState::Preparing);
+    assert!(rec.creation.is_none());
+    let name = a.machine_name.clone();
+    let op = s.answer(
+        "create",
+        Ok(WorkerReply::Machine(observation(
+            &name,
+            MachineState::Created,
+            1_700_000_000,
+        ))),
+    );
+    let WorkerOp::Create { name: n, .. } = op else {
+        unreachable!()
+    };
+    assert_eq!(n.as_str(), name);
+    assert!(s.record(&key).creation.is_some(), "creation evidence first");
+    s.answer(
+        "start",
+        Ok(WorkerReply::Machine(observation(
+            &name,
+            MachineState::Running,
+            1_700_000_000,
+        ))),
+    );
+    assert_eq!(s.record(&key).state, ExecState::Dispatching);
+    let op = s.answer("exec", exited(0, "hi"));
+    let WorkerOp::Exec { machine, .. } = op else {
+        unreachable!()
+    };
+    assert_eq!(machine, name);
+    let rec = s.record(&key).clone();
+    assert_eq!(rec.state, ExecState::Completed);
+    assert_eq!(
+        rec.cleanup,
+        Cleanup::InProgress,
+        "not complete before cleanup"
+    );
+    // Verify the incarnation, delete, observe the 404.
+    s.answer(
+        "inspect",
+        Ok(WorkerReply::Machine(observation(
+            &name,
+            MachineState::Running,
+            1_700_000_000,
+        ))),
+    );
+    assert!(s.record(&key).reservation.is_some());
+    s.answer("delete", Ok(WorkerReply::Deleted));
+    assert!(
+        s.record(&key).absence_at_ms.is_none(),
+        "no absence before the 404"
+    );
+    assert!(s.record(&key).reservation.is_some());
+    s.answer("inspect", Err(not_found()));
+    let rec = s.record(&key).clone();
+    assert!(rec.absence_at_ms.is_some());
+    assert_eq!(rec.cleanup, Cleanup::Complete);
+    assert_eq!(rec.reservation, None, "released in its own step");
+    assert_eq!(rec.next_due_at_ms, None);
+    assert!(s.worker.is_empty());
+    let f = s.finished(&key).unwrap();
+    assert_eq!(f.exit_code(), Some(0));
+    // The release is a store op of its own, after the absence write.
+    let absence = s
+        .store_log
+        .iter()
+        .position(|op| matches!(op, StoreOp::Write { patch, .. } if patch.absence_at_ms.is_some()))
+        .unwrap();
+    let release = s
+        .store_log
+        .iter()
+        .position(|op| matches!(op, StoreOp::Release { .. }))
+        .unwrap();
+    assert!(absence < release);
+}
+
+#[test]
+fn an_uncertain_create_is_never_resent_and_keeps_the_reservation() {
+    let mut s = Sim::new(disposable_config());
+    let key = s.submit_disposable("p2", &cmd());
+    s.settle();
+    s.answer(
+        "create",
+        Err(Error::new(
+            Category::Transport,
+            Operation::Create,
+            Evidence::DispatchUncertain,
+        )),
+    );
+    let rec = s.record(&key).clone();
+    assert_eq!(rec.state, ExecState::Failed);
+    assert_eq!(rec.evidence, RecordEvidence::NotDispatched);
+    assert_eq!(rec.cleanup, Cleanup::Failed);
+    assert!(
+        rec.reservation.is_some(),
+        "kept until an operator resolves it"
+    );
+    s.advance(2_000);
+    assert!(s.worker.is_empty(), "no second create, no start, no delete");
+}
+
+#[test]
+fn a_create_reply_that_does_not_match_is_not_started_or_adopted() {
+    let mut s = Sim::new(disposable_config());
+    let key = s.submit_disposable("p3", &cmd());
+    s.settle();
+    s.answer(
+        "create",
+        Err(Error::new(
+            Category::Protocol,
+            Operation::Create,
+            Evidence::DispatchUncertain,
+        )
+        .with_reason("create_reply_mismatch")),
+    );
+    assert_eq!(s.record(&key).state, ExecState::Failed);
+    assert!(s.record(&key).creation.is_none());
+    s.advance(1_000);
+    assert!(s.worker.is_empty());
+}
+
+#[test]
+fn a_create_refused_before_sending_records_absence_and_releases() {
+    let mut s = Sim::new(disposable_config());
+    let key = s.submit_disposable("p4", &cmd());
+    s.settle();
+    s.answer(
+        "create",
+        Err(Error::new(
+            Category::Transport,
+            Operation::Create,
+            Evidence::NotDispatched,
+        )),
+    );
+    let rec = s.record(&key).clone();
+    assert_eq!(rec.state, ExecState::Failed);
+    assert_eq!(rec.cleanup, Cleanup::Complete);
+    assert_eq!(rec.reservation, None);
+    assert!(s.worker.is_empty());
+}
+
+#[test]
+fn a_crash_after_the_create_intent_never_replays_the_create() {
+    let mut s = Sim::new(disposable_config());
+    let key = s.submit_disposable("p5", &cmd());
+    s.settle();
+    assert_eq!(s.worker.len(), 1, "create out");
+    // The controller dies; a new one (same store, after the claim and the
+    // worker lease expire) finds the intent without creation evidence.
+    let store = std::mem::take(&mut s.store);
+    let mut t = Sim::new({
+        let mut c = disposable_config();
+        c.owner = "ctl-test-2".into();
+        c
+    });
+    t.store = store;
+    t.now_ms = s.now_ms;
+    t.advance(2_000);
+    assert!(t.worker.is_empty(), "no create replayed");
+    // The worker lease changed hands (generation 2), so the record of
+    // generation 1 is fenced (C15): it is left as stored, reservation kept,
+    // for the store's re-fencing op or an operator (docs/decisions.md).
+    let rec = t.record(&key).clone();
+    assert_eq!(rec.state, ExecState::Preparing);
+    assert!(rec.creation.is_none());
+    assert!(rec.reservation.is_some(), "never released because of a 404");
+    assert!(t.finished(&key).unwrap().held_elsewhere);
+}
+
+#[test]
+fn an_unknown_disposable_run_is_stopped_and_kept_within_retention() {
+    let mut s = Sim::new(disposable_config());
+    let key = s.submit_disposable("p6", &cmd());
+    s.settle();
+    let name = s.record(&key).assignment.clone().unwrap().machine_name;
+    let obs = |st| Ok(WorkerReply::Machine(observation(&name, st, 1_700_000_000)));
+    s.answer("create", obs(MachineState::Created));
+    s.answer("start", obs(MachineState::Running));
+    s.answer(
+        "exec",
+        Err(Error::new(
+            Category::Transport,
+            Operation::Exec,
+            Evidence::DispatchUncertain,
+        )),
+    );
+    assert_eq!(s.record(&key).state, ExecState::Unknown);
+    s.answer("stop", obs(MachineState::Stopped));
+    let rec = s.record(&key).clone();
+    assert!(rec.absence_at_ms.is_none(), "disks kept");
+    assert!(rec.reservation.is_some());
+    let retention_until = rec.deadlines.execution_ms.unwrap() + rec.spec.retention_ms;
+    assert_eq!(rec.next_due_at_ms, Some(retention_until));
+    assert!(s.worker.is_empty(), "no delete within retention");
+}
+
+#[test]
+fn a_create_past_the_preparation_deadline_fails_and_deletes_the_machine() {
+    let mut s = Sim::new(disposable_config());
+    let key = RecordKey::new("s", "p7").unwrap();
+    let mut target = RunTarget::unverified();
+    target.profile.budgets.preparation_ms = 1_000;
+    let mut spec = spec_for(&cmd(), &target, WORKER, "x").unwrap();
+    spec.worker_machine = None;
+    s.ctl
+        .submit(
+            s.now,
+            s.now_ms,
+            Submit {
+                key: key.clone(),
+                spec,
+            },
+        )
+        .unwrap();
+    s.settle();
+    let name = s.record(&key).assignment.clone().unwrap().machine_name;
+    // The create answers after the 1 s preparation budget (monotonic).
+    s.advance(1_500);
+    s.answer(
+        "create",
+        Ok(WorkerReply::Machine(observation(
+            &name,
+            MachineState::Created,
+            1_700_000_000,
+        ))),
+    );
+    let rec = s.record(&key).clone();
+    assert_eq!(rec.state, ExecState::Failed);
+    assert_eq!(
+        rec.last_error.as_ref().unwrap().reason,
+        "preparation_deadline"
+    );
+    assert!(rec.creation.is_some());
+    // No start: the verified machine is deleted instead.
+    let obs = Ok(WorkerReply::Machine(observation(
+        &name,
+        MachineState::Created,
+        1_700_000_000,
+    )));
+    s.answer("inspect", obs);
+    s.answer("delete", Ok(WorkerReply::Deleted));
+    s.answer("inspect", Err(not_found()));
+    assert_eq!(s.record(&key).reservation, None);
+}
+
+#[test]
+fn debug_of_the_controller_mid_run_hides_secrets() {
+    let sentinel = "SENTINEL-CTL-DEBUG-7a2c";
+    let mut s = Sim::new(config());
+    let c = Command::new(["echo", sentinel])
+        .env("K", sentinel)
+        .stdin(sentinel);
+    s.submit("dbg", &c);
+    s.settle();
+    let mid = format!("{:?} {:?}", s.ctl, s.worker);
+    assert!(mid.contains("argc"), "the execution is in it");
+    s.answer_exec(exited(0, sentinel));
+    for text in [
+        mid,
+        format!("{:?}", s.ctl),
+        format!("{:?}", s.events),
+        format!("{:?}", s.store_log),
+    ] {
+        assert!(!text.contains(sentinel), "{text}");
     }
 }

@@ -3,13 +3,15 @@
 //! operations (C4).
 
 mod incarnation;
+mod matching;
 mod name;
 mod observation;
 mod ops;
 mod spec;
 mod wire;
 
-pub use incarnation::{Incarnation, NetworkBackend, same_incarnation};
+pub use incarnation::{Incarnation, NetworkBackend};
+pub use matching::same_incarnation;
 pub use name::{
     MAX_NAME_LEN, MAX_NAMESPACE_LEN, MachineName, NAME_RANDOM_BYTES, Namespace, SUFFIX_LEN,
 };

@@ -2,7 +2,7 @@
 
 use serde::Deserialize;
 
-use super::incarnation::{match_create, match_name};
+use super::matching::{match_create, match_name};
 use super::name::MachineName;
 use super::observation::{MachineWire, Observation, decode_observation, validate};
 use super::spec::MachineSpec;

@@ -108,6 +108,7 @@ enum End {
 
 /// The timers a [`WsClient`] runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WsTimer {
     /// The 101 reply must be complete by then.
     Handshake,
@@ -126,6 +127,7 @@ pub struct CloseInfo {
 
 /// Something that happened on the connection. Payloads are lent from the
 /// client's buffers (no copy) until the next call on the client.
+#[non_exhaustive]
 pub enum WsEvent<'a> {
     /// The 101 reply was valid; frames may flow.
     Open,

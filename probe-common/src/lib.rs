@@ -1,13 +1,23 @@
-// The shell-independent half of the conformance probe (output lines,
-// error classes, options, URL and hex helpers), included textually by both
-// probes (`io-tokio/src/bin/probe.rs`, `io-blocking/examples/probe.rs`),
-// which define `SHELL` and bring the imports. Only the I/O differs.
+//! The shell-independent half of smolbox's conformance probes: output
+//! lines, error classes, options, URL and hex helpers. Both probes
+//! (`io-tokio/src/bin/probe.rs`, `io-blocking/examples/probe.rs`) use it;
+//! only their I/O differs.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use smolbox_core::http1::Method;
+use smolbox_core::{Category, Error};
 
 /// Prints one JSON object per line.
-struct Out;
+#[derive(Debug)]
+pub struct Out;
 
 impl Out {
-    fn emit(&mut self, v: &Value) {
+    /// Writes `v` as one line.
+    pub fn emit(&mut self, v: &Value) {
         let mut stdout = std::io::stdout().lock();
         let _ = writeln!(stdout, "{v}");
         let _ = stdout.flush();
@@ -15,14 +25,19 @@ impl Out {
 }
 
 /// A failure as the probe reports it.
-struct Fail {
-    class: &'static str,
-    detail: String,
-    status: Option<u16>,
+#[derive(Debug)]
+pub struct Fail {
+    /// The error class (see the probes' docs).
+    pub class: &'static str,
+    /// A human-readable detail.
+    pub detail: String,
+    /// The HTTP status, for `status` failures.
+    pub status: Option<u16>,
 }
 
 impl Fail {
-    fn new(class: &'static str, detail: impl Into<String>) -> Self {
+    /// A failure of `class`.
+    pub fn new(class: &'static str, detail: impl Into<String>) -> Self {
         Self {
             class,
             detail: detail.into(),
@@ -30,7 +45,8 @@ impl Fail {
         }
     }
 
-    fn to_json(&self) -> Value {
+    /// The failure as the probe's `error` line.
+    pub fn to_json(&self) -> Value {
         let mut v = json!({"kind": "error", "error": self.class, "detail": self.detail});
         if let Some(s) = self.status {
             v["status"] = json!(s);
@@ -40,7 +56,7 @@ impl Fail {
 }
 
 /// Maps a library error onto the probe's classes.
-fn classify(e: &Error, handshake: bool) -> Fail {
+pub fn classify(e: &Error, handshake: bool) -> Fail {
     let reason = e.reason();
     let class = match (e.category(), reason) {
         (_, "connect_failed" | "tls_handshake" | "no_randomness") => "connect",
@@ -68,37 +84,74 @@ fn classify(e: &Error, handshake: bool) -> Fail {
     }
 }
 
+/// The probe's command line.
 #[derive(Debug)]
-struct Opts {
-    mode: String,
-    url: Url,
-    method: Method,
-    json: Option<String>,
-    sends: Vec<(bool, Vec<u8>)>,
-    recv: Option<usize>,
-    flood: Option<u64>,
-    max_body: u64,
-    max_header: usize,
-    max_frame: usize,
-    max_message: usize,
-    max_line: usize,
-    max_event: usize,
-    idle: Duration,
-    deadline: Duration,
-    tls: Option<TlsFiles>,
+pub struct Opts {
+    /// `http`, `sse`, `ws` or `ws-echo`.
+    pub mode: String,
+    /// Where to go.
+    pub url: Url,
+    /// The HTTP method (`http` mode).
+    pub method: Method,
+    /// A JSON request body (`http` mode).
+    pub json: Option<String>,
+    /// Messages to send in order (`ws` mode): text or binary.
+    pub sends: Vec<(bool, Vec<u8>)>,
+    /// Close after this many messages (`ws` mode).
+    pub recv: Option<usize>,
+    /// Flood this many bytes (`ws` mode).
+    pub flood: Option<u64>,
+    /// `--max-body`.
+    pub max_body: u64,
+    /// `--max-header`.
+    pub max_header: usize,
+    /// `--max-frame`.
+    pub max_frame: usize,
+    /// `--max-message`.
+    pub max_message: usize,
+    /// `--max-line`.
+    pub max_line: usize,
+    /// `--max-event`.
+    pub max_event: usize,
+    /// `--idle-timeout-ms`.
+    pub idle: Duration,
+    /// `--deadline-ms`.
+    pub deadline: Duration,
+    /// `--ca` and the optional `--cert`/`--key`.
+    pub tls: Option<TlsPaths>,
 }
 
+/// The TLS files named on the command line.
 #[derive(Debug)]
-struct Url {
-    secure: bool,
-    host: String,
-    port: u16,
-    target: String,
-    host_header: String,
+pub struct TlsPaths {
+    /// The CA bundle.
+    pub ca_file: PathBuf,
+    /// Client certificate and key.
+    pub client_identity: Option<(PathBuf, PathBuf)>,
+}
+
+/// A parsed `http(s)://` or `ws(s)://` URL.
+#[derive(Debug)]
+pub struct Url {
+    /// `https` or `wss`.
+    pub secure: bool,
+    /// Host (no brackets).
+    pub host: String,
+    /// Port.
+    pub port: u16,
+    /// Path and query.
+    pub target: String,
+    /// The `Host` header value.
+    pub host_header: String,
 }
 
 impl Opts {
-    fn parse(args: &[String]) -> Result<Self, String> {
+    /// Parses the arguments of the probe of shell `shell` (`--shell` must
+    /// name it).
+    ///
+    /// # Errors
+    /// A usage message.
+    pub fn parse(args: &[String], shell: &str) -> Result<Self, String> {
         let mut it = args.iter();
         let mode = it.next().ok_or("missing MODE")?.clone();
         if !matches!(mode.as_str(), "http" | "sse" | "ws" | "ws-echo") {
@@ -164,8 +217,8 @@ impl Opts {
                 "--deadline-ms" => o.deadline = Duration::from_millis(num(value()?)?),
                 "--shell" => {
                     let v = value()?;
-                    if v != SHELL {
-                        return Err(format!("this probe is the {SHELL} shell, not {v}"));
+                    if v != shell {
+                        return Err(format!("this probe is the {shell} shell, not {v}"));
                     }
                 }
                 "--ca" => ca = Some(PathBuf::from(value()?)),
@@ -175,7 +228,7 @@ impl Opts {
             }
         }
         if let Some(ca_file) = ca {
-            o.tls = Some(TlsFiles {
+            o.tls = Some(TlsPaths {
                 ca_file,
                 client_identity: cert.zip(key),
             });
@@ -223,7 +276,8 @@ fn parse_url(s: &str) -> Result<Url, String> {
     })
 }
 
-fn hex_decode(s: &str) -> Option<Vec<u8>> {
+/// Decodes hex text.
+pub fn hex_decode(s: &str) -> Option<Vec<u8>> {
     if !s.len().is_multiple_of(2) {
         return None;
     }
@@ -233,6 +287,7 @@ fn hex_decode(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// Lower-case hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

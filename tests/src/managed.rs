@@ -1,0 +1,236 @@
+//! The managed runtime as the managed suite sees it: synchronous, the same
+//! names as `smolbox_tokio::Runtime` and `smolbox_blocking::Runtime` (the
+//! tokio one wrapped in `block_on`). [`managed_suite!`](crate::managed_suite)
+//! instantiates every case of [`crate::managed_cases`] for one shell.
+
+use std::sync::Arc;
+
+use smolbox_core::Error;
+use smolbox_core::managed::controller::{Outcome, Submission, Submit, Telemetry};
+use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
+use smolbox_core::worker::Endpoint;
+use smolbox_store::Store;
+
+/// Runtime options the cases vary.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Controller id (`None`: the runtime's unique default).
+    pub owner: Option<String>,
+    /// Claim TTL in milliseconds.
+    pub lease_ttl_ms: u64,
+    /// Due-scan interval in milliseconds.
+    pub poll_interval_ms: u64,
+    /// Most executions at once.
+    pub max_active: usize,
+    /// The worker also runs disposable machines (its profile is admitted).
+    pub disposable: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            owner: None,
+            lease_ttl_ms: 30_000,
+            poll_interval_ms: 100,
+            max_active: 4,
+            disposable: false,
+        }
+    }
+}
+
+/// Worker id the cases configure.
+pub const WORKER: &str = "dev";
+
+/// A runtime shell under test.
+pub trait ManagedShell: Sized {
+    /// Builds a runtime over `store` with one worker at `endpoint`.
+    ///
+    /// # Errors
+    /// The builder's errors.
+    fn start(
+        store: Arc<dyn Store>,
+        key: FingerprintKey,
+        endpoint: Endpoint,
+        options: &Options,
+    ) -> Result<Self, Error>;
+    /// `Runtime::submit`.
+    ///
+    /// # Errors
+    /// As the runtime's.
+    fn submit(&self, submit: Submit) -> Result<Submission, Error>;
+    /// `Runtime::fetch`.
+    ///
+    /// # Errors
+    /// As the runtime's.
+    fn fetch(&self, key: &RecordKey) -> Result<ExecutionRecord, Error>;
+    /// `Runtime::wait`.
+    ///
+    /// # Errors
+    /// As the runtime's.
+    fn wait(&self, key: &RecordKey, timeout_ms: u64) -> Result<Outcome, Error>;
+    /// `Runtime::cancel`.
+    ///
+    /// # Errors
+    /// As the runtime's.
+    fn cancel(&self, key: &RecordKey) -> Result<ExecutionRecord, Error>;
+    /// `Runtime::reconcile`.
+    fn reconcile(&self);
+    /// `Runtime::telemetry`.
+    fn telemetry(&self) -> Vec<Telemetry>;
+    /// `Runtime::shutdown`.
+    fn shutdown(&self);
+}
+
+/// `smolbox_blocking::Runtime` as a [`ManagedShell`].
+#[derive(Debug)]
+pub struct BlockingManaged(smolbox_blocking::Runtime);
+
+impl ManagedShell for BlockingManaged {
+    fn start(
+        store: Arc<dyn Store>,
+        key: FingerprintKey,
+        endpoint: Endpoint,
+        o: &Options,
+    ) -> Result<Self, Error> {
+        let client = smolbox_blocking::Client::new(endpoint)?;
+        let b = smolbox_blocking::Runtime::builder(store, key);
+        let b = if o.disposable {
+            let profile = client.admit(&[])?;
+            b.worker_with_profile(WORKER, client, profile)
+        } else {
+            b.worker(WORKER, client)
+        };
+        let mut b = b
+            .lease_ttl_ms(o.lease_ttl_ms)
+            .poll_interval_ms(o.poll_interval_ms)
+            .max_active(o.max_active);
+        if let Some(owner) = &o.owner {
+            b = b.owner(owner);
+        }
+        Ok(Self(b.build()?))
+    }
+    fn submit(&self, submit: Submit) -> Result<Submission, Error> {
+        self.0.submit(submit)
+    }
+    fn fetch(&self, key: &RecordKey) -> Result<ExecutionRecord, Error> {
+        self.0.fetch(key)
+    }
+    fn wait(&self, key: &RecordKey, timeout_ms: u64) -> Result<Outcome, Error> {
+        self.0.wait(key, timeout_ms)
+    }
+    fn cancel(&self, key: &RecordKey) -> Result<ExecutionRecord, Error> {
+        self.0.cancel(key)
+    }
+    fn reconcile(&self) {
+        self.0.reconcile();
+    }
+    fn telemetry(&self) -> Vec<Telemetry> {
+        self.0.telemetry()
+    }
+    fn shutdown(&self) {
+        self.0.shutdown();
+    }
+}
+
+/// `smolbox_tokio::Runtime` behind a synchronous face.
+#[derive(Debug)]
+pub struct TokioManaged {
+    rt: tokio::runtime::Runtime,
+    runtime: smolbox_tokio::Runtime,
+}
+
+impl ManagedShell for TokioManaged {
+    fn start(
+        store: Arc<dyn Store>,
+        key: FingerprintKey,
+        endpoint: Endpoint,
+        o: &Options,
+    ) -> Result<Self, Error> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|_| Error::validation(smolbox_core::Operation::Config, "tokio"))?;
+        let client = smolbox_tokio::Client::new(endpoint)?;
+        let b = smolbox_tokio::Runtime::builder(store, key);
+        let b = if o.disposable {
+            let profile = rt.block_on(client.admit(&[]))?;
+            b.worker_with_profile(WORKER, client, profile)
+        } else {
+            b.worker(WORKER, client)
+        };
+        let mut b = b
+            .lease_ttl_ms(o.lease_ttl_ms)
+            .poll_interval_ms(o.poll_interval_ms)
+            .max_active(o.max_active);
+        if let Some(owner) = &o.owner {
+            b = b.owner(owner);
+        }
+        let runtime = {
+            let _guard = rt.enter();
+            b.build()?
+        };
+        Ok(Self { rt, runtime })
+    }
+    fn submit(&self, submit: Submit) -> Result<Submission, Error> {
+        self.rt.block_on(self.runtime.submit(submit))
+    }
+    fn fetch(&self, key: &RecordKey) -> Result<ExecutionRecord, Error> {
+        self.rt.block_on(self.runtime.fetch(key))
+    }
+    fn wait(&self, key: &RecordKey, timeout_ms: u64) -> Result<Outcome, Error> {
+        self.rt.block_on(self.runtime.wait(key, timeout_ms))
+    }
+    fn cancel(&self, key: &RecordKey) -> Result<ExecutionRecord, Error> {
+        self.rt.block_on(self.runtime.cancel(key))
+    }
+    fn reconcile(&self) {
+        self.runtime.reconcile();
+    }
+    fn telemetry(&self) -> Vec<Telemetry> {
+        self.runtime.telemetry()
+    }
+    fn shutdown(&self) {
+        self.rt.block_on(self.runtime.shutdown());
+    }
+}
+
+/// Instantiates every managed case for `$shell` (a [`ManagedShell`]), one
+/// `#[test]` per case and store, against the devworker: `mod sqlite` and
+/// `mod postgres` (the latter needs `SMOLBOX_PG_URL`).
+#[macro_export]
+macro_rules! managed_suite {
+    ($shell:ty) => {
+        mod sqlite {
+            $crate::managed_suite!(@store $shell, $crate::managed_cases::StoreKind::Sqlite);
+        }
+        mod postgres {
+            $crate::managed_suite!(@store $shell, $crate::managed_cases::StoreKind::Postgres);
+        }
+    };
+    (@store $shell:ty, $kind:expr) => {
+        $crate::managed_suite!(@cases $shell, $kind,
+            submit_returns_at_acceptance_and_wait_returns_the_outcome,
+            a_run_past_three_claim_ttls_keeps_its_exit,
+            cancel_before_dispatch_sends_nothing,
+            cancel_after_dispatch_ends_the_wait_and_a_late_exit_wins,
+            duplicates_resolve_to_one_exec_and_a_changed_spec_conflicts,
+            an_uncertain_dispatch_is_unknown_and_never_resent,
+            the_queue_deadline_expires_a_waiting_record,
+            recovery_marks_a_crashed_dispatch_unknown_and_sends_nothing,
+            recovery_dispatches_a_ready_record_once_from_its_stored_spec,
+            a_live_claim_of_another_controller_is_respected,
+            sentinels_never_reach_the_database_files,
+            a_disposable_machine_is_created_used_deleted_and_released,
+            two_runtimes_on_one_store_dispatch_each_command_once,
+        );
+    };
+    (@cases $shell:ty, $kind:expr, $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::managed_cases::$case::<$shell>($kind);
+            }
+        )*
+    };
+}

@@ -1,0 +1,1240 @@
+//! The driver of one seed over the real `managed::controller::Controller`
+//! (DESIGN.md §5a): each simulated controller process is one `Controller`
+//! under its own owner; the driver performs its store ops against the
+//! [`FaultStore`] and its worker ops against the [`SimWorker`], wakes it at
+//! `poll_timeout`, crashes or pauses it at the crash points, and starts a
+//! replacement (new owner, later clock) that recovers by its own due scan.
+//! Callers only submit, re-submit when no acceptance came, and cancel; no
+//! caller names keys to recover.
+//!
+//! All of the strict rules apply (the `Controller` promises them): a cancel
+//! committed before the intent stops the dispatch; an exit seen by a
+//! controller that stays up is stored; commands run up to three claim TTLs.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use smolbox_core::exec::{ExecOutcome, ExecOutput, OutputEncoding};
+use smolbox_core::managed::controller::{
+    Controller, ControllerConfig, DueAfter, Event, OpId, RunTarget, StoreOp, StoreReply,
+    StoreResult, Submit, WorkerEntry, WorkerOp, WorkerReply, WorkerResult, spec_for,
+};
+use smolbox_core::managed::record::{Claim, ExecResult, ExecutionRecord};
+use smolbox_core::managed::{ExecState, ExecutionSpec, RecordKey, testkit};
+use smolbox_core::worker::{
+    Incarnation, MachineSpec, MachineState as WState, Measurements, Observation, Profile, Version,
+};
+use smolbox_core::{Category, Error, Evidence, Operation};
+use smolbox_store::{Accepted, DueCursor, Reserve, Store};
+
+use super::clock::VirtualClock;
+use super::model::{Model, Violation};
+use super::rng::Rng;
+use super::store::{FaultStore, StoreFaults};
+use super::worker::{self, Mutation, Reply, Request, SimWorker, WorkerFaults};
+use super::{Bug, Options, SeedReport};
+
+const WORKER_ID: &str = "w1";
+const MACHINE: &str = "m0";
+const TTL_MS: u64 = 30_000;
+const POLL_MS: u64 = 2_000;
+const CHAOS_MS: u64 = 120_000;
+/// Quiescent time after the chaos window: every wait must end within it.
+const QUIET_MS: u64 = 200_000;
+const MAX_STEPS: u64 = 60_000;
+const CRASH: u32 = 20;
+/// Per-mille chance at a worker crash point (there are few of them).
+const CRASH_WORKER: u32 = 150;
+
+const STORE_FAULTS: StoreFaults = StoreFaults {
+    fail_before: 25,
+    lose_reply: 25,
+    timeout: 15,
+    outage: 5,
+    stale_read: 100,
+};
+
+const WORKER_FAULTS: WorkerFaults = WorkerFaults {
+    refuse: 30,
+    lose_reply: 40,
+    timeout_408: 40,
+    late_create: 100,
+    late_stop: 100,
+};
+
+#[derive(Debug)]
+struct Job {
+    key: RecordKey,
+    spec: ExecutionSpec,
+    accepted: bool,
+    /// Hosts that were handed this command's exit.
+    exit_seen: Vec<usize>,
+}
+
+#[derive(Debug)]
+struct Host {
+    ctl: Option<Controller>,
+    paused_until: u64,
+    timer: Option<u64>,
+    /// Ops outstanding: op id → key (for the planted bugs' bookkeeping).
+    store_ops: BTreeMap<OpId, Option<RecordKey>>,
+    /// `DispatchBeforeIntent`: key → (request, early reply).
+    early: BTreeMap<RecordKey, (u64, Option<Result<Reply, Error>>)>,
+    /// `DispatchBeforeIntent`: the controller's exec op waiting for the early reply.
+    early_wait: BTreeMap<RecordKey, OpId>,
+    /// Last record this host was told, per key (for the planted bugs).
+    last: BTreeMap<RecordKey, ExecutionRecord>,
+    /// Spin detection: the last timer instant fired, how often in a row.
+    last_fire: u64,
+    spins: u64,
+    /// Found spinning: from then on its timer is at least 10 ms ahead.
+    spinning: bool,
+    /// It was paused at some point (another controller may have taken over).
+    was_paused: bool,
+}
+
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // a few thousand events per run
+enum Ev {
+    Submit(usize),
+    /// The caller's retry when no acceptance came.
+    Resubmit(usize),
+    Cancel(usize),
+    Timer(usize, u64),
+    StoreApply(usize, OpId, Box<StoreOp>),
+    StoreReply(usize, OpId, StoreResult),
+    WorkerReply(usize, OpId, u64, Result<Reply, Error>),
+    Restart,
+    WallBack(u64),
+    WorkerRestart,
+    Quiesce,
+}
+
+/// Where a worker request's reply goes.
+#[derive(Clone, Copy, Debug)]
+enum ReqTo {
+    Op(usize, OpId),
+    Early(usize),
+}
+
+struct Sim {
+    opts: Options,
+    rng: Rng,
+    clock: VirtualClock,
+    store: FaultStore,
+    worker: SimWorker,
+    model: Model,
+    jobs: Vec<Job>,
+    hosts: Vec<Host>,
+    events: BTreeMap<(u64, u64), Ev>,
+    seq: u64,
+    next_req: u64,
+    reqs: BTreeMap<u64, (ReqTo, Option<RecordKey>)>,
+    crashes: BTreeMap<&'static str, u64>,
+    chaos: bool,
+    wall_steps: u64,
+    step: u64,
+    trace: VecDeque<String>,
+    trace_len: usize,
+    frozen: Option<Vec<String>>,
+    /// While a store answer is handed over: whether the store really
+    /// answered "absent" (what the controller was told may differ).
+    truly_absent: Option<bool>,
+    /// Planted claim skips left in this step (a controller that asks again
+    /// at once is let through, so a planted bug cannot hang a step).
+    skips_left: u32,
+    /// Commands sent and not yet answered: key → (host, request).
+    running: BTreeMap<RecordKey, (usize, u64)>,
+    /// The spec each machine was created with (its replies echo it).
+    machine_specs: BTreeMap<String, MachineSpec>,
+}
+
+/// Runs one seed against the `Controller` and checks it.
+pub fn run_seed(seed: u64, opts: Options) -> SeedReport {
+    let mut sim = Sim::new(seed, opts);
+    sim.run();
+    let faults = sim.store.faults_injected()
+        + sim.worker.faults_injected
+        + sim.worker.restarts
+        + sim.wall_steps;
+    let trace = match sim.frozen.take() {
+        Some(t) if std::env::var_os(super::TRACE_END_VAR).is_none() => t,
+        _ => sim.trace.iter().cloned().collect(),
+    };
+    SeedReport {
+        seed,
+        steps: sim.step,
+        crashes: sim.crashes.clone(),
+        faults,
+        mutations: sim.worker.mutation_counts(),
+        violations: sim.model.violations,
+        trace,
+    }
+}
+
+fn brief(r: &StoreResult) -> String {
+    match r {
+        Ok(StoreReply::Record(rec) | StoreReply::Accepted { record: rec, .. }) => {
+            format!("v{} {} {:?}", rec.version, rec.state.as_str(), rec.evidence)
+        }
+        Ok(StoreReply::Lease(_)) => "lease".to_owned(),
+        Ok(StoreReply::Due { records, .. }) => format!("{} due", records.len()),
+        Err(e) => format!("{}:{}", e.category().as_str(), e.reason()),
+    }
+}
+
+fn op_label(op: &StoreOp) -> String {
+    match op {
+        StoreOp::Accept { record, .. } => format!("accept {}", record.key.id),
+        StoreOp::Fetch { key } => format!("fetch {}", key.id),
+        StoreOp::Claim { key, .. } => format!("claim {}", key.id),
+        StoreOp::ClaimWorker { .. } => "claim worker".to_owned(),
+        StoreOp::Write { key, patch, .. } => format!(
+            "write {} {}",
+            key.id,
+            patch.state.map_or("(no state)", ExecState::as_str)
+        ),
+        StoreOp::Reserve { key, .. } => format!("reserve {}", key.id),
+        StoreOp::Release { key, .. } => format!("release {}", key.id),
+        StoreOp::Cancel { key, .. } => format!("cancel {}", key.id),
+        StoreOp::Due { .. } => "due".to_owned(),
+    }
+}
+
+fn op_key(op: &StoreOp) -> Option<RecordKey> {
+    match op {
+        StoreOp::Accept { record, .. } => Some(record.key.clone()),
+        StoreOp::Fetch { key }
+        | StoreOp::Claim { key, .. }
+        | StoreOp::Write { key, .. }
+        | StoreOp::Reserve { key, .. }
+        | StoreOp::Release { key, .. }
+        | StoreOp::Cancel { key, .. } => Some(key.clone()),
+        StoreOp::ClaimWorker { .. } | StoreOp::Due { .. } => None,
+    }
+}
+
+/// Performs one store op (what the shells' driver does with
+/// `smolbox_store`; written here against the trait).
+fn perform(store: &FaultStore, op: StoreOp) -> StoreResult {
+    match op {
+        StoreOp::Accept {
+            record,
+            max_pending,
+        } => store.accept(&record, max_pending).map(|a| match a {
+            Accepted::Inserted(record) => StoreReply::Accepted {
+                record,
+                existing: false,
+            },
+            Accepted::Existing(record) => StoreReply::Accepted {
+                record,
+                existing: true,
+            },
+        }),
+        StoreOp::Fetch { key } => store.fetch(&key).map(StoreReply::Record),
+        StoreOp::Claim {
+            key,
+            owner,
+            now_ms,
+            ttl_ms,
+        } => store
+            .claim(&key, &owner, now_ms, ttl_ms)
+            .map(StoreReply::Record),
+        StoreOp::ClaimWorker {
+            worker_id,
+            owner,
+            now_ms,
+            ttl_ms,
+        } => store
+            .claim_worker(&worker_id, &owner, now_ms, ttl_ms)
+            .map(StoreReply::Lease),
+        StoreOp::Write {
+            key,
+            guard,
+            patch,
+            now_ms,
+        } => store
+            .write(&key, &guard, &patch, now_ms)
+            .map(StoreReply::Record),
+        StoreOp::Reserve {
+            key,
+            guard,
+            reservation,
+            now_ms,
+        } => {
+            let r = Reserve {
+                worker_id: reservation.worker_id,
+                machine_name: reservation.machine_name,
+                capacity: reservation.capacity,
+                limit: reservation.limit,
+            };
+            store
+                .reserve(&key, &guard, &r, now_ms)
+                .map(StoreReply::Record)
+        }
+        StoreOp::Release { key, guard, now_ms } => {
+            store.release(&key, &guard, now_ms).map(StoreReply::Record)
+        }
+        StoreOp::Cancel { key, now_ms } => store.cancel(&key, now_ms).map(StoreReply::Record),
+        StoreOp::Due {
+            now_ms,
+            after,
+            limit,
+        } => {
+            let cursor = after.map(|a| DueCursor {
+                due_at_ms: a.due_at_ms,
+                key: a.key,
+            });
+            store
+                .due(now_ms, cursor.as_ref(), limit)
+                .map(|p| StoreReply::Due {
+                    records: p.records,
+                    next: p.next.map(|c| DueAfter {
+                        due_at_ms: c.due_at_ms,
+                        key: c.key,
+                    }),
+                })
+        }
+    }
+}
+
+impl Sim {
+    fn new(seed: u64, opts: Options) -> Self {
+        let mut rng = Rng::fork(seed, 10);
+        let mut worker = SimWorker::new(Rng::fork(seed, 12), WORKER_FAULTS, MACHINE);
+        worker.latency_ms = 100;
+        worker.timeout_ms = 20_000;
+        let mut sim = Self {
+            opts,
+            rng: Rng::fork(seed, 13),
+            clock: VirtualClock::new(1_700_000_000_000 + rng.below(1_000_000)),
+            store: FaultStore::new(Rng::fork(seed, 11), STORE_FAULTS),
+            worker,
+            model: Model::new(),
+            jobs: Vec::new(),
+            hosts: Vec::new(),
+            events: BTreeMap::new(),
+            seq: 0,
+            next_req: 0,
+            reqs: BTreeMap::new(),
+            crashes: BTreeMap::new(),
+            chaos: true,
+            wall_steps: 0,
+            step: 0,
+            trace: VecDeque::new(),
+            trace_len: super::trace_len(),
+            frozen: None,
+            truly_absent: None,
+            skips_left: 0,
+            running: BTreeMap::new(),
+            machine_specs: BTreeMap::new(),
+        };
+        sim.workload(&mut rng);
+        // One or two controllers share the store from the start.
+        sim.new_host();
+        if rng.chance(500) {
+            sim.new_host();
+        }
+        sim
+    }
+
+    fn workload(&mut self, rng: &mut Rng) {
+        let n = rng.range(1, 4) as usize;
+        let target = RunTarget::unverified();
+        for i in 0..n {
+            let id = format!("k{i}");
+            let exit = rng.range(0, 3) as i32;
+            let dur = rng.range(0, 3 * TTL_MS);
+            let cmd = smolbox_core::exec::Command::new(worker::sim_argv(&id, exit, dur));
+            let mut spec = spec_for(&cmd, &target, WORKER_ID, MACHINE)
+                .unwrap_or_else(|e| unreachable!("a valid spec: {e:?}"));
+            // Half the commands run on a disposable machine the controller
+            // creates, uses, deletes and verifies absent (C17.2).
+            if self.opts.disposable && rng.chance(500) {
+                spec.worker_machine = None;
+            }
+            self.jobs.push(Job {
+                key: testkit::key("sim", &id),
+                spec,
+                accepted: false,
+                exit_seen: Vec::new(),
+            });
+            let at = rng.range(0, 5_000);
+            self.at(at, Ev::Submit(i));
+            if rng.chance(300) {
+                self.at(at + rng.range(0, 15_000), Ev::Submit(i));
+            }
+            if rng.chance(250) {
+                self.at(at + rng.range(0, 12_000), Ev::Cancel(i));
+            }
+        }
+        if rng.chance(300) {
+            let ms = rng.range(1, 20_000);
+            self.at(rng.range(0, CHAOS_MS), Ev::WallBack(ms));
+        }
+        if rng.chance(200) {
+            self.at(rng.range(0, CHAOS_MS), Ev::WorkerRestart);
+        }
+        self.at(CHAOS_MS, Ev::Quiesce);
+    }
+
+    fn at(&mut self, mono_ms: u64, ev: Ev) {
+        self.seq += 1;
+        self.events.insert((mono_ms, self.seq), ev);
+    }
+
+    fn now(&self) -> u64 {
+        self.clock.mono_ms()
+    }
+
+    fn owner(h: usize) -> String {
+        format!("ctl-{h}")
+    }
+
+    fn log(&mut self, line: String) {
+        if self.trace.len() >= self.trace_len {
+            self.trace.pop_front();
+        }
+        self.trace
+            .push_back(format!("[{} t={}ms] {line}", self.step, self.now()));
+    }
+
+    fn violation(&mut self, what: String) {
+        self.model.violations.push(Violation {
+            step: self.step,
+            what,
+        });
+        if self.frozen.is_none() {
+            self.frozen = Some(self.trace.iter().cloned().collect());
+        }
+    }
+
+    fn new_host(&mut self) {
+        let h = self.hosts.len();
+        let mut cfg = ControllerConfig::new(&Self::owner(h));
+        cfg.workers =
+            vec![WorkerEntry::new(WORKER_ID).with_profile(Profile::known(Version::V1_9_2))];
+        cfg.lease_ttl_ms = TTL_MS;
+        cfg.poll_interval_ms = POLL_MS;
+        let ctl = match Controller::new(
+            cfg,
+            testkit::fingerprint_key(),
+            self.clock.now(),
+            self.clock.wall_ms(),
+        ) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                self.violation(format!("Controller::new refused a valid config: {e:?}"));
+                None
+            }
+        };
+        self.hosts.push(Host {
+            ctl,
+            paused_until: 0,
+            timer: None,
+            store_ops: BTreeMap::new(),
+            early: BTreeMap::new(),
+            early_wait: BTreeMap::new(),
+            last: BTreeMap::new(),
+            last_fire: u64::MAX,
+            spins: 0,
+            spinning: false,
+            was_paused: false,
+        });
+        self.log(format!(
+            "{} starts (recovers by its due scan)",
+            Self::owner(h)
+        ));
+        self.drain(h);
+    }
+
+    fn live_host(&self) -> Option<usize> {
+        let now = self.now();
+        self.hosts
+            .iter()
+            .rposition(|h| h.ctl.is_some() && h.paused_until <= now)
+    }
+
+    fn run(&mut self) {
+        let end = CHAOS_MS + QUIET_MS;
+        loop {
+            let ev_t = self.events.keys().next().map(|(t, _)| *t);
+            let w_t = self.worker.next_event_ms();
+            let t = match (ev_t, w_t) {
+                (None, None) => break,
+                (Some(a), Some(b)) => a.min(b),
+                (Some(a), None) | (None, Some(a)) => a,
+            };
+            if t > end {
+                break;
+            }
+            self.clock.advance_to(t);
+            self.step += 1;
+            self.skips_left = 2;
+            let now = self.now();
+            for (req, result) in self.worker.take_replies(now) {
+                match self.reqs.get(&req).map(|r| r.0) {
+                    Some(ReqTo::Op(h, op)) => self.at(now, Ev::WorkerReply(h, op, req, result)),
+                    Some(ReqTo::Early(h)) => {
+                        let key = self.reqs.get(&req).and_then(|r| r.1.clone());
+                        if let Some(key) = key {
+                            self.early_reply(h, &key, req, result);
+                        }
+                    }
+                    None => {}
+                }
+            }
+            let arrivals = self.worker.take_arrivals();
+            for (m, id) in &arrivals {
+                self.log(format!("worker: {m:?} {id} arrives"));
+            }
+            if ev_t.is_some_and(|e| e <= now)
+                && let Some((_, ev)) = self.events.pop_first()
+            {
+                self.handle(ev);
+            }
+            self.check(&arrivals);
+            if self.step >= MAX_STEPS {
+                self.violation(format!("no end after {MAX_STEPS} steps"));
+                break;
+            }
+        }
+        self.finish();
+    }
+
+    fn check(&mut self, arrivals: &[(Mutation, String)]) {
+        let before = self.model.violations.len();
+        self.check_renewal();
+        self.model
+            .observe_commits(self.step, self.store.take_commits());
+        self.model
+            .check_worker(self.step, &self.worker, arrivals, |k| k.id.clone());
+        for v in self.worker.take_violations() {
+            self.model.violations.push(Violation {
+                step: self.step,
+                what: v,
+            });
+        }
+        if before == 0 && !self.model.violations.is_empty() && self.frozen.is_none() {
+            self.frozen = Some(self.trace.iter().cloned().collect());
+        }
+    }
+
+    /// C15 / issue 12: the record claim is renewed while the command runs.
+    /// While a controller that was never paused waits for a command the
+    /// worker is still running, the record must stay claimed by it (a
+    /// grace of a third of the TTL for renewals delayed by store failures).
+    fn check_renewal(&mut self) {
+        let wall = self.clock.wall_ms();
+        let mut found = Vec::new();
+        for (key, (h, _)) in &self.running {
+            let host = &self.hosts[*h];
+            if host.ctl.is_none() || host.was_paused {
+                continue;
+            }
+            if !matches!(
+                self.worker.exec_truth(&key.id),
+                Some(worker::ExecTruth::Running { .. })
+            ) {
+                continue;
+            }
+            let Ok(rec) = self.store.inner().fetch(key) else {
+                continue;
+            };
+            let owner = Self::owner(*h);
+            let held = rec
+                .claim
+                .as_ref()
+                .is_some_and(|c| c.owner == owner && c.until_ms + TTL_MS / 3 >= wall);
+            if !held && rec.result.is_none() {
+                found.push(format!(
+                    "{}/{}: the claim lapsed while {owner} waits for the running command (claim {:?}, now {wall}) (C15 renewal)",
+                    key.scope, key.id, rec.claim
+                ));
+            }
+        }
+        for what in found {
+            self.violation(what);
+        }
+        // One report per command.
+        if !self.model.violations.is_empty() {
+            let flagged: Vec<RecordKey> = self
+                .running
+                .keys()
+                .filter(|k| {
+                    self.model.violations.iter().any(|v| {
+                        v.what
+                            .starts_with(&format!("{}/{}: the claim lapsed", k.scope, k.id))
+                    })
+                })
+                .cloned()
+                .collect();
+            for k in flagged {
+                self.running.remove(&k);
+            }
+        }
+    }
+
+    /// Every accepted record's wait has ended; every exit a surviving
+    /// controller saw is stored.
+    fn finish(&mut self) {
+        for j in 0..self.jobs.len() {
+            let key = self.jobs[j].key.clone();
+            let stored = match self.store.inner().fetch(&key) {
+                Ok(r) => Some(r),
+                Err(e) if e.category() == Category::NotFound => None,
+                Err(e) => {
+                    self.violation(format!("ground truth unreadable: {e:?}"));
+                    None
+                }
+            };
+            if let Some(r) = &stored
+                && !r.state.ends_wait()
+            {
+                self.violation(format!(
+                    "{}/{}: the wait never ended (record {} after {} s quiescent)",
+                    key.scope,
+                    key.id,
+                    r.state.as_str(),
+                    QUIET_MS / 1_000
+                ));
+            }
+            if self.jobs[j].accepted && stored.is_none() {
+                self.violation(format!("{}/{}: accepted but absent", key.scope, key.id));
+            }
+            let alive = |h: &usize| self.hosts.get(*h).filter(|h| h.ctl.is_some());
+            let seen = &self.jobs[j].exit_seen;
+            let steady = seen.iter().any(|h| alive(h).is_some_and(|h| !h.was_paused));
+            let paused = seen.iter().any(|h| alive(h).is_some_and(|h| h.was_paused));
+            let lost = stored.as_ref().is_none_or(|r| r.result.is_none());
+            let state = stored.as_ref().map(|r| r.state.as_str());
+            if self.opts.strict && lost && steady {
+                self.violation(format!(
+                    "{}/{}: an exit seen by a controller that stayed up was never stored (record {state:?})",
+                    key.scope, key.id
+                ));
+            } else if self.opts.strict && lost && paused {
+                self.violation(format!(
+                    "{}/{}: an exit seen by a controller that was paused and came back was never stored (record {state:?})",
+                    key.scope, key.id
+                ));
+            }
+        }
+    }
+
+    fn crash_point(&mut self, h: usize, kind: &'static str) -> bool {
+        let p = if kind.starts_with("worker") {
+            CRASH_WORKER
+        } else {
+            CRASH
+        };
+        if !self.chaos || !self.rng.chance(p) {
+            return false;
+        }
+        let pause = self.rng.chance(250);
+        let kind = if pause { "pause" } else { kind };
+        *self.crashes.entry(kind).or_insert(0) += 1;
+        let now = self.now();
+        if pause {
+            let until = now + self.rng.range(TTL_MS / 2, 3 * TTL_MS);
+            self.hosts[h].paused_until = until;
+            self.hosts[h].was_paused = true;
+            self.hosts[h].timer = Some(until);
+            self.at(until, Ev::Timer(h, until));
+            self.log(format!("{} paused until {until}ms", Self::owner(h)));
+        } else {
+            self.hosts[h].ctl = None;
+            self.log(format!("{} crashes ({kind})", Self::owner(h)));
+        }
+        let later = self.rng.range(0, 2 * TTL_MS);
+        self.at(now + later, Ev::Restart);
+        // A paused controller carries on where it stopped once it wakes (its
+        // answers wait for it); only a crash loses what was in hand.
+        !pause
+    }
+
+    fn host_of(ev: &Ev) -> Option<usize> {
+        match ev {
+            Ev::Timer(h, _) | Ev::StoreReply(h, ..) | Ev::WorkerReply(h, ..) => Some(*h),
+            _ => None,
+        }
+    }
+
+    fn handle(&mut self, ev: Ev) {
+        let now = self.now();
+        if let Some(h) = Self::host_of(&ev)
+            && self.hosts[h].paused_until > now
+        {
+            let t = self.hosts[h].paused_until;
+            self.at(t, ev);
+            return;
+        }
+        match ev {
+            Ev::Submit(j) => self.submit(j),
+            Ev::Resubmit(j) => {
+                if !self.jobs[j].accepted {
+                    self.submit(j);
+                }
+            }
+            Ev::Cancel(j) => self.cancel(j),
+            Ev::Timer(h, at) => {
+                if self.hosts[h].timer == Some(at) {
+                    self.hosts[h].timer = None;
+                    let host = &mut self.hosts[h];
+                    host.spins = if host.last_fire == at {
+                        host.spins + 1
+                    } else {
+                        0
+                    };
+                    host.last_fire = at;
+                    if host.spins == 1_000 && !host.spinning {
+                        host.spinning = true;
+                        self.violation(format!(
+                            "{} spins: poll_timeout stays at {at}ms (not after now) and handle_timeout makes no progress",
+                            Self::owner(h)
+                        ));
+                    }
+                    let (n, w) = (self.clock.now(), self.clock.wall_ms());
+                    if let Some(c) = self.hosts[h].ctl.as_mut() {
+                        c.handle_timeout(n, w);
+                    }
+                    self.drain(h);
+                }
+            }
+            Ev::StoreApply(h, op, sop) => self.store_apply(h, op, *sop),
+            Ev::StoreReply(h, op, r) => self.store_reply(h, op, r),
+            Ev::WorkerReply(h, op, req, r) => self.worker_reply(h, op, req, r),
+            Ev::Restart => self.new_host(),
+            Ev::WallBack(ms) => {
+                self.wall_steps += 1;
+                self.clock.step_wall_back(ms);
+                self.log(format!("wall clock steps back {ms}ms"));
+            }
+            Ev::WorkerRestart => {
+                self.worker.restart(now);
+                self.log("worker restarts".to_owned());
+            }
+            Ev::Quiesce => {
+                self.chaos = false;
+                self.store.set_faults(StoreFaults::NONE);
+                self.worker.set_faults(WorkerFaults::NONE);
+                self.log("quiescent: no more faults or crashes".to_owned());
+                if self.live_host().is_none() {
+                    self.new_host();
+                }
+            }
+        }
+    }
+
+    fn submit(&mut self, j: usize) {
+        let Some(h) = self.live_host() else {
+            let t = self.now() + 1_000;
+            self.at(t, Ev::Submit(j));
+            return;
+        };
+        let s = Submit {
+            key: self.jobs[j].key.clone(),
+            spec: self.jobs[j].spec.clone(),
+        };
+        self.log(format!("caller submits {} to {}", s.key.id, Self::owner(h)));
+        let (n, w) = (self.clock.now(), self.clock.wall_ms());
+        let r = self.hosts[h].ctl.as_mut().map(|c| c.submit(n, w, s));
+        if let Some(Err(e)) = r {
+            self.violation(format!("submit of a valid spec refused: {e:?}"));
+        }
+        // The caller submits again if no acceptance arrives.
+        let t = self.now() + self.rng.range(5_000, 20_000);
+        self.at(t, Ev::Resubmit(j));
+        self.drain(h);
+    }
+
+    fn cancel(&mut self, j: usize) {
+        let Some(h) = self.live_host() else {
+            return;
+        };
+        let key = self.jobs[j].key.clone();
+        self.log(format!("caller cancels {} via {}", key.id, Self::owner(h)));
+        let (n, w) = (self.clock.now(), self.clock.wall_ms());
+        if let Some(c) = self.hosts[h].ctl.as_mut() {
+            c.cancel(n, w, key);
+        }
+        self.drain(h);
+    }
+
+    /// Takes every output of host `h`'s controller and performs it.
+    fn drain(&mut self, h: usize) {
+        loop {
+            if self.hosts[h].paused_until > self.now() {
+                return;
+            }
+            let (n, w) = (self.clock.now(), self.clock.wall_ms());
+            let Some(ctl) = self.hosts[h].ctl.as_mut() else {
+                return;
+            };
+            if let Some((id, op)) = ctl.poll_store_op() {
+                self.store_op(h, id, op, n, w);
+                if self.hosts[h].ctl.is_none() {
+                    return;
+                }
+                continue;
+            }
+            if let Some((id, op)) = ctl.poll_worker_op() {
+                self.worker_op(h, id, op);
+                continue;
+            }
+            if let Some(ev) = ctl.poll_event() {
+                self.on_event(h, ev);
+                continue;
+            }
+            let floor = if self.hosts[h].spinning {
+                self.now() + 10
+            } else {
+                self.now()
+            };
+            let Some(ctl) = self.hosts[h].ctl.as_mut() else {
+                return;
+            };
+            let t = ctl.poll_timeout().map(|i| self.clock.ms_of(i).max(floor));
+            if t != self.hosts[h].timer
+                && let Some(t) = t
+            {
+                self.hosts[h].timer = Some(t);
+                self.at(t, Ev::Timer(h, t));
+            }
+            return;
+        }
+    }
+
+    fn store_op(&mut self, h: usize, id: OpId, op: StoreOp, n: std::time::Instant, w: u64) {
+        let key = op_key(&op);
+        // Planted: the claim refresh before the intent (or a renewal while
+        // the command runs) answered from memory.
+        let last = key
+            .as_ref()
+            .and_then(|k| self.hosts[h].last.get(k))
+            .cloned();
+        let skip = match (&op, &last, self.opts.bug) {
+            (StoreOp::Claim { .. }, Some(r), Some(Bug::SkipIntentClaimRefresh)) => {
+                r.state == ExecState::Ready
+            }
+            (StoreOp::Claim { .. }, Some(_), Some(Bug::DropClaimRenewal)) => key
+                .as_ref()
+                .and_then(|k| self.running.get(k))
+                .is_some_and(|(x, _)| *x == h),
+            _ => false,
+        };
+        // DropClaimRenewal answers "renewed" without renewing.
+        let last = match (&op, last, self.opts.bug) {
+            (
+                StoreOp::Claim {
+                    owner,
+                    now_ms,
+                    ttl_ms,
+                    ..
+                },
+                Some(mut r),
+                Some(Bug::DropClaimRenewal),
+            ) => {
+                r.claim = Some(Claim {
+                    owner: owner.clone(),
+                    until_ms: now_ms + ttl_ms,
+                });
+                Some(r)
+            }
+            (_, last, _) => last,
+        };
+        if skip
+            && self.skips_left > 0
+            && let Some(r) = last
+            && let Some(c) = self.hosts[h].ctl.as_mut()
+        {
+            self.skips_left -= 1;
+            c.handle_stored(n, w, id, Ok(StoreReply::Record(r)));
+            return;
+        }
+        if self.opts.bug == Some(Bug::DispatchBeforeIntent)
+            && let StoreOp::Write { key, patch, .. } = &op
+            && patch.state == Some(ExecState::Dispatching)
+            && !self.hosts[h].early.contains_key(key)
+        {
+            let key = key.clone();
+            self.send_early(h, &key);
+        }
+        if self.crash_point(h, "store_before_commit") {
+            return;
+        }
+        self.log(format!("{} {}", Self::owner(h), op_label(&op)));
+        self.hosts[h].store_ops.insert(id, key);
+        let t = self.now() + self.rng.range(1, 200);
+        self.at(t, Ev::StoreApply(h, id, Box::new(op)));
+    }
+
+    fn worker_op(&mut self, h: usize, id: OpId, op: WorkerOp) {
+        let (request, key) = match op {
+            WorkerOp::Exec {
+                worker_id,
+                machine,
+                command,
+            } => {
+                if worker_id != WORKER_ID {
+                    self.violation(format!("exec on unknown worker {worker_id}"));
+                }
+                return self.exec_op(h, id, machine, &command);
+            }
+            WorkerOp::Create { name, spec, .. } => {
+                self.machine_specs.insert(name.as_str().to_owned(), *spec);
+                (
+                    Request::Create {
+                        name: name.as_str().to_owned(),
+                    },
+                    name,
+                )
+            }
+            WorkerOp::Start { name, .. } => (
+                Request::Start {
+                    name: name.as_str().to_owned(),
+                },
+                name,
+            ),
+            WorkerOp::Stop { name, .. } => (
+                Request::Stop {
+                    name: name.as_str().to_owned(),
+                },
+                name,
+            ),
+            WorkerOp::Delete { name, .. } => (
+                Request::Delete {
+                    name: name.as_str().to_owned(),
+                },
+                name,
+            ),
+            WorkerOp::Inspect { name, .. } => (
+                Request::Inspect {
+                    name: name.as_str().to_owned(),
+                },
+                name,
+            ),
+        };
+        if self.crash_point(h, "worker_before_send") {
+            return;
+        }
+        let req = self.next_req;
+        self.next_req += 1;
+        self.reqs.insert(req, (ReqTo::Op(h, id), None));
+        self.log(format!("{} sends {request:?}", Self::owner(h)));
+        let _ = key;
+        let now = self.now();
+        if let Err(e) = self.worker.send(now, req, request) {
+            self.at(now + 1, Ev::WorkerReply(h, id, req, Err(e)));
+        }
+        self.crash_point(h, "worker_after_send");
+    }
+
+    /// A machine reply as the client decodes it.
+    fn observation(&self, v: &worker::MachineView) -> Observation {
+        let spec = self.machine_specs.get(&v.name).cloned().unwrap_or_default();
+        Observation {
+            incarnation: Incarnation {
+                name: v.name.clone(),
+                created_at: 1_700_000_000 + v.incarnation,
+                cpus: spec.cpus,
+                memory_mb: spec.memory_mb,
+                storage_gb: spec.storage_gb,
+                overlay_gb: spec.overlay_gb,
+                network: spec.network.clone(),
+                network_backend: None,
+                allowlists_present: false,
+                ports: spec.ports.clone(),
+                mounts: spec.mounts.clone(),
+                image: None,
+            },
+            state: match v.state {
+                worker::MachineState::Created => WState::Created,
+                worker::MachineState::Running => WState::Running,
+                worker::MachineState::Stopped => WState::Stopped,
+            },
+            pid: None,
+            branchable: None,
+            measurements: Measurements::default(),
+        }
+    }
+
+    fn exec_op(
+        &mut self,
+        h: usize,
+        id: OpId,
+        machine: String,
+        command: &smolbox_core::exec::Command,
+    ) {
+        let argv = command.argv().to_vec();
+        let key = testkit::key("sim", &worker::exec_identity(&argv));
+        if let Some((req, early)) = self.hosts[h].early.remove(&key) {
+            // Planted DispatchBeforeIntent: already sent; answer when it comes.
+            match early {
+                Some(r) => self.at(self.now(), Ev::WorkerReply(h, id, req, r)),
+                None => {
+                    self.hosts[h].early_wait.insert(key, id);
+                    self.reqs.insert(req, (ReqTo::Op(h, id), None));
+                }
+            }
+            return;
+        }
+        if self.crash_point(h, "worker_before_send") {
+            return;
+        }
+        let req = self.next_req;
+        self.next_req += 1;
+        self.reqs.insert(req, (ReqTo::Op(h, id), Some(key.clone())));
+        self.running.insert(key.clone(), (h, req));
+        self.log(format!("{} sends exec {}", Self::owner(h), key.id));
+        let now = self.now();
+        if let Err(e) = self.worker.send(now, req, Request::Exec { machine, argv }) {
+            self.at(now + 1, Ev::WorkerReply(h, id, req, Err(e)));
+        }
+        self.crash_point(h, "worker_after_send");
+    }
+
+    fn send_early(&mut self, h: usize, key: &RecordKey) {
+        let Some(job) = self.jobs.iter().find(|j| j.key == *key) else {
+            return;
+        };
+        let argv = match &job.spec.action {
+            smolbox_core::managed::spec::Action::Command(c) => c.argv.clone(),
+            smolbox_core::managed::spec::Action::Terminal(_) => return,
+        };
+        let req = self.next_req;
+        self.next_req += 1;
+        self.reqs.insert(req, (ReqTo::Early(h), Some(key.clone())));
+        let _ = self.worker.send(
+            self.now(),
+            req,
+            Request::Exec {
+                machine: MACHINE.to_owned(),
+                argv,
+            },
+        );
+        self.hosts[h].early.insert(key.clone(), (req, None));
+    }
+
+    fn early_reply(&mut self, h: usize, key: &RecordKey, req: u64, r: Result<Reply, Error>) {
+        if let Some(id) = self.hosts[h].early_wait.remove(key) {
+            self.at(self.now(), Ev::WorkerReply(h, id, req, r));
+        } else if let Some(slot) = self.hosts[h].early.get_mut(key) {
+            slot.1 = Some(r);
+        }
+    }
+
+    fn to_worker_result(&self, r: Result<Reply, Error>) -> WorkerResult {
+        match r {
+            Ok(Reply::Exec(o)) => Ok(WorkerReply::Exec(o)),
+            Ok(Reply::Machine(v)) => Ok(WorkerReply::Machine(Box::new(self.observation(&v)))),
+            Ok(Reply::Deleted) => Ok(WorkerReply::Deleted),
+            // The observed 404 is a `not_found` error (worker-api.md).
+            Ok(Reply::Absent) => {
+                Err(
+                    Error::new(Category::NotFound, Operation::Get, Evidence::NotDispatched)
+                        .with_reason("machine_not_found"),
+                )
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn on_event(&mut self, h: usize, ev: Event) {
+        match ev {
+            Event::Accepted { key, existing, .. } => {
+                self.log(format!(
+                    "{} accepted {} (existing {existing})",
+                    Self::owner(h),
+                    key.id
+                ));
+                if let Some(j) = self.jobs.iter_mut().find(|j| j.key == key) {
+                    j.accepted = true;
+                }
+            }
+            Event::Refused { key, error } => {
+                self.log(format!(
+                    "{} refused {}: {}:{}",
+                    Self::owner(h),
+                    key.id,
+                    error.category().as_str(),
+                    error.reason()
+                ));
+                if error.category() == Category::NotFound {
+                    self.violation(format!("{}/{}: refused as not_found", key.scope, key.id));
+                }
+            }
+            Event::CancelRecorded { key, result } => {
+                if let Ok(rec) = &result
+                    && rec.state.is_before_dispatch()
+                {
+                    self.model.cancelled_before_intent(&key);
+                }
+                if let Err(e) = &result
+                    && e.category() == Category::NotFound
+                    && self.truly_absent != Some(true)
+                {
+                    self.violation(format!(
+                        "{}/{}: cancel answered not_found while the record exists",
+                        key.scope, key.id
+                    ));
+                }
+            }
+            Event::Finished(f) => {
+                let state = f.record.as_ref().map(|r| r.state.as_str());
+                self.log(format!(
+                    "{} finished {}: {:?} {:?}",
+                    Self::owner(h),
+                    f.key.id,
+                    state,
+                    f.error
+                        .as_ref()
+                        .map(|e| (e.category().as_str(), e.reason()))
+                ));
+                if let Some(e) = &f.error
+                    && e.category() == Category::NotFound
+                    && self.store.inner().fetch(&f.key).is_ok()
+                {
+                    self.violation(format!(
+                        "{}/{}: finished not_found while the record exists (a store failure read as absence)",
+                        f.key.scope, f.key.id
+                    ));
+                }
+                if let (Some(out), Some(rec)) = (&f.output, &f.record)
+                    && f.error.is_none()
+                {
+                    let stored = match rec.result {
+                        Some(ExecResult::Exited { exit_code, .. }) => Some(exit_code),
+                        _ => None,
+                    };
+                    if stored != Some(out.exit_code) {
+                        self.violation(format!(
+                            "{}/{}: finished with exit {} but the record says {stored:?}",
+                            f.key.scope, f.key.id, out.exit_code
+                        ));
+                    }
+                }
+            }
+            Event::Telemetry(_) | Event::Stopped => {}
+        }
+    }
+
+    fn store_apply(&mut self, h: usize, id: OpId, op: StoreOp) {
+        let dead = self.hosts[h].ctl.is_none();
+        if dead && self.rng.chance(500) {
+            self.log(format!(
+                "in-flight store op of dead {} never arrives",
+                Self::owner(h)
+            ));
+            return;
+        }
+        let result = perform(&self.store, op);
+        if dead || self.crash_point(h, "store_after_commit") {
+            return;
+        }
+        let t = self.now() + self.rng.range(1, 200);
+        self.at(t, Ev::StoreReply(h, id, result));
+    }
+
+    fn store_reply(&mut self, h: usize, id: OpId, mut r: StoreResult) {
+        if self.hosts[h].ctl.is_none() {
+            return;
+        }
+        let key = self.hosts[h].store_ops.remove(&id).flatten();
+        self.truly_absent = Some(
+            r.as_ref()
+                .err()
+                .is_some_and(|e| e.category() == Category::NotFound),
+        );
+        if self.opts.bug == Some(Bug::StoreFailureAsAbsence)
+            && r.as_ref()
+                .err()
+                .is_some_and(|e| e.category() == Category::Store)
+        {
+            r = Err(
+                Error::new(Category::NotFound, Operation::StoreFetch, Evidence::Unknown)
+                    .with_reason("absent"),
+            );
+        }
+        self.log(format!("{} <- {}", Self::owner(h), brief(&r)));
+        if let (Some(k), Ok(StoreReply::Record(rec) | StoreReply::Accepted { record: rec, .. })) =
+            (&key, &r)
+        {
+            self.hosts[h].last.insert(k.clone(), rec.clone());
+        }
+        if self.opts.bug == Some(Bug::RedispatchDispatching)
+            && let Ok(StoreReply::Due { records, .. }) = &r
+        {
+            for rec in records.clone() {
+                if rec.state == ExecState::Dispatching {
+                    self.send_early(h, &rec.key);
+                    self.hosts[h].early.remove(&rec.key);
+                }
+            }
+        }
+        let (n, w) = (self.clock.now(), self.clock.wall_ms());
+        if let Some(c) = self.hosts[h].ctl.as_mut() {
+            c.handle_stored(n, w, id, r);
+        }
+        if !self.crash_point(h, "store_after_reply") {
+            self.drain(h);
+        }
+        self.truly_absent = None;
+    }
+
+    fn worker_reply(&mut self, h: usize, id: OpId, req: u64, r: Result<Reply, Error>) {
+        self.running.retain(|_, (_, q)| *q != req);
+        if self.hosts[h].ctl.is_none() {
+            return;
+        }
+        if self.crash_point(h, "worker_after_effect") {
+            return;
+        }
+        if r.is_ok() {
+            self.worker.settle(req);
+        }
+        let mut r = self.to_worker_result(r);
+        if self.opts.bug == Some(Bug::UncertainAsExit)
+            && r.as_ref()
+                .err()
+                .is_some_and(|e| e.evidence() == Evidence::DispatchUncertain)
+        {
+            r = Ok(WorkerReply::Exec(ExecOutcome::Exited(ExecOutput {
+                exit_code: 0,
+                stdout: Vec::new(),
+                stderr: Vec::new(),
+                encoding: OutputEncoding::Bytes,
+            })));
+        }
+        let key = self.reqs.get(&req).and_then(|x| x.1.clone());
+        let label = match &r {
+            Ok(WorkerReply::Exec(ExecOutcome::Exited(o))) => {
+                if let Some(k) = &key
+                    && let Some(j) = self.jobs.iter_mut().find(|j| j.key == *k)
+                {
+                    j.exit_seen.push(h);
+                }
+                format!("exit {}", o.exit_code)
+            }
+            Ok(_) => "other".to_owned(),
+            Err(e) => format!(
+                "{}:{}:{}",
+                e.category().as_str(),
+                e.reason(),
+                e.evidence().as_str()
+            ),
+        };
+        self.log(format!(
+            "{} <- exec {} {label}",
+            Self::owner(h),
+            key.map_or_else(String::new, |k| k.id)
+        ));
+        let (n, w) = (self.clock.now(), self.clock.wall_ms());
+        if let Some(c) = self.hosts[h].ctl.as_mut() {
+            c.handle_worker(n, w, id, r);
+        }
+        if self.crash_point(h, "worker_after_reply") {
+            return;
+        }
+        self.drain(h);
+    }
+}

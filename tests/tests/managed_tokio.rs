@@ -1,0 +1,3 @@
+//! The managed suite on the tokio shell's `Runtime` (devworker + SQLite).
+
+smolbox_tests::managed_suite!(smolbox_tests::managed::TokioManaged);
