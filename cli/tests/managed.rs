@@ -356,3 +356,54 @@ fn recover_dispatches_what_was_left_due_and_says_so() {
         assert_eq!(lines(&counter), 1);
     }
 }
+
+#[test]
+fn recover_after_the_cli_is_killed_mid_run_says_unknown_never_reruns() {
+    let w = devworker(None);
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("x.db");
+    let db = db.to_str().unwrap();
+    let counter = dir.path().join("count");
+    let script = format!("echo ran >> {}; sleep 60", counter.display());
+    let mut child = smolbox()
+        .args(["--worker", &w.base_url()])
+        .args([
+            "run", "--store", db, "--id", "killed", "--keep", "--", "sh", "-c", &script,
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Observed, not timed: the guest has started once its line is there.
+    while lines(&counter) == 0 {
+        assert!(child.try_wait().unwrap().is_none(), "run ended early");
+        std::thread::yield_now();
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let before = json(&run(
+        &w,
+        "tokio",
+        &["--json", "records", "show", "killed", "--store", db],
+    ));
+    let from = before["state"].as_str().unwrap().to_owned();
+    assert!(
+        ["dispatching", "running"].contains(&from.as_str()),
+        "{before}"
+    );
+    // The dead controller's claim runs out (30 s), then the scan moves the
+    // record: it may have run, its exit was not saved → unknown.
+    let r = run(&w, "tokio", &["--json", "recover", "--store", db]);
+    assert_eq!(code(&r), 0, "{}", stderr(&r));
+    let v = json(&r);
+    let recs = v["records"].as_array().unwrap();
+    assert_eq!(recs.len(), 1, "{v}");
+    assert_eq!(recs[0]["id"], "killed");
+    assert_eq!(recs[0]["from"], from.as_str());
+    assert_eq!(recs[0]["to"], "unknown", "{v}");
+    // Never sent again; `wait` says unknown (3).
+    assert_eq!(lines(&counter), 1);
+    let wt = run(&w, "tokio", &["wait", "killed", "--store", db]);
+    assert_eq!(code(&wt), 3, "{}", stderr(&wt));
+    assert_eq!(lines(&counter), 1);
+}
