@@ -235,6 +235,8 @@ pub(crate) fn accept_only(opened: &Opened, worker: &str, submit: Submit) -> Resu
     let (now, now_ms) = (Instant::now(), wall_ms());
     let mut cfg = ControllerConfig::new(&smolbox_tokio::runtime::default_owner());
     cfg.workers.push(WorkerEntry::new(worker));
+    // Left to whichever controller comes next (`wait`, `recover`): no claim.
+    cfg.claim_at_accept = false;
     let mut ctl = Controller::new(cfg, opened.fingerprint_key.clone(), now, now_ms)?;
     let key = submit.key.clone();
     ctl.submit(now, now_ms, submit)?;

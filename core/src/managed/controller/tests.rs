@@ -1408,3 +1408,44 @@ fn debug_of_the_controller_mid_run_hides_secrets() {
         assert!(!text.contains(sentinel), "{text}");
     }
 }
+
+/// The accepted record carries the submitter's claim, so another
+/// controller's due scan cannot take it before its submitter does; a
+/// detached submitter (`claim_at_accept = false`) leaves it unclaimed.
+#[test]
+fn the_submitter_claims_in_the_acceptance_itself() {
+    let mut s = Sim::new(config());
+    s.settle();
+    let key = s.submit("c1", &cmd());
+    s.settle();
+    let Some(StoreOp::Accept { record, .. }) = s
+        .store_log
+        .iter()
+        .find(|op| matches!(op, StoreOp::Accept { record, .. } if record.key == key))
+    else {
+        panic!("no accept op in {:?}", s.store_log.len());
+    };
+    let claim = record
+        .claim
+        .as_ref()
+        .expect("the accepted record is claimed");
+    assert_eq!(claim.owner, OWNER);
+    assert_eq!(claim.until_ms, T0 + config().lease_ttl_ms);
+    assert_eq!(record.generation, 1);
+    record.validate().unwrap();
+
+    let mut detached = config();
+    detached.claim_at_accept = false;
+    let mut d = Sim::new(detached);
+    d.settle();
+    let key = d.submit("c2", &cmd());
+    d.settle();
+    let Some(StoreOp::Accept { record, .. }) = d
+        .store_log
+        .iter()
+        .find(|op| matches!(op, StoreOp::Accept { record, .. } if record.key == key))
+    else {
+        panic!("no accept op");
+    };
+    assert!(record.claim.is_none() && record.generation == 0);
+}
