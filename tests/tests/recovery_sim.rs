@@ -44,23 +44,12 @@ fn report(summary: &sim::Summary, started: Instant) {
 /// described with an example seed in `tests/src/sim/README.md`. A violation
 /// of any other kind fails the test. Remove an entry once it is fixed.
 const KNOWN_CONTROLLER_FINDINGS: &[&str] = &[
-    // A store failure of a claim renewal while the command runs sets
-    // `retry_at` one poll interval ahead, but `wake_at` still returns the
-    // (past) renewal time: `poll_timeout` is in the past and
-    // `handle_timeout` does nothing until `retry_at` — the driver spins.
-    "spins: poll_timeout stays",
     // A controller paused past its claim comes back with the exit; another
     // controller has meanwhile marked the record `unknown` and still holds
     // its claim: the renewal gets `stale_claim`, the execution is finished
     // and the exit is dropped, although `unknown -> collecting` is allowed
     // and the other claim lapses within one TTL.
     "a controller that was paused and came back was never stored",
-    // `unknown` is written with `next_due_at_ms: None`; a late exit then
-    // writes `collecting` without making the record due again; when that
-    // controller crashes before `completed`, no due scan ever finds the
-    // record: it stays `collecting` and its waits never end (C17.1:
-    // "`collecting` → finish collection").
-    "the wait never ended (record collecting",
     // After `MAX_STORE_RETRIES` (5) consecutive store failures of its claim
     // renewals while the command runs, the execution is given up: the claim
     // lapses while the command still runs and its exit, when it comes, is

@@ -199,6 +199,15 @@ struct LeaseState {
 }
 
 impl Leases {
+    /// True while this controller holds an unexpired lease on `worker` (by
+    /// the last wall-clock reading).
+    pub(crate) fn held(&self, worker: &str, now_ms: u64) -> bool {
+        self.map
+            .get(worker)
+            .and_then(|st| st.lease.as_ref())
+            .is_some_and(|l| l.until_ms > now_ms)
+    }
+
     /// The generation of a live, fresh lease on `worker`.
     pub(crate) fn live(&self, worker: &str, now: Instant, now_ms: u64) -> Option<u64> {
         let st = self.map.get(worker)?;
@@ -765,7 +774,7 @@ impl Controller {
         });
         self.execs
             .values()
-            .filter_map(|e| e.wake_at(&self.cfg))
+            .filter_map(|e| e.wake_at(&self.cfg, &self.leases, self.now_ms))
             .chain(scan)
             .chain(leases)
             .min()

@@ -244,11 +244,32 @@ impl Exec {
 
     /// When this execution next needs time to pass (claim renewal while a
     /// command runs, the execution deadline, a store retry).
-    pub(super) fn wake_at(&self, cfg: &ControllerConfig) -> Option<Instant> {
+    pub(super) fn wake_at(
+        &self,
+        cfg: &ControllerConfig,
+        leases: &Leases,
+        now_ms: u64,
+    ) -> Option<Instant> {
         if self.inflight.is_some() {
             return None;
         }
-        let mut at = self.retry_at;
+        if self.is_disposable()
+            && self
+                .worker_of(cfg)
+                .is_some_and(|w| !leases.held(&w, now_ms))
+        {
+            // `step` waits for the worker lease, whose own timer wakes us.
+            return None;
+        }
+        if self.fatal.is_some() || self.held_elsewhere {
+            // `step` waits for the worker's answer only: no timer moves it.
+            return None;
+        }
+        if let Some(t) = self.retry_at {
+            // `step` does nothing before `retry_at`: an earlier wake (a
+            // renewal or deadline already due) would make a driver spin.
+            return Some(t);
+        }
         if self.worker_op.is_some() {
             let renew = self.claim_at.map(|c| c + cfg.renew_every());
             let deadline = if self.rec.state.ends_wait() {
@@ -256,9 +277,9 @@ impl Exec {
             } else {
                 self.mono[Deadline::Execution as usize]
             };
-            at = [at, renew, deadline].into_iter().flatten().min();
+            return [renew, deadline].into_iter().flatten().min();
         }
-        at
+        None
     }
 
     /// True while the claim this controller holds is live and fresh enough
@@ -670,10 +691,14 @@ impl Exec {
             .as_ref()
             .map(|e| ErrorEntry::from_error(e, now_ms));
         match obs {
+            // Due now: if this controller stops before `completed`,
+            // recovery finishes the collection (C17.1), also after
+            // `unknown` cleared the due time.
             Observed::Exit(result) if state.can_move_to(ExecState::Collecting) => Some(ExecPatch {
                 state: Some(ExecState::Collecting),
                 evidence: Some(RecordEvidence::Exited),
                 result: Some(result.clone()),
+                next_due_at_ms: Some(Some(now_ms)),
                 last_error,
                 ..ExecPatch::default()
             }),
