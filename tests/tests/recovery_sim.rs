@@ -43,20 +43,7 @@ fn report(summary: &sim::Summary, started: Instant) {
 /// at ca8cf19, merged here; the same at da35feb), reported to its engineer and not yet fixed; each is
 /// described with an example seed in `tests/src/sim/README.md`. A violation
 /// of any other kind fails the test. Remove an entry once it is fixed.
-const KNOWN_CONTROLLER_FINDINGS: &[&str] = &[
-    // A controller paused past its claim comes back with the exit; another
-    // controller has meanwhile marked the record `unknown` and still holds
-    // its claim: the renewal gets `stale_claim`, the execution is finished
-    // and the exit is dropped, although `unknown -> collecting` is allowed
-    // and the other claim lapses within one TTL.
-    "a controller that was paused and came back was never stored",
-    // After `MAX_STORE_RETRIES` (5) consecutive store failures of its claim
-    // renewals while the command runs, the execution is given up: the claim
-    // lapses while the command still runs and its exit, when it comes, is
-    // dropped (`Finished` with the store error). Seen once in 20,000 seeds
-    // (seed 11334).
-    "the claim lapsed while",
-];
+const KNOWN_CONTROLLER_FINDINGS: &[&str] = &[];
 
 fn is_known(what: &str) -> bool {
     KNOWN_CONTROLLER_FINDINGS.iter().any(|k| what.contains(k))

@@ -734,7 +734,7 @@ impl Controller {
                 let changed = self
                     .execs
                     .get_mut(&key)
-                    .and_then(|ex| ex.on_stored(now, &self.cfg, id, result));
+                    .and_then(|ex| ex.on_stored(now, now_ms, &self.cfg, id, result));
                 if let Some(rec) = changed {
                     self.push_telemetry(&rec);
                 }

@@ -91,6 +91,12 @@ pub(super) struct Exec {
     mono: [Option<Instant>; 3],
     retry_at: Option<Instant>,
     failures: u32,
+    /// Consecutive store failures of claim renewals while the exec is
+    /// outstanding: only the backoff, never a reason to give up.
+    renew_failures: u32,
+    /// Another controller's claim stopped a write of an observed outcome:
+    /// the next fetch tells when that claim lapses.
+    foreign_wait: bool,
     refetches: u32,
     need_fetch: bool,
     cancel_seen: bool,
@@ -160,6 +166,8 @@ impl Exec {
             mono: [queue_bound, None, None],
             retry_at: None,
             failures: 0,
+            renew_failures: 0,
+            foreign_wait: false,
             refetches: 0,
             need_fetch: false,
             cancel_seen: false,
@@ -750,6 +758,7 @@ impl Exec {
     pub(super) fn on_stored(
         &mut self,
         now: Instant,
+        now_ms: u64,
         cfg: &ControllerConfig,
         id: OpId,
         result: StoreResult,
@@ -762,6 +771,18 @@ impl Exec {
         match result {
             Ok(StoreReply::Record(rec)) if rec.key == self.rec.key => {
                 self.failures = 0;
+                self.renew_failures = 0;
+                if kind == Kind::Fetch && std::mem::take(&mut self.foreign_wait) {
+                    // Retry once the other claim has lapsed (at most one
+                    // TTL), else after one poll interval.
+                    let wait = match &rec.claim {
+                        Some(c) if c.owner != cfg.owner && c.until_ms > now_ms => {
+                            Duration::from_millis((c.until_ms - now_ms).min(cfg.lease_ttl_ms) + 1)
+                        }
+                        _ => cfg.poll(),
+                    };
+                    self.retry_at = Some(now + wait);
+                }
                 if kind != Kind::Fetch {
                     self.refetches = 0;
                 }
@@ -801,6 +822,14 @@ impl Exec {
                     self.need_fetch = true;
                 }
             }
+            Category::StaleClaim if self.owes_outcome() => {
+                // Another controller holds the record (e.g. it marked it
+                // `unknown`) while this one still waits for, or holds, the
+                // command's exit: an exit is never dropped. Fetch, wait for
+                // that claim to lapse (within one TTL), claim, store it.
+                self.foreign_wait = true;
+                self.need_fetch = true;
+            }
             Category::StaleClaim => {
                 // Another controller holds the record (or took it after our
                 // claim lapsed): leave it alone, never mark it.
@@ -812,6 +841,17 @@ impl Exec {
             Category::Validation if e.reason() == "cancel_requested" => {
                 self.need_fetch = true;
             }
+            Category::Store | Category::Unknown | Category::Transport
+                if kind == Kind::Claim && self.exec_outstanding() =>
+            {
+                // A renewal while the command runs: keep retrying, with a
+                // bounded backoff (poll × 2ⁿ, at most a third of the TTL),
+                // for as long as the exec is outstanding.
+                self.renew_failures = self.renew_failures.saturating_add(1);
+                let factor = 1u32 << self.renew_failures.min(6).saturating_sub(1);
+                let wait = (cfg.poll() * factor).min(cfg.renew_every().max(cfg.poll()));
+                self.retry_at = Some(now + wait);
+            }
             Category::Store | Category::Unknown | Category::Transport => {
                 self.failures += 1;
                 if self.failures > MAX_STORE_RETRIES {
@@ -822,6 +862,20 @@ impl Exec {
             }
             _ => self.fatal = Some(e),
         }
+    }
+
+    /// The exec (not a machine op) was sent and has not been answered.
+    fn exec_outstanding(&self) -> bool {
+        self.worker_op.is_some() && self.machine.kind.is_none() && self.dispatched
+    }
+
+    /// This controller waits for the command's exit, or holds one not yet
+    /// stored in a record that can still take it.
+    fn owes_outcome(&self) -> bool {
+        self.exec_outstanding()
+            || (matches!(self.observed, Some(Observed::Exit(_)))
+                && !self.result_written
+                && self.rec.state.can_move_to(ExecState::Collecting))
     }
 
     /// The worker's answer to the exec.

@@ -1476,3 +1476,68 @@ fn a_collecting_record_left_by_a_crash_is_due_and_recovered() {
         Some(ExecResult::Exited { exit_code: 3, .. })
     ));
 }
+
+/// Sim finding 2 (seed 25): this controller comes back (after a pause past
+/// its claim) with the exit while another controller has marked the
+/// record `unknown` and holds its claim: the exit is stored once that
+/// claim lapses, never dropped.
+#[test]
+fn a_late_exit_is_stored_after_a_foreign_claim_on_unknown_lapses() {
+    let mut s = Sim::new(config());
+    let key = s.submit("paused", &cmd());
+    s.settle();
+    assert_eq!(s.worker.len(), 1);
+    // Paused past the claim: another controller claims and marks `unknown`.
+    s.now += Duration::from_millis(1_500);
+    s.now_ms += 1_500;
+    let rec = s.record(&key).clone();
+    let rec = claim::claim_exec(&rec, "other-ctl", s.now_ms, 1_000).unwrap();
+    let patch = ExecPatch {
+        state: Some(ExecState::Unknown),
+        next_due_at_ms: Some(None),
+        ..ExecPatch::default()
+    };
+    let rec = apply_exec(&rec, &patch, s.now_ms).unwrap();
+    s.store.records.insert(key.clone(), rec);
+    s.answer_exec(exited(1, ""));
+    assert!(s.finished(&key).is_none(), "the exit was dropped");
+    assert_eq!(s.record(&key).state, ExecState::Unknown);
+    s.advance(2_000);
+    let rec = s.record(&key);
+    assert_eq!(rec.state, ExecState::Completed);
+    assert!(matches!(
+        rec.result,
+        Some(ExecResult::Exited { exit_code: 1, .. })
+    ));
+    assert_eq!(s.finished(&key).unwrap().exit_code(), Some(1));
+}
+
+/// Sim finding 4 (seed 11334): claim renewals that keep failing with
+/// `store` errors while the command runs are retried (bounded backoff)
+/// for as long as the command runs; the exit is then stored.
+#[test]
+fn renewals_failing_while_the_command_runs_are_never_given_up() {
+    let mut s = Sim::new(config());
+    let key = s.submit("outage", &cmd());
+    s.settle();
+    assert_eq!(s.worker.len(), 1);
+    s.store.fail_next = 1_000;
+    s.advance(10_000);
+    let failed = 1_000 - s.store.fail_next;
+    assert!(
+        failed > MAX_STORE_RETRIES + 1,
+        "{failed} renewals attempted"
+    );
+    assert!(
+        s.finished(&key).is_none(),
+        "given up while the command runs"
+    );
+    s.store.fail_next = 0;
+    s.advance(1_000);
+    let claim = s.record(&key).claim.clone().unwrap();
+    assert_eq!(claim.owner, OWNER);
+    assert!(claim.until_ms > s.now_ms, "claim renewed after the outage");
+    s.answer_exec(exited(7, ""));
+    assert_eq!(s.record(&key).state, ExecState::Completed);
+    assert_eq!(s.finished(&key).unwrap().exit_code(), Some(7));
+}
