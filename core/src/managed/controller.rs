@@ -64,7 +64,23 @@
 //! A store failure is never read as absence and never a reason to resend:
 //! a failed write is retried (the guard makes a retry safe) a bounded
 //! number of times, then the execution is reported [`Event::Finished`] with
-//! the error, its evidence saying what is known about the command.
+//! the error, its evidence saying what is known about the command. The
+//! exception is a claim renewal while the command runs: it is retried with
+//! a bounded backoff (poll interval × 2ⁿ, at most a third of the TTL) for as
+//! long as the exec is outstanding, never given up.
+//!
+//! An observed exit is never dropped while the record can still take it
+//! (`unknown`/`cancelling` without a result): when another controller's
+//! claim stops its write (`stale_claim`, e.g. after this one was paused and
+//! the other marked the record `unknown`), the record is fetched, the write
+//! is retried once that claim has lapsed (within one TTL), then claimed and
+//! written `collecting`. Writing `collecting` makes the record due (now), so
+//! if this controller stops before `completed` the due scan finishes it.
+//!
+//! [`Controller::poll_timeout`] never returns a time at which
+//! [`Controller::handle_timeout`] would do nothing: a store retry's time
+//! replaces an already-due renewal, and an execution waiting for its worker
+//! lease or only for the worker's answer adds no timer of its own.
 //!
 //! Leases, claims and generations fence store writes only; they never
 //! prove that an HTTP request already sent cannot still take effect (C15).
