@@ -43,31 +43,17 @@ fn report(summary: &sim::Summary, started: Instant) {
 /// at ca8cf19, merged here; the same at da35feb), reported to its engineer and not yet fixed; each is
 /// described with an example seed in `tests/src/sim/README.md`. A violation
 /// of any other kind fails the test. Remove an entry once it is fixed.
-const KNOWN_CONTROLLER_FINDINGS: &[&str] = &[
-    // A store failure of a claim renewal while the command runs sets
-    // `retry_at` one poll interval ahead, but `wake_at` still returns the
-    // (past) renewal time: `poll_timeout` is in the past and
-    // `handle_timeout` does nothing until `retry_at` — the driver spins.
-    "spins: poll_timeout stays",
-    // A controller paused past its claim comes back with the exit; another
-    // controller has meanwhile marked the record `unknown` and still holds
-    // its claim: the renewal gets `stale_claim`, the execution is finished
-    // and the exit is dropped, although `unknown -> collecting` is allowed
-    // and the other claim lapses within one TTL.
-    "a controller that was paused and came back was never stored",
-    // `unknown` is written with `next_due_at_ms: None`; a late exit then
-    // writes `collecting` without making the record due again; when that
-    // controller crashes before `completed`, no due scan ever finds the
-    // record: it stays `collecting` and its waits never end (C17.1:
-    // "`collecting` → finish collection").
-    "the wait never ended (record collecting",
-    // After `MAX_STORE_RETRIES` (5) consecutive store failures of its claim
-    // renewals while the command runs, the execution is given up: the claim
-    // lapses while the command still runs and its exit, when it comes, is
-    // dropped (`Finished` with the store error). Seen once in 20,000 seeds
-    // (seed 11334).
-    "the claim lapsed while",
-];
+const KNOWN_CONTROLLER_FINDINGS: &[&str] = &[];
+
+/// Findings that remain on disposable machines only (see
+/// `tests/src/sim/README.md`): a controller paused past its claim comes
+/// back with the exit of a `dispatching` record whose worker lease another
+/// live controller now holds; the write is fenced by that lease (C15) and
+/// the exit is not stored (about 10 in 3,000 disposable seeds, none in the
+/// default 200; e.g. seed 574). Not fixed: it needs a hand-over of the
+/// worker lease or the store's re-fencing op.
+const KNOWN_DISPOSABLE_FINDINGS: &[&str] =
+    &["a controller that was paused and came back was never stored (record Some(\"dispatching\"))"];
 
 fn is_known(what: &str) -> bool {
     KNOWN_CONTROLLER_FINDINGS.iter().any(|k| what.contains(k))
@@ -238,7 +224,11 @@ fn disposable_machines_keep_the_safety_rules() {
         .flat_map(|r| {
             r.violations
                 .iter()
-                .filter(|v| !is_known(&v.what) && !v.what.contains("the wait never ended"))
+                .filter(|v| {
+                    !is_known(&v.what)
+                        && !KNOWN_DISPOSABLE_FINDINGS.iter().any(|k| v.what.contains(k))
+                        && !v.what.contains("the wait never ended")
+                })
                 .map(move |v| format!("seed {} step {}: {}", r.seed, v.step, v.what))
         })
         .collect();

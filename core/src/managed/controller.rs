@@ -64,7 +64,23 @@
 //! A store failure is never read as absence and never a reason to resend:
 //! a failed write is retried (the guard makes a retry safe) a bounded
 //! number of times, then the execution is reported [`Event::Finished`] with
-//! the error, its evidence saying what is known about the command.
+//! the error, its evidence saying what is known about the command. The
+//! exception is a claim renewal while the command runs: it is retried with
+//! a bounded backoff (poll interval × 2ⁿ, at most a third of the TTL) for as
+//! long as the exec is outstanding, never given up.
+//!
+//! An observed exit is never dropped while the record can still take it
+//! (`unknown`/`cancelling` without a result): when another controller's
+//! claim stops its write (`stale_claim`, e.g. after this one was paused and
+//! the other marked the record `unknown`), the record is fetched, the write
+//! is retried once that claim has lapsed (within one TTL), then claimed and
+//! written `collecting`. Writing `collecting` makes the record due (now), so
+//! if this controller stops before `completed` the due scan finishes it.
+//!
+//! [`Controller::poll_timeout`] never returns a time at which
+//! [`Controller::handle_timeout`] would do nothing: a store retry's time
+//! replaces an already-due renewal, and an execution waiting for its worker
+//! lease or only for the worker's answer adds no timer of its own.
 //!
 //! Leases, claims and generations fence store writes only; they never
 //! prove that an HTTP request already sent cannot still take effect (C15).
@@ -199,6 +215,15 @@ struct LeaseState {
 }
 
 impl Leases {
+    /// True while this controller holds an unexpired lease on `worker` (by
+    /// the last wall-clock reading).
+    pub(crate) fn held(&self, worker: &str, now_ms: u64) -> bool {
+        self.map
+            .get(worker)
+            .and_then(|st| st.lease.as_ref())
+            .is_some_and(|l| l.until_ms > now_ms)
+    }
+
     /// The generation of a live, fresh lease on `worker`.
     pub(crate) fn live(&self, worker: &str, now: Instant, now_ms: u64) -> Option<u64> {
         let st = self.map.get(worker)?;
@@ -743,7 +768,7 @@ impl Controller {
                 let changed = self
                     .execs
                     .get_mut(&key)
-                    .and_then(|ex| ex.on_stored(now, &self.cfg, id, result));
+                    .and_then(|ex| ex.on_stored(now, now_ms, &self.cfg, id, result));
                 if let Some(rec) = changed {
                     self.push_telemetry(&rec);
                 }
@@ -783,7 +808,7 @@ impl Controller {
         });
         self.execs
             .values()
-            .filter_map(|e| e.wake_at(&self.cfg))
+            .filter_map(|e| e.wake_at(&self.cfg, &self.leases, self.now_ms))
             .chain(scan)
             .chain(leases)
             .min()

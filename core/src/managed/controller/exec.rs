@@ -91,6 +91,12 @@ pub(super) struct Exec {
     mono: [Option<Instant>; 3],
     retry_at: Option<Instant>,
     failures: u32,
+    /// Consecutive store failures of claim renewals while the exec is
+    /// outstanding: only the backoff, never a reason to give up.
+    renew_failures: u32,
+    /// Another controller's claim stopped a write of an observed outcome:
+    /// the next fetch tells when that claim lapses.
+    foreign_wait: bool,
     refetches: u32,
     need_fetch: bool,
     cancel_seen: bool,
@@ -160,6 +166,8 @@ impl Exec {
             mono: [queue_bound, None, None],
             retry_at: None,
             failures: 0,
+            renew_failures: 0,
+            foreign_wait: false,
             refetches: 0,
             need_fetch: false,
             cancel_seen: false,
@@ -244,11 +252,32 @@ impl Exec {
 
     /// When this execution next needs time to pass (claim renewal while a
     /// command runs, the execution deadline, a store retry).
-    pub(super) fn wake_at(&self, cfg: &ControllerConfig) -> Option<Instant> {
+    pub(super) fn wake_at(
+        &self,
+        cfg: &ControllerConfig,
+        leases: &Leases,
+        now_ms: u64,
+    ) -> Option<Instant> {
         if self.inflight.is_some() {
             return None;
         }
-        let mut at = self.retry_at;
+        if self.is_disposable()
+            && self
+                .worker_of(cfg)
+                .is_some_and(|w| !leases.held(&w, now_ms))
+        {
+            // `step` waits for the worker lease, whose own timer wakes us.
+            return None;
+        }
+        if self.fatal.is_some() || self.held_elsewhere {
+            // `step` waits for the worker's answer only: no timer moves it.
+            return None;
+        }
+        if let Some(t) = self.retry_at {
+            // `step` does nothing before `retry_at`: an earlier wake (a
+            // renewal or deadline already due) would make a driver spin.
+            return Some(t);
+        }
         if self.worker_op.is_some() {
             let renew = self.claim_at.map(|c| c + cfg.renew_every());
             let deadline = if self.rec.state.ends_wait() {
@@ -256,9 +285,9 @@ impl Exec {
             } else {
                 self.mono[Deadline::Execution as usize]
             };
-            at = [at, renew, deadline].into_iter().flatten().min();
+            return [renew, deadline].into_iter().flatten().min();
         }
-        at
+        None
     }
 
     /// True while the claim this controller holds is live and fresh enough
@@ -670,10 +699,14 @@ impl Exec {
             .as_ref()
             .map(|e| ErrorEntry::from_error(e, now_ms));
         match obs {
+            // Due now: if this controller stops before `completed`,
+            // recovery finishes the collection (C17.1), also after
+            // `unknown` cleared the due time.
             Observed::Exit(result) if state.can_move_to(ExecState::Collecting) => Some(ExecPatch {
                 state: Some(ExecState::Collecting),
                 evidence: Some(RecordEvidence::Exited),
                 result: Some(result.clone()),
+                next_due_at_ms: Some(Some(now_ms)),
                 last_error,
                 ..ExecPatch::default()
             }),
@@ -725,6 +758,7 @@ impl Exec {
     pub(super) fn on_stored(
         &mut self,
         now: Instant,
+        now_ms: u64,
         cfg: &ControllerConfig,
         id: OpId,
         result: StoreResult,
@@ -737,6 +771,18 @@ impl Exec {
         match result {
             Ok(StoreReply::Record(rec)) if rec.key == self.rec.key => {
                 self.failures = 0;
+                self.renew_failures = 0;
+                if kind == Kind::Fetch && std::mem::take(&mut self.foreign_wait) {
+                    // Retry once the other claim has lapsed (at most one
+                    // TTL), else after one poll interval.
+                    let wait = match &rec.claim {
+                        Some(c) if c.owner != cfg.owner && c.until_ms > now_ms => {
+                            Duration::from_millis((c.until_ms - now_ms).min(cfg.lease_ttl_ms) + 1)
+                        }
+                        _ => cfg.poll(),
+                    };
+                    self.retry_at = Some(now + wait);
+                }
                 if kind != Kind::Fetch {
                     self.refetches = 0;
                 }
@@ -776,6 +822,14 @@ impl Exec {
                     self.need_fetch = true;
                 }
             }
+            Category::StaleClaim if self.owes_outcome() => {
+                // Another controller holds the record (e.g. it marked it
+                // `unknown`) while this one still waits for, or holds, the
+                // command's exit: an exit is never dropped. Fetch, wait for
+                // that claim to lapse (within one TTL), claim, store it.
+                self.foreign_wait = true;
+                self.need_fetch = true;
+            }
             Category::StaleClaim => {
                 // Another controller holds the record (or took it after our
                 // claim lapsed): leave it alone, never mark it.
@@ -787,6 +841,17 @@ impl Exec {
             Category::Validation if e.reason() == "cancel_requested" => {
                 self.need_fetch = true;
             }
+            Category::Store | Category::Unknown | Category::Transport
+                if kind == Kind::Claim && self.exec_outstanding() =>
+            {
+                // A renewal while the command runs: keep retrying, with a
+                // bounded backoff (poll × 2ⁿ, at most a third of the TTL),
+                // for as long as the exec is outstanding.
+                self.renew_failures = self.renew_failures.saturating_add(1);
+                let factor = 1u32 << self.renew_failures.min(6).saturating_sub(1);
+                let wait = (cfg.poll() * factor).min(cfg.renew_every().max(cfg.poll()));
+                self.retry_at = Some(now + wait);
+            }
             Category::Store | Category::Unknown | Category::Transport => {
                 self.failures += 1;
                 if self.failures > MAX_STORE_RETRIES {
@@ -797,6 +862,20 @@ impl Exec {
             }
             _ => self.fatal = Some(e),
         }
+    }
+
+    /// The exec (not a machine op) was sent and has not been answered.
+    fn exec_outstanding(&self) -> bool {
+        self.worker_op.is_some() && self.machine.kind.is_none() && self.dispatched
+    }
+
+    /// This controller waits for the command's exit, or holds one not yet
+    /// stored in a record that can still take it.
+    fn owes_outcome(&self) -> bool {
+        self.exec_outstanding()
+            || (matches!(self.observed, Some(Observed::Exit(_)))
+                && !self.result_written
+                && self.rec.state.can_move_to(ExecState::Collecting))
     }
 
     /// The worker's answer to the exec.
