@@ -48,6 +48,10 @@ pub(crate) struct Global {
     /// logs); a failure is then one JSON object on stderr.
     #[arg(long, global = true)]
     pub(crate) json: bool,
+    /// The SQLite store of the execution records (default:
+    /// `$XDG_DATA_HOME/smolbox/smolbox.db` or `~/.local/share/smolbox/smolbox.db`).
+    #[arg(long, global = true, env = "SMOLBOX_STORE", value_name = "PATH")]
+    pub(crate) store: Option<PathBuf>,
 }
 
 /// The subcommands.
@@ -72,6 +76,33 @@ pub(crate) enum Cmd {
     /// Create a fresh machine, run the command in it, print its output,
     /// remove the machine; exits with the command's exit code.
     Run(RunArgs),
+    /// Execution records in the store (state, evidence, exit code, times,
+    /// worker, machine, last error; never argv, env or stdin).
+    #[command(subcommand)]
+    Records(RecordsCmd),
+    /// Wait for a recorded execution to end, driving it if it is still due
+    /// (a detached run is sent by the first `wait` or `recover`); exits
+    /// with the guest's code, 3 when its outcome is unknown, 8 when it
+    /// ended without running (cancelled, expired, failed).
+    Wait {
+        /// Execution id.
+        id: String,
+        /// Longest wait in milliseconds (0–900000); without it, until the
+        /// end. A command this process already sent is still followed to
+        /// its end (leaving would make its outcome unknown).
+        #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(0..=900_000))]
+        timeout: Option<u64>,
+    },
+    /// Cancel a recorded execution: before dispatch it becomes `cancelled`
+    /// (nothing is sent); once sent, its observation ends (`unknown`)
+    /// unless an exit is seen first.
+    Cancel {
+        /// Execution id.
+        id: String,
+    },
+    /// Run the recovery scan once over the store for the selected worker
+    /// and print what it moved.
+    Recover,
     /// The local devworker in the background for this user (commands run
     /// on this host WITHOUT isolation).
     #[command(subcommand)]
@@ -116,6 +147,29 @@ pub(crate) enum DevCmd {
         /// Its directory.
         #[arg(long)]
         dir: PathBuf,
+    },
+}
+
+/// `records …`.
+#[derive(Subcommand, Debug)]
+pub(crate) enum RecordsCmd {
+    /// List execution records (oldest id first).
+    Ls {
+        /// Only records in this state.
+        #[arg(long, value_name = "STATE", value_parser = [
+            "accepted", "preparing", "ready", "dispatching", "running", "collecting",
+            "completed", "launched", "collection_failed", "failed", "cancelled",
+            "expired", "unknown", "cancelling",
+        ])]
+        state: Option<String>,
+        /// Only records of this machine.
+        #[arg(long, value_name = "MACHINE")]
+        machine: Option<String>,
+    },
+    /// Show one execution record.
+    Show {
+        /// Execution id.
+        id: String,
     },
 }
 
@@ -198,11 +252,18 @@ pub(crate) struct RunArgs {
     /// Keep the machine afterwards (its name is printed on stderr).
     #[arg(long)]
     pub(crate) keep: bool,
-    /// The SQLite store that records the execution (default:
-    /// `$XDG_DATA_HOME/smolbox/smolbox.db` or `~/.local/share/smolbox/smolbox.db`).
+    /// Execution id (the idempotency key; letters, digits, `.`, `_`, `-`):
+    /// running the same command again under the same id prints the
+    /// recorded outcome and does not run it again; a different command
+    /// under it is refused (`identity_conflict`). Default: a fresh id.
     /// Buffered runs are recorded; `--stream` runs are not.
-    #[arg(long, env = "SMOLBOX_STORE", value_name = "PATH")]
-    pub(crate) store: Option<PathBuf>,
+    #[arg(long, value_name = "ID", conflicts_with = "stream")]
+    pub(crate) id: Option<String>,
+    /// Return once the execution is durably accepted and print its id
+    /// (the machine is kept); `smolbox wait ID` runs it and waits for its
+    /// end. Needs a persistent worker (--worker or `smolbox dev up`).
+    #[arg(long, conflicts_with_all = ["stream", "keep"])]
+    pub(crate) detach: bool,
     /// The command and its arguments (after `--`).
     #[arg(last = true, required = true, value_name = "ARGV")]
     pub(crate) argv: Vec<String>,

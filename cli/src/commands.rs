@@ -2,12 +2,15 @@
 //! [`Backend`].
 
 use std::io::Read;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
 use smolbox_core::exec::{Command, ExecOutcome, ExecOutput};
+use smolbox_core::managed::ExecutionRecord;
+use smolbox_core::managed::controller::Submit;
 use smolbox_core::worker::logs::MAX_TAIL;
 use smolbox_core::worker::{
     Logs, LogsParams, MachineName, MachineSpec, MachineState, Namespace, Observation,
@@ -254,26 +257,74 @@ pub(crate) fn exec(
 }
 
 /// `run -- ARGV…`: a fresh machine, the command, the machine removed
-/// (whatever the command's outcome).
+/// (whatever the command's outcome). With `--id` of a recorded execution,
+/// the recorded one is used (nothing new is created or run); with
+/// `--detach`, the run is made durable and left due (its machine kept).
 pub(crate) fn run(
     b: &Backend,
     args: &RunArgs,
+    store: Option<&Path>,
     json: bool,
     worker_id: &str,
+    persistent: bool,
 ) -> Result<i32, Failure> {
     let cmd = command(&args.opts, args.argv.clone())?;
+    if args.detach && !persistent {
+        report::note(
+            "--detach needs a persistent worker (--worker, or `smolbox dev up`): the \
+             in-process devworker ends with this command, so nothing would run the execution",
+        );
+        return Err(Error::validation(Operation::Submit, "detach_needs_persistent_worker").into());
+    }
+    let opened = if args.opts.stream {
+        None
+    } else {
+        let db = crate::records::store_path(store)?;
+        report::note(&format!(
+            "recording this execution in the embedded SQLite store at {}",
+            db.display()
+        ));
+        Some(crate::records::open(Some(&db))?)
+    };
+    if let (Some(opened), Some(id)) = (&opened, &args.id) {
+        let key = crate::records::key(id)?;
+        if let Some(rec) = crate::records::fetch_opt(opened.store.as_ref(), &key)? {
+            let submit = crate::records::same_identity(opened, &rec, &cmd)?;
+            return run_existing(b, opened, worker_id, &rec, submit, args.detach, json);
+        }
+    }
     let profile = b.admit()?;
     let name = fresh_name()?;
+    let id = args.id.clone().unwrap_or_else(|| name.as_str().to_owned());
     b.create(&profile, name.clone(), &MachineSpec::default())?;
+    if let (Some(opened), true) = (&opened, args.detach) {
+        let submit =
+            crate::records::submit_for(crate::records::key(&id)?, &cmd, worker_id, name.as_str())?;
+        let existing = crate::records::accept_only(opened, worker_id, submit)?;
+        report::note(&format!(
+            "accepted execution {id} (machine {} is kept); `smolbox wait {id}` runs it and \
+             waits for its end",
+            name.as_str()
+        ));
+        if json {
+            report::line(
+                &json!({ "id": id, "machine": name.as_str(), "existing": existing }).to_string(),
+            )?;
+        } else {
+            report::line(&id)?;
+        }
+        return Ok(0);
+    }
     let guard = if args.keep {
         None
     } else {
         remove_on_interrupt(b, &name)
     };
-    let outcome = if args.opts.stream {
-        run_command(b, name.as_str(), &cmd, true, json)
-    } else {
-        run_recorded(b, args, name.as_str(), &cmd, json, worker_id)
+    let outcome = match &opened {
+        None => run_command(b, name.as_str(), &cmd, true, json),
+        Some(opened) => crate::records::key(&id)
+            .and_then(|key| crate::records::submit_for(key, &cmd, worker_id, name.as_str()))
+            .and_then(|submit| run_recorded(b, opened, submit, json, worker_id)),
     };
     if let Some((handle, fired)) = guard {
         handle.close();
@@ -310,31 +361,97 @@ pub(crate) fn run(
     }
 }
 
+/// `run --id ID` of an execution already recorded with the same command:
+/// a finished one prints its recorded outcome (its output is not stored)
+/// and is not run again; an unfinished one on this worker is driven here
+/// (or, with `--detach`, left as it is).
+fn run_existing(
+    b: &Backend,
+    opened: &crate::records::Opened,
+    worker_id: &str,
+    rec: &ExecutionRecord,
+    submit: Submit,
+    detach: bool,
+    json: bool,
+) -> Result<i32, Failure> {
+    let id = rec.key.id.as_str();
+    if let Some(code) = crate::records::exit_of(rec) {
+        report::note(&format!(
+            "execution {id} is already recorded as {} (evidence {}); it is not run again and \
+             its output is not stored",
+            rec.state.as_str(),
+            crate::records::ev(rec.evidence)
+        ));
+        if json {
+            let mut v = crate::records::record_json(rec);
+            v["existing"] = json!(true);
+            report::line(&v.to_string())?;
+        }
+        return Ok(code);
+    }
+    let on_this = rec
+        .spec
+        .worker_machine
+        .as_ref()
+        .is_some_and(|w| w.worker_id == worker_id);
+    if !on_this {
+        report::note(&format!(
+            "execution {id} is recorded as {} on another worker; run `smolbox wait {id}` \
+             with that worker",
+            rec.state.as_str()
+        ));
+        return Err(Error::validation(Operation::Submit, "record_on_another_worker").into());
+    }
+    if detach {
+        report::note(&format!(
+            "execution {id} is already accepted ({})",
+            rec.state.as_str()
+        ));
+        if json {
+            report::line(&json!({ "id": id, "existing": true }).to_string())?;
+        } else {
+            report::line(id)?;
+        }
+        return Ok(0);
+    }
+    run_recorded(b, opened, submit, json, worker_id)
+}
+
 /// A buffered `run` through the durable record (see [`crate::records`]):
 /// the guest's exit code when observed; an uncertain outcome is reported
 /// as such (exit 3), never guessed.
 fn run_recorded(
     b: &Backend,
-    args: &RunArgs,
-    machine: &str,
-    cmd: &Command,
+    opened: &crate::records::Opened,
+    submit: Submit,
     json: bool,
     worker_id: &str,
 ) -> Result<i32, Failure> {
-    let db = crate::records::store_path(args.store.as_deref())?;
-    let out = crate::records::run_recorded(b, &db, worker_id, machine, machine, cmd)?;
+    let out = crate::records::run_recorded(b, opened, worker_id, submit)?;
     if let Some(output) = &out.output {
         print_output(output, json)?;
+    } else if out.record.state.ends_wait() {
+        report::note(&format!(
+            "execution {} ended as {} before this process observed it: its output is not \
+             stored",
+            out.record.key.id,
+            out.record.state.as_str()
+        ));
     }
     match out.exit_code() {
         Some(code) => Ok(code),
         None => match out.error {
             Some(e) => Err(Failure::Core(e)),
-            None => Err(Failure::Core(Error::new(
-                Category::Unknown,
-                Operation::Exec,
-                Evidence::DispatchUncertain,
-            ))),
+            None => match crate::records::exit_of(&out.record) {
+                Some(code) if out.record.state != smolbox_core::managed::ExecState::Unknown => {
+                    Ok(code)
+                }
+                _ => Err(Failure::Core(Error::new(
+                    Category::Unknown,
+                    Operation::Exec,
+                    Evidence::DispatchUncertain,
+                ))),
+            },
         },
     }
 }

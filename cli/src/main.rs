@@ -21,7 +21,7 @@ mod worker;
 
 use clap::{CommandFactory, Parser};
 
-use crate::args::{Cli, Cmd, CompletionShell, DevCmd};
+use crate::args::{Cli, Cmd, CompletionShell, DevCmd, RecordsCmd};
 use crate::backend::Backend;
 use crate::report::Failure;
 
@@ -58,6 +58,17 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             DevCmd::Serve { dir } => dev::serve(dir),
         };
     }
+    // Records are read from the store alone: no worker is selected (and
+    // no devworker started).
+    if let Cmd::Records(r) = &cli.command {
+        let store = cli.global.store.as_deref();
+        return match r {
+            RecordsCmd::Ls { state, machine } => {
+                records::ls(store, state.as_deref(), machine.as_deref(), json)
+            }
+            RecordsCmd::Show { id } => records::show(store, id, json),
+        };
+    }
     let command_secs = match &cli.command {
         Cmd::Exec(a) => a.opts.timeout,
         Cmd::Run(a) => a.opts.timeout,
@@ -69,12 +80,40 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         Cmd::Health => commands::health(&backend, json),
         Cmd::Machine(m) => commands::machine(&backend, m, json),
         Cmd::Exec(a) => commands::exec(&backend, &a.machine, &a.opts, a.argv, json),
-        Cmd::Run(a) => commands::run(&backend, &a, json, &selected.worker_id),
+        Cmd::Run(a) => commands::run(
+            &backend,
+            &a,
+            cli.global.store.as_deref(),
+            json,
+            &selected.worker_id,
+            selected.dev.is_none(),
+        ),
+        Cmd::Wait { id, timeout } => records::wait(
+            &backend,
+            cli.global.store.as_deref(),
+            &selected.worker_id,
+            &id,
+            timeout,
+            json,
+        ),
+        Cmd::Cancel { id } => records::cancel(
+            &backend,
+            cli.global.store.as_deref(),
+            &selected.worker_id,
+            &id,
+            json,
+        ),
+        Cmd::Recover => records::recover(
+            &backend,
+            cli.global.store.as_deref(),
+            &selected.worker_id,
+            json,
+        ),
         Cmd::Shell(a) => shell::shell(&backend, &a),
         Cmd::Cp(a) => files::cp(&backend, &a, json),
         Cmd::Logs(a) => commands::logs(&backend, &a, json),
         // Answered above, without a worker.
-        Cmd::Dev(_) | Cmd::Completions { .. } | Cmd::Man => Ok(0),
+        Cmd::Dev(_) | Cmd::Records(_) | Cmd::Completions { .. } | Cmd::Man => Ok(0),
     };
     // The client (and its runtime) goes before the devworker it talks to.
     drop(backend);

@@ -1,24 +1,43 @@
-//! The durable record of `run`: a buffered run goes through the managed
-//! runtime (DESIGN.md §5a) over the embedded SQLite store — the record is
-//! accepted, its `dispatching` intent made durable before the command is
-//! sent, its claim renewed while the command runs, and the observed exit
-//! (or `unknown`) stored afterwards. Each process is its own controller
-//! (a unique owner id), so two `smolbox` processes fence each other.
+//! The durable records of `run`, and the commands over them (`records`,
+//! `wait`, `cancel`, `recover`).
+//!
+//! A buffered run goes through the managed runtime (DESIGN.md §5a) over
+//! the embedded SQLite store — the record is accepted, its `dispatching`
+//! intent made durable before the command is sent, its claim renewed while
+//! the command runs, and the observed exit (or `unknown`) stored
+//! afterwards. Each process is its own controller (a unique owner id), so
+//! two `smolbox` processes fence each other. What a record shows is its
+//! state, evidence, exit code, times, worker, machine and last error; the
+//! command's argv, env and stdin are sealed in the store and never printed,
+//! and its output is never stored.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use serde_json::json;
 use smolbox_core::exec::Command;
-use smolbox_core::managed::RecordKey;
-use smolbox_core::managed::controller::{Outcome, RunTarget, Submit, spec_for};
+use smolbox_core::managed::controller::{
+    Controller, ControllerConfig, Event, Outcome, RunTarget, Submit, WorkerEntry, spec_for,
+};
+use smolbox_core::managed::fingerprint::exec_fingerprint;
+use smolbox_core::managed::record::ExecResult;
+use smolbox_core::managed::{
+    ExecState, ExecutionRecord, FingerprintKey, RecordEvidence, RecordKey,
+};
+use smolbox_core::{Category, Error, Evidence, Operation};
 use smolbox_store::keys::load_or_create_keys;
-use smolbox_store::{Sealer, SqliteStore, Store};
+use smolbox_store::{DEFAULT_LIST_PAGE, Sealer, SqliteStore, Store, apply_op};
 
 use crate::backend::Backend;
 use crate::report::{self, Failure};
 
 /// Scope of the records the command writes (and the sealing partition).
-const SCOPE: &str = "cli";
+pub(crate) const SCOPE: &str = "cli";
+
+/// Exit code of an execution that ended without running (cancelled,
+/// expired, failed before dispatch): "refused".
+pub(crate) const EXIT_NOT_RUN: i32 = 8;
 
 /// Where the store lives: `explicit`, else `$XDG_DATA_HOME/smolbox`, else
 /// `$HOME/.local/share/smolbox`, as `smolbox.db`.
@@ -39,48 +58,372 @@ pub(crate) fn store_path(explicit: Option<&Path>) -> Result<PathBuf, Failure> {
     Ok(base.join("smolbox").join("smolbox.db"))
 }
 
-/// Runs `cmd` on `machine` under a fresh record `id`, recorded in the
-/// SQLite store at `db`.
-pub(crate) fn run_recorded(
-    b: &Backend,
-    db: &Path,
-    worker: &str,
-    machine: &str,
-    id: &str,
-    cmd: &Command,
-) -> Result<Outcome, Failure> {
+/// The opened store and the host's fingerprint key.
+pub(crate) struct Opened {
+    /// The store.
+    pub(crate) store: Arc<dyn Store>,
+    /// The fingerprint key (distinct from the sealing key).
+    pub(crate) fingerprint_key: FingerprintKey,
+}
+
+/// Opens (creating when absent) the SQLite store at `explicit` or the
+/// default path.
+pub(crate) fn open(explicit: Option<&Path>) -> Result<Opened, Failure> {
+    let db = store_path(explicit)?;
     if let Some(dir) = db.parent() {
         create_private_dir(dir)?;
     }
-    report::note(&format!(
-        "recording this execution in the embedded SQLite store at {}",
-        db.display()
-    ));
-    let (fingerprint_key, encryption_key) = load_or_create_keys(db)?;
-    let store: Arc<dyn Store> =
-        Arc::new(SqliteStore::open(db, Sealer::new(&encryption_key, SCOPE)?)?);
-    let key = RecordKey::new(SCOPE, id)?;
-    let spec = spec_for(cmd, &RunTarget::unverified().fitting(cmd), worker, machine)?;
-    let submit = Submit { key, spec };
-    let outcome = match b {
-        Backend::Tokio { rt, client } => rt.block_on(async {
-            let runtime = smolbox_tokio::Runtime::builder(store, fingerprint_key)
-                .worker(worker, client.clone())
-                .build()?;
-            let out = runtime.run(submit).await;
-            runtime.shutdown().await;
-            out
-        })?,
-        Backend::Blocking(client) => {
-            let runtime = smolbox_blocking::Runtime::builder(store, fingerprint_key)
-                .worker(worker, client.clone())
-                .build()?;
-            let out = runtime.run(submit);
-            runtime.shutdown();
-            out?
+    let (fingerprint_key, encryption_key) = load_or_create_keys(&db)?;
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(
+        &db,
+        Sealer::new(&encryption_key, SCOPE)?,
+    )?);
+    Ok(Opened {
+        store,
+        fingerprint_key,
+    })
+}
+
+/// The record key of an id the user typed.
+pub(crate) fn key(id: &str) -> Result<RecordKey, Failure> {
+    Ok(RecordKey::new(SCOPE, id)?)
+}
+
+/// The fetched record, `None` only when the store positively reports its
+/// absence (a store failure stays an error).
+pub(crate) fn fetch_opt(
+    store: &dyn Store,
+    key: &RecordKey,
+) -> Result<Option<ExecutionRecord>, Failure> {
+    match store.fetch(key) {
+        Ok(r) => Ok(Some(r)),
+        Err(e) if e.category() == Category::NotFound => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The managed runtime of either shell, over one store and one worker.
+pub(crate) enum Rt<'a> {
+    /// The tokio shell's runtime, driven on the backend's tokio runtime.
+    Tokio(&'a tokio::runtime::Runtime, smolbox_tokio::Runtime),
+    /// The blocking shell's runtime.
+    Blocking(smolbox_blocking::Runtime),
+}
+
+impl<'a> Rt<'a> {
+    /// A runtime whose only worker is `worker` (the backend's client).
+    pub(crate) fn new(b: &'a Backend, opened: &Opened, worker: &str) -> Result<Self, Failure> {
+        let store = Arc::clone(&opened.store);
+        let fk = opened.fingerprint_key.clone();
+        Ok(match b {
+            Backend::Tokio { rt, client } => {
+                let r = rt.block_on(async {
+                    smolbox_tokio::Runtime::builder(store, fk)
+                        .worker(worker, client.clone())
+                        .build()
+                })?;
+                Self::Tokio(rt, r)
+            }
+            Backend::Blocking(client) => Self::Blocking(
+                smolbox_blocking::Runtime::builder(store, fk)
+                    .worker(worker, client.clone())
+                    .build()?,
+            ),
+        })
+    }
+
+    /// `submit` then `wait` to the end.
+    pub(crate) fn run(&self, submit: Submit) -> Result<Outcome, Error> {
+        match self {
+            Self::Tokio(rt, r) => rt.block_on(r.run(submit)),
+            Self::Blocking(r) => r.run(submit),
         }
+    }
+
+    /// One wait of at most `ms` (≤ 900,000).
+    pub(crate) fn wait(&self, key: &RecordKey, ms: u64) -> Result<Outcome, Error> {
+        match self {
+            Self::Tokio(rt, r) => rt.block_on(r.wait(key, ms)),
+            Self::Blocking(r) => r.wait(key, ms),
+        }
+    }
+
+    /// Requests cancellation.
+    pub(crate) fn cancel(&self, key: &RecordKey) -> Result<ExecutionRecord, Error> {
+        match self {
+            Self::Tokio(rt, r) => rt.block_on(r.cancel(key)),
+            Self::Blocking(r) => r.cancel(key),
+        }
+    }
+
+    /// Schedules a due scan now.
+    pub(crate) fn reconcile(&self) {
+        match self {
+            Self::Tokio(_, r) => r.reconcile(),
+            Self::Blocking(r) => r.reconcile(),
+        }
+    }
+
+    /// Stops taking work; returns once what was sent has been observed to
+    /// its end.
+    pub(crate) fn shutdown(&self) {
+        match self {
+            Self::Tokio(rt, r) => rt.block_on(r.shutdown()),
+            Self::Blocking(r) => r.shutdown(),
+        }
+    }
+}
+
+/// The spec `run` records for `cmd` on `machine` of `worker`, as submitted.
+pub(crate) fn submit_for(
+    key: RecordKey,
+    cmd: &Command,
+    worker: &str,
+    machine: &str,
+) -> Result<Submit, Failure> {
+    let spec = spec_for(cmd, &RunTarget::unverified().fitting(cmd), worker, machine)?;
+    Ok(Submit { key, spec })
+}
+
+/// Runs `submit` through the managed runtime, to its end.
+pub(crate) fn run_recorded(
+    b: &Backend,
+    opened: &Opened,
+    worker: &str,
+    submit: Submit,
+) -> Result<Outcome, Failure> {
+    let rt = Rt::new(b, opened, worker)?;
+    let out = rt.run(submit);
+    rt.shutdown();
+    Ok(out?)
+}
+
+/// Whether `cmd` under `key` is the command already recorded in `rec`: the
+/// spec rebuilt on the record's own worker and machine has the recorded
+/// fingerprint. A different command is an `identity_conflict`.
+pub(crate) fn same_identity(
+    opened: &Opened,
+    rec: &ExecutionRecord,
+    cmd: &Command,
+) -> Result<Submit, Failure> {
+    let conflict = || {
+        Failure::Core(
+            Error::new(
+                Category::IdentityConflict,
+                Operation::Submit,
+                Evidence::NotDispatched,
+            )
+            .with_reason("changed_spec"),
+        )
     };
-    Ok(outcome)
+    let Some(wm) = &rec.spec.worker_machine else {
+        return Err(conflict());
+    };
+    let submit = submit_for(rec.key.clone(), cmd, &wm.worker_id, &wm.name)?;
+    if exec_fingerprint(&opened.fingerprint_key, &submit.spec) != rec.fingerprint {
+        return Err(conflict());
+    }
+    Ok(submit)
+}
+
+/// Makes `submit` durable and returns without driving it: a controller of
+/// this process accepts it (the same acceptance rules and store call as the
+/// runtime's), and nothing after the acceptance is performed — the record
+/// stays `accepted` and due, unclaimed, for the next controller (`wait`,
+/// `recover`) to dispatch from the stored spec. `Ok(existing)`.
+pub(crate) fn accept_only(opened: &Opened, worker: &str, submit: Submit) -> Result<bool, Failure> {
+    let (now, now_ms) = (Instant::now(), wall_ms());
+    let mut cfg = ControllerConfig::new(&smolbox_tokio::runtime::default_owner());
+    cfg.workers.push(WorkerEntry::new(worker));
+    // Left to whichever controller comes next (`wait`, `recover`): no claim.
+    cfg.claim_at_accept = false;
+    let mut ctl = Controller::new(cfg, opened.fingerprint_key.clone(), now, now_ms)?;
+    let key = submit.key.clone();
+    ctl.submit(now, now_ms, submit)?;
+    loop {
+        // Only the acceptance is performed (the start-up due scan and the
+        // claim that would follow acceptance are left undone).
+        let mut performed = false;
+        while let Some((id, op)) = ctl.poll_store_op() {
+            if matches!(
+                op,
+                smolbox_core::managed::controller::StoreOp::Accept { .. }
+            ) {
+                let result = apply_op(opened.store.as_ref(), &op);
+                ctl.handle_stored(Instant::now(), wall_ms(), id, result);
+                performed = true;
+                break;
+            }
+        }
+        while let Some(ev) = ctl.poll_event() {
+            match ev {
+                Event::Accepted {
+                    key: k, existing, ..
+                } if k == key => return Ok(existing),
+                Event::Refused { key: k, error } if k == key => return Err(error.into()),
+                _ => {}
+            }
+        }
+        if !performed {
+            return Err(Failure::Core(
+                Error::new(Category::Store, Operation::Submit, Evidence::NotDispatched)
+                    .with_reason("no_acceptance"),
+            ));
+        }
+    }
+}
+
+/// The snake_case name of a record's evidence.
+pub(crate) fn ev(e: RecordEvidence) -> &'static str {
+    match e {
+        RecordEvidence::NotDispatched => "not_dispatched",
+        RecordEvidence::DispatchUncertain => "dispatch_uncertain",
+        RecordEvidence::RunningObserved => "running_observed",
+        RecordEvidence::Exited => "exited",
+        RecordEvidence::Launched => "launched",
+        RecordEvidence::TerminationConfirmed => "termination_confirmed",
+        RecordEvidence::Unknown => "unknown",
+    }
+}
+
+fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The exit code a finished record means: the guest's code when it exited,
+/// 3 when its outcome is unknown, [`EXIT_NOT_RUN`] when it ended without
+/// running; `None` while it is not finished.
+pub(crate) fn exit_of(rec: &ExecutionRecord) -> Option<i32> {
+    if let Some(ExecResult::Exited { exit_code, .. }) = rec.result {
+        return Some(exit_code);
+    }
+    if !rec.state.ends_wait() {
+        return None;
+    }
+    Some(match rec.state {
+        ExecState::Unknown => 3,
+        ExecState::Launched | ExecState::Completed => 0,
+        _ => EXIT_NOT_RUN,
+    })
+}
+
+/// A record as JSON: everything but the command (argv, env, stdin).
+pub(crate) fn record_json(r: &ExecutionRecord) -> serde_json::Value {
+    let (exit_code, output_bytes, truncated) = match r.result {
+        Some(ExecResult::Exited {
+            exit_code,
+            output_bytes,
+            truncated,
+        }) => (Some(exit_code), Some(output_bytes), Some(truncated)),
+        _ => (None, None, None),
+    };
+    let wm = r.spec.worker_machine.as_ref();
+    json!({
+        "id": r.key.id,
+        "scope": r.key.scope,
+        "state": r.state.as_str(),
+        "evidence": ev(r.evidence),
+        "exit_code": exit_code,
+        "output_bytes": output_bytes,
+        "output_truncated": truncated,
+        "worker": wm.map(|w| w.worker_id.clone()),
+        "machine": wm.map(|w| w.name.clone()),
+        "accepted_at_ms": r.accepted_at_ms,
+        "updated_at_ms": r.updated_at_ms,
+        "next_due_at_ms": r.next_due_at_ms,
+        "cancel_requested_at_ms": r.cancel_requested_at_ms,
+        "version": r.version,
+        "last_error": r.last_error.as_ref().map(|e| json!({
+            "category": e.category,
+            "operation": e.operation,
+            "evidence": e.evidence,
+            "reason": e.reason,
+            "at_ms": e.at_ms,
+        })),
+    })
+}
+
+/// `records ls [--state S] [--machine M]`: every page of the scope, in id
+/// order.
+pub(crate) fn ls(
+    store: Option<&Path>,
+    state: Option<&str>,
+    machine: Option<&str>,
+    json: bool,
+) -> Result<i32, Failure> {
+    let opened = open(store)?;
+    let mut all = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = opened
+            .store
+            .list(SCOPE, after.as_deref(), DEFAULT_LIST_PAGE)?;
+        all.extend(page.records.into_iter().filter(|r| {
+            state.is_none_or(|s| r.state.as_str() == s)
+                && machine
+                    .is_none_or(|m| r.spec.worker_machine.as_ref().is_some_and(|w| w.name == m))
+        }));
+        match page.next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    if json {
+        let v: Vec<_> = all.iter().map(record_json).collect();
+        report::line(&serde_json::Value::Array(v).to_string())?;
+        return Ok(0);
+    }
+    report::line(&format!(
+        "{:<28} {:<12} {:<20} {:>4} {:<18} {:<26} {}",
+        "ID", "STATE", "EVIDENCE", "EXIT", "WORKER", "MACHINE", "UPDATED_MS"
+    ))?;
+    for r in &all {
+        let wm = r.spec.worker_machine.as_ref();
+        let exit = match r.result {
+            Some(ExecResult::Exited { exit_code, .. }) => exit_code.to_string(),
+            _ => "-".into(),
+        };
+        report::line(&format!(
+            "{:<28} {:<12} {:<20} {:>4} {:<18} {:<26} {}",
+            r.key.id,
+            r.state.as_str(),
+            ev(r.evidence),
+            exit,
+            wm.map_or("-", |w| w.worker_id.as_str()),
+            wm.map_or("-", |w| w.name.as_str()),
+            r.updated_at_ms
+        ))?;
+    }
+    Ok(0)
+}
+
+/// `records show ID`.
+pub(crate) fn show(store: Option<&Path>, id: &str, json: bool) -> Result<i32, Failure> {
+    let opened = open(store)?;
+    let rec = opened.store.fetch(&key(id)?)?;
+    print_record(&rec, json)?;
+    Ok(0)
+}
+
+/// Prints one record (`key: value` lines, or one JSON object).
+pub(crate) fn print_record(rec: &ExecutionRecord, json: bool) -> Result<(), Failure> {
+    let v = record_json(rec);
+    if json {
+        return report::line(&v.to_string());
+    }
+    if let Some(o) = v.as_object() {
+        for (k, val) in o {
+            let text = match val {
+                serde_json::Value::Null => "-".to_owned(),
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            report::line(&format!("{k}: {text}"))?;
+        }
+    }
+    Ok(())
 }
 
 fn create_private_dir(dir: &Path) -> Result<(), Failure> {
@@ -90,4 +433,208 @@ fn create_private_dir(dir: &Path) -> Result<(), Failure> {
         .mode(0o700)
         .create(dir)
         .map_err(|e| Failure::local(format!("create {}", dir.display()), &e))
+}
+
+/// Longest single runtime wait (C16).
+const MAX_WAIT_MS: u64 = 900_000;
+
+/// How long `cancel` and `recover` watch the records they moved settle.
+const SETTLE_MS: u64 = 60_000;
+
+/// Prints what a wait found: the output this process observed (never
+/// stored), then the record; returns the exit code it means.
+fn print_outcome(out: &Outcome, json: bool) -> Result<i32, Failure> {
+    let code = match out.exit_code() {
+        Some(c) => c,
+        None => match &out.error {
+            Some(e) if !out.record.state.ends_wait() => return Err(Failure::Core(*e)),
+            _ => exit_of(&out.record).unwrap_or(3),
+        },
+    };
+    if json {
+        let mut v = record_json(&out.record);
+        if let Some(o) = &out.output {
+            v["stdout"] = json!(String::from_utf8_lossy(&o.stdout));
+            v["stderr"] = json!(String::from_utf8_lossy(&o.stderr));
+        }
+        report::line(&v.to_string())?;
+    } else {
+        match &out.output {
+            Some(o) => {
+                report::out(&o.stdout)?;
+                report::err(&o.stderr);
+            }
+            None => report::note(&format!(
+                "execution {} is {} (evidence {}); its output is not stored",
+                out.record.key.id,
+                out.record.state.as_str(),
+                ev(out.record.evidence)
+            )),
+        }
+    }
+    Ok(code)
+}
+
+/// `wait ID [--timeout MS]`: drives the record when it is still due on
+/// this worker (a detached run is sent here, from its stored spec), and
+/// returns what it means once it is finished.
+pub(crate) fn wait(
+    b: &Backend,
+    store: Option<&Path>,
+    worker: &str,
+    id: &str,
+    timeout: Option<u64>,
+    json: bool,
+) -> Result<i32, Failure> {
+    let opened = open(store)?;
+    let key = key(id)?;
+    let rec = opened.store.fetch(&key)?;
+    if rec.state.ends_wait() {
+        let out = Outcome {
+            record: rec,
+            output: None,
+            error: None,
+        };
+        return print_outcome(&out, json);
+    }
+    let rt = Rt::new(b, &opened, worker)?;
+    let result = match timeout {
+        Some(ms) => rt.wait(&key, ms),
+        None => loop {
+            match rt.wait(&key, MAX_WAIT_MS) {
+                Err(e)
+                    if e.category() == Category::Expired && e.operation() == Operation::Await => {}
+                other => break other,
+            }
+        },
+    };
+    // A command this process sent is observed to its end.
+    rt.shutdown();
+    print_outcome(&result?, json)
+}
+
+/// `cancel ID`: the cancel request is made durable; the record is then
+/// watched (up to a minute) as the controller moves it, and printed.
+pub(crate) fn cancel(
+    b: &Backend,
+    store: Option<&Path>,
+    worker: &str,
+    id: &str,
+    json: bool,
+) -> Result<i32, Failure> {
+    let opened = open(store)?;
+    let key = key(id)?;
+    let rt = Rt::new(b, &opened, worker)?;
+    let cancelled = rt.cancel(&key);
+    let settled = match &cancelled {
+        Ok(_) => {
+            rt.reconcile();
+            rt.wait(&key, SETTLE_MS).map(|o| o.record)
+        }
+        Err(_) => Ok(opened.store.fetch(&key)?),
+    };
+    rt.shutdown();
+    cancelled?;
+    let rec = match settled {
+        Ok(r) => r,
+        Err(e) if e.category() == Category::Expired => opened.store.fetch(&key)?,
+        Err(e) => return Err(e.into()),
+    };
+    if !json {
+        report::note(&format!(
+            "cancel of {} recorded; it is now {} (evidence {})",
+            rec.key.id,
+            rec.state.as_str(),
+            ev(rec.evidence)
+        ));
+    }
+    print_record(&rec, json)?;
+    Ok(0)
+}
+
+/// `recover`: the recovery scan once over the store for this worker; every
+/// unfinished record of the worker is watched (up to a minute in all) as
+/// the controller moves it, and what changed is printed.
+pub(crate) fn recover(
+    b: &Backend,
+    store: Option<&Path>,
+    worker: &str,
+    json: bool,
+) -> Result<i32, Failure> {
+    let opened = open(store)?;
+    let mut before = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = opened
+            .store
+            .list(SCOPE, after.as_deref(), DEFAULT_LIST_PAGE)?;
+        before.extend(page.records.into_iter().filter(|r| {
+            !r.state.ends_wait()
+                && r.spec
+                    .worker_machine
+                    .as_ref()
+                    .is_some_and(|w| w.worker_id == worker)
+        }));
+        match page.next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    let rt = Rt::new(b, &opened, worker)?;
+    rt.reconcile();
+    let deadline = Instant::now() + std::time::Duration::from_millis(SETTLE_MS);
+    for r in &before {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ms = u64::try_from(left.as_millis()).unwrap_or(SETTLE_MS);
+        match rt.wait(&r.key, ms) {
+            Ok(_) => {}
+            Err(e) if e.category() == Category::Expired => {}
+            Err(e) => {
+                rt.shutdown();
+                return Err(e.into());
+            }
+        }
+    }
+    rt.shutdown();
+    let mut moved = Vec::new();
+    for r in &before {
+        let now = opened.store.fetch(&r.key)?;
+        moved.push((r.state, now));
+    }
+    if json {
+        let v: Vec<_> = moved
+            .iter()
+            .map(|(from, now)| {
+                json!({
+                    "id": now.key.id,
+                    "from": from.as_str(),
+                    "to": now.state.as_str(),
+                    "evidence": ev(now.evidence),
+                    "moved": *from != now.state,
+                })
+            })
+            .collect();
+        report::line(&json!({ "worker": worker, "records": v }).to_string())?;
+        return Ok(0);
+    }
+    let mut any = false;
+    for (from, now) in &moved {
+        if *from != now.state {
+            any = true;
+            report::line(&format!(
+                "{}: {} -> {} (evidence {})",
+                now.key.id,
+                from.as_str(),
+                now.state.as_str(),
+                ev(now.evidence)
+            ))?;
+        }
+    }
+    if !any {
+        report::note(&format!(
+            "nothing moved ({} unfinished record(s) of worker {worker})",
+            moved.len()
+        ));
+    }
+    Ok(0)
 }

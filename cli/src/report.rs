@@ -14,7 +14,8 @@ use smolbox_core::{Category, Error, Evidence};
 pub(crate) const EXIT_TABLE: &str = "\
 Exit codes:
   0    success
-  N    exec, run, shell: the guest command's own exit code, when confirmed
+  N    exec, run, shell, wait: the guest command's own exit code, when
+       confirmed
   1    local failure (reading or writing a local file, the terminal)
   2    validation or unsupported capability: bad input, nothing was sent
   3    unknown or uncertain outcome: the request may have reached the worker
@@ -23,7 +24,8 @@ Exit codes:
   5    not found
   6    the worker could not be reached (nothing was sent)
   7    protocol violation or output limit
-  8    refused: admission exhausted, conflict, stale claim or version, store
+  8    refused: admission exhausted, conflict, stale claim or version, store;
+       wait: the execution ended without running (cancelled, expired, failed)
   9    cleanup failed (e.g. `run` could not remove its machine)";
 
 /// Local failure exit code.

@@ -8,7 +8,7 @@ mod common;
 use common::{code, smolbox, stderr, stdout};
 
 /// The visible top-level subcommands (hidden `dev serve` is not one).
-const SUBCOMMANDS: [&str; 11] = [
+const SUBCOMMANDS: [&str; 15] = [
     "health",
     "machine",
     "exec",
@@ -16,6 +16,10 @@ const SUBCOMMANDS: [&str; 11] = [
     "cp",
     "logs",
     "run",
+    "records",
+    "wait",
+    "cancel",
+    "recover",
     "dev",
     "completions",
     "man",

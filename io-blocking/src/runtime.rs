@@ -191,6 +191,7 @@ impl RuntimeBuilder {
             return Err(Error::validation(Operation::Config, "store_not_durable"));
         }
         let telemetry_cap = self.config.telemetry_pending;
+        let span = smolbox_store::trace::driver_span(&self.config.owner);
         let controller = Controller::new(
             self.config,
             self.fingerprint_key,
@@ -234,7 +235,10 @@ impl RuntimeBuilder {
         };
         std::thread::Builder::new()
             .name("smolbox-runtime".into())
-            .spawn(move || driver.run(&rx))
+            .spawn(move || {
+                let _entered = span.enter();
+                driver.run(&rx);
+            })
             .map_err(|_| thread_error())?;
         Ok(Runtime {
             store: self.store,
@@ -474,8 +478,14 @@ impl Driver {
             let (now, now_ms) = (self.clock.now(), self.clock.now_ms());
             match msg {
                 None => self.controller.handle_timeout(now, now_ms),
-                Some(Msg::Stored(id, r)) => self.controller.handle_stored(now, now_ms, id, *r),
-                Some(Msg::Worker(id, r)) => self.controller.handle_worker(now, now_ms, id, r),
+                Some(Msg::Stored(id, r)) => {
+                    smolbox_store::trace::store_result(id, &r);
+                    self.controller.handle_stored(now, now_ms, id, *r);
+                }
+                Some(Msg::Worker(id, r)) => {
+                    smolbox_store::trace::worker_result(id, &r);
+                    self.controller.handle_worker(now, now_ms, id, r);
+                }
                 Some(Msg::Close) => {
                     self.closed = true;
                     self.controller.shutdown(now, now_ms);
@@ -512,6 +522,7 @@ impl Driver {
     /// Performs every op the controller asks for and delivers its events.
     fn drain(&mut self) {
         while let Some((id, op)) = self.controller.poll_store_op() {
+            smolbox_store::trace::store_op(id, &op);
             if let Err(mpsc::SendError((id, _))) = self.store_tx.send((id, op)) {
                 // The store thread is gone: a store failure, never absence.
                 let e = Error::new(Category::Store, Operation::StoreWrite, Evidence::Unknown)
@@ -521,6 +532,7 @@ impl Driver {
             }
         }
         while let Some((id, op)) = self.controller.poll_worker_op() {
+            smolbox_store::trace::worker_op(id, &op);
             self.perform_worker(id, op);
         }
         let mut changed = false;
@@ -561,6 +573,7 @@ impl Driver {
 
     /// Delivers one event; true when waiters should look again.
     fn deliver(&mut self, event: Event) -> bool {
+        smolbox_store::trace::event(&event);
         match event {
             Event::Accepted { key, existing, .. } => {
                 if let Some(tx) = pop(&mut self.accept_waiters, &key) {

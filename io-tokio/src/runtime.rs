@@ -192,6 +192,7 @@ impl RuntimeBuilder {
             .map_err(|_| Error::validation(Operation::Config, "no_tokio_runtime"))?;
         let max_ops = self.config.max_active + 2;
         let telemetry_cap = self.config.telemetry_pending;
+        let span = smolbox_store::trace::driver_span(&self.config.owner);
         let controller = Controller::new(
             self.config,
             self.fingerprint_key,
@@ -220,7 +221,10 @@ impl RuntimeBuilder {
             stop_waiters: Vec::new(),
             stopped: false,
         };
-        handle.spawn(driver.run(cmd_rx, res_rx));
+        handle.spawn(tracing::Instrument::instrument(
+            driver.run(cmd_rx, res_rx),
+            span,
+        ));
         Ok(Runtime {
             store: self.store,
             cmd: cmd_tx,
@@ -462,8 +466,14 @@ impl Driver {
                 Some(answer) = answers.recv() => {
                     let (now, now_ms) = (self.clock.now(), self.clock.now_ms());
                     match answer {
-                        Answer::Stored(id, r) => self.controller.handle_stored(now, now_ms, id, *r),
-                        Answer::Worker(id, r) => self.controller.handle_worker(now, now_ms, id, r),
+                        Answer::Stored(id, r) => {
+                            smolbox_store::trace::store_result(id, &r);
+                            self.controller.handle_stored(now, now_ms, id, *r);
+                        }
+                        Answer::Worker(id, r) => {
+                            smolbox_store::trace::worker_result(id, &r);
+                            self.controller.handle_worker(now, now_ms, id, r);
+                        }
                     }
                 }
                 () = sleep_until(sleep) => {
@@ -507,9 +517,11 @@ impl Driver {
     /// Performs every op the controller asks for and delivers its events.
     fn drain(&mut self) {
         while let Some((id, op)) = self.controller.poll_store_op() {
+            smolbox_store::trace::store_op(id, &op);
             self.perform_store(id, op);
         }
         while let Some((id, op)) = self.controller.poll_worker_op() {
+            smolbox_store::trace::worker_op(id, &op);
             self.perform_worker(id, op);
         }
         let mut changed = false;
@@ -558,6 +570,7 @@ impl Driver {
 
     /// Delivers one event; true when waiters should look again.
     fn deliver(&mut self, event: Event) -> bool {
+        smolbox_store::trace::event(&event);
         match event {
             Event::Accepted { key, existing, .. } => {
                 if let Some(tx) = pop(&mut self.accept_waiters, &key) {

@@ -47,6 +47,7 @@ mod row;
 mod seal;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+pub mod trace;
 
 pub use memory::{
     DEFAULT_MAX_BYTES, DEFAULT_MAX_RECORDS, MAX_BYTES, MAX_LEASES, MAX_RECORDS, MemoryConfig,

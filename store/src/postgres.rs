@@ -40,7 +40,11 @@ use crate::{Assigned, DueCursor, SCHEMA, Sealer, StoreInfo, impl_store, store_er
 /// key id).
 const LAYOUT_VERSION: i64 = 2;
 /// Attempts of one operation after deadlock or serialization failures.
-const MAX_ATTEMPTS: usize = 5;
+const MAX_ATTEMPTS: usize = 10;
+/// Longest pause between two attempts (the pause doubles from 2 ms), so
+/// controllers that collide (several opening one partition at once) spread
+/// out instead of colliding again; ~0.4 s in all before giving up.
+const MAX_BACKOFF: std::time::Duration = std::time::Duration::from_millis(64);
 /// Advisory lock key serializing migrations across controllers.
 const MIGRATION_LOCK: i64 = 0x0073_6d6f_6c62_6f78;
 
@@ -357,7 +361,10 @@ impl PostgresStore {
                 *slot = None;
             }
             match result {
-                Err(Failure::Retry) if attempt < MAX_ATTEMPTS => {}
+                Err(Failure::Retry) if attempt < MAX_ATTEMPTS => {
+                    let pause = std::time::Duration::from_millis(1 << attempt.min(6));
+                    std::thread::sleep(pause.min(MAX_BACKOFF));
+                }
                 Err(Failure::Retry) => return Err(store_error(op, "postgres_contention")),
                 Err(Failure::Error(e)) => return Err(e),
                 Ok(v) => return Ok(v),

@@ -24,6 +24,7 @@ pub mod managed_cases;
 pub mod shell;
 pub mod sim;
 pub mod tokio_shell;
+pub mod trace_capture;
 
 pub use fixture::{Fixture, Transport};
 pub use shell::{ExecEvent, Shell, StreamHandle, TerminalEvent, TerminalHandle};

@@ -27,7 +27,7 @@ use smolbox_devworker::{Fault, Route};
 use smolbox_store::keys::load_or_create_keys;
 use smolbox_store::{PostgresStore, Sealer, SqliteStore, Store};
 
-use crate::fixture::{Fixture, Transport};
+use crate::fixture::{Fixture, TOKEN_SENTINEL, Transport};
 use crate::managed::{ManagedShell, Options, WORKER};
 
 const MACHINE: &str = "m1";
@@ -516,6 +516,7 @@ pub fn a_live_claim_of_another_controller_is_respected<M: ManagedShell>(kind: St
 
 /// argv, env and stdin never reach the database or its WAL in clear.
 pub fn sentinels_never_reach_the_database_files<M: ManagedShell>(kind: StoreKind) {
+    let capturing = crate::trace_capture::install();
     let Some(s) = setup(kind) else { return };
     let rt: M = s.runtime(&Options::default());
     let cmd = Command::new(["sh", "-c", "cat; exit 3", SENTINEL])
@@ -527,6 +528,22 @@ pub fn sentinels_never_reach_the_database_files<M: ManagedShell>(kind: StoreKind
     assert_eq!(out.output.as_ref().unwrap().stdout, SENTINEL.as_bytes());
     assert!(!format!("{:?}", out.record).contains(SENTINEL));
     rt.shutdown();
+    // The runtime's tracing (every level, every target, spans included)
+    // names the record and never its argv, env, stdin, output or token.
+    assert!(
+        capturing,
+        "the capturing subscriber is this binary's default"
+    );
+    let traced = crate::trace_capture::text();
+    assert!(
+        traced.contains("id=z1") && traced.contains("execution finished here"),
+        "the run was traced: {traced}"
+    );
+    assert!(!traced.contains(SENTINEL), "a payload reached tracing");
+    assert!(
+        !traced.contains(TOKEN_SENTINEL),
+        "the token reached tracing"
+    );
     if kind != StoreKind::Sqlite {
         // The PostgreSQL adapter's own suite checks its rows.
         return;

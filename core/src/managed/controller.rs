@@ -127,7 +127,7 @@ pub use ops::{
 
 use self::exec::{Exec, Step};
 use super::claim::Lease;
-use super::record::{ExecResult, ExecutionRecord, Resources};
+use super::record::{Claim, ExecResult, ExecutionRecord, Resources};
 use super::spec::{
     Action, ArtifactKind, ArtifactRef, CommandSpec, DEFAULT_QUEUE_BUDGET_MS, DEFAULT_RETENTION_MS,
     ExecutionSpec, ProfileBudgets, ProfileRef, WorkerMachine,
@@ -254,6 +254,14 @@ pub struct ControllerConfig {
     pub cleanup_attempts: u32,
     /// Telemetry queue length (1–1,024); older entries are dropped first.
     pub telemetry_pending: usize,
+    /// The submitter's claim is written in the acceptance transaction
+    /// itself (the accepted record carries it), so another controller's
+    /// due scan cannot take a freshly accepted record — and run it where
+    /// its submitter cannot see the output — before the submitter claims
+    /// it. Default true; false for a submitter that only makes the intent
+    /// durable and leaves the record to whichever controller comes next
+    /// (`smolbox run --detach`).
+    pub claim_at_accept: bool,
 }
 
 impl ControllerConfig {
@@ -268,6 +276,7 @@ impl ControllerConfig {
             lease_ttl_ms: DEFAULT_LEASE_TTL_MS,
             cleanup_attempts: DEFAULT_CLEANUP_ATTEMPTS,
             telemetry_pending: DEFAULT_TELEMETRY_PENDING,
+            claim_at_accept: true,
         }
     }
 
@@ -666,8 +675,17 @@ impl Controller {
         self.check_catalog(&submit.spec)?;
         command_of(&submit.spec)?.validate()?;
         let fp = self.fingerprint(&submit.spec);
-        let record = ExecutionRecord::accepted(submit.key.clone(), fp, submit.spec, self.now_ms)
-            .map_err(|e| e.with_operation(Operation::Submit))?;
+        let mut record =
+            ExecutionRecord::accepted(submit.key.clone(), fp, submit.spec, self.now_ms)
+                .map_err(|e| e.with_operation(Operation::Submit))?;
+        if self.cfg.claim_at_accept {
+            // Generation 1: the record's first claim (C15).
+            record.claim = Some(Claim {
+                owner: self.cfg.owner.clone(),
+                until_ms: self.now_ms.saturating_add(self.cfg.lease_ttl_ms),
+            });
+            record.generation = 1;
+        }
         *self.accepting.entry(submit.key.clone()).or_insert(0) += 1;
         let op = StoreOp::Accept {
             record: Box::new(record),

@@ -242,3 +242,35 @@ pub enum WorkerReply {
 
 /// What a worker op returned: its reply or the call's error, unchanged.
 pub type WorkerResult = Result<WorkerReply, Error>;
+
+impl StoreOp {
+    /// The store operation's name, for tracing (never its payload).
+    pub const fn name(&self) -> &'static str {
+        match self {
+            Self::Accept { .. } => "accept",
+            Self::Fetch { .. } => "fetch",
+            Self::Claim { .. } => "claim",
+            Self::ClaimWorker { .. } => "claim_worker",
+            Self::Write { .. } => "write",
+            Self::Reserve { .. } => "reserve",
+            Self::Release { .. } => "release",
+            Self::Cancel { .. } => "cancel",
+            Self::Due { .. } => "due",
+        }
+    }
+}
+
+impl WorkerOp {
+    /// The worker operation's name, for tracing (never the command, the
+    /// machine spec or anything else it carries).
+    pub const fn name(&self) -> &'static str {
+        match self {
+            Self::Exec { .. } => "exec",
+            Self::Create { .. } => "create",
+            Self::Start { .. } => "start",
+            Self::Stop { .. } => "stop",
+            Self::Delete { .. } => "delete",
+            Self::Inspect { .. } => "inspect",
+        }
+    }
+}

@@ -1541,3 +1541,44 @@ fn renewals_failing_while_the_command_runs_are_never_given_up() {
     assert_eq!(s.record(&key).state, ExecState::Completed);
     assert_eq!(s.finished(&key).unwrap().exit_code(), Some(7));
 }
+
+/// The accepted record carries the submitter's claim, so another
+/// controller's due scan cannot take it before its submitter does; a
+/// detached submitter (`claim_at_accept = false`) leaves it unclaimed.
+#[test]
+fn the_submitter_claims_in_the_acceptance_itself() {
+    let mut s = Sim::new(config());
+    s.settle();
+    let key = s.submit("c1", &cmd());
+    s.settle();
+    let Some(StoreOp::Accept { record, .. }) = s
+        .store_log
+        .iter()
+        .find(|op| matches!(op, StoreOp::Accept { record, .. } if record.key == key))
+    else {
+        panic!("no accept op in {:?}", s.store_log.len());
+    };
+    let claim = record
+        .claim
+        .as_ref()
+        .expect("the accepted record is claimed");
+    assert_eq!(claim.owner, OWNER);
+    assert_eq!(claim.until_ms, T0 + config().lease_ttl_ms);
+    assert_eq!(record.generation, 1);
+    record.validate().unwrap();
+
+    let mut detached = config();
+    detached.claim_at_accept = false;
+    let mut d = Sim::new(detached);
+    d.settle();
+    let key = d.submit("c2", &cmd());
+    d.settle();
+    let Some(StoreOp::Accept { record, .. }) = d
+        .store_log
+        .iter()
+        .find(|op| matches!(op, StoreOp::Accept { record, .. } if record.key == key))
+    else {
+        panic!("no accept op");
+    };
+    assert!(record.claim.is_none() && record.generation == 0);
+}
