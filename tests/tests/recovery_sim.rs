@@ -49,7 +49,7 @@ const KNOWN_CONTROLLER_FINDINGS: &[&str] = &[];
 /// `tests/src/sim/README.md`): a controller paused past its claim comes
 /// back with the exit of a `dispatching` record whose worker lease another
 /// live controller now holds; the write is fenced by that lease (C15) and
-/// the exit is not stored (about 10 in 3,000 disposable seeds, none in the
+/// the exit is not stored (at least 10 of 3,000 disposable seeds, none in the
 /// default 200; e.g. seed 574). Not fixed: it needs a hand-over of the
 /// worker lease or the store's re-fencing op.
 const KNOWN_DISPOSABLE_FINDINGS: &[&str] =
