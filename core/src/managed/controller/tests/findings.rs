@@ -1,0 +1,178 @@
+//! Regressions for what the recovery simulation found in the controller
+//! (tests/src/sim/README.md), and the submitter's claim at acceptance.
+
+use super::*;
+
+/// The accepted record carries the submitter's claim, so another
+/// controller's due scan cannot take it before its submitter does; a
+/// detached submitter (`claim_at_accept = false`) leaves it unclaimed.
+#[test]
+fn the_submitter_claims_in_the_acceptance_itself() {
+    let mut s = Sim::new(config());
+    s.settle();
+    let key = s.submit("c1", &cmd());
+    s.settle();
+    let Some(StoreOp::Accept { record, .. }) = s
+        .store_log
+        .iter()
+        .find(|op| matches!(op, StoreOp::Accept { record, .. } if record.key == key))
+    else {
+        panic!("no accept op in {:?}", s.store_log.len());
+    };
+    let claim = record
+        .claim
+        .as_ref()
+        .expect("the accepted record is claimed");
+    assert_eq!(claim.owner, OWNER);
+    assert_eq!(claim.until_ms, T0 + config().lease_ttl_ms);
+    assert_eq!(record.generation, 1);
+    record.validate().unwrap();
+
+    let mut detached = config();
+    detached.claim_at_accept = false;
+    let mut d = Sim::new(detached);
+    d.settle();
+    let key = d.submit("c2", &cmd());
+    d.settle();
+    let Some(StoreOp::Accept { record, .. }) = d
+        .store_log
+        .iter()
+        .find(|op| matches!(op, StoreOp::Accept { record, .. } if record.key == key))
+    else {
+        panic!("no accept op");
+    };
+    assert!(record.claim.is_none() && record.generation == 0);
+}
+
+/// Sim finding 1 (seeds 3, 10): a renewal that fails with a `store` error
+/// while the command runs must not leave `poll_timeout` in the past while
+/// `handle_timeout` does nothing (a real driver would busy-loop).
+#[test]
+fn a_failed_claim_renewal_does_not_leave_the_timeout_in_the_past() {
+    let mut s = Sim::new(config());
+    let key = s.submit("spin", &cmd());
+    s.settle();
+    assert_eq!(s.worker.len(), 1);
+    // Past the renewal time (a third of the 1 s TTL); the renewal fails.
+    let step = 340;
+    s.now += Duration::from_millis(step);
+    s.now_ms += step;
+    s.store.fail_next = 1;
+    s.ctl.handle_timeout(s.now, s.now_ms);
+    s.settle();
+    assert_eq!(s.store.fail_next, 0, "the renewal was attempted");
+    let next = s.ctl.poll_timeout().unwrap();
+    assert!(
+        next > s.now,
+        "poll_timeout is in the past after a failed renewal"
+    );
+    // Firing at that time renews the claim.
+    let step = next.duration_since(s.now).as_millis() as u64;
+    s.now = next;
+    s.now_ms += step;
+    s.ctl.handle_timeout(s.now, s.now_ms);
+    s.settle();
+    let claim = s.record(&key).claim.clone().unwrap();
+    assert_eq!(claim.owner, OWNER);
+    assert!(claim.until_ms > s.now_ms);
+    assert!(s.ctl.poll_timeout().unwrap() > s.now);
+}
+
+/// Sim finding 3 (seeds 348, 385): a late exit after `unknown` (which
+/// clears `next_due_at_ms`) writes `collecting`; a controller that crashes
+/// right after must leave the record due, so recovery finishes it.
+#[test]
+fn a_collecting_record_left_by_a_crash_is_due_and_recovered() {
+    let mut s = Sim::new(config());
+    let key = s.submit("late", &cmd());
+    s.settle();
+    assert_eq!(s.worker.len(), 1);
+    s.ctl.cancel(s.now, s.now_ms, key.clone());
+    s.settle();
+    assert_eq!(s.record(&key).state, ExecState::Unknown);
+    assert_eq!(s.record(&key).next_due_at_ms, None);
+    // The late exit arrives; perform store ops only until `collecting` is
+    // committed, then the controller "crashes".
+    let (id, _) = s.worker.remove(0);
+    s.ctl.handle_worker(s.now, s.now_ms, id, exited(3, ""));
+    while s.record(&key).state != ExecState::Collecting {
+        let (id, op) = s.ctl.poll_store_op().unwrap();
+        let r = s.store.apply(&op);
+        s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    }
+    let mut cfg = config();
+    cfg.owner = "ctl-test-2".into();
+    s.ctl = Controller::new(cfg, fingerprint_key(), s.now, s.now_ms).unwrap();
+    s.advance(3_000);
+    let rec = s.record(&key);
+    assert_eq!(rec.state, ExecState::Completed);
+    assert!(matches!(
+        rec.result,
+        Some(ExecResult::Exited { exit_code: 3, .. })
+    ));
+}
+
+/// Sim finding 2 (seed 25): this controller comes back (after a pause past
+/// its claim) with the exit while another controller has marked the
+/// record `unknown` and holds its claim: the exit is stored once that
+/// claim lapses, never dropped.
+#[test]
+fn a_late_exit_is_stored_after_a_foreign_claim_on_unknown_lapses() {
+    let mut s = Sim::new(config());
+    let key = s.submit("paused", &cmd());
+    s.settle();
+    assert_eq!(s.worker.len(), 1);
+    // Paused past the claim: another controller claims and marks `unknown`.
+    s.now += Duration::from_millis(1_500);
+    s.now_ms += 1_500;
+    let rec = s.record(&key).clone();
+    let rec = claim::claim_exec(&rec, "other-ctl", s.now_ms, 1_000).unwrap();
+    let patch = ExecPatch {
+        state: Some(ExecState::Unknown),
+        next_due_at_ms: Some(None),
+        ..ExecPatch::default()
+    };
+    let rec = apply_exec(&rec, &patch, s.now_ms).unwrap();
+    s.store.records.insert(key.clone(), rec);
+    s.answer_exec(exited(1, ""));
+    assert!(s.finished(&key).is_none(), "the exit was dropped");
+    assert_eq!(s.record(&key).state, ExecState::Unknown);
+    s.advance(2_000);
+    let rec = s.record(&key);
+    assert_eq!(rec.state, ExecState::Completed);
+    assert!(matches!(
+        rec.result,
+        Some(ExecResult::Exited { exit_code: 1, .. })
+    ));
+    assert_eq!(s.finished(&key).unwrap().exit_code(), Some(1));
+}
+
+/// Sim finding 4 (seed 11334): claim renewals that keep failing with
+/// `store` errors while the command runs are retried (bounded backoff)
+/// for as long as the command runs; the exit is then stored.
+#[test]
+fn renewals_failing_while_the_command_runs_are_never_given_up() {
+    let mut s = Sim::new(config());
+    let key = s.submit("outage", &cmd());
+    s.settle();
+    assert_eq!(s.worker.len(), 1);
+    s.store.fail_next = 1_000;
+    s.advance(10_000);
+    let failed = 1_000 - s.store.fail_next;
+    assert!(
+        failed > MAX_STORE_RETRIES + 1,
+        "{failed} renewals attempted"
+    );
+    assert!(
+        s.finished(&key).is_none(),
+        "given up while the command runs"
+    );
+    s.store.fail_next = 0;
+    s.advance(1_000);
+    let claim = s.record(&key).claim.clone().unwrap();
+    assert_eq!(claim.owner, OWNER);
+    assert!(claim.until_ms > s.now_ms, "claim renewed after the outage");
+    s.answer_exec(exited(7, ""));
+    assert_eq!(s.record(&key).state, ExecState::Completed);
+    assert_eq!(s.finished(&key).unwrap().exit_code(), Some(7));
+}
