@@ -38,8 +38,7 @@ use super::claim::Guard;
 use super::patch::ExecPatch;
 use super::record::{ErrorEntry, ExecResult, ExecutionRecord};
 use super::spec::{
-    Action, ArtifactKind, ArtifactRef, CommandSpec, DEFAULT_QUEUE_BUDGET_MS, DEFAULT_RETENTION_MS,
-    ExecutionSpec, ProfileBudgets, ProfileRef,
+    Action, CommandSpec, DEFAULT_QUEUE_BUDGET_MS, DEFAULT_RETENTION_MS, ExecutionSpec,
 };
 use super::state::{Cleanup, Collection, ExecState, RecordEvidence};
 use super::{FingerprintKey, RecordKey, fingerprint};
@@ -73,40 +72,8 @@ impl RunConfig {
     }
 }
 
-/// The artifact and profile a run's spec names (C12.4).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RunTarget {
-    /// The artifact the machine was booted from.
-    pub artifact: ArtifactRef,
-    /// The profile revision and its budgets.
-    pub profile: ProfileRef,
-}
-
-impl RunTarget {
-    /// A target for a machine this runtime did not create and whose artifact
-    /// it did not verify (the `smolbox run` case): artifact id `unverified`,
-    /// an all-zero digest, this host's architecture, the default budgets.
-    pub fn unverified() -> Self {
-        let arch = if cfg!(target_arch = "aarch64") {
-            "aarch64"
-        } else {
-            "x86_64"
-        };
-        Self {
-            artifact: ArtifactRef {
-                kind: ArtifactKind::Image,
-                id: "unverified".to_owned(),
-                sha256: "0".repeat(64),
-                architecture: arch.to_owned(),
-            },
-            profile: ProfileRef {
-                id: "default".to_owned(),
-                budgets: ProfileBudgets::DEFAULT,
-                per_file_max: super::spec::MAX_BASE_PER_FILE,
-            },
-        }
-    }
-}
+/// The artifact and profile a run's spec names: the controller's type.
+pub use super::controller::RunTarget;
 
 /// The stored spec of `command` on `target` (argv, env, workdir, stdin and
 /// timeout; the store seals them). The guest user is not part of the spec.
