@@ -45,6 +45,20 @@ const MAX_ATTEMPTS: usize = 10;
 /// controllers that collide (several opening one partition at once) spread
 /// out instead of colliding again; ~0.4 s in all before giving up.
 const MAX_BACKOFF: std::time::Duration = std::time::Duration::from_millis(64);
+/// FNV-1a of `SCHEMA_SQL`, stored beside the layout: a store whose
+/// fingerprint matches skips the DDL on open.
+const SCHEMA_FINGERPRINT: i64 = fnv1a(SCHEMA_SQL.as_bytes());
+
+const fn fnv1a(bytes: &[u8]) -> i64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut i = 0;
+    while i < bytes.len() {
+        h ^= bytes[i] as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        i += 1;
+    }
+    i64::from_ne_bytes(h.to_ne_bytes())
+}
 /// Advisory lock key serializing migrations across controllers.
 const MIGRATION_LOCK: i64 = 0x0073_6d6f_6c62_6f78;
 
@@ -141,21 +155,70 @@ impl PostgresStore {
 
     fn migrate(&self) -> Result<(), Error> {
         let op = Operation::StoreMigrate;
+        let mut attempt = 0;
+        let layout = loop {
+            attempt += 1;
+            match self.migrate_once(op) {
+                Err(e) if e.reason() == "postgres_contention" && attempt < MAX_ATTEMPTS => {
+                    let pause = std::time::Duration::from_millis(1 << attempt.min(6));
+                    std::thread::sleep(pause.min(MAX_BACKOFF));
+                }
+                other => break other?,
+            }
+        };
+        if layout != LAYOUT_VERSION {
+            return Err(store_error(op, "unknown_layout_version"));
+        }
+        self.prepare()
+    }
+
+    /// One attempt at bringing the schema to this build's layout and
+    /// registering the partition; returns the stored layout.
+    ///
+    /// When the stored layout and schema fingerprint already match this
+    /// build, no DDL runs: `CREATE INDEX IF NOT EXISTS` takes a share lock
+    /// on its table even when the index exists, and a controller opening
+    /// the store while others write would deadlock against them.
+    fn migrate_once(&self, op: Operation) -> Result<i64, Error> {
         let partition = self.sealer.partition().to_owned();
         self.with_conn(op, |conn| {
             let mut tx = conn.client.transaction()?;
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
-            tx.batch_execute(SCHEMA_SQL)?;
-            tx.execute(
-                "INSERT INTO smolbox_meta (key, value) VALUES ('layout', $1) ON CONFLICT DO NOTHING",
-                &[&LAYOUT_VERSION],
-            )?;
-            // Layout 1 → 2: the schema above added the key-check table; each
-            // partition's rows are re-sealed when it is prepared.
-            tx.execute(
-                "UPDATE smolbox_meta SET value = $1 WHERE key = 'layout' AND value = 1",
-                &[&LAYOUT_VERSION],
-            )?;
+            let current: Option<(i64, i64)> = tx
+                .query_one(
+                    "SELECT to_regclass('smolbox_meta') IS NOT NULL",
+                    &[],
+                )?
+                .get::<_, bool>(0)
+                .then(|| {
+                    tx.query_one(
+                        "SELECT (SELECT value FROM smolbox_meta WHERE key = 'layout'), \
+                                (SELECT value FROM smolbox_meta WHERE key = 'schema')",
+                        &[],
+                    )
+                })
+                .transpose()?
+                .and_then(|row| {
+                    Some((row.get::<_, Option<i64>>(0)?, row.get::<_, Option<i64>>(1)?))
+                });
+            if current != Some((LAYOUT_VERSION, SCHEMA_FINGERPRINT)) {
+                tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+                tx.batch_execute(SCHEMA_SQL)?;
+                tx.execute(
+                    "INSERT INTO smolbox_meta (key, value) VALUES ('layout', $1) ON CONFLICT DO NOTHING",
+                    &[&LAYOUT_VERSION],
+                )?;
+                // Layout 1 → 2: the schema above added the key-check table;
+                // each partition's rows are re-sealed when it is prepared.
+                tx.execute(
+                    "UPDATE smolbox_meta SET value = $1 WHERE key = 'layout' AND value = 1",
+                    &[&LAYOUT_VERSION],
+                )?;
+                tx.execute(
+                    "INSERT INTO smolbox_meta (key, value) VALUES ('schema', $1) \
+                     ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                    &[&SCHEMA_FINGERPRINT],
+                )?;
+            }
             let layout: i64 = tx
                 .query_one("SELECT value FROM smolbox_meta WHERE key = 'layout'", &[])?
                 .get(0);
@@ -166,14 +229,6 @@ impl PostgresStore {
             tx.commit()?;
             Ok(layout)
         })
-        .and_then(|layout| {
-            if layout == LAYOUT_VERSION {
-                Ok(())
-            } else {
-                Err(store_error(op, "unknown_layout_version"))
-            }
-        })?;
-        self.prepare()
     }
 
     /// Checks this partition's key and re-seals its first-format rows, in

@@ -349,3 +349,32 @@ fn first_format_rows_migrate_and_keep_decoding() {
         "legacy_sealed_version"
     );
 }
+
+/// Opening a store whose schema is current runs no DDL, so a controller
+/// connecting while another transaction writes (holds row-exclusive
+/// table locks, as every operation does) neither waits
+/// nor deadlocks with it (CI once failed `make()` with a deadlock between
+/// `CREATE INDEX IF NOT EXISTS` and a running operation). The lock
+/// timeout turns a regression into an error instead of a hang.
+#[test]
+fn connect_with_a_current_schema_takes_no_table_lock() {
+    let Some(url) = url() else { return };
+    let p = fresh_partition();
+    drop(PostgresStore::connect(&url, sealer(&p)).unwrap());
+    let mut holder = raw(&url);
+    let mut tx = holder.transaction().unwrap();
+    tx.batch_execute("LOCK TABLE executions, machines IN ROW EXCLUSIVE MODE")
+        .unwrap();
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let timed = if url.contains("://") {
+        format!("{url}{sep}options=-c%20lock_timeout%3D3000")
+    } else {
+        format!("{url} options='-c lock_timeout=3000'")
+    };
+    let second = PostgresStore::connect(&timed, sealer(&fresh_partition()));
+    tx.rollback().unwrap();
+    let second = second.unwrap();
+    let rec = accepted(key("s", "after-lock"), exec_spec("x"), 1);
+    second.accept(&rec, 100).unwrap();
+    assert_eq!(second.fetch(&rec.key).unwrap(), rec);
+}
