@@ -1117,7 +1117,7 @@ impl Sim {
                     }
                 }
             }
-            Event::Telemetry(_) | Event::Stopped => {}
+            Event::Telemetry(_) | Event::Stopped | Event::Machine(_) => {}
         }
     }
 

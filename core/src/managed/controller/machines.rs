@@ -977,6 +977,13 @@ impl Mach {
                         self.failures += 1;
                         self.retry_at = Some(now + cfg.poll());
                     }
+                    Category::StaleClaim if !self.finishing.is_empty() && self.failures < 64 => {
+                        // Another controller holds the machine's claim: the
+                        // slot is finished once it lapses (within one TTL).
+                        self.failures += 1;
+                        self.need_fetch = true;
+                        self.retry_at = Some(now + cfg.poll().max(cfg.renew_every() / 2));
+                    }
                     Category::Validation
                         if kind == SKind::Finish && e.reason() == "not_slot_holder" =>
                     {
