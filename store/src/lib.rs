@@ -420,11 +420,17 @@ pub trait Store: Send + Sync {
     ) -> Result<DuePage<MachineRecord>, Error>;
 
     /// Claims an execution record as [`Store::claim`], only while its
-    /// version is still `version`.
+    /// version is still `version`, and re-fences it (C15): a record
+    /// assigned to a worker moves to the generation of that worker's live
+    /// lease, which `owner` must hold, so writers of an older worker-lease
+    /// generation are fenced from then on (`smolbox_core::managed::claim::
+    /// claim_exec_version`). This is how a recovering controller takes over
+    /// a disposable record another controller assigned.
     ///
     /// # Errors
-    /// `stale_version` when the record moved on; otherwise as
-    /// [`Store::claim`].
+    /// `stale_version` when the record moved on; `stale_claim` (reason
+    /// `worker_lease`) for an assigned record whose worker lease `owner`
+    /// does not hold live; otherwise as [`Store::claim`].
     fn claim_version(
         &self,
         key: &RecordKey,
@@ -808,6 +814,15 @@ pub fn apply_op(store: &dyn Store, op: &StoreOp) -> StoreResult {
             ttl_ms,
         } => store
             .claim(key, owner, *now_ms, *ttl_ms)
+            .map(StoreReply::Record),
+        StoreOp::ClaimVersion {
+            key,
+            owner,
+            version,
+            now_ms,
+            ttl_ms,
+        } => store
+            .claim_version(key, owner, *version, *now_ms, *ttl_ms)
             .map(StoreReply::Record),
         StoreOp::ClaimWorker {
             worker_id,

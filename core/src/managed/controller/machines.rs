@@ -2027,9 +2027,7 @@ impl MachineAnswer {
     ///
     /// # Errors
     /// `protocol` for another kind of answer.
-    pub fn into_submitted(
-        self,
-    ) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error> {
+    pub fn into_submitted(self) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error> {
         match self {
             Self::Submitted {
                 execution,
