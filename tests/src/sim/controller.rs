@@ -1012,8 +1012,12 @@ impl Sim {
                         .as_ref()
                         .map(|e| (e.category().as_str(), e.reason()))
                 ));
+                // A worker's definite 404 (machine not running, exec
+                // refused unsent) is a not_found of a worker operation;
+                // only a store operation's not_found claims absence.
                 if let Some(e) = &f.error
                     && e.category() == Category::NotFound
+                    && e.operation().as_str().starts_with("store")
                     && self.store.inner().fetch(&f.key).is_ok()
                 {
                     self.violation(format!(

@@ -863,6 +863,19 @@ impl Exec {
                     // The machine answer this write acted on is recorded.
                     self.machine.reply = None;
                 }
+                // Every write (claims included) moves the version by one;
+                // a record that moved further was written by another
+                // controller in between, which may have sent the create
+                // for the name this process reserved (a paused controller
+                // coming back): the reservation is no longer only ours.
+                let ours = if kind == Kind::Fetch {
+                    self.rec.version
+                } else {
+                    self.rec.version + 1
+                };
+                if rec.version != ours {
+                    self.machine.reserved_here = false;
+                }
                 self.rec = rec;
                 // Deadlines set by this write get their monotonic bound now.
                 let now_ms = self.rec.updated_at_ms;

@@ -222,3 +222,44 @@ fn a_failed_write_of_the_creation_evidence_is_retried_from_the_same_answer() {
     s.answer("exec", exited(0, ""));
     assert_eq!(s.record(&key).state, ExecState::Completed);
 }
+
+/// The controller that reserved the name is paused (not crashed) past its
+/// claim; another one takes the record over, writes the create intent and
+/// sends the create, whose reply is lost. When the first one comes back it
+/// still remembers reserving the name, but the record moved under it: it
+/// must not send a second create (recovery simulation seed 75).
+#[test]
+fn a_paused_reserver_never_sends_a_second_create_after_a_takeover() {
+    let mut s = Sim::new(disposable_config());
+    let key = s.submit_disposable("r1", &cmd());
+    while s
+        .store
+        .records
+        .get(&key)
+        .is_none_or(|r| r.assignment.is_none())
+    {
+        let (id, op) = s.ctl.poll_store_op().unwrap();
+        let r = s.store.apply(&op);
+        s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    }
+    // Paused here: the second controller takes over and sends the create.
+    let mut t = take_over(&mut s, 2_000);
+    assert_eq!(kinds(&t.worker), ["create"]);
+    assert_eq!(t.record(&key).state, ExecState::Preparing);
+    // The first controller comes back on the same store, later.
+    s.store = std::mem::take(&mut t.store);
+    s.now += Duration::from_millis(60_000);
+    s.now_ms += 60_000;
+    s.advance(60_000);
+    assert!(
+        !kinds(&s.worker).contains(&"create"),
+        "a second create: {:?}",
+        kinds(&s.worker)
+    );
+    let rec = s.record(&key);
+    assert_eq!(rec.state, ExecState::Failed, "{rec:#?}");
+    assert_eq!(
+        rec.last_error.as_ref().map(|e| e.reason.as_str()),
+        Some("creation_uncertain")
+    );
+}
