@@ -22,6 +22,8 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use smolbox_core::managed::controller::machine_settled;
+use smolbox_core::managed::controller::machines::{check_list_limit, check_wait_ms};
 use smolbox_core::managed::controller::{
     Controller, ControllerConfig, Event, Finished, OpId, StoreOp, StoreResult, Submit, WorkerEntry,
     WorkerOp, WorkerReply, WorkerResult, owner_id,
@@ -29,14 +31,12 @@ use smolbox_core::managed::controller::{
 pub use smolbox_core::managed::controller::{
     MachineAnswer, MachineRequest, Outcome, RequestId, Resolution, Submission, Telemetry,
 };
-use smolbox_core::managed::controller::machines::{check_list_limit, check_wait_ms};
-use smolbox_core::managed::controller::machine_settled;
 use smolbox_core::managed::state::MachineOperation;
-use smolbox_core::managed::{MachineRecord, RetainedMachineSpec};
-use smolbox_store::Page;
 use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
+use smolbox_core::managed::{MachineRecord, RetainedMachineSpec};
 use smolbox_core::worker::Profile;
 use smolbox_core::{Category, Error, Evidence, Operation};
+use smolbox_store::Page;
 use smolbox_store::Store;
 pub use smolbox_store::keys::{key_file, load_or_create_keys};
 
@@ -283,7 +283,10 @@ impl Shared {
 enum Msg {
     Submit(Box<Submit>, mpsc::Sender<Result<Submission, Error>>),
     Cancel(RecordKey, mpsc::Sender<Result<ExecutionRecord, Error>>),
-    Machine(Box<MachineRequest>, mpsc::Sender<Result<MachineAnswer, Error>>),
+    Machine(
+        Box<MachineRequest>,
+        mpsc::Sender<Result<MachineAnswer, Error>>,
+    ),
     Reconcile,
     Shutdown(mpsc::Sender<()>),
     /// The last handle was dropped.

@@ -20,6 +20,8 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use smolbox_core::managed::controller::machine_settled;
+use smolbox_core::managed::controller::machines::{check_list_limit, check_wait_ms};
 use smolbox_core::managed::controller::{
     Controller, ControllerConfig, Event, Finished, OpId, StoreOp, StoreResult, Submit, WorkerEntry,
     WorkerOp, WorkerReply, WorkerResult, owner_id,
@@ -27,14 +29,12 @@ use smolbox_core::managed::controller::{
 pub use smolbox_core::managed::controller::{
     MachineAnswer, MachineRequest, Outcome, RequestId, Resolution, Submission, Telemetry,
 };
-use smolbox_core::managed::controller::machine_settled;
-use smolbox_core::managed::controller::machines::{check_list_limit, check_wait_ms};
 use smolbox_core::managed::state::MachineOperation;
-use smolbox_core::managed::{MachineRecord, RetainedMachineSpec};
-use smolbox_store::Page;
 use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
+use smolbox_core::managed::{MachineRecord, RetainedMachineSpec};
 use smolbox_core::worker::Profile;
 use smolbox_core::{Category, Error, Evidence, Operation};
+use smolbox_store::Page;
 use smolbox_store::Store;
 pub use smolbox_store::keys::{key_file, load_or_create_keys};
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
@@ -268,7 +268,10 @@ impl Shared {
 enum Cmd {
     Submit(Box<Submit>, oneshot::Sender<Result<Submission, Error>>),
     Cancel(RecordKey, oneshot::Sender<Result<ExecutionRecord, Error>>),
-    Machine(Box<MachineRequest>, oneshot::Sender<Result<MachineAnswer, Error>>),
+    Machine(
+        Box<MachineRequest>,
+        oneshot::Sender<Result<MachineAnswer, Error>>,
+    ),
     Reconcile,
     Shutdown(oneshot::Sender<()>),
 }
@@ -600,7 +603,11 @@ impl Machines<'_> {
     ///
     /// # Errors
     /// `stale_version`, `identity_conflict`, the worker's or store's error.
-    pub async fn stop_for_drain(&self, key: &RecordKey, version: u64) -> Result<MachineRecord, Error> {
+    pub async fn stop_for_drain(
+        &self,
+        key: &RecordKey,
+        version: u64,
+    ) -> Result<MachineRecord, Error> {
         self.request(MachineRequest::StopForDrain {
             key: key.clone(),
             version,

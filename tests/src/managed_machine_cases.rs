@@ -52,7 +52,12 @@ fn running<M: ManagedShell>(rt: &M, id: &str) -> MachineRecord {
     assert!(m.creation.is_some() && m.reservation.is_some());
     rt.m_lifecycle(&key(id), Op::Start, m.version).unwrap();
     let m = rt.m_wait(&key(id), 30_000).unwrap();
-    assert_eq!((m.state, m.operation), (MS::Running, Op::None), "{:?}", m.last_error);
+    assert_eq!(
+        (m.state, m.operation),
+        (MS::Running, Op::None),
+        "{:?}",
+        m.last_error
+    );
     m
 }
 
