@@ -638,7 +638,7 @@ impl Exec {
             // exit: `unknown`, never re-sent (C17.1).
             let patch = ExecPatch {
                 state: Some(ExecState::Unknown),
-                next_due_at_ms: Some(None),
+                next_due_at_ms: Some(self.unknown_due(now_ms)),
                 ..ExecPatch::default()
             };
             return self.guarded(cfg, now, now_ms, Kind::Write, patch);
@@ -679,7 +679,7 @@ impl Exec {
             // The observation ends (C16): unknown unless an exit arrives.
             let patch = ExecPatch {
                 state: Some(ExecState::Unknown),
-                next_due_at_ms: Some(None),
+                next_due_at_ms: Some(self.unknown_due(now_ms)),
                 ..ExecPatch::default()
             };
             return self.guarded(cfg, now, now_ms, Kind::Write, patch);
@@ -700,7 +700,7 @@ impl Exec {
             .with_reason("execution_deadline");
             let patch = ExecPatch {
                 state: Some(ExecState::Unknown),
-                next_due_at_ms: Some(None),
+                next_due_at_ms: Some(self.unknown_due(now_ms)),
                 last_error: Some(ErrorEntry::from_error(&e, now_ms)),
                 ..ExecPatch::default()
             };
@@ -787,7 +787,7 @@ impl Exec {
             Observed::NotSent | Observed::Uncertain if state.can_move_to(ExecState::Unknown) => {
                 Some(ExecPatch {
                     state: Some(ExecState::Unknown),
-                    next_due_at_ms: Some(None),
+                    next_due_at_ms: Some(self.unknown_due(now_ms)),
                     last_error,
                     ..ExecPatch::default()
                 })
@@ -1089,6 +1089,12 @@ impl Exec {
         let owed = self.rec.assignment.is_some()
             && (self.rec.absence_at_ms.is_none() || self.rec.reservation.is_some());
         owed.then_some(now_ms)
+    }
+
+    /// Next due time when a record becomes `unknown`: none, except for a
+    /// retained machine's command, due until its slot is finished.
+    fn unknown_due(&self, now_ms: u64) -> Option<u64> {
+        self.rec.spec.machine.is_some().then_some(now_ms)
     }
 
     fn machine_op(&mut self, kind: MKind, op: WorkerOp) -> Step {
