@@ -880,3 +880,43 @@ fn pings_are_answered_and_nothing_follows_the_close() {
         "no pong after the close"
     );
 }
+
+#[test]
+fn the_workers_close_code_and_reason_reach_the_outcome() {
+    let mut sim = Sim::default(&spec());
+    sim.open();
+    let mut payload = 1011u16.to_be_bytes().to_vec();
+    payload.extend_from_slice("agent lost: pty ✗".as_bytes());
+    sim.worker.out.extend(server_frame(true, 0x8, &payload));
+    let (_, outcome) = sim.read_to_end();
+    let e = outcome_err(outcome);
+    assert_eq!(
+        (e.reason(), e.close_code(), e.evidence()),
+        ("closed_without_exit", Some(1011), Evidence::Unknown)
+    );
+    let info = sim.client.peer_close().unwrap();
+    assert_eq!(info.code.map(|c| c.as_u16()), Some(1011));
+    assert_eq!(info.reason.as_str(), "agent lost: pty ✗");
+    // Neither the error nor the session's Debug prints the reason text.
+    assert!(!format!("{e:?} {e} {:?}", sim.client).contains("agent"));
+}
+
+#[test]
+fn our_close_frame_carries_the_fixed_reason_code_only() {
+    let mut sim = Sim::default(&spec());
+    sim.open();
+    sim.worker.output(b"secret terminal bytes");
+    let (_, outcome) = sim.read_to_end();
+    assert_eq!(outcome_err(outcome).reason(), "session_budget");
+    sim.settle();
+    let close = sim
+        .worker
+        .received
+        .iter()
+        .find(|(o, _)| *o == Opcode::Close)
+        .map(|(_, p)| p.clone())
+        .unwrap();
+    let mut want = 1001u16.to_be_bytes().to_vec();
+    want.extend_from_slice(b"session_budget");
+    assert_eq!(close, want);
+}

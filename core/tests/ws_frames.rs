@@ -7,7 +7,10 @@ mod ws_support;
 use std::time::Duration;
 
 use smolbox_core::ws::frame::Opcode;
-use smolbox_core::ws::{CloseCode, CloseInfo, MAX_INPUT_CHUNK, WsClient, WsConfig, WsTimer};
+use smolbox_core::ws::{
+    CloseCode, CloseInfo, CloseReason, MAX_CLOSE_REASON, MAX_INPUT_CHUNK, WsClient, WsConfig,
+    WsTimer,
+};
 use smolbox_core::{Category, Evidence};
 use ws_support::*;
 
@@ -256,8 +259,18 @@ fn peer_close_is_echoed_and_nothing_follows() {
         evs,
         vec![Ev::Closed(CloseInfo {
             code: Some(CloseCode::NORMAL),
+            reason: CloseReason::from_utf8(b"bye").unwrap(),
             by_peer: true
         })]
+    );
+    // The echo carries the code only, never the peer's text.
+    let echo = client_frames(&transmit(&mut ws));
+    assert_eq!(echo.len(), 1);
+    assert_eq!(echo[0].payload, [0x03, 0xe8]);
+    let mut ws = open();
+    feed(
+        &mut ws,
+        &server_frame(true, 0x8, &[0x03, 0xe8, b'b', b'y', b'e']),
     );
     assert_eq!(sent_close(&mut ws), Some(1000));
     assert!(ws.is_finished());
@@ -277,6 +290,7 @@ fn peer_close_is_echoed_and_nothing_follows() {
         evs,
         vec![Ev::Closed(CloseInfo {
             code: None,
+            reason: CloseReason::EMPTY,
             by_peer: true
         })]
     );
@@ -320,6 +334,94 @@ fn close_codes_and_reasons_are_validated() {
 }
 
 #[test]
+fn peer_close_reason_is_reported_exactly_up_to_123_bytes() {
+    // N = 123 bytes of multi-byte UTF-8: accepted and reported.
+    let text = "é".to_owned() + &"€".repeat(40);
+    assert_eq!(text.len() + 1, MAX_CLOSE_REASON);
+    let text = format!("{text}!");
+    let mut payload = vec![0x0f, 0xa0]; // 4000, an application code
+    payload.extend_from_slice(text.as_bytes());
+    let mut ws = open();
+    let evs = feed(&mut ws, &server_frame(true, 0x8, &payload));
+    let [Ev::Closed(info)] = evs.as_slice() else {
+        panic!("expected a close, got {evs:?}");
+    };
+    assert_eq!(info.code, Some(CloseCode::from_u16(4000)));
+    assert_eq!(info.reason.as_str(), text);
+    assert_eq!(info.reason.len(), MAX_CLOSE_REASON);
+    assert!(info.by_peer);
+    // Debug shows the length only.
+    assert!(!format!("{info:?}").contains('€'));
+    // N + 1 = 124 bytes makes a 126-byte control payload: a protocol error
+    // (RFC 6455 §5.5), answered with 1002.
+    let mut long = payload.clone();
+    long.push(b'x');
+    let mut ws = open();
+    let e = failure(&feed(&mut ws, &server_frame(true, 0x8, &long)));
+    assert_eq!(e.category(), Category::Protocol);
+    assert_eq!(sent_close(&mut ws), Some(1002));
+}
+
+#[test]
+fn refused_close_frames_are_answered_with_the_rfc_code_and_evidence() {
+    // An invalid code: 1002, the code kept as evidence, the request may
+    // have reached the peer.
+    let mut ws = open();
+    let e = failure(&feed(
+        &mut ws,
+        &server_frame(true, 0x8, &1005u16.to_be_bytes()),
+    ));
+    assert_eq!(
+        (e.category(), e.reason(), e.close_code(), e.evidence()),
+        (
+            Category::Protocol,
+            "close_code_invalid",
+            Some(1005),
+            Evidence::DispatchUncertain
+        )
+    );
+    let frames = client_frames(&transmit(&mut ws));
+    assert_eq!(frames.len(), 1);
+    // Our close carries the fixed reason code, nothing of the peer's.
+    let mut want = 1002u16.to_be_bytes().to_vec();
+    want.extend_from_slice(b"close_code_invalid");
+    assert_eq!(frames[0].payload, want);
+    // A reason that is not UTF-8: 1007, the peer's code kept.
+    let mut ws = open();
+    let e = failure(&feed(
+        &mut ws,
+        &server_frame(true, 0x8, &[0x0b, 0xb8, b'o', 0xc3]),
+    ));
+    assert_eq!((e.reason(), e.close_code()), ("invalid_utf8", Some(3000)));
+    assert_eq!(sent_close(&mut ws), Some(1007));
+}
+
+#[test]
+fn our_close_reason_is_bounded_at_123_bytes() {
+    const R123: &str = "rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr";
+    const R124: &str = "rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr";
+    assert_eq!((R123.len(), R124.len()), (123, 124));
+    let mut ws = open();
+    let e = ws
+        .close_with_reason(t0(), CloseCode::NORMAL, R124)
+        .unwrap_err();
+    assert_eq!(
+        (e.category(), e.reason(), e.evidence()),
+        (
+            Category::Validation,
+            "close_reason_too_long",
+            Evidence::NotDispatched
+        )
+    );
+    assert!(transmit(&mut ws).is_empty(), "nothing queued");
+    ws.close_with_reason(t0(), CloseCode::NORMAL, R123).unwrap();
+    let frames = client_frames(&transmit(&mut ws));
+    assert_eq!(frames.len(), 1);
+    assert_eq!(frames[0].payload.len(), 125);
+    assert_eq!(&frames[0].payload[2..], R123.as_bytes());
+}
+
+#[test]
 fn our_close_waits_for_the_peer_then_times_out() {
     let now = t0();
     let mut c = config();
@@ -348,6 +450,7 @@ fn our_close_waits_for_the_peer_then_times_out() {
         evs,
         vec![Ev::Closed(CloseInfo {
             code: Some(CloseCode::NORMAL),
+            reason: CloseReason::EMPTY,
             by_peer: false
         })]
     );

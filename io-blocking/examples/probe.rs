@@ -265,7 +265,9 @@ fn ws(o: &Opts, out: &mut Out, deadline: Instant) -> Result<(), Fail> {
                 WsEvent::Closed(info) => {
                     flush(&mut conn, &mut ws, &mut wire)?;
                     let code = info.code.map_or(1005, CloseCode::as_u16);
-                    out.emit(&json!({"kind": "close", "code": code, "reason": ""}));
+                    out.emit(
+                        &json!({"kind": "close", "code": code, "reason": info.reason.as_str()}),
+                    );
                     return Ok(());
                 }
                 WsEvent::Failed(e) => {

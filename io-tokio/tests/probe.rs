@@ -358,9 +358,9 @@ async fn ws_prints_messages_and_the_close() {
         s.write_all(&frame(2, &[7u8; 8000])).await.unwrap();
         let (op, p) = read_frame(&mut s).await.unwrap();
         assert_eq!((op, close_code(&p)), (8, 1000));
-        s.write_all(&frame(8, &1000u16.to_be_bytes()))
-            .await
-            .unwrap();
+        let mut close = 1000u16.to_be_bytes().to_vec();
+        close.extend_from_slice("done ✓".as_bytes());
+        s.write_all(&frame(8, &close)).await.unwrap();
     });
     let lines = probe(args("ws", &format!("ws://{addr}/w"), &["--recv", "2"])).await;
     peer.await.unwrap();
@@ -376,7 +376,7 @@ async fn ws_prints_messages_and_the_close() {
     );
     assert_eq!(
         lines[2],
-        serde_json::json!({"kind":"close","code":1000,"reason":""})
+        serde_json::json!({"kind":"close","code":1000,"reason":"done ✓"})
     );
 }
 

@@ -13,7 +13,7 @@ use crate::error::{Category, Error, Evidence, Operation};
 use crate::machine::{Machine, TransportFailure};
 use crate::secret::Secret;
 use crate::worker::Endpoint;
-use crate::ws::{CloseCode, MAX_FRAME_LEN, WsClient, WsConfig, WsEvent, WsTimer};
+use crate::ws::{CloseCode, CloseInfo, MAX_FRAME_LEN, WsClient, WsConfig, WsEvent, WsTimer};
 
 /// Default cap on input + resize bytes per connection: the worker's
 /// `max_request_bytes` default, 1 MiB (worker-api.md §12.3).
@@ -269,6 +269,8 @@ pub struct TerminalSession {
     outcome_reported: bool,
     /// The peer ended the byte stream.
     eof: bool,
+    /// The worker's close frame (code and reason), once received.
+    peer_close: Option<CloseInfo>,
 }
 
 impl TerminalSession {
@@ -341,6 +343,7 @@ impl TerminalSession {
             last_pull: None,
             outcome_reported: false,
             eof: false,
+            peer_close: None,
         })
     }
 
@@ -725,6 +728,12 @@ impl TerminalSession {
         self.abandoned || self.ws.is_finished() || (self.write_broken && self.ws.is_ended())
     }
 
+    /// The worker's close frame (code and exact reason), once one was
+    /// received; `None` when the connection ended without one.
+    pub fn peer_close(&self) -> Option<CloseInfo> {
+        self.peer_close
+    }
+
     /// Unread output bytes.
     pub fn unread_bytes(&self) -> usize {
         self.queue.bytes()
@@ -793,15 +802,24 @@ impl TerminalSession {
         self.idle_deadline = now + self.idle_budget;
     }
 
-    /// Decides the outcome (first decision wins) and starts closing.
+    /// Decides the outcome (first decision wins) and starts closing. Our
+    /// close frame carries the outcome's fixed reason code (never terminal
+    /// bytes; every reason code is far below 123 bytes).
     fn finish(&mut self, now: Instant, outcome: Result<TerminalExit, Error>, code: CloseCode) {
         if self.outcome.is_none() {
             self.outcome = Some(outcome);
         }
         self.exit_close_deadline = None;
         if !self.ws.is_close_sent() && !self.ws.is_ended() {
-            // `code` is one of the sendable constants.
-            let _ = self.ws.close(now, code);
+            let reason = match outcome {
+                Err(e) => e.reason(),
+                Ok(_) => "",
+            };
+            // `code` is one of the sendable constants; a reason code that
+            // were too long would be refused, so fall back to none.
+            if self.ws.close_with_reason(now, code, reason).is_err() {
+                let _ = self.ws.close(now, code);
+            }
         }
     }
 
@@ -847,7 +865,8 @@ impl TerminalSession {
                     }
                 }
                 WsEvent::Ping(_) | WsEvent::Pong(_) => {}
-                WsEvent::Closed(_) => {
+                WsEvent::Closed(info) => {
+                    self.peer_close = Some(info);
                     let outcome = match self.exit_code {
                         Some(code) => classify_exit(code),
                         None if self.user_closed => Err(Error::new(
@@ -862,6 +881,10 @@ impl TerminalSession {
                             Evidence::Unknown,
                         )
                         .with_reason("closed_without_exit")),
+                    };
+                    let outcome = match (outcome, info.code) {
+                        (Err(e), Some(code)) => Err(e.with_close_code(code.as_u16())),
+                        (other, _) => other,
                     };
                     self.finish(now, outcome, CloseCode::NORMAL);
                 }

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use crate::error::{Category, Error, Evidence, Operation};
 use crate::machine::{Machine, TransportFailure};
-use crate::ws::close::CloseCode;
+use crate::ws::close::{CloseCode, CloseReason, MAX_CLOSE_REASON};
 use crate::ws::config::{MAX_HANDSHAKE_LEN, MAX_INPUT_CHUNK, WsConfig};
 use crate::ws::frame::{self, MAX_CONTROL_PAYLOAD, MAX_HEADER_LEN, Opcode};
 use crate::ws::handshake;
@@ -78,7 +78,7 @@ pub struct WsClient {
     tx: TxBuf,
     masks: MaskPool,
     deferred_pong: Option<([u8; MAX_CONTROL_PAYLOAD], u8)>,
-    deferred_close: Option<Option<CloseCode>>,
+    deferred_close: Option<(Option<CloseCode>, &'static str)>,
     close_sent: bool,
     close_received: bool,
     handshake_deadline: Option<Instant>,
@@ -121,6 +121,8 @@ pub enum WsTimer {
 pub struct CloseInfo {
     /// The peer's code; `None` when its close frame had no payload (1005).
     pub code: Option<CloseCode>,
+    /// The peer's reason (UTF-8, at most 123 bytes; empty when none).
+    pub reason: CloseReason,
     /// True when the peer closed first and we echoed.
     pub by_peer: bool,
 }
@@ -352,10 +354,10 @@ impl WsClient {
     /// are ignored. A pong or close that waited for a key is queued now.
     pub fn handle_entropy(&mut self, random: &[u8]) {
         self.masks.add(random);
-        if let Some(code) = self.deferred_close {
+        if let Some((code, reason)) = self.deferred_close {
             if let Some(mask) = self.masks.take() {
                 self.deferred_close = None;
-                self.tx.write_close(code, mask);
+                self.tx.write_close(code, reason, mask);
             }
         } else if let Some((buf, len)) = self.deferred_pong
             && let Some(mask) = self.masks.take()
@@ -417,9 +419,31 @@ impl WsClient {
     /// # Errors
     /// `validation` when `code` may not be sent (1005, 1006, 1015, reserved).
     pub fn close(&mut self, now: Instant, code: CloseCode) -> Result<(), Error> {
+        self.close_with_reason(now, code, "")
+    }
+
+    /// As [`close`](Self::close), with a reason in the frame. The reason is
+    /// `'static` text (a fixed reason code such as an [`Error::reason`]):
+    /// it can never carry terminal or peer bytes.
+    ///
+    /// # Errors
+    /// As [`close`](Self::close), and `validation` (`close_reason_too_long`)
+    /// for a reason over [`MAX_CLOSE_REASON`](super::MAX_CLOSE_REASON)
+    /// (123) bytes. Nothing is queued then.
+    pub fn close_with_reason(
+        &mut self,
+        now: Instant,
+        code: CloseCode,
+        reason: &'static str,
+    ) -> Result<(), Error> {
         let now = self.touch(now);
         if !code.is_sendable() {
             return Err(self.err(Category::Validation, "close_code_not_sendable"));
+        }
+        if reason.len() > MAX_CLOSE_REASON {
+            return Err(self
+                .err(Category::Validation, "close_reason_too_long")
+                .with_limit(reason.len() as u64, MAX_CLOSE_REASON as u64));
         }
         match self.phase {
             Phase::Handshake => {
@@ -427,7 +451,7 @@ impl WsClient {
                 self.fail(e, None);
             }
             Phase::Open if !self.close_sent => {
-                self.queue_close(Some(code));
+                self.queue_close(Some(code), reason);
                 self.close_deadline = Some(now + self.config.close_wait);
             }
             _ => {}
@@ -726,15 +750,17 @@ impl WsClient {
         }
     }
 
-    fn queue_close(&mut self, code: Option<CloseCode>) {
+    /// Queues our close frame; `reason` is fixed text (≤ 123 bytes, never
+    /// peer or terminal bytes; longer text is cut by the encoder).
+    fn queue_close(&mut self, code: Option<CloseCode>, reason: &'static str) {
         if self.close_sent {
             return;
         }
         self.close_sent = true;
         self.deferred_pong = None;
         match self.masks.take() {
-            Some(mask) => self.tx.write_close(code, mask),
-            None => self.deferred_close = Some(code),
+            Some(mask) => self.tx.write_close(code, reason, mask),
+            None => self.deferred_close = Some((code, reason)),
         }
     }
 
@@ -748,7 +774,8 @@ impl WsClient {
         self.fail(e, Some(CloseCode::INVALID_PAYLOAD));
     }
 
-    /// Ends the connection with `error`; queues a close with `code` when the
+    /// Ends the connection with `error`; queues a close with `code` (and
+    /// the error's fixed reason code as the close reason) when the
     /// connection is open and no close was sent yet.
     fn fail(&mut self, error: Error, code: Option<CloseCode>) {
         if self.phase == Phase::Done {
@@ -757,7 +784,7 @@ impl WsClient {
         if self.phase == Phase::Open
             && let Some(code) = code
         {
-            self.queue_close(Some(code));
+            self.queue_close(Some(code), error.reason());
         }
         self.phase = Phase::Done;
         self.handshake_deadline = None;
