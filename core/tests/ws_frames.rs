@@ -633,3 +633,144 @@ fn transmit_data_supports_partial_writes() {
     assert!(ws.transmit_data().is_empty());
     assert_eq!(ws.poll_transmit(&mut Vec::new()), None);
 }
+
+#[test]
+fn a_silent_peer_gets_a_ping_at_half_the_idle_timeout_and_fails_at_all_of_it() {
+    let now = t0();
+    let mut c = config();
+    c.idle_timeout = Some(Duration::from_millis(1_000));
+    let mut ws = open_client(c, now);
+    assert_eq!(
+        ws.poll_timeout(),
+        Some((now + Duration::from_millis(500), WsTimer::Keepalive))
+    );
+    ws.handle_timeout(now + Duration::from_millis(500));
+    let frames = client_frames(&transmit(&mut ws));
+    assert_eq!(frames.len(), 1);
+    assert_eq!(frames[0].header.opcode, Opcode::Ping);
+    // Any byte from the peer counts as life and restarts the clock.
+    let t1 = now + Duration::from_millis(700);
+    ws.handle_input(t1, &server_frame(true, 0xa, b"")).unwrap();
+    assert_eq!(events(&mut ws), vec![Ev::Pong(Vec::new())]);
+    assert_eq!(
+        ws.poll_timeout(),
+        Some((t1 + Duration::from_millis(500), WsTimer::Keepalive))
+    );
+    ws.handle_timeout(t1 + Duration::from_millis(500));
+    assert_eq!(client_frames(&transmit(&mut ws)).len(), 1, "one ping");
+    let end = t1 + Duration::from_millis(1_000);
+    assert_eq!(ws.poll_timeout(), Some((end, WsTimer::Idle)));
+    // N − 1 ns: still open; N: failed with a timeout and a close 1001.
+    ws.handle_timeout(end - Duration::from_nanos(1));
+    assert!(ws.is_open());
+    ws.handle_timeout(end);
+    let e = failure(&events(&mut ws));
+    assert_eq!(
+        (e.category(), e.reason(), e.evidence()),
+        (
+            Category::Transport,
+            "idle_timeout",
+            Evidence::DispatchUncertain
+        )
+    );
+    assert_eq!(sent_close(&mut ws), Some(1001));
+}
+
+#[test]
+fn a_peer_that_stops_reading_fails_the_send_at_the_write_bound() {
+    let now = t0();
+    let mut c = config();
+    c.write_wait = Some(Duration::from_millis(1_000));
+    let mut ws = open_client(c, now);
+    ws.handle_written(now, usize::MAX); // the handshake request went out
+    assert_eq!(ws.poll_timeout(), None, "nothing pending, no write timer");
+    ws.send_binary(now, &[1; 100]).unwrap();
+    let handed = transmit(&mut ws).len();
+    let stall = now + Duration::from_millis(1_000);
+    assert_eq!(ws.poll_timeout(), Some((stall, WsTimer::WriteStall)));
+    // Progress moves the bound.
+    let t1 = now + Duration::from_millis(600);
+    ws.handle_written(t1, 10);
+    let stall = t1 + Duration::from_millis(1_000);
+    assert_eq!(ws.poll_timeout(), Some((stall, WsTimer::WriteStall)));
+    ws.handle_timeout(stall - Duration::from_nanos(1));
+    assert!(ws.is_open());
+    ws.handle_timeout(stall);
+    let e = failure(&events(&mut ws));
+    assert_eq!(
+        (e.category(), e.reason(), e.evidence()),
+        (
+            Category::Transport,
+            "write_timeout",
+            Evidence::DispatchUncertain
+        )
+    );
+    // Nothing more to write: the shell drops the socket.
+    assert!(ws.is_finished());
+    assert!(transmit(&mut ws).is_empty());
+    // Once all handed-out bytes are written, no bound runs.
+    let mut c = config();
+    c.write_wait = Some(Duration::from_millis(1_000));
+    let mut ws = open_client(c, now);
+    ws.send_binary(now, &[1; 100]).unwrap();
+    ws.handle_written(now, usize::MAX);
+    let n = transmit(&mut ws).len();
+    assert_eq!(n, handed);
+    ws.handle_written(now, n);
+    assert_eq!(ws.poll_timeout(), None);
+}
+
+#[test]
+fn a_ping_flood_to_a_slow_reader_keeps_the_send_buffer_bounded() {
+    let mut ws = open();
+    // 10,000 pings arrive while the socket takes nothing: at most one pong
+    // waits in the send buffer and the latest is kept aside.
+    for i in 0..10_000u32 {
+        ws.handle_input(t0(), &server_frame(true, 0x9, &i.to_be_bytes()))
+            .unwrap();
+        let _ = events(&mut ws);
+        assert!(ws.pending_transmit() <= 6 + 4, "ping {i}");
+    }
+    let frames = client_frames(&transmit(&mut ws));
+    assert_eq!(frames.len(), 1);
+    assert_eq!(
+        frames[0].payload,
+        0u32.to_be_bytes(),
+        "the first ping's pong"
+    );
+    let frames = client_frames(&transmit(&mut ws));
+    assert_eq!(frames.len(), 1);
+    assert_eq!(
+        frames[0].payload,
+        9_999u32.to_be_bytes(),
+        "then only the latest ping's"
+    );
+    assert!(transmit(&mut ws).is_empty());
+}
+
+#[test]
+fn ws_timer_durations_at_n_and_n_plus_one() {
+    use smolbox_core::ws::MAX_WS_TIMER;
+    let over = MAX_WS_TIMER + Duration::from_nanos(1);
+    type Set = fn(&mut WsConfig, Duration);
+    let cases: [(Set, &str); 4] = [
+        (|c, d| c.idle_timeout = Some(d), "idle_timeout_out_of_range"),
+        (|c, d| c.write_wait = Some(d), "write_wait_out_of_range"),
+        (
+            |c, d| c.handshake_timeout = d,
+            "handshake_timeout_out_of_range",
+        ),
+        (|c, d| c.close_wait = d, "close_wait_out_of_range"),
+    ];
+    for (set, reason) in cases {
+        let mut c = config();
+        set(&mut c, MAX_WS_TIMER);
+        assert!(c.validate().is_ok(), "{reason}");
+        set(&mut c, over);
+        assert_eq!(c.validate().unwrap_err().reason(), reason);
+        set(&mut c, Duration::MAX);
+        assert!(WsClient::new(c.clone(), KEY, t0()).is_err(), "no panic");
+        set(&mut c, Duration::ZERO);
+        assert_eq!(c.validate().unwrap_err().reason(), reason);
+    }
+}
