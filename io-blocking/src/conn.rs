@@ -346,6 +346,26 @@ impl Conn {
         Ok(())
     }
 
+    /// Waits until the peer's end (FIN or reset) reached this socket, or
+    /// `deadline`; true when it did. For tests that need a reset to have
+    /// arrived before the first write.
+    #[cfg(test)]
+    pub(crate) fn wait_for_peer_end(&mut self, deadline: Instant) -> bool {
+        while Instant::now() < deadline {
+            if self.wait_until(Some(deadline)).is_err() {
+                return false;
+            }
+            if self
+                .events
+                .iter()
+                .any(|e| e.is_read_closed() || e.is_error())
+            {
+                return true;
+            }
+        }
+        false
+    }
+
     /// True when an idle pooled connection is still usable: no bytes, no
     /// end of stream and no error are waiting on it.
     pub(crate) fn is_idle_usable(&mut self) -> bool {
