@@ -178,6 +178,7 @@ fn brief(r: &StoreResult) -> String {
         }
         Ok(StoreReply::Lease(_)) => "lease".to_owned(),
         Ok(StoreReply::Due { records, .. }) => format!("{} due", records.len()),
+        Ok(_) => "machine reply".to_owned(),
         Err(e) => format!("{}:{}", e.category().as_str(), e.reason()),
     }
 }
@@ -197,6 +198,7 @@ fn op_label(op: &StoreOp) -> String {
         StoreOp::Release { key, .. } => format!("release {}", key.id),
         StoreOp::Cancel { key, .. } => format!("cancel {}", key.id),
         StoreOp::Due { .. } => "due".to_owned(),
+        other => other.name().to_owned(),
     }
 }
 
@@ -209,7 +211,7 @@ fn op_key(op: &StoreOp) -> Option<RecordKey> {
         | StoreOp::Reserve { key, .. }
         | StoreOp::Release { key, .. }
         | StoreOp::Cancel { key, .. } => Some(key.clone()),
-        StoreOp::ClaimWorker { .. } | StoreOp::Due { .. } => None,
+        _ => None,
     }
 }
 
@@ -294,6 +296,7 @@ fn perform(store: &FaultStore, op: StoreOp) -> StoreResult {
                     }),
                 })
         }
+        other => smolbox_store::apply_op(store, &other),
     }
 }
 
@@ -1114,7 +1117,7 @@ impl Sim {
                     }
                 }
             }
-            Event::Telemetry(_) | Event::Stopped => {}
+            Event::Telemetry(_) | Event::Stopped | Event::Machine(_) => {}
         }
     }
 

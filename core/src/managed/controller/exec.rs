@@ -105,6 +105,9 @@ pub(super) struct Exec {
     /// What the next `Step::Worker` is (set by `step`, read by `worker_sent`).
     pending_kind: Option<MKind>,
     machine: MachineSteps,
+    /// A command on a retained machine: the machine's worker and name,
+    /// read from its record (the controller sets it before the first step).
+    target: Option<(String, String)>,
 }
 
 /// A machine operation of a disposable execution.
@@ -175,6 +178,7 @@ impl Exec {
             held_elsewhere: false,
             pending_kind: None,
             machine: MachineSteps::default(),
+            target: None,
         };
         ex.bound_deadlines(now, now_ms);
         ex
@@ -231,6 +235,16 @@ impl Exec {
                 self.dispatched = true;
             }
         }
+    }
+
+    /// Sets the worker and machine name of a retained machine's command.
+    pub(super) fn set_target(&mut self, worker_id: String, machine: String) {
+        self.target = Some((worker_id, machine));
+    }
+
+    /// The retained machine whose slot this command holds.
+    pub(super) fn retained_machine(&self) -> Option<&crate::managed::RecordKey> {
+        self.rec.spec.machine.as_ref()
     }
 
     /// True for an execution on a machine this controller owns (C12.4).
@@ -431,6 +445,14 @@ impl Exec {
             return step;
         }
         let state = self.rec.state;
+        if self.rec.spec.machine.is_some()
+            && self.worker_op.is_none()
+            && (state.is_terminal() || state == ExecState::Unknown)
+        {
+            // A retained machine's command: the controller finishes the
+            // slot (and sets the cleanup) in one store transaction.
+            return self.finish();
+        }
         let cancel = self.rec.cancel_requested_at_ms.is_some();
         match state {
             ExecState::Accepted | ExecState::Preparing | ExecState::Ready if cancel => {
@@ -581,7 +603,7 @@ impl Exec {
             let target = match (&self.rec.spec.worker_machine, &self.rec.assignment) {
                 (Some(w), _) => Some((w.worker_id.clone(), w.name.clone())),
                 (None, Some(a)) => Some((a.worker_id.clone(), a.machine_name.clone())),
-                (None, None) => None,
+                (None, None) => self.target.clone(),
             };
             let Some((worker_id, machine)) = target else {
                 self.fatal = Some(Error::validation(Operation::Submit, "no_machine"));
@@ -679,7 +701,7 @@ impl Exec {
             )
             .with_reason("background"));
         }
-        if self.rec.spec.machine.is_some() {
+        if self.rec.spec.machine.is_some() && self.target.is_none() {
             return Err(Error::new(
                 Category::UnsupportedCapability,
                 Operation::Submit,
@@ -967,6 +989,10 @@ impl Exec {
     /// Cleanup when a disposable record ends: `in_progress` until absence
     /// is recorded (C13.2), `complete` for records with no machine.
     fn end_cleanup(&self) -> Cleanup {
+        if self.rec.spec.machine.is_some() {
+            // Set with the slot's release (C14.3).
+            return Cleanup::Pending;
+        }
         if self.rec.assignment.is_some() && self.rec.absence_at_ms.is_none() {
             Cleanup::InProgress
         } else {
@@ -977,6 +1003,10 @@ impl Exec {
     /// Next due time when a record ends: due now while its machine or its
     /// reservation still needs work (recovery continues it), else none.
     fn end_due(&self, now_ms: u64) -> Option<u64> {
+        if self.rec.spec.machine.is_some() {
+            // Due until the slot is finished (recovery finishes it).
+            return Some(now_ms);
+        }
         let owed = self.rec.assignment.is_some()
             && (self.rec.absence_at_ms.is_none() || self.rec.reservation.is_some());
         owed.then_some(now_ms)
