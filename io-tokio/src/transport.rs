@@ -129,7 +129,17 @@ impl SocketTarget {
         let attempt = async {
             match &self.kind {
                 Kind::Tcp { host, port } => {
-                    let s = TcpStream::connect((host.as_str(), *port))
+                    let host = host.trim_start_matches('[').trim_end_matches(']');
+                    let mut addrs = resolve(host, *port)
+                        .await
+                        .map_err(|_| fail("connect_failed"))?;
+                    // Plain HTTP goes to loopback addresses only, whatever
+                    // the resolver says (the decision is core's).
+                    addrs.retain(|a| smolbox_core::worker::plain_http_address_allowed(a.ip()));
+                    if addrs.is_empty() {
+                        return Err(fail("resolved_not_loopback"));
+                    }
+                    let s = TcpStream::connect(&addrs[..])
                         .await
                         .map_err(|_| fail("connect_failed"))?;
                     let _ = s.set_nodelay(true);
@@ -165,6 +175,22 @@ impl SocketTarget {
             Err(_) => Err(fail("connect_timeout")),
         }
     }
+}
+
+/// The addresses of `host` (the caller bounds the wait): a literal address
+/// as it is, `localhost` as the loopback without a lookup (RFC 6761 §6.3),
+/// anything else through the resolver.
+async fn resolve(host: &str, port: u16) -> io::Result<Vec<std::net::SocketAddr>> {
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        return Ok(vec![std::net::SocketAddr::new(ip, port)]);
+    }
+    if host.eq_ignore_ascii_case("localhost") {
+        return Ok(vec![
+            std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+            std::net::SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port)),
+        ]);
+    }
+    Ok(tokio::net::lookup_host((host, port)).await?.collect())
 }
 
 /// One byte stream to a worker.

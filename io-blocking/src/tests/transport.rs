@@ -513,3 +513,30 @@ fn a_tls_reset_before_the_first_record_is_dispatch_uncertain() {
     assert_eq!(e.evidence(), Evidence::DispatchUncertain, "{e:?}");
     h.join().unwrap();
 }
+
+#[test]
+fn plain_tcp_connects_only_to_loopback_addresses() {
+    for host in ["10.255.255.1", "0.0.0.0", "::ffff:10.0.0.1"] {
+        let e = SocketTarget::tcp(host, 80)
+            .connect(soon(), Operation::Health)
+            .unwrap_err();
+        assert_eq!(
+            (e.category(), e.reason(), e.evidence()),
+            (
+                Category::Transport,
+                "resolved_not_loopback",
+                Evidence::NotDispatched
+            ),
+            "{host}"
+        );
+    }
+    // `localhost` is the loopback without a lookup.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    assert!(
+        SocketTarget::tcp("localhost", port)
+            .connect(soon(), Operation::Health)
+            .is_ok()
+    );
+    drop(l);
+}
