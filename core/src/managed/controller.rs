@@ -380,10 +380,7 @@ pub struct Finished {
 impl Finished {
     /// The stored exit code, if an exit was observed (by any controller).
     pub fn exit_code(&self) -> Option<i32> {
-        match self.record.as_ref()?.result {
-            Some(ExecResult::Exited { exit_code, .. }) => Some(exit_code),
-            _ => None,
-        }
+        self.record.as_ref()?.result.as_ref()?.exit_code()
     }
 }
 
@@ -413,9 +410,9 @@ pub struct Outcome {
 impl Outcome {
     /// The stored exit code, else the exit code the error carries.
     pub fn exit_code(&self) -> Option<i32> {
-        match self.record.result {
-            Some(ExecResult::Exited { exit_code, .. }) => Some(exit_code),
-            _ => self.error.as_ref().and_then(Error::exit_code),
+        match self.record.result.as_ref().and_then(ExecResult::exit_code) {
+            Some(code) => Some(code),
+            None => self.error.as_ref().and_then(Error::exit_code),
         }
     }
 
