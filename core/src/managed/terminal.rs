@@ -6,11 +6,16 @@
 //! `now`. Terminal bytes never pass through this module; the registry holds
 //! the shell's connection object opaquely and reports counts only.
 
+use core::fmt;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use super::RecordKey;
 use super::patch::ExecPatch;
 use super::record::{ErrorEntry, ExecResult};
 use super::state::{Collection, ExecState, RecordEvidence};
 use crate::terminal::TerminalExit;
-use crate::{Category, Error, Evidence};
+use crate::{Category, Error, Evidence, Operation};
 
 /// What a terminal session's end proves about its program (C7.3, C7.4).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,7 +43,7 @@ impl Verdict {
             Ok(TerminalExit { code }) => Self::Uncertain(
                 Error::new(
                     Category::Unknown,
-                    crate::Operation::TerminalSession,
+                    Operation::TerminalSession,
                     Evidence::Unknown,
                 )
                 .with_reason("ambiguous_exit_code")
@@ -108,10 +113,351 @@ pub fn closing_patches(state: ExecState, verdict: &Verdict, now_ms: u64) -> Vec<
     }
 }
 
+/// How long a finished session's buffer stays for its consumer (C7.3).
+pub const FINISHED_RETENTION: Duration = Duration::from_millis(30_000);
+/// Longest wait one [`Registry::attach`] caller may ask for (C7.4).
+pub const MAX_ATTACH_WAIT: Duration = Duration::from_millis(30_000);
+
+/// The consumer a live connection is bound to: issued by
+/// [`Registry::attach`], held by the shell's handle. Not a credential and
+/// never persisted: it only tells two callers of one runtime apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ConsumerId(u64);
+
+/// Where a registered session stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// The connection is open (or opening) and its program may run.
+    Live,
+    /// The session ended; its buffer waits for the final read, at most
+    /// [`FINISHED_RETENTION`] after `at`.
+    Finished {
+        /// When it ended.
+        at: Instant,
+    },
+}
+
+/// Why [`Registry::handle_timeout`] wants a live connection closed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expiry {
+    /// Nobody attached within the attach wait (`terminal_consumer`).
+    NoConsumer,
+}
+
+/// What [`Registry::handle_timeout`] found: live connections to close
+/// (with why), and retired connections to drop.
+pub type Timeouts<C> = (Vec<(RecordKey, Expiry)>, Vec<(RecordKey, C)>);
+
+/// One session of the registry.
+struct Entry<C> {
+    conn: C,
+    consumer: Option<ConsumerId>,
+    /// The bound consumer dropped its handle: nobody may take over.
+    consumer_lost: bool,
+    attach_by: Instant,
+    /// The session ended because nobody attached in time.
+    expired: bool,
+    phase: Phase,
+    /// Insertion order, for retiring the oldest closed buffer first.
+    seq: u64,
+}
+
+/// The runtime's live terminal connections (C7.3, C7.4), sans-IO: each
+/// key (the terminal's record key) holds one connection `C` (the shell's
+/// object), bound to at most one consumer. The registry is bounded by the
+/// runtime's active-task limit; when it is full, closed buffers are retired
+/// (oldest first) before a new connection is refused. Retiring drops the
+/// connection object only: the durable record, and its completion evidence,
+/// are not the registry's.
+pub struct Registry<C> {
+    entries: BTreeMap<RecordKey, Entry<C>>,
+    limit: usize,
+    next_consumer: u64,
+    next_seq: u64,
+}
+
+impl<C> fmt::Debug for Registry<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Keys and phases only: never the connection (it holds bytes).
+        f.debug_struct("Registry")
+            .field("limit", &self.limit)
+            .field("live", &self.live())
+            .field("finished", &(self.entries.len() - self.live()))
+            .finish_non_exhaustive()
+    }
+}
+
+const fn registry_error(category: Category, reason: &'static str, evidence: Evidence) -> Error {
+    Error::new(category, Operation::TerminalConsumer, evidence).with_reason(reason)
+}
+
+impl<C> Registry<C> {
+    /// An empty registry holding at most `limit` sessions (the runtime's
+    /// active-task limit, 1–64).
+    ///
+    /// # Errors
+    /// `validation` (operation `config`) for a limit outside 1–64.
+    pub fn new(limit: usize) -> Result<Self, Error> {
+        if !(1..=super::controller::MAX_ACTIVE).contains(&limit) {
+            return Err(Error::validation(Operation::Config, "terminal_limit")
+                .with_limit(limit as u64, super::controller::MAX_ACTIVE as u64));
+        }
+        Ok(Self {
+            entries: BTreeMap::new(),
+            limit,
+            next_consumer: 1,
+            next_seq: 0,
+        })
+    }
+
+    /// Sessions whose connection is still live.
+    pub fn live(&self) -> usize {
+        self.entries
+            .values()
+            .filter(|e| e.phase == Phase::Live)
+            .count()
+    }
+
+    /// Every registered session, live or finished.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when nothing is registered.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The phase of `key`'s session, if registered here.
+    pub fn phase(&self, key: &RecordKey) -> Option<Phase> {
+        self.entries.get(key).map(|e| e.phase)
+    }
+
+    /// Registers a new connection for `key` at `now`; nobody is attached
+    /// yet and the attach wait runs from `now`. At the limit, the oldest
+    /// finished buffer is retired first (and returned to the caller to
+    /// drop).
+    ///
+    /// # Errors
+    /// `validation` (`terminal_already_registered`) when `key` already has a
+    /// session here (a second shell is never opened); `admission_exhausted`
+    /// (`terminal_limit`) when the registry is full of live sessions.
+    pub fn insert(
+        &mut self,
+        now: Instant,
+        key: RecordKey,
+        conn: C,
+        attach_wait: Duration,
+    ) -> Result<Option<(RecordKey, C)>, Error> {
+        if self.entries.contains_key(&key) {
+            return Err(Error::validation(
+                Operation::TerminalOpen,
+                "terminal_already_registered",
+            ));
+        }
+        let mut retired = None;
+        if self.entries.len() >= self.limit {
+            let oldest = self
+                .entries
+                .iter()
+                .filter(|(_, e)| matches!(e.phase, Phase::Finished { .. }))
+                .min_by_key(|(_, e)| e.seq)
+                .map(|(k, _)| k.clone());
+            match oldest {
+                Some(k) => retired = self.entries.remove(&k).map(|e| (k, e.conn)),
+                None => {
+                    return Err(Error::new(
+                        Category::AdmissionExhausted,
+                        Operation::TerminalOpen,
+                        Evidence::NotDispatched,
+                    )
+                    .with_reason("terminal_limit")
+                    .with_limit(self.entries.len() as u64 + 1, self.limit as u64));
+                }
+            }
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.entries.insert(
+            key,
+            Entry {
+                conn,
+                consumer: None,
+                consumer_lost: false,
+                attach_by: now + attach_wait,
+                expired: false,
+                phase: Phase::Live,
+                seq,
+            },
+        );
+        Ok(retired)
+    }
+
+    /// The deadline of an attach that may wait `wait` (0–30,000 ms) for
+    /// the session to be registered here.
+    ///
+    /// # Errors
+    /// `validation` (`attach_wait_out_of_range`) above 30,000 ms.
+    pub fn attach_deadline(now: Instant, wait: Duration) -> Result<Instant, Error> {
+        if wait > MAX_ATTACH_WAIT {
+            return Err(
+                Error::validation(Operation::TerminalConsumer, "attach_wait_out_of_range")
+                    .with_limit(
+                        u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                        MAX_ATTACH_WAIT.as_millis() as u64,
+                    ),
+            );
+        }
+        Ok(now + wait)
+    }
+
+    /// Binds the first consumer to `key`'s session (C7.4). `Ok(None)`: no
+    /// session for `key` is registered here (yet): the caller may wait
+    /// until its attach deadline and ask again.
+    ///
+    /// # Errors
+    /// `authentication` when another consumer is (or was) bound: a handle
+    /// is never taken over; `expired` (`terminal_consumer`) when nobody
+    /// attached within the attach wait and the connection was ended.
+    pub fn attach(&mut self, now: Instant, key: &RecordKey) -> Result<Option<ConsumerId>, Error> {
+        let Some(e) = self.entries.get_mut(key) else {
+            return Ok(None);
+        };
+        if e.consumer.is_some() || e.consumer_lost {
+            return Err(registry_error(
+                Category::Authentication,
+                "terminal_consumer_bound",
+                Evidence::NotDispatched,
+            ));
+        }
+        if e.expired || (e.phase == Phase::Live && now >= e.attach_by) {
+            e.expired = true;
+            return Err(registry_error(
+                Category::Expired,
+                "terminal_consumer",
+                Evidence::Unknown,
+            ));
+        }
+        let id = ConsumerId(self.next_consumer);
+        self.next_consumer += 1;
+        e.consumer = Some(id);
+        Ok(Some(id))
+    }
+
+    /// The connection of `key` for its bound consumer `who`.
+    ///
+    /// # Errors
+    /// `authentication` for any other caller; `not_found` when the session
+    /// was retired (its record still says how it ended).
+    pub fn get(&mut self, key: &RecordKey, who: ConsumerId) -> Result<&mut C, Error> {
+        match self.entries.get_mut(key) {
+            None => Err(registry_error(
+                Category::NotFound,
+                "terminal_retired",
+                Evidence::NotDispatched,
+            )),
+            Some(e) if e.consumer != Some(who) || e.consumer_lost => Err(registry_error(
+                Category::Authentication,
+                "terminal_consumer_bound",
+                Evidence::NotDispatched,
+            )),
+            Some(e) => Ok(&mut e.conn),
+        }
+    }
+
+    /// The connection of `key` for its owner (the runtime itself, to drive
+    /// it or close it), whoever is attached.
+    pub fn owner_get(&mut self, key: &RecordKey) -> Option<&mut C> {
+        self.entries.get_mut(key).map(|e| &mut e.conn)
+    }
+
+    /// The session of `key` ended at `now`; its buffer stays for the final
+    /// read, at most [`FINISHED_RETENTION`].
+    pub fn finished(&mut self, now: Instant, key: &RecordKey) {
+        if let Some(e) = self.entries.get_mut(key)
+            && e.phase == Phase::Live
+        {
+            e.phase = Phase::Finished { at: now };
+        }
+    }
+
+    /// The bound consumer read the final event: the buffer retires now.
+    /// Returns the connection to drop.
+    ///
+    /// # Errors
+    /// As [`Registry::get`].
+    pub fn final_read(&mut self, key: &RecordKey, who: ConsumerId) -> Result<C, Error> {
+        self.get(key, who)?;
+        self.entries.remove(key).map(|e| e.conn).ok_or_else(|| {
+            registry_error(
+                Category::NotFound,
+                "terminal_retired",
+                Evidence::NotDispatched,
+            )
+        })
+    }
+
+    /// The bound consumer dropped its handle: nobody may attach again (the
+    /// session ends with `terminal_consumer`); a finished buffer retires.
+    /// Returns a retired connection to drop.
+    pub fn detach(&mut self, key: &RecordKey, who: ConsumerId) -> Option<C> {
+        let e = self.entries.get_mut(key)?;
+        if e.consumer != Some(who) {
+            return None;
+        }
+        e.consumer_lost = true;
+        if matches!(e.phase, Phase::Finished { .. }) {
+            return self.entries.remove(key).map(|e| e.conn);
+        }
+        None
+    }
+
+    /// Time passed: live sessions nobody attached to within their attach
+    /// wait are returned to be closed (`terminal_consumer`, their record
+    /// says so); finished buffers older than [`FINISHED_RETENTION`] are
+    /// retired and returned to be dropped.
+    pub fn handle_timeout(&mut self, now: Instant) -> Timeouts<C> {
+        let mut expire = Vec::new();
+        let mut old = Vec::new();
+        for (k, e) in &mut self.entries {
+            match e.phase {
+                Phase::Live if e.consumer.is_none() && !e.expired && now >= e.attach_by => {
+                    e.expired = true;
+                    expire.push((k.clone(), Expiry::NoConsumer));
+                }
+                Phase::Finished { at } if now >= at + FINISHED_RETENTION => old.push(k.clone()),
+                _ => {}
+            }
+        }
+        let retired = old
+            .into_iter()
+            .filter_map(|k| self.entries.remove(&k).map(|e| (k, e.conn)))
+            .collect();
+        (expire, retired)
+    }
+
+    /// When [`Registry::handle_timeout`] has something to do next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.entries
+            .values()
+            .filter_map(|e| match e.phase {
+                Phase::Live if e.consumer.is_none() && !e.expired => Some(e.attach_by),
+                Phase::Finished { at } => Some(at + FINISHED_RETENTION),
+                Phase::Live => None,
+            })
+            .min()
+    }
+
+    /// Removes `key`'s session whatever its phase (the owner is shutting
+    /// it down); returns the connection to drop.
+    pub fn remove(&mut self, key: &RecordKey) -> Option<C> {
+        self.entries.remove(key).map(|e| e.conn)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Operation;
     use crate::managed::patch::apply_exec;
     use crate::managed::testkit::{accepted, key, managed_exec_spec};
     use crate::managed::{ExecutionRecord, spec::Action, spec::ManagedTerminalSpec};
@@ -265,5 +611,230 @@ mod tests {
         ] {
             assert!(closing_patches(completed.state, &v, T0 + 200).is_empty());
         }
+    }
+
+    // ---- the live registry ----
+
+    #[allow(clippy::disallowed_methods)] // an arbitrary origin; time is virtual after
+    fn origin() -> Instant {
+        Instant::now()
+    }
+
+    fn k(id: &str) -> RecordKey {
+        key("s", id)
+    }
+
+    const ATTACH: Duration = Duration::from_millis(5_000);
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn the_limit_is_1_to_64() {
+        assert!(Registry::<u8>::new(1).is_ok());
+        assert!(Registry::<u8>::new(64).is_ok());
+        assert!(Registry::<u8>::new(0).is_err());
+        assert_eq!(
+            Registry::<u8>::new(65).unwrap_err().reason(),
+            "terminal_limit"
+        );
+    }
+
+    #[test]
+    fn one_consumer_per_handle_and_no_take_over() {
+        let t0 = origin();
+        let mut r = Registry::new(4).unwrap();
+        assert_eq!(r.attach(t0, &k("a")), Ok(None), "not registered yet");
+        r.insert(t0, k("a"), 1u8, ATTACH).unwrap();
+        let me = r.attach(t0 + ms(1), &k("a")).unwrap().unwrap();
+        let other = r.attach(t0 + ms(2), &k("a")).unwrap_err();
+        assert_eq!(
+            (other.category(), other.reason()),
+            (Category::Authentication, "terminal_consumer_bound")
+        );
+        assert_eq!(*r.get(&k("a"), me).unwrap(), 1);
+        let forged = ConsumerId(me.0 + 1);
+        assert_eq!(
+            r.get(&k("a"), forged).unwrap_err().category(),
+            Category::Authentication
+        );
+        // Dropping the handle never frees the session for someone else.
+        assert_eq!(r.detach(&k("a"), forged), None);
+        assert_eq!(r.detach(&k("a"), me), None, "live: not retired");
+        assert_eq!(
+            r.attach(t0 + ms(3), &k("a")).unwrap_err().category(),
+            Category::Authentication
+        );
+        assert_eq!(
+            r.get(&k("a"), me).unwrap_err().category(),
+            Category::Authentication
+        );
+        assert!(r.owner_get(&k("a")).is_some(), "the owner still closes it");
+    }
+
+    #[test]
+    fn a_second_session_for_one_key_is_refused() {
+        let t0 = origin();
+        let mut r = Registry::new(4).unwrap();
+        r.insert(t0, k("a"), 1u8, ATTACH).unwrap();
+        let e = r.insert(t0, k("a"), 2u8, ATTACH).unwrap_err();
+        assert_eq!(e.reason(), "terminal_already_registered");
+        assert_eq!(r.len(), 1);
+    }
+
+    #[test]
+    fn attach_wait_bounds_and_expiry_under_attach_ms() {
+        let t0 = origin();
+        assert_eq!(Registry::<u8>::attach_deadline(t0, ms(0)), Ok(t0));
+        assert_eq!(
+            Registry::<u8>::attach_deadline(t0, ms(30_000)),
+            Ok(t0 + ms(30_000))
+        );
+        assert_eq!(
+            Registry::<u8>::attach_deadline(t0, ms(30_001))
+                .unwrap_err()
+                .reason(),
+            "attach_wait_out_of_range"
+        );
+        let mut r = Registry::new(4).unwrap();
+        r.insert(t0, k("late"), 1u8, ATTACH).unwrap();
+        r.insert(t0, k("ok"), 2u8, ATTACH).unwrap();
+        assert_eq!(r.poll_timeout(), Some(t0 + ATTACH));
+        // One millisecond before the attach wait ends: still attachable.
+        assert!(r.attach(t0 + ATTACH - ms(1), &k("ok")).unwrap().is_some());
+        let (expired, retired) = r.handle_timeout(t0 + ATTACH - ms(1));
+        assert!(expired.is_empty() && retired.is_empty());
+        let (expired, _) = r.handle_timeout(t0 + ATTACH);
+        assert_eq!(expired, vec![(k("late"), Expiry::NoConsumer)]);
+        let e = r.attach(t0 + ATTACH, &k("late")).unwrap_err();
+        assert_eq!(
+            (e.category(), e.reason(), e.evidence()),
+            (Category::Expired, "terminal_consumer", Evidence::Unknown)
+        );
+        // Expired once, reported once; still refused after it finished.
+        r.finished(t0 + ATTACH + ms(5), &k("late"));
+        assert!(r.handle_timeout(t0 + ATTACH + ms(6)).0.is_empty());
+        assert_eq!(
+            r.attach(t0 + ATTACH + ms(7), &k("late"))
+                .unwrap_err()
+                .category(),
+            Category::Expired
+        );
+        // Attaching at exactly the deadline, before any timeout ran: expired.
+        r.insert(t0, k("edge"), 3u8, ATTACH).unwrap();
+        assert_eq!(
+            r.attach(t0 + ATTACH, &k("edge")).unwrap_err().category(),
+            Category::Expired
+        );
+    }
+
+    #[test]
+    fn a_session_that_ended_before_attach_can_still_be_read() {
+        let t0 = origin();
+        let mut r = Registry::new(4).unwrap();
+        r.insert(t0, k("a"), 1u8, ATTACH).unwrap();
+        r.finished(t0 + ms(10), &k("a"));
+        let me = r.attach(t0 + ms(20), &k("a")).unwrap().unwrap();
+        assert_eq!(r.final_read(&k("a"), me), Ok(1));
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn finished_buffers_retire_after_30_s_or_at_the_final_read() {
+        let t0 = origin();
+        let mut r = Registry::new(4).unwrap();
+        r.insert(t0, k("kept"), 1u8, ATTACH).unwrap();
+        r.insert(t0, k("read"), 2u8, ATTACH).unwrap();
+        let a = r.attach(t0, &k("kept")).unwrap().unwrap();
+        let b = r.attach(t0, &k("read")).unwrap().unwrap();
+        let end = t0 + ms(100);
+        r.finished(end, &k("kept"));
+        r.finished(end, &k("read"));
+        assert_eq!(r.phase(&k("kept")), Some(Phase::Finished { at: end }));
+        assert_eq!(r.live(), 0);
+        assert_eq!(r.final_read(&k("read"), b), Ok(2));
+        assert_eq!(
+            r.get(&k("read"), b).unwrap_err().category(),
+            Category::NotFound
+        );
+        assert_eq!(r.poll_timeout(), Some(end + FINISHED_RETENTION));
+        let (_, retired) = r.handle_timeout(end + FINISHED_RETENTION - ms(1));
+        assert!(retired.is_empty());
+        assert!(r.get(&k("kept"), a).is_ok());
+        let (_, retired) = r.handle_timeout(end + FINISHED_RETENTION);
+        assert_eq!(retired, vec![(k("kept"), 1)]);
+        assert!(r.is_empty());
+        assert_eq!(r.poll_timeout(), None);
+    }
+
+    #[test]
+    fn a_detached_finished_buffer_retires_at_once() {
+        let t0 = origin();
+        let mut r = Registry::new(4).unwrap();
+        r.insert(t0, k("a"), 1u8, ATTACH).unwrap();
+        let me = r.attach(t0, &k("a")).unwrap().unwrap();
+        r.finished(t0 + ms(1), &k("a"));
+        assert_eq!(r.detach(&k("a"), me), Some(1));
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn at_the_active_limit_closed_buffers_retire_first() {
+        let t0 = origin();
+        let mut r = Registry::new(3).unwrap();
+        for (i, id) in ["a", "b", "c"].iter().enumerate() {
+            r.insert(t0 + ms(i as u64), k(id), i as u8, ATTACH).unwrap();
+        }
+        // N = 3 live sessions: the fourth is refused, nothing is retired.
+        let e = r.insert(t0 + ms(5), k("d"), 9, ATTACH).unwrap_err();
+        assert_eq!(
+            (e.category(), e.reason()),
+            (Category::AdmissionExhausted, "terminal_limit")
+        );
+        assert_eq!(e.limit().map(|l| (l.actual, l.max)), Some((4, 3)));
+        assert_eq!(r.len(), 3);
+        // Two closed buffers: the oldest-registered one goes first; the
+        // live session is never retired.
+        r.finished(t0 + ms(6), &k("c"));
+        r.finished(t0 + ms(7), &k("b"));
+        let retired = r.insert(t0 + ms(8), k("d"), 3, ATTACH).unwrap();
+        assert_eq!(retired, Some((k("b"), 1)));
+        let retired = r.insert(t0 + ms(9), k("e"), 4, ATTACH).unwrap();
+        assert_eq!(retired, Some((k("c"), 2)));
+        assert_eq!(r.phase(&k("a")), Some(Phase::Live));
+        assert!(r.insert(t0 + ms(10), k("f"), 5, ATTACH).is_err());
+    }
+
+    #[test]
+    fn debug_never_shows_the_connection() {
+        let t0 = origin();
+        let mut r = Registry::new(2).unwrap();
+        r.insert(t0, k("a"), "SENTINEL-BYTES".to_owned(), ATTACH)
+            .unwrap();
+        let dbg = format!("{r:?}");
+        assert!(!dbg.contains("SENTINEL"), "{dbg}");
+        assert!(dbg.contains("live: 1"), "{dbg}");
+    }
+
+    #[test]
+    fn retiring_touches_no_record() {
+        // The registry has no store access at all: retiring a finished
+        // buffer returns only the connection; a record completed before is
+        // unchanged (durable completion evidence stays).
+        let rec = terminal_record(ExecState::Running);
+        let done = apply_all(
+            &rec,
+            &closing_patches(rec.state, &Verdict::Exited(7), T0 + 100),
+        );
+        let t0 = origin();
+        let mut r = Registry::new(1).unwrap();
+        r.insert(t0, done.key.clone(), done.clone(), ATTACH)
+            .unwrap();
+        r.finished(t0, &done.key);
+        let (_, retired) = r.handle_timeout(t0 + FINISHED_RETENTION);
+        assert_eq!(retired.len(), 1);
+        assert_eq!(retired[0].1, done);
+        assert_eq!(done.result, Some(ExecResult::Terminal { exit_code: 7 }));
     }
 }
