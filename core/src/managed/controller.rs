@@ -119,6 +119,7 @@ use base64::Engine as _;
 
 mod exec;
 pub mod ops;
+pub mod terminal;
 
 pub use ops::{
     DueAfter, OpId, Reservation, StoreOp, StoreReply, StoreResult, WorkerOp, WorkerReply,
