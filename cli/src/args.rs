@@ -48,9 +48,19 @@ pub(crate) struct Global {
     /// logs); a failure is then one JSON object on stderr.
     #[arg(long, global = true)]
     pub(crate) json: bool,
-    /// The SQLite store of the execution records (default:
-    /// `$XDG_DATA_HOME/smolbox/smolbox.db` or `~/.local/share/smolbox/smolbox.db`).
-    #[arg(long, global = true, env = "SMOLBOX_STORE", value_name = "PATH")]
+    /// The store of the execution records: a SQLite file (default:
+    /// `$XDG_DATA_HOME/smolbox/smolbox.db` or `~/.local/share/smolbox/smolbox.db`),
+    /// or `postgres://…` for a PostgreSQL database shared by many
+    /// controllers (its keys: `$SMOLBOX_STORE_KEYS`, else `postgres.*` in
+    /// the data directory; every controller of the store needs the same;
+    /// its partition: `$SMOLBOX_STORE_PARTITION`, else `cli`).
+    #[arg(
+        long,
+        global = true,
+        env = "SMOLBOX_STORE",
+        value_name = "PATH|URL",
+        hide_env_values = true
+    )]
     pub(crate) store: Option<PathBuf>,
 }
 

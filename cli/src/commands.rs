@@ -279,12 +279,12 @@ pub(crate) fn run(
     let opened = if args.opts.stream {
         None
     } else {
-        let db = crate::records::store_path(store)?;
+        let location = crate::records::location(store)?;
         report::note(&format!(
-            "recording this execution in the embedded SQLite store at {}",
-            db.display()
+            "recording this execution in {}",
+            location.describe()
         ));
-        Some(crate::records::open(Some(&db))?)
+        Some(crate::records::open_at(&location)?)
     };
     if let (Some(opened), Some(id)) = (&opened, &args.id) {
         let key = crate::records::key(id)?;

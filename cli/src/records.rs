@@ -27,7 +27,7 @@ use smolbox_core::managed::{
 };
 use smolbox_core::{Category, Error, Evidence, Operation};
 use smolbox_store::keys::load_or_create_keys;
-use smolbox_store::{DEFAULT_LIST_PAGE, Sealer, SqliteStore, Store, apply_op};
+use smolbox_store::{DEFAULT_LIST_PAGE, PostgresStore, Sealer, SqliteStore, Store, apply_op};
 
 use crate::backend::Backend;
 use crate::report::{self, Failure};
@@ -66,18 +66,91 @@ pub(crate) struct Opened {
     pub(crate) fingerprint_key: FingerprintKey,
 }
 
-/// Opens (creating when absent) the SQLite store at `explicit` or the
-/// default path.
+/// Where the records live: the embedded SQLite file, or a PostgreSQL
+/// server shared by many controllers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Location {
+    /// One SQLite file; its keys beside it.
+    Sqlite(PathBuf),
+    /// A PostgreSQL connection string (`postgres://…` or
+    /// `postgresql://…`); its keys at `keys` (`<keys>.fingerprint-key`,
+    /// `<keys>.seal-key`), which every controller of the partition shares.
+    Postgres {
+        /// The connection string (may hold a password: never printed).
+        url: String,
+        /// The key-file prefix.
+        keys: PathBuf,
+        /// The partition (`[a-z][a-z0-9]{0,9}`; default `cli`).
+        partition: String,
+    },
+}
+
+impl Location {
+    /// What the note on stderr says (never the connection string).
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Self::Sqlite(db) => format!("the embedded SQLite store at {}", db.display()),
+            Self::Postgres {
+                keys, partition, ..
+            } => format!(
+                "the PostgreSQL store given by --store (partition {partition}, keys {}.*)",
+                keys.display()
+            ),
+        }
+    }
+}
+
+/// The store `explicit` names (a path, or a `postgres://` URL), else the
+/// default SQLite file. A PostgreSQL store's keys are
+/// `$SMOLBOX_STORE_KEYS` (a path prefix), else `postgres` in the data
+/// directory; its partition is `$SMOLBOX_STORE_PARTITION`, else `cli`.
+pub(crate) fn location(explicit: Option<&Path>) -> Result<Location, Failure> {
+    let url = explicit
+        .and_then(Path::to_str)
+        .filter(|s| s.starts_with("postgres://") || s.starts_with("postgresql://"));
+    let Some(url) = url else {
+        return Ok(Location::Sqlite(store_path(explicit)?));
+    };
+    let keys = match std::env::var_os("SMOLBOX_STORE_KEYS").filter(|v| !v.is_empty()) {
+        Some(p) => PathBuf::from(p),
+        None => store_path(None)?.with_file_name("postgres"),
+    };
+    let partition = std::env::var("SMOLBOX_STORE_PARTITION")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| SCOPE.to_owned());
+    Ok(Location::Postgres {
+        url: url.to_owned(),
+        keys,
+        partition,
+    })
+}
+
+/// Opens (creating when absent) the store `explicit` names, or the
+/// default SQLite file.
 pub(crate) fn open(explicit: Option<&Path>) -> Result<Opened, Failure> {
-    let db = store_path(explicit)?;
-    if let Some(dir) = db.parent() {
+    open_at(&location(explicit)?)
+}
+
+/// Opens (creating when absent) the store at `location`.
+pub(crate) fn open_at(location: &Location) -> Result<Opened, Failure> {
+    let anchor = match location {
+        Location::Sqlite(db) => db,
+        Location::Postgres { keys, .. } => keys,
+    };
+    if let Some(dir) = anchor.parent() {
         create_private_dir(dir)?;
     }
-    let (fingerprint_key, encryption_key) = load_or_create_keys(&db)?;
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(
-        &db,
-        Sealer::new(&encryption_key, SCOPE)?,
-    )?);
+    let (fingerprint_key, encryption_key) = load_or_create_keys(anchor)?;
+    let store: Arc<dyn Store> = match location {
+        Location::Sqlite(db) => {
+            Arc::new(SqliteStore::open(db, Sealer::new(&encryption_key, SCOPE)?)?)
+        }
+        Location::Postgres { url, partition, .. } => Arc::new(PostgresStore::connect(
+            url,
+            Sealer::new(&encryption_key, partition)?,
+        )?),
+    };
     Ok(Opened {
         store,
         fingerprint_key,

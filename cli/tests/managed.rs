@@ -407,3 +407,98 @@ fn recover_after_the_cli_is_killed_mid_run_says_unknown_never_reruns() {
     assert_eq!(code(&wt), 3, "{}", stderr(&wt));
     assert_eq!(lines(&counter), 1);
 }
+
+/// `postgres://smolbox:PASSWORD@127.0.0.1:PORT/postgres` for the server
+/// `scripts/pg.sh` started (trust auth: the password is only a sentinel),
+/// or `None` outside the test command (under `CI=true` that fails).
+fn pg_url(password: &str) -> Option<String> {
+    match std::env::var("SMOLBOX_PG_PORT") {
+        Ok(port) if !port.is_empty() => Some(format!(
+            "postgres://smolbox:{password}@127.0.0.1:{port}/postgres"
+        )),
+        _ if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("SMOLBOX_PG_PORT is not set in CI: the PostgreSQL CLI test must run")
+        }
+        _ => {
+            eprintln!(
+                "PostgreSQL CLI test SKIPPED: SMOLBOX_PG_PORT is not set (run scripts/test.sh)"
+            );
+            None
+        }
+    }
+}
+
+#[test]
+fn a_postgres_store_is_shared_by_controllers_with_the_same_keys_and_never_shows_its_password() {
+    const PASSWORD: &str = "PWSENTINEL7f3a";
+    let Some(url) = pg_url(PASSWORD) else { return };
+    let w = devworker(None);
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("shared-keys");
+    let counter = dir.path().join("count");
+    let script = format!("echo ran >> {}; exit 5", counter.display());
+    let id = format!(
+        "pg-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    );
+    // A partition of this run's own: `c` + 9 base-36 digits of the id.
+    let mut v = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+        / 1_000;
+    let mut partition = String::from("c");
+    while partition.len() < 10 {
+        partition.push(char::from_digit((v % 36) as u32, 36).unwrap());
+        v /= 36;
+    }
+    let with_keys = |k: &Path, shell: &str, args: &[&str]| {
+        smolbox()
+            .env("SMOLBOX_STORE_KEYS", k)
+            .env("SMOLBOX_STORE_PARTITION", &partition)
+            .args(["--worker", &w.base_url(), "--shell", shell, "--store", &url])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let first = with_keys(
+        &keys,
+        "tokio",
+        &["run", "--id", &id, "--", "sh", "-c", &script],
+    );
+    assert_eq!(code(&first), 5, "{}", stderr(&first));
+    assert!(
+        stderr(&first).contains("PostgreSQL store"),
+        "{}",
+        stderr(&first)
+    );
+    assert_eq!(lines(&counter), 1);
+    // Another controller (the other shell) with the same keys sees the
+    // record and does not run it again.
+    let again = with_keys(
+        &keys,
+        "blocking",
+        &["run", "--id", &id, "--", "sh", "-c", &script],
+    );
+    assert_eq!(code(&again), 5, "{}", stderr(&again));
+    assert_eq!(lines(&counter), 1, "ran twice");
+    let show = with_keys(&keys, "blocking", &["--json", "records", "show", &id]);
+    assert_eq!(code(&show), 0, "{}", stderr(&show));
+    assert_eq!(json(&show)["exit_code"], 5);
+    // Other keys for the same partition are refused, never a fresh start.
+    let other = dir.path().join("other-keys");
+    let refused = with_keys(&other, "tokio", &["records", "show", &id]);
+    assert_ne!(code(&refused), 0);
+    assert!(
+        stderr(&refused).contains("key_mismatch"),
+        "{}",
+        stderr(&refused)
+    );
+    for o in [&first, &again, &show, &refused] {
+        assert!(!stderr(o).contains(PASSWORD) && !stdout(o).contains(PASSWORD));
+    }
+}

@@ -3,6 +3,7 @@
 //! replace the reply with raw bytes.
 
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -149,3 +150,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for FaultIo<S> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
+
+/// Which listener a request came in on: the TCP listener's bound address,
+/// or `None` for the Unix socket.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Listener(pub(crate) Option<SocketAddr>);

@@ -123,6 +123,7 @@ mod process;
 mod server;
 mod state;
 mod tls;
+mod util;
 
 pub use config::{Limits, Version};
 pub use faults::{Fault, FaultRule, Faults, MismatchField, Route};

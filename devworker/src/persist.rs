@@ -111,7 +111,7 @@ pub(crate) fn vmm_alive(pid: u32) -> bool {
             .trim_start()
             .starts_with('Z');
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    running && cmdline == crate::api::VMM_CMDLINE
+    running && cmdline == crate::state::VMM_CMDLINE
 }
 
 /// Watches a VMM process that is not our child (reconnected after a

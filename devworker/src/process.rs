@@ -10,7 +10,7 @@ use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 
-use crate::state::guest_to_host;
+use crate::util::{guest_to_host, lock};
 
 /// Guest path prefixes rewritten into the machine's directory when they
 /// appear in argv (as a whole word or a path prefix).
@@ -48,16 +48,14 @@ pub(crate) struct Registry(std::sync::Arc<std::sync::Mutex<std::collections::BTr
 
 impl Registry {
     pub(crate) fn add(&self, pgid: i32) {
-        crate::state::lock(&self.0).insert(pgid);
+        lock(&self.0).insert(pgid);
     }
     pub(crate) fn remove(&self, pgid: i32) {
-        crate::state::lock(&self.0).remove(&pgid);
+        lock(&self.0).remove(&pgid);
     }
     /// Kills every registered process group.
     pub(crate) fn kill_all(&self) {
-        let all: Vec<i32> = std::mem::take(&mut *crate::state::lock(&self.0))
-            .into_iter()
-            .collect();
+        let all: Vec<i32> = std::mem::take(&mut *lock(&self.0)).into_iter().collect();
         for pgid in all {
             kill_group(pgid);
         }

@@ -4,7 +4,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
@@ -18,9 +18,10 @@ use tower::ServiceExt;
 
 use crate::api;
 use crate::config::{Config, Limits, Token, Version};
+use crate::conn::Listener;
 use crate::conn::{ConnCtl, FaultIo};
 use crate::faults::{Faults, Route};
-use crate::state::{AppState, Shared, lock, new_boot_id};
+use crate::state::{AppState, Shared, lock, restart_state};
 use crate::tls::{self, TlsFiles};
 
 /// Start-up options; see the crate docs for an example.
@@ -431,34 +432,6 @@ impl Drop for DevWorker {
     }
 }
 
-/// Forgets live commands and connections; deletes machines whose process died.
-pub(crate) fn restart_state(st: &Shared) {
-    st.generation.send_modify(|g| *g += 1);
-    st.commands.kill_all();
-    let dead: Vec<_> = {
-        let mut ms = lock(&st.machines);
-        let mut dead = Vec::new();
-        let mut i = 0;
-        while i < ms.len() {
-            let died = ms[i].vmm.as_ref().is_some_and(|v| !v.is_alive());
-            if died {
-                dead.push(ms.remove(i));
-            } else {
-                i += 1;
-            }
-        }
-        dead
-    };
-    for m in dead {
-        let _ = std::fs::remove_dir_all(&m.dir);
-    }
-    *lock(&st.boot_id) = new_boot_id();
-    *lock(&st.started) = Instant::now();
-    st.seq.store(0, std::sync::atomic::Ordering::SeqCst);
-    lock(&st.metrics).clear();
-    *lock(&st.exec_hist) = crate::state::ExecHistogram::default();
-}
-
 /// A devworker on its own runtime, for callers without tokio.
 #[derive(Debug)]
 pub struct BlockingDevWorker {
@@ -549,11 +522,6 @@ impl Drop for BlockingDevWorker {
         self.finish();
     }
 }
-
-/// Which listener a request came in on: the TCP listener's bound address,
-/// or `None` for the Unix socket.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Listener(pub(crate) Option<SocketAddr>);
 
 async fn serve_io<IO>(io: IO, router: Router, st: AppState, listener: Listener)
 where

@@ -1,9 +1,9 @@
 //! Shared server state: machines (in memory, plus one host directory each),
 //! request ids, metrics, boot identity.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
@@ -161,9 +161,7 @@ pub(crate) struct ExecHistogram {
 
 pub(crate) type AppState = Arc<Shared>;
 
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
+pub(crate) use crate::util::lock;
 
 pub(crate) fn unix_secs() -> u64 {
     SystemTime::now()
@@ -257,48 +255,33 @@ impl Shared {
     }
 }
 
-/// Maps a guest path (`/workspace/a.txt`) into the machine's host root,
-/// never escaping it (`..` stops at the root).
-pub(crate) fn guest_to_host(root: &Path, guest: &str) -> PathBuf {
-    let mut out = root.to_path_buf();
-    let mut depth = 0usize;
-    for seg in guest.split('/') {
-        match seg {
-            "" | "." => {}
-            ".." => {
-                if depth > 0 {
-                    out.pop();
-                    depth -= 1;
-                }
-            }
-            s => {
-                out.push(s);
-                depth += 1;
+/// Forgets live commands and connections; deletes machines whose process died.
+pub(crate) fn restart_state(st: &Shared) {
+    st.generation.send_modify(|g| *g += 1);
+    st.commands.kill_all();
+    let dead: Vec<_> = {
+        let mut ms = lock(&st.machines);
+        let mut dead = Vec::new();
+        let mut i = 0;
+        while i < ms.len() {
+            let died = ms[i].vmm.as_ref().is_some_and(|v| !v.is_alive());
+            if died {
+                dead.push(ms.remove(i));
+            } else {
+                i += 1;
             }
         }
+        dead
+    };
+    for m in dead {
+        let _ = std::fs::remove_dir_all(&m.dir);
     }
-    out
+    *lock(&st.boot_id) = new_boot_id();
+    *lock(&st.started) = Instant::now();
+    st.seq.store(0, Ordering::SeqCst);
+    lock(&st.metrics).clear();
+    *lock(&st.exec_hist) = ExecHistogram::default();
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn guest_paths_stay_inside_the_root() {
-        let r = Path::new("/r");
-        assert_eq!(
-            guest_to_host(r, "/workspace/a.txt"),
-            Path::new("/r/workspace/a.txt")
-        );
-        assert_eq!(
-            guest_to_host(r, "//workspace//./a"),
-            Path::new("/r/workspace/a")
-        );
-        assert_eq!(
-            guest_to_host(r, "/../../etc/passwd"),
-            Path::new("/r/etc/passwd")
-        );
-        assert_eq!(guest_to_host(r, "/a/../b"), Path::new("/r/b"));
-    }
-}
+/// `/proc/<pid>/cmdline` of a stand-in VMM process.
+pub(crate) const VMM_CMDLINE: &[u8] = b"sleep\x002147483647\x00";

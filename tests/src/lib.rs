@@ -22,6 +22,7 @@ pub mod fixture;
 pub mod kill;
 pub mod managed;
 pub mod managed_cases;
+pub mod managed_machine_cases;
 pub mod shell;
 pub mod sim;
 pub mod tokio_shell;

@@ -127,6 +127,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 
 mod exec;
+pub mod machines;
 pub mod ops;
 
 pub use ops::{
@@ -134,9 +135,14 @@ pub use ops::{
     WorkerResult,
 };
 
+pub use machines::{
+    MachineAnswer, MachineDone, MachineRequest, RequestId, Resolution, machine_settled, slot_free,
+};
+
 use self::exec::{Exec, Step};
+use self::machines::{Mach, Req};
 use super::claim::Lease;
-use super::record::{Claim, ExecResult, ExecutionRecord, Resources};
+use super::record::{Claim, ExecResult, ExecutionRecord, MachineRecord, Resources};
 use super::spec::{
     Action, ArtifactKind, ArtifactRef, CommandSpec, DEFAULT_QUEUE_BUDGET_MS, DEFAULT_RETENTION_MS,
     ExecutionSpec, ProfileBudgets, ProfileRef, WorkerMachine,
@@ -526,6 +532,8 @@ pub enum Event {
     Finished(Box<Finished>),
     /// Lifecycle telemetry (lossy).
     Telemetry(Telemetry),
+    /// A retained-machine request ([`Controller::machine`]) finished.
+    Machine(Box<MachineDone>),
     /// After [`Controller::shutdown`]: nothing is outstanding any more.
     Stopped,
 }
@@ -538,6 +546,13 @@ enum Purpose {
     Exec(RecordKey),
     Scan,
     Cancel(RecordKey),
+    /// A machine task's op.
+    Mach(RecordKey),
+    /// A caller request's op.
+    Req(RequestId),
+    /// The machine of a retained command found by the due scan.
+    Adopt(Box<ExecutionRecord>),
+    MachineScan,
 }
 
 /// The managed controller (see the module docs for inputs, outputs and
@@ -573,6 +588,17 @@ pub struct Controller {
     leases: Leases,
     /// Largest wall clock seen (a step backwards never moves time back).
     now_ms: u64,
+    /// Retained machines driven here (≤ max_active once started).
+    machs: BTreeMap<RecordKey, Mach>,
+    /// Caller requests in flight.
+    reqs: BTreeMap<RequestId, Req>,
+    next_req: u64,
+    /// The machine record each retained command driven here was started
+    /// from (for its slot finish).
+    slot_machines: BTreeMap<RecordKey, MachineRecord>,
+    mscan_at: Option<Instant>,
+    mscan_cursor: Option<DueAfter>,
+    mscanning: bool,
 }
 
 impl Controller {
@@ -616,6 +642,13 @@ impl Controller {
             queue_bounds: BTreeMap::new(),
             leases: Leases::default(),
             now_ms,
+            machs: BTreeMap::new(),
+            reqs: BTreeMap::new(),
+            next_req: 1,
+            slot_machines: BTreeMap::new(),
+            mscan_at: scan_at,
+            mscan_cursor: None,
+            mscanning: false,
         };
         ctl.pump(now);
         Ok(ctl)
@@ -639,7 +672,10 @@ impl Controller {
 
     /// Every key [`Controller::is_active`] is true for.
     pub fn active_keys(&self) -> impl Iterator<Item = &RecordKey> {
-        self.execs.keys().chain(self.accepting.keys())
+        self.execs
+            .keys()
+            .chain(self.accepting.keys())
+            .chain(self.machs.values().flat_map(Mach::finishing_keys))
     }
 
     /// Telemetry entries dropped so far (C20).
@@ -782,6 +818,18 @@ impl Controller {
                     self.push_telemetry(&rec);
                 }
             }
+            Purpose::Mach(key) => {
+                let done = self
+                    .machs
+                    .get_mut(&key)
+                    .and_then(|m| m.on_stored(now, id, &self.cfg, result));
+                if let Some(f) = done {
+                    self.notices.push_back(Event::Finished(f));
+                }
+            }
+            Purpose::Req(rid) => self.on_req_stored(now, rid, result),
+            Purpose::Adopt(rec) => self.on_adopt(now, *rec, result),
+            Purpose::MachineScan => self.on_machine_scan(now, result),
         }
         self.pump(now);
     }
@@ -789,11 +837,24 @@ impl Controller {
     /// The answer to worker op `id`.
     pub fn handle_worker(&mut self, now: Instant, now_ms: u64, id: OpId, result: WorkerResult) {
         self.observe_clock(now_ms);
-        let Some(Purpose::Exec(key)) = self.ops.remove(&id) else {
-            return;
-        };
-        if let Some(ex) = self.execs.get_mut(&key) {
-            ex.on_worker(id, result);
+        match self.ops.remove(&id) {
+            Some(Purpose::Exec(key)) => {
+                if let Some(ex) = self.execs.get_mut(&key) {
+                    ex.on_worker(id, result);
+                }
+            }
+            Some(Purpose::Mach(key)) => {
+                if let Some(m) = self.machs.get_mut(&key) {
+                    m.on_worker(id, result);
+                }
+            }
+            Some(Purpose::Req(rid)) => {
+                if let Some(mut req) = self.reqs.remove(&rid) {
+                    let step = req.on_worker(&self.cfg, self.now_ms, result);
+                    self.req_step(req, step);
+                }
+            }
+            _ => return,
         }
         self.pump(now);
     }
@@ -815,10 +876,13 @@ impl Controller {
             }
             st.retry_at.or(st.at.map(|at| at + self.cfg.renew_every()))
         });
+        let mscan = if self.mscanning { None } else { self.mscan_at };
         self.execs
             .values()
             .filter_map(|e| e.wake_at(&self.cfg, &self.leases, self.now_ms))
+            .chain(self.machs.values().filter_map(|m| m.wake_at(&self.cfg)))
             .chain(scan)
+            .chain(mscan)
             .chain(leases)
             .min()
     }
@@ -829,6 +893,7 @@ impl Controller {
             .values()
             .filter(|e| e.is_disposable())
             .filter_map(|e| e.worker_of(&self.cfg))
+            .chain(self.machs.values().filter_map(|m| m.wants_lease(&self.cfg)))
             .collect()
     }
 
@@ -962,7 +1027,8 @@ impl Controller {
     /// on one of its workers).
     fn owns(&self, rec: &ExecutionRecord) -> bool {
         if rec.spec.machine.is_some() {
-            return false;
+            // Decided once its machine is read (`on_adopt`).
+            return self.cfg.workers.iter().any(|x| x.profile.is_some());
         }
         let configured = |id: &str, needs_profile: bool| {
             self.cfg
@@ -1063,6 +1129,15 @@ impl Controller {
                 break;
             }
             let key = rec.key.clone();
+            if let Some(m) = rec.spec.machine.clone() {
+                // A retained machine's command: read its machine first.
+                self.skip.insert(key, now + self.cfg.poll());
+                self.push_store(
+                    Purpose::Adopt(Box::new(rec)),
+                    StoreOp::FetchMachine { key: m },
+                );
+                continue;
+            }
             let bound = self.queue_bounds.remove(&key);
             self.execs
                 .insert(key, Exec::new(rec, now, self.now_ms, bound));
@@ -1117,8 +1192,12 @@ impl Controller {
                                 now + Duration::from_millis(self.cfg.lease_ttl_ms),
                             );
                         }
-                        self.notices.push_back(Event::Finished(f));
+                        let machine = ex.retained_machine().cloned();
                         self.execs.remove(&key);
+                        match machine {
+                            Some(m) if !f.held_elsewhere => self.finish_slot(&m, f),
+                            _ => self.notices.push_back(Event::Finished(f)),
+                        }
                         freed = true;
                         break;
                     }
@@ -1148,7 +1227,12 @@ impl Controller {
         {
             self.scan_at = Some(now + self.cfg.poll());
         }
-        if self.shutting_down && self.ops.is_empty() && self.execs.is_empty() && !self.stopped_sent
+        self.pump_machines(now);
+        if self.shutting_down
+            && self.ops.is_empty()
+            && self.execs.is_empty()
+            && self.machs.is_empty()
+            && !self.stopped_sent
         {
             self.stopped_sent = true;
             self.notices.push_back(Event::Stopped);

@@ -40,7 +40,7 @@ pub(crate) async fn counts(State(st): State<AppState>) -> Response {
 pub(crate) async fn restart(State(st): State<AppState>) -> StatusCode {
     tokio::spawn(async move {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        crate::server::restart_state(&st);
+        crate::state::restart_state(&st);
     });
     StatusCode::ACCEPTED
 }

@@ -8,7 +8,8 @@ use serde::Serialize;
 
 use super::machines::ensure_running;
 use super::{ApiError, ok_json};
-use crate::state::{AppState, guest_to_host};
+use crate::state::AppState;
+use crate::util::guest_to_host;
 
 #[derive(Serialize)]
 struct Uploaded {

@@ -552,9 +552,6 @@ pub(crate) async fn get_one(
     reply_for(&st, &name)
 }
 
-/// `/proc/<pid>/cmdline` of a stand-in VMM process.
-pub(crate) const VMM_CMDLINE: &[u8] = b"sleep\x002147483647\x00";
-
 /// Spawns the stand-in VMM process (a `sleep`), whose life is the machine's.
 fn spawn_vmm() -> std::io::Result<Vmm> {
     let mut cmd = tokio::process::Command::new("sleep");

@@ -14,9 +14,9 @@ use axum::routing::{delete, get, post};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::conn::Listener;
 use crate::conn::{ConnCtl, WriteMode};
 use crate::faults::{ActiveFaults, Fault, Route};
-use crate::server::Listener;
 use crate::state::AppState;
 
 mod control;
@@ -30,9 +30,7 @@ mod sse;
 mod terminal;
 mod volumes;
 
-pub(crate) use machines::{
-    VMM_CMDLINE, kill_pid, stop_machine, supervisor_tick_all as supervisor_tick,
-};
+pub(crate) use machines::{kill_pid, stop_machine, supervisor_tick_all as supervisor_tick};
 
 const VARY: &str = "origin, access-control-request-method, access-control-request-headers";
 

@@ -178,6 +178,7 @@ fn brief(r: &StoreResult) -> String {
         }
         Ok(StoreReply::Lease(_)) => "lease".to_owned(),
         Ok(StoreReply::Due { records, .. }) => format!("{} due", records.len()),
+        Ok(_) => "machine reply".to_owned(),
         Err(e) => format!("{}:{}", e.category().as_str(), e.reason()),
     }
 }
@@ -200,6 +201,7 @@ fn op_label(op: &StoreOp) -> String {
         StoreOp::Release { key, .. } => format!("release {}", key.id),
         StoreOp::Cancel { key, .. } => format!("cancel {}", key.id),
         StoreOp::Due { .. } => "due".to_owned(),
+        other => other.name().to_owned(),
     }
 }
 
@@ -213,7 +215,7 @@ fn op_key(op: &StoreOp) -> Option<RecordKey> {
         | StoreOp::Reserve { key, .. }
         | StoreOp::Release { key, .. }
         | StoreOp::Cancel { key, .. } => Some(key.clone()),
-        StoreOp::ClaimWorker { .. } | StoreOp::Due { .. } => None,
+        _ => None,
     }
 }
 
@@ -1010,8 +1012,11 @@ impl Sim {
                         .as_ref()
                         .map(|e| (e.category().as_str(), e.reason()))
                 ));
+                // A store's `not_found` (the worker's, e.g. an exec on a
+                // machine a worker restart removed, is the worker's answer).
                 if let Some(e) = &f.error
                     && e.category() == Category::NotFound
+                    && e.operation().as_str().starts_with("store")
                     && self.store.inner().fetch(&f.key).is_ok()
                 {
                     self.violation(format!(
@@ -1034,7 +1039,7 @@ impl Sim {
                     }
                 }
             }
-            Event::Telemetry(_) | Event::Stopped => {}
+            Event::Telemetry(_) | Event::Stopped | Event::Machine(_) => {}
         }
     }
 

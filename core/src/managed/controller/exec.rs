@@ -108,6 +108,9 @@ pub(super) struct Exec {
     /// The generation of this controller's live lease on the execution's
     /// worker, read at the start of each `step` (disposable only).
     lease_gen: Option<u64>,
+    /// A command on a retained machine: the machine's worker and name,
+    /// read from its record (the controller sets it before the first step).
+    target: Option<(String, String)>,
 }
 
 /// A machine operation of a disposable execution.
@@ -127,8 +130,14 @@ enum MKind {
 /// C17.2). Only facts of this process: a resumed record starts empty.
 #[derive(Debug, Default)]
 struct MachineSteps {
-    /// This process reserved the name, so no create was ever sent for it.
+    /// This process reserved the name (or claimed the record reserved
+    /// and before any create intent), so no create was sent for it before.
     reserved_here: bool,
+    /// This process committed the create intent (`accepted` → `preparing`)
+    /// of a name it reserved: the create may be sent (once). A `preparing`
+    /// record it did not write itself — another controller may have taken
+    /// it over and sent the create meanwhile — never is.
+    create_intent_mine: bool,
     create_sent: bool,
     start_sent: bool,
     started: bool,
@@ -182,6 +191,7 @@ impl Exec {
             pending_kind: None,
             machine: MachineSteps::default(),
             lease_gen: None,
+            target: None,
         };
         ex.bound_deadlines(now, now_ms);
         ex
@@ -238,6 +248,16 @@ impl Exec {
                 self.dispatched = true;
             }
         }
+    }
+
+    /// Sets the worker and machine name of a retained machine's command.
+    pub(super) fn set_target(&mut self, worker_id: String, machine: String) {
+        self.target = Some((worker_id, machine));
+    }
+
+    /// The retained machine whose slot this command holds.
+    pub(super) fn retained_machine(&self) -> Option<&crate::managed::RecordKey> {
+        self.rec.spec.machine.as_ref()
     }
 
     /// True for an execution on a machine this controller owns (C12.4).
@@ -475,6 +495,14 @@ impl Exec {
             return step;
         }
         let state = self.rec.state;
+        if self.rec.spec.machine.is_some()
+            && self.worker_op.is_none()
+            && (state.is_terminal() || state == ExecState::Unknown)
+        {
+            // A retained machine's command: the controller finishes the
+            // slot (and sets the cleanup) in one store transaction.
+            return self.finish();
+        }
         let cancel = self.rec.cancel_requested_at_ms.is_some();
         match state {
             ExecState::Accepted | ExecState::Preparing | ExecState::Ready if cancel => {
@@ -625,7 +653,7 @@ impl Exec {
             let target = match (&self.rec.spec.worker_machine, &self.rec.assignment) {
                 (Some(w), _) => Some((w.worker_id.clone(), w.name.clone())),
                 (None, Some(a)) => Some((a.worker_id.clone(), a.machine_name.clone())),
-                (None, None) => None,
+                (None, None) => self.target.clone(),
             };
             let Some((worker_id, machine)) = target else {
                 self.fatal = Some(Error::validation(Operation::Submit, "no_machine"));
@@ -723,7 +751,7 @@ impl Exec {
             )
             .with_reason("background"));
         }
-        if self.rec.spec.machine.is_some() {
+        if self.rec.spec.machine.is_some() && self.target.is_none() {
             return Err(Error::new(
                 Category::UnsupportedCapability,
                 Operation::Submit,
@@ -831,6 +859,14 @@ impl Exec {
                     self.refetches = 0;
                 }
                 let changed = rec.state != self.rec.state || rec.evidence != self.rec.evidence;
+                if kind == Kind::Write
+                    && self.machine.reserved_here
+                    && self.rec.state == ExecState::Accepted
+                    && rec.state == ExecState::Preparing
+                    && rec.creation.is_none()
+                {
+                    self.machine.create_intent_mine = true;
+                }
                 if matches!(kind, Kind::Write | Kind::Result)
                     && self.rec.state != ExecState::Unknown
                     && rec.state == ExecState::Unknown
@@ -1033,6 +1069,10 @@ impl Exec {
     /// Cleanup when a disposable record ends: `in_progress` until absence
     /// is recorded (C13.2), `complete` for records with no machine.
     fn end_cleanup(&self) -> Cleanup {
+        if self.rec.spec.machine.is_some() {
+            // Set with the slot's release (C14.3).
+            return Cleanup::Pending;
+        }
         if self.rec.assignment.is_some() && self.rec.absence_at_ms.is_none() {
             Cleanup::InProgress
         } else {
@@ -1043,6 +1083,10 @@ impl Exec {
     /// Next due time when a record ends: due now while its machine or its
     /// reservation still needs work (recovery continues it), else none.
     fn end_due(&self, now_ms: u64) -> Option<u64> {
+        if self.rec.spec.machine.is_some() {
+            // Due until the slot is finished (recovery finishes it).
+            return Some(now_ms);
+        }
         let owed = self.rec.assignment.is_some()
             && (self.rec.absence_at_ms.is_none() || self.rec.reservation.is_some());
         owed.then_some(now_ms)
@@ -1196,10 +1240,10 @@ impl Exec {
                 // current worker-lease generation: a controller that was
                 // paused past its claim finds out first whether another
                 // took the record over.
-                _ if self.machine.reserved_here && !self.claim_ok(cfg, now, now_ms) => {
+                _ if self.machine.create_intent_mine && !self.claim_ok(cfg, now, now_ms) => {
                     return self.claim_op(cfg, now_ms);
                 }
-                _ if self.machine.reserved_here => {
+                _ if self.machine.create_intent_mine => {
                     let spec = MachineSpec::default();
                     return self.machine_op(
                         MKind::Create,

@@ -22,6 +22,7 @@ struct TestStore {
     /// The next this many ops fail with a `store` error.
     fail_next: u32,
     commits: u32,
+    machines: BTreeMap<RecordKey, MachineRecord>,
 }
 
 impl TestStore {
@@ -229,6 +230,7 @@ impl TestStore {
                 self.records.insert(key.clone(), next.clone());
                 Ok(StoreReply::Record(next))
             }
+            other => self.apply_machine_op(other),
         }
     }
 }
@@ -1443,4 +1445,5 @@ fn debug_of_the_controller_mid_run_hides_secrets() {
 // The regressions of the recovery simulation's findings and the claim at
 // acceptance.
 mod findings;
+mod machines;
 mod refence;
