@@ -1012,9 +1012,8 @@ impl Sim {
                         .as_ref()
                         .map(|e| (e.category().as_str(), e.reason()))
                 ));
-                // A worker's definite 404 (machine not running, exec
-                // refused unsent) is a not_found of a worker operation;
-                // only a store operation's not_found claims absence.
+                // A store's `not_found` (the worker's, e.g. an exec on a
+                // machine a worker restart removed, is the worker's answer).
                 if let Some(e) = &f.error
                     && e.category() == Category::NotFound
                     && e.operation().as_str().starts_with("store")

@@ -130,8 +130,14 @@ enum MKind {
 /// C17.2). Only facts of this process: a resumed record starts empty.
 #[derive(Debug, Default)]
 struct MachineSteps {
-    /// This process reserved the name, so no create was ever sent for it.
+    /// This process reserved the name (or claimed the record reserved
+    /// and before any create intent), so no create was sent for it before.
     reserved_here: bool,
+    /// This process committed the create intent (`accepted` → `preparing`)
+    /// of a name it reserved: the create may be sent (once). A `preparing`
+    /// record it did not write itself — another controller may have taken
+    /// it over and sent the create meanwhile — never is.
+    create_intent_mine: bool,
     create_sent: bool,
     start_sent: bool,
     started: bool,
@@ -853,6 +859,14 @@ impl Exec {
                     self.refetches = 0;
                 }
                 let changed = rec.state != self.rec.state || rec.evidence != self.rec.evidence;
+                if kind == Kind::Write
+                    && self.machine.reserved_here
+                    && self.rec.state == ExecState::Accepted
+                    && rec.state == ExecState::Preparing
+                    && rec.creation.is_none()
+                {
+                    self.machine.create_intent_mine = true;
+                }
                 if matches!(kind, Kind::Write | Kind::Result)
                     && self.rec.state != ExecState::Unknown
                     && rec.state == ExecState::Unknown
@@ -1245,10 +1259,10 @@ impl Exec {
                 // current worker-lease generation: a controller that was
                 // paused past its claim finds out first whether another
                 // took the record over.
-                _ if self.machine.reserved_here && !self.claim_ok(cfg, now, now_ms) => {
+                _ if self.machine.create_intent_mine && !self.claim_ok(cfg, now, now_ms) => {
                     return self.claim_op(cfg, now_ms);
                 }
-                _ if self.machine.reserved_here => {
+                _ if self.machine.create_intent_mine => {
                     let spec = MachineSpec::default();
                     return self.machine_op(
                         MKind::Create,
