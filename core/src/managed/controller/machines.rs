@@ -1760,7 +1760,7 @@ impl super::Controller {
             } => {
                 let held = machine.active_execution.as_ref() == Some(&execution.key);
                 if held && !self.execs.contains_key(&execution.key) {
-                    self.start_command(now, (**execution).clone(), (**machine).clone());
+                    self.start_command(now, (**execution).clone(), (**machine).clone(), false);
                 }
             }
             MachineAnswer::Submitted { .. } => {}
@@ -1773,7 +1773,13 @@ impl super::Controller {
     }
 
     /// Drives a command holding `machine`'s slot.
-    fn start_command(&mut self, now: Instant, rec: ExecutionRecord, machine: MachineRecord) {
+    fn start_command(
+        &mut self,
+        now: Instant,
+        rec: ExecutionRecord,
+        machine: MachineRecord,
+        refetch: bool,
+    ) {
         let Some(a) = machine.assignment.clone() else {
             return;
         };
@@ -1783,6 +1789,9 @@ impl super::Controller {
         let key = rec.key.clone();
         let mut ex = Exec::new(rec, now, self.now_ms, None);
         ex.set_target(a.worker_id, a.machine_name);
+        if refetch {
+            ex.refetch();
+        }
         self.slot_machines.insert(key.clone(), machine);
         self.execs.insert(key, ex);
     }
@@ -1792,7 +1801,11 @@ impl super::Controller {
         let Ok(StoreReply::Machine(m)) = result else {
             return;
         };
-        if self.execs.contains_key(&rec.key) || self.shutting_down {
+        let finishing = self
+            .machs
+            .values()
+            .any(|m| m.finishing_keys().any(|k| *k == rec.key));
+        if self.execs.contains_key(&rec.key) || finishing || self.shutting_down {
             return;
         }
         if self.execs.len() >= self.cfg.max_active {
@@ -1804,7 +1817,7 @@ impl super::Controller {
             // is sent; its record is left as stored.
             return;
         }
-        self.start_command(now, rec, m);
+        self.start_command(now, rec, m, true);
     }
 
     /// A retained command ended here: finish its slot (C14.3).

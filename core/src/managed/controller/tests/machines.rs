@@ -719,7 +719,10 @@ fn recovery_marks_a_dispatched_command_unknown_keeps_the_slot_and_sends_nothing(
     t.advance(5_000);
     assert!(t.worker.is_empty(), "never re-sent: {:?}", t.worker);
     let rec = t.record(&c1).clone();
-    assert_eq!((rec.state, rec.cleanup), (ExecState::Unknown, Cleanup::Failed));
+    assert_eq!(
+        (rec.state, rec.cleanup),
+        (ExecState::Unknown, Cleanup::Failed)
+    );
     assert_eq!(rec.next_due_at_ms, None, "settled with the slot");
     let m = t.machine().clone();
     assert_eq!(m.state, MS::Unknown);
@@ -749,8 +752,14 @@ fn recovery_finishes_the_slot_of_a_recorded_exit_and_keeps_the_exit() {
     t.advance(5_000);
     assert!(t.worker.is_empty(), "nothing is sent");
     let rec = t.record(&c1).clone();
-    assert!(matches!(rec.result, Some(ExecResult::Exited { exit_code: 7, .. })));
-    assert_eq!((rec.state, rec.cleanup), (ExecState::Completed, Cleanup::Complete));
+    assert!(matches!(
+        rec.result,
+        Some(ExecResult::Exited { exit_code: 7, .. })
+    ));
+    assert_eq!(
+        (rec.state, rec.cleanup),
+        (ExecState::Completed, Cleanup::Complete)
+    );
     assert!(t.machine().active_execution.is_none(), "released");
     assert_eq!(t.machine().state, MS::Running);
 }
@@ -761,7 +770,11 @@ fn an_unknown_command_stays_due_until_its_slot_is_finished() {
     s.running_machine();
     s.submit_to_slot("c1", &cmd()).unwrap();
     let c1 = RecordKey::new("s", "c1").unwrap();
-    let uncertain = Error::new(Category::Transport, Operation::Exec, Evidence::DispatchUncertain);
+    let uncertain = Error::new(
+        Category::Transport,
+        Operation::Exec,
+        Evidence::DispatchUncertain,
+    );
     s.answer("exec", Err(uncertain));
     // The `unknown` write itself keeps the command due (so a crash before
     // the slot finish leaves work for the due scan).
@@ -773,7 +786,10 @@ fn an_unknown_command_stays_due_until_its_slot_is_finished() {
         }
         _ => None,
     });
-    assert!(matches!(unknown_write, Some(Some(Some(_)))), "{unknown_write:?}");
+    assert!(
+        matches!(unknown_write, Some(Some(Some(_)))),
+        "{unknown_write:?}"
+    );
     // Rewind to "unknown written, slot not finished": the record is due.
     let mut rec = s.record(&c1).clone();
     assert_eq!(rec.state, ExecState::Unknown);
