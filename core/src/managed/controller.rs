@@ -751,6 +751,7 @@ impl Controller {
         self.observe_clock(now_ms);
         if !self.shutting_down && !self.cfg.workers.is_empty() {
             self.scan_at = Some(now);
+            self.mscan_at = Some(now);
             self.pump(now);
         }
     }
