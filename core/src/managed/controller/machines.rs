@@ -277,6 +277,7 @@ enum SKind {
     Intent,
     Write,
     Finish,
+    Reserve,
 }
 
 /// What a machine task wants next.
@@ -317,6 +318,8 @@ pub(super) struct Mach {
     fatal: Option<Error>,
     /// Commands whose slot is to be finished (their notices wait for it).
     finishing: VecDeque<Box<Finished>>,
+    /// The worker had no room for the reservation: recorded, retried later.
+    no_room: Option<Error>,
 }
 
 impl Mach {
@@ -342,6 +345,7 @@ impl Mach {
             refetches: 0,
             fatal: None,
             finishing: VecDeque::new(),
+            no_room: None,
         }
     }
 
@@ -692,7 +696,19 @@ impl Mach {
                     if !self.claim_ok(cfg, now, now_ms) {
                         return self.claim_op(cfg, now_ms);
                     }
-                    self.next_kind = SKind::Write;
+                    if let Some(e) = self.no_room.take() {
+                        // C14.4: shared capacity is full. The reason is on
+                        // the record; the machine stays accepted and is due
+                        // again after one claim TTL (no queue position).
+                        let p = MachinePatch {
+                            last_error: Some(ErrorEntry::from_error(&e, now_ms)),
+                            next_due_at_ms: Some(Some(now_ms.saturating_add(cfg.lease_ttl_ms))),
+                            ..MachinePatch::default()
+                        };
+                        self.fatal = Some(e);
+                        return self.write(cfg, now_ms, SKind::Write, p);
+                    }
+                    self.next_kind = SKind::Reserve;
                     return MStep::Store(StoreOp::ReserveMachine {
                         key: self.rec.key.clone(),
                         guard: Guard::for_machine(&self.rec, &cfg.owner),
@@ -983,6 +999,9 @@ impl Mach {
                         self.failures += 1;
                         self.need_fetch = true;
                         self.retry_at = Some(now + cfg.poll().max(cfg.renew_every() / 2));
+                    }
+                    Category::AdmissionExhausted if kind == SKind::Reserve => {
+                        self.no_room = Some(e);
                     }
                     Category::Validation
                         if kind == SKind::Finish && e.reason() == "not_slot_holder" =>

@@ -89,6 +89,29 @@ impl TestStore {
                     .ok_or_else(|| claim::stale_claim(Operation::StoreReserve, "worker_lease"))?;
                 let m = self.machines.get(key).ok_or_else(absent)?;
                 guard_ok(self, m, guard, *now_ms)?;
+                let on_worker = |a: Option<&crate::managed::record::Assignment>| {
+                    a.is_some_and(|a| a.worker_id == reservation.worker_id)
+                };
+                let used = self
+                    .machines
+                    .values()
+                    .filter(|x| on_worker(x.assignment.as_ref()))
+                    .filter_map(|x| x.reservation)
+                    .chain(
+                        self.records
+                            .values()
+                            .filter(|x| on_worker(x.assignment.as_ref()))
+                            .filter_map(|x| x.reservation),
+                    )
+                    .fold(Resources::default(), Resources::plus);
+                if !used.plus(reservation.capacity).fits(reservation.limit) {
+                    return Err(Error::new(
+                        Category::AdmissionExhausted,
+                        Operation::StoreReserve,
+                        Evidence::NotDispatched,
+                    )
+                    .with_reason("worker_capacity"));
+                }
                 let mut next = m.clone();
                 next.assignment = Some(crate::managed::record::Assignment {
                     worker_id: reservation.worker_id.clone(),
@@ -821,4 +844,45 @@ fn a_command_timeout_is_checked_against_the_budget_at_n_and_n_plus_one() {
         s.machine().active_execution,
         Some(RecordKey::new("s", "fits").unwrap())
     );
+}
+
+#[test]
+fn capacity_is_shared_at_n_and_n_plus_one_and_freed_by_a_delete() {
+    let mut cfg = disposable_config();
+    cfg.workers[0].capacity.slots = 1;
+    let mut s = Sim::new(cfg);
+    s.running_machine(); // N = 1 reservation fits
+    let second = RecordKey::new("s", "box-2").unwrap();
+    s.request(MachineRequest::Create {
+        key: second.clone(),
+        spec: mspec(),
+    })
+    .unwrap();
+    s.settle();
+    // N + 1: refused by the store, recorded, nothing sent.
+    assert!(s.worker.is_empty(), "{:?}", s.worker);
+    let m2 = s.store.machines[&second].clone();
+    assert_eq!(m2.state, MS::Accepted);
+    assert!(m2.assignment.is_none() && m2.reservation.is_none());
+    assert_eq!(
+        m2.last_error.as_ref().map(|e| e.category.as_str()),
+        Some("admission_exhausted")
+    );
+    assert!(m2.next_due_at_ms.is_some_and(|d| d > s.now_ms), "due later");
+    // Deleting the first frees the slot; the second is created after.
+    s.lifecycle(Op::Delete).unwrap();
+    s.answer(
+        "inspect",
+        Ok(WorkerReply::Machine(obs(MachineState::Running))),
+    );
+    s.answer("delete", Ok(WorkerReply::Deleted));
+    s.answer("inspect", Err(not_found()));
+    assert_eq!(s.machine().state, MS::Deleted);
+    s.advance(2_000);
+    let m2 = s.store.machines[&second].clone();
+    assert_eq!(m2.state, MS::Creating, "{:?}", m2.last_error);
+    assert!(matches!(
+        s.worker.first(),
+        Some((_, WorkerOp::Create { .. }))
+    ));
 }
