@@ -361,6 +361,15 @@ impl Mach {
         self.finishing.iter().map(|f| &f.key)
     }
 
+    /// Nothing of this task is in flight and no slot finish is owed: it
+    /// can be dropped at shutdown (the store keeps what is due).
+    pub(super) fn quiet(&self) -> bool {
+        self.inflight.is_none()
+            && self.worker_op.is_none()
+            && self.reply.is_none()
+            && self.finishing.is_empty()
+    }
+
     /// Re-reads the record before the next step (it was seen elsewhere).
     pub(super) fn refresh(&mut self) {
         self.need_fetch = true;
@@ -1903,6 +1912,10 @@ impl super::Controller {
 
     /// Moves every machine task forward; starts a machine due scan.
     pub(super) fn pump_machines(&mut self, now: Instant) {
+        if self.shutting_down {
+            // No new lifecycle work after shutdown: what is due stays due.
+            self.machs.retain(|_, m| !m.quiet());
+        }
         let keys: Vec<RecordKey> = self.machs.keys().cloned().collect();
         for key in keys {
             let Some(m) = self.machs.get_mut(&key) else {

@@ -886,3 +886,35 @@ fn capacity_is_shared_at_n_and_n_plus_one_and_freed_by_a_delete() {
         Some((_, WorkerOp::Create { .. }))
     ));
 }
+
+#[test]
+fn shutdown_leaves_waiting_machine_work_due_and_stops() {
+    let mut s = Sim::new(disposable_config());
+    s.settle();
+    // Another controller holds the worker lease: the create must wait.
+    s.store.leases.insert(
+        WORKER.into(),
+        Lease {
+            owner: "ctl-other".into(),
+            generation: 7,
+            until_ms: s.now_ms + 600_000,
+        },
+    );
+    s.request(MachineRequest::Create {
+        key: mkey(),
+        spec: mspec(),
+    })
+    .unwrap();
+    s.advance(500);
+    assert!(s.worker.is_empty());
+    assert_eq!(s.ctl.machines_active(), 1);
+    s.ctl.shutdown(s.now, s.now_ms);
+    s.settle();
+    assert!(s.events.iter().any(|e| matches!(e, Event::Stopped)));
+    let m = s.machine();
+    assert_eq!(m.state, MS::Accepted);
+    assert!(
+        m.next_due_at_ms.is_some(),
+        "still due for the next controller"
+    );
+}
