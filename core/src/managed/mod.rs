@@ -36,6 +36,7 @@ pub mod run;
 pub mod slot;
 pub mod spec;
 pub mod state;
+pub mod terminal;
 pub mod testkit;
 
 pub use claim::{Guard, Lease};

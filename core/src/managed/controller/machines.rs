@@ -375,10 +375,20 @@ impl Mach {
         self.need_fetch = true;
     }
 
-    /// The worker whose lease the next step needs (an unassigned machine
-    /// about to be reserved).
+    /// The worker whose lease the next step needs: an unassigned machine
+    /// about to be reserved, read fresh under this controller's claim (a
+    /// stale view must never take the worker lease: taking it after it
+    /// lapsed moves its generation, which fences every machine assigned
+    /// under the old one).
     pub(super) fn wants_lease(&self, cfg: &ControllerConfig) -> Option<String> {
-        let creating = self.rec.assignment.is_none()
+        let claimed = self.claim_at.is_some()
+            && self
+                .rec
+                .claim
+                .as_ref()
+                .is_some_and(|c| c.owner == cfg.owner);
+        let creating = claimed
+            && self.rec.assignment.is_none()
             && self.rec.state == MachineRecordState::Accepted
             && self.rec.operation == MachineOperation::None
             && self.rec.next_due_at_ms.is_some();
@@ -656,7 +666,12 @@ impl Mach {
             .assignment
             .as_ref()
             .map(|a| a.worker_id.clone())
-            .or_else(|| self.wants_lease(cfg));
+            .or_else(|| {
+                cfg.workers
+                    .iter()
+                    .find(|w| w.profile.is_some())
+                    .map(|w| w.id.clone())
+            });
         let entry = worker
             .as_ref()
             .and_then(|w| cfg.workers.iter().find(|x| &x.id == w));
@@ -669,7 +684,7 @@ impl Mach {
             .assignment
             .as_ref()
             .and_then(|a| MachineName::new(&a.machine_name).ok());
-        let worker_id = worker.unwrap_or_default();
+        let worker_id = worker.clone().unwrap_or_default();
         let op_of = |kind: WKind, name: MachineName, profile: &Profile| -> WorkerOp {
             let profile = Box::new(profile.clone());
             let worker_id = worker_id.clone();
@@ -696,14 +711,19 @@ impl Mach {
         match (op, phase) {
             (Op::None, Ph::None) if state == S::Accepted && self.rec.next_due_at_ms.is_some() => {
                 if self.rec.assignment.is_none() {
-                    let Some(entry) = entry else {
+                    // The claim first (a fresh record), then the lease.
+                    if !self.claim_ok(cfg, now, now_ms) {
+                        return self.claim_op(cfg, now_ms);
+                    }
+                    let Some(entry) = cfg
+                        .workers
+                        .iter()
+                        .find(|w| w.profile.is_some() && Some(&w.id) == worker.as_ref())
+                    else {
                         return MStep::Done;
                     };
                     if leases.live(&entry.id, now, now_ms).is_none() {
                         return MStep::Wait;
-                    }
-                    if !self.claim_ok(cfg, now, now_ms) {
-                        return self.claim_op(cfg, now_ms);
                     }
                     if let Some(e) = self.no_room.take() {
                         // C14.4: shared capacity is full. The reason is on

@@ -918,3 +918,27 @@ fn shutdown_leaves_waiting_machine_work_due_and_stops() {
         "still due for the next controller"
     );
 }
+
+#[test]
+fn a_due_machine_another_controller_claims_never_takes_the_worker_lease() {
+    let mut s = Sim::new(disposable_config());
+    s.settle();
+    // Another controller accepted and claimed the machine (not yet reserved).
+    let fp = fingerprint::machine_fingerprint(&fingerprint_key(), &mspec());
+    let rec = MachineRecord::accepted(mkey(), fp, mspec(), s.now_ms).unwrap();
+    let claimed = claim::claim_machine(&rec, "ctl-other", s.now_ms, 600_000).unwrap();
+    s.store.machines.insert(mkey(), claimed);
+    s.advance(1_000);
+    assert!(
+        !s.store_log
+            .iter()
+            .any(|op| matches!(op, StoreOp::ClaimWorker { .. })),
+        "a stale view took the worker lease"
+    );
+    assert!(s.store.leases.is_empty());
+    assert!(s.worker.is_empty());
+    assert_eq!(
+        s.machine().claim.as_ref().map(|c| c.owner.as_str()),
+        Some("ctl-other")
+    );
+}
