@@ -64,7 +64,7 @@ fn running<M: ManagedShell>(rt: &M, id: &str) -> MachineRecord {
 /// Waits until the machine's slot is empty (AC-14.3.2).
 fn slot_empty<M: ManagedShell>(rt: &M, id: &str) -> MachineRecord {
     let mut last = None;
-    for _ in 0..1_000 {
+    for _ in 0..3_000 {
         let m = rt.m_inspect(&key(id)).unwrap();
         if m.active_execution.is_none() {
             return m;
@@ -72,7 +72,11 @@ fn slot_empty<M: ManagedShell>(rt: &M, id: &str) -> MachineRecord {
         last = Some(m);
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    panic!("the slot never emptied: {last:?}");
+    let holder = last
+        .as_ref()
+        .and_then(|m| m.active_execution.as_ref())
+        .map(|k| rt.fetch(k));
+    panic!("the slot never emptied: {last:?}; holder {holder:?}");
 }
 
 fn worker_names(s: &Setup) -> Vec<String> {
