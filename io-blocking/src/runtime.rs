@@ -22,14 +22,21 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use smolbox_core::managed::controller::machine_settled;
+use smolbox_core::managed::controller::machines::{check_list_limit, check_wait_ms};
 use smolbox_core::managed::controller::{
     Controller, ControllerConfig, Event, Finished, OpId, StoreOp, StoreResult, Submit, WorkerEntry,
     WorkerOp, WorkerReply, WorkerResult, owner_id,
 };
-pub use smolbox_core::managed::controller::{Outcome, Submission, Telemetry};
+pub use smolbox_core::managed::controller::{
+    MachineAnswer, MachineRequest, Outcome, RequestId, Resolution, Submission, Telemetry,
+};
+use smolbox_core::managed::state::MachineOperation;
 use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
+use smolbox_core::managed::{MachineRecord, RetainedMachineSpec};
 use smolbox_core::worker::Profile;
 use smolbox_core::{Category, Error, Evidence, Operation};
+use smolbox_store::Page;
 use smolbox_store::Store;
 pub use smolbox_store::keys::{key_file, load_or_create_keys};
 
@@ -229,6 +236,7 @@ impl RuntimeBuilder {
             })
             .map_err(|_| thread_error())?;
         let driver = Driver {
+            terminals: terminals.clone(),
             controller,
             clients: self.clients,
             clock: Arc::clone(&self.clock),
@@ -237,6 +245,7 @@ impl RuntimeBuilder {
             store_tx,
             accept_waiters: BTreeMap::new(),
             cancel_waiters: BTreeMap::new(),
+            machine_waiters: BTreeMap::new(),
             stop_waiters: Vec::new(),
             stopped: false,
             closed: false,
@@ -284,6 +293,10 @@ impl Shared {
 enum Msg {
     Submit(Box<Submit>, mpsc::Sender<Result<Submission, Error>>),
     Cancel(RecordKey, mpsc::Sender<Result<ExecutionRecord, Error>>),
+    Machine(
+        Box<MachineRequest>,
+        mpsc::Sender<Result<MachineAnswer, Error>>,
+    ),
     Reconcile,
     Shutdown(mpsc::Sender<()>),
     /// The last handle was dropped.
@@ -456,7 +469,207 @@ impl Runtime {
     }
 }
 
+/// Retained machines through the runtime (C14, C17.3): every request goes
+/// through the controller; `list`, `inspect` and `wait` read the store.
+#[derive(Debug)]
+pub struct Machines<'a> {
+    rt: &'a Runtime,
+}
+
+impl Machines<'_> {
+    fn request(&self, req: MachineRequest) -> Result<MachineAnswer, Error> {
+        let (tx, rx) = mpsc::channel();
+        self.rt
+            .cmd
+            .send(Msg::Machine(Box::new(req), tx))
+            .map_err(|_| gone(Operation::Submit))?;
+        rx.recv().map_err(|_| gone(Operation::Submit))?
+    }
+
+    /// Creates a machine (deduplicated by scoped fingerprint, tombstones
+    /// included); returns the durable record and whether it already existed.
+    ///
+    /// # Errors
+    /// `validation`, `identity_conflict`, `admission_exhausted`, the store's.
+    pub fn create(
+        &self,
+        key: &RecordKey,
+        spec: &RetainedMachineSpec,
+    ) -> Result<(MachineRecord, bool), Error> {
+        self.request(MachineRequest::Create {
+            key: key.clone(),
+            spec: spec.clone(),
+        })?
+        .into_machine()
+    }
+
+    /// Machines of `scope` (deleted included), by id after `cursor`;
+    /// `limit` 1–100, default 20.
+    ///
+    /// # Errors
+    /// `validation` for a bad limit; the store's error.
+    pub fn list(
+        &self,
+        scope: &str,
+        cursor: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<Page<MachineRecord>, Error> {
+        let limit = check_list_limit(limit)?;
+        self.rt.store.list_machines(scope, cursor, limit)
+    }
+
+    /// The stored record (store only).
+    ///
+    /// # Errors
+    /// `not_found` only on positive absence; the store's error.
+    pub fn inspect(&self, key: &RecordKey) -> Result<MachineRecord, Error> {
+        self.rt.store.fetch_machine(key)
+    }
+
+    /// Waits up to `timeout_ms` (0–900,000) until the machine is idle or
+    /// `unknown` / `missing` / `conflict` / `deleted`.
+    ///
+    /// # Errors
+    /// `validation` for a bad timeout; `expired` when time ran out.
+    pub fn wait(&self, key: &RecordKey, timeout_ms: u64) -> Result<MachineRecord, Error> {
+        check_wait_ms(timeout_ms)?;
+        let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+        loop {
+            let rec = self.inspect(key)?;
+            if machine_settled(&rec) {
+                return Ok(rec);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(
+                    Error::new(Category::Expired, Operation::Await, Evidence::Unknown)
+                        .with_reason("wait_timeout"),
+                );
+            }
+            let n = self.rt.shared.lock();
+            let _ = self
+                .rt
+                .shared
+                .changed
+                .wait_timeout(n, (deadline - now).min(WAIT_POLL))
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    fn lifecycle(
+        &self,
+        key: &RecordKey,
+        action: MachineOperation,
+        version: u64,
+    ) -> Result<MachineRecord, Error> {
+        self.request(MachineRequest::Lifecycle {
+            key: key.clone(),
+            action,
+            version,
+        })?
+        .into_machine()
+        .map(|(m, _)| m)
+    }
+
+    /// Versioned start (returns once the request is durable).
+    ///
+    /// # Errors
+    /// `stale_version`, `admission_exhausted`, the store's error.
+    pub fn start(&self, key: &RecordKey, version: u64) -> Result<MachineRecord, Error> {
+        self.lifecycle(key, MachineOperation::Start, version)
+    }
+
+    /// Versioned stop (rejected while a command holds the slot).
+    ///
+    /// # Errors
+    /// As [`Machines::start`].
+    pub fn stop(&self, key: &RecordKey, version: u64) -> Result<MachineRecord, Error> {
+        self.lifecycle(key, MachineOperation::Stop, version)
+    }
+
+    /// Versioned delete (rejected while a command holds the slot).
+    ///
+    /// # Errors
+    /// As [`Machines::start`].
+    pub fn delete(&self, key: &RecordKey, version: u64) -> Result<MachineRecord, Error> {
+        self.lifecycle(key, MachineOperation::Delete, version)
+    }
+
+    /// Submits `command` into the machine's slot under `key`; returns at
+    /// durable acceptance (wait on `key` with [`Runtime::wait`]).
+    ///
+    /// # Errors
+    /// `admission_exhausted` when the slot is held or the machine not idle
+    /// and running (no queue); `identity_conflict`; the store's error.
+    pub fn submit(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &smolbox_core::exec::Command,
+    ) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error> {
+        self.request(MachineRequest::Submit {
+            machine: machine.clone(),
+            key: key.clone(),
+            command: command.clone(),
+        })?
+        .into_submitted()
+    }
+
+    /// Observes the worker and records what it shows (C14.2).
+    ///
+    /// # Errors
+    /// `stale_version` when the record changed during the observation.
+    pub fn reconcile(&self, key: &RecordKey) -> Result<MachineRecord, Error> {
+        self.request(MachineRequest::Reconcile { key: key.clone() })?
+            .into_machine()
+            .map(|(m, _)| m)
+    }
+
+    /// Records an ownership-verified stop for draining (C17.3); the slot
+    /// keeps its command.
+    ///
+    /// # Errors
+    /// `stale_version`, `identity_conflict`, the worker's or store's error.
+    pub fn stop_for_drain(&self, key: &RecordKey, version: u64) -> Result<MachineRecord, Error> {
+        self.request(MachineRequest::StopForDrain {
+            key: key.clone(),
+            version,
+        })?
+        .into_machine()
+        .map(|(m, _)| m)
+    }
+
+    /// Quiescent resolution (C17.3).
+    ///
+    /// # Errors
+    /// `validation` without `quiesced`; `identity_conflict` for a running
+    /// or different incarnation; an outage's error (nothing changed).
+    pub fn resolve(
+        &self,
+        key: &RecordKey,
+        version: u64,
+        quiesced: bool,
+        disposition: Resolution,
+    ) -> Result<(MachineRecord, Option<ExecutionRecord>), Error> {
+        self.request(MachineRequest::Resolve {
+            key: key.clone(),
+            version,
+            quiesced,
+            disposition,
+        })?
+        .into_resolved()
+    }
+}
+
+impl Runtime {
+    /// Retained machines (C14).
+    pub fn machines(&self) -> Machines<'_> {
+        Machines { rt: self }
+    }
+}
+
 struct Driver {
+    terminals: crate::managed_terminal::ManagedTerminals,
     controller: Controller,
     clients: BTreeMap<String, Client>,
     clock: Arc<dyn Clock>,
@@ -465,6 +678,7 @@ struct Driver {
     store_tx: mpsc::Sender<(OpId, StoreOp)>,
     accept_waiters: BTreeMap<RecordKey, VecDeque<mpsc::Sender<Result<Submission, Error>>>>,
     cancel_waiters: BTreeMap<RecordKey, VecDeque<mpsc::Sender<Result<ExecutionRecord, Error>>>>,
+    machine_waiters: BTreeMap<RequestId, mpsc::Sender<Result<MachineAnswer, Error>>>,
     stop_waiters: Vec<mpsc::Sender<()>>,
     stopped: bool,
     closed: bool,
@@ -522,6 +736,14 @@ impl Driver {
                         .push_back(tx);
                     self.controller.cancel(now, now_ms, key);
                 }
+                Some(Msg::Machine(req, tx)) => match self.controller.machine(now, now_ms, *req) {
+                    Ok(id) => {
+                        self.machine_waiters.insert(id, tx);
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                    }
+                },
                 Some(Msg::Reconcile) => self.controller.reconcile(now, now_ms),
                 Some(Msg::Shutdown(tx)) => {
                     if self.stopped {
@@ -628,6 +850,23 @@ impl Driver {
                     n.telemetry.pop_front();
                 }
                 n.telemetry.push_back(t);
+                false
+            }
+            Event::Machine(d) => {
+                if let Some(tx) = self.machine_waiters.remove(&d.id) {
+                    let _ = tx.send(d.result);
+                }
+                true
+            }
+            Event::TerminalDue(rec) => {
+                // Recovery of a terminal not driven here (C7.4), off the
+                // driver thread (it waits for the run's first step).
+                let terminals = self.terminals.clone();
+                let _ = std::thread::Builder::new()
+                    .name("smolbox-terminal-recover".into())
+                    .spawn(move || {
+                        let _ = terminals.recover(&rec.key);
+                    });
                 false
             }
             Event::Stopped => {

@@ -20,14 +20,21 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use smolbox_core::managed::controller::machine_settled;
+use smolbox_core::managed::controller::machines::{check_list_limit, check_wait_ms};
 use smolbox_core::managed::controller::{
     Controller, ControllerConfig, Event, Finished, OpId, StoreOp, StoreResult, Submit, WorkerEntry,
     WorkerOp, WorkerReply, WorkerResult, owner_id,
 };
-pub use smolbox_core::managed::controller::{Outcome, Submission, Telemetry};
+pub use smolbox_core::managed::controller::{
+    MachineAnswer, MachineRequest, Outcome, RequestId, Resolution, Submission, Telemetry,
+};
+use smolbox_core::managed::state::MachineOperation;
 use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
+use smolbox_core::managed::{MachineRecord, RetainedMachineSpec};
 use smolbox_core::worker::Profile;
 use smolbox_core::{Category, Error, Evidence, Operation};
+use smolbox_store::Page;
 use smolbox_store::Store;
 pub use smolbox_store::keys::{key_file, load_or_create_keys};
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
@@ -217,6 +224,7 @@ impl RuntimeBuilder {
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
         let (res_tx, res_rx) = mpsc::unbounded_channel();
         let driver = Driver {
+            terminals: terminals.clone(),
             controller,
             store: Arc::clone(&self.store),
             clients: self.clients,
@@ -226,6 +234,7 @@ impl RuntimeBuilder {
             pool: Arc::new(Semaphore::new(max_ops)),
             accept_waiters: BTreeMap::new(),
             cancel_waiters: BTreeMap::new(),
+            machine_waiters: BTreeMap::new(),
             stop_waiters: Vec::new(),
             stopped: false,
         };
@@ -269,6 +278,10 @@ impl Shared {
 enum Cmd {
     Submit(Box<Submit>, oneshot::Sender<Result<Submission, Error>>),
     Cancel(RecordKey, oneshot::Sender<Result<ExecutionRecord, Error>>),
+    Machine(
+        Box<MachineRequest>,
+        oneshot::Sender<Result<MachineAnswer, Error>>,
+    ),
     Reconcile,
     Shutdown(oneshot::Sender<()>),
 }
@@ -440,7 +453,219 @@ where
     })
 }
 
+/// Retained machines through the runtime (C14, C17.3): every request goes
+/// through the controller; `list`, `inspect` and `wait` read the store.
+#[derive(Debug)]
+pub struct Machines<'a> {
+    rt: &'a Runtime,
+}
+
+impl Machines<'_> {
+    async fn request(&self, req: MachineRequest) -> Result<MachineAnswer, Error> {
+        let (tx, rx) = oneshot::channel();
+        self.rt
+            .cmd
+            .send(Cmd::Machine(Box::new(req), tx))
+            .map_err(|_| gone(Operation::Submit))?;
+        rx.await.map_err(|_| gone(Operation::Submit))?
+    }
+
+    /// Creates a machine (deduplicated by scoped fingerprint, tombstones
+    /// included); returns the durable record and whether it already existed.
+    ///
+    /// # Errors
+    /// `validation`, `identity_conflict`, `admission_exhausted`, the store's.
+    pub async fn create(
+        &self,
+        key: &RecordKey,
+        spec: &RetainedMachineSpec,
+    ) -> Result<(MachineRecord, bool), Error> {
+        self.request(MachineRequest::Create {
+            key: key.clone(),
+            spec: spec.clone(),
+        })
+        .await?
+        .into_machine()
+    }
+
+    /// Machines of `scope` (deleted included), by id after `cursor`;
+    /// `limit` 1–100, default 20.
+    ///
+    /// # Errors
+    /// `validation` for a bad limit; the store's error.
+    pub async fn list(
+        &self,
+        scope: &str,
+        cursor: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<Page<MachineRecord>, Error> {
+        let limit = check_list_limit(limit)?;
+        let store = Arc::clone(&self.rt.store);
+        let (scope, cursor) = (scope.to_owned(), cursor.map(str::to_owned));
+        blocking(Operation::List, move || {
+            store.list_machines(&scope, cursor.as_deref(), limit)
+        })
+        .await
+    }
+
+    /// The stored record (store only).
+    ///
+    /// # Errors
+    /// `not_found` only on positive absence; the store's error.
+    pub async fn inspect(&self, key: &RecordKey) -> Result<MachineRecord, Error> {
+        let store = Arc::clone(&self.rt.store);
+        let key = key.clone();
+        blocking(Operation::StoreFetch, move || store.fetch_machine(&key)).await
+    }
+
+    /// Waits up to `timeout_ms` (0–900,000) until the machine is idle or
+    /// `unknown` / `missing` / `conflict` / `deleted`.
+    ///
+    /// # Errors
+    /// `validation` for a bad timeout; `expired` when time ran out.
+    pub async fn wait(&self, key: &RecordKey, timeout_ms: u64) -> Result<MachineRecord, Error> {
+        check_wait_ms(timeout_ms)?;
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout_ms);
+        loop {
+            let notified = self.rt.shared.changed.notified();
+            let rec = self.inspect(key).await?;
+            if machine_settled(&rec) {
+                return Ok(rec);
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Err(
+                    Error::new(Category::Expired, Operation::Await, Evidence::Unknown)
+                        .with_reason("wait_timeout"),
+                );
+            }
+            let _ = tokio::time::timeout((deadline - now).min(WAIT_POLL), notified).await;
+        }
+    }
+
+    async fn lifecycle(
+        &self,
+        key: &RecordKey,
+        action: MachineOperation,
+        version: u64,
+    ) -> Result<MachineRecord, Error> {
+        self.request(MachineRequest::Lifecycle {
+            key: key.clone(),
+            action,
+            version,
+        })
+        .await?
+        .into_machine()
+        .map(|(m, _)| m)
+    }
+
+    /// Versioned start (returns once the request is durable).
+    ///
+    /// # Errors
+    /// `stale_version`, `admission_exhausted`, the store's error.
+    pub async fn start(&self, key: &RecordKey, version: u64) -> Result<MachineRecord, Error> {
+        self.lifecycle(key, MachineOperation::Start, version).await
+    }
+
+    /// Versioned stop (rejected while a command holds the slot).
+    ///
+    /// # Errors
+    /// As [`Machines::start`].
+    pub async fn stop(&self, key: &RecordKey, version: u64) -> Result<MachineRecord, Error> {
+        self.lifecycle(key, MachineOperation::Stop, version).await
+    }
+
+    /// Versioned delete (rejected while a command holds the slot).
+    ///
+    /// # Errors
+    /// As [`Machines::start`].
+    pub async fn delete(&self, key: &RecordKey, version: u64) -> Result<MachineRecord, Error> {
+        self.lifecycle(key, MachineOperation::Delete, version).await
+    }
+
+    /// Submits `command` into the machine's slot under `key`; returns at
+    /// durable acceptance (wait on `key` with [`Runtime::wait`]).
+    ///
+    /// # Errors
+    /// `admission_exhausted` when the slot is held or the machine not idle
+    /// and running (no queue); `identity_conflict`; the store's error.
+    pub async fn submit(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &smolbox_core::exec::Command,
+    ) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error> {
+        self.request(MachineRequest::Submit {
+            machine: machine.clone(),
+            key: key.clone(),
+            command: command.clone(),
+        })
+        .await?
+        .into_submitted()
+    }
+
+    /// Observes the worker and records what it shows (C14.2).
+    ///
+    /// # Errors
+    /// `stale_version` when the record changed during the observation.
+    pub async fn reconcile(&self, key: &RecordKey) -> Result<MachineRecord, Error> {
+        self.request(MachineRequest::Reconcile { key: key.clone() })
+            .await?
+            .into_machine()
+            .map(|(m, _)| m)
+    }
+
+    /// Records an ownership-verified stop for draining (C17.3); the slot
+    /// keeps its command.
+    ///
+    /// # Errors
+    /// `stale_version`, `identity_conflict`, the worker's or store's error.
+    pub async fn stop_for_drain(
+        &self,
+        key: &RecordKey,
+        version: u64,
+    ) -> Result<MachineRecord, Error> {
+        self.request(MachineRequest::StopForDrain {
+            key: key.clone(),
+            version,
+        })
+        .await?
+        .into_machine()
+        .map(|(m, _)| m)
+    }
+
+    /// Quiescent resolution (C17.3).
+    ///
+    /// # Errors
+    /// `validation` without `quiesced`; `identity_conflict` for a running
+    /// or different incarnation; an outage's error (nothing changed).
+    pub async fn resolve(
+        &self,
+        key: &RecordKey,
+        version: u64,
+        quiesced: bool,
+        disposition: Resolution,
+    ) -> Result<(MachineRecord, Option<ExecutionRecord>), Error> {
+        self.request(MachineRequest::Resolve {
+            key: key.clone(),
+            version,
+            quiesced,
+            disposition,
+        })
+        .await?
+        .into_resolved()
+    }
+}
+
+impl Runtime {
+    /// Retained machines (C14).
+    pub fn machines(&self) -> Machines<'_> {
+        Machines { rt: self }
+    }
+}
+
 struct Driver {
+    terminals: crate::managed_terminal::ManagedTerminals,
     controller: Controller,
     store: Arc<dyn Store>,
     clients: BTreeMap<String, Client>,
@@ -450,6 +675,7 @@ struct Driver {
     pool: Arc<Semaphore>,
     accept_waiters: BTreeMap<RecordKey, VecDeque<oneshot::Sender<Result<Submission, Error>>>>,
     cancel_waiters: BTreeMap<RecordKey, VecDeque<oneshot::Sender<Result<ExecutionRecord, Error>>>>,
+    machine_waiters: BTreeMap<RequestId, oneshot::Sender<Result<MachineAnswer, Error>>>,
     stop_waiters: Vec<oneshot::Sender<()>>,
     stopped: bool,
 }
@@ -518,6 +744,14 @@ impl Driver {
                     .push_back(tx);
                 self.controller.cancel(now, now_ms, key);
             }
+            Cmd::Machine(req, tx) => match self.controller.machine(now, now_ms, *req) {
+                Ok(id) => {
+                    self.machine_waiters.insert(id, tx);
+                }
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                }
+            },
             Cmd::Reconcile => self.controller.reconcile(now, now_ms),
             Cmd::Shutdown(tx) => {
                 if self.stopped {
@@ -625,6 +859,20 @@ impl Driver {
                     n.telemetry.pop_front();
                 }
                 n.telemetry.push_back(t);
+                false
+            }
+            Event::Machine(d) => {
+                if let Some(tx) = self.machine_waiters.remove(&d.id) {
+                    let _ = tx.send(d.result);
+                }
+                true
+            }
+            Event::TerminalDue(rec) => {
+                // Recovery of a terminal not driven here (C7.4).
+                let terminals = self.terminals.clone();
+                tokio::spawn(async move {
+                    let _ = terminals.recover(&rec.key).await;
+                });
                 false
             }
             Event::Stopped => {

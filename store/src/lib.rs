@@ -422,11 +422,17 @@ pub trait Store: Send + Sync {
     ) -> Result<DuePage<MachineRecord>, Error>;
 
     /// Claims an execution record as [`Store::claim`], only while its
-    /// version is still `version`.
+    /// version is still `version`, and re-fences it (C15): a record
+    /// assigned to a worker moves to the generation of that worker's live
+    /// lease, which `owner` must hold, so writers of an older worker-lease
+    /// generation are fenced from then on (`smolbox_core::managed::claim::
+    /// claim_exec_version`). This is how a recovering controller takes over
+    /// a disposable record another controller assigned.
     ///
     /// # Errors
-    /// `stale_version` when the record moved on; otherwise as
-    /// [`Store::claim`].
+    /// `stale_version` when the record moved on; `stale_claim` (reason
+    /// `worker_lease`) for an assigned record whose worker lease `owner`
+    /// does not hold live; otherwise as [`Store::claim`].
     fn claim_version(
         &self,
         key: &RecordKey,
@@ -811,6 +817,15 @@ pub fn apply_op(store: &dyn Store, op: &StoreOp) -> StoreResult {
         } => store
             .claim(key, owner, *now_ms, *ttl_ms)
             .map(StoreReply::Record),
+        StoreOp::ClaimVersion {
+            key,
+            owner,
+            version,
+            now_ms,
+            ttl_ms,
+        } => store
+            .claim_version(key, owner, *version, *now_ms, *ttl_ms)
+            .map(StoreReply::Record),
         StoreOp::ClaimWorker {
             worker_id,
             owner,
@@ -832,17 +847,9 @@ pub fn apply_op(store: &dyn Store, op: &StoreOp) -> StoreResult {
             guard,
             reservation,
             now_ms,
-        } => {
-            let request = Reserve {
-                worker_id: reservation.worker_id.clone(),
-                machine_name: reservation.machine_name.clone(),
-                capacity: reservation.capacity,
-                limit: reservation.limit,
-            };
-            store
-                .reserve(key, guard, &request, *now_ms)
-                .map(StoreReply::Record)
-        }
+        } => store
+            .reserve(key, guard, &reserve_of(reservation), *now_ms)
+            .map(StoreReply::Record),
         StoreOp::Release { key, guard, now_ms } => {
             store.release(key, guard, *now_ms).map(StoreReply::Record)
         }
@@ -860,11 +867,124 @@ pub fn apply_op(store: &dyn Store, op: &StoreOp) -> StoreResult {
                 .due(*now_ms, cursor.as_ref(), *limit)
                 .map(|page| StoreReply::Due {
                     records: page.records,
-                    next: page.next.map(|c| DueAfter {
-                        due_at_ms: c.due_at_ms,
-                        key: c.key,
-                    }),
+                    next: page.next.map(after_of),
                 })
         }
+        StoreOp::AcceptMachine {
+            record,
+            max_pending,
+        } => store.accept_machine(record, *max_pending).map(|a| match a {
+            Accepted::Inserted(record) => StoreReply::MachineAccepted {
+                record,
+                existing: false,
+            },
+            Accepted::Existing(record) => StoreReply::MachineAccepted {
+                record,
+                existing: true,
+            },
+        }),
+        StoreOp::FetchMachine { key } => store.fetch_machine(key).map(StoreReply::Machine),
+        StoreOp::ClaimMachine {
+            key,
+            owner,
+            now_ms,
+            ttl_ms,
+        } => store
+            .claim_machine(key, owner, *now_ms, *ttl_ms)
+            .map(StoreReply::Machine),
+        StoreOp::WriteMachine {
+            key,
+            guard,
+            patch,
+            now_ms,
+        } => store
+            .write_machine(key, guard, patch, *now_ms)
+            .map(StoreReply::Machine),
+        StoreOp::ReserveMachine {
+            key,
+            guard,
+            reservation,
+            now_ms,
+        } => store
+            .reserve_machine(key, guard, &reserve_of(reservation), *now_ms)
+            .map(StoreReply::Machine),
+        StoreOp::RequestMachine {
+            key,
+            action,
+            version,
+            now_ms,
+        } => store
+            .request_machine(key, *action, *version, *now_ms)
+            .map(StoreReply::Machine),
+        StoreOp::SubmitCommand {
+            record,
+            max_pending,
+        } => store.submit(record, *max_pending).map(|a| {
+            let (s, existing) = match a {
+                Accepted::Inserted(s) => (s, false),
+                Accepted::Existing(s) => (s, true),
+            };
+            StoreReply::Submitted {
+                execution: s.execution,
+                machine: s.machine,
+                existing,
+            }
+        }),
+        StoreOp::FinishCommand {
+            machine,
+            guard,
+            exec,
+            now_ms,
+        } => store.finish_command(machine, guard, exec, *now_ms).map(
+            |(machine, execution, finish)| StoreReply::SlotFinished {
+                machine,
+                execution,
+                finish,
+            },
+        ),
+        StoreOp::ResolveMachine {
+            key,
+            version,
+            quiesced,
+            disposition,
+            now_ms,
+        } => store
+            .resolve_machine(key, *version, *quiesced, disposition, *now_ms)
+            .map(|r| StoreReply::Resolved {
+                machine: r.machine,
+                command: r.command,
+            }),
+        StoreOp::DueMachines {
+            now_ms,
+            after,
+            limit,
+        } => {
+            let cursor = after.as_ref().map(|a| DueCursor {
+                due_at_ms: a.due_at_ms,
+                key: a.key.clone(),
+            });
+            store
+                .due_machines(*now_ms, cursor.as_ref(), *limit)
+                .map(|page| StoreReply::DueMachines {
+                    records: page.records,
+                    next: page.next.map(after_of),
+                })
+        }
+    }
+}
+
+fn after_of(c: DueCursor) -> DueAfter {
+    DueAfter {
+        due_at_ms: c.due_at_ms,
+        key: c.key,
+    }
+}
+
+fn reserve_of(r: &smolbox_core::managed::controller::Reservation) -> Reserve {
+    Reserve {
+        worker_id: r.worker_id.clone(),
+        machine_name: r.machine_name.clone(),
+        capacity: r.capacity,
+        limit: r.limit,
     }
 }

@@ -53,7 +53,7 @@ pub const KEY_ID: u32 = 1;
 /// A 32-byte AES-256-GCM key, distinct from the fingerprint key. `Debug`
 /// never prints it.
 #[derive(Clone)]
-pub struct EncryptionKey([u8; 32]);
+pub struct EncryptionKey([u8; 32], String);
 
 impl EncryptionKey {
     /// Wraps key bytes, refusing a key equal to the fingerprint key (C12.1).
@@ -67,7 +67,7 @@ impl EncryptionKey {
                 "key_equals_fingerprint_key",
             ));
         }
-        Ok(Self(bytes))
+        Ok(Self(bytes, fingerprint_key.check_tag()))
     }
 }
 
@@ -85,6 +85,9 @@ pub struct Sealer {
     /// What this process last sealed or opened, by record: reused when a
     /// row holds exactly those sealed bytes (see [`Decoded`]).
     decoded: Arc<Mutex<Decoded>>,
+    /// [`FingerprintKey::check_tag`] of the fingerprint key paired with the
+    /// encryption key: part of the key check.
+    fingerprint_tag: String,
     /// Opens first-format (v1) payloads: only the migration's copy does.
     legacy: bool,
 }
@@ -108,6 +111,7 @@ impl Sealer {
             cipher: Aes256Gcm::new(&key.0.into()),
             partition: partition.to_owned(),
             decoded: Arc::default(),
+            fingerprint_tag: key.1.clone(),
             legacy: false,
         })
     }
@@ -133,19 +137,34 @@ impl Sealer {
     /// `store` when no nonce is available.
     pub fn key_check(&self) -> Result<Vec<u8>, Error> {
         let ad = self.key_check_ad();
-        self.seal_with(&ad, KEY_CHECK_PLAIN.to_vec())
+        self.seal_with(&ad, self.key_check_plain())
+    }
+
+    /// `KEY_CHECK_PLAIN`, NUL, the fingerprint key's check tag.
+    fn key_check_plain(&self) -> Vec<u8> {
+        let mut plain = KEY_CHECK_PLAIN.to_vec();
+        plain.push(0);
+        plain.extend_from_slice(self.fingerprint_tag.as_bytes());
+        plain
     }
 
     /// Verifies a stored key-check value.
     ///
     /// # Errors
     /// `store` with reason `key_mismatch` when it was made with another key
-    /// (or for another partition), `unknown_key_id` for a key this version
-    /// does not know.
+    /// (or for another partition), `fingerprint_key_mismatch` when the
+    /// encryption key matches but the fingerprint key paired with it is
+    /// another, `unknown_key_id` for a key this version does not know. A
+    /// check made before the fingerprint tag was part of it (the bare
+    /// label) still passes: it says nothing about the fingerprint key.
     pub fn verify_key_check(&self, check: &[u8]) -> Result<(), Error> {
         let ad = self.key_check_ad();
         match self.open_v2(&ad, check) {
-            Ok(plain) if plain == KEY_CHECK_PLAIN => Ok(()),
+            Ok(plain) if plain == self.key_check_plain() || plain == KEY_CHECK_PLAIN => Ok(()),
+            Ok(plain) if plain.starts_with(KEY_CHECK_PLAIN) => Err(store_error(
+                Operation::Encryption,
+                "fingerprint_key_mismatch",
+            )),
             Err(e) if e.reason() == "unknown_key_id" => Err(e),
             _ => Err(store_error(Operation::Encryption, "key_mismatch")),
         }
@@ -461,6 +480,37 @@ mod tests {
     fn sealer() -> Sealer {
         let k = EncryptionKey::new([3; 32], &fingerprint_key()).unwrap();
         Sealer::new(&k, "test").unwrap()
+    }
+
+    #[test]
+    fn the_key_check_binds_the_fingerprint_key_and_accepts_the_bare_label() {
+        let s = sealer();
+        let check = s.key_check().unwrap();
+        s.verify_key_check(&check).unwrap();
+        // The same encryption key paired with another fingerprint key.
+        let other_fp = FingerprintKey::new(&[0x55; 32]).unwrap();
+        let k = EncryptionKey::new([3; 32], &other_fp).unwrap();
+        let t = Sealer::new(&k, "test").unwrap();
+        let e = t.verify_key_check(&check).unwrap_err();
+        assert_eq!(
+            (e.category(), e.reason()),
+            (Category::Store, "fingerprint_key_mismatch")
+        );
+        // Another encryption key.
+        let k = EncryptionKey::new([4; 32], &fingerprint_key()).unwrap();
+        let e = Sealer::new(&k, "test")
+            .unwrap()
+            .verify_key_check(&check)
+            .unwrap_err();
+        assert_eq!(e.reason(), "key_mismatch");
+        // A check of the first layout-2 form (the bare label) still opens.
+        let bare = s
+            .seal_with(&s.key_check_ad(), KEY_CHECK_PLAIN.to_vec())
+            .unwrap();
+        s.verify_key_check(&bare).unwrap();
+        t.verify_key_check(&bare).unwrap();
+        // The tag never reveals the key bytes.
+        assert!(!format!("{:?}", s).contains(&fingerprint_key().check_tag()));
     }
 
     #[test]

@@ -95,6 +95,18 @@ pub fn event(event: &Event) {
             epoch = t.epoch, dropped = t.dropped,
             "record written"
         ),
+        Event::Machine(d) => tracing::info!(
+            target: "smolbox::runtime",
+            request = d.id.0, ok = d.result.is_ok(),
+            category = ?d.result.as_ref().err().map(Error::category),
+            reason = d.result.as_ref().err().map_or("", Error::reason),
+            "machine request answered"
+        ),
+        Event::TerminalDue(rec) => tracing::info!(
+            target: "smolbox::runtime",
+            scope = %rec.key.scope, id = %rec.key.id, state = ?rec.state,
+            "terminal due for recovery"
+        ),
         Event::Stopped => tracing::info!(target: "smolbox::runtime", "controller stopped"),
     }
 }

@@ -253,6 +253,21 @@ fn a_replaced_key_is_refused_at_connect() {
 }
 
 #[test]
+fn a_replaced_fingerprint_key_is_refused_at_connect() {
+    let Some(h) = make() else { return };
+    h.first
+        .accept(&accepted(key("s", "a"), exec_spec("x"), 1), 100)
+        .unwrap();
+    let other_fp = smolbox_core::managed::FingerprintKey::new(&[0x55; 32]).unwrap();
+    let k = EncryptionKey::new([9; 32], &other_fp).unwrap();
+    let e = PostgresStore::connect(&h.url, Sealer::new(&k, &h.partition).unwrap()).unwrap_err();
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::Store, "fingerprint_key_mismatch")
+    );
+}
+
+#[test]
 fn a_rolled_back_sealed_payload_is_a_store_error() {
     let Some(h) = make() else { return };
     let k = key("s", "a");

@@ -349,6 +349,21 @@ fn other_sealer(partition: &str) -> Sealer {
 }
 
 #[test]
+fn a_replaced_fingerprint_key_is_refused_at_open() {
+    let h = make().unwrap();
+    h.first
+        .accept(&accepted(key("s", "a"), exec_spec("x"), 1), 100)
+        .unwrap();
+    let other_fp = smolbox_core::managed::FingerprintKey::new(&[0x55; 32]).unwrap();
+    let k = EncryptionKey::new([7; 32], &other_fp).unwrap();
+    let e = SqliteStore::open(&h.path, Sealer::new(&k, "test").unwrap()).unwrap_err();
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::Store, "fingerprint_key_mismatch")
+    );
+}
+
+#[test]
 fn a_replaced_key_is_refused_at_open() {
     let h = make().unwrap();
     h.first

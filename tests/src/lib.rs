@@ -21,6 +21,7 @@ pub mod cases;
 pub mod fixture;
 pub mod managed;
 pub mod managed_cases;
+pub mod managed_machine_cases;
 pub mod managed_terminal_cases;
 pub mod shell;
 pub mod sim;

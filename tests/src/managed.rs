@@ -6,9 +6,14 @@
 use std::sync::Arc;
 
 use smolbox_core::Error;
-use smolbox_core::managed::controller::{Outcome, Submission, Submit, Telemetry};
-use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
+use smolbox_core::exec::Command;
+use smolbox_core::managed::controller::{Outcome, Resolution, Submission, Submit, Telemetry};
+use smolbox_core::managed::state::MachineOperation;
+use smolbox_core::managed::{
+    ExecutionRecord, FingerprintKey, MachineRecord, RecordKey, RetainedMachineSpec,
+};
 use smolbox_core::worker::Endpoint;
+use smolbox_store::Page;
 use smolbox_store::Store;
 
 /// Runtime options the cases vary.
@@ -79,6 +84,71 @@ pub trait ManagedShell: Sized {
     fn telemetry(&self) -> Vec<Telemetry>;
     /// `Runtime::shutdown`.
     fn shutdown(&self);
+    /// `machines().create`.
+    ///
+    /// # Errors
+    /// As the runtime's.
+    fn m_create(
+        &self,
+        key: &RecordKey,
+        spec: &RetainedMachineSpec,
+    ) -> Result<(MachineRecord, bool), Error>;
+    /// `machines().list`.
+    ///
+    /// # Errors
+    /// As the runtime's.
+    fn m_list(
+        &self,
+        scope: &str,
+        cursor: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<Page<MachineRecord>, Error>;
+    /// `machines().inspect`.
+    ///
+    /// # Errors
+    /// As the runtime's.
+    fn m_inspect(&self, key: &RecordKey) -> Result<MachineRecord, Error>;
+    /// `machines().wait`.
+    ///
+    /// # Errors
+    /// As the runtime's.
+    fn m_wait(&self, key: &RecordKey, timeout_ms: u64) -> Result<MachineRecord, Error>;
+    /// `machines().start/stop/delete`.
+    ///
+    /// # Errors
+    /// As the runtime's.
+    fn m_lifecycle(
+        &self,
+        key: &RecordKey,
+        action: MachineOperation,
+        version: u64,
+    ) -> Result<MachineRecord, Error>;
+    /// `machines().submit`.
+    ///
+    /// # Errors
+    /// As the runtime's.
+    fn m_submit(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+    ) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error>;
+    /// `machines().stop_for_drain`.
+    ///
+    /// # Errors
+    /// As the runtime's.
+    fn m_stop_for_drain(&self, key: &RecordKey, version: u64) -> Result<MachineRecord, Error>;
+    /// `machines().resolve`.
+    ///
+    /// # Errors
+    /// As the runtime's.
+    fn m_resolve(
+        &self,
+        key: &RecordKey,
+        version: u64,
+        quiesced: bool,
+        disposition: Resolution,
+    ) -> Result<(MachineRecord, Option<ExecutionRecord>), Error>;
 }
 
 /// `smolbox_blocking::Runtime` as a [`ManagedShell`].
@@ -129,6 +199,62 @@ impl ManagedShell for BlockingManaged {
     }
     fn shutdown(&self) {
         self.0.shutdown();
+    }
+    fn m_create(
+        &self,
+        key: &RecordKey,
+        spec: &RetainedMachineSpec,
+    ) -> Result<(MachineRecord, bool), Error> {
+        self.0.machines().create(key, spec)
+    }
+    fn m_list(
+        &self,
+        scope: &str,
+        cursor: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<Page<MachineRecord>, Error> {
+        self.0.machines().list(scope, cursor, limit)
+    }
+    fn m_inspect(&self, key: &RecordKey) -> Result<MachineRecord, Error> {
+        self.0.machines().inspect(key)
+    }
+    fn m_wait(&self, key: &RecordKey, timeout_ms: u64) -> Result<MachineRecord, Error> {
+        self.0.machines().wait(key, timeout_ms)
+    }
+    fn m_lifecycle(
+        &self,
+        key: &RecordKey,
+        action: MachineOperation,
+        version: u64,
+    ) -> Result<MachineRecord, Error> {
+        let m = self.0.machines();
+        match action {
+            MachineOperation::Start => m.start(key, version),
+            MachineOperation::Stop => m.stop(key, version),
+            _ => m.delete(key, version),
+        }
+    }
+    fn m_submit(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+    ) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error> {
+        self.0.machines().submit(machine, key, command)
+    }
+    fn m_stop_for_drain(&self, key: &RecordKey, version: u64) -> Result<MachineRecord, Error> {
+        self.0.machines().stop_for_drain(key, version)
+    }
+    fn m_resolve(
+        &self,
+        key: &RecordKey,
+        version: u64,
+        quiesced: bool,
+        disposition: Resolution,
+    ) -> Result<(MachineRecord, Option<ExecutionRecord>), Error> {
+        self.0
+            .machines()
+            .resolve(key, version, quiesced, disposition)
     }
 }
 
@@ -192,6 +318,68 @@ impl ManagedShell for TokioManaged {
     }
     fn shutdown(&self) {
         self.rt.block_on(self.runtime.shutdown());
+    }
+    fn m_create(
+        &self,
+        key: &RecordKey,
+        spec: &RetainedMachineSpec,
+    ) -> Result<(MachineRecord, bool), Error> {
+        self.rt.block_on(self.runtime.machines().create(key, spec))
+    }
+    fn m_list(
+        &self,
+        scope: &str,
+        cursor: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<Page<MachineRecord>, Error> {
+        self.rt
+            .block_on(self.runtime.machines().list(scope, cursor, limit))
+    }
+    fn m_inspect(&self, key: &RecordKey) -> Result<MachineRecord, Error> {
+        self.rt.block_on(self.runtime.machines().inspect(key))
+    }
+    fn m_wait(&self, key: &RecordKey, timeout_ms: u64) -> Result<MachineRecord, Error> {
+        self.rt
+            .block_on(self.runtime.machines().wait(key, timeout_ms))
+    }
+    fn m_lifecycle(
+        &self,
+        key: &RecordKey,
+        action: MachineOperation,
+        version: u64,
+    ) -> Result<MachineRecord, Error> {
+        let m = self.runtime.machines();
+        match action {
+            MachineOperation::Start => self.rt.block_on(m.start(key, version)),
+            MachineOperation::Stop => self.rt.block_on(m.stop(key, version)),
+            _ => self.rt.block_on(m.delete(key, version)),
+        }
+    }
+    fn m_submit(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+    ) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error> {
+        self.rt
+            .block_on(self.runtime.machines().submit(machine, key, command))
+    }
+    fn m_stop_for_drain(&self, key: &RecordKey, version: u64) -> Result<MachineRecord, Error> {
+        self.rt
+            .block_on(self.runtime.machines().stop_for_drain(key, version))
+    }
+    fn m_resolve(
+        &self,
+        key: &RecordKey,
+        version: u64,
+        quiesced: bool,
+        disposition: Resolution,
+    ) -> Result<(MachineRecord, Option<ExecutionRecord>), Error> {
+        self.rt.block_on(
+            self.runtime
+                .machines()
+                .resolve(key, version, quiesced, disposition),
+        )
     }
 }
 

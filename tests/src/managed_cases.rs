@@ -43,11 +43,11 @@ pub enum StoreKind {
 }
 
 /// A devworker with machine `m1`, a store and the host keys.
-struct Setup {
-    fixture: Fixture,
-    dir: tempfile::TempDir,
-    store: Arc<dyn Store>,
-    key: FingerprintKey,
+pub(crate) struct Setup {
+    pub(crate) fixture: Fixture,
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) key: FingerprintKey,
 }
 
 /// The PostgreSQL URL, or `None` (the case is skipped, loudly; under
@@ -80,7 +80,7 @@ fn fresh_partition() -> String {
     s
 }
 
-fn setup(kind: StoreKind) -> Option<Setup> {
+pub(crate) fn setup(kind: StoreKind) -> Option<Setup> {
     let url = match kind {
         StoreKind::Sqlite => None,
         StoreKind::Postgres => Some(pg_url()?),
@@ -113,7 +113,7 @@ fn setup(kind: StoreKind) -> Option<Setup> {
 }
 
 impl Setup {
-    fn runtime<M: ManagedShell>(&self, options: &Options) -> M {
+    pub(crate) fn runtime<M: ManagedShell>(&self, options: &Options) -> M {
         let store = Arc::clone(&self.store);
         M::start(
             store,
@@ -124,12 +124,12 @@ impl Setup {
         .unwrap()
     }
 
-    fn execs(&self) -> u64 {
+    pub(crate) fn execs(&self) -> u64 {
         self.fixture.worker.request_count(Route::Exec)
     }
 
     /// A gate file the case creates to let a waiting command finish.
-    fn gate(&self, name: &str) -> PathBuf {
+    pub(crate) fn gate(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
@@ -164,7 +164,7 @@ fn submit_of(id: &str, command: &Command) -> Submit {
 }
 
 /// A command that prints `ok` and exits 0 once `gate` exists.
-fn gated(gate: &Path) -> Command {
+pub(crate) fn gated(gate: &Path) -> Command {
     Command::new([
         "sh",
         "-c",
@@ -175,7 +175,7 @@ fn gated(gate: &Path) -> Command {
     ])
 }
 
-fn open(gate: &Path) {
+pub(crate) fn open(gate: &Path) {
     std::fs::write(gate, b"").unwrap();
 }
 

@@ -694,6 +694,133 @@ pub fn terminal_bytes_never_leave_memory<T: TermShell>(kind: StoreKind) {
     assert!(!has(SENTINEL), "terminal bytes stored in clear");
 }
 
+/// A controller that crashed mid-session and is restarted under the same
+/// controller id (so its claim is this runtime's to renew, without waiting
+/// out a TTL): a `TerminalRun` driven against the store until the
+/// connection was open (one real upgrade, input sent), then — when `exit`
+/// is set — until only the `collecting` write of that exit landed; then
+/// dropped with its connection.
+fn crashed_session(s: &Setup, id: &str, exit: Option<i32>) -> RecordKey {
+    use smolbox_core::managed::controller::terminal::{TermConfig, TermOutput, TerminalRun};
+    let k = key(id);
+    let cfg = TermConfig {
+        owner: OWNER.into(),
+        lease_ttl_ms: 30_000,
+        poll_interval_ms: 100,
+        max_pending: 16,
+    };
+    let mut run = TerminalRun::open(
+        cfg,
+        s.key.clone(),
+        k.clone(),
+        s.machine.clone(),
+        ManagedTerminalSpec::default(),
+        true,
+    )
+    .unwrap();
+    let client = smolbox_blocking::Client::new(s.fixture.endpoint(Fixture::budgets())).unwrap();
+    let t0 = std::time::Instant::now();
+    let mut term = None;
+    let mut budget = usize::MAX;
+    loop {
+        let Some(out) = run.poll_output() else { break };
+        match out {
+            TermOutput::Store(id, op) if budget > 0 => {
+                budget -= 1;
+                let r = smolbox_store::apply_terminal_op(&*s.store, &op);
+                run.handle_stored(t0, now_ms(), id, r);
+            }
+            TermOutput::Store(..) => break,
+            TermOutput::Open { machine, spec, .. } => {
+                let mut t = client.terminal(&machine, &spec).unwrap();
+                t.input(b"echo crash-marker >> crash.log\n").unwrap();
+                term = Some(t);
+                run.handle_opened(t0, now_ms(), Ok(()));
+                if let Some(code) = exit {
+                    run.handle_closed(t0, now_ms(), &Ok(TerminalExit { code }));
+                    // The `running` write, then only `collecting`.
+                    budget = 2;
+                }
+            }
+            _ => {}
+        }
+    }
+    drop(run);
+    drop(term);
+    let rec = s.store.fetch(&k).unwrap();
+    match exit {
+        None => assert_eq!(rec.state, ExecState::Running),
+        Some(_) => assert_eq!(rec.state, ExecState::Collecting),
+    }
+    k
+}
+
+/// Polls the store (bounded) until `pred` holds: recovery runs in the
+/// runtime's background and has no waiter of its own.
+fn eventually(s: &Setup, k: &RecordKey, pred: impl Fn(&ExecutionRecord, &MachineRecord) -> bool) {
+    let mut last = None;
+    for _ in 0..1_000 {
+        let rec = s.store.fetch(k).unwrap();
+        let m = s.machine();
+        if pred(&rec, &m) {
+            return;
+        }
+        last = Some((rec.state, m.state, m.active_execution));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("recovery never settled {k:?}: {last:?}");
+}
+
+/// Recovery (C7.4): a session a crashed controller may have dispatched,
+/// without a recorded exit, becomes `unknown` and keeps the slot (the
+/// machine `unknown`); it is never reopened and no input is replayed.
+pub fn recovery_never_reopens_a_possibly_dispatched_session<T: TermShell>(kind: StoreKind) {
+    let Some(s) = setup(kind) else { return };
+    let k = crashed_session(&s, "term-crash", None);
+    assert_eq!(s.upgrades(), 1);
+    let rt: T = s.runtime();
+    eventually(&s, &k, |r, m| {
+        r.state == ExecState::Unknown && m.state == MachineRecordState::Unknown
+    });
+    let rec = s.store.fetch(&k).unwrap();
+    assert_eq!(
+        rec.last_error.as_ref().map(|e| e.reason.as_str()),
+        Some("terminal_recovered")
+    );
+    assert_eq!(rec.result, None);
+    assert_eq!(
+        s.machine().active_execution,
+        Some(k.clone()),
+        "the slot stays blocked"
+    );
+    assert_eq!(s.upgrades(), 1, "never reopened");
+    let e = rt.attach(&k, Duration::from_millis(0)).unwrap_err();
+    assert_eq!(
+        e.category(),
+        Category::NotFound,
+        "no live connection anywhere"
+    );
+    // Another submission is still refused: the machine needs resolution.
+    let e = s.store.submit(&s.command_record("cmd-x"), 100).unwrap_err();
+    assert_eq!(e.category(), Category::AdmissionExhausted);
+}
+
+/// Recovery keeps a recorded exit: the crashed controller stored the exit
+/// (`collecting`) but not `completed` nor the slot's release; the runtime
+/// completes it and releases the slot, and opens nothing.
+pub fn recovery_keeps_a_recorded_exit_and_releases_the_slot<T: TermShell>(kind: StoreKind) {
+    let Some(s) = setup(kind) else { return };
+    let k = crashed_session(&s, "term-exit", Some(7));
+    let _rt: T = s.runtime();
+    eventually(&s, &k, |r, m| {
+        r.state == ExecState::Completed && m.active_execution.is_none()
+    });
+    let rec = s.store.fetch(&k).unwrap();
+    assert_eq!(rec.result, Some(ExecResult::Terminal { exit_code: 7 }));
+    assert_eq!(s.machine().state, MachineRecordState::Running);
+    assert_eq!(s.upgrades(), 1);
+}
+
 /// Instantiates every managed terminal case for `$shell` (a
 /// [`TermShell`]), one `#[test]` per case and store.
 #[macro_export]
@@ -714,6 +841,8 @@ macro_rules! managed_terminal_suite {
             attach_after_attach_ms_is_expired,
             the_terminal_holds_the_slot_until_it_completes,
             terminal_bytes_never_leave_memory,
+            recovery_never_reopens_a_possibly_dispatched_session,
+            recovery_keeps_a_recorded_exit_and_releases_the_slot,
         );
     };
     (@cases $shell:ty, $kind:expr, $($case:ident),* $(,)?) => {

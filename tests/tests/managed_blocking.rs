@@ -1,3 +1,4 @@
 //! The managed suite on the blocking shell's `Runtime` (devworker + SQLite).
 
 smolbox_tests::managed_suite!(smolbox_tests::managed::BlockingManaged);
+smolbox_tests::managed_machine_suite!(smolbox_tests::managed::BlockingManaged);

@@ -1,3 +1,4 @@
 //! The managed suite on the tokio shell's `Runtime` (devworker + SQLite).
 
 smolbox_tests::managed_suite!(smolbox_tests::managed::TokioManaged);
+smolbox_tests::managed_machine_suite!(smolbox_tests::managed::TokioManaged);

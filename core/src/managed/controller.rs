@@ -106,7 +106,16 @@
 //! (cleanup `failed`); a create refused with `not_dispatched` records
 //! absence and releases. Failed cleanup mutations are bounded by
 //! `cleanup_attempts`. A record assigned under another worker-lease
-//! generation is fenced (C15) and left as stored.
+//! generation (left by a crashed or paused controller) is fenced (C15):
+//! the controller holding the worker lease re-fences it with
+//! [`StoreOp::ClaimVersion`] at the version it read, then moves it forward
+//! from what is stored — `accepted` with a reservation → its own create
+//! intent; `preparing` without creation evidence → `failed`, reservation
+//! kept (the create may have been sent); `preparing` with evidence but no
+//! start of its own → `failed` and deleted (the start may have been sent);
+//! possibly dispatched → `unknown`. Only the controller that moved a record
+//! into `unknown` sends its graceful stop. A machine answer is kept until
+//! the write acting on it succeeds.
 //!
 //! Not yet here (issue 13 and later): retained machines and their command
 //! slot, terminals, background launches, inputs and outputs (refused at
@@ -118,6 +127,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 
 mod exec;
+pub mod machines;
 pub mod ops;
 pub mod terminal;
 
@@ -126,9 +136,14 @@ pub use ops::{
     WorkerResult,
 };
 
+pub use machines::{
+    MachineAnswer, MachineDone, MachineRequest, RequestId, Resolution, machine_settled, slot_free,
+};
+
 use self::exec::{Exec, Step};
+use self::machines::{Mach, Req};
 use super::claim::Lease;
-use super::record::{Claim, ExecResult, ExecutionRecord, Resources};
+use super::record::{Claim, ExecResult, ExecutionRecord, MachineRecord, Resources};
 use super::spec::{
     Action, ArtifactKind, ArtifactRef, CommandSpec, DEFAULT_QUEUE_BUDGET_MS, DEFAULT_RETENTION_MS,
     ExecutionSpec, ProfileBudgets, ProfileRef, WorkerMachine,
@@ -515,6 +530,13 @@ pub enum Event {
     Finished(Box<Finished>),
     /// Lifecycle telemetry (lossy).
     Telemetry(Telemetry),
+    /// A retained-machine request ([`Controller::machine`]) finished.
+    Machine(Box<MachineDone>),
+    /// A managed terminal's record is due (found by the due scan): the
+    /// controller never drives terminals itself; the driver's terminal
+    /// module resumes it (`TerminalRun::resume`, recovery C7.4). Reported
+    /// at most once per claim TTL per record.
+    TerminalDue(Box<ExecutionRecord>),
     /// After [`Controller::shutdown`]: nothing is outstanding any more.
     Stopped,
 }
@@ -527,6 +549,13 @@ enum Purpose {
     Exec(RecordKey),
     Scan,
     Cancel(RecordKey),
+    /// A machine task's op.
+    Mach(RecordKey),
+    /// A caller request's op.
+    Req(RequestId),
+    /// The machine of a retained command found by the due scan.
+    Adopt(Box<ExecutionRecord>),
+    MachineScan,
 }
 
 /// The managed controller (see the module docs for inputs, outputs and
@@ -562,6 +591,17 @@ pub struct Controller {
     leases: Leases,
     /// Largest wall clock seen (a step backwards never moves time back).
     now_ms: u64,
+    /// Retained machines driven here (≤ max_active once started).
+    machs: BTreeMap<RecordKey, Mach>,
+    /// Caller requests in flight.
+    reqs: BTreeMap<RequestId, Req>,
+    next_req: u64,
+    /// The machine record each retained command driven here was started
+    /// from (for its slot finish).
+    slot_machines: BTreeMap<RecordKey, MachineRecord>,
+    mscan_at: Option<Instant>,
+    mscan_cursor: Option<DueAfter>,
+    mscanning: bool,
 }
 
 impl Controller {
@@ -605,6 +645,13 @@ impl Controller {
             queue_bounds: BTreeMap::new(),
             leases: Leases::default(),
             now_ms,
+            machs: BTreeMap::new(),
+            reqs: BTreeMap::new(),
+            next_req: 1,
+            slot_machines: BTreeMap::new(),
+            mscan_at: scan_at,
+            mscan_cursor: None,
+            mscanning: false,
         };
         ctl.pump(now);
         Ok(ctl)
@@ -628,7 +675,10 @@ impl Controller {
 
     /// Every key [`Controller::is_active`] is true for.
     pub fn active_keys(&self) -> impl Iterator<Item = &RecordKey> {
-        self.execs.keys().chain(self.accepting.keys())
+        self.execs
+            .keys()
+            .chain(self.accepting.keys())
+            .chain(self.machs.values().flat_map(Mach::finishing_keys))
     }
 
     /// Telemetry entries dropped so far (C20).
@@ -771,6 +821,18 @@ impl Controller {
                     self.push_telemetry(&rec);
                 }
             }
+            Purpose::Mach(key) => {
+                let done = self
+                    .machs
+                    .get_mut(&key)
+                    .and_then(|m| m.on_stored(now, id, &self.cfg, result));
+                if let Some(f) = done {
+                    self.notices.push_back(Event::Finished(f));
+                }
+            }
+            Purpose::Req(rid) => self.on_req_stored(now, rid, result),
+            Purpose::Adopt(rec) => self.on_adopt(now, *rec, result),
+            Purpose::MachineScan => self.on_machine_scan(now, result),
         }
         self.pump(now);
     }
@@ -778,11 +840,24 @@ impl Controller {
     /// The answer to worker op `id`.
     pub fn handle_worker(&mut self, now: Instant, now_ms: u64, id: OpId, result: WorkerResult) {
         self.observe_clock(now_ms);
-        let Some(Purpose::Exec(key)) = self.ops.remove(&id) else {
-            return;
-        };
-        if let Some(ex) = self.execs.get_mut(&key) {
-            ex.on_worker(id, result);
+        match self.ops.remove(&id) {
+            Some(Purpose::Exec(key)) => {
+                if let Some(ex) = self.execs.get_mut(&key) {
+                    ex.on_worker(id, result);
+                }
+            }
+            Some(Purpose::Mach(key)) => {
+                if let Some(m) = self.machs.get_mut(&key) {
+                    m.on_worker(id, result);
+                }
+            }
+            Some(Purpose::Req(rid)) => {
+                if let Some(mut req) = self.reqs.remove(&rid) {
+                    let step = req.on_worker(&self.cfg, self.now_ms, result);
+                    self.req_step(req, step);
+                }
+            }
+            _ => return,
         }
         self.pump(now);
     }
@@ -804,10 +879,13 @@ impl Controller {
             }
             st.retry_at.or(st.at.map(|at| at + self.cfg.renew_every()))
         });
+        let mscan = if self.mscanning { None } else { self.mscan_at };
         self.execs
             .values()
             .filter_map(|e| e.wake_at(&self.cfg, &self.leases, self.now_ms))
+            .chain(self.machs.values().filter_map(|m| m.wake_at(&self.cfg)))
             .chain(scan)
+            .chain(mscan)
             .chain(leases)
             .min()
     }
@@ -818,6 +896,7 @@ impl Controller {
             .values()
             .filter(|e| e.is_disposable())
             .filter_map(|e| e.worker_of(&self.cfg))
+            .chain(self.machs.values().filter_map(|m| m.wants_lease(&self.cfg)))
             .collect()
     }
 
@@ -951,7 +1030,8 @@ impl Controller {
     /// on one of its workers).
     fn owns(&self, rec: &ExecutionRecord) -> bool {
         if rec.spec.machine.is_some() {
-            return false;
+            // Decided once its machine is read (`on_adopt`).
+            return self.cfg.workers.iter().any(|x| x.profile.is_some());
         }
         let configured = |id: &str, needs_profile: bool| {
             self.cfg
@@ -1040,6 +1120,15 @@ impl Controller {
             if self.shutting_down {
                 break;
             }
+            if matches!(rec.spec.action, Action::Terminal(_)) {
+                // Terminals belong to the driver's terminal module.
+                if !self.skip.contains_key(&rec.key) {
+                    let until = now + Duration::from_millis(self.cfg.lease_ttl_ms);
+                    self.skip.insert(rec.key.clone(), until);
+                    self.notices.push_back(Event::TerminalDue(Box::new(rec)));
+                }
+                continue;
+            }
             if self.execs.contains_key(&rec.key)
                 || self.accepting.contains_key(&rec.key)
                 || self.skip.contains_key(&rec.key)
@@ -1052,6 +1141,15 @@ impl Controller {
                 break;
             }
             let key = rec.key.clone();
+            if let Some(m) = rec.spec.machine.clone() {
+                // A retained machine's command: read its machine first.
+                self.skip.insert(key, now + self.cfg.poll());
+                self.push_store(
+                    Purpose::Adopt(Box::new(rec)),
+                    StoreOp::FetchMachine { key: m },
+                );
+                continue;
+            }
             let bound = self.queue_bounds.remove(&key);
             self.execs
                 .insert(key, Exec::new(rec, now, self.now_ms, bound));
@@ -1106,8 +1204,12 @@ impl Controller {
                                 now + Duration::from_millis(self.cfg.lease_ttl_ms),
                             );
                         }
-                        self.notices.push_back(Event::Finished(f));
+                        let machine = ex.retained_machine().cloned();
                         self.execs.remove(&key);
+                        match machine {
+                            Some(m) if !f.held_elsewhere => self.finish_slot(&m, f),
+                            _ => self.notices.push_back(Event::Finished(f)),
+                        }
                         freed = true;
                         break;
                     }
@@ -1137,7 +1239,12 @@ impl Controller {
         {
             self.scan_at = Some(now + self.cfg.poll());
         }
-        if self.shutting_down && self.ops.is_empty() && self.execs.is_empty() && !self.stopped_sent
+        self.pump_machines(now);
+        if self.shutting_down
+            && self.ops.is_empty()
+            && self.execs.is_empty()
+            && self.machs.is_empty()
+            && !self.stopped_sent
         {
             self.stopped_sent = true;
             self.notices.push_back(Event::Stopped);

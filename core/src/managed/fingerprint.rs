@@ -76,6 +76,14 @@ impl FingerprintKey {
         self.0 == other
     }
 
+    /// A tag that identifies this key without revealing it (an HMAC of a
+    /// fixed label): stores keep it beside their records so a replaced
+    /// fingerprint key file is refused at open instead of silently making
+    /// every resubmission look new.
+    pub fn check_tag(&self) -> String {
+        self.mac(b"smolbox.fingerprint-key-check.v1")
+    }
+
     fn mac(&self, message: &[u8]) -> String {
         // HMAC accepts keys of any length; new_from_slice cannot fail.
         let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.0)

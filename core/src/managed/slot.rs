@@ -161,6 +161,7 @@ pub fn finish_command(
     next.validate()?;
     let patch = ExecPatch {
         cleanup: Some(cleanup),
+        next_due_at_ms: Some(None),
         ..ExecPatch::default()
     };
     let command =

@@ -15,8 +15,8 @@ use std::collections::{BTreeMap, VecDeque};
 
 use smolbox_core::exec::{ExecOutcome, ExecOutput, OutputEncoding};
 use smolbox_core::managed::controller::{
-    Controller, ControllerConfig, DueAfter, Event, OpId, RunTarget, StoreOp, StoreReply,
-    StoreResult, Submit, WorkerEntry, WorkerOp, WorkerReply, WorkerResult, spec_for,
+    Controller, ControllerConfig, Event, OpId, RunTarget, StoreOp, StoreReply, StoreResult, Submit,
+    WorkerEntry, WorkerOp, WorkerReply, WorkerResult, spec_for,
 };
 use smolbox_core::managed::record::{Claim, ExecResult, ExecutionRecord};
 use smolbox_core::managed::{ExecState, ExecutionSpec, RecordKey, testkit};
@@ -24,7 +24,7 @@ use smolbox_core::worker::{
     Incarnation, MachineSpec, MachineState as WState, Measurements, Observation, Profile, Version,
 };
 use smolbox_core::{Category, Error, Evidence, Operation};
-use smolbox_store::{Accepted, DueCursor, Reserve, Store};
+use smolbox_store::Store;
 
 use super::clock::VirtualClock;
 use super::model::{Model, Violation};
@@ -178,6 +178,7 @@ fn brief(r: &StoreResult) -> String {
         }
         Ok(StoreReply::Lease(_)) => "lease".to_owned(),
         Ok(StoreReply::Due { records, .. }) => format!("{} due", records.len()),
+        Ok(_) => "machine reply".to_owned(),
         Err(e) => format!("{}:{}", e.category().as_str(), e.reason()),
     }
 }
@@ -187,6 +188,9 @@ fn op_label(op: &StoreOp) -> String {
         StoreOp::Accept { record, .. } => format!("accept {}", record.key.id),
         StoreOp::Fetch { key } => format!("fetch {}", key.id),
         StoreOp::Claim { key, .. } => format!("claim {}", key.id),
+        StoreOp::ClaimVersion { key, version, .. } => {
+            format!("claim_version {} at v{version}", key.id)
+        }
         StoreOp::ClaimWorker { .. } => "claim worker".to_owned(),
         StoreOp::Write { key, patch, .. } => format!(
             "write {} {}",
@@ -197,6 +201,7 @@ fn op_label(op: &StoreOp) -> String {
         StoreOp::Release { key, .. } => format!("release {}", key.id),
         StoreOp::Cancel { key, .. } => format!("cancel {}", key.id),
         StoreOp::Due { .. } => "due".to_owned(),
+        other => other.name().to_owned(),
     }
 }
 
@@ -205,95 +210,12 @@ fn op_key(op: &StoreOp) -> Option<RecordKey> {
         StoreOp::Accept { record, .. } => Some(record.key.clone()),
         StoreOp::Fetch { key }
         | StoreOp::Claim { key, .. }
+        | StoreOp::ClaimVersion { key, .. }
         | StoreOp::Write { key, .. }
         | StoreOp::Reserve { key, .. }
         | StoreOp::Release { key, .. }
         | StoreOp::Cancel { key, .. } => Some(key.clone()),
-        StoreOp::ClaimWorker { .. } | StoreOp::Due { .. } => None,
-    }
-}
-
-/// Performs one store op (what the shells' driver does with
-/// `smolbox_store`; written here against the trait).
-fn perform(store: &FaultStore, op: StoreOp) -> StoreResult {
-    match op {
-        StoreOp::Accept {
-            record,
-            max_pending,
-        } => store.accept(&record, max_pending).map(|a| match a {
-            Accepted::Inserted(record) => StoreReply::Accepted {
-                record,
-                existing: false,
-            },
-            Accepted::Existing(record) => StoreReply::Accepted {
-                record,
-                existing: true,
-            },
-        }),
-        StoreOp::Fetch { key } => store.fetch(&key).map(StoreReply::Record),
-        StoreOp::Claim {
-            key,
-            owner,
-            now_ms,
-            ttl_ms,
-        } => store
-            .claim(&key, &owner, now_ms, ttl_ms)
-            .map(StoreReply::Record),
-        StoreOp::ClaimWorker {
-            worker_id,
-            owner,
-            now_ms,
-            ttl_ms,
-        } => store
-            .claim_worker(&worker_id, &owner, now_ms, ttl_ms)
-            .map(StoreReply::Lease),
-        StoreOp::Write {
-            key,
-            guard,
-            patch,
-            now_ms,
-        } => store
-            .write(&key, &guard, &patch, now_ms)
-            .map(StoreReply::Record),
-        StoreOp::Reserve {
-            key,
-            guard,
-            reservation,
-            now_ms,
-        } => {
-            let r = Reserve {
-                worker_id: reservation.worker_id,
-                machine_name: reservation.machine_name,
-                capacity: reservation.capacity,
-                limit: reservation.limit,
-            };
-            store
-                .reserve(&key, &guard, &r, now_ms)
-                .map(StoreReply::Record)
-        }
-        StoreOp::Release { key, guard, now_ms } => {
-            store.release(&key, &guard, now_ms).map(StoreReply::Record)
-        }
-        StoreOp::Cancel { key, now_ms } => store.cancel(&key, now_ms).map(StoreReply::Record),
-        StoreOp::Due {
-            now_ms,
-            after,
-            limit,
-        } => {
-            let cursor = after.map(|a| DueCursor {
-                due_at_ms: a.due_at_ms,
-                key: a.key,
-            });
-            store
-                .due(now_ms, cursor.as_ref(), limit)
-                .map(|p| StoreReply::Due {
-                    records: p.records,
-                    next: p.next.map(|c| DueAfter {
-                        due_at_ms: c.due_at_ms,
-                        key: c.key,
-                    }),
-                })
-        }
+        _ => None,
     }
 }
 
@@ -1114,7 +1036,7 @@ impl Sim {
                     }
                 }
             }
-            Event::Telemetry(_) | Event::Stopped => {}
+            Event::Telemetry(_) | Event::Stopped | Event::Machine(_) | Event::TerminalDue(_) => {}
         }
     }
 
@@ -1127,7 +1049,7 @@ impl Sim {
             ));
             return;
         }
-        let result = perform(&self.store, op);
+        let result = smolbox_store::apply_op(&self.store, &op);
         if dead || self.crash_point(h, "store_after_commit") {
             return;
         }

@@ -105,6 +105,12 @@ pub(super) struct Exec {
     /// What the next `Step::Worker` is (set by `step`, read by `worker_sent`).
     pending_kind: Option<MKind>,
     machine: MachineSteps,
+    /// A command on a retained machine: the machine's worker and name,
+    /// read from its record (the controller sets it before the first step).
+    target: Option<(String, String)>,
+    /// The generation of this controller's live lease on the execution's
+    /// worker, read at the start of each `step` (disposable only).
+    lease_gen: Option<u64>,
 }
 
 /// A machine operation of a disposable execution.
@@ -134,9 +140,12 @@ struct MachineSteps {
     deleted: bool,
     absent_sent: bool,
     stop_sent: bool,
+    /// This process committed the record's move into `unknown`: it alone
+    /// sends the graceful stop (at most one per record).
+    marked_unknown: bool,
     /// The kind of the outstanding machine op.
     kind: Option<MKind>,
-    /// An answer not yet acted on.
+    /// The last machine answer, until a write acting on it succeeds.
     reply: Option<(MKind, WorkerResult)>,
 }
 
@@ -175,6 +184,8 @@ impl Exec {
             held_elsewhere: false,
             pending_kind: None,
             machine: MachineSteps::default(),
+            target: None,
+            lease_gen: None,
         };
         ex.bound_deadlines(now, now_ms);
         ex
@@ -231,6 +242,16 @@ impl Exec {
                 self.dispatched = true;
             }
         }
+    }
+
+    /// Sets the worker and machine name of a retained machine's command.
+    pub(super) fn set_target(&mut self, worker_id: String, machine: String) {
+        self.target = Some((worker_id, machine));
+    }
+
+    /// The retained machine whose slot this command holds.
+    pub(super) fn retained_machine(&self) -> Option<&crate::managed::RecordKey> {
+        self.rec.spec.machine.as_ref()
     }
 
     /// True for an execution on a machine this controller owns (C12.4).
@@ -291,20 +312,46 @@ impl Exec {
     }
 
     /// True while the claim this controller holds is live and fresh enough
-    /// not to need renewal.
+    /// not to need renewal (and, on an assigned disposable record, under
+    /// the generation of this controller's live worker lease).
     fn claim_ok(&self, cfg: &ControllerConfig, now: Instant, now_ms: u64) -> bool {
         let ours = self
             .rec
             .claim
             .as_ref()
             .is_some_and(|c| c.owner == cfg.owner && c.until_ms > now_ms);
-        ours && self
-            .claim_at
-            .is_some_and(|at| now.saturating_duration_since(at) < cfg.renew_every())
+        ours && !self.needs_refence()
+            && self
+                .claim_at
+                .is_some_and(|at| now.saturating_duration_since(at) < cfg.renew_every())
+    }
+
+    /// An assigned disposable record under another worker-lease generation
+    /// than the one this controller holds: every write is fenced (C15)
+    /// until the claim re-fences it (`claim_version`).
+    fn needs_refence(&self) -> bool {
+        self.is_disposable()
+            && self
+                .rec
+                .assignment
+                .as_ref()
+                .is_some_and(|a| self.lease_gen != Some(a.worker_generation))
     }
 
     fn claim_op(&mut self, cfg: &ControllerConfig, now_ms: u64) -> Step {
         self.next_kind = Kind::Claim;
+        if self.needs_refence() {
+            // Decided from the record as read (its version); the store
+            // claims only at that version and moves the assignment to this
+            // controller's worker-lease generation, fencing the old writer.
+            return Step::Store(StoreOp::ClaimVersion {
+                key: self.rec.key.clone(),
+                owner: cfg.owner.clone(),
+                version: self.rec.version,
+                now_ms: now_ms.max(self.rec.updated_at_ms),
+                ttl_ms: cfg.lease_ttl_ms,
+            });
+        }
         Step::Store(StoreOp::Claim {
             key: self.rec.key.clone(),
             owner: cfg.owner.clone(),
@@ -393,6 +440,12 @@ impl Exec {
         if self.inflight.is_some() {
             return Step::Wait;
         }
+        self.lease_gen = if self.is_disposable() {
+            self.worker_of(cfg)
+                .and_then(|w| leases.live(&w, now, now_ms))
+        } else {
+            None
+        };
         if self.fatal.is_some() || self.held_elsewhere {
             if self.worker_op.is_some() {
                 // Keep the slot until the worker answers; nothing more is
@@ -415,6 +468,11 @@ impl Exec {
                 key: self.rec.key.clone(),
             });
         }
+        if self.is_disposable() && self.rec.assignment.is_some() && self.lease_gen.is_none() {
+            // Every write on an assigned record is fenced by the worker
+            // lease: wait for it (its own timer wakes this execution).
+            return Step::Wait;
+        }
         if let Some(obs) = self.observed.clone()
             && !self.result_written
         {
@@ -431,6 +489,14 @@ impl Exec {
             return step;
         }
         let state = self.rec.state;
+        if self.rec.spec.machine.is_some()
+            && self.worker_op.is_none()
+            && (state.is_terminal() || state == ExecState::Unknown)
+        {
+            // A retained machine's command: the controller finishes the
+            // slot (and sets the cleanup) in one store transaction.
+            return self.finish();
+        }
         let cancel = self.rec.cancel_requested_at_ms.is_some();
         match state {
             ExecState::Accepted | ExecState::Preparing | ExecState::Ready if cancel => {
@@ -581,7 +647,7 @@ impl Exec {
             let target = match (&self.rec.spec.worker_machine, &self.rec.assignment) {
                 (Some(w), _) => Some((w.worker_id.clone(), w.name.clone())),
                 (None, Some(a)) => Some((a.worker_id.clone(), a.machine_name.clone())),
-                (None, None) => None,
+                (None, None) => self.target.clone(),
             };
             let Some((worker_id, machine)) = target else {
                 self.fatal = Some(Error::validation(Operation::Submit, "no_machine"));
@@ -679,7 +745,7 @@ impl Exec {
             )
             .with_reason("background"));
         }
-        if self.rec.spec.machine.is_some() {
+        if self.rec.spec.machine.is_some() && self.target.is_none() {
             return Err(Error::new(
                 Category::UnsupportedCapability,
                 Operation::Submit,
@@ -787,13 +853,35 @@ impl Exec {
                     self.refetches = 0;
                 }
                 let changed = rec.state != self.rec.state || rec.evidence != self.rec.evidence;
+                if matches!(kind, Kind::Write | Kind::Result)
+                    && self.rec.state != ExecState::Unknown
+                    && rec.state == ExecState::Unknown
+                {
+                    self.machine.marked_unknown = true;
+                }
+                if matches!(kind, Kind::Write | Kind::Result | Kind::Intent) {
+                    // The machine answer this write acted on is recorded.
+                    self.machine.reply = None;
+                }
                 self.rec = rec;
                 // Deadlines set by this write get their monotonic bound now.
                 let now_ms = self.rec.updated_at_ms;
                 self.bound_deadlines(now, now_ms);
                 self.fresh_claim = kind == Kind::Claim;
                 match kind {
-                    Kind::Claim => self.claim_at = Some(now),
+                    Kind::Claim => {
+                        self.claim_at = Some(now);
+                        if self.rec.state == ExecState::Accepted
+                            && self.rec.assignment.is_some()
+                            && self.rec.creation.is_none()
+                        {
+                            // Reserved, no create intent yet, and this
+                            // claim fences every other writer: no create
+                            // was ever sent for this name, so the intent
+                            // this controller writes next is its own.
+                            self.machine.reserved_here = true;
+                        }
+                    }
                     Kind::Intent => self.intent_mine = true,
                     Kind::Result => self.result_written = true,
                     Kind::Fetch | Kind::Write => {}
@@ -967,6 +1055,10 @@ impl Exec {
     /// Cleanup when a disposable record ends: `in_progress` until absence
     /// is recorded (C13.2), `complete` for records with no machine.
     fn end_cleanup(&self) -> Cleanup {
+        if self.rec.spec.machine.is_some() {
+            // Set with the slot's release (C14.3).
+            return Cleanup::Pending;
+        }
         if self.rec.assignment.is_some() && self.rec.absence_at_ms.is_none() {
             Cleanup::InProgress
         } else {
@@ -977,6 +1069,10 @@ impl Exec {
     /// Next due time when a record ends: due now while its machine or its
     /// reservation still needs work (recovery continues it), else none.
     fn end_due(&self, now_ms: u64) -> Option<u64> {
+        if self.rec.spec.machine.is_some() {
+            // Due until the slot is finished (recovery finishes it).
+            return Some(now_ms);
+        }
         let owed = self.rec.assignment.is_some()
             && (self.rec.absence_at_ms.is_none() || self.rec.reservation.is_some());
         owed.then_some(now_ms)
@@ -1011,13 +1107,19 @@ impl Exec {
         if let Some(a) = &self.rec.assignment
             && a.worker_generation != generation
         {
-            // Assigned under another worker-lease generation: fenced (C15);
-            // left as stored for the store's re-fencing or an operator.
-            self.held_elsewhere = true;
-            return Some(self.finish());
+            // Assigned under another worker-lease generation (another
+            // controller reserved it, or this one under an older lease):
+            // every write is fenced (C15) until the claim re-fences the
+            // record at the version read (`claim_version`); then it moves
+            // forward from what is stored, nothing uncertain resent.
+            return Some(self.claim_op(cfg, now_ms));
         }
         let cancel = self.rec.cancel_requested_at_ms.is_some();
-        let reply = self.machine.reply.take();
+        // Kept until a write succeeds: a write that fails (or whose claim
+        // comes first) is decided again from the same answer, never from
+        // none (an answer dropped with a failed write left the execution
+        // waiting for a reply that had already come).
+        let reply = self.machine.reply.clone();
         match self.rec.state {
             ExecState::Accepted if cancel || self.past(Deadline::Queue, now, now_ms) => None,
             ExecState::Accepted if self.rec.assignment.is_none() => {
@@ -1120,6 +1222,13 @@ impl Exec {
                     return fail(self, e, Cleanup::Failed);
                 }
                 _ if self.machine.create_sent => return Step::Wait,
+                // The create goes out under a live, fresh claim of the
+                // current worker-lease generation: a controller that was
+                // paused past its claim finds out first whether another
+                // took the record over.
+                _ if self.machine.reserved_here && !self.claim_ok(cfg, now, now_ms) => {
+                    return self.claim_op(cfg, now_ms);
+                }
                 _ if self.machine.reserved_here => {
                     let spec = MachineSpec::default();
                     return self.machine_op(
@@ -1144,6 +1253,18 @@ impl Exec {
                     return fail(self, e, Cleanup::Failed);
                 }
             }
+        }
+        if reply.is_none() && !self.machine.start_sent && !self.machine.create_sent {
+            // Resumed after the creation evidence: a start may have been
+            // sent by the controller that created it, so it is never sent
+            // again; the machine exists, so fail, then delete it.
+            let e = Error::new(
+                Category::Unknown,
+                Operation::Start,
+                Evidence::DispatchUncertain,
+            )
+            .with_reason("start_uncertain");
+            return fail(self, e, Cleanup::InProgress);
         }
         if reply.is_none()
             && !self.machine.start_sent
@@ -1269,7 +1390,10 @@ impl Exec {
             .saturating_add(self.rec.spec.retention_ms);
         if self.rec.state == ExecState::Unknown && now_ms < retention_until {
             // Keep the disks for inspection: stop, then come back later.
-            if !self.machine.stop_sent {
+            // Only the controller that moved the record into `unknown`
+            // sends the stop (one per record: another, resuming it, cannot
+            // know whether a stop already went out).
+            if !self.machine.stop_sent && self.machine.marked_unknown {
                 return self.machine_op(
                     MKind::Stop,
                     WorkerOp::Stop {

@@ -10,8 +10,10 @@
 
 use crate::Error;
 use crate::exec::{Command, ExecOutcome};
-use crate::managed::record::{ExecutionRecord, Resources};
-use crate::managed::{ExecPatch, Guard, Lease, RecordKey};
+use crate::managed::record::{ExecutionRecord, MachineRecord, Resources};
+use crate::managed::slot::{Disposition, Finish};
+use crate::managed::state::MachineOperation;
+use crate::managed::{ExecPatch, Guard, Lease, MachinePatch, RecordKey};
 use crate::worker::{MachineName, MachineSpec, Observation, Profile};
 
 /// Identifies one outstanding operation; the answer names it.
@@ -62,6 +64,21 @@ pub enum StoreOp {
         key: RecordKey,
         /// Claiming controller.
         owner: String,
+        /// Wall-clock milliseconds.
+        now_ms: u64,
+        /// Claim TTL.
+        ttl_ms: u64,
+    },
+    /// `claim_version(key, owner, version, now_ms, ttl_ms)` →
+    /// [`StoreReply::Record`]: the claim only at `version`, re-fencing an
+    /// assigned record to the claimer's live worker-lease generation (C15).
+    ClaimVersion {
+        /// Record key.
+        key: RecordKey,
+        /// Claiming controller.
+        owner: String,
+        /// The version the controller read and decided from.
+        version: u64,
         /// Wall-clock milliseconds.
         now_ms: u64,
         /// Claim TTL.
@@ -125,6 +142,104 @@ pub enum StoreOp {
         /// Page size (1–100).
         limit: u32,
     },
+    /// `accept_machine(record, max_pending)` → [`StoreReply::MachineAccepted`].
+    AcceptMachine {
+        /// The fresh `accepted` machine record.
+        record: Box<MachineRecord>,
+        /// Pending limit (1–10,000).
+        max_pending: u32,
+    },
+    /// `fetch_machine(key)` → [`StoreReply::Machine`].
+    FetchMachine {
+        /// Machine key.
+        key: RecordKey,
+    },
+    /// `claim_machine(key, owner, now_ms, ttl_ms)` → [`StoreReply::Machine`].
+    ClaimMachine {
+        /// Machine key.
+        key: RecordKey,
+        /// Claiming controller.
+        owner: String,
+        /// Wall-clock milliseconds.
+        now_ms: u64,
+        /// Claim TTL.
+        ttl_ms: u64,
+    },
+    /// `write_machine(key, guard, patch, now_ms)` → [`StoreReply::Machine`].
+    WriteMachine {
+        /// Machine key.
+        key: RecordKey,
+        /// Guard of the last stored version.
+        guard: Guard,
+        /// The patch.
+        patch: MachinePatch,
+        /// Wall-clock milliseconds.
+        now_ms: u64,
+    },
+    /// `reserve_machine(key, guard, reservation, now_ms)` → [`StoreReply::Machine`].
+    ReserveMachine {
+        /// Machine key.
+        key: RecordKey,
+        /// Guard of the last stored version.
+        guard: Guard,
+        /// What to reserve.
+        reservation: Reservation,
+        /// Wall-clock milliseconds.
+        now_ms: u64,
+    },
+    /// `request_machine(key, action, version, now_ms)` → [`StoreReply::Machine`].
+    RequestMachine {
+        /// Machine key.
+        key: RecordKey,
+        /// Start, stop or delete.
+        action: MachineOperation,
+        /// The version the caller inspected.
+        version: u64,
+        /// Wall-clock milliseconds.
+        now_ms: u64,
+    },
+    /// `submit(record, max_pending)` → [`StoreReply::Submitted`]: accept a
+    /// command on a retained machine and give it the slot, one transaction.
+    SubmitCommand {
+        /// The fresh `accepted` command record (its spec names the machine).
+        record: Box<ExecutionRecord>,
+        /// Pending limit (1–10,000).
+        max_pending: u32,
+    },
+    /// `finish_command(machine, guard, exec, now_ms)` → [`StoreReply::SlotFinished`].
+    FinishCommand {
+        /// Machine key.
+        machine: RecordKey,
+        /// Guard of the machine's last stored version.
+        guard: Guard,
+        /// The command holding the slot.
+        exec: RecordKey,
+        /// Wall-clock milliseconds.
+        now_ms: u64,
+    },
+    /// `resolve_machine(key, version, quiesced, disposition, now_ms)` →
+    /// [`StoreReply::Resolved`].
+    ResolveMachine {
+        /// Machine key.
+        key: RecordKey,
+        /// The inspected version.
+        version: u64,
+        /// The operator's assertion (always true when the controller sends it).
+        quiesced: bool,
+        /// What was verified on the worker.
+        disposition: Disposition,
+        /// Wall-clock milliseconds.
+        now_ms: u64,
+    },
+    /// `due_machines(now_ms, after, limit)` → [`StoreReply::DueMachines`].
+    DueMachines {
+        /// Wall-clock milliseconds.
+        now_ms: u64,
+        /// Keyset position (exclusive).
+        after: Option<DueAfter>,
+        /// Page size (1–100).
+        limit: u32,
+    },
 }
 
 /// The answer to a [`StoreOp`].
@@ -146,6 +261,48 @@ pub enum StoreReply {
     Due {
         /// Records ordered by `(next_due_at, scope, id)`.
         records: Vec<ExecutionRecord>,
+        /// Position of the next page; `None` when this page was not full.
+        next: Option<DueAfter>,
+    },
+    /// A machine record as stored after the call.
+    Machine(MachineRecord),
+    /// The answer to [`StoreOp::AcceptMachine`].
+    MachineAccepted {
+        /// The inserted or existing record.
+        record: MachineRecord,
+        /// True when it already existed (same identity and fingerprint).
+        existing: bool,
+    },
+    /// The answer to [`StoreOp::SubmitCommand`].
+    Submitted {
+        /// The command record.
+        execution: ExecutionRecord,
+        /// Its machine after the transaction (`None` only for an existing
+        /// command whose machine the store positively does not hold).
+        machine: Option<MachineRecord>,
+        /// True when the command already existed.
+        existing: bool,
+    },
+    /// The answer to [`StoreOp::FinishCommand`].
+    SlotFinished {
+        /// The machine after the transaction.
+        machine: MachineRecord,
+        /// The command with its cleanup set.
+        execution: ExecutionRecord,
+        /// Whether the slot was released or kept.
+        finish: Finish,
+    },
+    /// The answer to [`StoreOp::ResolveMachine`].
+    Resolved {
+        /// The resolved machine.
+        machine: MachineRecord,
+        /// The command that held its slot, settled.
+        command: Option<ExecutionRecord>,
+    },
+    /// The answer to [`StoreOp::DueMachines`].
+    DueMachines {
+        /// Machine records ordered by `(next_due_at, scope, id)`.
+        records: Vec<MachineRecord>,
         /// Position of the next page; `None` when this page was not full.
         next: Option<DueAfter>,
     },
@@ -250,12 +407,23 @@ impl StoreOp {
             Self::Accept { .. } => "accept",
             Self::Fetch { .. } => "fetch",
             Self::Claim { .. } => "claim",
+            Self::ClaimVersion { .. } => "claim_version",
             Self::ClaimWorker { .. } => "claim_worker",
             Self::Write { .. } => "write",
             Self::Reserve { .. } => "reserve",
             Self::Release { .. } => "release",
             Self::Cancel { .. } => "cancel",
             Self::Due { .. } => "due",
+            Self::AcceptMachine { .. } => "accept_machine",
+            Self::FetchMachine { .. } => "fetch_machine",
+            Self::ClaimMachine { .. } => "claim_machine",
+            Self::WriteMachine { .. } => "write_machine",
+            Self::ReserveMachine { .. } => "reserve_machine",
+            Self::RequestMachine { .. } => "request_machine",
+            Self::SubmitCommand { .. } => "submit",
+            Self::FinishCommand { .. } => "finish_command",
+            Self::ResolveMachine { .. } => "resolve_machine",
+            Self::DueMachines { .. } => "due_machines",
         }
     }
 }

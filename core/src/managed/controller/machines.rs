@@ -1,0 +1,2051 @@
+//! Retained machines inside the controller (C14, C17.3): caller requests
+//! ([`MachineRequest`]) answered with [`MachineDone`], and one sub-machine
+//! per machine record that drives its lifecycle from the stored record.
+//!
+//! The rules, each enforced here before an op is emitted:
+//! - **intent durable first**: a create, start, stop or delete is sent only
+//!   after this controller wrote the record's `(operation, dispatching)`
+//!   intent with a claim refreshed immediately before it (C15); a record
+//!   found `dispatching` that this process did not write is never resent
+//!   (the operation becomes `uncertain`, the state `unknown`);
+//! - **creation evidence before use**: start, stop and delete need the
+//!   recorded incarnation; an uncertain create is never resent;
+//! - **incarnation checked before stop/delete**: the machine is inspected
+//!   first and must be the recorded incarnation;
+//! - **absence observed before release**: a delete is followed by an
+//!   inspect until the 404; `deleted` (which frees capacity and ports in
+//!   the same transaction) is written only with the absence time;
+//! - **observation writes are rejected** when the lifecycle intent, the
+//!   state or the active command changed since the observation began
+//!   (C14.2): the reply is dropped, nothing is written.
+//!
+//! Versioned requests (C14.2) are the store's `request_machine`: repeating
+//! the latest identical `(action, version)` returns the current record, a
+//! superseded version is `stale_version`, a busy machine (an operation in
+//! progress, or a command in the slot for stop/delete) is
+//! `admission_exhausted`. A request returns once it is durable; the
+//! lifecycle work follows (wait with [`machine_settled`]).
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use super::ops::{Reservation, StoreOp, StoreReply, StoreResult, WorkerOp, WorkerReply};
+use super::{ControllerConfig, Finished, Leases, MAX_STORE_RETRIES, OpId, WorkerResult};
+use crate::managed::claim::Guard;
+use crate::managed::patch::MachinePatch;
+use crate::managed::record::{
+    CreationEvidence, ErrorEntry, ExecutionRecord, MachineRecord, RecordedObservation, Resources,
+};
+use crate::managed::slot::{Disposition, Finish};
+use crate::managed::state::{MachineOperation, MachinePhase, MachineRecordState};
+use crate::managed::{RecordKey, RetainedMachineSpec};
+use crate::worker::{MachineName, MachineSpec, MachineState, Observation, Profile};
+use crate::{Category, Error, Evidence, Operation};
+
+use super::Purpose;
+use super::exec::{Exec, incarnation_token};
+use crate::managed::record::Claim;
+
+/// Smallest page of a machine list (C14.2).
+pub const MIN_LIST_LIMIT: u32 = 1;
+/// Largest page of a machine list (C14.2).
+pub const MAX_LIST_LIMIT: u32 = 100;
+/// The page size when the caller names none (C14.2).
+pub const DEFAULT_LIST_LIMIT: u32 = 20;
+/// Longest machine wait in milliseconds (C14.2).
+pub const MAX_MACHINE_WAIT_MS: u64 = 900_000;
+
+/// What a retained machine reserves on its worker: one slot and the
+/// worker's default machine (1 CPU, 256 + 256 MiB, 1 + 1 GiB, C12.3).
+pub const RETAINED_RESERVATION: Resources = Resources {
+    slots: 1,
+    cpus: 1,
+    memory_mb: 512,
+    disk_gb: 2,
+};
+
+/// Checks a list page size (C14.2: 1–100; `None` is 20).
+///
+/// # Errors
+/// `validation` (operation `list`) with the limit for 0 or more than 100.
+pub fn check_list_limit(limit: Option<u32>) -> Result<u32, Error> {
+    let n = limit.unwrap_or(DEFAULT_LIST_LIMIT);
+    if (MIN_LIST_LIMIT..=MAX_LIST_LIMIT).contains(&n) {
+        Ok(n)
+    } else {
+        Err(Error::validation(Operation::List, "list_limit")
+            .with_limit(u64::from(n), u64::from(MAX_LIST_LIMIT)))
+    }
+}
+
+/// Checks a machine wait (C14.2: 0–900,000 ms).
+///
+/// # Errors
+/// `validation` (operation `await`) with the limit above 900,000.
+pub fn check_wait_ms(ms: u64) -> Result<(), Error> {
+    if ms <= MAX_MACHINE_WAIT_MS {
+        Ok(())
+    } else {
+        Err(Error::validation(Operation::Await, "wait_timeout").with_limit(ms, MAX_MACHINE_WAIT_MS))
+    }
+}
+
+/// True when a machine wait returns (C14.2): the machine is idle (no
+/// lifecycle operation, created / running / stopped), or `unknown`,
+/// `missing`, `conflict` or `deleted`.
+pub fn machine_settled(rec: &MachineRecord) -> bool {
+    use MachineRecordState as S;
+    match rec.state {
+        S::Unknown | S::Missing | S::Conflict | S::Deleted => true,
+        S::Created | S::Running | S::Stopped => rec.operation == MachineOperation::None,
+        _ => false,
+    }
+}
+
+/// True when a command may be submitted to the machine now: running, idle
+/// and with an empty slot (AC-14.3.2: callers observe the empty slot).
+pub fn slot_free(rec: &MachineRecord) -> bool {
+    rec.state == MachineRecordState::Running
+        && rec.operation == MachineOperation::None
+        && rec.active_execution.is_none()
+}
+
+/// Identifies one caller request; its [`MachineDone`] names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RequestId(pub u64);
+
+/// What the operator verified before a quiescent resolution (C17.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resolution {
+    /// The recorded incarnation is stopped (or still only created).
+    Stopped,
+    /// The worker answers 404 for the machine.
+    Deleted,
+}
+
+/// A caller's request about retained machines.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MachineRequest {
+    /// Create (dedup by scoped fingerprint, tombstones included).
+    Create {
+        /// Scope and id.
+        key: RecordKey,
+        /// What to create.
+        spec: RetainedMachineSpec,
+    },
+    /// Versioned start, stop or delete (C14.2).
+    Lifecycle {
+        /// Machine key.
+        key: RecordKey,
+        /// Start, stop or delete.
+        action: MachineOperation,
+        /// The version the caller inspected.
+        version: u64,
+    },
+    /// A command into the machine's slot (C14.3).
+    Submit {
+        /// Machine key.
+        machine: RecordKey,
+        /// The command's record key (idempotency key).
+        key: RecordKey,
+        /// The command.
+        command: crate::exec::Command,
+    },
+    /// Observe the worker and record what it shows (C14.2).
+    Reconcile {
+        /// Machine key.
+        key: RecordKey,
+    },
+    /// An ownership-verified stop for draining (C17.3); keeps the slot.
+    StopForDrain {
+        /// Machine key.
+        key: RecordKey,
+        /// The inspected version.
+        version: u64,
+    },
+    /// Quiescent resolution (C17.3).
+    Resolve {
+        /// Machine key.
+        key: RecordKey,
+        /// The inspected version.
+        version: u64,
+        /// The operator's assertion that old controllers are stopped and
+        /// their requests drained; without it the request is rejected.
+        quiesced: bool,
+        /// What to resolve to.
+        disposition: Resolution,
+    },
+}
+
+/// The answer to a [`MachineRequest`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MachineAnswer {
+    /// The machine as stored (create: `existing` when it already was).
+    Machine {
+        /// The record.
+        record: Box<MachineRecord>,
+        /// True for a create that found the record (same identity).
+        existing: bool,
+    },
+    /// A command holds (or held) the slot.
+    Submitted {
+        /// The command record.
+        execution: Box<ExecutionRecord>,
+        /// The machine after the transaction.
+        machine: Option<Box<MachineRecord>>,
+        /// True when the command already existed.
+        existing: bool,
+    },
+    /// A resolved machine and the command that held its slot.
+    Resolved {
+        /// The machine.
+        machine: Box<MachineRecord>,
+        /// The settled command.
+        command: Option<Box<ExecutionRecord>>,
+    },
+}
+
+/// A request finished.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MachineDone {
+    /// Which request.
+    pub id: RequestId,
+    /// Its answer or error (the error's evidence says whether anything may
+    /// have reached the worker).
+    pub result: Result<MachineAnswer, Error>,
+}
+
+/// The worker machine spec of a retained machine: the worker's defaults
+/// (the retained spec carries no sizes yet).
+pub(super) fn worker_spec(_spec: &RetainedMachineSpec) -> MachineSpec {
+    MachineSpec::default()
+}
+
+/// The machine name of a retained machine: `smb-` and 24 hex digits of
+/// SHA-256 over the record key (deterministic, ≤31 bytes).
+pub(super) fn machine_name_for(key: &RecordKey) -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    h.update(b"machine\0");
+    h.update(key.scope.as_bytes());
+    h.update([0]);
+    h.update(key.id.as_bytes());
+    let hex = crate::managed::fingerprint::hex(&h.finalize());
+    format!("smb-{}", &hex[..24])
+}
+
+/// What the record looked like when an observation began (C14.2).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Snap {
+    state: MachineRecordState,
+    operation: MachineOperation,
+    phase: MachinePhase,
+    active: Option<RecordKey>,
+    request: Option<crate::managed::record::LastRequest>,
+}
+
+impl Snap {
+    fn of(rec: &MachineRecord) -> Self {
+        Self {
+            state: rec.state,
+            operation: rec.operation,
+            phase: rec.phase,
+            active: rec.active_execution.clone(),
+            request: rec.last_request,
+        }
+    }
+}
+
+/// A worker op of a machine task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WKind {
+    Create,
+    Start,
+    Stop,
+    /// Inspect before a stop/delete: the recorded incarnation?
+    Verify,
+    Delete,
+    /// Inspect after a delete: the 404 is the absence.
+    Absent,
+}
+
+/// What the outstanding store op of a machine task is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SKind {
+    Claim,
+    Fetch,
+    Intent,
+    Write,
+    Finish,
+}
+
+/// What a machine task wants next.
+#[derive(Debug)]
+pub(super) enum MStep {
+    Wait,
+    Store(StoreOp),
+    Worker(WorkerOp),
+    /// A command's slot was finished: its notice.
+    Finished(Box<Finished>),
+    /// Nothing more to do for this machine here.
+    Done,
+}
+
+/// One machine driven by this controller.
+#[derive(Debug)]
+pub(super) struct Mach {
+    rec: MachineRecord,
+    inflight: Option<(OpId, SKind)>,
+    next_kind: SKind,
+    worker_op: Option<OpId>,
+    wkind: Option<WKind>,
+    pending_w: Option<WKind>,
+    reply: Option<(WKind, WorkerResult, Snap)>,
+    began: Option<Snap>,
+    claim_at: Option<Instant>,
+    fresh_claim: bool,
+    /// This process wrote the current `dispatching` intent.
+    intent_mine: bool,
+    /// The mutation of the current intent was emitted (never twice).
+    sent: bool,
+    verified: bool,
+    deleted: bool,
+    retry_at: Option<Instant>,
+    failures: u32,
+    need_fetch: bool,
+    refetches: u32,
+    fatal: Option<Error>,
+    /// Commands whose slot is to be finished (their notices wait for it).
+    finishing: VecDeque<Box<Finished>>,
+}
+
+impl Mach {
+    pub(super) fn new(rec: MachineRecord) -> Self {
+        Self {
+            rec,
+            inflight: None,
+            next_kind: SKind::Write,
+            worker_op: None,
+            wkind: None,
+            pending_w: None,
+            reply: None,
+            began: None,
+            claim_at: None,
+            fresh_claim: false,
+            intent_mine: false,
+            sent: false,
+            verified: false,
+            deleted: false,
+            retry_at: None,
+            failures: 0,
+            need_fetch: false,
+            refetches: 0,
+            fatal: None,
+            finishing: VecDeque::new(),
+        }
+    }
+
+    /// Queues the slot finish of a command this controller stopped driving.
+    pub(super) fn finish_command(&mut self, f: Box<Finished>) {
+        if !self.finishing.iter().any(|x| x.key == f.key) {
+            self.finishing.push_back(f);
+        }
+    }
+
+    /// Commands waiting for their slot finish here.
+    pub(super) fn finishing_keys(&self) -> impl Iterator<Item = &RecordKey> {
+        self.finishing.iter().map(|f| &f.key)
+    }
+
+    /// Re-reads the record before the next step (it was seen elsewhere).
+    pub(super) fn refresh(&mut self) {
+        self.need_fetch = true;
+    }
+
+    /// The worker whose lease the next step needs (an unassigned machine
+    /// about to be reserved).
+    pub(super) fn wants_lease(&self, cfg: &ControllerConfig) -> Option<String> {
+        let creating = self.rec.assignment.is_none()
+            && self.rec.state == MachineRecordState::Accepted
+            && self.rec.operation == MachineOperation::None
+            && self.rec.next_due_at_ms.is_some();
+        if !creating {
+            return None;
+        }
+        cfg.workers
+            .iter()
+            .find(|w| w.profile.is_some())
+            .map(|w| w.id.clone())
+    }
+
+    pub(super) fn store_sent(&mut self, id: OpId) {
+        self.inflight = Some((id, self.next_kind));
+    }
+
+    pub(super) fn worker_sent(&mut self, id: OpId) {
+        self.worker_op = Some(id);
+        self.wkind = self.pending_w.take();
+        self.began = Some(Snap::of(&self.rec));
+        if matches!(
+            self.wkind,
+            Some(WKind::Create | WKind::Start | WKind::Stop | WKind::Delete)
+        ) {
+            self.sent = true;
+        }
+    }
+
+    pub(super) fn wake_at(&self, cfg: &ControllerConfig) -> Option<Instant> {
+        if self.inflight.is_some() || self.fatal.is_some() {
+            return None;
+        }
+        if let Some(t) = self.retry_at {
+            return Some(t);
+        }
+        if self.worker_op.is_some() {
+            return self.claim_at.map(|c| c + cfg.renew_every());
+        }
+        None
+    }
+
+    fn claim_ok(&self, cfg: &ControllerConfig, now: Instant, now_ms: u64) -> bool {
+        let ours = self
+            .rec
+            .claim
+            .as_ref()
+            .is_some_and(|c| c.owner == cfg.owner && c.until_ms > now_ms);
+        ours && self
+            .claim_at
+            .is_some_and(|at| now.saturating_duration_since(at) < cfg.renew_every())
+    }
+
+    fn claim_op(&mut self, cfg: &ControllerConfig, now_ms: u64) -> MStep {
+        self.next_kind = SKind::Claim;
+        MStep::Store(StoreOp::ClaimMachine {
+            key: self.rec.key.clone(),
+            owner: cfg.owner.clone(),
+            now_ms: now_ms.max(self.rec.updated_at_ms),
+            ttl_ms: cfg.lease_ttl_ms,
+        })
+    }
+
+    fn write(
+        &mut self,
+        cfg: &ControllerConfig,
+        now_ms: u64,
+        kind: SKind,
+        p: MachinePatch,
+    ) -> MStep {
+        self.next_kind = kind;
+        MStep::Store(StoreOp::WriteMachine {
+            key: self.rec.key.clone(),
+            guard: Guard::for_machine(&self.rec, &cfg.owner),
+            patch: p,
+            now_ms: now_ms.max(self.rec.updated_at_ms),
+        })
+    }
+
+    fn guarded(
+        &mut self,
+        cfg: &ControllerConfig,
+        now: Instant,
+        now_ms: u64,
+        p: MachinePatch,
+    ) -> MStep {
+        if self.claim_ok(cfg, now, now_ms) {
+            self.write(cfg, now_ms, SKind::Write, p)
+        } else {
+            self.claim_op(cfg, now_ms)
+        }
+    }
+
+    /// The intent write, with the claim refreshed immediately before (C15).
+    fn intent(
+        &mut self,
+        cfg: &ControllerConfig,
+        now_ms: u64,
+        state: MachineRecordState,
+        op: MachineOperation,
+    ) -> MStep {
+        if !self.fresh_claim {
+            return self.claim_op(cfg, now_ms);
+        }
+        let p = MachinePatch {
+            state: Some(state),
+            operation: Some((op, MachinePhase::Dispatching)),
+            ..MachinePatch::default()
+        };
+        self.write(cfg, now_ms, SKind::Intent, p)
+    }
+
+    fn worker(&mut self, kind: WKind, op: WorkerOp) -> MStep {
+        self.pending_w = Some(kind);
+        MStep::Worker(op)
+    }
+
+    /// Ends the current operation: `state`, no operation, not due.
+    fn settle(
+        &mut self,
+        cfg: &ControllerConfig,
+        now: Instant,
+        now_ms: u64,
+        state: MachineRecordState,
+        extra: MachinePatch,
+    ) -> MStep {
+        self.sent = false;
+        self.verified = false;
+        self.intent_mine = false;
+        let p = MachinePatch {
+            state: Some(state),
+            operation: Some((MachineOperation::None, MachinePhase::None)),
+            next_due_at_ms: Some(None),
+            ..extra
+        };
+        self.guarded(cfg, now, now_ms, p)
+    }
+
+    /// The operation's outcome is uncertain: `unknown`, the operation kept
+    /// as `uncertain` (never resent; reconcile or resolve settles it).
+    fn uncertain(&mut self, cfg: &ControllerConfig, now: Instant, now_ms: u64, e: &Error) -> MStep {
+        self.sent = false;
+        self.intent_mine = false;
+        let p = MachinePatch {
+            state: Some(MachineRecordState::Unknown),
+            operation: Some((self.rec.operation, MachinePhase::Uncertain)),
+            next_due_at_ms: Some(None),
+            last_error: Some(ErrorEntry::from_error(e, now_ms)),
+            ..MachinePatch::default()
+        };
+        self.guarded(cfg, now, now_ms, p)
+    }
+
+    /// Refuses the requested operation without touching the worker.
+    fn refuse(&mut self, cfg: &ControllerConfig, now: Instant, now_ms: u64, e: &Error) -> MStep {
+        self.verified = false;
+        let p = MachinePatch {
+            operation: Some((MachineOperation::None, MachinePhase::None)),
+            next_due_at_ms: Some(None),
+            last_error: Some(ErrorEntry::from_error(e, now_ms)),
+            ..MachinePatch::default()
+        };
+        self.guarded(cfg, now, now_ms, p)
+    }
+
+    fn observation(&self, obs: &Observation, now_ms: u64) -> RecordedObservation {
+        RecordedObservation {
+            state: record_state(obs.state),
+            incarnation: incarnation_token(obs),
+            at_ms: now_ms.max(self.rec.updated_at_ms),
+        }
+    }
+
+    fn same_incarnation(&self, obs: &Observation) -> bool {
+        self.rec
+            .creation
+            .as_ref()
+            .is_some_and(|c| c.incarnation == incarnation_token(obs))
+    }
+
+    /// The next op. Called only with no store op outstanding.
+    pub(super) fn step(
+        &mut self,
+        cfg: &ControllerConfig,
+        leases: &Leases,
+        now: Instant,
+        now_ms: u64,
+    ) -> MStep {
+        if self.inflight.is_some() {
+            return MStep::Wait;
+        }
+        if let Some(t) = self.retry_at {
+            if now < t {
+                return MStep::Wait;
+            }
+            self.retry_at = None;
+        }
+        if self.fatal.is_some() {
+            if self.worker_op.is_some() {
+                return MStep::Wait;
+            }
+            if let Some(mut f) = self.finishing.pop_front() {
+                if f.error.is_none() {
+                    f.error = self.fatal;
+                }
+                return MStep::Finished(f);
+            }
+            return MStep::Done;
+        }
+        if self.need_fetch {
+            self.need_fetch = false;
+            self.next_kind = SKind::Fetch;
+            return MStep::Store(StoreOp::FetchMachine {
+                key: self.rec.key.clone(),
+            });
+        }
+        if let Some(exec) = self.finishing.front().map(|f| f.key.clone()) {
+            if self.rec.active_execution.as_ref() != Some(&exec) {
+                // Not (or no longer) the holder: resolved or finished elsewhere.
+                if let Some(f) = self.finishing.pop_front() {
+                    return MStep::Finished(f);
+                }
+            }
+            if !self.claim_ok(cfg, now, now_ms) {
+                return self.claim_op(cfg, now_ms);
+            }
+            self.next_kind = SKind::Finish;
+            return MStep::Store(StoreOp::FinishCommand {
+                machine: self.rec.key.clone(),
+                guard: Guard::for_machine(&self.rec, &cfg.owner),
+                exec,
+                now_ms: now_ms.max(self.rec.updated_at_ms),
+            });
+        }
+        if self.worker_op.is_some() {
+            return if self.claim_ok(cfg, now, now_ms) {
+                MStep::Wait
+            } else {
+                self.claim_op(cfg, now_ms)
+            };
+        }
+        let reply = match self.reply.take() {
+            // C14.2: the intent, state or active command changed since the
+            // observation began: the reply is not written.
+            Some((_, _, snap)) if snap != Snap::of(&self.rec) => {
+                self.fatal = Some(
+                    Error::new(
+                        Category::StaleVersion,
+                        Operation::StoreWrite,
+                        Evidence::Unknown,
+                    )
+                    .with_reason("observation_outdated"),
+                );
+                return MStep::Done;
+            }
+            Some((k, r, _)) => Some((k, r)),
+            None => None,
+        };
+        self.lifecycle(cfg, leases, reply, now, now_ms)
+    }
+
+    #[allow(clippy::too_many_lines)]
+    fn lifecycle(
+        &mut self,
+        cfg: &ControllerConfig,
+        leases: &Leases,
+        reply: Option<(WKind, WorkerResult)>,
+        now: Instant,
+        now_ms: u64,
+    ) -> MStep {
+        use MachineOperation as Op;
+        use MachinePhase as Ph;
+        use MachineRecordState as S;
+        let worker = self
+            .rec
+            .assignment
+            .as_ref()
+            .map(|a| a.worker_id.clone())
+            .or_else(|| self.wants_lease(cfg));
+        let entry = worker
+            .as_ref()
+            .and_then(|w| cfg.workers.iter().find(|x| &x.id == w));
+        let Some(profile) = entry.and_then(|e| e.profile.clone()) else {
+            // Not a worker this controller can drive: leave it as stored.
+            return MStep::Done;
+        };
+        let name = self
+            .rec
+            .assignment
+            .as_ref()
+            .and_then(|a| MachineName::new(&a.machine_name).ok());
+        let worker_id = worker.unwrap_or_default();
+        let op_of = |kind: WKind, name: MachineName, profile: &Profile| -> WorkerOp {
+            let profile = Box::new(profile.clone());
+            let worker_id = worker_id.clone();
+            match kind {
+                WKind::Start => WorkerOp::Start {
+                    worker_id,
+                    profile,
+                    name,
+                },
+                WKind::Stop => WorkerOp::Stop {
+                    worker_id,
+                    profile,
+                    name,
+                },
+                WKind::Delete => WorkerOp::Delete { worker_id, name },
+                WKind::Verify | WKind::Absent | WKind::Create => WorkerOp::Inspect {
+                    worker_id,
+                    profile,
+                    name,
+                },
+            }
+        };
+        let (op, phase, state) = (self.rec.operation, self.rec.phase, self.rec.state);
+        match (op, phase) {
+            (Op::None, Ph::None) if state == S::Accepted && self.rec.next_due_at_ms.is_some() => {
+                if self.rec.assignment.is_none() {
+                    let Some(entry) = entry else {
+                        return MStep::Done;
+                    };
+                    if leases.live(&entry.id, now, now_ms).is_none() {
+                        return MStep::Wait;
+                    }
+                    if !self.claim_ok(cfg, now, now_ms) {
+                        return self.claim_op(cfg, now_ms);
+                    }
+                    self.next_kind = SKind::Write;
+                    return MStep::Store(StoreOp::ReserveMachine {
+                        key: self.rec.key.clone(),
+                        guard: Guard::for_machine(&self.rec, &cfg.owner),
+                        reservation: Reservation {
+                            worker_id: entry.id.clone(),
+                            machine_name: machine_name_for(&self.rec.key),
+                            capacity: RETAINED_RESERVATION,
+                            limit: entry.capacity,
+                        },
+                        now_ms: now_ms.max(self.rec.updated_at_ms),
+                    });
+                }
+                // Assigned, no intent yet: no create was ever sent.
+                self.intent(cfg, now_ms, S::Creating, Op::Create)
+            }
+            (Op::Create, Ph::Dispatching) => {
+                let Some(name) = name else {
+                    return MStep::Done;
+                };
+                match reply {
+                    Some((WKind::Create, Ok(WorkerReply::Machine(obs)))) => {
+                        let to = match obs.state {
+                            MachineState::Running => S::Running,
+                            _ => S::Created,
+                        };
+                        let extra = MachinePatch {
+                            creation: Some(CreationEvidence {
+                                created_at_ms: obs.incarnation.created_at.saturating_mul(1_000),
+                                incarnation: incarnation_token(&obs),
+                            }),
+                            observation: Some(self.observation(&obs, now_ms)),
+                            ..MachinePatch::default()
+                        };
+                        self.settle(cfg, now, now_ms, to, extra)
+                    }
+                    Some((WKind::Create, Err(e))) if e.evidence() == Evidence::NotDispatched => {
+                        // Nothing left the process: no machine; absence known.
+                        let p = MachinePatch {
+                            state: Some(S::Unknown),
+                            operation: Some((Op::None, Ph::None)),
+                            absence_at_ms: Some(now_ms.max(self.rec.updated_at_ms)),
+                            next_due_at_ms: Some(None),
+                            last_error: Some(ErrorEntry::from_error(&e, now_ms)),
+                            ..MachinePatch::default()
+                        };
+                        self.sent = false;
+                        self.guarded(cfg, now, now_ms, p)
+                    }
+                    Some((_, r)) => {
+                        let e = match r {
+                            Err(e) => e,
+                            Ok(_) => Error::protocol(Operation::Create, "create_reply_mismatch"),
+                        };
+                        self.uncertain(cfg, now, now_ms, &e)
+                    }
+                    None if self.sent => MStep::Wait,
+                    None if self.intent_mine => {
+                        self.pending_w = Some(WKind::Create);
+                        MStep::Worker(WorkerOp::Create {
+                            worker_id: worker_id.clone(),
+                            profile: Box::new((*profile).clone()),
+                            name,
+                            spec: Box::new(worker_spec(&self.rec.spec)),
+                        })
+                    }
+                    // Found with an intent this process did not write: the
+                    // create may have been sent; never again (C17.1).
+                    None => self.uncertain(cfg, now, now_ms, &found_dispatching(Operation::Create)),
+                }
+            }
+            (Op::Start, Ph::Pending) => {
+                if self.rec.creation.is_none() || name.is_none() {
+                    return self.refuse(cfg, now, now_ms, &no_evidence(Operation::Start));
+                }
+                if state == S::Running {
+                    return self.settle(cfg, now, now_ms, S::Running, MachinePatch::default());
+                }
+                self.intent(cfg, now_ms, S::Starting, Op::Start)
+            }
+            (Op::Stop | Op::Delete, Ph::Pending) => {
+                let Some(name) = name else {
+                    if op == Op::Delete && self.rec.assignment.is_none() {
+                        // Never assigned: deleted with no worker call.
+                        return self.settle(cfg, now, now_ms, S::Deleted, MachinePatch::default());
+                    }
+                    return self.refuse(cfg, now, now_ms, &no_evidence(Operation::Stop));
+                };
+                if op == Op::Delete && self.rec.absence_at_ms.is_some() {
+                    return self.settle(cfg, now, now_ms, S::Deleted, MachinePatch::default());
+                }
+                if self.rec.creation.is_none() {
+                    let o = if op == Op::Stop {
+                        Operation::Stop
+                    } else {
+                        Operation::Delete
+                    };
+                    return self.refuse(cfg, now, now_ms, &no_evidence(o));
+                }
+                if op == Op::Stop && matches!(state, S::Created | S::Stopped) {
+                    return self.settle(cfg, now, now_ms, state, MachinePatch::default());
+                }
+                match reply {
+                    Some((WKind::Verify, Ok(WorkerReply::Machine(obs)))) => {
+                        if !self.same_incarnation(&obs) {
+                            let e = Error::new(
+                                Category::IdentityConflict,
+                                Operation::Get,
+                                Evidence::NotDispatched,
+                            )
+                            .with_reason("incarnation_mismatch");
+                            return self.refuse(cfg, now, now_ms, &e);
+                        }
+                        self.verified = true;
+                    }
+                    Some((WKind::Verify, Err(e))) if e.category() == Category::NotFound => {
+                        // The recorded machine is gone (evidence held).
+                        let (to, absence) = if op == Op::Delete {
+                            (S::Deleted, Some(now_ms.max(self.rec.updated_at_ms)))
+                        } else {
+                            (S::Missing, None)
+                        };
+                        let extra = MachinePatch {
+                            absence_at_ms: absence,
+                            ..MachinePatch::default()
+                        };
+                        return self.settle(cfg, now, now_ms, to, extra);
+                    }
+                    Some((WKind::Verify, r)) => {
+                        // Could not verify: nothing is mutated; try later.
+                        let _ = r;
+                        return self.retry(cfg, now);
+                    }
+                    _ => {}
+                }
+                if !self.verified {
+                    return self.worker(WKind::Verify, op_of(WKind::Verify, name, &profile));
+                }
+                let to = if op == Op::Stop {
+                    S::Stopping
+                } else {
+                    S::Deleting
+                };
+                self.intent(cfg, now_ms, to, op)
+            }
+            (Op::Start | Op::Stop | Op::Delete, Ph::Dispatching) => {
+                let Some(name) = name else {
+                    return MStep::Done;
+                };
+                let kind = match op {
+                    Op::Start => WKind::Start,
+                    Op::Stop => WKind::Stop,
+                    _ => WKind::Delete,
+                };
+                match reply {
+                    Some((WKind::Start | WKind::Stop, Ok(WorkerReply::Machine(obs)))) => {
+                        let want = if op == Op::Start {
+                            MachineState::Running
+                        } else {
+                            MachineState::Stopped
+                        };
+                        if obs.state == want && self.same_incarnation(&obs) {
+                            let extra = MachinePatch {
+                                observation: Some(self.observation(&obs, now_ms)),
+                                ..MachinePatch::default()
+                            };
+                            return self.settle(cfg, now, now_ms, record_state(want), extra);
+                        }
+                        let e = Error::protocol(operation_of(op), "reply_mismatch");
+                        self.uncertain(cfg, now, now_ms, &e)
+                    }
+                    Some((WKind::Delete, Ok(WorkerReply::Deleted))) => {
+                        self.deleted = true;
+                        self.worker(WKind::Absent, op_of(WKind::Absent, name, &profile))
+                    }
+                    Some((WKind::Absent, Err(e))) if e.category() == Category::NotFound => {
+                        let extra = MachinePatch {
+                            absence_at_ms: Some(now_ms.max(self.rec.updated_at_ms)),
+                            ..MachinePatch::default()
+                        };
+                        self.settle(cfg, now, now_ms, S::Deleted, extra)
+                    }
+                    Some((_, r)) => {
+                        let e = match r {
+                            Err(e) => e,
+                            Ok(_) => Error::protocol(operation_of(op), "reply_mismatch"),
+                        };
+                        self.uncertain(cfg, now, now_ms, &e)
+                    }
+                    None if self.sent => MStep::Wait,
+                    None if self.intent_mine => self.worker(kind, op_of(kind, name, &profile)),
+                    None => self.uncertain(cfg, now, now_ms, &found_dispatching(operation_of(op))),
+                }
+            }
+            _ => {
+                if self.rec.next_due_at_ms.is_some() && self.rec.operation != Op::Create {
+                    let p = MachinePatch {
+                        next_due_at_ms: Some(None),
+                        ..MachinePatch::default()
+                    };
+                    return self.guarded(cfg, now, now_ms, p);
+                }
+                MStep::Done
+            }
+        }
+    }
+
+    fn retry(&mut self, cfg: &ControllerConfig, now: Instant) -> MStep {
+        self.failures += 1;
+        if self.failures > MAX_STORE_RETRIES {
+            self.fatal = Some(
+                Error::new(Category::Unknown, Operation::Get, Evidence::NotDispatched)
+                    .with_reason("verify_failed"),
+            );
+            return MStep::Done;
+        }
+        self.retry_at = Some(now + cfg.poll());
+        MStep::Wait
+    }
+
+    /// The answer to this task's store op.
+    pub(super) fn on_stored(
+        &mut self,
+        now: Instant,
+        id: OpId,
+        cfg: &ControllerConfig,
+        result: StoreResult,
+    ) -> Option<Box<Finished>> {
+        let kind = match self.inflight {
+            Some((op, k)) if op == id => k,
+            _ => return None,
+        };
+        self.inflight = None;
+        match result {
+            Ok(StoreReply::Machine(rec)) if rec.key == self.rec.key => {
+                self.failures = 0;
+                if kind != SKind::Fetch {
+                    self.refetches = 0;
+                }
+                self.rec = rec;
+                self.fresh_claim = kind == SKind::Claim;
+                match kind {
+                    SKind::Claim => self.claim_at = Some(now),
+                    SKind::Intent => {
+                        self.intent_mine = true;
+                        self.sent = false;
+                    }
+                    _ => {}
+                }
+                None
+            }
+            Ok(StoreReply::SlotFinished {
+                machine,
+                execution,
+                finish,
+            }) if kind == SKind::Finish => {
+                self.failures = 0;
+                self.rec = machine;
+                let mut f = self.finishing.pop_front()?;
+                if finish == Finish::Kept && f.error.is_none() && execution.result.is_none() {
+                    f.error = Some(
+                        Error::new(Category::Unknown, Operation::Exec, Evidence::Unknown)
+                            .with_reason("slot_kept"),
+                    );
+                }
+                f.record = Some(execution);
+                Some(f)
+            }
+            Ok(_) => {
+                self.fatal = Some(Error::protocol(Operation::StoreFetch, "unexpected_reply"));
+                None
+            }
+            Err(e) => {
+                self.fresh_claim = false;
+                match e.category() {
+                    Category::StaleVersion if self.refetches < 16 => {
+                        self.refetches += 1;
+                        self.need_fetch = true;
+                    }
+                    Category::Store | Category::Unknown | Category::Transport
+                        if self.failures < MAX_STORE_RETRIES =>
+                    {
+                        self.failures += 1;
+                        self.retry_at = Some(now + cfg.poll());
+                    }
+                    Category::StaleClaim if !self.finishing.is_empty() && self.failures < 64 => {
+                        // Another controller holds the machine's claim: the
+                        // slot is finished once it lapses (within one TTL).
+                        self.failures += 1;
+                        self.need_fetch = true;
+                        self.retry_at = Some(now + cfg.poll().max(cfg.renew_every() / 2));
+                    }
+                    Category::Validation
+                        if kind == SKind::Finish && e.reason() == "not_slot_holder" =>
+                    {
+                        self.need_fetch = true;
+                    }
+                    _ => self.fatal = Some(e),
+                }
+                None
+            }
+        }
+    }
+
+    /// The answer to this task's worker op.
+    pub(super) fn on_worker(&mut self, id: OpId, result: WorkerResult) {
+        if self.worker_op != Some(id) {
+            return;
+        }
+        self.worker_op = None;
+        let Some(kind) = self.wkind.take() else {
+            return;
+        };
+        let snap = self.began.take().unwrap_or_else(|| Snap::of(&self.rec));
+        self.reply = Some((kind, result, snap));
+    }
+
+    /// The error this task stopped with, if any.
+    pub(super) fn take_fatal(&mut self) -> Option<Error> {
+        self.fatal.take()
+    }
+}
+
+const fn record_state(s: MachineState) -> MachineRecordState {
+    match s {
+        MachineState::Created => MachineRecordState::Created,
+        MachineState::Running => MachineRecordState::Running,
+        MachineState::Stopped => MachineRecordState::Stopped,
+    }
+}
+
+const fn operation_of(op: MachineOperation) -> Operation {
+    match op {
+        MachineOperation::Create => Operation::Create,
+        MachineOperation::Start => Operation::Start,
+        MachineOperation::Stop => Operation::Stop,
+        MachineOperation::Delete => Operation::Delete,
+        MachineOperation::None => Operation::Get,
+    }
+}
+
+const fn found_dispatching(op: Operation) -> Error {
+    Error::new(Category::Unknown, op, Evidence::DispatchUncertain).with_reason("intent_not_mine")
+}
+
+const fn no_evidence(op: Operation) -> Error {
+    Error::new(Category::Validation, op, Evidence::NotDispatched)
+        .with_reason("no_creation_evidence")
+}
+
+const fn identity_conflict(op: Operation, reason: &'static str) -> Error {
+    Error::new(Category::IdentityConflict, op, Evidence::NotDispatched).with_reason(reason)
+}
+
+/// Where a request flow is.
+#[derive(Debug)]
+enum Stage {
+    /// Waiting for the first store answer (accept, request, fetch).
+    Start,
+    /// Claimed; inspecting before the drain stop.
+    DrainVerify,
+    DrainIntent,
+    DrainStop,
+    DrainConfirm,
+    DrainWrite,
+    /// Inspecting before the resolve.
+    ResolveInspect,
+    ResolveWrite,
+    /// Claimed; inspecting for a reconcile.
+    ReconcileClaim,
+    ReconcileInspect,
+    ReconcileWrite,
+    /// Accepting a command into the slot.
+    SubmitAccept,
+}
+
+/// One caller request in flight (a short flow of store and worker ops).
+#[derive(Debug)]
+pub(super) struct Req {
+    pub(super) id: RequestId,
+    pub(super) request: MachineRequest,
+    stage: Stage,
+    machine: Option<MachineRecord>,
+    snap: Option<Snap>,
+    /// The command record to submit (built once the machine was read).
+    pub(super) command: Option<ExecutionRecord>,
+}
+
+/// What a request flow wants next.
+#[derive(Debug)]
+pub(super) enum RStep {
+    Store(StoreOp),
+    Worker(WorkerOp),
+    /// A submit read its machine: the controller builds the command.
+    NeedCommand(Box<MachineRecord>),
+    Done(Result<MachineAnswer, Error>),
+}
+
+impl Req {
+    pub(super) fn new(id: RequestId, request: MachineRequest) -> Self {
+        Self {
+            id,
+            request,
+            stage: Stage::Start,
+            machine: None,
+            snap: None,
+            command: None,
+        }
+    }
+
+    pub(super) fn key(&self) -> &RecordKey {
+        match &self.request {
+            MachineRequest::Create { key, .. }
+            | MachineRequest::Lifecycle { key, .. }
+            | MachineRequest::Reconcile { key }
+            | MachineRequest::StopForDrain { key, .. }
+            | MachineRequest::Resolve { key, .. } => key,
+            MachineRequest::Submit { machine, .. } => machine,
+        }
+    }
+
+    /// The worker op of an inspect of the flow's machine.
+    fn inspect(&self, cfg: &ControllerConfig) -> Result<WorkerOp, Error> {
+        let m = self
+            .machine
+            .as_ref()
+            .ok_or(Error::protocol(Operation::Resolve, "no_machine"))?;
+        let a = m
+            .assignment
+            .as_ref()
+            .ok_or(identity_conflict(Operation::Resolve, "not_assigned"))?;
+        let profile = cfg
+            .workers
+            .iter()
+            .find(|w| w.id == a.worker_id)
+            .and_then(|w| w.profile.clone())
+            .ok_or(
+                Error::new(
+                    Category::UnsupportedCapability,
+                    Operation::Resolve,
+                    Evidence::NotDispatched,
+                )
+                .with_reason("unknown_worker"),
+            )?;
+        Ok(WorkerOp::Inspect {
+            worker_id: a.worker_id.clone(),
+            profile,
+            name: MachineName::new(&a.machine_name)?,
+        })
+    }
+
+    fn claim(&self, cfg: &ControllerConfig, now_ms: u64, m: &MachineRecord) -> StoreOp {
+        StoreOp::ClaimMachine {
+            key: m.key.clone(),
+            owner: cfg.owner.clone(),
+            now_ms: now_ms.max(m.updated_at_ms),
+            ttl_ms: cfg.lease_ttl_ms,
+        }
+    }
+
+    fn write(cfg: &ControllerConfig, now_ms: u64, m: &MachineRecord, p: MachinePatch) -> StoreOp {
+        StoreOp::WriteMachine {
+            key: m.key.clone(),
+            guard: Guard::for_machine(m, &cfg.owner),
+            patch: p,
+            now_ms: now_ms.max(m.updated_at_ms),
+        }
+    }
+
+    fn answer(m: MachineRecord) -> RStep {
+        RStep::Done(Ok(MachineAnswer::Machine {
+            record: Box::new(m),
+            existing: false,
+        }))
+    }
+
+    /// The answer to the flow's store op.
+    #[allow(clippy::too_many_lines)]
+    pub(super) fn on_stored(
+        &mut self,
+        cfg: &ControllerConfig,
+        now_ms: u64,
+        result: StoreResult,
+    ) -> RStep {
+        let reply = match result {
+            Ok(r) => r,
+            Err(e) => return RStep::Done(Err(e)),
+        };
+        match (&self.stage, reply) {
+            (Stage::Start, StoreReply::MachineAccepted { record, existing }) => {
+                RStep::Done(Ok(MachineAnswer::Machine {
+                    record: Box::new(record),
+                    existing,
+                }))
+            }
+            (Stage::Start, StoreReply::Machine(m)) => {
+                let request = self.request.clone();
+                match request {
+                    MachineRequest::Lifecycle { .. } => Self::answer(m),
+                    MachineRequest::Submit { .. } => {
+                        self.machine = Some(m.clone());
+                        RStep::NeedCommand(Box::new(m))
+                    }
+                    MachineRequest::StopForDrain { version, .. } => {
+                        if m.version != version {
+                            return RStep::Done(Err(crate::managed::claim::stale_version(
+                                Operation::Stop,
+                            )));
+                        }
+                        if m.creation.is_none() {
+                            return RStep::Done(Err(no_evidence(Operation::Stop)));
+                        }
+                        let op = self.claim(cfg, now_ms, &m);
+                        self.machine = Some(m);
+                        self.stage = Stage::DrainVerify;
+                        RStep::Store(op)
+                    }
+                    MachineRequest::Resolve {
+                        version,
+                        disposition,
+                        ..
+                    } => {
+                        if m.version != version {
+                            return RStep::Done(Err(crate::managed::claim::stale_version(
+                                Operation::Resolve,
+                            )));
+                        }
+                        self.machine = Some(m.clone());
+                        if m.assignment.is_none() {
+                            // Never assigned: nothing exists on a worker.
+                            if disposition == Resolution::Stopped {
+                                return RStep::Done(Err(identity_conflict(
+                                    Operation::Resolve,
+                                    "not_assigned",
+                                )));
+                            }
+                            self.stage = Stage::ResolveWrite;
+                            return RStep::Store(self.resolve_op(now_ms, Disposition::Deleted));
+                        }
+                        self.stage = Stage::ResolveInspect;
+                        match self.inspect(cfg) {
+                            Ok(op) => RStep::Worker(op),
+                            Err(e) => RStep::Done(Err(e)),
+                        }
+                    }
+                    MachineRequest::Reconcile { .. } => {
+                        if m.assignment.is_none() || m.state == MachineRecordState::Deleted {
+                            return Self::answer(m);
+                        }
+                        let op = self.claim(cfg, now_ms, &m);
+                        self.machine = Some(m);
+                        self.stage = Stage::ReconcileClaim;
+                        RStep::Store(op)
+                    }
+                    MachineRequest::Create { .. } => {
+                        RStep::Done(Err(Error::protocol(Operation::Create, "unexpected_reply")))
+                    }
+                }
+            }
+            (Stage::DrainVerify | Stage::ReconcileClaim, StoreReply::Machine(m)) => {
+                self.snap = Some(Snap::of(&m));
+                self.machine = Some(m);
+                self.stage = if matches!(self.stage, Stage::DrainVerify) {
+                    Stage::DrainVerify
+                } else {
+                    Stage::ReconcileInspect
+                };
+                match self.inspect(cfg) {
+                    Ok(op) => RStep::Worker(op),
+                    Err(e) => RStep::Done(Err(e)),
+                }
+            }
+            (Stage::DrainIntent, StoreReply::Machine(m)) => {
+                let Some(a) = m.assignment.clone() else {
+                    return RStep::Done(Err(identity_conflict(Operation::Stop, "not_assigned")));
+                };
+                let profile = cfg
+                    .workers
+                    .iter()
+                    .find(|w| w.id == a.worker_id)
+                    .and_then(|w| w.profile.clone());
+                let (Some(profile), Ok(name)) = (profile, MachineName::new(&a.machine_name)) else {
+                    return RStep::Done(Err(Error::protocol(Operation::Stop, "unknown_worker")));
+                };
+                self.machine = Some(m);
+                self.stage = Stage::DrainStop;
+                RStep::Worker(WorkerOp::Stop {
+                    worker_id: a.worker_id,
+                    profile,
+                    name,
+                })
+            }
+            (Stage::DrainWrite | Stage::ReconcileWrite, StoreReply::Machine(m)) => Self::answer(m),
+            (Stage::ResolveWrite, StoreReply::Resolved { machine, command }) => {
+                RStep::Done(Ok(MachineAnswer::Resolved {
+                    machine: Box::new(machine),
+                    command: command.map(Box::new),
+                }))
+            }
+            (
+                Stage::SubmitAccept,
+                StoreReply::Submitted {
+                    execution,
+                    machine,
+                    existing,
+                },
+            ) => RStep::Done(Ok(MachineAnswer::Submitted {
+                execution: Box::new(execution),
+                machine: machine.map(Box::new),
+                existing,
+            })),
+            _ => RStep::Done(Err(Error::protocol(
+                Operation::StoreFetch,
+                "unexpected_reply",
+            ))),
+        }
+    }
+
+    fn resolve_op(&self, now_ms: u64, disposition: Disposition) -> StoreOp {
+        let (version, updated) = self
+            .machine
+            .as_ref()
+            .map_or((0, 0), |m| (m.version, m.updated_at_ms));
+        StoreOp::ResolveMachine {
+            key: self.key().clone(),
+            version,
+            quiesced: true,
+            disposition,
+            now_ms: now_ms.max(updated),
+        }
+    }
+
+    /// Submitting: the command record is ready.
+    pub(super) fn submit_op(&mut self, record: ExecutionRecord, max_pending: u32) -> StoreOp {
+        self.stage = Stage::SubmitAccept;
+        StoreOp::SubmitCommand {
+            record: Box::new(record),
+            max_pending,
+        }
+    }
+
+    /// The answer to the flow's worker op.
+    #[allow(clippy::too_many_lines)]
+    pub(super) fn on_worker(
+        &mut self,
+        cfg: &ControllerConfig,
+        now_ms: u64,
+        result: WorkerResult,
+    ) -> RStep {
+        let Some(m) = self.machine.clone() else {
+            return RStep::Done(Err(Error::protocol(Operation::Get, "no_machine")));
+        };
+        let recorded = m.creation.as_ref().map(|c| c.incarnation.clone());
+        match &self.stage {
+            Stage::ResolveInspect => {
+                let MachineRequest::Resolve { disposition, .. } = self.request else {
+                    return RStep::Done(Err(Error::protocol(Operation::Resolve, "stage")));
+                };
+                let d = match (disposition, result) {
+                    (Resolution::Stopped, Ok(WorkerReply::Machine(obs))) => {
+                        let inc = incarnation_token(&obs);
+                        if recorded.as_deref() != Some(inc.as_str()) {
+                            return RStep::Done(Err(identity_conflict(
+                                Operation::Resolve,
+                                "incarnation_mismatch",
+                            )));
+                        }
+                        if obs.state == MachineState::Running {
+                            return RStep::Done(Err(identity_conflict(
+                                Operation::Resolve,
+                                "running",
+                            )));
+                        }
+                        Disposition::Stopped {
+                            observed: record_state(obs.state),
+                            incarnation: inc,
+                        }
+                    }
+                    (Resolution::Stopped, Err(e)) if e.category() == Category::NotFound => {
+                        return RStep::Done(Err(identity_conflict(Operation::Resolve, "absent")));
+                    }
+                    (Resolution::Deleted, Err(e)) if e.category() == Category::NotFound => {
+                        Disposition::Deleted
+                    }
+                    (Resolution::Deleted, Ok(WorkerReply::Machine(_))) => {
+                        return RStep::Done(Err(identity_conflict(Operation::Resolve, "present")));
+                    }
+                    // A worker outage changes nothing (AC-17.3.3).
+                    (_, Err(e)) => return RStep::Done(Err(e)),
+                    (_, Ok(_)) => {
+                        return RStep::Done(Err(Error::protocol(
+                            Operation::Resolve,
+                            "unexpected_reply",
+                        )));
+                    }
+                };
+                self.stage = Stage::ResolveWrite;
+                RStep::Store(self.resolve_op(now_ms, d))
+            }
+            Stage::DrainVerify => match result {
+                Ok(WorkerReply::Machine(obs))
+                    if recorded.as_deref() == Some(incarnation_token(&obs).as_str()) =>
+                {
+                    // Ownership verified: the stop intent is durable first
+                    // (the slot keeps its command, so the intent is the
+                    // record's latest error entry, not an operation).
+                    let e = Error::new(Category::Unknown, Operation::Stop, Evidence::Unknown)
+                        .with_reason("drain_stop_intent");
+                    let p = MachinePatch {
+                        last_error: Some(ErrorEntry::from_error(&e, now_ms)),
+                        ..MachinePatch::default()
+                    };
+                    self.stage = Stage::DrainIntent;
+                    RStep::Store(Self::write(cfg, now_ms, &m, p))
+                }
+                Ok(WorkerReply::Machine(_)) => RStep::Done(Err(identity_conflict(
+                    Operation::Stop,
+                    "incarnation_mismatch",
+                ))),
+                Ok(_) => RStep::Done(Err(Error::protocol(Operation::Get, "unexpected_reply"))),
+                Err(e) => RStep::Done(Err(e)),
+            },
+            Stage::DrainStop => match result {
+                Ok(_) => {
+                    self.stage = Stage::DrainConfirm;
+                    match self.inspect(cfg) {
+                        Ok(op) => RStep::Worker(op),
+                        Err(e) => RStep::Done(Err(e)),
+                    }
+                }
+                Err(e) => RStep::Done(Err(e)),
+            },
+            Stage::DrainConfirm => match result {
+                Ok(WorkerReply::Machine(obs))
+                    if obs.state == MachineState::Stopped
+                        && recorded.as_deref() == Some(incarnation_token(&obs).as_str()) =>
+                {
+                    let stopped = RecordedObservation {
+                        state: MachineRecordState::Stopped,
+                        incarnation: incarnation_token(&obs),
+                        at_ms: now_ms.max(m.updated_at_ms),
+                    };
+                    let free = m.active_execution.is_none()
+                        && m.operation == MachineOperation::None
+                        && m.state.can_move_to(MachineRecordState::Stopped);
+                    let p = MachinePatch {
+                        state: free.then_some(MachineRecordState::Stopped),
+                        observation: Some(stopped),
+                        ..MachinePatch::default()
+                    };
+                    self.stage = Stage::DrainWrite;
+                    RStep::Store(Self::write(cfg, now_ms, &m, p))
+                }
+                Ok(WorkerReply::Machine(_)) => {
+                    RStep::Done(Err(identity_conflict(Operation::Stop, "not_stopped")))
+                }
+                Ok(_) => RStep::Done(Err(Error::protocol(Operation::Get, "unexpected_reply"))),
+                Err(e) => RStep::Done(Err(e)),
+            },
+            Stage::ReconcileInspect => {
+                // C14.2: the write carries the guard of the version read
+                // when the observation began; any change since is refused
+                // by the store (stale_version) and nothing is written.
+                let p = match result {
+                    Ok(WorkerReply::Machine(obs)) => {
+                        let inc = incarnation_token(&obs);
+                        if recorded.as_deref() == Some(inc.as_str()) {
+                            let to = record_state(obs.state);
+                            let idle = m.operation == MachineOperation::None
+                                && m.active_execution.is_none();
+                            MachinePatch {
+                                state: (idle && (m.state == to || m.state.can_move_to(to)))
+                                    .then_some(to),
+                                observation: Some(RecordedObservation {
+                                    state: to,
+                                    incarnation: inc,
+                                    at_ms: now_ms.max(m.updated_at_ms),
+                                }),
+                                ..MachinePatch::default()
+                            }
+                        } else {
+                            let e = identity_conflict(Operation::Get, "incarnation_mismatch");
+                            MachinePatch {
+                                state: m
+                                    .state
+                                    .can_move_to(MachineRecordState::Conflict)
+                                    .then_some(MachineRecordState::Conflict),
+                                last_error: Some(ErrorEntry::from_error(&e, now_ms)),
+                                ..MachinePatch::default()
+                            }
+                        }
+                    }
+                    Err(e) if e.category() == Category::NotFound && m.creation.is_some() => {
+                        let idle =
+                            m.operation == MachineOperation::None && m.active_execution.is_none();
+                        MachinePatch {
+                            state: (idle && m.state.can_move_to(MachineRecordState::Missing))
+                                .then_some(MachineRecordState::Missing),
+                            last_error: Some(ErrorEntry::from_error(&e, now_ms)),
+                            ..MachinePatch::default()
+                        }
+                    }
+                    Err(e) => return RStep::Done(Err(e)),
+                    Ok(_) => {
+                        return RStep::Done(Err(Error::protocol(
+                            Operation::Get,
+                            "unexpected_reply",
+                        )));
+                    }
+                };
+                self.stage = Stage::ReconcileWrite;
+                RStep::Store(Self::write(cfg, now_ms, &m, p))
+            }
+            _ => RStep::Done(Err(Error::protocol(Operation::Get, "unexpected_reply"))),
+        }
+    }
+
+    /// The flow's first store op (`None` for a create: the controller
+    /// builds the record).
+    pub(super) fn initial_op(&self, now_ms: u64) -> Option<StoreOp> {
+        match &self.request {
+            MachineRequest::Create { .. } => None,
+            MachineRequest::Lifecycle {
+                key,
+                action,
+                version,
+            } => Some(StoreOp::RequestMachine {
+                key: key.clone(),
+                action: *action,
+                version: *version,
+                now_ms,
+            }),
+            MachineRequest::Submit { machine, .. } => Some(StoreOp::FetchMachine {
+                key: machine.clone(),
+            }),
+            MachineRequest::Reconcile { key }
+            | MachineRequest::StopForDrain { key, .. }
+            | MachineRequest::Resolve { key, .. } => {
+                Some(StoreOp::FetchMachine { key: key.clone() })
+            }
+        }
+    }
+}
+
+/// The stored spec of `command` in the slot of `machine` (its scope,
+/// artifact and exact profile, C14.3).
+///
+/// # Errors
+/// `validation` when the spec breaks a stored-shape rule or the command's
+/// timeout exceeds the profile's execution budget.
+pub fn command_spec(
+    command: &crate::exec::Command,
+    machine: &MachineRecord,
+) -> Result<crate::managed::ExecutionSpec, Error> {
+    let target = super::RunTarget {
+        artifact: machine.spec.artifact.clone(),
+        profile: machine.spec.profile.clone(),
+    };
+    let mut spec = super::spec_for(command, &target, "w", "m")?;
+    spec.worker_machine = None;
+    spec.machine = Some(machine.key.clone());
+    if let Some(t) = command.effective_timeout_secs() {
+        let ms = u64::from(t) * 1_000;
+        if ms > spec.profile.budgets.execution_ms {
+            return Err(Error::validation(Operation::Submit, "timeout_over_budget")
+                .with_limit(ms, spec.profile.budgets.execution_ms));
+        }
+    }
+    spec.validate()?;
+    Ok(spec)
+}
+
+fn refused(reason: &'static str) -> Error {
+    Error::new(
+        Category::UnsupportedCapability,
+        Operation::Submit,
+        Evidence::NotDispatched,
+    )
+    .with_reason(reason)
+}
+
+impl super::Controller {
+    /// A retained-machine request (C14.2, C14.3, C17.3). Returns at once
+    /// with the request's id; the answer is [`super::Event::Machine`].
+    /// Creates and versioned requests answer once durable; the lifecycle
+    /// work follows and is driven here (and by any controller's due scan).
+    ///
+    /// # Errors
+    /// `validation` for a bad key, spec or command, for a resolve without
+    /// `quiesced = true` (`not_quiesced`, nothing read or sent); for
+    /// `start`/`stop`/`delete` with the action `none`;
+    /// `unsupported_capability` without a worker able to create machines;
+    /// `admission_exhausted` after shutdown.
+    pub fn machine(
+        &mut self,
+        now: Instant,
+        now_ms: u64,
+        request: MachineRequest,
+    ) -> Result<RequestId, Error> {
+        self.observe_clock(now_ms);
+        if self.shutting_down {
+            return Err(Error::new(
+                Category::AdmissionExhausted,
+                Operation::Submit,
+                Evidence::NotDispatched,
+            )
+            .with_reason("shutting_down"));
+        }
+        if !self.cfg.workers.iter().any(|w| w.profile.is_some()) {
+            return Err(refused("retained_machines"));
+        }
+        let req_op = match &request {
+            MachineRequest::Create { key, spec } => {
+                key.validate()
+                    .map_err(|e| e.with_operation(Operation::Create))?;
+                spec.validate()
+                    .map_err(|e| e.with_operation(Operation::Create))?;
+                let fp =
+                    crate::managed::fingerprint::machine_fingerprint(&self.fingerprint_key, spec);
+                let rec = MachineRecord::accepted(key.clone(), fp, spec.clone(), self.now_ms)
+                    .map_err(|e| e.with_operation(Operation::Create))?;
+                Some(StoreOp::AcceptMachine {
+                    record: Box::new(rec),
+                    max_pending: self.cfg.max_pending,
+                })
+            }
+            MachineRequest::Lifecycle { key, action, .. } => {
+                key.validate()?;
+                if *action == MachineOperation::None || *action == MachineOperation::Create {
+                    return Err(Error::validation(Operation::Submit, "lifecycle_action"));
+                }
+                None
+            }
+            MachineRequest::Submit {
+                machine,
+                key,
+                command,
+            } => {
+                machine.validate()?;
+                key.validate()
+                    .map_err(|e| e.with_operation(Operation::Submit))?;
+                command.validate()?;
+                if command.is_background() {
+                    return Err(refused("background"));
+                }
+                None
+            }
+            MachineRequest::Resolve { key, quiesced, .. } => {
+                key.validate()?;
+                if !quiesced {
+                    // AC-17.3.1: rejected before anything is read or sent.
+                    return Err(Error::validation(Operation::Resolve, "not_quiesced"));
+                }
+                None
+            }
+            MachineRequest::Reconcile { key } | MachineRequest::StopForDrain { key, .. } => {
+                key.validate()?;
+                None
+            }
+        };
+        let id = RequestId(self.next_req);
+        self.next_req += 1;
+        let req = Req::new(id, request);
+        let op = match req_op {
+            Some(op) => op,
+            None => match req.initial_op(self.now_ms) {
+                Some(op) => op,
+                None => return Err(Error::protocol(Operation::Submit, "no_initial_op")),
+            },
+        };
+        self.reqs.insert(id, req);
+        self.push_store(Purpose::Req(id), op);
+        self.pump(now);
+        Ok(id)
+    }
+
+    /// Retained machines driven here right now.
+    pub fn machines_active(&self) -> usize {
+        self.machs.len()
+    }
+
+    pub(super) fn on_req_stored(&mut self, now: Instant, rid: RequestId, result: StoreResult) {
+        let Some(mut req) = self.reqs.remove(&rid) else {
+            return;
+        };
+        let step = req.on_stored(&self.cfg, self.now_ms, result);
+        if let RStep::Done(Ok(answer)) = &step {
+            self.after_answer(now, answer);
+        }
+        self.req_step(req, step);
+    }
+
+    /// Continues a request flow with its next step.
+    pub(super) fn req_step(&mut self, mut req: Req, step: RStep) {
+        match step {
+            RStep::Store(op) => {
+                let id = req.id;
+                self.reqs.insert(id, req);
+                self.push_store(Purpose::Req(id), op);
+            }
+            RStep::Worker(op) => {
+                let id = req.id;
+                self.reqs.insert(id, req);
+                let oid = self.op_id();
+                self.ops.insert(oid, Purpose::Req(id));
+                self.worker_out.push_back((oid, op));
+            }
+            RStep::NeedCommand(m) => {
+                let MachineRequest::Submit { key, command, .. } = req.request.clone() else {
+                    return;
+                };
+                let built = command_spec(&command, &m).and_then(|spec| {
+                    let fp = self.fingerprint(&spec);
+                    ExecutionRecord::accepted(key, fp, spec, self.now_ms.max(m.updated_at_ms))
+                        .map_err(|e| e.with_operation(Operation::Submit))
+                });
+                match built {
+                    Ok(mut rec) => {
+                        if self.cfg.claim_at_accept {
+                            rec.claim = Some(Claim {
+                                owner: self.cfg.owner.clone(),
+                                until_ms: rec.accepted_at_ms.saturating_add(self.cfg.lease_ttl_ms),
+                            });
+                            rec.generation = 1;
+                        }
+                        req.command = Some(rec.clone());
+                        let op = req.submit_op(rec, self.cfg.max_pending);
+                        let id = req.id;
+                        self.accepting.entry(key_of(&op)).or_insert(0);
+                        self.reqs.insert(id, req);
+                        self.push_store(Purpose::Req(id), op);
+                    }
+                    Err(e) => self.done(req.id, Err(e)),
+                }
+            }
+            RStep::Done(result) => {
+                if let Some(c) = &req.command {
+                    self.accepting.remove(&c.key);
+                }
+                self.done(req.id, result);
+            }
+        }
+    }
+
+    fn done(&mut self, id: RequestId, result: Result<MachineAnswer, Error>) {
+        self.notices
+            .push_back(super::Event::Machine(Box::new(MachineDone { id, result })));
+    }
+
+    /// After a durable answer: drive what it made due.
+    fn after_answer(&mut self, now: Instant, answer: &MachineAnswer) {
+        match answer {
+            MachineAnswer::Machine { record, .. } => {
+                if let Some(m) = self.machs.get_mut(&record.key) {
+                    m.refresh();
+                } else if record.next_due_at_ms.is_some() && self.machs.len() < self.cfg.max_active
+                {
+                    self.machs
+                        .insert(record.key.clone(), Mach::new((**record).clone()));
+                }
+            }
+            MachineAnswer::Submitted {
+                execution,
+                machine: Some(machine),
+                ..
+            } => {
+                let held = machine.active_execution.as_ref() == Some(&execution.key);
+                if held && !self.execs.contains_key(&execution.key) {
+                    self.start_command(now, (**execution).clone(), (**machine).clone());
+                }
+            }
+            MachineAnswer::Submitted { .. } => {}
+            MachineAnswer::Resolved { machine, .. } => {
+                if let Some(m) = self.machs.get_mut(&machine.key) {
+                    m.refresh();
+                }
+            }
+        }
+    }
+
+    /// Drives a command holding `machine`'s slot.
+    fn start_command(&mut self, now: Instant, rec: ExecutionRecord, machine: MachineRecord) {
+        let Some(a) = machine.assignment.clone() else {
+            return;
+        };
+        if !self.cfg.workers.iter().any(|w| w.id == a.worker_id) {
+            return;
+        }
+        let key = rec.key.clone();
+        let mut ex = Exec::new(rec, now, self.now_ms, None);
+        ex.set_target(a.worker_id, a.machine_name);
+        self.slot_machines.insert(key.clone(), machine);
+        self.execs.insert(key, ex);
+    }
+
+    /// The due scan found a retained command: its machine was read.
+    pub(super) fn on_adopt(&mut self, now: Instant, rec: ExecutionRecord, result: StoreResult) {
+        let Ok(StoreReply::Machine(m)) = result else {
+            return;
+        };
+        if self.execs.contains_key(&rec.key) || self.shutting_down {
+            return;
+        }
+        if self.execs.len() >= self.cfg.max_active {
+            return;
+        }
+        self.skip.remove(&rec.key);
+        if m.active_execution.as_ref() != Some(&rec.key) {
+            // Not the slot holder (never took it, or resolved): nothing
+            // is sent; its record is left as stored.
+            return;
+        }
+        self.start_command(now, rec, m);
+    }
+
+    /// A retained command ended here: finish its slot (C14.3).
+    pub(super) fn finish_slot(&mut self, machine: &RecordKey, f: Box<Finished>) {
+        let snapshot = self.slot_machines.remove(&f.key);
+        if let Some(m) = self.machs.get_mut(machine) {
+            m.finish_command(f);
+            return;
+        }
+        match snapshot {
+            Some(rec) => {
+                let mut m = Mach::new(rec);
+                m.refresh();
+                m.finish_command(f);
+                self.machs.insert(machine.clone(), m);
+            }
+            None => self.notices.push_back(super::Event::Finished(f)),
+        }
+    }
+
+    pub(super) fn on_machine_scan(&mut self, now: Instant, result: StoreResult) {
+        self.mscanning = false;
+        let Ok(StoreReply::DueMachines { records, next }) = result else {
+            self.mscan_cursor = None;
+            self.mscan_at = Some(now + self.cfg.poll());
+            return;
+        };
+        let mut full = false;
+        for rec in records {
+            if self.shutting_down {
+                break;
+            }
+            if self.machs.contains_key(&rec.key) || self.skip.contains_key(&rec.key) {
+                continue;
+            }
+            let ours = match &rec.assignment {
+                Some(a) => self
+                    .cfg
+                    .workers
+                    .iter()
+                    .any(|w| w.id == a.worker_id && w.profile.is_some()),
+                None => self.cfg.workers.iter().any(|w| w.profile.is_some()),
+            };
+            if !ours {
+                continue;
+            }
+            if self.machs.len() >= self.cfg.max_active {
+                full = true;
+                break;
+            }
+            self.machs.insert(rec.key.clone(), Mach::new(rec));
+        }
+        match next {
+            Some(c) if !full && !self.shutting_down => {
+                self.mscan_cursor = Some(c);
+                self.mscan_at = Some(now);
+            }
+            _ => {
+                self.mscan_cursor = None;
+                self.mscan_at = (!self.shutting_down).then(|| now + self.cfg.poll());
+            }
+        }
+    }
+
+    /// Moves every machine task forward; starts a machine due scan.
+    pub(super) fn pump_machines(&mut self, now: Instant) {
+        let keys: Vec<RecordKey> = self.machs.keys().cloned().collect();
+        for key in keys {
+            let Some(m) = self.machs.get_mut(&key) else {
+                continue;
+            };
+            loop {
+                match m.step(&self.cfg, &self.leases, now, self.now_ms) {
+                    MStep::Wait => break,
+                    MStep::Store(op) => {
+                        let id = OpId(self.next_op);
+                        self.next_op += 1;
+                        self.ops.insert(id, Purpose::Mach(key.clone()));
+                        m.store_sent(id);
+                        self.store_out.push_back((id, op));
+                        break;
+                    }
+                    MStep::Worker(op) => {
+                        let id = OpId(self.next_op);
+                        self.next_op += 1;
+                        self.ops.insert(id, Purpose::Mach(key.clone()));
+                        m.worker_sent(id);
+                        self.worker_out.push_back((id, op));
+                    }
+                    MStep::Finished(f) => self.notices.push_back(super::Event::Finished(f)),
+                    MStep::Done => {
+                        if m.take_fatal().is_some() {
+                            self.skip.insert(key.clone(), now + self.cfg.poll());
+                        }
+                        self.machs.remove(&key);
+                        break;
+                    }
+                }
+            }
+        }
+        if let Some(at) = self.mscan_at
+            && at <= now
+            && !self.mscanning
+            && !self.shutting_down
+        {
+            if self.machs.len() < self.cfg.max_active {
+                self.mscanning = true;
+                let op = StoreOp::DueMachines {
+                    now_ms: self.now_ms,
+                    after: self.mscan_cursor.clone(),
+                    limit: super::DUE_PAGE,
+                };
+                self.push_store(Purpose::MachineScan, op);
+            } else {
+                self.mscan_at = Some(now + self.cfg.poll());
+            }
+        }
+    }
+}
+
+fn key_of(op: &StoreOp) -> RecordKey {
+    match op {
+        StoreOp::SubmitCommand { record, .. } => record.key.clone(),
+        _ => RecordKey {
+            scope: String::new(),
+            id: String::new(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::managed::testkit::{key, machine_in};
+
+    const T0: u64 = 1_700_000_000_000;
+
+    #[test]
+    fn list_limits_at_n_and_n_plus_one() {
+        assert_eq!(check_list_limit(None).unwrap(), DEFAULT_LIST_LIMIT);
+        assert_eq!(check_list_limit(Some(1)).unwrap(), 1);
+        assert_eq!(check_list_limit(Some(100)).unwrap(), 100);
+        for bad in [0, 101] {
+            let e = check_list_limit(Some(bad)).unwrap_err();
+            assert_eq!(
+                (e.category(), e.reason()),
+                (Category::Validation, "list_limit")
+            );
+            assert_eq!(e.evidence(), Evidence::NotDispatched);
+        }
+    }
+
+    #[test]
+    fn wait_limits_at_n_and_n_plus_one() {
+        assert!(check_wait_ms(0).is_ok());
+        assert!(check_wait_ms(900_000).is_ok());
+        let e = check_wait_ms(900_001).unwrap_err();
+        assert_eq!(
+            (e.category(), e.reason()),
+            (Category::Validation, "wait_timeout")
+        );
+    }
+
+    #[test]
+    fn a_wait_settles_on_idle_or_uncertain_states_only() {
+        use MachineRecordState as S;
+        for s in S::ALL {
+            let mut m = machine_in(s, key("s", "m1"), T0).unwrap();
+            m.operation = MachineOperation::None;
+            m.phase = MachinePhase::None;
+            let want = matches!(
+                s,
+                S::Created
+                    | S::Running
+                    | S::Stopped
+                    | S::Unknown
+                    | S::Missing
+                    | S::Conflict
+                    | S::Deleted
+            );
+            assert_eq!(machine_settled(&m), want, "{s:?}");
+        }
+        let mut busy = machine_in(S::Running, key("s", "m1"), T0).unwrap();
+        busy.operation = MachineOperation::Stop;
+        busy.phase = MachinePhase::Pending;
+        assert!(!machine_settled(&busy));
+        assert!(!slot_free(&busy));
+    }
+
+    #[test]
+    fn retained_names_are_valid_and_distinct_per_key() {
+        let a = machine_name_for(&key("s", "m1"));
+        let b = machine_name_for(&key("s", "m2"));
+        assert_ne!(a, b);
+        for n in [&a, &b] {
+            crate::managed::check_machine_name(n).unwrap();
+        }
+    }
+}
+
+impl MachineAnswer {
+    fn mismatch() -> Error {
+        Error::protocol(Operation::Submit, "unexpected_answer")
+    }
+
+    /// The machine record (and the create's `existing` flag).
+    ///
+    /// # Errors
+    /// `protocol` for another kind of answer.
+    pub fn into_machine(self) -> Result<(MachineRecord, bool), Error> {
+        match self {
+            Self::Machine { record, existing } => Ok((*record, existing)),
+            _ => Err(Self::mismatch()),
+        }
+    }
+
+    /// The command record, its machine and whether it already existed.
+    ///
+    /// # Errors
+    /// `protocol` for another kind of answer.
+    pub fn into_submitted(self) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error> {
+        match self {
+            Self::Submitted {
+                execution,
+                machine,
+                existing,
+            } => Ok((*execution, machine.map(|m| *m), existing)),
+            _ => Err(Self::mismatch()),
+        }
+    }
+
+    /// The resolved machine and the settled command.
+    ///
+    /// # Errors
+    /// `protocol` for another kind of answer.
+    pub fn into_resolved(self) -> Result<(MachineRecord, Option<ExecutionRecord>), Error> {
+        match self {
+            Self::Resolved { machine, command } => Ok((*machine, command.map(|c| *c))),
+            _ => Err(Self::mismatch()),
+        }
+    }
+}

@@ -1,0 +1,695 @@
+//! Retained machines, the command slot and quiescent resolution through
+//! the controller (C14, C17.3), over the test store running the same pure
+//! rules as every adapter.
+
+use super::*;
+use crate::managed::RetainedMachineSpec;
+use crate::managed::claim::Guard;
+use crate::managed::patch::apply_machine;
+use crate::managed::slot;
+use crate::managed::state::MachinePhase;
+use crate::managed::state::{MachineOperation as Op, MachineRecordState as MS};
+
+impl TestStore {
+    #[allow(clippy::too_many_lines)]
+    pub(super) fn apply_machine_op(&mut self, op: &StoreOp) -> StoreResult {
+        let absent = || Error::new(Category::NotFound, Operation::StoreFetch, Evidence::Unknown);
+        let guard_ok = |store: &Self, m: &MachineRecord, guard: &Guard, now_ms: u64| {
+            let lease = m
+                .assignment
+                .as_ref()
+                .and_then(|a| store.leases.get(&a.worker_id));
+            claim::check_guard(
+                Fence::of_machine(m),
+                guard,
+                lease,
+                now_ms,
+                Operation::StoreWrite,
+            )
+        };
+        match op {
+            StoreOp::AcceptMachine { record, .. } => match self.machines.get(&record.key) {
+                Some(m) if m.fingerprint == record.fingerprint => Ok(StoreReply::MachineAccepted {
+                    record: m.clone(),
+                    existing: true,
+                }),
+                Some(_) => Err(Error::new(
+                    Category::IdentityConflict,
+                    Operation::StoreAccept,
+                    Evidence::NotDispatched,
+                )),
+                None => {
+                    self.machines.insert(record.key.clone(), (**record).clone());
+                    Ok(StoreReply::MachineAccepted {
+                        record: (**record).clone(),
+                        existing: false,
+                    })
+                }
+            },
+            StoreOp::FetchMachine { key } => self
+                .machines
+                .get(key)
+                .cloned()
+                .map(StoreReply::Machine)
+                .ok_or_else(absent),
+            StoreOp::ClaimMachine {
+                key,
+                owner,
+                now_ms,
+                ttl_ms,
+            } => {
+                let m = self.machines.get(key).ok_or_else(absent)?;
+                let next = claim::claim_machine(m, owner, *now_ms, *ttl_ms)?;
+                self.machines.insert(key.clone(), next.clone());
+                Ok(StoreReply::Machine(next))
+            }
+            StoreOp::WriteMachine {
+                key,
+                guard,
+                patch,
+                now_ms,
+            } => {
+                let m = self.machines.get(key).ok_or_else(absent)?;
+                guard_ok(self, m, guard, *now_ms)?;
+                let next = apply_machine(m, patch, *now_ms)?;
+                self.machines.insert(key.clone(), next.clone());
+                Ok(StoreReply::Machine(next))
+            }
+            StoreOp::ReserveMachine {
+                key,
+                guard,
+                reservation,
+                now_ms,
+            } => {
+                let lease = self
+                    .leases
+                    .get(&reservation.worker_id)
+                    .filter(|l| l.owner == guard.owner && l.until_ms > *now_ms)
+                    .cloned()
+                    .ok_or_else(|| claim::stale_claim(Operation::StoreReserve, "worker_lease"))?;
+                let m = self.machines.get(key).ok_or_else(absent)?;
+                guard_ok(self, m, guard, *now_ms)?;
+                let mut next = m.clone();
+                next.assignment = Some(crate::managed::record::Assignment {
+                    worker_id: reservation.worker_id.clone(),
+                    worker_generation: lease.generation,
+                    machine_name: reservation.machine_name.clone(),
+                });
+                next.reservation = Some(reservation.capacity);
+                next.version += 1;
+                next.updated_at_ms = *now_ms;
+                next.validate()?;
+                self.machines.insert(key.clone(), next.clone());
+                Ok(StoreReply::Machine(next))
+            }
+            StoreOp::RequestMachine {
+                key,
+                action,
+                version,
+                now_ms,
+            } => {
+                let m = self.machines.get(key).ok_or_else(absent)?;
+                match slot::request(m, *action, *version, *now_ms)? {
+                    None => Ok(StoreReply::Machine(m.clone())),
+                    Some(next) => {
+                        self.machines.insert(key.clone(), next.clone());
+                        Ok(StoreReply::Machine(next))
+                    }
+                }
+            }
+            StoreOp::SubmitCommand { record, .. } => {
+                let mkey = record.spec.machine.clone().ok_or_else(absent)?;
+                if let Some(e) = self.records.get(&record.key) {
+                    return if e.fingerprint == record.fingerprint {
+                        Ok(StoreReply::Submitted {
+                            execution: e.clone(),
+                            machine: self.machines.get(&mkey).cloned(),
+                            existing: true,
+                        })
+                    } else {
+                        Err(Error::new(
+                            Category::IdentityConflict,
+                            Operation::StoreAccept,
+                            Evidence::NotDispatched,
+                        ))
+                    };
+                }
+                let m = self.machines.get(&mkey).ok_or_else(absent)?;
+                let held = slot::acquire(m, record, record.accepted_at_ms.max(m.updated_at_ms))?;
+                self.records.insert(record.key.clone(), (**record).clone());
+                self.machines.insert(mkey, held.clone());
+                Ok(StoreReply::Submitted {
+                    execution: (**record).clone(),
+                    machine: Some(held),
+                    existing: false,
+                })
+            }
+            StoreOp::FinishCommand {
+                machine,
+                guard,
+                exec,
+                now_ms,
+            } => {
+                let m = self.machines.get(machine).ok_or_else(absent)?;
+                guard_ok(self, m, guard, *now_ms)?;
+                let e = self.records.get(exec).ok_or_else(absent)?;
+                let (next, command, finish) = slot::finish_command(m, e, *now_ms)?;
+                self.machines.insert(machine.clone(), next.clone());
+                self.records.insert(exec.clone(), command.clone());
+                Ok(StoreReply::SlotFinished {
+                    machine: next,
+                    execution: command,
+                    finish,
+                })
+            }
+            StoreOp::ResolveMachine {
+                key,
+                version,
+                quiesced,
+                disposition,
+                now_ms,
+            } => {
+                let m = self.machines.get(key).ok_or_else(absent)?;
+                let command = m
+                    .active_execution
+                    .as_ref()
+                    .and_then(|k| self.records.get(k));
+                let (next, settled) =
+                    slot::resolve(m, command, *version, *quiesced, disposition, *now_ms)?;
+                self.machines.insert(key.clone(), next.clone());
+                if let Some(c) = &settled {
+                    self.records.insert(c.key.clone(), c.clone());
+                }
+                Ok(StoreReply::Resolved {
+                    machine: next,
+                    command: settled,
+                })
+            }
+            StoreOp::DueMachines { now_ms, limit, .. } => {
+                let mut due: Vec<_> = self
+                    .machines
+                    .values()
+                    .filter(|r| r.next_due_at_ms.is_some_and(|d| d <= *now_ms))
+                    .cloned()
+                    .collect();
+                due.truncate(*limit as usize);
+                Ok(StoreReply::DueMachines {
+                    records: due,
+                    next: None,
+                })
+            }
+            _ => Err(Error::protocol(
+                Operation::StoreFetch,
+                "unsupported_in_test",
+            )),
+        }
+    }
+}
+
+fn mkey() -> RecordKey {
+    RecordKey::new("s", "box-1").unwrap()
+}
+
+fn mspec() -> RetainedMachineSpec {
+    let t = RunTarget::unverified();
+    RetainedMachineSpec {
+        artifact: t.artifact,
+        profile: t.profile,
+        ports: Vec::new(),
+        workload: None,
+        checkpointable: false,
+        network: None,
+        guest_paths: None,
+    }
+}
+
+fn machine_name() -> String {
+    super::super::machines::machine_name_for(&mkey())
+}
+
+impl Sim {
+    fn request(&mut self, r: MachineRequest) -> Result<MachineAnswer, Error> {
+        let id = self.ctl.machine(self.now, self.now_ms, r)?;
+        self.settle();
+        self.answer_of(id)
+    }
+
+    fn answer_of(&self, id: RequestId) -> Result<MachineAnswer, Error> {
+        self.events
+            .iter()
+            .find_map(|e| match e {
+                Event::Machine(d) if d.id == id => Some(d.result.clone()),
+                _ => None,
+            })
+            .expect("the request was answered")
+    }
+
+    fn machine(&self) -> &MachineRecord {
+        &self.store.machines[&mkey()]
+    }
+
+    fn lifecycle(&mut self, action: Op) -> Result<MachineAnswer, Error> {
+        let version = self.machine().version;
+        self.request(MachineRequest::Lifecycle {
+            key: mkey(),
+            action,
+            version,
+        })
+    }
+
+    /// Creates and starts the machine, answering the worker.
+    fn running_machine(&mut self) {
+        self.settle();
+        self.request(MachineRequest::Create {
+            key: mkey(),
+            spec: mspec(),
+        })
+        .unwrap();
+        self.settle();
+        self.answer(
+            "create",
+            Ok(WorkerReply::Machine(obs(MachineState::Created))),
+        );
+        assert_eq!(self.machine().state, MS::Created);
+        self.lifecycle(Op::Start).unwrap();
+        self.answer(
+            "start",
+            Ok(WorkerReply::Machine(obs(MachineState::Running))),
+        );
+        assert_eq!(self.machine().state, MS::Running);
+        assert_eq!(self.machine().operation, Op::None);
+    }
+
+    fn submit_to_slot(&mut self, id: &str, command: &Command) -> Result<MachineAnswer, Error> {
+        self.request(MachineRequest::Submit {
+            machine: mkey(),
+            key: RecordKey::new("s", id).unwrap(),
+            command: command.clone(),
+        })
+    }
+}
+
+fn obs(state: MachineState) -> Box<Observation> {
+    observation(&machine_name(), state, 1_700_000_000)
+}
+
+#[test]
+fn create_persists_the_intent_before_the_create_and_records_evidence_before_use() {
+    let mut s = Sim::new(disposable_config());
+    s.settle();
+    let a = s
+        .request(MachineRequest::Create {
+            key: mkey(),
+            spec: mspec(),
+        })
+        .unwrap();
+    assert!(matches!(
+        a,
+        MachineAnswer::Machine {
+            existing: false,
+            ..
+        }
+    ));
+    s.settle();
+    // The create is out only once the intent (creating / create dispatching)
+    // and the reservation are stored.
+    assert_eq!(s.worker.len(), 1, "{:?}", s.worker);
+    let m = s.machine().clone();
+    assert_eq!(
+        (m.state, m.operation, m.phase),
+        (MS::Creating, Op::Create, MachinePhase::Dispatching)
+    );
+    assert!(m.reservation.is_some() && m.assignment.is_some());
+    assert!(m.creation.is_none());
+    let op = s.answer(
+        "create",
+        Ok(WorkerReply::Machine(obs(MachineState::Created))),
+    );
+    assert!(matches!(op, WorkerOp::Create { name, .. } if name.as_str() == machine_name()));
+    let m = s.machine().clone();
+    assert_eq!((m.state, m.operation), (MS::Created, Op::None));
+    assert!(m.creation.is_some());
+    assert_eq!(m.next_due_at_ms, None);
+    // A duplicate create returns the same record; a changed spec conflicts.
+    let again = s
+        .request(MachineRequest::Create {
+            key: mkey(),
+            spec: mspec(),
+        })
+        .unwrap();
+    assert!(
+        matches!(again, MachineAnswer::Machine { existing: true, ref record } if record.key == mkey())
+    );
+    let mut other = mspec();
+    other.checkpointable = true;
+    let e = s
+        .request(MachineRequest::Create {
+            key: mkey(),
+            spec: other,
+        })
+        .unwrap_err();
+    assert_eq!(e.category(), Category::IdentityConflict);
+    assert!(s.worker.is_empty(), "no second create");
+}
+
+#[test]
+fn versioned_requests_repeat_return_current_and_superseded_are_stale() {
+    let mut s = Sim::new(disposable_config());
+    s.running_machine();
+    let v = s.machine().version;
+    let stop = MachineRequest::Lifecycle {
+        key: mkey(),
+        action: Op::Stop,
+        version: v,
+    };
+    let first = s.request(stop.clone()).unwrap();
+    // Verify (inspect) comes before the stop.
+    s.answer(
+        "inspect",
+        Ok(WorkerReply::Machine(obs(MachineState::Running))),
+    );
+    s.answer("stop", Ok(WorkerReply::Machine(obs(MachineState::Stopped))));
+    assert_eq!(s.machine().state, MS::Stopped);
+    // The latest identical (action, version) returns the current record.
+    let MachineAnswer::Machine { record, .. } = s.request(stop).unwrap() else {
+        panic!("not a machine answer");
+    };
+    assert_eq!(record.version, s.machine().version);
+    assert!(s.worker.is_empty(), "a repeat sends nothing");
+    let MachineAnswer::Machine { record: r1, .. } = first else {
+        panic!()
+    };
+    assert_eq!(r1.operation, Op::Stop);
+    // A superseded version is stale.
+    let e = s
+        .request(MachineRequest::Lifecycle {
+            key: mkey(),
+            action: Op::Start,
+            version: v,
+        })
+        .unwrap_err();
+    assert_eq!(e.category(), Category::StaleVersion);
+}
+
+#[test]
+fn the_slot_takes_one_command_and_stop_is_rejected_while_it_runs() {
+    let mut s = Sim::new(disposable_config());
+    s.running_machine();
+    let a = s.submit_to_slot("c1", &cmd()).unwrap();
+    let MachineAnswer::Submitted {
+        existing: false, ..
+    } = a
+    else {
+        panic!("{a:?}")
+    };
+    let c1 = RecordKey::new("s", "c1").unwrap();
+    assert_eq!(s.machine().active_execution, Some(c1.clone()));
+    // No queue: another submission is refused, nothing stored.
+    let e = s.submit_to_slot("c2", &cmd()).unwrap_err();
+    assert_eq!(e.category(), Category::AdmissionExhausted);
+    assert!(
+        !s.store
+            .records
+            .contains_key(&RecordKey::new("s", "c2").unwrap())
+    );
+    // AC-14.3.1: stop/delete while the command is active are rejected.
+    for action in [Op::Stop, Op::Delete] {
+        let e = s.lifecycle(action).unwrap_err();
+        assert_eq!(
+            (e.category(), e.reason()),
+            (Category::AdmissionExhausted, "command_active")
+        );
+    }
+    // The exec goes to the machine's worker and name.
+    let op = s.answer("exec", exited(0, "hi"));
+    assert!(matches!(op, WorkerOp::Exec { machine, .. } if machine == machine_name()));
+    let rec = s.record(&c1).clone();
+    assert_eq!(rec.state, ExecState::Completed);
+    assert_eq!(
+        rec.cleanup,
+        Cleanup::Complete,
+        "set with the slot's release"
+    );
+    assert_eq!(rec.next_due_at_ms, None);
+    assert!(s.machine().active_execution.is_none());
+    let f = s.finished(&c1).expect("notice after the slot finish");
+    assert_eq!(
+        f.output.as_ref().map(|o| o.stdout.clone()),
+        Some(b"hi".to_vec())
+    );
+    // The next command runs.
+    s.submit_to_slot("c2", &cmd()).unwrap();
+    s.answer("exec", exited(3, ""));
+    assert!(s.machine().active_execution.is_none());
+}
+
+#[test]
+fn an_unknown_command_keeps_the_slot_until_a_quiescent_resolution() {
+    let mut s = Sim::new(disposable_config());
+    s.running_machine();
+    s.submit_to_slot("c1", &cmd()).unwrap();
+    let uncertain = Error::new(
+        Category::Transport,
+        Operation::Exec,
+        Evidence::DispatchUncertain,
+    );
+    s.answer("exec", Err(uncertain));
+    let c1 = RecordKey::new("s", "c1").unwrap();
+    assert_eq!(s.record(&c1).state, ExecState::Unknown);
+    assert_eq!(s.record(&c1).cleanup, Cleanup::Failed);
+    assert_eq!(s.machine().state, MS::Unknown);
+    assert_eq!(
+        s.machine().active_execution,
+        Some(c1.clone()),
+        "the slot is kept"
+    );
+    assert_eq!(
+        s.submit_to_slot("c2", &cmd()).unwrap_err().category(),
+        Category::AdmissionExhausted
+    );
+    // AC-17.3.1: without quiesced = true → rejected before anything.
+    let v = s.machine().version;
+    let e = s
+        .ctl
+        .machine(
+            s.now,
+            s.now_ms,
+            MachineRequest::Resolve {
+                key: mkey(),
+                version: v,
+                quiesced: false,
+                disposition: Resolution::Stopped,
+            },
+        )
+        .unwrap_err();
+    assert_eq!(e.reason(), "not_quiesced");
+    assert!(s.ctl.poll_store_op().is_none());
+    // An ownership-verified stop for draining keeps the slot.
+    let id = s
+        .ctl
+        .machine(
+            s.now,
+            s.now_ms,
+            MachineRequest::StopForDrain {
+                key: mkey(),
+                version: v,
+            },
+        )
+        .unwrap();
+    s.settle();
+    s.answer(
+        "inspect",
+        Ok(WorkerReply::Machine(obs(MachineState::Running))),
+    );
+    assert!(
+        s.machine()
+            .last_error
+            .as_ref()
+            .is_some_and(|e| e.reason == "drain_stop_intent"),
+        "the stop intent is durable before the stop"
+    );
+    s.answer("stop", Ok(WorkerReply::Machine(obs(MachineState::Stopped))));
+    s.answer(
+        "inspect",
+        Ok(WorkerReply::Machine(obs(MachineState::Stopped))),
+    );
+    let MachineAnswer::Machine { record, .. } = s.answer_of(id).unwrap() else {
+        panic!("not a machine answer")
+    };
+    assert_eq!(
+        record.active_execution,
+        Some(c1.clone()),
+        "drain keeps the slot"
+    );
+    assert_eq!(
+        record.observation.as_ref().map(|o| o.state),
+        Some(MS::Stopped)
+    );
+    // AC-17.3.2: a running incarnation → identity_conflict, nothing changes.
+    let resolve = |version| MachineRequest::Resolve {
+        key: mkey(),
+        version,
+        quiesced: true,
+        disposition: Resolution::Stopped,
+    };
+    let v = s.machine().version;
+    let id = s.ctl.machine(s.now, s.now_ms, resolve(v)).unwrap();
+    s.settle();
+    s.answer(
+        "inspect",
+        Ok(WorkerReply::Machine(obs(MachineState::Running))),
+    );
+    let e = s.answer_of(id).unwrap_err();
+    assert_eq!(e.category(), Category::IdentityConflict);
+    assert_eq!(s.machine().version, v, "nothing changed");
+    // A worker outage changes nothing either (AC-17.3.3).
+    let id = s.ctl.machine(s.now, s.now_ms, resolve(v)).unwrap();
+    s.settle();
+    let outage = Error::new(Category::Transport, Operation::Get, Evidence::Unknown);
+    s.answer("inspect", Err(outage));
+    assert_eq!(s.answer_of(id).unwrap_err().category(), Category::Transport);
+    assert_eq!(s.machine().version, v);
+    // A different incarnation → identity_conflict.
+    let id = s.ctl.machine(s.now, s.now_ms, resolve(v)).unwrap();
+    s.settle();
+    let other = observation(&machine_name(), MachineState::Stopped, 1_700_000_999);
+    s.answer("inspect", Ok(WorkerReply::Machine(other)));
+    assert_eq!(
+        s.answer_of(id).unwrap_err().reason(),
+        "incarnation_mismatch"
+    );
+    // Stopped, same incarnation: the slot is cleared, the command stays unknown.
+    let id = s.ctl.machine(s.now, s.now_ms, resolve(v)).unwrap();
+    s.settle();
+    s.answer(
+        "inspect",
+        Ok(WorkerReply::Machine(obs(MachineState::Stopped))),
+    );
+    let MachineAnswer::Resolved { machine, command } = s.answer_of(id).unwrap() else {
+        panic!("not resolved")
+    };
+    assert!(machine.active_execution.is_none());
+    assert_eq!(machine.state, MS::Stopped);
+    let command = command.unwrap();
+    assert_eq!(
+        (command.state, command.result.clone()),
+        (ExecState::Unknown, None)
+    );
+    // Deleted: verify the 404; no mutation is sent.
+    let v = s.machine().version;
+    let id = s
+        .ctl
+        .machine(
+            s.now,
+            s.now_ms,
+            MachineRequest::Resolve {
+                key: mkey(),
+                version: v,
+                quiesced: true,
+                disposition: Resolution::Deleted,
+            },
+        )
+        .unwrap();
+    s.settle();
+    s.answer(
+        "inspect",
+        Ok(WorkerReply::Machine(obs(MachineState::Stopped))),
+    );
+    assert_eq!(s.answer_of(id).unwrap_err().reason(), "present");
+    let id = s
+        .ctl
+        .machine(
+            s.now,
+            s.now_ms,
+            MachineRequest::Resolve {
+                key: mkey(),
+                version: v,
+                quiesced: true,
+                disposition: Resolution::Deleted,
+            },
+        )
+        .unwrap();
+    s.settle();
+    s.answer("inspect", Err(not_found()));
+    assert!(s.answer_of(id).is_ok());
+    assert!(s.worker.is_empty(), "no mutation sent");
+    let m = s.machine();
+    assert_eq!(m.state, MS::Deleted);
+    assert!(m.reservation.is_none() && m.absence_at_ms.is_some());
+}
+
+#[test]
+fn delete_verifies_the_incarnation_then_waits_for_the_404_before_release() {
+    let mut s = Sim::new(disposable_config());
+    s.running_machine();
+    s.lifecycle(Op::Delete).unwrap();
+    // A different incarnation under the name is never deleted.
+    let other = observation(&machine_name(), MachineState::Running, 1_700_000_999);
+    s.answer("inspect", Ok(WorkerReply::Machine(other)));
+    assert!(s.worker.is_empty());
+    assert_eq!(s.machine().operation, Op::None);
+    assert!(s.machine().reservation.is_some());
+    s.lifecycle(Op::Delete).unwrap();
+    s.answer(
+        "inspect",
+        Ok(WorkerReply::Machine(obs(MachineState::Running))),
+    );
+    assert_eq!(s.machine().state, MS::Deleting, "intent before the delete");
+    s.answer("delete", Ok(WorkerReply::Deleted));
+    assert!(s.machine().reservation.is_some(), "kept until the 404");
+    s.answer("inspect", Err(not_found()));
+    let m = s.machine();
+    assert_eq!(m.state, MS::Deleted);
+    assert!(m.reservation.is_none() && m.absence_at_ms.is_some());
+}
+
+#[test]
+fn an_observation_is_not_written_when_the_record_changed_since_it_began() {
+    let mut s = Sim::new(disposable_config());
+    s.running_machine();
+    let id = s
+        .ctl
+        .machine(s.now, s.now_ms, MachineRequest::Reconcile { key: mkey() })
+        .unwrap();
+    s.settle();
+    // While the inspect is out, a command takes the slot (another
+    // controller's submit through the shared store).
+    let before = s.machine().clone();
+    let mut changed = before.clone();
+    changed.active_execution = Some(RecordKey::new("s", "other").unwrap());
+    changed.version += 1;
+    s.store.machines.insert(mkey(), changed.clone());
+    s.answer(
+        "inspect",
+        Ok(WorkerReply::Machine(obs(MachineState::Stopped))),
+    );
+    let e = s.answer_of(id).unwrap_err();
+    assert_eq!(e.category(), Category::StaleVersion);
+    assert_eq!(s.machine(), &changed, "nothing written");
+}
+
+#[test]
+fn a_create_intent_found_after_a_crash_is_never_sent_again() {
+    let mut s = Sim::new(disposable_config());
+    s.settle();
+    s.request(MachineRequest::Create {
+        key: mkey(),
+        spec: mspec(),
+    })
+    .unwrap();
+    s.settle();
+    assert_eq!(s.worker.len(), 1);
+    // The controller dies with the create out; a new one (another owner)
+    // recovers from the store after the claim lapsed.
+    let store = std::mem::take(&mut s.store);
+    let mut cfg = disposable_config();
+    cfg.owner = "ctl-test-2".into();
+    let mut t = Sim::new(cfg);
+    t.store = store;
+    t.now_ms = s.now_ms;
+    t.advance(5_000);
+    assert!(t.worker.is_empty(), "no second create: {:?}", t.worker);
+    let m = &t.store.machines[&mkey()];
+    assert_eq!((m.state, m.phase), (MS::Unknown, MachinePhase::Uncertain));
+    assert!(m.reservation.is_some(), "the reservation stays");
+}
