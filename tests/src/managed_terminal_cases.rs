@@ -54,8 +54,41 @@ pub trait TermShell: Sized {
     ///
     /// # Errors
     /// The builder's.
-    fn start(store: Arc<dyn Store>, key: FingerprintKey, endpoint: Endpoint)
-    -> Result<Self, Error>;
+    fn start(
+        store: Arc<dyn Store>,
+        key: FingerprintKey,
+        endpoint: Endpoint,
+        machines: bool,
+    ) -> Result<Self, Error>;
+    /// `machines().create` then `wait`, `start`, `wait`: a running machine.
+    ///
+    /// # Errors
+    /// As the runtime's.
+    fn running_machine(
+        &self,
+        key: &RecordKey,
+        spec: &RetainedMachineSpec,
+    ) -> Result<MachineRecord, Error>;
+    /// `machines().submit` then `Runtime::wait`.
+    ///
+    /// # Errors
+    /// As the runtime's (`admission_exhausted` while the slot is held).
+    fn slot_command(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+    ) -> Result<Outcome, Error>;
+    /// `machines().stop` / `delete` (then `wait`).
+    ///
+    /// # Errors
+    /// As the runtime's.
+    fn lifecycle(
+        &self,
+        machine: &RecordKey,
+        op: MachineOperation,
+        version: u64,
+    ) -> Result<MachineRecord, Error>;
     /// `terminals().open`: `(record, existing)`.
     ///
     /// # Errors
@@ -116,14 +149,51 @@ impl TermShell for BlockingTerm {
         store: Arc<dyn Store>,
         key: FingerprintKey,
         endpoint: Endpoint,
+        machines: bool,
     ) -> Result<Self, Error> {
         let client = builder_parts(endpoint)?;
-        let rt = smolbox_blocking::Runtime::builder(store, key)
-            .worker(WORKER, client)
-            .owner(OWNER)
-            .poll_interval_ms(100)
-            .build()?;
+        let b = smolbox_blocking::Runtime::builder(store, key);
+        let b = if machines {
+            let profile = client.admit(&[])?;
+            b.worker_with_profile(WORKER, client, profile)
+        } else {
+            b.worker(WORKER, client)
+        };
+        let rt = b.owner(OWNER).poll_interval_ms(100).build()?;
         Ok(Self(rt))
+    }
+    fn running_machine(
+        &self,
+        key: &RecordKey,
+        spec: &RetainedMachineSpec,
+    ) -> Result<MachineRecord, Error> {
+        let m = self.0.machines();
+        m.create(key, spec)?;
+        let rec = m.wait(key, 30_000)?;
+        m.start(key, rec.version)?;
+        m.wait(key, 30_000)
+    }
+    fn slot_command(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+    ) -> Result<Outcome, Error> {
+        self.0.machines().submit(machine, key, command)?;
+        self.0.wait(key, 30_000)
+    }
+    fn lifecycle(
+        &self,
+        machine: &RecordKey,
+        op: MachineOperation,
+        version: u64,
+    ) -> Result<MachineRecord, Error> {
+        let m = self.0.machines();
+        match op {
+            MachineOperation::Stop => m.stop(machine, version)?,
+            _ => m.delete(machine, version)?,
+        };
+        m.wait(machine, 30_000)
     }
     fn open(
         &self,
@@ -179,6 +249,7 @@ impl TermShell for TokioTerm {
         store: Arc<dyn Store>,
         key: FingerprintKey,
         endpoint: Endpoint,
+        machines: bool,
     ) -> Result<Self, Error> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -186,13 +257,16 @@ impl TermShell for TokioTerm {
             .build()
             .map_err(|_| Error::validation(smolbox_core::Operation::Config, "tokio"))?;
         let client = smolbox_tokio::Client::new(endpoint)?;
+        let b = smolbox_tokio::Runtime::builder(store, key);
+        let b = if machines {
+            let profile = rt.block_on(client.admit(&[]))?;
+            b.worker_with_profile(WORKER, client, profile)
+        } else {
+            b.worker(WORKER, client)
+        };
         let runtime = {
             let _guard = rt.enter();
-            smolbox_tokio::Runtime::builder(store, key)
-                .worker(WORKER, client)
-                .owner(OWNER)
-                .poll_interval_ms(100)
-                .build()?
+            b.owner(OWNER).poll_interval_ms(100).build()?
         };
         Ok(Self {
             rt: Arc::new(rt),
@@ -228,6 +302,48 @@ impl TermShell for TokioTerm {
     }
     fn run(&self, submit: Submit) -> Result<Outcome, Error> {
         self.rt.block_on(self.runtime.run(submit))
+    }
+    fn running_machine(
+        &self,
+        key: &RecordKey,
+        spec: &RetainedMachineSpec,
+    ) -> Result<MachineRecord, Error> {
+        let m = self.runtime.machines();
+        self.rt.block_on(async {
+            m.create(key, spec).await?;
+            let rec = m.wait(key, 30_000).await?;
+            m.start(key, rec.version).await?;
+            m.wait(key, 30_000).await
+        })
+    }
+    fn slot_command(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+    ) -> Result<Outcome, Error> {
+        self.rt.block_on(async {
+            self.runtime
+                .machines()
+                .submit(machine, key, command)
+                .await?;
+            self.runtime.wait(key, 30_000).await
+        })
+    }
+    fn lifecycle(
+        &self,
+        machine: &RecordKey,
+        op: MachineOperation,
+        version: u64,
+    ) -> Result<MachineRecord, Error> {
+        let m = self.runtime.machines();
+        self.rt.block_on(async {
+            match op {
+                MachineOperation::Stop => m.stop(machine, version).await?,
+                _ => m.delete(machine, version).await?,
+            };
+            m.wait(machine, 30_000).await
+        })
     }
 }
 
@@ -402,6 +518,7 @@ impl Setup {
             Arc::clone(&self.store),
             self.key.clone(),
             self.fixture.endpoint(Fixture::budgets()),
+            false,
         )
         .unwrap()
     }
@@ -544,6 +661,80 @@ pub fn seed_scenario_open_attach_exit_7<T: TermShell>(kind: StoreKind) {
     assert_eq!(out.exit_code(), Some(0));
     assert_eq!(out.output.unwrap().stdout, b"TERMFILE-OK\n");
     assert_eq!(s.upgrades(), 1, "exactly one upgrade");
+}
+
+/// The seed scenario through the retained-machine API: a machine created
+/// and started by the runtime, a terminal in its slot (commands refused
+/// with `admission_exhausted`, stop / delete refused), `pwd`, a file,
+/// resize, `exit 7` → `completed` with no transcript, the slot released,
+/// a slot command reads the file, and the machine is deleted.
+pub fn seed_scenario_on_a_created_machine<T: TermShell>(kind: StoreKind) {
+    let Some(s) = setup(kind) else { return };
+    let rt = T::start(
+        Arc::clone(&s.store),
+        s.key.clone(),
+        s.fixture.endpoint(Fixture::budgets()),
+        true,
+    )
+    .unwrap();
+    let mk = RecordKey::new("boxes", "box-1").unwrap();
+    let m = rt.running_machine(&mk, &machine_spec()).unwrap();
+    assert_eq!(m.state, MachineRecordState::Running, "{:?}", m.last_error);
+    let bx = |id: &str| RecordKey::new("boxes", id).unwrap();
+    let k = bx("term-box");
+    let (rec, existing) = rt.open(&k, &mk, ManagedTerminalSpec::default()).unwrap();
+    assert!(!existing);
+    assert_eq!(rec.spec.machine.as_ref(), Some(&mk));
+    let mut h = rt.attach(&k, Duration::from_secs(10)).unwrap();
+    h.input(b"echo \"pwd=$(pwd)\"\n").unwrap();
+    read_until(&mut h, "pwd=/");
+    let held = rt
+        .slot_command(&mk, &bx("cmd-busy"), &Command::new(["true"]))
+        .unwrap_err();
+    assert_eq!(held.category(), Category::AdmissionExhausted);
+    let version = s.store.fetch_machine(&mk).unwrap().version;
+    for op in [MachineOperation::Stop, MachineOperation::Delete] {
+        let e = rt.lifecycle(&mk, op, version).unwrap_err();
+        assert_eq!(e.category(), Category::AdmissionExhausted, "{op:?}");
+    }
+    h.input(b"mkdir -p workspace && echo BOXFILE-OK > workspace/box.txt && echo wrote-it\n")
+        .unwrap();
+    read_until(&mut h, "wrote-it");
+    h.resize(90, 30).unwrap();
+    h.input(b"stty size\n").unwrap();
+    read_until(&mut h, "30 90");
+    h.input(b"exit 7\n").unwrap();
+    assert_eq!(outcome_of(&mut h).unwrap(), TerminalExit { code: 7 });
+    let rec = rt.wait(&k).unwrap();
+    assert_eq!(
+        (rec.state, rec.result.clone()),
+        (
+            ExecState::Completed,
+            Some(ExecResult::Terminal { exit_code: 7 })
+        )
+    );
+    assert!(rec.artifacts.is_empty());
+    assert_eq!(s.store.fetch_machine(&mk).unwrap().active_execution, None);
+    let out = rt
+        .slot_command(
+            &mk,
+            &bx("cmd-read"),
+            &Command::new(["cat", "/workspace/box.txt"]),
+        )
+        .unwrap();
+    assert_eq!(out.exit_code(), Some(0), "{:?}", out.error);
+    assert_eq!(out.output.unwrap().stdout, b"BOXFILE-OK\n");
+    let version = s.store.fetch_machine(&mk).unwrap().version;
+    let gone = rt
+        .lifecycle(&mk, MachineOperation::Delete, version)
+        .unwrap();
+    assert_eq!(
+        gone.state,
+        MachineRecordState::Deleted,
+        "{:?}",
+        gone.last_error
+    );
+    assert_eq!(s.upgrades(), 1);
 }
 
 /// Duplicate opens: the same identity while active and completed, a
@@ -722,8 +913,7 @@ fn crashed_session(s: &Setup, id: &str, exit: Option<i32>) -> RecordKey {
     let t0 = std::time::Instant::now();
     let mut term = None;
     let mut budget = usize::MAX;
-    loop {
-        let Some(out) = run.poll_output() else { break };
+    while let Some(out) = run.poll_output() {
         match out {
             TermOutput::Store(id, op) if budget > 0 => {
                 budget -= 1;
@@ -836,6 +1026,7 @@ macro_rules! managed_terminal_suite {
     (@store $shell:ty, $kind:expr) => {
         $crate::managed_terminal_suite!(@cases $shell, $kind,
             seed_scenario_open_attach_exit_7,
+            seed_scenario_on_a_created_machine,
             duplicate_open_keeps_one_identity_and_one_upgrade,
             a_second_consumer_is_refused,
             attach_after_attach_ms_is_expired,
