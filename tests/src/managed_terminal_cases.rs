@@ -59,7 +59,25 @@ pub trait TermShell: Sized {
         key: FingerprintKey,
         endpoint: Endpoint,
         machines: bool,
+    ) -> Result<Self, Error> {
+        Self::start_as(store, key, endpoint, machines, OWNER)
+    }
+    /// As [`TermShell::start`] under controller id `owner`.
+    ///
+    /// # Errors
+    /// The builder's.
+    fn start_as(
+        store: Arc<dyn Store>,
+        key: FingerprintKey,
+        endpoint: Endpoint,
+        machines: bool,
+        owner: &str,
     ) -> Result<Self, Error>;
+    /// `terminals().cancel`.
+    ///
+    /// # Errors
+    /// The store's.
+    fn cancel(&self, key: &RecordKey) -> Result<ExecutionRecord, Error>;
     /// `machines().create` then `wait`, `start`, `wait`: a running machine.
     ///
     /// # Errors
@@ -145,11 +163,12 @@ pub struct BlockingTerm(smolbox_blocking::Runtime);
 
 impl TermShell for BlockingTerm {
     type Handle = smolbox_blocking::ManagedTerminal;
-    fn start(
+    fn start_as(
         store: Arc<dyn Store>,
         key: FingerprintKey,
         endpoint: Endpoint,
         machines: bool,
+        owner: &str,
     ) -> Result<Self, Error> {
         let client = builder_parts(endpoint)?;
         let b = smolbox_blocking::Runtime::builder(store, key);
@@ -159,8 +178,11 @@ impl TermShell for BlockingTerm {
         } else {
             b.worker(WORKER, client)
         };
-        let rt = b.owner(OWNER).poll_interval_ms(100).build()?;
+        let rt = b.owner(owner).poll_interval_ms(100).build()?;
         Ok(Self(rt))
+    }
+    fn cancel(&self, key: &RecordKey) -> Result<ExecutionRecord, Error> {
+        self.0.terminals().cancel(key)
     }
     fn running_machine(
         &self,
@@ -245,11 +267,12 @@ pub struct TokioHandle {
 
 impl TermShell for TokioTerm {
     type Handle = TokioHandle;
-    fn start(
+    fn start_as(
         store: Arc<dyn Store>,
         key: FingerprintKey,
         endpoint: Endpoint,
         machines: bool,
+        owner: &str,
     ) -> Result<Self, Error> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -266,7 +289,7 @@ impl TermShell for TokioTerm {
         };
         let runtime = {
             let _guard = rt.enter();
-            b.owner(OWNER).poll_interval_ms(100).build()?
+            b.owner(owner).poll_interval_ms(100).build()?
         };
         Ok(Self {
             rt: Arc::new(rt),
@@ -302,6 +325,9 @@ impl TermShell for TokioTerm {
     }
     fn run(&self, submit: Submit) -> Result<Outcome, Error> {
         self.rt.block_on(self.runtime.run(submit))
+    }
+    fn cancel(&self, key: &RecordKey) -> Result<ExecutionRecord, Error> {
+        self.rt.block_on(self.runtime.terminals().cancel(key))
     }
     fn running_machine(
         &self,
@@ -885,6 +911,126 @@ pub fn terminal_bytes_never_leave_memory<T: TermShell>(kind: StoreKind) {
     assert!(!has(SENTINEL), "terminal bytes stored in clear");
 }
 
+/// A stalled consumer: output beyond the buffer ends the session with an
+/// uncertain `output_limit` (AC-7.3.1), never a fabricated exit.
+pub fn a_stalled_consumer_hits_output_limit<T: TermShell>(kind: StoreKind) {
+    let Some(s) = setup(kind) else { return };
+    let rt: T = s.runtime();
+    let k = key("term-flood");
+    let spec = ManagedTerminalSpec {
+        buffer_bytes: 1_024,
+        ..ManagedTerminalSpec::default()
+    };
+    rt.open(&k, &s.machine, spec).unwrap();
+    let mut h = rt.attach(&k, Duration::from_secs(10)).unwrap();
+    h.input(b"head -c 300000 /dev/zero | tr '\\0' x; exit 0\n")
+        .unwrap();
+    // The consumer reads nothing until the session ended.
+    let rec = rt.wait(&k).unwrap();
+    assert_eq!((rec.state, rec.result.clone()), (ExecState::Unknown, None));
+    assert_eq!(
+        rec.last_error.as_ref().map(|e| e.category.as_str()),
+        Some("output_limit")
+    );
+    let outcome = outcome_of(&mut h).unwrap_err();
+    assert_eq!(outcome.category(), Category::OutputLimit);
+    assert_eq!(
+        s.machine().active_execution,
+        Some(k),
+        "unknown keeps the slot"
+    );
+}
+
+/// Cancel after dispatch closes observation and keeps the outcome
+/// uncertain; the consumer sees the end.
+pub fn cancel_after_dispatch_keeps_uncertainty<T: TermShell>(kind: StoreKind) {
+    let Some(s) = setup(kind) else { return };
+    let rt: T = s.runtime();
+    let k = key("term-cancel");
+    rt.open(&k, &s.machine, ManagedTerminalSpec::default())
+        .unwrap();
+    let mut h = rt.attach(&k, Duration::from_secs(10)).unwrap();
+    h.input(b"echo live-$((2+3))\n").unwrap();
+    read_until(&mut h, "live-5");
+    let rec = rt.cancel(&k).unwrap();
+    assert!(rec.cancel_requested_at_ms.is_some());
+    let outcome = outcome_of(&mut h);
+    assert!(outcome.is_err(), "{outcome:?}");
+    let rec = rt.wait(&k).unwrap();
+    assert_eq!((rec.state, rec.result.clone()), (ExecState::Unknown, None));
+    assert_eq!(s.upgrades(), 1);
+}
+
+/// The C7.1 bounds through the managed path: a session budget over the
+/// profile's execution budget is refused before anything is stored; input
+/// at N is taken and N+1 refused.
+pub fn managed_bounds_at_n_and_n_plus_1<T: TermShell>(kind: StoreKind) {
+    let Some(s) = setup(kind) else { return };
+    let rt: T = s.runtime();
+    let budget = s.machine().spec.profile.budgets.execution_ms;
+    let over = ManagedTerminalSpec {
+        session_ms: budget + 1,
+        ..ManagedTerminalSpec::default()
+    };
+    let e = rt.open(&key("term-over"), &s.machine, over).unwrap_err();
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::Validation, "session_over_budget")
+    );
+    assert_eq!(
+        s.store.fetch(&key("term-over")).unwrap_err().category(),
+        Category::NotFound
+    );
+    let spec = ManagedTerminalSpec {
+        session_ms: budget,
+        idle_ms: budget,
+        input_bytes: 16,
+        ..ManagedTerminalSpec::default()
+    };
+    let k = key("term-n");
+    rt.open(&k, &s.machine, spec).unwrap();
+    let mut h = rt.attach(&k, Duration::from_secs(10)).unwrap();
+    let e = h.input(b"echo 17-bytes-xx\n").unwrap_err();
+    assert_eq!(e.category(), Category::Validation);
+    h.input(b"echo sixteen-bb\n").unwrap();
+    read_until(&mut h, "sixteen-bb");
+    h.input(b"exit 0\n").unwrap();
+    assert_eq!(outcome_of(&mut h).unwrap().code, 0);
+    assert_eq!(s.upgrades(), 1);
+}
+
+/// Another controller sees the record and may cancel, but never takes the
+/// live connection over.
+pub fn another_controller_never_takes_over<T: TermShell>(kind: StoreKind) {
+    let Some(s) = setup(kind) else { return };
+    let rt: T = s.runtime();
+    let other = T::start_as(
+        Arc::clone(&s.store),
+        s.key.clone(),
+        s.fixture.endpoint(Fixture::budgets()),
+        false,
+        "ctl-term-other",
+    )
+    .unwrap();
+    let k = key("term-own");
+    rt.open(&k, &s.machine, ManagedTerminalSpec::default())
+        .unwrap();
+    let mut h = rt.attach(&k, Duration::from_secs(10)).unwrap();
+    h.input(b"echo mine\n").unwrap();
+    read_until(&mut h, "mine");
+    let e = other.attach(&k, Duration::from_millis(200)).unwrap_err();
+    assert_eq!(e.category(), Category::NotFound, "not live there");
+    // The duplicate open elsewhere reports the identity and opens nothing.
+    let (rec, existing) = other
+        .open(&k, &s.machine, ManagedTerminalSpec::default())
+        .unwrap();
+    assert!(existing && !rec.state.is_before_dispatch());
+    h.input(b"exit 4\n").unwrap();
+    assert_eq!(outcome_of(&mut h).unwrap().code, 4);
+    assert_eq!(rt.wait(&k).unwrap().state, ExecState::Completed);
+    assert_eq!(s.upgrades(), 1);
+}
+
 /// A controller that crashed mid-session and is restarted under the same
 /// controller id (so its claim is this runtime's to renew, without waiting
 /// out a TTL): a `TerminalRun` driven against the store until the
@@ -1032,6 +1178,10 @@ macro_rules! managed_terminal_suite {
             attach_after_attach_ms_is_expired,
             the_terminal_holds_the_slot_until_it_completes,
             terminal_bytes_never_leave_memory,
+            a_stalled_consumer_hits_output_limit,
+            cancel_after_dispatch_keeps_uncertainty,
+            managed_bounds_at_n_and_n_plus_1,
+            another_controller_never_takes_over,
             recovery_never_reopens_a_possibly_dispatched_session,
             recovery_keeps_a_recorded_exit_and_releases_the_slot,
         );
