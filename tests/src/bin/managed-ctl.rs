@@ -1,11 +1,15 @@
-//! A controller process for the SIGKILL restart test (`tests/tests/
-//! managed_kill.rs`): opens the SQLite store at `DB` (keys next to it),
-//! builds a blocking `Runtime` with a 1 s claim TTL and the devworker at
-//! `URL` (bearer `TOKEN`) as worker `dev`, submits `sh -c SCRIPT` under
-//! record `suite/ID` on machine `m1` and waits. The test kills it with
-//! SIGKILL at a durable step.
+//! A controller process for the SIGKILL restart tests (`tests/tests/
+//! managed_kill.rs`): opens the store `STORE` — a SQLite path (keys next to
+//! it) or `postgres:PARTITION:KEYPATH` (the server at `SMOLBOX_PG_URL`,
+//! keys next to `KEYPATH`) — builds a blocking `Runtime` with a 1 s claim
+//! TTL and the devworker at `URL` (bearer `TOKEN`) as worker `dev`, submits
+//! `sh -c SCRIPT` under record `suite/ID` on machine `m1` and waits.
+//! `{CTL_PID}` in the script becomes this process's id (so the command can
+//! kill its controller while it runs). `SMOLBOX_KILL_AT=<point>` makes the
+//! process SIGKILL itself at that durable boundary
+//! (`smolbox_tests::kill::KillPoint`).
 //!
-//! Usage: `managed-ctl DB URL TOKEN ID SCRIPT`.
+//! Usage: `managed-ctl STORE URL TOKEN ID SCRIPT`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +20,8 @@ use smolbox_core::managed::RecordKey;
 use smolbox_core::managed::controller::{RunTarget, Submit, spec_for};
 use smolbox_core::worker::{Budgets, Endpoint, EndpointConfig};
 use smolbox_store::keys::load_or_create_keys;
-use smolbox_store::{Sealer, SqliteStore, Store};
+use smolbox_store::{PostgresStore, Sealer, SqliteStore, Store};
+use smolbox_tests::kill::{KillPoint, KillStore};
 
 fn main() -> Result<(), smolbox_core::Error> {
     let args: Vec<String> = std::env::args().collect();
@@ -24,9 +29,32 @@ fn main() -> Result<(), smolbox_core::Error> {
         eprintln!("usage: managed-ctl DB URL TOKEN ID SCRIPT");
         std::process::exit(2);
     };
-    let db = std::path::Path::new(db);
-    let (key, seal) = load_or_create_keys(db)?;
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(db, Sealer::new(&seal, "managed")?)?);
+    let inner: Arc<dyn Store> = match db.strip_prefix("postgres:") {
+        Some(rest) => {
+            let Some((partition, keys)) = rest.split_once(':') else {
+                eprintln!("usage: STORE is a path or postgres:PARTITION:KEYPATH");
+                std::process::exit(2);
+            };
+            let url = std::env::var("SMOLBOX_PG_URL").unwrap_or_default();
+            let (_, seal) = load_or_create_keys(std::path::Path::new(keys))?;
+            Arc::new(PostgresStore::connect(
+                &url,
+                Sealer::new(&seal, partition)?,
+            )?)
+        }
+        None => {
+            let db = std::path::Path::new(db);
+            let (_, seal) = load_or_create_keys(db)?;
+            Arc::new(SqliteStore::open(db, Sealer::new(&seal, "managed")?)?)
+        }
+    };
+    let key_path = db
+        .strip_prefix("postgres:")
+        .and_then(|r| r.split_once(':'))
+        .map_or(db.as_str(), |(_, k)| k);
+    let (key, _) = load_or_create_keys(std::path::Path::new(key_path))?;
+    let store: Arc<dyn Store> = Arc::new(KillStore::new(inner, KillPoint::from_env()));
+    let script = script.replace("{CTL_PID}", &std::process::id().to_string());
     let endpoint = Endpoint::new(EndpointConfig {
         id: "dev".into(),
         base_url: url.clone(),

@@ -1012,8 +1012,11 @@ impl Sim {
                         .as_ref()
                         .map(|e| (e.category().as_str(), e.reason()))
                 ));
+                // A store's `not_found` (the worker's, e.g. an exec on a
+                // machine a worker restart removed, is the worker's answer).
                 if let Some(e) = &f.error
                     && e.category() == Category::NotFound
+                    && e.operation().as_str().starts_with("store")
                     && self.store.inner().fetch(&f.key).is_ok()
                 {
                     self.violation(format!(

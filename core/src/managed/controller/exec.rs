@@ -130,8 +130,14 @@ enum MKind {
 /// C17.2). Only facts of this process: a resumed record starts empty.
 #[derive(Debug, Default)]
 struct MachineSteps {
-    /// This process reserved the name, so no create was ever sent for it.
+    /// This process reserved the name (or claimed the record reserved
+    /// and before any create intent), so no create was sent for it before.
     reserved_here: bool,
+    /// This process committed the create intent (`accepted` → `preparing`)
+    /// of a name it reserved: the create may be sent (once). A `preparing`
+    /// record it did not write itself — another controller may have taken
+    /// it over and sent the create meanwhile — never is.
+    create_intent_mine: bool,
     create_sent: bool,
     start_sent: bool,
     started: bool,
@@ -638,7 +644,7 @@ impl Exec {
             // exit: `unknown`, never re-sent (C17.1).
             let patch = ExecPatch {
                 state: Some(ExecState::Unknown),
-                next_due_at_ms: Some(None),
+                next_due_at_ms: Some(self.unknown_due(now_ms)),
                 ..ExecPatch::default()
             };
             return self.guarded(cfg, now, now_ms, Kind::Write, patch);
@@ -679,7 +685,7 @@ impl Exec {
             // The observation ends (C16): unknown unless an exit arrives.
             let patch = ExecPatch {
                 state: Some(ExecState::Unknown),
-                next_due_at_ms: Some(None),
+                next_due_at_ms: Some(self.unknown_due(now_ms)),
                 ..ExecPatch::default()
             };
             return self.guarded(cfg, now, now_ms, Kind::Write, patch);
@@ -700,7 +706,7 @@ impl Exec {
             .with_reason("execution_deadline");
             let patch = ExecPatch {
                 state: Some(ExecState::Unknown),
-                next_due_at_ms: Some(None),
+                next_due_at_ms: Some(self.unknown_due(now_ms)),
                 last_error: Some(ErrorEntry::from_error(&e, now_ms)),
                 ..ExecPatch::default()
             };
@@ -787,7 +793,7 @@ impl Exec {
             Observed::NotSent | Observed::Uncertain if state.can_move_to(ExecState::Unknown) => {
                 Some(ExecPatch {
                     state: Some(ExecState::Unknown),
-                    next_due_at_ms: Some(None),
+                    next_due_at_ms: Some(self.unknown_due(now_ms)),
                     last_error,
                     ..ExecPatch::default()
                 })
@@ -853,6 +859,14 @@ impl Exec {
                     self.refetches = 0;
                 }
                 let changed = rec.state != self.rec.state || rec.evidence != self.rec.evidence;
+                if kind == Kind::Write
+                    && self.machine.reserved_here
+                    && self.rec.state == ExecState::Accepted
+                    && rec.state == ExecState::Preparing
+                    && rec.creation.is_none()
+                {
+                    self.machine.create_intent_mine = true;
+                }
                 if matches!(kind, Kind::Write | Kind::Result)
                     && self.rec.state != ExecState::Unknown
                     && rec.state == ExecState::Unknown
@@ -862,6 +876,19 @@ impl Exec {
                 if matches!(kind, Kind::Write | Kind::Result | Kind::Intent) {
                     // The machine answer this write acted on is recorded.
                     self.machine.reply = None;
+                }
+                // Every write (claims included) moves the version by one;
+                // a record that moved further was written by another
+                // controller in between, which may have sent the create
+                // for the name this process reserved (a paused controller
+                // coming back): the reservation is no longer only ours.
+                let ours = if kind == Kind::Fetch {
+                    self.rec.version
+                } else {
+                    self.rec.version + 1
+                };
+                if rec.version != ours {
+                    self.machine.reserved_here = false;
                 }
                 self.rec = rec;
                 // Deadlines set by this write get their monotonic bound now.
@@ -1078,6 +1105,12 @@ impl Exec {
         owed.then_some(now_ms)
     }
 
+    /// Next due time when a record becomes `unknown`: none, except for a
+    /// retained machine's command, due until its slot is finished.
+    fn unknown_due(&self, now_ms: u64) -> Option<u64> {
+        self.rec.spec.machine.is_some().then_some(now_ms)
+    }
+
     fn machine_op(&mut self, kind: MKind, op: WorkerOp) -> Step {
         self.pending_kind = Some(kind);
         Step::Worker(op)
@@ -1226,10 +1259,10 @@ impl Exec {
                 // current worker-lease generation: a controller that was
                 // paused past its claim finds out first whether another
                 // took the record over.
-                _ if self.machine.reserved_here && !self.claim_ok(cfg, now, now_ms) => {
+                _ if self.machine.create_intent_mine && !self.claim_ok(cfg, now, now_ms) => {
                     return self.claim_op(cfg, now_ms);
                 }
-                _ if self.machine.reserved_here => {
+                _ if self.machine.create_intent_mine => {
                     let spec = MachineSpec::default();
                     return self.machine_op(
                         MKind::Create,

@@ -222,3 +222,45 @@ fn a_failed_write_of_the_creation_evidence_is_retried_from_the_same_answer() {
     s.answer("exec", exited(0, ""));
     assert_eq!(s.record(&key).state, ExecState::Completed);
 }
+
+/// Sim finding (disposable seed 75 after the merge): a controller paused
+/// right after its reservation comes back after another controller
+/// re-fenced the record, wrote the create intent and sent the create; the
+/// first one never sends a create for an intent it did not write.
+#[test]
+fn a_paused_reserver_never_creates_under_another_controllers_intent() {
+    let mut s = Sim::new(disposable_config());
+    let key = s.submit_disposable("r6", &cmd());
+    while s
+        .store
+        .records
+        .get(&key)
+        .is_none_or(|r| r.assignment.is_none())
+    {
+        let (id, op) = s.ctl.poll_store_op().unwrap();
+        let r = s.store.apply(&op);
+        s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    }
+    // Paused: the other controller takes over and sends the create.
+    let mut t = take_over(&mut s, 2_000);
+    assert_eq!(t.record(&key).state, ExecState::Preparing);
+    assert_eq!(kinds(&t.worker), ["create"]);
+    // It lets its lease lapse (the create is still out), then the first
+    // controller comes back on the same store.
+    t.now_ms += 2_000;
+    let gap = t.now_ms - s.now_ms;
+    s.store = std::mem::take(&mut t.store);
+    s.now += Duration::from_millis(gap);
+    s.now_ms = t.now_ms;
+    s.settle();
+    s.advance(3_000);
+    assert!(
+        !s.worker
+            .iter()
+            .any(|(_, op)| matches!(op, WorkerOp::Create { .. })),
+        "a second create"
+    );
+    let rec = s.record(&key);
+    assert_eq!(rec.state, ExecState::Failed);
+    assert!(rec.reservation.is_some());
+}
