@@ -226,6 +226,7 @@ impl RuntimeBuilder {
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
         let (res_tx, res_rx) = mpsc::unbounded_channel();
         let driver = Driver {
+            terminals: terminals.clone(),
             controller,
             store: Arc::clone(&self.store),
             clients: self.clients,
@@ -666,6 +667,7 @@ impl Runtime {
 }
 
 struct Driver {
+    terminals: crate::managed_terminal::ManagedTerminals,
     controller: Controller,
     store: Arc<dyn Store>,
     clients: BTreeMap<String, Client>,
@@ -866,6 +868,14 @@ impl Driver {
                     let _ = tx.send(d.result);
                 }
                 true
+            }
+            Event::TerminalDue(rec) => {
+                // Recovery of a terminal not driven here (C7.4).
+                let terminals = self.terminals.clone();
+                tokio::spawn(async move {
+                    let _ = terminals.recover(&rec.key).await;
+                });
+                false
             }
             Event::Stopped => {
                 self.stopped = true;

@@ -1039,7 +1039,7 @@ impl Sim {
                     }
                 }
             }
-            Event::Telemetry(_) | Event::Stopped | Event::Machine(_) => {}
+            Event::Telemetry(_) | Event::Stopped | Event::Machine(_) | Event::TerminalDue(_) => {}
         }
     }
 
