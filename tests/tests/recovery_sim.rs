@@ -97,11 +97,16 @@ fn replay_with_a_planted_bug() {
     };
     let bug = Bug::CONTROLLER
         .into_iter()
+        .chain([Bug::ReleaseAfter404WithoutCreation])
         .find(|b| format!("{b:?}") == name);
     assert!(bug.is_some(), "unknown bug {name}");
     if let Some(bug) = bug {
         let started = Instant::now();
-        let summary = sim::run_seeds(seeds(), Options::DEFAULT.with_bug(bug), usize::MAX);
+        let opts = Options {
+            disposable: bug == Bug::ReleaseAfter404WithoutCreation,
+            ..Options::DEFAULT
+        };
+        let summary = sim::run_seeds(seeds(), opts.with_bug(bug), usize::MAX);
         report(&summary, started);
     }
 }
@@ -144,6 +149,21 @@ fn every_planted_bug_is_caught_in_the_controller() {
 #[test]
 fn every_planted_bug_is_caught_in_run() {
     assert_caught(Options::RUN, &Bug::RUN);
+}
+
+/// Planted in the disposable run: a machine without creation evidence
+/// taken as absent after a 404 and its reservation released is caught
+/// (absence recorded while the machine exists or its create may still
+/// land, or a machine left with its reservation gone).
+#[test]
+fn a_release_after_a_404_without_creation_evidence_is_caught() {
+    assert_caught(
+        Options {
+            disposable: true,
+            ..Options::DEFAULT
+        },
+        &[Bug::ReleaseAfter404WithoutCreation],
+    );
 }
 
 /// The same seed gives the same run (replay is exact).

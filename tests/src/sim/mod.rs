@@ -82,6 +82,11 @@ pub enum Bug {
     /// The claim is not renewed while the command runs (the renewal is
     /// answered from memory): the issue-12 bug. `Controller` only.
     DropClaimRenewal,
+    /// A disposable machine without creation evidence (its create may have
+    /// been sent) is taken as absent — as after a 404, which proves nothing
+    /// there (C0.4 rule 3) — and its reservation released. Disposable
+    /// `Controller` runs only.
+    ReleaseAfter404WithoutCreation,
 }
 
 impl Bug {
@@ -130,6 +135,11 @@ impl Bug {
             }
             Self::UncertainAsExit => &["stored exit", "finished with exit"],
             Self::DropClaimRenewal => &["(C15 renewal)"],
+            Self::ReleaseAfter404WithoutCreation => &[
+                "recorded while the machine exists",
+                "recorded while a create of it may still land",
+                "with its reservation released (a leak)",
+            ],
         }
     }
 }
