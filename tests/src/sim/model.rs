@@ -110,7 +110,7 @@ impl Model {
     }
 
     /// A cancel of `key` committed while it was before dispatch: its
-    /// command must never arrive (C16; strict mode only, `Run` ignores it).
+    /// command must never arrive (C16).
     pub fn cancelled_before_intent(&mut self, key: &RecordKey) {
         self.cancelled.insert(key.clone());
     }
