@@ -287,6 +287,7 @@ pub struct Error {
     reason: &'static str,
     limit: Option<Limit>,
     status: Option<u16>,
+    close_code: Option<u16>,
 }
 
 impl Error {
@@ -300,6 +301,7 @@ impl Error {
             reason: "",
             limit: None,
             status: None,
+            close_code: None,
         }
     }
 
@@ -338,6 +340,14 @@ impl Error {
     #[must_use]
     pub const fn with_status(mut self, status: u16) -> Self {
         self.status = Some(status);
+        self
+    }
+
+    /// Attaches the WebSocket close code the peer sent (also one the client
+    /// refused as invalid), as evidence of how the connection ended.
+    #[must_use]
+    pub const fn with_close_code(mut self, code: u16) -> Self {
+        self.close_code = Some(code);
         self
     }
 
@@ -391,6 +401,12 @@ impl Error {
         self.status
     }
 
+    /// The WebSocket close code the peer sent, when the failure follows a
+    /// close frame.
+    pub const fn close_code(&self) -> Option<u16> {
+        self.close_code
+    }
+
     /// True when the request may have reached the worker.
     pub const fn may_have_reached_worker(&self) -> bool {
         self.evidence.may_have_reached_worker()
@@ -418,6 +434,9 @@ impl fmt::Display for Error {
         if let Some(code) = self.exit_code {
             write!(f, ", exit code {code}")?;
         }
+        if let Some(code) = self.close_code {
+            write!(f, ", close code {code}")?;
+        }
         Ok(())
     }
 }
@@ -439,6 +458,9 @@ impl fmt::Debug for Error {
         }
         if let Some(limit) = self.limit {
             s.field("limit", &limit);
+        }
+        if let Some(code) = self.close_code {
+            s.field("close_code", &code);
         }
         s.finish()
     }

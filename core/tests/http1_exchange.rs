@@ -505,3 +505,21 @@ fn no_timers_after_end() {
     x.handle_timeout(now + Duration::from_secs(3600));
     assert!(x.is_finished() && x.error().is_none());
 }
+
+#[test]
+fn a_huge_caller_built_idle_timeout_saturates_instead_of_panicking() {
+    let now = t0();
+    let mut c = config(now);
+    c.idle_timeout = Some(Duration::MAX);
+    let mut x = HttpExchange::new(&get(), &c, now).unwrap();
+    assert!(x.poll_transmit(&mut Vec::new()));
+    // Past `Instant`'s range the idle timer never fires; the deadline holds.
+    assert_eq!(
+        x.poll_timeout(),
+        Some((now + Duration::from_secs(30), Timer::Deadline))
+    );
+    x.handle_input(now + Duration::from_secs(1), b"HTTP/1.1 200 OK\r\n")
+        .unwrap();
+    x.handle_timeout(now + Duration::from_secs(30));
+    assert_eq!(failed(x.poll_event()).reason(), "deadline");
+}

@@ -32,6 +32,8 @@ struct FakeWorker {
     received: Vec<(Opcode, Vec<u8>)>,
     /// Answer a client close with a close (the worker does).
     echo_close: bool,
+    /// Answer pings with pongs (the worker's WebSocket library does).
+    answer_pings: bool,
     saw_close: bool,
 }
 
@@ -39,6 +41,7 @@ impl FakeWorker {
     fn new() -> Self {
         Self {
             echo_close: true,
+            answer_pings: true,
             ..Self::default()
         }
     }
@@ -75,6 +78,9 @@ impl FakeWorker {
                 .map(|(i, b)| b ^ mask[i % 4])
                 .collect();
             self.rx.drain(..end);
+            if h.opcode == Opcode::Ping && self.answer_pings && !self.saw_close {
+                self.out.extend(server_frame(true, 0xa, &payload));
+            }
             if h.opcode == Opcode::Close && !self.saw_close {
                 self.saw_close = true;
                 if self.echo_close {
@@ -548,8 +554,14 @@ fn session_budget_ends_at_exactly_its_deadline() {
     sim.client.attach(sim.now);
     assert_eq!(
         sim.client.poll_timeout(),
+        Some((sim.start + ms(1_000), TerminalTimer::Liveness)),
+        "a keepalive ping at half the idle budget"
+    );
+    sim.run_until(sim.start + ms(1_500), false);
+    assert_eq!(
+        sim.client.poll_timeout(),
         Some((sim.start + ms(2_000), TerminalTimer::Session)),
-        "session wins the tie with idle"
+        "session wins the tie with idle and liveness"
     );
     sim.run_until(sim.start + ms(2_000) - Duration::from_nanos(1), false);
     assert!(sim.client.outcome().is_none());
@@ -879,4 +891,118 @@ fn pings_are_answered_and_nothing_follows_the_close() {
         Opcode::Close,
         "no pong after the close"
     );
+}
+
+#[test]
+fn the_workers_close_code_and_reason_reach_the_outcome() {
+    let mut sim = Sim::default(&spec());
+    sim.open();
+    let mut payload = 1011u16.to_be_bytes().to_vec();
+    payload.extend_from_slice("agent lost: pty ✗".as_bytes());
+    sim.worker.out.extend(server_frame(true, 0x8, &payload));
+    let (_, outcome) = sim.read_to_end();
+    let e = outcome_err(outcome);
+    assert_eq!(
+        (e.reason(), e.close_code(), e.evidence()),
+        ("closed_without_exit", Some(1011), Evidence::Unknown)
+    );
+    let info = sim.client.peer_close().unwrap();
+    assert_eq!(info.code.map(|c| c.as_u16()), Some(1011));
+    assert_eq!(info.reason.as_str(), "agent lost: pty ✗");
+    // Neither the error nor the session's Debug prints the reason text.
+    assert!(!format!("{e:?} {e} {:?}", sim.client).contains("agent"));
+}
+
+#[test]
+fn our_close_frame_carries_the_fixed_reason_code_only() {
+    let mut sim = Sim::default(&spec());
+    sim.open();
+    sim.worker.output(b"secret terminal bytes");
+    let (_, outcome) = sim.read_to_end();
+    assert_eq!(outcome_err(outcome).reason(), "session_budget");
+    sim.settle();
+    let close = sim
+        .worker
+        .received
+        .iter()
+        .find(|(o, _)| *o == Opcode::Close)
+        .map(|(_, p)| p.clone())
+        .unwrap();
+    let mut want = 1001u16.to_be_bytes().to_vec();
+    want.extend_from_slice(b"session_budget");
+    assert_eq!(close, want);
+}
+
+#[test]
+fn a_silent_peer_ends_the_session_within_the_idle_budget_while_the_consumer_types() {
+    let spec = TerminalSpec {
+        session_budget: ms(60_000),
+        idle_budget: ms(1_000),
+        ..spec()
+    };
+    for answer in [true, false] {
+        let mut sim = Sim::new(&spec, TerminalConfig::new("localhost", "dev"), ms(0), 64, 3);
+        sim.worker.answer_pings = answer;
+        sim.open();
+        sim.client.attach(sim.now);
+        // The consumer types every 300 ms: the session's idle budget never
+        // runs out; only the peer's silence can end it.
+        let rounds = if answer { 10u64 } else { 3 };
+        for i in 1..=rounds {
+            sim.run_until(sim.start + ms(300 * i), false);
+            sim.client.input(sim.now, b"k").unwrap();
+        }
+        if answer {
+            assert!(sim.client.outcome().is_none(), "a peer that pongs is alive");
+            let pings = sim
+                .worker
+                .received
+                .iter()
+                .filter(|(o, _)| *o == Opcode::Ping)
+                .count();
+            assert!(pings >= 5, "one ping per half idle budget, got {pings}");
+            continue;
+        }
+        let (_, outcome) = sim.read_to_end();
+        let e = outcome_err(outcome);
+        assert_eq!(
+            (e.category(), e.reason(), e.evidence()),
+            (Category::Transport, "idle_timeout", Evidence::Unknown)
+        );
+        // A ping at 500 ms, unanswered; the end at exactly 1,000 ms after
+        // the last byte received (the 101 at t = 0).
+        assert_eq!(sim.elapsed(), ms(1_000));
+        let pings = sim
+            .worker
+            .received
+            .iter()
+            .filter(|(o, _)| *o == Opcode::Ping)
+            .count();
+        assert_eq!(pings, 1);
+        sim.settle();
+        assert_eq!(sim.worker.close_code(), Some(1001));
+    }
+}
+
+#[test]
+fn empty_output_frames_do_not_keep_an_idle_session_alive() {
+    let spec = TerminalSpec {
+        session_budget: ms(60_000),
+        idle_budget: ms(1_000),
+        ..spec()
+    };
+    let mut sim = Sim::new(&spec, TerminalConfig::new("localhost", "dev"), ms(0), 64, 5);
+    sim.open();
+    sim.client.attach(sim.now);
+    for i in 1..=4u64 {
+        sim.run_until(sim.start + ms(200 * i), false);
+        sim.worker.output(b"");
+    }
+    let (_, outcome) = sim.read_to_end();
+    let e = outcome_err(outcome);
+    assert_eq!(
+        (e.category(), e.operation(), e.reason()),
+        (Category::Expired, Operation::TerminalIdle, "idle_budget")
+    );
+    assert_eq!(sim.elapsed(), ms(1_000));
 }

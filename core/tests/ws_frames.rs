@@ -7,7 +7,10 @@ mod ws_support;
 use std::time::Duration;
 
 use smolbox_core::ws::frame::Opcode;
-use smolbox_core::ws::{CloseCode, CloseInfo, MAX_INPUT_CHUNK, WsClient, WsConfig, WsTimer};
+use smolbox_core::ws::{
+    CloseCode, CloseInfo, CloseReason, MAX_CLOSE_REASON, MAX_INPUT_CHUNK, WsClient, WsConfig,
+    WsTimer,
+};
 use smolbox_core::{Category, Evidence};
 use ws_support::*;
 
@@ -256,8 +259,18 @@ fn peer_close_is_echoed_and_nothing_follows() {
         evs,
         vec![Ev::Closed(CloseInfo {
             code: Some(CloseCode::NORMAL),
+            reason: CloseReason::from_utf8(b"bye").unwrap(),
             by_peer: true
         })]
+    );
+    // The echo carries the code only, never the peer's text.
+    let echo = client_frames(&transmit(&mut ws));
+    assert_eq!(echo.len(), 1);
+    assert_eq!(echo[0].payload, [0x03, 0xe8]);
+    let mut ws = open();
+    feed(
+        &mut ws,
+        &server_frame(true, 0x8, &[0x03, 0xe8, b'b', b'y', b'e']),
     );
     assert_eq!(sent_close(&mut ws), Some(1000));
     assert!(ws.is_finished());
@@ -277,6 +290,7 @@ fn peer_close_is_echoed_and_nothing_follows() {
         evs,
         vec![Ev::Closed(CloseInfo {
             code: None,
+            reason: CloseReason::EMPTY,
             by_peer: true
         })]
     );
@@ -320,6 +334,94 @@ fn close_codes_and_reasons_are_validated() {
 }
 
 #[test]
+fn peer_close_reason_is_reported_exactly_up_to_123_bytes() {
+    // N = 123 bytes of multi-byte UTF-8: accepted and reported.
+    let text = "é".to_owned() + &"€".repeat(40);
+    assert_eq!(text.len() + 1, MAX_CLOSE_REASON);
+    let text = format!("{text}!");
+    let mut payload = vec![0x0f, 0xa0]; // 4000, an application code
+    payload.extend_from_slice(text.as_bytes());
+    let mut ws = open();
+    let evs = feed(&mut ws, &server_frame(true, 0x8, &payload));
+    let [Ev::Closed(info)] = evs.as_slice() else {
+        panic!("expected a close, got {evs:?}");
+    };
+    assert_eq!(info.code, Some(CloseCode::from_u16(4000)));
+    assert_eq!(info.reason.as_str(), text);
+    assert_eq!(info.reason.len(), MAX_CLOSE_REASON);
+    assert!(info.by_peer);
+    // Debug shows the length only.
+    assert!(!format!("{info:?}").contains('€'));
+    // N + 1 = 124 bytes makes a 126-byte control payload: a protocol error
+    // (RFC 6455 §5.5), answered with 1002.
+    let mut long = payload.clone();
+    long.push(b'x');
+    let mut ws = open();
+    let e = failure(&feed(&mut ws, &server_frame(true, 0x8, &long)));
+    assert_eq!(e.category(), Category::Protocol);
+    assert_eq!(sent_close(&mut ws), Some(1002));
+}
+
+#[test]
+fn refused_close_frames_are_answered_with_the_rfc_code_and_evidence() {
+    // An invalid code: 1002, the code kept as evidence, the request may
+    // have reached the peer.
+    let mut ws = open();
+    let e = failure(&feed(
+        &mut ws,
+        &server_frame(true, 0x8, &1005u16.to_be_bytes()),
+    ));
+    assert_eq!(
+        (e.category(), e.reason(), e.close_code(), e.evidence()),
+        (
+            Category::Protocol,
+            "close_code_invalid",
+            Some(1005),
+            Evidence::DispatchUncertain
+        )
+    );
+    let frames = client_frames(&transmit(&mut ws));
+    assert_eq!(frames.len(), 1);
+    // Our close carries the fixed reason code, nothing of the peer's.
+    let mut want = 1002u16.to_be_bytes().to_vec();
+    want.extend_from_slice(b"close_code_invalid");
+    assert_eq!(frames[0].payload, want);
+    // A reason that is not UTF-8: 1007, the peer's code kept.
+    let mut ws = open();
+    let e = failure(&feed(
+        &mut ws,
+        &server_frame(true, 0x8, &[0x0b, 0xb8, b'o', 0xc3]),
+    ));
+    assert_eq!((e.reason(), e.close_code()), ("invalid_utf8", Some(3000)));
+    assert_eq!(sent_close(&mut ws), Some(1007));
+}
+
+#[test]
+fn our_close_reason_is_bounded_at_123_bytes() {
+    const R123: &str = "rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr";
+    const R124: &str = "rrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr";
+    assert_eq!((R123.len(), R124.len()), (123, 124));
+    let mut ws = open();
+    let e = ws
+        .close_with_reason(t0(), CloseCode::NORMAL, R124)
+        .unwrap_err();
+    assert_eq!(
+        (e.category(), e.reason(), e.evidence()),
+        (
+            Category::Validation,
+            "close_reason_too_long",
+            Evidence::NotDispatched
+        )
+    );
+    assert!(transmit(&mut ws).is_empty(), "nothing queued");
+    ws.close_with_reason(t0(), CloseCode::NORMAL, R123).unwrap();
+    let frames = client_frames(&transmit(&mut ws));
+    assert_eq!(frames.len(), 1);
+    assert_eq!(frames[0].payload.len(), 125);
+    assert_eq!(&frames[0].payload[2..], R123.as_bytes());
+}
+
+#[test]
 fn our_close_waits_for_the_peer_then_times_out() {
     let now = t0();
     let mut c = config();
@@ -348,6 +450,7 @@ fn our_close_waits_for_the_peer_then_times_out() {
         evs,
         vec![Ev::Closed(CloseInfo {
             code: Some(CloseCode::NORMAL),
+            reason: CloseReason::EMPTY,
             by_peer: false
         })]
     );
@@ -529,4 +632,145 @@ fn transmit_data_supports_partial_writes() {
     assert_eq!(payloads, vec![&b"abc"[..], b"de", b"f"]);
     assert!(ws.transmit_data().is_empty());
     assert_eq!(ws.poll_transmit(&mut Vec::new()), None);
+}
+
+#[test]
+fn a_silent_peer_gets_a_ping_at_half_the_idle_timeout_and_fails_at_all_of_it() {
+    let now = t0();
+    let mut c = config();
+    c.idle_timeout = Some(Duration::from_millis(1_000));
+    let mut ws = open_client(c, now);
+    assert_eq!(
+        ws.poll_timeout(),
+        Some((now + Duration::from_millis(500), WsTimer::Keepalive))
+    );
+    ws.handle_timeout(now + Duration::from_millis(500));
+    let frames = client_frames(&transmit(&mut ws));
+    assert_eq!(frames.len(), 1);
+    assert_eq!(frames[0].header.opcode, Opcode::Ping);
+    // Any byte from the peer counts as life and restarts the clock.
+    let t1 = now + Duration::from_millis(700);
+    ws.handle_input(t1, &server_frame(true, 0xa, b"")).unwrap();
+    assert_eq!(events(&mut ws), vec![Ev::Pong(Vec::new())]);
+    assert_eq!(
+        ws.poll_timeout(),
+        Some((t1 + Duration::from_millis(500), WsTimer::Keepalive))
+    );
+    ws.handle_timeout(t1 + Duration::from_millis(500));
+    assert_eq!(client_frames(&transmit(&mut ws)).len(), 1, "one ping");
+    let end = t1 + Duration::from_millis(1_000);
+    assert_eq!(ws.poll_timeout(), Some((end, WsTimer::Idle)));
+    // N − 1 ns: still open; N: failed with a timeout and a close 1001.
+    ws.handle_timeout(end - Duration::from_nanos(1));
+    assert!(ws.is_open());
+    ws.handle_timeout(end);
+    let e = failure(&events(&mut ws));
+    assert_eq!(
+        (e.category(), e.reason(), e.evidence()),
+        (
+            Category::Transport,
+            "idle_timeout",
+            Evidence::DispatchUncertain
+        )
+    );
+    assert_eq!(sent_close(&mut ws), Some(1001));
+}
+
+#[test]
+fn a_peer_that_stops_reading_fails_the_send_at_the_write_bound() {
+    let now = t0();
+    let mut c = config();
+    c.write_wait = Some(Duration::from_millis(1_000));
+    let mut ws = open_client(c, now);
+    ws.handle_written(now, usize::MAX); // the handshake request went out
+    assert_eq!(ws.poll_timeout(), None, "nothing pending, no write timer");
+    ws.send_binary(now, &[1; 100]).unwrap();
+    let handed = transmit(&mut ws).len();
+    let stall = now + Duration::from_millis(1_000);
+    assert_eq!(ws.poll_timeout(), Some((stall, WsTimer::WriteStall)));
+    // Progress moves the bound.
+    let t1 = now + Duration::from_millis(600);
+    ws.handle_written(t1, 10);
+    let stall = t1 + Duration::from_millis(1_000);
+    assert_eq!(ws.poll_timeout(), Some((stall, WsTimer::WriteStall)));
+    ws.handle_timeout(stall - Duration::from_nanos(1));
+    assert!(ws.is_open());
+    ws.handle_timeout(stall);
+    let e = failure(&events(&mut ws));
+    assert_eq!(
+        (e.category(), e.reason(), e.evidence()),
+        (
+            Category::Transport,
+            "write_timeout",
+            Evidence::DispatchUncertain
+        )
+    );
+    // Nothing more to write: the shell drops the socket.
+    assert!(ws.is_finished());
+    assert!(transmit(&mut ws).is_empty());
+    // Once all handed-out bytes are written, no bound runs.
+    let mut c = config();
+    c.write_wait = Some(Duration::from_millis(1_000));
+    let mut ws = open_client(c, now);
+    ws.send_binary(now, &[1; 100]).unwrap();
+    ws.handle_written(now, usize::MAX);
+    let n = transmit(&mut ws).len();
+    assert_eq!(n, handed);
+    ws.handle_written(now, n);
+    assert_eq!(ws.poll_timeout(), None);
+}
+
+#[test]
+fn a_ping_flood_to_a_slow_reader_keeps_the_send_buffer_bounded() {
+    let mut ws = open();
+    // 10,000 pings arrive while the socket takes nothing: at most one pong
+    // waits in the send buffer and the latest is kept aside.
+    for i in 0..10_000u32 {
+        ws.handle_input(t0(), &server_frame(true, 0x9, &i.to_be_bytes()))
+            .unwrap();
+        let _ = events(&mut ws);
+        assert!(ws.pending_transmit() <= 6 + 4, "ping {i}");
+    }
+    let frames = client_frames(&transmit(&mut ws));
+    assert_eq!(frames.len(), 1);
+    assert_eq!(
+        frames[0].payload,
+        0u32.to_be_bytes(),
+        "the first ping's pong"
+    );
+    let frames = client_frames(&transmit(&mut ws));
+    assert_eq!(frames.len(), 1);
+    assert_eq!(
+        frames[0].payload,
+        9_999u32.to_be_bytes(),
+        "then only the latest ping's"
+    );
+    assert!(transmit(&mut ws).is_empty());
+}
+
+#[test]
+fn ws_timer_durations_at_n_and_n_plus_one() {
+    use smolbox_core::ws::MAX_WS_TIMER;
+    let over = MAX_WS_TIMER + Duration::from_nanos(1);
+    type Set = fn(&mut WsConfig, Duration);
+    let cases: [(Set, &str); 4] = [
+        (|c, d| c.idle_timeout = Some(d), "idle_timeout_out_of_range"),
+        (|c, d| c.write_wait = Some(d), "write_wait_out_of_range"),
+        (
+            |c, d| c.handshake_timeout = d,
+            "handshake_timeout_out_of_range",
+        ),
+        (|c, d| c.close_wait = d, "close_wait_out_of_range"),
+    ];
+    for (set, reason) in cases {
+        let mut c = config();
+        set(&mut c, MAX_WS_TIMER);
+        assert!(c.validate().is_ok(), "{reason}");
+        set(&mut c, over);
+        assert_eq!(c.validate().unwrap_err().reason(), reason);
+        set(&mut c, Duration::MAX);
+        assert!(WsClient::new(c.clone(), KEY, t0()).is_err(), "no panic");
+        set(&mut c, Duration::ZERO);
+        assert_eq!(c.validate().unwrap_err().reason(), reason);
+    }
 }

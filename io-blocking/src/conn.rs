@@ -28,7 +28,7 @@
 //! waiting for another event.
 
 use std::io;
-use std::net::ToSocketAddrs;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use mio::{Events, Interest, Poll, Token};
@@ -78,12 +78,16 @@ impl Conn {
             Kind::Tcp { host, port } => (host, *port, None),
             Kind::Tls { host, port, setup } => (host, *port, Some(setup)),
         };
-        // Name resolution is the platform's blocking resolver; for the
-        // loopback and literal addresses workers use it does not touch the
-        // network.
-        let addrs = (host.trim_start_matches('[').trim_end_matches(']'), port)
-            .to_socket_addrs()
-            .map_err(|_| ConnectError::Resolve)?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let mut addrs = resolve(host, port, deadline)?;
+        if tls.is_none() {
+            // Plain HTTP goes to loopback addresses only, whatever the
+            // resolver says `localhost` is (the decision is core's).
+            addrs.retain(|a| smolbox_core::worker::plain_http_address_allowed(a.ip()));
+            if addrs.is_empty() {
+                return Err(ConnectError::NotLoopback);
+            }
+        }
         let mut last = ConnectError::Refused;
         for addr in addrs {
             if Instant::now() >= deadline {
@@ -346,6 +350,26 @@ impl Conn {
         Ok(())
     }
 
+    /// Waits until the peer's end (FIN or reset) reached this socket, or
+    /// `deadline`; true when it did. For tests that need a reset to have
+    /// arrived before the first write.
+    #[cfg(test)]
+    pub(crate) fn wait_for_peer_end(&mut self, deadline: Instant) -> bool {
+        while Instant::now() < deadline {
+            if self.wait_until(Some(deadline)).is_err() {
+                return false;
+            }
+            if self
+                .events
+                .iter()
+                .any(|e| e.is_read_closed() || e.is_error())
+            {
+                return true;
+            }
+        }
+        false
+    }
+
     /// True when an idle pooled connection is still usable: no bytes, no
     /// end of stream and no error are waiting on it.
     pub(crate) fn is_idle_usable(&mut self) -> bool {
@@ -455,5 +479,56 @@ fn min_opt(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, None) => a,
         (None, b) => b,
+    }
+}
+
+/// Most name resolutions running at once on their own threads.
+const MAX_RESOLVERS: usize = 16;
+static RESOLVERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Resolves `host` within `deadline`. A literal address needs no lookup;
+/// a name is looked up on a helper thread (the platform resolver blocks
+/// without a timeout), so a stuck resolver costs the connect budget, not
+/// the caller's thread. `localhost` is the loopback without a lookup
+/// (RFC 6761 §6.3). At most [`MAX_RESOLVERS`] lookups run at once; a
+/// lookup past the deadline is abandoned (its thread ends when the resolver
+/// returns).
+fn resolve(host: &str, port: u16, deadline: Instant) -> Result<Vec<SocketAddr>, ConnectError> {
+    use std::sync::atomic::Ordering;
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        return Ok(vec![SocketAddr::new(ip, port)]);
+    }
+    if host.eq_ignore_ascii_case("localhost") {
+        // RFC 6761 §6.3: `localhost` is the loopback, without a lookup.
+        return Ok(vec![
+            SocketAddr::from(([127, 0, 0, 1], port)),
+            SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port)),
+        ]);
+    }
+    if RESOLVERS.fetch_add(1, Ordering::SeqCst) >= MAX_RESOLVERS {
+        RESOLVERS.fetch_sub(1, Ordering::SeqCst);
+        return Err(ConnectError::Resolve);
+    }
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let name = host.to_owned();
+    let spawned = std::thread::Builder::new()
+        .name("smolbox-resolve".into())
+        .spawn(move || {
+            let r = (name.as_str(), port)
+                .to_socket_addrs()
+                .map(Iterator::collect::<Vec<_>>);
+            RESOLVERS.fetch_sub(1, Ordering::SeqCst);
+            let _ = tx.send(r);
+        });
+    if spawned.is_err() {
+        RESOLVERS.fetch_sub(1, Ordering::SeqCst);
+        return Err(ConnectError::Resolve);
+    }
+    match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        Ok(Ok(addrs)) => Ok(addrs),
+        Ok(Err(_)) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+            Err(ConnectError::Resolve)
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(ConnectError::Timeout),
     }
 }

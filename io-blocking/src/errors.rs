@@ -20,6 +20,8 @@ pub(crate) enum ConnectError {
     Refused,
     /// The TLS handshake failed (verification, protocol, or the peer closed).
     Tls,
+    /// Plain HTTP, and the name resolved to no loopback address.
+    NotLoopback,
 }
 
 /// A connect (or TLS handshake) failure: nothing of the request was sent.
@@ -28,6 +30,7 @@ pub(crate) fn connect(operation: Operation, e: &ConnectError) -> Error {
         ConnectError::Timeout => "connect_timeout",
         ConnectError::Resolve | ConnectError::Refused => "connect_failed",
         ConnectError::Tls => "tls_handshake",
+        ConnectError::NotLoopback => "resolved_not_loopback",
     };
     not_dispatched(operation, reason)
 }

@@ -197,6 +197,14 @@ impl RuntimeBuilder {
         if !self.store.info().durable && !self.ephemeral {
             return Err(Error::validation(Operation::Config, "store_not_durable"));
         }
+        let terminals = crate::managed_terminal::ManagedTerminals::new(
+            Arc::clone(&self.store),
+            self.fingerprint_key.clone(),
+            smolbox_core::managed::controller::terminal::TermConfig::of(&self.config),
+            self.clients.clone(),
+            Arc::clone(&self.clock),
+            self.config.max_active,
+        )?;
         let telemetry_cap = self.config.telemetry_pending;
         let span = smolbox_store::trace::driver_span(&self.config.owner);
         let controller = Controller::new(
@@ -252,6 +260,7 @@ impl RuntimeBuilder {
             store: self.store,
             cmd: tx,
             shared,
+            terminals,
         })
     }
 }
@@ -309,6 +318,7 @@ pub struct Runtime {
     store: Arc<dyn Store>,
     cmd: mpsc::Sender<Msg>,
     shared: Arc<Shared>,
+    terminals: crate::managed_terminal::ManagedTerminals,
 }
 
 impl Drop for Runtime {
@@ -340,6 +350,12 @@ impl Runtime {
             ephemeral: false,
             clock: Arc::new(SystemClock),
         }
+    }
+
+    /// The managed terminals of this runtime (C7.4): `open`, `attach`,
+    /// `cancel`, `recover`; live connections belong to this runtime.
+    pub fn terminals(&self) -> &crate::managed_terminal::ManagedTerminals {
+        &self.terminals
     }
 
     /// Submits a command; returns once the record is durable (or already

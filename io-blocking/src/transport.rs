@@ -349,7 +349,12 @@ impl TlsStream {
         let n = self.tls.writer().write(buf)?;
         match self.flush_tls() {
             Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock && n > 0 => {}
+            // The session took `n` plaintext bytes (records carrying some
+            // of them may have left): report them as written, so the
+            // machine knows they may have reached the worker. A socket
+            // error surfaces again on the next write or flush (a reset
+            // socket keeps failing).
+            Err(_) if n > 0 => {}
             Err(e) => return Err(e),
         }
         if n == 0 && !buf.is_empty() {

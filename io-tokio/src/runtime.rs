@@ -197,6 +197,14 @@ impl RuntimeBuilder {
         }
         let handle = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::validation(Operation::Config, "no_tokio_runtime"))?;
+        let terminals = crate::managed_terminal::ManagedTerminals::new(
+            Arc::clone(&self.store),
+            self.fingerprint_key.clone(),
+            smolbox_core::managed::controller::terminal::TermConfig::of(&self.config),
+            self.clients.clone(),
+            Arc::clone(&self.clock),
+            self.config.max_active,
+        )?;
         let max_ops = self.config.max_active + 2;
         let telemetry_cap = self.config.telemetry_pending;
         let span = smolbox_store::trace::driver_span(&self.config.owner);
@@ -237,6 +245,7 @@ impl RuntimeBuilder {
             store: self.store,
             cmd: cmd_tx,
             shared,
+            terminals,
         })
     }
 }
@@ -286,6 +295,7 @@ pub struct Runtime {
     store: Arc<dyn Store>,
     cmd: mpsc::UnboundedSender<Cmd>,
     shared: Arc<Shared>,
+    terminals: crate::managed_terminal::ManagedTerminals,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -310,6 +320,12 @@ impl Runtime {
             ephemeral: false,
             clock: Arc::new(SystemClock),
         }
+    }
+
+    /// The managed terminals of this runtime (C7.4): `open`, `attach`,
+    /// `cancel`, `recover`; live connections belong to this runtime.
+    pub fn terminals(&self) -> &crate::managed_terminal::ManagedTerminals {
+        &self.terminals
     }
 
     /// Submits a command; returns once the record is durable (or already

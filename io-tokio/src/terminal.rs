@@ -85,6 +85,12 @@ impl Terminal {
         Ok(terminal)
     }
 
+    /// The worker's close frame (its code and exact reason), once one was
+    /// received; `None` before that or when the connection ended without one.
+    pub fn peer_close(&self) -> Option<smolbox_core::ws::CloseInfo> {
+        self.shared.lock().session.peer_close()
+    }
+
     /// Sends `bytes` to the PTY (1..=the spec's per-input cap). `Ok` means
     /// handed to the socket writer, not read by the guest.
     ///

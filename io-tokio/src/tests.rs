@@ -319,3 +319,110 @@ async fn pool_drops_an_idle_connection_the_peer_closed() {
         .unwrap();
     assert!(next.fresh, "a closed idle connection is never reused");
 }
+
+/// A mutual-TLS server on 127.0.0.1 that completes one handshake and then
+/// resets the TCP connection (SO_LINGER 0); `reset` fires after the reset.
+async fn tls_resetting_server(pki: &Pki) -> (u16, tokio::sync::oneshot::Receiver<()>) {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&pki.server_cert)
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let key = PrivateKeyDer::from_pem_file(&pki.server_key).unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(&pki.ca).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .build()
+    .unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs, key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let (s, _) = listener.accept().await.unwrap();
+        let tls = acceptor.accept(s).await.unwrap();
+        let (tcp, _) = tls.into_inner();
+        tcp.set_zero_linger().unwrap();
+        drop(tcp);
+        let _ = tx.send(());
+    });
+    (port, rx)
+}
+
+#[tokio::test]
+async fn a_tls_reset_before_the_first_record_is_dispatch_uncertain() {
+    use smolbox_core::http1::{ExchangeConfig, HttpEvent, HttpExchange, Method, Request};
+
+    use crate::transport::Connection;
+
+    let dir = tempfile::tempdir().unwrap();
+    let pki = make_pki(dir.path(), &["localhost"]);
+    let (port, reset) = tls_resetting_server(&pki).await;
+    let files = TlsFiles {
+        ca_file: pki.ca.clone(),
+        client_identity: Some((pki.client_cert.clone(), pki.client_key.clone())),
+    };
+    let target = SocketTarget::tls("localhost", port, &files).unwrap();
+    let conn = target.connect(soon(), Operation::Health).await.unwrap();
+    reset.await.unwrap();
+    // Wait until the reset reached this socket (it turns readable).
+    let Connection::Tls(tls) = &conn else {
+        panic!("a TLS connection")
+    };
+    tls.get_ref().0.readable().await.unwrap();
+
+    let now = Instant::now();
+    let config = ExchangeConfig::new("localhost", now + Duration::from_secs(5));
+    let request = Request::new(Operation::Get, Method::Get, "/health".into());
+    let mut ex = HttpExchange::new(&request, &config, now).unwrap();
+    let mut driver = crate::drive::Driver::new(conn);
+    let e = loop {
+        driver.turn(&mut ex).await;
+        match ex.poll_event() {
+            Some(HttpEvent::Failed(e)) => break e,
+            Some(HttpEvent::End) => panic!("the server reset the connection"),
+            _ => {}
+        }
+    };
+    // The TLS session took the request's plaintext before the socket
+    // failed: it may have reached the worker.
+    assert_eq!(e.category(), Category::Transport, "{e:?}");
+    assert_eq!(e.evidence(), Evidence::DispatchUncertain, "{e:?}");
+}
+
+#[tokio::test]
+async fn plain_tcp_connects_only_to_loopback_addresses() {
+    for host in ["10.255.255.1", "0.0.0.0", "::ffff:10.0.0.1"] {
+        let e = SocketTarget::tcp(host, 80)
+            .connect(soon(), Operation::Health)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            (e.category(), e.reason(), e.evidence()),
+            (
+                Category::Transport,
+                "resolved_not_loopback",
+                Evidence::NotDispatched
+            ),
+            "{host}"
+        );
+    }
+    // `localhost` is the loopback without a lookup.
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let conn = SocketTarget::tcp("localhost", port)
+        .connect(soon(), Operation::Health)
+        .await;
+    assert!(conn.is_ok());
+}

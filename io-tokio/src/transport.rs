@@ -129,7 +129,17 @@ impl SocketTarget {
         let attempt = async {
             match &self.kind {
                 Kind::Tcp { host, port } => {
-                    let s = TcpStream::connect((host.as_str(), *port))
+                    let host = host.trim_start_matches('[').trim_end_matches(']');
+                    let mut addrs = resolve(host, *port)
+                        .await
+                        .map_err(|_| fail("connect_failed"))?;
+                    // Plain HTTP goes to loopback addresses only, whatever
+                    // the resolver says (the decision is core's).
+                    addrs.retain(|a| smolbox_core::worker::plain_http_address_allowed(a.ip()));
+                    if addrs.is_empty() {
+                        return Err(fail("resolved_not_loopback"));
+                    }
+                    let s = TcpStream::connect(&addrs[..])
                         .await
                         .map_err(|_| fail("connect_failed"))?;
                     let _ = s.set_nodelay(true);
@@ -165,6 +175,22 @@ impl SocketTarget {
             Err(_) => Err(fail("connect_timeout")),
         }
     }
+}
+
+/// The addresses of `host` (the caller bounds the wait): a literal address
+/// as it is, `localhost` as the loopback without a lookup (RFC 6761 §6.3),
+/// anything else through the resolver.
+async fn resolve(host: &str, port: u16) -> io::Result<Vec<std::net::SocketAddr>> {
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        return Ok(vec![std::net::SocketAddr::new(ip, port)]);
+    }
+    if host.eq_ignore_ascii_case("localhost") {
+        return Ok(vec![
+            std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+            std::net::SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port)),
+        ]);
+    }
+    Ok(tokio::net::lookup_host((host, port)).await?.collect())
 }
 
 /// One byte stream to a worker.
@@ -213,7 +239,7 @@ impl AsyncWrite for Connection {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Self::Tcp(s) => Pin::new(s).poll_write(cx, buf),
-            Self::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            Self::Tls(s) => tls_poll_write(s, cx, buf),
             Self::Unix(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
@@ -232,6 +258,89 @@ impl AsyncWrite for Connection {
             Self::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
             Self::Unix(s) => Pin::new(s).poll_shutdown(cx),
         }
+    }
+}
+
+/// Writes plaintext into the TLS session and pushes its records out.
+///
+/// Unlike `tokio_rustls`' own `poll_write`, a socket error after the
+/// session took plaintext is not returned for this call: the bytes were
+/// taken (and records carrying some of them may have left), so the call
+/// reports them as written and the error surfaces on the next write or
+/// flush (a reset socket keeps failing). The machine then learns that its
+/// bytes may have reached the worker (`dispatch_uncertain`), never
+/// `not_dispatched`.
+fn tls_poll_write(
+    s: &mut TlsStream<TcpStream>,
+    cx: &mut Context<'_>,
+    buf: &[u8],
+) -> Poll<io::Result<usize>> {
+    let (sock, session) = s.get_mut();
+    let mut accepted = 0;
+    loop {
+        if accepted < buf.len() {
+            match io::Write::write(&mut session.writer(), &buf[accepted..]) {
+                Ok(n) => accepted += n,
+                Err(e) if accepted == 0 => return Poll::Ready(Err(e)),
+                Err(_) => return Poll::Ready(Ok(accepted)),
+            }
+        }
+        let mut blocked = false;
+        while session.wants_write() {
+            let mut w = SyncWriter {
+                sock: &mut *sock,
+                cx: &mut *cx,
+            };
+            match session.write_tls(&mut w) {
+                Ok(0) => {
+                    let e = io::Error::from(io::ErrorKind::WriteZero);
+                    return Poll::Ready(if accepted > 0 { Ok(accepted) } else { Err(e) });
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    blocked = true;
+                    break;
+                }
+                Err(e) => return Poll::Ready(if accepted > 0 { Ok(accepted) } else { Err(e) }),
+            }
+        }
+        if accepted == buf.len() {
+            return Poll::Ready(Ok(accepted));
+        }
+        if blocked {
+            // The socket registered the waker when it returned Pending.
+            return if accepted > 0 {
+                Poll::Ready(Ok(accepted))
+            } else {
+                Poll::Pending
+            };
+        }
+    }
+}
+
+/// An `io::Write` over a polled socket: `Pending` is `WouldBlock`.
+struct SyncWriter<'a, 'b> {
+    sock: &'a mut TcpStream,
+    cx: &'a mut Context<'b>,
+}
+
+impl io::Write for SyncWriter<'_, '_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match Pin::new(&mut *self.sock).poll_write(self.cx, buf) {
+            Poll::Ready(r) => r,
+            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match Pin::new(&mut *self.sock).poll_write_vectored(self.cx, bufs) {
+            Poll::Ready(r) => r,
+            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }
 

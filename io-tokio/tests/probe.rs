@@ -358,9 +358,9 @@ async fn ws_prints_messages_and_the_close() {
         s.write_all(&frame(2, &[7u8; 8000])).await.unwrap();
         let (op, p) = read_frame(&mut s).await.unwrap();
         assert_eq!((op, close_code(&p)), (8, 1000));
-        s.write_all(&frame(8, &1000u16.to_be_bytes()))
-            .await
-            .unwrap();
+        let mut close = 1000u16.to_be_bytes().to_vec();
+        close.extend_from_slice("done ✓".as_bytes());
+        s.write_all(&frame(8, &close)).await.unwrap();
     });
     let lines = probe(args("ws", &format!("ws://{addr}/w"), &["--recv", "2"])).await;
     peer.await.unwrap();
@@ -376,7 +376,7 @@ async fn ws_prints_messages_and_the_close() {
     );
     assert_eq!(
         lines[2],
-        serde_json::json!({"kind":"close","code":1000,"reason":""})
+        serde_json::json!({"kind":"close","code":1000,"reason":"done ✓"})
     );
 }
 
@@ -499,4 +499,59 @@ async fn ws_flood_sends_exactly_the_bytes_asked_for() {
     .await;
     assert_eq!(peer.await.unwrap(), (200_000, 4));
     assert_eq!(lines.last().unwrap()["code"], 1000);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ws_a_silent_peer_ends_with_idle_timeout_after_an_unanswered_ping() {
+    let (l, addr) = listener().await;
+    let peer = tokio::spawn(async move {
+        let mut s = ws_accept(&l).await;
+        // Never answer; report what the client sent until it hangs up.
+        let mut ops = Vec::new();
+        while let Some((op, _)) = read_frame(&mut s).await {
+            ops.push(op);
+        }
+        ops
+    });
+    let lines = probe(args(
+        "ws",
+        &format!("ws://{addr}/w"),
+        &["--idle-timeout-ms", "300"],
+    ))
+    .await;
+    let ops = peer.await.unwrap();
+    let last = lines.last().unwrap();
+    assert_eq!(last["error"], "timeout", "{last}");
+    assert!(
+        last["detail"].as_str().unwrap().contains("idle_timeout"),
+        "the idle budget, not the deadline: {last}"
+    );
+    // A keepalive ping (9), then our close 1001 (8).
+    assert_eq!(ops, vec![9, 8]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ws_a_peer_that_stops_reading_ends_the_send_with_write_timeout() {
+    let (l, addr) = listener().await;
+    let (done_tx, done_rx) = oneshot::channel::<()>();
+    let peer = tokio::spawn(async move {
+        let s = ws_accept(&l).await;
+        // Hold the socket without reading until the probe has finished.
+        let _ = done_rx.await;
+        drop(s);
+    });
+    let lines = probe(args(
+        "ws",
+        &format!("ws://{addr}/w"),
+        &["--idle-timeout-ms", "300", "--flood", "268435456"],
+    ))
+    .await;
+    let _ = done_tx.send(());
+    peer.await.unwrap();
+    let last = lines.last().unwrap();
+    assert_eq!(last["error"], "timeout", "{last}");
+    assert!(
+        last["detail"].as_str().unwrap().contains("write_timeout"),
+        "{last}"
+    );
 }

@@ -47,6 +47,7 @@ mod row;
 mod seal;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+pub mod terminal_ops;
 pub mod trace;
 
 pub use memory::{
@@ -58,6 +59,7 @@ pub use postgres::PostgresStore;
 pub use seal::{EncryptionKey, KEY_ID, Sealer};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteMode, SqliteOptions, SqliteStore};
+pub use terminal_ops::apply_terminal_op;
 
 /// Record schema every adapter stores (C18.1).
 pub const SCHEMA: u32 = 1;

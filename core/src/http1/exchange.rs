@@ -355,7 +355,9 @@ impl HttpExchange {
         let idle = self
             .idle_timeout
             .filter(|_| self.transmitted)
-            .map(|d| self.last_activity + d);
+            // A caller-built huge timeout saturates: past `Instant`'s range
+            // only the deadline holds (never a panic).
+            .and_then(|d| self.last_activity.checked_add(d));
         match idle {
             Some(at) if at < self.deadline => Some((at, Timer::Idle)),
             _ => Some((self.deadline, Timer::Deadline)),

@@ -129,6 +129,7 @@ use base64::Engine as _;
 mod exec;
 pub mod machines;
 pub mod ops;
+pub mod terminal;
 
 pub use ops::{
     DueAfter, OpId, Reservation, StoreOp, StoreReply, StoreResult, WorkerOp, WorkerReply,
@@ -395,10 +396,7 @@ pub struct Finished {
 impl Finished {
     /// The stored exit code, if an exit was observed (by any controller).
     pub fn exit_code(&self) -> Option<i32> {
-        match self.record.as_ref()?.result {
-            Some(ExecResult::Exited { exit_code, .. }) => Some(exit_code),
-            _ => None,
-        }
+        self.record.as_ref()?.result.as_ref()?.exit_code()
     }
 }
 
@@ -428,9 +426,9 @@ pub struct Outcome {
 impl Outcome {
     /// The stored exit code, else the exit code the error carries.
     pub fn exit_code(&self) -> Option<i32> {
-        match self.record.result {
-            Some(ExecResult::Exited { exit_code, .. }) => Some(exit_code),
-            _ => self.error.as_ref().and_then(Error::exit_code),
+        match self.record.result.as_ref().and_then(ExecResult::exit_code) {
+            Some(code) => Some(code),
+            None => self.error.as_ref().and_then(Error::exit_code),
         }
     }
 

@@ -35,6 +35,7 @@ pub mod record;
 pub mod slot;
 pub mod spec;
 pub mod state;
+pub mod terminal;
 pub mod testkit;
 
 pub use claim::{Guard, Lease};

@@ -13,7 +13,9 @@ use crate::error::{Category, Error, Evidence, Operation};
 use crate::machine::{Machine, TransportFailure};
 use crate::secret::Secret;
 use crate::worker::Endpoint;
-use crate::ws::{CloseCode, MAX_FRAME_LEN, WsClient, WsConfig, WsEvent, WsTimer};
+use crate::ws::{
+    CloseCode, CloseInfo, MAX_FRAME_LEN, MAX_WS_TIMER, WsClient, WsConfig, WsEvent, WsTimer,
+};
 
 /// Default cap on input + resize bytes per connection: the worker's
 /// `max_request_bytes` default, 1 MiB (worker-api.md §12.3).
@@ -178,6 +180,10 @@ pub enum TerminalTimer {
     WriteStall,
     /// The read pause for a live consumer ends ([`READ_GRACE`]).
     Throttle,
+    /// Peer liveness: half the idle budget without a received byte sends a
+    /// ping; the whole budget without one ends the session (`transport`,
+    /// `idle_timeout`), also while the consumer keeps typing.
+    Liveness,
 }
 
 /// What [`TerminalSession::next`] found.
@@ -269,6 +275,8 @@ pub struct TerminalSession {
     outcome_reported: bool,
     /// The peer ended the byte stream.
     eof: bool,
+    /// The worker's close frame (code and reason), once received.
+    peer_close: Option<CloseInfo>,
 }
 
 impl TerminalSession {
@@ -312,6 +320,9 @@ impl TerminalSession {
         ws_config.max_message_len = spec.max_buffer_bytes;
         ws_config.handshake_timeout = config.handshake_timeout;
         ws_config.close_wait = spec.close_wait;
+        // A silent peer ends the session within the idle budget even while
+        // the consumer types (the write bound is the session's own).
+        ws_config.idle_timeout = Some(spec.idle_budget.min(MAX_WS_TIMER));
         let ws = WsClient::new(ws_config, key, now)
             .map_err(|e| e.with_operation(Operation::TerminalSpec))?;
         Ok(Self {
@@ -341,6 +352,7 @@ impl TerminalSession {
             last_pull: None,
             outcome_reported: false,
             eof: false,
+            peer_close: None,
         })
     }
 
@@ -404,8 +416,23 @@ impl TerminalSession {
             self.abandon(e);
             return;
         }
+        // The session's own budgets win a tie with peer liveness (a silent
+        // peer and a quiet consumer end with `idle_budget`, as before).
+        if matches!(
+            self.ws.poll_timeout(),
+            Some((t, WsTimer::Keepalive | WsTimer::Idle)) if t <= now
+        ) {
+            self.own_timers(now);
+        }
         self.ws.handle_timeout(now);
         self.pump(now);
+        self.own_timers(now);
+        self.pump(now);
+    }
+
+    /// The close wait after the exit, then the session, attach and idle
+    /// budgets (first decision wins).
+    fn own_timers(&mut self, now: Instant) {
         if self.exit_close_deadline.is_some_and(|t| t <= now) {
             let e = self.expired(Operation::TerminalClose, "close_wait_expired");
             self.finish(now, Err(e), CloseCode::GOING_AWAY);
@@ -421,7 +448,6 @@ impl TerminalSession {
                 self.finish(now, Err(e), CloseCode::GOING_AWAY);
             }
         }
-        self.pump(now);
     }
 
     /// The socket took `n` more of the bytes `poll_transmit` handed out
@@ -682,16 +708,24 @@ impl TerminalSession {
             let timer = match w {
                 WsTimer::Handshake => TerminalTimer::Handshake,
                 WsTimer::CloseWait => TerminalTimer::Close,
+                WsTimer::WriteStall => TerminalTimer::WriteStall,
+                _ => TerminalTimer::Liveness,
             };
             (t, timer)
         });
         let live = self.outcome.is_none();
+        // Peer liveness loses ties with the session's own budgets.
+        let (ws, liveness) = match ws {
+            Some((_, TerminalTimer::Liveness)) => (None, ws),
+            other => (other, None),
+        };
         let candidates = [
             ws,
             self.exit_close_deadline.map(|t| (t, TerminalTimer::Close)),
             live.then_some((self.session_deadline, TerminalTimer::Session)),
             (live && !self.attached).then_some((self.attach_deadline, TerminalTimer::Consumer)),
             live.then_some((self.idle_deadline, TerminalTimer::Idle)),
+            liveness,
             (self.unwritten > 0).then_some((
                 self.write_progress_at + self.write_wait,
                 TerminalTimer::WriteStall,
@@ -723,6 +757,12 @@ impl TerminalSession {
     /// shell may close the socket.
     pub fn is_transport_finished(&self) -> bool {
         self.abandoned || self.ws.is_finished() || (self.write_broken && self.ws.is_ended())
+    }
+
+    /// The worker's close frame (code and exact reason), once one was
+    /// received; `None` when the connection ended without one.
+    pub fn peer_close(&self) -> Option<CloseInfo> {
+        self.peer_close
     }
 
     /// Unread output bytes.
@@ -793,15 +833,24 @@ impl TerminalSession {
         self.idle_deadline = now + self.idle_budget;
     }
 
-    /// Decides the outcome (first decision wins) and starts closing.
+    /// Decides the outcome (first decision wins) and starts closing. Our
+    /// close frame carries the outcome's fixed reason code (never terminal
+    /// bytes; every reason code is far below 123 bytes).
     fn finish(&mut self, now: Instant, outcome: Result<TerminalExit, Error>, code: CloseCode) {
         if self.outcome.is_none() {
             self.outcome = Some(outcome);
         }
         self.exit_close_deadline = None;
         if !self.ws.is_close_sent() && !self.ws.is_ended() {
-            // `code` is one of the sendable constants.
-            let _ = self.ws.close(now, code);
+            let reason = match outcome {
+                Err(e) => e.reason(),
+                Ok(_) => "",
+            };
+            // `code` is one of the sendable constants; a reason code that
+            // were too long would be refused, so fall back to none.
+            if self.ws.close_with_reason(now, code, reason).is_err() {
+                let _ = self.ws.close(now, code);
+            }
         }
     }
 
@@ -819,10 +868,12 @@ impl TerminalSession {
                         self.finish(now, Err(e), CloseCode::PROTOCOL_ERROR);
                         continue;
                     }
-                    self.idle_deadline = now + self.idle_budget;
+                    // Only non-empty output is activity: empty frames cannot
+                    // keep an idle session alive.
                     if bytes.is_empty() {
                         continue;
                     }
+                    self.idle_deadline = now + self.idle_budget;
                     let pushed = self.queue.push(bytes);
                     if let Err(overflow) = pushed {
                         let e = self.overflow(overflow);
@@ -847,7 +898,8 @@ impl TerminalSession {
                     }
                 }
                 WsEvent::Ping(_) | WsEvent::Pong(_) => {}
-                WsEvent::Closed(_) => {
+                WsEvent::Closed(info) => {
+                    self.peer_close = Some(info);
                     let outcome = match self.exit_code {
                         Some(code) => classify_exit(code),
                         None if self.user_closed => Err(Error::new(
@@ -862,6 +914,10 @@ impl TerminalSession {
                             Evidence::Unknown,
                         )
                         .with_reason("closed_without_exit")),
+                    };
+                    let outcome = match (outcome, info.code) {
+                        (Err(e), Some(code)) => Err(e.with_close_code(code.as_u16())),
+                        (other, _) => other,
                     };
                     self.finish(now, outcome, CloseCode::NORMAL);
                 }

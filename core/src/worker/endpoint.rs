@@ -514,6 +514,20 @@ const fn invalid(reason: &'static str) -> Error {
     Error::validation(Operation::Config, reason)
 }
 
+/// True when plain HTTP (no TLS) may connect to `ip`: a loopback address
+/// only (127.0.0.0/8, `::1`, or 127.0.0.0/8 mapped into IPv6). A shell
+/// resolving `localhost` for plain HTTP connects only to addresses this
+/// accepts, so a resolver (or `/etc/hosts`) pointing `localhost` elsewhere
+/// cannot send a token in clear over the network.
+pub fn plain_http_address_allowed(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4.is_loopback(),
+        std::net::IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+    }
+}
+
 fn is_loopback_host(host: &str) -> bool {
     matches!(host, "127.0.0.1" | "localhost" | "::1")
 }
@@ -610,4 +624,32 @@ fn strip_prefix_ci<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
     let head = s.get(..prefix.len())?;
     head.eq_ignore_ascii_case(prefix)
         .then(|| &s[prefix.len()..])
+}
+
+#[cfg(test)]
+mod loopback_tests {
+    use std::net::IpAddr;
+
+    use super::plain_http_address_allowed;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap_or(IpAddr::from([0, 0, 0, 0]))
+    }
+
+    #[test]
+    fn plain_http_goes_to_loopback_addresses_only() {
+        for ok in ["127.0.0.1", "127.255.255.254", "::1", "::ffff:127.0.0.1"] {
+            assert!(plain_http_address_allowed(ip(ok)), "{ok}");
+        }
+        for bad in [
+            "10.0.0.1",
+            "0.0.0.0",
+            "::",
+            "::ffff:10.0.0.1",
+            "fe80::1",
+            "128.0.0.1",
+        ] {
+            assert!(!plain_http_address_allowed(ip(bad)), "{bad}");
+        }
+    }
 }

@@ -50,7 +50,10 @@ pub mod workload;
 
 mod json;
 
-pub use endpoint::{Budgets, ConnectPlan, Endpoint, EndpointConfig, Scheme, Target, WorkerId};
+pub use endpoint::{
+    Budgets, ConnectPlan, Endpoint, EndpointConfig, Scheme, Target, WorkerId,
+    plain_http_address_allowed,
+};
 pub use files::{
     Download, DownloadSink, FileBudget, GuestPath, PathPolicy, Upload, UploadReply,
     check_byte_budgets,

@@ -47,7 +47,24 @@ pub struct WsConfig {
     pub handshake_timeout: Duration,
     /// How long to wait for the peer's close frame after sending ours.
     pub close_wait: Duration,
+    /// Peer liveness (`None`: off): once the connection is open, when
+    /// nothing was received for half of it a ping is sent, and when nothing
+    /// was received for all of it the connection fails with `transport`
+    /// (`idle_timeout`). Any received byte counts. At most
+    /// [`MAX_WS_TIMER`].
+    pub idle_timeout: Option<Duration>,
+    /// Write bound (`None`: off): bytes handed out by `poll_transmit` (or
+    /// queued for `transmit_data`) that make no progress
+    /// (`handle_written` / `consume_transmit`) for this long fail the
+    /// connection with `transport` (`write_timeout`); the shell then drops
+    /// the socket. At most [`MAX_WS_TIMER`].
+    pub write_wait: Option<Duration>,
 }
+
+/// The largest idle, write, handshake or close-wait duration a
+/// configuration may set (one day): deadlines are `now` plus these, so a
+/// bound keeps `Instant` arithmetic from overflowing.
+pub const MAX_WS_TIMER: Duration = Duration::from_secs(86_400);
 
 impl WsConfig {
     /// A configuration with the default limits.
@@ -61,6 +78,8 @@ impl WsConfig {
             max_message_len: DEFAULT_MAX_MESSAGE_LEN,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             close_wait: DEFAULT_CLOSE_WAIT,
+            idle_timeout: None,
+            write_wait: None,
         }
     }
 
@@ -79,6 +98,24 @@ impl WsConfig {
         if !(1..=MAX_MESSAGE_LEN).contains(&self.max_message_len) {
             return Err(Error::validation(op, "max_message_len_out_of_range")
                 .with_limit(self.max_message_len as u64, MAX_MESSAGE_LEN as u64));
+        }
+        for (d, reason) in [
+            (
+                Some(self.handshake_timeout),
+                "handshake_timeout_out_of_range",
+            ),
+            (Some(self.close_wait), "close_wait_out_of_range"),
+            (self.idle_timeout, "idle_timeout_out_of_range"),
+            (self.write_wait, "write_wait_out_of_range"),
+        ] {
+            if let Some(d) = d
+                && (d.is_zero() || d > MAX_WS_TIMER)
+            {
+                return Err(Error::validation(op, reason).with_limit(
+                    u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
+                    MAX_WS_TIMER.as_millis() as u64,
+                ));
+            }
         }
         if self.host.is_empty() || !is_header_safe(&self.host) || self.host.contains(' ') {
             return Err(Error::validation(op, "invalid_host"));
@@ -115,6 +152,8 @@ impl fmt::Debug for WsConfig {
             .field("max_message_len", &self.max_message_len)
             .field("handshake_timeout", &self.handshake_timeout)
             .field("close_wait", &self.close_wait)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("write_wait", &self.write_wait)
             .finish()
     }
 }

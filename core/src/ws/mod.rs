@@ -20,10 +20,10 @@ pub mod mask;
 mod send;
 
 pub use client::{CloseInfo, MAX_PENDING_TRANSMIT, WsClient, WsEvent, WsTimer};
-pub use close::CloseCode;
+pub use close::{CloseCode, CloseReason, MAX_CLOSE_REASON};
 pub use config::{
     DEFAULT_CLOSE_WAIT, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_FRAME_LEN, DEFAULT_MAX_MESSAGE_LEN,
-    MAX_FRAME_LEN, MAX_HANDSHAKE_LEN, MAX_INPUT_CHUNK, MAX_MESSAGE_LEN, WsConfig,
+    MAX_FRAME_LEN, MAX_HANDSHAKE_LEN, MAX_INPUT_CHUNK, MAX_MESSAGE_LEN, MAX_WS_TIMER, WsConfig,
 };
 pub use frame::Opcode;
 pub(crate) use fuzz::fuzz_epoch;

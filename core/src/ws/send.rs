@@ -2,8 +2,8 @@
 //! one pass (header, then the payload masked while it is copied) and the
 //! shell writes straight out of it.
 
-use super::close::CloseCode;
-use super::frame::{MAX_HEADER_LEN, Opcode};
+use super::close::{CloseCode, MAX_CLOSE_REASON};
+use super::frame::{MAX_CONTROL_PAYLOAD, MAX_HEADER_LEN, Opcode};
 use super::mask::copy_masked;
 
 /// Pending outgoing bytes: `buf[start..end]`; `buf.len()` is initialised
@@ -87,10 +87,17 @@ impl TxBuf {
         self.end += total;
     }
 
-    /// Appends a close frame: the code, or an empty payload.
-    pub(crate) fn write_close(&mut self, code: Option<CloseCode>, mask: [u8; 4]) {
+    /// Appends a close frame: the code and `reason` (the caller bounds it
+    /// by 123 bytes), or an empty payload.
+    pub(crate) fn write_close(&mut self, code: Option<CloseCode>, reason: &str, mask: [u8; 4]) {
         match code {
-            Some(c) => self.write_frame(Opcode::Close, &c.as_u16().to_be_bytes(), mask),
+            Some(c) => {
+                let mut payload = [0u8; MAX_CONTROL_PAYLOAD];
+                payload[..2].copy_from_slice(&c.as_u16().to_be_bytes());
+                let n = reason.len().min(MAX_CLOSE_REASON);
+                payload[2..2 + n].copy_from_slice(&reason.as_bytes()[..n]);
+                self.write_frame(Opcode::Close, &payload[..2 + n], mask);
+            }
             None => self.write_frame(Opcode::Close, &[], mask),
         }
     }

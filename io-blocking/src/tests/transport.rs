@@ -467,3 +467,76 @@ fn raw_connection_reads_writes_and_times_out() {
     );
     h.join().unwrap();
 }
+
+#[test]
+fn a_tls_reset_before_the_first_record_is_dispatch_uncertain() {
+    use smolbox_core::http1::{ExchangeConfig, HttpEvent, HttpExchange, Method, Request};
+
+    let pki = Pki::new(&["127.0.0.1", "localhost"]);
+    let config = pki.server_config(true);
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let (tx, rx) = mpsc::channel();
+    let h = thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut tls = rustls::ServerConnection::new(config).unwrap();
+        while tls.is_handshaking() {
+            tls.complete_io(&mut s).unwrap();
+        }
+        // Reset the TCP connection (SO_LINGER 0) right after the handshake.
+        socket2::SockRef::from(&s)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(s);
+        tx.send(()).unwrap();
+    });
+    let setup = SocketTarget::tls("127.0.0.1", port, &pki.client_files(true)).unwrap();
+    let mut conn = Conn::connect(&setup, soon()).unwrap();
+    rx.recv().unwrap();
+    assert!(conn.wait_for_peer_end(soon()), "the reset arrived");
+
+    let now = Instant::now();
+    let config = ExchangeConfig::new("localhost", now + BUDGET);
+    let request = Request::new(Operation::Get, Method::Get, "/health".into());
+    let mut ex = HttpExchange::new(&request, &config, now).unwrap();
+    let e = loop {
+        conn.turn(&mut ex, Some(soon()));
+        match ex.poll_event() {
+            Some(HttpEvent::Failed(e)) => break e,
+            Some(HttpEvent::End) => panic!("the server reset the connection"),
+            _ => {}
+        }
+    };
+    // The TLS session took the request's plaintext before the socket
+    // failed: it may have reached the worker.
+    assert_eq!(e.category(), Category::Transport, "{e:?}");
+    assert_eq!(e.evidence(), Evidence::DispatchUncertain, "{e:?}");
+    h.join().unwrap();
+}
+
+#[test]
+fn plain_tcp_connects_only_to_loopback_addresses() {
+    for host in ["10.255.255.1", "0.0.0.0", "::ffff:10.0.0.1"] {
+        let e = SocketTarget::tcp(host, 80)
+            .connect(soon(), Operation::Health)
+            .unwrap_err();
+        assert_eq!(
+            (e.category(), e.reason(), e.evidence()),
+            (
+                Category::Transport,
+                "resolved_not_loopback",
+                Evidence::NotDispatched
+            ),
+            "{host}"
+        );
+    }
+    // `localhost` is the loopback without a lookup.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    assert!(
+        SocketTarget::tcp("localhost", port)
+            .connect(soon(), Operation::Health)
+            .is_ok()
+    );
+    drop(l);
+}

@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use smolbox_core::http1::{ExchangeConfig, HttpEvent, HttpExchange, Method, Request};
 use smolbox_core::sse::{self, SseParser};
-use smolbox_core::ws::{CloseCode, WsClient, WsConfig, WsEvent};
+use smolbox_core::ws::{CloseCode, MAX_WS_TIMER, WsClient, WsConfig, WsEvent};
 use smolbox_core::{Category, Operation};
 use smolbox_probe_common::{Fail, Opts, Out, TlsPaths, classify, hex};
 use smolbox_tokio::{Connection, SocketTarget, TlsFiles};
@@ -224,6 +224,11 @@ async fn ws(o: &Opts, out: &mut Out, deadline: Instant) -> Result<(), Fail> {
     config.max_frame_len = o.max_frame;
     config.max_message_len = o.max_message;
     config.handshake_timeout = o.deadline.min(Duration::from_secs(30));
+    // A silent peer (no frame, no pong to the keepalive ping) and a peer
+    // that stops reading both end within the idle budget.
+    let budget = (!o.idle.is_zero()).then(|| o.idle.min(MAX_WS_TIMER));
+    config.idle_timeout = budget;
+    config.write_wait = budget;
     let mut key = [0u8; 16];
     getrandom::getrandom(&mut key).map_err(|_| Fail::new("connect", "no randomness"))?;
     let mut ws = WsClient::new(config, key, Instant::now()).map_err(|e| classify(&e, true))?;
@@ -260,7 +265,9 @@ async fn ws(o: &Opts, out: &mut Out, deadline: Instant) -> Result<(), Fail> {
                 WsEvent::Closed(info) => {
                     flush(&mut conn, &mut ws, &mut wire).await?;
                     let code = info.code.map_or(1005, CloseCode::as_u16);
-                    out.emit(&json!({"kind": "close", "code": code, "reason": ""}));
+                    out.emit(
+                        &json!({"kind": "close", "code": code, "reason": info.reason.as_str()}),
+                    );
                     return Ok(());
                 }
                 WsEvent::Failed(e) => {
@@ -364,7 +371,12 @@ async fn flush(conn: &mut Connection, ws: &mut WsClient, wire: &mut Vec<u8>) -> 
     wire.clear();
     while ws.poll_transmit(wire).is_some() {}
     if !wire.is_empty() {
-        write_all(conn, wire, ws.poll_timeout().map(|(t, _)| t)).await?;
+        if let Err(f) = write_all(conn, wire, ws.write_deadline()).await {
+            // The core decides what a stalled write means (write_timeout).
+            ws.handle_timeout(Instant::now());
+            return Err(ws.error().map_or(f, |e| classify(&e, false)));
+        }
+        ws.handle_written(Instant::now(), wire.len());
         wire.clear();
     }
     Ok(())

@@ -105,12 +105,12 @@ pub(super) struct Exec {
     /// What the next `Step::Worker` is (set by `step`, read by `worker_sent`).
     pending_kind: Option<MKind>,
     machine: MachineSteps,
-    /// The generation of this controller's live lease on the execution's
-    /// worker, read at the start of each `step` (disposable only).
-    lease_gen: Option<u64>,
     /// A command on a retained machine: the machine's worker and name,
     /// read from its record (the controller sets it before the first step).
     target: Option<(String, String)>,
+    /// The generation of this controller's live lease on the execution's
+    /// worker, read at the start of each `step` (disposable only).
+    lease_gen: Option<u64>,
 }
 
 /// A machine operation of a disposable execution.
@@ -190,8 +190,8 @@ impl Exec {
             held_elsewhere: false,
             pending_kind: None,
             machine: MachineSteps::default(),
-            lease_gen: None,
             target: None,
+            lease_gen: None,
         };
         ex.bound_deadlines(now, now_ms);
         ex
@@ -644,7 +644,7 @@ impl Exec {
             // exit: `unknown`, never re-sent (C17.1).
             let patch = ExecPatch {
                 state: Some(ExecState::Unknown),
-                next_due_at_ms: Some(None),
+                next_due_at_ms: Some(self.unknown_due(now_ms)),
                 ..ExecPatch::default()
             };
             return self.guarded(cfg, now, now_ms, Kind::Write, patch);
@@ -685,7 +685,7 @@ impl Exec {
             // The observation ends (C16): unknown unless an exit arrives.
             let patch = ExecPatch {
                 state: Some(ExecState::Unknown),
-                next_due_at_ms: Some(None),
+                next_due_at_ms: Some(self.unknown_due(now_ms)),
                 ..ExecPatch::default()
             };
             return self.guarded(cfg, now, now_ms, Kind::Write, patch);
@@ -706,7 +706,7 @@ impl Exec {
             .with_reason("execution_deadline");
             let patch = ExecPatch {
                 state: Some(ExecState::Unknown),
-                next_due_at_ms: Some(None),
+                next_due_at_ms: Some(self.unknown_due(now_ms)),
                 last_error: Some(ErrorEntry::from_error(&e, now_ms)),
                 ..ExecPatch::default()
             };
@@ -793,7 +793,7 @@ impl Exec {
             Observed::NotSent | Observed::Uncertain if state.can_move_to(ExecState::Unknown) => {
                 Some(ExecPatch {
                     state: Some(ExecState::Unknown),
-                    next_due_at_ms: Some(None),
+                    next_due_at_ms: Some(self.unknown_due(now_ms)),
                     last_error,
                     ..ExecPatch::default()
                 })
@@ -876,6 +876,19 @@ impl Exec {
                 if matches!(kind, Kind::Write | Kind::Result | Kind::Intent) {
                     // The machine answer this write acted on is recorded.
                     self.machine.reply = None;
+                }
+                // Every write (claims included) moves the version by one;
+                // a record that moved further was written by another
+                // controller in between, which may have sent the create
+                // for the name this process reserved (a paused controller
+                // coming back): the reservation is no longer only ours.
+                let ours = if kind == Kind::Fetch {
+                    self.rec.version
+                } else {
+                    self.rec.version + 1
+                };
+                if rec.version != ours {
+                    self.machine.reserved_here = false;
                 }
                 self.rec = rec;
                 // Deadlines set by this write get their monotonic bound now.
@@ -1090,6 +1103,12 @@ impl Exec {
         let owed = self.rec.assignment.is_some()
             && (self.rec.absence_at_ms.is_none() || self.rec.reservation.is_some());
         owed.then_some(now_ms)
+    }
+
+    /// Next due time when a record becomes `unknown`: none, except for a
+    /// retained machine's command, due until its slot is finished.
+    fn unknown_due(&self, now_ms: u64) -> Option<u64> {
+        self.rec.spec.machine.is_some().then_some(now_ms)
     }
 
     fn machine_op(&mut self, kind: MKind, op: WorkerOp) -> Step {

@@ -568,7 +568,7 @@ impl Mach {
             }
             if let Some(mut f) = self.finishing.pop_front() {
                 if f.error.is_none() {
-                    f.error = self.fatal.clone();
+                    f.error = self.fatal;
                 }
                 return MStep::Finished(f);
             }
@@ -1935,6 +1935,49 @@ fn key_of(op: &StoreOp) -> RecordKey {
     }
 }
 
+impl MachineAnswer {
+    fn mismatch() -> Error {
+        Error::protocol(Operation::Submit, "unexpected_answer")
+    }
+
+    /// The machine record (and the create's `existing` flag).
+    ///
+    /// # Errors
+    /// `protocol` for another kind of answer.
+    pub fn into_machine(self) -> Result<(MachineRecord, bool), Error> {
+        match self {
+            Self::Machine { record, existing } => Ok((*record, existing)),
+            _ => Err(Self::mismatch()),
+        }
+    }
+
+    /// The command record, its machine and whether it already existed.
+    ///
+    /// # Errors
+    /// `protocol` for another kind of answer.
+    pub fn into_submitted(self) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error> {
+        match self {
+            Self::Submitted {
+                execution,
+                machine,
+                existing,
+            } => Ok((*execution, machine.map(|m| *m), existing)),
+            _ => Err(Self::mismatch()),
+        }
+    }
+
+    /// The resolved machine and the settled command.
+    ///
+    /// # Errors
+    /// `protocol` for another kind of answer.
+    pub fn into_resolved(self) -> Result<(MachineRecord, Option<ExecutionRecord>), Error> {
+        match self {
+            Self::Resolved { machine, command } => Ok((*machine, command.map(|c| *c))),
+            _ => Err(Self::mismatch()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -2003,49 +2046,6 @@ mod tests {
         assert_ne!(a, b);
         for n in [&a, &b] {
             crate::managed::check_machine_name(n).unwrap();
-        }
-    }
-}
-
-impl MachineAnswer {
-    fn mismatch() -> Error {
-        Error::protocol(Operation::Submit, "unexpected_answer")
-    }
-
-    /// The machine record (and the create's `existing` flag).
-    ///
-    /// # Errors
-    /// `protocol` for another kind of answer.
-    pub fn into_machine(self) -> Result<(MachineRecord, bool), Error> {
-        match self {
-            Self::Machine { record, existing } => Ok((*record, existing)),
-            _ => Err(Self::mismatch()),
-        }
-    }
-
-    /// The command record, its machine and whether it already existed.
-    ///
-    /// # Errors
-    /// `protocol` for another kind of answer.
-    pub fn into_submitted(self) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error> {
-        match self {
-            Self::Submitted {
-                execution,
-                machine,
-                existing,
-            } => Ok((*execution, machine.map(|m| *m), existing)),
-            _ => Err(Self::mismatch()),
-        }
-    }
-
-    /// The resolved machine and the settled command.
-    ///
-    /// # Errors
-    /// `protocol` for another kind of answer.
-    pub fn into_resolved(self) -> Result<(MachineRecord, Option<ExecutionRecord>), Error> {
-        match self {
-            Self::Resolved { machine, command } => Ok((*machine, command.map(|c| *c))),
-            _ => Err(Self::mismatch()),
         }
     }
 }

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use crate::error::{Category, Error, Evidence, Operation};
 use crate::machine::{Machine, TransportFailure};
-use crate::ws::close::CloseCode;
+use crate::ws::close::{CloseCode, CloseReason, MAX_CLOSE_REASON};
 use crate::ws::config::{MAX_HANDSHAKE_LEN, MAX_INPUT_CHUNK, WsConfig};
 use crate::ws::frame::{self, MAX_CONTROL_PAYLOAD, MAX_HEADER_LEN, Opcode};
 use crate::ws::handshake;
@@ -78,12 +78,23 @@ pub struct WsClient {
     tx: TxBuf,
     masks: MaskPool,
     deferred_pong: Option<([u8; MAX_CONTROL_PAYLOAD], u8)>,
-    deferred_close: Option<Option<CloseCode>>,
+    deferred_close: Option<(Option<CloseCode>, &'static str)>,
     close_sent: bool,
     close_received: bool,
     handshake_deadline: Option<Instant>,
     close_deadline: Option<Instant>,
     last_now: Instant,
+    /// Peer liveness: the last time a byte arrived, and whether the
+    /// keepalive ping for this silence was sent.
+    last_rx: Instant,
+    keepalive_sent: bool,
+    /// Bytes handed out by `poll_transmit` the socket has not taken yet.
+    unwritten: usize,
+    /// The last write progress (or the last call while nothing was pending).
+    write_progress_at: Instant,
+    /// A pong is in `tx`, not yet handed out: a later ping's pong waits in
+    /// `deferred_pong` (only the latest is kept, RFC 6455 §5.5.3).
+    pong_in_tx: bool,
     sent_any: bool,
     open_pending: bool,
     end: Option<End>,
@@ -114,6 +125,13 @@ pub enum WsTimer {
     Handshake,
     /// The peer's close must arrive by then (after ours).
     CloseWait,
+    /// Half the idle timeout passed without a received byte: a ping is sent.
+    Keepalive,
+    /// The idle timeout passed without a received byte (`idle_timeout`).
+    Idle,
+    /// Pending transmits made no progress for the write bound
+    /// (`write_timeout`).
+    WriteStall,
 }
 
 /// How a connection closed cleanly (a close frame was received).
@@ -121,6 +139,8 @@ pub enum WsTimer {
 pub struct CloseInfo {
     /// The peer's code; `None` when its close frame had no payload (1005).
     pub code: Option<CloseCode>,
+    /// The peer's reason (UTF-8, at most 123 bytes; empty when none).
+    pub reason: CloseReason,
     /// True when the peer closed first and we echoed.
     pub by_peer: bool,
 }
@@ -208,6 +228,11 @@ impl WsClient {
             close_received: false,
             close_deadline: None,
             last_now: now,
+            last_rx: now,
+            keepalive_sent: false,
+            unwritten: 0,
+            write_progress_at: now,
+            pong_in_tx: false,
             sent_any: false,
             open_pending: false,
             end: None,
@@ -254,6 +279,7 @@ impl WsClient {
                         .err(Category::Validation, "input_not_drained")
                         .with_limit((pending + bytes.len()) as u64, max as u64));
                 }
+                self.note_received(now, bytes.len());
                 self.make_room(bytes.len());
                 self.rx[self.rx_end..self.rx_end + bytes.len()].copy_from_slice(bytes);
                 self.rx_end += bytes.len();
@@ -317,6 +343,7 @@ impl WsClient {
                 self.error.map_or(Ok(()), Err)
             }
             Phase::Open => {
+                self.note_received(now, n);
                 self.rx_end += n;
                 Ok(())
             }
@@ -338,12 +365,46 @@ impl WsClient {
     /// Acts on every timer due at `now`; early or repeated calls do nothing.
     pub fn handle_timeout(&mut self, now: Instant) {
         let now = self.touch(now);
-        if self.handshake_deadline.is_some_and(|t| t <= now) {
+        if self.write_deadline().is_some_and(|t| t <= now) {
+            let e = self.err(Category::Transport, "write_timeout");
+            self.fail(e, None);
+            // The peer does not read: nothing more is written, the shell
+            // drops the socket.
+            let pending = self.tx.len();
+            self.tx.consume(pending);
+            self.unwritten = 0;
+            self.pong_in_tx = false;
+            self.deferred_pong = None;
+        } else if self.handshake_deadline.is_some_and(|t| t <= now) {
             let e = self.err(Category::Transport, "handshake_timeout");
             self.fail(e, None);
         } else if self.close_deadline.is_some_and(|t| t <= now) {
             let e = self.err(Category::Transport, "close_wait_expired");
             self.fail(e, None);
+        } else if let Some((at, timer)) = self.liveness_deadline()
+            && at <= now
+        {
+            if timer == WsTimer::Idle {
+                let e = self.err(Category::Transport, "idle_timeout");
+                self.fail(e, Some(CloseCode::GOING_AWAY));
+            } else {
+                self.keepalive_sent = true;
+                if self.masks.available() >= 4 + MASK_RESERVE_BYTES
+                    && let Some(mask) = self.masks.take()
+                {
+                    self.tx.write_frame(Opcode::Ping, b"", mask);
+                }
+            }
+        }
+    }
+
+    /// The socket took `n` more of the bytes [`poll_transmit`](Self::poll_transmit)
+    /// handed out (this feeds the write bound, [`WsConfig::write_wait`]).
+    pub fn handle_written(&mut self, now: Instant, n: usize) {
+        let now = self.touch(now);
+        if n > 0 {
+            self.unwritten = self.unwritten.saturating_sub(n);
+            self.write_progress_at = now;
         }
     }
 
@@ -352,17 +413,13 @@ impl WsClient {
     /// are ignored. A pong or close that waited for a key is queued now.
     pub fn handle_entropy(&mut self, random: &[u8]) {
         self.masks.add(random);
-        if let Some(code) = self.deferred_close {
+        if let Some((code, reason)) = self.deferred_close {
             if let Some(mask) = self.masks.take() {
                 self.deferred_close = None;
-                self.tx.write_close(code, mask);
+                self.tx.write_close(code, reason, mask);
             }
-        } else if let Some((buf, len)) = self.deferred_pong
-            && let Some(mask) = self.masks.take()
-        {
-            self.deferred_pong = None;
-            self.tx
-                .write_frame(Opcode::Pong, &buf[..usize::from(len)], mask);
+        } else {
+            self.flush_deferred_pong();
         }
     }
 
@@ -417,9 +474,31 @@ impl WsClient {
     /// # Errors
     /// `validation` when `code` may not be sent (1005, 1006, 1015, reserved).
     pub fn close(&mut self, now: Instant, code: CloseCode) -> Result<(), Error> {
+        self.close_with_reason(now, code, "")
+    }
+
+    /// As [`close`](Self::close), with a reason in the frame. The reason is
+    /// `'static` text (a fixed reason code such as an [`Error::reason`]):
+    /// it can never carry terminal or peer bytes.
+    ///
+    /// # Errors
+    /// As [`close`](Self::close), and `validation` (`close_reason_too_long`)
+    /// for a reason over [`MAX_CLOSE_REASON`](super::MAX_CLOSE_REASON)
+    /// (123) bytes. Nothing is queued then.
+    pub fn close_with_reason(
+        &mut self,
+        now: Instant,
+        code: CloseCode,
+        reason: &'static str,
+    ) -> Result<(), Error> {
         let now = self.touch(now);
         if !code.is_sendable() {
             return Err(self.err(Category::Validation, "close_code_not_sendable"));
+        }
+        if reason.len() > MAX_CLOSE_REASON {
+            return Err(self
+                .err(Category::Validation, "close_reason_too_long")
+                .with_limit(reason.len() as u64, MAX_CLOSE_REASON as u64));
         }
         match self.phase {
             Phase::Handshake => {
@@ -427,7 +506,7 @@ impl WsClient {
                 self.fail(e, None);
             }
             Phase::Open if !self.close_sent => {
-                self.queue_close(Some(code));
+                self.queue_close(Some(code), reason);
                 self.close_deadline = Some(now + self.config.close_wait);
             }
             _ => {}
@@ -449,6 +528,10 @@ impl WsClient {
         self.sent_any = true;
         out.extend_from_slice(self.tx.pending());
         self.tx.consume(n);
+        self.unwritten += n;
+        self.pong_in_tx = false;
+        // The latest ping's pong, if one waited, goes out with the next call.
+        self.flush_deferred_pong();
         Some(n)
     }
 
@@ -466,8 +549,13 @@ impl WsClient {
     pub fn consume_transmit(&mut self, n: usize) {
         if n > 0 {
             self.sent_any = true;
+            self.write_progress_at = self.last_now;
         }
         self.tx.consume(n);
+        if self.tx.len() == 0 {
+            self.pong_in_tx = false;
+            self.flush_deferred_pong();
+        }
     }
 
     /// The next event. Messages are lent from the receive or message buffer
@@ -542,10 +630,19 @@ impl WsClient {
     /// exactly that instant.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<(Instant, WsTimer)> {
-        if let Some(t) = self.handshake_deadline {
-            return Some((t, WsTimer::Handshake));
+        let candidates = [
+            self.write_deadline().map(|t| (t, WsTimer::WriteStall)),
+            self.handshake_deadline.map(|t| (t, WsTimer::Handshake)),
+            self.close_deadline.map(|t| (t, WsTimer::CloseWait)),
+            self.liveness_deadline(),
+        ];
+        let mut best: Option<(Instant, WsTimer)> = None;
+        for c in candidates.into_iter().flatten() {
+            if best.is_none_or(|b| c.0 < b.0) {
+                best = Some(c);
+            }
         }
-        self.close_deadline.map(|t| (t, WsTimer::CloseWait))
+        best
     }
 
     // ---- getters ------------------------------------------------------
@@ -598,7 +695,59 @@ impl WsClient {
     #[inline]
     fn touch(&mut self, now: Instant) -> Instant {
         self.last_now = self.last_now.max(now);
+        if self.unwritten == 0 && self.tx.len() == 0 {
+            // Nothing pending: the write bound starts with the next bytes.
+            self.write_progress_at = self.last_now;
+        }
         self.last_now
+    }
+
+    /// `n` bytes arrived from the peer (a sign of life).
+    #[inline]
+    fn note_received(&mut self, now: Instant, n: usize) {
+        if n > 0 {
+            self.last_rx = self.last_rx.max(now);
+            self.keepalive_sent = false;
+        }
+    }
+
+    /// When the write bound ([`WsConfig::write_wait`]) ends, while bytes
+    /// handed out are not all written: a shell that writes a batch in one
+    /// blocking call uses it as that call's deadline, then calls
+    /// [`handle_timeout`](Self::handle_timeout).
+    pub fn write_deadline(&self) -> Option<Instant> {
+        let wait = self.config.write_wait?;
+        (self.unwritten + self.tx.len() > 0).then(|| self.write_progress_at + wait)
+    }
+
+    /// The keepalive ping or the idle failure, while the connection is
+    /// open and our close was not sent.
+    fn liveness_deadline(&self) -> Option<(Instant, WsTimer)> {
+        let idle = self.config.idle_timeout?;
+        if self.phase != Phase::Open || self.close_sent {
+            return None;
+        }
+        if self.keepalive_sent {
+            Some((self.last_rx + idle, WsTimer::Idle))
+        } else {
+            Some((self.last_rx + idle / 2, WsTimer::Keepalive))
+        }
+    }
+
+    /// Queues the pong that waited for a key or for the previous pong to
+    /// be handed out.
+    fn flush_deferred_pong(&mut self) {
+        if self.pong_in_tx || self.close_sent {
+            return;
+        }
+        if let Some((buf, len)) = self.deferred_pong
+            && let Some(mask) = self.masks.take()
+        {
+            self.deferred_pong = None;
+            self.tx
+                .write_frame(Opcode::Pong, &buf[..usize::from(len)], mask);
+            self.pong_in_tx = true;
+        }
     }
 
     /// Evidence for errors: `not_dispatched` until the first request byte
@@ -709,32 +858,40 @@ impl WsClient {
         Ok(())
     }
 
+    /// Answers a ping. At most one pong waits in `tx` (not yet handed
+    /// out) and one more is kept aside, the latest (RFC 6455 §5.5.3 allows
+    /// answering only the most recent ping): a ping flood from a peer that
+    /// does not read cannot grow the send buffer.
     fn queue_pong(&mut self, range: Range<usize>) {
         if self.close_sent {
             return;
         }
         let payload = &self.rx[range];
-        match self.masks.take() {
-            Some(mask) => self.tx.write_frame(Opcode::Pong, payload, mask),
-            None => {
-                // RFC 6455 §5.5.3: answering only the latest ping is allowed.
-                let mut buf = [0u8; MAX_CONTROL_PAYLOAD];
-                buf[..payload.len()].copy_from_slice(payload);
-                // A control payload is ≤ 125 bytes (checked in the header).
-                self.deferred_pong = Some((buf, payload.len() as u8));
-            }
+        if !self.pong_in_tx
+            && let Some(mask) = self.masks.take()
+        {
+            self.deferred_pong = None;
+            self.tx.write_frame(Opcode::Pong, payload, mask);
+            self.pong_in_tx = true;
+            return;
         }
+        let mut buf = [0u8; MAX_CONTROL_PAYLOAD];
+        buf[..payload.len()].copy_from_slice(payload);
+        // A control payload is ≤ 125 bytes (checked in the header).
+        self.deferred_pong = Some((buf, payload.len() as u8));
     }
 
-    fn queue_close(&mut self, code: Option<CloseCode>) {
+    /// Queues our close frame; `reason` is fixed text (≤ 123 bytes, never
+    /// peer or terminal bytes; longer text is cut by the encoder).
+    fn queue_close(&mut self, code: Option<CloseCode>, reason: &'static str) {
         if self.close_sent {
             return;
         }
         self.close_sent = true;
         self.deferred_pong = None;
         match self.masks.take() {
-            Some(mask) => self.tx.write_close(code, mask),
-            None => self.deferred_close = Some(code),
+            Some(mask) => self.tx.write_close(code, reason, mask),
+            None => self.deferred_close = Some((code, reason)),
         }
     }
 
@@ -748,7 +905,8 @@ impl WsClient {
         self.fail(e, Some(CloseCode::INVALID_PAYLOAD));
     }
 
-    /// Ends the connection with `error`; queues a close with `code` when the
+    /// Ends the connection with `error`; queues a close with `code` (and
+    /// the error's fixed reason code as the close reason) when the
     /// connection is open and no close was sent yet.
     fn fail(&mut self, error: Error, code: Option<CloseCode>) {
         if self.phase == Phase::Done {
@@ -757,7 +915,7 @@ impl WsClient {
         if self.phase == Phase::Open
             && let Some(code) = code
         {
-            self.queue_close(Some(code));
+            self.queue_close(Some(code), error.reason());
         }
         self.phase = Phase::Done;
         self.handshake_deadline = None;
@@ -816,8 +974,8 @@ impl Machine for WsClient {
         Self::handle_timeout(self, now);
     }
 
-    fn handle_written(&mut self, now: Instant, _n: usize) {
-        self.touch(now);
+    fn handle_written(&mut self, now: Instant, n: usize) {
+        Self::handle_written(self, now, n);
     }
 
     fn handle_transport_error(&mut self, now: Instant, failure: TransportFailure) {
@@ -827,6 +985,7 @@ impl Machine for WsClient {
         self.fail(e, None);
         let pending = self.tx.len();
         self.tx.consume(pending);
+        self.unwritten = 0;
     }
 
     fn poll_transmit(&mut self, out: &mut Vec<u8>) -> bool {

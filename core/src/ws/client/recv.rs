@@ -4,7 +4,7 @@ use core::ops::Range;
 
 use super::{CloseInfo, End, Phase, Step, WsClient};
 use crate::error::{Category, Error};
-use crate::ws::close::{CloseCode, ClosePayloadError, parse_close_payload};
+use crate::ws::close::{CloseCode, ClosePayloadError, CloseReason, parse_close_payload};
 use crate::ws::frame::{self, HeaderError, Opcode};
 
 impl WsClient {
@@ -118,22 +118,37 @@ impl WsClient {
 
     fn on_close_frame(&mut self, range: Range<usize>) {
         match parse_close_payload(&self.rx[range]) {
-            Ok(code) => {
+            Ok(parsed) => {
                 self.close_received = true;
                 let by_peer = !self.close_sent;
+                let (code, reason) = match parsed {
+                    Some((code, reason)) => (Some(code), reason),
+                    None => (None, CloseReason::EMPTY),
+                };
                 if by_peer {
-                    // RFC 6455 §5.5.1: echo the status code received.
-                    self.queue_close(code);
+                    // RFC 6455 §5.5.1: echo the status code received (its
+                    // reason is the peer's text and is not sent back).
+                    self.queue_close(code, "");
                 }
                 self.phase = Phase::Done;
                 self.close_deadline = None;
-                self.end = Some(End::Closed(CloseInfo { code, by_peer }));
+                self.end = Some(End::Closed(CloseInfo {
+                    code,
+                    reason,
+                    by_peer,
+                }));
             }
-            Err(ClosePayloadError::Protocol(reason)) => {
-                let e = Error::protocol(self.op(), reason);
+            Err(ClosePayloadError::Protocol(reason, code)) => {
+                let mut e = Error::protocol(self.op(), reason);
+                if let Some(code) = code {
+                    e = e.with_close_code(code);
+                }
                 self.fail(e, Some(CloseCode::PROTOCOL_ERROR));
             }
-            Err(ClosePayloadError::InvalidUtf8) => self.fail_invalid_utf8(),
+            Err(ClosePayloadError::InvalidUtf8(code)) => {
+                let e = Error::protocol(self.op(), "invalid_utf8").with_close_code(code.as_u16());
+                self.fail(e, Some(CloseCode::INVALID_PAYLOAD));
+            }
         }
     }
 }
