@@ -69,9 +69,40 @@ pub(crate) struct Global {
 pub(crate) enum Cmd {
     /// The worker's health and version.
     Health,
-    /// Machine lifecycle.
-    #[command(subcommand)]
-    Machine(MachineCmd),
+    /// Machine lifecycle: the worker's machines, or with --managed the
+    /// retained machines recorded in the store (ownership, versions, one
+    /// command slot each).
+    Machine(MachineArgs),
+    /// Stop a managed machine for draining: the worker is asked to stop
+    /// the recorded incarnation (ownership verified) and the stop is
+    /// recorded; a command in its slot keeps the slot. Uses the record's
+    /// current version (re-read and tried again on `stale_version`, at
+    /// most 20 times).
+    StopForDrain {
+        /// Managed machine id (as given to `machine --managed create`).
+        machine: String,
+    },
+    /// Resolve a managed machine whose command's outcome is unknown, once
+    /// you know it is quiescent: --stopped (the worker shows the recorded
+    /// incarnation stopped) or --deleted (the worker answers 404 for it).
+    /// The slot is released; the command stays `unknown`. Without
+    /// --quiesced it is refused (exit 2). Uses the record's current
+    /// version (re-read and tried again on `stale_version`, at most 20
+    /// times).
+    #[command(group(clap::ArgGroup::new("disposition").required(true).args(["stopped", "deleted"])))]
+    Resolve {
+        /// Managed machine id.
+        machine: String,
+        /// You assert that nothing runs in the machine any more.
+        #[arg(long)]
+        quiesced: bool,
+        /// The machine is stopped.
+        #[arg(long)]
+        stopped: bool,
+        /// The machine is gone from the worker.
+        #[arg(long)]
+        deleted: bool,
+    },
     /// Run a command in a machine (buffered unless --stream); exits with
     /// the command's exit code.
     Exec(ExecArgs),
@@ -183,19 +214,40 @@ pub(crate) enum RecordsCmd {
     },
 }
 
+/// `machine [--managed] …`.
+#[derive(Args, Debug)]
+pub(crate) struct MachineArgs {
+    /// Managed: the machine is a record in the store (`--store`), driven
+    /// through the managed runtime — created under its id on the worker
+    /// with a name of its own, started, stopped and removed by versioned
+    /// requests (each waits until the machine settles, at most 15 min;
+    /// the version is re-read and tried again on `stale_version`, at most
+    /// 20 times),
+    /// one command at a time in its slot (`exec ID`). Without it, the
+    /// worker's machines are used directly (no record, no ownership).
+    #[arg(long, global = true)]
+    pub(crate) managed: bool,
+    /// The action.
+    #[command(subcommand)]
+    pub(crate) cmd: MachineCmd,
+}
+
 /// `machine …`.
 #[derive(Subcommand, Debug)]
 pub(crate) enum MachineCmd {
-    /// Create a machine (imageless: 1 CPU, 256 MiB by default).
+    /// Create a machine (imageless: 1 CPU, 256 MiB by default; with
+    /// --managed, the worker profile's size, and --cpus/--memory are
+    /// refused).
     Create {
-        /// Machine name (lowercase letters, digits, `-`, `_`).
+        /// Machine name (lowercase letters, digits, `-`, `_`); with
+        /// --managed, the record id.
         name: String,
-        /// CPUs (1–64).
-        #[arg(long, default_value_t = 1)]
-        cpus: u8,
-        /// Memory in MiB (128–16384).
-        #[arg(long, default_value_t = 256)]
-        memory: u32,
+        /// CPUs (1–64; default 1).
+        #[arg(long)]
+        cpus: Option<u8>,
+        /// Memory in MiB (128–16384; default 256).
+        #[arg(long)]
+        memory: Option<u32>,
     },
     /// List machines.
     Ls,

@@ -52,10 +52,11 @@ pub(crate) fn machine(b: &Backend, cmd: MachineCmd, json: bool) -> Result<i32, F
     let profile = b.admit()?;
     match cmd {
         MachineCmd::Create { name, cpus, memory } => {
+            let d = MachineSpec::default();
             let spec = MachineSpec {
-                cpus,
-                memory_mb: memory,
-                ..MachineSpec::default()
+                cpus: cpus.unwrap_or(d.cpus),
+                memory_mb: memory.unwrap_or(d.memory_mb),
+                ..d
             };
             let obs = b.create(&profile, MachineName::new(&name)?, &spec)?;
             print_observation(&obs, json)?;
@@ -143,7 +144,7 @@ fn print_observation(o: &Observation, json: bool) -> Result<(), Failure> {
 }
 
 /// Builds the guest command from the options.
-fn command(opts: &CommandOpts, argv: Vec<String>) -> Result<Command, Failure> {
+pub(crate) fn command(opts: &CommandOpts, argv: Vec<String>) -> Result<Command, Failure> {
     let mut cmd = Command::new(argv);
     for pair in &opts.env {
         let Some((k, v)) = pair.split_once('=') else {
@@ -495,7 +496,7 @@ fn remove_on_interrupt(
 }
 
 /// `sb-` and 20 random base32 characters.
-fn fresh_name() -> Result<MachineName, Failure> {
+pub(crate) fn fresh_name() -> Result<MachineName, Failure> {
     let ns = Namespace::new("sb")?;
     let mut random = [0u8; 13];
     getrandom::getrandom(&mut random).map_err(|_| {

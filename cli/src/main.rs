@@ -13,6 +13,7 @@ mod backend_tokio_term;
 mod commands;
 mod dev;
 mod files;
+mod machines;
 mod records;
 mod report;
 mod shell;
@@ -24,6 +25,7 @@ use clap::{CommandFactory, Parser};
 use crate::args::{Cli, Cmd, CompletionShell, DevCmd, RecordsCmd};
 use crate::backend::Backend;
 use crate::report::Failure;
+use smolbox_core::managed::controller::Resolution;
 
 fn main() {
     let cli = Cli::parse();
@@ -76,10 +78,41 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     };
     let selected = worker::select(&cli.global, worker::budgets(command_secs))?;
     let backend = Backend::new(cli.global.shell, selected.endpoint)?;
+    let ctx = machines::Ctx {
+        backend: &backend,
+        store: cli.global.store.as_deref(),
+        worker: &selected.worker_id,
+        persistent: selected.dev.is_none(),
+    };
     let code = match cli.command {
         Cmd::Health => commands::health(&backend, json),
-        Cmd::Machine(m) => commands::machine(&backend, m, json),
-        Cmd::Exec(a) => commands::exec(&backend, &a.machine, &a.opts, a.argv, json),
+        Cmd::Machine(m) if m.managed => machines::machine(&ctx, m.cmd, json),
+        Cmd::Machine(m) => commands::machine(&backend, m.cmd, json),
+        Cmd::StopForDrain { machine } => machines::stop_for_drain(&ctx, &machine, json),
+        Cmd::Resolve {
+            machine,
+            quiesced,
+            deleted,
+            ..
+        } => {
+            let disposition = if deleted {
+                Resolution::Deleted
+            } else {
+                Resolution::Stopped
+            };
+            machines::resolve(&ctx, &machine, quiesced, disposition, json)
+        }
+        Cmd::Exec(a) => match machines::lookup(ctx.store, &a.machine) {
+            Ok(Some(_)) if a.opts.stream => Err(smolbox_core::Error::validation(
+                smolbox_core::Operation::CommandSpec,
+                "stream_on_a_managed_machine",
+            )
+            .into()),
+            Ok(Some(_)) => commands::command(&a.opts, a.argv)
+                .and_then(|cmd| machines::exec(&ctx, &a.machine, &cmd, json)),
+            Ok(None) => commands::exec(&backend, &a.machine, &a.opts, a.argv, json),
+            Err(f) => Err(f),
+        },
         Cmd::Run(a) => commands::run(
             &backend,
             &a,

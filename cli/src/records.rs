@@ -17,13 +17,16 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
 use smolbox_core::exec::Command;
+use smolbox_core::managed::controller::Resolution;
 use smolbox_core::managed::controller::{
     Controller, ControllerConfig, Event, Outcome, RunTarget, Submit, WorkerEntry, spec_for,
 };
 use smolbox_core::managed::fingerprint::exec_fingerprint;
 use smolbox_core::managed::record::ExecResult;
+use smolbox_core::managed::state::MachineOperation;
 use smolbox_core::managed::{
-    ExecState, ExecutionRecord, FingerprintKey, RecordEvidence, RecordKey,
+    ExecState, ExecutionRecord, FingerprintKey, MachineRecord, RecordEvidence, RecordKey,
+    RetainedMachineSpec,
 };
 use smolbox_core::{Category, Error, Evidence, Operation};
 use smolbox_store::keys::load_or_create_keys;
@@ -175,6 +178,16 @@ pub(crate) fn fetch_opt(
     }
 }
 
+/// `runtime.machines().CALL` on either shell.
+macro_rules! machines {
+    ($self:ident, $method:ident($($arg:expr),*)) => {
+        match $self {
+            Self::Tokio(rt, r) => rt.block_on(r.machines().$method($($arg),*)),
+            Self::Blocking(r) => r.machines().$method($($arg),*),
+        }
+    };
+}
+
 /// The managed runtime of either shell, over one store and one worker.
 pub(crate) enum Rt<'a> {
     /// The tokio shell's runtime, driven on the backend's tokio runtime.
@@ -202,6 +215,37 @@ impl<'a> Rt<'a> {
                     .worker(worker, client.clone())
                     .build()?,
             ),
+        })
+    }
+
+    /// A runtime whose only worker is `worker`, admitted with its version
+    /// profile so the controller can create, start, stop and delete
+    /// retained machines on it.
+    pub(crate) fn with_profile(
+        b: &'a Backend,
+        opened: &Opened,
+        worker: &str,
+    ) -> Result<Self, Failure> {
+        let store = Arc::clone(&opened.store);
+        let fk = opened.fingerprint_key.clone();
+        Ok(match b {
+            Backend::Tokio { rt, client } => {
+                let profile = rt.block_on(client.admit(&[]))?;
+                let r = rt.block_on(async {
+                    smolbox_tokio::Runtime::builder(store, fk)
+                        .worker_with_profile(worker, client.clone(), profile)
+                        .build()
+                })?;
+                Self::Tokio(rt, r)
+            }
+            Backend::Blocking(client) => {
+                let profile = client.admit(&[])?;
+                Self::Blocking(
+                    smolbox_blocking::Runtime::builder(store, fk)
+                        .worker_with_profile(worker, client.clone(), profile)
+                        .build()?,
+                )
+            }
         })
     }
 
@@ -235,6 +279,69 @@ impl<'a> Rt<'a> {
             Self::Tokio(_, r) => r.reconcile(),
             Self::Blocking(r) => r.reconcile(),
         }
+    }
+
+    /// Creates a retained machine (returns at durable acceptance).
+    pub(crate) fn m_create(
+        &self,
+        key: &RecordKey,
+        spec: &RetainedMachineSpec,
+    ) -> Result<(MachineRecord, bool), Error> {
+        machines!(self, create(key, spec))
+    }
+
+    /// The stored machine record.
+    pub(crate) fn m_inspect(&self, key: &RecordKey) -> Result<MachineRecord, Error> {
+        machines!(self, inspect(key))
+    }
+
+    /// Waits up to `ms` until the machine is settled.
+    pub(crate) fn m_wait(&self, key: &RecordKey, ms: u64) -> Result<MachineRecord, Error> {
+        machines!(self, wait(key, ms))
+    }
+
+    /// Versioned start, stop or delete (returns once durable).
+    pub(crate) fn m_lifecycle(
+        &self,
+        key: &RecordKey,
+        action: MachineOperation,
+        version: u64,
+    ) -> Result<MachineRecord, Error> {
+        match action {
+            MachineOperation::Start => machines!(self, start(key, version)),
+            MachineOperation::Stop => machines!(self, stop(key, version)),
+            _ => machines!(self, delete(key, version)),
+        }
+    }
+
+    /// Submits `command` into the machine's slot under `key`.
+    pub(crate) fn m_submit(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+    ) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error> {
+        machines!(self, submit(machine, key, command))
+    }
+
+    /// An ownership-verified stop for draining.
+    pub(crate) fn m_stop_for_drain(
+        &self,
+        key: &RecordKey,
+        version: u64,
+    ) -> Result<MachineRecord, Error> {
+        machines!(self, stop_for_drain(key, version))
+    }
+
+    /// Quiescent resolution.
+    pub(crate) fn m_resolve(
+        &self,
+        key: &RecordKey,
+        version: u64,
+        quiesced: bool,
+        disposition: Resolution,
+    ) -> Result<(MachineRecord, Option<ExecutionRecord>), Error> {
+        machines!(self, resolve(key, version, quiesced, disposition))
     }
 
     /// Stops taking work; returns once what was sent has been observed to
@@ -509,14 +616,14 @@ fn create_private_dir(dir: &Path) -> Result<(), Failure> {
 }
 
 /// Longest single runtime wait (C16).
-const MAX_WAIT_MS: u64 = 900_000;
+pub(crate) const MAX_WAIT_MS: u64 = 900_000;
 
 /// How long `cancel` and `recover` watch the records they moved settle.
 const SETTLE_MS: u64 = 60_000;
 
 /// Prints what a wait found: the output this process observed (never
 /// stored), then the record; returns the exit code it means.
-fn print_outcome(out: &Outcome, json: bool) -> Result<i32, Failure> {
+pub(crate) fn print_outcome(out: &Outcome, json: bool) -> Result<i32, Failure> {
     let code = match out.exit_code() {
         Some(c) => c,
         None => match &out.error {

@@ -1,0 +1,189 @@
+//! Managed retained machines driven as a user would: `machine --managed
+//! create|start|ls|get|stop|rm`, `exec` into the machine's one command
+//! slot, `stop-for-drain` and `resolve --quiesced` after a command whose
+//! outcome is unknown (the CLI killed mid-run).
+
+// Tests may unwrap: a failure is a test failure.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::Path;
+use std::process::{Output, Stdio};
+
+use common::{SHELLS, code, devworker, run, smolbox, stderr, stdout};
+
+fn json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", stdout(o)))
+}
+
+fn lines(p: &Path) -> usize {
+    std::fs::read_to_string(p).map_or(0, |s| s.lines().count())
+}
+
+#[test]
+fn a_managed_machine_runs_one_command_at_a_time_and_resolves_after_an_unknown_one() {
+    let w = devworker(None);
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("m.db");
+    let db = db.to_str().unwrap();
+    for shell in SHELLS {
+        let id = format!("box-{shell}");
+        let id = id.as_str();
+        let sb = |args: &[&str]| run(&w, shell, &[&["--store", db], args].concat());
+        // Create, then start: each waits until the machine settles.
+        let c = sb(&["--json", "machine", "--managed", "create", id]);
+        assert_eq!(code(&c), 0, "{shell}: {}", stderr(&c));
+        let v = json(&c);
+        assert_eq!(v["state"], "created", "{v}");
+        let worker_name = v["worker_machine"].as_str().unwrap().to_owned();
+        assert_ne!(worker_name, id, "the worker's name is the controller's");
+        let s = sb(&["--json", "machine", "start", id, "--managed"]);
+        assert_eq!(code(&s), 0, "{shell}: {}", stderr(&s));
+        assert_eq!(json(&s)["state"], "running");
+        // The raw view shows the worker's machine under its own name.
+        assert!(common::machine_names(&w, shell).contains(&worker_name));
+        // --cpus/--memory are the profile's: refused, nothing created.
+        let sized = sb(&["machine", "--managed", "create", "other", "--cpus", "2"]);
+        assert_eq!(code(&sized), 2, "{}", stderr(&sized));
+        let ls = sb(&["--json", "machine", "--managed", "ls"]);
+        assert_eq!(code(&ls), 0, "{}", stderr(&ls));
+        let ids: Vec<_> = json(&ls)
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap().to_owned())
+            .collect();
+        assert!(ids.contains(&id.to_owned()) && !ids.contains(&"other".to_owned()));
+
+        // A command in the slot, held until its gate file exists.
+        let counter = dir.path().join(format!("count-{shell}"));
+        let gate = dir.path().join(format!("gate-{shell}"));
+        let script = format!(
+            "echo ran >> {}; while [ ! -e {} ]; do sleep 0.05; done; echo done",
+            counter.display(),
+            gate.display()
+        );
+        let held = smolbox()
+            .args(["--worker", &w.base_url(), "--shell", shell, "--store", db])
+            .args(["exec", id, "--", "sh", "-c", &script])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        while lines(&counter) == 0 {
+            std::thread::yield_now();
+        }
+        // No queue: a second command is refused; stop too while it runs.
+        let second = sb(&["exec", id, "--", "echo", "second"]);
+        assert_eq!(code(&second), 8, "{}", stderr(&second));
+        assert!(stderr(&second).contains("busy"), "{}", stderr(&second));
+        assert!(stderr(&second).contains("admission_exhausted"));
+        let g = sb(&["--json", "machine", "--managed", "get", id]);
+        assert!(json(&g)["active_execution"].is_string(), "{}", stdout(&g));
+        let stop = sb(&["machine", "--managed", "stop", id]);
+        assert_eq!(code(&stop), 8, "{}", stderr(&stop));
+        std::fs::write(&gate, b"").unwrap();
+        let held = held.wait_with_output().unwrap();
+        assert_eq!(code(&held), 0, "{}", stderr(&held));
+        assert_eq!(stdout(&held), "done\n");
+        assert!(stderr(&held).contains("in the slot of managed machine"));
+        assert_eq!(lines(&counter), 1);
+        // The slot is free again: the next command runs, with its code.
+        let next = sb(&["exec", id, "--", "sh", "-c", "echo hi; exit 4"]);
+        assert_eq!(code(&next), 4, "{}", stderr(&next));
+        assert_eq!(stdout(&next), "hi\n");
+
+        // A command whose outcome becomes unknown: the CLI is killed.
+        let counter2 = dir.path().join(format!("count2-{shell}"));
+        let script = format!("echo ran >> {}; sleep 60", counter2.display());
+        let mut child = smolbox()
+            .args(["--worker", &w.base_url(), "--shell", shell, "--store", db])
+            .args(["exec", id, "--", "sh", "-c", &script])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        while lines(&counter2) == 0 {
+            assert!(child.try_wait().unwrap().is_none(), "exec ended early");
+            std::thread::yield_now();
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let g = json(&sb(&["--json", "machine", "--managed", "get", id]));
+        let blocked = g["active_execution"].as_str().unwrap().to_owned();
+        // Without --quiesced: refused (validation), nothing changes.
+        let r = sb(&["resolve", id, "--stopped"]);
+        assert_eq!(code(&r), 2, "{}", stderr(&r));
+        assert!(stderr(&r).contains("not_quiesced"), "{}", stderr(&r));
+        // Neither --stopped nor --deleted: refused by the command line.
+        let r = sb(&["resolve", id, "--quiesced"]);
+        assert_eq!(code(&r), 2, "{}", stderr(&r));
+        // Still running on the worker: resolve --stopped is a conflict.
+        let r = sb(&["resolve", id, "--quiesced", "--stopped"]);
+        assert_eq!(code(&r), 8, "{}", stderr(&r));
+        assert!(stderr(&r).contains("identity_conflict"), "{}", stderr(&r));
+        // The killed CLI's controller still claims the machine: refused
+        // (8) until its lease ends, which `get` shows; then recorded.
+        let d = sb(&["stop-for-drain", id]);
+        if code(&d) == 8 {
+            assert!(
+                stderr(&d).contains("claimed by another controller"),
+                "{}",
+                stderr(&d)
+            );
+            let g = json(&sb(&["--json", "machine", "--managed", "get", id]));
+            if let Some(until) = g["claim_until_ms"].as_u64() {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_millis() as u64;
+                // The lease's end is read from the record, not guessed.
+                std::thread::sleep(std::time::Duration::from_millis(
+                    until.saturating_sub(now) + 50,
+                ));
+            }
+        }
+        let d = sb(&["--json", "stop-for-drain", id]);
+        assert_eq!(code(&d), 0, "{}", stderr(&d));
+        let v = json(&d);
+        assert_eq!(v["observed"], "stopped", "{v}");
+        assert_eq!(v["active_execution"], blocked.as_str(), "the slot is kept");
+        let r = sb(&["--json", "resolve", id, "--quiesced", "--stopped"]);
+        assert_eq!(code(&r), 0, "{}", stderr(&r));
+        let v = json(&r);
+        assert_eq!(v["state"], "stopped", "{v}");
+        assert!(v["active_execution"].is_null(), "{v}");
+        assert_eq!(v["command"]["id"], blocked.as_str());
+        assert_eq!(v["command"]["state"], "unknown", "{v}");
+        assert_eq!(lines(&counter2), 1, "never sent again");
+
+        // Remove it; unknown ids are not found (5).
+        let rm = sb(&["--json", "machine", "--managed", "rm", id]);
+        assert_eq!(code(&rm), 0, "{}", stderr(&rm));
+        assert_eq!(json(&rm)["state"], "deleted");
+        assert!(!common::machine_names(&w, shell).contains(&worker_name));
+        for args in [
+            &["machine", "--managed", "get", "nosuch"][..],
+            &["stop-for-drain", "nosuch"][..],
+            &["resolve", "nosuch", "--quiesced", "--deleted"][..],
+        ] {
+            let o = sb(args);
+            assert_eq!(code(&o), 5, "{args:?}: {}", stderr(&o));
+        }
+    }
+}
+
+#[test]
+fn managed_machines_need_a_persistent_worker() {
+    // The in-process devworker ends with the command: refused, exit 2.
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("m.db");
+    let o = smolbox()
+        .args(["--store", db.to_str().unwrap()])
+        .args(["machine", "--managed", "create", "dev"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("persistent worker"), "{}", stderr(&o));
+}
