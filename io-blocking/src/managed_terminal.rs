@@ -563,6 +563,13 @@ fn drive_run(
                     });
                     inner.changed.notify_all();
                     run.handle_opened(inner.clock.now(), inner.clock.now_ms(), opened);
+                    if let (Some(tx), Some(rec)) = (accepted.take(), run.record()) {
+                        // A resumed run: its one dispatch happened.
+                        let _ = tx.send(Ok(TerminalOpened {
+                            record: rec.clone(),
+                            existing: true,
+                        }));
+                    }
                 }
                 TermOutput::Close => {
                     let _ = close_conn(inner, &key, &mut run, &mut conn);

@@ -197,6 +197,8 @@ impl RuntimeBuilder {
         if !self.store.info().durable && !self.ephemeral {
             return Err(Error::validation(Operation::Config, "store_not_durable"));
         }
+        // The controller's options first: its errors name the option.
+        self.config.validate()?;
         let terminals = crate::managed_terminal::ManagedTerminals::new(
             Arc::clone(&self.store),
             self.fingerprint_key.clone(),
@@ -236,6 +238,7 @@ impl RuntimeBuilder {
             })
             .map_err(|_| thread_error())?;
         let driver = Driver {
+            terminals: terminals.clone(),
             controller,
             clients: self.clients,
             clock: Arc::clone(&self.clock),
@@ -668,6 +671,7 @@ impl Runtime {
 }
 
 struct Driver {
+    terminals: crate::managed_terminal::ManagedTerminals,
     controller: Controller,
     clients: BTreeMap<String, Client>,
     clock: Arc<dyn Clock>,
@@ -855,6 +859,17 @@ impl Driver {
                     let _ = tx.send(d.result);
                 }
                 true
+            }
+            Event::TerminalDue(rec) => {
+                // Recovery of a terminal not driven here (C7.4), off the
+                // driver thread (it waits for the run's first step).
+                let terminals = self.terminals.clone();
+                let _ = std::thread::Builder::new()
+                    .name("smolbox-terminal-recover".into())
+                    .spawn(move || {
+                        let _ = terminals.recover(&rec.key);
+                    });
+                false
             }
             Event::Stopped => {
                 self.stopped = true;

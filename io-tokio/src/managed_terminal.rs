@@ -248,8 +248,8 @@ impl ManagedTerminals {
     /// here: possibly dispatched without a recorded exit → `unknown`, the
     /// slot kept; a recorded exit stays known and the slot is finished;
     /// provably undispatched intent may still dispatch, once. Returns the
-    /// record once this runtime is done with it (a dispatched one keeps
-    /// running in the background).
+    /// stored record once the run is done, or once its one dispatch was
+    /// made (the session then runs in the background, attachable here).
     ///
     /// # Errors
     /// `validation` for a record that is not a managed terminal; `store`.
@@ -573,6 +573,13 @@ async fn drive_run(
                     });
                     inner.changed.notify_waiters();
                     run.handle_opened(inner.clock.now(), inner.clock.now_ms(), opened);
+                    if let (Some(tx), Some(rec)) = (accepted.take(), run.record()) {
+                        // A resumed run: its one dispatch happened.
+                        let _ = tx.send(Ok(TerminalOpened {
+                            record: rec.clone(),
+                            existing: true,
+                        }));
+                    }
                 }
                 TermOutput::Close => {
                     if let Some(c) = conn.take() {

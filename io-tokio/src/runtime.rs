@@ -197,6 +197,8 @@ impl RuntimeBuilder {
         }
         let handle = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::validation(Operation::Config, "no_tokio_runtime"))?;
+        // The controller's options first: its errors name the option.
+        self.config.validate()?;
         let terminals = crate::managed_terminal::ManagedTerminals::new(
             Arc::clone(&self.store),
             self.fingerprint_key.clone(),
@@ -224,6 +226,7 @@ impl RuntimeBuilder {
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
         let (res_tx, res_rx) = mpsc::unbounded_channel();
         let driver = Driver {
+            terminals: terminals.clone(),
             controller,
             store: Arc::clone(&self.store),
             clients: self.clients,
@@ -664,6 +667,7 @@ impl Runtime {
 }
 
 struct Driver {
+    terminals: crate::managed_terminal::ManagedTerminals,
     controller: Controller,
     store: Arc<dyn Store>,
     clients: BTreeMap<String, Client>,
@@ -864,6 +868,14 @@ impl Driver {
                     let _ = tx.send(d.result);
                 }
                 true
+            }
+            Event::TerminalDue(rec) => {
+                // Recovery of a terminal not driven here (C7.4).
+                let terminals = self.terminals.clone();
+                tokio::spawn(async move {
+                    let _ = terminals.recover(&rec.key).await;
+                });
+                false
             }
             Event::Stopped => {
                 self.stopped = true;

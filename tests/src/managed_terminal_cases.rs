@@ -54,8 +54,59 @@ pub trait TermShell: Sized {
     ///
     /// # Errors
     /// The builder's.
-    fn start(store: Arc<dyn Store>, key: FingerprintKey, endpoint: Endpoint)
-    -> Result<Self, Error>;
+    fn start(
+        store: Arc<dyn Store>,
+        key: FingerprintKey,
+        endpoint: Endpoint,
+        machines: bool,
+    ) -> Result<Self, Error> {
+        Self::start_as(store, key, endpoint, machines, OWNER)
+    }
+    /// As [`TermShell::start`] under controller id `owner`.
+    ///
+    /// # Errors
+    /// The builder's.
+    fn start_as(
+        store: Arc<dyn Store>,
+        key: FingerprintKey,
+        endpoint: Endpoint,
+        machines: bool,
+        owner: &str,
+    ) -> Result<Self, Error>;
+    /// `terminals().cancel`.
+    ///
+    /// # Errors
+    /// The store's.
+    fn cancel(&self, key: &RecordKey) -> Result<ExecutionRecord, Error>;
+    /// `machines().create` then `wait`, `start`, `wait`: a running machine.
+    ///
+    /// # Errors
+    /// As the runtime's.
+    fn running_machine(
+        &self,
+        key: &RecordKey,
+        spec: &RetainedMachineSpec,
+    ) -> Result<MachineRecord, Error>;
+    /// `machines().submit` then `Runtime::wait`.
+    ///
+    /// # Errors
+    /// As the runtime's (`admission_exhausted` while the slot is held).
+    fn slot_command(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+    ) -> Result<Outcome, Error>;
+    /// `machines().stop` / `delete` (then `wait`).
+    ///
+    /// # Errors
+    /// As the runtime's.
+    fn lifecycle(
+        &self,
+        machine: &RecordKey,
+        op: MachineOperation,
+        version: u64,
+    ) -> Result<MachineRecord, Error>;
     /// `terminals().open`: `(record, existing)`.
     ///
     /// # Errors
@@ -112,18 +163,59 @@ pub struct BlockingTerm(smolbox_blocking::Runtime);
 
 impl TermShell for BlockingTerm {
     type Handle = smolbox_blocking::ManagedTerminal;
-    fn start(
+    fn start_as(
         store: Arc<dyn Store>,
         key: FingerprintKey,
         endpoint: Endpoint,
+        machines: bool,
+        owner: &str,
     ) -> Result<Self, Error> {
         let client = builder_parts(endpoint)?;
-        let rt = smolbox_blocking::Runtime::builder(store, key)
-            .worker(WORKER, client)
-            .owner(OWNER)
-            .poll_interval_ms(100)
-            .build()?;
+        let b = smolbox_blocking::Runtime::builder(store, key);
+        let b = if machines {
+            let profile = client.admit(&[])?;
+            b.worker_with_profile(WORKER, client, profile)
+        } else {
+            b.worker(WORKER, client)
+        };
+        let rt = b.owner(owner).poll_interval_ms(100).build()?;
         Ok(Self(rt))
+    }
+    fn cancel(&self, key: &RecordKey) -> Result<ExecutionRecord, Error> {
+        self.0.terminals().cancel(key)
+    }
+    fn running_machine(
+        &self,
+        key: &RecordKey,
+        spec: &RetainedMachineSpec,
+    ) -> Result<MachineRecord, Error> {
+        let m = self.0.machines();
+        m.create(key, spec)?;
+        let rec = m.wait(key, 30_000)?;
+        m.start(key, rec.version)?;
+        m.wait(key, 30_000)
+    }
+    fn slot_command(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+    ) -> Result<Outcome, Error> {
+        self.0.machines().submit(machine, key, command)?;
+        self.0.wait(key, 30_000)
+    }
+    fn lifecycle(
+        &self,
+        machine: &RecordKey,
+        op: MachineOperation,
+        version: u64,
+    ) -> Result<MachineRecord, Error> {
+        let m = self.0.machines();
+        match op {
+            MachineOperation::Stop => m.stop(machine, version)?,
+            _ => m.delete(machine, version)?,
+        };
+        m.wait(machine, 30_000)
     }
     fn open(
         &self,
@@ -175,10 +267,12 @@ pub struct TokioHandle {
 
 impl TermShell for TokioTerm {
     type Handle = TokioHandle;
-    fn start(
+    fn start_as(
         store: Arc<dyn Store>,
         key: FingerprintKey,
         endpoint: Endpoint,
+        machines: bool,
+        owner: &str,
     ) -> Result<Self, Error> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -186,13 +280,16 @@ impl TermShell for TokioTerm {
             .build()
             .map_err(|_| Error::validation(smolbox_core::Operation::Config, "tokio"))?;
         let client = smolbox_tokio::Client::new(endpoint)?;
+        let b = smolbox_tokio::Runtime::builder(store, key);
+        let b = if machines {
+            let profile = rt.block_on(client.admit(&[]))?;
+            b.worker_with_profile(WORKER, client, profile)
+        } else {
+            b.worker(WORKER, client)
+        };
         let runtime = {
             let _guard = rt.enter();
-            smolbox_tokio::Runtime::builder(store, key)
-                .worker(WORKER, client)
-                .owner(OWNER)
-                .poll_interval_ms(100)
-                .build()?
+            b.owner(owner).poll_interval_ms(100).build()?
         };
         Ok(Self {
             rt: Arc::new(rt),
@@ -228,6 +325,51 @@ impl TermShell for TokioTerm {
     }
     fn run(&self, submit: Submit) -> Result<Outcome, Error> {
         self.rt.block_on(self.runtime.run(submit))
+    }
+    fn cancel(&self, key: &RecordKey) -> Result<ExecutionRecord, Error> {
+        self.rt.block_on(self.runtime.terminals().cancel(key))
+    }
+    fn running_machine(
+        &self,
+        key: &RecordKey,
+        spec: &RetainedMachineSpec,
+    ) -> Result<MachineRecord, Error> {
+        let m = self.runtime.machines();
+        self.rt.block_on(async {
+            m.create(key, spec).await?;
+            let rec = m.wait(key, 30_000).await?;
+            m.start(key, rec.version).await?;
+            m.wait(key, 30_000).await
+        })
+    }
+    fn slot_command(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+    ) -> Result<Outcome, Error> {
+        self.rt.block_on(async {
+            self.runtime
+                .machines()
+                .submit(machine, key, command)
+                .await?;
+            self.runtime.wait(key, 30_000).await
+        })
+    }
+    fn lifecycle(
+        &self,
+        machine: &RecordKey,
+        op: MachineOperation,
+        version: u64,
+    ) -> Result<MachineRecord, Error> {
+        let m = self.runtime.machines();
+        self.rt.block_on(async {
+            match op {
+                MachineOperation::Stop => m.stop(machine, version).await?,
+                _ => m.delete(machine, version).await?,
+            };
+            m.wait(machine, 30_000).await
+        })
     }
 }
 
@@ -402,6 +544,7 @@ impl Setup {
             Arc::clone(&self.store),
             self.key.clone(),
             self.fixture.endpoint(Fixture::budgets()),
+            false,
         )
         .unwrap()
     }
@@ -544,6 +687,80 @@ pub fn seed_scenario_open_attach_exit_7<T: TermShell>(kind: StoreKind) {
     assert_eq!(out.exit_code(), Some(0));
     assert_eq!(out.output.unwrap().stdout, b"TERMFILE-OK\n");
     assert_eq!(s.upgrades(), 1, "exactly one upgrade");
+}
+
+/// The seed scenario through the retained-machine API: a machine created
+/// and started by the runtime, a terminal in its slot (commands refused
+/// with `admission_exhausted`, stop / delete refused), `pwd`, a file,
+/// resize, `exit 7` → `completed` with no transcript, the slot released,
+/// a slot command reads the file, and the machine is deleted.
+pub fn seed_scenario_on_a_created_machine<T: TermShell>(kind: StoreKind) {
+    let Some(s) = setup(kind) else { return };
+    let rt = T::start(
+        Arc::clone(&s.store),
+        s.key.clone(),
+        s.fixture.endpoint(Fixture::budgets()),
+        true,
+    )
+    .unwrap();
+    let mk = RecordKey::new("boxes", "box-1").unwrap();
+    let m = rt.running_machine(&mk, &machine_spec()).unwrap();
+    assert_eq!(m.state, MachineRecordState::Running, "{:?}", m.last_error);
+    let bx = |id: &str| RecordKey::new("boxes", id).unwrap();
+    let k = bx("term-box");
+    let (rec, existing) = rt.open(&k, &mk, ManagedTerminalSpec::default()).unwrap();
+    assert!(!existing);
+    assert_eq!(rec.spec.machine.as_ref(), Some(&mk));
+    let mut h = rt.attach(&k, Duration::from_secs(10)).unwrap();
+    h.input(b"echo \"pwd=$(pwd)\"\n").unwrap();
+    read_until(&mut h, "pwd=/");
+    let held = rt
+        .slot_command(&mk, &bx("cmd-busy"), &Command::new(["true"]))
+        .unwrap_err();
+    assert_eq!(held.category(), Category::AdmissionExhausted);
+    let version = s.store.fetch_machine(&mk).unwrap().version;
+    for op in [MachineOperation::Stop, MachineOperation::Delete] {
+        let e = rt.lifecycle(&mk, op, version).unwrap_err();
+        assert_eq!(e.category(), Category::AdmissionExhausted, "{op:?}");
+    }
+    h.input(b"mkdir -p workspace && echo BOXFILE-OK > workspace/box.txt && echo wrote-it\n")
+        .unwrap();
+    read_until(&mut h, "wrote-it");
+    h.resize(90, 30).unwrap();
+    h.input(b"stty size\n").unwrap();
+    read_until(&mut h, "30 90");
+    h.input(b"exit 7\n").unwrap();
+    assert_eq!(outcome_of(&mut h).unwrap(), TerminalExit { code: 7 });
+    let rec = rt.wait(&k).unwrap();
+    assert_eq!(
+        (rec.state, rec.result.clone()),
+        (
+            ExecState::Completed,
+            Some(ExecResult::Terminal { exit_code: 7 })
+        )
+    );
+    assert!(rec.artifacts.is_empty());
+    assert_eq!(s.store.fetch_machine(&mk).unwrap().active_execution, None);
+    let out = rt
+        .slot_command(
+            &mk,
+            &bx("cmd-read"),
+            &Command::new(["cat", "/workspace/box.txt"]),
+        )
+        .unwrap();
+    assert_eq!(out.exit_code(), Some(0), "{:?}", out.error);
+    assert_eq!(out.output.unwrap().stdout, b"BOXFILE-OK\n");
+    let version = s.store.fetch_machine(&mk).unwrap().version;
+    let gone = rt
+        .lifecycle(&mk, MachineOperation::Delete, version)
+        .unwrap();
+    assert_eq!(
+        gone.state,
+        MachineRecordState::Deleted,
+        "{:?}",
+        gone.last_error
+    );
+    assert_eq!(s.upgrades(), 1);
 }
 
 /// Duplicate opens: the same identity while active and completed, a
@@ -694,6 +911,252 @@ pub fn terminal_bytes_never_leave_memory<T: TermShell>(kind: StoreKind) {
     assert!(!has(SENTINEL), "terminal bytes stored in clear");
 }
 
+/// A stalled consumer: output beyond the buffer ends the session with an
+/// uncertain `output_limit` (AC-7.3.1), never a fabricated exit.
+pub fn a_stalled_consumer_hits_output_limit<T: TermShell>(kind: StoreKind) {
+    let Some(s) = setup(kind) else { return };
+    let rt: T = s.runtime();
+    let k = key("term-flood");
+    let spec = ManagedTerminalSpec {
+        buffer_bytes: 1_024,
+        ..ManagedTerminalSpec::default()
+    };
+    rt.open(&k, &s.machine, spec).unwrap();
+    let mut h = rt.attach(&k, Duration::from_secs(10)).unwrap();
+    h.input(b"head -c 300000 /dev/zero | tr '\\0' x; exit 0\n")
+        .unwrap();
+    // The consumer reads nothing until the session ended.
+    let rec = rt.wait(&k).unwrap();
+    assert_eq!((rec.state, rec.result.clone()), (ExecState::Unknown, None));
+    assert_eq!(
+        rec.last_error.as_ref().map(|e| e.category.as_str()),
+        Some("output_limit")
+    );
+    let outcome = outcome_of(&mut h).unwrap_err();
+    assert_eq!(outcome.category(), Category::OutputLimit);
+    assert_eq!(
+        s.machine().active_execution,
+        Some(k),
+        "unknown keeps the slot"
+    );
+}
+
+/// Cancel after dispatch closes observation and keeps the outcome
+/// uncertain; the consumer sees the end.
+pub fn cancel_after_dispatch_keeps_uncertainty<T: TermShell>(kind: StoreKind) {
+    let Some(s) = setup(kind) else { return };
+    let rt: T = s.runtime();
+    let k = key("term-cancel");
+    rt.open(&k, &s.machine, ManagedTerminalSpec::default())
+        .unwrap();
+    let mut h = rt.attach(&k, Duration::from_secs(10)).unwrap();
+    h.input(b"echo live-$((2+3))\n").unwrap();
+    read_until(&mut h, "live-5");
+    let rec = rt.cancel(&k).unwrap();
+    assert!(rec.cancel_requested_at_ms.is_some());
+    let outcome = outcome_of(&mut h);
+    assert!(outcome.is_err(), "{outcome:?}");
+    let rec = rt.wait(&k).unwrap();
+    assert_eq!((rec.state, rec.result.clone()), (ExecState::Unknown, None));
+    assert_eq!(s.upgrades(), 1);
+}
+
+/// The C7.1 bounds through the managed path: a session budget over the
+/// profile's execution budget is refused before anything is stored; input
+/// at N is taken and N+1 refused.
+pub fn managed_bounds_at_n_and_n_plus_1<T: TermShell>(kind: StoreKind) {
+    let Some(s) = setup(kind) else { return };
+    let rt: T = s.runtime();
+    let budget = s.machine().spec.profile.budgets.execution_ms;
+    let over = ManagedTerminalSpec {
+        session_ms: budget + 1,
+        ..ManagedTerminalSpec::default()
+    };
+    let e = rt.open(&key("term-over"), &s.machine, over).unwrap_err();
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::Validation, "session_over_budget")
+    );
+    assert_eq!(
+        s.store.fetch(&key("term-over")).unwrap_err().category(),
+        Category::NotFound
+    );
+    let spec = ManagedTerminalSpec {
+        session_ms: budget,
+        idle_ms: budget,
+        input_bytes: 16,
+        ..ManagedTerminalSpec::default()
+    };
+    let k = key("term-n");
+    rt.open(&k, &s.machine, spec).unwrap();
+    let mut h = rt.attach(&k, Duration::from_secs(10)).unwrap();
+    let e = h.input(b"echo 17-bytes-xx\n").unwrap_err();
+    assert_eq!(e.category(), Category::Validation);
+    h.input(b"echo sixteen-bb\n").unwrap();
+    read_until(&mut h, "sixteen-bb");
+    h.input(b"exit 0\n").unwrap();
+    assert_eq!(outcome_of(&mut h).unwrap().code, 0);
+    assert_eq!(s.upgrades(), 1);
+}
+
+/// Another controller sees the record and may cancel, but never takes the
+/// live connection over.
+pub fn another_controller_never_takes_over<T: TermShell>(kind: StoreKind) {
+    let Some(s) = setup(kind) else { return };
+    let rt: T = s.runtime();
+    let other = T::start_as(
+        Arc::clone(&s.store),
+        s.key.clone(),
+        s.fixture.endpoint(Fixture::budgets()),
+        false,
+        "ctl-term-other",
+    )
+    .unwrap();
+    let k = key("term-own");
+    rt.open(&k, &s.machine, ManagedTerminalSpec::default())
+        .unwrap();
+    let mut h = rt.attach(&k, Duration::from_secs(10)).unwrap();
+    h.input(b"echo mine\n").unwrap();
+    read_until(&mut h, "mine");
+    let e = other.attach(&k, Duration::from_millis(200)).unwrap_err();
+    assert_eq!(e.category(), Category::NotFound, "not live there");
+    // The duplicate open elsewhere reports the identity and opens nothing.
+    let (rec, existing) = other
+        .open(&k, &s.machine, ManagedTerminalSpec::default())
+        .unwrap();
+    assert!(existing && !rec.state.is_before_dispatch());
+    h.input(b"exit 4\n").unwrap();
+    assert_eq!(outcome_of(&mut h).unwrap().code, 4);
+    assert_eq!(rt.wait(&k).unwrap().state, ExecState::Completed);
+    assert_eq!(s.upgrades(), 1);
+}
+
+/// A controller that crashed mid-session and is restarted under the same
+/// controller id (so its claim is this runtime's to renew, without waiting
+/// out a TTL): a `TerminalRun` driven against the store until the
+/// connection was open (one real upgrade, input sent), then — when `exit`
+/// is set — until only the `collecting` write of that exit landed; then
+/// dropped with its connection.
+fn crashed_session(s: &Setup, id: &str, exit: Option<i32>) -> RecordKey {
+    use smolbox_core::managed::controller::terminal::{TermConfig, TermOutput, TerminalRun};
+    let k = key(id);
+    let cfg = TermConfig {
+        owner: OWNER.into(),
+        lease_ttl_ms: 30_000,
+        poll_interval_ms: 100,
+        max_pending: 16,
+    };
+    let mut run = TerminalRun::open(
+        cfg,
+        s.key.clone(),
+        k.clone(),
+        s.machine.clone(),
+        ManagedTerminalSpec::default(),
+        true,
+    )
+    .unwrap();
+    let client = smolbox_blocking::Client::new(s.fixture.endpoint(Fixture::budgets())).unwrap();
+    let t0 = std::time::Instant::now();
+    let mut term = None;
+    let mut budget = usize::MAX;
+    while let Some(out) = run.poll_output() {
+        match out {
+            TermOutput::Store(id, op) if budget > 0 => {
+                budget -= 1;
+                let r = smolbox_store::apply_terminal_op(&*s.store, &op);
+                run.handle_stored(t0, now_ms(), id, r);
+            }
+            TermOutput::Store(..) => break,
+            TermOutput::Open { machine, spec, .. } => {
+                let mut t = client.terminal(&machine, &spec).unwrap();
+                t.input(b"echo crash-marker >> crash.log\n").unwrap();
+                term = Some(t);
+                run.handle_opened(t0, now_ms(), Ok(()));
+                if let Some(code) = exit {
+                    run.handle_closed(t0, now_ms(), &Ok(TerminalExit { code }));
+                    // The `running` write, then only `collecting`.
+                    budget = 2;
+                }
+            }
+            _ => {}
+        }
+    }
+    drop(run);
+    drop(term);
+    let rec = s.store.fetch(&k).unwrap();
+    match exit {
+        None => assert_eq!(rec.state, ExecState::Running),
+        Some(_) => assert_eq!(rec.state, ExecState::Collecting),
+    }
+    k
+}
+
+/// Polls the store (bounded) until `pred` holds: recovery runs in the
+/// runtime's background and has no waiter of its own.
+fn eventually(s: &Setup, k: &RecordKey, pred: impl Fn(&ExecutionRecord, &MachineRecord) -> bool) {
+    let mut last = None;
+    for _ in 0..1_000 {
+        let rec = s.store.fetch(k).unwrap();
+        let m = s.machine();
+        if pred(&rec, &m) {
+            return;
+        }
+        last = Some((rec.state, m.state, m.active_execution));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("recovery never settled {k:?}: {last:?}");
+}
+
+/// Recovery (C7.4): a session a crashed controller may have dispatched,
+/// without a recorded exit, becomes `unknown` and keeps the slot (the
+/// machine `unknown`); it is never reopened and no input is replayed.
+pub fn recovery_never_reopens_a_possibly_dispatched_session<T: TermShell>(kind: StoreKind) {
+    let Some(s) = setup(kind) else { return };
+    let k = crashed_session(&s, "term-crash", None);
+    assert_eq!(s.upgrades(), 1);
+    let rt: T = s.runtime();
+    eventually(&s, &k, |r, m| {
+        r.state == ExecState::Unknown && m.state == MachineRecordState::Unknown
+    });
+    let rec = s.store.fetch(&k).unwrap();
+    assert_eq!(
+        rec.last_error.as_ref().map(|e| e.reason.as_str()),
+        Some("terminal_recovered")
+    );
+    assert_eq!(rec.result, None);
+    assert_eq!(
+        s.machine().active_execution,
+        Some(k.clone()),
+        "the slot stays blocked"
+    );
+    assert_eq!(s.upgrades(), 1, "never reopened");
+    let e = rt.attach(&k, Duration::from_millis(0)).unwrap_err();
+    assert_eq!(
+        e.category(),
+        Category::NotFound,
+        "no live connection anywhere"
+    );
+    // Another submission is still refused: the machine needs resolution.
+    let e = s.store.submit(&s.command_record("cmd-x"), 100).unwrap_err();
+    assert_eq!(e.category(), Category::AdmissionExhausted);
+}
+
+/// Recovery keeps a recorded exit: the crashed controller stored the exit
+/// (`collecting`) but not `completed` nor the slot's release; the runtime
+/// completes it and releases the slot, and opens nothing.
+pub fn recovery_keeps_a_recorded_exit_and_releases_the_slot<T: TermShell>(kind: StoreKind) {
+    let Some(s) = setup(kind) else { return };
+    let k = crashed_session(&s, "term-exit", Some(7));
+    let _rt: T = s.runtime();
+    eventually(&s, &k, |r, m| {
+        r.state == ExecState::Completed && m.active_execution.is_none()
+    });
+    let rec = s.store.fetch(&k).unwrap();
+    assert_eq!(rec.result, Some(ExecResult::Terminal { exit_code: 7 }));
+    assert_eq!(s.machine().state, MachineRecordState::Running);
+    assert_eq!(s.upgrades(), 1);
+}
+
 /// Instantiates every managed terminal case for `$shell` (a
 /// [`TermShell`]), one `#[test]` per case and store.
 #[macro_export]
@@ -709,11 +1172,18 @@ macro_rules! managed_terminal_suite {
     (@store $shell:ty, $kind:expr) => {
         $crate::managed_terminal_suite!(@cases $shell, $kind,
             seed_scenario_open_attach_exit_7,
+            seed_scenario_on_a_created_machine,
             duplicate_open_keeps_one_identity_and_one_upgrade,
             a_second_consumer_is_refused,
             attach_after_attach_ms_is_expired,
             the_terminal_holds_the_slot_until_it_completes,
             terminal_bytes_never_leave_memory,
+            a_stalled_consumer_hits_output_limit,
+            cancel_after_dispatch_keeps_uncertainty,
+            managed_bounds_at_n_and_n_plus_1,
+            another_controller_never_takes_over,
+            recovery_never_reopens_a_possibly_dispatched_session,
+            recovery_keeps_a_recorded_exit_and_releases_the_slot,
         );
     };
     (@cases $shell:ty, $kind:expr, $($case:ident),* $(,)?) => {

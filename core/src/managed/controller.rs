@@ -532,6 +532,11 @@ pub enum Event {
     Telemetry(Telemetry),
     /// A retained-machine request ([`Controller::machine`]) finished.
     Machine(Box<MachineDone>),
+    /// A managed terminal's record is due (found by the due scan): the
+    /// controller never drives terminals itself; the driver's terminal
+    /// module resumes it (`TerminalRun::resume`, recovery C7.4). Reported
+    /// at most once per claim TTL per record.
+    TerminalDue(Box<ExecutionRecord>),
     /// After [`Controller::shutdown`]: nothing is outstanding any more.
     Stopped,
 }
@@ -1115,6 +1120,15 @@ impl Controller {
         for rec in records {
             if self.shutting_down {
                 break;
+            }
+            if matches!(rec.spec.action, Action::Terminal(_)) {
+                // Terminals belong to the driver's terminal module.
+                if !self.skip.contains_key(&rec.key) {
+                    let until = now + Duration::from_millis(self.cfg.lease_ttl_ms);
+                    self.skip.insert(rec.key.clone(), until);
+                    self.notices.push_back(Event::TerminalDue(Box::new(rec)));
+                }
+                continue;
             }
             if self.execs.contains_key(&rec.key)
                 || self.accepting.contains_key(&rec.key)

@@ -722,3 +722,56 @@ fn disposable_submissions_reject_terminal_specs_before_acceptance() {
     );
     assert!(ctl.poll_store_op().is_none(), "nothing is stored");
 }
+
+#[test]
+fn the_controller_hands_due_terminals_to_the_driver_and_never_drives_them() {
+    use crate::managed::controller::{Event, StoreOp, StoreReply};
+    let mut sim = Sim::new();
+    let mut run = sim.open("t1", ManagedTerminalSpec::default());
+    run.handle_opened(sim.now, sim.now_ms, Ok(()));
+    sim.settle(&mut run);
+    let rec = sim.exec("t1").clone();
+    assert!(rec.next_due_at_ms.is_some(), "a live terminal stays due");
+    let mut c = ControllerConfig::new(OWNER);
+    c.workers = vec![
+        WorkerEntry::new("dev").with_profile(crate::worker::Profile::known(
+            crate::worker::Version::V1_22_0,
+        )),
+    ];
+    let mut ctl = Controller::new(c, fingerprint_key(), sim.now, sim.now_ms).unwrap();
+    let mut scans = 0;
+    let mut due_events = 0;
+    for round in 0..2 {
+        let now = sim.now + Duration::from_millis(300 * round);
+        ctl.handle_timeout(now, sim.now_ms);
+        while let Some((id, op)) = ctl.poll_store_op() {
+            let reply = match op {
+                StoreOp::Due { .. } => {
+                    scans += 1;
+                    StoreReply::Due {
+                        records: vec![rec.clone()],
+                        next: None,
+                    }
+                }
+                StoreOp::DueMachines { .. } => StoreReply::DueMachines {
+                    records: Vec::new(),
+                    next: None,
+                },
+                other => panic!("the controller touched the terminal: {}", other.name()),
+            };
+            ctl.handle_stored(now, sim.now_ms, id, Ok(reply));
+        }
+        while let Some(e) = ctl.poll_event() {
+            if let Event::TerminalDue(r) = e {
+                assert_eq!(r.key, rec.key);
+                due_events += 1;
+            }
+        }
+    }
+    assert_eq!(scans, 2, "two due scans");
+    assert_eq!(due_events, 1, "reported once per claim TTL");
+    assert!(
+        ctl.poll_worker_op().is_none(),
+        "nothing sent for a terminal"
+    );
+}
