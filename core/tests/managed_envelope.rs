@@ -119,13 +119,8 @@ fn ac_19_2_selective_versions_keep_every_capability() {
     assert_eq!(exec_requirements(&base).capabilities, Capabilities::BASE);
 
     let mut spec = managed_exec_spec("x", &key("s", "m"));
-    spec.action = Action::Terminal(ManagedTerminalSpec {
-        argv: vec!["sh".into()],
-        env: Default::default(),
-        workdir: None,
-        cols: 80,
-        rows: 24,
-    });
+    spec.outputs.clear();
+    spec.action = Action::Terminal(ManagedTerminalSpec::default());
     let terminal = accepted(key("s", "t"), spec.clone(), T0);
     assert_eq!(exec_requirements(&terminal).version, 4);
     spec.guest_paths = Some(GuestPathPolicy {

@@ -41,6 +41,7 @@ mod client;
 mod conn;
 mod errors;
 mod http;
+pub mod managed_terminal;
 mod pool;
 pub mod runtime;
 mod stream;
@@ -50,6 +51,7 @@ pub mod transport;
 
 pub use callback::MAX_DELIVERY_THREADS;
 pub use client::Client;
+pub use managed_terminal::{ManagedTerminal, ManagedTerminals, TerminalOpened};
 pub use pool::MAX_CONNECTIONS;
 pub use runtime::Runtime;
 pub use smolbox_core::terminal::{MAX_WRITE_WAIT, TerminalEvent};

@@ -22,6 +22,8 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use smolbox_core::managed::controller::machine_settled;
+use smolbox_core::managed::controller::machines::{check_list_limit, check_wait_ms};
 use smolbox_core::managed::controller::{
     Controller, ControllerConfig, Event, Finished, OpId, StoreOp, StoreResult, Submit, WorkerEntry,
     WorkerOp, WorkerReply, WorkerResult, owner_id,
@@ -29,14 +31,12 @@ use smolbox_core::managed::controller::{
 pub use smolbox_core::managed::controller::{
     MachineAnswer, MachineRequest, Outcome, RequestId, Resolution, Submission, Telemetry,
 };
-use smolbox_core::managed::controller::machines::{check_list_limit, check_wait_ms};
-use smolbox_core::managed::controller::machine_settled;
 use smolbox_core::managed::state::MachineOperation;
-use smolbox_core::managed::{MachineRecord, RetainedMachineSpec};
-use smolbox_store::Page;
 use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
+use smolbox_core::managed::{MachineRecord, RetainedMachineSpec};
 use smolbox_core::worker::Profile;
 use smolbox_core::{Category, Error, Evidence, Operation};
+use smolbox_store::Page;
 use smolbox_store::Store;
 pub use smolbox_store::keys::{key_file, load_or_create_keys};
 
@@ -197,6 +197,16 @@ impl RuntimeBuilder {
         if !self.store.info().durable && !self.ephemeral {
             return Err(Error::validation(Operation::Config, "store_not_durable"));
         }
+        // The controller's options first: its errors name the option.
+        self.config.validate()?;
+        let terminals = crate::managed_terminal::ManagedTerminals::new(
+            Arc::clone(&self.store),
+            self.fingerprint_key.clone(),
+            smolbox_core::managed::controller::terminal::TermConfig::of(&self.config),
+            self.clients.clone(),
+            Arc::clone(&self.clock),
+            self.config.max_active,
+        )?;
         let telemetry_cap = self.config.telemetry_pending;
         let span = smolbox_store::trace::driver_span(&self.config.owner);
         let controller = Controller::new(
@@ -228,6 +238,7 @@ impl RuntimeBuilder {
             })
             .map_err(|_| thread_error())?;
         let driver = Driver {
+            terminals: terminals.clone(),
             controller,
             clients: self.clients,
             clock: Arc::clone(&self.clock),
@@ -252,6 +263,7 @@ impl RuntimeBuilder {
             store: self.store,
             cmd: tx,
             shared,
+            terminals,
         })
     }
 }
@@ -283,7 +295,10 @@ impl Shared {
 enum Msg {
     Submit(Box<Submit>, mpsc::Sender<Result<Submission, Error>>),
     Cancel(RecordKey, mpsc::Sender<Result<ExecutionRecord, Error>>),
-    Machine(Box<MachineRequest>, mpsc::Sender<Result<MachineAnswer, Error>>),
+    Machine(
+        Box<MachineRequest>,
+        mpsc::Sender<Result<MachineAnswer, Error>>,
+    ),
     Reconcile,
     Shutdown(mpsc::Sender<()>),
     /// The last handle was dropped.
@@ -306,6 +321,7 @@ pub struct Runtime {
     store: Arc<dyn Store>,
     cmd: mpsc::Sender<Msg>,
     shared: Arc<Shared>,
+    terminals: crate::managed_terminal::ManagedTerminals,
 }
 
 impl Drop for Runtime {
@@ -337,6 +353,12 @@ impl Runtime {
             ephemeral: false,
             clock: Arc::new(SystemClock),
         }
+    }
+
+    /// The managed terminals of this runtime (C7.4): `open`, `attach`,
+    /// `cancel`, `recover`; live connections belong to this runtime.
+    pub fn terminals(&self) -> &crate::managed_terminal::ManagedTerminals {
+        &self.terminals
     }
 
     /// Submits a command; returns once the record is durable (or already
@@ -649,6 +671,7 @@ impl Runtime {
 }
 
 struct Driver {
+    terminals: crate::managed_terminal::ManagedTerminals,
     controller: Controller,
     clients: BTreeMap<String, Client>,
     clock: Arc<dyn Clock>,
@@ -836,6 +859,17 @@ impl Driver {
                     let _ = tx.send(d.result);
                 }
                 true
+            }
+            Event::TerminalDue(rec) => {
+                // Recovery of a terminal not driven here (C7.4), off the
+                // driver thread (it waits for the run's first step).
+                let terminals = self.terminals.clone();
+                let _ = std::thread::Builder::new()
+                    .name("smolbox-terminal-recover".into())
+                    .spawn(move || {
+                        let _ = terminals.recover(&rec.key);
+                    });
+                false
             }
             Event::Stopped => {
                 self.stopped = true;

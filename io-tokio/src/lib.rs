@@ -42,6 +42,7 @@
 mod client;
 mod drive;
 mod http;
+pub mod managed_terminal;
 mod pool;
 pub mod runtime;
 mod stream;
@@ -51,6 +52,7 @@ mod tests;
 pub mod transport;
 
 pub use client::Client;
+pub use managed_terminal::{ManagedTerminal, ManagedTerminals, TerminalOpened};
 pub use pool::MAX_CONNECTIONS;
 pub use runtime::Runtime;
 pub use smolbox_core::terminal::TerminalEvent;

@@ -20,6 +20,8 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use smolbox_core::managed::controller::machine_settled;
+use smolbox_core::managed::controller::machines::{check_list_limit, check_wait_ms};
 use smolbox_core::managed::controller::{
     Controller, ControllerConfig, Event, Finished, OpId, StoreOp, StoreResult, Submit, WorkerEntry,
     WorkerOp, WorkerReply, WorkerResult, owner_id,
@@ -27,14 +29,12 @@ use smolbox_core::managed::controller::{
 pub use smolbox_core::managed::controller::{
     MachineAnswer, MachineRequest, Outcome, RequestId, Resolution, Submission, Telemetry,
 };
-use smolbox_core::managed::controller::machine_settled;
-use smolbox_core::managed::controller::machines::{check_list_limit, check_wait_ms};
 use smolbox_core::managed::state::MachineOperation;
-use smolbox_core::managed::{MachineRecord, RetainedMachineSpec};
-use smolbox_store::Page;
 use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
+use smolbox_core::managed::{MachineRecord, RetainedMachineSpec};
 use smolbox_core::worker::Profile;
 use smolbox_core::{Category, Error, Evidence, Operation};
+use smolbox_store::Page;
 use smolbox_store::Store;
 pub use smolbox_store::keys::{key_file, load_or_create_keys};
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
@@ -197,6 +197,16 @@ impl RuntimeBuilder {
         }
         let handle = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::validation(Operation::Config, "no_tokio_runtime"))?;
+        // The controller's options first: its errors name the option.
+        self.config.validate()?;
+        let terminals = crate::managed_terminal::ManagedTerminals::new(
+            Arc::clone(&self.store),
+            self.fingerprint_key.clone(),
+            smolbox_core::managed::controller::terminal::TermConfig::of(&self.config),
+            self.clients.clone(),
+            Arc::clone(&self.clock),
+            self.config.max_active,
+        )?;
         let max_ops = self.config.max_active + 2;
         let telemetry_cap = self.config.telemetry_pending;
         let span = smolbox_store::trace::driver_span(&self.config.owner);
@@ -216,6 +226,7 @@ impl RuntimeBuilder {
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
         let (res_tx, res_rx) = mpsc::unbounded_channel();
         let driver = Driver {
+            terminals: terminals.clone(),
             controller,
             store: Arc::clone(&self.store),
             clients: self.clients,
@@ -237,6 +248,7 @@ impl RuntimeBuilder {
             store: self.store,
             cmd: cmd_tx,
             shared,
+            terminals,
         })
     }
 }
@@ -268,7 +280,10 @@ impl Shared {
 enum Cmd {
     Submit(Box<Submit>, oneshot::Sender<Result<Submission, Error>>),
     Cancel(RecordKey, oneshot::Sender<Result<ExecutionRecord, Error>>),
-    Machine(Box<MachineRequest>, oneshot::Sender<Result<MachineAnswer, Error>>),
+    Machine(
+        Box<MachineRequest>,
+        oneshot::Sender<Result<MachineAnswer, Error>>,
+    ),
     Reconcile,
     Shutdown(oneshot::Sender<()>),
 }
@@ -283,6 +298,7 @@ pub struct Runtime {
     store: Arc<dyn Store>,
     cmd: mpsc::UnboundedSender<Cmd>,
     shared: Arc<Shared>,
+    terminals: crate::managed_terminal::ManagedTerminals,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -307,6 +323,12 @@ impl Runtime {
             ephemeral: false,
             clock: Arc::new(SystemClock),
         }
+    }
+
+    /// The managed terminals of this runtime (C7.4): `open`, `attach`,
+    /// `cancel`, `recover`; live connections belong to this runtime.
+    pub fn terminals(&self) -> &crate::managed_terminal::ManagedTerminals {
+        &self.terminals
     }
 
     /// Submits a command; returns once the record is durable (or already
@@ -600,7 +622,11 @@ impl Machines<'_> {
     ///
     /// # Errors
     /// `stale_version`, `identity_conflict`, the worker's or store's error.
-    pub async fn stop_for_drain(&self, key: &RecordKey, version: u64) -> Result<MachineRecord, Error> {
+    pub async fn stop_for_drain(
+        &self,
+        key: &RecordKey,
+        version: u64,
+    ) -> Result<MachineRecord, Error> {
         self.request(MachineRequest::StopForDrain {
             key: key.clone(),
             version,
@@ -641,6 +667,7 @@ impl Runtime {
 }
 
 struct Driver {
+    terminals: crate::managed_terminal::ManagedTerminals,
     controller: Controller,
     store: Arc<dyn Store>,
     clients: BTreeMap<String, Client>,
@@ -841,6 +868,14 @@ impl Driver {
                     let _ = tx.send(d.result);
                 }
                 true
+            }
+            Event::TerminalDue(rec) => {
+                // Recovery of a terminal not driven here (C7.4).
+                let terminals = self.terminals.clone();
+                tokio::spawn(async move {
+                    let _ = terminals.recover(&rec.key).await;
+                });
+                false
             }
             Event::Stopped => {
                 self.stopped = true;

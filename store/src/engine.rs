@@ -610,10 +610,11 @@ pub(crate) fn claim_version<B: Backend>(
     let op = Operation::StoreClaim;
     b.transact(op, Lock::Record, &mut |tx| {
         let rec = tx.exec(key)?.ok_or(not_found(op))?;
-        if rec.version != version {
-            return Err(claim::stale_version(op));
-        }
-        let next = claim::claim_exec(&rec, owner, now_ms, ttl_ms)?;
+        let lease = match &rec.assignment {
+            Some(a) => tx.lease(&a.worker_id)?,
+            None => None,
+        };
+        let next = claim::claim_exec_version(&rec, owner, version, lease.as_ref(), now_ms, ttl_ms)?;
         tx.put_exec(&next, false)?;
         Ok(next)
     })

@@ -47,6 +47,7 @@ mod row;
 mod seal;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+pub mod terminal_ops;
 pub mod trace;
 
 pub use memory::{
@@ -58,6 +59,7 @@ pub use postgres::PostgresStore;
 pub use seal::{EncryptionKey, KEY_ID, Sealer};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteMode, SqliteOptions, SqliteStore};
+pub use terminal_ops::apply_terminal_op;
 
 /// Record schema every adapter stores (C18.1).
 pub const SCHEMA: u32 = 1;
@@ -420,11 +422,17 @@ pub trait Store: Send + Sync {
     ) -> Result<DuePage<MachineRecord>, Error>;
 
     /// Claims an execution record as [`Store::claim`], only while its
-    /// version is still `version`.
+    /// version is still `version`, and re-fences it (C15): a record
+    /// assigned to a worker moves to the generation of that worker's live
+    /// lease, which `owner` must hold, so writers of an older worker-lease
+    /// generation are fenced from then on (`smolbox_core::managed::claim::
+    /// claim_exec_version`). This is how a recovering controller takes over
+    /// a disposable record another controller assigned.
     ///
     /// # Errors
-    /// `stale_version` when the record moved on; otherwise as
-    /// [`Store::claim`].
+    /// `stale_version` when the record moved on; `stale_claim` (reason
+    /// `worker_lease`) for an assigned record whose worker lease `owner`
+    /// does not hold live; otherwise as [`Store::claim`].
     fn claim_version(
         &self,
         key: &RecordKey,
@@ -808,6 +816,15 @@ pub fn apply_op(store: &dyn Store, op: &StoreOp) -> StoreResult {
             ttl_ms,
         } => store
             .claim(key, owner, *now_ms, *ttl_ms)
+            .map(StoreReply::Record),
+        StoreOp::ClaimVersion {
+            key,
+            owner,
+            version,
+            now_ms,
+            ttl_ms,
+        } => store
+            .claim_version(key, owner, *version, *now_ms, *ttl_ms)
             .map(StoreReply::Record),
         StoreOp::ClaimWorker {
             worker_id,

@@ -102,6 +102,11 @@ pub fn event(event: &Event) {
             reason = d.result.as_ref().err().map_or("", Error::reason),
             "machine request answered"
         ),
+        Event::TerminalDue(rec) => tracing::info!(
+            target: "smolbox::runtime",
+            scope = %rec.key.scope, id = %rec.key.id, state = ?rec.state,
+            "terminal due for recovery"
+        ),
         Event::Stopped => tracing::info!(target: "smolbox::runtime", "controller stopped"),
     }
 }

@@ -19,9 +19,11 @@
 pub mod blocking_shell;
 pub mod cases;
 pub mod fixture;
+pub mod kill;
 pub mod managed;
 pub mod managed_cases;
 pub mod managed_machine_cases;
+pub mod managed_terminal_cases;
 pub mod shell;
 pub mod sim;
 pub mod tokio_shell;

@@ -12,8 +12,8 @@ use smolbox_core::managed::state::MachineOperation;
 use smolbox_core::managed::{
     ExecutionRecord, FingerprintKey, MachineRecord, RecordKey, RetainedMachineSpec,
 };
-use smolbox_store::Page;
 use smolbox_core::worker::Endpoint;
+use smolbox_store::Page;
 use smolbox_store::Store;
 
 /// Runtime options the cases vary.
@@ -252,7 +252,9 @@ impl ManagedShell for BlockingManaged {
         quiesced: bool,
         disposition: Resolution,
     ) -> Result<(MachineRecord, Option<ExecutionRecord>), Error> {
-        self.0.machines().resolve(key, version, quiesced, disposition)
+        self.0
+            .machines()
+            .resolve(key, version, quiesced, disposition)
     }
 }
 
@@ -330,13 +332,15 @@ impl ManagedShell for TokioManaged {
         cursor: Option<&str>,
         limit: Option<u32>,
     ) -> Result<Page<MachineRecord>, Error> {
-        self.rt.block_on(self.runtime.machines().list(scope, cursor, limit))
+        self.rt
+            .block_on(self.runtime.machines().list(scope, cursor, limit))
     }
     fn m_inspect(&self, key: &RecordKey) -> Result<MachineRecord, Error> {
         self.rt.block_on(self.runtime.machines().inspect(key))
     }
     fn m_wait(&self, key: &RecordKey, timeout_ms: u64) -> Result<MachineRecord, Error> {
-        self.rt.block_on(self.runtime.machines().wait(key, timeout_ms))
+        self.rt
+            .block_on(self.runtime.machines().wait(key, timeout_ms))
     }
     fn m_lifecycle(
         &self,
@@ -357,10 +361,12 @@ impl ManagedShell for TokioManaged {
         key: &RecordKey,
         command: &Command,
     ) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error> {
-        self.rt.block_on(self.runtime.machines().submit(machine, key, command))
+        self.rt
+            .block_on(self.runtime.machines().submit(machine, key, command))
     }
     fn m_stop_for_drain(&self, key: &RecordKey, version: u64) -> Result<MachineRecord, Error> {
-        self.rt.block_on(self.runtime.machines().stop_for_drain(key, version))
+        self.rt
+            .block_on(self.runtime.machines().stop_for_drain(key, version))
     }
     fn m_resolve(
         &self,
@@ -369,7 +375,11 @@ impl ManagedShell for TokioManaged {
         quiesced: bool,
         disposition: Resolution,
     ) -> Result<(MachineRecord, Option<ExecutionRecord>), Error> {
-        self.rt.block_on(self.runtime.machines().resolve(key, version, quiesced, disposition))
+        self.rt.block_on(
+            self.runtime
+                .machines()
+                .resolve(key, version, quiesced, disposition),
+        )
     }
 }
 

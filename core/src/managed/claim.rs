@@ -147,6 +147,47 @@ pub fn claim_exec(
     Ok(next)
 }
 
+/// Claims an execution record only at `version`, and re-fences it (C15):
+/// the claim rule of [`claim_exec`]; a record assigned to a worker moves
+/// to the generation of that worker's live lease, which the claimer must
+/// hold. From then on writers of the older worker-lease generation are
+/// fenced (`stale_claim`), so a recovering controller that holds the
+/// worker can move forward a record another controller assigned under an
+/// older lease, having decided what to do from the record as it read it
+/// (the version). Fencing protects store writes only: a request the older
+/// controller already sent may still take effect.
+///
+/// # Errors
+/// `stale_version` when the record moved on; `stale_claim` (reason
+/// `worker_lease`) for an assigned record when `worker_lease` is not the
+/// claimer's live lease; otherwise as [`claim_exec`].
+pub fn claim_exec_version(
+    rec: &ExecutionRecord,
+    owner: &str,
+    version: u64,
+    worker_lease: Option<&Lease>,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> Result<ExecutionRecord, Error> {
+    if rec.version != version {
+        return Err(stale_version(Operation::StoreClaim));
+    }
+    let generation = match &rec.assignment {
+        Some(_) => match worker_lease {
+            Some(l) if l.owner == owner && l.until_ms > now_ms => Some(l.generation),
+            _ => return Err(stale_claim(Operation::StoreClaim, "worker_lease")),
+        },
+        None => None,
+    };
+    let mut next = claim_exec(rec, owner, now_ms, ttl_ms)?;
+    if let (Some(a), Some(g)) = (next.assignment.as_mut(), generation) {
+        a.worker_generation = g;
+        next.validate()
+            .map_err(|e| e.with_operation(Operation::StoreClaim))?;
+    }
+    Ok(next)
+}
+
 /// Claims a machine record, as [`claim_exec`].
 ///
 /// # Errors

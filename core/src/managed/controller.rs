@@ -106,7 +106,16 @@
 //! (cleanup `failed`); a create refused with `not_dispatched` records
 //! absence and releases. Failed cleanup mutations are bounded by
 //! `cleanup_attempts`. A record assigned under another worker-lease
-//! generation is fenced (C15) and left as stored.
+//! generation (left by a crashed or paused controller) is fenced (C15):
+//! the controller holding the worker lease re-fences it with
+//! [`StoreOp::ClaimVersion`] at the version it read, then moves it forward
+//! from what is stored — `accepted` with a reservation → its own create
+//! intent; `preparing` without creation evidence → `failed`, reservation
+//! kept (the create may have been sent); `preparing` with evidence but no
+//! start of its own → `failed` and deleted (the start may have been sent);
+//! possibly dispatched → `unknown`. Only the controller that moved a record
+//! into `unknown` sends its graceful stop. A machine answer is kept until
+//! the write acting on it succeeds.
 //!
 //! Not yet here (issue 13 and later): retained machines and their command
 //! slot, terminals, background launches, inputs and outputs (refused at
@@ -120,6 +129,7 @@ use base64::Engine as _;
 mod exec;
 pub mod machines;
 pub mod ops;
+pub mod terminal;
 
 pub use ops::{
     DueAfter, OpId, Reservation, StoreOp, StoreReply, StoreResult, WorkerOp, WorkerReply,
@@ -386,10 +396,7 @@ pub struct Finished {
 impl Finished {
     /// The stored exit code, if an exit was observed (by any controller).
     pub fn exit_code(&self) -> Option<i32> {
-        match self.record.as_ref()?.result {
-            Some(ExecResult::Exited { exit_code, .. }) => Some(exit_code),
-            _ => None,
-        }
+        self.record.as_ref()?.result.as_ref()?.exit_code()
     }
 }
 
@@ -419,9 +426,9 @@ pub struct Outcome {
 impl Outcome {
     /// The stored exit code, else the exit code the error carries.
     pub fn exit_code(&self) -> Option<i32> {
-        match self.record.result {
-            Some(ExecResult::Exited { exit_code, .. }) => Some(exit_code),
-            _ => self.error.as_ref().and_then(Error::exit_code),
+        match self.record.result.as_ref().and_then(ExecResult::exit_code) {
+            Some(code) => Some(code),
+            None => self.error.as_ref().and_then(Error::exit_code),
         }
     }
 
@@ -525,6 +532,11 @@ pub enum Event {
     Telemetry(Telemetry),
     /// A retained-machine request ([`Controller::machine`]) finished.
     Machine(Box<MachineDone>),
+    /// A managed terminal's record is due (found by the due scan): the
+    /// controller never drives terminals itself; the driver's terminal
+    /// module resumes it (`TerminalRun::resume`, recovery C7.4). Reported
+    /// at most once per claim TTL per record.
+    TerminalDue(Box<ExecutionRecord>),
     /// After [`Controller::shutdown`]: nothing is outstanding any more.
     Stopped,
 }
@@ -751,6 +763,7 @@ impl Controller {
         self.observe_clock(now_ms);
         if !self.shutting_down && !self.cfg.workers.is_empty() {
             self.scan_at = Some(now);
+            self.mscan_at = Some(now);
             self.pump(now);
         }
     }
@@ -1108,6 +1121,15 @@ impl Controller {
             if self.shutting_down {
                 break;
             }
+            if matches!(rec.spec.action, Action::Terminal(_)) {
+                // Terminals belong to the driver's terminal module.
+                if !self.skip.contains_key(&rec.key) {
+                    let until = now + Duration::from_millis(self.cfg.lease_ttl_ms);
+                    self.skip.insert(rec.key.clone(), until);
+                    self.notices.push_back(Event::TerminalDue(Box::new(rec)));
+                }
+                continue;
+            }
             if self.execs.contains_key(&rec.key)
                 || self.accepting.contains_key(&rec.key)
                 || self.skip.contains_key(&rec.key)
@@ -1185,9 +1207,18 @@ impl Controller {
                         }
                         let machine = ex.retained_machine().cloned();
                         self.execs.remove(&key);
+                        // Only a command whose slot was not finished yet
+                        // (cleanup pending) goes to the slot finish.
+                        let pending = f
+                            .record
+                            .as_ref()
+                            .is_some_and(|r| r.cleanup == super::state::Cleanup::Pending);
                         match machine {
-                            Some(m) if !f.held_elsewhere => self.finish_slot(&m, f),
-                            _ => self.notices.push_back(Event::Finished(f)),
+                            Some(m) if !f.held_elsewhere && pending => self.finish_slot(&m, f),
+                            _ => {
+                                self.slot_machines.remove(&key);
+                                self.notices.push_back(Event::Finished(f));
+                            }
                         }
                         freed = true;
                         break;

@@ -17,6 +17,10 @@
 //! version 1 (version byte 1), so every identity created before version 2
 //! stays stable; a spec with either is encoded with version byte 2.
 //!
+//! A terminal spec (C7.1) encodes its program (tag 7), size (13, 14) and
+//! bounds (26–31: session, idle, close, attach, buffer, input); terminal
+//! identities did not exist before these tags.
+//!
 //! Fields equal to their default (no env, background false, offline
 //! network, no guest-path policy, no inputs/outputs/metadata) are left out,
 //! so identities stay stable when a new optional field is introduced. A
@@ -135,9 +139,7 @@ pub fn encode_exec_spec(spec: &ExecutionSpec) -> Vec<u8> {
         }
         Action::Terminal(t) => {
             c.str(6, "terminal");
-            c.strs(7, &t.argv);
-            c.env(8, &t.env);
-            c.opt_str(9, t.workdir.as_deref());
+            c.str(7, &t.program);
             c.u64(13, u64::from(t.cols));
             c.u64(14, u64::from(t.rows));
         }
@@ -202,6 +204,17 @@ pub fn encode_exec_spec(spec: &ExecutionSpec) -> Vec<u8> {
     if let Some(w) = &spec.worker_machine {
         c.str(24, &w.worker_id);
         c.str(25, &w.name);
+    }
+    if let Action::Terminal(t) = &spec.action {
+        // The terminal's bounds (C7.1), after every shared field. Only the
+        // settings: the bytes a session carries are never part of an
+        // identity.
+        c.u64(26, t.session_ms);
+        c.u64(27, t.idle_ms);
+        c.u64(28, t.close_ms);
+        c.u64(29, t.attach_ms);
+        c.u64(30, t.buffer_bytes);
+        c.u64(31, t.input_bytes);
     }
     c.buf
 }

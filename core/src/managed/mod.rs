@@ -32,10 +32,10 @@ pub mod envelope;
 pub mod fingerprint;
 pub mod patch;
 pub mod record;
-pub mod run;
 pub mod slot;
 pub mod spec;
 pub mod state;
+pub mod terminal;
 pub mod testkit;
 
 pub use claim::{Guard, Lease};

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::spec::{ExecutionSpec, RetainedMachineSpec};
+use super::spec::{Action, ExecutionSpec, RetainedMachineSpec};
 use super::state::{
     Cleanup, Collection, ExecState, MachineOperation, MachinePhase, MachineRecordState,
     RecordEvidence,
@@ -108,11 +108,28 @@ pub enum ExecResult {
         /// Output was cut at the allowance.
         truncated: bool,
     },
+    /// An interactive terminal's program exited with a confirmed code
+    /// (0–255 except 124 and 130, C7.3). No transcript: the session's bytes
+    /// are never stored.
+    Terminal {
+        /// The confirmed exit code.
+        exit_code: i32,
+    },
     /// A background launch was acknowledged.
     Launched {
         /// Acknowledgement time.
         launched_at_ms: u64,
     },
+}
+
+impl ExecResult {
+    /// The exit code of a command or a terminal; `None` for a launch.
+    pub const fn exit_code(&self) -> Option<i32> {
+        match self {
+            Self::Exited { exit_code, .. } | Self::Terminal { exit_code } => Some(*exit_code),
+            Self::Launched { .. } => None,
+        }
+    }
 }
 
 /// One stored error: the closed fields of [`Error`] (C13.3 last error).
@@ -379,7 +396,13 @@ impl ExecutionRecord {
         }
         let result_ok = match self.state {
             ExecState::Collecting | ExecState::Completed | ExecState::CollectionFailed => {
-                matches!(self.result, Some(ExecResult::Exited { .. }))
+                match (&self.spec.action, &self.result) {
+                    (Action::Command(_), Some(ExecResult::Exited { .. })) => true,
+                    (Action::Terminal(_), Some(ExecResult::Terminal { exit_code })) => {
+                        (0..=255).contains(exit_code) && !matches!(exit_code, 124 | 130)
+                    }
+                    _ => false,
+                }
             }
             ExecState::Launched => {
                 matches!(self.result, Some(ExecResult::Launched { .. }))

@@ -131,32 +131,128 @@ impl core::fmt::Debug for CommandSpec {
     }
 }
 
-/// An interactive terminal (C7.1). `Debug` prints counts only.
+/// Default profile output allowance in bytes (C12.3); the managed
+/// terminal's unread buffer must not exceed it (C7.1). [`ProfileRef`] does
+/// not carry an allowance, so the default applies (docs/decisions.md,
+/// "Managed terminals").
+pub const DEFAULT_OUTPUT_ALLOWANCE: u64 = 1_048_576;
+
+/// A managed interactive terminal (C7.1): the program alone under a PTY and
+/// the session bounds. There is no argv, env, workdir, user, stdin, timeout
+/// or background option, and no shell is inserted. `Debug` prints the
+/// program's length, never the program.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ManagedTerminalSpec {
-    /// Program and arguments.
-    pub argv: Vec<String>,
-    /// Environment.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub env: BTreeMap<String, String>,
-    /// Working directory in the guest.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub workdir: Option<String>,
-    /// Initial columns.
+    /// The program path: non-empty UTF-8, at most 4,096 bytes, no NUL.
+    pub program: String,
+    /// Initial columns, 1–65,535.
     pub cols: u16,
-    /// Initial rows.
+    /// Initial rows, 1–65,535.
     pub rows: u16,
+    /// Session budget in milliseconds, 1,000–86,400,000 and at most the
+    /// profile's execution budget.
+    pub session_ms: u64,
+    /// Idle budget in milliseconds, 1,000–`session_ms`.
+    pub idle_ms: u64,
+    /// Close wait in milliseconds, 1–5,000.
+    pub close_ms: u64,
+    /// Attach wait in milliseconds, 100–30,000: a connection nobody
+    /// attaches to within it ends (`terminal_consumer`).
+    pub attach_ms: u64,
+    /// Unread output buffer in bytes, 1,024–1,048,576 and at most the
+    /// profile's output allowance.
+    pub buffer_bytes: u64,
+    /// Largest single input in bytes, 1–65,536.
+    pub input_bytes: u64,
+}
+
+impl Default for ManagedTerminalSpec {
+    /// The defaults of C7.1: `/bin/sh`, 80×24, 30 s session and idle
+    /// budgets, 1 s close wait, 5 s attach wait, 256 KiB buffer, 16 KiB
+    /// inputs.
+    fn default() -> Self {
+        use crate::terminal as t;
+        let ms = |d: core::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        Self {
+            program: t::DEFAULT_PROGRAM.to_owned(),
+            cols: t::DEFAULT_COLS,
+            rows: t::DEFAULT_ROWS,
+            session_ms: ms(t::DEFAULT_SESSION_BUDGET),
+            idle_ms: ms(t::DEFAULT_IDLE_BUDGET),
+            close_ms: ms(t::DEFAULT_CLOSE_WAIT),
+            attach_ms: ms(t::DEFAULT_ATTACH_WAIT),
+            buffer_bytes: t::DEFAULT_MAX_BUFFER_BYTES as u64,
+            input_bytes: t::DEFAULT_MAX_INPUT_BYTES as u64,
+        }
+    }
+}
+
+impl ManagedTerminalSpec {
+    /// The low-level terminal spec these settings describe (what the
+    /// worker upgrade and the live session use).
+    ///
+    /// # Errors
+    /// `validation` (operation `terminal_spec`) naming the first setting
+    /// out of the ranges of C7.1.
+    pub fn terminal_spec(&self) -> Result<crate::terminal::TerminalSpec, Error> {
+        use core::time::Duration;
+        let size = |v: u64, reason| {
+            usize::try_from(v)
+                .map_err(|_| Error::validation(crate::Operation::TerminalSpec, reason))
+        };
+        let spec = crate::terminal::TerminalSpec {
+            program: self.program.clone(),
+            cols: self.cols,
+            rows: self.rows,
+            session_budget: Duration::from_millis(self.session_ms),
+            idle_budget: Duration::from_millis(self.idle_ms),
+            close_wait: Duration::from_millis(self.close_ms),
+            attach_wait: Duration::from_millis(self.attach_ms),
+            max_buffer_bytes: size(self.buffer_bytes, "buffer_out_of_range")?,
+            max_input_bytes: size(self.input_bytes, "input_limit_out_of_range")?,
+        };
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    /// Checks every range of C7.1 and the managed bounds against
+    /// `profile`: session budget ≤ the profile's execution budget, buffer ≤
+    /// the output allowance ([`DEFAULT_OUTPUT_ALLOWANCE`]).
+    ///
+    /// # Errors
+    /// `validation` naming the first broken rule, with its limit.
+    pub fn validate(&self, profile: &ProfileRef) -> Result<(), Error> {
+        self.terminal_spec()?;
+        let budget = profile.budgets.execution_ms;
+        if self.session_ms > budget {
+            return Err(
+                Error::validation(crate::Operation::TerminalSpec, "session_over_budget")
+                    .with_limit(self.session_ms, budget),
+            );
+        }
+        if self.buffer_bytes > DEFAULT_OUTPUT_ALLOWANCE {
+            return Err(
+                Error::validation(crate::Operation::TerminalSpec, "buffer_over_allowance")
+                    .with_limit(self.buffer_bytes, DEFAULT_OUTPUT_ALLOWANCE),
+            );
+        }
+        Ok(())
+    }
 }
 
 impl core::fmt::Debug for ManagedTerminalSpec {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("ManagedTerminalSpec")
-            .field("argc", &self.argv.len())
-            .field("env_names", &self.env.keys().collect::<Vec<_>>())
-            .field("has_workdir", &self.workdir.is_some())
+            .field("program_len", &self.program.len())
             .field("cols", &self.cols)
             .field("rows", &self.rows)
+            .field("session_ms", &self.session_ms)
+            .field("idle_ms", &self.idle_ms)
+            .field("close_ms", &self.close_ms)
+            .field("attach_ms", &self.attach_ms)
+            .field("buffer_bytes", &self.buffer_bytes)
+            .field("input_bytes", &self.input_bytes)
             .finish()
     }
 }
@@ -371,12 +467,10 @@ impl ExecutionSpec {
     pub fn validate(&self) -> Result<(), Error> {
         self.artifact.validate()?;
         self.profile.validate()?;
-        let argv = match &self.action {
-            Action::Command(c) => &c.argv,
-            Action::Terminal(t) => &t.argv,
-        };
-        if argv.is_empty() {
-            return Err(invalid("empty_argv"));
+        match &self.action {
+            Action::Command(c) if c.argv.is_empty() => return Err(invalid("empty_argv")),
+            Action::Command(_) => {}
+            Action::Terminal(t) => self.validate_terminal(t)?,
         }
         if let Some(m) = &self.machine {
             m.validate()?;
@@ -435,6 +529,24 @@ impl ExecutionSpec {
         Ok(())
     }
 
+    /// The managed rules of a terminal spec (C7.1, C7.4): a retained
+    /// machine (disposable and caller-named machines are refused), no file
+    /// manifests, an image source, and the ranges of
+    /// [`ManagedTerminalSpec::validate`].
+    fn validate_terminal(&self, t: &ManagedTerminalSpec) -> Result<(), Error> {
+        if self.machine.is_none() {
+            return Err(invalid("terminal_needs_retained_machine"));
+        }
+        if !self.inputs.is_empty() || !self.outputs.is_empty() {
+            return Err(invalid("terminal_file_manifest"));
+        }
+        if self.artifact.kind != ArtifactKind::Image {
+            return Err(invalid("terminal_checkpoint_source"));
+        }
+        t.validate(&self.profile)
+            .map_err(|e| e.with_operation(crate::Operation::StoreWrite))
+    }
+
     /// True for a background launch.
     pub fn is_background(&self) -> bool {
         matches!(&self.action, Action::Command(c) if c.background)
@@ -458,5 +570,276 @@ impl RetainedMachineSpec {
             return Err(invalid("empty_workload"));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::managed::testkit::{exec_spec, key, managed_exec_spec};
+
+    fn terminal_exec(t: ManagedTerminalSpec) -> ExecutionSpec {
+        let mut spec = managed_exec_spec("t", &key("s", "machine-1"));
+        spec.outputs.clear();
+        spec.action = Action::Terminal(t);
+        spec
+    }
+
+    fn reason(t: ManagedTerminalSpec) -> Option<&'static str> {
+        terminal_exec(t).validate().err().map(|e| e.reason())
+    }
+
+    #[test]
+    fn every_terminal_bound_at_n_and_n_plus_1() {
+        let d = ManagedTerminalSpec::default;
+        assert_eq!(reason(d()), None);
+        // (accepted at N, refused at N+1 or N−1 for a lower bound)
+        let cases: Vec<(ManagedTerminalSpec, ManagedTerminalSpec, &str)> = vec![
+            (
+                ManagedTerminalSpec {
+                    program: "p".repeat(4_096),
+                    ..d()
+                },
+                ManagedTerminalSpec {
+                    program: "p".repeat(4_097),
+                    ..d()
+                },
+                "program_length",
+            ),
+            (
+                ManagedTerminalSpec {
+                    program: "p".into(),
+                    ..d()
+                },
+                ManagedTerminalSpec {
+                    program: String::new(),
+                    ..d()
+                },
+                "program_length",
+            ),
+            (
+                ManagedTerminalSpec {
+                    cols: 1,
+                    rows: 1,
+                    ..d()
+                },
+                ManagedTerminalSpec { cols: 0, ..d() },
+                "cols_out_of_range",
+            ),
+            (
+                ManagedTerminalSpec {
+                    cols: u16::MAX,
+                    rows: u16::MAX,
+                    ..d()
+                },
+                ManagedTerminalSpec { rows: 0, ..d() },
+                "rows_out_of_range",
+            ),
+            (
+                ManagedTerminalSpec {
+                    session_ms: 1_000,
+                    idle_ms: 1_000,
+                    ..d()
+                },
+                ManagedTerminalSpec {
+                    session_ms: 999,
+                    idle_ms: 999,
+                    ..d()
+                },
+                "session_budget_out_of_range",
+            ),
+            (
+                ManagedTerminalSpec {
+                    idle_ms: 30_000,
+                    ..d()
+                },
+                ManagedTerminalSpec {
+                    idle_ms: 30_001,
+                    ..d()
+                },
+                "idle_budget_out_of_range",
+            ),
+            (
+                ManagedTerminalSpec {
+                    idle_ms: 1_000,
+                    ..d()
+                },
+                ManagedTerminalSpec {
+                    idle_ms: 999,
+                    ..d()
+                },
+                "idle_budget_out_of_range",
+            ),
+            (
+                ManagedTerminalSpec {
+                    close_ms: 5_000,
+                    ..d()
+                },
+                ManagedTerminalSpec {
+                    close_ms: 5_001,
+                    ..d()
+                },
+                "close_wait_out_of_range",
+            ),
+            (
+                ManagedTerminalSpec { close_ms: 1, ..d() },
+                ManagedTerminalSpec { close_ms: 0, ..d() },
+                "close_wait_out_of_range",
+            ),
+            (
+                ManagedTerminalSpec {
+                    attach_ms: 30_000,
+                    ..d()
+                },
+                ManagedTerminalSpec {
+                    attach_ms: 30_001,
+                    ..d()
+                },
+                "attach_wait_out_of_range",
+            ),
+            (
+                ManagedTerminalSpec {
+                    attach_ms: 100,
+                    ..d()
+                },
+                ManagedTerminalSpec {
+                    attach_ms: 99,
+                    ..d()
+                },
+                "attach_wait_out_of_range",
+            ),
+            (
+                ManagedTerminalSpec {
+                    buffer_bytes: 1_048_576,
+                    ..d()
+                },
+                ManagedTerminalSpec {
+                    buffer_bytes: 1_048_577,
+                    ..d()
+                },
+                "buffer_out_of_range",
+            ),
+            (
+                ManagedTerminalSpec {
+                    buffer_bytes: 1_024,
+                    ..d()
+                },
+                ManagedTerminalSpec {
+                    buffer_bytes: 1_023,
+                    ..d()
+                },
+                "buffer_out_of_range",
+            ),
+            (
+                ManagedTerminalSpec {
+                    input_bytes: 65_536,
+                    ..d()
+                },
+                ManagedTerminalSpec {
+                    input_bytes: 65_537,
+                    ..d()
+                },
+                "input_limit_out_of_range",
+            ),
+            (
+                ManagedTerminalSpec {
+                    input_bytes: 1,
+                    ..d()
+                },
+                ManagedTerminalSpec {
+                    input_bytes: 0,
+                    ..d()
+                },
+                "input_limit_out_of_range",
+            ),
+        ];
+        for (ok, bad, why) in cases {
+            assert_eq!(reason(ok.clone()), None, "{ok:?}");
+            assert_eq!(reason(bad.clone()), Some(why), "{bad:?}");
+        }
+        let nul = ManagedTerminalSpec {
+            program: "/bin/\0sh".into(),
+            ..d()
+        };
+        assert_eq!(reason(nul), Some("program_nul"));
+    }
+
+    #[test]
+    fn the_session_budget_is_bounded_by_the_profile_execution_budget() {
+        let mut spec = terminal_exec(ManagedTerminalSpec {
+            session_ms: 60_000,
+            idle_ms: 1_000,
+            ..ManagedTerminalSpec::default()
+        });
+        spec.profile.budgets.execution_ms = 60_000;
+        assert_eq!(spec.validate(), Ok(()));
+        spec.profile.budgets.execution_ms = 59_999;
+        let e = spec.validate().unwrap_err();
+        assert_eq!(e.reason(), "session_over_budget");
+        assert_eq!(e.limit().map(|l| (l.actual, l.max)), Some((60_000, 59_999)));
+        // The largest session budget at the largest profile budget.
+        spec.profile.budgets.execution_ms = 86_460_000;
+        if let Action::Terminal(t) = &mut spec.action {
+            t.session_ms = 86_400_000;
+        }
+        assert_eq!(spec.validate(), Ok(()));
+    }
+
+    #[test]
+    fn terminals_run_only_on_retained_image_machines_without_manifests() {
+        let mut disposable = terminal_exec(ManagedTerminalSpec::default());
+        disposable.machine = None;
+        assert_eq!(
+            disposable.validate().unwrap_err().reason(),
+            "terminal_needs_retained_machine"
+        );
+        let mut named = disposable.clone();
+        named.worker_machine = Some(WorkerMachine {
+            worker_id: "dev".into(),
+            name: "m1".into(),
+        });
+        assert_eq!(
+            named.validate().unwrap_err().reason(),
+            "terminal_needs_retained_machine"
+        );
+        let with_outputs = ExecutionSpec {
+            outputs: exec_spec("x").outputs,
+            ..terminal_exec(ManagedTerminalSpec::default())
+        };
+        assert_eq!(
+            with_outputs.validate().unwrap_err().reason(),
+            "terminal_file_manifest"
+        );
+        let mut checkpoint = terminal_exec(ManagedTerminalSpec::default());
+        checkpoint.artifact.kind = ArtifactKind::Checkpoint;
+        assert_eq!(
+            checkpoint.validate().unwrap_err().reason(),
+            "terminal_checkpoint_source"
+        );
+    }
+
+    #[test]
+    fn the_terminal_spec_has_no_command_options_and_debug_hides_the_program() {
+        let t = ManagedTerminalSpec {
+            program: "/bin/SENTINEL-PROGRAM".into(),
+            ..ManagedTerminalSpec::default()
+        };
+        let dbg = format!("{t:?}");
+        assert!(!dbg.contains("SENTINEL"), "{dbg}");
+        let json = serde_json::to_value(&t).unwrap();
+        for forbidden in [
+            "argv",
+            "env",
+            "workdir",
+            "user",
+            "stdin",
+            "timeout",
+            "background",
+        ] {
+            assert!(json.get(forbidden).is_none(), "{forbidden}");
+        }
+        let mut with_argv = json;
+        with_argv["argv"] = serde_json::json!(["sh"]);
+        assert!(serde_json::from_value::<ManagedTerminalSpec>(with_argv).is_err());
     }
 }

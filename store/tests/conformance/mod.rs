@@ -66,6 +66,7 @@ macro_rules! conformance_tests {
             machine_list_includes_deleted_and_pages,
             machine_due_pages_are_keyset_ordered,
             claim_version_claims_only_at_that_version,
+            claim_version_refences_an_assigned_record,
             submit_accepts_and_takes_the_slot_in_one_transaction,
             submit_race_has_one_winner,
             finish_command_sets_cleanup_with_the_slot,

@@ -187,6 +187,84 @@ pub(crate) fn machine_due_pages_are_keyset_ordered(h: &impl Harness) {
     assert!(s.due(T0 + 999, None, 100).unwrap().records.is_empty());
 }
 
+/// `claim_version` re-fences an assigned record (C15): only the holder of
+/// the worker's live lease, only at the version read; afterwards the
+/// writer of the older worker-lease generation is fenced and the new one
+/// writes.
+pub(crate) fn claim_version_refences_an_assigned_record(h: &impl Harness) {
+    let s = h.store();
+    let k = key("cv", "rf");
+    let rec = claimed(&*s, k.clone(), "ctl-a", T0);
+    s.claim_worker("w1", "ctl-a", T0, 1_000).unwrap();
+    let rec = s
+        .reserve(
+            &k,
+            &owner_guard(&rec, "ctl-a"),
+            &reserve_req("w1", "m-rf", 4),
+            T0 + 1,
+        )
+        .unwrap();
+    assert_eq!(rec.assignment.as_ref().unwrap().worker_generation, 1);
+    // ctl-a's claim and lease lapse; ctl-b takes the worker (generation 2).
+    let later = T0 + TTL + 10;
+    let b = h.another();
+    // Without the worker lease: refused, nothing changes.
+    let e = b
+        .claim_version(&k, "ctl-b", rec.version, later, 1_000)
+        .unwrap_err();
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::StaleClaim, "worker_lease")
+    );
+    assert_eq!(
+        b.claim_worker("w1", "ctl-b", later, 1_000)
+            .unwrap()
+            .generation,
+        2
+    );
+    assert_eq!(s.fetch(&k).unwrap(), rec);
+    // At another version: refused.
+    assert_eq!(
+        cat(b.claim_version(&k, "ctl-b", rec.version + 1, later, 1_000)),
+        Category::StaleVersion
+    );
+    let taken = b
+        .claim_version(&k, "ctl-b", rec.version, later + 1, 1_000)
+        .unwrap();
+    assert_eq!(taken.assignment.as_ref().unwrap().worker_generation, 2);
+    assert_eq!(taken.claim.as_ref().unwrap().owner, "ctl-b");
+    assert_eq!(taken.version, rec.version + 1);
+    assert_eq!(s.fetch(&k).unwrap(), taken);
+    // The old writer is fenced; the new one writes.
+    assert_eq!(
+        cat(s.write(
+            &k,
+            &owner_guard(&rec, "ctl-a"),
+            &entry_patch(&rec, ExecState::Preparing),
+            later + 2,
+        )),
+        Category::StaleVersion
+    );
+    assert_eq!(
+        cat(s.write(
+            &k,
+            &owner_guard(&taken, "ctl-a"),
+            &entry_patch(&taken, ExecState::Preparing),
+            later + 2,
+        )),
+        Category::StaleClaim
+    );
+    let w = b
+        .write(
+            &k,
+            &owner_guard(&taken, "ctl-b"),
+            &entry_patch(&taken, ExecState::Preparing),
+            later + 2,
+        )
+        .unwrap();
+    assert_eq!(w.state, ExecState::Preparing);
+}
+
 pub(crate) fn claim_version_claims_only_at_that_version(h: &impl Harness) {
     let s = h.store();
     let k = key("cv", "e1");

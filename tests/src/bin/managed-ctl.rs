@@ -1,32 +1,70 @@
-//! A controller process for the SIGKILL restart test (`tests/tests/
-//! managed_kill.rs`): opens the SQLite store at `DB` (keys next to it),
-//! builds a blocking `Runtime` with a 1 s claim TTL and the devworker at
-//! `URL` (bearer `TOKEN`) as worker `dev`, submits `sh -c SCRIPT` under
-//! record `suite/ID` on machine `m1` and waits. The test kills it with
-//! SIGKILL at a durable step.
+//! A controller process for the SIGKILL restart tests (`tests/tests/
+//! managed_kill.rs`): opens the store `STORE` — a SQLite path (keys next to
+//! it) or `postgres:PARTITION:KEYPATH` (the server at `SMOLBOX_PG_URL`,
+//! keys next to `KEYPATH`) — builds a blocking `Runtime` with a 1 s claim
+//! TTL and the devworker at `URL` (bearer `TOKEN`) as worker `dev`, submits
+//! `sh -c SCRIPT` under record `suite/ID` on machine `m1` and waits.
+//! `{CTL_PID}` in the script becomes this process's id (so the command can
+//! kill its controller while it runs). `SMOLBOX_KILL_AT=<point>` makes the
+//! process SIGKILL itself at that durable boundary
+//! (`smolbox_tests::kill::KillPoint`).
 //!
-//! Usage: `managed-ctl DB URL TOKEN ID SCRIPT`.
+//! With a sixth argument `retained`, the worker gets its admitted profile,
+//! the process creates and starts retained machine `boxes/kill` and submits
+//! the command into its slot under `boxes/ID` instead.
+//!
+//! Usage: `managed-ctl STORE URL TOKEN ID SCRIPT [retained]`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use smolbox_core::Secret;
 use smolbox_core::exec::Command;
-use smolbox_core::managed::RecordKey;
 use smolbox_core::managed::controller::{RunTarget, Submit, spec_for};
+use smolbox_core::managed::{RecordKey, RetainedMachineSpec};
 use smolbox_core::worker::{Budgets, Endpoint, EndpointConfig};
 use smolbox_store::keys::load_or_create_keys;
-use smolbox_store::{Sealer, SqliteStore, Store};
+use smolbox_store::{PostgresStore, Sealer, SqliteStore, Store};
+use smolbox_tests::kill::{KillPoint, KillStore};
 
 fn main() -> Result<(), smolbox_core::Error> {
     let args: Vec<String> = std::env::args().collect();
-    let [_, db, url, token, id, script] = args.as_slice() else {
-        eprintln!("usage: managed-ctl DB URL TOKEN ID SCRIPT");
-        std::process::exit(2);
+    let (db, url, token, id, script, retained) = match args.as_slice() {
+        [_, db, url, token, id, script] => (db, url, token, id, script, false),
+        [_, db, url, token, id, script, mode] if mode == "retained" => {
+            (db, url, token, id, script, true)
+        }
+        _ => {
+            eprintln!("usage: managed-ctl STORE URL TOKEN ID SCRIPT [retained]");
+            std::process::exit(2);
+        }
     };
-    let db = std::path::Path::new(db);
-    let (key, seal) = load_or_create_keys(db)?;
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(db, Sealer::new(&seal, "managed")?)?);
+    let inner: Arc<dyn Store> = match db.strip_prefix("postgres:") {
+        Some(rest) => {
+            let Some((partition, keys)) = rest.split_once(':') else {
+                eprintln!("usage: STORE is a path or postgres:PARTITION:KEYPATH");
+                std::process::exit(2);
+            };
+            let url = std::env::var("SMOLBOX_PG_URL").unwrap_or_default();
+            let (_, seal) = load_or_create_keys(std::path::Path::new(keys))?;
+            Arc::new(PostgresStore::connect(
+                &url,
+                Sealer::new(&seal, partition)?,
+            )?)
+        }
+        None => {
+            let db = std::path::Path::new(db);
+            let (_, seal) = load_or_create_keys(db)?;
+            Arc::new(SqliteStore::open(db, Sealer::new(&seal, "managed")?)?)
+        }
+    };
+    let key_path = db
+        .strip_prefix("postgres:")
+        .and_then(|r| r.split_once(':'))
+        .map_or(db.as_str(), |(_, k)| k);
+    let (key, _) = load_or_create_keys(std::path::Path::new(key_path))?;
+    let store: Arc<dyn Store> = Arc::new(KillStore::new(inner, KillPoint::from_env()));
+    let script = script.replace("{CTL_PID}", &std::process::id().to_string());
     let endpoint = Endpoint::new(EndpointConfig {
         id: "dev".into(),
         base_url: url.clone(),
@@ -40,12 +78,40 @@ fn main() -> Result<(), smolbox_core::Error> {
         ..EndpointConfig::default()
     })?;
     let client = smolbox_blocking::Client::new(endpoint)?;
+    let command = Command::new(["sh", "-c", script.as_str()]).timeout_secs(60);
+    if retained {
+        let profile = client.admit(&[])?;
+        let runtime = smolbox_blocking::Runtime::builder(store, key)
+            .worker_with_profile("dev", client, profile)
+            .lease_ttl_ms(1_000)
+            .poll_interval_ms(100)
+            .build()?;
+        let target = RunTarget::unverified().fitting(&command);
+        let spec = RetainedMachineSpec {
+            artifact: target.artifact,
+            profile: target.profile,
+            ports: Vec::new(),
+            workload: None,
+            checkpointable: false,
+            network: None,
+            guest_paths: None,
+        };
+        let machine = RecordKey::new("boxes", "kill")?;
+        let m = runtime.machines();
+        m.create(&machine, &spec)?;
+        let rec = m.wait(&machine, 30_000)?;
+        m.start(&machine, rec.version)?;
+        m.wait(&machine, 30_000)?;
+        let key = RecordKey::new("boxes", id)?;
+        m.submit(&machine, &key, &command)?;
+        runtime.wait(&key, 60_000)?;
+        return Ok(());
+    }
     let runtime = smolbox_blocking::Runtime::builder(store, key)
         .worker("dev", client)
         .lease_ttl_ms(1_000)
         .poll_interval_ms(100)
         .build()?;
-    let command = Command::new(["sh", "-c", script.as_str()]).timeout_secs(60);
     let spec = spec_for(
         &command,
         &RunTarget::unverified().fitting(&command),

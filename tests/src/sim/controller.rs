@@ -15,16 +15,17 @@ use std::collections::{BTreeMap, VecDeque};
 
 use smolbox_core::exec::{ExecOutcome, ExecOutput, OutputEncoding};
 use smolbox_core::managed::controller::{
-    Controller, ControllerConfig, DueAfter, Event, OpId, RunTarget, StoreOp, StoreReply,
-    StoreResult, Submit, WorkerEntry, WorkerOp, WorkerReply, WorkerResult, spec_for,
+    Controller, ControllerConfig, Event, OpId, RunTarget, StoreOp, StoreReply, StoreResult, Submit,
+    WorkerEntry, WorkerOp, WorkerReply, WorkerResult, spec_for,
 };
 use smolbox_core::managed::record::{Claim, ExecResult, ExecutionRecord};
+use smolbox_core::managed::state::Cleanup;
 use smolbox_core::managed::{ExecState, ExecutionSpec, RecordKey, testkit};
 use smolbox_core::worker::{
     Incarnation, MachineSpec, MachineState as WState, Measurements, Observation, Profile, Version,
 };
 use smolbox_core::{Category, Error, Evidence, Operation};
-use smolbox_store::{Accepted, DueCursor, Reserve, Store};
+use smolbox_store::Store;
 
 use super::clock::VirtualClock;
 use super::model::{Model, Violation};
@@ -188,6 +189,9 @@ fn op_label(op: &StoreOp) -> String {
         StoreOp::Accept { record, .. } => format!("accept {}", record.key.id),
         StoreOp::Fetch { key } => format!("fetch {}", key.id),
         StoreOp::Claim { key, .. } => format!("claim {}", key.id),
+        StoreOp::ClaimVersion { key, version, .. } => {
+            format!("claim_version {} at v{version}", key.id)
+        }
         StoreOp::ClaimWorker { .. } => "claim worker".to_owned(),
         StoreOp::Write { key, patch, .. } => format!(
             "write {} {}",
@@ -207,96 +211,12 @@ fn op_key(op: &StoreOp) -> Option<RecordKey> {
         StoreOp::Accept { record, .. } => Some(record.key.clone()),
         StoreOp::Fetch { key }
         | StoreOp::Claim { key, .. }
+        | StoreOp::ClaimVersion { key, .. }
         | StoreOp::Write { key, .. }
         | StoreOp::Reserve { key, .. }
         | StoreOp::Release { key, .. }
         | StoreOp::Cancel { key, .. } => Some(key.clone()),
         _ => None,
-    }
-}
-
-/// Performs one store op (what the shells' driver does with
-/// `smolbox_store`; written here against the trait).
-fn perform(store: &FaultStore, op: StoreOp) -> StoreResult {
-    match op {
-        StoreOp::Accept {
-            record,
-            max_pending,
-        } => store.accept(&record, max_pending).map(|a| match a {
-            Accepted::Inserted(record) => StoreReply::Accepted {
-                record,
-                existing: false,
-            },
-            Accepted::Existing(record) => StoreReply::Accepted {
-                record,
-                existing: true,
-            },
-        }),
-        StoreOp::Fetch { key } => store.fetch(&key).map(StoreReply::Record),
-        StoreOp::Claim {
-            key,
-            owner,
-            now_ms,
-            ttl_ms,
-        } => store
-            .claim(&key, &owner, now_ms, ttl_ms)
-            .map(StoreReply::Record),
-        StoreOp::ClaimWorker {
-            worker_id,
-            owner,
-            now_ms,
-            ttl_ms,
-        } => store
-            .claim_worker(&worker_id, &owner, now_ms, ttl_ms)
-            .map(StoreReply::Lease),
-        StoreOp::Write {
-            key,
-            guard,
-            patch,
-            now_ms,
-        } => store
-            .write(&key, &guard, &patch, now_ms)
-            .map(StoreReply::Record),
-        StoreOp::Reserve {
-            key,
-            guard,
-            reservation,
-            now_ms,
-        } => {
-            let r = Reserve {
-                worker_id: reservation.worker_id,
-                machine_name: reservation.machine_name,
-                capacity: reservation.capacity,
-                limit: reservation.limit,
-            };
-            store
-                .reserve(&key, &guard, &r, now_ms)
-                .map(StoreReply::Record)
-        }
-        StoreOp::Release { key, guard, now_ms } => {
-            store.release(&key, &guard, now_ms).map(StoreReply::Record)
-        }
-        StoreOp::Cancel { key, now_ms } => store.cancel(&key, now_ms).map(StoreReply::Record),
-        StoreOp::Due {
-            now_ms,
-            after,
-            limit,
-        } => {
-            let cursor = after.map(|a| DueCursor {
-                due_at_ms: a.due_at_ms,
-                key: a.key,
-            });
-            store
-                .due(now_ms, cursor.as_ref(), limit)
-                .map(|p| StoreReply::Due {
-                    records: p.records,
-                    next: p.next.map(|c| DueAfter {
-                        due_at_ms: c.due_at_ms,
-                        key: c.key,
-                    }),
-                })
-        }
-        other => smolbox_store::apply_op(store, &other),
     }
 }
 
@@ -507,8 +427,9 @@ impl Sim {
     fn check(&mut self, arrivals: &[(Mutation, String)]) {
         let before = self.model.violations.len();
         self.check_renewal();
-        self.model
-            .observe_commits(self.step, self.store.take_commits());
+        let commits = self.store.take_commits();
+        self.model.check_absence(self.step, &commits, &self.worker);
+        self.model.observe_commits(self.step, commits);
         self.model
             .check_worker(self.step, &self.worker, arrivals, |k| k.id.clone());
         for v in self.worker.take_violations() {
@@ -599,6 +520,19 @@ impl Sim {
                     key.id,
                     r.state.as_str(),
                     QUIET_MS / 1_000
+                ));
+            }
+            // No machine is left at the worker with its reservation gone
+            // (capacity is held until absence is known, C14.4).
+            if let Some(r) = &stored
+                && let Some(a) = &r.assignment
+                && r.reservation.is_none()
+                && (self.worker.has_machine(&a.machine_name)
+                    || self.worker.create_may_still_land(&a.machine_name))
+            {
+                self.violation(format!(
+                    "{}/{}: machine {} left at the worker with its reservation released (a leak)",
+                    key.scope, key.id, a.machine_name
                 ));
             }
             if self.jobs[j].accepted && stored.is_none() {
@@ -807,8 +741,23 @@ impl Sim {
         }
     }
 
-    fn store_op(&mut self, h: usize, id: OpId, op: StoreOp, n: std::time::Instant, w: u64) {
+    fn store_op(&mut self, h: usize, id: OpId, mut op: StoreOp, n: std::time::Instant, w: u64) {
         let key = op_key(&op);
+        // Planted: a machine without creation evidence (the create may have
+        // been sent) is taken as absent, as after a 404 that proves nothing
+        // (C0.4 rule 3): absence recorded, then the reservation released.
+        if self.opts.bug == Some(Bug::ReleaseAfter404WithoutCreation)
+            && let StoreOp::Write { patch, now_ms, .. } = &mut op
+            && patch.cleanup == Some(Cleanup::Failed)
+            && key
+                .as_ref()
+                .and_then(|k| self.hosts[h].last.get(k))
+                .is_some_and(|r| r.assignment.is_some() && r.creation.is_none())
+        {
+            patch.cleanup = Some(Cleanup::Complete);
+            patch.absence_at_ms = Some(*now_ms);
+            patch.next_due_at_ms = Some(Some(*now_ms));
+        }
         // Planted: the claim refresh before the intent (or a renewal while
         // the command runs) answered from memory.
         let last = key
@@ -1093,8 +1042,11 @@ impl Sim {
                         .as_ref()
                         .map(|e| (e.category().as_str(), e.reason()))
                 ));
+                // A store's `not_found` (the worker's, e.g. an exec on a
+                // machine a worker restart removed, is the worker's answer).
                 if let Some(e) = &f.error
                     && e.category() == Category::NotFound
+                    && e.operation().as_str().starts_with("store")
                     && self.store.inner().fetch(&f.key).is_ok()
                 {
                     self.violation(format!(
@@ -1117,7 +1069,7 @@ impl Sim {
                     }
                 }
             }
-            Event::Telemetry(_) | Event::Stopped | Event::Machine(_) => {}
+            Event::Telemetry(_) | Event::Stopped | Event::Machine(_) | Event::TerminalDue(_) => {}
         }
     }
 
@@ -1130,7 +1082,7 @@ impl Sim {
             ));
             return;
         }
-        let result = perform(&self.store, op);
+        let result = smolbox_store::apply_op(&self.store, &op);
         if dead || self.crash_point(h, "store_after_commit") {
             return;
         }

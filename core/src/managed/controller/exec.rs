@@ -108,6 +108,9 @@ pub(super) struct Exec {
     /// A command on a retained machine: the machine's worker and name,
     /// read from its record (the controller sets it before the first step).
     target: Option<(String, String)>,
+    /// The generation of this controller's live lease on the execution's
+    /// worker, read at the start of each `step` (disposable only).
+    lease_gen: Option<u64>,
 }
 
 /// A machine operation of a disposable execution.
@@ -127,8 +130,14 @@ enum MKind {
 /// C17.2). Only facts of this process: a resumed record starts empty.
 #[derive(Debug, Default)]
 struct MachineSteps {
-    /// This process reserved the name, so no create was ever sent for it.
+    /// This process reserved the name (or claimed the record reserved
+    /// and before any create intent), so no create was sent for it before.
     reserved_here: bool,
+    /// This process committed the create intent (`accepted` → `preparing`)
+    /// of a name it reserved: the create may be sent (once). A `preparing`
+    /// record it did not write itself — another controller may have taken
+    /// it over and sent the create meanwhile — never is.
+    create_intent_mine: bool,
     create_sent: bool,
     start_sent: bool,
     started: bool,
@@ -137,9 +146,12 @@ struct MachineSteps {
     deleted: bool,
     absent_sent: bool,
     stop_sent: bool,
+    /// This process committed the record's move into `unknown`: it alone
+    /// sends the graceful stop (at most one per record).
+    marked_unknown: bool,
     /// The kind of the outstanding machine op.
     kind: Option<MKind>,
-    /// An answer not yet acted on.
+    /// The last machine answer, until a write acting on it succeeds.
     reply: Option<(MKind, WorkerResult)>,
 }
 
@@ -179,6 +191,7 @@ impl Exec {
             pending_kind: None,
             machine: MachineSteps::default(),
             target: None,
+            lease_gen: None,
         };
         ex.bound_deadlines(now, now_ms);
         ex
@@ -240,6 +253,12 @@ impl Exec {
     /// Sets the worker and machine name of a retained machine's command.
     pub(super) fn set_target(&mut self, worker_id: String, machine: String) {
         self.target = Some((worker_id, machine));
+    }
+
+    /// Re-reads the record before the first step (it came from a due page
+    /// that may be older than the store).
+    pub(super) fn refetch(&mut self) {
+        self.need_fetch = true;
     }
 
     /// The retained machine whose slot this command holds.
@@ -305,20 +324,46 @@ impl Exec {
     }
 
     /// True while the claim this controller holds is live and fresh enough
-    /// not to need renewal.
+    /// not to need renewal (and, on an assigned disposable record, under
+    /// the generation of this controller's live worker lease).
     fn claim_ok(&self, cfg: &ControllerConfig, now: Instant, now_ms: u64) -> bool {
         let ours = self
             .rec
             .claim
             .as_ref()
             .is_some_and(|c| c.owner == cfg.owner && c.until_ms > now_ms);
-        ours && self
-            .claim_at
-            .is_some_and(|at| now.saturating_duration_since(at) < cfg.renew_every())
+        ours && !self.needs_refence()
+            && self
+                .claim_at
+                .is_some_and(|at| now.saturating_duration_since(at) < cfg.renew_every())
+    }
+
+    /// An assigned disposable record under another worker-lease generation
+    /// than the one this controller holds: every write is fenced (C15)
+    /// until the claim re-fences it (`claim_version`).
+    fn needs_refence(&self) -> bool {
+        self.is_disposable()
+            && self
+                .rec
+                .assignment
+                .as_ref()
+                .is_some_and(|a| self.lease_gen != Some(a.worker_generation))
     }
 
     fn claim_op(&mut self, cfg: &ControllerConfig, now_ms: u64) -> Step {
         self.next_kind = Kind::Claim;
+        if self.needs_refence() {
+            // Decided from the record as read (its version); the store
+            // claims only at that version and moves the assignment to this
+            // controller's worker-lease generation, fencing the old writer.
+            return Step::Store(StoreOp::ClaimVersion {
+                key: self.rec.key.clone(),
+                owner: cfg.owner.clone(),
+                version: self.rec.version,
+                now_ms: now_ms.max(self.rec.updated_at_ms),
+                ttl_ms: cfg.lease_ttl_ms,
+            });
+        }
         Step::Store(StoreOp::Claim {
             key: self.rec.key.clone(),
             owner: cfg.owner.clone(),
@@ -407,6 +452,12 @@ impl Exec {
         if self.inflight.is_some() {
             return Step::Wait;
         }
+        self.lease_gen = if self.is_disposable() {
+            self.worker_of(cfg)
+                .and_then(|w| leases.live(&w, now, now_ms))
+        } else {
+            None
+        };
         if self.fatal.is_some() || self.held_elsewhere {
             if self.worker_op.is_some() {
                 // Keep the slot until the worker answers; nothing more is
@@ -428,6 +479,11 @@ impl Exec {
             return Step::Store(StoreOp::Fetch {
                 key: self.rec.key.clone(),
             });
+        }
+        if self.is_disposable() && self.rec.assignment.is_some() && self.lease_gen.is_none() {
+            // Every write on an assigned record is fenced by the worker
+            // lease: wait for it (its own timer wakes this execution).
+            return Step::Wait;
         }
         if let Some(obs) = self.observed.clone()
             && !self.result_written
@@ -594,7 +650,7 @@ impl Exec {
             // exit: `unknown`, never re-sent (C17.1).
             let patch = ExecPatch {
                 state: Some(ExecState::Unknown),
-                next_due_at_ms: Some(None),
+                next_due_at_ms: Some(self.unknown_due(now_ms)),
                 ..ExecPatch::default()
             };
             return self.guarded(cfg, now, now_ms, Kind::Write, patch);
@@ -635,7 +691,7 @@ impl Exec {
             // The observation ends (C16): unknown unless an exit arrives.
             let patch = ExecPatch {
                 state: Some(ExecState::Unknown),
-                next_due_at_ms: Some(None),
+                next_due_at_ms: Some(self.unknown_due(now_ms)),
                 ..ExecPatch::default()
             };
             return self.guarded(cfg, now, now_ms, Kind::Write, patch);
@@ -656,7 +712,7 @@ impl Exec {
             .with_reason("execution_deadline");
             let patch = ExecPatch {
                 state: Some(ExecState::Unknown),
-                next_due_at_ms: Some(None),
+                next_due_at_ms: Some(self.unknown_due(now_ms)),
                 last_error: Some(ErrorEntry::from_error(&e, now_ms)),
                 ..ExecPatch::default()
             };
@@ -743,7 +799,7 @@ impl Exec {
             Observed::NotSent | Observed::Uncertain if state.can_move_to(ExecState::Unknown) => {
                 Some(ExecPatch {
                     state: Some(ExecState::Unknown),
-                    next_due_at_ms: Some(None),
+                    next_due_at_ms: Some(self.unknown_due(now_ms)),
                     last_error,
                     ..ExecPatch::default()
                 })
@@ -809,13 +865,56 @@ impl Exec {
                     self.refetches = 0;
                 }
                 let changed = rec.state != self.rec.state || rec.evidence != self.rec.evidence;
+                if kind == Kind::Write
+                    && self.machine.reserved_here
+                    && self.rec.state == ExecState::Accepted
+                    && rec.state == ExecState::Preparing
+                    && rec.creation.is_none()
+                {
+                    self.machine.create_intent_mine = true;
+                }
+                if matches!(kind, Kind::Write | Kind::Result)
+                    && self.rec.state != ExecState::Unknown
+                    && rec.state == ExecState::Unknown
+                {
+                    self.machine.marked_unknown = true;
+                }
+                if matches!(kind, Kind::Write | Kind::Result | Kind::Intent) {
+                    // The machine answer this write acted on is recorded.
+                    self.machine.reply = None;
+                }
+                // Every write (claims included) moves the version by one;
+                // a record that moved further was written by another
+                // controller in between, which may have sent the create
+                // for the name this process reserved (a paused controller
+                // coming back): the reservation is no longer only ours.
+                let ours = if kind == Kind::Fetch {
+                    self.rec.version
+                } else {
+                    self.rec.version + 1
+                };
+                if rec.version != ours {
+                    self.machine.reserved_here = false;
+                }
                 self.rec = rec;
                 // Deadlines set by this write get their monotonic bound now.
                 let now_ms = self.rec.updated_at_ms;
                 self.bound_deadlines(now, now_ms);
                 self.fresh_claim = kind == Kind::Claim;
                 match kind {
-                    Kind::Claim => self.claim_at = Some(now),
+                    Kind::Claim => {
+                        self.claim_at = Some(now);
+                        if self.rec.state == ExecState::Accepted
+                            && self.rec.assignment.is_some()
+                            && self.rec.creation.is_none()
+                        {
+                            // Reserved, no create intent yet, and this
+                            // claim fences every other writer: no create
+                            // was ever sent for this name, so the intent
+                            // this controller writes next is its own.
+                            self.machine.reserved_here = true;
+                        }
+                    }
                     Kind::Intent => self.intent_mine = true,
                     Kind::Result => self.result_written = true,
                     Kind::Fetch | Kind::Write => {}
@@ -1012,6 +1111,12 @@ impl Exec {
         owed.then_some(now_ms)
     }
 
+    /// Next due time when a record becomes `unknown`: none, except for a
+    /// retained machine's command, due until its slot is finished.
+    fn unknown_due(&self, now_ms: u64) -> Option<u64> {
+        self.rec.spec.machine.is_some().then_some(now_ms)
+    }
+
     fn machine_op(&mut self, kind: MKind, op: WorkerOp) -> Step {
         self.pending_kind = Some(kind);
         Step::Worker(op)
@@ -1041,13 +1146,19 @@ impl Exec {
         if let Some(a) = &self.rec.assignment
             && a.worker_generation != generation
         {
-            // Assigned under another worker-lease generation: fenced (C15);
-            // left as stored for the store's re-fencing or an operator.
-            self.held_elsewhere = true;
-            return Some(self.finish());
+            // Assigned under another worker-lease generation (another
+            // controller reserved it, or this one under an older lease):
+            // every write is fenced (C15) until the claim re-fences the
+            // record at the version read (`claim_version`); then it moves
+            // forward from what is stored, nothing uncertain resent.
+            return Some(self.claim_op(cfg, now_ms));
         }
         let cancel = self.rec.cancel_requested_at_ms.is_some();
-        let reply = self.machine.reply.take();
+        // Kept until a write succeeds: a write that fails (or whose claim
+        // comes first) is decided again from the same answer, never from
+        // none (an answer dropped with a failed write left the execution
+        // waiting for a reply that had already come).
+        let reply = self.machine.reply.clone();
         match self.rec.state {
             ExecState::Accepted if cancel || self.past(Deadline::Queue, now, now_ms) => None,
             ExecState::Accepted if self.rec.assignment.is_none() => {
@@ -1150,7 +1261,14 @@ impl Exec {
                     return fail(self, e, Cleanup::Failed);
                 }
                 _ if self.machine.create_sent => return Step::Wait,
-                _ if self.machine.reserved_here => {
+                // The create goes out under a live, fresh claim of the
+                // current worker-lease generation: a controller that was
+                // paused past its claim finds out first whether another
+                // took the record over.
+                _ if self.machine.create_intent_mine && !self.claim_ok(cfg, now, now_ms) => {
+                    return self.claim_op(cfg, now_ms);
+                }
+                _ if self.machine.create_intent_mine => {
                     let spec = MachineSpec::default();
                     return self.machine_op(
                         MKind::Create,
@@ -1174,6 +1292,18 @@ impl Exec {
                     return fail(self, e, Cleanup::Failed);
                 }
             }
+        }
+        if reply.is_none() && !self.machine.start_sent && !self.machine.create_sent {
+            // Resumed after the creation evidence: a start may have been
+            // sent by the controller that created it, so it is never sent
+            // again; the machine exists, so fail, then delete it.
+            let e = Error::new(
+                Category::Unknown,
+                Operation::Start,
+                Evidence::DispatchUncertain,
+            )
+            .with_reason("start_uncertain");
+            return fail(self, e, Cleanup::InProgress);
         }
         if reply.is_none()
             && !self.machine.start_sent
@@ -1299,7 +1429,10 @@ impl Exec {
             .saturating_add(self.rec.spec.retention_ms);
         if self.rec.state == ExecState::Unknown && now_ms < retention_until {
             // Keep the disks for inspection: stop, then come back later.
-            if !self.machine.stop_sent {
+            // Only the controller that moved the record into `unknown`
+            // sends the stop (one per record: another, resuming it, cannot
+            // know whether a stop already went out).
+            if !self.machine.stop_sent && self.machine.marked_unknown {
                 return self.machine_op(
                     MKind::Stop,
                     WorkerOp::Stop {

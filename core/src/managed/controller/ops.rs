@@ -69,6 +69,21 @@ pub enum StoreOp {
         /// Claim TTL.
         ttl_ms: u64,
     },
+    /// `claim_version(key, owner, version, now_ms, ttl_ms)` →
+    /// [`StoreReply::Record`]: the claim only at `version`, re-fencing an
+    /// assigned record to the claimer's live worker-lease generation (C15).
+    ClaimVersion {
+        /// Record key.
+        key: RecordKey,
+        /// Claiming controller.
+        owner: String,
+        /// The version the controller read and decided from.
+        version: u64,
+        /// Wall-clock milliseconds.
+        now_ms: u64,
+        /// Claim TTL.
+        ttl_ms: u64,
+    },
     /// `claim_worker(worker_id, owner, now_ms, ttl_ms)` → [`StoreReply::Lease`].
     ClaimWorker {
         /// Worker id.
@@ -392,6 +407,7 @@ impl StoreOp {
             Self::Accept { .. } => "accept",
             Self::Fetch { .. } => "fetch",
             Self::Claim { .. } => "claim",
+            Self::ClaimVersion { .. } => "claim_version",
             Self::ClaimWorker { .. } => "claim_worker",
             Self::Write { .. } => "write",
             Self::Reserve { .. } => "reserve",

@@ -73,6 +73,24 @@ impl TestStore {
                 self.records.insert(key.clone(), next.clone());
                 Ok(StoreReply::Record(next))
             }
+            StoreOp::ClaimVersion {
+                key,
+                owner,
+                version,
+                now_ms,
+                ttl_ms,
+            } => {
+                let rec = self.records.get(key).ok_or_else(absent)?;
+                let lease = rec
+                    .assignment
+                    .as_ref()
+                    .and_then(|a| self.leases.get(&a.worker_id));
+                let next =
+                    claim::claim_exec_version(rec, owner, *version, lease, *now_ms, *ttl_ms)?;
+                self.commits += 1;
+                self.records.insert(key.clone(), next.clone());
+                Ok(StoreReply::Record(next))
+            }
             StoreOp::Write {
                 key,
                 guard,
@@ -1303,14 +1321,27 @@ fn a_crash_after_the_create_intent_never_replays_the_create() {
     t.now_ms = s.now_ms;
     t.advance(2_000);
     assert!(t.worker.is_empty(), "no create replayed");
-    // The worker lease changed hands (generation 2), so the record of
-    // generation 1 is fenced (C15): it is left as stored, reservation kept,
-    // for the store's re-fencing op or an operator (docs/decisions.md).
+    // The worker lease changed hands (generation 2): the new controller
+    // re-fences the record of generation 1 (`claim_version`, C15) and, as
+    // the create may have been sent, fails it with the reservation kept
+    // (cleanup `failed`) for an operator — never a second create.
+    assert!(
+        t.store_log
+            .iter()
+            .any(|op| matches!(op, StoreOp::ClaimVersion { key: k, .. } if *k == key))
+    );
     let rec = t.record(&key).clone();
-    assert_eq!(rec.state, ExecState::Preparing);
+    assert_eq!(rec.state, ExecState::Failed);
+    assert_eq!(rec.evidence, RecordEvidence::NotDispatched);
+    assert_eq!(rec.cleanup, Cleanup::Failed);
+    assert_eq!(rec.assignment.as_ref().unwrap().worker_generation, 2);
+    assert_eq!(
+        rec.last_error.as_ref().unwrap().reason,
+        "creation_uncertain"
+    );
     assert!(rec.creation.is_none());
     assert!(rec.reservation.is_some(), "never released because of a 404");
-    assert!(t.finished(&key).unwrap().held_elsewhere);
+    assert!(!t.finished(&key).unwrap().held_elsewhere);
 }
 
 #[test]
@@ -1415,3 +1446,4 @@ fn debug_of_the_controller_mid_run_hides_secrets() {
 // acceptance.
 mod findings;
 mod machines;
+mod refence;

@@ -89,6 +89,29 @@ impl TestStore {
                     .ok_or_else(|| claim::stale_claim(Operation::StoreReserve, "worker_lease"))?;
                 let m = self.machines.get(key).ok_or_else(absent)?;
                 guard_ok(self, m, guard, *now_ms)?;
+                let on_worker = |a: Option<&crate::managed::record::Assignment>| {
+                    a.is_some_and(|a| a.worker_id == reservation.worker_id)
+                };
+                let used = self
+                    .machines
+                    .values()
+                    .filter(|x| on_worker(x.assignment.as_ref()))
+                    .filter_map(|x| x.reservation)
+                    .chain(
+                        self.records
+                            .values()
+                            .filter(|x| on_worker(x.assignment.as_ref()))
+                            .filter_map(|x| x.reservation),
+                    )
+                    .fold(Resources::default(), Resources::plus);
+                if !used.plus(reservation.capacity).fits(reservation.limit) {
+                    return Err(Error::new(
+                        Category::AdmissionExhausted,
+                        Operation::StoreReserve,
+                        Evidence::NotDispatched,
+                    )
+                    .with_reason("worker_capacity"));
+                }
                 let mut next = m.clone();
                 next.assignment = Some(crate::managed::record::Assignment {
                     worker_id: reservation.worker_id.clone(),
@@ -692,4 +715,230 @@ fn a_create_intent_found_after_a_crash_is_never_sent_again() {
     let m = &t.store.machines[&mkey()];
     assert_eq!((m.state, m.phase), (MS::Unknown, MachinePhase::Uncertain));
     assert!(m.reservation.is_some(), "the reservation stays");
+}
+
+/// A new controller (another owner, after the first one's claims lapsed)
+/// over what the first left in the store.
+fn successor(s: &mut Sim) -> Sim {
+    let store = std::mem::take(&mut s.store);
+    let mut cfg = disposable_config();
+    cfg.owner = "ctl-test-2".into();
+    let mut t = Sim::new(cfg);
+    t.store = store;
+    t.now_ms = s.now_ms;
+    t
+}
+
+#[test]
+fn recovery_marks_a_dispatched_command_unknown_keeps_the_slot_and_sends_nothing() {
+    let mut s = Sim::new(disposable_config());
+    s.running_machine();
+    s.submit_to_slot("c1", &cmd()).unwrap();
+    let c1 = RecordKey::new("s", "c1").unwrap();
+    assert_eq!(s.record(&c1).state, ExecState::Dispatching);
+    assert_eq!(s.worker.len(), 1, "the exec is out");
+    // The controller dies with the exec out.
+    let mut t = successor(&mut s);
+    t.advance(5_000);
+    assert!(t.worker.is_empty(), "never re-sent: {:?}", t.worker);
+    let rec = t.record(&c1).clone();
+    assert_eq!(
+        (rec.state, rec.cleanup),
+        (ExecState::Unknown, Cleanup::Failed)
+    );
+    assert_eq!(rec.next_due_at_ms, None, "settled with the slot");
+    let m = t.machine().clone();
+    assert_eq!(m.state, MS::Unknown);
+    assert_eq!(m.active_execution, Some(c1), "the slot stays blocked");
+}
+
+#[test]
+fn recovery_finishes_the_slot_of_a_recorded_exit_and_keeps_the_exit() {
+    let mut s = Sim::new(disposable_config());
+    s.running_machine();
+    s.submit_to_slot("c1", &cmd()).unwrap();
+    s.answer("exec", exited(7, ""));
+    let c1 = RecordKey::new("s", "c1").unwrap();
+    // Put the store back to "completed, slot not yet finished" (the
+    // controller died between the two transactions).
+    let done = s.record(&c1).clone();
+    assert_eq!(done.state, ExecState::Completed);
+    let mut before = done.clone();
+    before.cleanup = Cleanup::Pending;
+    before.next_due_at_ms = Some(s.now_ms);
+    s.store.records.insert(c1.clone(), before);
+    let mut m = s.machine().clone();
+    m.active_execution = Some(c1.clone());
+    m.version += 1;
+    s.store.machines.insert(mkey(), m);
+    let mut t = successor(&mut s);
+    t.advance(5_000);
+    assert!(t.worker.is_empty(), "nothing is sent");
+    let rec = t.record(&c1).clone();
+    assert!(matches!(
+        rec.result,
+        Some(ExecResult::Exited { exit_code: 7, .. })
+    ));
+    assert_eq!(
+        (rec.state, rec.cleanup),
+        (ExecState::Completed, Cleanup::Complete)
+    );
+    assert!(t.machine().active_execution.is_none(), "released");
+    assert_eq!(t.machine().state, MS::Running);
+}
+
+#[test]
+fn an_unknown_command_stays_due_until_its_slot_is_finished() {
+    let mut s = Sim::new(disposable_config());
+    s.running_machine();
+    s.submit_to_slot("c1", &cmd()).unwrap();
+    let c1 = RecordKey::new("s", "c1").unwrap();
+    let uncertain = Error::new(
+        Category::Transport,
+        Operation::Exec,
+        Evidence::DispatchUncertain,
+    );
+    s.answer("exec", Err(uncertain));
+    // The `unknown` write itself keeps the command due (so a crash before
+    // the slot finish leaves work for the due scan).
+    let unknown_write = s.store_log.iter().find_map(|op| match op {
+        StoreOp::Write { key, patch, .. }
+            if *key == c1 && patch.state == Some(ExecState::Unknown) =>
+        {
+            Some(patch.next_due_at_ms)
+        }
+        _ => None,
+    });
+    assert!(
+        matches!(unknown_write, Some(Some(Some(_)))),
+        "{unknown_write:?}"
+    );
+    // Rewind to "unknown written, slot not finished": the record is due.
+    let mut rec = s.record(&c1).clone();
+    assert_eq!(rec.state, ExecState::Unknown);
+    rec.cleanup = Cleanup::Pending;
+    rec.next_due_at_ms = Some(s.now_ms);
+    s.store.records.insert(c1.clone(), rec);
+    let mut m = s.machine().clone();
+    m.state = MS::Running;
+    m.version += 1;
+    s.store.machines.insert(mkey(), m);
+    let mut t = successor(&mut s);
+    t.advance(5_000);
+    assert!(t.worker.is_empty());
+    assert_eq!(t.machine().state, MS::Unknown);
+    assert_eq!(t.record(&c1).cleanup, Cleanup::Failed);
+    assert_eq!(t.record(&c1).next_due_at_ms, None);
+}
+
+#[test]
+fn a_command_timeout_is_checked_against_the_budget_at_n_and_n_plus_one() {
+    let mut s = Sim::new(disposable_config());
+    s.running_machine();
+    let budget_s = s.machine().spec.profile.budgets.execution_ms / 1_000;
+    let at = |t: u64| Command::new(["true"]).timeout_secs(u32::try_from(t).unwrap());
+    let e = s.submit_to_slot("over", &at(budget_s + 1)).unwrap_err();
+    assert_eq!(e.reason(), "timeout_over_budget");
+    s.submit_to_slot("fits", &at(budget_s)).unwrap();
+    assert_eq!(
+        s.machine().active_execution,
+        Some(RecordKey::new("s", "fits").unwrap())
+    );
+}
+
+#[test]
+fn capacity_is_shared_at_n_and_n_plus_one_and_freed_by_a_delete() {
+    let mut cfg = disposable_config();
+    cfg.workers[0].capacity.slots = 1;
+    let mut s = Sim::new(cfg);
+    s.running_machine(); // N = 1 reservation fits
+    let second = RecordKey::new("s", "box-2").unwrap();
+    s.request(MachineRequest::Create {
+        key: second.clone(),
+        spec: mspec(),
+    })
+    .unwrap();
+    s.settle();
+    // N + 1: refused by the store, recorded, nothing sent.
+    assert!(s.worker.is_empty(), "{:?}", s.worker);
+    let m2 = s.store.machines[&second].clone();
+    assert_eq!(m2.state, MS::Accepted);
+    assert!(m2.assignment.is_none() && m2.reservation.is_none());
+    assert_eq!(
+        m2.last_error.as_ref().map(|e| e.category.as_str()),
+        Some("admission_exhausted")
+    );
+    assert!(m2.next_due_at_ms.is_some_and(|d| d > s.now_ms), "due later");
+    // Deleting the first frees the slot; the second is created after.
+    s.lifecycle(Op::Delete).unwrap();
+    s.answer(
+        "inspect",
+        Ok(WorkerReply::Machine(obs(MachineState::Running))),
+    );
+    s.answer("delete", Ok(WorkerReply::Deleted));
+    s.answer("inspect", Err(not_found()));
+    assert_eq!(s.machine().state, MS::Deleted);
+    s.advance(2_000);
+    let m2 = s.store.machines[&second].clone();
+    assert_eq!(m2.state, MS::Creating, "{:?}", m2.last_error);
+    assert!(matches!(
+        s.worker.first(),
+        Some((_, WorkerOp::Create { .. }))
+    ));
+}
+
+#[test]
+fn shutdown_leaves_waiting_machine_work_due_and_stops() {
+    let mut s = Sim::new(disposable_config());
+    s.settle();
+    // Another controller holds the worker lease: the create must wait.
+    s.store.leases.insert(
+        WORKER.into(),
+        Lease {
+            owner: "ctl-other".into(),
+            generation: 7,
+            until_ms: s.now_ms + 600_000,
+        },
+    );
+    s.request(MachineRequest::Create {
+        key: mkey(),
+        spec: mspec(),
+    })
+    .unwrap();
+    s.advance(500);
+    assert!(s.worker.is_empty());
+    assert_eq!(s.ctl.machines_active(), 1);
+    s.ctl.shutdown(s.now, s.now_ms);
+    s.settle();
+    assert!(s.events.iter().any(|e| matches!(e, Event::Stopped)));
+    let m = s.machine();
+    assert_eq!(m.state, MS::Accepted);
+    assert!(
+        m.next_due_at_ms.is_some(),
+        "still due for the next controller"
+    );
+}
+
+#[test]
+fn a_due_machine_another_controller_claims_never_takes_the_worker_lease() {
+    let mut s = Sim::new(disposable_config());
+    s.settle();
+    // Another controller accepted and claimed the machine (not yet reserved).
+    let fp = fingerprint::machine_fingerprint(&fingerprint_key(), &mspec());
+    let rec = MachineRecord::accepted(mkey(), fp, mspec(), s.now_ms).unwrap();
+    let claimed = claim::claim_machine(&rec, "ctl-other", s.now_ms, 600_000).unwrap();
+    s.store.machines.insert(mkey(), claimed);
+    s.advance(1_000);
+    assert!(
+        !s.store_log
+            .iter()
+            .any(|op| matches!(op, StoreOp::ClaimWorker { .. })),
+        "a stale view took the worker lease"
+    );
+    assert!(s.store.leases.is_empty());
+    assert!(s.worker.is_empty());
+    assert_eq!(
+        s.machine().claim.as_ref().map(|c| c.owner.as_str()),
+        Some("ctl-other")
+    );
 }

@@ -1,0 +1,935 @@
+//! One managed terminal, controller side (features C7.4, C14.3), sans-IO.
+//!
+//! A [`TerminalRun`] takes a terminal from `open(machine, spec)` to a
+//! settled record and a finished slot. Like the [`Controller`](super::Controller)
+//! it performs no I/O: it asks its driver (the shells' managed terminal
+//! module) for store operations ([`TermStoreOp`], performed with
+//! `smolbox_store::apply_terminal_op`) and for the upgrade itself
+//! ([`TermOutput::Open`]), and is told their results. Time is an argument.
+//!
+//! # The path
+//! 1. the machine record is read: it must be running with recorded creation
+//!    evidence (an owned machine); the execution spec takes its artifact and
+//!    exact profile and the terminal settings;
+//! 2. `submit`: acceptance and the machine's command slot in one
+//!    transaction, the claim written with it ([`TermOutput::Event`]
+//!    `Accepted` — durable acceptance, not readiness). A duplicate with the
+//!    same spec returns the same identity, a changed spec is
+//!    `identity_conflict`, a held slot `admission_exhausted`;
+//! 3. `preparing` → `ready` → `dispatching` (the dispatch intent, durable
+//!    before the upgrade; its write fixes the execution deadline, from which
+//!    the session deadline is derived: `dispatch + session_ms`, never reset);
+//! 4. [`TermOutput::Open`] with the remaining session budget; the driver
+//!    answers [`TerminalRun::handle_opened`] (the 101 was read → `running`)
+//!    and later [`TerminalRun::handle_closed`] with the session's outcome;
+//!    the claim is renewed every third of the TTL meanwhile;
+//! 5. the verdict ([`Verdict`]): `completed` with a terminal result, `unknown`,
+//!    or `failed` when nothing was sent;
+//! 6. the slot: worker lease, machine claim, `finish_command` — released for
+//!    a completed (or cancelled) record, kept with the machine `unknown`
+//!    otherwise (C14.3).
+//!
+//! Cancel (C16) before the intent: `cancelled`, nothing opened (the store
+//! also refuses the intent of a record with a cancel request). After it:
+//! `cancelling` and [`TermOutput::Close`] — observation ends, a confirmed
+//! exit that arrives first still wins, otherwise the record is `unknown`.
+//!
+//! # Recovery
+//! [`TerminalRun::resume`] takes a stored record this runtime does not
+//! drive: possibly dispatched (`dispatching`, `running`, `cancelling`)
+//! without a recorded exit → `unknown`, the slot kept and the machine
+//! `unknown`; never reopened, no input replayed. A recorded exit
+//! (`collecting` with a terminal result) → `completed`; a completed record
+//! whose slot was not finished → the slot is finished. Provably undispatched
+//! (`accepted`, `preparing`, `ready`) may still dispatch, once.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use super::OpId;
+use crate::managed::claim::Guard;
+use crate::managed::patch::ExecPatch;
+use crate::managed::record::{Claim, ErrorEntry, ExecResult, ExecutionRecord, MachineRecord};
+use crate::managed::slot::Finish;
+use crate::managed::spec::{
+    Action, DEFAULT_QUEUE_BUDGET_MS, DEFAULT_RETENTION_MS, ExecutionSpec, ManagedTerminalSpec,
+};
+use crate::managed::state::{ExecState, MachineRecordState, RecordEvidence};
+use crate::managed::terminal::{Verdict, closing_patches};
+use crate::managed::{FingerprintKey, Lease, RecordKey, fingerprint};
+use crate::terminal::{MIN_SESSION_BUDGET, TerminalExit, TerminalSpec};
+use crate::{Category, Error, Evidence, Operation};
+
+/// Consecutive store failures before a run gives up (the record stays as
+/// stored; recovery settles it).
+pub const MAX_TERM_STORE_RETRIES: u32 = 5;
+
+/// The options a run needs from its controller (C12.1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TermConfig {
+    /// Controller id (claims and leases are taken under it).
+    pub owner: String,
+    /// Claim and lease TTL in milliseconds.
+    pub lease_ttl_ms: u64,
+    /// Retry interval after a store failure, in milliseconds.
+    pub poll_interval_ms: u64,
+    /// `max_pending` of `submit`.
+    pub max_pending: u32,
+}
+
+impl TermConfig {
+    /// The options of `cfg` (owner, TTL, poll interval, `max_pending`).
+    pub fn of(cfg: &super::ControllerConfig) -> Self {
+        Self {
+            owner: cfg.owner.clone(),
+            lease_ttl_ms: cfg.lease_ttl_ms,
+            poll_interval_ms: cfg.poll_interval_ms,
+            max_pending: cfg.max_pending,
+        }
+    }
+}
+
+/// One store method call of a terminal run, as data. Each variant maps to
+/// exactly one `smolbox_store::Store` method with the same arguments.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TermStoreOp {
+    /// `fetch_machine(key)` → [`TermStoreReply::Machine`].
+    FetchMachine {
+        /// Machine record key.
+        key: RecordKey,
+    },
+    /// `submit(record, max_pending)` → [`TermStoreReply::Submitted`].
+    Submit {
+        /// The fresh `accepted` terminal record.
+        record: Box<ExecutionRecord>,
+        /// Pending limit.
+        max_pending: u32,
+    },
+    /// `fetch(key)` → [`TermStoreReply::Record`].
+    Fetch {
+        /// Record key.
+        key: RecordKey,
+    },
+    /// `claim(key, owner, now_ms, ttl_ms)` → [`TermStoreReply::Record`].
+    Claim {
+        /// Record key.
+        key: RecordKey,
+        /// Claiming controller.
+        owner: String,
+        /// Wall-clock milliseconds.
+        now_ms: u64,
+        /// Claim TTL.
+        ttl_ms: u64,
+    },
+    /// `write(key, guard, patch, now_ms)` → [`TermStoreReply::Record`].
+    Write {
+        /// Record key.
+        key: RecordKey,
+        /// Guard of the last stored version.
+        guard: Guard,
+        /// The patch.
+        patch: ExecPatch,
+        /// Wall-clock milliseconds.
+        now_ms: u64,
+    },
+    /// `cancel(key, now_ms)` → [`TermStoreReply::Record`].
+    Cancel {
+        /// Record key.
+        key: RecordKey,
+        /// Wall-clock milliseconds.
+        now_ms: u64,
+    },
+    /// `claim_worker(worker_id, owner, now_ms, ttl_ms)` → [`TermStoreReply::Lease`].
+    ClaimWorker {
+        /// Worker id.
+        worker_id: String,
+        /// Claiming controller.
+        owner: String,
+        /// Wall-clock milliseconds.
+        now_ms: u64,
+        /// Lease TTL.
+        ttl_ms: u64,
+    },
+    /// `claim_machine(key, owner, now_ms, ttl_ms)` → [`TermStoreReply::Machine`].
+    ClaimMachine {
+        /// Machine record key.
+        key: RecordKey,
+        /// Claiming controller.
+        owner: String,
+        /// Wall-clock milliseconds.
+        now_ms: u64,
+        /// Claim TTL.
+        ttl_ms: u64,
+    },
+    /// `finish_command(machine, guard, exec, now_ms)` → [`TermStoreReply::Finished`].
+    FinishCommand {
+        /// Machine record key.
+        machine: RecordKey,
+        /// Guard of the machine claim.
+        guard: Guard,
+        /// The terminal's record key.
+        exec: RecordKey,
+        /// Wall-clock milliseconds.
+        now_ms: u64,
+    },
+}
+
+impl TermStoreOp {
+    /// The store operation's name, for tracing (never its payload).
+    pub const fn name(&self) -> &'static str {
+        match self {
+            Self::FetchMachine { .. } => "fetch_machine",
+            Self::Submit { .. } => "submit",
+            Self::Fetch { .. } => "fetch",
+            Self::Claim { .. } => "claim",
+            Self::Write { .. } => "write",
+            Self::Cancel { .. } => "cancel",
+            Self::ClaimWorker { .. } => "claim_worker",
+            Self::ClaimMachine { .. } => "claim_machine",
+            Self::FinishCommand { .. } => "finish_command",
+        }
+    }
+}
+
+/// The answer to a [`TermStoreOp`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TermStoreReply {
+    /// A machine record.
+    Machine(Box<MachineRecord>),
+    /// The answer to `submit`.
+    Submitted {
+        /// The terminal's record as stored.
+        record: Box<ExecutionRecord>,
+        /// Its machine as stored after the transaction.
+        machine: Option<Box<MachineRecord>>,
+        /// True when the record already existed (same identity).
+        existing: bool,
+    },
+    /// An execution record.
+    Record(Box<ExecutionRecord>),
+    /// A worker lease.
+    Lease(Lease),
+    /// The answer to `finish_command`.
+    Finished {
+        /// The machine after the transaction.
+        machine: Box<MachineRecord>,
+        /// The terminal's record after the transaction.
+        record: Box<ExecutionRecord>,
+        /// Released or kept.
+        finish: Finish,
+    },
+}
+
+/// What a terminal store op returned.
+pub type TermStoreResult = Result<TermStoreReply, Error>;
+
+/// What a run tells its driver.
+#[derive(Debug)]
+pub enum TermOutput {
+    /// Perform this store op and answer with [`TerminalRun::handle_stored`].
+    Store(OpId, Box<TermStoreOp>),
+    /// Open the terminal: the dispatch intent is durable. Answer with
+    /// [`TerminalRun::handle_opened`], then [`TerminalRun::handle_closed`].
+    Open {
+        /// Worker id of the machine.
+        worker_id: String,
+        /// Machine name on that worker.
+        machine: String,
+        /// The low-level spec, its session budget the remaining session.
+        spec: Box<TerminalSpec>,
+    },
+    /// Close the live connection (cancel after dispatch): observation ends.
+    Close,
+    /// A notice for the caller.
+    Event(TermEvent),
+}
+
+/// Notices of a terminal run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TermEvent {
+    /// The terminal is durably accepted and holds the slot (or already
+    /// existed with the same identity).
+    Accepted {
+        /// The record as stored.
+        record: Box<ExecutionRecord>,
+        /// True when it already existed.
+        existing: bool,
+    },
+    /// Nothing was accepted (`identity_conflict`, `admission_exhausted`,
+    /// `validation`, `not_found`, `store`, …); nothing was sent.
+    Refused(Error),
+    /// The run is over: the record as last stored, and the error that ended
+    /// the run here (if any).
+    Done {
+        /// The record as last stored.
+        record: Option<Box<ExecutionRecord>>,
+        /// The machine as last stored.
+        machine: Option<Box<MachineRecord>>,
+        /// Why the run stopped early (store failures, another claim).
+        error: Option<Error>,
+    },
+}
+
+/// What the outstanding store op is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    FetchMachine,
+    Submit,
+    Fetch,
+    Claim,
+    Write,
+    Cancel,
+    Lease,
+    ClaimMachine,
+    Finish,
+}
+
+/// A managed terminal run (see the module docs).
+#[derive(Debug)]
+pub struct TerminalRun {
+    cfg: TermConfig,
+    fp_key: FingerprintKey,
+    key: RecordKey,
+    machine_key: RecordKey,
+    tspec: Option<ManagedTerminalSpec>,
+    /// Continue past acceptance (false: an identity check only).
+    drive: bool,
+    rec: Option<ExecutionRecord>,
+    machine: Option<MachineRecord>,
+    lease: Option<Lease>,
+    inflight: Option<(OpId, Kind)>,
+    next_op: u64,
+    out: VecDeque<TermOutput>,
+    claim_at: Option<Instant>,
+    /// This run wrote the dispatch intent (only then may it open).
+    intent_mine: bool,
+    open_sent: bool,
+    opened: bool,
+    close_sent: bool,
+    cancel_wanted: bool,
+    cancel_sent: bool,
+    verdict: Option<Verdict>,
+    /// The machine record held is this run's own claim's answer.
+    machine_claimed: bool,
+    slot_done: bool,
+    done: bool,
+    failures: u32,
+    retry_at: Option<Instant>,
+    need_fetch: bool,
+}
+
+impl TerminalRun {
+    /// A run that opens a terminal `key` on the retained machine `machine`
+    /// with `spec` (C7.4). `drive` false checks identity and acceptance
+    /// only (this runtime already drives `key`).
+    ///
+    /// # Errors
+    /// `validation` for a bad key, owner or spec range; nothing is stored.
+    pub fn open(
+        cfg: TermConfig,
+        fp_key: FingerprintKey,
+        key: RecordKey,
+        machine: RecordKey,
+        spec: ManagedTerminalSpec,
+        drive: bool,
+    ) -> Result<Self, Error> {
+        key.validate()
+            .and_then(|()| machine.validate())
+            .and_then(|()| spec.terminal_spec().map(|_| ()))
+            .map_err(|e| e.with_operation(Operation::TerminalOpen))?;
+        let mut run = Self::empty(cfg, fp_key, key, machine, drive);
+        run.tspec = Some(spec);
+        let op = TermStoreOp::FetchMachine {
+            key: run.machine_key.clone(),
+        };
+        run.push(Kind::FetchMachine, op);
+        Ok(run)
+    }
+
+    /// A run over a stored terminal record this runtime does not drive
+    /// (recovery; see the module docs).
+    ///
+    /// # Errors
+    /// `validation` when the record is not a managed terminal.
+    pub fn resume(
+        cfg: TermConfig,
+        fp_key: FingerprintKey,
+        rec: ExecutionRecord,
+        now: Instant,
+        now_ms: u64,
+    ) -> Result<Self, Error> {
+        let (Action::Terminal(_), Some(machine)) = (&rec.spec.action, rec.spec.machine.clone())
+        else {
+            return Err(Error::validation(Operation::TerminalOpen, "not_a_terminal"));
+        };
+        let mut run = Self::empty(cfg, fp_key, rec.key.clone(), machine, true);
+        run.rec = Some(rec);
+        run.pump(now, now_ms);
+        Ok(run)
+    }
+
+    fn empty(
+        cfg: TermConfig,
+        fp_key: FingerprintKey,
+        key: RecordKey,
+        machine_key: RecordKey,
+        drive: bool,
+    ) -> Self {
+        Self {
+            cfg,
+            fp_key,
+            key,
+            machine_key,
+            tspec: None,
+            drive,
+            rec: None,
+            machine: None,
+            lease: None,
+            inflight: None,
+            next_op: 1,
+            out: VecDeque::new(),
+            claim_at: None,
+            intent_mine: false,
+            open_sent: false,
+            opened: false,
+            close_sent: false,
+            cancel_wanted: false,
+            cancel_sent: false,
+            verdict: None,
+            machine_claimed: false,
+            slot_done: false,
+            done: false,
+            failures: 0,
+            retry_at: None,
+            need_fetch: false,
+        }
+    }
+
+    /// The terminal's record key.
+    pub fn key(&self) -> &RecordKey {
+        &self.key
+    }
+
+    /// The record as last stored.
+    pub fn record(&self) -> Option<&ExecutionRecord> {
+        self.rec.as_ref()
+    }
+
+    /// True once the run is over ([`TermEvent::Done`] was emitted).
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// The next output; drain after every input.
+    pub fn poll_output(&mut self) -> Option<TermOutput> {
+        self.out.pop_front()
+    }
+
+    /// When [`TerminalRun::handle_timeout`] should next be called.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.done {
+            return None;
+        }
+        if self.inflight.is_none()
+            && let Some(at) = self.retry_at
+        {
+            return Some(at);
+        }
+        // Renewal while the connection may be open.
+        if self.open_sent && self.verdict.is_none() {
+            return self.claim_at.map(|at| at + self.renew_every());
+        }
+        None
+    }
+
+    /// Requests cancellation (C16): persisted first, then acted on.
+    pub fn cancel(&mut self, now: Instant, now_ms: u64) {
+        self.cancel_wanted = true;
+        self.pump(now, now_ms);
+    }
+
+    /// Time passed: claim renewal, retries.
+    pub fn handle_timeout(&mut self, now: Instant, now_ms: u64) {
+        self.pump(now, now_ms);
+    }
+
+    /// The upgrade's answer: `Ok` once the 101 was read; an error of the
+    /// open itself (its evidence says whether anything was sent).
+    pub fn handle_opened(&mut self, now: Instant, now_ms: u64, result: Result<(), Error>) {
+        match result {
+            Ok(()) => self.opened = true,
+            Err(e) => self.verdict = Some(Verdict::of(&Err(e))),
+        }
+        self.pump(now, now_ms);
+    }
+
+    /// The live session ended with `outcome` (the session's own verdict
+    /// input: exit, budget, limit, lost consumer, close before exit…).
+    pub fn handle_closed(
+        &mut self,
+        now: Instant,
+        now_ms: u64,
+        outcome: &Result<TerminalExit, Error>,
+    ) {
+        if self.verdict.is_none() {
+            self.verdict = Some(Verdict::of(outcome));
+        }
+        self.pump(now, now_ms);
+    }
+
+    /// The answer to store op `id`.
+    pub fn handle_stored(&mut self, now: Instant, now_ms: u64, id: OpId, result: TermStoreResult) {
+        let Some((want, kind)) = self.inflight else {
+            return;
+        };
+        if want != id {
+            return;
+        }
+        self.inflight = None;
+        match result {
+            Ok(reply) => {
+                self.failures = 0;
+                self.retry_at = None;
+                self.on_reply(now, now_ms, kind, reply);
+            }
+            Err(e) => self.on_error(now, kind, e),
+        }
+        self.pump(now, now_ms);
+    }
+
+    fn renew_every(&self) -> Duration {
+        Duration::from_millis(self.cfg.lease_ttl_ms / 3)
+    }
+
+    fn push(&mut self, kind: Kind, op: TermStoreOp) {
+        let id = OpId(self.next_op);
+        self.next_op += 1;
+        self.inflight = Some((id, kind));
+        self.out.push_back(TermOutput::Store(id, Box::new(op)));
+    }
+
+    fn finish(&mut self, error: Option<Error>) {
+        if !self.done {
+            self.done = true;
+            self.out.push_back(TermOutput::Event(TermEvent::Done {
+                record: self.rec.clone().map(Box::new),
+                machine: self.machine.clone().map(Box::new),
+                error,
+            }));
+        }
+    }
+
+    fn on_reply(&mut self, now: Instant, now_ms: u64, kind: Kind, reply: TermStoreReply) {
+        match (kind, reply) {
+            (Kind::FetchMachine, TermStoreReply::Machine(m)) => self.on_machine(*m, now_ms),
+            (
+                Kind::Submit,
+                TermStoreReply::Submitted {
+                    record,
+                    machine,
+                    existing,
+                },
+            ) => {
+                if !existing {
+                    // The claim was written with the acceptance.
+                    self.claim_at = Some(now);
+                }
+                self.out.push_back(TermOutput::Event(TermEvent::Accepted {
+                    record: record.clone(),
+                    existing,
+                }));
+                self.rec = Some(*record);
+                if let Some(m) = machine {
+                    self.machine = Some(*m);
+                }
+                let settled = self
+                    .rec
+                    .as_ref()
+                    .is_some_and(|r| !r.state.is_before_dispatch());
+                if !self.drive || (existing && settled && !self.finishable()) {
+                    // Never a second shell: a duplicate of a dispatched or
+                    // finished terminal only reports its identity.
+                    self.finish(None);
+                }
+            }
+            (Kind::Claim, TermStoreReply::Record(r)) => {
+                self.claim_at = Some(now);
+                self.rec = Some(*r);
+            }
+            (Kind::Fetch | Kind::Write | Kind::Cancel, TermStoreReply::Record(r)) => {
+                if kind == Kind::Write && r.state == ExecState::Dispatching {
+                    self.intent_mine = true;
+                }
+                if kind == Kind::Cancel {
+                    self.cancel_sent = true;
+                }
+                self.need_fetch = false;
+                self.rec = Some(*r);
+            }
+            (Kind::Lease, TermStoreReply::Lease(l)) => self.lease = Some(l),
+            (Kind::ClaimMachine, TermStoreReply::Machine(m)) => {
+                self.machine = Some(*m);
+                self.machine_claimed = true;
+            }
+            (
+                Kind::Finish,
+                TermStoreReply::Finished {
+                    machine, record, ..
+                },
+            ) => {
+                self.machine = Some(*machine);
+                self.rec = Some(*record);
+                self.slot_done = true;
+            }
+            _ => {
+                let e = Error::protocol(Operation::StoreWrite, "unexpected_reply");
+                self.fail_or_refuse(e);
+            }
+        }
+    }
+
+    fn fail_or_refuse(&mut self, e: Error) {
+        if self.rec.is_none() {
+            self.out.push_back(TermOutput::Event(TermEvent::Refused(e)));
+            self.done = true;
+        } else {
+            self.finish(Some(e));
+        }
+    }
+
+    fn on_error(&mut self, now: Instant, kind: Kind, e: Error) {
+        match kind {
+            // Before acceptance nothing is retried: the caller is told.
+            Kind::FetchMachine | Kind::Submit => self.fail_or_refuse(e),
+            Kind::Finish if e.category() == Category::StaleVersion => {
+                self.machine_claimed = false;
+            }
+            _ if e.category() == Category::StaleVersion => self.need_fetch = true,
+            _ if e.category() == Category::StaleClaim
+                && matches!(kind, Kind::Claim | Kind::Write)
+                && !self.open_sent =>
+            {
+                // Another live controller holds the record: leave it alone.
+                self.finish(Some(e));
+            }
+            _ => {
+                self.failures += 1;
+                if self.failures > MAX_TERM_STORE_RETRIES {
+                    self.finish(Some(e));
+                } else {
+                    if kind == Kind::Finish {
+                        // Re-claim the machine for a fresh guard.
+                        self.machine_claimed = false;
+                    }
+                    self.retry_at = Some(now + Duration::from_millis(self.cfg.poll_interval_ms));
+                }
+            }
+        }
+    }
+
+    fn on_machine(&mut self, m: MachineRecord, now_ms: u64) {
+        let refuse = |reason| {
+            Error::new(
+                Category::AdmissionExhausted,
+                Operation::TerminalOpen,
+                Evidence::NotDispatched,
+            )
+            .with_reason(reason)
+        };
+        let Some(spec) = self.tspec.clone() else {
+            return self.fail_or_refuse(Error::validation(Operation::TerminalOpen, "no_spec"));
+        };
+        if m.state == MachineRecordState::Deleted {
+            // A duplicate of a terminal on a deleted machine still answers
+            // with its identity: submit returns an existing record as is.
+        } else if m.creation.is_none() || m.assignment.is_none() {
+            return self.fail_or_refuse(refuse("machine_not_owned"));
+        }
+        let exec = ExecutionSpec {
+            artifact: m.spec.artifact.clone(),
+            profile: m.spec.profile.clone(),
+            action: Action::Terminal(spec),
+            machine: Some(m.key.clone()),
+            worker_machine: None,
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            queue_budget_ms: DEFAULT_QUEUE_BUDGET_MS,
+            retention_ms: DEFAULT_RETENTION_MS,
+            metadata: std::collections::BTreeMap::new(),
+            network: m.spec.network.clone(),
+            guest_paths: m.spec.guest_paths.clone(),
+        };
+        let fp = fingerprint::exec_fingerprint(&self.fp_key, &exec);
+        self.machine = Some(m);
+        let record = ExecutionRecord::accepted(self.key.clone(), fp, exec, now_ms);
+        let mut record = match record {
+            Ok(r) => r,
+            Err(e) => return self.fail_or_refuse(e.with_operation(Operation::TerminalOpen)),
+        };
+        record.claim = Some(Claim {
+            owner: self.cfg.owner.clone(),
+            until_ms: now_ms.saturating_add(self.cfg.lease_ttl_ms),
+        });
+        record.generation = 1;
+        self.push(
+            Kind::Submit,
+            TermStoreOp::Submit {
+                record: Box::new(record),
+                max_pending: self.cfg.max_pending,
+            },
+        );
+    }
+
+    /// A finished (or unknown) record whose slot may still be held.
+    fn finishable(&self) -> bool {
+        self.rec.as_ref().is_some_and(|r| {
+            (r.state.is_terminal() || r.state == ExecState::Unknown)
+                && self
+                    .machine
+                    .as_ref()
+                    .is_some_and(|m| m.active_execution.as_ref() == Some(&r.key))
+        })
+    }
+
+    fn guard(&self, rec: &ExecutionRecord) -> Guard {
+        Guard::for_exec(rec, &self.cfg.owner)
+    }
+
+    fn claim_fresh(&self, rec: &ExecutionRecord, now: Instant, now_ms: u64) -> bool {
+        let mine = rec
+            .claim
+            .as_ref()
+            .is_some_and(|c| c.owner == self.cfg.owner && c.until_ms > now_ms);
+        mine && self
+            .claim_at
+            .is_some_and(|at| now < at + self.renew_every())
+    }
+
+    fn write(&mut self, rec: &ExecutionRecord, patch: ExecPatch, now_ms: u64) {
+        let op = TermStoreOp::Write {
+            key: rec.key.clone(),
+            guard: self.guard(rec),
+            patch,
+            now_ms: now_ms.max(rec.updated_at_ms),
+        };
+        self.push(Kind::Write, op);
+    }
+
+    /// Moves the run forward while no store op is outstanding.
+    fn pump(&mut self, now: Instant, now_ms: u64) {
+        if self.done {
+            return;
+        }
+        if self.close_needed() {
+            self.close_sent = true;
+            self.out.push_back(TermOutput::Close);
+        }
+        if self.inflight.is_some() || self.retry_at.is_some_and(|at| now < at) {
+            return;
+        }
+        self.retry_at = None;
+        let Some(rec) = self.rec.clone() else {
+            return;
+        };
+        if self.need_fetch {
+            self.push(
+                Kind::Fetch,
+                TermStoreOp::Fetch {
+                    key: rec.key.clone(),
+                },
+            );
+            return;
+        }
+        if self.cancel_wanted && !self.cancel_sent {
+            self.push(
+                Kind::Cancel,
+                TermStoreOp::Cancel {
+                    key: rec.key.clone(),
+                    now_ms,
+                },
+            );
+            return;
+        }
+        let settled = rec.state.is_terminal() || rec.state == ExecState::Unknown;
+        if settled {
+            return self.settle_slot(&rec, now_ms);
+        }
+        if !self.claim_fresh(&rec, now, now_ms) {
+            let op = TermStoreOp::Claim {
+                key: rec.key.clone(),
+                owner: self.cfg.owner.clone(),
+                now_ms,
+                ttl_ms: self.cfg.lease_ttl_ms,
+            };
+            self.push(Kind::Claim, op);
+            return;
+        }
+        if let Some(patch) = self.next_patch(&rec, now_ms) {
+            self.write(&rec, patch, now_ms);
+            return;
+        }
+        if rec.state == ExecState::Dispatching && self.intent_mine && !self.open_sent {
+            self.open_sent = true;
+            match self.live_spec(&rec, now_ms) {
+                Ok(spec) => {
+                    let (worker_id, machine) = self
+                        .machine
+                        .as_ref()
+                        .and_then(|m| m.assignment.as_ref())
+                        .map(|a| (a.worker_id.clone(), a.machine_name.clone()))
+                        .unwrap_or_default();
+                    self.out.push_back(TermOutput::Open {
+                        worker_id,
+                        machine,
+                        spec: Box::new(spec),
+                    });
+                }
+                Err(e) => {
+                    // Nothing was sent: the session ran out before opening.
+                    self.verdict = Some(Verdict::NotSent(e));
+                    self.pump(now, now_ms);
+                }
+            }
+        }
+    }
+
+    fn close_needed(&self) -> bool {
+        let cancelling = self
+            .rec
+            .as_ref()
+            .is_some_and(|r| r.state == ExecState::Cancelling);
+        cancelling && self.open_sent && self.verdict.is_none() && !self.close_sent
+    }
+
+    /// The next write for a record not yet settled, or `None` to wait.
+    fn next_patch(&mut self, rec: &ExecutionRecord, now_ms: u64) -> Option<ExecPatch> {
+        let to = |state, evidence| ExecPatch {
+            state: Some(state),
+            evidence,
+            ..ExecPatch::default()
+        };
+        if let Some(v) = &self.verdict {
+            return closing_patches(rec.state, v, now_ms).into_iter().next();
+        }
+        let cancelled = rec.cancel_requested_at_ms.is_some();
+        match rec.state {
+            s if s.is_before_dispatch() && cancelled => Some(ExecPatch {
+                state: Some(ExecState::Cancelled),
+                next_due_at_ms: Some(None),
+                ..ExecPatch::default()
+            }),
+            ExecState::Accepted => Some(to(ExecState::Preparing, None)),
+            ExecState::Preparing => Some(to(ExecState::Ready, None)),
+            ExecState::Ready => Some(to(
+                ExecState::Dispatching,
+                Some(RecordEvidence::DispatchUncertain),
+            )),
+            ExecState::Collecting => {
+                // A recorded exit stays known: finish it.
+                matches!(rec.result, Some(ExecResult::Terminal { .. }))
+                    .then(|| closing_patches(rec.state, &Verdict::Exited(0), now_ms))
+                    .and_then(|p| p.into_iter().next())
+            }
+            ExecState::Dispatching | ExecState::Running | ExecState::Cancelling
+                if !self.intent_mine =>
+            {
+                // Possibly dispatched by a run that is gone: never reopened,
+                // no input replayed (C7.4).
+                Some(ExecPatch {
+                    state: Some(ExecState::Unknown),
+                    next_due_at_ms: Some(None),
+                    last_error: Some(ErrorEntry::from_error(&recovered(), now_ms)),
+                    ..ExecPatch::default()
+                })
+            }
+            ExecState::Dispatching | ExecState::Running if cancelled => {
+                Some(to(ExecState::Cancelling, None))
+            }
+            ExecState::Dispatching if self.opened => Some(to(
+                ExecState::Running,
+                Some(RecordEvidence::RunningObserved),
+            )),
+            _ => None,
+        }
+    }
+
+    /// The spec the live session runs with: the remaining session budget,
+    /// counted from the durable dispatch intent (never reset).
+    fn live_spec(&self, rec: &ExecutionRecord, now_ms: u64) -> Result<TerminalSpec, Error> {
+        let Action::Terminal(t) = &rec.spec.action else {
+            return Err(Error::validation(Operation::TerminalOpen, "not_a_terminal"));
+        };
+        let mut spec = t.terminal_spec()?;
+        let dispatch_ms = rec
+            .deadlines
+            .execution_ms
+            .unwrap_or(now_ms)
+            .saturating_sub(rec.spec.profile.budgets.execution_ms);
+        let session_end = dispatch_ms.saturating_add(t.session_ms);
+        let left = Duration::from_millis(session_end.saturating_sub(now_ms));
+        if left < MIN_SESSION_BUDGET {
+            return Err(Error::new(
+                Category::Expired,
+                Operation::TerminalSession,
+                Evidence::NotDispatched,
+            )
+            .with_reason("terminal_session"));
+        }
+        spec.session_budget = spec.session_budget.min(left);
+        spec.idle_budget = spec.idle_budget.min(spec.session_budget);
+        Ok(spec)
+    }
+
+    /// Machine claim → worker lease → `finish_command`, then done.
+    fn settle_slot(&mut self, rec: &ExecutionRecord, now_ms: u64) {
+        if self.slot_done {
+            return self.finish(None);
+        }
+        let Some(m) = self.machine.clone().filter(|_| self.machine_claimed) else {
+            let op = TermStoreOp::ClaimMachine {
+                key: self.machine_key.clone(),
+                owner: self.cfg.owner.clone(),
+                now_ms,
+                ttl_ms: self.cfg.lease_ttl_ms,
+            };
+            return self.push(Kind::ClaimMachine, op);
+        };
+        if m.active_execution.as_ref() != Some(&rec.key) {
+            // Already finished (by this or an earlier run).
+            return self.finish(None);
+        }
+        let lease_live = self
+            .lease
+            .as_ref()
+            .is_some_and(|l| l.owner == self.cfg.owner && l.until_ms > now_ms);
+        if let (Some(a), false) = (&m.assignment, lease_live) {
+            let op = TermStoreOp::ClaimWorker {
+                worker_id: a.worker_id.clone(),
+                owner: self.cfg.owner.clone(),
+                now_ms,
+                ttl_ms: self.cfg.lease_ttl_ms,
+            };
+            return self.push(Kind::Lease, op);
+        }
+        let op = TermStoreOp::FinishCommand {
+            machine: m.key.clone(),
+            guard: Guard::for_machine(&m, &self.cfg.owner),
+            exec: rec.key.clone(),
+            now_ms: now_ms.max(m.updated_at_ms),
+        };
+        self.push(Kind::Finish, op);
+    }
+}
+
+/// The error a recovered, possibly dispatched terminal is recorded with.
+fn recovered() -> Error {
+    Error::new(
+        Category::Unknown,
+        Operation::TerminalSession,
+        Evidence::DispatchUncertain,
+    )
+    .with_reason("terminal_recovered")
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,358 @@
+//! A `Store` that stops its own process at a named durable boundary of the
+//! managed runtime (issue 14 item 6): the kill-point hook of the test
+//! controller binary (`src/bin/managed-ctl.rs`). Every method forwards to
+//! the inner store; the boundary named by [`KILL_VAR`] raises SIGKILL on
+//! this process (through `kill -KILL <own pid>`, `unsafe` being forbidden)
+//! right where the boundary is, so the test needs no sleep and no timing:
+//!
+//! | point | where the process dies |
+//! |---|---|
+//! | `before_intent` | as the `dispatching` intent is about to be written (not committed) |
+//! | `after_intent` | right after the intent committed, before the exec is sent |
+//! | `after_dispatch` | while the exec runs (the command itself kills the controller: `{CTL_PID}` in the script) |
+//! | `after_reply` | after the exit came back, before the `collecting` result is written |
+//! | `during_finish` | after `collecting` committed, before `completed` is written |
+
+use std::sync::Arc;
+
+use smolbox_core::Error;
+use smolbox_core::managed::record::{ExecutionRecord, MachineRecord, Resources};
+use smolbox_core::managed::slot::{Disposition, Finish};
+use smolbox_core::managed::state::{ExecState, MachineOperation};
+use smolbox_core::managed::{ExecPatch, Guard, Lease, MachinePatch, RecordKey};
+use smolbox_store::{
+    Accepted, Assigned, DueCursor, DuePage, Page, Reserve, Resolved, Store, StoreInfo, Submitted,
+};
+
+/// The environment variable naming the kill point.
+pub const KILL_VAR: &str = "SMOLBOX_KILL_AT";
+
+/// A durable boundary of the managed runtime.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KillPoint {
+    /// Before the `dispatching` intent commits.
+    BeforeIntent,
+    /// After the intent, before the exec is sent.
+    AfterIntent,
+    /// After the exec reached the worker, before its reply (the command
+    /// kills the controller; nothing in the store wrapper).
+    AfterDispatch,
+    /// After the reply, before the result commits.
+    AfterReply,
+    /// After the result (`collecting`), before `completed`.
+    DuringFinish,
+}
+
+impl KillPoint {
+    /// Every kill point, in the order the runtime crosses them.
+    pub const ALL: [Self; 5] = [
+        Self::BeforeIntent,
+        Self::AfterIntent,
+        Self::AfterDispatch,
+        Self::AfterReply,
+        Self::DuringFinish,
+    ];
+
+    /// The name used in [`KILL_VAR`].
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::BeforeIntent => "before_intent",
+            Self::AfterIntent => "after_intent",
+            Self::AfterDispatch => "after_dispatch",
+            Self::AfterReply => "after_reply",
+            Self::DuringFinish => "during_finish",
+        }
+    }
+
+    /// The kill point named `name`.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    /// The kill point named by [`KILL_VAR`], if any.
+    pub fn from_env() -> Option<Self> {
+        std::env::var(KILL_VAR)
+            .ok()
+            .and_then(|v| Self::parse(v.trim()))
+    }
+}
+
+/// SIGKILLs this process and never returns.
+pub fn die() -> ! {
+    let pid = std::process::id().to_string();
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &pid])
+        .status();
+    // The signal is delivered before `kill` exits; never go on.
+    loop {
+        std::thread::park();
+    }
+}
+
+/// The inner store, and the process dies at `kill`.
+pub struct KillStore {
+    inner: Arc<dyn Store>,
+    kill: Option<KillPoint>,
+}
+
+impl KillStore {
+    /// Wraps `inner`; `kill` is the boundary to die at (none: a plain store).
+    pub fn new(inner: Arc<dyn Store>, kill: Option<KillPoint>) -> Self {
+        Self { inner, kill }
+    }
+
+    fn before_write(&self, patch: &ExecPatch) {
+        let die_here = match self.kill {
+            Some(KillPoint::BeforeIntent) => patch.state == Some(ExecState::Dispatching),
+            Some(KillPoint::AfterReply) => patch.state == Some(ExecState::Collecting),
+            Some(KillPoint::DuringFinish) => patch.state == Some(ExecState::Completed),
+            _ => false,
+        };
+        if die_here {
+            die();
+        }
+    }
+}
+
+impl Store for KillStore {
+    fn info(&self) -> StoreInfo {
+        self.inner.info()
+    }
+
+    fn accept(
+        &self,
+        record: &ExecutionRecord,
+        max_pending: u32,
+    ) -> Result<Accepted<ExecutionRecord>, Error> {
+        self.inner.accept(record, max_pending)
+    }
+
+    fn fetch(&self, key: &RecordKey) -> Result<ExecutionRecord, Error> {
+        self.inner.fetch(key)
+    }
+
+    fn find_machine(&self, worker_id: &str, name: &str) -> Result<Assigned, Error> {
+        self.inner.find_machine(worker_id, name)
+    }
+
+    fn claim_worker(
+        &self,
+        worker_id: &str,
+        owner: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<Lease, Error> {
+        self.inner.claim_worker(worker_id, owner, now_ms, ttl_ms)
+    }
+
+    fn claim(
+        &self,
+        key: &RecordKey,
+        owner: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<ExecutionRecord, Error> {
+        self.inner.claim(key, owner, now_ms, ttl_ms)
+    }
+
+    fn write(
+        &self,
+        key: &RecordKey,
+        guard: &Guard,
+        patch: &ExecPatch,
+        now_ms: u64,
+    ) -> Result<ExecutionRecord, Error> {
+        let dispatching = self.kill == Some(KillPoint::AfterIntent)
+            && patch.state == Some(ExecState::Dispatching);
+        self.before_write(patch);
+        let r = self.inner.write(key, guard, patch, now_ms);
+        if dispatching && r.is_ok() {
+            die();
+        }
+        r
+    }
+
+    fn reserve(
+        &self,
+        key: &RecordKey,
+        guard: &Guard,
+        request: &Reserve,
+        now_ms: u64,
+    ) -> Result<ExecutionRecord, Error> {
+        self.inner.reserve(key, guard, request, now_ms)
+    }
+
+    fn release(
+        &self,
+        key: &RecordKey,
+        guard: &Guard,
+        now_ms: u64,
+    ) -> Result<ExecutionRecord, Error> {
+        self.inner.release(key, guard, now_ms)
+    }
+
+    fn cancel(&self, key: &RecordKey, now_ms: u64) -> Result<ExecutionRecord, Error> {
+        self.inner.cancel(key, now_ms)
+    }
+
+    fn due(&self, now_ms: u64, after: Option<&DueCursor>, limit: u32) -> Result<DuePage, Error> {
+        self.inner.due(now_ms, after, limit)
+    }
+
+    fn usage(&self, worker_id: &str) -> Result<Resources, Error> {
+        self.inner.usage(worker_id)
+    }
+
+    fn accept_machine(
+        &self,
+        record: &MachineRecord,
+        max_pending: u32,
+    ) -> Result<Accepted<MachineRecord>, Error> {
+        self.inner.accept_machine(record, max_pending)
+    }
+
+    fn fetch_machine(&self, key: &RecordKey) -> Result<MachineRecord, Error> {
+        self.inner.fetch_machine(key)
+    }
+
+    fn claim_machine(
+        &self,
+        key: &RecordKey,
+        owner: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<MachineRecord, Error> {
+        self.inner.claim_machine(key, owner, now_ms, ttl_ms)
+    }
+
+    fn write_machine(
+        &self,
+        key: &RecordKey,
+        guard: &Guard,
+        patch: &MachinePatch,
+        now_ms: u64,
+    ) -> Result<MachineRecord, Error> {
+        self.inner.write_machine(key, guard, patch, now_ms)
+    }
+
+    fn reserve_machine(
+        &self,
+        key: &RecordKey,
+        guard: &Guard,
+        request: &Reserve,
+        now_ms: u64,
+    ) -> Result<MachineRecord, Error> {
+        self.inner.reserve_machine(key, guard, request, now_ms)
+    }
+
+    fn request_machine(
+        &self,
+        key: &RecordKey,
+        action: MachineOperation,
+        version: u64,
+        now_ms: u64,
+    ) -> Result<MachineRecord, Error> {
+        self.inner.request_machine(key, action, version, now_ms)
+    }
+
+    fn acquire_slot(
+        &self,
+        machine: &RecordKey,
+        guard: &Guard,
+        exec: &RecordKey,
+        now_ms: u64,
+    ) -> Result<MachineRecord, Error> {
+        self.inner.acquire_slot(machine, guard, exec, now_ms)
+    }
+
+    fn finish_slot(
+        &self,
+        machine: &RecordKey,
+        guard: &Guard,
+        exec: &RecordKey,
+        now_ms: u64,
+    ) -> Result<(MachineRecord, Finish), Error> {
+        self.inner.finish_slot(machine, guard, exec, now_ms)
+    }
+
+    fn list(
+        &self,
+        scope: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Page<ExecutionRecord>, Error> {
+        self.inner.list(scope, after, limit)
+    }
+
+    fn list_machines(
+        &self,
+        scope: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Page<MachineRecord>, Error> {
+        self.inner.list_machines(scope, after, limit)
+    }
+
+    fn due_machines(
+        &self,
+        now_ms: u64,
+        after: Option<&DueCursor>,
+        limit: u32,
+    ) -> Result<DuePage<MachineRecord>, Error> {
+        self.inner.due_machines(now_ms, after, limit)
+    }
+
+    fn claim_version(
+        &self,
+        key: &RecordKey,
+        owner: &str,
+        version: u64,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<ExecutionRecord, Error> {
+        self.inner
+            .claim_version(key, owner, version, now_ms, ttl_ms)
+    }
+
+    fn claim_machine_version(
+        &self,
+        key: &RecordKey,
+        owner: &str,
+        version: u64,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<MachineRecord, Error> {
+        self.inner
+            .claim_machine_version(key, owner, version, now_ms, ttl_ms)
+    }
+
+    fn submit(
+        &self,
+        record: &ExecutionRecord,
+        max_pending: u32,
+    ) -> Result<Accepted<Submitted>, Error> {
+        self.inner.submit(record, max_pending)
+    }
+
+    fn finish_command(
+        &self,
+        machine: &RecordKey,
+        guard: &Guard,
+        exec: &RecordKey,
+        now_ms: u64,
+    ) -> Result<(MachineRecord, ExecutionRecord, Finish), Error> {
+        self.inner.finish_command(machine, guard, exec, now_ms)
+    }
+
+    fn resolve_machine(
+        &self,
+        key: &RecordKey,
+        version: u64,
+        quiesced: bool,
+        disposition: &Disposition,
+        now_ms: u64,
+    ) -> Result<Resolved, Error> {
+        self.inner
+            .resolve_machine(key, version, quiesced, disposition, now_ms)
+    }
+}
