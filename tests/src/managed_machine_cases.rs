@@ -212,7 +212,6 @@ pub fn resolve_after_an_unknown_command_frees_the_slot<M: ManagedShell>(kind: St
     // The controller may still be writing the record (finishing the unknown
     // command's slot), so a caller re-reads the version after a
     // `stale_version` and tries again, as an operator would.
-    let mut m = m;
     let mut e = rt
         .m_resolve(&key("box2"), m.version, true, Resolution::Stopped)
         .unwrap_err();
