@@ -197,6 +197,8 @@ impl RuntimeBuilder {
         if !self.store.info().durable && !self.ephemeral {
             return Err(Error::validation(Operation::Config, "store_not_durable"));
         }
+        // The options are checked first (the controller checks them again).
+        self.config.validate()?;
         let terminals = crate::managed_terminal::ManagedTerminals::new(
             Arc::clone(&self.store),
             self.fingerprint_key.clone(),

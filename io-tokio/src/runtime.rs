@@ -197,6 +197,8 @@ impl RuntimeBuilder {
         }
         let handle = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::validation(Operation::Config, "no_tokio_runtime"))?;
+        // The options are checked first (the controller checks them again).
+        self.config.validate()?;
         let terminals = crate::managed_terminal::ManagedTerminals::new(
             Arc::clone(&self.store),
             self.fingerprint_key.clone(),
