@@ -72,6 +72,8 @@ impl Conn {
     pub(crate) fn connect(target: &SocketTarget, deadline: Instant) -> Result<Self, ConnectError> {
         let (host, port, tls) = match &target.kind {
             Kind::Unix { path } => {
+                let facts = unix_socket_facts(path).map_err(|_| ConnectError::Refused)?;
+                smolbox_core::worker::check_unix_socket(facts).map_err(ConnectError::Unsafe)?;
                 let stream = Stream::unix(path).map_err(|_| ConnectError::Refused)?;
                 return Self::establish(stream, deadline);
             }
@@ -531,4 +533,23 @@ fn resolve(host: &str, port: u16, deadline: Instant) -> Result<Vec<SocketAddr>, 
         }
         Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(ConnectError::Timeout),
     }
+}
+
+/// What `stat` says about a Unix socket path and its parent directory
+/// (the decision is core's [`check_unix_socket`](smolbox_core::worker::check_unix_socket)).
+fn unix_socket_facts(path: &std::path::Path) -> io::Result<smolbox_core::worker::SocketFileFacts> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let socket = std::fs::metadata(path)?;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let dir = std::fs::metadata(dir)?;
+    Ok(smolbox_core::worker::SocketFileFacts {
+        socket_mode: socket.mode() & 0o7777,
+        is_socket: socket.file_type().is_socket(),
+        socket_uid: socket.uid(),
+        dir_mode: dir.mode() & 0o7777,
+        dir_uid: dir.uid(),
+    })
 }

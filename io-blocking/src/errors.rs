@@ -22,11 +22,14 @@ pub(crate) enum ConnectError {
     Tls,
     /// Plain HTTP, and the name resolved to no loopback address.
     NotLoopback,
+    /// The Unix socket's owner or modes are unsafe (core's verdict).
+    Unsafe(Error),
 }
 
 /// A connect (or TLS handshake) failure: nothing of the request was sent.
 pub(crate) fn connect(operation: Operation, e: &ConnectError) -> Error {
     let reason = match e {
+        ConnectError::Unsafe(e) => return e.with_operation(operation),
         ConnectError::Timeout => "connect_timeout",
         ConnectError::Resolve | ConnectError::Refused => "connect_failed",
         ConnectError::Tls => "tls_handshake",

@@ -197,7 +197,7 @@ impl RuntimeBuilder {
         if !self.store.info().durable && !self.ephemeral {
             return Err(Error::validation(Operation::Config, "store_not_durable"));
         }
-        // The options are checked first (the controller checks them again).
+        // The controller's options first: its errors name the option.
         self.config.validate()?;
         let terminals = crate::managed_terminal::ManagedTerminals::new(
             Arc::clone(&self.store),

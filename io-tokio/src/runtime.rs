@@ -197,7 +197,7 @@ impl RuntimeBuilder {
         }
         let handle = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::validation(Operation::Config, "no_tokio_runtime"))?;
-        // The options are checked first (the controller checks them again).
+        // The controller's options first: its errors name the option.
         self.config.validate()?;
         let terminals = crate::managed_terminal::ManagedTerminals::new(
             Arc::clone(&self.store),

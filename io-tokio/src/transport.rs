@@ -145,10 +145,15 @@ impl SocketTarget {
                     let _ = s.set_nodelay(true);
                     Ok(Connection::Tcp(s))
                 }
-                Kind::Unix { path } => UnixStream::connect(path)
-                    .await
-                    .map(Connection::Unix)
-                    .map_err(|_| fail("connect_failed")),
+                Kind::Unix { path } => {
+                    let facts = unix_socket_facts(path).map_err(|_| fail("connect_failed"))?;
+                    smolbox_core::worker::check_unix_socket(facts)
+                        .map_err(|e| e.with_operation(operation))?;
+                    UnixStream::connect(path)
+                        .await
+                        .map(Connection::Unix)
+                        .map_err(|_| fail("connect_failed"))
+                }
                 Kind::Tls {
                     host,
                     port,
@@ -191,6 +196,25 @@ async fn resolve(host: &str, port: u16) -> io::Result<Vec<std::net::SocketAddr>>
         ]);
     }
     Ok(tokio::net::lookup_host((host, port)).await?.collect())
+}
+
+/// What `stat` says about a Unix socket path and its parent directory
+/// (the decision is core's [`check_unix_socket`](smolbox_core::worker::check_unix_socket)).
+fn unix_socket_facts(path: &Path) -> io::Result<smolbox_core::worker::SocketFileFacts> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let socket = std::fs::metadata(path)?;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let dir = std::fs::metadata(dir)?;
+    Ok(smolbox_core::worker::SocketFileFacts {
+        socket_mode: socket.mode() & 0o7777,
+        is_socket: socket.file_type().is_socket(),
+        socket_uid: socket.uid(),
+        dir_mode: dir.mode() & 0o7777,
+        dir_uid: dir.uid(),
+    })
 }
 
 /// One byte stream to a worker.

@@ -64,7 +64,7 @@ fn running<M: ManagedShell>(rt: &M, id: &str) -> MachineRecord {
 /// Waits until the machine's slot is empty (AC-14.3.2).
 fn slot_empty<M: ManagedShell>(rt: &M, id: &str) -> MachineRecord {
     let mut last = None;
-    for _ in 0..1_000 {
+    for _ in 0..3_000 {
         let m = rt.m_inspect(&key(id)).unwrap();
         if m.active_execution.is_none() {
             return m;
@@ -72,7 +72,11 @@ fn slot_empty<M: ManagedShell>(rt: &M, id: &str) -> MachineRecord {
         last = Some(m);
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    panic!("the slot never emptied: {last:?}");
+    let holder = last
+        .as_ref()
+        .and_then(|m| m.active_execution.as_ref())
+        .map(|k| rt.fetch(k));
+    panic!("the slot never emptied: {last:?}; holder {holder:?}");
 }
 
 fn worker_names(s: &Setup) -> Vec<String> {
@@ -205,9 +209,21 @@ pub fn resolve_after_an_unknown_command_frees_the_slot<M: ManagedShell>(kind: St
         .unwrap_err();
     assert_eq!(e.reason(), "not_quiesced");
     // Still running: resolve `stopped` is an identity conflict (AC-17.3.2).
-    let e = rt
+    // The controller may still be writing the record (finishing the unknown
+    // command's slot), so a caller re-reads the version after a
+    // `stale_version` and tries again, as an operator would.
+    let mut e = rt
         .m_resolve(&key("box2"), m.version, true, Resolution::Stopped)
         .unwrap_err();
+    for _ in 0..100 {
+        if e.category() != Category::StaleVersion {
+            break;
+        }
+        m = rt.m_inspect(&key("box2")).unwrap();
+        e = rt
+            .m_resolve(&key("box2"), m.version, true, Resolution::Stopped)
+            .unwrap_err();
+    }
     assert_eq!(e.category(), Category::IdentityConflict, "{e:?}");
     assert_eq!(rt.m_inspect(&key("box2")).unwrap().version, m.version);
     // An ownership-verified stop for draining, keeping the slot.

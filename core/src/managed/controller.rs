@@ -763,6 +763,7 @@ impl Controller {
         self.observe_clock(now_ms);
         if !self.shutting_down && !self.cfg.workers.is_empty() {
             self.scan_at = Some(now);
+            self.mscan_at = Some(now);
             self.pump(now);
         }
     }
@@ -1206,9 +1207,18 @@ impl Controller {
                         }
                         let machine = ex.retained_machine().cloned();
                         self.execs.remove(&key);
+                        // Only a command whose slot was not finished yet
+                        // (cleanup pending) goes to the slot finish.
+                        let pending = f
+                            .record
+                            .as_ref()
+                            .is_some_and(|r| r.cleanup == super::state::Cleanup::Pending);
                         match machine {
-                            Some(m) if !f.held_elsewhere => self.finish_slot(&m, f),
-                            _ => self.notices.push_back(Event::Finished(f)),
+                            Some(m) if !f.held_elsewhere && pending => self.finish_slot(&m, f),
+                            _ => {
+                                self.slot_machines.remove(&key);
+                                self.notices.push_back(Event::Finished(f));
+                            }
                         }
                         freed = true;
                         break;

@@ -32,7 +32,6 @@ pub mod envelope;
 pub mod fingerprint;
 pub mod patch;
 pub mod record;
-pub mod run;
 pub mod slot;
 pub mod spec;
 pub mod state;

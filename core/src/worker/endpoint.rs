@@ -528,6 +528,48 @@ pub fn plain_http_address_allowed(ip: std::net::IpAddr) -> bool {
     }
 }
 
+/// What a shell found out about a Unix socket path before connecting
+/// (from `stat`); [`check_unix_socket`] decides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SocketFileFacts {
+    /// The socket file's permission bits (`st_mode & 0o7777`).
+    pub socket_mode: u32,
+    /// The file is a socket.
+    pub is_socket: bool,
+    /// The socket file's owner.
+    pub socket_uid: u32,
+    /// The parent directory's permission bits.
+    pub dir_mode: u32,
+    /// The parent directory's owner.
+    pub dir_uid: u32,
+}
+
+/// Whether a Unix socket may carry requests (and the token): refused when
+/// the path is not a socket, when other users may write the socket
+/// (`o+w`), when the parent directory is writable by its group or by other
+/// users (someone else could have put or could replace the socket there),
+/// or when the socket's owner is neither the directory's owner nor root.
+///
+/// # Errors
+/// `validation`, operation `config`, evidence `not_dispatched`: reason
+/// `socket_not_a_socket`, `socket_writable_by_others`,
+/// `socket_dir_writable_by_others` or `socket_owner_mismatch`.
+pub fn check_unix_socket(f: SocketFileFacts) -> Result<(), Error> {
+    if !f.is_socket {
+        return Err(invalid("socket_not_a_socket"));
+    }
+    if f.socket_mode & 0o002 != 0 {
+        return Err(invalid("socket_writable_by_others"));
+    }
+    if f.dir_mode & 0o022 != 0 {
+        return Err(invalid("socket_dir_writable_by_others"));
+    }
+    if f.socket_uid != f.dir_uid && f.socket_uid != 0 {
+        return Err(invalid("socket_owner_mismatch"));
+    }
+    Ok(())
+}
+
 fn is_loopback_host(host: &str) -> bool {
     matches!(host, "127.0.0.1" | "localhost" | "::1")
 }
@@ -651,5 +693,76 @@ mod loopback_tests {
         ] {
             assert!(!plain_http_address_allowed(ip(bad)), "{bad}");
         }
+    }
+}
+
+#[cfg(test)]
+mod socket_tests {
+    use super::{SocketFileFacts, check_unix_socket};
+
+    fn facts() -> SocketFileFacts {
+        SocketFileFacts {
+            socket_mode: 0o755,
+            is_socket: true,
+            socket_uid: 1000,
+            dir_mode: 0o700,
+            dir_uid: 1000,
+        }
+    }
+
+    fn reason(f: SocketFileFacts) -> &'static str {
+        check_unix_socket(f).err().map_or("", |e| e.reason())
+    }
+
+    #[test]
+    fn socket_owner_and_modes_are_checked() {
+        assert_eq!(reason(facts()), "");
+        // Group-writable socket (umask 002) in a private directory: fine.
+        assert_eq!(
+            reason(SocketFileFacts {
+                socket_mode: 0o775,
+                ..facts()
+            }),
+            ""
+        );
+        // A root-owned socket in a root-owned 0755 directory: fine.
+        let root = SocketFileFacts {
+            socket_uid: 0,
+            dir_uid: 0,
+            dir_mode: 0o755,
+            ..facts()
+        };
+        assert_eq!(reason(root), "");
+        assert_eq!(
+            reason(SocketFileFacts {
+                socket_mode: 0o777,
+                ..facts()
+            }),
+            "socket_writable_by_others"
+        );
+        for dir_mode in [0o1777, 0o770, 0o702] {
+            assert_eq!(
+                reason(SocketFileFacts {
+                    dir_mode,
+                    ..facts()
+                }),
+                "socket_dir_writable_by_others",
+                "{dir_mode:o}"
+            );
+        }
+        assert_eq!(
+            reason(SocketFileFacts {
+                socket_uid: 1001,
+                ..facts()
+            }),
+            "socket_owner_mismatch"
+        );
+        assert_eq!(
+            reason(SocketFileFacts {
+                is_socket: false,
+                ..facts()
+            }),
+            "socket_not_a_socket"
+        );
     }
 }

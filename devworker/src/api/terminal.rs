@@ -156,7 +156,9 @@ type Master = Arc<Mutex<Box<dyn MasterPty + Send>>>;
 
 struct Pty {
     master: Master,
-    input: std::sync::mpsc::Sender<Vec<u8>>,
+    /// Bounded ([`MAX_QUEUED_INPUT`] chunks): a program that does not read
+    /// its terminal stops the session reading the socket (back-pressure).
+    input: std::sync::mpsc::SyncSender<Vec<u8>>,
     output: mpsc::Receiver<Vec<u8>>,
     exit: mpsc::Receiver<i32>,
     /// The program's process group (it leads a session of its own).
@@ -218,7 +220,7 @@ fn open_pty(
             }
         }
     });
-    let (input, in_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+    let (input, in_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(MAX_QUEUED_INPUT);
     std::thread::spawn(move || {
         while let Ok(bytes) = in_rx.recv() {
             if writer
@@ -288,6 +290,10 @@ async fn session(mut socket: WebSocket, ctx: Session) {
     let mut output_done = false;
     let mut drain_deadline: Option<tokio::time::Instant> = None;
     let mut frames_sent = 0usize;
+    // Input the PTY's queue could not take yet: while it is held the
+    // socket is not read, so a client typing into a program that does not
+    // read is slowed by TCP instead of growing this process's memory.
+    let mut pending: Option<Vec<u8>> = None;
     let mut stalled = false;
     loop {
         if code.is_some() && output_done {
@@ -318,14 +324,19 @@ async fn session(mut socket: WebSocket, ctx: Session) {
                 drain_deadline = Some(tokio::time::Instant::now() + Duration::from_millis(300));
             }
             () = drain => output_done = true,
-            msg = socket.recv() => match msg {
-                Some(Ok(Message::Binary(b))) => { let _ = pty.input.send(b.to_vec()); }
-                Some(Ok(Message::Text(t))) => handle_text(&pty, t.as_str()),
+            () = tokio::time::sleep(Duration::from_millis(5)), if pending.is_some() => {
+                if let Some(bytes) = pending.take() {
+                    pending = queue_input(&pty.input, bytes);
+                }
+            }
+            msg = socket.recv(), if pending.is_none() => match msg {
+                Some(Ok(Message::Binary(b))) => pending = queue_input(&pty.input, b.to_vec()),
+                Some(Ok(Message::Text(t))) => pending = handle_text(&pty, t.as_str()),
                 Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
                 Some(Ok(Message::Close(_))) | Some(Err(_)) | None => {
                     // Client went away: the session ends with 130 and the
                     // program is killed (the code is not deliverable).
-                    let _ = pty.input.send(vec![4]);
+                    let _ = pty.input.try_send(vec![4]);
                     pty.hang_up();
                     return;
                 }
@@ -364,7 +375,21 @@ async fn session(mut socket: WebSocket, ctx: Session) {
     let _ = socket.send(Message::Close(None)).await;
 }
 
-fn handle_text(pty: &Pty, text: &str) {
+/// PTY input chunks queued for the writer thread at most; past it the
+/// session keeps one chunk aside and stops reading the socket.
+const MAX_QUEUED_INPUT: usize = 16;
+
+/// Queues `bytes` for the PTY; gives them back when the queue is full (the
+/// caller holds them and stops reading until they fit).
+fn queue_input(input: &std::sync::mpsc::SyncSender<Vec<u8>>, bytes: Vec<u8>) -> Option<Vec<u8>> {
+    match input.try_send(bytes) {
+        Err(std::sync::mpsc::TrySendError::Full(bytes)) => Some(bytes),
+        // Sent, or the writer is gone (the program ended): nothing to hold.
+        _ => None,
+    }
+}
+
+fn handle_text(pty: &Pty, text: &str) -> Option<Vec<u8>> {
     match serde_json::from_str::<ClientText>(text) {
         Ok(m) if m.kind == "resize" => {
             let cols = m.cols.unwrap_or(80) as u16;
@@ -375,14 +400,33 @@ fn handle_text(pty: &Pty, text: &str) {
                 pixel_width: 0,
                 pixel_height: 0,
             });
+            None
         }
-        Ok(m) if m.kind == "stdin" => {
-            if let Some(serde_json::Value::String(s)) = m.data {
-                let _ = pty.input.send(s.into_bytes());
-            }
+        Ok(m) if m.kind == "stdin" => match m.data {
+            Some(serde_json::Value::String(s)) => queue_input(&pty.input, s.into_bytes()),
+            _ => None,
+        },
+        _ => queue_input(&pty.input, text.as_bytes().to_vec()),
+    }
+}
+
+#[cfg(test)]
+mod input_tests {
+    use super::{MAX_QUEUED_INPUT, queue_input};
+
+    #[test]
+    fn pty_input_is_bounded_at_n_chunks_then_held() {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(MAX_QUEUED_INPUT);
+        for i in 0..MAX_QUEUED_INPUT {
+            assert_eq!(queue_input(&tx, vec![i as u8]), None, "chunk {i} queued");
         }
-        _ => {
-            let _ = pty.input.send(text.as_bytes().to_vec());
-        }
+        // N + 1: given back to be held (the session stops reading).
+        assert_eq!(queue_input(&tx, vec![0xff]), Some(vec![0xff]));
+        // The writer takes one: the held chunk fits again.
+        assert_eq!(rx.recv().ok(), Some(vec![0]));
+        assert_eq!(queue_input(&tx, vec![0xff]), None);
+        // A writer that is gone holds nothing back.
+        drop(rx);
+        assert_eq!(queue_input(&tx, vec![1]), None);
     }
 }

@@ -540,3 +540,49 @@ fn plain_tcp_connects_only_to_loopback_addresses() {
     );
     drop(l);
 }
+
+#[test]
+fn a_unix_socket_others_could_replace_or_write_is_refused_unsent() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.sock");
+    let _listener = UnixListener::bind(&path).unwrap();
+    let set = |p: &std::path::Path, mode| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    for (dir_mode, sock_mode, reason) in [
+        (0o777, 0o755, "socket_dir_writable_by_others"),
+        (0o1777, 0o755, "socket_dir_writable_by_others"),
+        (0o770, 0o755, "socket_dir_writable_by_others"),
+        (0o700, 0o777, "socket_writable_by_others"),
+    ] {
+        set(dir.path(), dir_mode);
+        set(&path, sock_mode);
+        let e = SocketTarget::unix(&path)
+            .connect(soon(), Operation::Health)
+            .unwrap_err();
+        assert_eq!(
+            (e.category(), e.reason(), e.evidence(), e.operation()),
+            (
+                Category::Validation,
+                reason,
+                Evidence::NotDispatched,
+                Operation::Health
+            ),
+            "{dir_mode:o} {sock_mode:o}"
+        );
+    }
+    set(dir.path(), 0o700);
+    set(&path, 0o775);
+    assert!(
+        SocketTarget::unix(&path)
+            .connect(soon(), Operation::Health)
+            .is_ok()
+    );
+    let file = dir.path().join("f");
+    std::fs::write(&file, b"").unwrap();
+    let e = SocketTarget::unix(&file)
+        .connect(soon(), Operation::Health)
+        .unwrap_err();
+    assert_eq!(e.reason(), "socket_not_a_socket");
+}

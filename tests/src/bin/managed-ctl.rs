@@ -9,15 +9,19 @@
 //! process SIGKILL itself at that durable boundary
 //! (`smolbox_tests::kill::KillPoint`).
 //!
-//! Usage: `managed-ctl STORE URL TOKEN ID SCRIPT`.
+//! With a sixth argument `retained`, the worker gets its admitted profile,
+//! the process creates and starts retained machine `boxes/kill` and submits
+//! the command into its slot under `boxes/ID` instead.
+//!
+//! Usage: `managed-ctl STORE URL TOKEN ID SCRIPT [retained]`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use smolbox_core::Secret;
 use smolbox_core::exec::Command;
-use smolbox_core::managed::RecordKey;
 use smolbox_core::managed::controller::{RunTarget, Submit, spec_for};
+use smolbox_core::managed::{RecordKey, RetainedMachineSpec};
 use smolbox_core::worker::{Budgets, Endpoint, EndpointConfig};
 use smolbox_store::keys::load_or_create_keys;
 use smolbox_store::{PostgresStore, Sealer, SqliteStore, Store};
@@ -25,9 +29,15 @@ use smolbox_tests::kill::{KillPoint, KillStore};
 
 fn main() -> Result<(), smolbox_core::Error> {
     let args: Vec<String> = std::env::args().collect();
-    let [_, db, url, token, id, script] = args.as_slice() else {
-        eprintln!("usage: managed-ctl DB URL TOKEN ID SCRIPT");
-        std::process::exit(2);
+    let (db, url, token, id, script, retained) = match args.as_slice() {
+        [_, db, url, token, id, script] => (db, url, token, id, script, false),
+        [_, db, url, token, id, script, mode] if mode == "retained" => {
+            (db, url, token, id, script, true)
+        }
+        _ => {
+            eprintln!("usage: managed-ctl STORE URL TOKEN ID SCRIPT [retained]");
+            std::process::exit(2);
+        }
     };
     let inner: Arc<dyn Store> = match db.strip_prefix("postgres:") {
         Some(rest) => {
@@ -68,12 +78,40 @@ fn main() -> Result<(), smolbox_core::Error> {
         ..EndpointConfig::default()
     })?;
     let client = smolbox_blocking::Client::new(endpoint)?;
+    let command = Command::new(["sh", "-c", script.as_str()]).timeout_secs(60);
+    if retained {
+        let profile = client.admit(&[])?;
+        let runtime = smolbox_blocking::Runtime::builder(store, key)
+            .worker_with_profile("dev", client, profile)
+            .lease_ttl_ms(1_000)
+            .poll_interval_ms(100)
+            .build()?;
+        let target = RunTarget::unverified().fitting(&command);
+        let spec = RetainedMachineSpec {
+            artifact: target.artifact,
+            profile: target.profile,
+            ports: Vec::new(),
+            workload: None,
+            checkpointable: false,
+            network: None,
+            guest_paths: None,
+        };
+        let machine = RecordKey::new("boxes", "kill")?;
+        let m = runtime.machines();
+        m.create(&machine, &spec)?;
+        let rec = m.wait(&machine, 30_000)?;
+        m.start(&machine, rec.version)?;
+        m.wait(&machine, 30_000)?;
+        let key = RecordKey::new("boxes", id)?;
+        m.submit(&machine, &key, &command)?;
+        runtime.wait(&key, 60_000)?;
+        return Ok(());
+    }
     let runtime = smolbox_blocking::Runtime::builder(store, key)
         .worker("dev", client)
         .lease_ttl_ms(1_000)
         .poll_interval_ms(100)
         .build()?;
-    let command = Command::new(["sh", "-c", script.as_str()]).timeout_secs(60);
     let spec = spec_for(
         &command,
         &RunTarget::unverified().fitting(&command),

@@ -19,6 +19,7 @@ use smolbox_core::managed::controller::{
     WorkerEntry, WorkerOp, WorkerReply, WorkerResult, spec_for,
 };
 use smolbox_core::managed::record::{Claim, ExecResult, ExecutionRecord};
+use smolbox_core::managed::state::Cleanup;
 use smolbox_core::managed::{ExecState, ExecutionSpec, RecordKey, testkit};
 use smolbox_core::worker::{
     Incarnation, MachineSpec, MachineState as WState, Measurements, Observation, Profile, Version,
@@ -426,8 +427,9 @@ impl Sim {
     fn check(&mut self, arrivals: &[(Mutation, String)]) {
         let before = self.model.violations.len();
         self.check_renewal();
-        self.model
-            .observe_commits(self.step, self.store.take_commits());
+        let commits = self.store.take_commits();
+        self.model.check_absence(self.step, &commits, &self.worker);
+        self.model.observe_commits(self.step, commits);
         self.model
             .check_worker(self.step, &self.worker, arrivals, |k| k.id.clone());
         for v in self.worker.take_violations() {
@@ -518,6 +520,19 @@ impl Sim {
                     key.id,
                     r.state.as_str(),
                     QUIET_MS / 1_000
+                ));
+            }
+            // No machine is left at the worker with its reservation gone
+            // (capacity is held until absence is known, C14.4).
+            if let Some(r) = &stored
+                && let Some(a) = &r.assignment
+                && r.reservation.is_none()
+                && (self.worker.has_machine(&a.machine_name)
+                    || self.worker.create_may_still_land(&a.machine_name))
+            {
+                self.violation(format!(
+                    "{}/{}: machine {} left at the worker with its reservation released (a leak)",
+                    key.scope, key.id, a.machine_name
                 ));
             }
             if self.jobs[j].accepted && stored.is_none() {
@@ -726,8 +741,23 @@ impl Sim {
         }
     }
 
-    fn store_op(&mut self, h: usize, id: OpId, op: StoreOp, n: std::time::Instant, w: u64) {
+    fn store_op(&mut self, h: usize, id: OpId, mut op: StoreOp, n: std::time::Instant, w: u64) {
         let key = op_key(&op);
+        // Planted: a machine without creation evidence (the create may have
+        // been sent) is taken as absent, as after a 404 that proves nothing
+        // (C0.4 rule 3): absence recorded, then the reservation released.
+        if self.opts.bug == Some(Bug::ReleaseAfter404WithoutCreation)
+            && let StoreOp::Write { patch, now_ms, .. } = &mut op
+            && patch.cleanup == Some(Cleanup::Failed)
+            && key
+                .as_ref()
+                .and_then(|k| self.hosts[h].last.get(k))
+                .is_some_and(|r| r.assignment.is_some() && r.creation.is_none())
+        {
+            patch.cleanup = Some(Cleanup::Complete);
+            patch.absence_at_ms = Some(*now_ms);
+            patch.next_due_at_ms = Some(Some(*now_ms));
+        }
         // Planted: the claim refresh before the intent (or a renewal while
         // the command runs) answered from memory.
         let last = key

@@ -24,15 +24,14 @@
 //! After the chaos window the run goes quiescent (no faults, no crashes):
 //! every caller's wait must then end.
 //!
-//! The subject today is `managed::run::Run` (one command per record), hosted
-//! by [`driver`]: a controller process is a set of `Run`s under one owner,
-//! and the caller's retry (a new `Run` over the stored record) stands in for
-//! the recovery scan the `Controller` will do itself. Planted bugs
-//! ([`Bug`]) live in that driver only.
+//! The subject is `managed::controller::Controller`, hosted by
+//! [`controller`]: a simulated controller process is one `Controller`
+//! under its own owner, recovering by its own due scan. Planted bugs
+//! ([`Bug`]) live in that driver only. (The one-command `managed::run::Run`
+//! and its driver were removed with it in session 3.)
 
 pub mod clock;
 pub mod controller;
-pub mod driver;
 pub mod model;
 pub mod rng;
 pub mod store;
@@ -82,6 +81,11 @@ pub enum Bug {
     /// The claim is not renewed while the command runs (the renewal is
     /// answered from memory): the issue-12 bug. `Controller` only.
     DropClaimRenewal,
+    /// A disposable machine without creation evidence (its create may have
+    /// been sent) is taken as absent — as after a 404, which proves nothing
+    /// there (C0.4 rule 3) — and its reservation released. Disposable
+    /// `Controller` runs only.
+    ReleaseAfter404WithoutCreation,
 }
 
 impl Bug {
@@ -94,24 +98,6 @@ impl Bug {
         Self::UncertainAsExit,
         Self::DropClaimRenewal,
     ];
-
-    /// Every planted bug the `Run` driver can plant.
-    pub const RUN: [Self; 5] = [
-        Self::RedispatchDispatching,
-        Self::DispatchBeforeIntent,
-        Self::SkipIntentClaimRefresh,
-        Self::StoreFailureAsAbsence,
-        Self::UncertainAsExit,
-    ];
-}
-
-/// Which core state machine a seed drives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Subject {
-    /// `managed::controller::Controller` (DESIGN.md §5a).
-    Controller,
-    /// `managed::run::Run`, the one-command slice.
-    Run,
 }
 
 impl Bug {
@@ -130,6 +116,11 @@ impl Bug {
             }
             Self::UncertainAsExit => &["stored exit", "finished with exit"],
             Self::DropClaimRenewal => &["(C15 renewal)"],
+            Self::ReleaseAfter404WithoutCreation => &[
+                "recorded while the machine exists",
+                "recorded while a create of it may still land",
+                "with its reservation released (a leak)",
+            ],
         }
     }
 }
@@ -137,34 +128,22 @@ impl Bug {
 /// What a run checks and plants.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Options {
-    /// What is driven.
-    pub subject: Subject,
     /// A planted bug, or none.
     pub bug: Option<Bug>,
-    /// Also check the promises the `Controller` makes and `Run` does not
-    /// (issue 12): a cancel before the intent stops the dispatch; an exit
-    /// seen by a controller that stays up is persisted; commands may run
-    /// longer than the claim TTL.
+    /// Also check the liveness promises of issue 12 (false: the safety
+    /// rules only): an exit seen by a controller that stays up (or that
+    /// was paused and came back) is persisted.
     pub strict: bool,
-    /// `Controller` only: half the commands run on disposable machines the
-    /// controller creates and deletes (runtime ca8cf19).
+    /// Half the commands run on disposable machines the controller
+    /// creates and deletes.
     pub disposable: bool,
 }
 
 impl Options {
     /// The default: the `Controller`, no bug, every rule.
     pub const DEFAULT: Self = Self {
-        subject: Subject::Controller,
         bug: None,
         strict: true,
-        disposable: false,
-    };
-
-    /// `Run`, no bug, the safety rules it promises.
-    pub const RUN: Self = Self {
-        subject: Subject::Run,
-        bug: None,
-        strict: false,
         disposable: false,
     };
 
@@ -178,10 +157,7 @@ impl Options {
 
 /// Runs one seed with `opts`.
 pub fn run_seed(seed: u64, opts: Options) -> SeedReport {
-    match opts.subject {
-        Subject::Controller => controller::run_seed(seed, opts),
-        Subject::Run => driver::run_seed(seed, opts),
-    }
+    controller::run_seed(seed, opts)
 }
 
 /// The result of one seed.

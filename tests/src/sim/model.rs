@@ -110,7 +110,7 @@ impl Model {
     }
 
     /// A cancel of `key` committed while it was before dispatch: its
-    /// command must never arrive (C16; strict mode only, `Run` ignores it).
+    /// command must never arrive (C16).
     pub fn cancelled_before_intent(&mut self, key: &RecordKey) {
         self.cancelled.insert(key.clone());
     }
@@ -118,6 +118,46 @@ impl Model {
     /// The last committed version of `key`.
     pub fn last(&self, key: &RecordKey) -> Option<&ExecutionRecord> {
         self.keys.get(key).map(|k| &k.last)
+    }
+
+    /// C0.4 rule 3, C14.4, C17.2: a machine's absence is recorded only when
+    /// the machine is really gone at the worker and no create of it can
+    /// still land; a reservation (capacity, name, ports) is released only
+    /// after recorded absence. Call before [`Model::observe_commits`] with
+    /// the same commits (it compares with the previous version).
+    pub fn check_absence(&mut self, step: u64, commits: &[Commit], worker: &SimWorker) {
+        for c in commits {
+            let r = &c.record;
+            let prev = self.keys.get(&r.key).map(|k| k.last.clone());
+            if let Some(a) = &r.assignment {
+                let newly = r.absence_at_ms.is_some()
+                    && prev.as_ref().is_none_or(|p| p.absence_at_ms.is_none());
+                if newly && worker.has_machine(&a.machine_name) {
+                    self.violate(
+                        step,
+                        &r.key,
+                        format!(
+                            "absence of {} recorded while the machine exists",
+                            a.machine_name
+                        ),
+                    );
+                } else if newly && worker.create_may_still_land(&a.machine_name) {
+                    self.violate(
+                        step,
+                        &r.key,
+                        format!(
+                            "absence of {} recorded while a create of it may still land",
+                            a.machine_name
+                        ),
+                    );
+                }
+            }
+            let released =
+                prev.as_ref().is_some_and(|p| p.reservation.is_some()) && r.reservation.is_none();
+            if released && r.absence_at_ms.is_none() {
+                self.violate(step, &r.key, "reservation released before recorded absence");
+            }
+        }
     }
 
     /// Checks each commit against the previous version of its record.

@@ -616,6 +616,16 @@ impl SimWorker {
         self.machines.contains_key(name)
     }
 
+    /// Whether a create of machine `name` was sent and may still take
+    /// effect (on its way, or a late create whose machine has not appeared
+    /// yet): absence of `name` cannot be known while this holds.
+    pub fn create_may_still_land(&self, name: &str) -> bool {
+        self.pending.values().any(|p| match p {
+            Pending::Arrive(_, Request::Create { name: n }, _) | Pending::Appear(n) => n == name,
+            _ => false,
+        })
+    }
+
     /// Takes the mutations that arrived since the last call, in order.
     pub fn take_arrivals(&mut self) -> Vec<(Mutation, String)> {
         std::mem::take(&mut self.arrivals)

@@ -255,6 +255,12 @@ impl Exec {
         self.target = Some((worker_id, machine));
     }
 
+    /// Re-reads the record before the first step (it came from a due page
+    /// that may be older than the store).
+    pub(super) fn refetch(&mut self) {
+        self.need_fetch = true;
+    }
+
     /// The retained machine whose slot this command holds.
     pub(super) fn retained_machine(&self) -> Option<&crate::managed::RecordKey> {
         self.rec.spec.machine.as_ref()

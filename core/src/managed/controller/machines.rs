@@ -277,6 +277,7 @@ enum SKind {
     Intent,
     Write,
     Finish,
+    Reserve,
 }
 
 /// What a machine task wants next.
@@ -317,6 +318,8 @@ pub(super) struct Mach {
     fatal: Option<Error>,
     /// Commands whose slot is to be finished (their notices wait for it).
     finishing: VecDeque<Box<Finished>>,
+    /// The worker had no room for the reservation: recorded, retried later.
+    no_room: Option<Error>,
 }
 
 impl Mach {
@@ -342,6 +345,7 @@ impl Mach {
             refetches: 0,
             fatal: None,
             finishing: VecDeque::new(),
+            no_room: None,
         }
     }
 
@@ -357,15 +361,34 @@ impl Mach {
         self.finishing.iter().map(|f| &f.key)
     }
 
+    /// Nothing of this task is in flight and no slot finish is owed: it
+    /// can be dropped at shutdown (the store keeps what is due).
+    pub(super) fn quiet(&self) -> bool {
+        self.inflight.is_none()
+            && self.worker_op.is_none()
+            && self.reply.is_none()
+            && self.finishing.is_empty()
+    }
+
     /// Re-reads the record before the next step (it was seen elsewhere).
     pub(super) fn refresh(&mut self) {
         self.need_fetch = true;
     }
 
-    /// The worker whose lease the next step needs (an unassigned machine
-    /// about to be reserved).
+    /// The worker whose lease the next step needs: an unassigned machine
+    /// about to be reserved, read fresh under this controller's claim (a
+    /// stale view must never take the worker lease: taking it after it
+    /// lapsed moves its generation, which fences every machine assigned
+    /// under the old one).
     pub(super) fn wants_lease(&self, cfg: &ControllerConfig) -> Option<String> {
-        let creating = self.rec.assignment.is_none()
+        let claimed = self.claim_at.is_some()
+            && self
+                .rec
+                .claim
+                .as_ref()
+                .is_some_and(|c| c.owner == cfg.owner);
+        let creating = claimed
+            && self.rec.assignment.is_none()
             && self.rec.state == MachineRecordState::Accepted
             && self.rec.operation == MachineOperation::None
             && self.rec.next_due_at_ms.is_some();
@@ -643,7 +666,12 @@ impl Mach {
             .assignment
             .as_ref()
             .map(|a| a.worker_id.clone())
-            .or_else(|| self.wants_lease(cfg));
+            .or_else(|| {
+                cfg.workers
+                    .iter()
+                    .find(|w| w.profile.is_some())
+                    .map(|w| w.id.clone())
+            });
         let entry = worker
             .as_ref()
             .and_then(|w| cfg.workers.iter().find(|x| &x.id == w));
@@ -656,7 +684,7 @@ impl Mach {
             .assignment
             .as_ref()
             .and_then(|a| MachineName::new(&a.machine_name).ok());
-        let worker_id = worker.unwrap_or_default();
+        let worker_id = worker.clone().unwrap_or_default();
         let op_of = |kind: WKind, name: MachineName, profile: &Profile| -> WorkerOp {
             let profile = Box::new(profile.clone());
             let worker_id = worker_id.clone();
@@ -683,16 +711,33 @@ impl Mach {
         match (op, phase) {
             (Op::None, Ph::None) if state == S::Accepted && self.rec.next_due_at_ms.is_some() => {
                 if self.rec.assignment.is_none() {
-                    let Some(entry) = entry else {
+                    // The claim first (a fresh record), then the lease.
+                    if !self.claim_ok(cfg, now, now_ms) {
+                        return self.claim_op(cfg, now_ms);
+                    }
+                    let Some(entry) = cfg
+                        .workers
+                        .iter()
+                        .find(|w| w.profile.is_some() && Some(&w.id) == worker.as_ref())
+                    else {
                         return MStep::Done;
                     };
                     if leases.live(&entry.id, now, now_ms).is_none() {
                         return MStep::Wait;
                     }
-                    if !self.claim_ok(cfg, now, now_ms) {
-                        return self.claim_op(cfg, now_ms);
+                    if let Some(e) = self.no_room.take() {
+                        // C14.4: shared capacity is full. The reason is on
+                        // the record; the machine stays accepted and is due
+                        // again after one claim TTL (no queue position).
+                        let p = MachinePatch {
+                            last_error: Some(ErrorEntry::from_error(&e, now_ms)),
+                            next_due_at_ms: Some(Some(now_ms.saturating_add(cfg.lease_ttl_ms))),
+                            ..MachinePatch::default()
+                        };
+                        self.fatal = Some(e);
+                        return self.write(cfg, now_ms, SKind::Write, p);
                     }
-                    self.next_kind = SKind::Write;
+                    self.next_kind = SKind::Reserve;
                     return MStep::Store(StoreOp::ReserveMachine {
                         key: self.rec.key.clone(),
                         guard: Guard::for_machine(&self.rec, &cfg.owner),
@@ -983,6 +1028,9 @@ impl Mach {
                         self.failures += 1;
                         self.need_fetch = true;
                         self.retry_at = Some(now + cfg.poll().max(cfg.renew_every() / 2));
+                    }
+                    Category::AdmissionExhausted if kind == SKind::Reserve => {
+                        self.no_room = Some(e);
                     }
                     Category::Validation
                         if kind == SKind::Finish && e.reason() == "not_slot_holder" =>
@@ -1760,7 +1808,7 @@ impl super::Controller {
             } => {
                 let held = machine.active_execution.as_ref() == Some(&execution.key);
                 if held && !self.execs.contains_key(&execution.key) {
-                    self.start_command(now, (**execution).clone(), (**machine).clone());
+                    self.start_command(now, (**execution).clone(), (**machine).clone(), false);
                 }
             }
             MachineAnswer::Submitted { .. } => {}
@@ -1773,7 +1821,13 @@ impl super::Controller {
     }
 
     /// Drives a command holding `machine`'s slot.
-    fn start_command(&mut self, now: Instant, rec: ExecutionRecord, machine: MachineRecord) {
+    fn start_command(
+        &mut self,
+        now: Instant,
+        rec: ExecutionRecord,
+        machine: MachineRecord,
+        refetch: bool,
+    ) {
         let Some(a) = machine.assignment.clone() else {
             return;
         };
@@ -1783,6 +1837,9 @@ impl super::Controller {
         let key = rec.key.clone();
         let mut ex = Exec::new(rec, now, self.now_ms, None);
         ex.set_target(a.worker_id, a.machine_name);
+        if refetch {
+            ex.refetch();
+        }
         self.slot_machines.insert(key.clone(), machine);
         self.execs.insert(key, ex);
     }
@@ -1792,7 +1849,11 @@ impl super::Controller {
         let Ok(StoreReply::Machine(m)) = result else {
             return;
         };
-        if self.execs.contains_key(&rec.key) || self.shutting_down {
+        let finishing = self
+            .machs
+            .values()
+            .any(|m| m.finishing_keys().any(|k| *k == rec.key));
+        if self.execs.contains_key(&rec.key) || finishing || self.shutting_down {
             return;
         }
         if self.execs.len() >= self.cfg.max_active {
@@ -1804,7 +1865,7 @@ impl super::Controller {
             // is sent; its record is left as stored.
             return;
         }
-        self.start_command(now, rec, m);
+        self.start_command(now, rec, m, true);
     }
 
     /// A retained command ended here: finish its slot (C14.3).
@@ -1871,6 +1932,10 @@ impl super::Controller {
 
     /// Moves every machine task forward; starts a machine due scan.
     pub(super) fn pump_machines(&mut self, now: Instant) {
+        if self.shutting_down {
+            // No new lifecycle work after shutdown: what is due stays due.
+            self.machs.retain(|_, m| !m.quiet());
+        }
         let keys: Vec<RecordKey> = self.machs.keys().cloned().collect();
         for key in keys {
             let Some(m) = self.machs.get_mut(&key) else {

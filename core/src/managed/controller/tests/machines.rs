@@ -89,6 +89,29 @@ impl TestStore {
                     .ok_or_else(|| claim::stale_claim(Operation::StoreReserve, "worker_lease"))?;
                 let m = self.machines.get(key).ok_or_else(absent)?;
                 guard_ok(self, m, guard, *now_ms)?;
+                let on_worker = |a: Option<&crate::managed::record::Assignment>| {
+                    a.is_some_and(|a| a.worker_id == reservation.worker_id)
+                };
+                let used = self
+                    .machines
+                    .values()
+                    .filter(|x| on_worker(x.assignment.as_ref()))
+                    .filter_map(|x| x.reservation)
+                    .chain(
+                        self.records
+                            .values()
+                            .filter(|x| on_worker(x.assignment.as_ref()))
+                            .filter_map(|x| x.reservation),
+                    )
+                    .fold(Resources::default(), Resources::plus);
+                if !used.plus(reservation.capacity).fits(reservation.limit) {
+                    return Err(Error::new(
+                        Category::AdmissionExhausted,
+                        Operation::StoreReserve,
+                        Evidence::NotDispatched,
+                    )
+                    .with_reason("worker_capacity"));
+                }
                 let mut next = m.clone();
                 next.assignment = Some(crate::managed::record::Assignment {
                     worker_id: reservation.worker_id.clone(),
@@ -820,5 +843,102 @@ fn a_command_timeout_is_checked_against_the_budget_at_n_and_n_plus_one() {
     assert_eq!(
         s.machine().active_execution,
         Some(RecordKey::new("s", "fits").unwrap())
+    );
+}
+
+#[test]
+fn capacity_is_shared_at_n_and_n_plus_one_and_freed_by_a_delete() {
+    let mut cfg = disposable_config();
+    cfg.workers[0].capacity.slots = 1;
+    let mut s = Sim::new(cfg);
+    s.running_machine(); // N = 1 reservation fits
+    let second = RecordKey::new("s", "box-2").unwrap();
+    s.request(MachineRequest::Create {
+        key: second.clone(),
+        spec: mspec(),
+    })
+    .unwrap();
+    s.settle();
+    // N + 1: refused by the store, recorded, nothing sent.
+    assert!(s.worker.is_empty(), "{:?}", s.worker);
+    let m2 = s.store.machines[&second].clone();
+    assert_eq!(m2.state, MS::Accepted);
+    assert!(m2.assignment.is_none() && m2.reservation.is_none());
+    assert_eq!(
+        m2.last_error.as_ref().map(|e| e.category.as_str()),
+        Some("admission_exhausted")
+    );
+    assert!(m2.next_due_at_ms.is_some_and(|d| d > s.now_ms), "due later");
+    // Deleting the first frees the slot; the second is created after.
+    s.lifecycle(Op::Delete).unwrap();
+    s.answer(
+        "inspect",
+        Ok(WorkerReply::Machine(obs(MachineState::Running))),
+    );
+    s.answer("delete", Ok(WorkerReply::Deleted));
+    s.answer("inspect", Err(not_found()));
+    assert_eq!(s.machine().state, MS::Deleted);
+    s.advance(2_000);
+    let m2 = s.store.machines[&second].clone();
+    assert_eq!(m2.state, MS::Creating, "{:?}", m2.last_error);
+    assert!(matches!(
+        s.worker.first(),
+        Some((_, WorkerOp::Create { .. }))
+    ));
+}
+
+#[test]
+fn shutdown_leaves_waiting_machine_work_due_and_stops() {
+    let mut s = Sim::new(disposable_config());
+    s.settle();
+    // Another controller holds the worker lease: the create must wait.
+    s.store.leases.insert(
+        WORKER.into(),
+        Lease {
+            owner: "ctl-other".into(),
+            generation: 7,
+            until_ms: s.now_ms + 600_000,
+        },
+    );
+    s.request(MachineRequest::Create {
+        key: mkey(),
+        spec: mspec(),
+    })
+    .unwrap();
+    s.advance(500);
+    assert!(s.worker.is_empty());
+    assert_eq!(s.ctl.machines_active(), 1);
+    s.ctl.shutdown(s.now, s.now_ms);
+    s.settle();
+    assert!(s.events.iter().any(|e| matches!(e, Event::Stopped)));
+    let m = s.machine();
+    assert_eq!(m.state, MS::Accepted);
+    assert!(
+        m.next_due_at_ms.is_some(),
+        "still due for the next controller"
+    );
+}
+
+#[test]
+fn a_due_machine_another_controller_claims_never_takes_the_worker_lease() {
+    let mut s = Sim::new(disposable_config());
+    s.settle();
+    // Another controller accepted and claimed the machine (not yet reserved).
+    let fp = fingerprint::machine_fingerprint(&fingerprint_key(), &mspec());
+    let rec = MachineRecord::accepted(mkey(), fp, mspec(), s.now_ms).unwrap();
+    let claimed = claim::claim_machine(&rec, "ctl-other", s.now_ms, 600_000).unwrap();
+    s.store.machines.insert(mkey(), claimed);
+    s.advance(1_000);
+    assert!(
+        !s.store_log
+            .iter()
+            .any(|op| matches!(op, StoreOp::ClaimWorker { .. })),
+        "a stale view took the worker lease"
+    );
+    assert!(s.store.leases.is_empty());
+    assert!(s.worker.is_empty());
+    assert_eq!(
+        s.machine().claim.as_ref().map(|c| c.owner.as_str()),
+        Some("ctl-other")
     );
 }
