@@ -63,11 +63,14 @@ fn run(bytes: &[u8], sizes: &[usize]) -> (Vec<Ev>, Vec<u8>) {
     (evs, sent)
 }
 
+/// A sent frame, unmasked: FIN, opcode, payload.
+type SentFrame = (bool, u8, Vec<u8>);
+
 /// What must not depend on how the input was split: every event, and the
 /// frames we sent other than pongs (unmasked). Pongs are coalesced to the
 /// latest ping not yet answered, so how many go out depends on when the
 /// shell drains transmits; each one sent must echo a ping received.
-fn same_up_to_pongs((evs, sent): (Vec<Ev>, Vec<u8>)) -> (Vec<Ev>, Vec<(bool, u8, Vec<u8>)>) {
+fn same_up_to_pongs((evs, sent): (Vec<Ev>, Vec<u8>)) -> (Vec<Ev>, Vec<SentFrame>) {
     let pings: Vec<&Vec<u8>> = evs
         .iter()
         .filter_map(|e| match e {
