@@ -8,7 +8,7 @@ use super::*;
 
 impl crate::managed::controller::Controller {
     /// A retained-machine request (C14.2, C14.3, C17.3). Returns at once
-    /// with the request's id; the answer is [`crate::managed::controller::Event::Machine`].
+    /// with the request's id; the answer is [`crate::managed::controller::ControllerEvent::Machine`].
     /// Creates and versioned requests answer once durable; the lifecycle
     /// work follows and is driven here (and by any controller's due scan).
     ///
@@ -180,9 +180,9 @@ impl crate::managed::controller::Controller {
         result: Result<MachineAnswer, Error>,
     ) {
         self.notices
-            .push_back(crate::managed::controller::Event::Machine(Box::new(
-                MachineDone { id, result },
-            )));
+            .push_back(crate::managed::controller::ControllerEvent::Machine(
+                Box::new(MachineDone { id, result }),
+            ));
     }
 
     /// After a durable answer: drive what it made due.
@@ -293,7 +293,7 @@ impl crate::managed::controller::Controller {
             }
             None => self
                 .notices
-                .push_back(crate::managed::controller::Event::Finished(f)),
+                .push_back(crate::managed::controller::ControllerEvent::Finished(f)),
         }
     }
 
@@ -376,7 +376,7 @@ impl crate::managed::controller::Controller {
                     }
                     MStep::Finished(f) => self
                         .notices
-                        .push_back(crate::managed::controller::Event::Finished(f)),
+                        .push_back(crate::managed::controller::ControllerEvent::Finished(f)),
                     MStep::Done => {
                         if m.take_fatal().is_some() {
                             self.skip.insert(key.clone(), now + self.cfg.poll());
