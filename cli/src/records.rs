@@ -19,7 +19,8 @@ use serde_json::json;
 use smolbox_core::exec::Command;
 use smolbox_core::managed::controller::Resolution;
 use smolbox_core::managed::controller::{
-    Controller, ControllerConfig, Event, Outcome, RunTarget, Submit, WorkerEntry, spec_for,
+    Controller, ControllerConfig, ControllerEvent, Outcome, RunTarget, Submit, WorkerEntry,
+    spec_for,
 };
 use smolbox_core::managed::fingerprint::exec_fingerprint;
 use smolbox_core::managed::record::ExecResult;
@@ -437,10 +438,10 @@ pub(crate) fn accept_only(opened: &Opened, worker: &str, submit: Submit) -> Resu
         }
         while let Some(ev) = ctl.poll_event() {
             match ev {
-                Event::Accepted {
+                ControllerEvent::Accepted {
                     key: k, existing, ..
                 } if k == key => return Ok(existing),
-                Event::Refused { key: k, error } if k == key => return Err(error.into()),
+                ControllerEvent::Refused { key: k, error } if k == key => return Err(error.into()),
                 _ => {}
             }
         }

@@ -25,8 +25,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use smolbox_core::managed::controller::machine_settled;
 use smolbox_core::managed::controller::machines::{check_list_limit, check_wait_ms};
 use smolbox_core::managed::controller::{
-    Controller, ControllerConfig, Event, Finished, OpId, StoreOp, StoreResult, Submit, WorkerEntry,
-    WorkerOp, WorkerReply, WorkerResult, owner_id,
+    Controller, ControllerConfig, ControllerEvent, Finished, OpId, StoreOp, StoreResult, Submit,
+    WorkerEntry, WorkerOp, WorkerReply, WorkerResult, owner_id,
 };
 pub use smolbox_core::managed::controller::{
     MachineAnswer, MachineRequest, Outcome, RequestId, Resolution, Submission, Telemetry,
@@ -812,28 +812,28 @@ impl Driver {
     }
 
     /// Delivers one event; true when waiters should look again.
-    fn deliver(&mut self, event: Event) -> bool {
+    fn deliver(&mut self, event: ControllerEvent) -> bool {
         smolbox_store::trace::event(&event);
         match event {
-            Event::Accepted { key, existing, .. } => {
+            ControllerEvent::Accepted { key, existing, .. } => {
                 if let Some(tx) = pop(&mut self.accept_waiters, &key) {
                     let _ = tx.send(Ok(Submission { key, existing }));
                 }
                 true
             }
-            Event::Refused { key, error } => {
+            ControllerEvent::Refused { key, error } => {
                 if let Some(tx) = pop(&mut self.accept_waiters, &key) {
                     let _ = tx.send(Err(error));
                 }
                 false
             }
-            Event::CancelRecorded { key, result } => {
+            ControllerEvent::CancelRecorded { key, result } => {
                 if let Some(tx) = pop(&mut self.cancel_waiters, &key) {
                     let _ = tx.send(result.map(|r| *r));
                 }
                 true
             }
-            Event::Finished(f) => {
+            ControllerEvent::Finished(f) => {
                 let mut n = self.shared.lock();
                 let key = f.key.clone();
                 if n.finished.insert(key.clone(), *f).is_none() {
@@ -846,7 +846,7 @@ impl Driver {
                 }
                 true
             }
-            Event::Telemetry(t) => {
+            ControllerEvent::Telemetry(t) => {
                 let mut n = self.shared.lock();
                 if n.telemetry.len() >= n.telemetry_cap {
                     n.telemetry.pop_front();
@@ -854,13 +854,13 @@ impl Driver {
                 n.telemetry.push_back(t);
                 false
             }
-            Event::Machine(d) => {
+            ControllerEvent::Machine(d) => {
                 if let Some(tx) = self.machine_waiters.remove(&d.id) {
                     let _ = tx.send(d.result);
                 }
                 true
             }
-            Event::TerminalDue(rec) => {
+            ControllerEvent::TerminalDue(rec) => {
                 // Recovery of a terminal not driven here (C7.4), off the
                 // driver thread (it waits for the run's first step).
                 let terminals = self.terminals.clone();
@@ -871,7 +871,7 @@ impl Driver {
                     });
                 false
             }
-            Event::Stopped => {
+            ControllerEvent::Stopped => {
                 self.stopped = true;
                 for tx in self.stop_waiters.drain(..) {
                     let _ = tx.send(());

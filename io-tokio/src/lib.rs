@@ -25,6 +25,11 @@
 //! ExecEvent::{Stdout(String), Stderr(String), Exit(i32)}
 //! Terminal::input(&mut self, &[u8]), resize(cols, rows), next(Duration) -> TerminalEvent, close(self) -> Result<TerminalExit, Error>
 //! TerminalEvent::{Output(Bytes), Closed(Result<TerminalExit, Error>)}
+//! Runtime::terminals() -> &ManagedTerminals   // managed terminals on retained machines (C7.4)
+//! ManagedTerminals::open(key, machine, ManagedTerminalSpec) -> TerminalOpened   // durable acceptance
+//! ManagedTerminals::attach(key, wait) -> ManagedTerminal   // one consumer; others: authentication
+//! ManagedTerminals::fetch / cancel / recover / wait(key, …) -> ExecutionRecord
+//! ManagedTerminal::input(&[u8]), resize(cols, rows), next(Duration) -> TerminalEvent, close(self)
 //! transport::{SocketTarget, Connection, TlsFiles}, MAX_CONNECTIONS (= 4)
 //! ```
 //!

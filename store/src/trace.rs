@@ -8,7 +8,7 @@
 
 use smolbox_core::Error;
 use smolbox_core::managed::controller::{
-    Event, OpId, StoreOp, StoreResult, WorkerOp, WorkerResult,
+    ControllerEvent, OpId, StoreOp, StoreResult, WorkerOp, WorkerResult,
 };
 
 /// The span a driver runs its loop in.
@@ -59,25 +59,25 @@ fn failed(id: OpId, what: &'static str, e: &Error) {
 }
 
 /// One controller event.
-pub fn event(event: &Event) {
+pub fn event(event: &ControllerEvent) {
     match event {
-        Event::Accepted { key, existing, .. } => tracing::info!(
+        ControllerEvent::Accepted { key, existing, .. } => tracing::info!(
             target: "smolbox::runtime",
             scope = %key.scope, id = %key.id, existing = *existing,
             "execution accepted"
         ),
-        Event::Refused { key, error } => tracing::warn!(
+        ControllerEvent::Refused { key, error } => tracing::warn!(
             target: "smolbox::runtime",
             scope = %key.scope, id = %key.id,
             category = ?error.category(), reason = error.reason(),
             "submission refused"
         ),
-        Event::CancelRecorded { key, result } => tracing::info!(
+        ControllerEvent::CancelRecorded { key, result } => tracing::info!(
             target: "smolbox::runtime",
             scope = %key.scope, id = %key.id, ok = result.is_ok(),
             "cancel recorded"
         ),
-        Event::Finished(f) => tracing::info!(
+        ControllerEvent::Finished(f) => tracing::info!(
             target: "smolbox::runtime",
             scope = %f.key.scope, id = %f.key.id,
             state = ?f.record.as_ref().map(|r| r.state),
@@ -88,25 +88,27 @@ pub fn event(event: &Event) {
             error = ?f.error.as_ref().map(Error::reason),
             "execution finished here"
         ),
-        Event::Telemetry(t) => tracing::debug!(
+        ControllerEvent::Telemetry(t) => tracing::debug!(
             target: "smolbox::runtime",
             scope = %t.key.scope, id = %t.key.id,
             state = ?t.state, evidence = ?t.evidence, version = t.version,
             epoch = t.epoch, dropped = t.dropped,
             "record written"
         ),
-        Event::Machine(d) => tracing::info!(
+        ControllerEvent::Machine(d) => tracing::info!(
             target: "smolbox::runtime",
             request = d.id.0, ok = d.result.is_ok(),
             category = ?d.result.as_ref().err().map(Error::category),
             reason = d.result.as_ref().err().map_or("", Error::reason),
             "machine request answered"
         ),
-        Event::TerminalDue(rec) => tracing::info!(
+        ControllerEvent::TerminalDue(rec) => tracing::info!(
             target: "smolbox::runtime",
             scope = %rec.key.scope, id = %rec.key.id, state = ?rec.state,
             "terminal due for recovery"
         ),
-        Event::Stopped => tracing::info!(target: "smolbox::runtime", "controller stopped"),
+        ControllerEvent::Stopped => {
+            tracing::info!(target: "smolbox::runtime", "controller stopped")
+        }
     }
 }

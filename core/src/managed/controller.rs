@@ -22,7 +22,7 @@
 //!   `smolbox_store::apply_op` and answer with `handle_stored`;
 //! - [`Controller::poll_worker_op`] → `(OpId, WorkerOp)`: perform with the
 //!   worker's client and answer with `handle_worker`;
-//! - [`Controller::poll_event`] → [`Event`]: acceptance and completion
+//! - [`Controller::poll_event`] → [`ControllerEvent`]: acceptance and completion
 //!   notices (never dropped), then telemetry (bounded, lossy, C20);
 //! - [`Controller::poll_timeout`] → when to call `handle_timeout`.
 //!
@@ -63,7 +63,7 @@
 //!
 //! A store failure is never read as absence and never a reason to resend:
 //! a failed write is retried (the guard makes a retry safe) a bounded
-//! number of times, then the execution is reported [`Event::Finished`] with
+//! number of times, then the execution is reported [`ControllerEvent::Finished`] with
 //! the error, its evidence saying what is known about the command. The
 //! exception is a claim renewal while the command runs: it is retried with
 //! a bounded backoff (poll interval × 2ⁿ, at most a third of the TTL) for as
@@ -502,7 +502,7 @@ pub struct Telemetry {
 
 /// What the controller tells its driver.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Event {
+pub enum ControllerEvent {
     /// A submission is durable (`existing`: it already was, same identity).
     Accepted {
         /// Record key.
@@ -568,7 +568,7 @@ pub struct Controller {
     ops: BTreeMap<OpId, Purpose>,
     store_out: VecDeque<(OpId, StoreOp)>,
     worker_out: VecDeque<(OpId, WorkerOp)>,
-    notices: VecDeque<Event>,
+    notices: VecDeque<ControllerEvent>,
     telemetry: VecDeque<Telemetry>,
     telemetry_epoch: u64,
     telemetry_dropped: u64,
@@ -694,8 +694,8 @@ impl Controller {
     /// Submits a command (C12.4, C12.5, C16): checks the spec against the
     /// catalog (refused with `unsupported_capability` before anything is
     /// stored), fingerprints it and asks the store to accept it. The answer
-    /// is [`Event::Accepted`] (also for a duplicate, `existing: true`) or
-    /// [`Event::Refused`]. A duplicate of an execution driven here joins it.
+    /// is [`ControllerEvent::Accepted`] (also for a duplicate, `existing: true`) or
+    /// [`ControllerEvent::Refused`]. A duplicate of an execution driven here joins it.
     ///
     /// # Errors
     /// `validation` for a bad key, spec or time; `unsupported_capability`
@@ -745,7 +745,7 @@ impl Controller {
 
     /// Requests cancellation of `key` (C16): the first cancel time is
     /// persisted (idempotent) and the record made due; the answer is
-    /// [`Event::CancelRecorded`]. The execution then moves as the module
+    /// [`ControllerEvent::CancelRecorded`]. The execution then moves as the module
     /// docs say. Cancelling a finished record changes nothing.
     pub fn cancel(&mut self, now: Instant, now_ms: u64, key: RecordKey) {
         let _ = now;
@@ -770,7 +770,7 @@ impl Controller {
 
     /// Stops taking work: new submissions are refused, no new execution is
     /// started or adopted; executions already dispatched are driven to
-    /// their end. [`Event::Stopped`] follows once nothing is outstanding.
+    /// their end. [`ControllerEvent::Stopped`] follows once nothing is outstanding.
     pub fn shutdown(&mut self, now: Instant, now_ms: u64) {
         self.observe_clock(now_ms);
         self.shutting_down = true;
@@ -828,7 +828,7 @@ impl Controller {
                     .get_mut(&key)
                     .and_then(|m| m.on_stored(now, id, &self.cfg, result));
                 if let Some(f) = done {
-                    self.notices.push_back(Event::Finished(f));
+                    self.notices.push_back(ControllerEvent::Finished(f));
                 }
             }
             Purpose::Req(rid) => self.on_req_stored(now, rid, result),
@@ -937,7 +937,7 @@ impl Controller {
     }
 
     /// The next event: notices first (never dropped), then telemetry.
-    pub fn poll_event(&mut self) -> Option<Event> {
+    pub fn poll_event(&mut self) -> Option<ControllerEvent> {
         if let Some(e) = self.notices.pop_front() {
             return Some(e);
         }
@@ -947,7 +947,7 @@ impl Controller {
         t.epoch = self.telemetry_epoch;
         t.dropped = self.telemetry_dropped;
         self.dropped_since_delivery = false;
-        Some(Event::Telemetry(t))
+        Some(ControllerEvent::Telemetry(t))
     }
 
     /// Pushes one telemetry entry, dropping the oldest when full (C20).
@@ -1054,15 +1054,17 @@ impl Controller {
             }
             Ok(_) => {
                 let error = Error::protocol(Operation::StoreAccept, "unexpected_reply");
-                self.notices.push_back(Event::Refused { key, error });
+                self.notices
+                    .push_back(ControllerEvent::Refused { key, error });
                 return;
             }
             Err(error) => {
-                self.notices.push_back(Event::Refused { key, error });
+                self.notices
+                    .push_back(ControllerEvent::Refused { key, error });
                 return;
             }
         };
-        self.notices.push_back(Event::Accepted {
+        self.notices.push_back(ControllerEvent::Accepted {
             key: key.clone(),
             existing,
             record: Box::new(record.clone()),
@@ -1102,7 +1104,7 @@ impl Controller {
         if let (Ok(rec), Some(ex)) = (&result, self.execs.get_mut(&key)) {
             ex.on_cancel_recorded(rec);
         }
-        self.notices.push_back(Event::CancelRecorded {
+        self.notices.push_back(ControllerEvent::CancelRecorded {
             key,
             result: result.map(Box::new),
         });
@@ -1126,7 +1128,8 @@ impl Controller {
                 if !self.skip.contains_key(&rec.key) {
                     let until = now + Duration::from_millis(self.cfg.lease_ttl_ms);
                     self.skip.insert(rec.key.clone(), until);
-                    self.notices.push_back(Event::TerminalDue(Box::new(rec)));
+                    self.notices
+                        .push_back(ControllerEvent::TerminalDue(Box::new(rec)));
                 }
                 continue;
             }
@@ -1217,7 +1220,7 @@ impl Controller {
                             Some(m) if !f.held_elsewhere && pending => self.finish_slot(&m, f),
                             _ => {
                                 self.slot_machines.remove(&key);
-                                self.notices.push_back(Event::Finished(f));
+                                self.notices.push_back(ControllerEvent::Finished(f));
                             }
                         }
                         freed = true;
@@ -1257,7 +1260,7 @@ impl Controller {
             && !self.stopped_sent
         {
             self.stopped_sent = true;
-            self.notices.push_back(Event::Stopped);
+            self.notices.push_back(ControllerEvent::Stopped);
         }
     }
 }

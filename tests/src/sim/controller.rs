@@ -15,8 +15,8 @@ use std::collections::{BTreeMap, VecDeque};
 
 use smolbox_core::exec::{ExecOutcome, ExecOutput, OutputEncoding};
 use smolbox_core::managed::controller::{
-    Controller, ControllerConfig, Event, OpId, RunTarget, StoreOp, StoreReply, StoreResult, Submit,
-    WorkerEntry, WorkerOp, WorkerReply, WorkerResult, spec_for,
+    Controller, ControllerConfig, ControllerEvent, OpId, RunTarget, StoreOp, StoreReply,
+    StoreResult, Submit, WorkerEntry, WorkerOp, WorkerReply, WorkerResult, spec_for,
 };
 use smolbox_core::managed::record::{Claim, ExecResult, ExecutionRecord};
 use smolbox_core::managed::state::Cleanup;
@@ -991,9 +991,9 @@ impl Sim {
         }
     }
 
-    fn on_event(&mut self, h: usize, ev: Event) {
+    fn on_event(&mut self, h: usize, ev: ControllerEvent) {
         match ev {
-            Event::Accepted { key, existing, .. } => {
+            ControllerEvent::Accepted { key, existing, .. } => {
                 self.log(format!(
                     "{} accepted {} (existing {existing})",
                     Self::owner(h),
@@ -1003,7 +1003,7 @@ impl Sim {
                     j.accepted = true;
                 }
             }
-            Event::Refused { key, error } => {
+            ControllerEvent::Refused { key, error } => {
                 self.log(format!(
                     "{} refused {}: {}:{}",
                     Self::owner(h),
@@ -1015,7 +1015,7 @@ impl Sim {
                     self.violation(format!("{}/{}: refused as not_found", key.scope, key.id));
                 }
             }
-            Event::CancelRecorded { key, result } => {
+            ControllerEvent::CancelRecorded { key, result } => {
                 if let Ok(rec) = &result
                     && rec.state.is_before_dispatch()
                 {
@@ -1031,7 +1031,7 @@ impl Sim {
                     ));
                 }
             }
-            Event::Finished(f) => {
+            ControllerEvent::Finished(f) => {
                 let state = f.record.as_ref().map(|r| r.state.as_str());
                 self.log(format!(
                     "{} finished {}: {:?} {:?}",
@@ -1069,7 +1069,10 @@ impl Sim {
                     }
                 }
             }
-            Event::Telemetry(_) | Event::Stopped | Event::Machine(_) | Event::TerminalDue(_) => {}
+            ControllerEvent::Telemetry(_)
+            | ControllerEvent::Stopped
+            | ControllerEvent::Machine(_)
+            | ControllerEvent::TerminalDue(_) => {}
         }
     }
 

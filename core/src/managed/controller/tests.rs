@@ -243,7 +243,7 @@ struct Sim {
     now: Instant,
     now_ms: u64,
     worker: Vec<(OpId, WorkerOp)>,
-    events: Vec<Event>,
+    events: Vec<ControllerEvent>,
     store_log: Vec<StoreOp>,
 }
 
@@ -342,7 +342,7 @@ impl Sim {
 
     fn finished(&self, key: &RecordKey) -> Option<&Finished> {
         self.events.iter().find_map(|e| match e {
-            Event::Finished(f) if &f.key == key => Some(&**f),
+            ControllerEvent::Finished(f) if &f.key == key => Some(&**f),
             _ => None,
         })
     }
@@ -369,7 +369,7 @@ fn a_command_runs_once_from_the_stored_spec_and_completes() {
     s.settle();
     assert!(matches!(
         s.events.first(),
-        Some(Event::Accepted {
+        Some(ControllerEvent::Accepted {
             existing: false,
             ..
         })
@@ -461,7 +461,7 @@ fn a_cancel_before_dispatch_sends_nothing() {
     assert!(
         s.events
             .iter()
-            .any(|e| matches!(e, Event::CancelRecorded { result: Ok(_), .. }))
+            .any(|e| matches!(e, ControllerEvent::CancelRecorded { result: Ok(_), .. }))
     );
     assert!(s.finished(&key).is_some());
 }
@@ -545,13 +545,13 @@ fn a_duplicate_submit_joins_and_a_changed_spec_conflicts() {
     assert!(
         s.events
             .iter()
-            .any(|e| matches!(e, Event::Accepted { existing: true, .. }))
+            .any(|e| matches!(e, ControllerEvent::Accepted { existing: true, .. }))
     );
     assert_eq!(s.worker.len(), 1, "one exec");
     s.submit("d1", &Command::new(["true"]));
     s.settle();
     assert!(s.events.iter().any(|e| matches!(e,
-        Event::Refused { error, .. } if error.category() == Category::IdentityConflict)));
+        ControllerEvent::Refused { error, .. } if error.category() == Category::IdentityConflict)));
     s.answer_exec(exited(0, ""));
     s.submit("d1", &cmd());
     s.settle();
@@ -559,7 +559,7 @@ fn a_duplicate_submit_joins_and_a_changed_spec_conflicts() {
     assert_eq!(
         s.events
             .iter()
-            .filter(|e| matches!(e, Event::Accepted { existing: true, .. }))
+            .filter(|e| matches!(e, ControllerEvent::Accepted { existing: true, .. }))
             .count(),
         2
     );
@@ -755,7 +755,7 @@ fn a_submit_of_a_key_another_live_controller_runs_waits_for_it() {
     assert!(
         s.events
             .iter()
-            .any(|e| matches!(e, Event::Accepted { existing: true, .. }))
+            .any(|e| matches!(e, ControllerEvent::Accepted { existing: true, .. }))
     );
     assert!(s.worker.is_empty());
     assert_eq!(s.record(&key).state, ExecState::Preparing);
@@ -894,7 +894,7 @@ fn telemetry_is_bounded_and_counts_what_it_drops() {
     assert!(s.ctl.telemetry_dropped() > 0);
     let t: Vec<_> = std::iter::from_fn(|| s.ctl.poll_event())
         .filter_map(|e| match e {
-            Event::Telemetry(t) => Some(t),
+            ControllerEvent::Telemetry(t) => Some(t),
             _ => None,
         })
         .collect();
@@ -940,9 +940,17 @@ fn shutdown_refuses_new_work_and_reports_stopped() {
     let key = RecordKey::new("s", "z2").unwrap();
     let spec = spec_for(&cmd(), &RunTarget::unverified(), WORKER, "m1").unwrap();
     assert!(s.ctl.submit(s.now, s.now_ms, Submit { key, spec }).is_err());
-    assert!(!s.events.iter().any(|e| matches!(e, Event::Stopped)));
+    assert!(
+        !s.events
+            .iter()
+            .any(|e| matches!(e, ControllerEvent::Stopped))
+    );
     s.answer_exec(exited(0, ""));
-    assert!(s.events.iter().any(|e| matches!(e, Event::Stopped)));
+    assert!(
+        s.events
+            .iter()
+            .any(|e| matches!(e, ControllerEvent::Stopped))
+    );
 }
 
 #[test]

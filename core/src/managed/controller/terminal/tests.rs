@@ -725,7 +725,7 @@ fn disposable_submissions_reject_terminal_specs_before_acceptance() {
 
 #[test]
 fn the_controller_hands_due_terminals_to_the_driver_and_never_drives_them() {
-    use crate::managed::controller::{Event, StoreOp, StoreReply};
+    use crate::managed::controller::{ControllerEvent, StoreOp, StoreReply};
     let mut sim = Sim::new();
     let mut run = sim.open("t1", ManagedTerminalSpec::default());
     run.handle_opened(sim.now, sim.now_ms, Ok(()));
@@ -762,7 +762,7 @@ fn the_controller_hands_due_terminals_to_the_driver_and_never_drives_them() {
             ctl.handle_stored(now, sim.now_ms, id, Ok(reply));
         }
         while let Some(e) = ctl.poll_event() {
-            if let Event::TerminalDue(r) = e {
+            if let ControllerEvent::TerminalDue(r) = e {
                 assert_eq!(r.key, rec.key);
                 due_events += 1;
             }

@@ -261,7 +261,7 @@ impl Sim {
         self.events
             .iter()
             .find_map(|e| match e {
-                Event::Machine(d) if d.id == id => Some(d.result.clone()),
+                ControllerEvent::Machine(d) if d.id == id => Some(d.result.clone()),
                 _ => None,
             })
             .expect("the request was answered")
@@ -910,7 +910,11 @@ fn shutdown_leaves_waiting_machine_work_due_and_stops() {
     assert_eq!(s.ctl.machines_active(), 1);
     s.ctl.shutdown(s.now, s.now_ms);
     s.settle();
-    assert!(s.events.iter().any(|e| matches!(e, Event::Stopped)));
+    assert!(
+        s.events
+            .iter()
+            .any(|e| matches!(e, ControllerEvent::Stopped))
+    );
     let m = s.machine();
     assert_eq!(m.state, MS::Accepted);
     assert!(

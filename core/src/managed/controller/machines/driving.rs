@@ -1,0 +1,408 @@
+//! The controller's side of retained machines: taking a
+//! [`MachineRequest`], routing store and worker answers to the machine
+//! tasks and request flows, and the machine due scan. Split from
+//! `machines.rs` (a child module).
+
+#[allow(clippy::wildcard_imports)] // the parent's vocabulary, one module
+use super::*;
+
+impl crate::managed::controller::Controller {
+    /// A retained-machine request (C14.2, C14.3, C17.3). Returns at once
+    /// with the request's id; the answer is [`crate::managed::controller::ControllerEvent::Machine`].
+    /// Creates and versioned requests answer once durable; the lifecycle
+    /// work follows and is driven here (and by any controller's due scan).
+    ///
+    /// # Errors
+    /// `validation` for a bad key, spec or command, for a resolve without
+    /// `quiesced = true` (`not_quiesced`, nothing read or sent); for
+    /// `start`/`stop`/`delete` with the action `none`;
+    /// `unsupported_capability` without a worker able to create machines;
+    /// `admission_exhausted` after shutdown.
+    pub fn machine(
+        &mut self,
+        now: Instant,
+        now_ms: u64,
+        request: MachineRequest,
+    ) -> Result<RequestId, Error> {
+        self.observe_clock(now_ms);
+        if self.shutting_down {
+            return Err(Error::new(
+                Category::AdmissionExhausted,
+                Operation::Submit,
+                Evidence::NotDispatched,
+            )
+            .with_reason("shutting_down"));
+        }
+        if !self.cfg.workers.iter().any(|w| w.profile.is_some()) {
+            return Err(refused("retained_machines"));
+        }
+        let req_op = match &request {
+            MachineRequest::Create { key, spec } => {
+                key.validate()
+                    .map_err(|e| e.with_operation(Operation::Create))?;
+                spec.validate()
+                    .map_err(|e| e.with_operation(Operation::Create))?;
+                let fp =
+                    crate::managed::fingerprint::machine_fingerprint(&self.fingerprint_key, spec);
+                let rec = MachineRecord::accepted(key.clone(), fp, spec.clone(), self.now_ms)
+                    .map_err(|e| e.with_operation(Operation::Create))?;
+                Some(StoreOp::AcceptMachine {
+                    record: Box::new(rec),
+                    max_pending: self.cfg.max_pending,
+                })
+            }
+            MachineRequest::Lifecycle { key, action, .. } => {
+                key.validate()?;
+                if *action == MachineOperation::None || *action == MachineOperation::Create {
+                    return Err(Error::validation(Operation::Submit, "lifecycle_action"));
+                }
+                None
+            }
+            MachineRequest::Submit {
+                machine,
+                key,
+                command,
+            } => {
+                machine.validate()?;
+                key.validate()
+                    .map_err(|e| e.with_operation(Operation::Submit))?;
+                command.validate()?;
+                if command.is_background() {
+                    return Err(refused("background"));
+                }
+                None
+            }
+            MachineRequest::Resolve { key, quiesced, .. } => {
+                key.validate()?;
+                if !quiesced {
+                    // AC-17.3.1: rejected before anything is read or sent.
+                    return Err(Error::validation(Operation::Resolve, "not_quiesced"));
+                }
+                None
+            }
+            MachineRequest::Reconcile { key } | MachineRequest::StopForDrain { key, .. } => {
+                key.validate()?;
+                None
+            }
+        };
+        let id = RequestId(self.next_req);
+        self.next_req += 1;
+        let req = Req::new(id, request);
+        let op = match req_op {
+            Some(op) => op,
+            None => match req.initial_op(self.now_ms) {
+                Some(op) => op,
+                None => return Err(Error::protocol(Operation::Submit, "no_initial_op")),
+            },
+        };
+        self.reqs.insert(id, req);
+        self.push_store(Purpose::Req(id), op);
+        self.pump(now);
+        Ok(id)
+    }
+
+    /// Retained machines driven here right now.
+    pub fn machines_active(&self) -> usize {
+        self.machs.len()
+    }
+
+    pub(in crate::managed::controller) fn on_req_stored(
+        &mut self,
+        now: Instant,
+        rid: RequestId,
+        result: StoreResult,
+    ) {
+        let Some(mut req) = self.reqs.remove(&rid) else {
+            return;
+        };
+        let step = req.on_stored(&self.cfg, self.now_ms, result);
+        if let RStep::Done(Ok(answer)) = &step {
+            self.after_answer(now, answer);
+        }
+        self.req_step(req, step);
+    }
+
+    /// Continues a request flow with its next step.
+    pub(in crate::managed::controller) fn req_step(&mut self, mut req: Req, step: RStep) {
+        match step {
+            RStep::Store(op) => {
+                let id = req.id;
+                self.reqs.insert(id, req);
+                self.push_store(Purpose::Req(id), op);
+            }
+            RStep::Worker(op) => {
+                let id = req.id;
+                self.reqs.insert(id, req);
+                let oid = self.op_id();
+                self.ops.insert(oid, Purpose::Req(id));
+                self.worker_out.push_back((oid, op));
+            }
+            RStep::NeedCommand(m) => {
+                let MachineRequest::Submit { key, command, .. } = req.request.clone() else {
+                    return;
+                };
+                let built = command_spec(&command, &m).and_then(|spec| {
+                    let fp = self.fingerprint(&spec);
+                    ExecutionRecord::accepted(key, fp, spec, self.now_ms.max(m.updated_at_ms))
+                        .map_err(|e| e.with_operation(Operation::Submit))
+                });
+                match built {
+                    Ok(mut rec) => {
+                        if self.cfg.claim_at_accept {
+                            rec.claim = Some(Claim {
+                                owner: self.cfg.owner.clone(),
+                                until_ms: rec.accepted_at_ms.saturating_add(self.cfg.lease_ttl_ms),
+                            });
+                            rec.generation = 1;
+                        }
+                        req.command = Some(rec.clone());
+                        let op = req.submit_op(rec, self.cfg.max_pending);
+                        let id = req.id;
+                        self.accepting.entry(key_of(&op)).or_insert(0);
+                        self.reqs.insert(id, req);
+                        self.push_store(Purpose::Req(id), op);
+                    }
+                    Err(e) => self.done(req.id, Err(e)),
+                }
+            }
+            RStep::Done(result) => {
+                if let Some(c) = &req.command {
+                    self.accepting.remove(&c.key);
+                }
+                self.done(req.id, result);
+            }
+        }
+    }
+
+    pub(in crate::managed::controller) fn done(
+        &mut self,
+        id: RequestId,
+        result: Result<MachineAnswer, Error>,
+    ) {
+        self.notices
+            .push_back(crate::managed::controller::ControllerEvent::Machine(
+                Box::new(MachineDone { id, result }),
+            ));
+    }
+
+    /// After a durable answer: drive what it made due.
+    pub(in crate::managed::controller) fn after_answer(
+        &mut self,
+        now: Instant,
+        answer: &MachineAnswer,
+    ) {
+        match answer {
+            MachineAnswer::Machine { record, .. } => {
+                if let Some(m) = self.machs.get_mut(&record.key) {
+                    m.refresh();
+                } else if record.next_due_at_ms.is_some() && self.machs.len() < self.cfg.max_active
+                {
+                    self.machs
+                        .insert(record.key.clone(), Mach::new((**record).clone()));
+                }
+            }
+            MachineAnswer::Submitted {
+                execution,
+                machine: Some(machine),
+                ..
+            } => {
+                let held = machine.active_execution.as_ref() == Some(&execution.key);
+                if held && !self.execs.contains_key(&execution.key) {
+                    self.start_command(now, (**execution).clone(), (**machine).clone(), false);
+                }
+            }
+            MachineAnswer::Submitted { .. } => {}
+            MachineAnswer::Resolved { machine, .. } => {
+                if let Some(m) = self.machs.get_mut(&machine.key) {
+                    m.refresh();
+                }
+            }
+        }
+    }
+
+    /// Drives a command holding `machine`'s slot.
+    pub(in crate::managed::controller) fn start_command(
+        &mut self,
+        now: Instant,
+        rec: ExecutionRecord,
+        machine: MachineRecord,
+        refetch: bool,
+    ) {
+        let Some(a) = machine.assignment.clone() else {
+            return;
+        };
+        if !self.cfg.workers.iter().any(|w| w.id == a.worker_id) {
+            return;
+        }
+        let key = rec.key.clone();
+        let mut ex = Exec::new(rec, now, self.now_ms, None);
+        ex.set_target(a.worker_id, a.machine_name);
+        if refetch {
+            ex.refetch();
+        }
+        self.slot_machines.insert(key.clone(), machine);
+        self.execs.insert(key, ex);
+    }
+
+    /// The due scan found a retained command: its machine was read.
+    pub(in crate::managed::controller) fn on_adopt(
+        &mut self,
+        now: Instant,
+        rec: ExecutionRecord,
+        result: StoreResult,
+    ) {
+        let Ok(StoreReply::Machine(m)) = result else {
+            return;
+        };
+        let finishing = self
+            .machs
+            .values()
+            .any(|m| m.finishing_keys().any(|k| *k == rec.key));
+        if self.execs.contains_key(&rec.key) || finishing || self.shutting_down {
+            return;
+        }
+        if self.execs.len() >= self.cfg.max_active {
+            return;
+        }
+        self.skip.remove(&rec.key);
+        if m.active_execution.as_ref() != Some(&rec.key) {
+            // Not the slot holder (never took it, or resolved): nothing
+            // is sent; its record is left as stored.
+            return;
+        }
+        self.start_command(now, rec, m, true);
+    }
+
+    /// A retained command ended here: finish its slot (C14.3).
+    pub(in crate::managed::controller) fn finish_slot(
+        &mut self,
+        machine: &RecordKey,
+        f: Box<Finished>,
+    ) {
+        let snapshot = self.slot_machines.remove(&f.key);
+        if let Some(m) = self.machs.get_mut(machine) {
+            m.finish_command(f);
+            return;
+        }
+        match snapshot {
+            Some(rec) => {
+                let mut m = Mach::new(rec);
+                m.refresh();
+                m.finish_command(f);
+                self.machs.insert(machine.clone(), m);
+            }
+            None => self
+                .notices
+                .push_back(crate::managed::controller::ControllerEvent::Finished(f)),
+        }
+    }
+
+    pub(in crate::managed::controller) fn on_machine_scan(
+        &mut self,
+        now: Instant,
+        result: StoreResult,
+    ) {
+        self.mscanning = false;
+        let Ok(StoreReply::DueMachines { records, next }) = result else {
+            self.mscan_cursor = None;
+            self.mscan_at = Some(now + self.cfg.poll());
+            return;
+        };
+        let mut full = false;
+        for rec in records {
+            if self.shutting_down {
+                break;
+            }
+            if self.machs.contains_key(&rec.key) || self.skip.contains_key(&rec.key) {
+                continue;
+            }
+            let ours = match &rec.assignment {
+                Some(a) => self
+                    .cfg
+                    .workers
+                    .iter()
+                    .any(|w| w.id == a.worker_id && w.profile.is_some()),
+                None => self.cfg.workers.iter().any(|w| w.profile.is_some()),
+            };
+            if !ours {
+                continue;
+            }
+            if self.machs.len() >= self.cfg.max_active {
+                full = true;
+                break;
+            }
+            self.machs.insert(rec.key.clone(), Mach::new(rec));
+        }
+        match next {
+            Some(c) if !full && !self.shutting_down => {
+                self.mscan_cursor = Some(c);
+                self.mscan_at = Some(now);
+            }
+            _ => {
+                self.mscan_cursor = None;
+                self.mscan_at = (!self.shutting_down).then(|| now + self.cfg.poll());
+            }
+        }
+    }
+
+    /// Moves every machine task forward; starts a machine due scan.
+    pub(in crate::managed::controller) fn pump_machines(&mut self, now: Instant) {
+        if self.shutting_down {
+            // No new lifecycle work after shutdown: what is due stays due.
+            self.machs.retain(|_, m| !m.quiet());
+        }
+        let keys: Vec<RecordKey> = self.machs.keys().cloned().collect();
+        for key in keys {
+            let Some(m) = self.machs.get_mut(&key) else {
+                continue;
+            };
+            loop {
+                match m.step(&self.cfg, &self.leases, now, self.now_ms) {
+                    MStep::Wait => break,
+                    MStep::Store(op) => {
+                        let id = OpId(self.next_op);
+                        self.next_op += 1;
+                        self.ops.insert(id, Purpose::Mach(key.clone()));
+                        m.store_sent(id);
+                        self.store_out.push_back((id, op));
+                        break;
+                    }
+                    MStep::Worker(op) => {
+                        let id = OpId(self.next_op);
+                        self.next_op += 1;
+                        self.ops.insert(id, Purpose::Mach(key.clone()));
+                        m.worker_sent(id);
+                        self.worker_out.push_back((id, op));
+                    }
+                    MStep::Finished(f) => self
+                        .notices
+                        .push_back(crate::managed::controller::ControllerEvent::Finished(f)),
+                    MStep::Done => {
+                        if m.take_fatal().is_some() {
+                            self.skip.insert(key.clone(), now + self.cfg.poll());
+                        }
+                        self.machs.remove(&key);
+                        break;
+                    }
+                }
+            }
+        }
+        if let Some(at) = self.mscan_at
+            && at <= now
+            && !self.mscanning
+            && !self.shutting_down
+        {
+            if self.machs.len() < self.cfg.max_active {
+                self.mscanning = true;
+                let op = StoreOp::DueMachines {
+                    now_ms: self.now_ms,
+                    after: self.mscan_cursor.clone(),
+                    limit: crate::managed::controller::DUE_PAGE,
+                };
+                self.push_store(Purpose::MachineScan, op);
+            } else {
+                self.mscan_at = Some(now + self.cfg.poll());
+            }
+        }
+    }
+}

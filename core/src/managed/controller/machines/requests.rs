@@ -1,0 +1,527 @@
+//! The short request flows of retained machines (C14, C17.3): submit into
+//! the slot, reconcile, `stop_for_drain` and `resolve`, each a [`Req`]
+//! driven by the controller until its answer. Split from `machines.rs` (a
+//! child module: the parent's private items are visible here).
+
+#[allow(clippy::wildcard_imports)] // the parent's vocabulary, one module
+use super::*;
+
+/// Where a request flow is.
+#[derive(Debug)]
+pub(in crate::managed::controller) enum Stage {
+    /// Waiting for the first store answer (accept, request, fetch).
+    Start,
+    /// Claimed; inspecting before the drain stop.
+    DrainVerify,
+    DrainIntent,
+    DrainStop,
+    DrainConfirm,
+    DrainWrite,
+    /// Inspecting before the resolve.
+    ResolveInspect,
+    ResolveWrite,
+    /// Claimed; inspecting for a reconcile.
+    ReconcileClaim,
+    ReconcileInspect,
+    ReconcileWrite,
+    /// Accepting a command into the slot.
+    SubmitAccept,
+}
+
+/// One caller request in flight (a short flow of store and worker ops).
+#[derive(Debug)]
+pub(in crate::managed::controller) struct Req {
+    pub(super) id: RequestId,
+    pub(super) request: MachineRequest,
+    stage: Stage,
+    machine: Option<MachineRecord>,
+    snap: Option<Snap>,
+    /// The command record to submit (built once the machine was read).
+    pub(super) command: Option<ExecutionRecord>,
+}
+
+/// What a request flow wants next.
+#[derive(Debug)]
+pub(in crate::managed::controller) enum RStep {
+    Store(StoreOp),
+    Worker(WorkerOp),
+    /// A submit read its machine: the controller builds the command.
+    NeedCommand(Box<MachineRecord>),
+    Done(Result<MachineAnswer, Error>),
+}
+
+impl Req {
+    pub(in crate::managed::controller) fn new(id: RequestId, request: MachineRequest) -> Self {
+        Self {
+            id,
+            request,
+            stage: Stage::Start,
+            machine: None,
+            snap: None,
+            command: None,
+        }
+    }
+
+    pub(in crate::managed::controller) fn key(&self) -> &RecordKey {
+        match &self.request {
+            MachineRequest::Create { key, .. }
+            | MachineRequest::Lifecycle { key, .. }
+            | MachineRequest::Reconcile { key }
+            | MachineRequest::StopForDrain { key, .. }
+            | MachineRequest::Resolve { key, .. } => key,
+            MachineRequest::Submit { machine, .. } => machine,
+        }
+    }
+
+    /// The worker op of an inspect of the flow's machine.
+    pub(in crate::managed::controller) fn inspect(
+        &self,
+        cfg: &ControllerConfig,
+    ) -> Result<WorkerOp, Error> {
+        let m = self
+            .machine
+            .as_ref()
+            .ok_or(Error::protocol(Operation::Resolve, "no_machine"))?;
+        let a = m
+            .assignment
+            .as_ref()
+            .ok_or(identity_conflict(Operation::Resolve, "not_assigned"))?;
+        let profile = cfg
+            .workers
+            .iter()
+            .find(|w| w.id == a.worker_id)
+            .and_then(|w| w.profile.clone())
+            .ok_or(
+                Error::new(
+                    Category::UnsupportedCapability,
+                    Operation::Resolve,
+                    Evidence::NotDispatched,
+                )
+                .with_reason("unknown_worker"),
+            )?;
+        Ok(WorkerOp::Inspect {
+            worker_id: a.worker_id.clone(),
+            profile,
+            name: MachineName::new(&a.machine_name)?,
+        })
+    }
+
+    pub(in crate::managed::controller) fn claim(
+        &self,
+        cfg: &ControllerConfig,
+        now_ms: u64,
+        m: &MachineRecord,
+    ) -> StoreOp {
+        StoreOp::ClaimMachine {
+            key: m.key.clone(),
+            owner: cfg.owner.clone(),
+            now_ms: now_ms.max(m.updated_at_ms),
+            ttl_ms: cfg.lease_ttl_ms,
+        }
+    }
+
+    pub(in crate::managed::controller) fn write(
+        cfg: &ControllerConfig,
+        now_ms: u64,
+        m: &MachineRecord,
+        p: MachinePatch,
+    ) -> StoreOp {
+        StoreOp::WriteMachine {
+            key: m.key.clone(),
+            guard: Guard::for_machine(m, &cfg.owner),
+            patch: p,
+            now_ms: now_ms.max(m.updated_at_ms),
+        }
+    }
+
+    pub(in crate::managed::controller) fn answer(m: MachineRecord) -> RStep {
+        RStep::Done(Ok(MachineAnswer::Machine {
+            record: Box::new(m),
+            existing: false,
+        }))
+    }
+
+    /// The answer to the flow's store op.
+    #[allow(clippy::too_many_lines)]
+    pub(in crate::managed::controller) fn on_stored(
+        &mut self,
+        cfg: &ControllerConfig,
+        now_ms: u64,
+        result: StoreResult,
+    ) -> RStep {
+        let reply = match result {
+            Ok(r) => r,
+            Err(e) => return RStep::Done(Err(e)),
+        };
+        match (&self.stage, reply) {
+            (Stage::Start, StoreReply::MachineAccepted { record, existing }) => {
+                RStep::Done(Ok(MachineAnswer::Machine {
+                    record: Box::new(record),
+                    existing,
+                }))
+            }
+            (Stage::Start, StoreReply::Machine(m)) => {
+                let request = self.request.clone();
+                match request {
+                    MachineRequest::Lifecycle { .. } => Self::answer(m),
+                    MachineRequest::Submit { .. } => {
+                        self.machine = Some(m.clone());
+                        RStep::NeedCommand(Box::new(m))
+                    }
+                    MachineRequest::StopForDrain { version, .. } => {
+                        if m.version != version {
+                            return RStep::Done(Err(crate::managed::claim::stale_version(
+                                Operation::Stop,
+                            )));
+                        }
+                        if m.creation.is_none() {
+                            return RStep::Done(Err(no_evidence(Operation::Stop)));
+                        }
+                        let op = self.claim(cfg, now_ms, &m);
+                        self.machine = Some(m);
+                        self.stage = Stage::DrainVerify;
+                        RStep::Store(op)
+                    }
+                    MachineRequest::Resolve {
+                        version,
+                        disposition,
+                        ..
+                    } => {
+                        if m.version != version {
+                            return RStep::Done(Err(crate::managed::claim::stale_version(
+                                Operation::Resolve,
+                            )));
+                        }
+                        self.machine = Some(m.clone());
+                        if m.assignment.is_none() {
+                            // Never assigned: nothing exists on a worker.
+                            if disposition == Resolution::Stopped {
+                                return RStep::Done(Err(identity_conflict(
+                                    Operation::Resolve,
+                                    "not_assigned",
+                                )));
+                            }
+                            self.stage = Stage::ResolveWrite;
+                            return RStep::Store(self.resolve_op(now_ms, Disposition::Deleted));
+                        }
+                        self.stage = Stage::ResolveInspect;
+                        match self.inspect(cfg) {
+                            Ok(op) => RStep::Worker(op),
+                            Err(e) => RStep::Done(Err(e)),
+                        }
+                    }
+                    MachineRequest::Reconcile { .. } => {
+                        if m.assignment.is_none() || m.state == MachineRecordState::Deleted {
+                            return Self::answer(m);
+                        }
+                        let op = self.claim(cfg, now_ms, &m);
+                        self.machine = Some(m);
+                        self.stage = Stage::ReconcileClaim;
+                        RStep::Store(op)
+                    }
+                    MachineRequest::Create { .. } => {
+                        RStep::Done(Err(Error::protocol(Operation::Create, "unexpected_reply")))
+                    }
+                }
+            }
+            (Stage::DrainVerify | Stage::ReconcileClaim, StoreReply::Machine(m)) => {
+                self.snap = Some(Snap::of(&m));
+                self.machine = Some(m);
+                self.stage = if matches!(self.stage, Stage::DrainVerify) {
+                    Stage::DrainVerify
+                } else {
+                    Stage::ReconcileInspect
+                };
+                match self.inspect(cfg) {
+                    Ok(op) => RStep::Worker(op),
+                    Err(e) => RStep::Done(Err(e)),
+                }
+            }
+            (Stage::DrainIntent, StoreReply::Machine(m)) => {
+                let Some(a) = m.assignment.clone() else {
+                    return RStep::Done(Err(identity_conflict(Operation::Stop, "not_assigned")));
+                };
+                let profile = cfg
+                    .workers
+                    .iter()
+                    .find(|w| w.id == a.worker_id)
+                    .and_then(|w| w.profile.clone());
+                let (Some(profile), Ok(name)) = (profile, MachineName::new(&a.machine_name)) else {
+                    return RStep::Done(Err(Error::protocol(Operation::Stop, "unknown_worker")));
+                };
+                self.machine = Some(m);
+                self.stage = Stage::DrainStop;
+                RStep::Worker(WorkerOp::Stop {
+                    worker_id: a.worker_id,
+                    profile,
+                    name,
+                })
+            }
+            (Stage::DrainWrite | Stage::ReconcileWrite, StoreReply::Machine(m)) => Self::answer(m),
+            (Stage::ResolveWrite, StoreReply::Resolved { machine, command }) => {
+                RStep::Done(Ok(MachineAnswer::Resolved {
+                    machine: Box::new(machine),
+                    command: command.map(Box::new),
+                }))
+            }
+            (
+                Stage::SubmitAccept,
+                StoreReply::Submitted {
+                    execution,
+                    machine,
+                    existing,
+                },
+            ) => RStep::Done(Ok(MachineAnswer::Submitted {
+                execution: Box::new(execution),
+                machine: machine.map(Box::new),
+                existing,
+            })),
+            _ => RStep::Done(Err(Error::protocol(
+                Operation::StoreFetch,
+                "unexpected_reply",
+            ))),
+        }
+    }
+
+    pub(in crate::managed::controller) fn resolve_op(
+        &self,
+        now_ms: u64,
+        disposition: Disposition,
+    ) -> StoreOp {
+        let (version, updated) = self
+            .machine
+            .as_ref()
+            .map_or((0, 0), |m| (m.version, m.updated_at_ms));
+        StoreOp::ResolveMachine {
+            key: self.key().clone(),
+            version,
+            quiesced: true,
+            disposition,
+            now_ms: now_ms.max(updated),
+        }
+    }
+
+    /// Submitting: the command record is ready.
+    pub(in crate::managed::controller) fn submit_op(
+        &mut self,
+        record: ExecutionRecord,
+        max_pending: u32,
+    ) -> StoreOp {
+        self.stage = Stage::SubmitAccept;
+        StoreOp::SubmitCommand {
+            record: Box::new(record),
+            max_pending,
+        }
+    }
+
+    /// The answer to the flow's worker op.
+    #[allow(clippy::too_many_lines)]
+    pub(in crate::managed::controller) fn on_worker(
+        &mut self,
+        cfg: &ControllerConfig,
+        now_ms: u64,
+        result: WorkerResult,
+    ) -> RStep {
+        let Some(m) = self.machine.clone() else {
+            return RStep::Done(Err(Error::protocol(Operation::Get, "no_machine")));
+        };
+        let recorded = m.creation.as_ref().map(|c| c.incarnation.clone());
+        match &self.stage {
+            Stage::ResolveInspect => {
+                let MachineRequest::Resolve { disposition, .. } = self.request else {
+                    return RStep::Done(Err(Error::protocol(Operation::Resolve, "stage")));
+                };
+                let d = match (disposition, result) {
+                    (Resolution::Stopped, Ok(WorkerReply::Machine(obs))) => {
+                        let inc = incarnation_token(&obs);
+                        if recorded.as_deref() != Some(inc.as_str()) {
+                            return RStep::Done(Err(identity_conflict(
+                                Operation::Resolve,
+                                "incarnation_mismatch",
+                            )));
+                        }
+                        if obs.state == MachineState::Running {
+                            return RStep::Done(Err(identity_conflict(
+                                Operation::Resolve,
+                                "running",
+                            )));
+                        }
+                        Disposition::Stopped {
+                            observed: record_state(obs.state),
+                            incarnation: inc,
+                        }
+                    }
+                    (Resolution::Stopped, Err(e)) if e.category() == Category::NotFound => {
+                        return RStep::Done(Err(identity_conflict(Operation::Resolve, "absent")));
+                    }
+                    (Resolution::Deleted, Err(e)) if e.category() == Category::NotFound => {
+                        Disposition::Deleted
+                    }
+                    (Resolution::Deleted, Ok(WorkerReply::Machine(_))) => {
+                        return RStep::Done(Err(identity_conflict(Operation::Resolve, "present")));
+                    }
+                    // A worker outage changes nothing (AC-17.3.3).
+                    (_, Err(e)) => return RStep::Done(Err(e)),
+                    (_, Ok(_)) => {
+                        return RStep::Done(Err(Error::protocol(
+                            Operation::Resolve,
+                            "unexpected_reply",
+                        )));
+                    }
+                };
+                self.stage = Stage::ResolveWrite;
+                RStep::Store(self.resolve_op(now_ms, d))
+            }
+            Stage::DrainVerify => match result {
+                Ok(WorkerReply::Machine(obs))
+                    if recorded.as_deref() == Some(incarnation_token(&obs).as_str()) =>
+                {
+                    // Ownership verified: the stop intent is durable first
+                    // (the slot keeps its command, so the intent is the
+                    // record's latest error entry, not an operation).
+                    let e = Error::new(Category::Unknown, Operation::Stop, Evidence::Unknown)
+                        .with_reason("drain_stop_intent");
+                    let p = MachinePatch {
+                        last_error: Some(ErrorEntry::from_error(&e, now_ms)),
+                        ..MachinePatch::default()
+                    };
+                    self.stage = Stage::DrainIntent;
+                    RStep::Store(Self::write(cfg, now_ms, &m, p))
+                }
+                Ok(WorkerReply::Machine(_)) => RStep::Done(Err(identity_conflict(
+                    Operation::Stop,
+                    "incarnation_mismatch",
+                ))),
+                Ok(_) => RStep::Done(Err(Error::protocol(Operation::Get, "unexpected_reply"))),
+                Err(e) => RStep::Done(Err(e)),
+            },
+            Stage::DrainStop => match result {
+                Ok(_) => {
+                    self.stage = Stage::DrainConfirm;
+                    match self.inspect(cfg) {
+                        Ok(op) => RStep::Worker(op),
+                        Err(e) => RStep::Done(Err(e)),
+                    }
+                }
+                Err(e) => RStep::Done(Err(e)),
+            },
+            Stage::DrainConfirm => match result {
+                Ok(WorkerReply::Machine(obs))
+                    if obs.state == MachineState::Stopped
+                        && recorded.as_deref() == Some(incarnation_token(&obs).as_str()) =>
+                {
+                    let stopped = RecordedObservation {
+                        state: MachineRecordState::Stopped,
+                        incarnation: incarnation_token(&obs),
+                        at_ms: now_ms.max(m.updated_at_ms),
+                    };
+                    let free = m.active_execution.is_none()
+                        && m.operation == MachineOperation::None
+                        && m.state.can_move_to(MachineRecordState::Stopped);
+                    let p = MachinePatch {
+                        state: free.then_some(MachineRecordState::Stopped),
+                        observation: Some(stopped),
+                        ..MachinePatch::default()
+                    };
+                    self.stage = Stage::DrainWrite;
+                    RStep::Store(Self::write(cfg, now_ms, &m, p))
+                }
+                Ok(WorkerReply::Machine(_)) => {
+                    RStep::Done(Err(identity_conflict(Operation::Stop, "not_stopped")))
+                }
+                Ok(_) => RStep::Done(Err(Error::protocol(Operation::Get, "unexpected_reply"))),
+                Err(e) => RStep::Done(Err(e)),
+            },
+            Stage::ReconcileInspect => {
+                // C14.2: the write carries the guard of the version read
+                // when the observation began; any change since is refused
+                // by the store (stale_version) and nothing is written.
+                let p = match result {
+                    Ok(WorkerReply::Machine(obs)) => {
+                        let inc = incarnation_token(&obs);
+                        if recorded.as_deref() == Some(inc.as_str()) {
+                            let to = record_state(obs.state);
+                            let idle = m.operation == MachineOperation::None
+                                && m.active_execution.is_none();
+                            MachinePatch {
+                                state: (idle && (m.state == to || m.state.can_move_to(to)))
+                                    .then_some(to),
+                                observation: Some(RecordedObservation {
+                                    state: to,
+                                    incarnation: inc,
+                                    at_ms: now_ms.max(m.updated_at_ms),
+                                }),
+                                ..MachinePatch::default()
+                            }
+                        } else {
+                            let e = identity_conflict(Operation::Get, "incarnation_mismatch");
+                            MachinePatch {
+                                state: m
+                                    .state
+                                    .can_move_to(MachineRecordState::Conflict)
+                                    .then_some(MachineRecordState::Conflict),
+                                last_error: Some(ErrorEntry::from_error(&e, now_ms)),
+                                ..MachinePatch::default()
+                            }
+                        }
+                    }
+                    Err(e) if e.category() == Category::NotFound && m.creation.is_some() => {
+                        let idle =
+                            m.operation == MachineOperation::None && m.active_execution.is_none();
+                        MachinePatch {
+                            state: (idle && m.state.can_move_to(MachineRecordState::Missing))
+                                .then_some(MachineRecordState::Missing),
+                            last_error: Some(ErrorEntry::from_error(&e, now_ms)),
+                            ..MachinePatch::default()
+                        }
+                    }
+                    Err(e) => return RStep::Done(Err(e)),
+                    Ok(_) => {
+                        return RStep::Done(Err(Error::protocol(
+                            Operation::Get,
+                            "unexpected_reply",
+                        )));
+                    }
+                };
+                self.stage = Stage::ReconcileWrite;
+                RStep::Store(Self::write(cfg, now_ms, &m, p))
+            }
+            _ => RStep::Done(Err(Error::protocol(Operation::Get, "unexpected_reply"))),
+        }
+    }
+
+    /// The flow's first store op (`None` for a create: the controller
+    /// builds the record).
+    pub(in crate::managed::controller) fn initial_op(&self, now_ms: u64) -> Option<StoreOp> {
+        match &self.request {
+            MachineRequest::Create { .. } => None,
+            MachineRequest::Lifecycle {
+                key,
+                action,
+                version,
+            } => Some(StoreOp::RequestMachine {
+                key: key.clone(),
+                action: *action,
+                version: *version,
+                now_ms,
+            }),
+            MachineRequest::Submit { machine, .. } => Some(StoreOp::FetchMachine {
+                key: machine.clone(),
+            }),
+            MachineRequest::Reconcile { key }
+            | MachineRequest::StopForDrain { key, .. }
+            | MachineRequest::Resolve { key, .. } => {
+                Some(StoreOp::FetchMachine { key: key.clone() })
+            }
+        }
+    }
+}
+
+pub(in crate::managed::controller) fn refused(reason: &'static str) -> Error {
+    Error::new(
+        Category::UnsupportedCapability,
+        Operation::Submit,
+        Evidence::NotDispatched,
+    )
+    .with_reason(reason)
+}
