@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use smolbox_core::managed::controller::terminal::{TermConfig, TermEvent, TermOutput, TerminalRun};
 use smolbox_core::managed::spec::{Action, ManagedTerminalSpec};
-use smolbox_core::managed::terminal::{ConsumerId, Registry};
+use smolbox_core::managed::terminal::{ConsumerId, Registry, attach_expired};
 use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
 use smolbox_core::terminal::{MAX_NEXT_WAIT, MAX_UNREAD_CHUNKS, TerminalExit};
 use smolbox_core::{Category, Error, Evidence, Operation};
@@ -339,14 +339,7 @@ impl Inner {
         let (expired, _retired) = st.registry.handle_timeout(now);
         for (key, _) in expired {
             if let Some(live) = st.registry.owner_get(&key) {
-                live.send(Cmd::End(
-                    Error::new(
-                        Category::Expired,
-                        Operation::TerminalConsumer,
-                        Evidence::Unknown,
-                    )
-                    .with_reason("attach_wait"),
-                ));
+                live.send(Cmd::End(attach_expired()));
             }
         }
     }

@@ -187,6 +187,20 @@ impl<C> fmt::Debug for Registry<C> {
     }
 }
 
+/// How a live session nobody attached to within its attach wait ends
+/// (returned by [`Registry::handle_timeout`]): `expired`, operation
+/// `terminal_consumer`, evidence `unknown` (the program may have run),
+/// reason `attach_wait` — the same error the low-level session reports.
+#[must_use]
+pub const fn attach_expired() -> Error {
+    Error::new(
+        Category::Expired,
+        Operation::TerminalConsumer,
+        Evidence::Unknown,
+    )
+    .with_reason("attach_wait")
+}
+
 const fn registry_error(category: Category, reason: &'static str, evidence: Evidence) -> Error {
     Error::new(category, Operation::TerminalConsumer, evidence).with_reason(reason)
 }
