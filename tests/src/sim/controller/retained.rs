@@ -46,6 +46,11 @@ pub(super) struct TermHost {
     /// The session's end was handed to the run.
     closed: bool,
     timer: Option<u64>,
+    /// Spin detection: the last timer instant fired, how often in a row.
+    last_fire: u64,
+    spins: u64,
+    /// Found spinning: from then on its timer is at least 10 ms ahead.
+    spinning: bool,
 }
 
 /// What a caller's machine request was for.
@@ -438,6 +443,9 @@ impl Sim {
                 opened: false,
                 closed: false,
                 timer: None,
+                last_fire: u64::MAX,
+                spins: 0,
+                spinning: false,
             },
         );
         self.drain_term(h, &key);
@@ -594,10 +602,12 @@ impl Sim {
         let Some(t) = self.hosts[h].terms.get(key) else {
             return;
         };
-        let at = t
-            .run
-            .poll_timeout()
-            .map(|i| self.clock.ms_of(i).max(self.now()));
+        let floor = if t.spinning {
+            self.now() + 10
+        } else {
+            self.now()
+        };
+        let at = t.run.poll_timeout().map(|i| self.clock.ms_of(i).max(floor));
         if at != t.timer
             && let Some(at) = at
         {
@@ -631,13 +641,28 @@ impl Sim {
 
     pub(super) fn term_timer(&mut self, h: usize, key: &RecordKey, at: u64) {
         let (n, w) = (self.clock.now(), self.clock.wall_ms());
+        let mut spun = false;
         if let Some(t) = self.hosts[h].terms.get_mut(key)
             && t.timer == Some(at)
         {
             t.timer = None;
+            t.spins = if t.last_fire == at { t.spins + 1 } else { 0 };
+            t.last_fire = at;
+            if t.spins == 1_000 && !t.spinning {
+                t.spinning = true;
+                spun = true;
+            }
             t.run.handle_timeout(n, w);
-            self.drain_term(h, key);
+        } else {
+            return;
         }
+        if spun {
+            self.violation(format!(
+                "{}/{}: terminal run spins: poll_timeout stays at {at}ms (not after now) and handle_timeout makes no progress",
+                key.scope, key.id
+            ));
+        }
+        self.drain_term(h, key);
     }
 
     pub(super) fn term_apply(&mut self, h: usize, key: RecordKey, id: OpId, op: TermStoreOp) {
