@@ -71,3 +71,19 @@ pub(crate) fn machine_names(worker: &BlockingDevWorker, shell: &str) -> Vec<Stri
         .map(|m| m["name"].as_str().expect("a name").to_owned())
         .collect()
 }
+
+/// A store partition no other test or earlier run uses: `prefix` (one
+/// letter) and 9 base-36 digits of the time.
+pub(crate) fn fresh_partition(prefix: char) -> String {
+    let mut v = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+        / 1_000;
+    let mut partition = String::from(prefix);
+    while partition.len() < 10 {
+        partition.push(char::from_digit((v % 36) as u32, 36).unwrap());
+        v /= 36;
+    }
+    partition
+}
