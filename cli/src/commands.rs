@@ -51,7 +51,12 @@ pub(crate) fn health(b: &Backend, json: bool) -> Result<i32, Failure> {
 pub(crate) fn machine(b: &Backend, cmd: MachineCmd, json: bool) -> Result<i32, Failure> {
     let profile = b.admit()?;
     match cmd {
-        MachineCmd::Create { name, cpus, memory } => {
+        MachineCmd::Create { no_start: true, .. } => {
+            return Err(Error::validation(Operation::Create, "no_start_is_managed_only").into());
+        }
+        MachineCmd::Create {
+            name, cpus, memory, ..
+        } => {
             let d = MachineSpec::default();
             let spec = MachineSpec {
                 cpus: cpus.unwrap_or(d.cpus),
@@ -519,10 +524,16 @@ fn log_line(l: &str, json: bool) -> Result<(), Failure> {
     }
 }
 
-/// `logs MACHINE [-f]`.
-pub(crate) fn logs(b: &Backend, args: &LogsArgs, json: bool) -> Result<i32, Failure> {
+/// `logs MACHINE [-f]`, of the worker's machine `machine` (a managed
+/// machine's placed name, see [`crate::machines::worker_name`]).
+pub(crate) fn logs(
+    b: &Backend,
+    machine: &str,
+    args: &LogsArgs,
+    json: bool,
+) -> Result<i32, Failure> {
     let profile = b.admit()?;
-    let name = MachineName::new(&args.machine)?;
+    let name = MachineName::new(machine)?;
     let read = |tail: u32| {
         let params = LogsParams {
             tail,

@@ -1,4 +1,4 @@
-//! Managed retained machines (`machine --managed …`, `stop-for-drain`,
+//! Managed retained machines (`machine …`, `stop-for-drain`,
 //! `resolve`, and `exec` into a managed machine's slot), through the
 //! runtime's `machines()` over the store `--store` names (DESIGN.md §5a,
 //! C14, C17.3).
@@ -42,11 +42,31 @@ fn needs_persistent(ctx: &Ctx<'_>) -> Result<(), Failure> {
     if ctx.persistent {
         return Ok(());
     }
+    Err(no_persistent_worker())
+}
+
+/// The refusal of a managed-machine command with no worker that outlives
+/// it (exit 2), after a note saying what to do.
+pub(crate) fn no_persistent_worker() -> Failure {
     report::note(
-        "managed machines need a persistent worker (--worker, or `smolbox dev up`): the \
-         in-process devworker ends with this command",
+        "managed machines need a worker that outlives this command: run `smolbox dev up` \
+         (a devworker in the background for this user), or name one with --worker; \
+         `smolbox machine --raw …` drives a worker's machines directly",
     );
-    Err(Error::validation(Operation::Submit, "managed_needs_persistent_worker").into())
+    Error::validation(Operation::Submit, "managed_needs_persistent_worker").into()
+}
+
+/// The worker's name of machine `name`: a managed machine's placed name
+/// (`worker_machine`), else `name` itself (a worker's machine used
+/// directly). A managed machine not placed yet is refused.
+pub(crate) fn worker_name(store: Option<&Path>, name: &str) -> Result<String, Failure> {
+    match lookup(store, name)? {
+        None => Ok(name.to_owned()),
+        Some(m) => match m.assignment {
+            Some(a) => Ok(a.machine_name),
+            None => Err(Error::validation(Operation::Config, "managed_machine_not_placed").into()),
+        },
+    }
 }
 
 /// The retained spec of a managed machine: the worker profile's artifact
@@ -160,21 +180,35 @@ fn with_rt<T>(ctx: &Ctx<'_>, f: impl FnOnce(&Rt<'_>) -> Result<T, Failure>) -> R
     out
 }
 
-/// `machine --managed …`.
-pub(crate) fn machine(ctx: &Ctx<'_>, cmd: MachineCmd, json: bool) -> Result<i32, Failure> {
+/// `machine ls|get` (managed): the store alone (no worker is needed).
+pub(crate) fn machine_from_store(
+    store: Option<&Path>,
+    cmd: &MachineCmd,
+    json: bool,
+) -> Result<i32, Failure> {
     match cmd {
-        MachineCmd::Ls => return ls(ctx, json),
+        MachineCmd::Ls => ls(store, json),
         MachineCmd::Get { name } => {
-            let opened = records::open(ctx.store)?;
-            let m = opened.store.fetch_machine(&records::key(&name)?)?;
+            let opened = records::open(store)?;
+            let m = opened.store.fetch_machine(&records::key(name)?)?;
             print_machine(&m, json)?;
-            return Ok(0);
+            Ok(0)
         }
-        _ => {}
+        _ => Err(Error::validation(Operation::Config, "machine_action_needs_a_worker").into()),
     }
+}
+
+/// `machine create|start|stop|rm` (managed): versioned requests through
+/// the runtime, each waited for until the machine settles.
+pub(crate) fn machine(ctx: &Ctx<'_>, cmd: MachineCmd, json: bool) -> Result<i32, Failure> {
     needs_persistent(ctx)?;
     let (name, action) = match cmd {
-        MachineCmd::Create { name, cpus, memory } => {
+        MachineCmd::Create {
+            name,
+            cpus,
+            memory,
+            no_start,
+        } => {
             if cpus.is_some() || memory.is_some() {
                 return Err(
                     Error::validation(Operation::Create, "managed_size_is_the_profiles").into(),
@@ -189,7 +223,14 @@ pub(crate) fn machine(ctx: &Ctx<'_>, cmd: MachineCmd, json: bool) -> Result<i32,
                         m.state.as_str()
                     ));
                 }
-                let m = settle(rt, &key)?;
+                let mut m = settle(rt, &key)?;
+                if !no_start && m.state == MachineRecordState::Created {
+                    versioned(rt, &key, |v| {
+                        rt.m_lifecycle(&key, MachineOperation::Start, v)
+                    })
+                    .map_err(|f| slot_note(f, &name))?;
+                    m = settle(rt, &key)?;
+                }
                 print_machine(&m, json)?;
                 Ok(settled_code(&m))
             });
@@ -197,7 +238,9 @@ pub(crate) fn machine(ctx: &Ctx<'_>, cmd: MachineCmd, json: bool) -> Result<i32,
         MachineCmd::Start { name } => (name, MachineOperation::Start),
         MachineCmd::Stop { name } => (name, MachineOperation::Stop),
         MachineCmd::Rm { name } => (name, MachineOperation::Delete),
-        MachineCmd::Ls | MachineCmd::Get { .. } => return Ok(0),
+        MachineCmd::Ls | MachineCmd::Get { .. } => {
+            return machine_from_store(ctx.store, &cmd, json);
+        }
     };
     let key = records::key(&name)?;
     with_rt(ctx, |rt| {
@@ -218,7 +261,7 @@ fn claim_note(f: Failure, name: &str) -> Failure {
         report::note(&format!(
             "managed machine {name} is claimed by another controller (a running or killed \
                  smolbox); run this again once its lease ends (`claim_until_ms` of \
-                 `smolbox --json machine --managed get {name}`)"
+                 `smolbox --json machine get {name}`)"
         ));
     }
     f
@@ -232,14 +275,14 @@ fn slot_note(f: Failure, name: &str) -> Failure {
     {
         report::note(&format!(
             "managed machine {name} is busy: a command holds its slot, or it is not idle \
-                 and running (`smolbox machine --managed get {name}` shows which)"
+                 and running (`smolbox machine get {name}` shows which)"
         ));
     }
     f
 }
 
-fn ls(ctx: &Ctx<'_>, json: bool) -> Result<i32, Failure> {
-    let opened = records::open(ctx.store)?;
+fn ls(store: Option<&Path>, json: bool) -> Result<i32, Failure> {
+    let opened = records::open(store)?;
     let mut all = Vec::new();
     let mut after: Option<String> = None;
     loop {

@@ -39,6 +39,47 @@ use crate::report::{self, Failure};
 /// Scope of the records the command writes (and the sealing partition).
 pub(crate) const SCOPE: &str = "cli";
 
+/// `SMOLBOX_LEASE_TTL_MS`, read once by `main`.
+static LEASE_TTL_MS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+
+/// The claim/lease TTL range of C12.1, ms.
+const LEASE_TTL_RANGE: (u64, u64) = (1_000, 900_000);
+
+/// Reads `SMOLBOX_LEASE_TTL_MS` (for tests; undocumented in `--help`, see
+/// docs/decisions.md "CLI: managed machines"): the claim and lease TTL of
+/// this process's controllers, 1,000–900,000 ms (C12.1; the runtime
+/// builders also check ≥ 4 × the poll interval). Unset or empty: the
+/// default (30,000).
+///
+/// # Errors
+/// `validation` (`lease_ttl_out_of_range`, with the limit) for anything
+/// else: nothing is sent.
+pub(crate) fn lease_ttl_from_env() -> Result<(), Failure> {
+    let Some(raw) = std::env::var_os("SMOLBOX_LEASE_TTL_MS").filter(|v| !v.is_empty()) else {
+        return Ok(());
+    };
+    let bad = |actual: u64| {
+        Failure::Core(
+            Error::validation(Operation::Config, "lease_ttl_out_of_range")
+                .with_limit(actual, LEASE_TTL_RANGE.1),
+        )
+    };
+    let ms: u64 = raw
+        .to_str()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| bad(0))?;
+    if !(LEASE_TTL_RANGE.0..=LEASE_TTL_RANGE.1).contains(&ms) {
+        return Err(bad(ms));
+    }
+    let _ = LEASE_TTL_MS.set(ms);
+    Ok(())
+}
+
+/// The TTL `SMOLBOX_LEASE_TTL_MS` gave, if any.
+pub(crate) fn lease_ttl_ms() -> Option<u64> {
+    LEASE_TTL_MS.get().copied()
+}
+
 /// Exit code of an execution that ended without running (cancelled,
 /// expired, failed before dispatch): "refused".
 pub(crate) const EXIT_NOT_RUN: i32 = 8;
@@ -200,23 +241,7 @@ pub(crate) enum Rt<'a> {
 impl<'a> Rt<'a> {
     /// A runtime whose only worker is `worker` (the backend's client).
     pub(crate) fn new(b: &'a Backend, opened: &Opened, worker: &str) -> Result<Self, Failure> {
-        let store = Arc::clone(&opened.store);
-        let fk = opened.fingerprint_key.clone();
-        Ok(match b {
-            Backend::Tokio { rt, client } => {
-                let r = rt.block_on(async {
-                    smolbox_tokio::Runtime::builder(store, fk)
-                        .worker(worker, client.clone())
-                        .build()
-                })?;
-                Self::Tokio(rt, r)
-            }
-            Backend::Blocking(client) => Self::Blocking(
-                smolbox_blocking::Runtime::builder(store, fk)
-                    .worker(worker, client.clone())
-                    .build()?,
-            ),
-        })
+        Self::build(b, opened, worker, false)
     }
 
     /// A runtime whose only worker is `worker`, admitted with its version
@@ -227,25 +252,50 @@ impl<'a> Rt<'a> {
         opened: &Opened,
         worker: &str,
     ) -> Result<Self, Failure> {
+        Self::build(b, opened, worker, true)
+    }
+
+    fn build(
+        b: &'a Backend,
+        opened: &Opened,
+        worker: &str,
+        with_profile: bool,
+    ) -> Result<Self, Failure> {
         let store = Arc::clone(&opened.store);
         let fk = opened.fingerprint_key.clone();
+        let ttl = lease_ttl_ms();
         Ok(match b {
             Backend::Tokio { rt, client } => {
-                let profile = rt.block_on(client.admit(&[]))?;
+                let profile = if with_profile {
+                    Some(rt.block_on(client.admit(&[]))?)
+                } else {
+                    None
+                };
                 let r = rt.block_on(async {
-                    smolbox_tokio::Runtime::builder(store, fk)
-                        .worker_with_profile(worker, client.clone(), profile)
-                        .build()
+                    let mut builder = smolbox_tokio::Runtime::builder(store, fk);
+                    builder = match profile {
+                        Some(p) => builder.worker_with_profile(worker, client.clone(), p),
+                        None => builder.worker(worker, client.clone()),
+                    };
+                    if let Some(ms) = ttl {
+                        builder = builder.lease_ttl_ms(ms);
+                    }
+                    builder.build()
                 })?;
                 Self::Tokio(rt, r)
             }
             Backend::Blocking(client) => {
-                let profile = client.admit(&[])?;
-                Self::Blocking(
-                    smolbox_blocking::Runtime::builder(store, fk)
-                        .worker_with_profile(worker, client.clone(), profile)
-                        .build()?,
-                )
+                let mut builder = smolbox_blocking::Runtime::builder(store, fk);
+                builder = if with_profile {
+                    let p = client.admit(&[])?;
+                    builder.worker_with_profile(worker, client.clone(), p)
+                } else {
+                    builder.worker(worker, client.clone())
+                };
+                if let Some(ms) = ttl {
+                    builder = builder.lease_ttl_ms(ms);
+                }
+                Self::Blocking(builder.build()?)
             }
         })
     }
@@ -416,6 +466,9 @@ pub(crate) fn accept_only(opened: &Opened, worker: &str, submit: Submit) -> Resu
     let (now, now_ms) = (Instant::now(), wall_ms());
     let mut cfg = ControllerConfig::new(&smolbox_tokio::runtime::default_owner());
     cfg.workers.push(WorkerEntry::new(worker));
+    if let Some(ms) = lease_ttl_ms() {
+        cfg.lease_ttl_ms = ms;
+    }
     // Left to whichever controller comes next (`wait`, `recover`): no claim.
     cfg.claim_at_accept = false;
     let mut ctl = Controller::new(cfg, opened.fingerprint_key.clone(), now, now_ms)?;

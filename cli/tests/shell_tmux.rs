@@ -148,7 +148,10 @@ fn shell_echoes_exits_with_the_guest_code_and_restores_the_tty() {
     let _server = Server(&socket);
     for shell in SHELLS {
         let m = format!("sh-{shell}");
-        assert_eq!(code(&run(&w, shell, &["machine", "create", &m])), 0);
+        assert_eq!(
+            code(&run(&w, shell, &["machine", "--raw", "create", &m])),
+            0
+        );
         let pane = Pane::start(&socket, dir.path(), &w, shell, &m);
         let target = pane.target.clone();
         let on_screen = |what: &str, check: &dyn Fn(&str) -> bool| {
@@ -204,7 +207,10 @@ fn shell_reports_an_unconfirmed_exit_as_uncertain_and_restores_the_tty() {
     let _server = Server(&socket);
     for shell in SHELLS {
         let m = format!("cb-{shell}");
-        assert_eq!(code(&run(&w, shell, &["machine", "create", &m])), 0);
+        assert_eq!(
+            code(&run(&w, shell, &["machine", "--raw", "create", &m])),
+            0
+        );
         // The worker closes without the exit frame: the end is not confirmed.
         w.faults()
             .on_machine(Route::Terminal, &m, Fault::CloseBeforeExit);
