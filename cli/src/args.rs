@@ -112,7 +112,12 @@ pub(crate) enum Cmd {
     /// Run a command in a machine (buffered unless --stream); exits with
     /// the command's exit code.
     Exec(ExecArgs),
-    /// An interactive terminal in a machine.
+    /// An interactive terminal in a machine (raw mode, window size and
+    /// Ctrl-C to the guest). On a managed machine it is a managed terminal
+    /// in the machine's slot (its execution id on stderr; `records show
+    /// ID`); exits with the guest's code when its exit is confirmed, else 3
+    /// (the execution id on stderr).
+    #[command(after_help = crate::shell::ESCAPE_HELP)]
     Shell(ShellArgs),
     /// Copy a file: `LOCAL MACHINE:/path` uploads, `MACHINE:/path LOCAL`
     /// downloads. The SHA-256 is computed and printed (and checked with
@@ -209,7 +214,8 @@ pub(crate) enum RecordsCmd {
             "expired", "unknown", "cancelling",
         ])]
         state: Option<String>,
-        /// Only records of this machine.
+        /// Only records of this machine (a worker's machine name, or a
+        /// managed machine's id for the commands and terminals in its slot).
         #[arg(long, value_name = "MACHINE")]
         machine: Option<String>,
     },

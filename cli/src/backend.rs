@@ -256,3 +256,21 @@ impl Term for smolbox_blocking::Terminal {
         Self::close(*self)
     }
 }
+
+impl Term for smolbox_blocking::ManagedTerminal {
+    fn input(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        Self::input(self, bytes)
+    }
+
+    fn resize(&mut self, cols: u16, rows: u16) -> Result<(), Error> {
+        Self::resize(self, cols, rows)
+    }
+
+    fn next(&mut self, timeout: Duration) -> Result<TerminalEvent, Error> {
+        Self::next(self, timeout)
+    }
+
+    fn close(self: Box<Self>) -> Result<TerminalExit, Error> {
+        Self::close(*self)
+    }
+}

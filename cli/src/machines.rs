@@ -38,7 +38,7 @@ pub(crate) struct Ctx<'a> {
     pub(crate) persistent: bool,
 }
 
-fn needs_persistent(ctx: &Ctx<'_>) -> Result<(), Failure> {
+pub(crate) fn needs_persistent(ctx: &Ctx<'_>) -> Result<(), Failure> {
     if ctx.persistent {
         return Ok(());
     }
@@ -69,10 +69,17 @@ pub(crate) fn worker_name(store: Option<&Path>, name: &str) -> Result<String, Fa
     }
 }
 
+/// The execution budget of a managed machine's profile: 12 hours, so a
+/// `shell` session (whose length is at most this budget) lasts as long as
+/// one on a worker's machine used directly.
+const EXECUTION_BUDGET_MS: u64 = 12 * 3_600_000;
+
 /// The retained spec of a managed machine: the worker profile's artifact
-/// and budgets (nothing the user chooses yet).
+/// and budgets, with a 12-hour execution budget (nothing the user chooses
+/// yet).
 fn spec() -> RetainedMachineSpec {
-    let t = RunTarget::unverified();
+    let mut t = RunTarget::unverified();
+    t.profile.budgets.execution_ms = EXECUTION_BUDGET_MS;
     RetainedMachineSpec {
         artifact: t.artifact,
         profile: t.profile,
@@ -172,7 +179,10 @@ fn versioned<T>(
 }
 
 /// Runs `f` over a runtime of this worker, shut down afterwards.
-fn with_rt<T>(ctx: &Ctx<'_>, f: impl FnOnce(&Rt<'_>) -> Result<T, Failure>) -> Result<T, Failure> {
+pub(crate) fn with_rt<T>(
+    ctx: &Ctx<'_>,
+    f: impl FnOnce(&Rt<'_>) -> Result<T, Failure>,
+) -> Result<T, Failure> {
     let opened = records::open(ctx.store)?;
     let rt = Rt::with_profile(ctx.backend, &opened, ctx.worker)?;
     let out = f(&rt);
@@ -268,7 +278,7 @@ fn claim_note(f: Failure, name: &str) -> Failure {
 }
 
 /// Adds the explanation of an `admission_exhausted` refusal.
-fn slot_note(f: Failure, name: &str) -> Failure {
+pub(crate) fn slot_note(f: Failure, name: &str) -> Failure {
     let f = claim_note(f, name);
     if let Failure::Core(e) = &f
         && e.category() == Category::AdmissionExhausted

@@ -163,7 +163,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             &selected.worker_id,
             json,
         ),
-        Cmd::Shell(a) => shell::shell(&backend, &a),
+        Cmd::Shell(a) => shell::shell(&ctx, &a),
         Cmd::Cp(a) => files::cp(&backend, &a, cli.global.store.as_deref(), json),
         Cmd::Logs(a) => machines::worker_name(cli.global.store.as_deref(), &a.machine)
             .and_then(|name| commands::logs(&backend, &name, &a, json)),
