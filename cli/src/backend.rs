@@ -213,6 +213,19 @@ impl Backend {
         }
     }
 
+    /// A followed console-log read: each line to `on_line` (which returns
+    /// `false` to stop), until the body ends or an error.
+    pub(crate) fn logs_follow(
+        &self,
+        logs: &smolbox_core::worker::Logs,
+        on_line: &mut (dyn FnMut(String) -> bool + Send),
+    ) -> Result<(), Error> {
+        match self {
+            Self::Tokio { rt, client } => rt.block_on(client.logs_follow(logs, on_line)),
+            Self::Blocking(client) => client.logs_follow(logs, on_line),
+        }
+    }
+
     /// Opens an interactive terminal.
     pub(crate) fn terminal(
         &self,

@@ -7,6 +7,7 @@
 mod common;
 
 use common::{SHELLS, code, devworker, machine_names, run, smolbox, stderr, stdout};
+use smolbox_devworker::BlockingDevWorker;
 
 #[test]
 fn run_prints_the_output_and_removes_the_machine() {
@@ -706,12 +707,23 @@ fn a_download_is_renamed_into_place_only_when_checked() {
 
 #[test]
 fn logs_follow_past_ten_thousand_lines_loses_and_repeats_nothing() {
-    use std::io::{BufRead, BufReader, Write};
     let w = devworker(None);
-    let shell = "tokio";
-    let m = "follow-long";
-    assert_eq!(code(&run(&w, shell, &["machine", "--raw", "create", m])), 0);
-    assert_eq!(code(&run(&w, shell, &["machine", "--raw", "start", m])), 0);
+    for shell in SHELLS {
+        follow_long(&w, shell);
+    }
+    // A definite answer ends the follow with it: no such machine (5).
+    let o = run(&w, "tokio", &["logs", "-f", "nosuch"]);
+    assert_eq!(code(&o), 5, "{}", stderr(&o));
+}
+
+/// Follows one machine's log (SSE reads, one after another) while 12,003
+/// lines are appended in three bursts; every line is printed once, in
+/// order, with no gap reported.
+fn follow_long(w: &BlockingDevWorker, shell: &str) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let m = &format!("follow-long-{shell}");
+    assert_eq!(code(&run(w, shell, &["machine", "--raw", "create", m])), 0);
+    assert_eq!(code(&run(w, shell, &["machine", "--raw", "start", m])), 0);
     let mut child = smolbox()
         .args(["--worker", &w.base_url(), "--shell", shell])
         .args(["logs", "-f", "--tail", "10000", m])
@@ -720,6 +732,7 @@ fn logs_follow_past_ten_thousand_lines_loses_and_repeats_nothing() {
         .spawn()
         .unwrap();
     let out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
     let child = std::sync::Arc::new(std::sync::Mutex::new(child));
     let (done, stop) = std::sync::mpsc::channel::<()>();
     let watchdog = {
@@ -766,6 +779,9 @@ fn logs_follow_past_ten_thousand_lines_loses_and_repeats_nothing() {
         numbered.iter().zip(&expected).all(|(a, b)| *a == b),
         "in order"
     );
+    let mut notes = String::new();
+    err.read_to_string(&mut notes).unwrap();
+    assert!(!notes.contains("missing"), "{shell}: {notes}");
 }
 
 /// Several `smolbox run` processes share one store at once — each with its
