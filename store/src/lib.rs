@@ -44,6 +44,7 @@ mod memory;
 mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod row;
+pub mod runtime;
 mod seal;
 #[cfg(feature = "sqlite")]
 mod sqlite;
