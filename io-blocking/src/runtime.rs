@@ -106,7 +106,7 @@ impl Build for Runtime {
                 driver.run(&rx);
             })
             .map_err(|_| thread_error())?;
-        Ok(Runtime {
+        Ok(Self {
             store: p.store,
             cmd: tx,
             shared,

@@ -87,7 +87,7 @@ impl Build for Runtime {
             driver.run(cmd_rx, res_rx),
             p.span,
         ));
-        Ok(Runtime {
+        Ok(Self {
             store: p.store,
             cmd: cmd_tx,
             shared,

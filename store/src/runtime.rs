@@ -596,3 +596,154 @@ fn pop<T>(map: &mut BTreeMap<RecordKey, VecDeque<T>>, key: &RecordKey) -> Option
     }
     v
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code
+
+    use smolbox_core::managed::state::{ExecState, RecordEvidence};
+    use smolbox_core::managed::testkit;
+
+    use super::*;
+    use crate::{MemoryConfig, MemoryStore};
+
+    /// A runtime type for the builder, never started.
+    struct Inert;
+
+    impl Build for Inert {
+        type Client = ();
+        fn build(_: Builder<Self>) -> Result<Self, Error> {
+            Ok(Self)
+        }
+    }
+
+    fn telemetry(id: &str) -> Telemetry {
+        Telemetry {
+            epoch: 0,
+            dropped: 0,
+            key: testkit::key("s", id),
+            state: ExecState::Accepted,
+            evidence: RecordEvidence::NotDispatched,
+            version: 1,
+        }
+    }
+
+    fn finished(id: &str) -> Finished {
+        Finished {
+            key: testkit::key("s", id),
+            record: None,
+            output: None,
+            error: None,
+            dispatched: false,
+            held_elsewhere: false,
+        }
+    }
+
+    #[test]
+    fn telemetry_keeps_the_newest_n_and_drops_the_oldest_at_n_plus_1() {
+        let mut n = Notices::new(2);
+        n.telemetry(telemetry("a"));
+        n.telemetry(telemetry("b"));
+        assert_eq!(n.take_telemetry().len(), 2);
+        for id in ["a", "b", "c"] {
+            n.telemetry(telemetry(id));
+        }
+        let kept: Vec<String> = n.take_telemetry().into_iter().map(|t| t.key.id).collect();
+        assert_eq!(kept, ["b", "c"]);
+        assert!(n.take_telemetry().is_empty());
+        // A cap of 0 keeps one.
+        let mut n = Notices::new(0);
+        n.telemetry(telemetry("a"));
+        n.telemetry(telemetry("b"));
+        assert_eq!(n.take_telemetry().len(), 1);
+    }
+
+    #[test]
+    fn finished_notices_keep_n_and_retire_the_oldest_at_n_plus_1() {
+        let mut n = Notices::default();
+        for i in 0..MAX_NOTICES {
+            n.finished(finished(&format!("f{i}")));
+        }
+        assert_eq!(n.finished.len(), MAX_NOTICES);
+        assert!(n.finished.contains_key(&testkit::key("s", "f0")));
+        n.finished(finished("last"));
+        assert_eq!(n.finished.len(), MAX_NOTICES);
+        assert!(!n.finished.contains_key(&testkit::key("s", "f0")));
+        assert!(n.finished.contains_key(&testkit::key("s", "last")));
+    }
+
+    #[test]
+    fn a_non_durable_store_is_refused_unless_ephemeral() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new(MemoryConfig::default()).unwrap());
+        let b = Builder::<Inert>::new(Arc::clone(&store), testkit::fingerprint_key());
+        assert_eq!(b.check_durable().unwrap_err().reason(), "store_not_durable");
+        let b = Builder::<Inert>::new(store, testkit::fingerprint_key()).ephemeral(true);
+        assert!(b.check_durable().is_ok());
+        assert!(b.build().is_ok());
+    }
+
+    #[test]
+    fn a_bad_option_is_refused_before_anything_starts() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new(MemoryConfig::default()).unwrap());
+        let b = Builder::<Inert>::new(store, testkit::fingerprint_key())
+            .ephemeral(true)
+            .max_active(0);
+        let e = b.into_parts().err().unwrap();
+        assert_eq!(e.category(), Category::Validation);
+    }
+
+    /// Records what the host starts; every store op fails at once.
+    #[derive(Default)]
+    struct Failing {
+        store_ops: Vec<&'static str>,
+    }
+
+    impl Perform for Failing {
+        fn store(&mut self, _: OpId, op: StoreOp) -> Result<(), Error> {
+            self.store_ops.push(op.name());
+            Err(
+                Error::new(Category::Store, Operation::StoreWrite, Evidence::Unknown)
+                    .with_reason("store_thread_lost"),
+            )
+        }
+        fn worker(&mut self, _: OpId, _: WorkerOp) -> Result<(), Error> {
+            unreachable!("nothing is dispatched without a durable record")
+        }
+        fn recover_terminal(&mut self, _: RecordKey) {}
+    }
+
+    #[test]
+    fn a_store_op_that_cannot_start_answers_the_submitter_with_the_store_error() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new(MemoryConfig::default()).unwrap());
+        let p = Builder::<Inert>::new(store, testkit::fingerprint_key())
+            .ephemeral(true)
+            .worker("w1", ())
+            .into_parts()
+            .unwrap();
+        let mut host = p.host;
+        let notices = Mutex::new(p.notices);
+        let got = Arc::new(Mutex::new(None));
+        let g = Arc::clone(&got);
+        let command = smolbox_core::exec::Command::new(["true"]);
+        let target = smolbox_core::managed::controller::RunTarget::unverified();
+        let spec =
+            smolbox_core::managed::controller::spec_for(&command, &target, "w1", "m1").unwrap();
+        let submit = Submit {
+            key: testkit::key("s", "e1"),
+            spec,
+        };
+        host.command(Command::Submit(
+            Box::new(submit),
+            Box::new(move |r| *g.lock().unwrap() = Some(r)),
+        ));
+        let mut io = Failing::default();
+        for _ in 0..4 {
+            host.drain(&notices, &mut io);
+        }
+        assert!(!io.store_ops.is_empty());
+        let answer = got.lock().unwrap().take().unwrap();
+        let e = answer.unwrap_err();
+        assert_eq!(e.category(), Category::Store, "{e:?} {:?}", io.store_ops);
+        assert!(!host.is_stopped());
+    }
+}

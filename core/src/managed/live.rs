@@ -421,3 +421,164 @@ impl OpenReply {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code
+
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    #[allow(clippy::disallowed_methods)] // an arbitrary origin; time is virtual after
+    fn origin() -> Instant {
+        Instant::now()
+    }
+
+    fn key(id: &str) -> RecordKey {
+        RecordKey::new("s", id).unwrap()
+    }
+
+    #[test]
+    fn output_buffer_bytes_at_n_accepted_and_n_plus_1_refused() {
+        let mut b = OutputBuffer::default();
+        assert!(b.push(Bytes::from_static(b"abc"), 4).is_ok());
+        assert!(b.push(Bytes::from_static(b"d"), 4).is_ok());
+        let e = b.push(Bytes::from_static(b"e"), 4).unwrap_err();
+        assert_eq!(e.category(), Category::OutputLimit);
+        assert_eq!(e.evidence(), Evidence::Unknown);
+        assert_eq!(e.reason(), "unread_output");
+    }
+
+    #[test]
+    fn output_buffer_chunks_at_n_accepted_and_n_plus_1_refused() {
+        let mut b = OutputBuffer::default();
+        for _ in 0..MAX_UNREAD_CHUNKS {
+            b.push(Bytes::from_static(b"x"), usize::MAX).unwrap();
+        }
+        let e = b.push(Bytes::from_static(b"x"), usize::MAX).unwrap_err();
+        assert_eq!(e.category(), Category::OutputLimit);
+    }
+
+    #[test]
+    fn output_buffer_gives_output_first_then_the_outcome_again_and_again() {
+        let mut b = OutputBuffer::default();
+        assert!(b.pop().is_none());
+        b.push(Bytes::from_static(b"hi"), 10).unwrap();
+        b.close(Ok(TerminalExit { code: 3 }));
+        b.close(Err(consumer_lost()));
+        assert_eq!(
+            b.pop(),
+            Some(TerminalEvent::Output(Bytes::from_static(b"hi")))
+        );
+        let closed = Some(TerminalEvent::Closed(Ok(TerminalExit { code: 3 })));
+        assert_eq!(b.pop(), closed);
+        assert_eq!(b.pop(), closed);
+        assert_eq!(b.outcome(), Some(Ok(TerminalExit { code: 3 })));
+        // Freed bytes count again: the bound is on unread output.
+        b.push(Bytes::from_static(b"0123456789"), 10).unwrap();
+    }
+
+    #[test]
+    fn refused_commands_answer_task_ended_and_never_print_input() {
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let g = Arc::clone(&got);
+        let input = TermCommand::Input(
+            b"secret".to_vec(),
+            Box::new(move |r| g.lock().unwrap().push(r)),
+        );
+        assert_eq!(format!("{input:?}"), "Input(len 6)");
+        input.refuse();
+        let g = Arc::clone(&got);
+        TermCommand::Resize(1, 1, Box::new(move |r| g.lock().unwrap().push(r))).refuse();
+        let got = got.lock().unwrap();
+        assert_eq!(got.len(), 2);
+        for r in got.iter() {
+            let e = r.unwrap_err();
+            assert_eq!(e.reason(), "terminal_task_ended");
+            assert_eq!(e.operation(), Operation::TerminalInput);
+        }
+        let closed = Arc::new(Mutex::new(None));
+        let c = Arc::clone(&closed);
+        TermCommand::Close(Box::new(move |r| *c.lock().unwrap() = Some(r))).refuse();
+        let e = closed.lock().unwrap().unwrap().unwrap_err();
+        assert_eq!(e.operation(), Operation::TerminalClose);
+    }
+
+    #[test]
+    fn next_wait_at_the_bound_accepted_and_above_refused() {
+        assert!(check_next_wait(MAX_NEXT_WAIT).is_ok());
+        let e = check_next_wait(MAX_NEXT_WAIT + Duration::from_nanos(1)).unwrap_err();
+        assert_eq!(e.category(), Category::Validation);
+    }
+
+    #[test]
+    fn live_set_marks_runs_and_binds_one_consumer() {
+        let mut set = LiveSet::<u32>::new(2).unwrap();
+        let k = key("t1");
+        assert!(set.begin_run(&k));
+        assert!(!set.begin_run(&k));
+        assert!(set.is_running(&k));
+        let now = origin();
+        let mut ended = Vec::new();
+        assert!(
+            set.attach(now, &k, |l, e| ended.push((*l, e)))
+                .unwrap()
+                .is_none()
+        );
+        set.register(now, k.clone(), 7, Duration::from_secs(5))
+            .unwrap();
+        let (_, live) = set
+            .attach(now, &k, |l, e| ended.push((*l, e)))
+            .unwrap()
+            .unwrap();
+        assert_eq!(live, 7);
+        assert_eq!(set.owner_get(&k), Some(7));
+        // A second registration of the same key is refused as uncertain:
+        // the terminal is already open.
+        let e = set
+            .register(now, k.clone(), 8, Duration::from_secs(5))
+            .unwrap_err();
+        assert_eq!(e.evidence(), Evidence::DispatchUncertain);
+        set.end_run(&k);
+        assert!(!set.is_running(&k));
+        assert!(ended.is_empty());
+    }
+
+    #[test]
+    fn live_set_ends_a_connection_nobody_attached_to() {
+        let mut set = LiveSet::<u32>::new(1).unwrap();
+        let now = origin();
+        set.register(now, key("t2"), 9, Duration::from_millis(10))
+            .unwrap();
+        let at = set.poll_timeout().unwrap();
+        let mut ended = Vec::new();
+        set.expire(at, |l, e| ended.push((*l, e)));
+        assert_eq!(ended.len(), 1);
+        assert_eq!(ended[0].0, 9);
+        assert_eq!(ended[0].1.reason(), "attach_wait");
+    }
+
+    #[test]
+    fn resume_of_a_record_that_is_not_a_terminal_releases_the_key() {
+        let mut set = LiveSet::<u32>::new(1).unwrap();
+        let k = key("t3");
+        assert!(set.begin_run(&k));
+        let e = set
+            .resume_run(
+                TermConfig::of(&crate::managed::controller::ControllerConfig::new("ctl-1")),
+                FingerprintKey::new(&[7; 32]).unwrap(),
+                &k,
+                Err(Error::new(
+                    Category::Store,
+                    Operation::StoreFetch,
+                    Evidence::Unknown,
+                )),
+                origin(),
+                0,
+            )
+            .unwrap_err();
+        assert_eq!(e.category(), Category::Store);
+        assert!(!set.is_running(&k));
+    }
+}
