@@ -46,6 +46,7 @@ mod pg_connect;
 mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod row;
+pub mod runtime;
 mod seal;
 #[cfg(feature = "sqlite")]
 mod sqlite;
