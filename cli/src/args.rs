@@ -53,7 +53,9 @@ pub(crate) struct Global {
     /// or `postgres://…` for a PostgreSQL database shared by many
     /// controllers (its keys: `$SMOLBOX_STORE_KEYS`, else `postgres.*` in
     /// the data directory; every controller of the store needs the same;
-    /// its partition: `$SMOLBOX_STORE_PARTITION`, else `cli`).
+    /// its partition: `$SMOLBOX_STORE_PARTITION`, else `cli`; TLS with the
+    /// CA bundle at `$SMOLBOX_STORE_CA`; a server on another host without
+    /// TLS only with `$SMOLBOX_STORE_PLAINTEXT_REMOTE=1`).
     #[arg(
         long,
         global = true,

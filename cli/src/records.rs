@@ -31,7 +31,9 @@ use smolbox_core::managed::{
 };
 use smolbox_core::{Category, Error, Evidence, Operation};
 use smolbox_store::keys::load_or_create_keys;
-use smolbox_store::{DEFAULT_LIST_PAGE, PostgresStore, Sealer, SqliteStore, Store, apply_op};
+use smolbox_store::{
+    DEFAULT_LIST_PAGE, PostgresOptions, PostgresStore, Sealer, SqliteStore, Store, apply_op,
+};
 
 use crate::backend::Backend;
 use crate::report::{self, Failure};
@@ -150,15 +152,27 @@ pub(crate) fn open_at(location: &Location) -> Result<Opened, Failure> {
         Location::Sqlite(db) => {
             Arc::new(SqliteStore::open(db, Sealer::new(&encryption_key, SCOPE)?)?)
         }
-        Location::Postgres { url, partition, .. } => Arc::new(PostgresStore::connect(
+        Location::Postgres { url, partition, .. } => Arc::new(PostgresStore::connect_with(
             url,
             Sealer::new(&encryption_key, partition)?,
+            &postgres_options()?,
         )?),
     };
     Ok(Opened {
         store,
         fingerprint_key,
     })
+}
+
+/// TLS to PostgreSQL with the CA bundle at `$SMOLBOX_STORE_CA`; plain text
+/// to another host only with `$SMOLBOX_STORE_PLAINTEXT_REMOTE=1`.
+fn postgres_options() -> Result<PostgresOptions, Failure> {
+    let mut options = PostgresOptions::new();
+    if let Some(ca) = std::env::var_os("SMOLBOX_STORE_CA").filter(|v| !v.is_empty()) {
+        options = options.ca_file(Path::new(&ca))?;
+    }
+    let plain = std::env::var("SMOLBOX_STORE_PLAINTEXT_REMOTE").is_ok_and(|v| v == "1");
+    Ok(options.allow_plaintext_remote(plain))
 }
 
 /// The record key of an id the user typed.

@@ -19,7 +19,7 @@ use smolbox_core::{Error, Operation};
 
 use crate::http::{Deadlines, Exchange};
 use crate::pool::{MAX_CONNECTIONS, Pool};
-use crate::stream::{ExecEvent, ExecStream, run_with_callback};
+use crate::stream::{CallbackThreads, ExecEvent, ExecStream, run_with_callback};
 use crate::transport::{SocketTarget, TlsFiles};
 
 /// The async worker client. Cheap to clone (clones share one connection
@@ -43,6 +43,7 @@ pub struct Client {
 struct Inner {
     endpoint: Endpoint,
     pool: Arc<Pool>,
+    callbacks: Arc<CallbackThreads>,
 }
 
 impl Client {
@@ -60,6 +61,7 @@ impl Client {
             inner: Arc::new(Inner {
                 endpoint,
                 pool: Arc::new(Pool::new(target, MAX_CONNECTIONS)),
+                callbacks: Arc::default(),
             }),
         })
     }
@@ -306,9 +308,16 @@ impl Client {
     /// exit code. A callback that panics is detached and capture continues;
     /// one that blocks is abandoned at the operation deadline and the call
     /// fails with `transport`/`dispatch_uncertain` (`callback_deadline`).
+    /// At most [`MAX_DELIVERY_THREADS`] callback threads exist per client,
+    /// abandoned ones included (an abandoned thread ends when its callback
+    /// returns).
     ///
     /// # Errors
-    /// As [`exec_stream`](Self::exec_stream), plus the stream's errors.
+    /// As [`exec_stream`](Self::exec_stream), plus the stream's errors;
+    /// `admission_exhausted` (`callback_threads_exhausted`, evidence
+    /// `not_dispatched`, nothing sent) when all callback threads are taken.
+    ///
+    /// [`MAX_DELIVERY_THREADS`]: crate::MAX_DELIVERY_THREADS
     pub async fn exec_with<F>(
         &self,
         machine: &str,
@@ -319,8 +328,18 @@ impl Client {
         F: FnMut(&ExecEvent) + Send + 'static,
     {
         let deadline = Instant::now() + self.inner.endpoint.budgets().operation;
+        let permit = CallbackThreads::take(&self.inner.callbacks)?;
         let stream = self.exec_stream(machine, command).await?;
-        run_with_callback(stream, callback, deadline).await
+        run_with_callback(stream, callback, permit, deadline).await
+    }
+
+    /// Callback threads that exist now (tests).
+    #[cfg(test)]
+    pub(crate) fn callback_threads(&self) -> usize {
+        self.inner
+            .callbacks
+            .alive
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Background launch (`POST …/exec` with `background: true`): the launch

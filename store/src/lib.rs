@@ -41,6 +41,8 @@ mod engine;
 pub mod keys;
 mod memory;
 #[cfg(feature = "postgres")]
+mod pg_connect;
+#[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod row;
@@ -54,6 +56,8 @@ pub use memory::{
     DEFAULT_MAX_BYTES, DEFAULT_MAX_RECORDS, MAX_BYTES, MAX_LEASES, MAX_RECORDS, MemoryConfig,
     MemoryStore,
 };
+#[cfg(feature = "postgres")]
+pub use pg_connect::{MAX_CA_BYTES, PostgresOptions};
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
 pub use seal::{EncryptionKey, KEY_ID, Sealer};
