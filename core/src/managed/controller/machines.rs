@@ -221,10 +221,24 @@ pub struct MachineDone {
     pub result: Result<MachineAnswer, Error>,
 }
 
-/// The worker machine spec of a retained machine: the worker's defaults
-/// (the retained spec carries no sizes yet).
-pub(super) fn worker_spec(_spec: &RetainedMachineSpec) -> MachineSpec {
-    MachineSpec::default()
+/// The worker machine spec of a retained machine: the worker's default
+/// sizes (the retained spec carries none yet) and the spec's port
+/// mappings, which the store reserved with the assignment (sent offline:
+/// the create names `virtio-net` with empty allow-lists, C9.2).
+///
+/// # Errors
+/// `validation` (not dispatched) for a port the worker spec refuses.
+pub(super) fn worker_spec(spec: &RetainedMachineSpec) -> Result<MachineSpec, Error> {
+    let ports = spec
+        .ports
+        .iter()
+        .map(|p| crate::worker::PortMapping::new(p.host, p.guest))
+        .collect::<Result<Vec<_>, _>>()?;
+    MachineSpec {
+        ports,
+        ..MachineSpec::default()
+    }
+    .validate()
 }
 
 /// The machine name of a retained machine: `smb-` and 24 hex digits of
@@ -598,6 +612,26 @@ impl Mach {
         self.guarded(cfg, now, now_ms, p)
     }
 
+    /// A create that never left the process: no machine, absence known.
+    fn create_not_sent(
+        &mut self,
+        cfg: &ControllerConfig,
+        now: Instant,
+        now_ms: u64,
+        e: &Error,
+    ) -> MStep {
+        let p = MachinePatch {
+            state: Some(MachineRecordState::Unknown),
+            operation: Some((MachineOperation::None, MachinePhase::None)),
+            absence_at_ms: Some(now_ms.max(self.rec.updated_at_ms)),
+            next_due_at_ms: Some(None),
+            last_error: Some(ErrorEntry::from_error(e, now_ms)),
+            ..MachinePatch::default()
+        };
+        self.sent = false;
+        self.guarded(cfg, now, now_ms, p)
+    }
+
     /// Refuses the requested operation without touching the worker.
     fn refuse(&mut self, cfg: &ControllerConfig, now: Instant, now_ms: u64, e: &Error) -> MStep {
         self.verified = false;
@@ -873,17 +907,7 @@ impl Mach {
                         self.settle(cfg, now, now_ms, to, extra)
                     }
                     Some((WKind::Create, Err(e))) if e.evidence() == Evidence::NotDispatched => {
-                        // Nothing left the process: no machine; absence known.
-                        let p = MachinePatch {
-                            state: Some(S::Unknown),
-                            operation: Some((Op::None, Ph::None)),
-                            absence_at_ms: Some(now_ms.max(self.rec.updated_at_ms)),
-                            next_due_at_ms: Some(None),
-                            last_error: Some(ErrorEntry::from_error(&e, now_ms)),
-                            ..MachinePatch::default()
-                        };
-                        self.sent = false;
-                        self.guarded(cfg, now, now_ms, p)
+                        self.create_not_sent(cfg, now, now_ms, &e)
                     }
                     Some((_, r)) => {
                         let e = match r {
@@ -893,15 +917,20 @@ impl Mach {
                         self.uncertain(cfg, now, now_ms, &e)
                     }
                     None if self.sent => MStep::Wait,
-                    None if self.intent_mine => {
-                        self.pending_w = Some(WKind::Create);
-                        MStep::Worker(WorkerOp::Create {
-                            worker_id: worker_id.clone(),
-                            profile: Box::new((*profile).clone()),
-                            name,
-                            spec: Box::new(worker_spec(&self.rec.spec)),
-                        })
-                    }
+                    None if self.intent_mine => match worker_spec(&self.rec.spec) {
+                        Ok(spec) => {
+                            self.pending_w = Some(WKind::Create);
+                            MStep::Worker(WorkerOp::Create {
+                                worker_id: worker_id.clone(),
+                                profile: Box::new((*profile).clone()),
+                                name,
+                                spec: Box::new(spec),
+                            })
+                        }
+                        // Nothing leaves the process: as a create refused
+                        // before sending.
+                        Err(e) => self.create_not_sent(cfg, now, now_ms, &e),
+                    },
                     // Found with an intent this process did not write: the
                     // create may have been sent; never again (C17.1).
                     None => self.uncertain(cfg, now, now_ms, &found_dispatching(Operation::Create)),

@@ -1248,3 +1248,32 @@ fn a_conflict_machine_showing_its_own_incarnation_is_deleted_on_the_worker() {
     assert_eq!(s.machine().state, MS::Deleted);
     assert!(s.machine().reservation.is_none());
 }
+
+/// The spec's ports are reserved with the assignment and sent in the
+/// worker's create (C14, C9.2).
+#[test]
+fn the_spec_ports_reach_the_workers_create() {
+    let mut s = Sim::new(disposable_config());
+    s.settle();
+    let mut spec = mspec();
+    spec.ports = vec![
+        crate::managed::spec::ReservedPort {
+            host: 8080,
+            guest: 80,
+        },
+        crate::managed::spec::ReservedPort {
+            host: 8443,
+            guest: 443,
+        },
+    ];
+    s.request(MachineRequest::Create { key: mkey(), spec })
+        .unwrap();
+    s.settle();
+    assert_eq!(s.machine().reserved_ports, vec![8080, 8443]);
+    let (_, op) = &s.worker[0];
+    let WorkerOp::Create { spec, .. } = op else {
+        panic!("expected a create, got {op:?}");
+    };
+    let sent: Vec<(u16, u16)> = spec.ports.iter().map(|p| (p.host(), p.guest())).collect();
+    assert_eq!(sent, [(8080, 80), (8443, 443)]);
+}
