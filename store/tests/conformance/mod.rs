@@ -73,6 +73,8 @@ macro_rules! conformance_tests {
             machine_pending_limit_at_n_and_n_plus_one,
             resolve_stopped_clears_the_slot_and_keeps_unknown,
             resolve_deleted_releases_capacity_and_ports,
+            machine_claims_leave_the_version,
+            claim_machine_version_refences_an_assigned_machine,
         );
     };
     (@each $make:path; $($name:ident),* $(,)?) => {
