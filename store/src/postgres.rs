@@ -126,6 +126,8 @@ pub struct PostgresStore {
     url: String,
     conn: Mutex<Option<Conn>>,
     sealer: Sealer,
+    /// Write transactions committed (`Store::commits`).
+    commits: std::sync::atomic::AtomicU64,
 }
 
 impl core::fmt::Debug for PostgresStore {
@@ -148,6 +150,7 @@ impl PostgresStore {
             url: url.to_owned(),
             conn: Mutex::new(None),
             sealer,
+            commits: std::sync::atomic::AtomicU64::new(0),
         };
         store.migrate()?;
         Ok(store)
@@ -383,7 +386,12 @@ impl Backend for PostgresStore {
         lock: Lock,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<R, Error>,
     ) -> Result<R, Error> {
-        self.run(&self.sealer, op, lock, f)
+        let out = self.run(&self.sealer, op, lock, f)?;
+        if lock != Lock::Read {
+            self.commits
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(out)
     }
 }
 
