@@ -486,7 +486,25 @@ fn min_opt(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
 
 /// Most name resolutions running at once on their own threads.
 const MAX_RESOLVERS: usize = 16;
-static RESOLVERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Lookups in flight on helper threads, and how many may be.
+struct Resolvers {
+    running: std::sync::atomic::AtomicUsize,
+    max: usize,
+}
+
+/// The process's resolver threads.
+static RESOLVERS: Resolvers = Resolvers {
+    running: std::sync::atomic::AtomicUsize::new(0),
+    max: MAX_RESOLVERS,
+};
+
+/// The platform resolver (blocks without a timeout).
+fn system_lookup(name: String, port: u16) -> io::Result<Vec<SocketAddr>> {
+    (name.as_str(), port)
+        .to_socket_addrs()
+        .map(Iterator::collect::<Vec<_>>)
+}
 
 /// Resolves `host` within `deadline`. A literal address needs no lookup;
 /// a name is looked up on a helper thread (the platform resolver blocks
@@ -496,6 +514,17 @@ static RESOLVERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsiz
 /// lookup past the deadline is abandoned (its thread ends when the resolver
 /// returns).
 fn resolve(host: &str, port: u16, deadline: Instant) -> Result<Vec<SocketAddr>, ConnectError> {
+    resolve_with(&RESOLVERS, system_lookup, host, port, deadline)
+}
+
+/// [`resolve`] with the resolver threads' bound and the lookup given.
+fn resolve_with(
+    resolvers: &'static Resolvers,
+    lookup: fn(String, u16) -> io::Result<Vec<SocketAddr>>,
+    host: &str,
+    port: u16,
+    deadline: Instant,
+) -> Result<Vec<SocketAddr>, ConnectError> {
     use std::sync::atomic::Ordering;
     if let Ok(ip) = host.parse::<std::net::IpAddr>() {
         return Ok(vec![SocketAddr::new(ip, port)]);
@@ -507,8 +536,8 @@ fn resolve(host: &str, port: u16, deadline: Instant) -> Result<Vec<SocketAddr>, 
             SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port)),
         ]);
     }
-    if RESOLVERS.fetch_add(1, Ordering::SeqCst) >= MAX_RESOLVERS {
-        RESOLVERS.fetch_sub(1, Ordering::SeqCst);
+    if resolvers.running.fetch_add(1, Ordering::SeqCst) >= resolvers.max {
+        resolvers.running.fetch_sub(1, Ordering::SeqCst);
         return Err(ConnectError::Resolve);
     }
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
@@ -516,14 +545,12 @@ fn resolve(host: &str, port: u16, deadline: Instant) -> Result<Vec<SocketAddr>, 
     let spawned = std::thread::Builder::new()
         .name("smolbox-resolve".into())
         .spawn(move || {
-            let r = (name.as_str(), port)
-                .to_socket_addrs()
-                .map(Iterator::collect::<Vec<_>>);
-            RESOLVERS.fetch_sub(1, Ordering::SeqCst);
+            let r = lookup(name, port);
+            resolvers.running.fetch_sub(1, Ordering::SeqCst);
             let _ = tx.send(r);
         });
     if spawned.is_err() {
-        RESOLVERS.fetch_sub(1, Ordering::SeqCst);
+        resolvers.running.fetch_sub(1, Ordering::SeqCst);
         return Err(ConnectError::Resolve);
     }
     match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
@@ -552,4 +579,107 @@ fn unix_socket_facts(path: &std::path::Path) -> io::Result<smolbox_core::worker:
         dir_mode: dir.mode() & 0o7777,
         dir_uid: dir.uid(),
     })
+}
+
+#[cfg(test)]
+mod resolver_tests {
+    #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
+    use std::sync::Mutex;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::mpsc::{Receiver, Sender, channel};
+
+    use super::*;
+
+    /// The lookups of the test: each says it started, then waits for a
+    /// release (a lookup that hangs until the test lets it go).
+    static STARTED: Mutex<Option<Sender<()>>> = Mutex::new(None);
+    static RELEASE: Mutex<Option<Receiver<()>>> = Mutex::new(None);
+    static BOUNDED: Resolvers = Resolvers {
+        running: AtomicUsize::new(0),
+        max: MAX_RESOLVERS,
+    };
+
+    fn hanging_lookup(_name: String, port: u16) -> io::Result<Vec<SocketAddr>> {
+        if let Some(tx) = STARTED.lock().unwrap().as_ref() {
+            tx.send(()).unwrap();
+        }
+        let released = RELEASE.lock().unwrap().as_ref().map(Receiver::recv);
+        assert!(matches!(released, Some(Ok(()))));
+        Ok(vec![SocketAddr::from(([127, 0, 0, 1], port))])
+    }
+
+    #[test]
+    fn at_most_sixteen_lookups_run_at_once_and_a_freed_slot_is_reused() {
+        let (started_tx, started) = channel();
+        let (release, release_rx) = channel();
+        *STARTED.lock().unwrap() = Some(started_tx);
+        *RELEASE.lock().unwrap() = Some(release_rx);
+        let far = Instant::now() + Duration::from_secs(600);
+        let (done_tx, done) = channel();
+        for i in 0..MAX_RESOLVERS {
+            let done_tx = done_tx.clone();
+            std::thread::spawn(move || {
+                let r = resolve_with(&BOUNDED, hanging_lookup, &format!("n{i}.test"), 1, far);
+                done_tx.send(r).unwrap();
+            });
+        }
+        for _ in 0..MAX_RESOLVERS {
+            started.recv().unwrap();
+        }
+        // N = 16 lookups hang; the 17th is refused at once, unsent.
+        assert!(matches!(
+            resolve_with(&BOUNDED, hanging_lookup, "n16.test", 1, far),
+            Err(ConnectError::Resolve)
+        ));
+        assert!(started.try_recv().is_err(), "the 17th lookup never started");
+        // Release one: its caller gets the address, and its slot is free
+        // again (the count drops before the answer is sent).
+        release.send(()).unwrap();
+        let first = done.recv().unwrap().unwrap();
+        assert_eq!(first, vec![SocketAddr::from(([127, 0, 0, 1], 1))]);
+        std::thread::spawn(move || {
+            let r = resolve_with(&BOUNDED, hanging_lookup, "n17.test", 1, far);
+            done_tx.send(r).unwrap();
+        });
+        started.recv().unwrap();
+        for _ in 0..MAX_RESOLVERS {
+            release.send(()).unwrap();
+        }
+        for _ in 0..MAX_RESOLVERS {
+            assert!(done.recv().unwrap().is_ok());
+        }
+        assert_eq!(BOUNDED.running.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn a_lookup_past_the_deadline_is_a_timeout_and_literals_need_none() {
+        static ONE: Resolvers = Resolvers {
+            running: AtomicUsize::new(0),
+            max: 1,
+        };
+        fn never(_: String, _: u16) -> io::Result<Vec<SocketAddr>> {
+            // Parks until the process ends: a resolver that never answers.
+            loop {
+                std::thread::park();
+            }
+        }
+        let soon = Instant::now() + Duration::from_millis(20);
+        assert!(matches!(
+            resolve_with(&ONE, never, "stuck.test", 1, soon),
+            Err(ConnectError::Timeout)
+        ));
+        // The stuck lookup still holds the only slot: a second is refused.
+        assert!(matches!(
+            resolve_with(&ONE, never, "other.test", 1, soon),
+            Err(ConnectError::Resolve)
+        ));
+        // Literals and localhost never take a slot.
+        assert!(resolve_with(&ONE, never, "127.0.0.1", 1, soon).is_ok());
+        assert_eq!(
+            resolve_with(&ONE, never, "LOCALHOST", 1, soon)
+                .unwrap()
+                .len(),
+            2
+        );
+    }
 }

@@ -17,9 +17,9 @@ use smolbox_core::worker::{
 };
 use smolbox_core::{Error, Operation};
 
-use crate::http::{Deadlines, Exchange};
+use crate::http::{Deadlines, Exchange, Step};
 use crate::pool::{MAX_CONNECTIONS, Pool};
-use crate::stream::{ExecEvent, ExecStream, run_with_callback};
+use crate::stream::{CallbackThreads, ExecEvent, ExecStream, run_with_callback};
 use crate::transport::{SocketTarget, TlsFiles};
 
 /// The async worker client. Cheap to clone (clones share one connection
@@ -43,6 +43,7 @@ pub struct Client {
 struct Inner {
     endpoint: Endpoint,
     pool: Arc<Pool>,
+    callbacks: Arc<CallbackThreads>,
 }
 
 impl Client {
@@ -60,6 +61,7 @@ impl Client {
             inner: Arc::new(Inner {
                 endpoint,
                 pool: Arc::new(Pool::new(target, MAX_CONNECTIONS)),
+                callbacks: Arc::default(),
             }),
         })
     }
@@ -306,9 +308,16 @@ impl Client {
     /// exit code. A callback that panics is detached and capture continues;
     /// one that blocks is abandoned at the operation deadline and the call
     /// fails with `transport`/`dispatch_uncertain` (`callback_deadline`).
+    /// At most [`MAX_DELIVERY_THREADS`] callback threads exist per client,
+    /// abandoned ones included (an abandoned thread ends when its callback
+    /// returns).
     ///
     /// # Errors
-    /// As [`exec_stream`](Self::exec_stream), plus the stream's errors.
+    /// As [`exec_stream`](Self::exec_stream), plus the stream's errors;
+    /// `admission_exhausted` (`callback_threads_exhausted`, evidence
+    /// `not_dispatched`, nothing sent) when all callback threads are taken.
+    ///
+    /// [`MAX_DELIVERY_THREADS`]: crate::MAX_DELIVERY_THREADS
     pub async fn exec_with<F>(
         &self,
         machine: &str,
@@ -319,8 +328,18 @@ impl Client {
         F: FnMut(&ExecEvent) + Send + 'static,
     {
         let deadline = Instant::now() + self.inner.endpoint.budgets().operation;
+        let permit = CallbackThreads::take(&self.inner.callbacks)?;
         let stream = self.exec_stream(machine, command).await?;
-        run_with_callback(stream, callback, deadline).await
+        run_with_callback(stream, callback, permit, deadline).await
+    }
+
+    /// Callback threads that exist now (tests).
+    #[cfg(test)]
+    pub(crate) fn callback_threads(&self) -> usize {
+        self.inner
+            .callbacks
+            .alive
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Background launch (`POST …/exec` with `background: true`): the launch
@@ -364,6 +383,51 @@ impl Client {
     /// As [`call`](Self::call).
     pub async fn logs(&self, logs: &Logs) -> Result<Vec<String>, Error> {
         self.call(logs).await
+    }
+
+    /// Console logs followed (`GET …/logs` with `follow=true`, SSE): each
+    /// line goes to `on_line` as it is decoded, on the calling task
+    /// (back-pressure: reading waits for it). `on_line` returning `false`
+    /// ends the read (the connection is closed). No reconnect and no cursor
+    /// (C8.2): the read ends at the body's end, or with the first error —
+    /// among them the read's own bounds (10,000 events, the allowance:
+    /// `output_limit`; its timeout: `expired`).
+    ///
+    /// # Errors
+    /// As [`call`](Self::call), and the stream's (`output_limit`,
+    /// `protocol`, all `dispatch_uncertain`).
+    pub async fn logs_follow(
+        &self,
+        logs: &Logs,
+        on_line: &mut (dyn FnMut(String) -> bool + Send),
+    ) -> Result<(), Error> {
+        let mut exchange = self.send(logs, self.deadlines(Instant::now())).await?;
+        let head = exchange.head().await?;
+        if !logs.check_head(&head)? {
+            let mut body = Vec::new();
+            exchange.read_body(&mut body).await?;
+            return Err(logs.decode_error(&head, &body));
+        }
+        let mut stream = logs.stream();
+        loop {
+            while let Some(line) = stream.poll_line() {
+                if !on_line(line) {
+                    return Ok(());
+                }
+            }
+            let mut sink = |bytes: &[u8]| stream.handle_input(bytes);
+            let step = exchange.next(&mut sink).await;
+            // The lines decoded before an error are delivered first.
+            while let Some(line) = stream.poll_line() {
+                if !on_line(line) {
+                    return Ok(());
+                }
+            }
+            if let Step::End = step? {
+                stream.finish()?;
+                return Ok(());
+            }
+        }
     }
 
     /// `POST /api/v1/volumes`.

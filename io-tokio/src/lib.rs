@@ -57,10 +57,11 @@ mod tests;
 pub mod transport;
 
 pub use client::Client;
+pub use drive::drive;
 pub use managed_terminal::{ManagedTerminal, ManagedTerminals, TerminalOpened};
 pub use pool::MAX_CONNECTIONS;
 pub use runtime::Runtime;
 pub use smolbox_core::terminal::TerminalEvent;
-pub use stream::{ExecEvent, ExecStream};
+pub use stream::{ExecEvent, ExecStream, MAX_DELIVERY_THREADS};
 pub use terminal::Terminal;
 pub use transport::{Connection, SocketTarget, TlsFiles};

@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -184,13 +185,14 @@ impl Inner {
 pub(crate) async fn run_with_callback<F>(
     mut stream: ExecStream,
     callback: F,
+    permit: CallbackPermit,
     deadline: Instant,
 ) -> Result<ExecOutput, Error>
 where
     F: FnMut(&ExecEvent) + Send + 'static,
 {
     let mut out = ExecOutput::empty(OutputEncoding::LossyUtf8);
-    let mut observer = Some(Observer::spawn(callback));
+    let mut observer = Some(Observer::spawn(callback, permit));
     while let Some(item) = stream.next().await {
         let event = item?;
         out.record(&event);
@@ -226,8 +228,49 @@ struct Observer {
     events: tokio::sync::mpsc::Sender<(ExecEvent, tokio::sync::oneshot::Sender<bool>)>,
 }
 
+/// Most callback threads per client (busy and abandoned), as in the
+/// blocking shell.
+pub const MAX_DELIVERY_THREADS: usize = 8;
+
+/// The callback threads of one client: a count, held by a permit for as
+/// long as its thread lives (an abandoned thread keeps it until its
+/// callback returns).
+#[derive(Debug, Default)]
+pub(crate) struct CallbackThreads {
+    pub(crate) alive: std::sync::atomic::AtomicUsize,
+}
+
+/// One thread's share of [`CallbackThreads`]; released on drop.
+pub(crate) struct CallbackPermit(Arc<CallbackThreads>);
+
+impl CallbackThreads {
+    /// A permit for one more thread, or `admission_exhausted` (nothing
+    /// sent) when [`MAX_DELIVERY_THREADS`] exist.
+    pub(crate) fn take(threads: &Arc<Self>) -> Result<CallbackPermit, Error> {
+        use std::sync::atomic::Ordering;
+        if threads.alive.fetch_add(1, Ordering::SeqCst) >= MAX_DELIVERY_THREADS {
+            threads.alive.fetch_sub(1, Ordering::SeqCst);
+            return Err(Error::new(
+                Category::AdmissionExhausted,
+                Operation::ExecStream,
+                Evidence::NotDispatched,
+            )
+            .with_reason("callback_threads_exhausted"));
+        }
+        Ok(CallbackPermit(Arc::clone(threads)))
+    }
+}
+
+impl Drop for CallbackPermit {
+    fn drop(&mut self) {
+        self.0
+            .alive
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 impl Observer {
-    fn spawn<F>(mut callback: F) -> Self
+    fn spawn<F>(mut callback: F, permit: CallbackPermit) -> Self
     where
         F: FnMut(&ExecEvent) + Send + 'static,
     {
@@ -238,6 +281,7 @@ impl Observer {
         let _ = std::thread::Builder::new()
             .name("smolbox-exec-callback".into())
             .spawn(move || {
+                let _permit = permit;
                 while let Some((event, ack)) = rx.blocking_recv() {
                     let ok =
                         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| callback(&event)))

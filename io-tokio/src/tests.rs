@@ -477,3 +477,119 @@ async fn a_unix_socket_others_could_replace_or_write_is_refused_unsent() {
         .unwrap_err();
     assert_eq!(e.reason(), "socket_not_a_socket");
 }
+
+/// A worker peer: `GET /health` answers 1.22.0 (the exec preflight), every
+/// other request a short SSE exec reply; counts the non-health requests.
+async fn sse_worker() -> (u16, Arc<AtomicUsize>) {
+    const BODY: &str = "event: stdout\ndata: hi\ndata: \n\nevent: exit\ndata: {\"exitCode\":3}\n\n";
+    const HEALTH: &str = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 34\r\n\r\n{\"status\":\"ok\",\"version\":\"1.22.0\"}";
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let requests = Arc::new(AtomicUsize::new(0));
+    let r = Arc::clone(&requests);
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let r = Arc::clone(&r);
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                let mut b = [0u8; 1];
+                loop {
+                    got.clear();
+                    while !got.ends_with(b"\r\n\r\n") {
+                        if s.read(&mut b).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        got.push(b[0]);
+                    }
+                    let answer = if got.starts_with(b"GET /health ") {
+                        HEALTH.to_owned()
+                    } else {
+                        r.fetch_add(1, Ordering::SeqCst);
+                        format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{BODY}\r\n0\r\n\r\n",
+                            BODY.len()
+                        )
+                    };
+                    if s.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (port, requests)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callback_threads_are_bounded_per_client_and_a_refusal_sends_nothing() {
+    use smolbox_core::exec::Command;
+    use smolbox_core::worker::{Budgets, Endpoint, EndpointConfig};
+
+    let (port, requests) = sse_worker().await;
+    let client = crate::Client::new(
+        Endpoint::new(EndpointConfig {
+            id: "w1".into(),
+            base_url: format!("http://127.0.0.1:{port}"),
+            allow_insecure_loopback: true,
+            budgets: Budgets {
+                operation: Duration::from_millis(300),
+                ..Budgets::default()
+            },
+            ..EndpointConfig::default()
+        })
+        .unwrap(),
+    )
+    .unwrap();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let release_rx = Arc::new(std::sync::Mutex::new(release_rx));
+    // N = 8 callbacks block past the deadline: each call is cut off, and
+    // each abandoned thread still counts.
+    for _ in 0..crate::MAX_DELIVERY_THREADS {
+        let rx = Arc::clone(&release_rx);
+        let e = client
+            .exec_with("dev", &Command::new(["echo", "hi"]), move |_| {
+                let _ = rx.lock().map(|r| r.recv());
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(
+            (e.category(), e.evidence(), e.reason()),
+            (
+                Category::Transport,
+                Evidence::DispatchUncertain,
+                "callback_deadline"
+            )
+        );
+    }
+    assert_eq!(client.callback_threads(), crate::MAX_DELIVERY_THREADS);
+    // N + 1: refused before anything is sent.
+    let before = requests.load(Ordering::SeqCst);
+    let e = client
+        .exec_with("dev", &Command::new(["echo", "hi"]), |_| {})
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.category(), e.evidence(), e.reason()),
+        (
+            Category::AdmissionExhausted,
+            Evidence::NotDispatched,
+            "callback_threads_exhausted"
+        )
+    );
+    assert_eq!(
+        requests.load(Ordering::SeqCst),
+        before,
+        "a refused call sent a request"
+    );
+    // A stream without a callback needs no thread and still runs.
+    let mut stream = client
+        .exec_stream("dev", &Command::new(["echo", "hi"]))
+        .await
+        .unwrap();
+    let mut last = None;
+    while let Some(ev) = stream.next().await {
+        last = Some(ev.unwrap());
+    }
+    assert!(matches!(last, Some(crate::ExecEvent::Exit(3))), "{last:?}");
+    drop(release_tx);
+}

@@ -680,10 +680,12 @@ pub(crate) fn claim_machine_version<B: Backend>(
     let op = Operation::StoreClaim;
     b.transact(op, Lock::Record, &mut |tx| {
         let rec = tx.machine(key)?.ok_or(not_found(op))?;
-        if rec.version != version {
-            return Err(claim::stale_version(op));
-        }
-        let next = claim::claim_machine(&rec, owner, now_ms, ttl_ms)?;
+        let lease = match &rec.assignment {
+            Some(a) => tx.lease(&a.worker_id)?,
+            None => None,
+        };
+        let next =
+            claim::claim_machine_version(&rec, owner, version, lease.as_ref(), now_ms, ttl_ms)?;
         tx.put_machine(&next, false)?;
         Ok(next)
     })

@@ -41,9 +41,12 @@ mod engine;
 pub mod keys;
 mod memory;
 #[cfg(feature = "postgres")]
+mod pg_connect;
+#[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod row;
+pub mod runtime;
 mod seal;
 #[cfg(feature = "sqlite")]
 mod sqlite;
@@ -54,6 +57,8 @@ pub use memory::{
     DEFAULT_MAX_BYTES, DEFAULT_MAX_RECORDS, MAX_BYTES, MAX_LEASES, MAX_RECORDS, MemoryConfig,
     MemoryStore,
 };
+#[cfg(feature = "postgres")]
+pub use pg_connect::{MAX_CA_BYTES, PostgresOptions};
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
 pub use seal::{EncryptionKey, KEY_ID, Sealer};
@@ -307,7 +312,8 @@ pub trait Store: Send + Sync {
     /// `not_found` only on positive absence.
     fn fetch_machine(&self, key: &RecordKey) -> Result<MachineRecord, Error>;
 
-    /// Claims a machine record.
+    /// Claims a machine record. Moves its `claims` count, not its version
+    /// (callers compare against the version; the claim fences writers).
     ///
     /// # Errors
     /// `stale_claim`.
@@ -443,11 +449,17 @@ pub trait Store: Send + Sync {
     ) -> Result<ExecutionRecord, Error>;
 
     /// Claims a machine record as [`Store::claim_machine`], only while its
-    /// version is still `version`.
+    /// version is still `version`, and re-fences it as
+    /// [`Store::claim_version`] does (`smolbox_core::managed::claim::
+    /// claim_machine_version`): an assigned machine moves to the generation
+    /// of its worker's live lease, which `owner` must hold. How a
+    /// controller takes over a retained machine another controller left
+    /// under an older worker lease.
     ///
     /// # Errors
-    /// `stale_version` when the record moved on; otherwise as
-    /// [`Store::claim_machine`].
+    /// `stale_version` when the record moved on; `stale_claim` (reason
+    /// `worker_lease`) for an assigned machine whose worker lease `owner`
+    /// does not hold live; otherwise as [`Store::claim_machine`].
     fn claim_machine_version(
         &self,
         key: &RecordKey,
@@ -971,6 +983,15 @@ pub fn apply_op(store: &dyn Store, op: &StoreOp) -> StoreResult {
             ttl_ms,
         } => store
             .claim_machine(key, owner, *now_ms, *ttl_ms)
+            .map(StoreReply::Machine),
+        StoreOp::ClaimMachineVersion {
+            key,
+            owner,
+            version,
+            now_ms,
+            ttl_ms,
+        } => store
+            .claim_machine_version(key, owner, *version, *now_ms, *ttl_ms)
             .map(StoreReply::Machine),
         StoreOp::WriteMachine {
             key,

@@ -24,13 +24,14 @@ use std::sync::{Mutex, PoisonError};
 
 use postgres::error::SqlState;
 use postgres::types::ToSql;
-use postgres::{Client, NoTls, Row, Statement, Transaction};
+use postgres::{Client, Row, Statement, Transaction};
 use smolbox_core::managed::envelope::Capabilities;
 use smolbox_core::managed::record::Resources;
 use smolbox_core::managed::{ExecutionRecord, Lease, MachineRecord, RecordKey, RecordKind};
 use smolbox_core::{Error, Operation};
 
 use crate::engine::{Backend, Lock, Tx, assigned_parts, prepare_partition};
+use crate::pg_connect::{Connector, PostgresOptions};
 use crate::row::{Projection, assigned_of, int, lease_of};
 use crate::seal::{KEY_ID, SEALED_V2};
 use crate::{Assigned, DueCursor, SCHEMA, Sealer, StoreInfo, impl_store, store_error};
@@ -123,7 +124,7 @@ struct Conn {
 
 /// The PostgreSQL store of one partition.
 pub struct PostgresStore {
-    url: String,
+    connector: Connector,
     conn: Mutex<Option<Conn>>,
     sealer: Sealer,
     /// Write transactions committed (`Store::commits`).
@@ -140,14 +141,33 @@ impl core::fmt::Debug for PostgresStore {
 }
 
 impl PostgresStore {
-    /// Connects (libpq key=value or URL string), migrates, and registers
-    /// the sealer's partition.
+    /// Connects (libpq key=value or URL string) in plain text to a server
+    /// on this host, migrates, and registers the sealer's partition.
     ///
     /// # Errors
+    /// `validation` (`postgres_plaintext_remote`) when a host of `url` is
+    /// not this machine (use [`PostgresStore::connect_with`] and TLS);
     /// `store` when the server is unreachable or holds a newer layout.
     pub fn connect(url: &str, sealer: Sealer) -> Result<Self, Error> {
+        Self::connect_with(url, sealer, &PostgresOptions::new())
+    }
+
+    /// [`PostgresStore::connect`] with explicit transport options: TLS
+    /// with a caller-supplied CA, or plain text to another host when the
+    /// caller allows it.
+    ///
+    /// # Errors
+    /// `validation` for a malformed `url` (`postgres_url`) or a transport
+    /// the options refuse; `store` (`postgres_tls` when the TLS layer
+    /// refused the server) when the server is unreachable or holds a newer
+    /// layout.
+    pub fn connect_with(
+        url: &str,
+        sealer: Sealer,
+        options: &PostgresOptions,
+    ) -> Result<Self, Error> {
         let store = Self {
-            url: url.to_owned(),
+            connector: Connector::new(url, options)?,
             conn: Mutex::new(None),
             sealer,
             commits: std::sync::atomic::AtomicU64::new(0),
@@ -353,7 +373,7 @@ impl PostgresStore {
     ) -> Result<R, Error> {
         let mut slot = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
         if slot.as_ref().is_none_or(|c| c.client.is_closed()) {
-            let client = Client::connect(&self.url, NoTls).map_err(|e| pg_error(op, &e))?;
+            let client = self.connector.connect(op)?;
             *slot = Some(Conn {
                 client,
                 statements: BTreeMap::new(),
@@ -410,7 +430,7 @@ impl PostgresStore {
         loop {
             attempt += 1;
             if slot.as_ref().is_none_or(|c| c.client.is_closed()) {
-                let client = Client::connect(&self.url, NoTls).map_err(|e| pg_error(op, &e))?;
+                let client = self.connector.connect(op)?;
                 *slot = Some(Conn {
                     client,
                     statements: BTreeMap::new(),
@@ -1076,7 +1096,7 @@ impl PgTx<'_> {
 }
 
 /// Maps a PostgreSQL failure to a `store` error (never `not_found`).
-fn pg_error(op: Operation, e: &postgres::Error) -> Error {
+pub(crate) fn pg_error(op: Operation, e: &postgres::Error) -> Error {
     let reason = match e.code() {
         None if e.is_closed() => "postgres_unavailable",
         None => "postgres_io",

@@ -75,6 +75,8 @@ macro_rules! conformance_tests {
             machine_pending_limit_at_n_and_n_plus_one,
             resolve_stopped_clears_the_slot_and_keeps_unknown,
             resolve_deleted_releases_capacity_and_ports,
+            machine_claims_leave_the_version,
+            claim_machine_version_refences_an_assigned_machine,
             accept_dispatching_commits_the_claim_and_intent_in_one_transaction,
             accept_dispatching_refuses_without_a_live_claim_and_stores_nothing,
             accept_dispatching_pending_limit_at_n_and_n_plus_one,

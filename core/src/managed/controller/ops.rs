@@ -165,6 +165,21 @@ pub enum StoreOp {
         /// Claim TTL.
         ttl_ms: u64,
     },
+    /// `claim_machine_version(key, owner, version, now_ms, ttl_ms)` →
+    /// [`StoreReply::Machine`]: the claim only at `version`, re-fencing an
+    /// assigned machine to the claimer's live worker-lease generation (C15).
+    ClaimMachineVersion {
+        /// Machine key.
+        key: RecordKey,
+        /// Claiming controller.
+        owner: String,
+        /// The version the controller read and decided from.
+        version: u64,
+        /// Wall-clock milliseconds.
+        now_ms: u64,
+        /// Claim TTL.
+        ttl_ms: u64,
+    },
     /// `write_machine(key, guard, patch, now_ms)` → [`StoreReply::Machine`].
     WriteMachine {
         /// Machine key.
@@ -447,6 +462,7 @@ impl StoreOp {
             Self::AcceptMachine { .. } => "accept_machine",
             Self::FetchMachine { .. } => "fetch_machine",
             Self::ClaimMachine { .. } => "claim_machine",
+            Self::ClaimMachineVersion { .. } => "claim_machine_version",
             Self::WriteMachine { .. } => "write_machine",
             Self::ReserveMachine { .. } => "reserve_machine",
             Self::RequestMachine { .. } => "request_machine",
