@@ -43,17 +43,7 @@ fn a_postgres_store_over_tls_records_runs_and_plain_text_is_refused() {
     let w = devworker(None);
     let dir = tempfile::tempdir().unwrap();
     let keys = dir.path().join("keys");
-    // A partition of this run's own: `s` + 9 base-36 digits of the time.
-    let mut v = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
-        / 1_000;
-    let mut partition = String::from("s");
-    while partition.len() < 10 {
-        partition.push(char::from_digit((v % 36) as u32, 36).unwrap());
-        v /= 36;
-    }
+    let partition = common::fresh_partition('s');
     let cli = |ca: Option<&str>, store: &str, args: &[&str]| {
         let mut c = smolbox();
         c.env("SMOLBOX_STORE_KEYS", &keys)

@@ -37,6 +37,8 @@ pub enum Route {
     ExecStream,
     /// `GET /api/v1/machines/{name}/exec/interactive`
     Terminal,
+    /// `POST /api/v1/machines/{name}/run`
+    Run,
     /// `PUT /api/v1/machines/{name}/files/{*path}`
     FilesPut,
     /// `GET /api/v1/machines/{name}/files/{*path}`
@@ -80,6 +82,7 @@ impl Route {
             Self::Exec => "exec",
             Self::ExecStream => "exec_stream",
             Self::Terminal => "terminal",
+            Self::Run => "run",
             Self::FilesPut => "files_put",
             Self::FilesGet => "files_get",
             Self::Logs => "logs",
@@ -113,6 +116,7 @@ impl Route {
             ("POST", ["api", "v1", "machines", _, "exec"]) => Self::Exec,
             ("POST", ["api", "v1", "machines", _, "exec", "stream"]) => Self::ExecStream,
             ("GET", ["api", "v1", "machines", _, "exec", "interactive"]) => Self::Terminal,
+            ("POST", ["api", "v1", "machines", _, "run"]) => Self::Run,
             ("PUT", ["api", "v1", "machines", _, "files", ..]) => Self::FilesPut,
             ("GET" | "HEAD", ["api", "v1", "machines", _, "files", ..]) => Self::FilesGet,
             ("GET" | "HEAD", ["api", "v1", "machines", _, "logs"]) => Self::Logs,

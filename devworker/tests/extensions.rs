@@ -18,16 +18,35 @@ async fn resize_grows_stopped_machines_only() {
         ),
         (Some(21), Some(10))
     );
+    // smolvm 1.9.2: the same size is accepted (nothing to grow), a smaller
+    // one is 400, nothing at all is 400.
     let r = post(&w, "/api/v1/machines/m/resize", r#"{"overlayGb":10}"#).await;
+    assert_eq!(r.status, 200);
+    let r = post(&w, "/api/v1/machines/m/resize", r#"{"storageGb":20}"#).await;
     r.assert(
-        500,
+        400,
         Some("application/json"),
-        r#"{"error":"new size (10 GiB) must be larger than current size (10 GiB)","code":"INTERNAL_ERROR"}"#,
+        r#"{"error":"storageGb cannot be smaller than current size (21 GiB)","code":"BAD_REQUEST"}"#,
     );
-    assert_eq!(
-        post(&w, "/api/v1/machines/m/resize", "{}").await.status,
-        400
-    );
+    post(&w, "/api/v1/machines/m/resize", "{}")
+        .await
+        .assert(
+            400,
+            Some("application/json"),
+            r#"{"error":"at least one of storageGb or overlayGb must be specified","code":"BAD_REQUEST"}"#,
+        );
+    // The real disk file starts at the default size (20 GiB) even for a
+    // `storageGb: 1` machine, so growing it to 2 fails (worker-api.md §5.9).
+    post(&w, "/api/v1/machines", r#"{"name":"small","storageGb":1}"#).await;
+    post(&w, "/api/v1/machines/small/resize", r#"{"storageGb":2}"#)
+        .await
+        .assert(
+            500,
+            Some("application/json"),
+            r#"{"error":"failed to expand storage: storage operation failed: expand disk: new size (2 GiB) must be larger than current size (20 GiB). Shrinking is not supported.","code":"INTERNAL_ERROR"}"#,
+        );
+    let r = post(&w, "/api/v1/machines/small/resize", r#"{"storageGb":20}"#).await;
+    assert_eq!(r.json()["storageGb"].as_u64(), Some(20));
     post(&w, "/api/v1/machines/m/start", "{}").await;
     assert_eq!(
         post(&w, "/api/v1/machines/m/resize", r#"{"storageGb":30}"#)

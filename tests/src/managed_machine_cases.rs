@@ -203,7 +203,8 @@ pub fn a_retained_machine_runs_one_command_at_a_time<M: ManagedShell>(kind: Stor
     let c1 = RecordKey::new("boxes", "c1").unwrap();
     let (rec, held, existing) = rt.m_submit(&key("box1"), &c1, &gated(&gate)).unwrap();
     assert!(!existing);
-    assert_eq!(rec.state, ExecState::Accepted);
+    // The slot, the claim and the dispatch intent in one commit (issue 16).
+    assert_eq!(rec.state, ExecState::Dispatching);
     assert_eq!(held.unwrap().active_execution, Some(c1.clone()));
     // No queue: another command is refused, nothing is stored for it.
     let c2 = RecordKey::new("boxes", "c2").unwrap();

@@ -62,7 +62,7 @@ pub(crate) fn code(o: &Output) -> i32 {
 
 /// The machine names `machine ls --json` reports.
 pub(crate) fn machine_names(worker: &BlockingDevWorker, shell: &str) -> Vec<String> {
-    let o = run(worker, shell, &["--json", "machine", "ls"]);
+    let o = run(worker, shell, &["--json", "machine", "--raw", "ls"]);
     assert_eq!(code(&o), 0, "ls failed: {}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("ls --json is JSON");
     v.as_array()
@@ -70,4 +70,20 @@ pub(crate) fn machine_names(worker: &BlockingDevWorker, shell: &str) -> Vec<Stri
         .iter()
         .map(|m| m["name"].as_str().expect("a name").to_owned())
         .collect()
+}
+
+/// A store partition no other test or earlier run uses: `prefix` (one
+/// letter) and 9 base-36 digits of the time.
+pub(crate) fn fresh_partition(prefix: char) -> String {
+    let mut v = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+        / 1_000;
+    let mut partition = String::from(prefix);
+    while partition.len() < 10 {
+        partition.push(char::from_digit((v % 36) as u32, 36).unwrap());
+        v /= 36;
+    }
+    partition
 }

@@ -59,6 +59,23 @@ pub(crate) struct ExecRequestLater {
     user: Option<String>,
 }
 
+/// The `run` body: strict like exec, `image` required (and ignored).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RunRequest {
+    #[allow(dead_code)]
+    image: String,
+    command: Vec<String>,
+    #[serde(default)]
+    env: Vec<EnvVar>,
+    #[serde(default)]
+    secrets: BTreeMap<String, serde_json::Value>,
+    #[serde(default)]
+    workdir: Option<String>,
+    #[serde(default)]
+    timeout_secs: Option<u64>,
+}
+
 impl From<ExecRequestLater> for ExecRequest {
     fn from(r: ExecRequestLater) -> Self {
         Self {
@@ -118,12 +135,31 @@ async fn prepare(
     Response,
 > {
     let body = parse(st, req).await?;
+    checked(st, name, body)
+}
+
+/// The real worker's order: the body (415/400/422), then an empty command
+/// (400, even for an unknown machine), then the lookup (404), then the
+/// implicit start, then env and secrets.
+#[allow(clippy::type_complexity, clippy::result_large_err)]
+fn checked(
+    st: &AppState,
+    name: &str,
+    body: ExecRequest,
+) -> Result<
+    (
+        ExecRequest,
+        std::path::PathBuf,
+        Vec<tokio::sync::watch::Receiver<u64>>,
+    ),
+    Response,
+> {
+    if body.command.is_empty() {
+        return Err(ApiError::bad_request("command cannot be empty").into_response());
+    }
     let known = lock(&st.machines).iter().any(|m| m.name == name);
     if !known {
         return Err(ApiError::machine_not_found(name).into_response());
-    }
-    if body.command.is_empty() {
-        return Err(ApiError::bad_request("command cannot be empty").into_response());
     }
     if st.config.neighbour_checks && body.timeout_secs.is_some_and(|t| t > MAX_TIMEOUT_SECS) {
         return Err(ApiError::bad_request(format!(
@@ -173,6 +209,42 @@ pub(crate) async fn exec(
         Ok(x) => x,
         Err(r) => return r,
     };
+    buffered(&st, body, root, kills).await
+}
+
+/// `POST /api/v1/machines/{name}/run` (1.9.2): a buffered exec "in an
+/// image". The devworker has no images: the command runs like an exec.
+pub(crate) async fn run(
+    State(st): State<AppState>,
+    UrlPath(name): UrlPath<String>,
+    req: Request,
+) -> Response {
+    let body = match json_body::<RunRequest>(req).await {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let body = ExecRequest {
+        command: body.command,
+        env: body.env,
+        secrets: body.secrets,
+        workdir: body.workdir,
+        timeout_secs: body.timeout_secs,
+        stdin: None,
+        background: false,
+    };
+    let (body, root, kills) = match checked(&st, &name, body) {
+        Ok(x) => x,
+        Err(r) => return r,
+    };
+    buffered(&st, body, root, kills).await
+}
+
+async fn buffered(
+    st: &AppState,
+    body: ExecRequest,
+    root: std::path::PathBuf,
+    kills: Vec<tokio::sync::watch::Receiver<u64>>,
+) -> Response {
     if body.background {
         let mut spec = spec_of(&body, false);
         spec.timeout = None;

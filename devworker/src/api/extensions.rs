@@ -24,42 +24,66 @@ fn hex_sha256(data: &[u8]) -> String {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct ResizeRequest {
+pub(crate) struct ResizeMachineRequest {
     #[serde(default)]
     storage_gb: Option<u64>,
     #[serde(default)]
     overlay_gb: Option<u64>,
 }
 
+/// The real worker's default disk sizes (GiB): its disk files are created
+/// at least this large.
+const DEFAULT_STORAGE_GB: u64 = 20;
+const DEFAULT_OVERLAY_GB: u64 = 10;
+
 pub(crate) async fn resize(
     State(st): State<AppState>,
     UrlPath(name): UrlPath<String>,
     req: Request,
 ) -> Response {
-    let body: ResizeRequest = match json_body(req).await {
+    let body: ResizeMachineRequest = match json_body(req).await {
         Ok(b) => b,
         Err(r) => return r,
     };
     let res = st.with_machine(&name, |m| {
-        if body.storage_gb.is_none() && body.overlay_gb.is_none() {
-            return Err(ApiError::bad_request(
-                "at least one of storageGb or overlayGb is required",
-            ));
-        }
+        // The real worker's order and texts (smolvm 1.9.2 resize_machine).
         if m.resolved() == Resolved::Running {
             return Err(ApiError::conflict(format!(
-                "machine '{name}' must be stopped to resize"
+                "machine '{name}' must be stopped before resizing. Current state: Running"
             )));
         }
-        for (new, cur) in [
-            (body.storage_gb, m.storage_gb),
-            (body.overlay_gb, m.overlay_gb),
+        if body.storage_gb.unwrap_or(m.storage_gb) < m.storage_gb {
+            return Err(ApiError::bad_request(format!(
+                "storageGb cannot be smaller than current size ({} GiB)",
+                m.storage_gb
+            )));
+        }
+        if body.overlay_gb.unwrap_or(m.overlay_gb) < m.overlay_gb {
+            return Err(ApiError::bad_request(format!(
+                "overlayGb cannot be smaller than current size ({} GiB)",
+                m.overlay_gb
+            )));
+        }
+        if body.storage_gb.is_none() && body.overlay_gb.is_none() {
+            return Err(ApiError::bad_request(
+                "at least one of storageGb or overlayGb must be specified",
+            ));
+        }
+        // The real disk files start at least at the default size (20 GiB
+        // storage, 10 GiB overlay) whatever the record says, and only the
+        // file refuses to shrink: growing a `storageGb: 1` machine to 2 is a
+        // 500 (worker-api.md §5.9's quirk).
+        for (what, new, cur, default) in [
+            ("storage", body.storage_gb, m.storage_gb, DEFAULT_STORAGE_GB),
+            ("overlay", body.overlay_gb, m.overlay_gb, DEFAULT_OVERLAY_GB),
         ] {
+            let file = cur.max(default);
             if let Some(n) = new
-                && n <= cur
+                && n > cur
+                && n < file
             {
                 return Err(ApiError::internal(format!(
-                    "new size ({n} GiB) must be larger than current size ({cur} GiB)"
+                    "failed to expand {what}: storage operation failed: expand disk: new size ({n} GiB) must be larger than current size ({file} GiB). Shrinking is not supported."
                 )));
             }
         }
@@ -77,7 +101,7 @@ pub(crate) async fn resize(
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct WarmRequest {
+pub(crate) struct WarmArtifactRequest {
     reference: String,
     #[serde(default)]
     #[allow(dead_code)]
@@ -96,7 +120,7 @@ struct WarmReply {
 }
 
 pub(crate) async fn warm(State(st): State<AppState>, req: Request) -> Response {
-    let body: WarmRequest = match json_body(req).await {
+    let body: WarmArtifactRequest = match json_body(req).await {
         Ok(b) => b,
         Err(r) => return r,
     };
@@ -163,7 +187,7 @@ pub(crate) async fn images(State(st): State<AppState>, UrlPath(name): UrlPath<St
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct PullRequest {
+pub(crate) struct PullImageRequest {
     image: String,
     #[serde(default)]
     #[allow(dead_code)]
@@ -186,7 +210,7 @@ pub(crate) async fn pull(
     UrlPath(name): UrlPath<String>,
     req: Request,
 ) -> Response {
-    let body: PullRequest = match json_body(req).await {
+    let body: PullImageRequest = match json_body(req).await {
         Ok(b) => b,
         Err(r) => return r,
     };

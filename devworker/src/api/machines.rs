@@ -69,10 +69,12 @@ pub(crate) struct RestartSpec {
     max_retries: Option<u32>,
 }
 
-/// `POST /api/v1/machines` body; unknown fields are ignored.
+/// `POST /api/v1/machines` body; unknown fields are ignored. The request
+/// types carry the real worker's names: serde's 422 texts show them
+/// (`expected struct CreateMachineRequest`).
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase", default)]
-pub(crate) struct CreateRequest {
+pub(crate) struct CreateMachineRequest {
     name: Option<String>,
     cpus: Option<u8>,
     memory_mb: Option<u32>,
@@ -214,38 +216,51 @@ pub(crate) fn info(m: &Machine, version: Version) -> MachineInfo<'_> {
     }
 }
 
+/// smolvm 1.9.2's `validate_vm_name(name, "machine name")`: its checks,
+/// order and texts.
 pub(crate) fn validate_name(name: &str) -> Result<(), ApiError> {
-    if name.is_empty() {
-        return Err(ApiError::bad_request("machine name cannot be empty"));
-    }
+    let label = "machine name";
+    let Some(first) = name.chars().next() else {
+        return Err(ApiError::bad_request(format!("{label} cannot be empty")));
+    };
     if name.len() > 128 {
-        return Err(ApiError::bad_request(
-            "machine name too long (max 128 characters)",
-        ));
+        return Err(ApiError::bad_request(format!(
+            "{label} too long: {} characters (max 128)",
+            name.len()
+        )));
     }
-    if name.contains('/') || name.contains('\\') {
-        return Err(ApiError::bad_request(
-            "machine name cannot contain path separators",
-        ));
-    }
-    if !name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-    {
-        return Err(ApiError::bad_request(
-            "machine name can only contain ASCII letters, digits, '-' and '_'",
-        ));
-    }
-    if !name.as_bytes()[0].is_ascii_alphanumeric() {
-        return Err(ApiError::bad_request(
-            "machine name must start with a letter or digit",
-        ));
+    if !first.is_ascii_alphanumeric() {
+        return Err(ApiError::bad_request(format!(
+            "{label} must start with a letter or digit (got: {name:?})"
+        )));
     }
     if name.ends_with('-') {
-        return Err(ApiError::bad_request("machine name cannot end with '-'"));
+        return Err(ApiError::bad_request(format!(
+            "{label} cannot end with a hyphen (got: {name:?})"
+        )));
     }
-    if name.contains("--") {
-        return Err(ApiError::bad_request("machine name cannot contain '--'"));
+    let mut prev_hyphen = false;
+    for c in name.chars() {
+        if c == '-' {
+            if prev_hyphen {
+                return Err(ApiError::bad_request(format!(
+                    "{label} cannot contain consecutive hyphens"
+                )));
+            }
+            prev_hyphen = true;
+        } else {
+            prev_hyphen = false;
+        }
+        if !c.is_ascii_alphanumeric() && c != '-' && c != '_' {
+            if c == '/' || c == '\\' {
+                return Err(ApiError::bad_request(format!(
+                    "{label} cannot contain path separators"
+                )));
+            }
+            return Err(ApiError::bad_request(format!(
+                "{label} contains invalid character: '{c}'"
+            )));
+        }
     }
     Ok(())
 }
@@ -266,41 +281,75 @@ fn normalize_cidr(s: &str) -> Option<String> {
     }
 }
 
-pub(crate) fn valid_env_name(name: &str) -> bool {
-    let b = name.as_bytes();
-    !b.is_empty()
-        && b.len() <= 256
-        && (b[0].is_ascii_alphabetic() || b[0] == b'_')
-        && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
+/// smolvm 1.9.2's `check_env_key_shape`: `None` when `key` is a valid
+/// environment name, else the rule it breaks.
+fn env_key_rule(key: &str) -> Option<String> {
+    let first = key.chars().next()?;
+    if key.len() > 256 {
+        return Some("env key exceeds 256-byte limit".to_owned());
+    }
+    if !first.is_ascii_alphabetic() && first != '_' {
+        return Some("env key must start with an ASCII letter or underscore".to_owned());
+    }
+    if !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Some("env key must contain only ASCII alphanumeric and underscore".to_owned());
+    }
+    None
+}
+
+fn env_key_shape(key: &str) -> Result<(), String> {
+    if key.is_empty() {
+        return Err("env key must not be empty".to_owned());
+    }
+    env_key_rule(key).map_or(Ok(()), Err)
 }
 
 pub(crate) fn validate_env(env: &[EnvVar]) -> Result<(), ApiError> {
-    if env.iter().any(|e| !valid_env_name(&e.name)) {
-        return Err(ApiError::bad_request(
-            "invalid environment variable name: must match [A-Za-z_][A-Za-z0-9_]* and be at most 256 bytes",
-        ));
+    for e in env {
+        if let Err(rule) = env_key_shape(&e.name) {
+            return Err(ApiError::bad_request(format!(
+                "env entry with {}-byte name rejected: {rule}",
+                e.name.len()
+            )));
+        }
     }
     Ok(())
 }
 
+/// smolvm 1.9.2's `validate_request_secrets` in the untrusted scope of the
+/// HTTP API: every source kind is refused.
 pub(crate) fn validate_secrets(
     secrets: &BTreeMap<String, serde_json::Value>,
 ) -> Result<(), ApiError> {
     if secrets.len() > 64 {
-        return Err(ApiError::bad_request("too many secrets (max 64)"));
-    }
-    if let Some((name, v)) = secrets.iter().next() {
-        let kind = match v
-            .as_object()
-            .and_then(|o| o.keys().next())
-            .map(String::as_str)
-        {
-            Some("from_file") => "file",
-            _ => "env",
-        };
         return Err(ApiError::bad_request(format!(
-            "secret '{name}': source kind '{kind}' is not allowed in scope Untrusted; secret refs may only be resolved on the trusted local host"
+            "request `secrets` map has {} entries; maximum is 64",
+            secrets.len()
         )));
+    }
+    // The first entry (in key order) decides: every source kind is refused.
+    if let Some((name, v)) = secrets.iter().next() {
+        if let Err(rule) = env_key_shape(name) {
+            return Err(ApiError::bad_request(format!(
+                "secrets entry with {}-byte key rejected: {rule}",
+                name.len()
+            )));
+        }
+        let has = |k: &str| v.get(k).is_some_and(|x| !x.is_null());
+        let reason = match (has("from_env"), has("from_file")) {
+            (false, false) => {
+                "no source set: exactly one of from_env, from_file must be specified".to_owned()
+            }
+            (true, true) => {
+                "multiple sources set: exactly one of from_env, from_file must be specified"
+                    .to_owned()
+            }
+            (env, _) => format!(
+                "source kind '{}' is not allowed in scope Untrusted; secret refs may only be resolved on the trusted local host",
+                if env { "env" } else { "file" }
+            ),
+        };
+        return Err(ApiError::bad_request(format!("secret '{name}': {reason}")));
     }
     Ok(())
 }
@@ -311,14 +360,30 @@ fn random_suffix() -> String {
     format!("{:08x}", h.finish() as u32)
 }
 
-fn validate_create(req: &CreateRequest, version: Version) -> Result<(), ApiError> {
-    if let Some(name) = &req.name {
-        validate_name(name)?;
-    }
+/// True for an image reference the real worker would pull from a registry
+/// (not a local path, archive or already-resolved local source).
+fn is_registry_image(image: &str) -> bool {
+    !(image.starts_with('/')
+        || image.starts_with('.')
+        || image.starts_with("local:")
+        || image.starts_with("local-dir:")
+        || image == "-"
+        || [".tar", ".tar.gz", ".tgz"]
+            .iter()
+            .any(|s| image.ends_with(s)))
+}
+
+/// The checks smolvm 1.9.2's create makes before it reserves the name (a
+/// duplicate is 409 only after these), in its order and with its texts.
+fn validate_create(
+    req: &CreateMachineRequest,
+    name: &str,
+    _version: Version,
+) -> Result<(), ApiError> {
     let sources = [
-        req.image.is_some(),
-        req.from.is_some(),
         req.registry_ref.is_some(),
+        req.from.is_some(),
+        req.image.is_some(),
     ]
     .iter()
     .filter(|b| **b)
@@ -328,41 +393,93 @@ fn validate_create(req: &CreateRequest, version: Version) -> Result<(), ApiError
             "'registryRef', 'from', and 'image' are mutually exclusive",
         ));
     }
-    if let Some(from) = &req.from
-        && !Path::new(from).is_file()
-    {
-        return Err(ApiError::bad_request(format!(
-            "sidecar file not found: {from}"
-        )));
+    if !req.ports.is_empty() && matches!(req.network_backend, Some(NetworkBackend::Tsi)) {
+        return Err(ApiError::bad_request(
+            "published ports require networkBackend 'virtio-net' (TSI is outbound-only); omit networkBackend or set it to 'virtio-net'",
+        ));
     }
     if sources == 0 && (!req.cmd.is_empty() || !req.entrypoint.is_empty()) {
         return Err(ApiError::bad_request(
             "cmd/entrypoint require an image, from, or registryRef; an imageless machine has no workload to launch them in (use exec instead)",
         ));
     }
-    if let Some(image) = &req.image
-        && !version.is_later()
-        && req.allowed_cidrs.is_none()
-        && req.allowed_hosts.is_none()
-    {
-        return Err(ApiError::bad_request(format!(
-            "image '{image}' requires a network policy (allowedCidrs or allowedHosts) to pull"
-        )));
+    validate_name(name)?;
+    let mount = |op: &str, reason: String| {
+        ApiError::bad_request(format!("mount operation failed: {op}: {reason}"))
+    };
+    let mut targets: Vec<&str> = Vec::new();
+    for m in &req.mounts {
+        if !(m.source.starts_with("s3://") || m.source.starts_with(':')) {
+            let source = Path::new(&m.source);
+            if !source.is_absolute() {
+                return Err(mount(
+                    "validate source",
+                    format!("path must be absolute: {}", m.source),
+                ));
+            }
+            if !source.exists() {
+                return Err(ApiError::bad_request(format!(
+                    "mount source not found: {}",
+                    m.source
+                )));
+            }
+            if !source.is_dir() {
+                return Err(mount(
+                    "validate host path",
+                    format!(
+                        "source path on host must be a directory (virtiofs limitation): {}",
+                        m.source
+                    ),
+                ));
+            }
+            let canonical = source
+                .canonicalize()
+                .map_err(|e| mount("canonicalize host path", format!("'{}': {e}", m.source)))?;
+            if PROTECTED_MOUNT_SOURCES.iter().any(|(p, subtree)| {
+                canonical == Path::new(p) || *subtree && canonical.starts_with(p)
+            }) {
+                return Err(mount(
+                    "validate host path",
+                    format!(
+                        "source path on host is a protected system path and cannot be mounted: {}",
+                        canonical.display()
+                    ),
+                ));
+            }
+            if !m.target.starts_with('/') {
+                return Err(mount(
+                    "validate guest path",
+                    format!(
+                        "target path on guest should be an absolute directory: {}",
+                        m.target
+                    ),
+                ));
+            }
+        }
     }
-    if matches!(req.network_backend, Some(NetworkBackend::Tsi)) && !req.ports.is_empty() {
-        return Err(ApiError::bad_request(
-            "published ports require networkBackend 'virtio-net' (TSI is outbound-only); omit networkBackend or set it to 'virtio-net'",
-        ));
+    for m in &req.mounts {
+        if targets.contains(&m.target.as_str()) {
+            return Err(mount(
+                "validate mounts",
+                format!(
+                    "duplicate mount target: {} is specified more than once",
+                    m.target
+                ),
+            ));
+        }
+        targets.push(&m.target);
     }
-    for (i, p) in req.ports.iter().enumerate() {
+    for p in &req.ports {
         if p.host == 0 || p.guest == 0 {
             return Err(ApiError::bad_request(
                 "port 0 is not valid for VM port forwarding",
             ));
         }
+    }
+    for (i, p) in req.ports.iter().enumerate() {
         if req.ports[..i].iter().any(|q| q.host == p.host) {
             return Err(ApiError::bad_request(format!(
-                "host port {} is specified more than once",
+                "duplicate host port {}: each host port can only be mapped once",
                 p.host
             )));
         }
@@ -374,35 +491,12 @@ fn validate_create(req: &CreateRequest, version: Version) -> Result<(), ApiError
             )));
         }
     }
-    for (i, m) in req.mounts.iter().enumerate() {
-        let remote =
-            m.source.starts_with("s3://") || m.source.contains(":/") && !m.source.starts_with('/');
-        if !remote {
-            if Path::new(&m.source) == Path::new("/") {
-                return Err(ApiError::bad_request(format!(
-                    "mount source '{}' is a protected system path",
-                    m.source
-                )));
-            }
-            if !Path::new(&m.source).exists() {
-                return Err(ApiError::bad_request(format!(
-                    "mount source does not exist: {}",
-                    m.source
-                )));
-            }
-        }
-        if !m.target.starts_with('/') {
-            return Err(ApiError::bad_request(format!(
-                "mount target must be absolute: {}",
-                m.target
-            )));
-        }
-        if req.mounts[..i].iter().any(|o| o.target == m.target) {
-            return Err(ApiError::bad_request(format!(
-                "duplicate mount target: {}",
-                m.target
-            )));
-        }
+    if let Some(from) = &req.from
+        && !Path::new(from).exists()
+    {
+        return Err(ApiError::bad_request(format!(
+            "sidecar file not found: {from}"
+        )));
     }
     let prefix = "config operation failed: validate resources: ";
     if req.cpus == Some(0) {
@@ -417,19 +511,66 @@ fn validate_create(req: &CreateRequest, version: Version) -> Result<(), ApiError
             "{prefix}memory must be at least 64 MiB (got {mem} MiB)"
         )));
     }
-    if req.storage_gb == Some(0) || req.overlay_gb == Some(0) {
+    if req.storage_gb == Some(0) {
         return Err(ApiError::bad_request(format!(
-            "{prefix}disk size must be greater than 0"
+            "{prefix}storage disk size must be greater than 0 GiB"
         )));
     }
-    validate_env(&req.env)?;
+    if req.overlay_gb == Some(0) {
+        return Err(ApiError::bad_request(format!(
+            "{prefix}overlay disk size must be greater than 0 GiB"
+        )));
+    }
+    Ok(())
+}
+
+/// Linux's protected mount sources of smolvm 1.9.2 (`true`: the subtree too).
+const PROTECTED_MOUNT_SOURCES: [(&str, bool); 14] = [
+    ("/", false),
+    ("/var", false),
+    ("/var/run", true),
+    ("/var/log", true),
+    ("/etc", true),
+    ("/boot", true),
+    ("/usr", true),
+    ("/bin", true),
+    ("/sbin", true),
+    ("/lib", true),
+    ("/proc", true),
+    ("/sys", true),
+    ("/dev", true),
+    ("/run", true),
+];
+
+/// The checks smolvm 1.9.2's create makes after the name is reserved (so
+/// after the duplicate check): secrets, env names, restart policy, and
+/// whether a registry image can be pulled at all.
+fn validate_create_late(req: &CreateMachineRequest, version: Version) -> Result<(), ApiError> {
     validate_secrets(&req.secrets)?;
+    validate_env(&req.env)?;
     if let Some(p) = req.restart.as_ref().and_then(|r| r.policy.as_deref())
-        && !matches!(p, "never" | "always" | "on-failure" | "unless-stopped")
+        && !matches!(
+            p.to_lowercase().as_str(),
+            "never" | "always" | "on-failure" | "onfailure" | "unless-stopped" | "unlessstopped"
+        )
     {
         return Err(ApiError::bad_request(format!(
-            "invalid restart policy '{p}': expected never, always, on-failure or unless-stopped"
+            "invalid restart policy: {p}"
         )));
+    }
+    if let Some(image) = &req.image
+        && !version.is_later()
+        && is_registry_image(image)
+    {
+        let wants_network = req.network
+            || !req.ports.is_empty()
+            || req.allowed_cidrs.as_ref().is_some_and(|c| !c.is_empty())
+            || req.allowed_hosts.as_ref().is_some_and(|h| !h.is_empty());
+        if !wants_network {
+            return Err(ApiError::bad_request(format!(
+                "config operation failed: create machine: image '{image}' must be pulled from a registry, but this machine has no network, so the pull can never succeed. Add --net (or publish a port with -p, or set an egress policy with --allow-cidr/--allow-host). To keep the machine network-isolated, supply the image locally instead: `docker save {image} | smolvm machine create --image - ...`"
+            )));
+        }
     }
     Ok(())
 }
@@ -449,22 +590,25 @@ fn mismatch(info: &mut MachineInfo<'_>, field: MismatchField) {
 
 pub(crate) async fn create(State(st): State<AppState>, req: Request) -> Response {
     let faults = active_faults(&req);
-    let body: CreateRequest = match json_body(req).await {
+    let body: CreateMachineRequest = match json_body(req).await {
         Ok(b) => b,
         Err(r) => return r,
     };
     let version = st.config.version;
-    if let Err(e) = validate_create(&body, version) {
-        return e.into_response();
-    }
     let name = body
         .name
         .clone()
         .unwrap_or_else(|| format!("vm-{}", random_suffix()));
+    if let Err(e) = validate_create(&body, &name, version) {
+        return e.into_response();
+    }
     let dir = st.machine_dir(&name);
     let mut ms = lock(&st.machines);
     if ms.iter().any(|m| m.name == name) {
         return ApiError::conflict(format!("machine '{name}' already exists")).into_response();
+    }
+    if let Err(e) = validate_create_late(&body, version) {
+        return e.into_response();
     }
     if let Err(e) = std::fs::create_dir_all(dir.join("rootfs").join("workspace")) {
         return ApiError::internal(format!("failed to create machine directory: {e}"))
@@ -622,19 +766,61 @@ pub(crate) struct StartQuery {
     #[serde(default)]
     branchable: Option<bool>,
     #[serde(default)]
-    #[allow(dead_code)]
     fork_pool_size: Option<u32>,
     #[serde(default)]
-    #[allow(dead_code)]
     cuda_vram_limit_mib: Option<u64>,
 }
 
+/// The real worker's checks of `forkPoolSize` and `cudaVramLimitMib`, in its
+/// order: after the lookup and only for a machine that is not running (a
+/// running one is answered as it is), before the boot.
+fn check_fork_pool(q: &StartQuery, cuda: bool) -> Result<(), ApiError> {
+    if let Some(pool) = q.fork_pool_size {
+        if pool == 0 {
+            return Err(ApiError::bad_request(
+                "forkPoolSize must be greater than zero",
+            ));
+        }
+        if !cuda {
+            return Err(ApiError::bad_request(
+                "forkPoolSize requires a CUDA-enabled machine",
+            ));
+        }
+    }
+    if let Some(limit) = q.cuda_vram_limit_mib {
+        if limit == 0 {
+            return Err(ApiError::bad_request(
+                "cudaVramLimitMib must be greater than zero",
+            ));
+        }
+        if q.fork_pool_size.is_none() {
+            return Err(ApiError::bad_request(
+                "cudaVramLimitMib requires forkPoolSize",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The start body. Named like the real worker's type: serde's 422 texts
+/// carry the type name (`expected struct StartMachineRequest`).
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub(crate) struct StartBody {
+pub(crate) struct StartMachineRequest {
     #[serde(default)]
     #[allow(dead_code)]
-    registry_auth: Option<serde_json::Value>,
+    registry_auth: Option<RegistryAuthSpec>,
+}
+
+/// Registry credentials of a start (checked for shape, never used or
+/// shown: no `Debug`).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RegistryAuthSpec {
+    #[allow(dead_code)]
+    username: String,
+    #[allow(dead_code)]
+    password: String,
 }
 
 pub(crate) async fn start(
@@ -662,12 +848,18 @@ pub(crate) async fn start(
         };
         if !(later && bytes.is_empty()) {
             let req = Request::from_parts(parts, axum::body::Body::from(bytes));
-            if let Err(r) = json_body::<StartBody>(req).await {
+            if let Err(r) = json_body::<StartMachineRequest>(req).await {
                 return r;
             }
         }
     }
     let was_running = st.with_machine(&name, |m| m.resolved() == Resolved::Running);
+    if was_running == Some(false) {
+        let cuda = st.with_machine(&name, |m| m.cuda).unwrap_or(false);
+        if let Err(e) = check_fork_pool(&q, cuda) {
+            return e.into_response();
+        }
+    }
     if let Err(e) = ensure_running(&st, &name) {
         return e.into_response();
     }

@@ -148,6 +148,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route(&format!("{m}/stop"), post(machines::stop))
         .route(&format!("{m}/exec"), post(exec::exec))
         .route(&format!("{m}/exec/stream"), post(exec::exec_stream))
+        .route(&format!("{m}/run"), post(exec::run))
         .route(&format!("{m}/exec/interactive"), get(terminal::interactive))
         .route(
             &format!("{m}/files/{{*path}}"),
@@ -343,11 +344,10 @@ async fn outer(State(state): State<AppState>, mut req: Request, next: Next) -> R
             return resp;
         }
     }
-    if method == Method::OPTIONS
-        && req
-            .headers()
-            .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD)
-    {
+    // The real worker's CORS layer (tower-http 0.6) answers every OPTIONS
+    // as a preflight, before routing, with or without
+    // `Access-Control-Request-Method`.
+    if method == Method::OPTIONS {
         return preflight(&req);
     }
     let trace = state.next_trace_id();

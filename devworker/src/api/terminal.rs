@@ -57,6 +57,12 @@ pub(crate) async fn interactive(
         .find(|f| matches!(f, Fault::MaskedFrame | Fault::OversizeFrame { .. }))
         .cloned();
     let (mut parts, body) = req.into_parts();
+    // The real handler's extractor order: the query, then the upgrade
+    // headers, then the machine lookup.
+    let q = match Query::<TermQuery>::try_from_uri(&parts.uri) {
+        Ok(q) => q.0,
+        Err(rej) => return rej.into_response(),
+    };
     let ws = if raw_fault.is_some() {
         None
     } else {
@@ -64,10 +70,6 @@ pub(crate) async fn interactive(
             Ok(ws) => Some(ws),
             Err(rej) => return rej.into_response(),
         }
-    };
-    let q = match Query::<TermQuery>::try_from_uri(&parts.uri) {
-        Ok(q) => q.0,
-        Err(rej) => return rej.into_response(),
     };
     if let Err(e) = ensure_running(&st, &name) {
         return e.into_response();

@@ -9,7 +9,7 @@ use super::{ApiError, json_body, ok_json};
 use crate::state::AppState;
 
 #[derive(Deserialize)]
-pub(crate) struct VolumeRequest {
+pub(crate) struct ProvisionVolumeRequest {
     id: String,
     #[serde(default)]
     #[allow(dead_code)]
@@ -32,7 +32,7 @@ fn valid_id(id: &str) -> bool {
 }
 
 pub(crate) async fn create(State(st): State<AppState>, req: Request) -> Response {
-    let body: VolumeRequest = match json_body(req).await {
+    let body: ProvisionVolumeRequest = match json_body(req).await {
         Ok(b) => b,
         Err(r) => return r,
     };

@@ -165,8 +165,24 @@ impl Model {
         for c in commits {
             let key = c.record.key.clone();
             let Some(prev) = self.keys.get(&key).cloned() else {
-                if c.kind != CommitKind::Accept || c.record.state != ExecState::Accepted {
-                    self.violate(step, &key, format!("first commit is {:?}", c.kind));
+                // Issue 16: an acceptance may carry its dispatch intent, but
+                // only under the claim written in the same commit (C15:
+                // the intent right after its own, fresh claim).
+                let intent_at_accept = c.record.state == ExecState::Dispatching
+                    && c.owner.is_some()
+                    && c.record.claim.as_ref().map(|cl| cl.owner.as_str()) == c.owner.as_deref();
+                if c.kind != CommitKind::Accept
+                    || (c.record.state != ExecState::Accepted && !intent_at_accept)
+                {
+                    self.violate(
+                        step,
+                        &key,
+                        format!(
+                            "first commit is {:?} in {}",
+                            c.kind,
+                            c.record.state.as_str()
+                        ),
+                    );
                 }
                 if let Err(w) = coupling_ok(&c.record) {
                     self.violate(step, &key, w);
@@ -208,7 +224,12 @@ impl Model {
         if b.updated_at_ms < a.updated_at_ms {
             self.violate(step, key, "updated_at decreased (C13.4)");
         }
-        if a.state != b.state && !allowed(a.state, b.state) {
+        // Issue 16: one guarded write may store the result and what
+        // follows it (`write_steps`: → collecting → completed).
+        let via_collecting = c.kind == CommitKind::Write
+            && allowed(a.state, ExecState::Collecting)
+            && allowed(ExecState::Collecting, b.state);
+        if a.state != b.state && !allowed(a.state, b.state) && !via_collecting {
             let what = if !before_dispatch(a.state) && before_dispatch(b.state) {
                 "went back before dispatch"
             } else {

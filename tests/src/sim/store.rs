@@ -579,6 +579,63 @@ impl Store for FaultStore {
             s.resolve_machine(key, version, quiesced, disposition, now_ms)
         })
     }
+
+    fn accept_dispatching(
+        &self,
+        record: &ExecutionRecord,
+        max_pending: u32,
+    ) -> Result<Accepted<ExecutionRecord>, Error> {
+        let fault = self.decide(false);
+        if fault == Fault::Before {
+            return Err(store_err(Operation::StoreAccept, "unavailable"));
+        }
+        let r = self.inner.accept_dispatching(record, max_pending);
+        if let Ok(Accepted::Inserted(rec)) = &r {
+            // The claim and the intent in the acceptance itself.
+            let owner = rec.claim.as_ref().map(|c| c.owner.as_str());
+            self.log(CommitKind::Accept, owner, rec);
+        }
+        if fault == Fault::After {
+            return Err(store_err(Operation::StoreAccept, "reply_lost"));
+        }
+        r
+    }
+
+    fn submit_dispatching(
+        &self,
+        record: &ExecutionRecord,
+        max_pending: u32,
+    ) -> Result<Accepted<Submitted>, Error> {
+        let fault = self.decide(false);
+        if fault == Fault::Before {
+            return Err(store_err(Operation::StoreAccept, "unavailable"));
+        }
+        let r = self.inner.submit_dispatching(record, max_pending);
+        if let Ok(Accepted::Inserted(sub)) = &r {
+            let owner = sub.execution.claim.as_ref().map(|c| c.owner.as_str());
+            self.log(CommitKind::Accept, owner, &sub.execution);
+        }
+        if fault == Fault::After {
+            return Err(store_err(Operation::StoreAccept, "reply_lost"));
+        }
+        r
+    }
+
+    fn write_steps(
+        &self,
+        key: &RecordKey,
+        guard: &Guard,
+        patches: &[ExecPatch],
+        now_ms: u64,
+    ) -> Result<ExecutionRecord, Error> {
+        self.remember(key);
+        self.exec_mutation(
+            Operation::StoreWrite,
+            CommitKind::Write,
+            Some(&guard.owner),
+            |s| s.write_steps(key, guard, patches, now_ms),
+        )
+    }
 }
 
 impl FaultStore {

@@ -1306,7 +1306,9 @@ pub fn command_spec(
 
 fn key_of(op: &StoreOp) -> RecordKey {
     match op {
-        StoreOp::SubmitCommand { record, .. } => record.key.clone(),
+        StoreOp::SubmitCommand { record, .. } | StoreOp::SubmitDispatching { record, .. } => {
+            record.key.clone()
+        }
         _ => RecordKey {
             scope: String::new(),
             id: String::new(),

@@ -246,6 +246,36 @@ pub enum StoreOp {
         /// Wall-clock milliseconds.
         now_ms: u64,
     },
+    /// `accept_dispatching(record, max_pending)` → [`StoreReply::Accepted`]:
+    /// the acceptance, the claim the record carries and its dispatch intent
+    /// in one transaction (an existing record is returned untouched).
+    AcceptDispatching {
+        /// The fresh `accepted` record, carrying the submitter's claim.
+        record: Box<ExecutionRecord>,
+        /// Pending limit (1–10,000).
+        max_pending: u32,
+    },
+    /// `submit_dispatching(record, max_pending)` → [`StoreReply::Submitted`]:
+    /// [`StoreOp::SubmitCommand`] with the dispatch intent in the same
+    /// transaction.
+    SubmitDispatching {
+        /// The fresh `accepted` command record, carrying the claim.
+        record: Box<ExecutionRecord>,
+        /// Pending limit (1–10,000).
+        max_pending: u32,
+    },
+    /// `write_steps(key, guard, patches, now_ms)` → [`StoreReply::Record`]:
+    /// 1–4 guarded patches in one transaction, each by the write rules.
+    WriteSteps {
+        /// Record key.
+        key: RecordKey,
+        /// Guard of the last stored version.
+        guard: Guard,
+        /// The patches, applied in order.
+        patches: Vec<ExecPatch>,
+        /// Wall-clock milliseconds.
+        now_ms: u64,
+    },
     /// `due_machines(now_ms, after, limit)` → [`StoreReply::DueMachines`].
     DueMachines {
         /// Wall-clock milliseconds.
@@ -455,6 +485,9 @@ impl StoreOp {
             Self::FinishCommand { .. } => "finish_command",
             Self::ResolveMachine { .. } => "resolve_machine",
             Self::DueMachines { .. } => "due_machines",
+            Self::AcceptDispatching { .. } => "accept_dispatching",
+            Self::SubmitDispatching { .. } => "submit_dispatching",
+            Self::WriteSteps { .. } => "write_steps",
         }
     }
 }

@@ -25,7 +25,7 @@
 //!    the claim is renewed every third of the TTL meanwhile;
 //! 5. the verdict ([`Verdict`]): `completed` with a terminal result, `unknown`,
 //!    or `failed` when nothing was sent;
-//! 6. the slot: worker lease, machine claim, `finish_command` — released for
+//! 6. the slot: machine claim, `finish_command` — released for
 //!    a completed (or cancelled) record, kept with the machine `unknown`
 //!    otherwise (C14.3).
 //!
@@ -279,7 +279,6 @@ enum Kind {
     Claim,
     Write,
     Cancel,
-    Lease,
     ClaimMachine,
     Finish,
 }
@@ -296,7 +295,6 @@ pub struct TerminalRun {
     drive: bool,
     rec: Option<ExecutionRecord>,
     machine: Option<MachineRecord>,
-    lease: Option<Lease>,
     inflight: Option<(OpId, Kind)>,
     next_op: u64,
     out: VecDeque<TermOutput>,
@@ -314,6 +312,9 @@ pub struct TerminalRun {
     slot_done: bool,
     done: bool,
     failures: u32,
+    /// `stale_claim` answers to the machine claim in a row (another
+    /// controller's claim, perhaps a finished or killed one's).
+    claim_waits: u64,
     retry_at: Option<Instant>,
     need_fetch: bool,
 }
@@ -384,7 +385,6 @@ impl TerminalRun {
             drive,
             rec: None,
             machine: None,
-            lease: None,
             inflight: None,
             next_op: 1,
             out: VecDeque::new(),
@@ -400,6 +400,7 @@ impl TerminalRun {
             slot_done: false,
             done: false,
             failures: 0,
+            claim_waits: 0,
             retry_at: None,
             need_fetch: false,
         }
@@ -566,10 +567,10 @@ impl TerminalRun {
                 self.need_fetch = false;
                 self.rec = Some(*r);
             }
-            (Kind::Lease, TermStoreReply::Lease(l)) => self.lease = Some(l),
             (Kind::ClaimMachine, TermStoreReply::Machine(m)) => {
                 self.machine = Some(*m);
                 self.machine_claimed = true;
+                self.claim_waits = 0;
             }
             (
                 Kind::Finish,
@@ -588,6 +589,12 @@ impl TerminalRun {
         }
     }
 
+    /// The most `stale_claim` answers to the machine claim waited out: two
+    /// lease TTLs' worth of poll intervals.
+    fn claim_wait_limit(&self) -> u64 {
+        (2 * self.cfg.lease_ttl_ms) / self.cfg.poll_interval_ms.max(1) + 1
+    }
+
     fn fail_or_refuse(&mut self, e: Error) {
         if self.rec.is_none() {
             self.out.push_back(TermOutput::Event(TermEvent::Refused(e)));
@@ -603,6 +610,19 @@ impl TerminalRun {
             Kind::FetchMachine | Kind::Submit => self.fail_or_refuse(e),
             Kind::Finish if e.category() == Category::StaleVersion => {
                 self.machine_claimed = false;
+            }
+            // Another controller claims the machine — often one that has
+            // ended (a `smolbox` that created or started it) and whose
+            // claim lasts until its lease ends. The slot is this run's to
+            // finish: the claim is tried again each poll interval, for up
+            // to two lease TTLs (then the run gives up as for any store
+            // failure, and the slot stays held for an operator).
+            Kind::ClaimMachine
+                if e.category() == Category::StaleClaim
+                    && self.claim_waits < self.claim_wait_limit() =>
+            {
+                self.claim_waits += 1;
+                self.retry_at = Some(now + Duration::from_millis(self.cfg.poll_interval_ms));
             }
             _ if e.category() == Category::StaleVersion => self.need_fetch = true,
             _ if e.category() == Category::StaleClaim
@@ -898,19 +918,11 @@ impl TerminalRun {
             // Already finished (by this or an earlier run).
             return self.finish(None);
         }
-        let lease_live = self
-            .lease
-            .as_ref()
-            .is_some_and(|l| l.owner == self.cfg.owner && l.until_ms > now_ms);
-        if let (Some(a), false) = (&m.assignment, lease_live) {
-            let op = TermStoreOp::ClaimWorker {
-                worker_id: a.worker_id.clone(),
-                owner: self.cfg.owner.clone(),
-                now_ms,
-                ttl_ms: self.cfg.lease_ttl_ms,
-            };
-            return self.push(Kind::Lease, op);
-        }
+        // No worker lease is taken here: the finish is fenced by the
+        // machine claim and the generation the machine was assigned under
+        // (as the machine task's own finish). Taking the lease after it
+        // lapsed would move its generation and fence the machine itself,
+        // so no controller could finish the slot any more.
         let op = TermStoreOp::FinishCommand {
             machine: m.key.clone(),
             guard: Guard::for_machine(&m, &self.cfg.owner),

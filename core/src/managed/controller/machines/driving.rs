@@ -167,7 +167,11 @@ impl crate::managed::controller::Controller {
                             rec.generation = 1;
                         }
                         req.command = Some(rec.clone());
-                        let op = req.submit_op(rec, self.cfg.max_pending);
+                        // Issue 16: the slot, the claim and the intent in
+                        // one commit (a command holding the slot is driven
+                        // at once, whatever `max_active`).
+                        let intent = self.cfg.claim_at_accept;
+                        let op = req.submit_op(rec, self.cfg.max_pending, intent);
                         let id = req.id;
                         self.accepting.entry(key_of(&op)).or_insert(0);
                         self.reqs.insert(id, req);
@@ -215,11 +219,18 @@ impl crate::managed::controller::Controller {
             MachineAnswer::Submitted {
                 execution,
                 machine: Some(machine),
-                ..
+                existing,
             } => {
                 let held = machine.active_execution.as_ref() == Some(&execution.key);
                 if held && !self.execs.contains_key(&execution.key) {
                     self.start_command(now, (**execution).clone(), (**machine).clone(), false);
+                    if !*existing
+                        && execution.state == crate::managed::ExecState::Dispatching
+                        && let Some(ex) = self.execs.get_mut(&execution.key)
+                    {
+                        // Inserted by this submission with its intent.
+                        ex.intent_committed(now);
+                    }
                 }
             }
             MachineAnswer::Submitted { .. }

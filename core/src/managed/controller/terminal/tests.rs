@@ -614,6 +614,97 @@ fn recovery_keeps_a_recorded_exit_and_finishes_the_slot() {
     assert_eq!(sim.opens(), 0);
 }
 
+/// Another controller's live claim on the machine (a `smolbox` that
+/// started it and ended), lasting `ms` from now.
+fn claimed_by_another(sim: &mut Sim, ms: u64) {
+    let m = sim.fake.machines[&sim.machine].clone();
+    let claimed = claim::claim_machine(&m, "ctl-other", sim.now_ms, ms).unwrap();
+    sim.fake.machines.insert(sim.machine.clone(), claimed);
+}
+
+#[test]
+fn a_finished_terminal_waits_out_another_claim_on_its_machine_and_frees_the_slot() {
+    let mut sim = Sim::new();
+    let mut run = sim.open("t1", ManagedTerminalSpec::default());
+    run.handle_opened(sim.now, sim.now_ms, Ok(()));
+    // The other controller's claim lasts one TTL (the most it can).
+    claimed_by_another(&mut sim, TTL);
+    run.handle_closed(sim.now, sim.now_ms, &exit(7));
+    sim.settle(&mut run);
+    assert_eq!(sim.exec("t1").state, ExecState::Completed);
+    assert!(!run.is_done(), "the run waits for the machine claim");
+    assert!(sim.machine().active_execution.is_some());
+    // Poll by poll until the other claim has ended, then the slot is freed.
+    for _ in 0..(TTL / 100 + 2) {
+        sim.advance(100);
+        run.handle_timeout(sim.now, sim.now_ms);
+        sim.settle(&mut run);
+        if run.is_done() {
+            break;
+        }
+    }
+    assert!(run.is_done());
+    assert_eq!(sim.machine().active_execution, None);
+    assert!(matches!(
+        sim.events().last(),
+        Some(TermEvent::Done { error: None, .. })
+    ));
+}
+
+#[test]
+fn the_slot_is_finished_without_taking_a_lapsed_worker_lease() {
+    // The worker lease lapsed under another controller (the `smolbox`
+    // that created the machine). Taking it would move its generation past
+    // the machine's assignment and fence the machine for good.
+    let mut sim = Sim::new();
+    sim.fake.leases.insert(
+        "dev".into(),
+        Lease {
+            owner: "ctl-other".into(),
+            generation: 1,
+            until_ms: T0,
+        },
+    );
+    let mut run = sim.open("t1", ManagedTerminalSpec::default());
+    run.handle_opened(sim.now, sim.now_ms, Ok(()));
+    run.handle_closed(sim.now, sim.now_ms, &exit(7));
+    sim.settle(&mut run);
+    assert!(run.is_done());
+    assert_eq!(sim.machine().active_execution, None, "the slot is free");
+    assert_eq!(
+        sim.fake.leases["dev"].generation, 1,
+        "the lease was not moved"
+    );
+    assert!(!sim.fake.log.contains(&"claim_worker"));
+}
+
+#[test]
+fn a_machine_claim_held_past_two_ttls_is_given_up_and_the_slot_kept() {
+    let mut sim = Sim::new();
+    let mut run = sim.open("t1", ManagedTerminalSpec::default());
+    run.handle_opened(sim.now, sim.now_ms, Ok(()));
+    // A live controller renews its claim all along.
+    claimed_by_another(&mut sim, 100 * TTL);
+    run.handle_closed(sim.now, sim.now_ms, &exit(7));
+    sim.settle(&mut run);
+    let mut polls = 0;
+    while !run.is_done() {
+        polls += 1;
+        assert!(polls < 10 * TTL / 100, "the run never gave up");
+        sim.advance(100);
+        run.handle_timeout(sim.now, sim.now_ms);
+        sim.settle(&mut run);
+    }
+    // Two TTLs of polls (plus the bounded store retries), not fewer.
+    assert!(polls >= 2 * TTL / 100, "gave up after {polls} polls");
+    assert_eq!(sim.exec("t1").state, ExecState::Completed);
+    assert!(sim.machine().active_execution.is_some(), "slot kept");
+    assert!(matches!(
+        sim.events().last(),
+        Some(TermEvent::Done { error: Some(_), .. })
+    ));
+}
+
 #[test]
 fn recovery_finishes_the_slot_of_a_completed_record() {
     let mut sim = Sim::new();
