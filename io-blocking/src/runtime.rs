@@ -451,6 +451,38 @@ impl Machines<'_> {
     ) -> Result<(MachineRecord, Option<ExecutionRecord>), Error> {
         self.call(machine_call::resolve(key, version, quiesced, disposition))
     }
+
+    /// The machine's console history (C14.2): the recorded incarnation is
+    /// inspected first, then its `tail` lines are read (`follow` refused).
+    ///
+    /// # Errors
+    /// `validation` for bad bounds or `follow`; `no_creation_evidence` or
+    /// `not_found` (deleted) before any worker call; `identity_conflict`
+    /// when another incarnation holds the name; the worker's error.
+    pub fn logs(
+        &self,
+        key: &RecordKey,
+        params: smolbox_core::worker::LogsParams,
+    ) -> Result<Vec<String>, Error> {
+        self.request(MachineRequest::Logs {
+            key: key.clone(),
+            params,
+        })?
+        .into_logs()
+    }
+
+    /// The machine's measurements (C14.2, C2.4) from an inspect of the
+    /// recorded incarnation, with the record they were checked against.
+    ///
+    /// # Errors
+    /// As [`Machines::logs`].
+    pub fn measurements(
+        &self,
+        key: &RecordKey,
+    ) -> Result<(smolbox_core::worker::Measurements, MachineRecord), Error> {
+        self.request(MachineRequest::Measurements { key: key.clone() })?
+            .into_measurements()
+    }
 }
 
 impl Runtime {
@@ -575,5 +607,13 @@ fn call(c: &Client, op: WorkerOp) -> WorkerResult {
         WorkerOp::Inspect { profile, name, .. } => c
             .get(&profile, name)
             .map(|o| WorkerReply::Machine(Box::new(o))),
+        WorkerOp::Logs {
+            profile,
+            name,
+            params,
+            ..
+        } => smolbox_core::worker::Logs::new(&profile, name, params)
+            .and_then(|logs| c.logs(&logs))
+            .map(WorkerReply::Logs),
     }
 }

@@ -425,6 +425,40 @@ impl Machines<'_> {
         self.call(machine_call::resolve(key, version, quiesced, disposition))
             .await
     }
+
+    /// The machine's console history (C14.2): the recorded incarnation is
+    /// inspected first, then its `tail` lines are read (`follow` refused).
+    ///
+    /// # Errors
+    /// `validation` for bad bounds or `follow`; `no_creation_evidence` or
+    /// `not_found` (deleted) before any worker call; `identity_conflict`
+    /// when another incarnation holds the name; the worker's error.
+    pub async fn logs(
+        &self,
+        key: &RecordKey,
+        params: smolbox_core::worker::LogsParams,
+    ) -> Result<Vec<String>, Error> {
+        self.request(MachineRequest::Logs {
+            key: key.clone(),
+            params,
+        })
+        .await?
+        .into_logs()
+    }
+
+    /// The machine's measurements (C14.2, C2.4) from an inspect of the
+    /// recorded incarnation, with the record they were checked against.
+    ///
+    /// # Errors
+    /// As [`Machines::logs`].
+    pub async fn measurements(
+        &self,
+        key: &RecordKey,
+    ) -> Result<(smolbox_core::worker::Measurements, MachineRecord), Error> {
+        self.request(MachineRequest::Measurements { key: key.clone() })
+            .await?
+            .into_measurements()
+    }
 }
 
 impl Runtime {
@@ -558,5 +592,14 @@ async fn call(c: &Client, op: WorkerOp) -> WorkerResult {
             .get(&profile, name)
             .await
             .map(|o| WorkerReply::Machine(Box::new(o))),
+        WorkerOp::Logs {
+            profile,
+            name,
+            params,
+            ..
+        } => match smolbox_core::worker::Logs::new(&profile, name, params) {
+            Ok(logs) => c.logs(&logs).await.map(WorkerReply::Logs),
+            Err(e) => Err(e),
+        },
     }
 }

@@ -149,6 +149,23 @@ pub trait ManagedShell: Sized {
         quiesced: bool,
         disposition: Resolution,
     ) -> Result<(MachineRecord, Option<ExecutionRecord>), Error>;
+    /// `machines().logs`.
+    ///
+    /// # Errors
+    /// As the runtime's.
+    fn m_logs(
+        &self,
+        key: &RecordKey,
+        params: smolbox_core::worker::LogsParams,
+    ) -> Result<Vec<String>, Error>;
+    /// `machines().measurements`.
+    ///
+    /// # Errors
+    /// As the runtime's.
+    fn m_measurements(
+        &self,
+        key: &RecordKey,
+    ) -> Result<(smolbox_core::worker::Measurements, MachineRecord), Error>;
 }
 
 /// `smolbox_blocking::Runtime` as a [`ManagedShell`].
@@ -255,6 +272,19 @@ impl ManagedShell for BlockingManaged {
         self.0
             .machines()
             .resolve(key, version, quiesced, disposition)
+    }
+    fn m_logs(
+        &self,
+        key: &RecordKey,
+        params: smolbox_core::worker::LogsParams,
+    ) -> Result<Vec<String>, Error> {
+        self.0.machines().logs(key, params)
+    }
+    fn m_measurements(
+        &self,
+        key: &RecordKey,
+    ) -> Result<(smolbox_core::worker::Measurements, MachineRecord), Error> {
+        self.0.machines().measurements(key)
     }
 }
 
@@ -380,6 +410,19 @@ impl ManagedShell for TokioManaged {
                 .machines()
                 .resolve(key, version, quiesced, disposition),
         )
+    }
+    fn m_logs(
+        &self,
+        key: &RecordKey,
+        params: smolbox_core::worker::LogsParams,
+    ) -> Result<Vec<String>, Error> {
+        self.rt.block_on(self.runtime.machines().logs(key, params))
+    }
+    fn m_measurements(
+        &self,
+        key: &RecordKey,
+    ) -> Result<(smolbox_core::worker::Measurements, MachineRecord), Error> {
+        self.rt.block_on(self.runtime.machines().measurements(key))
     }
 }
 

@@ -128,10 +128,55 @@ pub fn a_machines_ports_reach_the_worker<M: ManagedShell>(kind: StoreKind) {
         .map(|p| (p.host(), p.guest()))
         .collect();
     assert_eq!(ports, [(18_080, 80), (18_443, 443)]);
-    rt.m_lifecycle(&key("ports1"), Op::Delete, m.version).unwrap();
+    rt.m_lifecycle(&key("ports1"), Op::Delete, m.version)
+        .unwrap();
     let m = rt.m_wait(&key("ports1"), 30_000).unwrap();
     assert_eq!(m.state, MS::Deleted, "{:?}", m.last_error);
     assert!(m.reserved_ports.is_empty());
+    rt.shutdown();
+}
+
+/// `logs` and `measurements` through `Runtime::machines()` (C14.2): each
+/// inspects the recorded incarnation, then reads; a deleted machine is
+/// refused before any worker call.
+pub fn logs_and_measurements_of_a_retained_machine<M: ManagedShell>(kind: StoreKind) {
+    let Some(s) = setup(kind) else { return };
+    let rt: M = s.runtime(&options());
+    running(&rt, "read1");
+    let w = &s.fixture.worker;
+    let gets = w.request_count(Route::MachineGet);
+    let (_, rec) = rt.m_measurements(&key("read1")).unwrap();
+    assert_eq!(rec.key, key("read1"));
+    assert_eq!(w.request_count(Route::MachineGet), gets + 1);
+    let params = smolbox_core::worker::LogsParams {
+        tail: 10,
+        ..smolbox_core::worker::LogsParams::default()
+    };
+    let lines = rt.m_logs(&key("read1"), params).unwrap();
+    assert!(lines.len() <= 10);
+    assert_eq!(w.request_count(Route::Logs), 1);
+    let follow = smolbox_core::worker::LogsParams {
+        follow: true,
+        ..params
+    };
+    let e = rt.m_logs(&key("read1"), follow).unwrap_err();
+    assert_eq!(e.reason(), "follow_unsupported");
+    let m = rt.m_inspect(&key("read1")).unwrap();
+    rt.m_lifecycle(&key("read1"), Op::Stop, m.version).unwrap();
+    let m = rt.m_wait(&key("read1"), 30_000).unwrap();
+    rt.m_lifecycle(&key("read1"), Op::Delete, m.version)
+        .unwrap();
+    assert_eq!(rt.m_wait(&key("read1"), 30_000).unwrap().state, MS::Deleted);
+    let gets = w.request_count(Route::MachineGet);
+    let e = rt.m_logs(&key("read1"), params).unwrap_err();
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::NotFound, "machine_deleted")
+    );
+    let e = rt.m_measurements(&key("read1")).unwrap_err();
+    assert_eq!(e.category(), Category::NotFound);
+    assert_eq!(w.request_count(Route::MachineGet), gets, "no worker call");
+    assert_eq!(w.request_count(Route::Logs), 1);
     rt.shutdown();
 }
 
@@ -347,6 +392,7 @@ macro_rules! managed_machine_suite {
             resolve_after_an_unknown_command_frees_the_slot,
             two_controllers_race_for_the_slot,
             a_machines_ports_reach_the_worker,
+            logs_and_measurements_of_a_retained_machine,
         );
     };
     (@cases $shell:ty, $kind:expr, $($case:ident),* $(,)?) => {

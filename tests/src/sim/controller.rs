@@ -1091,6 +1091,11 @@ impl Sim {
                     name,
                 )
             }
+            WorkerOp::Logs { .. } => {
+                // A read the simulated controllers never request.
+                self.violation("a logs read in the simulation".to_owned());
+                return;
+            }
         };
         if self.crash_point(h, "worker_before_send") {
             return;

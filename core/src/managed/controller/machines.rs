@@ -169,6 +169,20 @@ pub enum MachineRequest {
         /// The inspected version.
         version: u64,
     },
+    /// The machine's console history (C14.2 `logs`), read from the worker
+    /// after the recorded incarnation is verified.
+    Logs {
+        /// Machine key.
+        key: RecordKey,
+        /// Tail, timeout and allowance (`follow` must be false).
+        params: crate::worker::LogsParams,
+    },
+    /// The machine's measurements (C14.2, C2.4), from an inspect of the
+    /// recorded incarnation.
+    Measurements {
+        /// Machine key.
+        key: RecordKey,
+    },
     /// Quiescent resolution (C17.3).
     Resolve {
         /// Machine key.
@@ -201,6 +215,18 @@ pub enum MachineAnswer {
         machine: Option<Box<MachineRecord>>,
         /// True when the command already existed.
         existing: bool,
+    },
+    /// Console history lines of the recorded incarnation.
+    Logs {
+        /// The lines, oldest first.
+        lines: Vec<String>,
+    },
+    /// Measurements of the recorded incarnation.
+    Measurements {
+        /// What the worker's reply carried (`None` fields: not reported).
+        measurements: crate::worker::Measurements,
+        /// The machine record the incarnation was checked against.
+        record: Box<MachineRecord>,
     },
     /// A resolved machine and the command that held its slot.
     Resolved {
@@ -1323,6 +1349,31 @@ impl MachineAnswer {
                 machine,
                 existing,
             } => Ok((*execution, machine.map(|m| *m), existing)),
+            _ => Err(Self::mismatch()),
+        }
+    }
+
+    /// The console lines of a logs request.
+    ///
+    /// # Errors
+    /// `protocol` for another kind of answer.
+    pub fn into_logs(self) -> Result<Vec<String>, Error> {
+        match self {
+            Self::Logs { lines } => Ok(lines),
+            _ => Err(Self::mismatch()),
+        }
+    }
+
+    /// The measurements (and the record they were checked against).
+    ///
+    /// # Errors
+    /// `protocol` for another kind of answer.
+    pub fn into_measurements(self) -> Result<(crate::worker::Measurements, MachineRecord), Error> {
+        match self {
+            Self::Measurements {
+                measurements,
+                record,
+            } => Ok((measurements, *record)),
             _ => Err(Self::mismatch()),
         }
     }

@@ -14,7 +14,7 @@ use crate::managed::record::{ExecutionRecord, MachineRecord, Resources};
 use crate::managed::slot::{Disposition, Finish};
 use crate::managed::state::MachineOperation;
 use crate::managed::{ExecPatch, Guard, Lease, MachinePatch, RecordKey};
-use crate::worker::{MachineName, MachineSpec, Observation, Profile};
+use crate::worker::{LogsParams, MachineName, MachineSpec, Observation, Profile};
 
 /// Identifies one outstanding operation; the answer names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -415,6 +415,18 @@ pub enum WorkerOp {
         /// Machine name.
         name: MachineName,
     },
+    /// `Client::logs(Logs::new(profile, name, params))` →
+    /// [`WorkerReply::Logs`]: the console history (a read; never follow).
+    Logs {
+        /// Configured worker id.
+        worker_id: String,
+        /// The worker's admitted version profile.
+        profile: Box<Profile>,
+        /// Machine name.
+        name: MachineName,
+        /// Tail, timeout and allowance (checked; `follow` is false).
+        params: LogsParams,
+    },
 }
 
 impl WorkerOp {
@@ -426,7 +438,8 @@ impl WorkerOp {
             | Self::Start { worker_id, .. }
             | Self::Stop { worker_id, .. }
             | Self::Delete { worker_id, .. }
-            | Self::Inspect { worker_id, .. } => worker_id,
+            | Self::Inspect { worker_id, .. }
+            | Self::Logs { worker_id, .. } => worker_id,
         }
     }
 }
@@ -440,6 +453,8 @@ pub enum WorkerReply {
     Machine(Box<Observation>),
     /// The delete succeeded.
     Deleted,
+    /// Console history lines (logs).
+    Logs(Vec<String>),
 }
 
 /// What a worker op returned: its reply or the call's error, unchanged.
@@ -488,6 +503,7 @@ impl WorkerOp {
             Self::Stop { .. } => "stop",
             Self::Delete { .. } => "delete",
             Self::Inspect { .. } => "inspect",
+            Self::Logs { .. } => "logs",
         }
     }
 }

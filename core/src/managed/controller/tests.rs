@@ -1274,6 +1274,7 @@ impl Sim {
             WorkerOp::Stop { .. } => "stop",
             WorkerOp::Delete { .. } => "delete",
             WorkerOp::Inspect { .. } => "inspect",
+            WorkerOp::Logs { .. } => "logs",
         };
         assert_eq!(got, kind, "{op:?}");
         self.ctl.handle_worker(self.now, self.now_ms, id, result);

@@ -80,8 +80,19 @@ impl crate::managed::controller::Controller {
                 }
                 None
             }
-            MachineRequest::Reconcile { key } | MachineRequest::StopForDrain { key, .. } => {
+            MachineRequest::Reconcile { key }
+            | MachineRequest::StopForDrain { key, .. }
+            | MachineRequest::Measurements { key } => {
                 key.validate()?;
+                None
+            }
+            MachineRequest::Logs { key, params } => {
+                key.validate()?;
+                params.validate()?;
+                if params.follow {
+                    // A request answers once; following is a stream.
+                    return Err(Error::validation(Operation::Logs, "follow_unsupported"));
+                }
                 None
             }
         };
@@ -232,7 +243,9 @@ impl crate::managed::controller::Controller {
                     }
                 }
             }
-            MachineAnswer::Submitted { .. } => {}
+            MachineAnswer::Submitted { .. }
+            | MachineAnswer::Logs { .. }
+            | MachineAnswer::Measurements { .. } => {}
             MachineAnswer::Resolved { machine, .. } => {
                 if let Some(m) = self.machs.get_mut(&machine.key) {
                     m.refresh();

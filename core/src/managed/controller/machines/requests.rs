@@ -26,6 +26,11 @@ pub(in crate::managed::controller) enum Stage {
     ReconcileWrite,
     /// Accepting a command into the slot.
     SubmitAccept,
+    /// Inspecting the recorded incarnation before a read (logs,
+    /// measurements).
+    ReadVerify,
+    /// Reading the console history.
+    ReadLogs,
 }
 
 /// One caller request in flight (a short flow of store and worker ops).
@@ -68,6 +73,8 @@ impl Req {
             | MachineRequest::Lifecycle { key, .. }
             | MachineRequest::Reconcile { key }
             | MachineRequest::StopForDrain { key, .. }
+            | MachineRequest::Logs { key, .. }
+            | MachineRequest::Measurements { key }
             | MachineRequest::Resolve { key, .. } => key,
             MachineRequest::Submit { machine, .. } => machine,
         }
@@ -218,6 +225,30 @@ impl Req {
                         self.machine = Some(m);
                         self.stage = Stage::ReconcileClaim;
                         RStep::Store(op)
+                    }
+                    MachineRequest::Logs { .. } | MachineRequest::Measurements { .. } => {
+                        let op = if matches!(self.request, MachineRequest::Logs { .. }) {
+                            Operation::Logs
+                        } else {
+                            Operation::Get
+                        };
+                        if m.state == MachineRecordState::Deleted {
+                            return RStep::Done(Err(Error::new(
+                                Category::NotFound,
+                                op,
+                                Evidence::NotDispatched,
+                            )
+                            .with_reason("machine_deleted")));
+                        }
+                        if m.creation.is_none() {
+                            return RStep::Done(Err(no_evidence(op)));
+                        }
+                        self.machine = Some(m);
+                        self.stage = Stage::ReadVerify;
+                        match self.inspect(cfg) {
+                            Ok(op) => RStep::Worker(op),
+                            Err(e) => RStep::Done(Err(e)),
+                        }
                     }
                     MachineRequest::Create { .. } => {
                         RStep::Done(Err(Error::protocol(Operation::Create, "unexpected_reply")))
@@ -383,6 +414,55 @@ impl Req {
                 self.stage = Stage::ResolveWrite;
                 RStep::Store(self.resolve_op(now_ms, d))
             }
+            Stage::ReadVerify => match result {
+                // Only the recorded incarnation's numbers or console: a
+                // machine under the same name that is not ours is refused.
+                Ok(WorkerReply::Machine(obs))
+                    if recorded.as_deref() == Some(incarnation_token(&obs).as_str()) =>
+                {
+                    match &self.request {
+                        MachineRequest::Measurements { .. } => {
+                            RStep::Done(Ok(MachineAnswer::Measurements {
+                                measurements: obs.measurements,
+                                record: Box::new(m),
+                            }))
+                        }
+                        MachineRequest::Logs { params, .. } => {
+                            let params = *params;
+                            let WorkerOp::Inspect {
+                                worker_id,
+                                profile,
+                                name,
+                            } = (match self.inspect(cfg) {
+                                Ok(op) => op,
+                                Err(e) => return RStep::Done(Err(e)),
+                            })
+                            else {
+                                return RStep::Done(Err(Error::protocol(Operation::Logs, "stage")));
+                            };
+                            self.stage = Stage::ReadLogs;
+                            RStep::Worker(WorkerOp::Logs {
+                                worker_id,
+                                profile,
+                                name,
+                                params,
+                            })
+                        }
+                        _ => RStep::Done(Err(Error::protocol(Operation::Get, "stage"))),
+                    }
+                }
+                Ok(WorkerReply::Machine(_)) => RStep::Done(Err(identity_conflict(
+                    Operation::Get,
+                    "incarnation_mismatch",
+                ))),
+                Ok(_) => RStep::Done(Err(Error::protocol(Operation::Get, "unexpected_reply"))),
+                Err(e) => RStep::Done(Err(e)),
+            },
+            Stage::ReadLogs => match result {
+                Ok(WorkerReply::Logs(lines)) => RStep::Done(Ok(MachineAnswer::Logs { lines })),
+                Ok(_) => RStep::Done(Err(Error::protocol(Operation::Logs, "unexpected_reply"))),
+                Err(e) => RStep::Done(Err(e)),
+            },
             Stage::DrainVerify => match result {
                 Ok(WorkerReply::Machine(obs))
                     if recorded.as_deref() == Some(incarnation_token(&obs).as_str()) =>
@@ -521,6 +601,8 @@ impl Req {
             }),
             MachineRequest::Reconcile { key }
             | MachineRequest::StopForDrain { key, .. }
+            | MachineRequest::Logs { key, .. }
+            | MachineRequest::Measurements { key }
             | MachineRequest::Resolve { key, .. } => {
                 Some(StoreOp::FetchMachine { key: key.clone() })
             }
