@@ -235,10 +235,9 @@ fn preflight(req: &Request) -> Response {
         header::ACCESS_CONTROL_ALLOW_HEADERS,
         HeaderValue::from_static("content-type"),
     );
-    h.insert(
-        header::ALLOW,
-        HeaderValue::from_static("GET,HEAD,POST,PUT,DELETE"),
-    );
+    // No `allow` here: as on the real worker, axum's method router adds
+    // the matched route's own methods (`GET,HEAD` for /health), and an
+    // unrouted path gets none.
     h.insert(header::VARY, HeaderValue::from_static(VARY));
     resp
 }
@@ -351,6 +350,13 @@ async fn outer(State(state): State<AppState>, mut req: Request, next: Next) -> R
         return preflight(&req);
     }
     let trace = state.next_trace_id();
+    // tower-http's CORS layer also answers a simple (non-preflight) request
+    // from an allowed origin with `access-control-allow-origin`.
+    let cors_origin = req
+        .headers()
+        .get(header::ORIGIN)
+        .filter(|o| ALLOWED_ORIGINS.iter().any(|a| o.as_bytes() == a.as_bytes()))
+        .cloned();
     let control = path.starts_with("/_devworker/");
     let (route, machine) = Route::classify(method.as_str(), &path);
     let mpath = metric_path(&req, route, &path);
@@ -369,6 +375,9 @@ async fn outer(State(state): State<AppState>, mut req: Request, next: Next) -> R
         h.insert("x-trace-id", v);
     }
     h.insert(header::VARY, HeaderValue::from_static(VARY));
+    if let Some(origin) = cors_origin {
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+    }
     if !control {
         state.record_metric(method.as_str(), resp.status().as_u16(), &mpath);
     }
