@@ -783,3 +783,20 @@ async fn cors_like_the_real_layer() {
     assert_eq!(r.header("access-control-allow-origin"), None);
     w.shutdown().await;
 }
+
+/// The metric `path` label is smolvm 1.9.2's `normalize_metrics_path`: the
+/// machine id reads `:id`, the rest (a file path too) stays as sent; volume
+/// ids and unknown paths stay raw.
+#[tokio::test]
+async fn metric_paths_like_the_real_worker() {
+    let w = worker().await;
+    get(&w, "/api/v1/machines/nope/files/workspace/a.txt").await;
+    get(&w, "/api/v2/x").await;
+    let m = get(&w, "/metrics").await.text();
+    assert!(
+        m.contains(r#"path="/api/v1/machines/:id/files/workspace/a.txt""#),
+        "{m}"
+    );
+    assert!(m.contains(r#"path="/api/v2/x""#), "{m}");
+    w.shutdown().await;
+}
