@@ -71,9 +71,15 @@ pub(crate) struct Global {
 pub(crate) enum Cmd {
     /// The worker's health and version.
     Health,
-    /// Machine lifecycle: the worker's machines, or with --managed the
-    /// retained machines recorded in the store (ownership, versions, one
-    /// command slot each).
+    /// Machine lifecycle: managed retained machines, each a record in the
+    /// store (`--store`) driven through the managed runtime — created on
+    /// the worker under a name of the controller's own, started, stopped
+    /// and removed by versioned requests (each waits until the machine
+    /// settles, at most 15 min; the version is re-read and tried again on
+    /// `stale_version`, at most 20 times), one command at a time in its
+    /// slot (`exec ID`, `shell ID`). Create, start, stop and rm need a
+    /// worker that outlives the command (`smolbox dev up`, or --worker;
+    /// else exit 2). With --raw, the worker's machines directly.
     Machine(MachineArgs),
     /// Stop a managed machine for draining: the worker is asked to stop
     /// the recorded incarnation (ownership verified) and the stop is
@@ -81,7 +87,7 @@ pub(crate) enum Cmd {
     /// current version (re-read and tried again on `stale_version`, at
     /// most 20 times).
     StopForDrain {
-        /// Managed machine id (as given to `machine --managed create`).
+        /// Managed machine id (as given to `machine create`).
         machine: String,
     },
     /// Resolve a managed machine whose command's outcome is unknown, once
@@ -108,7 +114,12 @@ pub(crate) enum Cmd {
     /// Run a command in a machine (buffered unless --stream); exits with
     /// the command's exit code.
     Exec(ExecArgs),
-    /// An interactive terminal in a machine.
+    /// An interactive terminal in a machine (raw mode, window size and
+    /// Ctrl-C to the guest). On a managed machine it is a managed terminal
+    /// in the machine's slot (its execution id on stderr; `records show
+    /// ID`); exits with the guest's code when its exit is confirmed, else 3
+    /// (the execution id on stderr).
+    #[command(after_help = crate::shell::ESCAPE_HELP)]
     Shell(ShellArgs),
     /// Copy a file: `LOCAL MACHINE:/path` uploads, `MACHINE:/path LOCAL`
     /// downloads. The SHA-256 is computed and printed (and checked with
@@ -205,7 +216,8 @@ pub(crate) enum RecordsCmd {
             "expired", "unknown", "cancelling",
         ])]
         state: Option<String>,
-        /// Only records of this machine.
+        /// Only records of this machine (a worker's machine name, or a
+        /// managed machine's id for the commands and terminals in its slot).
         #[arg(long, value_name = "MACHINE")]
         machine: Option<String>,
     },
@@ -216,19 +228,15 @@ pub(crate) enum RecordsCmd {
     },
 }
 
-/// `machine [--managed] …`.
+/// `machine [--raw] …`.
 #[derive(Args, Debug)]
 pub(crate) struct MachineArgs {
-    /// Managed: the machine is a record in the store (`--store`), driven
-    /// through the managed runtime — created under its id on the worker
-    /// with a name of its own, started, stopped and removed by versioned
-    /// requests (each waits until the machine settles, at most 15 min;
-    /// the version is re-read and tried again on `stale_version`, at most
-    /// 20 times),
-    /// one command at a time in its slot (`exec ID`). Without it, the
-    /// worker's machines are used directly (no record, no ownership).
+    /// The worker's machines directly, under the worker's own names: no
+    /// record, no ownership, no slot (`ls` lists every machine of the
+    /// worker, managed ones under their `smb-…` names). Without it,
+    /// machines are managed.
     #[arg(long, global = true)]
-    pub(crate) managed: bool,
+    pub(crate) raw: bool,
     /// The action.
     #[command(subcommand)]
     pub(crate) cmd: MachineCmd,
@@ -237,40 +245,45 @@ pub(crate) struct MachineArgs {
 /// `machine …`.
 #[derive(Subcommand, Debug)]
 pub(crate) enum MachineCmd {
-    /// Create a machine (imageless: 1 CPU, 256 MiB by default; with
-    /// --managed, the worker profile's size, and --cpus/--memory are
-    /// refused).
+    /// Create a machine. Managed: the worker profile's size (--cpus and
+    /// --memory are refused), started unless --no-start, waited for until
+    /// it settles; with --raw, an imageless worker machine (1 CPU, 256 MiB
+    /// by default), as the worker creates it.
     Create {
-        /// Machine name (lowercase letters, digits, `-`, `_`); with
-        /// --managed, the record id.
+        /// Machine id (lowercase letters, digits, `-`, `_`); with --raw,
+        /// the worker's machine name.
         name: String,
-        /// CPUs (1–64; default 1).
+        /// CPUs (1–64; default 1; --raw only).
         #[arg(long)]
         cpus: Option<u8>,
-        /// Memory in MiB (128–16384; default 256).
+        /// Memory in MiB (128–16384; default 256; --raw only).
         #[arg(long)]
         memory: Option<u32>,
+        /// Managed only: leave it created, not started (`machine start`
+        /// later).
+        #[arg(long)]
+        no_start: bool,
     },
-    /// List machines.
+    /// List machines (managed: the store's records, no worker needed).
     Ls,
-    /// Show one machine.
+    /// Show one machine (managed: its record, no worker needed).
     Get {
-        /// Machine name.
+        /// Machine id.
         name: String,
     },
     /// Start a machine.
     Start {
-        /// Machine name.
+        /// Machine id.
         name: String,
     },
-    /// Stop a machine.
+    /// Stop a machine (managed: refused while a command holds its slot).
     Stop {
-        /// Machine name.
+        /// Machine id.
         name: String,
     },
-    /// Remove a machine.
+    /// Remove a machine (managed: refused while a command holds its slot).
     Rm {
-        /// Machine name.
+        /// Machine id.
         name: String,
     },
 }

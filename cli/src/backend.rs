@@ -213,6 +213,19 @@ impl Backend {
         }
     }
 
+    /// A followed console-log read: each line to `on_line` (which returns
+    /// `false` to stop), until the body ends or an error.
+    pub(crate) fn logs_follow(
+        &self,
+        logs: &smolbox_core::worker::Logs,
+        on_line: &mut (dyn FnMut(String) -> bool + Send),
+    ) -> Result<(), Error> {
+        match self {
+            Self::Tokio { rt, client } => rt.block_on(client.logs_follow(logs, on_line)),
+            Self::Blocking(client) => client.logs_follow(logs, on_line),
+        }
+    }
+
     /// Opens an interactive terminal.
     pub(crate) fn terminal(
         &self,
@@ -240,6 +253,24 @@ fn stream_ended() -> Error {
 }
 
 impl Term for smolbox_blocking::Terminal {
+    fn input(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        Self::input(self, bytes)
+    }
+
+    fn resize(&mut self, cols: u16, rows: u16) -> Result<(), Error> {
+        Self::resize(self, cols, rows)
+    }
+
+    fn next(&mut self, timeout: Duration) -> Result<TerminalEvent, Error> {
+        Self::next(self, timeout)
+    }
+
+    fn close(self: Box<Self>) -> Result<TerminalExit, Error> {
+        Self::close(*self)
+    }
+}
+
+impl Term for smolbox_blocking::ManagedTerminal {
     fn input(&mut self, bytes: &[u8]) -> Result<(), Error> {
         Self::input(self, bytes)
     }

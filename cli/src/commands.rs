@@ -11,7 +11,6 @@ use serde_json::json;
 use smolbox_core::exec::{Command, ExecOutcome, ExecOutput};
 use smolbox_core::managed::ExecutionRecord;
 use smolbox_core::managed::controller::Submit;
-use smolbox_core::worker::logs::MAX_TAIL;
 use smolbox_core::worker::{
     Logs, LogsParams, MachineName, MachineSpec, MachineState, Namespace, Observation,
 };
@@ -51,7 +50,12 @@ pub(crate) fn health(b: &Backend, json: bool) -> Result<i32, Failure> {
 pub(crate) fn machine(b: &Backend, cmd: MachineCmd, json: bool) -> Result<i32, Failure> {
     let profile = b.admit()?;
     match cmd {
-        MachineCmd::Create { name, cpus, memory } => {
+        MachineCmd::Create { no_start: true, .. } => {
+            return Err(Error::validation(Operation::Create, "no_start_is_managed_only").into());
+        }
+        MachineCmd::Create {
+            name, cpus, memory, ..
+        } => {
             let d = MachineSpec::default();
             let spec = MachineSpec {
                 cpus: cpus.unwrap_or(d.cpus),
@@ -519,10 +523,16 @@ fn log_line(l: &str, json: bool) -> Result<(), Failure> {
     }
 }
 
-/// `logs MACHINE [-f]`.
-pub(crate) fn logs(b: &Backend, args: &LogsArgs, json: bool) -> Result<i32, Failure> {
+/// `logs MACHINE [-f]`, of the worker's machine `machine` (a managed
+/// machine's placed name, see [`crate::machines::worker_name`]).
+pub(crate) fn logs(
+    b: &Backend,
+    machine: &str,
+    args: &LogsArgs,
+    json: bool,
+) -> Result<i32, Failure> {
     let profile = b.admit()?;
-    let name = MachineName::new(&args.machine)?;
+    let name = MachineName::new(machine)?;
     let read = |tail: u32| {
         let params = LogsParams {
             tail,
@@ -538,90 +548,262 @@ pub(crate) fn logs(b: &Backend, args: &LogsArgs, json: bool) -> Result<i32, Fail
         }
         return Ok(0);
     }
-    // Follow: the clients have no streaming console-log read yet, so the
-    // last MAX_TAIL lines are re-read and the new ones found by where the
-    // previous window reappears in the new one (see `fresh_since`). One
-    // first read gives both the history shown and the window kept, so no
-    // line falls between them.
-    let mut window = read(MAX_TAIL)?;
-    let shown = window.len().saturating_sub(args.tail as usize);
-    for l in &window[shown..] {
-        log_line(l, json)?;
-    }
+    follow_logs(b, &profile, &name, args.tail, json)
+}
+
+/// Lines of overlap a new follow read asks for (`tail`) to find where the
+/// previous read stopped: it must reach back past every line the previous
+/// read did not deliver (a read ends at its 10,000-event cap with the rest
+/// of a burst unread), and leave room under the cap for new lines (at
+/// least 5,000 per read).
+const REALIGN_TAIL: usize = 5_000;
+
+/// Consecutive follow reads that delivered no line before `logs -f` gives
+/// up with the last error.
+const MAX_EMPTY_READS: u32 = 3;
+
+/// `logs -f`: the worker's follow read (SSE), one after another. A read
+/// ends at its own bounds (10,000 events, the allowance, its timeout) or
+/// when the worker ends the body; the next read asks for the last
+/// [`REALIGN_TAIL`] lines again and [`Follow`] drops the ones already
+/// printed. A definite answer (404, 409 too many followers, 400) ends the
+/// command with it.
+fn follow_logs(
+    b: &Backend,
+    profile: &smolbox_core::worker::Profile,
+    name: &MachineName,
+    first_tail: u32,
+    json: bool,
+) -> Result<i32, Failure> {
+    let mut follow = Follow::new(REALIGN_TAIL);
+    let mut tail = first_tail;
+    let mut empty_reads = 0;
     loop {
-        std::thread::sleep(Duration::from_millis(500));
-        let now = read(MAX_TAIL)?;
-        let (from, gap) = fresh_since(&window, &now, MAX_TAIL as usize);
-        if gap {
-            report::note(
-                "more console lines arrived between two reads than one read returns \
-                 (10,000): some lines may be missing here",
-            );
+        let params = LogsParams {
+            tail,
+            follow: true,
+            allowance: smolbox_core::worker::logs::MAX_ALLOWANCE,
+            timeout: Duration::from_millis(smolbox_core::worker::logs::TIMEOUT_MS.1),
+        };
+        let call = Logs::new(profile, name.clone(), params)?;
+        let mut failed: Option<Failure> = None;
+        let mut got_line = false;
+        let mut on_line = |line: String| {
+            got_line = true;
+            let (out, gap) = follow.push(line);
+            if gap {
+                report::note(&format!(
+                    "more console lines arrived between two follow reads than the overlap \
+                     asked for ({REALIGN_TAIL}): some lines may be missing here"
+                ));
+            }
+            for l in &out {
+                if let Err(f) = log_line(l, json) {
+                    failed = Some(f);
+                    return false;
+                }
+            }
+            true
+        };
+        let result = b.logs_follow(&call, &mut on_line);
+        if let Some(f) = failed {
+            return Err(f);
         }
-        for l in &now[from..] {
-            log_line(l, json)?;
+        let again = match &result {
+            Ok(()) => true,
+            Err(e) => {
+                matches!(
+                    e.category(),
+                    Category::OutputLimit | Category::Expired | Category::Transport
+                ) && report::definite_answer(e).is_none()
+            }
+        };
+        if !again {
+            return Err(result.err().map_or_else(
+                || Error::protocol(Operation::Logs, "follow_ended").into(),
+                Failure::from,
+            ));
         }
-        window = now;
+        empty_reads = if got_line { 0 } else { empty_reads + 1 };
+        if empty_reads >= MAX_EMPTY_READS {
+            return match result {
+                Err(e) => Err(e.into()),
+                Ok(()) => Err(Error::protocol(Operation::Logs, "follow_ended").into()),
+            };
+        }
+        tail = follow.reconnect();
     }
 }
 
-/// Where the new lines of `now` begin, given the previous read `prev` (both
-/// are the last ≤ `cap` lines of a log that only grows), and whether lines
-/// may have been skipped.
-///
-/// While the log is shorter than `cap`, `now` starts with `prev` and the
-/// answer is exact. Past `cap`, the window slid by some `d` lines: the
-/// smallest `d` for which `prev[d..]` is a prefix of `now` is taken (exact
-/// unless the log repeats a run of `prev.len() - d` identical lines). When
-/// no part of `prev` reappears (more than `cap` new lines, or the log was
-/// replaced), all of `now` is new and a gap is reported.
-pub(crate) fn fresh_since(prev: &[String], now: &[String], cap: usize) -> (usize, bool) {
-    if prev.is_empty() {
-        return (0, false);
-    }
-    if now.len() < cap && now.len() >= prev.len() && now[..prev.len()] == *prev {
-        return (prev.len(), false);
-    }
-    for d in 0..prev.len() {
-        let overlap = &prev[d..];
-        if overlap.len() <= now.len() && now[..overlap.len()] == *overlap {
-            return (overlap.len(), false);
+/// The lines of a console log followed across reads. It keeps the last
+/// `overlap` lines printed; after [`Follow::reconnect`] the next read's
+/// first lines repeat some of them, and they are dropped: the smallest
+/// slide `d` for which the kept window's `window[d..]` is a prefix of what
+/// the new read delivered is taken (exact unless the log repeats a run of
+/// identical lines), and decided as soon as the lines seen allow it.
+/// When no part of the window reappears (more new lines than the overlap
+/// arrived in between, or the log was replaced), every line of the new
+/// read is new and a possible gap is reported.
+#[derive(Debug)]
+pub(crate) struct Follow {
+    window: std::collections::VecDeque<String>,
+    overlap: usize,
+    aligning: Option<Align>,
+}
+
+/// A new read being aligned with the window it follows.
+#[derive(Debug)]
+struct Align {
+    window: Vec<String>,
+    read: Vec<String>,
+    /// Slides still consistent with the lines read so far, ascending.
+    slides: Vec<usize>,
+}
+
+impl Follow {
+    /// A follow that keeps `overlap` lines to realign with.
+    pub(crate) fn new(overlap: usize) -> Self {
+        Self {
+            window: std::collections::VecDeque::new(),
+            overlap,
+            aligning: None,
         }
     }
-    (0, !now.is_empty())
+
+    /// A new read starts; returns the `tail` it must ask for (the kept
+    /// window's length).
+    pub(crate) fn reconnect(&mut self) -> u32 {
+        if self.window.is_empty() {
+            self.aligning = None;
+            return 0;
+        }
+        let window: Vec<String> = self.window.iter().cloned().collect();
+        let slides = (0..window.len()).collect();
+        let tail = u32::try_from(window.len()).unwrap_or(u32::MAX);
+        self.aligning = Some(Align {
+            window,
+            read: Vec::new(),
+            slides,
+        });
+        tail
+    }
+
+    fn keep(&mut self, line: &str) {
+        if self.window.len() == self.overlap {
+            self.window.pop_front();
+        }
+        if self.overlap > 0 {
+            self.window.push_back(line.to_owned());
+        }
+    }
+
+    /// One line from the worker: the lines to print now, and whether lines
+    /// may have been missed before them.
+    pub(crate) fn push(&mut self, line: String) -> (Vec<String>, bool) {
+        let Some(a) = self.aligning.as_mut() else {
+            self.keep(&line);
+            return (vec![line], false);
+        };
+        let n = a.read.len();
+        let len = a.window.len();
+        a.slides
+            .retain(|&d| d + n >= len || a.window.get(d + n) == Some(&line));
+        a.read.push(line);
+        let n = a.read.len();
+        let (skip, gap) = match a.slides.first() {
+            Some(&d) if len - d <= n => (len - d, false),
+            Some(_) => return (Vec::new(), false),
+            None => (0, true),
+        };
+        let fresh: Vec<String> = a.read.split_off(skip);
+        self.aligning = None;
+        for l in &fresh {
+            self.keep(l);
+        }
+        (fresh, gap)
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::fresh_since;
+    use super::Follow;
 
     fn lines(r: std::ops::Range<u32>) -> Vec<String> {
         r.map(|i| format!("line {i}")).collect()
     }
 
-    #[test]
-    fn below_the_cap_the_new_lines_follow_the_old() {
-        assert_eq!(fresh_since(&lines(0..3), &lines(0..5), 10), (3, false));
-        assert_eq!(fresh_since(&lines(0..3), &lines(0..3), 10), (3, false));
-        assert_eq!(fresh_since(&[], &lines(0..2), 10), (0, false));
+    /// Feeds `read` after a reconnect; everything printed, and the gaps.
+    fn feed(f: &mut Follow, read: Vec<String>) -> (Vec<String>, bool) {
+        let mut out = Vec::new();
+        let mut gap = false;
+        for l in read {
+            let (o, g) = f.push(l);
+            out.extend(o);
+            gap |= g;
+        }
+        (out, gap)
     }
 
     #[test]
-    fn past_the_cap_the_slid_window_is_aligned() {
-        // A full window of 10 slid by 4: lines 14..18 are new.
-        let (from, gap) = fresh_since(&lines(4..14), &lines(8..18), 10);
-        assert_eq!((from, gap), (6, false));
-        assert_eq!(lines(8..18)[from..], lines(14..18)[..]);
-        // Filling up: from 7 lines to a full window of 10 (3 slid out).
-        let (from, gap) = fresh_since(&lines(0..7), &lines(3..13), 10);
-        assert_eq!(lines(3..13)[from..], lines(7..13)[..]);
-        assert!(!gap);
-        // Nothing new in a full window.
-        assert_eq!(fresh_since(&lines(4..14), &lines(4..14), 10), (10, false));
+    fn the_first_read_is_printed_as_it_comes() {
+        let mut f = Follow::new(3);
+        assert_eq!(feed(&mut f, lines(0..5)), (lines(0..5), false));
+        // The window is the last 3 printed.
+        assert_eq!(f.reconnect(), 3);
     }
 
     #[test]
-    fn a_jump_past_the_window_is_a_reported_gap() {
-        assert_eq!(fresh_since(&lines(0..10), &lines(20..30), 10), (0, true));
+    fn a_new_read_drops_the_repeated_lines_and_prints_the_rest() {
+        let mut f = Follow::new(3);
+        feed(&mut f, lines(0..5));
+        f.reconnect();
+        // The worker's tail=3 now starts 2 lines later (2 arrived between
+        // the reads), then follows.
+        assert_eq!(feed(&mut f, lines(4..9)), (lines(5..9), false));
+        // Nothing new in between: the whole history repeats.
+        f.reconnect();
+        assert_eq!(feed(&mut f, lines(6..9)), (Vec::new(), false));
+        assert_eq!(feed(&mut f, lines(9..10)), (lines(9..10), false));
+    }
+
+    #[test]
+    fn the_decision_waits_only_until_the_lines_allow_it() {
+        let mut f = Follow::new(3);
+        feed(&mut f, lines(0..3));
+        f.reconnect();
+        // Lines 0..3 repeat: nothing is printed until the overlap is seen.
+        assert_eq!(f.push("line 0".into()), (Vec::new(), false));
+        assert_eq!(f.push("line 1".into()), (Vec::new(), false));
+        assert_eq!(f.push("line 2".into()), (Vec::new(), false));
+        assert_eq!(f.push("line 3".into()), (lines(3..4), false));
+    }
+
+    #[test]
+    fn more_new_lines_than_the_overlap_is_a_reported_gap() {
+        let mut f = Follow::new(3);
+        feed(&mut f, lines(0..3));
+        f.reconnect();
+        let (out, gap) = feed(&mut f, lines(10..13));
+        assert_eq!(out, lines(10..13));
+        assert!(gap);
+    }
+
+    #[test]
+    fn nothing_printed_yet_asks_for_no_history() {
+        let mut f = Follow::new(3);
+        assert_eq!(f.reconnect(), 0);
+        assert_eq!(feed(&mut f, lines(0..2)), (lines(0..2), false));
+    }
+
+    #[test]
+    fn repeated_lines_keep_the_longest_overlap() {
+        let mut f = Follow::new(4);
+        let x = |n: usize| vec!["x".to_owned(); n];
+        feed(&mut f, x(4));
+        f.reconnect();
+        // Four `x` again then `y`: taken as the same four, `y` is new.
+        let mut read = x(4);
+        read.push("y".into());
+        assert_eq!(feed(&mut f, read), (vec!["y".to_owned()], false));
     }
 }

@@ -31,18 +31,43 @@ fn remote(arg: &str) -> Option<(&str, &str)> {
     ok.then_some((machine, path))
 }
 
-/// `cp SRC DST`.
-pub(crate) fn cp(b: &Backend, args: &CpArgs, json: bool) -> Result<i32, Failure> {
+/// `cp SRC DST`; `MACHINE` is a managed machine's id (its placed worker
+/// name is used) or a worker's machine name.
+pub(crate) fn cp(
+    b: &Backend,
+    args: &CpArgs,
+    store: Option<&Path>,
+    json: bool,
+) -> Result<i32, Failure> {
     let expected = match &args.sha256 {
         Some(h) => Some(parse_hex(h)?),
         None => None,
     };
+    let placed = |m: &str| crate::machines::worker_name(store, m);
     match (remote(&args.src), remote(&args.dst)) {
         (None, Some((machine, path))) => {
-            upload(b, Path::new(&args.src), machine, path, args, expected, json)
+            let machine = placed(machine)?;
+            upload(
+                b,
+                Path::new(&args.src),
+                &machine,
+                path,
+                args,
+                expected,
+                json,
+            )
         }
         (Some((machine, path)), None) => {
-            download(b, machine, path, Path::new(&args.dst), args, expected, json)
+            let machine = placed(machine)?;
+            download(
+                b,
+                &machine,
+                path,
+                Path::new(&args.dst),
+                args,
+                expected,
+                json,
+            )
         }
         _ => Err(Error::validation(Operation::GuestPath, "cp_needs_one_local_one_remote").into()),
     }

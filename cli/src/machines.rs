@@ -1,4 +1,4 @@
-//! Managed retained machines (`machine --managed …`, `stop-for-drain`,
+//! Managed retained machines (`machine …`, `stop-for-drain`,
 //! `resolve`, and `exec` into a managed machine's slot), through the
 //! runtime's `machines()` over the store `--store` names (DESIGN.md §5a,
 //! C14, C17.3).
@@ -38,21 +38,48 @@ pub(crate) struct Ctx<'a> {
     pub(crate) persistent: bool,
 }
 
-fn needs_persistent(ctx: &Ctx<'_>) -> Result<(), Failure> {
+pub(crate) fn needs_persistent(ctx: &Ctx<'_>) -> Result<(), Failure> {
     if ctx.persistent {
         return Ok(());
     }
-    report::note(
-        "managed machines need a persistent worker (--worker, or `smolbox dev up`): the \
-         in-process devworker ends with this command",
-    );
-    Err(Error::validation(Operation::Submit, "managed_needs_persistent_worker").into())
+    Err(no_persistent_worker())
 }
 
+/// The refusal of a managed-machine command with no worker that outlives
+/// it (exit 2), after a note saying what to do.
+pub(crate) fn no_persistent_worker() -> Failure {
+    report::note(
+        "managed machines need a worker that outlives this command: run `smolbox dev up` \
+         (a devworker in the background for this user), or name one with --worker; \
+         `smolbox machine --raw …` drives a worker's machines directly",
+    );
+    Error::validation(Operation::Submit, "managed_needs_persistent_worker").into()
+}
+
+/// The worker's name of machine `name`: a managed machine's placed name
+/// (`worker_machine`), else `name` itself (a worker's machine used
+/// directly). A managed machine not placed yet is refused.
+pub(crate) fn worker_name(store: Option<&Path>, name: &str) -> Result<String, Failure> {
+    match lookup(store, name)? {
+        None => Ok(name.to_owned()),
+        Some(m) => match m.assignment {
+            Some(a) => Ok(a.machine_name),
+            None => Err(Error::validation(Operation::Config, "managed_machine_not_placed").into()),
+        },
+    }
+}
+
+/// The execution budget of a managed machine's profile: 12 hours, so a
+/// `shell` session (whose length is at most this budget) lasts as long as
+/// one on a worker's machine used directly.
+const EXECUTION_BUDGET_MS: u64 = 12 * 3_600_000;
+
 /// The retained spec of a managed machine: the worker profile's artifact
-/// and budgets (nothing the user chooses yet).
+/// and budgets, with a 12-hour execution budget (nothing the user chooses
+/// yet).
 fn spec() -> RetainedMachineSpec {
-    let t = RunTarget::unverified();
+    let mut t = RunTarget::unverified();
+    t.profile.budgets.execution_ms = EXECUTION_BUDGET_MS;
     RetainedMachineSpec {
         artifact: t.artifact,
         profile: t.profile,
@@ -152,7 +179,10 @@ fn versioned<T>(
 }
 
 /// Runs `f` over a runtime of this worker, shut down afterwards.
-fn with_rt<T>(ctx: &Ctx<'_>, f: impl FnOnce(&Rt<'_>) -> Result<T, Failure>) -> Result<T, Failure> {
+pub(crate) fn with_rt<T>(
+    ctx: &Ctx<'_>,
+    f: impl FnOnce(&Rt<'_>) -> Result<T, Failure>,
+) -> Result<T, Failure> {
     let opened = records::open(ctx.store)?;
     let rt = Rt::with_profile(ctx.backend, &opened, ctx.worker)?;
     let out = f(&rt);
@@ -160,21 +190,35 @@ fn with_rt<T>(ctx: &Ctx<'_>, f: impl FnOnce(&Rt<'_>) -> Result<T, Failure>) -> R
     out
 }
 
-/// `machine --managed …`.
-pub(crate) fn machine(ctx: &Ctx<'_>, cmd: MachineCmd, json: bool) -> Result<i32, Failure> {
+/// `machine ls|get` (managed): the store alone (no worker is needed).
+pub(crate) fn machine_from_store(
+    store: Option<&Path>,
+    cmd: &MachineCmd,
+    json: bool,
+) -> Result<i32, Failure> {
     match cmd {
-        MachineCmd::Ls => return ls(ctx, json),
+        MachineCmd::Ls => ls(store, json),
         MachineCmd::Get { name } => {
-            let opened = records::open(ctx.store)?;
-            let m = opened.store.fetch_machine(&records::key(&name)?)?;
+            let opened = records::open(store)?;
+            let m = opened.store.fetch_machine(&records::key(name)?)?;
             print_machine(&m, json)?;
-            return Ok(0);
+            Ok(0)
         }
-        _ => {}
+        _ => Err(Error::validation(Operation::Config, "machine_action_needs_a_worker").into()),
     }
+}
+
+/// `machine create|start|stop|rm` (managed): versioned requests through
+/// the runtime, each waited for until the machine settles.
+pub(crate) fn machine(ctx: &Ctx<'_>, cmd: MachineCmd, json: bool) -> Result<i32, Failure> {
     needs_persistent(ctx)?;
     let (name, action) = match cmd {
-        MachineCmd::Create { name, cpus, memory } => {
+        MachineCmd::Create {
+            name,
+            cpus,
+            memory,
+            no_start,
+        } => {
             if cpus.is_some() || memory.is_some() {
                 return Err(
                     Error::validation(Operation::Create, "managed_size_is_the_profiles").into(),
@@ -189,7 +233,14 @@ pub(crate) fn machine(ctx: &Ctx<'_>, cmd: MachineCmd, json: bool) -> Result<i32,
                         m.state.as_str()
                     ));
                 }
-                let m = settle(rt, &key)?;
+                let mut m = settle(rt, &key)?;
+                if !no_start && m.state == MachineRecordState::Created {
+                    versioned(rt, &key, |v| {
+                        rt.m_lifecycle(&key, MachineOperation::Start, v)
+                    })
+                    .map_err(|f| slot_note(f, &name))?;
+                    m = settle(rt, &key)?;
+                }
                 print_machine(&m, json)?;
                 Ok(settled_code(&m))
             });
@@ -197,7 +248,9 @@ pub(crate) fn machine(ctx: &Ctx<'_>, cmd: MachineCmd, json: bool) -> Result<i32,
         MachineCmd::Start { name } => (name, MachineOperation::Start),
         MachineCmd::Stop { name } => (name, MachineOperation::Stop),
         MachineCmd::Rm { name } => (name, MachineOperation::Delete),
-        MachineCmd::Ls | MachineCmd::Get { .. } => return Ok(0),
+        MachineCmd::Ls | MachineCmd::Get { .. } => {
+            return machine_from_store(ctx.store, &cmd, json);
+        }
     };
     let key = records::key(&name)?;
     with_rt(ctx, |rt| {
@@ -218,28 +271,28 @@ fn claim_note(f: Failure, name: &str) -> Failure {
         report::note(&format!(
             "managed machine {name} is claimed by another controller (a running or killed \
                  smolbox); run this again once its lease ends (`claim_until_ms` of \
-                 `smolbox --json machine --managed get {name}`)"
+                 `smolbox --json machine get {name}`)"
         ));
     }
     f
 }
 
 /// Adds the explanation of an `admission_exhausted` refusal.
-fn slot_note(f: Failure, name: &str) -> Failure {
+pub(crate) fn slot_note(f: Failure, name: &str) -> Failure {
     let f = claim_note(f, name);
     if let Failure::Core(e) = &f
         && e.category() == Category::AdmissionExhausted
     {
         report::note(&format!(
             "managed machine {name} is busy: a command holds its slot, or it is not idle \
-                 and running (`smolbox machine --managed get {name}` shows which)"
+                 and running (`smolbox machine get {name}` shows which)"
         ));
     }
     f
 }
 
-fn ls(ctx: &Ctx<'_>, json: bool) -> Result<i32, Failure> {
-    let opened = records::open(ctx.store)?;
+fn ls(store: Option<&Path>, json: bool) -> Result<i32, Failure> {
+    let opened = records::open(store)?;
     let mut all = Vec::new();
     let mut after: Option<String> = None;
     loop {

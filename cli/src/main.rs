@@ -22,7 +22,7 @@ mod worker;
 
 use clap::{CommandFactory, Parser};
 
-use crate::args::{Cli, Cmd, CompletionShell, DevCmd, RecordsCmd};
+use crate::args::{Cli, Cmd, CompletionShell, DevCmd, MachineCmd, RecordsCmd};
 use crate::backend::Backend;
 use crate::report::Failure;
 use smolbox_core::managed::controller::Resolution;
@@ -47,6 +47,7 @@ fn main() {
 /// Runs the command; `Ok` is the exit code to leave with.
 fn run(cli: Cli) -> Result<i32, Failure> {
     let json = cli.global.json;
+    records::lease_ttl_from_env()?;
     match &cli.command {
         Cmd::Completions { target } => return completions(*target),
         Cmd::Man => return man(),
@@ -71,6 +72,26 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             RecordsCmd::Show { id } => records::show(store, id, json),
         };
     }
+    // Managed machines: `ls`/`get` read the store alone; the other actions
+    // (and drain, resolve) need a worker that outlives the command, so the
+    // in-process devworker is never started for them.
+    match &cli.command {
+        Cmd::Machine(m) if !m.raw => match &m.cmd {
+            MachineCmd::Ls | MachineCmd::Get { .. } => {
+                return machines::machine_from_store(cli.global.store.as_deref(), &m.cmd, json);
+            }
+            _ if !worker::persistent_available(&cli.global)? => {
+                return Err(machines::no_persistent_worker());
+            }
+            _ => {}
+        },
+        Cmd::StopForDrain { .. } | Cmd::Resolve { .. }
+            if !worker::persistent_available(&cli.global)? =>
+        {
+            return Err(machines::no_persistent_worker());
+        }
+        _ => {}
+    }
     let command_secs = match &cli.command {
         Cmd::Exec(a) => a.opts.timeout,
         Cmd::Run(a) => a.opts.timeout,
@@ -86,7 +107,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     };
     let code = match cli.command {
         Cmd::Health => commands::health(&backend, json),
-        Cmd::Machine(m) if m.managed => machines::machine(&ctx, m.cmd, json),
+        Cmd::Machine(m) if !m.raw => machines::machine(&ctx, m.cmd, json),
         Cmd::Machine(m) => commands::machine(&backend, m.cmd, json),
         Cmd::StopForDrain { machine } => machines::stop_for_drain(&ctx, &machine, json),
         Cmd::Resolve {
@@ -142,9 +163,10 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             &selected.worker_id,
             json,
         ),
-        Cmd::Shell(a) => shell::shell(&backend, &a),
-        Cmd::Cp(a) => files::cp(&backend, &a, json),
-        Cmd::Logs(a) => commands::logs(&backend, &a, json),
+        Cmd::Shell(a) => shell::shell(&ctx, &a),
+        Cmd::Cp(a) => files::cp(&backend, &a, cli.global.store.as_deref(), json),
+        Cmd::Logs(a) => machines::worker_name(cli.global.store.as_deref(), &a.machine)
+            .and_then(|name| commands::logs(&backend, &name, &a, json)),
         // Answered above, without a worker.
         Cmd::Dev(_) | Cmd::Records(_) | Cmd::Completions { .. } | Cmd::Man => Ok(0),
     };

@@ -24,6 +24,7 @@ use smolbox_core::managed::controller::{
 };
 use smolbox_core::managed::fingerprint::exec_fingerprint;
 use smolbox_core::managed::record::ExecResult;
+use smolbox_core::managed::spec::ManagedTerminalSpec;
 use smolbox_core::managed::state::MachineOperation;
 use smolbox_core::managed::{
     ExecState, ExecutionRecord, FingerprintKey, MachineRecord, RecordEvidence, RecordKey,
@@ -40,6 +41,56 @@ use crate::report::{self, Failure};
 
 /// Scope of the records the command writes (and the sealing partition).
 pub(crate) const SCOPE: &str = "cli";
+
+/// `SMOLBOX_LEASE_TTL_MS`, read once by `main`.
+static LEASE_TTL_MS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+
+/// The claim/lease TTL range of C12.1, ms.
+const LEASE_TTL_RANGE: (u64, u64) = (1_000, 900_000);
+
+/// The claim/lease TTL of the command's controllers unless
+/// `SMOLBOX_LEASE_TTL_MS` says otherwise: 5 s, not C12.1's 30 s default. A
+/// `smolbox` process is a short-lived controller whose machine claims
+/// outlive it by the TTL (nothing releases a claim at a graceful end), and
+/// the next command on the same managed machine waits them out; renewals
+/// come every TTL/3 (~1.7 s), leaving ~3.3 s for a slow store write.
+const DEFAULT_LEASE_TTL_MS: u64 = 5_000;
+
+/// Reads `SMOLBOX_LEASE_TTL_MS` (for tests; undocumented in `--help`, see
+/// docs/decisions.md "CLI: managed machines"): the claim and lease TTL of
+/// this process's controllers, 1,000–900,000 ms (C12.1; the runtime
+/// builders also check ≥ 4 × the poll interval). Unset or empty: the
+/// CLI's default ([`DEFAULT_LEASE_TTL_MS`]).
+///
+/// # Errors
+/// `validation` (`lease_ttl_out_of_range`, with the limit) for anything
+/// else: nothing is sent.
+pub(crate) fn lease_ttl_from_env() -> Result<(), Failure> {
+    let Some(raw) = std::env::var_os("SMOLBOX_LEASE_TTL_MS").filter(|v| !v.is_empty()) else {
+        return Ok(());
+    };
+    let bad = |actual: u64| {
+        Failure::Core(
+            Error::validation(Operation::Config, "lease_ttl_out_of_range")
+                .with_limit(actual, LEASE_TTL_RANGE.1),
+        )
+    };
+    let ms: u64 = raw
+        .to_str()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| bad(0))?;
+    if !(LEASE_TTL_RANGE.0..=LEASE_TTL_RANGE.1).contains(&ms) {
+        return Err(bad(ms));
+    }
+    let _ = LEASE_TTL_MS.set(ms);
+    Ok(())
+}
+
+/// The TTL of this process's controllers: `SMOLBOX_LEASE_TTL_MS`, else
+/// [`DEFAULT_LEASE_TTL_MS`].
+pub(crate) fn lease_ttl_ms() -> Option<u64> {
+    Some(LEASE_TTL_MS.get().copied().unwrap_or(DEFAULT_LEASE_TTL_MS))
+}
 
 /// Exit code of an execution that ended without running (cancelled,
 /// expired, failed before dispatch): "refused".
@@ -214,23 +265,7 @@ pub(crate) enum Rt<'a> {
 impl<'a> Rt<'a> {
     /// A runtime whose only worker is `worker` (the backend's client).
     pub(crate) fn new(b: &'a Backend, opened: &Opened, worker: &str) -> Result<Self, Failure> {
-        let store = Arc::clone(&opened.store);
-        let fk = opened.fingerprint_key.clone();
-        Ok(match b {
-            Backend::Tokio { rt, client } => {
-                let r = rt.block_on(async {
-                    smolbox_tokio::Runtime::builder(store, fk)
-                        .worker(worker, client.clone())
-                        .build()
-                })?;
-                Self::Tokio(rt, r)
-            }
-            Backend::Blocking(client) => Self::Blocking(
-                smolbox_blocking::Runtime::builder(store, fk)
-                    .worker(worker, client.clone())
-                    .build()?,
-            ),
-        })
+        Self::build(b, opened, worker, false)
     }
 
     /// A runtime whose only worker is `worker`, admitted with its version
@@ -241,25 +276,50 @@ impl<'a> Rt<'a> {
         opened: &Opened,
         worker: &str,
     ) -> Result<Self, Failure> {
+        Self::build(b, opened, worker, true)
+    }
+
+    fn build(
+        b: &'a Backend,
+        opened: &Opened,
+        worker: &str,
+        with_profile: bool,
+    ) -> Result<Self, Failure> {
         let store = Arc::clone(&opened.store);
         let fk = opened.fingerprint_key.clone();
+        let ttl = lease_ttl_ms();
         Ok(match b {
             Backend::Tokio { rt, client } => {
-                let profile = rt.block_on(client.admit(&[]))?;
+                let profile = if with_profile {
+                    Some(rt.block_on(client.admit(&[]))?)
+                } else {
+                    None
+                };
                 let r = rt.block_on(async {
-                    smolbox_tokio::Runtime::builder(store, fk)
-                        .worker_with_profile(worker, client.clone(), profile)
-                        .build()
+                    let mut builder = smolbox_tokio::Runtime::builder(store, fk);
+                    builder = match profile {
+                        Some(p) => builder.worker_with_profile(worker, client.clone(), p),
+                        None => builder.worker(worker, client.clone()),
+                    };
+                    if let Some(ms) = ttl {
+                        builder = builder.lease_ttl_ms(ms);
+                    }
+                    builder.build()
                 })?;
                 Self::Tokio(rt, r)
             }
             Backend::Blocking(client) => {
-                let profile = client.admit(&[])?;
-                Self::Blocking(
-                    smolbox_blocking::Runtime::builder(store, fk)
-                        .worker_with_profile(worker, client.clone(), profile)
-                        .build()?,
-                )
+                let mut builder = smolbox_blocking::Runtime::builder(store, fk);
+                builder = if with_profile {
+                    let p = client.admit(&[])?;
+                    builder.worker_with_profile(worker, client.clone(), p)
+                } else {
+                    builder.worker(worker, client.clone())
+                };
+                if let Some(ms) = ttl {
+                    builder = builder.lease_ttl_ms(ms);
+                }
+                Self::Blocking(builder.build()?)
             }
         })
     }
@@ -359,6 +419,49 @@ impl<'a> Rt<'a> {
         machines!(self, resolve(key, version, quiesced, disposition))
     }
 
+    /// Opens managed terminal `key` on the managed machine `machine`
+    /// (returns at durable acceptance: the record holds the slot).
+    pub(crate) fn t_open(
+        &self,
+        key: &RecordKey,
+        machine: &RecordKey,
+        spec: ManagedTerminalSpec,
+    ) -> Result<ExecutionRecord, Error> {
+        let (key, machine) = (key.clone(), machine.clone());
+        Ok(match self {
+            Self::Tokio(rt, r) => rt.block_on(r.terminals().open(key, machine, spec))?.record,
+            Self::Blocking(r) => r.terminals().open(key, machine, spec)?.record,
+        })
+    }
+
+    /// Binds this process as the one consumer of terminal `key`.
+    pub(crate) fn t_attach(
+        &self,
+        key: &RecordKey,
+        wait: std::time::Duration,
+    ) -> Result<Box<dyn crate::term::Term + 'a>, Error> {
+        Ok(match self {
+            Self::Tokio(rt, r) => {
+                let term = rt.block_on(r.terminals().attach(key, wait))?;
+                Box::new(crate::backend_tokio_term::Managed { rt, term })
+            }
+            Self::Blocking(r) => Box::new(r.terminals().attach(key, wait)?),
+        })
+    }
+
+    /// Waits up to `wait` for this runtime to finish with terminal `key`;
+    /// the stored record.
+    pub(crate) fn t_wait(
+        &self,
+        key: &RecordKey,
+        wait: std::time::Duration,
+    ) -> Result<ExecutionRecord, Error> {
+        match self {
+            Self::Tokio(rt, r) => rt.block_on(r.terminals().wait(key, wait)),
+            Self::Blocking(r) => r.terminals().wait(key, wait),
+        }
+    }
+
     /// Stops taking work; returns once what was sent has been observed to
     /// its end.
     pub(crate) fn shutdown(&self) {
@@ -430,6 +533,9 @@ pub(crate) fn accept_only(opened: &Opened, worker: &str, submit: Submit) -> Resu
     let (now, now_ms) = (Instant::now(), wall_ms());
     let mut cfg = ControllerConfig::new(&smolbox_tokio::runtime::default_owner());
     cfg.workers.push(WorkerEntry::new(worker));
+    if let Some(ms) = lease_ttl_ms() {
+        cfg.lease_ttl_ms = ms;
+    }
     // Left to whichever controller comes next (`wait`, `recover`): no claim.
     cfg.claim_at_accept = false;
     let mut ctl = Controller::new(cfg, opened.fingerprint_key.clone(), now, now_ms)?;
@@ -491,7 +597,9 @@ fn wall_ms() -> u64 {
 /// 3 when its outcome is unknown, [`EXIT_NOT_RUN`] when it ended without
 /// running; `None` while it is not finished.
 pub(crate) fn exit_of(rec: &ExecutionRecord) -> Option<i32> {
-    if let Some(ExecResult::Exited { exit_code, .. }) = rec.result {
+    if let Some(ExecResult::Exited { exit_code, .. } | ExecResult::Terminal { exit_code }) =
+        rec.result
+    {
         return Some(exit_code);
     }
     if !rec.state.ends_wait() {
@@ -512,6 +620,7 @@ pub(crate) fn record_json(r: &ExecutionRecord) -> serde_json::Value {
             output_bytes,
             truncated,
         }) => (Some(exit_code), Some(output_bytes), Some(truncated)),
+        Some(ExecResult::Terminal { exit_code }) => (Some(exit_code), None, None),
         _ => (None, None, None),
     };
     let wm = r.spec.worker_machine.as_ref();
@@ -525,6 +634,7 @@ pub(crate) fn record_json(r: &ExecutionRecord) -> serde_json::Value {
         "output_truncated": truncated,
         "worker": wm.map(|w| w.worker_id.clone()),
         "machine": wm.map(|w| w.name.clone()),
+        "managed_machine": r.spec.machine.as_ref().map(|k| k.id.clone()),
         "accepted_at_ms": r.accepted_at_ms,
         "updated_at_ms": r.updated_at_ms,
         "next_due_at_ms": r.next_due_at_ms,
@@ -557,8 +667,10 @@ pub(crate) fn ls(
             .list(SCOPE, after.as_deref(), DEFAULT_LIST_PAGE)?;
         all.extend(page.records.into_iter().filter(|r| {
             state.is_none_or(|s| r.state.as_str() == s)
-                && machine
-                    .is_none_or(|m| r.spec.worker_machine.as_ref().is_some_and(|w| w.name == m))
+                && machine.is_none_or(|m| {
+                    r.spec.worker_machine.as_ref().is_some_and(|w| w.name == m)
+                        || r.spec.machine.as_ref().is_some_and(|k| k.id == m)
+                })
         }));
         match page.next {
             Some(n) => after = Some(n),
@@ -577,7 +689,9 @@ pub(crate) fn ls(
     for r in &all {
         let wm = r.spec.worker_machine.as_ref();
         let exit = match r.result {
-            Some(ExecResult::Exited { exit_code, .. }) => exit_code.to_string(),
+            Some(ExecResult::Exited { exit_code, .. } | ExecResult::Terminal { exit_code }) => {
+                exit_code.to_string()
+            }
             _ => "-".into(),
         };
         report::line(&format!(
@@ -587,7 +701,9 @@ pub(crate) fn ls(
             ev(r.evidence),
             exit,
             wm.map_or("-", |w| w.worker_id.as_str()),
-            wm.map_or("-", |w| w.name.as_str()),
+            wm.map(|w| w.name.as_str())
+                .or(r.spec.machine.as_ref().map(|k| k.id.as_str()))
+                .unwrap_or("-"),
             r.updated_at_ms
         ))?;
     }

@@ -80,6 +80,19 @@ pub(crate) fn select(global: &Global, budgets: Budgets) -> Result<Selected, Fail
     })
 }
 
+/// Whether the command would use a worker that outlives it: one named
+/// (--worker, `SMOLBOX_WORKER`), or the running `smolbox dev up` devworker.
+/// Nothing is started.
+pub(crate) fn persistent_available(global: &Global) -> Result<bool, Failure> {
+    if global.worker.as_deref().is_some_and(|w| !w.is_empty()) {
+        return Ok(true);
+    }
+    Ok(matches!(
+        dev::state(&DevPaths::for_user()?)?,
+        DevState::Running(_)
+    ))
+}
+
 /// No worker named: the background devworker when `dev up` started one,
 /// else one in-process for this command.
 fn local(budgets: Budgets) -> Result<Selected, Failure> {

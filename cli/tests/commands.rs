@@ -7,6 +7,7 @@
 mod common;
 
 use common::{SHELLS, code, devworker, machine_names, run, smolbox, stderr, stdout};
+use smolbox_devworker::BlockingDevWorker;
 
 #[test]
 fn run_prints_the_output_and_removes_the_machine() {
@@ -50,7 +51,10 @@ fn exec_propagates_the_exit_code_buffered_and_streamed() {
     let w = devworker(None);
     for shell in SHELLS {
         let m = format!("ex-{shell}");
-        assert_eq!(code(&run(&w, shell, &["machine", "create", &m])), 0);
+        assert_eq!(
+            code(&run(&w, shell, &["machine", "--raw", "create", &m])),
+            0
+        );
         let script = "echo out; echo err >&2; exit 5";
         for stream in [false, true] {
             let mut args = vec!["exec", m.as_str()];
@@ -76,7 +80,10 @@ fn exec_passes_env_workdir_and_stdin() {
     std::fs::write(&input, "line one\nline two\n").unwrap();
     for shell in SHELLS {
         let m = format!("env-{shell}");
-        assert_eq!(code(&run(&w, shell, &["machine", "create", &m])), 0);
+        assert_eq!(
+            code(&run(&w, shell, &["machine", "--raw", "create", &m])),
+            0
+        );
         let o = run(
             &w,
             shell,
@@ -121,30 +128,30 @@ fn machine_lifecycle() {
     let w = devworker(None);
     for shell in SHELLS {
         let m = format!("life-{shell}");
-        let o = run(&w, shell, &["machine", "create", &m]);
+        let o = run(&w, shell, &["machine", "--raw", "create", &m]);
         assert_eq!(code(&o), 0, "{shell}: {}", stderr(&o));
         assert!(stdout(&o).contains(&m), "{shell}");
         assert!(machine_names(&w, shell).contains(&m), "{shell}");
 
-        let o = run(&w, shell, &["--json", "machine", "start", &m]);
+        let o = run(&w, shell, &["--json", "machine", "--raw", "start", &m]);
         assert_eq!(code(&o), 0, "{shell}: {}", stderr(&o));
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
         assert_eq!(v["state"], "running", "{shell}");
 
-        let o = run(&w, shell, &["--json", "machine", "stop", &m]);
+        let o = run(&w, shell, &["--json", "machine", "--raw", "stop", &m]);
         assert_eq!(code(&o), 0, "{shell}: {}", stderr(&o));
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
         assert_eq!(v["state"], "stopped", "{shell}");
 
-        let o = run(&w, shell, &["machine", "get", &m]);
+        let o = run(&w, shell, &["machine", "--raw", "get", &m]);
         assert_eq!(code(&o), 0, "{shell}");
         assert!(stdout(&o).contains("stopped"), "{shell}: {}", stdout(&o));
 
-        let o = run(&w, shell, &["machine", "rm", &m]);
+        let o = run(&w, shell, &["machine", "--raw", "rm", &m]);
         assert_eq!(code(&o), 0, "{shell}: {}", stderr(&o));
         assert!(!machine_names(&w, shell).contains(&m), "{shell}");
 
-        let o = run(&w, shell, &["machine", "get", &m]);
+        let o = run(&w, shell, &["machine", "--raw", "get", &m]);
         assert_eq!(code(&o), 5, "{shell}: absent is not_found: {}", stderr(&o));
         assert!(stderr(&o).contains("category=not_found"), "{shell}");
     }
@@ -155,8 +162,11 @@ fn logs_show_the_console() {
     let w = devworker(None);
     for shell in SHELLS {
         let m = format!("logs-{shell}");
-        assert_eq!(code(&run(&w, shell, &["machine", "create", &m])), 0);
-        assert_eq!(code(&run(&w, shell, &["machine", "start", &m])), 0);
+        assert_eq!(
+            code(&run(&w, shell, &["machine", "--raw", "create", &m])),
+            0
+        );
+        assert_eq!(code(&run(&w, shell, &["machine", "--raw", "start", &m])), 0);
         let o = run(&w, shell, &["logs", &m]);
         assert_eq!(code(&o), 0, "{shell}: {}", stderr(&o));
         assert!(
@@ -183,8 +193,11 @@ fn cp_round_trip_with_digest() {
     };
     for shell in SHELLS {
         let m = format!("cp-{shell}");
-        assert_eq!(code(&run(&w, shell, &["machine", "create", &m])), 0);
-        assert_eq!(code(&run(&w, shell, &["machine", "start", &m])), 0);
+        assert_eq!(
+            code(&run(&w, shell, &["machine", "--raw", "create", &m])),
+            0
+        );
+        assert_eq!(code(&run(&w, shell, &["machine", "--raw", "start", &m])), 0);
         let remote = format!("{m}:/workspace/data.bin");
         let o = run(
             &w,
@@ -327,8 +340,11 @@ fn logs_follow_prints_new_lines() {
     let w = devworker(None);
     for shell in SHELLS {
         let m = format!("follow-{shell}");
-        assert_eq!(code(&run(&w, shell, &["machine", "create", &m])), 0);
-        assert_eq!(code(&run(&w, shell, &["machine", "start", &m])), 0);
+        assert_eq!(
+            code(&run(&w, shell, &["machine", "--raw", "create", &m])),
+            0
+        );
+        assert_eq!(code(&run(&w, shell, &["machine", "--raw", "start", &m])), 0);
         let mut child = smolbox()
             .args([
                 "--worker",
@@ -361,8 +377,8 @@ fn logs_follow_prints_new_lines() {
         let first = lines.next().expect("a first line").unwrap();
         assert!(first.contains("started"), "{shell}: {first}");
         // A restart appends a second boot line, which the follower prints.
-        assert_eq!(code(&run(&w, shell, &["machine", "stop", &m])), 0);
-        assert_eq!(code(&run(&w, shell, &["machine", "start", &m])), 0);
+        assert_eq!(code(&run(&w, shell, &["machine", "--raw", "stop", &m])), 0);
+        assert_eq!(code(&run(&w, shell, &["machine", "--raw", "start", &m])), 0);
         let second = lines.next().expect("the new line").unwrap();
         assert!(second.contains("started"), "{shell}: {second}");
         done.send(()).unwrap();
@@ -385,7 +401,7 @@ fn run_interrupted_removes_the_machine_and_exits_130() {
         // the interrupt handler is in place), then interrupt.
         let until = std::time::Instant::now() + std::time::Duration::from_secs(15);
         loop {
-            let o = run(&w, shell, &["--json", "machine", "ls"]);
+            let o = run(&w, shell, &["--json", "machine", "--raw", "ls"]);
             let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
             if v.as_array()
                 .unwrap()
@@ -486,15 +502,18 @@ fn a_definite_worker_answer_is_reported_as_such_not_as_uncertain() {
 
         // 409: the name is taken.
         let m = format!("dup-{shell}");
-        assert_eq!(code(&run(&w, shell, &["machine", "create", &m])), 0);
-        let o = run(&w, shell, &["machine", "create", &m]);
+        assert_eq!(
+            code(&run(&w, shell, &["machine", "--raw", "create", &m])),
+            0
+        );
+        let o = run(&w, shell, &["machine", "--raw", "create", &m]);
         let err = stderr(&o);
         assert_eq!(code(&o), 8, "{shell}: {err}");
         assert!(err.contains("the worker answered 409"), "{shell}: {err}");
         assert!(!err.contains("may have reached"), "{shell}: {err}");
 
         // With --json the failure is one JSON object on stderr.
-        let o = run(&w, shell, &["--json", "machine", "get", "absent"]);
+        let o = run(&w, shell, &["--json", "machine", "--raw", "get", "absent"]);
         assert_eq!(code(&o), 5, "{shell}");
         let v: serde_json::Value = serde_json::from_slice(&o.stderr).unwrap();
         assert_eq!(v["error"]["status"], 404, "{shell}");
@@ -510,7 +529,10 @@ fn an_uncertain_outcome_keeps_the_may_have_reached_note() {
     let w = devworker(None);
     for shell in SHELLS {
         let m = format!("unc-{shell}");
-        assert_eq!(code(&run(&w, shell, &["machine", "create", &m])), 0);
+        assert_eq!(
+            code(&run(&w, shell, &["machine", "--raw", "create", &m])),
+            0
+        );
         // The worker takes the exec, then the connection drops mid-reply.
         w.faults().once(Route::Exec, Fault::DropAfter { bytes: 20 });
         let o = run(&w, shell, &["exec", &m, "--", "true"]);
@@ -536,7 +558,10 @@ fn json_for_streamed_exec_and_logs() {
     let w = devworker(None);
     for shell in SHELLS {
         let m = format!("js-{shell}");
-        assert_eq!(code(&run(&w, shell, &["machine", "create", &m])), 0);
+        assert_eq!(
+            code(&run(&w, shell, &["machine", "--raw", "create", &m])),
+            0
+        );
         let o = run(
             &w,
             shell,
@@ -580,7 +605,10 @@ fn json_for_streamed_exec_and_logs() {
 fn the_command_timeout_is_bounded_at_one_day() {
     let w = devworker(None);
     let shell = "tokio";
-    assert_eq!(code(&run(&w, shell, &["machine", "create", "tmo"])), 0);
+    assert_eq!(
+        code(&run(&w, shell, &["machine", "--raw", "create", "tmo"])),
+        0
+    );
     let o = run(
         &w,
         shell,
@@ -613,7 +641,10 @@ fn a_download_is_renamed_into_place_only_when_checked() {
     std::fs::create_dir(&out).unwrap();
     for shell in SHELLS {
         let m = format!("ren-{shell}");
-        assert_eq!(code(&run(&w, shell, &["machine", "create", &m])), 0);
+        assert_eq!(
+            code(&run(&w, shell, &["machine", "--raw", "create", &m])),
+            0
+        );
         let remote = format!("{m}:/workspace/f.txt");
         let o = run(&w, shell, &["cp", src.to_str().unwrap(), &remote]);
         assert_eq!(code(&o), 0, "{shell}: {}", stderr(&o));
@@ -676,12 +707,23 @@ fn a_download_is_renamed_into_place_only_when_checked() {
 
 #[test]
 fn logs_follow_past_ten_thousand_lines_loses_and_repeats_nothing() {
-    use std::io::{BufRead, BufReader, Write};
     let w = devworker(None);
-    let shell = "tokio";
-    let m = "follow-long";
-    assert_eq!(code(&run(&w, shell, &["machine", "create", m])), 0);
-    assert_eq!(code(&run(&w, shell, &["machine", "start", m])), 0);
+    for shell in SHELLS {
+        follow_long(&w, shell);
+    }
+    // A definite answer ends the follow with it: no such machine (5).
+    let o = run(&w, "tokio", &["logs", "-f", "nosuch"]);
+    assert_eq!(code(&o), 5, "{}", stderr(&o));
+}
+
+/// Follows one machine's log (SSE reads, one after another) while 12,003
+/// lines are appended in three bursts; every line is printed once, in
+/// order, with no gap reported.
+fn follow_long(w: &BlockingDevWorker, shell: &str) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let m = &format!("follow-long-{shell}");
+    assert_eq!(code(&run(w, shell, &["machine", "--raw", "create", m])), 0);
+    assert_eq!(code(&run(w, shell, &["machine", "--raw", "start", m])), 0);
     let mut child = smolbox()
         .args(["--worker", &w.base_url(), "--shell", shell])
         .args(["logs", "-f", "--tail", "10000", m])
@@ -690,6 +732,7 @@ fn logs_follow_past_ten_thousand_lines_loses_and_repeats_nothing() {
         .spawn()
         .unwrap();
     let out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
     let child = std::sync::Arc::new(std::sync::Mutex::new(child));
     let (done, stop) = std::sync::mpsc::channel::<()>();
     let watchdog = {
@@ -736,6 +779,9 @@ fn logs_follow_past_ten_thousand_lines_loses_and_repeats_nothing() {
         numbered.iter().zip(&expected).all(|(a, b)| *a == b),
         "in order"
     );
+    let mut notes = String::new();
+    err.read_to_string(&mut notes).unwrap();
+    assert!(!notes.contains("missing"), "{shell}: {notes}");
 }
 
 /// Several `smolbox run` processes share one store at once — each with its

@@ -119,8 +119,12 @@ fn dev_up_machine_create_exec_dev_down_leaves_nothing() {
     assert_eq!(json(&o)["pid"], up["pid"]);
 
     // Later commands use it (and say so once per command).
-    let o = home.run(&["machine", "create", "dev"]);
+    // A managed machine: a record in the store, created and started on the
+    // worker under the controller's name.
+    let o = home.run(&["--json", "machine", "create", "dev"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(json(&o)["state"], "running", "{}", stdout(&o));
+    let placed = json(&o)["worker_machine"].as_str().unwrap().to_owned();
     assert_eq!(
         stderr(&o).matches("using the local devworker").count(),
         1,
@@ -132,13 +136,16 @@ fn dev_up_machine_create_exec_dev_down_leaves_nothing() {
         let o = home.run(&["--shell", shell, "exec", "dev", "--", "echo", "hi"]);
         assert_eq!(code(&o), 0, "{shell}: {}", stderr(&o));
         assert_eq!(stdout(&o), "hi\n", "{shell}");
+        assert!(stderr(&o).contains("in the slot of managed machine dev"));
         assert_eq!(
             stderr(&o).matches("using the local devworker").count(),
             1,
             "{shell}: {}",
             stderr(&o)
         );
-        let o = home.run(&["--shell", shell, "--json", "machine", "get", "dev"]);
+        let o = home.run(&[
+            "--shell", shell, "--json", "machine", "--raw", "get", &placed,
+        ]);
         assert_eq!(code(&o), 0, "{shell}: {}", stderr(&o));
         vmm = json(&o)["pid"].as_i64();
     }

@@ -37,12 +37,19 @@ fn completions_for_each_shell_name_the_subcommands() {
             assert!(text.contains(sub), "{shell}: no {sub}");
         }
         // Nested subcommands and options (fish writes `-l json`) too.
-        for word in ["create", "status", "worker", "json"] {
+        for word in ["create", "status", "worker", "json", "raw", "no-start"] {
             assert!(text.contains(word), "{shell}: no {word}");
         }
+        // As a word ("server" in a help text is not the subcommand).
         assert!(
-            !text.contains("serve"),
+            !text
+                .split(|c: char| !c.is_ascii_alphanumeric())
+                .any(|w| w == "serve"),
             "{shell}: the hidden `dev serve` is listed"
+        );
+        assert!(
+            !text.contains("--managed") && !text.contains("-l managed"),
+            "{shell}: a removed or hidden option is listed"
         );
     }
     // Needs no worker: nothing was started or contacted.

@@ -1,8 +1,11 @@
 //! `smolbox shell` through a real terminal: tmux runs the command in a
 //! pane; keys are typed with `send-keys` and the screen is read with
 //! `capture-pane`, polled against a deadline (no sleeps on observable
-//! things). After `exit 3` the wrapper records the exit code and the
-//! terminal settings, which must be back out of raw mode.
+//! things). When the command ends the wrapper records the exit code and
+//! the terminal settings, which must be back out of raw mode. Managed
+//! machines (the default) get a managed terminal in their slot, whose
+//! record is then read with `records show`; `machine --raw` ones the
+//! worker's terminal directly. `Ctrl-]` then `.` is the local close.
 
 // Tests may unwrap: a failure is a test failure.
 #![allow(clippy::unwrap_used)]
@@ -13,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{SHELLS, code, devworker, run};
+use common::{SHELLS, code, devworker, run, stderr, stdout};
 use smolbox_devworker::{BlockingDevWorker, Fault, Route};
 
 const DEADLINE: Duration = Duration::from_secs(15);
@@ -77,25 +80,74 @@ struct Pane {
     result: PathBuf,
 }
 
+/// The store every command of a test uses.
+fn store(dir: &Path) -> String {
+    dir.join("store.db").to_str().unwrap().to_owned()
+}
+
+/// `smolbox --store DB ARGS…` against `w` on `shell`.
+fn sb(w: &BlockingDevWorker, shell: &str, dir: &Path, args: &[&str]) -> std::process::Output {
+    run(w, shell, &[&["--store", &store(dir)], args].concat())
+}
+
+/// A managed machine `m`, created and started; its worker machine's name.
+fn managed_machine(w: &BlockingDevWorker, shell: &str, dir: &Path, m: &str) -> String {
+    let o = sb(w, shell, dir, &["--json", "machine", "create", m]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["state"], "running", "{v}");
+    v["worker_machine"].as_str().unwrap().to_owned()
+}
+
+/// The execution id the pane's `smolbox shell` printed (`execution t-…:`).
+fn execution_id(screen: &str) -> Option<String> {
+    let at = screen.find("execution t-")? + "execution ".len();
+    let id: String = screen[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+        .collect();
+    (id.len() > 2).then_some(id)
+}
+
+/// `records show ID --json`.
+fn record(w: &BlockingDevWorker, shell: &str, dir: &Path, id: &str) -> serde_json::Value {
+    let o = sb(w, shell, dir, &["--json", "records", "show", id]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(&o)))
+}
+
 impl Pane {
     fn start(socket: &Path, dir: &Path, w: &BlockingDevWorker, shell: &str, m: &str) -> Self {
-        let result = dir.join(format!("result-{shell}-{m}"));
-        let script = dir.join(format!("run-{shell}-{m}.sh"));
+        Self::start_named(socket, dir, w, shell, m, m)
+    }
+
+    /// As [`Pane::start`], the pane (and its files) named `tag`.
+    fn start_named(
+        socket: &Path,
+        dir: &Path,
+        w: &BlockingDevWorker,
+        shell: &str,
+        m: &str,
+        tag: &str,
+    ) -> Self {
+        let result = dir.join(format!("result-{shell}-{tag}"));
+        let script = dir.join(format!("run-{shell}-{tag}.sh"));
         std::fs::write(
             &script,
             format!(
-                "{bin} --worker {url} --shell {shell} shell {m}\n\
+                "{bin} --worker {url} --shell {shell} --store {db} shell {m}\n\
                  code=$?\n\
                  stty -a > {result}.stty\n\
                  echo \"$code\" > {result}.tmp && mv {result}.tmp {result}\n\
                  exec cat\n",
                 bin = env!("CARGO_BIN_EXE_smolbox"),
                 url = w.base_url(),
+                db = store(dir),
                 result = result.display(),
             ),
         )
         .unwrap();
-        let session = format!("t-{shell}-{m}");
+        let session = format!("t-{shell}-{tag}");
         let o = tmux(
             socket,
             &[
@@ -104,7 +156,7 @@ impl Pane {
                 "-s",
                 &session,
                 "-x",
-                "100",
+                "200",
                 "-y",
                 "30",
                 "sh",
@@ -148,7 +200,7 @@ fn shell_echoes_exits_with_the_guest_code_and_restores_the_tty() {
     let _server = Server(&socket);
     for shell in SHELLS {
         let m = format!("sh-{shell}");
-        assert_eq!(code(&run(&w, shell, &["machine", "create", &m])), 0);
+        managed_machine(&w, shell, dir.path(), &m);
         let pane = Pane::start(&socket, dir.path(), &w, shell, &m);
         let target = pane.target.clone();
         let on_screen = |what: &str, check: &dyn Fn(&str) -> bool| {
@@ -157,6 +209,13 @@ fn shell_echoes_exits_with_the_guest_code_and_restores_the_tty() {
                 screen.lines().any(check).then_some(screen)
             })
         };
+        // The managed terminal's execution id, on stderr before any key.
+        let screen = on_screen("the execution id", &|l| l.contains("execution t-"));
+        let id = execution_id(&screen).unwrap();
+        assert!(
+            screen.contains("in the slot of managed machine"),
+            "{screen}"
+        );
 
         // Type a command and see its output on its own line.
         pane.keys(&socket, "echo hi-from-$((40+2))");
@@ -187,12 +246,84 @@ fn shell_echoes_exits_with_the_guest_code_and_restores_the_tty() {
                 .then_some(screen)
         });
 
-        pane.keys(&socket, "exit 3");
+        // A Ctrl-] followed by another key is sent as both (the guest's
+        // shell sees the pair and keeps running).
+        pane.keys(&socket, "echo esc-$((2+3))");
+        on_screen("output before the exit", &|l| is_output(l, "esc-5", "echo"));
+
+        pane.keys(&socket, "exit 5");
         assert_eq!(
             pane.finish(&socket, shell),
-            3,
+            5,
             "{shell}: the guest's exit code"
         );
+        // The record: completed with the confirmed exit, slot released.
+        let r = record(&w, shell, dir.path(), &id);
+        assert_eq!(r["state"], "completed", "{r}");
+        assert_eq!(r["exit_code"], 5, "{r}");
+        assert_eq!(r["managed_machine"], m.as_str(), "{r}");
+        let ls = sb(
+            &w,
+            shell,
+            dir.path(),
+            &["--json", "records", "ls", "--machine", &m],
+        );
+        let ls: serde_json::Value = serde_json::from_slice(&ls.stdout).unwrap();
+        assert_eq!(ls.as_array().unwrap().len(), 1, "{ls}");
+        let g = sb(&w, shell, dir.path(), &["--json", "machine", "get", &m]);
+        let g: serde_json::Value = serde_json::from_slice(&g.stdout).unwrap();
+        assert!(g["active_execution"].is_null(), "{g}");
+    }
+}
+
+#[test]
+fn the_escape_closes_the_session_from_here() {
+    let w = devworker(None);
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("tmux.sock");
+    let _server = Server(&socket);
+    for shell in SHELLS {
+        // On a worker's machine used directly, and on a managed one.
+        let raw = format!("raw-{shell}");
+        assert_eq!(
+            code(&sb(
+                &w,
+                shell,
+                dir.path(),
+                &["machine", "--raw", "create", &raw]
+            )),
+            0
+        );
+        let managed = format!("esc-{shell}");
+        managed_machine(&w, shell, dir.path(), &managed);
+        for m in [&raw, &managed] {
+            let pane = Pane::start(&socket, dir.path(), &w, shell, m);
+            let target = pane.target.clone();
+            let on_screen = |what: &str, check: &dyn Fn(&str) -> bool| {
+                wait_for(what, &socket, &target, || {
+                    let screen = capture(&socket, &target);
+                    screen.lines().any(check).then_some(screen)
+                })
+            };
+            pane.keys(&socket, "echo up-$((3+4))");
+            on_screen("the shell answering", &|l| is_output(l, "up-7", "echo"));
+            // `Ctrl-] ?` shows the escapes (nothing is sent).
+            tmux(&socket, &["send-keys", "-t", &target, "C-]", "?"]);
+            on_screen("the escape help", &|l| l.contains("Local escapes"));
+            // `Ctrl-] .` closes the session from here: the guest never
+            // exited by itself, so its end is not confirmed (exit 3).
+            tmux(&socket, &["send-keys", "-t", &target, "C-]", "."]);
+            let exit = pane.finish(&socket, shell);
+            let screen = capture(&socket, &target);
+            assert!(screen.contains("closing the session"), "{screen}");
+            assert_eq!(exit, 3, "{shell} {m}: {screen}");
+            if m == &managed {
+                // The record id is on stderr, and the record says unknown.
+                let id = execution_id(&screen).unwrap();
+                assert!(screen.contains(&format!("records show {id}")), "{screen}");
+                assert_eq!(record(&w, shell, dir.path(), &id)["state"], "unknown");
+            }
+        }
     }
 }
 
@@ -204,10 +335,10 @@ fn shell_reports_an_unconfirmed_exit_as_uncertain_and_restores_the_tty() {
     let _server = Server(&socket);
     for shell in SHELLS {
         let m = format!("cb-{shell}");
-        assert_eq!(code(&run(&w, shell, &["machine", "create", &m])), 0);
+        let placed = managed_machine(&w, shell, dir.path(), &m);
         // The worker closes without the exit frame: the end is not confirmed.
         w.faults()
-            .on_machine(Route::Terminal, &m, Fault::CloseBeforeExit);
+            .on_machine(Route::Terminal, &placed, Fault::CloseBeforeExit);
         let pane = Pane::start(&socket, dir.path(), &w, shell, &m);
         pane.keys(&socket, "exit 0");
         assert_eq!(
@@ -217,5 +348,10 @@ fn shell_reports_an_unconfirmed_exit_as_uncertain_and_restores_the_tty() {
         );
         let screen = capture(&socket, &pane.target);
         assert!(screen.contains("evidence="), "{shell}: {screen}");
+        let id = execution_id(&screen).unwrap();
+        assert!(screen.contains(&format!("records show {id}")), "{screen}");
+        let r = record(&w, shell, dir.path(), &id);
+        assert_eq!(r["state"], "unknown", "{r}");
+        assert!(r["exit_code"].is_null(), "{r}");
     }
 }

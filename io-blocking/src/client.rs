@@ -16,7 +16,7 @@ use smolbox_core::worker::{Download, Logs, Upload, UploadReply, VolumeCreate, Vo
 use smolbox_core::{Category, Error, Evidence, Operation};
 
 use crate::callback::CallbackPool;
-use crate::http::{Deadlines, Exchange};
+use crate::http::{Deadlines, Exchange, Step};
 use crate::pool::{MAX_CONNECTIONS, Pool};
 use crate::stream::{ExecEvent, ExecStream, run_with_callback};
 use crate::tls::TlsFiles;
@@ -352,6 +352,51 @@ impl Client {
     /// As [`call`](Self::call).
     pub fn logs(&self, logs: &Logs) -> Result<Vec<String>, Error> {
         self.call(logs)
+    }
+
+    /// Console logs followed (`GET …/logs` with `follow=true`, SSE): each
+    /// line goes to `on_line` as it is decoded, on the calling thread
+    /// (back-pressure: reading waits for it). `on_line` returning `false`
+    /// ends the read (the connection is closed). No reconnect and no cursor
+    /// (C8.2): the read ends at the body's end, or with the first error —
+    /// among them the read's own bounds (10,000 events, the allowance:
+    /// `output_limit`; its timeout: `expired`).
+    ///
+    /// # Errors
+    /// As [`call`](Self::call), and the stream's (`output_limit`,
+    /// `protocol`, all `dispatch_uncertain`).
+    pub fn logs_follow(
+        &self,
+        logs: &Logs,
+        on_line: &mut dyn FnMut(String) -> bool,
+    ) -> Result<(), Error> {
+        let mut exchange = self.send(logs, self.deadlines(Instant::now()))?;
+        let head = exchange.head()?;
+        if !logs.check_head(&head)? {
+            let mut body = Vec::new();
+            exchange.read_body(&mut body)?;
+            return Err(logs.decode_error(&head, &body));
+        }
+        let mut stream = logs.stream();
+        loop {
+            while let Some(line) = stream.poll_line() {
+                if !on_line(line) {
+                    return Ok(());
+                }
+            }
+            let mut sink = |bytes: &[u8]| stream.handle_input(bytes);
+            let step = exchange.next(&mut sink);
+            // The lines decoded before an error are delivered first.
+            while let Some(line) = stream.poll_line() {
+                if !on_line(line) {
+                    return Ok(());
+                }
+            }
+            if let Step::End = step? {
+                stream.finish()?;
+                return Ok(());
+            }
+        }
     }
 
     /// `POST /api/v1/volumes`.

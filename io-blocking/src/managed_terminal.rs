@@ -12,35 +12,30 @@
 //! [`PULL_SLICE`] so the consumer's commands are served between pulls.
 //! Terminal bytes are held in memory only.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use smolbox_core::managed::controller::terminal::{TermConfig, TermEvent, TermOutput, TerminalRun};
-use smolbox_core::managed::spec::{Action, ManagedTerminalSpec};
-use smolbox_core::managed::terminal::{ConsumerId, Registry, attach_expired};
-use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
-use smolbox_core::terminal::{MAX_NEXT_WAIT, MAX_UNREAD_CHUNKS, TerminalExit};
+use smolbox_core::managed::controller::terminal::{TermOutput, TerminalRun};
+pub use smolbox_core::managed::live::TerminalOpened;
+use smolbox_core::managed::live::{
+    OpenReply, OutputBuffer, Reply, TermCommand as Cmd, check_next_wait, next_expired,
+    not_live_here, run_wait_expired, task_ended as ended,
+};
+use smolbox_core::managed::spec::ManagedTerminalSpec;
+use smolbox_core::managed::terminal::{ConsumerId, Registry};
+use smolbox_core::managed::{ExecutionRecord, RecordKey};
+use smolbox_core::terminal::{MAX_NEXT_WAIT, TerminalExit};
 use smolbox_core::{Category, Error, Evidence, Operation};
-use smolbox_store::{Store, apply_terminal_op};
+use smolbox_store::apply_terminal_op;
+use smolbox_store::runtime::Parts;
+use smolbox_store::terminals::{LiveConn, Terminals, lock};
 
-use crate::runtime::Clock;
 use crate::{Client, Terminal, TerminalEvent};
 
 /// Longest single pull of the low-level terminal between two looks at the
 /// consumer's commands and the timers.
 pub const PULL_SLICE: Duration = Duration::from_millis(20);
-
-/// What `open` returns at durable acceptance (not readiness).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TerminalOpened {
-    /// The terminal's record as stored.
-    pub record: ExecutionRecord,
-    /// True when the record already existed with the same identity.
-    pub existing: bool,
-}
 
 /// The runtime's managed terminals (see the module docs). Cheap to clone.
 #[derive(Clone)]
@@ -55,86 +50,41 @@ impl std::fmt::Debug for ManagedTerminals {
 }
 
 struct Inner {
-    store: Arc<dyn Store>,
-    fp_key: FingerprintKey,
-    cfg: TermConfig,
-    clients: BTreeMap<String, Client>,
-    clock: Arc<dyn Clock>,
-    state: Mutex<State>,
+    t: Terminals<Arc<Live>, Client>,
     /// Registrations, ends of runs.
     changed: Condvar,
 }
 
-struct State {
-    registry: Registry<Arc<Live>>,
-    /// Keys with a run driven by this runtime.
-    runs: BTreeSet<RecordKey>,
-}
-
 /// One live connection as the consumer sees it.
 struct Live {
-    queue: Mutex<Queue>,
+    queue: Mutex<OutputBuffer>,
     readable: Condvar,
     cmd: Mutex<Sender<Cmd>>,
 }
 
-impl Live {
+impl LiveConn for Live {
     fn send(&self, cmd: Cmd) -> bool {
         lock(&self.cmd).send(cmd).is_ok()
     }
 }
 
-#[derive(Default)]
-struct Queue {
-    chunks: VecDeque<Bytes>,
-    bytes: usize,
-    closed: Option<Result<TerminalExit, Error>>,
-}
-
-enum Cmd {
-    Input(Vec<u8>, Sender<Result<(), Error>>),
-    Resize(u16, u16, Sender<Result<(), Error>>),
-    Close(Sender<Result<TerminalExit, Error>>),
-    /// Close with this outcome (expiry, lost consumer).
-    End(Error),
-    /// A cancel request was persisted: the run decides.
-    Cancel,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn ended(op: Operation) -> Error {
-    Error::new(Category::Unknown, op, Evidence::Unknown).with_reason("terminal_task_ended")
+/// A caller's reply over a channel.
+fn reply<T: Send + 'static>(tx: Sender<T>) -> Reply<T> {
+    Box::new(move |v| {
+        let _ = tx.send(v);
+    })
 }
 
 impl ManagedTerminals {
-    /// Terminals over `store` for the workers in `clients`, with the
-    /// controller options `cfg`, registering at most `limit` sessions (the
-    /// runtime's active-task limit, 1–64).
+    /// The runtime's terminals, from its checked options (at most
+    /// `max_active` sessions registered).
     ///
     /// # Errors
     /// `validation` (operation `config`) for a bad limit.
-    pub fn new(
-        store: Arc<dyn Store>,
-        fp_key: FingerprintKey,
-        cfg: TermConfig,
-        clients: BTreeMap<String, Client>,
-        clock: Arc<dyn Clock>,
-        limit: usize,
-    ) -> Result<Self, Error> {
+    pub(crate) fn new(parts: &Parts<Client>) -> Result<Self, Error> {
         Ok(Self {
             inner: Arc::new(Inner {
-                store,
-                fp_key,
-                cfg,
-                clients,
-                clock,
-                state: Mutex::new(State {
-                    registry: Registry::new(limit)?,
-                    runs: BTreeSet::new(),
-                }),
+                t: parts.terminals()?,
                 changed: Condvar::new(),
             }),
         })
@@ -153,24 +103,7 @@ impl ManagedTerminals {
         machine: RecordKey,
         spec: ManagedTerminalSpec,
     ) -> Result<TerminalOpened, Error> {
-        let drive = lock(&self.inner.state).runs.insert(key.clone());
-        let run = TerminalRun::open(
-            self.inner.cfg.clone(),
-            self.inner.fp_key.clone(),
-            key.clone(),
-            machine,
-            spec,
-            drive,
-        );
-        let run = match run {
-            Ok(r) => r,
-            Err(e) => {
-                if drive {
-                    lock(&self.inner.state).runs.remove(&key);
-                }
-                return Err(e);
-            }
-        };
+        let (run, drive) = self.inner.t.open_run(key, machine, spec)?;
         let (tx, rx) = mpsc::channel();
         self.spawn(run, tx, drive)?;
         rx.recv().map_err(|_| ended(Operation::TerminalOpen))?
@@ -184,13 +117,14 @@ impl ManagedTerminals {
     ) -> Result<(), Error> {
         let inner = Arc::clone(&self.inner);
         let key = run.key().clone();
+        let accepted = OpenReply::new(reply(tx));
         std::thread::Builder::new()
             .name("smolbox-terminal".into())
-            .spawn(move || drive_run(&inner, run, Some(tx), owns_key))
+            .spawn(move || drive_run(&inner, run, accepted, owns_key))
             .map(|_| ())
             .map_err(|_| {
                 if owns_key {
-                    lock(&self.inner.state).runs.remove(&key);
+                    self.inner.t.end_run(&key);
                 }
                 Error::new(
                     Category::AdmissionExhausted,
@@ -209,11 +143,9 @@ impl ManagedTerminals {
     /// As `smolbox_tokio::ManagedTerminals::attach`.
     pub fn attach(&self, key: &RecordKey, wait: Duration) -> Result<ManagedTerminal, Error> {
         let deadline = Registry::<()>::attach_deadline(Instant::now(), wait)?;
-        let mut st = lock(&self.inner.state);
+        let mut st = self.inner.t.lock();
         loop {
-            self.inner.expire(&mut st, self.inner.clock.now());
-            if let Some(who) = st.registry.attach(self.inner.clock.now(), key)? {
-                let live = Arc::clone(st.registry.get(key, who)?);
+            if let Some((who, live)) = self.inner.t.attach(&mut st, key)? {
                 return Ok(ManagedTerminal {
                     inner: Arc::clone(&self.inner),
                     key: key.clone(),
@@ -224,12 +156,7 @@ impl ManagedTerminals {
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(Error::new(
-                    Category::NotFound,
-                    Operation::TerminalConsumer,
-                    Evidence::NotDispatched,
-                )
-                .with_reason("terminal_not_live_here"));
+                return Err(not_live_here());
             }
             st = self
                 .inner
@@ -245,7 +172,7 @@ impl ManagedTerminals {
     /// # Errors
     /// `not_found` only on positive absence; `store`.
     pub fn fetch(&self, key: &RecordKey) -> Result<ExecutionRecord, Error> {
-        self.inner.store.fetch(key)
+        self.inner.t.store().fetch(key)
     }
 
     /// Persists a cancel request (C16) for `key`; a run of this runtime
@@ -255,14 +182,8 @@ impl ManagedTerminals {
     /// # Errors
     /// The store's.
     pub fn cancel(&self, key: &RecordKey) -> Result<ExecutionRecord, Error> {
-        let rec = self.inner.store.cancel(key, self.inner.clock.now_ms())?;
-        let live = lock(&self.inner.state)
-            .registry
-            .owner_get(key)
-            .map(|l| Arc::clone(l));
-        if let Some(live) = live {
-            live.send(Cmd::Cancel);
-        }
+        let rec = self.inner.t.store().cancel(key, self.inner.t.now_ms())?;
+        self.inner.t.cancelled(key);
         Ok(rec)
     }
 
@@ -272,28 +193,11 @@ impl ManagedTerminals {
     /// # Errors
     /// `validation` for a record that is not a managed terminal; `store`.
     pub fn recover(&self, key: &RecordKey) -> Result<ExecutionRecord, Error> {
-        if !lock(&self.inner.state).runs.insert(key.clone()) {
+        if !self.inner.t.lock().begin_run(key) {
             return self.fetch(key);
         }
-        let release = |e: Error| {
-            lock(&self.inner.state).runs.remove(key);
-            Err(e)
-        };
-        let rec = match self.fetch(key) {
-            Ok(r) if matches!(r.spec.action, Action::Terminal(_)) => r,
-            Ok(_) => return release(Error::validation(Operation::TerminalOpen, "not_a_terminal")),
-            Err(e) => return release(e),
-        };
-        let run = match TerminalRun::resume(
-            self.inner.cfg.clone(),
-            self.inner.fp_key.clone(),
-            rec,
-            self.inner.clock.now(),
-            self.inner.clock.now_ms(),
-        ) {
-            Ok(r) => r,
-            Err(e) => return release(e),
-        };
+        let fetched = self.fetch(key);
+        let run = self.inner.t.resume_run(key, fetched)?;
         let (tx, rx) = mpsc::channel();
         self.spawn(run, tx, true)?;
         match rx.recv() {
@@ -309,16 +213,11 @@ impl ManagedTerminals {
     /// `expired` when the run is still going; the store's.
     pub fn wait(&self, key: &RecordKey, timeout: Duration) -> Result<ExecutionRecord, Error> {
         let deadline = Instant::now() + timeout.min(MAX_NEXT_WAIT);
-        let mut st = lock(&self.inner.state);
-        while st.runs.contains(key) {
+        let mut st = self.inner.t.lock();
+        while st.is_running(key) {
             let now = Instant::now();
             if now >= deadline {
-                return Err(Error::new(
-                    Category::Expired,
-                    Operation::TerminalSession,
-                    Evidence::Unknown,
-                )
-                .with_reason("terminal_wait"));
+                return Err(run_wait_expired());
             }
             st = self
                 .inner
@@ -329,19 +228,6 @@ impl ManagedTerminals {
         }
         drop(st);
         self.fetch(key)
-    }
-}
-
-impl Inner {
-    /// The registry's timers: unattached connections are ended
-    /// (`terminal_consumer`), old finished buffers dropped.
-    fn expire(&self, st: &mut State, now: Instant) {
-        let (expired, _retired) = st.registry.handle_timeout(now);
-        for (key, _) in expired {
-            if let Some(live) = st.registry.owner_get(&key) {
-                live.send(Cmd::End(attach_expired()));
-            }
-        }
     }
 }
 
@@ -370,21 +256,15 @@ impl ManagedTerminal {
         &self.key
     }
 
-    fn check(&self) -> Result<(), Error> {
-        lock(&self.inner.state)
-            .registry
-            .get(&self.key, self.who)
-            .map(|_| ())
-    }
-
-    fn call<T>(
+    /// Sends one command to the run's thread and waits for its answer.
+    fn call<T: Send + 'static>(
         &self,
         op: Operation,
-        make: impl FnOnce(Sender<Result<T, Error>>) -> Cmd,
+        make: impl FnOnce(Reply<Result<T, Error>>) -> Cmd,
     ) -> Result<T, Error> {
-        self.check()?;
+        self.inner.t.check(&self.key, self.who)?;
         let (tx, rx) = mpsc::channel();
-        if !self.live.send(make(tx)) {
+        if !self.live.send(make(reply(tx))) {
             return Err(ended(op));
         }
         rx.recv().map_err(|_| ended(op))?
@@ -398,7 +278,7 @@ impl ManagedTerminal {
     /// handle no longer holds the session.
     pub fn input(&mut self, bytes: &[u8]) -> Result<(), Error> {
         let b = bytes.to_vec();
-        self.call(Operation::TerminalInput, |tx| Cmd::Input(b, tx))
+        self.call(Operation::TerminalInput, |r| Cmd::Input(b, r))
     }
 
     /// Sends a window-size change (1–65,535 each).
@@ -406,7 +286,7 @@ impl ManagedTerminal {
     /// # Errors
     /// As [`ManagedTerminal::input`]; `validation` for 0.
     pub fn resize(&mut self, cols: u16, rows: u16) -> Result<(), Error> {
-        self.call(Operation::TerminalResize, |tx| Cmd::Resize(cols, rows, tx))
+        self.call(Operation::TerminalResize, |r| Cmd::Resize(cols, rows, r))
     }
 
     /// Waits up to `timeout` (≤ 900 s) for output or the end of the
@@ -418,34 +298,22 @@ impl ManagedTerminal {
     /// `expired` on timeout; `validation` over 900 s; `authentication` /
     /// `not_found` when this handle no longer holds the session.
     pub fn next(&mut self, timeout: Duration) -> Result<TerminalEvent, Error> {
-        if timeout > MAX_NEXT_WAIT {
-            return Err(Error::validation(Operation::TerminalOutput, "next_timeout"));
-        }
-        self.check()?;
+        check_next_wait(timeout)?;
+        self.inner.t.check(&self.key, self.who)?;
         let deadline = Instant::now() + timeout;
         let live = Arc::clone(&self.live);
         let mut q = lock(&live.queue);
         loop {
-            if let Some(b) = q.chunks.pop_front() {
-                q.bytes -= b.len();
-                return Ok(TerminalEvent::Output(b));
-            }
-            if let Some(outcome) = q.closed {
+            if let Some(ev) = q.pop() {
                 drop(q);
-                self.done = true;
-                let _ = lock(&self.inner.state)
-                    .registry
-                    .final_read(&self.key, self.who);
-                return Ok(TerminalEvent::Closed(outcome));
+                if matches!(ev, TerminalEvent::Closed(_)) {
+                    self.final_read();
+                }
+                return Ok(ev);
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(Error::new(
-                    Category::Expired,
-                    Operation::TerminalOutput,
-                    Evidence::Unknown,
-                )
-                .with_reason("next_timeout"));
+                return Err(next_expired());
             }
             q = live
                 .readable
@@ -453,6 +321,12 @@ impl ManagedTerminal {
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
+    }
+
+    /// The final event was read: the buffer retires.
+    fn final_read(&mut self) {
+        self.done = true;
+        self.inner.t.final_read(&self.key, self.who);
     }
 
     /// Closes the session: a close frame, then the close wait for the
@@ -464,14 +338,11 @@ impl ManagedTerminal {
     pub fn close(mut self) -> Result<TerminalExit, Error> {
         let outcome = match self.call(Operation::TerminalClose, Cmd::Close) {
             Err(e) if e.reason() == "terminal_task_ended" => {
-                lock(&self.live.queue).closed.unwrap_or(Err(e))
+                lock(&self.live.queue).outcome().unwrap_or(Err(e))
             }
             other => other,
         };
-        self.done = true;
-        let _ = lock(&self.inner.state)
-            .registry
-            .final_read(&self.key, self.who);
+        self.final_read();
         outcome
     }
 }
@@ -481,15 +352,7 @@ impl Drop for ManagedTerminal {
         if self.done {
             return;
         }
-        let _ = lock(&self.inner.state).registry.detach(&self.key, self.who);
-        self.live.send(Cmd::End(
-            Error::new(
-                Category::Unknown,
-                Operation::TerminalConsumer,
-                Evidence::Unknown,
-            )
-            .with_reason("consumer_lost"),
-        ));
+        self.inner.t.lost(&self.key, self.who, &self.live);
     }
 }
 
@@ -502,12 +365,7 @@ struct Conn {
 
 /// One terminal's thread: performs the run's ops, owns the low-level
 /// terminal once opened, pulls its output into the bounded buffer.
-fn drive_run(
-    inner: &Inner,
-    mut run: TerminalRun,
-    mut accepted: Option<Sender<Result<TerminalOpened, Error>>>,
-    owns_key: bool,
-) {
+fn drive_run(inner: &Inner, mut run: TerminalRun, mut accepted: OpenReply, owns_key: bool) {
     let key = run.key().clone();
     let (cmd_tx, cmd_rx) = mpsc::channel::<Cmd>();
     let mut conn: Option<Conn> = None;
@@ -515,38 +373,27 @@ fn drive_run(
         while let Some(out) = run.poll_output() {
             match out {
                 TermOutput::Store(id, op) => {
-                    let r = apply_terminal_op(&*inner.store, &op);
-                    run.handle_stored(inner.clock.now(), inner.clock.now_ms(), id, r);
+                    let r = apply_terminal_op(&**inner.t.store(), &op);
+                    inner.t.stored(&mut run, id, r);
                 }
                 TermOutput::Open {
                     worker_id,
                     machine,
                     spec,
                 } => {
-                    let opened = match inner.clients.get(&worker_id) {
-                        None => Err(Error::new(
-                            Category::UnsupportedCapability,
-                            Operation::TerminalOpen,
-                            Evidence::NotDispatched,
-                        )
-                        .with_reason("unknown_worker")),
-                        Some(c) => c.terminal(&machine, &spec),
-                    };
+                    let opened = inner
+                        .t
+                        .client(&worker_id)
+                        .and_then(|c| c.terminal(&machine, &spec));
                     let opened = opened.and_then(|term| {
                         let live = Arc::new(Live {
-                            queue: Mutex::new(Queue::default()),
+                            queue: Mutex::new(OutputBuffer::default()),
                             readable: Condvar::new(),
                             cmd: Mutex::new(cmd_tx.clone()),
                         });
-                        let mut st = lock(&inner.state);
-                        st.registry
-                            .insert(
-                                inner.clock.now(),
-                                key.clone(),
-                                Arc::clone(&live),
-                                spec.attach_wait,
-                            )
-                            .map_err(|e| e.with_evidence(Evidence::DispatchUncertain))?;
+                        inner
+                            .t
+                            .register(&key, Arc::clone(&live), spec.attach_wait)?;
                         conn = Some(Conn {
                             term,
                             live,
@@ -555,48 +402,19 @@ fn drive_run(
                         Ok(())
                     });
                     inner.changed.notify_all();
-                    run.handle_opened(inner.clock.now(), inner.clock.now_ms(), opened);
-                    if let (Some(tx), Some(rec)) = (accepted.take(), run.record()) {
-                        // A resumed run: its one dispatch happened.
-                        let _ = tx.send(Ok(TerminalOpened {
-                            record: rec.clone(),
-                            existing: true,
-                        }));
-                    }
+                    inner.t.opened(&mut run, opened);
+                    accepted.on_opened(&run);
                 }
                 TermOutput::Close => {
                     let _ = close_conn(inner, &key, &mut run, &mut conn);
                 }
-                TermOutput::Event(TermEvent::Accepted { record, existing }) => {
-                    if let Some(tx) = accepted.take() {
-                        let _ = tx.send(Ok(TerminalOpened {
-                            record: *record,
-                            existing,
-                        }));
-                    }
-                }
-                TermOutput::Event(TermEvent::Refused(e)) => {
-                    if let Some(tx) = accepted.take() {
-                        let _ = tx.send(Err(e));
-                    }
-                }
-                TermOutput::Event(TermEvent::Done { error, .. }) => {
-                    if let (Some(e), Some(tx)) = (error, accepted.take()) {
-                        let _ = tx.send(Err(e));
-                    }
-                }
+                TermOutput::Event(ev) => accepted.on_event(ev),
             }
         }
         if run.is_done() && conn.is_none() {
             break;
         }
-        let wake = {
-            let st = lock(&inner.state);
-            [run.poll_timeout(), st.registry.poll_timeout()]
-                .into_iter()
-                .flatten()
-                .min()
-        };
+        let wake = inner.t.wake(&run);
         let now = Instant::now();
         let slice = wake.map_or(PULL_SLICE, |w| {
             w.saturating_duration_since(now).min(PULL_SLICE)
@@ -604,21 +422,9 @@ fn drive_run(
         match conn.as_mut() {
             Some(c) => match c.term.next(slice) {
                 Ok(TerminalEvent::Output(b)) => {
-                    let over = {
-                        let mut q = lock(&c.live.queue);
-                        q.bytes += b.len();
-                        q.chunks.push_back(b);
-                        q.bytes > c.max_bytes || q.chunks.len() > MAX_UNREAD_CHUNKS
-                    };
+                    let pushed = lock(&c.live.queue).push(b, c.max_bytes);
                     c.live.readable.notify_all();
-                    if over {
-                        // AC-7.3.1: never a fabricated exit.
-                        let e = Error::new(
-                            Category::OutputLimit,
-                            Operation::TerminalOutput,
-                            Evidence::Unknown,
-                        )
-                        .with_reason("unread_output");
+                    if let Err(e) = pushed {
                         finish_conn(inner, &key, &mut run, &mut conn, Err(e));
                     }
                 }
@@ -626,7 +432,7 @@ fn drive_run(
                     if let Some(c) = conn.take() {
                         end_live(inner, &key, &c.live, outcome);
                     }
-                    run.handle_closed(inner.clock.now(), inner.clock.now_ms(), &outcome);
+                    inner.t.closed(&mut run, &outcome);
                 }
                 // The slice's own timeout: the session keeps running.
                 Err(_) => {}
@@ -640,15 +446,12 @@ fn drive_run(
             serve(inner, &key, &mut run, &mut conn, cmd);
         }
         if wake.is_some_and(|w| Instant::now() >= w) {
-            let mut st = lock(&inner.state);
-            inner.expire(&mut st, inner.clock.now());
-            drop(st);
-            run.handle_timeout(inner.clock.now(), inner.clock.now_ms());
+            inner.t.tick(&mut run);
         }
     }
     drain_commands(&cmd_rx);
     if owns_key {
-        lock(&inner.state).runs.remove(&key);
+        inner.t.end_run(&key);
     }
     inner.changed.notify_all();
 }
@@ -656,38 +459,18 @@ fn drive_run(
 /// Answers what is left in the channel once the thread ends.
 fn drain_commands(rx: &Receiver<Cmd>) {
     while let Ok(cmd) = rx.try_recv() {
-        match cmd {
-            Cmd::Input(_, reply) | Cmd::Resize(_, _, reply) => {
-                let _ = reply.send(Err(ended(Operation::TerminalInput)));
-            }
-            Cmd::Close(reply) => {
-                let _ = reply.send(Err(ended(Operation::TerminalClose)));
-            }
-            Cmd::End(_) | Cmd::Cancel => {}
-        }
+        cmd.refuse();
     }
 }
 
 fn serve(inner: &Inner, key: &RecordKey, run: &mut TerminalRun, conn: &mut Option<Conn>, cmd: Cmd) {
     match (cmd, conn.as_mut()) {
-        (Cmd::Input(b, reply), Some(c)) => {
-            let _ = reply.send(c.term.input(&b));
-        }
-        (Cmd::Resize(cols, rows, reply), Some(c)) => {
-            let _ = reply.send(c.term.resize(cols, rows));
-        }
-        (Cmd::Close(reply), Some(_)) => {
-            let _ = reply.send(close_conn(inner, key, run, conn));
-        }
+        (Cmd::Input(b, reply), Some(c)) => reply(c.term.input(&b)),
+        (Cmd::Resize(cols, rows, reply), Some(c)) => reply(c.term.resize(cols, rows)),
+        (Cmd::Close(reply), Some(_)) => reply(close_conn(inner, key, run, conn)),
         (Cmd::End(e), Some(_)) => finish_conn(inner, key, run, conn, Err(e)),
-        (Cmd::Input(_, reply) | Cmd::Resize(_, _, reply), None) => {
-            let _ = reply.send(Err(ended(Operation::TerminalInput)));
-        }
-        (Cmd::Close(reply), None) => {
-            let _ = reply.send(Err(ended(Operation::TerminalClose)));
-        }
-        (Cmd::End(_), None) => {}
-        (Cmd::Cancel, _) => run.cancel(inner.clock.now(), inner.clock.now_ms()),
+        (Cmd::Cancel, _) => inner.t.cancel(run),
+        (cmd, None) => cmd.refuse(),
     }
 }
 
@@ -700,7 +483,7 @@ fn finish_conn(
     conn: &mut Option<Conn>,
     outcome: Result<TerminalExit, Error>,
 ) {
-    run.handle_closed(inner.clock.now(), inner.clock.now_ms(), &outcome);
+    inner.t.closed(run, &outcome);
     if let Some(c) = conn.take() {
         let _ = c.term.close();
         end_live(inner, key, &c.live, outcome);
@@ -719,13 +502,13 @@ fn close_conn(
     };
     let outcome = c.term.close();
     end_live(inner, key, &c.live, outcome);
-    run.handle_closed(inner.clock.now(), inner.clock.now_ms(), &outcome);
+    inner.t.closed(run, &outcome);
     outcome
 }
 
 /// Records the final event for the consumer and marks the buffer finished.
 fn end_live(inner: &Inner, key: &RecordKey, live: &Live, outcome: Result<TerminalExit, Error>) {
-    lock(&live.queue).closed.get_or_insert(outcome);
+    lock(&live.queue).close(outcome);
     live.readable.notify_all();
-    lock(&inner.state).registry.finished(inner.clock.now(), key);
+    inner.t.finished(key);
 }

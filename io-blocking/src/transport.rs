@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use mio::net::{TcpStream, UnixStream};
 
-use smolbox_core::Error;
+use smolbox_core::{Error, Machine};
 
 use crate::tls::{TlsFiles, TlsSetup};
 
@@ -119,6 +119,31 @@ impl SocketTarget {
 }
 
 impl Connection {
+    /// Drives `machine` over this connection (the shell's one loop, as for
+    /// its own exchanges) until it is finished and everything it sent is
+    /// written, or until `deadline`; hands each event to `on_event` as it
+    /// comes. For callers that bring their own [`Machine`], such as the
+    /// conformance probe.
+    pub fn drive<M: Machine>(
+        &mut self,
+        machine: &mut M,
+        deadline: std::time::Instant,
+        mut on_event: impl for<'a> FnMut(M::Event<'a>),
+    ) {
+        loop {
+            while let Some(ev) = machine.poll_event() {
+                on_event(ev);
+            }
+            if machine.is_finished() && !self.conn.has_parked() {
+                return;
+            }
+            if std::time::Instant::now() >= deadline {
+                return;
+            }
+            self.conn.turn(machine, Some(deadline));
+        }
+    }
+
     /// Writes all of `bytes` (and flushes TLS records), waiting until
     /// `deadline` at most.
     ///

@@ -28,6 +28,34 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::transport::Connection;
 
+/// Drives `machine` over `conn` (this shell's one loop) until it is
+/// finished and everything it sent is written, or until `deadline`;
+/// hands each event to `on_event` as it comes. For callers outside the
+/// shell that bring their own [`Machine`], such as the conformance probe.
+pub async fn drive<M: Machine>(
+    conn: Connection,
+    machine: &mut M,
+    deadline: Instant,
+    mut on_event: impl for<'a> FnMut(M::Event<'a>),
+) {
+    let mut driver = Driver::new(conn);
+    loop {
+        while let Some(ev) = machine.poll_event() {
+            on_event(ev);
+        }
+        if machine.is_finished() && driver.is_flushed() {
+            return;
+        }
+        let turn = driver.turn(machine);
+        if tokio::time::timeout_at(deadline.into(), turn)
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
 /// Bytes read per turn (and the size of the reused read buffer).
 pub(crate) const READ_CHUNK: usize = 64 * 1024;
 /// Largest batch of transmits pulled from a machine in one turn.

@@ -57,6 +57,7 @@ mod tests;
 pub mod transport;
 
 pub use client::Client;
+pub use drive::drive;
 pub use managed_terminal::{ManagedTerminal, ManagedTerminals, TerminalOpened};
 pub use pool::MAX_CONNECTIONS;
 pub use runtime::Runtime;

@@ -12,31 +12,26 @@
 //! with an uncertain `output_limit`), forwards the consumer's input and
 //! resizes, and renews the claim. Terminal bytes are held in memory only.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use smolbox_core::managed::controller::terminal::{TermConfig, TermEvent, TermOutput, TerminalRun};
-use smolbox_core::managed::spec::{Action, ManagedTerminalSpec};
-use smolbox_core::managed::terminal::{ConsumerId, Registry, attach_expired};
-use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
-use smolbox_core::terminal::{MAX_NEXT_WAIT, MAX_UNREAD_CHUNKS, TerminalExit};
+use smolbox_core::managed::controller::terminal::{TermOutput, TerminalRun};
+pub use smolbox_core::managed::live::TerminalOpened;
+use smolbox_core::managed::live::{
+    OpenReply, OutputBuffer, Reply, TermCommand as Cmd, check_next_wait, next_expired,
+    not_live_here, run_wait_expired, task_ended as ended,
+};
+use smolbox_core::managed::spec::ManagedTerminalSpec;
+use smolbox_core::managed::terminal::{ConsumerId, Registry};
+use smolbox_core::managed::{ExecutionRecord, RecordKey};
+use smolbox_core::terminal::{MAX_NEXT_WAIT, TerminalExit};
 use smolbox_core::{Category, Error, Evidence, Operation};
-use smolbox_store::{Store, apply_terminal_op};
+use smolbox_store::runtime::Parts;
+use smolbox_store::terminals::{LiveConn, Terminals, lock};
+use smolbox_store::apply_terminal_op;
 use tokio::sync::{Notify, mpsc, oneshot};
 
-use crate::runtime::Clock;
 use crate::{Client, Terminal, TerminalEvent};
-
-/// What `open` returns at durable acceptance (not readiness).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TerminalOpened {
-    /// The terminal's record as stored.
-    pub record: ExecutionRecord,
-    /// True when the record already existed with the same identity.
-    pub existing: bool,
-}
 
 /// The runtime's managed terminals (see the module docs). Cheap to clone.
 #[derive(Clone)]
@@ -51,80 +46,41 @@ impl std::fmt::Debug for ManagedTerminals {
 }
 
 struct Inner {
-    store: Arc<dyn Store>,
-    fp_key: FingerprintKey,
-    cfg: TermConfig,
-    clients: BTreeMap<String, Client>,
-    clock: Arc<dyn Clock>,
-    state: Mutex<State>,
+    t: Terminals<Arc<Live>, Client>,
     /// Registrations, ends of runs.
     changed: Notify,
 }
 
-struct State {
-    registry: Registry<Arc<Live>>,
-    /// Keys with a run driven by this runtime.
-    runs: BTreeSet<RecordKey>,
-}
-
 /// One live connection as the consumer sees it.
 struct Live {
-    queue: Mutex<Queue>,
+    queue: Mutex<OutputBuffer>,
     readable: Notify,
     cmd: mpsc::UnboundedSender<Cmd>,
 }
 
-#[derive(Default)]
-struct Queue {
-    chunks: VecDeque<Bytes>,
-    bytes: usize,
-    closed: Option<Result<TerminalExit, Error>>,
+impl LiveConn for Live {
+    fn send(&self, cmd: Cmd) -> bool {
+        self.cmd.send(cmd).is_ok()
+    }
 }
 
-enum Cmd {
-    Input(Vec<u8>, oneshot::Sender<Result<(), Error>>),
-    Resize(u16, u16, oneshot::Sender<Result<(), Error>>),
-    Close(oneshot::Sender<Result<TerminalExit, Error>>),
-    /// Close with this outcome (expiry, lost consumer).
-    End(Error),
-    /// A cancel request was persisted: the run decides.
-    Cancel,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn ended(op: Operation) -> Error {
-    Error::new(Category::Unknown, op, Evidence::Unknown).with_reason("terminal_task_ended")
+/// A caller's reply over a oneshot channel.
+fn reply<T: Send + 'static>(tx: oneshot::Sender<T>) -> Reply<T> {
+    Box::new(move |v| {
+        let _ = tx.send(v);
+    })
 }
 
 impl ManagedTerminals {
-    /// Terminals over `store` for the workers in `clients`, with the
-    /// controller options `cfg`, registering at most `limit` sessions (the
-    /// runtime's active-task limit, 1–64).
+    /// The runtime's terminals, from its checked options (at most
+    /// `max_active` sessions registered).
     ///
     /// # Errors
     /// `validation` (operation `config`) for a bad limit.
-    pub fn new(
-        store: Arc<dyn Store>,
-        fp_key: FingerprintKey,
-        cfg: TermConfig,
-        clients: BTreeMap<String, Client>,
-        clock: Arc<dyn Clock>,
-        limit: usize,
-    ) -> Result<Self, Error> {
+    pub(crate) fn new(parts: &Parts<Client>) -> Result<Self, Error> {
         Ok(Self {
             inner: Arc::new(Inner {
-                store,
-                fp_key,
-                cfg,
-                clients,
-                clock,
-                state: Mutex::new(State {
-                    registry: Registry::new(limit)?,
-                    runs: BTreeSet::new(),
-                }),
+                t: parts.terminals()?,
                 changed: Notify::new(),
             }),
         })
@@ -146,26 +102,10 @@ impl ManagedTerminals {
         machine: RecordKey,
         spec: ManagedTerminalSpec,
     ) -> Result<TerminalOpened, Error> {
-        let drive = lock(&self.inner.state).runs.insert(key.clone());
-        let run = TerminalRun::open(
-            self.inner.cfg.clone(),
-            self.inner.fp_key.clone(),
-            key.clone(),
-            machine,
-            spec,
-            drive,
-        );
-        let run = match run {
-            Ok(r) => r,
-            Err(e) => {
-                if drive {
-                    lock(&self.inner.state).runs.remove(&key);
-                }
-                return Err(e);
-            }
-        };
+        let (run, drive) = self.inner.t.open_run(key, machine, spec)?;
         let (tx, rx) = oneshot::channel();
-        tokio::spawn(drive_run(Arc::clone(&self.inner), run, Some(tx), drive));
+        let accepted = OpenReply::new(reply(tx));
+        tokio::spawn(drive_run(Arc::clone(&self.inner), run, accepted, drive));
         rx.await.map_err(|_| ended(Operation::TerminalOpen))?
     }
 
@@ -183,30 +123,19 @@ impl ManagedTerminals {
         let deadline = Registry::<()>::attach_deadline(Instant::now(), wait)?;
         loop {
             let notified = self.inner.changed.notified();
-            {
-                let mut st = lock(&self.inner.state);
-                self.inner.expire(&mut st, self.inner.clock.now());
-                if let Some(who) = st.registry.attach(self.inner.clock.now(), key)? {
-                    let live = Arc::clone(st.registry.get(key, who)?);
-                    return Ok(ManagedTerminal {
-                        inner: Arc::clone(&self.inner),
-                        key: key.clone(),
-                        who,
-                        live,
-                        done: false,
-                    });
-                }
+            let bound = self.inner.t.attach(&mut self.inner.t.lock(), key)?;
+            if let Some((who, live)) = bound {
+                return Ok(ManagedTerminal {
+                    inner: Arc::clone(&self.inner),
+                    key: key.clone(),
+                    who,
+                    live,
+                    done: false,
+                });
             }
             tokio::select! {
                 () = notified => {}
-                () = tokio::time::sleep_until(deadline.into()) => {
-                    return Err(Error::new(
-                        Category::NotFound,
-                        Operation::TerminalConsumer,
-                        Evidence::NotDispatched,
-                    )
-                    .with_reason("terminal_not_live_here"));
-                }
+                () = tokio::time::sleep_until(deadline.into()) => return Err(not_live_here()),
             }
         }
     }
@@ -216,7 +145,7 @@ impl ManagedTerminals {
     /// # Errors
     /// `not_found` only on positive absence; `store`.
     pub async fn fetch(&self, key: &RecordKey) -> Result<ExecutionRecord, Error> {
-        let store = Arc::clone(&self.inner.store);
+        let store = Arc::clone(self.inner.t.store());
         let key = key.clone();
         blocking(Operation::StoreFetch, move || store.fetch(&key)).await
     }
@@ -229,18 +158,12 @@ impl ManagedTerminals {
     /// # Errors
     /// The store's.
     pub async fn cancel(&self, key: &RecordKey) -> Result<ExecutionRecord, Error> {
-        let store = Arc::clone(&self.inner.store);
-        let now_ms = self.inner.clock.now_ms();
+        let store = Arc::clone(self.inner.t.store());
+        let now_ms = self.inner.t.now_ms();
         let k = key.clone();
         let rec = blocking(Operation::StoreCancel, move || store.cancel(&k, now_ms)).await?;
-        let live = lock(&self.inner.state)
-            .registry
-            .owner_get(key)
-            .map(|l| Arc::clone(l));
-        if let Some(live) = live {
-            // The run acts on it: `cancelling`, then it closes observation.
-            let _ = live.cmd.send(Cmd::Cancel);
-        }
+        // The run acts on it: `cancelling`, then it closes observation.
+        self.inner.t.cancelled(key);
         Ok(rec)
     }
 
@@ -254,36 +177,14 @@ impl ManagedTerminals {
     /// # Errors
     /// `validation` for a record that is not a managed terminal; `store`.
     pub async fn recover(&self, key: &RecordKey) -> Result<ExecutionRecord, Error> {
-        if !lock(&self.inner.state).runs.insert(key.clone()) {
+        if !self.inner.t.lock().begin_run(key) {
             return self.fetch(key).await;
         }
-        let rec = match self.fetch(key).await {
-            Ok(r) if matches!(r.spec.action, Action::Terminal(_)) => r,
-            Ok(_) => {
-                lock(&self.inner.state).runs.remove(key);
-                return Err(Error::validation(Operation::TerminalOpen, "not_a_terminal"));
-            }
-            Err(e) => {
-                lock(&self.inner.state).runs.remove(key);
-                return Err(e);
-            }
-        };
-        let run = TerminalRun::resume(
-            self.inner.cfg.clone(),
-            self.inner.fp_key.clone(),
-            rec,
-            self.inner.clock.now(),
-            self.inner.clock.now_ms(),
-        );
-        let run = match run {
-            Ok(r) => r,
-            Err(e) => {
-                lock(&self.inner.state).runs.remove(key);
-                return Err(e);
-            }
-        };
+        let fetched = self.fetch(key).await;
+        let run = self.inner.t.resume_run(key, fetched)?;
         let (tx, rx) = oneshot::channel();
-        tokio::spawn(drive_run(Arc::clone(&self.inner), run, Some(tx), true));
+        let accepted = OpenReply::new(reply(tx));
+        tokio::spawn(drive_run(Arc::clone(&self.inner), run, accepted, true));
         match rx.await {
             Ok(Ok(_)) | Err(_) => self.fetch(key).await,
             Ok(Err(e)) => Err(e),
@@ -300,32 +201,12 @@ impl ManagedTerminals {
         let deadline = tokio::time::Instant::now() + timeout.min(MAX_NEXT_WAIT);
         loop {
             let notified = self.inner.changed.notified();
-            if !lock(&self.inner.state).runs.contains(key) {
+            if !self.inner.t.is_running(key) {
                 return self.fetch(key).await;
             }
             tokio::select! {
                 () = notified => {}
-                () = tokio::time::sleep_until(deadline) => {
-                    return Err(Error::new(
-                        Category::Expired,
-                        Operation::TerminalSession,
-                        Evidence::Unknown,
-                    )
-                    .with_reason("terminal_wait"));
-                }
-            }
-        }
-    }
-}
-
-impl Inner {
-    /// The registry's timers: unattached connections are ended
-    /// (`terminal_consumer`), old finished buffers dropped.
-    fn expire(&self, st: &mut State, now: Instant) {
-        let (expired, _retired) = st.registry.handle_timeout(now);
-        for (key, _) in expired {
-            if let Some(live) = st.registry.owner_get(&key) {
-                let _ = live.cmd.send(Cmd::End(attach_expired()));
+                () = tokio::time::sleep_until(deadline) => return Err(run_wait_expired()),
             }
         }
     }
@@ -356,11 +237,18 @@ impl ManagedTerminal {
         &self.key
     }
 
-    fn check(&self) -> Result<(), Error> {
-        lock(&self.inner.state)
-            .registry
-            .get(&self.key, self.who)
-            .map(|_| ())
+    /// Sends one command to the run's task and waits for its answer.
+    async fn call<T: Send + 'static>(
+        &self,
+        op: Operation,
+        make: impl FnOnce(Reply<Result<T, Error>>) -> Cmd,
+    ) -> Result<T, Error> {
+        self.inner.t.check(&self.key, self.who)?;
+        let (tx, rx) = oneshot::channel();
+        if !self.live.send(make(reply(tx))) {
+            return Err(ended(op));
+        }
+        rx.await.map_err(|_| ended(op))?
     }
 
     /// Sends `bytes` to the PTY (1..=the spec's `input_bytes`). `Ok` means
@@ -370,13 +258,9 @@ impl ManagedTerminal {
     /// The session's errors; `authentication` / `not_found` when this
     /// handle no longer holds the session.
     pub async fn input(&mut self, bytes: &[u8]) -> Result<(), Error> {
-        self.check()?;
-        let (tx, rx) = oneshot::channel();
-        self.live
-            .cmd
-            .send(Cmd::Input(bytes.to_vec(), tx))
-            .map_err(|_| ended(Operation::TerminalInput))?;
-        rx.await.map_err(|_| ended(Operation::TerminalInput))?
+        let b = bytes.to_vec();
+        self.call(Operation::TerminalInput, |r| Cmd::Input(b, r))
+            .await
     }
 
     /// Sends a window-size change (1–65,535 each).
@@ -384,13 +268,8 @@ impl ManagedTerminal {
     /// # Errors
     /// As [`ManagedTerminal::input`]; `validation` for 0.
     pub async fn resize(&mut self, cols: u16, rows: u16) -> Result<(), Error> {
-        self.check()?;
-        let (tx, rx) = oneshot::channel();
-        self.live
-            .cmd
-            .send(Cmd::Resize(cols, rows, tx))
-            .map_err(|_| ended(Operation::TerminalResize))?;
-        rx.await.map_err(|_| ended(Operation::TerminalResize))?
+        self.call(Operation::TerminalResize, |r| Cmd::Resize(cols, rows, r))
+            .await
     }
 
     /// Waits up to `timeout` (≤ 900 s) for output or the end of the
@@ -402,10 +281,8 @@ impl ManagedTerminal {
     /// `expired` on timeout; `validation` over 900 s; `authentication` /
     /// `not_found` when this handle no longer holds the session.
     pub async fn next(&mut self, timeout: Duration) -> Result<TerminalEvent, Error> {
-        if timeout > MAX_NEXT_WAIT {
-            return Err(Error::validation(Operation::TerminalOutput, "next_timeout"));
-        }
-        self.check()?;
+        check_next_wait(timeout)?;
+        self.inner.t.check(&self.key, self.who)?;
         let deadline = tokio::time::Instant::now() + timeout;
         let live = Arc::clone(&self.live);
         loop {
@@ -416,33 +293,24 @@ impl ManagedTerminal {
             tokio::select! {
                 () = notified => {}
                 () = tokio::time::sleep_until(deadline) => {
-                    if let Some(ev) = self.pop() {
-                        return Ok(ev);
-                    }
-                    return Err(Error::new(
-                        Category::Expired,
-                        Operation::TerminalOutput,
-                        Evidence::Unknown,
-                    )
-                    .with_reason("next_timeout"));
+                    return self.pop().ok_or_else(next_expired);
                 }
             }
         }
     }
 
     fn pop(&mut self) -> Option<TerminalEvent> {
-        let mut q = lock(&self.live.queue);
-        if let Some(b) = q.chunks.pop_front() {
-            q.bytes -= b.len();
-            return Some(TerminalEvent::Output(b));
+        let ev = lock(&self.live.queue).pop()?;
+        if matches!(ev, TerminalEvent::Closed(_)) {
+            self.final_read();
         }
-        let outcome = q.closed?;
-        drop(q);
+        Some(ev)
+    }
+
+    /// The final event was read: the buffer retires.
+    fn final_read(&mut self) {
         self.done = true;
-        let _ = lock(&self.inner.state)
-            .registry
-            .final_read(&self.key, self.who);
-        Some(TerminalEvent::Closed(outcome))
+        self.inner.t.final_read(&self.key, self.who);
     }
 
     /// Closes the session: a close frame, then the close wait for the
@@ -452,19 +320,16 @@ impl ManagedTerminal {
     /// The uncertain outcome; `authentication` / `not_found` when this
     /// handle no longer holds the session.
     pub async fn close(mut self) -> Result<TerminalExit, Error> {
-        self.check()?;
+        self.inner.t.check(&self.key, self.who)?;
         let (tx, rx) = oneshot::channel();
-        let sent = self.live.cmd.send(Cmd::Close(tx));
-        let outcome = match sent {
-            Ok(()) => rx.await.map_err(|_| ended(Operation::TerminalClose))?,
-            Err(_) => lock(&self.live.queue)
-                .closed
-                .unwrap_or_else(|| Err(ended(Operation::TerminalClose))),
+        let outcome = if self.live.send(Cmd::Close(reply(tx))) {
+            rx.await.map_err(|_| ended(Operation::TerminalClose))?
+        } else {
+            lock(&self.live.queue)
+                .outcome()
+                .unwrap_or(Err(ended(Operation::TerminalClose)))
         };
-        self.done = true;
-        let _ = lock(&self.inner.state)
-            .registry
-            .final_read(&self.key, self.who);
+        self.final_read();
         outcome
     }
 }
@@ -474,15 +339,7 @@ impl Drop for ManagedTerminal {
         if self.done {
             return;
         }
-        let _ = lock(&self.inner.state).registry.detach(&self.key, self.who);
-        let _ = self.live.cmd.send(Cmd::End(
-            Error::new(
-                Category::Unknown,
-                Operation::TerminalConsumer,
-                Evidence::Unknown,
-            )
-            .with_reason("consumer_lost"),
-        ));
+        self.inner.t.lost(&self.key, self.who, &self.live);
     }
 }
 
@@ -509,7 +366,7 @@ struct Conn {
 async fn drive_run(
     inner: Arc<Inner>,
     mut run: TerminalRun,
-    mut accepted: Option<oneshot::Sender<Result<TerminalOpened, Error>>>,
+    mut accepted: OpenReply,
     owns_key: bool,
 ) {
     let key = run.key().clone();
@@ -519,44 +376,32 @@ async fn drive_run(
         while let Some(out) = run.poll_output() {
             match out {
                 TermOutput::Store(id, op) => {
-                    let store = Arc::clone(&inner.store);
-                    let name = op.name();
-                    tracing::debug!(op = name, "terminal store op");
+                    let store = Arc::clone(inner.t.store());
+                    tracing::debug!(op = op.name(), "terminal store op");
                     let r = blocking(Operation::StoreWrite, move || {
                         apply_terminal_op(&*store, &op)
                     })
                     .await;
-                    run.handle_stored(inner.clock.now(), inner.clock.now_ms(), id, r);
+                    inner.t.stored(&mut run, id, r);
                 }
                 TermOutput::Open {
                     worker_id,
                     machine,
                     spec,
                 } => {
-                    let opened = match inner.clients.get(&worker_id) {
-                        None => Err(Error::new(
-                            Category::UnsupportedCapability,
-                            Operation::TerminalOpen,
-                            Evidence::NotDispatched,
-                        )
-                        .with_reason("unknown_worker")),
-                        Some(c) => c.terminal(&machine, &spec).await,
+                    let opened = match inner.t.client(&worker_id) {
+                        Err(e) => Err(e),
+                        Ok(c) => c.terminal(&machine, &spec).await,
                     };
                     let opened = opened.and_then(|term| {
                         let live = Arc::new(Live {
-                            queue: Mutex::new(Queue::default()),
+                            queue: Mutex::new(OutputBuffer::default()),
                             readable: Notify::new(),
                             cmd: cmd_tx.clone(),
                         });
-                        let mut st = lock(&inner.state);
-                        st.registry
-                            .insert(
-                                inner.clock.now(),
-                                key.clone(),
-                                Arc::clone(&live),
-                                spec.attach_wait,
-                            )
-                            .map_err(|e| e.with_evidence(Evidence::DispatchUncertain))?;
+                        inner
+                            .t
+                            .register(&key, Arc::clone(&live), spec.attach_wait)?;
                         conn = Some(Conn {
                             term,
                             live,
@@ -565,52 +410,19 @@ async fn drive_run(
                         Ok(())
                     });
                     inner.changed.notify_waiters();
-                    run.handle_opened(inner.clock.now(), inner.clock.now_ms(), opened);
-                    if let (Some(tx), Some(rec)) = (accepted.take(), run.record()) {
-                        // A resumed run: its one dispatch happened.
-                        let _ = tx.send(Ok(TerminalOpened {
-                            record: rec.clone(),
-                            existing: true,
-                        }));
-                    }
+                    inner.t.opened(&mut run, opened);
+                    accepted.on_opened(&run);
                 }
                 TermOutput::Close => {
-                    if let Some(c) = conn.take() {
-                        let outcome = c.term.close().await;
-                        end_live(&inner, &key, &c.live, outcome);
-                        run.handle_closed(inner.clock.now(), inner.clock.now_ms(), &outcome);
-                    }
+                    let _ = close_conn(&inner, &key, &mut run, &mut conn).await;
                 }
-                TermOutput::Event(TermEvent::Accepted { record, existing }) => {
-                    if let Some(tx) = accepted.take() {
-                        let _ = tx.send(Ok(TerminalOpened {
-                            record: *record,
-                            existing,
-                        }));
-                    }
-                }
-                TermOutput::Event(TermEvent::Refused(e)) => {
-                    if let Some(tx) = accepted.take() {
-                        let _ = tx.send(Err(e));
-                    }
-                }
-                TermOutput::Event(TermEvent::Done { error, .. }) => {
-                    if let (Some(e), Some(tx)) = (error, accepted.take()) {
-                        let _ = tx.send(Err(e));
-                    }
-                }
+                TermOutput::Event(ev) => accepted.on_event(ev),
             }
         }
         if run.is_done() && conn.is_none() {
             break;
         }
-        let wake = {
-            let st = lock(&inner.state);
-            [run.poll_timeout(), st.registry.poll_timeout()]
-                .into_iter()
-                .flatten()
-                .min()
-        };
+        let wake = inner.t.wake(&run);
         let sleep = async {
             match wake {
                 Some(at) => tokio::time::sleep_until(at.into()).await,
@@ -618,74 +430,46 @@ async fn drive_run(
             }
         };
         tokio::select! {
-            ev = next_of(conn.as_mut()) => {
-                match ev {
-                    Some(Ok(TerminalEvent::Output(b))) => {
-                        let Some(c) = conn.as_ref() else { continue };
-                        let over = {
-                            let mut q = lock(&c.live.queue);
-                            q.bytes += b.len();
-                            q.chunks.push_back(b);
-                            q.bytes > c.max_bytes || q.chunks.len() > MAX_UNREAD_CHUNKS
-                        };
-                        c.live.readable.notify_one();
-                        if over {
-                            // AC-7.3.1: never a fabricated exit.
-                            let e = Error::new(
-                                Category::OutputLimit,
-                                Operation::TerminalOutput,
-                                Evidence::Unknown,
-                            )
-                            .with_reason("unread_output");
-                            finish_conn(&inner, &key, &mut run, &mut conn, Err(e)).await;
-                        }
+            ev = next_of(conn.as_mut()) => match ev {
+                Some(Ok(TerminalEvent::Output(b))) => {
+                    let Some(c) = conn.as_ref() else { continue };
+                    let pushed = lock(&c.live.queue).push(b, c.max_bytes);
+                    c.live.readable.notify_one();
+                    if let Err(e) = pushed {
+                        finish_conn(&inner, &key, &mut run, &mut conn, Err(e)).await;
                     }
-                    Some(Ok(TerminalEvent::Closed(outcome))) => {
-                        if let Some(c) = conn.take() {
-                            end_live(&inner, &key, &c.live, outcome);
-                        }
-                        run.handle_closed(inner.clock.now(), inner.clock.now_ms(), &outcome);
-                    }
-                    // The pull's own timeout: the session keeps running.
-                    Some(Err(_)) | None => {}
                 }
-            }
+                Some(Ok(TerminalEvent::Closed(outcome))) => {
+                    if let Some(c) = conn.take() {
+                        end_live(&inner, &key, &c.live, outcome);
+                    }
+                    inner.t.closed(&mut run, &outcome);
+                }
+                // The pull's own timeout: the session keeps running.
+                Some(Err(_)) | None => {}
+            },
             cmd = cmd_rx.recv() => {
                 let Some(cmd) = cmd else { continue };
                 match (cmd, conn.as_mut()) {
-                    (Cmd::Input(b, reply), Some(c)) => {
-                        let _ = reply.send(c.term.input(&b).await);
-                    }
+                    (Cmd::Input(b, reply), Some(c)) => reply(c.term.input(&b).await),
                     (Cmd::Resize(cols, rows, reply), Some(c)) => {
-                        let _ = reply.send(c.term.resize(cols, rows).await);
+                        reply(c.term.resize(cols, rows).await);
                     }
                     (Cmd::Close(reply), Some(_)) => {
-                        let outcome = close_conn(&inner, &key, &mut run, &mut conn).await;
-                        let _ = reply.send(outcome);
+                        reply(close_conn(&inner, &key, &mut run, &mut conn).await);
                     }
                     (Cmd::End(e), Some(_)) => {
                         finish_conn(&inner, &key, &mut run, &mut conn, Err(e)).await;
                     }
-                    (Cmd::Input(_, reply) | Cmd::Resize(_, _, reply), None) => {
-                        let _ = reply.send(Err(ended(Operation::TerminalInput)));
-                    }
-                    (Cmd::Close(reply), None) => {
-                        let _ = reply.send(Err(ended(Operation::TerminalClose)));
-                    }
-                    (Cmd::End(_), None) => {}
-                    (Cmd::Cancel, _) => run.cancel(inner.clock.now(), inner.clock.now_ms()),
+                    (Cmd::Cancel, _) => inner.t.cancel(&mut run),
+                    (cmd, None) => cmd.refuse(),
                 }
             }
-            () = sleep => {
-                let mut st = lock(&inner.state);
-                inner.expire(&mut st, inner.clock.now());
-                drop(st);
-                run.handle_timeout(inner.clock.now(), inner.clock.now_ms());
-            }
+            () = sleep => inner.t.tick(&mut run),
         }
     }
     if owns_key {
-        lock(&inner.state).runs.remove(&key);
+        inner.t.end_run(&key);
     }
     inner.changed.notify_waiters();
 }
@@ -707,7 +491,7 @@ async fn finish_conn(
     conn: &mut Option<Conn>,
     outcome: Result<TerminalExit, Error>,
 ) {
-    run.handle_closed(inner.clock.now(), inner.clock.now_ms(), &outcome);
+    inner.t.closed(run, &outcome);
     if let Some(c) = conn.take() {
         let _ = c.term.close().await;
         end_live(inner, key, &c.live, outcome);
@@ -727,13 +511,13 @@ async fn close_conn(
     };
     let outcome = c.term.close().await;
     end_live(inner, key, &c.live, outcome);
-    run.handle_closed(inner.clock.now(), inner.clock.now_ms(), &outcome);
+    inner.t.closed(run, &outcome);
     outcome
 }
 
 /// Records the final event for the consumer and marks the buffer finished.
 fn end_live(inner: &Inner, key: &RecordKey, live: &Live, outcome: Result<TerminalExit, Error>) {
-    lock(&live.queue).closed.get_or_insert(outcome);
+    lock(&live.queue).close(outcome);
     live.readable.notify_one();
-    lock(&inner.state).registry.finished(inner.clock.now(), key);
+    inner.t.finished(key);
 }

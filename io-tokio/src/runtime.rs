@@ -1,13 +1,14 @@
 //! The managed runtime (DESIGN.md §5a): a driver of one
 //! [`smolbox_core::managed::controller::Controller`] per runtime.
 //!
-//! The driver task owns the controller. It performs the controller's store
-//! ops on tokio's blocking pool (at most `max_active + 2` at once) through
-//! [`smolbox_store::apply_op`], its worker ops through the configured
-//! workers' [`Client`]s, feeds every answer back with the current time, and
-//! wakes at the controller's `poll_timeout`. It makes no decision of its
-//! own: acceptance, dispatch, renewal, cancellation, deadlines and recovery
-//! are the controller's.
+//! The driver task owns the controller's bookkeeping
+//! ([`smolbox_store::runtime::Host`], shared with the blocking shell). It
+//! performs the controller's store ops on tokio's blocking pool (at most
+//! `max_active + 2` at once) through [`smolbox_store::apply_op`], its worker
+//! ops through the configured workers' [`Client`]s, feeds every answer back,
+//! and wakes at the controller's `poll_timeout`. It makes no decision of
+//! its own: acceptance, dispatch, renewal, cancellation, deadlines and
+//! recovery are the controller's.
 //!
 //! The public API is the same in both shells: [`Runtime::builder`] →
 //! [`RuntimeBuilder::build`], then [`Runtime::submit`] (returns at durable
@@ -15,237 +16,73 @@
 //! to repeat), [`Runtime::cancel`], [`Runtime::reconcile`],
 //! [`Runtime::shutdown`] and [`Runtime::run`] (submit + wait).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::hash::{BuildHasher, Hasher};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use smolbox_core::managed::controller::machine_settled;
 use smolbox_core::managed::controller::machines::{check_list_limit, check_wait_ms};
-use smolbox_core::managed::controller::{
-    Controller, ControllerConfig, ControllerEvent, Finished, OpId, StoreOp, StoreResult, Submit,
-    WorkerEntry, WorkerOp, WorkerReply, WorkerResult, owner_id,
-};
 pub use smolbox_core::managed::controller::{
     MachineAnswer, MachineRequest, Outcome, RequestId, Resolution, Submission, Telemetry,
+};
+use smolbox_core::managed::controller::{
+    OpId, StoreOp, Submit, WorkerOp, WorkerReply, WorkerResult,
 };
 use smolbox_core::managed::state::MachineOperation;
 use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
 use smolbox_core::managed::{MachineRecord, RetainedMachineSpec};
-use smolbox_core::worker::Profile;
 use smolbox_core::{Category, Error, Evidence, Operation};
 use smolbox_store::Page;
 use smolbox_store::Store;
 pub use smolbox_store::keys::{key_file, load_or_create_keys};
+use smolbox_store::runtime::{
+    Answer, Build, Builder, Command, Host, MachineCall, Notices, Perform, Reply, lock,
+    machine_call, stopped, wait_expired,
+};
+pub use smolbox_store::runtime::{
+    Clock, MAX_NOTICES, MAX_WAIT_MS, SystemClock, WAIT_POLL, default_owner,
+};
 use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 
 use crate::Client;
+use crate::managed_terminal::ManagedTerminals;
 
-/// Longest single wait (C16).
-pub const MAX_WAIT_MS: u64 = 900_000;
-/// How often a wait re-reads the store (C16: about 25 ms).
-pub const WAIT_POLL: Duration = Duration::from_millis(25);
-/// Finished notices kept for waiters (oldest dropped first).
-pub const MAX_NOTICES: usize = 64;
+/// Options of a [`Runtime`] (C12.1); [`RuntimeBuilder::build`] checks them
+/// and starts the driver task on the current tokio runtime.
+pub type RuntimeBuilder = Builder<Runtime>;
 
-/// Wall-clock and monotonic time for the controller (C12.1: injectable).
-pub trait Clock: Send + Sync {
-    /// Monotonic now.
-    fn now(&self) -> Instant;
-    /// Wall-clock milliseconds since the Unix epoch.
-    fn now_ms(&self) -> u64;
-}
+impl Build for Runtime {
+    type Client = Client;
 
-/// The system clocks.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> Instant {
-        Instant::now()
-    }
-
-    fn now_ms(&self) -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-    }
-}
-
-/// A controller id unique to this process: `ctl-<pid>-<random>`.
-pub fn default_owner() -> String {
-    let random = std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish();
-    owner_id(std::process::id(), random)
-}
-
-/// Options of a [`Runtime`] (C12.1); [`RuntimeBuilder::build`] checks them.
-pub struct RuntimeBuilder {
-    store: Arc<dyn Store>,
-    fingerprint_key: FingerprintKey,
-    config: ControllerConfig,
-    clients: BTreeMap<String, Client>,
-    ephemeral: bool,
-    clock: Arc<dyn Clock>,
-}
-
-impl std::fmt::Debug for RuntimeBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RuntimeBuilder")
-            .field("config", &self.config)
-            .field("ephemeral", &self.ephemeral)
-            .finish_non_exhaustive()
-    }
-}
-
-impl RuntimeBuilder {
-    /// The controller id (an identifier; default [`default_owner`]). Two
-    /// runtimes sharing a store must never share an id.
-    #[must_use]
-    pub fn owner(mut self, owner: &str) -> Self {
-        owner.clone_into(&mut self.config.owner);
-        self
-    }
-
-    /// Adds a worker: commands naming `id` go through `client`.
-    #[must_use]
-    pub fn worker(mut self, id: &str, client: Client) -> Self {
-        self.config.workers.push(WorkerEntry::new(id));
-        self.clients.insert(id.to_owned(), client);
-        self
-    }
-
-    /// Adds a worker that also runs disposable machines (C12.4): the
-    /// controller creates, starts, stops and deletes them with `profile`,
-    /// the worker's admitted version profile (`Client::admit`).
-    #[must_use]
-    pub fn worker_with_profile(mut self, id: &str, client: Client, profile: Profile) -> Self {
-        self.config
-            .workers
-            .push(WorkerEntry::new(id).with_profile(profile));
-        self.clients.insert(id.to_owned(), client);
-        self
-    }
-
-    /// `max_pending` of `accept` (1–10,000; default 128).
-    #[must_use]
-    pub fn max_pending(mut self, n: u32) -> Self {
-        self.config.max_pending = n;
-        self
-    }
-
-    /// Most executions driven at once (1–64; default 4).
-    #[must_use]
-    pub fn max_active(mut self, n: usize) -> Self {
-        self.config.max_active = n;
-        self
-    }
-
-    /// Due-scan interval in ms (10–5,000; default 250).
-    #[must_use]
-    pub fn poll_interval_ms(mut self, ms: u64) -> Self {
-        self.config.poll_interval_ms = ms;
-        self
-    }
-
-    /// Claim and lease TTL in ms (1,000–900,000, ≥ 4 × poll; default 30,000).
-    #[must_use]
-    pub fn lease_ttl_ms(mut self, ms: u64) -> Self {
-        self.config.lease_ttl_ms = ms;
-        self
-    }
-
-    /// Cleanup mutation attempts (1–20; default 5).
-    #[must_use]
-    pub fn cleanup_attempts(mut self, n: u32) -> Self {
-        self.config.cleanup_attempts = n;
-        self
-    }
-
-    /// Telemetry queue length (1–1,024; default 128).
-    #[must_use]
-    pub fn telemetry_pending(mut self, n: usize) -> Self {
-        self.config.telemetry_pending = n;
-        self
-    }
-
-    /// Accepts a non-durable store (the in-memory one). Off by default: a
-    /// durable runtime refuses it (C12.1 mode).
-    #[must_use]
-    pub fn ephemeral(mut self, yes: bool) -> Self {
-        self.ephemeral = yes;
-        self
-    }
-
-    /// The clock (default [`SystemClock`]).
-    #[must_use]
-    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
-        self
-    }
-
-    /// Checks the options and starts the driver task on the current tokio
-    /// runtime; the first due scan (recovery) starts at once.
-    ///
-    /// # Errors
-    /// `validation` (operation `config`) for a bad option, a non-durable
-    /// store without [`RuntimeBuilder::ephemeral`], or no tokio runtime.
-    pub fn build(self) -> Result<Runtime, Error> {
-        if !self.store.info().durable && !self.ephemeral {
-            return Err(Error::validation(Operation::Config, "store_not_durable"));
-        }
+    fn build(builder: RuntimeBuilder) -> Result<Self, Error> {
+        builder.check_durable()?;
         let handle = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::validation(Operation::Config, "no_tokio_runtime"))?;
-        // The controller's options first: its errors name the option.
-        self.config.validate()?;
-        let terminals = crate::managed_terminal::ManagedTerminals::new(
-            Arc::clone(&self.store),
-            self.fingerprint_key.clone(),
-            smolbox_core::managed::controller::terminal::TermConfig::of(&self.config),
-            self.clients.clone(),
-            Arc::clone(&self.clock),
-            self.config.max_active,
-        )?;
-        let max_ops = self.config.max_active + 2;
-        let telemetry_cap = self.config.telemetry_pending;
-        let span = smolbox_store::trace::driver_span(&self.config.owner);
-        let controller = Controller::new(
-            self.config,
-            self.fingerprint_key,
-            self.clock.now(),
-            self.clock.now_ms(),
-        )?;
+        let p = builder.into_parts()?;
+        let terminals = ManagedTerminals::new(&p)?;
         let shared = Arc::new(Shared {
-            notices: Mutex::new(Notices {
-                telemetry_cap: telemetry_cap.max(1),
-                ..Notices::default()
-            }),
+            notices: Mutex::new(p.notices),
             changed: Notify::new(),
         });
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
         let (res_tx, res_rx) = mpsc::unbounded_channel();
         let driver = Driver {
-            terminals: terminals.clone(),
-            controller,
-            store: Arc::clone(&self.store),
-            clients: self.clients,
-            clock: Arc::clone(&self.clock),
+            host: p.host,
+            clock: Arc::clone(&p.clock),
             shared: Arc::clone(&shared),
-            res_tx,
-            pool: Arc::new(Semaphore::new(max_ops)),
-            accept_waiters: BTreeMap::new(),
-            cancel_waiters: BTreeMap::new(),
-            machine_waiters: BTreeMap::new(),
-            stop_waiters: Vec::new(),
-            stopped: false,
+            io: Io {
+                terminals: terminals.clone(),
+                store: Arc::clone(&p.store),
+                clients: p.clients,
+                res_tx,
+                pool: Arc::new(Semaphore::new(p.max_active + 2)),
+            },
         };
         handle.spawn(tracing::Instrument::instrument(
             driver.run(cmd_rx, res_rx),
-            span,
+            p.span,
         ));
-        Ok(Runtime {
-            store: self.store,
+        Ok(Self {
+            store: p.store,
             cmd: cmd_tx,
             shared,
             terminals,
@@ -253,52 +90,19 @@ impl RuntimeBuilder {
     }
 }
 
-/// Finished notices and the keys the controller drives, shared with waiters.
-#[derive(Debug, Default)]
-struct Notices {
-    finished: BTreeMap<RecordKey, Finished>,
-    order: VecDeque<RecordKey>,
-    driven: BTreeSet<RecordKey>,
-    /// Lifecycle telemetry not yet taken (≤ telemetry pending; oldest
-    /// dropped first, counted in each entry's `dropped`).
-    telemetry: VecDeque<Telemetry>,
-    telemetry_cap: usize,
-}
-
+/// The driver's notices, shared with waiters.
 #[derive(Debug)]
 struct Shared {
     notices: Mutex<Notices>,
     changed: Notify,
 }
 
-impl Shared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Notices> {
-        self.notices.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-enum Cmd {
-    Submit(Box<Submit>, oneshot::Sender<Result<Submission, Error>>),
-    Cancel(RecordKey, oneshot::Sender<Result<ExecutionRecord, Error>>),
-    Machine(
-        Box<MachineRequest>,
-        oneshot::Sender<Result<MachineAnswer, Error>>,
-    ),
-    Reconcile,
-    Shutdown(oneshot::Sender<()>),
-}
-
-enum Answer {
-    Stored(OpId, Box<StoreResult>),
-    Worker(OpId, WorkerResult),
-}
-
 /// Runs managed commands through a controller over a durable store.
 pub struct Runtime {
     store: Arc<dyn Store>,
-    cmd: mpsc::UnboundedSender<Cmd>,
+    cmd: mpsc::UnboundedSender<Command>,
     shared: Arc<Shared>,
-    terminals: crate::managed_terminal::ManagedTerminals,
+    terminals: ManagedTerminals,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -307,28 +111,35 @@ impl std::fmt::Debug for Runtime {
     }
 }
 
-fn gone(op: Operation) -> Error {
-    Error::new(Category::Unknown, op, Evidence::Unknown).with_reason("runtime_stopped")
+/// A waiter's reply over a oneshot channel.
+fn reply<T: Send + 'static>(tx: oneshot::Sender<T>) -> Reply<T> {
+    Box::new(move |v| {
+        let _ = tx.send(v);
+    })
 }
 
 impl Runtime {
     /// A builder over `store` with the host's fingerprint key (32–4,096
     /// bytes, stable across restarts, distinct from the encryption key).
     pub fn builder(store: Arc<dyn Store>, fingerprint_key: FingerprintKey) -> RuntimeBuilder {
-        RuntimeBuilder {
-            store,
-            fingerprint_key,
-            config: ControllerConfig::new(&default_owner()),
-            clients: BTreeMap::new(),
-            ephemeral: false,
-            clock: Arc::new(SystemClock),
-        }
+        RuntimeBuilder::new(store, fingerprint_key)
     }
 
     /// The managed terminals of this runtime (C7.4): `open`, `attach`,
     /// `cancel`, `recover`; live connections belong to this runtime.
-    pub fn terminals(&self) -> &crate::managed_terminal::ManagedTerminals {
+    pub fn terminals(&self) -> &ManagedTerminals {
         &self.terminals
+    }
+
+    /// Sends one request to the driver and waits for its answer.
+    async fn ask<T: Send + 'static>(
+        &self,
+        op: Operation,
+        make: impl FnOnce(Reply<Result<T, Error>>) -> Command,
+    ) -> Result<T, Error> {
+        let (tx, rx) = oneshot::channel();
+        self.cmd.send(make(reply(tx))).map_err(|_| stopped(op))?;
+        rx.await.map_err(|_| stopped(op))?
     }
 
     /// Submits a command; returns once the record is durable (or already
@@ -340,11 +151,8 @@ impl Runtime {
     /// `admission_exhausted`, or the store's error (never read as absence;
     /// an ambiguous acceptance is resolved by submitting the same spec again).
     pub async fn submit(&self, submit: Submit) -> Result<Submission, Error> {
-        let (tx, rx) = oneshot::channel();
-        self.cmd
-            .send(Cmd::Submit(Box::new(submit), tx))
-            .map_err(|_| gone(Operation::Submit))?;
-        rx.await.map_err(|_| gone(Operation::Submit))?
+        self.ask(Operation::Submit, |r| Command::Submit(Box::new(submit), r))
+            .await
     }
 
     /// The stored record.
@@ -373,19 +181,12 @@ impl Runtime {
         loop {
             let notified = self.shared.changed.notified();
             let record = self.fetch(key).await?;
-            let outcome = {
-                let n = self.shared.lock();
-                Outcome::settle(record, n.finished.get(key), n.driven.contains(key))
-            };
-            if let Some(o) = outcome {
+            if let Some(o) = lock(&self.shared.notices).settle(key, record) {
                 return Ok(o);
             }
             let now = tokio::time::Instant::now();
             if now >= deadline {
-                return Err(
-                    Error::new(Category::Expired, Operation::Await, Evidence::Unknown)
-                        .with_reason("wait_timeout"),
-                );
+                return Err(wait_expired());
             }
             let step = (deadline - now).min(WAIT_POLL);
             let _ = tokio::time::timeout(step, notified).await;
@@ -398,30 +199,27 @@ impl Runtime {
     /// # Errors
     /// `not_found` for an absent record; the store's error.
     pub async fn cancel(&self, key: &RecordKey) -> Result<ExecutionRecord, Error> {
-        let (tx, rx) = oneshot::channel();
-        self.cmd
-            .send(Cmd::Cancel(key.clone(), tx))
-            .map_err(|_| gone(Operation::Cancel))?;
-        rx.await.map_err(|_| gone(Operation::Cancel))?
+        self.ask(Operation::Cancel, |r| Command::Cancel(key.clone(), r))
+            .await
     }
 
     /// Takes the lifecycle telemetry delivered so far (C20): identifiers,
     /// states and evidence only. Bounded and lossy: an entry's `epoch` and
     /// `dropped` say whether entries were lost before it.
     pub fn telemetry(&self) -> Vec<Telemetry> {
-        self.shared.lock().telemetry.drain(..).collect()
+        lock(&self.shared.notices).take_telemetry()
     }
 
     /// Schedules a due scan now (observation only; never a replay).
     pub fn reconcile(&self) {
-        let _ = self.cmd.send(Cmd::Reconcile);
+        let _ = self.cmd.send(Command::Reconcile);
     }
 
     /// Stops taking work and returns once nothing is outstanding
     /// (executions already dispatched are driven to their end).
     pub async fn shutdown(&self) {
         let (tx, rx) = oneshot::channel();
-        if self.cmd.send(Cmd::Shutdown(tx)).is_ok() {
+        if self.cmd.send(Command::Shutdown(reply(tx))).is_ok() {
             let _ = rx.await;
         }
     }
@@ -463,13 +261,13 @@ pub struct Machines<'a> {
 }
 
 impl Machines<'_> {
-    async fn request(&self, req: MachineRequest) -> Result<MachineAnswer, Error> {
-        let (tx, rx) = oneshot::channel();
-        self.rt
-            .cmd
-            .send(Cmd::Machine(Box::new(req), tx))
-            .map_err(|_| gone(Operation::Submit))?;
-        rx.await.map_err(|_| gone(Operation::Submit))?
+    async fn call<T: Send + 'static>(&self, call: MachineCall<T>) -> Result<T, Error> {
+        let (req, read) = call.into_parts();
+        let answer = self
+            .rt
+            .ask(Operation::Submit, |r| Command::Machine(Box::new(req), r))
+            .await?;
+        read(answer)
     }
 
     /// Creates a machine (deduplicated by scoped fingerprint, tombstones
@@ -482,12 +280,7 @@ impl Machines<'_> {
         key: &RecordKey,
         spec: &RetainedMachineSpec,
     ) -> Result<(MachineRecord, bool), Error> {
-        self.request(MachineRequest::Create {
-            key: key.clone(),
-            spec: spec.clone(),
-        })
-        .await?
-        .into_machine()
+        self.call(machine_call::create(key, spec)).await
     }
 
     /// Machines of `scope` (deleted included), by id after `cursor`;
@@ -536,29 +329,10 @@ impl Machines<'_> {
             }
             let now = tokio::time::Instant::now();
             if now >= deadline {
-                return Err(
-                    Error::new(Category::Expired, Operation::Await, Evidence::Unknown)
-                        .with_reason("wait_timeout"),
-                );
+                return Err(wait_expired());
             }
             let _ = tokio::time::timeout((deadline - now).min(WAIT_POLL), notified).await;
         }
-    }
-
-    async fn lifecycle(
-        &self,
-        key: &RecordKey,
-        action: MachineOperation,
-        version: u64,
-    ) -> Result<MachineRecord, Error> {
-        self.request(MachineRequest::Lifecycle {
-            key: key.clone(),
-            action,
-            version,
-        })
-        .await?
-        .into_machine()
-        .map(|(m, _)| m)
     }
 
     /// Versioned start (returns once the request is durable).
@@ -566,7 +340,12 @@ impl Machines<'_> {
     /// # Errors
     /// `stale_version`, `admission_exhausted`, the store's error.
     pub async fn start(&self, key: &RecordKey, version: u64) -> Result<MachineRecord, Error> {
-        self.lifecycle(key, MachineOperation::Start, version).await
+        self.call(machine_call::lifecycle(
+            key,
+            MachineOperation::Start,
+            version,
+        ))
+        .await
     }
 
     /// Versioned stop (rejected while a command holds the slot).
@@ -574,7 +353,12 @@ impl Machines<'_> {
     /// # Errors
     /// As [`Machines::start`].
     pub async fn stop(&self, key: &RecordKey, version: u64) -> Result<MachineRecord, Error> {
-        self.lifecycle(key, MachineOperation::Stop, version).await
+        self.call(machine_call::lifecycle(
+            key,
+            MachineOperation::Stop,
+            version,
+        ))
+        .await
     }
 
     /// Versioned delete (rejected while a command holds the slot).
@@ -582,7 +366,12 @@ impl Machines<'_> {
     /// # Errors
     /// As [`Machines::start`].
     pub async fn delete(&self, key: &RecordKey, version: u64) -> Result<MachineRecord, Error> {
-        self.lifecycle(key, MachineOperation::Delete, version).await
+        self.call(machine_call::lifecycle(
+            key,
+            MachineOperation::Delete,
+            version,
+        ))
+        .await
     }
 
     /// Submits `command` into the machine's slot under `key`; returns at
@@ -597,13 +386,7 @@ impl Machines<'_> {
         key: &RecordKey,
         command: &smolbox_core::exec::Command,
     ) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error> {
-        self.request(MachineRequest::Submit {
-            machine: machine.clone(),
-            key: key.clone(),
-            command: command.clone(),
-        })
-        .await?
-        .into_submitted()
+        self.call(machine_call::submit(machine, key, command)).await
     }
 
     /// Observes the worker and records what it shows (C14.2).
@@ -611,10 +394,7 @@ impl Machines<'_> {
     /// # Errors
     /// `stale_version` when the record changed during the observation.
     pub async fn reconcile(&self, key: &RecordKey) -> Result<MachineRecord, Error> {
-        self.request(MachineRequest::Reconcile { key: key.clone() })
-            .await?
-            .into_machine()
-            .map(|(m, _)| m)
+        self.call(machine_call::reconcile(key)).await
     }
 
     /// Records an ownership-verified stop for draining (C17.3); the slot
@@ -627,13 +407,7 @@ impl Machines<'_> {
         key: &RecordKey,
         version: u64,
     ) -> Result<MachineRecord, Error> {
-        self.request(MachineRequest::StopForDrain {
-            key: key.clone(),
-            version,
-        })
-        .await?
-        .into_machine()
-        .map(|(m, _)| m)
+        self.call(machine_call::stop_for_drain(key, version)).await
     }
 
     /// Quiescent resolution (C17.3).
@@ -648,14 +422,8 @@ impl Machines<'_> {
         quiesced: bool,
         disposition: Resolution,
     ) -> Result<(MachineRecord, Option<ExecutionRecord>), Error> {
-        self.request(MachineRequest::Resolve {
-            key: key.clone(),
-            version,
-            quiesced,
-            disposition,
-        })
-        .await?
-        .into_resolved()
+        self.call(machine_call::resolve(key, version, quiesced, disposition))
+            .await
     }
 }
 
@@ -666,134 +434,59 @@ impl Runtime {
     }
 }
 
+/// The driver task: the shared bookkeeping plus this shell's waiting.
 struct Driver {
-    terminals: crate::managed_terminal::ManagedTerminals,
-    controller: Controller,
-    store: Arc<dyn Store>,
-    clients: BTreeMap<String, Client>,
+    host: Host,
     clock: Arc<dyn Clock>,
     shared: Arc<Shared>,
+    io: Io,
+}
+
+/// What the driver starts for the controller: tasks.
+struct Io {
+    terminals: ManagedTerminals,
+    store: Arc<dyn Store>,
+    clients: std::collections::BTreeMap<String, Client>,
     res_tx: mpsc::UnboundedSender<Answer>,
     pool: Arc<Semaphore>,
-    accept_waiters: BTreeMap<RecordKey, VecDeque<oneshot::Sender<Result<Submission, Error>>>>,
-    cancel_waiters: BTreeMap<RecordKey, VecDeque<oneshot::Sender<Result<ExecutionRecord, Error>>>>,
-    machine_waiters: BTreeMap<RequestId, oneshot::Sender<Result<MachineAnswer, Error>>>,
-    stop_waiters: Vec<oneshot::Sender<()>>,
-    stopped: bool,
 }
 
 impl Driver {
     async fn run(
         mut self,
-        mut cmds: mpsc::UnboundedReceiver<Cmd>,
+        mut cmds: mpsc::UnboundedReceiver<Command>,
         mut answers: mpsc::UnboundedReceiver<Answer>,
     ) {
         let mut cmds_open = true;
         loop {
-            self.drain();
-            if self.stopped && !cmds_open {
+            if self.host.drain(&self.shared.notices, &mut self.io) {
+                self.shared.changed.notify_waiters();
+            }
+            if self.host.is_stopped() && !cmds_open {
                 return;
             }
-            let sleep = self.controller.poll_timeout().map(|at| {
+            let sleep = self.host.poll_timeout().map(|at| {
                 let left = at.saturating_duration_since(self.clock.now());
                 tokio::time::Instant::now() + left
             });
             tokio::select! {
                 cmd = cmds.recv(), if cmds_open => match cmd {
-                    Some(cmd) => self.command(cmd),
+                    Some(cmd) => self.host.command(cmd),
                     None => {
                         // Every handle is gone: finish what is in flight.
                         cmds_open = false;
-                        self.controller.shutdown(self.clock.now(), self.clock.now_ms());
+                        self.host.close();
                     }
                 },
-                Some(answer) = answers.recv() => {
-                    let (now, now_ms) = (self.clock.now(), self.clock.now_ms());
-                    match answer {
-                        Answer::Stored(id, r) => {
-                            smolbox_store::trace::store_result(id, &r);
-                            self.controller.handle_stored(now, now_ms, id, *r);
-                        }
-                        Answer::Worker(id, r) => {
-                            smolbox_store::trace::worker_result(id, &r);
-                            self.controller.handle_worker(now, now_ms, id, r);
-                        }
-                    }
-                }
-                () = sleep_until(sleep) => {
-                    self.controller.handle_timeout(self.clock.now(), self.clock.now_ms());
-                }
+                Some(answer) = answers.recv() => self.host.handle_answer(answer),
+                () = sleep_until(sleep) => self.host.handle_timeout(),
             }
         }
     }
+}
 
-    fn command(&mut self, cmd: Cmd) {
-        let (now, now_ms) = (self.clock.now(), self.clock.now_ms());
-        match cmd {
-            Cmd::Submit(submit, tx) => {
-                let key = submit.key.clone();
-                match self.controller.submit(now, now_ms, *submit) {
-                    Ok(()) => self.accept_waiters.entry(key).or_default().push_back(tx),
-                    Err(e) => {
-                        let _ = tx.send(Err(e));
-                    }
-                }
-            }
-            Cmd::Cancel(key, tx) => {
-                self.cancel_waiters
-                    .entry(key.clone())
-                    .or_default()
-                    .push_back(tx);
-                self.controller.cancel(now, now_ms, key);
-            }
-            Cmd::Machine(req, tx) => match self.controller.machine(now, now_ms, *req) {
-                Ok(id) => {
-                    self.machine_waiters.insert(id, tx);
-                }
-                Err(e) => {
-                    let _ = tx.send(Err(e));
-                }
-            },
-            Cmd::Reconcile => self.controller.reconcile(now, now_ms),
-            Cmd::Shutdown(tx) => {
-                if self.stopped {
-                    let _ = tx.send(());
-                } else {
-                    self.stop_waiters.push(tx);
-                    self.controller.shutdown(now, now_ms);
-                }
-            }
-        }
-    }
-
-    /// Performs every op the controller asks for and delivers its events.
-    fn drain(&mut self) {
-        while let Some((id, op)) = self.controller.poll_store_op() {
-            smolbox_store::trace::store_op(id, &op);
-            self.perform_store(id, op);
-        }
-        while let Some((id, op)) = self.controller.poll_worker_op() {
-            smolbox_store::trace::worker_op(id, &op);
-            self.perform_worker(id, op);
-        }
-        let mut changed = false;
-        while let Some(event) = self.controller.poll_event() {
-            changed |= self.deliver(event);
-        }
-        {
-            let mut n = self.shared.lock();
-            let driven: BTreeSet<RecordKey> = self.controller.active_keys().cloned().collect();
-            if driven != n.driven {
-                n.driven = driven;
-                changed = true;
-            }
-        }
-        if changed {
-            self.shared.changed.notify_waiters();
-        }
-    }
-
-    fn perform_store(&self, id: OpId, op: StoreOp) {
+impl Perform for Io {
+    fn store(&mut self, id: OpId, op: StoreOp) -> Result<(), Error> {
         let store = Arc::clone(&self.store);
         let pool = Arc::clone(&self.pool);
         let tx = self.res_tx.clone();
@@ -806,9 +499,10 @@ impl Driver {
             .await;
             let _ = tx.send(Answer::Stored(id, Box::new(r)));
         });
+        Ok(())
     }
 
-    fn perform_worker(&self, id: OpId, op: WorkerOp) {
+    fn worker(&mut self, id: OpId, op: WorkerOp) -> Result<(), Error> {
         let client = self.clients.get(op.worker_id()).cloned();
         let tx = self.res_tx.clone();
         tokio::spawn(async move {
@@ -818,83 +512,15 @@ impl Driver {
             };
             let _ = tx.send(Answer::Worker(id, r));
         });
+        Ok(())
     }
 
-    /// Delivers one event; true when waiters should look again.
-    fn deliver(&mut self, event: ControllerEvent) -> bool {
-        smolbox_store::trace::event(&event);
-        match event {
-            ControllerEvent::Accepted { key, existing, .. } => {
-                if let Some(tx) = pop(&mut self.accept_waiters, &key) {
-                    let _ = tx.send(Ok(Submission { key, existing }));
-                }
-                true
-            }
-            ControllerEvent::Refused { key, error } => {
-                if let Some(tx) = pop(&mut self.accept_waiters, &key) {
-                    let _ = tx.send(Err(error));
-                }
-                false
-            }
-            ControllerEvent::CancelRecorded { key, result } => {
-                if let Some(tx) = pop(&mut self.cancel_waiters, &key) {
-                    let _ = tx.send(result.map(|r| *r));
-                }
-                true
-            }
-            ControllerEvent::Finished(f) => {
-                let mut n = self.shared.lock();
-                let key = f.key.clone();
-                if n.finished.insert(key.clone(), *f).is_none() {
-                    n.order.push_back(key);
-                    if n.order.len() > MAX_NOTICES
-                        && let Some(old) = n.order.pop_front()
-                    {
-                        n.finished.remove(&old);
-                    }
-                }
-                true
-            }
-            ControllerEvent::Telemetry(t) => {
-                let mut n = self.shared.lock();
-                if n.telemetry.len() >= n.telemetry_cap {
-                    n.telemetry.pop_front();
-                }
-                n.telemetry.push_back(t);
-                false
-            }
-            ControllerEvent::Machine(d) => {
-                if let Some(tx) = self.machine_waiters.remove(&d.id) {
-                    let _ = tx.send(d.result);
-                }
-                true
-            }
-            ControllerEvent::TerminalDue(rec) => {
-                // Recovery of a terminal not driven here (C7.4).
-                let terminals = self.terminals.clone();
-                tokio::spawn(async move {
-                    let _ = terminals.recover(&rec.key).await;
-                });
-                false
-            }
-            ControllerEvent::Stopped => {
-                self.stopped = true;
-                for tx in self.stop_waiters.drain(..) {
-                    let _ = tx.send(());
-                }
-                false
-            }
-        }
+    fn recover_terminal(&mut self, key: RecordKey) {
+        let terminals = self.terminals.clone();
+        tokio::spawn(async move {
+            let _ = terminals.recover(&key).await;
+        });
     }
-}
-
-fn pop<T>(map: &mut BTreeMap<RecordKey, VecDeque<T>>, key: &RecordKey) -> Option<T> {
-    let q = map.get_mut(key)?;
-    let v = q.pop_front();
-    if q.is_empty() {
-        map.remove(key);
-    }
-    v
 }
 
 async fn sleep_until(at: Option<tokio::time::Instant>) {

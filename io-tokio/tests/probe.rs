@@ -1,5 +1,9 @@
 //! The conformance probe against local peers of our own making (HTTP, SSE
 //! and WebSocket servers on 127.0.0.1 written byte by byte here).
+//!
+//! The same cases run against the blocking shell's probe with
+//! `SMOLBOX_PROBE_BIN=target/debug/examples/probe SMOLBOX_PROBE_SHELL=blocking`
+//! (after `cargo build -p smolbox-blocking --example probe`).
 
 #![allow(clippy::unwrap_used)] // test code
 
@@ -15,7 +19,9 @@ use tokio::sync::oneshot;
 /// Runs the probe and returns its JSON lines.
 async fn probe(args: Vec<String>) -> Vec<Value> {
     let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_smolbox-probe"))
+        let bin = std::env::var("SMOLBOX_PROBE_BIN")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_smolbox-probe").to_owned());
+        std::process::Command::new(bin)
             .args(&args)
             .output()
             .unwrap()
@@ -30,11 +36,12 @@ async fn probe(args: Vec<String>) -> Vec<Value> {
 }
 
 fn args(mode: &str, url: &str, extra: &[&str]) -> Vec<String> {
+    let shell = std::env::var("SMOLBOX_PROBE_SHELL").unwrap_or_else(|_| "tokio".to_owned());
     let mut v: Vec<String> = [
         mode,
         url,
         "--shell",
-        "tokio",
+        &shell,
         "--idle-timeout-ms",
         "2000",
         "--deadline-ms",

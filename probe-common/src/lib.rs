@@ -1,11 +1,17 @@
-//! The shell-independent half of smolbox's conformance probes: output
-//! lines, error classes, options, URL and hex helpers. Both probes
-//! (`io-tokio/src/bin/probe.rs`, `io-blocking/examples/probe.rs`) use it;
-//! only their I/O differs.
+//! The shell-independent half of smolbox's conformance probes: the run
+//! itself as a sans-IO machine ([`Probe`]), output lines, error classes,
+//! options, URL and hex helpers. Both probes (`io-tokio/src/bin/probe.rs`,
+//! `io-blocking/examples/probe.rs`) use it; they only connect and drive
+//! [`Probe`] with their shell's one driver.
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
+
+mod session;
+
+pub use session::{FLOOD_MESSAGE, Probe};
 
 use serde_json::{Value, json};
 use smolbox_core::http1::Method;
@@ -21,6 +27,24 @@ impl Out {
         let mut stdout = std::io::stdout().lock();
         let _ = writeln!(stdout, "{v}");
         let _ = stdout.flush();
+    }
+}
+
+/// The exit code of a run: 0 after success; 1 after a failure, whose
+/// `error` line is printed (a run the deadline cut short, or one that
+/// never started, gets its line here).
+pub fn finish(out: &mut Out, run: Result<Probe, Fail>) -> ExitCode {
+    match run.as_ref().map(Probe::outcome) {
+        Ok(Some(Ok(()))) => ExitCode::SUCCESS,
+        Ok(Some(Err(_))) => ExitCode::from(1),
+        Ok(None) => {
+            out.emit(&Fail::new("timeout", "deadline").to_json());
+            ExitCode::from(1)
+        }
+        Err(fail) => {
+            out.emit(&fail.to_json());
+            ExitCode::from(1)
+        }
     }
 }
 
@@ -152,6 +176,23 @@ impl Opts {
     /// # Errors
     /// A usage message.
     pub fn parse(args: &[String], shell: &str) -> Result<Self, String> {
+        Self::parse_args(args, shell)
+    }
+
+    /// The options of this process's command line; a usage error is
+    /// printed to stderr and is exit code 2.
+    ///
+    /// # Errors
+    /// The exit code of a usage error.
+    pub fn from_env(shell: &str) -> Result<Self, ExitCode> {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        Self::parse(&args, shell).map_err(|msg| {
+            let _ = writeln!(std::io::stderr(), "usage error: {msg}");
+            ExitCode::from(2)
+        })
+    }
+
+    fn parse_args(args: &[String], shell: &str) -> Result<Self, String> {
         let mut it = args.iter();
         let mode = it.next().ok_or("missing MODE")?.clone();
         if !matches!(mode.as_str(), "http" | "sse" | "ws" | "ws-echo") {

@@ -5,7 +5,7 @@
 
 use smolbox_core::managed::claim::{self, Fence, stale_claim};
 use smolbox_core::managed::envelope::{exec_requirements, machine_requirements};
-use smolbox_core::managed::patch::{apply_exec, apply_machine};
+use smolbox_core::managed::patch::{apply_exec, apply_exec_steps, apply_machine, intent_at_accept};
 use smolbox_core::managed::record::{Assignment, Resources};
 use smolbox_core::managed::slot::{self, Disposition, Finish};
 use smolbox_core::managed::state::{Cleanup, ExecState, MachineOperation};
@@ -163,12 +163,43 @@ pub(crate) fn accept<B: Backend>(
     rec: &ExecutionRecord,
     max_pending: u32,
 ) -> Result<Accepted<ExecutionRecord>, Error> {
+    accept_as(b, rec, max_pending, false)
+}
+
+/// `accept`, and for an inserted record its dispatch intent in the same
+/// transaction (`patch::intent_at_accept`); an existing record is
+/// returned untouched.
+pub(crate) fn accept_dispatching<B: Backend>(
+    b: &B,
+    rec: &ExecutionRecord,
+    max_pending: u32,
+) -> Result<Accepted<ExecutionRecord>, Error> {
+    accept_as(b, rec, max_pending, true)
+}
+
+/// The record an acceptance inserts: `rec` itself, or with its intent.
+fn inserted(rec: &ExecutionRecord, intent: bool, op: Operation) -> Result<ExecutionRecord, Error> {
+    if intent {
+        intent_at_accept(rec).map_err(|e| e.with_operation(op))
+    } else {
+        Ok(rec.clone())
+    }
+}
+
+fn accept_as<B: Backend>(
+    b: &B,
+    rec: &ExecutionRecord,
+    max_pending: u32,
+    intent: bool,
+) -> Result<Accepted<ExecutionRecord>, Error> {
     let op = Operation::StoreAccept;
     check_pending(max_pending, op)?;
     rec.validate().map_err(|e| e.with_operation(op))?;
     if rec.state != ExecState::Accepted || rec.version != 1 {
         return Err(Error::validation(op, "not_freshly_accepted"));
     }
+    // Checked before the transaction, so a refused intent stores nothing.
+    let insert = inserted(rec, intent, op)?;
     if !b
         .info()
         .capabilities
@@ -188,8 +219,8 @@ pub(crate) fn accept<B: Backend>(
         if pending >= u64::from(max_pending) {
             return Err(exhausted(op, "max_pending").with_limit(pending + 1, max_pending.into()));
         }
-        tx.put_exec(rec, true)?;
-        Ok(Accepted::Inserted(rec.clone()))
+        tx.put_exec(&insert, true)?;
+        Ok(Accepted::Inserted(insert.clone()))
     })
 }
 
@@ -284,6 +315,24 @@ pub(crate) fn write<B: Backend>(
     b.transact(op, Lock::Record, &mut |tx| {
         let rec = guarded_exec(tx, key, guard, now_ms, op)?;
         let next = apply_exec(&rec, patch, now_ms).map_err(|e| e.with_operation(op))?;
+        tx.put_exec(&next, false)?;
+        Ok(next)
+    })
+}
+
+/// A guarded write of several patches in one transaction: the guard is
+/// checked once, each patch by the pure rules (`apply_exec_steps`).
+pub(crate) fn write_steps<B: Backend>(
+    b: &B,
+    key: &RecordKey,
+    guard: &Guard,
+    patches: &[ExecPatch],
+    now_ms: u64,
+) -> Result<ExecutionRecord, Error> {
+    let op = Operation::StoreWrite;
+    b.transact(op, Lock::Record, &mut |tx| {
+        let rec = guarded_exec(tx, key, guard, now_ms, op)?;
+        let next = apply_exec_steps(&rec, patches, now_ms).map_err(|e| e.with_operation(op))?;
         tx.put_exec(&next, false)?;
         Ok(next)
     })
@@ -631,10 +680,12 @@ pub(crate) fn claim_machine_version<B: Backend>(
     let op = Operation::StoreClaim;
     b.transact(op, Lock::Record, &mut |tx| {
         let rec = tx.machine(key)?.ok_or(not_found(op))?;
-        if rec.version != version {
-            return Err(claim::stale_version(op));
-        }
-        let next = claim::claim_machine(&rec, owner, now_ms, ttl_ms)?;
+        let lease = match &rec.assignment {
+            Some(a) => tx.lease(&a.worker_id)?,
+            None => None,
+        };
+        let next =
+            claim::claim_machine_version(&rec, owner, version, lease.as_ref(), now_ms, ttl_ms)?;
         tx.put_machine(&next, false)?;
         Ok(next)
     })
@@ -780,12 +831,33 @@ pub(crate) fn submit<B: Backend>(
     rec: &ExecutionRecord,
     max_pending: u32,
 ) -> Result<Accepted<Submitted>, Error> {
+    submit_as(b, rec, max_pending, false)
+}
+
+/// `submit`, and for an inserted command its dispatch intent in the same
+/// transaction (after the slot is taken); an existing command is returned
+/// untouched.
+pub(crate) fn submit_dispatching<B: Backend>(
+    b: &B,
+    rec: &ExecutionRecord,
+    max_pending: u32,
+) -> Result<Accepted<Submitted>, Error> {
+    submit_as(b, rec, max_pending, true)
+}
+
+fn submit_as<B: Backend>(
+    b: &B,
+    rec: &ExecutionRecord,
+    max_pending: u32,
+    intent: bool,
+) -> Result<Accepted<Submitted>, Error> {
     let op = Operation::StoreAccept;
     check_pending(max_pending, op)?;
     rec.validate().map_err(|e| e.with_operation(op))?;
     if rec.state != ExecState::Accepted || rec.version != 1 {
         return Err(Error::validation(op, "not_freshly_accepted"));
     }
+    let insert = inserted(rec, intent, op)?;
     let Some(machine_key) = rec.spec.machine.clone() else {
         return Err(Error::validation(op, "not_a_machine_command"));
     };
@@ -816,11 +888,16 @@ pub(crate) fn submit<B: Backend>(
         // The machine's time never goes back: the slot is taken at the
         // acceptance time, or at the machine's last write when that is later.
         let now = rec.accepted_at_ms.max(m.updated_at_ms);
-        let held = slot::acquire(&m, rec, now).map_err(|e| e.with_operation(op))?;
-        tx.put_exec(rec, true)?;
+        let held = if intent {
+            slot::acquire_claimed(&m, rec, now)
+        } else {
+            slot::acquire(&m, rec, now)
+        }
+        .map_err(|e| e.with_operation(op))?;
+        tx.put_exec(&insert, true)?;
         tx.put_machine(&held, false)?;
         Ok(Accepted::Inserted(Submitted {
-            execution: rec.clone(),
+            execution: insert.clone(),
             machine: Some(held),
         }))
     })

@@ -46,10 +46,12 @@ mod pg_connect;
 mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod row;
+pub mod runtime;
 mod seal;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 pub mod terminal_ops;
+pub mod terminals;
 pub mod trace;
 
 pub use memory::{
@@ -311,7 +313,8 @@ pub trait Store: Send + Sync {
     /// `not_found` only on positive absence.
     fn fetch_machine(&self, key: &RecordKey) -> Result<MachineRecord, Error>;
 
-    /// Claims a machine record.
+    /// Claims a machine record. Moves its `claims` count, not its version
+    /// (callers compare against the version; the claim fences writers).
     ///
     /// # Errors
     /// `stale_claim`.
@@ -447,11 +450,17 @@ pub trait Store: Send + Sync {
     ) -> Result<ExecutionRecord, Error>;
 
     /// Claims a machine record as [`Store::claim_machine`], only while its
-    /// version is still `version`.
+    /// version is still `version`, and re-fences it as
+    /// [`Store::claim_version`] does (`smolbox_core::managed::claim::
+    /// claim_machine_version`): an assigned machine moves to the generation
+    /// of its worker's live lease, which `owner` must hold. How a
+    /// controller takes over a retained machine another controller left
+    /// under an older worker lease.
     ///
     /// # Errors
-    /// `stale_version` when the record moved on; otherwise as
-    /// [`Store::claim_machine`].
+    /// `stale_version` when the record moved on; `stale_claim` (reason
+    /// `worker_lease`) for an assigned machine whose worker lease `owner`
+    /// does not hold live; otherwise as [`Store::claim_machine`].
     fn claim_machine_version(
         &self,
         key: &RecordKey,
@@ -516,6 +525,59 @@ pub trait Store: Send + Sync {
         disposition: &Disposition,
         now_ms: u64,
     ) -> Result<Resolved, Error>;
+
+    /// [`Store::accept`], and for an inserted record its dispatch intent
+    /// in the same transaction (issue 16: acceptance, claim and intent in
+    /// one commit): the record must carry its submitter's claim and is
+    /// stored (version 1) `dispatching` / `dispatch_uncertain` after
+    /// `preparing` and `ready`, each move checked by the transition table
+    /// (`smolbox_core::managed::patch::intent_at_accept`). An existing
+    /// record (same identity and fingerprint) is returned untouched: no
+    /// intent is written for it.
+    ///
+    /// # Errors
+    /// As [`Store::accept`]; `validation` (`intent_without_claim`) for a
+    /// record without a live claim.
+    fn accept_dispatching(
+        &self,
+        record: &ExecutionRecord,
+        max_pending: u32,
+    ) -> Result<Accepted<ExecutionRecord>, Error>;
+
+    /// [`Store::submit`] (acceptance and the command slot), and for an
+    /// inserted command its dispatch intent in the same transaction, as
+    /// [`Store::accept_dispatching`].
+    ///
+    /// # Errors
+    /// As [`Store::submit`] and [`Store::accept_dispatching`].
+    fn submit_dispatching(
+        &self,
+        record: &ExecutionRecord,
+        max_pending: u32,
+    ) -> Result<Accepted<Submitted>, Error>;
+
+    /// A guarded write of 1–4 patches in one transaction: the guard is
+    /// checked once, then each patch is applied in order by the same rules
+    /// as [`Store::write`]; the version moves by one, as for every write;
+    /// any refusal stores nothing.
+    ///
+    /// # Errors
+    /// As [`Store::write`]; `validation` (`steps`) for 0 or more than 4.
+    fn write_steps(
+        &self,
+        key: &RecordKey,
+        guard: &Guard,
+        patches: &[ExecPatch],
+        now_ms: u64,
+    ) -> Result<ExecutionRecord, Error>;
+
+    /// Write transactions this store object committed since it was opened
+    /// (reads are not counted), or `None` when it does not count them (a
+    /// wrapper, for example). For tests and benchmarks (issue 16: commits
+    /// per command).
+    fn commits(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// What `find_machine` found.
@@ -786,6 +848,33 @@ macro_rules! impl_store {
             ) -> Result<$crate::Resolved, smolbox_core::Error> {
                 $crate::engine::resolve_machine(self, key, version, quiesced, disposition, now_ms)
             }
+            fn accept_dispatching(
+                &self,
+                record: &smolbox_core::managed::ExecutionRecord,
+                max_pending: u32,
+            ) -> Result<$crate::Accepted<smolbox_core::managed::ExecutionRecord>, smolbox_core::Error>
+            {
+                $crate::engine::accept_dispatching(self, record, max_pending)
+            }
+            fn submit_dispatching(
+                &self,
+                record: &smolbox_core::managed::ExecutionRecord,
+                max_pending: u32,
+            ) -> Result<$crate::Accepted<$crate::Submitted>, smolbox_core::Error> {
+                $crate::engine::submit_dispatching(self, record, max_pending)
+            }
+            fn write_steps(
+                &self,
+                key: &smolbox_core::managed::RecordKey,
+                guard: &smolbox_core::managed::Guard,
+                patches: &[smolbox_core::managed::ExecPatch],
+                now_ms: u64,
+            ) -> Result<smolbox_core::managed::ExecutionRecord, smolbox_core::Error> {
+                $crate::engine::write_steps(self, key, guard, patches, now_ms)
+            }
+            fn commits(&self) -> Option<u64> {
+                Some(self.commits.load(std::sync::atomic::Ordering::Relaxed))
+            }
         }
     };
 }
@@ -896,6 +985,15 @@ pub fn apply_op(store: &dyn Store, op: &StoreOp) -> StoreResult {
         } => store
             .claim_machine(key, owner, *now_ms, *ttl_ms)
             .map(StoreReply::Machine),
+        StoreOp::ClaimMachineVersion {
+            key,
+            owner,
+            version,
+            now_ms,
+            ttl_ms,
+        } => store
+            .claim_machine_version(key, owner, *version, *now_ms, *ttl_ms)
+            .map(StoreReply::Machine),
         StoreOp::WriteMachine {
             key,
             guard,
@@ -920,20 +1018,39 @@ pub fn apply_op(store: &dyn Store, op: &StoreOp) -> StoreResult {
         } => store
             .request_machine(key, *action, *version, *now_ms)
             .map(StoreReply::Machine),
+        StoreOp::AcceptDispatching {
+            record,
+            max_pending,
+        } => store
+            .accept_dispatching(record, *max_pending)
+            .map(|a| match a {
+                Accepted::Inserted(record) => StoreReply::Accepted {
+                    record,
+                    existing: false,
+                },
+                Accepted::Existing(record) => StoreReply::Accepted {
+                    record,
+                    existing: true,
+                },
+            }),
+        StoreOp::SubmitDispatching {
+            record,
+            max_pending,
+        } => store
+            .submit_dispatching(record, *max_pending)
+            .map(submitted_reply),
+        StoreOp::WriteSteps {
+            key,
+            guard,
+            patches,
+            now_ms,
+        } => store
+            .write_steps(key, guard, patches, *now_ms)
+            .map(StoreReply::Record),
         StoreOp::SubmitCommand {
             record,
             max_pending,
-        } => store.submit(record, *max_pending).map(|a| {
-            let (s, existing) = match a {
-                Accepted::Inserted(s) => (s, false),
-                Accepted::Existing(s) => (s, true),
-            };
-            StoreReply::Submitted {
-                execution: s.execution,
-                machine: s.machine,
-                existing,
-            }
-        }),
+        } => store.submit(record, *max_pending).map(submitted_reply),
         StoreOp::FinishCommand {
             machine,
             guard,
@@ -974,6 +1091,18 @@ pub fn apply_op(store: &dyn Store, op: &StoreOp) -> StoreResult {
                     next: page.next.map(after_of),
                 })
         }
+    }
+}
+
+fn submitted_reply(a: Accepted<Submitted>) -> StoreReply {
+    let (s, existing) = match a {
+        Accepted::Inserted(s) => (s, false),
+        Accepted::Existing(s) => (s, true),
+    };
+    StoreReply::Submitted {
+        execution: s.execution,
+        machine: s.machine,
+        existing,
     }
 }
 

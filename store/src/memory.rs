@@ -58,6 +58,8 @@ impl Default for MemoryConfig {
 pub struct MemoryStore {
     config: MemoryConfig,
     state: Mutex<MemState>,
+    /// Write transactions committed (`Store::commits`).
+    commits: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -87,6 +89,7 @@ impl MemoryStore {
         Ok(Self {
             config,
             state: Mutex::new(MemState::default()),
+            commits: std::sync::atomic::AtomicU64::new(0),
         })
     }
 }
@@ -123,6 +126,8 @@ impl Backend for MemoryStore {
             config: self.config,
         })?;
         *guard = copy;
+        self.commits
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(out)
     }
 }

@@ -127,6 +127,8 @@ pub struct PostgresStore {
     connector: Connector,
     conn: Mutex<Option<Conn>>,
     sealer: Sealer,
+    /// Write transactions committed (`Store::commits`).
+    commits: std::sync::atomic::AtomicU64,
 }
 
 impl core::fmt::Debug for PostgresStore {
@@ -168,6 +170,7 @@ impl PostgresStore {
             connector: Connector::new(url, options)?,
             conn: Mutex::new(None),
             sealer,
+            commits: std::sync::atomic::AtomicU64::new(0),
         };
         store.migrate()?;
         Ok(store)
@@ -403,7 +406,12 @@ impl Backend for PostgresStore {
         lock: Lock,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<R, Error>,
     ) -> Result<R, Error> {
-        self.run(&self.sealer, op, lock, f)
+        let out = self.run(&self.sealer, op, lock, f)?;
+        if lock != Lock::Read {
+            self.commits
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(out)
     }
 }
 

@@ -68,7 +68,9 @@ impl Projection {
         Self {
             fingerprint: r.fingerprint.clone(),
             state: r.state.as_str().to_owned(),
-            version: int(r.version),
+            // The row's write counter (a claim moves it, not the version),
+            // which the sealed payload is bound to.
+            version: int(r.revision()),
             next_due_ms: r.next_due_at_ms.map(int),
             pending: r.state != smolbox_core::managed::MachineRecordState::Deleted,
             worker_id: r.assignment.as_ref().map(|a| a.worker_id.clone()),

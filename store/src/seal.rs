@@ -202,19 +202,21 @@ impl Sealer {
         Ok(sealed)
     }
 
-    /// Encodes and seals a machine record, binding its version.
+    /// Encodes and seals a machine record, binding its revision (its write
+    /// counter, [`MachineRecord::revision`]: a claim moves it, not the
+    /// version).
     ///
     /// # Errors
     /// As [`Sealer::seal_exec`].
     pub fn seal_machine(&self, rec: &MachineRecord) -> Result<Vec<u8>, Error> {
         let plain = envelope::encode_machine(rec)?;
-        self.seal(RecordKind::Machine, &rec.key, rec.version, plain)
+        self.seal(RecordKind::Machine, &rec.key, rec.revision(), plain)
     }
 
     /// As [`Sealer::seal_machine`] for a validated record, remembering it.
     pub(crate) fn seal_machine_cached(&self, rec: &MachineRecord) -> Result<Vec<u8>, Error> {
         let plain = envelope::encode_machine_validated(rec)?;
-        let sealed = self.seal(RecordKind::Machine, &rec.key, rec.version, plain)?;
+        let sealed = self.seal(RecordKind::Machine, &rec.key, rec.revision(), plain)?;
         self.cache().put_machine(&sealed, rec);
         Ok(sealed)
     }
@@ -240,7 +242,8 @@ impl Sealer {
         Ok(rec)
     }
 
-    /// Opens, decodes and checks a machine record stored at `key`.
+    /// Opens, decodes and checks a machine record stored at `key` whose
+    /// row says it has revision `version` ([`MachineRecord::revision`]).
     ///
     /// # Errors
     /// As [`Sealer::open_exec`].
@@ -255,7 +258,7 @@ impl Sealer {
         }
         let plain = self.open(RecordKind::Machine, key, version, sealed)?;
         let rec = envelope::decode_machine(&plain)?;
-        check_identity(&rec.key, rec.version, key, version)?;
+        check_identity(&rec.key, rec.revision(), key, version)?;
         self.cache().put_machine(sealed, &rec);
         Ok(rec)
     }
@@ -408,7 +411,7 @@ impl Decoded {
 
     fn machine(&self, key: &RecordKey, version: u64, sealed: &[u8]) -> Option<MachineRecord> {
         match self.machines.get(key) {
-            Some((bytes, rec)) if rec.version == version && bytes == sealed => Some(rec.clone()),
+            Some((bytes, rec)) if rec.revision() == version && bytes == sealed => Some(rec.clone()),
             _ => None,
         }
     }

@@ -120,6 +120,8 @@ pub struct SqliteStore {
     /// False under `synchronous = NORMAL`: a committed write may be lost
     /// to an OS crash or power loss.
     durable: bool,
+    /// Write transactions committed (`Store::commits`).
+    commits: std::sync::atomic::AtomicU64,
 }
 
 impl SqliteStore {
@@ -228,6 +230,7 @@ impl SqliteStore {
             conn: Mutex::new(conn),
             sealer,
             durable: !options.synchronous_normal,
+            commits: std::sync::atomic::AtomicU64::new(0),
         })
     }
 }
@@ -333,6 +336,10 @@ impl Backend for SqliteStore {
             op,
         })?;
         tx.commit().map_err(|e| sql_error(op, &e))?;
+        if lock != Lock::Read {
+            self.commits
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         Ok(out)
     }
 }

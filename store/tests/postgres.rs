@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use smolbox_core::Category;
 use smolbox_core::managed::Guard;
 use smolbox_core::managed::state::ExecState;
-use smolbox_core::managed::testkit::{accepted, entry_patch, exec_spec, fingerprint_key, key};
+use smolbox_core::managed::testkit::{
+    accepted, accepted_machine, entry_patch, exec_spec, fingerprint_key, key, machine_spec,
+};
 use smolbox_store::{EncryptionKey, PostgresStore, Sealer, Store};
 
 fn url() -> Option<String> {
@@ -289,6 +291,47 @@ fn a_rolled_back_sealed_payload_is_a_store_error() {
     )
     .unwrap();
     let e = h.first.fetch(&k).unwrap_err();
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::Store, "authentication_failed")
+    );
+}
+
+/// As on SQLite: a machine claim renewal moves the row's revision (the
+/// version column), not the record's version; the payload from before the
+/// renewal swapped back is refused.
+#[test]
+fn a_machine_payload_from_before_a_claim_renewal_is_a_store_error() {
+    let Some(h) = make() else { return };
+    let k = key("s", "m");
+    h.first
+        .accept_machine(&accepted_machine(k.clone(), machine_spec(), 1), 100)
+        .unwrap();
+    h.first.claim_machine(&k, "ctl", 2, 1_000).unwrap();
+    let mut c = raw(&h.url);
+    let old: Vec<u8> = c
+        .query_one(
+            "SELECT payload FROM machines WHERE partition = $1 AND id = 'm'",
+            &[&h.partition],
+        )
+        .unwrap()
+        .get(0);
+    let renewed = h.first.claim_machine(&k, "ctl", 3, 1_000).unwrap();
+    assert_eq!((renewed.version, renewed.revision()), (1, 3));
+    let column: i64 = c
+        .query_one(
+            "SELECT version FROM machines WHERE partition = $1 AND id = 'm'",
+            &[&h.partition],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(column, 3, "the row's version column is the revision");
+    c.execute(
+        "UPDATE machines SET payload = $2 WHERE partition = $1 AND id = 'm'",
+        &[&h.partition, &old],
+    )
+    .unwrap();
+    let e = h.first.fetch_machine(&k).unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
         (Category::Store, "authentication_failed")

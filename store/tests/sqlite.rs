@@ -11,7 +11,9 @@ use std::sync::Arc;
 use smolbox_core::Category;
 use smolbox_core::managed::envelope::encode_exec;
 use smolbox_core::managed::state::ExecState;
-use smolbox_core::managed::testkit::{accepted, entry_patch, exec_spec, fingerprint_key, key};
+use smolbox_core::managed::testkit::{
+    accepted, accepted_machine, entry_patch, exec_spec, fingerprint_key, key, machine_spec,
+};
 use smolbox_core::managed::{Guard, RecordKind};
 use smolbox_store::{EncryptionKey, Sealer, SqliteMode, SqliteOptions, SqliteStore, Store};
 
@@ -337,6 +339,41 @@ fn a_rolled_back_sealed_payload_is_a_store_error() {
         (Category::Store, "authentication_failed")
     );
     assert_eq!(cat_of(h.first.claim(&k, "ctl", 3, 1_000)), Category::Store);
+}
+
+/// A machine claim renewal does not move the version but does move the
+/// row's revision, which the payload is bound to: the payload from before
+/// the renewal swapped back is refused.
+#[test]
+fn a_machine_payload_from_before_a_claim_renewal_is_a_store_error() {
+    let h = make().unwrap();
+    let k = key("s", "m");
+    h.first
+        .accept_machine(&accepted_machine(k.clone(), machine_spec(), 1), 100)
+        .unwrap();
+    let first = h.first.claim_machine(&k, "ctl", 2, 1_000).unwrap();
+    let c = raw(&h.path);
+    let old: Vec<u8> = c
+        .query_row("SELECT payload FROM machines WHERE id = 'm'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    let renewed = h.first.claim_machine(&k, "ctl", 3, 1_000).unwrap();
+    assert_eq!((renewed.version, first.version), (1, 1));
+    assert_eq!((renewed.revision(), first.revision()), (3, 2));
+    let column: i64 = c
+        .query_row("SELECT version FROM machines WHERE id = 'm'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(column, 3, "the row's version column is the revision");
+    c.execute("UPDATE machines SET payload = ?1 WHERE id = 'm'", [&old])
+        .unwrap();
+    let e = h.first.fetch_machine(&k).unwrap_err();
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::Store, "authentication_failed")
+    );
 }
 
 fn cat_of<T: std::fmt::Debug>(r: Result<T, smolbox_core::Error>) -> Category {

@@ -7,8 +7,8 @@
 //!
 //! | point | where the process dies |
 //! |---|---|
-//! | `before_intent` | as the `dispatching` intent is about to be written (not committed) |
-//! | `after_intent` | right after the intent committed, before the exec is sent |
+//! | `before_intent` | as the `dispatching` intent is about to be written (not committed): on a caller's machine that is the acceptance itself (`accept_dispatching`, issue 16), so nothing is stored |
+//! | `after_intent` | right after the intent committed (with the acceptance on a caller's machine), before the exec is sent |
 //! | `after_dispatch` | while the exec runs (the command itself kills the controller: `{CTL_PID}` in the script) |
 //! | `after_reply` | after the exit came back, before the `collecting` result is written |
 //! | `during_finish` | after `collecting` committed, before `completed` is written |
@@ -354,5 +354,53 @@ impl Store for KillStore {
     ) -> Result<Resolved, Error> {
         self.inner
             .resolve_machine(key, version, quiesced, disposition, now_ms)
+    }
+
+    fn accept_dispatching(
+        &self,
+        record: &ExecutionRecord,
+        max_pending: u32,
+    ) -> Result<Accepted<ExecutionRecord>, Error> {
+        // The acceptance carries the intent: the intent boundaries are here.
+        if self.kill == Some(KillPoint::BeforeIntent) {
+            die();
+        }
+        let r = self.inner.accept_dispatching(record, max_pending);
+        if self.kill == Some(KillPoint::AfterIntent) && r.is_ok() {
+            die();
+        }
+        r
+    }
+
+    fn submit_dispatching(
+        &self,
+        record: &ExecutionRecord,
+        max_pending: u32,
+    ) -> Result<Accepted<Submitted>, Error> {
+        if self.kill == Some(KillPoint::BeforeIntent) {
+            die();
+        }
+        let r = self.inner.submit_dispatching(record, max_pending);
+        if self.kill == Some(KillPoint::AfterIntent) && r.is_ok() {
+            die();
+        }
+        r
+    }
+
+    fn write_steps(
+        &self,
+        key: &RecordKey,
+        guard: &Guard,
+        patches: &[ExecPatch],
+        now_ms: u64,
+    ) -> Result<ExecutionRecord, Error> {
+        for p in patches.iter().take(1) {
+            self.before_write(p);
+        }
+        self.inner.write_steps(key, guard, patches, now_ms)
+    }
+
+    fn commits(&self) -> Option<u64> {
+        self.inner.commits()
     }
 }

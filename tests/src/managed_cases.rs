@@ -231,7 +231,9 @@ pub fn submit_returns_at_acceptance_and_wait_returns_the_outcome<M: ManagedShell
     assert_eq!(again.record, out.record);
     assert_eq!(rt.fetch(&sub.key).unwrap(), out.record);
     assert_eq!(s.execs(), 1);
-    // Every state it passed, in order, from the lifecycle telemetry.
+    // Every state it was stored in, in order, from the lifecycle
+    // telemetry: the acceptance carries the claim and the dispatch intent
+    // (issue 16), so `preparing` and `ready` are never a commit of their own.
     let states: Vec<ExecState> = rt
         .telemetry()
         .into_iter()
@@ -241,8 +243,6 @@ pub fn submit_returns_at_acceptance_and_wait_returns_the_outcome<M: ManagedShell
     assert_eq!(
         states,
         [
-            ExecState::Preparing,
-            ExecState::Ready,
             ExecState::Dispatching,
             ExecState::Collecting,
             ExecState::Completed
@@ -250,6 +250,28 @@ pub fn submit_returns_at_acceptance_and_wait_returns_the_outcome<M: ManagedShell
     );
     let e = rt.wait(&sub.key, 900_001).unwrap_err();
     assert_eq!(e.category(), Category::Validation);
+    rt.shutdown();
+}
+
+/// Issue 16: a buffered command on the caller's machine takes three store
+/// commits (acceptance with the claim and the intent, the result,
+/// `completed`), counted by the store itself; the same holds for a second
+/// command on the same runtime.
+pub fn a_buffered_command_takes_three_commits<M: ManagedShell>(kind: StoreKind) {
+    let Some(s) = setup(kind) else { return };
+    let rt: M = s.runtime(&Options::default());
+    for id in ["n1", "n2"] {
+        let before = s.store.commits().expect("the adapter counts commits");
+        let sub = rt
+            .submit(submit_of(id, &Command::new(["echo", "ok"])))
+            .unwrap();
+        let out = rt.wait(&sub.key, 30_000).unwrap();
+        assert_eq!(out.record.state, ExecState::Completed, "{:?}", out.error);
+        assert_eq!(out.output.as_ref().unwrap().stdout, b"ok\n");
+        let after = s.store.commits().unwrap();
+        assert_eq!(after - before, 3, "{id}: commits per buffered command");
+    }
+    assert_eq!(s.execs(), 2);
     rt.shutdown();
 }
 

@@ -90,6 +90,51 @@ fn worker_names(s: &Setup) -> Vec<String> {
         .collect()
 }
 
+/// The spec's ports reach the worker's create (C9.2, C14): the devworker
+/// reports the machine with exactly those mappings (the create reply is
+/// checked against them too, so a mismatch would have left it `unknown`);
+/// a delete frees them.
+pub fn a_machines_ports_reach_the_worker<M: ManagedShell>(kind: StoreKind) {
+    let Some(s) = setup(kind) else { return };
+    let rt: M = s.runtime(&options());
+    let mut with_ports = spec();
+    with_ports.ports = vec![
+        smolbox_core::managed::spec::ReservedPort {
+            host: 18_080,
+            guest: 80,
+        },
+        smolbox_core::managed::spec::ReservedPort {
+            host: 18_443,
+            guest: 443,
+        },
+    ];
+    rt.m_create(&key("ports1"), &with_ports).unwrap();
+    let m = rt.m_wait(&key("ports1"), 30_000).unwrap();
+    assert_eq!(m.state, MS::Created, "{:?}", m.last_error);
+    assert_eq!(m.reserved_ports, vec![18_080, 18_443]);
+    let name = m.assignment.as_ref().unwrap().machine_name.clone();
+    let client = smolbox_blocking::Client::new(s.fixture.endpoint(Fixture::budgets())).unwrap();
+    let profile = client.admit(&[]).unwrap();
+    let obs = client
+        .list(&profile)
+        .unwrap()
+        .into_iter()
+        .find(|o| o.incarnation.name == name)
+        .unwrap();
+    let ports: Vec<(u16, u16)> = obs
+        .incarnation
+        .ports
+        .iter()
+        .map(|p| (p.host(), p.guest()))
+        .collect();
+    assert_eq!(ports, [(18_080, 80), (18_443, 443)]);
+    rt.m_lifecycle(&key("ports1"), Op::Delete, m.version).unwrap();
+    let m = rt.m_wait(&key("ports1"), 30_000).unwrap();
+    assert_eq!(m.state, MS::Deleted, "{:?}", m.last_error);
+    assert!(m.reserved_ports.is_empty());
+    rt.shutdown();
+}
+
 /// Create/start, a command in the slot, a second submit refused, stop and
 /// delete refused while it runs, the slot empty after it, the next command
 /// runs, stop, delete with the reservation released only after the 404,
@@ -113,7 +158,8 @@ pub fn a_retained_machine_runs_one_command_at_a_time<M: ManagedShell>(kind: Stor
     let c1 = RecordKey::new("boxes", "c1").unwrap();
     let (rec, held, existing) = rt.m_submit(&key("box1"), &c1, &gated(&gate)).unwrap();
     assert!(!existing);
-    assert_eq!(rec.state, ExecState::Accepted);
+    // The slot, the claim and the dispatch intent in one commit (issue 16).
+    assert_eq!(rec.state, ExecState::Dispatching);
     assert_eq!(held.unwrap().active_execution, Some(c1.clone()));
     // No queue: another command is refused, nothing is stored for it.
     let c2 = RecordKey::new("boxes", "c2").unwrap();
@@ -209,21 +255,12 @@ pub fn resolve_after_an_unknown_command_frees_the_slot<M: ManagedShell>(kind: St
         .unwrap_err();
     assert_eq!(e.reason(), "not_quiesced");
     // Still running: resolve `stopped` is an identity conflict (AC-17.3.2).
-    // The controller may still be writing the record (finishing the unknown
-    // command's slot), so a caller re-reads the version after a
-    // `stale_version` and tries again, as an operator would.
-    let mut e = rt
+    // At the version read above, with no retry: the controller's own claim
+    // renewals on the machine no longer move the version callers compare
+    // against (issue 13), so an operator does not race the controller.
+    let e = rt
         .m_resolve(&key("box2"), m.version, true, Resolution::Stopped)
         .unwrap_err();
-    for _ in 0..100 {
-        if e.category() != Category::StaleVersion {
-            break;
-        }
-        m = rt.m_inspect(&key("box2")).unwrap();
-        e = rt
-            .m_resolve(&key("box2"), m.version, true, Resolution::Stopped)
-            .unwrap_err();
-    }
     assert_eq!(e.category(), Category::IdentityConflict, "{e:?}");
     assert_eq!(rt.m_inspect(&key("box2")).unwrap().version, m.version);
     // An ownership-verified stop for draining, keeping the slot.
@@ -309,6 +346,7 @@ macro_rules! managed_machine_suite {
             a_retained_machine_runs_one_command_at_a_time,
             resolve_after_an_unknown_command_frees_the_slot,
             two_controllers_race_for_the_slot,
+            a_machines_ports_reach_the_worker,
         );
     };
     (@cases $shell:ty, $kind:expr, $($case:ident),* $(,)?) => {

@@ -222,19 +222,41 @@ fn killed_at(point: KillPoint, db: &Db, dir: &std::path::Path) {
     );
     let store = db.open();
     let key = RecordKey::new("suite", "k1").unwrap();
-    let at_death = store.fetch(&key).unwrap();
     let sent = fixture.worker.request_count(Route::Exec);
-    let (state, sent_expected) = match point {
-        KillPoint::BeforeIntent => (ExecState::Ready, 0),
-        KillPoint::AfterIntent => (ExecState::Dispatching, 0),
-        KillPoint::AfterDispatch | KillPoint::AfterReply => (ExecState::Dispatching, 1),
-        KillPoint::DuringFinish => (ExecState::Collecting, 1),
-    };
-    assert_eq!(
-        (at_death.state, sent),
-        (state, sent_expected),
-        "{point:?} at death"
-    );
+    if point == KillPoint::BeforeIntent {
+        // On the caller's machine the intent commits with the acceptance
+        // (issue 16): killed before it, nothing is stored and nothing sent;
+        // never read as a record. The caller's retry runs it once.
+        let e = store.fetch(&key).unwrap_err();
+        assert_eq!(
+            (e.category(), sent),
+            (smolbox_core::Category::NotFound, 0),
+            "{point:?} at death"
+        );
+        let status = Process::new(env!("CARGO_BIN_EXE_managed-ctl"))
+            .args([
+                db.arg().as_str(),
+                &fixture.worker.base_url(),
+                TOKEN_SENTINEL,
+                "k1",
+                &script,
+            ])
+            .status()
+            .unwrap();
+        assert!(status.success(), "{point:?}: the retry failed: {status:?}");
+    } else {
+        let at_death = store.fetch(&key).unwrap();
+        let state = match point {
+            KillPoint::DuringFinish => ExecState::Collecting,
+            _ => ExecState::Dispatching,
+        };
+        let sent_expected = u64::from(point != KillPoint::AfterIntent);
+        assert_eq!(
+            (at_death.state, sent),
+            (state, sent_expected),
+            "{point:?} at death"
+        );
+    }
 
     let (fingerprint_key, _) = load_or_create_keys(db.key_path()).unwrap();
     let rt = BlockingManaged::start(
@@ -253,7 +275,7 @@ fn killed_at(point: KillPoint, db: &Db, dir: &std::path::Path) {
     let rec = out.record;
     let exit3 = matches!(rec.result, Some(ExecResult::Exited { exit_code: 3, .. }));
     match point {
-        // Nothing was sent: recovery dispatches it once from the stored spec.
+        // Nothing was stored or sent: the retry ran it once.
         KillPoint::BeforeIntent => {
             assert_eq!(rec.state, ExecState::Completed, "{point:?}");
             assert!(exit3, "{point:?}: {:?}", rec.result);

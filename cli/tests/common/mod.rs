@@ -62,7 +62,7 @@ pub(crate) fn code(o: &Output) -> i32 {
 
 /// The machine names `machine ls --json` reports.
 pub(crate) fn machine_names(worker: &BlockingDevWorker, shell: &str) -> Vec<String> {
-    let o = run(worker, shell, &["--json", "machine", "ls"]);
+    let o = run(worker, shell, &["--json", "machine", "--raw", "ls"]);
     assert_eq!(code(&o), 0, "ls failed: {}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("ls --json is JSON");
     v.as_array()

@@ -188,7 +188,14 @@ pub fn claim_exec_version(
     Ok(next)
 }
 
-/// Claims a machine record, as [`claim_exec`].
+/// Claims a machine record: the claim rule of [`take`], then `claims` + 1
+/// instead of version + 1. The version of a machine record is what
+/// callers compare against (C14.2, C17.3), and a claim is no caller-visible
+/// change: an operator's versioned request at the version read before a
+/// controller renewed its claim still applies. Controller writes stay
+/// fenced by the claim's owner and generation (a new owner moves the
+/// generation) and by the version of every other write. The result is
+/// validated.
 ///
 /// # Errors
 /// As [`claim_exec`].
@@ -216,10 +223,50 @@ pub fn claim_machine(
         owner: lease.owner,
         until_ms: lease.until_ms,
     });
-    next.version += 1;
+    next.claims += 1;
     next.updated_at_ms = now_ms;
     next.validate()
         .map_err(|e| e.with_operation(Operation::StoreClaim))?;
+    Ok(next)
+}
+
+/// Claims a machine record only at `version`, and re-fences it (C15), as
+/// [`claim_exec_version`] does for executions: an assigned machine moves
+/// to the generation of its worker's live lease, which the claimer must
+/// hold, so writers under an older worker-lease generation are fenced from
+/// then on and the claimer (the new lease holder) moves the machine
+/// forward from the record as it read it (the version).
+///
+/// # Errors
+/// `stale_version` when the record moved on; `stale_claim` (reason
+/// `worker_lease`) for an assigned record when `worker_lease` is not the
+/// claimer's live lease; otherwise as [`claim_machine`].
+pub fn claim_machine_version(
+    rec: &MachineRecord,
+    owner: &str,
+    version: u64,
+    worker_lease: Option<&Lease>,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> Result<MachineRecord, Error> {
+    if rec.version != version {
+        return Err(stale_version(Operation::StoreClaim));
+    }
+    let generation = match &rec.assignment {
+        Some(_) => match worker_lease {
+            Some(l) if l.owner == owner && l.until_ms > now_ms => Some(l.generation),
+            _ => return Err(stale_claim(Operation::StoreClaim, "worker_lease")),
+        },
+        None => None,
+    };
+    let mut next = claim_machine(rec, owner, now_ms, ttl_ms)?;
+    if let (Some(a), Some(g)) = (next.assignment.as_mut(), generation) {
+        // Not caller-visible: the version stays; the old generation's
+        // writers are fenced by the generation itself.
+        a.worker_generation = g;
+        next.validate()
+            .map_err(|e| e.with_operation(Operation::StoreClaim))?;
+    }
     Ok(next)
 }
 

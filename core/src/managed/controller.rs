@@ -545,7 +545,9 @@ pub enum ControllerEvent {
 #[derive(Clone, Debug)]
 enum Purpose {
     Lease(String),
-    Accept(RecordKey),
+    /// An acceptance; `true` when it carries the dispatch intent (a slot
+    /// of `max_active` is kept for it until the answer).
+    Accept(RecordKey, bool),
     Exec(RecordKey),
     Scan,
     Cancel(RecordKey),
@@ -577,6 +579,9 @@ pub struct Controller {
     execs: BTreeMap<RecordKey, Exec>,
     /// Keys submitted here whose acceptance is outstanding (how many).
     accepting: BTreeMap<RecordKey, u32>,
+    /// Acceptances with their dispatch intent outstanding: each keeps one
+    /// of the `max_active` slots, so its answer is always driven at once.
+    intent_accepts: usize,
     /// Records held by another controller: not retried before the instant.
     skip: BTreeMap<RecordKey, Instant>,
     scan_at: Option<Instant>,
@@ -598,7 +603,7 @@ pub struct Controller {
     next_req: u64,
     /// The machine record each retained command driven here was started
     /// from (for its slot finish).
-    slot_machines: BTreeMap<RecordKey, MachineRecord>,
+    slot_machines: BTreeMap<RecordKey, (MachineRecord, Option<Instant>)>,
     mscan_at: Option<Instant>,
     mscan_cursor: Option<DueAfter>,
     mscanning: bool,
@@ -636,6 +641,7 @@ impl Controller {
             dropped_since_delivery: false,
             execs: BTreeMap::new(),
             accepting: BTreeMap::new(),
+            intent_accepts: 0,
             skip: BTreeMap::new(),
             scan_at,
             scan_cursor: None,
@@ -665,6 +671,11 @@ impl Controller {
     /// Executions currently driven by this controller.
     pub fn active(&self) -> usize {
         self.execs.len()
+    }
+
+    /// Executions driven plus acceptances whose intent is outstanding.
+    fn busy(&self) -> usize {
+        self.execs.len() + self.intent_accepts
     }
 
     /// True when the controller drives `key` right now, or its acceptance
@@ -734,12 +745,32 @@ impl Controller {
             });
             record.generation = 1;
         }
+        // Issue 16: on a machine that needs nothing staged (the caller's),
+        // the claim and the dispatch intent commit with the acceptance when
+        // the command can be driven at once; otherwise it is accepted only
+        // and moves through `preparing` and `ready` (the due scan, a
+        // detached submitter, a duplicate of a key in flight here).
+        let intent = self.cfg.claim_at_accept
+            && record.spec.worker_machine.is_some()
+            && !self.execs.contains_key(&submit.key)
+            && !self.accepting.contains_key(&submit.key)
+            && self.busy() < self.cfg.max_active;
         *self.accepting.entry(submit.key.clone()).or_insert(0) += 1;
-        let op = StoreOp::Accept {
-            record: Box::new(record),
-            max_pending: self.cfg.max_pending,
+        let record = Box::new(record);
+        let max_pending = self.cfg.max_pending;
+        let op = if intent {
+            self.intent_accepts += 1;
+            StoreOp::AcceptDispatching {
+                record,
+                max_pending,
+            }
+        } else {
+            StoreOp::Accept {
+                record,
+                max_pending,
+            }
         };
-        self.push_store(Purpose::Accept(submit.key), op);
+        self.push_store(Purpose::Accept(submit.key, intent), op);
         Ok(())
     }
 
@@ -804,12 +835,15 @@ impl Controller {
             }
             Purpose::Scan => self.on_scan(now, result),
             Purpose::Cancel(key) => self.on_cancel(key, result),
-            Purpose::Accept(key) => {
+            Purpose::Accept(key, intent) => {
                 if let Some(n) = self.accepting.get_mut(&key) {
                     *n -= 1;
                     if *n == 0 {
                         self.accepting.remove(&key);
                     }
+                }
+                if intent {
+                    self.intent_accepts = self.intent_accepts.saturating_sub(1);
                 }
                 self.on_accepted(now, key, result);
             }
@@ -1072,13 +1106,23 @@ impl Controller {
         // A duplicate of an execution driven here joins it; otherwise the
         // record is driven now if there is room, else left due in the
         // store for the scan (bounded memory).
+        if !existing && record.state == ExecState::Dispatching {
+            // This acceptance inserted the record with its intent (and its
+            // claim, fresh in the same transaction): it is driven at once,
+            // in the slot kept for it, also while shutting down (the
+            // intent is durable; not sending would only make it `unknown`).
+            self.push_telemetry(&record);
+            let ex = Exec::with_intent(record, now, self.now_ms);
+            self.execs.insert(key, ex);
+            return;
+        }
         if self.execs.contains_key(&key) || self.shutting_down {
             return;
         }
         if existing && !record.state.is_before_dispatch() && record.next_due_at_ms.is_none() {
             return;
         }
-        if self.execs.len() < self.cfg.max_active {
+        if self.busy() < self.cfg.max_active {
             let ex = Exec::new(record, now, self.now_ms, None);
             self.execs.insert(key, ex);
         } else if record.state == ExecState::Accepted {
@@ -1140,7 +1184,7 @@ impl Controller {
             {
                 continue;
             }
-            if self.execs.len() >= self.cfg.max_active {
+            if self.busy() >= self.cfg.max_active {
                 full = true;
                 break;
             }
@@ -1237,7 +1281,7 @@ impl Controller {
             && at <= now
             && !self.scanning
             && !self.shutting_down
-            && self.execs.len() < self.cfg.max_active
+            && self.busy() < self.cfg.max_active
         {
             self.scanning = true;
             let op = StoreOp::Due {
@@ -1248,7 +1292,7 @@ impl Controller {
             self.push_store(Purpose::Scan, op);
         } else if let Some(at) = self.scan_at
             && at <= now
-            && self.execs.len() >= self.cfg.max_active
+            && self.busy() >= self.cfg.max_active
         {
             self.scan_at = Some(now + self.cfg.poll());
         }

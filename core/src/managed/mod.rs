@@ -30,6 +30,7 @@ pub mod claim;
 pub mod controller;
 pub mod envelope;
 pub mod fingerprint;
+pub mod live;
 pub mod patch;
 pub mod record;
 pub mod slot;

@@ -147,6 +147,83 @@ pub fn apply_exec(
     Ok(next)
 }
 
+/// Most patches one [`apply_exec_steps`] applies (one transaction).
+pub const MAX_STEPS: usize = 4;
+
+/// Applies `patches` in order, each by [`apply_exec`] (transition table,
+/// evidence coupling, write-once fields, deadlines on entry), so several
+/// guarded moves become one commit (issue 16). Like every write, the commit
+/// moves the version by exactly one. The caller checks the guard once,
+/// against `rec`.
+///
+/// # Errors
+/// `validation` (`steps`) for 0 or more than [`MAX_STEPS`] patches; the
+/// first patch's error as [`apply_exec`] reports it (nothing changes).
+pub fn apply_exec_steps(
+    rec: &ExecutionRecord,
+    patches: &[ExecPatch],
+    now_ms: u64,
+) -> Result<ExecutionRecord, Error> {
+    if patches.is_empty() || patches.len() > MAX_STEPS {
+        return Err(invalid("steps"));
+    }
+    let mut next = rec.clone();
+    for p in patches {
+        next = apply_exec(&next, p, now_ms)?;
+    }
+    next.version = rec.version + 1;
+    Ok(next)
+}
+
+/// The patches of the dispatch intent of a record accepted on a machine
+/// that needs nothing staged: `preparing`, `ready`, then `dispatching` with
+/// evidence `dispatch_uncertain` (C13.1, in table order).
+pub fn intent_steps() -> [ExecPatch; 3] {
+    [
+        ExecPatch {
+            state: Some(ExecState::Preparing),
+            ..ExecPatch::default()
+        },
+        ExecPatch {
+            state: Some(ExecState::Ready),
+            ..ExecPatch::default()
+        },
+        ExecPatch {
+            state: Some(ExecState::Dispatching),
+            evidence: Some(RecordEvidence::DispatchUncertain),
+            ..ExecPatch::default()
+        },
+    ]
+}
+
+/// A freshly accepted record with its dispatch intent committed in the
+/// same transaction (issue 16: acceptance, claim and intent in one
+/// commit): the record must be `accepted` at version 1 and carry its
+/// submitter's live claim (the claim that fences the intent, as fresh as a
+/// claim can be: written in the same transaction, C15); the
+/// [`intent_steps`] are applied at its acceptance time.
+///
+/// # Errors
+/// `validation`: `not_freshly_accepted`, `intent_without_claim` (no claim,
+/// or one already expired at acceptance), or what [`apply_exec_steps`]
+/// refuses.
+pub fn intent_at_accept(rec: &ExecutionRecord) -> Result<ExecutionRecord, Error> {
+    if rec.state != ExecState::Accepted || rec.version != 1 {
+        return Err(invalid("not_freshly_accepted"));
+    }
+    if rec
+        .claim
+        .as_ref()
+        .is_none_or(|c| c.until_ms <= rec.accepted_at_ms)
+    {
+        return Err(invalid("intent_without_claim"));
+    }
+    let mut next = apply_exec_steps(rec, &intent_steps(), rec.accepted_at_ms)?;
+    // One insertion: version 1, as every accepted record.
+    next.version = 1;
+    Ok(next)
+}
+
 /// Sets the deadline that belongs to `rec.state`, once (C13.4).
 fn enter_state(rec: &mut ExecutionRecord, now_ms: u64) {
     let b = rec.spec.profile.budgets;

@@ -552,13 +552,38 @@ pub struct MachineRecord {
     /// Latest error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<ErrorEntry>,
-    /// Compare-and-swap version, ≥ 1.
+    /// Compare-and-swap version, ≥ 1: what callers compare against
+    /// (`start/stop/delete(version)`, `stop_for_drain`, `resolve`). It moves
+    /// on every write except a claim (a take or renewal of the record's
+    /// claim), so a controller renewing its claim never makes an operator's
+    /// versioned request stale; the claim (owner and generation) still
+    /// fences every controller write (C15).
     pub version: u64,
     /// Claim generation.
     pub generation: u64,
+    /// Claim writes (takes and renewals) so far; they do not move
+    /// `version`. Absent (0) in records written before claims left the
+    /// version.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub claims: u64,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if signature
+const fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl MachineRecord {
+    /// The record's write counter: `version + claims`. It strictly
+    /// increases on every write (a claim moves `claims`, everything else
+    /// `version`), so it is what a durable store binds a sealed payload to
+    /// and projects as the row's version (C18.4: a payload swapped back
+    /// from an earlier write of the same row fails authentication). For a
+    /// record without claim writes it equals `version`.
+    pub const fn revision(&self) -> u64 {
+        self.version.saturating_add(self.claims)
+    }
+
     /// A fresh `accepted` machine record, version 1.
     ///
     /// # Errors
@@ -594,6 +619,7 @@ impl MachineRecord {
             last_error: None,
             version: 1,
             generation: 0,
+            claims: 0,
         };
         rec.validate()?;
         Ok(rec)
@@ -615,7 +641,11 @@ impl MachineRecord {
         if self.updated_at_ms < self.accepted_at_ms {
             return Err(invalid("updated_before_accepted"));
         }
-        if self.version == 0 || self.version > MAX_COUNTER || self.generation > MAX_COUNTER {
+        if self.version == 0
+            || self.revision() > MAX_COUNTER
+            || self.claims > MAX_COUNTER
+            || self.generation > MAX_COUNTER
+        {
             return Err(invalid("version"));
         }
         if (self.operation == MachineOperation::None) != (self.phase == MachinePhase::None) {

@@ -76,6 +76,35 @@ pub fn acquire(
     Ok(next)
 }
 
+/// [`acquire`] for a command submitted with its dispatch intent (issue 16):
+/// in the same step the machine is claimed for the command's own claimer
+/// (owner and expiry of `exec`'s claim, by [`claim_machine`]'s rules), so
+/// the slot finish that ends the command needs no claim of its own while
+/// that claim is fresh. A machine another controller holds is left
+/// unclaimed (the finish claims it then). The machine moves one version.
+///
+/// # Errors
+/// As [`acquire`].
+///
+/// [`claim_machine`]: super::claim::claim_machine
+pub fn acquire_claimed(
+    machine: &MachineRecord,
+    exec: &ExecutionRecord,
+    now_ms: u64,
+) -> Result<MachineRecord, Error> {
+    let held = acquire(machine, exec, now_ms)?;
+    let Some(c) = exec.claim.as_ref().filter(|c| c.until_ms > now_ms) else {
+        return Ok(held);
+    };
+    match super::claim::claim_machine(&held, &c.owner, now_ms, c.until_ms - now_ms) {
+        Ok(mut claimed) => {
+            claimed.version = held.version;
+            Ok(claimed)
+        }
+        Err(_) => Ok(held),
+    }
+}
+
 /// What finishing a command did to the slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Finish {
@@ -173,10 +202,19 @@ pub fn finish_command(
 /// Repeating the latest identical request returns `Ok(None)` (the caller
 /// answers with the current record).
 ///
+/// A delete of a machine in `conflict` supersedes an operation left
+/// `uncertain` (the reconcile that found the conflict settled what the
+/// worker shows; the delete verifies ownership again before any mutation).
+/// An assigned `conflict` machine without creation evidence cannot be
+/// deleted by the controller: a create of it may still land, so only a
+/// quiescent resolution (`resolve` with `deleted`) settles it.
+///
 /// # Errors
 /// `stale_version` for a superseded version; `admission_exhausted` when an
 /// operation is in progress or a command holds the slot and stop / delete
-/// is requested (AC-14.3.1); `validation` for `none`.
+/// is requested (AC-14.3.1); `validation` for `none`, and
+/// (`no_creation_evidence`) for the delete of an assigned `conflict`
+/// machine without creation evidence.
 pub fn request(
     machine: &MachineRecord,
     action: MachineOperation,
@@ -198,8 +236,19 @@ pub fn request(
     {
         return Err(exhausted("command_active"));
     }
-    if machine.operation != MachineOperation::None {
+    let conflict_delete =
+        machine.state == MachineRecordState::Conflict && action == MachineOperation::Delete;
+    let superseded = conflict_delete && machine.phase == MachinePhase::Uncertain;
+    if machine.operation != MachineOperation::None && !superseded {
         return Err(exhausted("operation_in_progress"));
+    }
+    if conflict_delete && machine.assignment.is_some() && machine.creation.is_none() {
+        return Err(Error::new(
+            Category::Validation,
+            Operation::StoreSlot,
+            Evidence::NotDispatched,
+        )
+        .with_reason("no_creation_evidence"));
     }
     if now_ms < machine.updated_at_ms {
         return Err(Error::validation(
@@ -371,6 +420,50 @@ mod tests {
         let mut m = machine_in(MachineRecordState::Running, key("s", "machine-1"), T0).unwrap();
         m.active_execution = Some(e.key.clone());
         (m, e)
+    }
+
+    /// A delete of a `conflict` machine supersedes an `uncertain`
+    /// operation (never a pending or dispatching one); an assigned
+    /// `conflict` machine without creation evidence is refused (a create
+    /// may still land: only `resolve` settles it).
+    #[test]
+    fn a_conflict_delete_supersedes_only_uncertain_and_needs_evidence_when_assigned() {
+        use crate::managed::record::{Assignment, CreationEvidence};
+        let mut m = machine_in(MachineRecordState::Conflict, key("s", "machine-1"), T0).unwrap();
+        m.operation = MachineOperation::Create;
+        m.phase = MachinePhase::Uncertain;
+        let next = request(&m, MachineOperation::Delete, m.version, T0 + 1)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (next.operation, next.phase),
+            (MachineOperation::Delete, MachinePhase::Pending)
+        );
+        let e = request(&m, MachineOperation::Start, m.version, T0 + 1).unwrap_err();
+        assert_eq!(e.reason(), "operation_in_progress");
+        let mut busy = m.clone();
+        busy.phase = MachinePhase::Dispatching;
+        let e = request(&busy, MachineOperation::Delete, m.version, T0 + 1).unwrap_err();
+        assert_eq!(e.reason(), "operation_in_progress");
+        m.assignment = Some(Assignment {
+            worker_id: "w1".into(),
+            worker_generation: 1,
+            machine_name: "n1".into(),
+        });
+        let e = request(&m, MachineOperation::Delete, m.version, T0 + 1).unwrap_err();
+        assert_eq!(
+            (e.category(), e.reason(), e.evidence()),
+            (
+                Category::Validation,
+                "no_creation_evidence",
+                Evidence::NotDispatched
+            )
+        );
+        m.creation = Some(CreationEvidence {
+            created_at_ms: T0,
+            incarnation: "inc-1".into(),
+        });
+        assert!(request(&m, MachineOperation::Delete, m.version, T0 + 1).is_ok());
     }
 
     #[test]

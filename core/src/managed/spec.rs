@@ -566,6 +566,11 @@ impl RetainedMachineSpec {
         {
             return Err(invalid("ports"));
         }
+        let max = crate::worker::network::MAX_PORTS;
+        if self.ports.len() > max {
+            // The worker's create takes at most this many (C9.2).
+            return Err(invalid("too_many_ports").with_limit(self.ports.len() as u64, max as u64));
+        }
         if self.workload.as_ref().is_some_and(Vec::is_empty) {
             return Err(invalid("empty_workload"));
         }
@@ -587,6 +592,24 @@ mod tests {
 
     fn reason(t: ManagedTerminalSpec) -> Option<&'static str> {
         terminal_exec(t).validate().err().map(|e| e.reason())
+    }
+
+    #[test]
+    fn retained_ports_at_n_and_n_plus_1() {
+        let with = |n: u16| {
+            let mut m = crate::managed::testkit::machine_spec();
+            m.ports = (1..=n)
+                .map(|i| ReservedPort {
+                    host: 8_000 + i,
+                    guest: 80,
+                })
+                .collect();
+            m.validate()
+        };
+        assert!(with(32).is_ok());
+        let e = with(33).unwrap_err();
+        assert_eq!(e.reason(), "too_many_ports");
+        assert_eq!(e.evidence(), crate::Evidence::NotDispatched);
     }
 
     #[test]

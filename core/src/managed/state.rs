@@ -314,7 +314,7 @@ impl MachineRecordState {
                 Created, Running, Stopped, Starting, Stopping, Deleting, Missing, Conflict, Deleted,
             ],
             Missing => &[Running, Stopped, Unknown, Deleting, Deleted],
-            Conflict => &[Unknown, Deleted],
+            Conflict => &[Unknown, Deleting, Deleted],
             Deleted => &[],
         }
     }

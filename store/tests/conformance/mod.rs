@@ -22,7 +22,9 @@ use smolbox_store::{
     Accepted, Assigned, DEFAULT_LIST_PAGE, MAX_LIST_PAGE, Reserve, Store, Submitted,
 };
 
+mod intent;
 mod ops;
+pub(crate) use intent::*;
 pub(crate) use ops::*;
 
 /// Wall-clock start of every test's timeline.
@@ -73,6 +75,14 @@ macro_rules! conformance_tests {
             machine_pending_limit_at_n_and_n_plus_one,
             resolve_stopped_clears_the_slot_and_keeps_unknown,
             resolve_deleted_releases_capacity_and_ports,
+            machine_claims_leave_the_version,
+            claim_machine_version_refences_an_assigned_machine,
+            accept_dispatching_commits_the_claim_and_intent_in_one_transaction,
+            accept_dispatching_refuses_without_a_live_claim_and_stores_nothing,
+            accept_dispatching_pending_limit_at_n_and_n_plus_one,
+            submit_dispatching_takes_the_slot_and_commits_the_intent,
+            write_steps_applies_each_patch_by_the_rules_in_one_commit,
+            commits_count_write_transactions_only,
         );
     };
     (@each $make:path; $($name:ident),* $(,)?) => {

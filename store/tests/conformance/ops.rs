@@ -305,7 +305,8 @@ pub(crate) fn claim_version_claims_only_at_that_version(h: &impl Harness) {
     let c = s
         .claim_machine_version(&mk, "ctl-a", 1, T0 + 1, TTL)
         .unwrap();
-    assert_eq!((c.version, c.generation), (2, 1));
+    // A machine claim moves its claim count, not its version.
+    assert_eq!((c.version, c.generation, c.claims), (1, 1, 1));
 }
 
 fn submitted(r: Accepted<Submitted>) -> (bool, Submitted) {
@@ -669,4 +670,173 @@ pub(crate) fn resolve_deleted_releases_capacity_and_ports(h: &impl Harness) {
         .unwrap(),
         Accepted::Existing(_)
     ));
+}
+
+/// A machine's claim writes leave its version (issue 13): an operator's
+/// versioned `resolve` at the version read before the controller renewed
+/// its claim several times applies; the claim still fences controller
+/// writes (owner, generation), and every other write moves the version.
+pub(crate) fn machine_claims_leave_the_version(h: &impl Harness) {
+    let s = h.store();
+    let (read, c) = held_by(&*s, "cl", "wcl", Vec::new(), ExecState::Unknown);
+    // The controller renews its machine claim three times.
+    let mut m = read.clone();
+    for i in 1..=3 {
+        m = s
+            .claim_machine(&read.key, "ctl-a", T0 + 40 + i, TTL)
+            .unwrap();
+        assert_eq!(
+            (m.version, m.generation, m.claims),
+            (read.version, read.generation, read.claims + i)
+        );
+        assert_eq!(m.revision(), read.revision() + i);
+    }
+    assert_eq!(h.another().fetch_machine(&read.key).unwrap(), m);
+    // The renewed claim still fences: another owner meets it live.
+    let b = h.another();
+    assert_eq!(
+        cat(b.claim_machine(&read.key, "ctl-b", T0 + 44, TTL)),
+        Category::StaleClaim
+    );
+    let foreign = Guard::for_machine(&m, "ctl-b");
+    assert_eq!(
+        cat(b.write_machine(&read.key, &foreign, &MachinePatch::default(), T0 + 44)),
+        Category::StaleClaim
+    );
+    assert_eq!(
+        s.fetch_machine(&read.key).unwrap(),
+        m,
+        "refusals change nothing"
+    );
+    // The operator read the version before the renewals: it still applies.
+    let r = b
+        .resolve_machine(&read.key, read.version, true, &stopped("inc-1"), T0 + 50)
+        .unwrap();
+    assert_eq!(r.machine.version, read.version + 1);
+    assert_eq!(
+        (r.machine.state, r.machine.active_execution.as_ref()),
+        (MachineRecordState::Stopped, None)
+    );
+    assert_eq!(r.command.unwrap().key, c.key);
+    // A caller-visible write moves the version: the controller's guard of
+    // the renewed claim, at the old version, is stale now.
+    assert_eq!(
+        cat(s.write_machine(
+            &read.key,
+            &Guard::for_machine(&m, "ctl-a"),
+            &MachinePatch::default(),
+            T0 + 51
+        )),
+        Category::StaleVersion
+    );
+    // After the claim lapses another owner takes it: the generation moves,
+    // the version does not, and the old holder's guard at that same
+    // version is fenced by the generation.
+    // (`running_machine` claimed for ten TTLs.)
+    let later = T0 + 10 * TTL + 1;
+    let taken = b.claim_machine(&read.key, "ctl-b", later, TTL).unwrap();
+    assert_eq!(
+        (taken.version, taken.generation),
+        (r.machine.version, r.machine.generation + 1)
+    );
+    let mut stale = taken.clone();
+    stale.generation = r.machine.generation;
+    let e = s
+        .write_machine(
+            &read.key,
+            &Guard::for_machine(&stale, "ctl-a"),
+            &MachinePatch::default(),
+            later + 1,
+        )
+        .unwrap_err();
+    assert_eq!(e.category(), Category::StaleClaim);
+    let w = b
+        .write_machine(
+            &read.key,
+            &Guard::for_machine(&taken, "ctl-b"),
+            &MachinePatch {
+                next_due_at_ms: Some(Some(later + 5)),
+                ..MachinePatch::default()
+            },
+            later + 1,
+        )
+        .unwrap();
+    assert_eq!((w.version, w.claims), (taken.version + 1, taken.claims));
+}
+
+/// `claim_machine_version` re-fences an assigned machine to its worker's
+/// live lease (C15), as `claim_version` does for executions: only for the
+/// lease holder, only at the version read; the old generation's writers are
+/// fenced from then on.
+pub(crate) fn claim_machine_version_refences_an_assigned_machine(h: &impl Harness) {
+    let s = h.store();
+    let mk = key("cmv", "machine-1");
+    let m = running_machine(&*s, mk.clone(), "wcmv", Vec::new()).unwrap();
+    assert_eq!(m.assignment.as_ref().unwrap().worker_generation, 1);
+    // ctl-a's claim (10 TTL) and lease lapse; ctl-b takes the worker.
+    let later = T0 + 10 * TTL + 10;
+    let b = h.another();
+    let e = b
+        .claim_machine_version(&mk, "ctl-b", m.version, later, TTL)
+        .unwrap_err();
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::StaleClaim, "worker_lease")
+    );
+    assert_eq!(
+        b.claim_worker("wcmv", "ctl-b", later, TTL)
+            .unwrap()
+            .generation,
+        2
+    );
+    // The plain claim does not re-fence: its writes stay fenced.
+    let plain = b.claim_machine(&mk, "ctl-b", later, TTL).unwrap();
+    let e = b
+        .write_machine(
+            &mk,
+            &Guard::for_machine(&plain, "ctl-b"),
+            &MachinePatch::default(),
+            later + 1,
+        )
+        .unwrap_err();
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::StaleClaim, "worker_generation")
+    );
+    assert_eq!(
+        cat(b.claim_machine_version(&mk, "ctl-b", m.version + 1, later + 1, TTL)),
+        Category::StaleVersion
+    );
+    let taken = b
+        .claim_machine_version(&mk, "ctl-b", m.version, later + 1, TTL)
+        .unwrap();
+    assert_eq!(taken.assignment.as_ref().unwrap().worker_generation, 2);
+    assert_eq!(taken.claim.as_ref().unwrap().owner, "ctl-b");
+    assert_eq!(
+        taken.version, m.version,
+        "re-fencing is no caller-visible change"
+    );
+    assert_eq!(s.fetch_machine(&mk).unwrap(), taken);
+    // The old holder is fenced; the new one moves the machine forward.
+    assert_eq!(
+        cat(s.write_machine(
+            &mk,
+            &Guard::for_machine(&m, "ctl-a"),
+            &MachinePatch::default(),
+            later + 2
+        )),
+        Category::StaleClaim
+    );
+    let p = MachinePatch {
+        state: Some(MachineRecordState::Stopping),
+        operation: Some((MachineOperation::Stop, MachinePhase::Dispatching)),
+        ..MachinePatch::default()
+    };
+    let w = b
+        .write_machine(&mk, &Guard::for_machine(&taken, "ctl-b"), &p, later + 2)
+        .unwrap();
+    assert_eq!(
+        (w.state, w.version),
+        (MachineRecordState::Stopping, m.version + 1)
+    );
 }

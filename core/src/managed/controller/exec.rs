@@ -67,6 +67,7 @@ enum Deadline {
     Queue = 0,
     Preparation = 1,
     Execution = 2,
+    Cleanup = 3,
 }
 
 #[derive(Debug)]
@@ -90,7 +91,7 @@ pub(super) struct Exec {
     output: Option<ExecOutput>,
     exec_error: Option<Error>,
     /// Monotonic bound of each deadline, fixed when first seen.
-    mono: [Option<Instant>; 3],
+    mono: [Option<Instant>; 4],
     retry_at: Option<Instant>,
     failures: u32,
     /// Consecutive store failures of claim renewals while the exec is
@@ -180,7 +181,7 @@ impl Exec {
             result_written: false,
             output: None,
             exec_error: None,
-            mono: [queue_bound, None, None],
+            mono: [queue_bound, None, None, None],
             retry_at: None,
             failures: 0,
             renew_failures: 0,
@@ -199,6 +200,23 @@ impl Exec {
         ex
     }
 
+    /// An execution over `rec`, inserted by this controller's own
+    /// acceptance together with its claim and dispatch intent (issue 16):
+    /// the intent is this controller's and the claim was confirmed now.
+    pub(super) fn with_intent(rec: ExecutionRecord, now: Instant, now_ms: u64) -> Self {
+        let mut ex = Self::new(rec, now, now_ms, None);
+        ex.intent_committed(now);
+        ex
+    }
+
+    /// The record this execution holds was stored by this controller with
+    /// its dispatch intent and a fresh claim (an acceptance or a command
+    /// submission with the intent): the exec is sent next.
+    pub(super) fn intent_committed(&mut self, now: Instant) {
+        self.intent_mine = true;
+        self.claim_at = Some(now);
+    }
+
     /// Fixes the monotonic bound of every deadline the record carries and
     /// that has none yet: `now + (deadline − now_ms)`. Taken once, so a
     /// later wall-clock step backwards cannot extend it.
@@ -208,6 +226,7 @@ impl Exec {
             (Deadline::Queue, d.queue_ms),
             (Deadline::Preparation, d.preparation_ms),
             (Deadline::Execution, d.execution_ms),
+            (Deadline::Cleanup, d.cleanup_ms),
         ] {
             if let (None, Some(w)) = (self.mono[slot as usize], wall) {
                 self.mono[slot as usize] =
@@ -222,6 +241,7 @@ impl Exec {
             Deadline::Queue => d.queue_ms,
             Deadline::Preparation => d.preparation_ms,
             Deadline::Execution => d.execution_ms,
+            Deadline::Cleanup => d.cleanup_ms,
         };
         wall.is_some_and(|w| now_ms >= w) || self.mono[slot as usize].is_some_and(|m| now >= m)
     }
@@ -400,6 +420,27 @@ impl Exec {
         }
     }
 
+    /// A guarded write of several patches in one commit (the result and
+    /// what follows it), claiming (or renewing) first when needed.
+    fn guarded_steps(
+        &mut self,
+        cfg: &ControllerConfig,
+        now: Instant,
+        now_ms: u64,
+        patches: Vec<ExecPatch>,
+    ) -> Step {
+        if !self.claim_ok(cfg, now, now_ms) {
+            return self.claim_op(cfg, now_ms);
+        }
+        self.next_kind = Kind::Result;
+        Step::Store(StoreOp::WriteSteps {
+            key: self.rec.key.clone(),
+            guard: Guard::for_exec(&self.rec, &cfg.owner),
+            patches,
+            now_ms: now_ms.max(self.rec.updated_at_ms),
+        })
+    }
+
     fn finish(&mut self) -> Step {
         let error = match self.fatal.take() {
             Some(e) => Some(self.with_known_evidence(e)),
@@ -491,6 +532,17 @@ impl Exec {
             && !self.result_written
         {
             if let Some(patch) = self.result_patch(&obs, now_ms) {
+                if patch.state == Some(ExecState::Collecting)
+                    && self.rec.spec.machine.is_some()
+                    && self.rec.spec.outputs.is_empty()
+                {
+                    // A retained machine's command has nothing to collect
+                    // and its slot finish is a commit of its own: the
+                    // result and `completed` are one commit (issue 16:
+                    // submission with intent, result, slot finish).
+                    let done = self.completion_patch(now_ms);
+                    return self.guarded_steps(cfg, now, now_ms, vec![patch, done]);
+                }
                 return self.guarded(cfg, now, now_ms, Kind::Result, patch);
             }
             self.result_written = true;
@@ -608,26 +660,7 @@ impl Exec {
                 self.finish()
             }
             ExecState::Collecting => {
-                // Output collection is not part of this slice: a record
-                // declaring outputs (only reachable from another version)
-                // ends `collection_failed` with its exit kept.
-                let patch = if self.rec.spec.outputs.is_empty() {
-                    ExecPatch {
-                        state: Some(ExecState::Completed),
-                        collection: Some(Collection::Complete),
-                        cleanup: Some(self.end_cleanup()),
-                        next_due_at_ms: Some(self.end_due(now_ms)),
-                        ..ExecPatch::default()
-                    }
-                } else {
-                    ExecPatch {
-                        state: Some(ExecState::CollectionFailed),
-                        collection: Some(Collection::Failed),
-                        cleanup: Some(self.end_cleanup()),
-                        next_due_at_ms: Some(self.end_due(now_ms)),
-                        ..ExecPatch::default()
-                    }
-                };
+                let patch = self.completion_patch(now_ms);
                 self.guarded(cfg, now, now_ms, Kind::Write, patch)
             }
             s if s.is_terminal() => {
@@ -642,6 +675,24 @@ impl Exec {
                 self.finish()
             }
             _ => self.finish(),
+        }
+    }
+
+    /// The write that ends `collecting`. Output collection is not part of
+    /// this slice: a record declaring outputs (only reachable from another
+    /// version) ends `collection_failed` with its exit kept.
+    fn completion_patch(&self, now_ms: u64) -> ExecPatch {
+        let (state, collection) = if self.rec.spec.outputs.is_empty() {
+            (ExecState::Completed, Collection::Complete)
+        } else {
+            (ExecState::CollectionFailed, Collection::Failed)
+        };
+        ExecPatch {
+            state: Some(state),
+            collection: Some(collection),
+            cleanup: Some(self.end_cleanup()),
+            next_due_at_ms: Some(self.end_due(now_ms)),
+            ..ExecPatch::default()
         }
     }
 

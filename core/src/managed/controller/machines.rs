@@ -221,10 +221,24 @@ pub struct MachineDone {
     pub result: Result<MachineAnswer, Error>,
 }
 
-/// The worker machine spec of a retained machine: the worker's defaults
-/// (the retained spec carries no sizes yet).
-pub(super) fn worker_spec(_spec: &RetainedMachineSpec) -> MachineSpec {
-    MachineSpec::default()
+/// The worker machine spec of a retained machine: the worker's default
+/// sizes (the retained spec carries none yet) and the spec's port
+/// mappings, which the store reserved with the assignment (sent offline:
+/// the create names `virtio-net` with empty allow-lists, C9.2).
+///
+/// # Errors
+/// `validation` (not dispatched) for a port the worker spec refuses.
+pub(super) fn worker_spec(spec: &RetainedMachineSpec) -> Result<MachineSpec, Error> {
+    let ports = spec
+        .ports
+        .iter()
+        .map(|p| crate::worker::PortMapping::new(p.host, p.guest))
+        .collect::<Result<Vec<_>, _>>()?;
+    MachineSpec {
+        ports,
+        ..MachineSpec::default()
+    }
+    .validate()
 }
 
 /// The machine name of a retained machine: `smb-` and 24 hex digits of
@@ -308,6 +322,10 @@ pub(super) struct Mach {
     wkind: Option<WKind>,
     pending_w: Option<WKind>,
     reply: Option<(WKind, WorkerResult, Snap)>,
+    /// The worker answer the outstanding store op acts on: given back when
+    /// that op was a claim, a fetch or failed, so the next step decides
+    /// from the same answer (it is never lost with a failed write).
+    kept: Option<(WKind, WorkerResult, Snap)>,
     began: Option<Snap>,
     claim_at: Option<Instant>,
     fresh_claim: bool,
@@ -326,6 +344,16 @@ pub(super) struct Mach {
     finishing: VecDeque<Box<Finished>>,
     /// The worker had no room for the reservation: recorded, retried later.
     no_room: Option<Error>,
+    /// A host port of the spec is taken on the worker: the machine is
+    /// `conflict` (C14, ports), nothing reserved or sent, no other worker.
+    port_conflict: Option<Error>,
+    /// The generation of this controller's live lease on the assigned
+    /// worker, as of the last step.
+    lease_gen: Option<u64>,
+    /// Since when a write was refused because the machine is assigned
+    /// under another worker-lease generation (C15): the worker lease is
+    /// wanted, and the claim re-fences once it is held.
+    fenced_at: Option<Instant>,
 }
 
 impl Mach {
@@ -338,6 +366,7 @@ impl Mach {
             wkind: None,
             pending_w: None,
             reply: None,
+            kept: None,
             began: None,
             claim_at: None,
             fresh_claim: false,
@@ -352,7 +381,16 @@ impl Mach {
             fatal: None,
             finishing: VecDeque::new(),
             no_room: None,
+            port_conflict: None,
+            lease_gen: None,
+            fenced_at: None,
         }
+    }
+
+    /// This controller's claim on the record was confirmed at `at` (taken
+    /// with a command's submission).
+    pub(super) fn claimed_at(&mut self, at: Instant) {
+        self.claim_at = Some(at);
     }
 
     /// Queues the slot finish of a command this controller stopped driving.
@@ -398,6 +436,15 @@ impl Mach {
             && self.rec.state == MachineRecordState::Accepted
             && self.rec.operation == MachineOperation::None
             && self.rec.next_due_at_ms.is_some();
+        if let (Some(_), Some(a)) = (self.fenced_at, &self.rec.assignment) {
+            // Fenced by a worker-lease generation it was not assigned
+            // under: only the lease holder can re-fence it.
+            return cfg
+                .workers
+                .iter()
+                .find(|w| w.id == a.worker_id && w.profile.is_some())
+                .map(|w| w.id.clone());
+        }
         if !creating {
             return None;
         }
@@ -433,7 +480,17 @@ impl Mach {
         if self.worker_op.is_some() {
             return self.claim_at.map(|c| c + cfg.renew_every());
         }
-        None
+        self.fenced_at.map(|at| at + fence_wait(cfg))
+    }
+
+    /// Assigned under another worker-lease generation than the live one
+    /// this controller holds: every write is fenced (C15) until the claim
+    /// re-fences it (`claim_machine_version`).
+    fn needs_refence(&self) -> bool {
+        self.rec
+            .assignment
+            .as_ref()
+            .is_some_and(|a| self.lease_gen.is_some_and(|g| g != a.worker_generation))
     }
 
     fn claim_ok(&self, cfg: &ControllerConfig, now: Instant, now_ms: u64) -> bool {
@@ -442,13 +499,27 @@ impl Mach {
             .claim
             .as_ref()
             .is_some_and(|c| c.owner == cfg.owner && c.until_ms > now_ms);
-        ours && self
-            .claim_at
-            .is_some_and(|at| now.saturating_duration_since(at) < cfg.renew_every())
+        ours && !self.needs_refence()
+            && self
+                .claim_at
+                .is_some_and(|at| now.saturating_duration_since(at) < cfg.renew_every())
     }
 
     fn claim_op(&mut self, cfg: &ControllerConfig, now_ms: u64) -> MStep {
         self.next_kind = SKind::Claim;
+        if self.needs_refence() {
+            // Decided from the record as read (its version, which claims
+            // do not move); the store claims only at that version and moves
+            // the assignment to this controller's worker-lease generation,
+            // fencing the writer that assigned it.
+            return MStep::Store(StoreOp::ClaimMachineVersion {
+                key: self.rec.key.clone(),
+                owner: cfg.owner.clone(),
+                version: self.rec.version,
+                now_ms: now_ms.max(self.rec.updated_at_ms),
+                ttl_ms: cfg.lease_ttl_ms,
+            });
+        }
         MStep::Store(StoreOp::ClaimMachine {
             key: self.rec.key.clone(),
             owner: cfg.owner.clone(),
@@ -547,6 +618,26 @@ impl Mach {
         self.guarded(cfg, now, now_ms, p)
     }
 
+    /// A create that never left the process: no machine, absence known.
+    fn create_not_sent(
+        &mut self,
+        cfg: &ControllerConfig,
+        now: Instant,
+        now_ms: u64,
+        e: &Error,
+    ) -> MStep {
+        let p = MachinePatch {
+            state: Some(MachineRecordState::Unknown),
+            operation: Some((MachineOperation::None, MachinePhase::None)),
+            absence_at_ms: Some(now_ms.max(self.rec.updated_at_ms)),
+            next_due_at_ms: Some(None),
+            last_error: Some(ErrorEntry::from_error(e, now_ms)),
+            ..MachinePatch::default()
+        };
+        self.sent = false;
+        self.guarded(cfg, now, now_ms, p)
+    }
+
     /// Refuses the requested operation without touching the worker.
     fn refuse(&mut self, cfg: &ControllerConfig, now: Instant, now_ms: u64, e: &Error) -> MStep {
         self.verified = false;
@@ -590,6 +681,31 @@ impl Mach {
                 return MStep::Wait;
             }
             self.retry_at = None;
+        }
+        self.lease_gen = self
+            .rec
+            .assignment
+            .as_ref()
+            .and_then(|a| leases.live(&a.worker_id, now, now_ms));
+        if let Some(at) = self.fenced_at
+            && self.fatal.is_none()
+        {
+            let assigned = self.rec.assignment.as_ref().map(|a| a.worker_generation);
+            if self.lease_gen.is_some() && self.lease_gen == assigned {
+                // Re-fenced (here or by another lease holder).
+                self.fenced_at = None;
+            } else if self.lease_gen.is_none() {
+                if now.saturating_duration_since(at) < fence_wait(cfg) {
+                    // The worker lease is wanted; its answer wakes us.
+                    return MStep::Wait;
+                }
+                // Another controller holds the worker: it drives this
+                // machine; nothing was written here.
+                self.fatal = Some(crate::managed::claim::stale_claim(
+                    Operation::StoreClaim,
+                    "worker_lease",
+                ));
+            }
         }
         if self.fatal.is_some() {
             if self.worker_op.is_some() {
@@ -635,10 +751,11 @@ impl Mach {
                 self.claim_op(cfg, now_ms)
             };
         }
-        let reply = match self.reply.take() {
+        let taken = self.reply.take();
+        let reply = match &taken {
             // C14.2: the intent, state or active command changed since the
             // observation began: the reply is not written.
-            Some((_, _, snap)) if snap != Snap::of(&self.rec) => {
+            Some((_, _, snap)) if *snap != Snap::of(&self.rec) => {
                 self.fatal = Some(
                     Error::new(
                         Category::StaleVersion,
@@ -649,10 +766,14 @@ impl Mach {
                 );
                 return MStep::Done;
             }
-            Some((k, r, _)) => Some((k, r)),
+            Some((k, r, _)) => Some((*k, r.clone())),
             None => None,
         };
-        self.lifecycle(cfg, leases, reply, now, now_ms)
+        let step = self.lifecycle(cfg, leases, reply, now, now_ms);
+        if matches!(step, MStep::Store(_)) {
+            self.kept = taken;
+        }
+        step
     }
 
     #[allow(clippy::too_many_lines)]
@@ -721,6 +842,18 @@ impl Mach {
                     if !self.claim_ok(cfg, now, now_ms) {
                         return self.claim_op(cfg, now_ms);
                     }
+                    if let Some(e) = self.port_conflict.take() {
+                        // The store rolled every port back: `conflict`, no
+                        // reservation, no worker request, no retry on
+                        // another worker; a delete needs no worker call.
+                        let p = MachinePatch {
+                            state: Some(S::Conflict),
+                            last_error: Some(ErrorEntry::from_error(&e, now_ms)),
+                            next_due_at_ms: Some(None),
+                            ..MachinePatch::default()
+                        };
+                        return self.write(cfg, now_ms, SKind::Write, p);
+                    }
                     let Some(entry) = cfg
                         .workers
                         .iter()
@@ -780,17 +913,7 @@ impl Mach {
                         self.settle(cfg, now, now_ms, to, extra)
                     }
                     Some((WKind::Create, Err(e))) if e.evidence() == Evidence::NotDispatched => {
-                        // Nothing left the process: no machine; absence known.
-                        let p = MachinePatch {
-                            state: Some(S::Unknown),
-                            operation: Some((Op::None, Ph::None)),
-                            absence_at_ms: Some(now_ms.max(self.rec.updated_at_ms)),
-                            next_due_at_ms: Some(None),
-                            last_error: Some(ErrorEntry::from_error(&e, now_ms)),
-                            ..MachinePatch::default()
-                        };
-                        self.sent = false;
-                        self.guarded(cfg, now, now_ms, p)
+                        self.create_not_sent(cfg, now, now_ms, &e)
                     }
                     Some((_, r)) => {
                         let e = match r {
@@ -800,15 +923,20 @@ impl Mach {
                         self.uncertain(cfg, now, now_ms, &e)
                     }
                     None if self.sent => MStep::Wait,
-                    None if self.intent_mine => {
-                        self.pending_w = Some(WKind::Create);
-                        MStep::Worker(WorkerOp::Create {
-                            worker_id: worker_id.clone(),
-                            profile: Box::new((*profile).clone()),
-                            name,
-                            spec: Box::new(worker_spec(&self.rec.spec)),
-                        })
-                    }
+                    None if self.intent_mine => match worker_spec(&self.rec.spec) {
+                        Ok(spec) => {
+                            self.pending_w = Some(WKind::Create);
+                            MStep::Worker(WorkerOp::Create {
+                                worker_id: worker_id.clone(),
+                                profile: Box::new((*profile).clone()),
+                                name,
+                                spec: Box::new(spec),
+                            })
+                        }
+                        // Nothing leaves the process: as a create refused
+                        // before sending.
+                        Err(e) => self.create_not_sent(cfg, now, now_ms, &e),
+                    },
                     // Found with an intent this process did not write: the
                     // create may have been sent; never again (C17.1).
                     None => self.uncertain(cfg, now, now_ms, &found_dispatching(Operation::Create)),
@@ -976,6 +1104,12 @@ impl Mach {
             _ => return None,
         };
         self.inflight = None;
+        let kept = self.kept.take();
+        let acted = result.is_ok() && !matches!(kind, SKind::Claim | SKind::Fetch);
+        if !acted {
+            // Not written: the next step decides from the same answer.
+            self.reply = kept;
+        }
         match result {
             Ok(StoreReply::Machine(rec)) if rec.key == self.rec.key => {
                 self.failures = 0;
@@ -1028,6 +1162,18 @@ impl Mach {
                         self.failures += 1;
                         self.retry_at = Some(now + cfg.poll());
                     }
+                    Category::StaleClaim
+                        if matches!(e.reason(), "worker_generation" | "worker_lease")
+                            && self.rec.assignment.is_some()
+                            && self.failures < MAX_STORE_RETRIES =>
+                    {
+                        // Assigned under a worker-lease generation that is
+                        // no longer the worker's (C15): want the lease, then
+                        // re-fence with the claim (see `step`).
+                        self.failures += 1;
+                        self.fenced_at.get_or_insert(now);
+                        self.need_fetch = true;
+                    }
                     Category::StaleClaim if !self.finishing.is_empty() && self.failures < 64 => {
                         // Another controller holds the machine's claim: the
                         // slot is finished once it lapses (within one TTL).
@@ -1037,6 +1183,9 @@ impl Mach {
                     }
                     Category::AdmissionExhausted if kind == SKind::Reserve => {
                         self.no_room = Some(e);
+                    }
+                    Category::PortConflict if kind == SKind::Reserve => {
+                        self.port_conflict = Some(e);
                     }
                     Category::Validation
                         if kind == SKind::Finish && e.reason() == "not_slot_holder" =>
@@ -1067,6 +1216,13 @@ impl Mach {
     pub(super) fn take_fatal(&mut self) -> Option<Error> {
         self.fatal.take()
     }
+}
+
+/// How long a fenced machine waits for its worker's lease before leaving
+/// the machine to the controller holding it: two lease TTLs (a lease
+/// nobody renews lapses within one).
+fn fence_wait(cfg: &ControllerConfig) -> std::time::Duration {
+    std::time::Duration::from_millis(cfg.lease_ttl_ms.saturating_mul(2))
 }
 
 const fn record_state(s: MachineState) -> MachineRecordState {
@@ -1130,7 +1286,9 @@ pub fn command_spec(
 
 fn key_of(op: &StoreOp) -> RecordKey {
     match op {
-        StoreOp::SubmitCommand { record, .. } => record.key.clone(),
+        StoreOp::SubmitCommand { record, .. } | StoreOp::SubmitDispatching { record, .. } => {
+            record.key.clone()
+        }
         _ => RecordKey {
             scope: String::new(),
             id: String::new(),

@@ -165,6 +165,21 @@ pub enum StoreOp {
         /// Claim TTL.
         ttl_ms: u64,
     },
+    /// `claim_machine_version(key, owner, version, now_ms, ttl_ms)` →
+    /// [`StoreReply::Machine`]: the claim only at `version`, re-fencing an
+    /// assigned machine to the claimer's live worker-lease generation (C15).
+    ClaimMachineVersion {
+        /// Machine key.
+        key: RecordKey,
+        /// Claiming controller.
+        owner: String,
+        /// The version the controller read and decided from.
+        version: u64,
+        /// Wall-clock milliseconds.
+        now_ms: u64,
+        /// Claim TTL.
+        ttl_ms: u64,
+    },
     /// `write_machine(key, guard, patch, now_ms)` → [`StoreReply::Machine`].
     WriteMachine {
         /// Machine key.
@@ -228,6 +243,36 @@ pub enum StoreOp {
         quiesced: bool,
         /// What was verified on the worker.
         disposition: Disposition,
+        /// Wall-clock milliseconds.
+        now_ms: u64,
+    },
+    /// `accept_dispatching(record, max_pending)` → [`StoreReply::Accepted`]:
+    /// the acceptance, the claim the record carries and its dispatch intent
+    /// in one transaction (an existing record is returned untouched).
+    AcceptDispatching {
+        /// The fresh `accepted` record, carrying the submitter's claim.
+        record: Box<ExecutionRecord>,
+        /// Pending limit (1–10,000).
+        max_pending: u32,
+    },
+    /// `submit_dispatching(record, max_pending)` → [`StoreReply::Submitted`]:
+    /// [`StoreOp::SubmitCommand`] with the dispatch intent in the same
+    /// transaction.
+    SubmitDispatching {
+        /// The fresh `accepted` command record, carrying the claim.
+        record: Box<ExecutionRecord>,
+        /// Pending limit (1–10,000).
+        max_pending: u32,
+    },
+    /// `write_steps(key, guard, patches, now_ms)` → [`StoreReply::Record`]:
+    /// 1–4 guarded patches in one transaction, each by the write rules.
+    WriteSteps {
+        /// Record key.
+        key: RecordKey,
+        /// Guard of the last stored version.
+        guard: Guard,
+        /// The patches, applied in order.
+        patches: Vec<ExecPatch>,
         /// Wall-clock milliseconds.
         now_ms: u64,
     },
@@ -417,6 +462,7 @@ impl StoreOp {
             Self::AcceptMachine { .. } => "accept_machine",
             Self::FetchMachine { .. } => "fetch_machine",
             Self::ClaimMachine { .. } => "claim_machine",
+            Self::ClaimMachineVersion { .. } => "claim_machine_version",
             Self::WriteMachine { .. } => "write_machine",
             Self::ReserveMachine { .. } => "reserve_machine",
             Self::RequestMachine { .. } => "request_machine",
@@ -424,6 +470,9 @@ impl StoreOp {
             Self::FinishCommand { .. } => "finish_command",
             Self::ResolveMachine { .. } => "resolve_machine",
             Self::DueMachines { .. } => "due_machines",
+            Self::AcceptDispatching { .. } => "accept_dispatching",
+            Self::SubmitDispatching { .. } => "submit_dispatching",
+            Self::WriteSteps { .. } => "write_steps",
         }
     }
 }

@@ -16,7 +16,8 @@
 //!    `Accepted` — durable acceptance, not readiness). A duplicate with the
 //!    same spec returns the same identity, a changed spec is
 //!    `identity_conflict`, a held slot `admission_exhausted`;
-//! 3. `preparing` → `ready` → `dispatching` (the dispatch intent, durable
+//! 3. `preparing` → `ready` → claim → `dispatching` (the dispatch intent,
+//!    written right after the claim is refreshed (C15), durable
 //!    before the upgrade; its write fixes the execution deadline, from which
 //!    the session deadline is derived: `dispatch + session_ms`, never reset);
 //! 4. [`TermOutput::Open`] with the remaining session budget; the driver
@@ -25,7 +26,7 @@
 //!    the claim is renewed every third of the TTL meanwhile;
 //! 5. the verdict ([`Verdict`]): `completed` with a terminal result, `unknown`,
 //!    or `failed` when nothing was sent;
-//! 6. the slot: worker lease, machine claim, `finish_command` — released for
+//! 6. the slot: machine claim, `finish_command` — released for
 //!    a completed (or cancelled) record, kept with the machine `unknown`
 //!    otherwise (C14.3).
 //!
@@ -63,6 +64,10 @@ use crate::{Category, Error, Evidence, Operation};
 /// Consecutive store failures before a run gives up (the record stays as
 /// stored; recovery settles it).
 pub const MAX_TERM_STORE_RETRIES: u32 = 5;
+
+/// Waits (of a sixth of the TTL each) for another controller's machine
+/// claim before a settled run gives its slot finish up: about ten TTLs.
+pub const MAX_SLOT_CLAIM_WAITS: u32 = 64;
 
 /// The options a run needs from its controller (C12.1).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -279,7 +284,6 @@ enum Kind {
     Claim,
     Write,
     Cancel,
-    Lease,
     ClaimMachine,
     Finish,
 }
@@ -296,13 +300,15 @@ pub struct TerminalRun {
     drive: bool,
     rec: Option<ExecutionRecord>,
     machine: Option<MachineRecord>,
-    lease: Option<Lease>,
     inflight: Option<(OpId, Kind)>,
     next_op: u64,
     out: VecDeque<TermOutput>,
     claim_at: Option<Instant>,
     /// This run wrote the dispatch intent (only then may it open).
     intent_mine: bool,
+    /// The last store answer was this run's own claim: the dispatch intent
+    /// is written only then (C15: refreshed immediately before it).
+    claim_fresh_now: bool,
     open_sent: bool,
     opened: bool,
     close_sent: bool,
@@ -314,6 +320,9 @@ pub struct TerminalRun {
     slot_done: bool,
     done: bool,
     failures: u32,
+    /// `stale_claim` answers to the machine claim in a row (another
+    /// controller's claim, perhaps a finished or killed one's).
+    claim_waits: u64,
     retry_at: Option<Instant>,
     need_fetch: bool,
 }
@@ -384,12 +393,12 @@ impl TerminalRun {
             drive,
             rec: None,
             machine: None,
-            lease: None,
             inflight: None,
             next_op: 1,
             out: VecDeque::new(),
             claim_at: None,
             intent_mine: false,
+            claim_fresh_now: false,
             open_sent: false,
             opened: false,
             close_sent: false,
@@ -400,6 +409,7 @@ impl TerminalRun {
             slot_done: false,
             done: false,
             failures: 0,
+            claim_waits: 0,
             retry_at: None,
             need_fetch: false,
         }
@@ -427,7 +437,10 @@ impl TerminalRun {
 
     /// When [`TerminalRun::handle_timeout`] should next be called.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        if self.done {
+        if self.done || self.inflight.is_some() {
+            // A store op is outstanding: its answer moves the run (a
+            // renewal due meanwhile is made then); a timer now would find
+            // nothing to do and, in the past, spin its driver.
             return None;
         }
         if self.inflight.is_none()
@@ -486,6 +499,7 @@ impl TerminalRun {
             return;
         }
         self.inflight = None;
+        self.claim_fresh_now = kind == Kind::Claim && result.is_ok();
         match result {
             Ok(reply) => {
                 self.failures = 0;
@@ -566,10 +580,10 @@ impl TerminalRun {
                 self.need_fetch = false;
                 self.rec = Some(*r);
             }
-            (Kind::Lease, TermStoreReply::Lease(l)) => self.lease = Some(l),
             (Kind::ClaimMachine, TermStoreReply::Machine(m)) => {
                 self.machine = Some(*m);
                 self.machine_claimed = true;
+                self.claim_waits = 0;
             }
             (
                 Kind::Finish,
@@ -588,6 +602,12 @@ impl TerminalRun {
         }
     }
 
+    /// The most `stale_claim` answers to the machine claim waited out: two
+    /// lease TTLs' worth of poll intervals.
+    fn claim_wait_limit(&self) -> u64 {
+        (2 * self.cfg.lease_ttl_ms) / self.cfg.poll_interval_ms.max(1) + 1
+    }
+
     fn fail_or_refuse(&mut self, e: Error) {
         if self.rec.is_none() {
             self.out.push_back(TermOutput::Event(TermEvent::Refused(e)));
@@ -604,6 +624,19 @@ impl TerminalRun {
             Kind::Finish if e.category() == Category::StaleVersion => {
                 self.machine_claimed = false;
             }
+            // Another controller claims the machine — often one that has
+            // ended (a `smolbox` that created or started it) and whose
+            // claim lasts until its lease ends. The slot is this run's to
+            // finish: the claim is tried again each poll interval, for up
+            // to two lease TTLs (then the run gives up as for any store
+            // failure, and the slot stays held for an operator).
+            Kind::ClaimMachine
+                if e.category() == Category::StaleClaim
+                    && self.claim_waits < self.claim_wait_limit() =>
+            {
+                self.claim_waits += 1;
+                self.retry_at = Some(now + Duration::from_millis(self.cfg.poll_interval_ms));
+            }
             _ if e.category() == Category::StaleVersion => self.need_fetch = true,
             _ if e.category() == Category::StaleClaim
                 && matches!(kind, Kind::Claim | Kind::Write)
@@ -611,6 +644,19 @@ impl TerminalRun {
             {
                 // Another live controller holds the record: leave it alone.
                 self.finish(Some(e));
+            }
+            Kind::ClaimMachine | Kind::Finish
+                if e.category() == Category::StaleClaim && self.failures < MAX_SLOT_CLAIM_WAITS =>
+            {
+                // Another controller holds the machine's claim (it drives
+                // the machine): the slot is finished once that claim is
+                // renewed no more or lapses (within one TTL). Giving up
+                // here would leave a settled terminal holding the slot for
+                // good: nothing else finishes it (the record is not due).
+                self.failures += 1;
+                self.machine_claimed = false;
+                let wait = self.cfg.poll_interval_ms.max(self.cfg.lease_ttl_ms / 6);
+                self.retry_at = Some(now + Duration::from_millis(wait));
             }
             _ => {
                 self.failures += 1;
@@ -765,6 +811,17 @@ impl TerminalRun {
             return;
         }
         if let Some(patch) = self.next_patch(&rec, now_ms) {
+            if patch.state == Some(ExecState::Dispatching) && !self.claim_fresh_now {
+                // C15: the claim is refreshed immediately before the intent.
+                let op = TermStoreOp::Claim {
+                    key: rec.key.clone(),
+                    owner: self.cfg.owner.clone(),
+                    now_ms,
+                    ttl_ms: self.cfg.lease_ttl_ms,
+                };
+                self.push(Kind::Claim, op);
+                return;
+            }
             self.write(&rec, patch, now_ms);
             return;
         }
@@ -898,19 +955,11 @@ impl TerminalRun {
             // Already finished (by this or an earlier run).
             return self.finish(None);
         }
-        let lease_live = self
-            .lease
-            .as_ref()
-            .is_some_and(|l| l.owner == self.cfg.owner && l.until_ms > now_ms);
-        if let (Some(a), false) = (&m.assignment, lease_live) {
-            let op = TermStoreOp::ClaimWorker {
-                worker_id: a.worker_id.clone(),
-                owner: self.cfg.owner.clone(),
-                now_ms,
-                ttl_ms: self.cfg.lease_ttl_ms,
-            };
-            return self.push(Kind::Lease, op);
-        }
+        // No worker lease is taken here: the finish is fenced by the
+        // machine claim and the generation the machine was assigned under
+        // (as the machine task's own finish). Taking the lease after it
+        // lapsed would move its generation and fence the machine itself,
+        // so no controller could finish the slot any more.
         let op = TermStoreOp::FinishCommand {
             machine: m.key.clone(),
             guard: Guard::for_machine(&m, &self.cfg.owner),

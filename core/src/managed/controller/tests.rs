@@ -36,25 +36,32 @@ impl TestStore {
         }
         let absent = || Error::new(Category::NotFound, Operation::StoreFetch, Evidence::Unknown);
         match op {
-            StoreOp::Accept { record, .. } => match self.records.get(&record.key) {
-                Some(r) if r.fingerprint == record.fingerprint => Ok(StoreReply::Accepted {
-                    record: r.clone(),
-                    existing: true,
-                }),
-                Some(_) => Err(Error::new(
-                    Category::IdentityConflict,
-                    Operation::StoreAccept,
-                    Evidence::NotDispatched,
-                )),
-                None => {
-                    self.commits += 1;
-                    self.records.insert(record.key.clone(), (**record).clone());
-                    Ok(StoreReply::Accepted {
-                        record: (**record).clone(),
-                        existing: false,
-                    })
+            StoreOp::Accept { record, .. } | StoreOp::AcceptDispatching { record, .. } => {
+                match self.records.get(&record.key) {
+                    Some(r) if r.fingerprint == record.fingerprint => Ok(StoreReply::Accepted {
+                        record: r.clone(),
+                        existing: true,
+                    }),
+                    Some(_) => Err(Error::new(
+                        Category::IdentityConflict,
+                        Operation::StoreAccept,
+                        Evidence::NotDispatched,
+                    )),
+                    None => {
+                        let inserted = if matches!(op, StoreOp::AcceptDispatching { .. }) {
+                            crate::managed::patch::intent_at_accept(record)?
+                        } else {
+                            (**record).clone()
+                        };
+                        self.commits += 1;
+                        self.records.insert(record.key.clone(), inserted.clone());
+                        Ok(StoreReply::Accepted {
+                            record: inserted,
+                            existing: false,
+                        })
+                    }
                 }
-            },
+            }
             StoreOp::Fetch { key } => self
                 .records
                 .get(key)
@@ -110,6 +117,29 @@ impl TestStore {
                     Operation::StoreWrite,
                 )?;
                 let next = apply_exec(rec, patch, *now_ms)?;
+                self.commits += 1;
+                self.records.insert(key.clone(), next.clone());
+                Ok(StoreReply::Record(next))
+            }
+            StoreOp::WriteSteps {
+                key,
+                guard,
+                patches,
+                now_ms,
+            } => {
+                let rec = self.records.get(key).ok_or_else(absent)?;
+                let lease = rec
+                    .assignment
+                    .as_ref()
+                    .and_then(|a| self.leases.get(&a.worker_id));
+                claim::check_guard(
+                    Fence::of_exec(rec),
+                    guard,
+                    lease,
+                    *now_ms,
+                    Operation::StoreWrite,
+                )?;
+                let next = crate::managed::patch::apply_exec_steps(rec, patches, *now_ms)?;
                 self.commits += 1;
                 self.records.insert(key.clone(), next.clone());
                 Ok(StoreReply::Record(next))
@@ -403,9 +433,12 @@ fn a_command_runs_once_from_the_stored_spec_and_completes() {
     assert_eq!(s.ctl.active(), 0);
 }
 
+/// A record accepted without its intent (here a detached submitter's)
+/// goes through `preparing` and `ready`, and its claim is refreshed right
+/// before the intent (C15).
 #[test]
 fn the_claim_is_refreshed_right_before_the_intent() {
-    let mut s = Sim::new(config());
+    let mut s = Sim::new(detached());
     let key = s.submit("r1", &cmd());
     s.settle();
     let kinds: Vec<&str> = s
@@ -444,9 +477,102 @@ fn a_command_outliving_three_claim_ttls_keeps_its_exit() {
     assert!(s.finished(&key).unwrap().error.is_none());
 }
 
+/// A controller whose submissions are accepted without the claim (and so
+/// without the intent): the record moves through `preparing` and `ready`.
+fn detached() -> ControllerConfig {
+    let mut c = config();
+    c.claim_at_accept = false;
+    c
+}
+
+/// Issue 16: a buffered command on the caller's machine takes three
+/// commits — the acceptance with the claim and the dispatch intent, the
+/// result (`collecting`), `completed` — and the exec is sent only after the
+/// first one is durable.
+#[test]
+fn a_buffered_command_on_an_existing_machine_takes_three_commits() {
+    let mut s = Sim::new(config());
+    s.settle();
+    let before = s.store.commits;
+    let key = s.submit("three", &cmd());
+    // The only op is the acceptance with the intent; nothing is sent yet.
+    let (id, op) = s.ctl.poll_store_op().unwrap();
+    assert!(matches!(&op, StoreOp::AcceptDispatching { record, .. }
+        if record.key == key && record.claim.as_ref().is_some_and(|c| c.owner == OWNER)));
+    assert!(
+        s.ctl.poll_worker_op().is_none(),
+        "nothing before the intent"
+    );
+    let r = s.store.apply(&op);
+    s.store_log.push(op);
+    let rec = s.record(&key).clone();
+    assert_eq!(rec.state, ExecState::Dispatching);
+    assert_eq!(rec.evidence, RecordEvidence::DispatchUncertain);
+    assert!(rec.deadlines.execution_ms.is_some());
+    s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    s.settle();
+    assert_eq!(s.worker.len(), 1, "the exec follows the durable intent");
+    assert_eq!(s.store.commits - before, 1);
+    s.answer_exec(exited(4, "hi\n"));
+    let rec = s.record(&key);
+    assert_eq!(rec.state, ExecState::Completed);
+    assert_eq!(rec.cleanup, Cleanup::Complete);
+    assert_eq!(rec.next_due_at_ms, None);
+    assert_eq!(s.store.commits - before, 3, "{:?}", s.store_log);
+    let f = s.finished(&key).unwrap();
+    assert_eq!(f.exit_code(), Some(4));
+    assert!(f.dispatched && f.error.is_none());
+    // Telemetry still names every stored state it passed.
+    let states: Vec<ExecState> = s
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            ControllerEvent::Telemetry(t) if t.key == key => Some(t.state),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ExecState::Dispatching,
+            ExecState::Collecting,
+            ExecState::Completed
+        ]
+    );
+}
+
+/// With every slot of `max_active` busy the record is accepted only (no
+/// intent), left due for the scan, and moves the long way once there is
+/// room: the slot kept for an acceptance with intent is never overcommitted.
+#[test]
+fn with_no_room_a_submission_is_accepted_without_its_intent() {
+    let mut cfg = config();
+    cfg.max_active = 1;
+    let mut s = Sim::new(cfg);
+    s.settle();
+    let first = s.submit("busy", &cmd());
+    let second = s.submit("queued", &cmd());
+    let ops: Vec<_> = std::iter::from_fn(|| s.ctl.poll_store_op()).collect();
+    assert!(matches!(&ops[0].1, StoreOp::AcceptDispatching { record, .. } if record.key == first));
+    assert!(matches!(&ops[1].1, StoreOp::Accept { record, .. } if record.key == second));
+    for (id, op) in ops {
+        let r = s.store.apply(&op);
+        s.store_log.push(op);
+        s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    }
+    s.settle();
+    assert_eq!(s.worker.len(), 1);
+    assert_eq!(s.record(&second).state, ExecState::Accepted);
+    s.answer_exec(exited(0, ""));
+    s.advance(500);
+    assert_eq!(s.worker.len(), 1, "the queued one runs once there is room");
+    s.answer_exec(exited(0, ""));
+    assert_eq!(s.record(&second).state, ExecState::Completed);
+}
+
 #[test]
 fn a_cancel_before_dispatch_sends_nothing() {
-    let mut s = Sim::new(config());
+    let mut s = Sim::new(detached());
     let key = s.submit("c1", &cmd());
     // Perform only the accept, then cancel.
     let (id, op) = s.ctl.poll_store_op().unwrap();
@@ -468,7 +594,7 @@ fn a_cancel_before_dispatch_sends_nothing() {
 
 #[test]
 fn a_cancel_landing_just_before_the_intent_makes_the_intent_fail() {
-    let mut s = Sim::new(config());
+    let mut s = Sim::new(detached());
     let key = s.submit("c2", &cmd());
     loop {
         let (id, op) = s.ctl.poll_store_op().unwrap();
@@ -879,7 +1005,7 @@ fn a_lasting_store_outage_reports_the_known_exit() {
 
 #[test]
 fn telemetry_is_bounded_and_counts_what_it_drops() {
-    let mut cfg = config();
+    let mut cfg = detached();
     cfg.telemetry_pending = 2;
     let mut s = Sim::new(cfg);
     s.submit("t1", &cmd());
@@ -1244,6 +1370,54 @@ fn a_disposable_run_reserves_creates_runs_deletes_observes_absence_then_releases
         .position(|op| matches!(op, StoreOp::Release { .. }))
         .unwrap();
     assert!(absence < release);
+}
+
+/// C13.4: cleanup is bounded by its deadline as well as by its attempts,
+/// on the monotonic bound too (a wall clock that stood still does not
+/// extend it): past it no new mutation is sent, cleanup is `failed` with
+/// `cleanup_deadline`, and the reservation stays (absence never recorded).
+#[test]
+fn the_cleanup_deadline_ends_cleanup_without_a_delete() {
+    let mut cfg = disposable_config();
+    cfg.cleanup_attempts = 20;
+    let mut s = Sim::new(cfg);
+    let key = s.submit_disposable("cd1", &cmd());
+    s.settle();
+    let name = s.record(&key).assignment.clone().unwrap().machine_name;
+    let obs = |st| Ok(WorkerReply::Machine(observation(&name, st, 1_700_000_000)));
+    s.answer("create", obs(MachineState::Created));
+    s.answer("start", obs(MachineState::Running));
+    s.answer("exec", exited(0, "hi"));
+    let rec = s.record(&key).clone();
+    assert_eq!(rec.cleanup, Cleanup::InProgress);
+    let deadline = rec.deadlines.cleanup_ms.unwrap();
+    let flaky = || {
+        Err(Error::new(
+            Category::Transport,
+            Operation::Get,
+            Evidence::DispatchUncertain,
+        ))
+    };
+    // Within the budget a failed check is retried.
+    s.answer("inspect", flaky());
+    assert_eq!(s.record(&key).cleanup, Cleanup::InProgress);
+    assert_eq!(s.record(&key).cleanup_attempts, 1);
+    // Past the monotonic bound with the wall clock still before the
+    // stored deadline: the next failure ends cleanup.
+    s.now += Duration::from_millis(deadline - s.now_ms + 1);
+    assert!(s.now_ms < deadline);
+    s.answer("inspect", flaky());
+    let rec = s.record(&key).clone();
+    assert_eq!(rec.cleanup, Cleanup::Failed);
+    assert_eq!(rec.last_error.as_ref().unwrap().reason, "cleanup_deadline");
+    assert!(rec.reservation.is_some(), "kept: absence never recorded");
+    assert_eq!(rec.next_due_at_ms, None);
+    assert!(s.worker.is_empty(), "no delete after the deadline");
+    assert!(
+        !s.store_log
+            .iter()
+            .any(|op| matches!(op, StoreOp::Release { .. }))
+    );
 }
 
 #[test]

@@ -156,7 +156,11 @@ impl crate::managed::controller::Controller {
                             rec.generation = 1;
                         }
                         req.command = Some(rec.clone());
-                        let op = req.submit_op(rec, self.cfg.max_pending);
+                        // Issue 16: the slot, the claim and the intent in
+                        // one commit (a command holding the slot is driven
+                        // at once, whatever `max_active`).
+                        let intent = self.cfg.claim_at_accept;
+                        let op = req.submit_op(rec, self.cfg.max_pending, intent);
                         let id = req.id;
                         self.accepting.entry(key_of(&op)).or_insert(0);
                         self.reqs.insert(id, req);
@@ -204,11 +208,28 @@ impl crate::managed::controller::Controller {
             MachineAnswer::Submitted {
                 execution,
                 machine: Some(machine),
-                ..
+                existing,
             } => {
                 let held = machine.active_execution.as_ref() == Some(&execution.key);
                 if held && !self.execs.contains_key(&execution.key) {
                     self.start_command(now, (**execution).clone(), (**machine).clone(), false);
+                    if !*existing
+                        && execution.state == crate::managed::ExecState::Dispatching
+                        && let Some(ex) = self.execs.get_mut(&execution.key)
+                    {
+                        // Inserted by this submission with its intent; the
+                        // machine claimed for this controller in the same
+                        // commit (when no other one held it).
+                        ex.intent_committed(now);
+                        if machine
+                            .claim
+                            .as_ref()
+                            .is_some_and(|c| c.owner == self.cfg.owner)
+                            && let Some(snap) = self.slot_machines.get_mut(&execution.key)
+                        {
+                            snap.1 = Some(now);
+                        }
+                    }
                 }
             }
             MachineAnswer::Submitted { .. } => {}
@@ -240,7 +261,7 @@ impl crate::managed::controller::Controller {
         if refetch {
             ex.refetch();
         }
-        self.slot_machines.insert(key.clone(), machine);
+        self.slot_machines.insert(key.clone(), (machine, None));
         self.execs.insert(key, ex);
     }
 
@@ -285,8 +306,11 @@ impl crate::managed::controller::Controller {
             return;
         }
         match snapshot {
-            Some(rec) => {
+            Some((rec, claimed_at)) => {
                 let mut m = Mach::new(rec);
+                if let Some(at) = claimed_at {
+                    m.claimed_at(at);
+                }
                 m.refresh();
                 m.finish_command(f);
                 self.machs.insert(machine.clone(), m);

@@ -301,16 +301,27 @@ impl Req {
         }
     }
 
-    /// Submitting: the command record is ready.
+    /// Submitting: the command record is ready; `intent` commits its
+    /// dispatch intent in the same transaction (the record carries its
+    /// claim).
     pub(in crate::managed::controller) fn submit_op(
         &mut self,
         record: ExecutionRecord,
         max_pending: u32,
+        intent: bool,
     ) -> StoreOp {
         self.stage = Stage::SubmitAccept;
-        StoreOp::SubmitCommand {
-            record: Box::new(record),
-            max_pending,
+        let record = Box::new(record);
+        if intent {
+            StoreOp::SubmitDispatching {
+                record,
+                max_pending,
+            }
+        } else {
+            StoreOp::SubmitCommand {
+                record,
+                max_pending,
+            }
         }
     }
 

@@ -317,8 +317,15 @@ fn open_accepts_durably_then_dispatches_before_the_upgrade_then_completes() {
     let writes: Vec<_> = sim.fake.log.clone();
     assert_eq!(
         writes,
-        ["fetch_machine", "submit", "write", "write", "write"],
-        "preparing, ready, dispatching before the Open"
+        [
+            "fetch_machine",
+            "submit",
+            "write",
+            "write",
+            "claim",
+            "write"
+        ],
+        "preparing, ready, the claim refreshed, dispatching before the Open"
     );
     assert_eq!(sim.opens(), 1);
     let rec = sim.exec("t1").clone();
@@ -366,6 +373,117 @@ fn open_accepts_durably_then_dispatches_before_the_upgrade_then_completes() {
         Some(TermEvent::Done { error: None, .. })
     ));
     assert_eq!(sim.opens(), 1);
+}
+
+/// C15 (found by the recovery simulation, retained run, seed 2): the
+/// dispatch intent is committed right after the run's own claim, never
+/// under a claim taken earlier (at acceptance), also when resumed.
+#[test]
+fn the_claim_is_refreshed_immediately_before_the_dispatch_intent() {
+    for resumed in [false, true] {
+        let mut sim = Sim::new();
+        let mut run = TerminalRun::open(
+            cfg(),
+            fingerprint_key(),
+            key("s", "t1"),
+            sim.machine.clone(),
+            ManagedTerminalSpec::default(),
+            true,
+        )
+        .unwrap();
+        if resumed {
+            sim.settle_at_most(&mut run, 4); // fetch, submit, preparing, ready
+            drop(run);
+            sim.fake.log.clear();
+            let rec = sim.exec("t1").clone();
+            let _run = resume(&mut sim, rec);
+        } else {
+            sim.settle(&mut run);
+        }
+        let log = &sim.fake.log;
+        let intent = log
+            .iter()
+            .rposition(|op| *op == "write")
+            .unwrap_or_else(|| unreachable!("no write: {log:?}"));
+        assert_eq!(sim.exec("t1").state, ExecState::Dispatching);
+        assert!(
+            intent > 0 && log[intent - 1] == "claim",
+            "resumed {resumed}: the op before the intent is a claim: {log:?}"
+        );
+        assert_eq!(sim.opens(), 1);
+    }
+}
+
+/// Found by the recovery simulation (retained run, seed 7): while a store
+/// op is outstanding (here the claim renewal of a live session), the run's
+/// timeout was the renewal time already past, and `handle_timeout` did
+/// nothing — a driver that waits for store answers asynchronously spun.
+#[test]
+fn no_timeout_in_the_past_while_a_store_op_is_outstanding() {
+    let mut sim = Sim::new();
+    let mut run = sim.open("t1", ManagedTerminalSpec::default());
+    run.handle_opened(sim.now, sim.now_ms, Ok(()));
+    sim.settle(&mut run);
+    assert_eq!(sim.exec("t1").state, ExecState::Running);
+    sim.advance(TTL / 3 + 1);
+    run.handle_timeout(sim.now, sim.now_ms);
+    // The renewal is emitted; the test holds its answer back.
+    sim.settle_at_most(&mut run, 0);
+    assert!(
+        matches!(sim.seen.last(), Some(TermOutput::Store(_, op)) if op.name() == "claim"),
+        "a renewal is outstanding"
+    );
+    for _ in 0..3 {
+        assert!(
+            run.poll_timeout().is_none_or(|t| t > sim.now),
+            "poll_timeout {:?} is not after now while the renewal is outstanding",
+            run.poll_timeout()
+        );
+        run.handle_timeout(sim.now, sim.now_ms);
+        assert!(run.poll_output().is_none(), "nothing new to do");
+    }
+}
+
+/// Found by the recovery simulation (retained run, seed 5): another
+/// controller held the machine's claim for longer than five poll
+/// intervals; the completed terminal gave its slot finish up and the slot
+/// stayed held for good (nothing else finishes a settled, not due record).
+/// It now waits for that claim to lapse, then finishes the slot.
+#[test]
+fn a_settled_terminal_waits_out_another_machine_claim_then_frees_the_slot() {
+    let mut sim = Sim::new();
+    let mut run = sim.open("t1", ManagedTerminalSpec::default());
+    run.handle_opened(sim.now, sim.now_ms, Ok(()));
+    sim.settle(&mut run);
+    // Another controller claims the machine (and keeps renewing it).
+    let other = |sim: &mut Sim| {
+        let m = sim.machine().clone();
+        let c = claim::claim_machine(&m, "ctl-other", sim.now_ms, TTL).unwrap();
+        sim.fake.machines.insert(c.key.clone(), c);
+    };
+    other(&mut sim);
+    run.handle_closed(sim.now, sim.now_ms, &exit(0));
+    sim.settle(&mut run);
+    assert_eq!(sim.exec("t1").state, ExecState::Completed);
+    for _ in 0..10 {
+        sim.advance(TTL / 6);
+        other(&mut sim);
+        run.handle_timeout(sim.now, sim.now_ms);
+        sim.settle(&mut run);
+        assert!(
+            !run.is_done(),
+            "gave the slot finish up while the claim is held"
+        );
+    }
+    // The other controller stops renewing: its claim lapses within a TTL.
+    sim.advance(TTL + 1);
+    for _ in 0..4 {
+        run.handle_timeout(sim.now, sim.now_ms);
+        sim.settle(&mut run);
+        sim.advance(TTL / 6);
+    }
+    assert!(run.is_done());
+    assert_eq!(sim.machine().active_execution, None, "slot released");
 }
 
 #[test]
@@ -612,6 +730,97 @@ fn recovery_keeps_a_recorded_exit_and_finishes_the_slot() {
     assert_eq!(rec.result, Some(ExecResult::Terminal { exit_code: 7 }));
     assert_eq!(sim.machine().active_execution, None);
     assert_eq!(sim.opens(), 0);
+}
+
+/// Another controller's live claim on the machine (a `smolbox` that
+/// started it and ended), lasting `ms` from now.
+fn claimed_by_another(sim: &mut Sim, ms: u64) {
+    let m = sim.fake.machines[&sim.machine].clone();
+    let claimed = claim::claim_machine(&m, "ctl-other", sim.now_ms, ms).unwrap();
+    sim.fake.machines.insert(sim.machine.clone(), claimed);
+}
+
+#[test]
+fn a_finished_terminal_waits_out_another_claim_on_its_machine_and_frees_the_slot() {
+    let mut sim = Sim::new();
+    let mut run = sim.open("t1", ManagedTerminalSpec::default());
+    run.handle_opened(sim.now, sim.now_ms, Ok(()));
+    // The other controller's claim lasts one TTL (the most it can).
+    claimed_by_another(&mut sim, TTL);
+    run.handle_closed(sim.now, sim.now_ms, &exit(7));
+    sim.settle(&mut run);
+    assert_eq!(sim.exec("t1").state, ExecState::Completed);
+    assert!(!run.is_done(), "the run waits for the machine claim");
+    assert!(sim.machine().active_execution.is_some());
+    // Poll by poll until the other claim has ended, then the slot is freed.
+    for _ in 0..(TTL / 100 + 2) {
+        sim.advance(100);
+        run.handle_timeout(sim.now, sim.now_ms);
+        sim.settle(&mut run);
+        if run.is_done() {
+            break;
+        }
+    }
+    assert!(run.is_done());
+    assert_eq!(sim.machine().active_execution, None);
+    assert!(matches!(
+        sim.events().last(),
+        Some(TermEvent::Done { error: None, .. })
+    ));
+}
+
+#[test]
+fn the_slot_is_finished_without_taking_a_lapsed_worker_lease() {
+    // The worker lease lapsed under another controller (the `smolbox`
+    // that created the machine). Taking it would move its generation past
+    // the machine's assignment and fence the machine for good.
+    let mut sim = Sim::new();
+    sim.fake.leases.insert(
+        "dev".into(),
+        Lease {
+            owner: "ctl-other".into(),
+            generation: 1,
+            until_ms: T0,
+        },
+    );
+    let mut run = sim.open("t1", ManagedTerminalSpec::default());
+    run.handle_opened(sim.now, sim.now_ms, Ok(()));
+    run.handle_closed(sim.now, sim.now_ms, &exit(7));
+    sim.settle(&mut run);
+    assert!(run.is_done());
+    assert_eq!(sim.machine().active_execution, None, "the slot is free");
+    assert_eq!(
+        sim.fake.leases["dev"].generation, 1,
+        "the lease was not moved"
+    );
+    assert!(!sim.fake.log.contains(&"claim_worker"));
+}
+
+#[test]
+fn a_machine_claim_held_past_two_ttls_is_given_up_and_the_slot_kept() {
+    let mut sim = Sim::new();
+    let mut run = sim.open("t1", ManagedTerminalSpec::default());
+    run.handle_opened(sim.now, sim.now_ms, Ok(()));
+    // A live controller renews its claim all along.
+    claimed_by_another(&mut sim, 100 * TTL);
+    run.handle_closed(sim.now, sim.now_ms, &exit(7));
+    sim.settle(&mut run);
+    let mut polls = 0;
+    while !run.is_done() {
+        polls += 1;
+        assert!(polls < 10 * TTL / 100, "the run never gave up");
+        sim.advance(100);
+        run.handle_timeout(sim.now, sim.now_ms);
+        sim.settle(&mut run);
+    }
+    // Two TTLs of polls (plus the bounded store retries), not fewer.
+    assert!(polls >= 2 * TTL / 100, "gave up after {polls} polls");
+    assert_eq!(sim.exec("t1").state, ExecState::Completed);
+    assert!(sim.machine().active_execution.is_some(), "slot kept");
+    assert!(matches!(
+        sim.events().last(),
+        Some(TermEvent::Done { error: Some(_), .. })
+    ));
 }
 
 #[test]

@@ -12,10 +12,10 @@ fn the_submitter_claims_in_the_acceptance_itself() {
     s.settle();
     let key = s.submit("c1", &cmd());
     s.settle();
-    let Some(StoreOp::Accept { record, .. }) = s
+    let Some(StoreOp::AcceptDispatching { record, .. }) = s
         .store_log
         .iter()
-        .find(|op| matches!(op, StoreOp::Accept { record, .. } if record.key == key))
+        .find(|op| matches!(op, StoreOp::AcceptDispatching { record, .. } if record.key == key))
     else {
         panic!("no accept op in {:?}", s.store_log.len());
     };

@@ -63,6 +63,23 @@ impl TestStore {
                 self.machines.insert(key.clone(), next.clone());
                 Ok(StoreReply::Machine(next))
             }
+            StoreOp::ClaimMachineVersion {
+                key,
+                owner,
+                version,
+                now_ms,
+                ttl_ms,
+            } => {
+                let m = self.machines.get(key).ok_or_else(absent)?;
+                let lease = m
+                    .assignment
+                    .as_ref()
+                    .and_then(|a| self.leases.get(&a.worker_id));
+                let next =
+                    claim::claim_machine_version(m, owner, *version, lease, *now_ms, *ttl_ms)?;
+                self.machines.insert(key.clone(), next.clone());
+                Ok(StoreReply::Machine(next))
+            }
             StoreOp::WriteMachine {
                 key,
                 guard,
@@ -112,6 +129,19 @@ impl TestStore {
                     )
                     .with_reason("worker_capacity"));
                 }
+                let ports: Vec<u16> = m.spec.ports.iter().map(|p| p.host).collect();
+                let taken = self.machines.values().any(|x| {
+                    on_worker(x.assignment.as_ref())
+                        && x.reserved_ports.iter().any(|p| ports.contains(p))
+                });
+                if taken {
+                    return Err(Error::new(
+                        Category::PortConflict,
+                        Operation::StoreReserve,
+                        Evidence::NotDispatched,
+                    )
+                    .with_reason("host_port_taken"));
+                }
                 let mut next = m.clone();
                 next.assignment = Some(crate::managed::record::Assignment {
                     worker_id: reservation.worker_id.clone(),
@@ -119,6 +149,7 @@ impl TestStore {
                     machine_name: reservation.machine_name.clone(),
                 });
                 next.reservation = Some(reservation.capacity);
+                next.reserved_ports = ports;
                 next.version += 1;
                 next.updated_at_ms = *now_ms;
                 next.validate()?;
@@ -140,7 +171,8 @@ impl TestStore {
                     }
                 }
             }
-            StoreOp::SubmitCommand { record, .. } => {
+            StoreOp::SubmitCommand { record, .. } | StoreOp::SubmitDispatching { record, .. } => {
+                let intent = matches!(op, StoreOp::SubmitDispatching { .. });
                 let mkey = record.spec.machine.clone().ok_or_else(absent)?;
                 if let Some(e) = self.records.get(&record.key) {
                     return if e.fingerprint == record.fingerprint {
@@ -158,11 +190,22 @@ impl TestStore {
                     };
                 }
                 let m = self.machines.get(&mkey).ok_or_else(absent)?;
-                let held = slot::acquire(m, record, record.accepted_at_ms.max(m.updated_at_ms))?;
-                self.records.insert(record.key.clone(), (**record).clone());
+                let now = record.accepted_at_ms.max(m.updated_at_ms);
+                let held = if intent {
+                    slot::acquire_claimed(m, record, now)?
+                } else {
+                    slot::acquire(m, record, now)?
+                };
+                let inserted = if intent {
+                    crate::managed::patch::intent_at_accept(record)?
+                } else {
+                    (**record).clone()
+                };
+                self.commits += 1;
+                self.records.insert(record.key.clone(), inserted.clone());
                 self.machines.insert(mkey, held.clone());
                 Ok(StoreReply::Submitted {
-                    execution: (**record).clone(),
+                    execution: inserted,
                     machine: Some(held),
                     existing: false,
                 })
@@ -177,6 +220,7 @@ impl TestStore {
                 guard_ok(self, m, guard, *now_ms)?;
                 let e = self.records.get(exec).ok_or_else(absent)?;
                 let (next, command, finish) = slot::finish_command(m, e, *now_ms)?;
+                self.commits += 1;
                 self.machines.insert(machine.clone(), next.clone());
                 self.records.insert(exec.clone(), command.clone());
                 Ok(StoreReply::SlotFinished {
@@ -255,6 +299,13 @@ impl Sim {
         let id = self.ctl.machine(self.now, self.now_ms, r)?;
         self.settle();
         self.answer_of(id)
+    }
+
+    /// Starts a request whose answer needs worker answers first.
+    fn request_async(&mut self, r: MachineRequest) -> RequestId {
+        let id = self.ctl.machine(self.now, self.now_ms, r).unwrap();
+        self.settle();
+        id
     }
 
     fn answer_of(&self, id: RequestId) -> Result<MachineAnswer, Error> {
@@ -412,6 +463,43 @@ fn versioned_requests_repeat_return_current_and_superseded_are_stale() {
         })
         .unwrap_err();
     assert_eq!(e.category(), Category::StaleVersion);
+}
+
+/// Issue 16: a buffered command in a retained machine's slot takes three
+/// commits (nine before) — the submission with the slot, the machine claim,
+/// the command's claim and its dispatch intent; the result with `completed`
+/// (nothing to collect); the slot finish — and the exec is sent only after
+/// the first one is durable.
+#[test]
+fn a_command_in_a_retained_slot_takes_three_commits() {
+    let mut s = Sim::new(disposable_config());
+    s.running_machine();
+    let from = s.store_log.len();
+    let a = s.submit_to_slot("c3", &cmd()).unwrap();
+    assert!(matches!(
+        a,
+        MachineAnswer::Submitted {
+            existing: false,
+            ..
+        }
+    ));
+    let c3 = RecordKey::new("s", "c3").unwrap();
+    assert_eq!(s.record(&c3).state, ExecState::Dispatching);
+    s.answer("exec", exited(0, "hi"));
+    let rec = s.record(&c3).clone();
+    assert_eq!(rec.state, ExecState::Completed);
+    assert_eq!(rec.cleanup, Cleanup::Complete);
+    assert!(s.machine().active_execution.is_none());
+    let writes: Vec<&str> = s.store_log[from..]
+        .iter()
+        .map(StoreOp::name)
+        .filter(|n| !n.starts_with("fetch") && !n.starts_with("due"))
+        .collect();
+    assert_eq!(
+        writes,
+        ["submit_dispatching", "write_steps", "finish_command"],
+        "the command's commits"
+    );
 }
 
 #[test]
@@ -945,4 +1033,297 @@ fn a_due_machine_another_controller_claims_never_takes_the_worker_lease() {
         s.machine().claim.as_ref().map(|c| c.owner.as_str()),
         Some("ctl-other")
     );
+}
+
+fn owned_by(owner: &str) -> ControllerConfig {
+    let mut c = disposable_config();
+    c.owner = owner.into();
+    c
+}
+
+/// Another controller on `s`'s store, `ms` of both clocks later.
+fn take_over(s: &mut Sim, owner: &str, ms: u64) -> Sim {
+    let mut t = Sim::new(owned_by(owner));
+    t.store = std::mem::take(&mut s.store);
+    t.now_ms = s.now_ms;
+    t.advance(ms);
+    t
+}
+
+fn machine_refenced(t: &Sim) -> bool {
+    t.store_log
+        .iter()
+        .any(|op| matches!(op, StoreOp::ClaimMachineVersion { key, .. } if *key == mkey()))
+}
+
+/// A running retained machine assigned under worker-lease generation 1,
+/// whose lease a crashed controller then took (generation 2) and left to
+/// lapse: a new controller's first write on it is fenced
+/// (`worker_generation`); it takes the worker lease (generation 3),
+/// re-fences the machine with `claim_machine_version` at the version it
+/// read, and the stop the operator requested (at the version read before
+/// any of this) goes through: verified, intent, stop, `stopped`.
+#[test]
+fn a_machine_left_under_an_older_worker_lease_is_refenced_and_moves_forward() {
+    let mut s = Sim::new(disposable_config());
+    s.running_machine();
+    assert_eq!(
+        s.machine().assignment.as_ref().unwrap().worker_generation,
+        1
+    );
+    let operator_read = s.machine().version;
+    s.store.leases.insert(
+        WORKER.into(),
+        Lease {
+            owner: "ctl-crashed".into(),
+            generation: 2,
+            until_ms: s.now_ms + 10,
+        },
+    );
+    let mut t = take_over(&mut s, "ctl-test-3", 5_000);
+    let a = t
+        .request(MachineRequest::Lifecycle {
+            key: mkey(),
+            action: Op::Stop,
+            version: operator_read,
+        })
+        .unwrap();
+    assert_eq!(a.into_machine().unwrap().0.operation, Op::Stop);
+    t.answer(
+        "inspect",
+        Ok(WorkerReply::Machine(obs(MachineState::Running))),
+    );
+    assert!(machine_refenced(&t), "{:#?}", t.store_log);
+    assert_eq!(t.store.leases[WORKER].generation, 3);
+    let m = t.machine().clone();
+    assert_eq!(m.assignment.as_ref().unwrap().worker_generation, 3);
+    assert_eq!(m.claim.as_ref().unwrap().owner, "ctl-test-3");
+    assert_eq!(
+        (m.state, m.phase),
+        (MS::Stopping, MachinePhase::Dispatching)
+    );
+    t.answer("stop", Ok(WorkerReply::Machine(obs(MachineState::Stopped))));
+    assert_eq!(t.machine().state, MS::Stopped);
+    assert_eq!(t.machine().operation, Op::None);
+    t.advance(5_000);
+    assert!(t.worker.is_empty(), "nothing else sent");
+}
+
+/// A controller that already holds the worker lease under a newer
+/// generation (it created another machine there) re-fences a machine
+/// assigned under the older one with its first claim, before any write:
+/// no write on it is refused.
+#[test]
+fn a_lease_holder_refences_before_writing() {
+    let mut s = Sim::new(disposable_config());
+    s.running_machine();
+    let operator_read = s.machine().version;
+    let mut t = take_over(&mut s, "ctl-test-3", 5_000);
+    // The new controller takes the worker for another machine first.
+    t.request(MachineRequest::Create {
+        key: RecordKey::new("s", "box-2").unwrap(),
+        spec: mspec(),
+    })
+    .unwrap();
+    assert_eq!(t.store.leases[WORKER].generation, 2);
+    // Its create stays unanswered.
+    t.worker
+        .retain(|(_, op)| !matches!(op, WorkerOp::Create { .. }));
+    t.store_log.clear();
+    t.request(MachineRequest::Lifecycle {
+        key: mkey(),
+        action: Op::Stop,
+        version: operator_read,
+    })
+    .unwrap();
+    let first_claim = t.store_log.iter().find_map(|op| match op {
+        StoreOp::ClaimMachine { key, .. } if *key == mkey() => Some("claim_machine"),
+        StoreOp::ClaimMachineVersion { key, .. } if *key == mkey() => Some("claim_machine_version"),
+        _ => None,
+    });
+    assert_eq!(first_claim, Some("claim_machine_version"));
+    assert_eq!(
+        t.machine().assignment.as_ref().unwrap().worker_generation,
+        2
+    );
+    t.answer(
+        "inspect",
+        Ok(WorkerReply::Machine(obs(MachineState::Running))),
+    );
+    t.answer("stop", Ok(WorkerReply::Machine(obs(MachineState::Stopped))));
+    assert_eq!(t.machine().state, MS::Stopped);
+    let writes = t
+        .store_log
+        .iter()
+        .filter(|op| matches!(op, StoreOp::WriteMachine { key, .. } if *key == mkey()))
+        .count();
+    assert_eq!(writes, 2, "the intent and the settle, none refused");
+}
+
+/// C14 ports: a host port another machine on the worker holds makes the
+/// reservation fail as a whole: the machine is `conflict`, with nothing
+/// reserved and no worker request; it is deleted with no worker call.
+#[test]
+fn a_port_conflict_is_recorded_and_deleted_without_a_worker_call() {
+    let mut s = Sim::new(disposable_config());
+    let with_port = || {
+        let mut spec = mspec();
+        spec.ports = vec![crate::managed::spec::ReservedPort {
+            host: 8080,
+            guest: 80,
+        }];
+        spec
+    };
+    s.settle();
+    s.request(MachineRequest::Create {
+        key: mkey(),
+        spec: with_port(),
+    })
+    .unwrap();
+    s.settle();
+    s.answer(
+        "create",
+        Ok(WorkerReply::Machine(obs(MachineState::Created))),
+    );
+    let k2 = RecordKey::new("s", "box-2").unwrap();
+    s.request(MachineRequest::Create {
+        key: k2.clone(),
+        spec: with_port(),
+    })
+    .unwrap();
+    s.advance(1_000);
+    let m = s.store.machines[&k2].clone();
+    assert_eq!(m.state, MS::Conflict);
+    assert_eq!(
+        m.last_error.as_ref().map(|e| e.category.as_str()),
+        Some("port_conflict")
+    );
+    assert!(m.assignment.is_none() && m.reservation.is_none() && m.reserved_ports.is_empty());
+    assert!(s.worker.is_empty(), "no worker request");
+    assert!(machine_settled(&m));
+    let d = s
+        .request(MachineRequest::Lifecycle {
+            key: k2.clone(),
+            action: Op::Delete,
+            version: m.version,
+        })
+        .unwrap();
+    assert_eq!(d.into_machine().unwrap().0.operation, Op::Delete);
+    s.advance(1_000);
+    assert_eq!(s.store.machines[&k2].state, MS::Deleted);
+    assert!(s.worker.is_empty(), "deleted with no worker call");
+    assert_eq!(
+        s.machine().reserved_ports,
+        vec![8080],
+        "the holder keeps its port"
+    );
+}
+
+/// Runs the machine into `conflict`: a stop whose answer is lost leaves it
+/// `unknown` (stop `uncertain`), then a reconcile finds another
+/// incarnation under its name.
+fn conflicted(s: &mut Sim) {
+    s.running_machine();
+    s.lifecycle(Op::Stop).unwrap();
+    s.answer(
+        "inspect",
+        Ok(WorkerReply::Machine(obs(MachineState::Running))),
+    );
+    s.answer(
+        "stop",
+        Err(Error::new(
+            Category::Transport,
+            Operation::Stop,
+            Evidence::DispatchUncertain,
+        )),
+    );
+    assert_eq!(
+        (s.machine().state, s.machine().phase),
+        (MS::Unknown, MachinePhase::Uncertain)
+    );
+    s.request_async(MachineRequest::Reconcile { key: mkey() });
+    let other = observation(&machine_name(), MachineState::Running, 1_700_000_999);
+    s.answer("inspect", Ok(WorkerReply::Machine(other)));
+    assert_eq!(s.machine().state, MS::Conflict);
+    assert_eq!(
+        s.machine().operation,
+        Op::Stop,
+        "the reconcile keeps the uncertain stop"
+    );
+}
+
+/// An assigned machine in `conflict` (C14, ownership): the delete
+/// supersedes the uncertain operation and inspects first. Another
+/// incarnation under its name is refused (`identity_conflict`, nothing
+/// mutated, reservation kept); once the worker answers 404 the deletion
+/// and absence are recorded and capacity is released, with no delete sent.
+#[test]
+fn an_assigned_conflict_machine_is_deleted_once_absence_is_verified() {
+    let mut s = Sim::new(disposable_config());
+    conflicted(&mut s);
+    s.lifecycle(Op::Delete).unwrap();
+    let other = observation(&machine_name(), MachineState::Running, 1_700_000_999);
+    s.answer("inspect", Ok(WorkerReply::Machine(other)));
+    let m = s.machine().clone();
+    assert_eq!((m.state, m.operation), (MS::Conflict, Op::None));
+    assert_eq!(
+        m.last_error.as_ref().map(|e| e.reason.as_str()),
+        Some("incarnation_mismatch")
+    );
+    assert!(m.reservation.is_some());
+    assert!(s.worker.is_empty(), "nothing mutated on the worker");
+    // The foreign machine is removed out of band: the 404 is the absence.
+    s.lifecycle(Op::Delete).unwrap();
+    s.answer("inspect", Err(not_found()));
+    let m = s.machine().clone();
+    assert_eq!(m.state, MS::Deleted);
+    assert!(m.absence_at_ms.is_some() && m.reservation.is_none());
+    assert!(s.worker.is_empty(), "no delete sent");
+}
+
+/// The recorded incarnation found again under the name: ownership is
+/// verified, so the delete goes to the worker (`conflict` → `deleting`).
+#[test]
+fn a_conflict_machine_showing_its_own_incarnation_is_deleted_on_the_worker() {
+    let mut s = Sim::new(disposable_config());
+    conflicted(&mut s);
+    s.lifecycle(Op::Delete).unwrap();
+    s.answer(
+        "inspect",
+        Ok(WorkerReply::Machine(obs(MachineState::Running))),
+    );
+    assert_eq!(s.machine().state, MS::Deleting);
+    s.answer("delete", Ok(WorkerReply::Deleted));
+    s.answer("inspect", Err(not_found()));
+    assert_eq!(s.machine().state, MS::Deleted);
+    assert!(s.machine().reservation.is_none());
+}
+
+/// The spec's ports are reserved with the assignment and sent in the
+/// worker's create (C14, C9.2).
+#[test]
+fn the_spec_ports_reach_the_workers_create() {
+    let mut s = Sim::new(disposable_config());
+    s.settle();
+    let mut spec = mspec();
+    spec.ports = vec![
+        crate::managed::spec::ReservedPort {
+            host: 8080,
+            guest: 80,
+        },
+        crate::managed::spec::ReservedPort {
+            host: 8443,
+            guest: 443,
+        },
+    ];
+    s.request(MachineRequest::Create { key: mkey(), spec })
+        .unwrap();
+    s.settle();
+    assert_eq!(s.machine().reserved_ports, vec![8080, 8443]);
+    let (_, op) = &s.worker[0];
+    let WorkerOp::Create { spec, .. } = op else {
+        panic!("expected a create, got {op:?}");
+    };
+    let sent: Vec<(u16, u16)> = spec.ports.iter().map(|p| (p.host(), p.guest())).collect();
+    assert_eq!(sent, [(8080, 80), (8443, 443)]);
 }

@@ -1,0 +1,584 @@
+//! The live side of managed terminals (features C7.3, C7.4), written once
+//! for both shells: which runs this runtime drives and which connections it
+//! holds ([`LiveSet`], over the [`Registry`]), the consumer's bounded output
+//! buffer ([`OutputBuffer`]), the consumer's requests to a run's task
+//! ([`TermCommand`]), what `open` answers ([`OpenReply`]), and the errors
+//! a shell reports for them.
+//!
+//! Nothing here waits or reads a clock: the shell owns the locks, the
+//! waiting and the connection, and passes `now`. Terminal bytes pass through
+//! [`OutputBuffer`] and [`TermCommand::Input`] only, and neither prints them.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::RecordKey;
+use super::controller::terminal::{TermConfig, TermEvent, TerminalRun};
+use super::fingerprint::FingerprintKey;
+use super::record::ExecutionRecord;
+use super::spec::{Action, ManagedTerminalSpec};
+use super::terminal::{ConsumerId, Registry, attach_expired};
+use crate::terminal::{MAX_NEXT_WAIT, MAX_UNREAD_CHUNKS, TerminalEvent, TerminalExit};
+use crate::{Category, Error, Evidence, Operation};
+
+/// How a shell answers one waiting caller: a closure over its channel.
+pub type Reply<T> = Box<dyn FnOnce(T) + Send>;
+
+/// What `open` returns at durable acceptance (not readiness).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TerminalOpened {
+    /// The terminal's record as stored.
+    pub record: ExecutionRecord,
+    /// True when the record already existed with the same identity.
+    pub existing: bool,
+}
+
+/// A consumer's request to the task that drives a run and owns its
+/// connection.
+pub enum TermCommand {
+    /// Send these bytes to the PTY.
+    Input(Vec<u8>, Reply<Result<(), Error>>),
+    /// A window-size change (columns, rows).
+    Resize(u16, u16, Reply<Result<(), Error>>),
+    /// Close the session; answered with its outcome.
+    Close(Reply<Result<TerminalExit, Error>>),
+    /// Close with this outcome (expiry, lost consumer).
+    End(Error),
+    /// A cancel request was persisted: the run decides.
+    Cancel,
+}
+
+impl fmt::Debug for TermCommand {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Terminal bytes are never printed.
+        match self {
+            Self::Input(b, _) => write!(f, "Input(len {})", b.len()),
+            Self::Resize(c, r, _) => write!(f, "Resize({c}, {r})"),
+            Self::Close(_) => f.write_str("Close"),
+            Self::End(e) => f.debug_tuple("End").field(e).finish(),
+            Self::Cancel => f.write_str("Cancel"),
+        }
+    }
+}
+
+impl TermCommand {
+    /// Answers a command that found no connection (not opened yet, or
+    /// already closed): input, resize and close fail with
+    /// [`task_ended`]; an end has nothing left to end. A cancel is the
+    /// run's, never refused: this does nothing with it.
+    pub fn refuse(self) {
+        match self {
+            Self::Input(_, reply) | Self::Resize(_, _, reply) => {
+                reply(Err(task_ended(Operation::TerminalInput)));
+            }
+            Self::Close(reply) => reply(Err(task_ended(Operation::TerminalClose))),
+            Self::End(_) | Self::Cancel => {}
+        }
+    }
+}
+
+/// The error of a call whose terminal task is gone.
+pub const fn task_ended(op: Operation) -> Error {
+    Error::new(Category::Unknown, op, Evidence::Unknown).with_reason("terminal_task_ended")
+}
+
+/// `attach` found no live connection of the key on this runtime in time.
+pub const fn not_live_here() -> Error {
+    Error::new(
+        Category::NotFound,
+        Operation::TerminalConsumer,
+        Evidence::NotDispatched,
+    )
+    .with_reason("terminal_not_live_here")
+}
+
+/// `wait` ran out while this runtime still drives the run.
+pub const fn run_wait_expired() -> Error {
+    Error::new(
+        Category::Expired,
+        Operation::TerminalSession,
+        Evidence::Unknown,
+    )
+    .with_reason("terminal_wait")
+}
+
+/// `next` ran out without output or the end (the session keeps running).
+pub const fn next_expired() -> Error {
+    Error::new(
+        Category::Expired,
+        Operation::TerminalOutput,
+        Evidence::Unknown,
+    )
+    .with_reason("next_timeout")
+}
+
+/// Checks a `next` wait (at most [`MAX_NEXT_WAIT`]).
+///
+/// # Errors
+/// `validation` (`next_timeout`) over the bound.
+pub fn check_next_wait(timeout: Duration) -> Result<(), Error> {
+    if timeout > MAX_NEXT_WAIT {
+        return Err(Error::validation(Operation::TerminalOutput, "next_timeout"));
+    }
+    Ok(())
+}
+
+/// The consumer's handle was dropped before the session ended.
+pub const fn consumer_lost() -> Error {
+    Error::new(
+        Category::Unknown,
+        Operation::TerminalConsumer,
+        Evidence::Unknown,
+    )
+    .with_reason("consumer_lost")
+}
+
+/// The run's machine is on a worker this runtime has no client for.
+pub const fn unknown_worker() -> Error {
+    Error::new(
+        Category::UnsupportedCapability,
+        Operation::TerminalOpen,
+        Evidence::NotDispatched,
+    )
+    .with_reason("unknown_worker")
+}
+
+/// The consumer's output buffer, bounded by the spec's `buffer_bytes` and
+/// [`MAX_UNREAD_CHUNKS`]; then the session's outcome.
+#[derive(Default)]
+pub struct OutputBuffer {
+    chunks: VecDeque<Bytes>,
+    bytes: usize,
+    closed: Option<Result<TerminalExit, Error>>,
+}
+
+impl fmt::Debug for OutputBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Counts only: terminal bytes are never printed.
+        f.debug_struct("OutputBuffer")
+            .field("chunks", &self.chunks.len())
+            .field("bytes", &self.bytes)
+            .field("closed", &self.closed)
+            .finish()
+    }
+}
+
+impl OutputBuffer {
+    /// Appends a chunk of output.
+    ///
+    /// # Errors
+    /// `output_limit` (`unread_output`, evidence unknown: never a
+    /// fabricated exit, AC-7.3.1) once more than `max_bytes` or
+    /// [`MAX_UNREAD_CHUNKS`] are unread; the chunk is kept, and the shell
+    /// ends the session with this error.
+    pub fn push(&mut self, chunk: Bytes, max_bytes: usize) -> Result<(), Error> {
+        self.bytes += chunk.len();
+        self.chunks.push_back(chunk);
+        if self.bytes > max_bytes || self.chunks.len() > MAX_UNREAD_CHUNKS {
+            return Err(Error::new(
+                Category::OutputLimit,
+                Operation::TerminalOutput,
+                Evidence::Unknown,
+            )
+            .with_reason("unread_output"));
+        }
+        Ok(())
+    }
+
+    /// Records the session's outcome (the first one stays).
+    pub fn close(&mut self, outcome: Result<TerminalExit, Error>) {
+        self.closed.get_or_insert(outcome);
+    }
+
+    /// The session's outcome, once recorded.
+    pub fn outcome(&self) -> Option<Result<TerminalExit, Error>> {
+        self.closed
+    }
+
+    /// The next event for the consumer: unread output first, then (and
+    /// again on every later call) the outcome; `None` while neither.
+    pub fn pop(&mut self) -> Option<TerminalEvent> {
+        if let Some(b) = self.chunks.pop_front() {
+            self.bytes -= b.len();
+            return Some(TerminalEvent::Output(b));
+        }
+        self.closed.map(TerminalEvent::Closed)
+    }
+}
+
+/// The runs this runtime drives and the live connections it holds (the
+/// shell's connection handle `L`, cheap to clone).
+pub struct LiveSet<L> {
+    registry: Registry<L>,
+    runs: BTreeSet<RecordKey>,
+}
+
+impl<L> fmt::Debug for LiveSet<L> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LiveSet")
+            .field("registry", &self.registry)
+            .field("runs", &self.runs.len())
+            .finish()
+    }
+}
+
+impl<L: Clone> LiveSet<L> {
+    /// Empty, registering at most `limit` connections (1–64).
+    ///
+    /// # Errors
+    /// `validation` (operation `config`) for a bad limit.
+    pub fn new(limit: usize) -> Result<Self, Error> {
+        Ok(Self {
+            registry: Registry::new(limit)?,
+            runs: BTreeSet::new(),
+        })
+    }
+
+    /// The registry (attach, final read, detach, finished).
+    pub fn registry(&mut self) -> &mut Registry<L> {
+        &mut self.registry
+    }
+
+    /// True while this runtime drives a run of `key`.
+    pub fn is_running(&self, key: &RecordKey) -> bool {
+        self.runs.contains(key)
+    }
+
+    /// Marks `key` driven here; false when it already was.
+    pub fn begin_run(&mut self, key: &RecordKey) -> bool {
+        self.runs.insert(key.clone())
+    }
+
+    /// The run of `key` is over here.
+    pub fn end_run(&mut self, key: &RecordKey) {
+        self.runs.remove(key);
+    }
+
+    /// A new run for `open` (C7.4). It drives the key unless another run
+    /// of this runtime already does (`drives`, second in the answer; the
+    /// new run then only answers the caller).
+    ///
+    /// # Errors
+    /// The run's validation of `spec` (nothing stored, nothing marked).
+    pub fn open_run(
+        &mut self,
+        cfg: TermConfig,
+        fp_key: FingerprintKey,
+        key: RecordKey,
+        machine: RecordKey,
+        spec: ManagedTerminalSpec,
+    ) -> Result<(TerminalRun, bool), Error> {
+        let drives = self.begin_run(&key);
+        match TerminalRun::open(cfg, fp_key, key.clone(), machine, spec, drives) {
+            Ok(run) => Ok((run, drives)),
+            Err(e) => {
+                if drives {
+                    self.end_run(&key);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The run recovering `key` from its stored record `fetched` (C7.4;
+    /// [`LiveSet::begin_run`] was true). On any error the key is no longer
+    /// driven here.
+    ///
+    /// # Errors
+    /// `validation` (`not_a_terminal`) for a record that is not a managed
+    /// terminal; the fetch's error; the run's.
+    pub fn resume_run(
+        &mut self,
+        cfg: TermConfig,
+        fp_key: FingerprintKey,
+        key: &RecordKey,
+        fetched: Result<ExecutionRecord, Error>,
+        now: Instant,
+        now_ms: u64,
+    ) -> Result<TerminalRun, Error> {
+        let run = fetched.and_then(|rec| {
+            if !matches!(rec.spec.action, Action::Terminal(_)) {
+                return Err(Error::validation(Operation::TerminalOpen, "not_a_terminal"));
+            }
+            TerminalRun::resume(cfg, fp_key, rec, now, now_ms)
+        });
+        if run.is_err() {
+            self.end_run(key);
+        }
+        run
+    }
+
+    /// The registry's timers: each connection nobody attached to in time
+    /// is handed to `end` (to be ended with [`attach_expired`]); old
+    /// finished buffers are dropped.
+    pub fn expire(&mut self, now: Instant, mut end: impl FnMut(&L, Error)) {
+        let (expired, _retired) = self.registry.handle_timeout(now);
+        for (key, _) in expired {
+            if let Some(live) = self.registry.owner_get(&key) {
+                end(live, attach_expired());
+            }
+        }
+    }
+
+    /// After [`LiveSet::expire`], binds the caller as the one consumer of
+    /// `key` if its connection is registered: its id and connection.
+    ///
+    /// # Errors
+    /// The registry's (`authentication` when another consumer is bound,
+    /// `expired` when nobody attached within the attach wait).
+    pub fn attach(
+        &mut self,
+        now: Instant,
+        key: &RecordKey,
+        end: impl FnMut(&L, Error),
+    ) -> Result<Option<(ConsumerId, L)>, Error> {
+        self.expire(now, end);
+        match self.registry.attach(now, key)? {
+            Some(who) => Ok(Some((who, self.registry.get(key, who)?.clone()))),
+            None => Ok(None),
+        }
+    }
+
+    /// Registers the just-opened connection of `key`.
+    ///
+    /// # Errors
+    /// The registry's, as `dispatch_uncertain` (the terminal is open).
+    pub fn register(
+        &mut self,
+        now: Instant,
+        key: RecordKey,
+        live: L,
+        attach_wait: Duration,
+    ) -> Result<(), Error> {
+        self.registry
+            .insert(now, key, live, attach_wait)
+            .map(|_| ())
+            .map_err(|e| e.with_evidence(Evidence::DispatchUncertain))
+    }
+
+    /// The connection of `key` for its owner (the runtime), if any.
+    pub fn owner_get(&mut self, key: &RecordKey) -> Option<L> {
+        self.registry.owner_get(key).cloned()
+    }
+
+    /// When [`LiveSet::expire`] is due next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.registry.poll_timeout()
+    }
+}
+
+/// The reply `open` (or `recover`) waits for, fed from the run.
+pub struct OpenReply(Option<Reply<Result<TerminalOpened, Error>>>);
+
+impl fmt::Debug for OpenReply {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("OpenReply").field(&self.0.is_some()).finish()
+    }
+}
+
+impl OpenReply {
+    /// A reply still to give.
+    pub fn new(reply: Reply<Result<TerminalOpened, Error>>) -> Self {
+        Self(Some(reply))
+    }
+
+    /// Answers from the run's event: acceptance, refusal, or an early end.
+    pub fn on_event(&mut self, event: TermEvent) {
+        match event {
+            TermEvent::Accepted { record, existing } => self.give(Ok(TerminalOpened {
+                record: *record,
+                existing,
+            })),
+            TermEvent::Refused(e) => self.give(Err(e)),
+            TermEvent::Done { error, .. } => {
+                // The run is over: a caller still waiting hears its error,
+                // or (without one) that the task ended.
+                let reply = self.0.take();
+                if let (Some(e), Some(reply)) = (error, reply) {
+                    reply(Err(e));
+                }
+            }
+        }
+    }
+
+    /// After the run's one dispatch: a resumed run (which has no
+    /// acceptance) answers with its record.
+    pub fn on_opened(&mut self, run: &TerminalRun) {
+        if let Some(rec) = run.record() {
+            self.give(Ok(TerminalOpened {
+                record: rec.clone(),
+                existing: true,
+            }));
+        }
+    }
+
+    fn give(&mut self, v: Result<TerminalOpened, Error>) {
+        if let Some(reply) = self.0.take() {
+            reply(v);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code
+
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    #[allow(clippy::disallowed_methods)] // an arbitrary origin; time is virtual after
+    fn origin() -> Instant {
+        Instant::now()
+    }
+
+    fn key(id: &str) -> RecordKey {
+        RecordKey::new("s", id).unwrap()
+    }
+
+    #[test]
+    fn output_buffer_bytes_at_n_accepted_and_n_plus_1_refused() {
+        let mut b = OutputBuffer::default();
+        assert!(b.push(Bytes::from_static(b"abc"), 4).is_ok());
+        assert!(b.push(Bytes::from_static(b"d"), 4).is_ok());
+        let e = b.push(Bytes::from_static(b"e"), 4).unwrap_err();
+        assert_eq!(e.category(), Category::OutputLimit);
+        assert_eq!(e.evidence(), Evidence::Unknown);
+        assert_eq!(e.reason(), "unread_output");
+    }
+
+    #[test]
+    fn output_buffer_chunks_at_n_accepted_and_n_plus_1_refused() {
+        let mut b = OutputBuffer::default();
+        for _ in 0..MAX_UNREAD_CHUNKS {
+            b.push(Bytes::from_static(b"x"), usize::MAX).unwrap();
+        }
+        let e = b.push(Bytes::from_static(b"x"), usize::MAX).unwrap_err();
+        assert_eq!(e.category(), Category::OutputLimit);
+    }
+
+    #[test]
+    fn output_buffer_gives_output_first_then_the_outcome_again_and_again() {
+        let mut b = OutputBuffer::default();
+        assert!(b.pop().is_none());
+        b.push(Bytes::from_static(b"hi"), 10).unwrap();
+        b.close(Ok(TerminalExit { code: 3 }));
+        b.close(Err(consumer_lost()));
+        assert_eq!(
+            b.pop(),
+            Some(TerminalEvent::Output(Bytes::from_static(b"hi")))
+        );
+        let closed = Some(TerminalEvent::Closed(Ok(TerminalExit { code: 3 })));
+        assert_eq!(b.pop(), closed);
+        assert_eq!(b.pop(), closed);
+        assert_eq!(b.outcome(), Some(Ok(TerminalExit { code: 3 })));
+        // Freed bytes count again: the bound is on unread output.
+        b.push(Bytes::from_static(b"0123456789"), 10).unwrap();
+    }
+
+    #[test]
+    fn refused_commands_answer_task_ended_and_never_print_input() {
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let g = Arc::clone(&got);
+        let input = TermCommand::Input(
+            b"secret".to_vec(),
+            Box::new(move |r| g.lock().unwrap().push(r)),
+        );
+        assert_eq!(format!("{input:?}"), "Input(len 6)");
+        input.refuse();
+        let g = Arc::clone(&got);
+        TermCommand::Resize(1, 1, Box::new(move |r| g.lock().unwrap().push(r))).refuse();
+        let got = got.lock().unwrap();
+        assert_eq!(got.len(), 2);
+        for r in got.iter() {
+            let e = r.unwrap_err();
+            assert_eq!(e.reason(), "terminal_task_ended");
+            assert_eq!(e.operation(), Operation::TerminalInput);
+        }
+        let closed = Arc::new(Mutex::new(None));
+        let c = Arc::clone(&closed);
+        TermCommand::Close(Box::new(move |r| *c.lock().unwrap() = Some(r))).refuse();
+        let e = closed.lock().unwrap().unwrap().unwrap_err();
+        assert_eq!(e.operation(), Operation::TerminalClose);
+    }
+
+    #[test]
+    fn next_wait_at_the_bound_accepted_and_above_refused() {
+        assert!(check_next_wait(MAX_NEXT_WAIT).is_ok());
+        let e = check_next_wait(MAX_NEXT_WAIT + Duration::from_nanos(1)).unwrap_err();
+        assert_eq!(e.category(), Category::Validation);
+    }
+
+    #[test]
+    fn live_set_marks_runs_and_binds_one_consumer() {
+        let mut set = LiveSet::<u32>::new(2).unwrap();
+        let k = key("t1");
+        assert!(set.begin_run(&k));
+        assert!(!set.begin_run(&k));
+        assert!(set.is_running(&k));
+        let now = origin();
+        let mut ended = Vec::new();
+        assert!(
+            set.attach(now, &k, |l, e| ended.push((*l, e)))
+                .unwrap()
+                .is_none()
+        );
+        set.register(now, k.clone(), 7, Duration::from_secs(5))
+            .unwrap();
+        let (_, live) = set
+            .attach(now, &k, |l, e| ended.push((*l, e)))
+            .unwrap()
+            .unwrap();
+        assert_eq!(live, 7);
+        assert_eq!(set.owner_get(&k), Some(7));
+        // A second registration of the same key is refused as uncertain:
+        // the terminal is already open.
+        let e = set
+            .register(now, k.clone(), 8, Duration::from_secs(5))
+            .unwrap_err();
+        assert_eq!(e.evidence(), Evidence::DispatchUncertain);
+        set.end_run(&k);
+        assert!(!set.is_running(&k));
+        assert!(ended.is_empty());
+    }
+
+    #[test]
+    fn live_set_ends_a_connection_nobody_attached_to() {
+        let mut set = LiveSet::<u32>::new(1).unwrap();
+        let now = origin();
+        set.register(now, key("t2"), 9, Duration::from_millis(10))
+            .unwrap();
+        let at = set.poll_timeout().unwrap();
+        let mut ended = Vec::new();
+        set.expire(at, |l, e| ended.push((*l, e)));
+        assert_eq!(ended.len(), 1);
+        assert_eq!(ended[0].0, 9);
+        assert_eq!(ended[0].1.reason(), "attach_wait");
+    }
+
+    #[test]
+    fn resume_of_a_record_that_is_not_a_terminal_releases_the_key() {
+        let mut set = LiveSet::<u32>::new(1).unwrap();
+        let k = key("t3");
+        assert!(set.begin_run(&k));
+        let e = set
+            .resume_run(
+                TermConfig::of(&crate::managed::controller::ControllerConfig::new("ctl-1")),
+                FingerprintKey::new(&[7; 32]).unwrap(),
+                &k,
+                Err(Error::new(
+                    Category::Store,
+                    Operation::StoreFetch,
+                    Evidence::Unknown,
+                )),
+                origin(),
+                0,
+            )
+            .unwrap_err();
+        assert_eq!(e.category(), Category::Store);
+        assert!(!set.is_running(&k));
+    }
+}

@@ -1,0 +1,890 @@
+//! The managed runtime's shell-independent half (DESIGN.md §5a), written
+//! once for `smolbox-tokio` and `smolbox-blocking`: the builder and its
+//! options, the clocks, and the driver's bookkeeping around the
+//! [`Controller`] — which waiter gets which answer, the finished notices
+//! and telemetry kept for waiters, and the order in which the controller's
+//! store ops, worker ops and events are taken.
+//!
+//! Nothing here waits, spawns or touches a socket. A shell owns a [`Host`]
+//! on its driver task or thread, hands it [`Command`]s and [`Answer`]s with
+//! [`Host::command`] and [`Host::handle_answer`], wakes it at
+//! [`Host::poll_timeout`], and after every input calls [`Host::drain`] with
+//! its [`Perform`] (which starts the ops on its own tasks or threads). A
+//! waiter's reply is a [`Reply`], a closure over the shell's channel.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::hash::{BuildHasher, Hasher};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use smolbox_core::managed::controller::terminal::TermConfig;
+use smolbox_core::managed::controller::{
+    Controller, ControllerConfig, ControllerEvent, Finished, MachineAnswer, MachineRequest, OpId,
+    Outcome, RequestId, StoreOp, StoreResult, Submission, Submit, Telemetry, WorkerEntry, WorkerOp,
+    WorkerResult, owner_id,
+};
+use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
+use smolbox_core::worker::Profile;
+use smolbox_core::{Category, Error, Evidence, Operation};
+
+use crate::terminals::{LiveConn, Terminals};
+use crate::{Store, trace};
+
+/// Longest single wait (C16).
+pub const MAX_WAIT_MS: u64 = 900_000;
+/// How often a wait re-reads the store (C16: about 25 ms).
+pub const WAIT_POLL: Duration = Duration::from_millis(25);
+/// Finished notices kept for waiters (oldest dropped first).
+pub const MAX_NOTICES: usize = 64;
+
+/// Wall-clock and monotonic time for the controller (C12.1: injectable).
+pub trait Clock: Send + Sync {
+    /// Monotonic now.
+    fn now(&self) -> Instant;
+    /// Wall-clock milliseconds since the Unix epoch.
+    fn now_ms(&self) -> u64;
+}
+
+/// The system clocks.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    fn now_ms(&self) -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+}
+
+/// A controller id unique to this process: `ctl-<pid>-<random>`.
+pub fn default_owner() -> String {
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    owner_id(std::process::id(), random)
+}
+
+/// The error of a call on a runtime whose driver is gone.
+pub fn stopped(op: Operation) -> Error {
+    Error::new(Category::Unknown, op, Evidence::Unknown).with_reason("runtime_stopped")
+}
+
+/// The error of a wait whose time ran out (operation `await`).
+pub fn wait_expired() -> Error {
+    Error::new(Category::Expired, Operation::Await, Evidence::Unknown).with_reason("wait_timeout")
+}
+
+/// A shell's runtime, built from a [`Builder`] (the shell's
+/// `RuntimeBuilder` is `Builder<Runtime>`).
+pub trait Build: Sized {
+    /// The shell's worker client.
+    type Client: Clone;
+
+    /// Starts the runtime from `builder` (see [`Builder::build`]).
+    ///
+    /// # Errors
+    /// As [`Builder::build`].
+    fn build(builder: Builder<Self>) -> Result<Self, Error>;
+}
+
+/// Options of a runtime (C12.1); [`Builder::build`] checks them.
+pub struct Builder<R: Build> {
+    store: Arc<dyn Store>,
+    fingerprint_key: FingerprintKey,
+    config: ControllerConfig,
+    clients: BTreeMap<String, R::Client>,
+    ephemeral: bool,
+    clock: Arc<dyn Clock>,
+}
+
+impl<R: Build> std::fmt::Debug for Builder<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeBuilder")
+            .field("config", &self.config)
+            .field("ephemeral", &self.ephemeral)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: Build> Builder<R> {
+    /// A builder over `store` with the host's fingerprint key (32–4,096
+    /// bytes, stable across restarts, distinct from the encryption key).
+    pub fn new(store: Arc<dyn Store>, fingerprint_key: FingerprintKey) -> Self {
+        Self {
+            store,
+            fingerprint_key,
+            config: ControllerConfig::new(&default_owner()),
+            clients: BTreeMap::new(),
+            ephemeral: false,
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// The controller id (an identifier; default [`default_owner`]). Two
+    /// runtimes sharing a store must never share an id.
+    #[must_use]
+    pub fn owner(mut self, owner: &str) -> Self {
+        owner.clone_into(&mut self.config.owner);
+        self
+    }
+
+    /// Adds a worker: commands naming `id` go through `client`.
+    #[must_use]
+    pub fn worker(mut self, id: &str, client: R::Client) -> Self {
+        self.config.workers.push(WorkerEntry::new(id));
+        self.clients.insert(id.to_owned(), client);
+        self
+    }
+
+    /// Adds a worker that also runs disposable machines (C12.4): the
+    /// controller creates, starts, stops and deletes them with `profile`,
+    /// the worker's admitted version profile (`Client::admit`).
+    #[must_use]
+    pub fn worker_with_profile(mut self, id: &str, client: R::Client, profile: Profile) -> Self {
+        self.config
+            .workers
+            .push(WorkerEntry::new(id).with_profile(profile));
+        self.clients.insert(id.to_owned(), client);
+        self
+    }
+
+    /// `max_pending` of `accept` (1–10,000; default 128).
+    #[must_use]
+    pub fn max_pending(mut self, n: u32) -> Self {
+        self.config.max_pending = n;
+        self
+    }
+
+    /// Most executions driven at once (1–64; default 4).
+    #[must_use]
+    pub fn max_active(mut self, n: usize) -> Self {
+        self.config.max_active = n;
+        self
+    }
+
+    /// Due-scan interval in ms (10–5,000; default 250).
+    #[must_use]
+    pub fn poll_interval_ms(mut self, ms: u64) -> Self {
+        self.config.poll_interval_ms = ms;
+        self
+    }
+
+    /// Claim and lease TTL in ms (1,000–900,000, ≥ 4 × poll; default 30,000).
+    #[must_use]
+    pub fn lease_ttl_ms(mut self, ms: u64) -> Self {
+        self.config.lease_ttl_ms = ms;
+        self
+    }
+
+    /// Cleanup mutation attempts (1–20; default 5).
+    #[must_use]
+    pub fn cleanup_attempts(mut self, n: u32) -> Self {
+        self.config.cleanup_attempts = n;
+        self
+    }
+
+    /// Telemetry queue length (1–1,024; default 128).
+    #[must_use]
+    pub fn telemetry_pending(mut self, n: usize) -> Self {
+        self.config.telemetry_pending = n;
+        self
+    }
+
+    /// Accepts a non-durable store (the in-memory one). Off by default: a
+    /// durable runtime refuses it (C12.1 mode).
+    #[must_use]
+    pub fn ephemeral(mut self, yes: bool) -> Self {
+        self.ephemeral = yes;
+        self
+    }
+
+    /// The clock (default [`SystemClock`]).
+    #[must_use]
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Checks the options and starts the runtime (the shell's driver task
+    /// or thread); the first due scan (recovery) starts at once.
+    ///
+    /// # Errors
+    /// `validation` (operation `config`) for a bad option, a non-durable
+    /// store without [`Builder::ephemeral`], or (tokio) no tokio runtime;
+    /// `unknown` (blocking) when a thread cannot be started.
+    pub fn build(self) -> Result<R, Error> {
+        R::build(self)
+    }
+
+    /// For a shell's [`Build::build`]: refuses a non-durable store unless
+    /// [`Builder::ephemeral`].
+    ///
+    /// # Errors
+    /// `validation` (`store_not_durable`).
+    pub fn check_durable(&self) -> Result<(), Error> {
+        if !self.store.info().durable && !self.ephemeral {
+            return Err(Error::validation(Operation::Config, "store_not_durable"));
+        }
+        Ok(())
+    }
+
+    /// For a shell's [`Build::build`]: checks the options and makes the
+    /// controller and its bookkeeping.
+    ///
+    /// # Errors
+    /// As [`Builder::check_durable`], then the controller's options (the
+    /// errors name the option).
+    pub fn into_parts(self) -> Result<Parts<R::Client>, Error> {
+        self.check_durable()?;
+        self.config.validate()?;
+        let term = TermConfig::of(&self.config);
+        let max_active = self.config.max_active;
+        let telemetry_cap = self.config.telemetry_pending;
+        let span = trace::driver_span(&self.config.owner);
+        let controller = Controller::new(
+            self.config,
+            self.fingerprint_key.clone(),
+            self.clock.now(),
+            self.clock.now_ms(),
+        )?;
+        Ok(Parts {
+            host: Host {
+                controller,
+                clock: Arc::clone(&self.clock),
+                accept_waiters: BTreeMap::new(),
+                cancel_waiters: BTreeMap::new(),
+                machine_waiters: BTreeMap::new(),
+                stop_waiters: Vec::new(),
+                stopped: false,
+            },
+            notices: Notices::new(telemetry_cap),
+            store: self.store,
+            fingerprint_key: self.fingerprint_key,
+            term,
+            max_active,
+            clients: self.clients,
+            clock: self.clock,
+            span,
+        })
+    }
+}
+
+/// A checked [`Builder`], taken apart for the shell that starts it.
+#[non_exhaustive]
+pub struct Parts<C> {
+    /// The driver's bookkeeping (for the driver task or thread).
+    pub host: Host,
+    /// The waiters' view of what the driver delivered.
+    pub notices: Notices,
+    /// The store.
+    pub store: Arc<dyn Store>,
+    /// The host's fingerprint key (for the managed terminals).
+    pub fingerprint_key: FingerprintKey,
+    /// The managed terminals' options.
+    pub term: TermConfig,
+    /// Most executions (and managed terminals) driven at once.
+    pub max_active: usize,
+    /// The workers' clients by id.
+    pub clients: BTreeMap<String, C>,
+    /// The clock.
+    pub clock: Arc<dyn Clock>,
+    /// The span the driver runs in.
+    pub span: tracing::Span,
+}
+
+impl<C: Clone> Parts<C> {
+    /// The runtime's managed terminals (`L`: the shell's live-connection
+    /// handle), registering at most `max_active` sessions.
+    ///
+    /// # Errors
+    /// `validation` (operation `config`) for a bad limit.
+    pub fn terminals<L: LiveConn + Clone>(&self) -> Result<Terminals<L, C>, Error> {
+        Terminals::new(
+            Arc::clone(&self.store),
+            self.fingerprint_key.clone(),
+            self.term.clone(),
+            self.clients.clone(),
+            Arc::clone(&self.clock),
+            self.max_active,
+        )
+    }
+}
+
+/// Finished notices and the keys the controller drives, shared with
+/// waiters (behind the shell's lock).
+#[derive(Debug, Default)]
+pub struct Notices {
+    finished: BTreeMap<RecordKey, Finished>,
+    order: VecDeque<RecordKey>,
+    driven: BTreeSet<RecordKey>,
+    /// Lifecycle telemetry not yet taken (≤ telemetry pending; oldest
+    /// dropped first, counted in each entry's `dropped`).
+    telemetry: VecDeque<Telemetry>,
+    telemetry_cap: usize,
+}
+
+impl Notices {
+    /// Empty, keeping at most `telemetry_cap` (at least 1) telemetry entries.
+    pub fn new(telemetry_cap: usize) -> Self {
+        Self {
+            telemetry_cap: telemetry_cap.max(1),
+            ..Self::default()
+        }
+    }
+
+    /// The outcome of `record` (just read under `key`) if a waiter may
+    /// return it now ([`Outcome::settle`] with this runtime's notice).
+    pub fn settle(&self, key: &RecordKey, record: ExecutionRecord) -> Option<Outcome> {
+        Outcome::settle(record, self.finished.get(key), self.driven.contains(key))
+    }
+
+    /// Takes the telemetry delivered so far.
+    pub fn take_telemetry(&mut self) -> Vec<Telemetry> {
+        self.telemetry.drain(..).collect()
+    }
+
+    fn finished(&mut self, f: Finished) {
+        let key = f.key.clone();
+        if self.finished.insert(key.clone(), f).is_none() {
+            self.order.push_back(key);
+            if self.order.len() > MAX_NOTICES
+                && let Some(old) = self.order.pop_front()
+            {
+                self.finished.remove(&old);
+            }
+        }
+    }
+
+    fn telemetry(&mut self, t: Telemetry) {
+        if self.telemetry.len() >= self.telemetry_cap {
+            self.telemetry.pop_front();
+        }
+        self.telemetry.push_back(t);
+    }
+}
+
+/// Locks `notices`; a poisoned lock is still read (the data is plain).
+pub fn lock(notices: &Mutex<Notices>) -> MutexGuard<'_, Notices> {
+    notices.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// How a shell answers one waiter: a closure over its channel's sender.
+pub type Reply<T> = Box<dyn FnOnce(T) + Send>;
+
+/// A request of a runtime handle to its driver.
+pub enum Command {
+    /// Submit; answered at durable acceptance or refusal.
+    Submit(Box<Submit>, Reply<Result<Submission, Error>>),
+    /// Cancel; answered once the cancel time is persisted.
+    Cancel(RecordKey, Reply<Result<ExecutionRecord, Error>>),
+    /// A retained-machine request; answered by the controller.
+    Machine(Box<MachineRequest>, Reply<Result<MachineAnswer, Error>>),
+    /// A due scan now.
+    Reconcile,
+    /// Stop taking work; answered once nothing is outstanding.
+    Shutdown(Reply<()>),
+}
+
+/// A retained-machine request and how its answer is read: one per method
+/// of the shells' `Machines` (built by the functions of [`machine_call`]).
+pub struct MachineCall<T> {
+    request: MachineRequest,
+    read: ReadAnswer<T>,
+}
+
+/// How a [`MachineCall`]'s answer is read.
+pub type ReadAnswer<T> = fn(MachineAnswer) -> Result<T, Error>;
+
+impl<T> std::fmt::Debug for MachineCall<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MachineCall").finish_non_exhaustive()
+    }
+}
+
+impl<T> MachineCall<T> {
+    /// The request for [`Command::Machine`] and the reader of its answer.
+    pub fn into_parts(self) -> (MachineRequest, ReadAnswer<T>) {
+        (self.request, self.read)
+    }
+}
+
+/// The retained-machine requests of the shells' `Machines`, each with the
+/// reading of its answer.
+pub mod machine_call {
+    use smolbox_core::Error;
+    use smolbox_core::managed::controller::{MachineAnswer, MachineRequest, Resolution};
+    use smolbox_core::managed::state::MachineOperation;
+    use smolbox_core::managed::{ExecutionRecord, MachineRecord, RecordKey, RetainedMachineSpec};
+
+    use super::MachineCall;
+
+    fn record(a: MachineAnswer) -> Result<MachineRecord, Error> {
+        a.into_machine().map(|(m, _)| m)
+    }
+
+    /// Create (deduplicated by scoped fingerprint): the record and whether
+    /// it already existed.
+    pub fn create(
+        key: &RecordKey,
+        spec: &RetainedMachineSpec,
+    ) -> MachineCall<(MachineRecord, bool)> {
+        MachineCall {
+            request: MachineRequest::Create {
+                key: key.clone(),
+                spec: spec.clone(),
+            },
+            read: MachineAnswer::into_machine,
+        }
+    }
+
+    /// A versioned start, stop or delete.
+    pub fn lifecycle(
+        key: &RecordKey,
+        action: MachineOperation,
+        version: u64,
+    ) -> MachineCall<MachineRecord> {
+        MachineCall {
+            request: MachineRequest::Lifecycle {
+                key: key.clone(),
+                action,
+                version,
+            },
+            read: record,
+        }
+    }
+
+    /// A command into the machine's slot.
+    pub fn submit(
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &smolbox_core::exec::Command,
+    ) -> MachineCall<(ExecutionRecord, Option<MachineRecord>, bool)> {
+        MachineCall {
+            request: MachineRequest::Submit {
+                machine: machine.clone(),
+                key: key.clone(),
+                command: command.clone(),
+            },
+            read: MachineAnswer::into_submitted,
+        }
+    }
+
+    /// Observe the worker and record what it shows.
+    pub fn reconcile(key: &RecordKey) -> MachineCall<MachineRecord> {
+        MachineCall {
+            request: MachineRequest::Reconcile { key: key.clone() },
+            read: record,
+        }
+    }
+
+    /// An ownership-verified stop for draining.
+    pub fn stop_for_drain(key: &RecordKey, version: u64) -> MachineCall<MachineRecord> {
+        MachineCall {
+            request: MachineRequest::StopForDrain {
+                key: key.clone(),
+                version,
+            },
+            read: record,
+        }
+    }
+
+    /// Quiescent resolution.
+    pub fn resolve(
+        key: &RecordKey,
+        version: u64,
+        quiesced: bool,
+        disposition: Resolution,
+    ) -> MachineCall<(MachineRecord, Option<ExecutionRecord>)> {
+        MachineCall {
+            request: MachineRequest::Resolve {
+                key: key.clone(),
+                version,
+                quiesced,
+                disposition,
+            },
+            read: MachineAnswer::into_resolved,
+        }
+    }
+}
+
+/// The answer to an op the shell performed for the controller.
+#[derive(Debug)]
+pub enum Answer {
+    /// A store op's result.
+    Stored(OpId, Box<StoreResult>),
+    /// A worker op's result.
+    Worker(OpId, WorkerResult),
+}
+
+/// What a shell does for [`Host::drain`]: start the ops on its own tasks
+/// or threads and hand each result back as an [`Answer`].
+pub trait Perform {
+    /// Starts store op `id`. An `Err` means it was not started (nothing
+    /// reached the store); it is fed back at once as the op's result.
+    ///
+    /// # Errors
+    /// The op could not be started.
+    fn store(&mut self, id: OpId, op: StoreOp) -> Result<(), Error>;
+
+    /// Starts worker op `id`. An `Err` means it was not started (nothing
+    /// was sent); it is fed back at once as the op's result.
+    ///
+    /// # Errors
+    /// The op could not be started.
+    fn worker(&mut self, id: OpId, op: WorkerOp) -> Result<(), Error>;
+
+    /// Recovers managed terminal `key`, found due and not driven here
+    /// (C7.4), off the driver (it waits for the run's first step).
+    fn recover_terminal(&mut self, key: RecordKey);
+}
+
+/// The driver's bookkeeping around one [`Controller`]: every decision is
+/// the controller's; this only routes inputs in and answers out.
+pub struct Host {
+    controller: Controller,
+    clock: Arc<dyn Clock>,
+    accept_waiters: BTreeMap<RecordKey, VecDeque<Reply<Result<Submission, Error>>>>,
+    cancel_waiters: BTreeMap<RecordKey, VecDeque<Reply<Result<ExecutionRecord, Error>>>>,
+    machine_waiters: BTreeMap<RequestId, Reply<Result<MachineAnswer, Error>>>,
+    stop_waiters: Vec<Reply<()>>,
+    stopped: bool,
+}
+
+impl std::fmt::Debug for Host {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Host")
+            .field("stopped", &self.stopped)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Host {
+    fn now(&self) -> (Instant, u64) {
+        (self.clock.now(), self.clock.now_ms())
+    }
+
+    /// True once the controller stopped (after a shutdown, nothing left).
+    pub fn is_stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// When the driver must call [`Host::handle_timeout`], on the clock's
+    /// monotonic time.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.controller.poll_timeout()
+    }
+
+    /// The controller's timers.
+    pub fn handle_timeout(&mut self) {
+        let (now, now_ms) = self.now();
+        self.controller.handle_timeout(now, now_ms);
+    }
+
+    /// Every handle is gone: finish what is in flight, then stop.
+    pub fn close(&mut self) {
+        let (now, now_ms) = self.now();
+        self.controller.shutdown(now, now_ms);
+    }
+
+    /// A performed op's result.
+    pub fn handle_answer(&mut self, answer: Answer) {
+        let (now, now_ms) = self.now();
+        match answer {
+            Answer::Stored(id, r) => {
+                trace::store_result(id, &r);
+                self.controller.handle_stored(now, now_ms, id, *r);
+            }
+            Answer::Worker(id, r) => {
+                trace::worker_result(id, &r);
+                self.controller.handle_worker(now, now_ms, id, r);
+            }
+        }
+    }
+
+    /// A handle's request.
+    pub fn command(&mut self, cmd: Command) {
+        let (now, now_ms) = self.now();
+        match cmd {
+            Command::Submit(submit, reply) => {
+                let key = submit.key.clone();
+                match self.controller.submit(now, now_ms, *submit) {
+                    Ok(()) => self.accept_waiters.entry(key).or_default().push_back(reply),
+                    Err(e) => reply(Err(e)),
+                }
+            }
+            Command::Cancel(key, reply) => {
+                self.cancel_waiters
+                    .entry(key.clone())
+                    .or_default()
+                    .push_back(reply);
+                self.controller.cancel(now, now_ms, key);
+            }
+            Command::Machine(req, reply) => match self.controller.machine(now, now_ms, *req) {
+                Ok(id) => {
+                    self.machine_waiters.insert(id, reply);
+                }
+                Err(e) => reply(Err(e)),
+            },
+            Command::Reconcile => self.controller.reconcile(now, now_ms),
+            Command::Shutdown(reply) => {
+                if self.stopped {
+                    reply(());
+                } else {
+                    self.stop_waiters.push(reply);
+                    self.controller.shutdown(now, now_ms);
+                }
+            }
+        }
+    }
+
+    /// Starts every op the controller asks for through `io` and delivers
+    /// its events (answers to waiters, notices, telemetry). Returns true
+    /// when waiters of `notices` should look again.
+    pub fn drain(&mut self, notices: &Mutex<Notices>, io: &mut impl Perform) -> bool {
+        while let Some((id, op)) = self.controller.poll_store_op() {
+            trace::store_op(id, &op);
+            if let Err(e) = io.store(id, op) {
+                let (now, now_ms) = self.now();
+                self.controller.handle_stored(now, now_ms, id, Err(e));
+            }
+        }
+        while let Some((id, op)) = self.controller.poll_worker_op() {
+            trace::worker_op(id, &op);
+            if let Err(e) = io.worker(id, op) {
+                let (now, now_ms) = self.now();
+                self.controller.handle_worker(now, now_ms, id, Err(e));
+            }
+        }
+        let mut changed = false;
+        while let Some(event) = self.controller.poll_event() {
+            changed |= self.deliver(notices, io, event);
+        }
+        let mut n = lock(notices);
+        let driven: BTreeSet<RecordKey> = self.controller.active_keys().cloned().collect();
+        if driven != n.driven {
+            n.driven = driven;
+            changed = true;
+        }
+        changed
+    }
+
+    /// Delivers one event; true when waiters should look again.
+    fn deliver(
+        &mut self,
+        notices: &Mutex<Notices>,
+        io: &mut impl Perform,
+        event: ControllerEvent,
+    ) -> bool {
+        trace::event(&event);
+        match event {
+            ControllerEvent::Accepted { key, existing, .. } => {
+                if let Some(reply) = pop(&mut self.accept_waiters, &key) {
+                    reply(Ok(Submission { key, existing }));
+                }
+                true
+            }
+            ControllerEvent::Refused { key, error } => {
+                if let Some(reply) = pop(&mut self.accept_waiters, &key) {
+                    reply(Err(error));
+                }
+                false
+            }
+            ControllerEvent::CancelRecorded { key, result } => {
+                if let Some(reply) = pop(&mut self.cancel_waiters, &key) {
+                    reply(result.map(|r| *r));
+                }
+                true
+            }
+            ControllerEvent::Finished(f) => {
+                lock(notices).finished(*f);
+                true
+            }
+            ControllerEvent::Telemetry(t) => {
+                lock(notices).telemetry(t);
+                false
+            }
+            ControllerEvent::Machine(d) => {
+                if let Some(reply) = self.machine_waiters.remove(&d.id) {
+                    reply(d.result);
+                }
+                true
+            }
+            ControllerEvent::TerminalDue(rec) => {
+                io.recover_terminal(rec.key);
+                false
+            }
+            ControllerEvent::Stopped => {
+                self.stopped = true;
+                for reply in self.stop_waiters.drain(..) {
+                    reply(());
+                }
+                false
+            }
+        }
+    }
+}
+
+fn pop<T>(map: &mut BTreeMap<RecordKey, VecDeque<T>>, key: &RecordKey) -> Option<T> {
+    let q = map.get_mut(key)?;
+    let v = q.pop_front();
+    if q.is_empty() {
+        map.remove(key);
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code
+
+    use smolbox_core::managed::state::{ExecState, RecordEvidence};
+    use smolbox_core::managed::testkit;
+
+    use super::*;
+    use crate::{MemoryConfig, MemoryStore};
+
+    /// A runtime type for the builder, never started.
+    struct Inert;
+
+    impl Build for Inert {
+        type Client = ();
+        fn build(_: Builder<Self>) -> Result<Self, Error> {
+            Ok(Self)
+        }
+    }
+
+    fn telemetry(id: &str) -> Telemetry {
+        Telemetry {
+            epoch: 0,
+            dropped: 0,
+            key: testkit::key("s", id),
+            state: ExecState::Accepted,
+            evidence: RecordEvidence::NotDispatched,
+            version: 1,
+        }
+    }
+
+    fn finished(id: &str) -> Finished {
+        Finished {
+            key: testkit::key("s", id),
+            record: None,
+            output: None,
+            error: None,
+            dispatched: false,
+            held_elsewhere: false,
+        }
+    }
+
+    #[test]
+    fn telemetry_keeps_the_newest_n_and_drops_the_oldest_at_n_plus_1() {
+        let mut n = Notices::new(2);
+        n.telemetry(telemetry("a"));
+        n.telemetry(telemetry("b"));
+        assert_eq!(n.take_telemetry().len(), 2);
+        for id in ["a", "b", "c"] {
+            n.telemetry(telemetry(id));
+        }
+        let kept: Vec<String> = n.take_telemetry().into_iter().map(|t| t.key.id).collect();
+        assert_eq!(kept, ["b", "c"]);
+        assert!(n.take_telemetry().is_empty());
+        // A cap of 0 keeps one.
+        let mut n = Notices::new(0);
+        n.telemetry(telemetry("a"));
+        n.telemetry(telemetry("b"));
+        assert_eq!(n.take_telemetry().len(), 1);
+    }
+
+    #[test]
+    fn finished_notices_keep_n_and_retire_the_oldest_at_n_plus_1() {
+        let mut n = Notices::default();
+        for i in 0..MAX_NOTICES {
+            n.finished(finished(&format!("f{i}")));
+        }
+        assert_eq!(n.finished.len(), MAX_NOTICES);
+        assert!(n.finished.contains_key(&testkit::key("s", "f0")));
+        n.finished(finished("last"));
+        assert_eq!(n.finished.len(), MAX_NOTICES);
+        assert!(!n.finished.contains_key(&testkit::key("s", "f0")));
+        assert!(n.finished.contains_key(&testkit::key("s", "last")));
+    }
+
+    #[test]
+    fn a_non_durable_store_is_refused_unless_ephemeral() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new(MemoryConfig::default()).unwrap());
+        let b = Builder::<Inert>::new(Arc::clone(&store), testkit::fingerprint_key());
+        assert_eq!(b.check_durable().unwrap_err().reason(), "store_not_durable");
+        let b = Builder::<Inert>::new(store, testkit::fingerprint_key()).ephemeral(true);
+        assert!(b.check_durable().is_ok());
+        assert!(b.build().is_ok());
+    }
+
+    #[test]
+    fn a_bad_option_is_refused_before_anything_starts() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new(MemoryConfig::default()).unwrap());
+        let b = Builder::<Inert>::new(store, testkit::fingerprint_key())
+            .ephemeral(true)
+            .max_active(0);
+        let e = b.into_parts().err().unwrap();
+        assert_eq!(e.category(), Category::Validation);
+    }
+
+    /// Records what the host starts; every store op fails at once.
+    #[derive(Default)]
+    struct Failing {
+        store_ops: Vec<&'static str>,
+    }
+
+    impl Perform for Failing {
+        fn store(&mut self, _: OpId, op: StoreOp) -> Result<(), Error> {
+            self.store_ops.push(op.name());
+            Err(
+                Error::new(Category::Store, Operation::StoreWrite, Evidence::Unknown)
+                    .with_reason("store_thread_lost"),
+            )
+        }
+        fn worker(&mut self, _: OpId, _: WorkerOp) -> Result<(), Error> {
+            unreachable!("nothing is dispatched without a durable record")
+        }
+        fn recover_terminal(&mut self, _: RecordKey) {}
+    }
+
+    #[test]
+    fn a_store_op_that_cannot_start_answers_the_submitter_with_the_store_error() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new(MemoryConfig::default()).unwrap());
+        let p = Builder::<Inert>::new(store, testkit::fingerprint_key())
+            .ephemeral(true)
+            .worker("w1", ())
+            .into_parts()
+            .unwrap();
+        let mut host = p.host;
+        let notices = Mutex::new(p.notices);
+        let got = Arc::new(Mutex::new(None));
+        let g = Arc::clone(&got);
+        let command = smolbox_core::exec::Command::new(["true"]);
+        let target = smolbox_core::managed::controller::RunTarget::unverified();
+        let spec =
+            smolbox_core::managed::controller::spec_for(&command, &target, "w1", "m1").unwrap();
+        let submit = Submit {
+            key: testkit::key("s", "e1"),
+            spec,
+        };
+        host.command(Command::Submit(
+            Box::new(submit),
+            Box::new(move |r| *g.lock().unwrap() = Some(r)),
+        ));
+        let mut io = Failing::default();
+        for _ in 0..4 {
+            host.drain(&notices, &mut io);
+        }
+        assert!(!io.store_ops.is_empty());
+        let answer = got.lock().unwrap().take().unwrap();
+        let e = answer.unwrap_err();
+        assert_eq!(e.category(), Category::Store, "{e:?} {:?}", io.store_ops);
+        assert!(!host.is_stopped());
+    }
+}
