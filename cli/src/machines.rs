@@ -10,6 +10,7 @@
 //! and passes it, re-reading once after a `stale_version` (the controller
 //! itself may have written the record meanwhile).
 
+use smolbox_core::Reason;
 use std::path::Path;
 
 use serde_json::json;
@@ -46,7 +47,7 @@ fn needs_persistent(ctx: &Ctx<'_>) -> Result<(), Failure> {
         "managed machines need a persistent worker (--worker, or `smolbox dev up`): the \
          in-process devworker ends with this command",
     );
-    Err(Error::validation(Operation::Submit, "managed_needs_persistent_worker").into())
+    Err(Error::validation(Operation::Submit, Reason::ManagedNeedsPersistentWorker).into())
 }
 
 /// The retained spec of a managed machine: the worker profile's artifact
@@ -177,7 +178,7 @@ pub(crate) fn machine(ctx: &Ctx<'_>, cmd: MachineCmd, json: bool) -> Result<i32,
         MachineCmd::Create { name, cpus, memory } => {
             if cpus.is_some() || memory.is_some() {
                 return Err(
-                    Error::validation(Operation::Create, "managed_size_is_the_profiles").into(),
+                    Error::validation(Operation::Create, Reason::ManagedSizeIsTheProfiles).into(),
                 );
             }
             let key = records::key(&name)?;

@@ -12,6 +12,7 @@
 //! [`PULL_SLICE`] so the consumer's commands are served between pulls.
 //! Terminal bytes are held in memory only.
 
+use smolbox_core::Reason;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -106,7 +107,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 fn ended(op: Operation) -> Error {
-    Error::new(Category::Unknown, op, Evidence::Unknown).with_reason("terminal_task_ended")
+    Error::new(Category::Unknown, op, Evidence::Unknown).with_reason(Reason::TerminalTaskEnded)
 }
 
 impl ManagedTerminals {
@@ -197,7 +198,7 @@ impl ManagedTerminals {
                     Operation::TerminalOpen,
                     Evidence::NotDispatched,
                 )
-                .with_reason("no_thread")
+                .with_reason(Reason::NoThread)
             })
     }
 
@@ -229,7 +230,7 @@ impl ManagedTerminals {
                     Operation::TerminalConsumer,
                     Evidence::NotDispatched,
                 )
-                .with_reason("terminal_not_live_here"));
+                .with_reason(Reason::TerminalNotLiveHere));
             }
             st = self
                 .inner
@@ -281,7 +282,12 @@ impl ManagedTerminals {
         };
         let rec = match self.fetch(key) {
             Ok(r) if matches!(r.spec.action, Action::Terminal(_)) => r,
-            Ok(_) => return release(Error::validation(Operation::TerminalOpen, "not_a_terminal")),
+            Ok(_) => {
+                return release(Error::validation(
+                    Operation::TerminalOpen,
+                    Reason::NotATerminal,
+                ));
+            }
             Err(e) => return release(e),
         };
         let run = match TerminalRun::resume(
@@ -318,7 +324,7 @@ impl ManagedTerminals {
                     Operation::TerminalSession,
                     Evidence::Unknown,
                 )
-                .with_reason("terminal_wait"));
+                .with_reason(Reason::TerminalWait));
             }
             st = self
                 .inner
@@ -419,7 +425,10 @@ impl ManagedTerminal {
     /// `not_found` when this handle no longer holds the session.
     pub fn next(&mut self, timeout: Duration) -> Result<TerminalEvent, Error> {
         if timeout > MAX_NEXT_WAIT {
-            return Err(Error::validation(Operation::TerminalOutput, "next_timeout"));
+            return Err(Error::validation(
+                Operation::TerminalOutput,
+                Reason::NextTimeout,
+            ));
         }
         self.check()?;
         let deadline = Instant::now() + timeout;
@@ -445,7 +454,7 @@ impl ManagedTerminal {
                     Operation::TerminalOutput,
                     Evidence::Unknown,
                 )
-                .with_reason("next_timeout"));
+                .with_reason(Reason::NextTimeout));
             }
             q = live
                 .readable
@@ -463,7 +472,7 @@ impl ManagedTerminal {
     /// handle no longer holds the session.
     pub fn close(mut self) -> Result<TerminalExit, Error> {
         let outcome = match self.call(Operation::TerminalClose, Cmd::Close) {
-            Err(e) if e.reason() == "terminal_task_ended" => {
+            Err(e) if e.reason() == Reason::TerminalTaskEnded => {
                 lock(&self.live.queue).closed.unwrap_or(Err(e))
             }
             other => other,
@@ -488,7 +497,7 @@ impl Drop for ManagedTerminal {
                 Operation::TerminalConsumer,
                 Evidence::Unknown,
             )
-            .with_reason("consumer_lost"),
+            .with_reason(Reason::ConsumerLost),
         ));
     }
 }
@@ -529,7 +538,7 @@ fn drive_run(
                             Operation::TerminalOpen,
                             Evidence::NotDispatched,
                         )
-                        .with_reason("unknown_worker")),
+                        .with_reason(Reason::UnknownWorker)),
                         Some(c) => c.terminal(&machine, &spec),
                     };
                     let opened = opened.and_then(|term| {
@@ -618,7 +627,7 @@ fn drive_run(
                             Operation::TerminalOutput,
                             Evidence::Unknown,
                         )
-                        .with_reason("unread_output");
+                        .with_reason(Reason::UnreadOutput);
                         finish_conn(inner, &key, &mut run, &mut conn, Err(e));
                     }
                 }

@@ -16,6 +16,7 @@
 //! to repeat), [`Runtime::cancel`], [`Runtime::reconcile`],
 //! [`Runtime::shutdown`] and [`Runtime::run`] (submit + wait).
 
+use smolbox_core::Reason;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::mpsc;
@@ -195,7 +196,10 @@ impl RuntimeBuilder {
     /// cannot be started.
     pub fn build(self) -> Result<Runtime, Error> {
         if !self.store.info().durable && !self.ephemeral {
-            return Err(Error::validation(Operation::Config, "store_not_durable"));
+            return Err(Error::validation(
+                Operation::Config,
+                Reason::StoreNotDurable,
+            ));
         }
         // The controller's options first: its errors name the option.
         self.config.validate()?;
@@ -313,7 +317,7 @@ fn thread_error() -> Error {
         Operation::Config,
         Evidence::NotDispatched,
     )
-    .with_reason("thread_spawn")
+    .with_reason(Reason::ThreadSpawn)
 }
 
 /// Runs managed commands through a controller over a durable store.
@@ -338,7 +342,7 @@ impl std::fmt::Debug for Runtime {
 }
 
 fn gone(op: Operation) -> Error {
-    Error::new(Category::Unknown, op, Evidence::Unknown).with_reason("runtime_stopped")
+    Error::new(Category::Unknown, op, Evidence::Unknown).with_reason(Reason::RuntimeStopped)
 }
 
 impl Runtime {
@@ -394,7 +398,7 @@ impl Runtime {
     /// the time ran out; the store's error.
     pub fn wait(&self, key: &RecordKey, timeout_ms: u64) -> Result<Outcome, Error> {
         if timeout_ms > MAX_WAIT_MS {
-            return Err(Error::validation(Operation::Await, "wait_timeout")
+            return Err(Error::validation(Operation::Await, Reason::WaitTimeout)
                 .with_limit(timeout_ms, MAX_WAIT_MS));
         }
         let deadline = Instant::now() + Duration::from_millis(timeout_ms);
@@ -408,7 +412,7 @@ impl Runtime {
             if now >= deadline {
                 return Err(
                     Error::new(Category::Expired, Operation::Await, Evidence::Unknown)
-                        .with_reason("wait_timeout"),
+                        .with_reason(Reason::WaitTimeout),
                 );
             }
             let step = (deadline - now).min(WAIT_POLL);
@@ -545,7 +549,7 @@ impl Machines<'_> {
             if now >= deadline {
                 return Err(
                     Error::new(Category::Expired, Operation::Await, Evidence::Unknown)
-                        .with_reason("wait_timeout"),
+                        .with_reason(Reason::WaitTimeout),
                 );
             }
             let n = self.rt.shared.lock();
@@ -766,7 +770,7 @@ impl Driver {
             if let Err(mpsc::SendError((id, _))) = self.store_tx.send((id, op)) {
                 // The store thread is gone: a store failure, never absence.
                 let e = Error::new(Category::Store, Operation::StoreWrite, Evidence::Unknown)
-                    .with_reason("store_thread_lost");
+                    .with_reason(Reason::StoreThreadLost);
                 let (now, now_ms) = (self.clock.now(), self.clock.now_ms());
                 self.controller.handle_stored(now, now_ms, id, Err(e));
             }
@@ -799,7 +803,7 @@ impl Driver {
             .spawn(move || {
                 let r = match client {
                     Some(c) => call(&c, op),
-                    None => Err(Error::validation(Operation::Config, "unknown_worker")),
+                    None => Err(Error::validation(Operation::Config, Reason::UnknownWorker)),
                 };
                 let _ = tx.send(Msg::Worker(id, r));
             });

@@ -12,6 +12,7 @@
 //! with an uncertain `output_limit`), forwards the consumer's input and
 //! resizes, and renews the claim. Terminal bytes are held in memory only.
 
+use smolbox_core::Reason;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -96,7 +97,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 fn ended(op: Operation) -> Error {
-    Error::new(Category::Unknown, op, Evidence::Unknown).with_reason("terminal_task_ended")
+    Error::new(Category::Unknown, op, Evidence::Unknown).with_reason(Reason::TerminalTaskEnded)
 }
 
 impl ManagedTerminals {
@@ -205,7 +206,7 @@ impl ManagedTerminals {
                         Operation::TerminalConsumer,
                         Evidence::NotDispatched,
                     )
-                    .with_reason("terminal_not_live_here"));
+                    .with_reason(Reason::TerminalNotLiveHere));
                 }
             }
         }
@@ -261,7 +262,10 @@ impl ManagedTerminals {
             Ok(r) if matches!(r.spec.action, Action::Terminal(_)) => r,
             Ok(_) => {
                 lock(&self.inner.state).runs.remove(key);
-                return Err(Error::validation(Operation::TerminalOpen, "not_a_terminal"));
+                return Err(Error::validation(
+                    Operation::TerminalOpen,
+                    Reason::NotATerminal,
+                ));
             }
             Err(e) => {
                 lock(&self.inner.state).runs.remove(key);
@@ -311,7 +315,7 @@ impl ManagedTerminals {
                         Operation::TerminalSession,
                         Evidence::Unknown,
                     )
-                    .with_reason("terminal_wait"));
+                    .with_reason(Reason::TerminalWait));
                 }
             }
         }
@@ -403,7 +407,10 @@ impl ManagedTerminal {
     /// `not_found` when this handle no longer holds the session.
     pub async fn next(&mut self, timeout: Duration) -> Result<TerminalEvent, Error> {
         if timeout > MAX_NEXT_WAIT {
-            return Err(Error::validation(Operation::TerminalOutput, "next_timeout"));
+            return Err(Error::validation(
+                Operation::TerminalOutput,
+                Reason::NextTimeout,
+            ));
         }
         self.check()?;
         let deadline = tokio::time::Instant::now() + timeout;
@@ -424,7 +431,7 @@ impl ManagedTerminal {
                         Operation::TerminalOutput,
                         Evidence::Unknown,
                     )
-                    .with_reason("next_timeout"));
+                    .with_reason(Reason::NextTimeout));
                 }
             }
         }
@@ -481,7 +488,7 @@ impl Drop for ManagedTerminal {
                 Operation::TerminalConsumer,
                 Evidence::Unknown,
             )
-            .with_reason("consumer_lost"),
+            .with_reason(Reason::ConsumerLost),
         ));
     }
 }
@@ -493,7 +500,7 @@ where
     T: Send + 'static,
 {
     tokio::task::spawn_blocking(f).await.unwrap_or_else(|_| {
-        Err(Error::new(Category::Store, op, Evidence::Unknown).with_reason("store_task_lost"))
+        Err(Error::new(Category::Store, op, Evidence::Unknown).with_reason(Reason::StoreTaskLost))
     })
 }
 
@@ -539,7 +546,7 @@ async fn drive_run(
                             Operation::TerminalOpen,
                             Evidence::NotDispatched,
                         )
-                        .with_reason("unknown_worker")),
+                        .with_reason(Reason::UnknownWorker)),
                         Some(c) => c.terminal(&machine, &spec).await,
                     };
                     let opened = opened.and_then(|term| {
@@ -636,7 +643,7 @@ async fn drive_run(
                                 Operation::TerminalOutput,
                                 Evidence::Unknown,
                             )
-                            .with_reason("unread_output");
+                            .with_reason(Reason::UnreadOutput);
                             finish_conn(&inner, &key, &mut run, &mut conn, Err(e)).await;
                         }
                     }

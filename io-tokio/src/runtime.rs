@@ -15,6 +15,7 @@
 //! to repeat), [`Runtime::cancel`], [`Runtime::reconcile`],
 //! [`Runtime::shutdown`] and [`Runtime::run`] (submit + wait).
 
+use smolbox_core::Reason;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -193,10 +194,13 @@ impl RuntimeBuilder {
     /// store without [`RuntimeBuilder::ephemeral`], or no tokio runtime.
     pub fn build(self) -> Result<Runtime, Error> {
         if !self.store.info().durable && !self.ephemeral {
-            return Err(Error::validation(Operation::Config, "store_not_durable"));
+            return Err(Error::validation(
+                Operation::Config,
+                Reason::StoreNotDurable,
+            ));
         }
         let handle = tokio::runtime::Handle::try_current()
-            .map_err(|_| Error::validation(Operation::Config, "no_tokio_runtime"))?;
+            .map_err(|_| Error::validation(Operation::Config, Reason::NoTokioRuntime))?;
         // The controller's options first: its errors name the option.
         self.config.validate()?;
         let terminals = crate::managed_terminal::ManagedTerminals::new(
@@ -308,7 +312,7 @@ impl std::fmt::Debug for Runtime {
 }
 
 fn gone(op: Operation) -> Error {
-    Error::new(Category::Unknown, op, Evidence::Unknown).with_reason("runtime_stopped")
+    Error::new(Category::Unknown, op, Evidence::Unknown).with_reason(Reason::RuntimeStopped)
 }
 
 impl Runtime {
@@ -366,7 +370,7 @@ impl Runtime {
     /// the time ran out; the store's error.
     pub async fn wait(&self, key: &RecordKey, timeout_ms: u64) -> Result<Outcome, Error> {
         if timeout_ms > MAX_WAIT_MS {
-            return Err(Error::validation(Operation::Await, "wait_timeout")
+            return Err(Error::validation(Operation::Await, Reason::WaitTimeout)
                 .with_limit(timeout_ms, MAX_WAIT_MS));
         }
         let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout_ms);
@@ -384,7 +388,7 @@ impl Runtime {
             if now >= deadline {
                 return Err(
                     Error::new(Category::Expired, Operation::Await, Evidence::Unknown)
-                        .with_reason("wait_timeout"),
+                        .with_reason(Reason::WaitTimeout),
                 );
             }
             let step = (deadline - now).min(WAIT_POLL);
@@ -451,7 +455,7 @@ where
     T: Send + 'static,
 {
     tokio::task::spawn_blocking(f).await.unwrap_or_else(|_| {
-        Err(Error::new(Category::Store, op, Evidence::Unknown).with_reason("store_task_lost"))
+        Err(Error::new(Category::Store, op, Evidence::Unknown).with_reason(Reason::StoreTaskLost))
     })
 }
 
@@ -538,7 +542,7 @@ impl Machines<'_> {
             if now >= deadline {
                 return Err(
                     Error::new(Category::Expired, Operation::Await, Evidence::Unknown)
-                        .with_reason("wait_timeout"),
+                        .with_reason(Reason::WaitTimeout),
                 );
             }
             let _ = tokio::time::timeout((deadline - now).min(WAIT_POLL), notified).await;
@@ -814,7 +818,7 @@ impl Driver {
         tokio::spawn(async move {
             let r = match client {
                 Some(c) => call(&c, op).await,
-                None => Err(Error::validation(Operation::Config, "unknown_worker")),
+                None => Err(Error::validation(Operation::Config, Reason::UnknownWorker)),
             };
             let _ = tx.send(Answer::Worker(id, r));
         });

@@ -1,6 +1,7 @@
 //! [`ExecStream`]: streamed exec (`POST …/exec/stream`) as a `Stream` of
 //! events, and its callback form with back-pressure (features C5.3).
 
+use smolbox_core::Reason;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -104,7 +105,7 @@ fn detached() -> Error {
         Operation::ExecStream,
         Evidence::DispatchUncertain,
     )
-    .with_reason("detached")
+    .with_reason(Reason::Detached)
 }
 
 impl Stream for ExecStream {
@@ -205,7 +206,7 @@ where
                         Operation::ExecStream,
                         Evidence::DispatchUncertain,
                     )
-                    .with_reason("callback_deadline"));
+                    .with_reason(Reason::CallbackDeadline));
                 }
             }
         }

@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use smolbox_core::Category;
+use smolbox_core::Reason;
 use smolbox_core::exec::Command;
 use smolbox_core::managed::controller::{Resolution, RunTarget};
 use smolbox_core::managed::state::{Cleanup, MachineOperation as Op, MachineRecordState as MS};
@@ -207,7 +208,7 @@ pub fn resolve_after_an_unknown_command_frees_the_slot<M: ManagedShell>(kind: St
     let e = rt
         .m_resolve(&key("box2"), m.version, false, Resolution::Stopped)
         .unwrap_err();
-    assert_eq!(e.reason(), "not_quiesced");
+    assert_eq!(e.reason(), Reason::NotQuiesced);
     // Still running: resolve `stopped` is an identity conflict (AC-17.3.2).
     // The controller may still be writing the record (finishing the unknown
     // command's slot), so a caller re-reads the version after a

@@ -11,6 +11,7 @@
 //! committed before the intent stops the dispatch; an exit seen by a
 //! controller that stays up is stored; commands run up to three claim TTLs.
 
+use smolbox_core::Reason;
 use std::collections::{BTreeMap, VecDeque};
 
 use smolbox_core::exec::{ExecOutcome, ExecOutput, OutputEncoding};
@@ -984,7 +985,7 @@ impl Sim {
             Ok(Reply::Absent) => {
                 Err(
                     Error::new(Category::NotFound, Operation::Get, Evidence::NotDispatched)
-                        .with_reason("machine_not_found"),
+                        .with_reason(Reason::MachineNotFound),
                 )
             }
             Err(e) => Err(e),
@@ -1110,7 +1111,7 @@ impl Sim {
         {
             r = Err(
                 Error::new(Category::NotFound, Operation::StoreFetch, Evidence::Unknown)
-                    .with_reason("absent"),
+                    .with_reason(Reason::Absent),
             );
         }
         self.log(format!("{} <- {}", Self::owner(h), brief(&r)));

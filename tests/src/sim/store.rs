@@ -7,6 +7,7 @@
 //! log, which the reference model reads (the ground truth, not what the
 //! controller was told).
 
+use smolbox_core::Reason;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
@@ -102,7 +103,7 @@ pub struct FaultStore {
     state: Mutex<State>,
 }
 
-fn store_err(op: Operation, reason: &'static str) -> Error {
+fn store_err(op: Operation, reason: Reason) -> Error {
     Error::new(Category::Store, op, Evidence::Unknown).with_reason(reason)
 }
 
@@ -204,7 +205,7 @@ impl FaultStore {
     ) -> Result<ExecutionRecord, Error> {
         let fault = self.decide(false);
         if fault == Fault::Before {
-            return Err(store_err(op, "unavailable"));
+            return Err(store_err(op, Reason::Unavailable));
         }
         let r = f(&self.inner);
         if let Ok(rec) = &r {
@@ -214,7 +215,7 @@ impl FaultStore {
             }
         }
         if fault == Fault::After {
-            return Err(store_err(op, "reply_lost"));
+            return Err(store_err(op, Reason::ReplyLost));
         }
         r
     }
@@ -233,7 +234,7 @@ impl FaultStore {
         f: impl FnOnce(&MemoryStore) -> Result<T, Error>,
     ) -> Result<T, Error> {
         match self.decide(true) {
-            Fault::Before | Fault::After => Err(store_err(op, "timeout")),
+            Fault::Before | Fault::After => Err(store_err(op, Reason::Timeout)),
             Fault::None | Fault::Stale => f(&self.inner),
         }
     }
@@ -244,10 +245,10 @@ impl FaultStore {
         f: impl FnOnce(&MemoryStore) -> Result<T, Error>,
     ) -> Result<T, Error> {
         match self.decide(false) {
-            Fault::Before => Err(store_err(op, "unavailable")),
+            Fault::Before => Err(store_err(op, Reason::Unavailable)),
             Fault::After => {
                 let _applied = f(&self.inner);
-                Err(store_err(op, "reply_lost"))
+                Err(store_err(op, Reason::ReplyLost))
             }
             Fault::None | Fault::Stale => f(&self.inner),
         }
@@ -266,21 +267,21 @@ impl Store for FaultStore {
     ) -> Result<Accepted<ExecutionRecord>, Error> {
         let fault = self.decide(false);
         if fault == Fault::Before {
-            return Err(store_err(Operation::StoreAccept, "unavailable"));
+            return Err(store_err(Operation::StoreAccept, Reason::Unavailable));
         }
         let r = self.inner.accept(record, max_pending);
         if let Ok(Accepted::Inserted(rec)) = &r {
             self.log(CommitKind::Accept, None, rec);
         }
         if fault == Fault::After {
-            return Err(store_err(Operation::StoreAccept, "reply_lost"));
+            return Err(store_err(Operation::StoreAccept, Reason::ReplyLost));
         }
         r
     }
 
     fn fetch(&self, key: &RecordKey) -> Result<ExecutionRecord, Error> {
         match self.decide(true) {
-            Fault::Before | Fault::After => Err(store_err(Operation::StoreFetch, "timeout")),
+            Fault::Before | Fault::After => Err(store_err(Operation::StoreFetch, Reason::Timeout)),
             Fault::Stale => {
                 let prev = self.lock().previous.get(key).cloned();
                 match prev {
@@ -535,14 +536,14 @@ impl Store for FaultStore {
     ) -> Result<Accepted<Submitted>, Error> {
         let fault = self.decide(false);
         if fault == Fault::Before {
-            return Err(store_err(Operation::StoreAccept, "unavailable"));
+            return Err(store_err(Operation::StoreAccept, Reason::Unavailable));
         }
         let r = self.inner.submit(record, max_pending);
         if let Ok(Accepted::Inserted(sub)) = &r {
             self.log(CommitKind::Accept, None, &sub.execution);
         }
         if fault == Fault::After {
-            return Err(store_err(Operation::StoreAccept, "reply_lost"));
+            return Err(store_err(Operation::StoreAccept, Reason::ReplyLost));
         }
         r
     }
@@ -599,6 +600,7 @@ impl FaultStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use smolbox_core::Reason;
     use smolbox_core::managed::testkit;
 
     fn record() -> ExecutionRecord {
@@ -630,7 +632,7 @@ mod tests {
         );
         let e = s.accept(&record(), 10).unwrap_err();
         assert_eq!(e.category(), Category::Store);
-        assert_eq!(e.reason(), "reply_lost");
+        assert_eq!(e.reason(), Reason::ReplyLost);
         assert!(s.inner().fetch(&record().key).is_ok());
         assert_eq!(s.take_commits().len(), 1);
     }

@@ -20,6 +20,7 @@
 //! A command's identity and behaviour are in its argv:
 //! `["sim", <identity>, <exit code>, <duration ms>]`.
 
+use smolbox_core::Reason;
 use std::collections::{BTreeMap, BTreeSet};
 
 use smolbox_core::exec::{ExecOutcome, ExecOutput, OutputEncoding};
@@ -309,7 +310,7 @@ impl SimWorker {
                 request.operation(),
                 Evidence::NotDispatched,
             )
-            .with_reason("connection_refused"));
+            .with_reason(Reason::ConnectionRefused));
         }
         let fate = if self.rng.chance(self.faults.lose_reply) {
             Fate::LoseReply
@@ -412,7 +413,7 @@ impl SimWorker {
         let lost = || {
             Err(
                 Error::new(Category::Transport, op, Evidence::DispatchUncertain)
-                    .with_reason("connection_reset"),
+                    .with_reason(Reason::ConnectionReset),
             )
         };
         let reply: (u64, Result<Reply, Error>) = match request {
@@ -426,7 +427,7 @@ impl SimWorker {
                         back,
                         Err(
                             Error::new(Category::IdentityConflict, op, Evidence::Unknown)
-                                .with_reason("already_exists"),
+                                .with_reason(Reason::AlreadyExists),
                         ),
                     )
                 } else {
@@ -503,7 +504,7 @@ impl SimWorker {
                 back,
                 Err(
                     Error::new(Category::NotFound, Operation::Exec, Evidence::NotDispatched)
-                        .with_reason("machine_not_running"),
+                        .with_reason(Reason::MachineNotRunning),
                 ),
             );
         }
@@ -527,7 +528,7 @@ impl SimWorker {
                     Operation::Exec,
                     Evidence::DispatchUncertain,
                 )
-                .with_reason("timeout")
+                .with_reason(Reason::Timeout)
                 .with_status(408)),
             );
         }
@@ -582,7 +583,7 @@ impl SimWorker {
                     Operation::Exec,
                     Evidence::DispatchUncertain,
                 )
-                .with_reason("connection_closed"));
+                .with_reason(Reason::ConnectionClosed));
             }
         }
         self.machines
@@ -640,6 +641,7 @@ impl SimWorker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use smolbox_core::Reason;
 
     fn quiet() -> SimWorker {
         SimWorker::new(Rng::new(1), WorkerFaults::NONE, "m0")
@@ -835,6 +837,9 @@ mod tests {
         assert!(w.has_machine("down"));
         assert_eq!(w.exec_truth("k"), Some(&ExecTruth::Killed));
         let r = run_all(&mut w);
-        assert_eq!(r[0].1.as_ref().unwrap_err().reason(), "connection_closed");
+        assert_eq!(
+            r[0].1.as_ref().unwrap_err().reason(),
+            Reason::ConnectionClosed
+        );
     }
 }

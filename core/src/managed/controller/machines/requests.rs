@@ -81,11 +81,11 @@ impl Req {
         let m = self
             .machine
             .as_ref()
-            .ok_or(Error::protocol(Operation::Resolve, "no_machine"))?;
+            .ok_or(Error::protocol(Operation::Resolve, Reason::NoMachine))?;
         let a = m
             .assignment
             .as_ref()
-            .ok_or(identity_conflict(Operation::Resolve, "not_assigned"))?;
+            .ok_or(identity_conflict(Operation::Resolve, Reason::NotAssigned))?;
         let profile = cfg
             .workers
             .iter()
@@ -97,7 +97,7 @@ impl Req {
                     Operation::Resolve,
                     Evidence::NotDispatched,
                 )
-                .with_reason("unknown_worker"),
+                .with_reason(Reason::UnknownWorker),
             )?;
         Ok(WorkerOp::Inspect {
             worker_id: a.worker_id.clone(),
@@ -198,7 +198,7 @@ impl Req {
                             if disposition == Resolution::Stopped {
                                 return RStep::Done(Err(identity_conflict(
                                     Operation::Resolve,
-                                    "not_assigned",
+                                    Reason::NotAssigned,
                                 )));
                             }
                             self.stage = Stage::ResolveWrite;
@@ -219,9 +219,10 @@ impl Req {
                         self.stage = Stage::ReconcileClaim;
                         RStep::Store(op)
                     }
-                    MachineRequest::Create { .. } => {
-                        RStep::Done(Err(Error::protocol(Operation::Create, "unexpected_reply")))
-                    }
+                    MachineRequest::Create { .. } => RStep::Done(Err(Error::protocol(
+                        Operation::Create,
+                        Reason::UnexpectedReply,
+                    ))),
                 }
             }
             (Stage::DrainVerify | Stage::ReconcileClaim, StoreReply::Machine(m)) => {
@@ -239,7 +240,10 @@ impl Req {
             }
             (Stage::DrainIntent, StoreReply::Machine(m)) => {
                 let Some(a) = m.assignment.clone() else {
-                    return RStep::Done(Err(identity_conflict(Operation::Stop, "not_assigned")));
+                    return RStep::Done(Err(identity_conflict(
+                        Operation::Stop,
+                        Reason::NotAssigned,
+                    )));
                 };
                 let profile = cfg
                     .workers
@@ -247,7 +251,10 @@ impl Req {
                     .find(|w| w.id == a.worker_id)
                     .and_then(|w| w.profile.clone());
                 let (Some(profile), Ok(name)) = (profile, MachineName::new(&a.machine_name)) else {
-                    return RStep::Done(Err(Error::protocol(Operation::Stop, "unknown_worker")));
+                    return RStep::Done(Err(Error::protocol(
+                        Operation::Stop,
+                        Reason::UnknownWorker,
+                    )));
                 };
                 self.machine = Some(m);
                 self.stage = Stage::DrainStop;
@@ -278,7 +285,7 @@ impl Req {
             })),
             _ => RStep::Done(Err(Error::protocol(
                 Operation::StoreFetch,
-                "unexpected_reply",
+                Reason::UnexpectedReply,
             ))),
         }
     }
@@ -323,13 +330,13 @@ impl Req {
         result: WorkerResult,
     ) -> RStep {
         let Some(m) = self.machine.clone() else {
-            return RStep::Done(Err(Error::protocol(Operation::Get, "no_machine")));
+            return RStep::Done(Err(Error::protocol(Operation::Get, Reason::NoMachine)));
         };
         let recorded = m.creation.as_ref().map(|c| c.incarnation.clone());
         match &self.stage {
             Stage::ResolveInspect => {
                 let MachineRequest::Resolve { disposition, .. } = self.request else {
-                    return RStep::Done(Err(Error::protocol(Operation::Resolve, "stage")));
+                    return RStep::Done(Err(Error::protocol(Operation::Resolve, Reason::Stage)));
                 };
                 let d = match (disposition, result) {
                     (Resolution::Stopped, Ok(WorkerReply::Machine(obs))) => {
@@ -337,13 +344,13 @@ impl Req {
                         if recorded.as_deref() != Some(inc.as_str()) {
                             return RStep::Done(Err(identity_conflict(
                                 Operation::Resolve,
-                                "incarnation_mismatch",
+                                Reason::IncarnationMismatch,
                             )));
                         }
                         if obs.state == MachineState::Running {
                             return RStep::Done(Err(identity_conflict(
                                 Operation::Resolve,
-                                "running",
+                                Reason::Running,
                             )));
                         }
                         Disposition::Stopped {
@@ -352,20 +359,26 @@ impl Req {
                         }
                     }
                     (Resolution::Stopped, Err(e)) if e.category() == Category::NotFound => {
-                        return RStep::Done(Err(identity_conflict(Operation::Resolve, "absent")));
+                        return RStep::Done(Err(identity_conflict(
+                            Operation::Resolve,
+                            Reason::Absent,
+                        )));
                     }
                     (Resolution::Deleted, Err(e)) if e.category() == Category::NotFound => {
                         Disposition::Deleted
                     }
                     (Resolution::Deleted, Ok(WorkerReply::Machine(_))) => {
-                        return RStep::Done(Err(identity_conflict(Operation::Resolve, "present")));
+                        return RStep::Done(Err(identity_conflict(
+                            Operation::Resolve,
+                            Reason::Present,
+                        )));
                     }
                     // A worker outage changes nothing (AC-17.3.3).
                     (_, Err(e)) => return RStep::Done(Err(e)),
                     (_, Ok(_)) => {
                         return RStep::Done(Err(Error::protocol(
                             Operation::Resolve,
-                            "unexpected_reply",
+                            Reason::UnexpectedReply,
                         )));
                     }
                 };
@@ -380,7 +393,7 @@ impl Req {
                     // (the slot keeps its command, so the intent is the
                     // record's latest error entry, not an operation).
                     let e = Error::new(Category::Unknown, Operation::Stop, Evidence::Unknown)
-                        .with_reason("drain_stop_intent");
+                        .with_reason(Reason::DrainStopIntent);
                     let p = MachinePatch {
                         last_error: Some(ErrorEntry::from_error(&e, now_ms)),
                         ..MachinePatch::default()
@@ -390,9 +403,12 @@ impl Req {
                 }
                 Ok(WorkerReply::Machine(_)) => RStep::Done(Err(identity_conflict(
                     Operation::Stop,
-                    "incarnation_mismatch",
+                    Reason::IncarnationMismatch,
                 ))),
-                Ok(_) => RStep::Done(Err(Error::protocol(Operation::Get, "unexpected_reply"))),
+                Ok(_) => RStep::Done(Err(Error::protocol(
+                    Operation::Get,
+                    Reason::UnexpectedReply,
+                ))),
                 Err(e) => RStep::Done(Err(e)),
             },
             Stage::DrainStop => match result {
@@ -427,9 +443,12 @@ impl Req {
                     RStep::Store(Self::write(cfg, now_ms, &m, p))
                 }
                 Ok(WorkerReply::Machine(_)) => {
-                    RStep::Done(Err(identity_conflict(Operation::Stop, "not_stopped")))
+                    RStep::Done(Err(identity_conflict(Operation::Stop, Reason::NotStopped)))
                 }
-                Ok(_) => RStep::Done(Err(Error::protocol(Operation::Get, "unexpected_reply"))),
+                Ok(_) => RStep::Done(Err(Error::protocol(
+                    Operation::Get,
+                    Reason::UnexpectedReply,
+                ))),
                 Err(e) => RStep::Done(Err(e)),
             },
             Stage::ReconcileInspect => {
@@ -454,7 +473,7 @@ impl Req {
                                 ..MachinePatch::default()
                             }
                         } else {
-                            let e = identity_conflict(Operation::Get, "incarnation_mismatch");
+                            let e = identity_conflict(Operation::Get, Reason::IncarnationMismatch);
                             MachinePatch {
                                 state: m
                                     .state
@@ -479,14 +498,17 @@ impl Req {
                     Ok(_) => {
                         return RStep::Done(Err(Error::protocol(
                             Operation::Get,
-                            "unexpected_reply",
+                            Reason::UnexpectedReply,
                         )));
                     }
                 };
                 self.stage = Stage::ReconcileWrite;
                 RStep::Store(Self::write(cfg, now_ms, &m, p))
             }
-            _ => RStep::Done(Err(Error::protocol(Operation::Get, "unexpected_reply"))),
+            _ => RStep::Done(Err(Error::protocol(
+                Operation::Get,
+                Reason::UnexpectedReply,
+            ))),
         }
     }
 
@@ -517,7 +539,7 @@ impl Req {
     }
 }
 
-pub(in crate::managed::controller) fn refused(reason: &'static str) -> Error {
+pub(in crate::managed::controller) fn refused(reason: Reason) -> Error {
     Error::new(
         Category::UnsupportedCapability,
         Operation::Submit,

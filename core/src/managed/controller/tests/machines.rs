@@ -3,6 +3,7 @@
 //! rules as every adapter.
 
 use super::*;
+use crate::Reason;
 use crate::managed::RetainedMachineSpec;
 use crate::managed::claim::Guard;
 use crate::managed::patch::apply_machine;
@@ -86,7 +87,9 @@ impl TestStore {
                     .get(&reservation.worker_id)
                     .filter(|l| l.owner == guard.owner && l.until_ms > *now_ms)
                     .cloned()
-                    .ok_or_else(|| claim::stale_claim(Operation::StoreReserve, "worker_lease"))?;
+                    .ok_or_else(|| {
+                        claim::stale_claim(Operation::StoreReserve, Reason::WorkerLease)
+                    })?;
                 let m = self.machines.get(key).ok_or_else(absent)?;
                 guard_ok(self, m, guard, *now_ms)?;
                 let on_worker = |a: Option<&crate::managed::record::Assignment>| {
@@ -110,7 +113,7 @@ impl TestStore {
                         Operation::StoreReserve,
                         Evidence::NotDispatched,
                     )
-                    .with_reason("worker_capacity"));
+                    .with_reason(Reason::WorkerCapacity));
                 }
                 let mut next = m.clone();
                 next.assignment = Some(crate::managed::record::Assignment {
@@ -223,7 +226,7 @@ impl TestStore {
             }
             _ => Err(Error::protocol(
                 Operation::StoreFetch,
-                "unsupported_in_test",
+                Reason::StoreCapability,
             )),
         }
     }
@@ -440,7 +443,7 @@ fn the_slot_takes_one_command_and_stop_is_rejected_while_it_runs() {
         let e = s.lifecycle(action).unwrap_err();
         assert_eq!(
             (e.category(), e.reason()),
-            (Category::AdmissionExhausted, "command_active")
+            (Category::AdmissionExhausted, Reason::CommandActive)
         );
     }
     // The exec goes to the machine's worker and name.
@@ -505,7 +508,7 @@ fn an_unknown_command_keeps_the_slot_until_a_quiescent_resolution() {
             },
         )
         .unwrap_err();
-    assert_eq!(e.reason(), "not_quiesced");
+    assert_eq!(e.reason(), Reason::NotQuiesced);
     assert!(s.ctl.poll_store_op().is_none());
     // An ownership-verified stop for draining keeps the slot.
     let id = s
@@ -579,7 +582,7 @@ fn an_unknown_command_keeps_the_slot_until_a_quiescent_resolution() {
     s.answer("inspect", Ok(WorkerReply::Machine(other)));
     assert_eq!(
         s.answer_of(id).unwrap_err().reason(),
-        "incarnation_mismatch"
+        Reason::IncarnationMismatch
     );
     // Stopped, same incarnation: the slot is cleared, the command stays unknown.
     let id = s.ctl.machine(s.now, s.now_ms, resolve(v)).unwrap();
@@ -618,7 +621,7 @@ fn an_unknown_command_keeps_the_slot_until_a_quiescent_resolution() {
         "inspect",
         Ok(WorkerReply::Machine(obs(MachineState::Stopped))),
     );
-    assert_eq!(s.answer_of(id).unwrap_err().reason(), "present");
+    assert_eq!(s.answer_of(id).unwrap_err().reason(), Reason::Present);
     let id = s
         .ctl
         .machine(
@@ -838,7 +841,7 @@ fn a_command_timeout_is_checked_against_the_budget_at_n_and_n_plus_one() {
     let budget_s = s.machine().spec.profile.budgets.execution_ms / 1_000;
     let at = |t: u64| Command::new(["true"]).timeout_secs(u32::try_from(t).unwrap());
     let e = s.submit_to_slot("over", &at(budget_s + 1)).unwrap_err();
-    assert_eq!(e.reason(), "timeout_over_budget");
+    assert_eq!(e.reason(), Reason::TimeoutOverBudget);
     s.submit_to_slot("fits", &at(budget_s)).unwrap();
     assert_eq!(
         s.machine().active_execution,
