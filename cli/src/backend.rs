@@ -3,6 +3,7 @@
 //! runtime of its own) or to `smolbox-blocking`. Both take the same inputs
 //! and return the same core types, so the two shells behave the same.
 
+use smolbox_core::Reason;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -264,7 +265,7 @@ fn stream_ended() -> Error {
         smolbox_core::Operation::ExecStream,
         smolbox_core::Evidence::DispatchUncertain,
     )
-    .with_reason("stream_ended_without_exit")
+    .with_reason(Reason::StreamEndedWithoutExit)
 }
 
 impl Term for smolbox_blocking::Terminal {

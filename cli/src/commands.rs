@@ -1,6 +1,7 @@
 //! `health`, `machine …`, `exec`, `run` and `logs`, written once over
 //! [`Backend`].
 
+use smolbox_core::Reason;
 use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
@@ -51,7 +52,7 @@ pub(crate) fn machine(b: &Backend, cmd: MachineCmd, json: bool) -> Result<i32, F
     let profile = b.admit()?;
     match cmd {
         MachineCmd::Create { no_start: true, .. } => {
-            return Err(Error::validation(Operation::Create, "no_start_is_managed_only").into());
+            return Err(Error::validation(Operation::Create, Reason::NoStartIsManagedOnly).into());
         }
         MachineCmd::Create {
             name, cpus, memory, ..
@@ -152,7 +153,7 @@ pub(crate) fn command(opts: &CommandOpts, argv: Vec<String>) -> Result<Command, 
     let mut cmd = Command::new(argv);
     for pair in &opts.env {
         let Some((k, v)) = pair.split_once('=') else {
-            return Err(Error::validation(Operation::CommandSpec, "env_not_k_equals_v").into());
+            return Err(Error::validation(Operation::CommandSpec, Reason::EnvNotKEqualsV).into());
         };
         cmd = cmd.env(k, v);
     }
@@ -164,7 +165,7 @@ pub(crate) fn command(opts: &CommandOpts, argv: Vec<String>) -> Result<Command, 
     }
     if let Some(path) = &opts.stdin {
         if opts.stream {
-            return Err(Error::validation(Operation::CommandSpec, "stdin_with_stream").into());
+            return Err(Error::validation(Operation::CommandSpec, Reason::StdinWithStream).into());
         }
         let mut bytes = Vec::new();
         let limit = smolbox_core::exec::MAX_STDIN_LEN as u64 + 1;
@@ -175,7 +176,7 @@ pub(crate) fn command(opts: &CommandOpts, argv: Vec<String>) -> Result<Command, 
         };
         read.map_err(|e| Failure::local(format!("read stdin file {}", path.display()), &e))?;
         let text = String::from_utf8(bytes)
-            .map_err(|_| Error::validation(Operation::CommandSpec, "stdin_not_utf8"))?;
+            .map_err(|_| Error::validation(Operation::CommandSpec, Reason::StdinNotUtf8))?;
         cmd = cmd.stdin(text);
     }
     cmd.validate()?;
@@ -279,7 +280,9 @@ pub(crate) fn run(
             "--detach needs a persistent worker (--worker, or `smolbox dev up`): the \
              in-process devworker ends with this command, so nothing would run the execution",
         );
-        return Err(Error::validation(Operation::Submit, "detach_needs_persistent_worker").into());
+        return Err(
+            Error::validation(Operation::Submit, Reason::DetachNeedsPersistentWorker).into(),
+        );
     }
     let opened = if args.opts.stream {
         None
@@ -405,7 +408,7 @@ fn run_existing(
              with that worker",
             rec.state.as_str()
         ));
-        return Err(Error::validation(Operation::Submit, "record_on_another_worker").into());
+        return Err(Error::validation(Operation::Submit, Reason::RecordOnAnotherWorker).into());
     }
     if detach {
         report::note(&format!(
@@ -509,7 +512,7 @@ pub(crate) fn fresh_name() -> Result<MachineName, Failure> {
             Operation::Config,
             Evidence::NotDispatched,
         )
-        .with_reason("no_randomness")
+        .with_reason(Reason::NoRandomness)
     })?;
     Ok(ns.generate(random))
 }
@@ -620,7 +623,7 @@ fn follow_logs(
         };
         if !again {
             return Err(result.err().map_or_else(
-                || Error::protocol(Operation::Logs, "follow_ended").into(),
+                || Error::protocol(Operation::Logs, Reason::FollowEnded).into(),
                 Failure::from,
             ));
         }
@@ -628,7 +631,7 @@ fn follow_logs(
         if empty_reads >= MAX_EMPTY_READS {
             return match result {
                 Err(e) => Err(e.into()),
-                Ok(()) => Err(Error::protocol(Operation::Logs, "follow_ended").into()),
+                Ok(()) => Err(Error::protocol(Operation::Logs, Reason::FollowEnded).into()),
             };
         }
         tail = follow.reconnect();

@@ -18,6 +18,7 @@
 //! `dev down` signals that pid (SIGTERM, then SIGKILL after a bounded wait),
 //! waits until it is gone and removes the socket, token and pid files.
 
+use smolbox_core::Reason;
 use std::fs::{self, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
@@ -223,7 +224,7 @@ pub(crate) fn random_token() -> Result<String, Failure> {
                 Operation::Config,
                 Evidence::NotDispatched,
             )
-            .with_reason("no_randomness"),
+            .with_reason(Reason::NoRandomness),
         )
     })?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())

@@ -4,6 +4,7 @@
 //! is written, then written to a temporary file beside the target and
 //! renamed over it.
 
+use smolbox_core::Reason;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -69,7 +70,7 @@ pub(crate) fn cp(
                 json,
             )
         }
-        _ => Err(Error::validation(Operation::GuestPath, "cp_needs_one_local_one_remote").into()),
+        _ => Err(Error::validation(Operation::GuestPath, Reason::CpNeedsOneLocalOneRemote).into()),
     }
 }
 
@@ -78,7 +79,7 @@ fn parse_hex(h: &str) -> Result<String, Failure> {
     if lower.len() == 64 && lower.bytes().all(|c| c.is_ascii_hexdigit()) {
         Ok(lower)
     } else {
-        Err(Error::validation(Operation::Upload, "invalid_sha256").into())
+        Err(Error::validation(Operation::Upload, Reason::InvalidSha256).into())
     }
 }
 
@@ -166,7 +167,7 @@ fn upload(
         .len();
     if len > budget.allowance() {
         return Err(
-            Error::validation(Operation::Upload, "file_allowance_exceeded")
+            Error::validation(Operation::Upload, Reason::FileAllowanceExceeded)
                 .with_limit(len, budget.allowance())
                 .into(),
         );
@@ -193,7 +194,7 @@ fn upload(
         && want != digest
     {
         progress.abandon();
-        return Err(Error::validation(Operation::Upload, "sha256_mismatch").into());
+        return Err(Error::validation(Operation::Upload, Reason::Sha256Mismatch).into());
     }
     progress.finish_and_clear();
     let profile = b.admit()?;
@@ -314,7 +315,7 @@ fn download(
         && want != digest
     {
         // Nothing is written: the bytes are not the expected file.
-        return Err(Error::validation(Operation::Download, "sha256_mismatch").into());
+        return Err(Error::validation(Operation::Download, Reason::Sha256Mismatch).into());
     }
     let target = target_path(local, path);
     write_then_rename(&target, &data)?;

@@ -10,6 +10,7 @@
 //! and passes it, re-reading once after a `stale_version` (the controller
 //! itself may have written the record meanwhile).
 
+use smolbox_core::Reason;
 use std::path::Path;
 
 use serde_json::json;
@@ -53,7 +54,7 @@ pub(crate) fn no_persistent_worker() -> Failure {
          (a devworker in the background for this user), or name one with --worker; \
          `smolbox machine --raw …` drives a worker's machines directly",
     );
-    Error::validation(Operation::Submit, "managed_needs_persistent_worker").into()
+    Error::validation(Operation::Submit, Reason::ManagedNeedsPersistentWorker).into()
 }
 
 /// The worker's name of machine `name`: a managed machine's placed name
@@ -64,7 +65,9 @@ pub(crate) fn worker_name(store: Option<&Path>, name: &str) -> Result<String, Fa
         None => Ok(name.to_owned()),
         Some(m) => match m.assignment {
             Some(a) => Ok(a.machine_name),
-            None => Err(Error::validation(Operation::Config, "managed_machine_not_placed").into()),
+            None => {
+                Err(Error::validation(Operation::Config, Reason::ManagedMachineNotPlaced).into())
+            }
         },
     }
 }
@@ -204,7 +207,7 @@ pub(crate) fn machine_from_store(
             print_machine(&m, json)?;
             Ok(0)
         }
-        _ => Err(Error::validation(Operation::Config, "machine_action_needs_a_worker").into()),
+        _ => Err(Error::validation(Operation::Config, Reason::MachineActionNeedsAWorker).into()),
     }
 }
 
@@ -221,7 +224,7 @@ pub(crate) fn machine(ctx: &Ctx<'_>, cmd: MachineCmd, json: bool) -> Result<i32,
         } => {
             if cpus.is_some() || memory.is_some() {
                 return Err(
-                    Error::validation(Operation::Create, "managed_size_is_the_profiles").into(),
+                    Error::validation(Operation::Create, Reason::ManagedSizeIsTheProfiles).into(),
                 );
             }
             let key = records::key(&name)?;

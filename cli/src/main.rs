@@ -7,6 +7,7 @@
 //! table is in `smolbox --help` and in [`report::EXIT_TABLE`]); `exec`,
 //! `run` and `shell` exit with the guest command's code.
 
+use smolbox_core::Reason;
 mod args;
 mod backend;
 mod backend_tokio_term;
@@ -126,7 +127,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         Cmd::Exec(a) => match machines::lookup(ctx.store, &a.machine) {
             Ok(Some(_)) if a.opts.stream => Err(smolbox_core::Error::validation(
                 smolbox_core::Operation::CommandSpec,
-                "stream_on_a_managed_machine",
+                Reason::StreamOnAManagedMachine,
             )
             .into()),
             Ok(Some(_)) => commands::command(&a.opts, a.argv)

@@ -11,6 +11,7 @@
 //! command's argv, env and stdin are sealed in the store and never printed,
 //! and its output is never stored.
 
+use smolbox_core::Reason;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -71,7 +72,7 @@ pub(crate) fn lease_ttl_from_env() -> Result<(), Failure> {
     };
     let bad = |actual: u64| {
         Failure::Core(
-            Error::validation(Operation::Config, "lease_ttl_out_of_range")
+            Error::validation(Operation::Config, Reason::LeaseTtlOutOfRange)
                 .with_limit(actual, LEASE_TTL_RANGE.1),
         )
     };
@@ -511,7 +512,7 @@ pub(crate) fn same_identity(
                 Operation::Submit,
                 Evidence::NotDispatched,
             )
-            .with_reason("changed_spec"),
+            .with_reason(Reason::ChangedSpec),
         )
     };
     let Some(wm) = &rec.spec.worker_machine else {
@@ -568,7 +569,7 @@ pub(crate) fn accept_only(opened: &Opened, worker: &str, submit: Submit) -> Resu
         if !performed {
             return Err(Failure::Core(
                 Error::new(Category::Store, Operation::Submit, Evidence::NotDispatched)
-                    .with_reason("no_acceptance"),
+                    .with_reason(Reason::NoAcceptance),
             ));
         }
     }

@@ -90,7 +90,7 @@ impl Failure {
                     "category": e.category().as_str(),
                     "operation": e.operation().as_str(),
                     "evidence": e.evidence().as_str(),
-                    "reason": e.reason(),
+                    "reason": e.reason().as_str(),
                     "status": e.status(),
                     "limit": e.limit().map(|l| serde_json::json!({"actual": l.actual, "max": l.max})),
                     "guest_exit_code": e.exit_code(),
@@ -200,7 +200,7 @@ fn print_error(out: &mut impl Write, e: &Error) -> io::Result<()> {
         e.operation().as_str(),
         e.evidence().as_str()
     )?;
-    if !e.reason().is_empty() {
+    if e.reason() != smolbox_core::Reason::Unspecified {
         write!(out, " reason={}", e.reason())?;
     }
     if let Some(status) = e.status() {

@@ -1,14 +1,18 @@
 //! The one error value of smolbox (features C0.2).
 //!
 //! Every failure is an [`Error`] with a [`Category`], an [`Operation`], an
-//! [`Evidence`] and an optional guest exit code. A [`Error::reason`] is a
-//! fixed snake_case code chosen at the failure site, and [`Error::limit`] the
+//! [`Evidence`] and an optional guest exit code. A [`Error::reason`] is one
+//! variant of the closed [`Reason`] enum chosen at the failure site (its
+//! stable snake_case code is [`Reason::as_str`]), and [`Error::limit`] the
 //! numbers a limit failure carries (observed, allowed). Neither can hold peer
-//! bytes: a reason is `&'static str`, a limit is two integers. So no error ever
+//! bytes: a reason is a fieldless enum, a limit is two integers. So no error ever
 //! carries a response body, a credential, command text, environment, stdin,
 //! file bytes or output (AC-0.2.2), whatever `Display` or `Debug` prints.
 
 use core::fmt;
+
+mod reason;
+pub use reason::Reason;
 
 /// What kind of failure this is (closed: adding one is a stored-format change).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -284,7 +288,7 @@ pub struct Error {
     operation: Operation,
     evidence: Evidence,
     exit_code: Option<i32>,
-    reason: &'static str,
+    reason: Reason,
     limit: Option<Limit>,
     status: Option<u16>,
     close_code: Option<u16>,
@@ -298,7 +302,7 @@ impl Error {
             operation,
             evidence,
             exit_code: None,
-            reason: "",
+            reason: Reason::Unspecified,
             limit: None,
             status: None,
             close_code: None,
@@ -306,18 +310,18 @@ impl Error {
     }
 
     /// A `validation` error: the caller's input broke a rule, nothing was sent.
-    pub const fn validation(operation: Operation, reason: &'static str) -> Self {
+    pub const fn validation(operation: Operation, reason: Reason) -> Self {
         Self::new(Category::Validation, operation, Evidence::NotDispatched).with_reason(reason)
     }
 
     /// A `protocol` error after dispatch: the peer broke the contract.
-    pub const fn protocol(operation: Operation, reason: &'static str) -> Self {
+    pub const fn protocol(operation: Operation, reason: Reason) -> Self {
         Self::new(Category::Protocol, operation, Evidence::DispatchUncertain).with_reason(reason)
     }
 
     /// Sets the fixed reason code (snake_case, never peer text).
     #[must_use]
-    pub const fn with_reason(mut self, reason: &'static str) -> Self {
+    pub const fn with_reason(mut self, reason: Reason) -> Self {
         self.reason = reason;
         self
     }
@@ -386,8 +390,8 @@ impl Error {
         self.exit_code
     }
 
-    /// The fixed reason code ("" when none was given).
-    pub const fn reason(&self) -> &'static str {
+    /// The fixed reason ([`Reason::Unspecified`] when none was given).
+    pub const fn reason(&self) -> Reason {
         self.reason
     }
 
@@ -422,8 +426,8 @@ impl fmt::Display for Error {
             self.category.as_str(),
             self.evidence.as_str()
         )?;
-        if !self.reason.is_empty() {
-            write!(f, ": {}", self.reason)?;
+        if self.reason != Reason::Unspecified {
+            write!(f, ": {}", self.reason.as_str())?;
         }
         if let Some(status) = self.status {
             write!(f, ", status {status}")?;
@@ -450,7 +454,7 @@ impl fmt::Debug for Error {
         if let Some(code) = self.exit_code {
             s.field("exit_code", &code);
         }
-        if !self.reason.is_empty() {
+        if self.reason != Reason::Unspecified {
             s.field("reason", &self.reason);
         }
         if let Some(status) = self.status {
@@ -475,7 +479,7 @@ mod tests {
     #[test]
     fn display_and_debug_carry_only_fixed_text() {
         let e = Error::new(Category::OutputLimit, Operation::Exec, Evidence::Exited)
-            .with_reason("output_allowance")
+            .with_reason(Reason::OutputAllowance)
             .with_limit(2_000_000, 1_048_576)
             .with_exit_code(3);
         assert_eq!(
@@ -498,8 +502,8 @@ mod tests {
             assert!(ev.may_have_reached_worker(), "{ev:?}");
         }
         assert!(!Evidence::NotDispatched.may_have_reached_worker());
-        assert!(!Error::validation(Operation::Create, "x").may_have_reached_worker());
-        assert!(Error::protocol(Operation::Create, "x").may_have_reached_worker());
+        assert!(!Error::validation(Operation::Create, Reason::ArgvEmpty).may_have_reached_worker());
+        assert!(Error::protocol(Operation::Create, Reason::ArgvEmpty).may_have_reached_worker());
     }
 
     #[test]

@@ -126,6 +126,6 @@ pub mod terminal;
 pub mod worker;
 pub mod ws;
 
-pub use error::{Category, Error, Evidence, Limit, Operation};
+pub use error::{Category, Error, Evidence, Limit, Operation, Reason};
 pub use machine::{Machine, TransportFailure};
 pub use secret::Secret;

@@ -24,6 +24,7 @@
 //! which the object decides from what it handed out and what
 //! `handle_written` says the socket took.
 
+use crate::Reason;
 use core::fmt;
 use std::time::Instant;
 
@@ -40,10 +41,10 @@ pub enum TransportFailure {
 
 impl TransportFailure {
     /// The fixed reason code of the error the object builds from it.
-    pub const fn reason(self) -> &'static str {
+    pub const fn reason(self) -> Reason {
         match self {
-            Self::Read => "read_failed",
-            Self::Write => "write_failed",
+            Self::Read => Reason::ReadFailed,
+            Self::Write => Reason::WriteFailed,
         }
     }
 }

@@ -3,6 +3,7 @@
 //! at N (accepted) and N+1 (refused), fed whole and byte by byte.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
+use smolbox_core::Reason;
 use std::time::{Duration, Instant};
 
 use smolbox_core::http1::fuzzing::{Transcript, drive};
@@ -132,40 +133,40 @@ fn redirect_is_reported_not_followed() {
 
 #[test]
 fn peer_protocol_violations() {
-    let cases: [(&[u8], &str); 9] = [
+    let cases: [(&[u8], Reason); 9] = [
         (
             b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 0\r\n\r\n",
-            "content_encoding",
+            Reason::ContentEncoding,
         ),
         (
             b"HTTP/1.1 200 OK\r\nContent-Type: a/b\r\nContent-Type: a/b\r\n\r\n",
-            "duplicate_content_type",
+            Reason::DuplicateContentType,
         ),
         (
             b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nab",
-            "duplicate_content_length",
+            Reason::DuplicateContentLength,
         ),
         (
             b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
-            "content_length",
+            Reason::ContentLength,
         ),
         (
             b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n",
-            "content_length_and_transfer_encoding",
+            Reason::ContentLengthAndTransferEncoding,
         ),
         (
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n",
-            "transfer_encoding",
+            Reason::TransferEncoding,
         ),
         (
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
-            "chunk_size",
+            Reason::ChunkSize,
         ),
         (
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabX",
-            "chunk_missing_crlf",
+            Reason::ChunkMissingCrlf,
         ),
-        (b"SSH-2.0-OpenSSH\r\n\r\n", "malformed_head"),
+        (b"SSH-2.0-OpenSSH\r\n\r\n", Reason::MalformedHead),
     ];
     for (reply, reason) in cases {
         let e = err(&run(reply, true));
@@ -183,16 +184,16 @@ fn peer_protocol_violations() {
 
 #[test]
 fn truncation_and_early_close_are_transport_errors() {
-    let cases: [(&[u8], &str); 4] = [
-        (b"", "early_close"),
-        (b"HTTP/1.1 200 OK\r\nContent-Le", "early_close"),
+    let cases: [(&[u8], Reason); 4] = [
+        (b"", Reason::EarlyClose),
+        (b"HTTP/1.1 200 OK\r\nContent-Le", Reason::EarlyClose),
         (
             b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nabc",
-            "truncated",
+            Reason::Truncated,
         ),
         (
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n",
-            "truncated",
+            Reason::Truncated,
         ),
     ];
     for (reply, reason) in cases {
@@ -354,7 +355,7 @@ fn head_bytes_at_n_and_n_plus_one() {
     let e = err(&run_with(&c, &head_of_len(101), false));
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::OutputLimit, "head_bytes")
+        (Category::OutputLimit, Reason::HeadBytes)
     );
     assert_eq!(e.limit().map(|l| (l.actual, l.max)), Some((101, 100)));
     // Interim heads count toward the same cap.
@@ -364,7 +365,10 @@ fn head_bytes_at_n_and_n_plus_one() {
     assert!(run_with(&c, &reply, false).ended);
     let mut reply = interim.to_vec();
     reply.extend(head_of_len(101 - interim.len()));
-    assert_eq!(err(&run_with(&c, &reply, false)).reason(), "head_bytes");
+    assert_eq!(
+        err(&run_with(&c, &reply, false)).reason(),
+        Reason::HeadBytes
+    );
 }
 
 #[test]
@@ -382,7 +386,7 @@ fn header_count_at_n_and_n_plus_one() {
     let e = err(&run_with(&c, reply(6).as_bytes(), false));
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::OutputLimit, "header_count")
+        (Category::OutputLimit, Reason::HeaderCount)
     );
 }
 
@@ -409,7 +413,7 @@ fn response_body_cap_at_n_and_n_plus_one() {
             (e.category(), e.reason(), e.evidence()),
             (
                 Category::OutputLimit,
-                "response_body",
+                Reason::ResponseBody,
                 Evidence::DispatchUncertain
             )
         );
@@ -420,7 +424,10 @@ fn response_body_cap_at_n_and_n_plus_one() {
     let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\n\r\n";
     assert!(run_with(&c, chunked, true).ended);
     c.max_response_body = 10;
-    assert_eq!(err(&run_with(&c, chunked, true)).reason(), "response_body");
+    assert_eq!(
+        err(&run_with(&c, chunked, true)).reason(),
+        Reason::ResponseBody
+    );
 }
 
 #[test]
@@ -439,7 +446,11 @@ fn timers_idle_and_deadline() {
     let e = failed(early.poll_event());
     assert_eq!(
         (e.category(), e.reason(), e.evidence()),
-        (Category::Transport, "deadline", Evidence::NotDispatched)
+        (
+            Category::Transport,
+            Reason::Deadline,
+            Evidence::NotDispatched
+        )
     );
 
     let t1 = now + Duration::from_secs(1);
@@ -464,7 +475,7 @@ fn timers_idle_and_deadline() {
         (e.category(), e.reason(), e.evidence()),
         (
             Category::Transport,
-            "idle_timeout",
+            Reason::IdleTimeout,
             Evidence::DispatchUncertain
         )
     );
@@ -481,7 +492,7 @@ fn timers_idle_and_deadline() {
     let e = failed(x.poll_event());
     assert_eq!(
         (e.reason(), e.evidence()),
-        ("deadline", Evidence::DispatchUncertain)
+        (Reason::Deadline, Evidence::DispatchUncertain)
     );
 
     // A deadline already passed refuses the exchange before any byte exists.
@@ -521,5 +532,5 @@ fn a_huge_caller_built_idle_timeout_saturates_instead_of_panicking() {
     x.handle_input(now + Duration::from_secs(1), b"HTTP/1.1 200 OK\r\n")
         .unwrap();
     x.handle_timeout(now + Duration::from_secs(30));
-    assert_eq!(failed(x.poll_event()).reason(), "deadline");
+    assert_eq!(failed(x.poll_event()).reason(), Reason::Deadline);
 }

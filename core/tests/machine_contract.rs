@@ -3,6 +3,7 @@
 //! failures and their evidence, failure as the last event.
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
+use smolbox_core::Reason;
 mod ws_support;
 
 use std::time::{Duration, Instant};
@@ -68,7 +69,7 @@ fn write_stall_bound_ends_the_session_at_exactly_its_deadline() {
             Category::Transport,
             Operation::TerminalOutput,
             Evidence::Unknown,
-            "write_timeout"
+            Reason::WriteTimeout
         )
     );
     assert!(Machine::is_finished(&s));
@@ -76,7 +77,7 @@ fn write_stall_bound_ends_the_session_at_exactly_its_deadline() {
     let e = s.input(now + ms(2_000), b"y").unwrap_err();
     assert_eq!(
         (e.operation(), e.reason()),
-        (Operation::TerminalInput, "write_timeout")
+        (Operation::TerminalInput, Reason::WriteTimeout)
     );
 }
 
@@ -236,6 +237,6 @@ fn a_reply_complete_before_a_read_failure_is_whole() {
     assert_eq!(Machine::poll_event(&mut y), Some(HttpEvent::Data(b"{}")));
     assert!(matches!(
         Machine::poll_event(&mut y),
-        Some(HttpEvent::Failed(e)) if e.reason() == "read_failed"
+        Some(HttpEvent::Failed(e)) if e.reason() == Reason::ReadFailed
     ));
 }

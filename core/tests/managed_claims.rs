@@ -3,6 +3,7 @@
 
 use smolbox_core::Category;
 use smolbox_core::Operation;
+use smolbox_core::Reason;
 use smolbox_core::managed::claim::{Fence, Guard, Lease, check_guard, claim_exec};
 use smolbox_core::managed::record::Assignment;
 use smolbox_core::managed::slot::{self, Finish};
@@ -26,7 +27,7 @@ fn guard_checks_version_owner_generation_expiry_and_worker_generation() {
     let e = check_guard(Fence::of_exec(&rec), &g("a", 0, 1), None, T0, op).unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::StaleClaim, "no_claim")
+        (Category::StaleClaim, Reason::NoClaim)
     );
     let rec = claim_exec(&rec, "a", T0, 1_000).unwrap();
     assert_eq!((rec.generation, rec.version), (1, 2));
@@ -58,13 +59,13 @@ fn guard_checks_version_owner_generation_expiry_and_worker_generation() {
         check_guard(f, &g("a", 1, 2), Some(&lease(4)), T0, op)
             .unwrap_err()
             .reason(),
-        "worker_generation"
+        Reason::WorkerGeneration
     );
     assert_eq!(
         check_guard(f, &g("a", 1, 2), None, T0, op)
             .unwrap_err()
             .reason(),
-        "worker_generation"
+        Reason::WorkerGeneration
     );
 }
 
@@ -118,7 +119,7 @@ fn the_command_slot_holds_one_execution() {
     let e = slot::acquire(&held, &e2, T0 + 11).unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::AdmissionExhausted, "slot_busy")
+        (Category::AdmissionExhausted, Reason::SlotBusy)
     );
     // AC-14.3.1: stop/delete with a command active is refused.
     for action in [MachineOperation::Stop, MachineOperation::Delete] {
@@ -135,7 +136,7 @@ fn the_command_slot_holds_one_execution() {
     let stopped = machine_in(MachineRecordState::Stopped, key("s", "m"), T0).unwrap();
     assert_eq!(
         slot::acquire(&stopped, &e1, T0 + 10).unwrap_err().reason(),
-        "machine_not_idle"
+        Reason::MachineNotIdle
     );
 }
 
@@ -171,7 +172,7 @@ fn finishing_releases_or_keeps_the_slot() {
     held.active_execution = Some(running.key.clone());
     assert_eq!(
         slot::finish(&held, &running, T0 + 60).unwrap_err().reason(),
-        "execution_not_finished"
+        Reason::ExecutionNotFinished
     );
 }
 

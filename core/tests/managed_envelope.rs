@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 use smolbox_core::Category;
+use smolbox_core::Reason;
 use smolbox_core::managed::envelope::{
     self, CURRENT_VERSION, Capabilities, HEADER_LEN, MAX_PAYLOAD_LEN, decode_exec, decode_machine,
     encode_exec, encode_machine, exec_requirements,
@@ -16,7 +17,7 @@ use smolbox_core::managed::testkit::{
 
 const T0: u64 = 1_700_000_000_000;
 
-fn store_reason(r: Result<impl std::fmt::Debug, smolbox_core::Error>) -> &'static str {
+fn store_reason(r: Result<impl std::fmt::Debug, smolbox_core::Error>) -> Reason {
     let e = r.unwrap_err();
     assert_eq!(e.category(), Category::Store, "{e:?}");
     e.reason()
@@ -33,7 +34,7 @@ fn ac_19_1_every_state_round_trips_and_an_appended_byte_fails() {
             more.push(extra);
             let reason = store_reason(decode_exec(&more));
             assert!(
-                matches!(reason, "payload_not_canonical" | "payload_decode"),
+                matches!(reason, Reason::PayloadNotCanonical | Reason::PayloadDecode),
                 "{reason}"
             );
         }
@@ -44,7 +45,10 @@ fn ac_19_1_every_state_round_trips_and_an_appended_byte_fails() {
         assert_eq!(decode_machine(&bytes).unwrap(), rec, "{s:?}");
         let mut more = bytes.clone();
         more.push(b' ');
-        assert_eq!(store_reason(decode_machine(&more)), "payload_not_canonical");
+        assert_eq!(
+            store_reason(decode_machine(&more)),
+            Reason::PayloadNotCanonical
+        );
     }
 }
 
@@ -56,7 +60,7 @@ fn ac_19_1_unknown_version_is_a_store_error() {
         bytes[..2].copy_from_slice(&v.to_be_bytes());
         assert_eq!(
             store_reason(decode_exec(&bytes)),
-            "unknown_envelope_version"
+            Reason::UnknownEnvelopeVersion
         );
     }
 }
@@ -65,11 +69,17 @@ fn ac_19_1_unknown_version_is_a_store_error() {
 fn kind_mismatch_short_and_garbage_are_store_errors() {
     let rec = exec_in(ExecState::Running, key("s", "r"), T0).unwrap();
     let bytes = encode_exec(&rec).unwrap();
-    assert_eq!(store_reason(decode_machine(&bytes)), "record_kind_mismatch");
-    assert_eq!(store_reason(decode_exec(&bytes[..2])), "envelope_short");
+    assert_eq!(
+        store_reason(decode_machine(&bytes)),
+        Reason::RecordKindMismatch
+    );
+    assert_eq!(
+        store_reason(decode_exec(&bytes[..2])),
+        Reason::EnvelopeShort
+    );
     assert_eq!(
         store_reason(decode_exec(&bytes[..bytes.len() - 1])),
-        "payload_decode"
+        Reason::PayloadDecode
     );
 }
 
@@ -84,11 +94,11 @@ fn unexpected_keys_and_variants_are_refused() {
     for p in [with_key, with_variant] {
         let mut b = bytes[..HEADER_LEN].to_vec();
         b.extend_from_slice(p.as_bytes());
-        assert_eq!(store_reason(decode_exec(&b)), "payload_decode");
+        assert_eq!(store_reason(decode_exec(&b)), Reason::PayloadDecode);
     }
     let mut b = bytes[..HEADER_LEN].to_vec();
     b.extend_from_slice(with_null.as_bytes());
-    assert_eq!(store_reason(decode_exec(&b)), "payload_not_canonical");
+    assert_eq!(store_reason(decode_exec(&b)), Reason::PayloadNotCanonical);
 }
 
 #[test]
@@ -100,16 +110,16 @@ fn a_decoded_record_is_revalidated() {
         .replace("\"running_observed\"", "\"not_dispatched\"");
     let mut b = bytes[..HEADER_LEN].to_vec();
     b.extend_from_slice(p.as_bytes());
-    assert_eq!(store_reason(decode_exec(&b)), "record_invalid");
+    assert_eq!(store_reason(decode_exec(&b)), Reason::RecordInvalid);
 }
 
 #[test]
 fn payload_cap_is_checked_before_parsing() {
     let mut b = vec![0, 1, b'E'];
     b.resize(HEADER_LEN + MAX_PAYLOAD_LEN, b' ');
-    assert_eq!(store_reason(decode_exec(&b)), "payload_decode");
+    assert_eq!(store_reason(decode_exec(&b)), Reason::PayloadDecode);
     b.push(b' ');
-    assert_eq!(store_reason(decode_exec(&b)), "payload_too_large");
+    assert_eq!(store_reason(decode_exec(&b)), Reason::PayloadTooLarge);
 }
 
 #[test]
@@ -138,7 +148,10 @@ fn ac_19_2_selective_versions_keep_every_capability() {
     // An older envelope cannot carry a newer feature.
     let mut old = bytes.clone();
     old[..2].copy_from_slice(&4u16.to_be_bytes());
-    assert_eq!(store_reason(decode_exec(&old)), "feature_beyond_version");
+    assert_eq!(
+        store_reason(decode_exec(&old)),
+        Reason::FeatureBeyondVersion
+    );
     assert!(!Capabilities::BASE.covers(req.capabilities));
     assert!(Capabilities::ALL.covers(req.capabilities));
 }

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use smolbox_core::Category;
+use smolbox_core::Reason;
 use smolbox_core::managed::patch::{
     ExecPatch, MAX_STEPS, apply_exec, apply_exec_steps, intent_at_accept, intent_steps,
 };
@@ -44,13 +45,13 @@ fn the_intent_at_acceptance_needs_a_fresh_record_and_a_live_claim() {
     let bare = accepted(key("s", "k"), exec_spec("x"), T0);
     assert_eq!(
         intent_at_accept(&bare).unwrap_err().reason(),
-        "intent_without_claim"
+        Reason::IntentWithoutClaim
     );
     let mut expired = claimed();
     expired.claim.as_mut().unwrap().until_ms = T0;
     assert_eq!(
         intent_at_accept(&expired).unwrap_err().reason(),
-        "intent_without_claim"
+        Reason::IntentWithoutClaim
     );
     let moved = apply_exec(
         &claimed(),
@@ -60,7 +61,7 @@ fn the_intent_at_acceptance_needs_a_fresh_record_and_a_live_claim() {
     .unwrap();
     assert_eq!(
         intent_at_accept(&moved).unwrap_err().reason(),
-        "not_freshly_accepted"
+        Reason::NotFreshlyAccepted
     );
     // C16 still holds inside a fold: a cancel requested refuses the intent.
     let mut cancelled = claimed();
@@ -68,7 +69,7 @@ fn the_intent_at_acceptance_needs_a_fresh_record_and_a_live_claim() {
     let e = apply_exec_steps(&cancelled, &intent_steps(), T0).unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::Validation, "cancel_requested")
+        (Category::Validation, Reason::CancelRequested)
     );
 }
 
@@ -77,7 +78,7 @@ fn steps_are_bounded_at_n_and_n_plus_one_and_each_is_checked() {
     let rec = claimed();
     assert_eq!(
         apply_exec_steps(&rec, &[], T0).unwrap_err().reason(),
-        "steps"
+        Reason::Steps
     );
     let mut path = Vec::new();
     let mut cur = rec.clone();
@@ -100,12 +101,12 @@ fn steps_are_bounded_at_n_and_n_plus_one_and_each_is_checked() {
     );
     assert_eq!(
         apply_exec_steps(&rec, &path, T0).unwrap_err().reason(),
-        "steps"
+        Reason::Steps
     );
     // A forbidden move anywhere refuses the whole fold.
     let skip: Vec<ExecPatch> = vec![path[0].clone(), path[3].clone()];
     assert_eq!(
         apply_exec_steps(&rec, &skip, T0).unwrap_err().reason(),
-        "forbidden_transition"
+        Reason::ForbiddenTransition
     );
 }

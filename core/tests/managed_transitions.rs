@@ -5,6 +5,7 @@
 
 use proptest::prelude::*;
 use smolbox_core::Category;
+use smolbox_core::Reason;
 use smolbox_core::managed::patch::{ExecPatch, MachinePatch, apply_exec, apply_machine};
 use smolbox_core::managed::record::{CreationEvidence, ErrorEntry, ExecResult};
 use smolbox_core::managed::state::{
@@ -41,7 +42,11 @@ fn every_allowed_and_forbidden_execution_transition() {
             } else {
                 let e = got.expect_err(&format!("{from:?} -> {to:?} must be refused"));
                 assert_eq!(e.category(), Category::Validation);
-                assert_eq!(e.reason(), "forbidden_transition", "{from:?} -> {to:?}");
+                assert_eq!(
+                    e.reason(),
+                    Reason::ForbiddenTransition,
+                    "{from:?} -> {to:?}"
+                );
             }
         }
     }
@@ -69,7 +74,7 @@ fn every_allowed_and_forbidden_machine_transition() {
             } else {
                 assert_eq!(
                     got.unwrap_err().reason(),
-                    "forbidden_transition",
+                    Reason::ForbiddenTransition,
                     "{from:?} -> {to:?}"
                 );
             }
@@ -87,7 +92,7 @@ fn evidence_must_match_the_state() {
     };
     assert_eq!(
         apply_exec(&rec, &p, T0 + 10).unwrap_err().reason(),
-        "evidence_state"
+        Reason::EvidenceState
     );
     // collecting without a result
     let rec = exec_in(ExecState::Running, key("s", "r"), T0).unwrap();
@@ -98,7 +103,7 @@ fn evidence_must_match_the_state() {
     };
     assert_eq!(
         apply_exec(&rec, &p, T0 + 10).unwrap_err().reason(),
-        "result_state"
+        Reason::ResultState
     );
     // completed needs complete collection
     let rec = exec_in(ExecState::Collecting, key("s", "r"), T0).unwrap();
@@ -109,7 +114,7 @@ fn evidence_must_match_the_state() {
     };
     assert_eq!(
         apply_exec(&rec, &p, T0 + 10).unwrap_err().reason(),
-        "collection_state"
+        Reason::CollectionState
     );
 }
 
@@ -147,7 +152,7 @@ fn result_creation_and_absence_are_write_once() {
     };
     assert_eq!(
         apply_exec(&rec, &other, T0 + 10).unwrap_err().reason(),
-        "result_write_once"
+        Reason::ResultWriteOnce
     );
 
     let c1 = CreationEvidence {
@@ -174,7 +179,7 @@ fn result_creation_and_absence_are_write_once() {
     };
     assert_eq!(
         apply_exec(&with, &p, T0 + 11).unwrap_err().reason(),
-        "creation_write_once"
+        Reason::CreationWriteOnce
     );
     let p = ExecPatch {
         absence_at_ms: Some(T0 + 6),
@@ -182,7 +187,7 @@ fn result_creation_and_absence_are_write_once() {
     };
     assert_eq!(
         apply_exec(&with, &p, T0 + 11).unwrap_err().reason(),
-        "absence_write_once"
+        Reason::AbsenceWriteOnce
     );
 }
 
@@ -191,7 +196,7 @@ fn clock_never_goes_back_and_version_counts_writes() {
     let rec = exec_in(ExecState::Preparing, key("s", "r"), T0).unwrap();
     let p = ExecPatch::default();
     let e = apply_exec(&rec, &p, rec.updated_at_ms - 1).unwrap_err();
-    assert_eq!(e.reason(), "clock_before_updated_at");
+    assert_eq!(e.reason(), Reason::ClockBeforeUpdatedAt);
     let next = apply_exec(&rec, &p, rec.updated_at_ms).unwrap();
     assert_eq!(next.version, rec.version + 1);
 }
@@ -232,7 +237,7 @@ fn cleanup_complete_is_permanent_and_needs_terminal_or_unknown() {
     };
     assert_eq!(
         apply_exec(&running, &p, T0 + 10).unwrap_err().reason(),
-        "cleanup_state"
+        Reason::CleanupState
     );
     let done = exec_in(ExecState::Completed, key("s", "r"), T0).unwrap();
     let done = apply_exec(&done, &p, T0 + 10).unwrap();
@@ -242,7 +247,7 @@ fn cleanup_complete_is_permanent_and_needs_terminal_or_unknown() {
     };
     assert_eq!(
         apply_exec(&done, &back, T0 + 11).unwrap_err().reason(),
-        "cleanup_complete_permanent"
+        Reason::CleanupCompletePermanent
     );
 }
 
@@ -250,7 +255,7 @@ fn cleanup_complete_is_permanent_and_needs_terminal_or_unknown() {
 fn error_history_keeps_the_latest_eight() {
     let mut rec = exec_in(ExecState::Running, key("s", "r"), T0).unwrap();
     for i in 0..10 {
-        let e = smolbox_core::Error::validation(smolbox_core::Operation::Exec, "boom");
+        let e = smolbox_core::Error::validation(smolbox_core::Operation::Exec, Reason::ArgvEmpty);
         let p = ExecPatch {
             last_error: Some(ErrorEntry::from_error(&e, T0 + 100 + i)),
             ..ExecPatch::default()
@@ -281,7 +286,7 @@ fn artifacts_must_match_declared_outputs_at_n_and_n_plus_one_bytes() {
         apply_exec(&rec, &p(out.max_size + 1), T0 + 10)
             .unwrap_err()
             .reason(),
-        "artifact_size"
+        Reason::ArtifactSize
     );
     let mut other = art(1);
     other.path = "/elsewhere".into();
@@ -291,7 +296,7 @@ fn artifacts_must_match_declared_outputs_at_n_and_n_plus_one_bytes() {
     };
     assert_eq!(
         apply_exec(&rec, &p, T0 + 10).unwrap_err().reason(),
-        "artifact_undeclared"
+        Reason::ArtifactUndeclared
     );
 }
 
@@ -364,7 +369,7 @@ fn a_cancel_request_refuses_the_dispatch_intent() {
     rec.cancel_requested_at_ms = Some(T0);
     let e = apply_exec(&rec, &intent, T0 + 100).unwrap_err();
     assert_eq!(e.category(), Category::Validation);
-    assert_eq!(e.reason(), "cancel_requested");
+    assert_eq!(e.reason(), Reason::CancelRequested);
     // Cancelled is still reachable.
     let next = apply_exec(&rec, &entry_patch(&rec, ExecState::Cancelled), T0 + 100).unwrap();
     assert_eq!(next.state, ExecState::Cancelled);

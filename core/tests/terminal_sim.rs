@@ -5,6 +5,7 @@
 //! or an active consumer.
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
+use smolbox_core::Reason;
 mod ws_support;
 
 use std::collections::VecDeque;
@@ -399,7 +400,7 @@ fn stalled_consumer_unread_bytes_at_n_and_n_plus_one() {
                 (
                     Category::OutputLimit,
                     Evidence::Unknown,
-                    "unread_output_bytes"
+                    Reason::UnreadOutputBytes
                 )
             );
             assert_eq!(e.exit_code(), None, "never a fabricated exit");
@@ -427,7 +428,7 @@ fn stalled_consumer_unread_chunks_at_n_and_n_plus_one() {
         let (out, outcome) = sim.read_to_end();
         assert_eq!(out.len(), chunks.min(1_024));
         if overflow {
-            assert_eq!(outcome_err(outcome).reason(), "unread_output_chunks");
+            assert_eq!(outcome_err(outcome).reason(), Reason::UnreadOutputChunks);
         } else {
             assert_eq!(outcome, Ok(TerminalExit { code: 3 }));
         }
@@ -454,7 +455,7 @@ fn frame_cap_follows_the_buffer_at_n_and_n_plus_one() {
                 (e.category(), e.reason(), e.operation()),
                 (
                     Category::OutputLimit,
-                    "frame_too_large",
+                    Reason::FrameTooLarge,
                     Operation::TerminalOutput
                 )
             );
@@ -516,7 +517,11 @@ fn cumulative_input_and_resize_cap_at_n_and_n_plus_one() {
             let e = r.unwrap_err();
             assert_eq!(
                 (e.category(), e.evidence(), e.reason()),
-                (Category::OutputLimit, Evidence::Unknown, "cumulative_input")
+                (
+                    Category::OutputLimit,
+                    Evidence::Unknown,
+                    Reason::CumulativeInput
+                )
             );
             assert_eq!(e.limit().unwrap().actual, 50 + resize_len + 11);
             assert_eq!(
@@ -647,7 +652,7 @@ fn sim_wait_timeout() -> Error {
         Operation::TerminalOutput,
         Evidence::Unknown,
     )
-    .with_reason("wait_timeout")
+    .with_reason(Reason::WaitTimeout)
 }
 
 #[test]
@@ -687,7 +692,7 @@ fn close_wait_at_n_and_n_plus_one() {
         (
             Category::Unknown,
             Operation::TerminalClose,
-            "closed_by_client"
+            Reason::ClosedByClient
         )
     );
     // It does not answer: expired at exactly close wait.
@@ -808,7 +813,7 @@ fn exit_codes_confirmed_or_uncertain() {
 
 #[test]
 fn contract_breaks_make_the_outcome_uncertain() {
-    let cases: Vec<(Vec<u8>, &str)> = vec![
+    let cases: Vec<(Vec<u8>, Reason)> = vec![
         // Output after the exit frame.
         (
             [
@@ -817,17 +822,17 @@ fn contract_breaks_make_the_outcome_uncertain() {
                 server_frame(true, 0x8, &[]),
             ]
             .concat(),
-            "output_after_exit",
+            Reason::OutputAfterExit,
         ),
         // Any other text frame.
         (
             server_frame(true, 0x1, br#"{"type":"stdin","data":"x"}"#),
-            "unexpected_text_frame",
+            Reason::UnexpectedTextFrame,
         ),
         // A close before any exit.
         (
             server_frame(true, 0x8, &[0x03, 0xe8]),
-            "closed_without_exit",
+            Reason::ClosedWithoutExit,
         ),
         // A second exit.
         (
@@ -836,7 +841,7 @@ fn contract_breaks_make_the_outcome_uncertain() {
                 server_frame(true, 0x1, br#"{"type":"exit","code":0}"#),
             ]
             .concat(),
-            "text_after_exit",
+            Reason::TextAfterExit,
         ),
     ];
     for (bytes, reason) in cases {
@@ -864,7 +869,11 @@ fn contract_breaks_make_the_outcome_uncertain() {
         let e = outcome_err(outcome);
         assert_eq!(
             (e.category(), e.reason(), e.evidence()),
-            (Category::Transport, "abnormal_close", Evidence::Unknown)
+            (
+                Category::Transport,
+                Reason::AbnormalClose,
+                Evidence::Unknown
+            )
         );
     }
 }
@@ -904,7 +913,7 @@ fn the_workers_close_code_and_reason_reach_the_outcome() {
     let e = outcome_err(outcome);
     assert_eq!(
         (e.reason(), e.close_code(), e.evidence()),
-        ("closed_without_exit", Some(1011), Evidence::Unknown)
+        (Reason::ClosedWithoutExit, Some(1011), Evidence::Unknown)
     );
     let info = sim.client.peer_close().unwrap();
     assert_eq!(info.code.map(|c| c.as_u16()), Some(1011));
@@ -919,7 +928,7 @@ fn our_close_frame_carries_the_fixed_reason_code_only() {
     sim.open();
     sim.worker.output(b"secret terminal bytes");
     let (_, outcome) = sim.read_to_end();
-    assert_eq!(outcome_err(outcome).reason(), "session_budget");
+    assert_eq!(outcome_err(outcome).reason(), Reason::SessionBudget);
     sim.settle();
     let close = sim
         .worker
@@ -967,7 +976,7 @@ fn a_silent_peer_ends_the_session_within_the_idle_budget_while_the_consumer_type
         let e = outcome_err(outcome);
         assert_eq!(
             (e.category(), e.reason(), e.evidence()),
-            (Category::Transport, "idle_timeout", Evidence::Unknown)
+            (Category::Transport, Reason::IdleTimeout, Evidence::Unknown)
         );
         // A ping at 500 ms, unanswered; the end at exactly 1,000 ms after
         // the last byte received (the 101 at t = 0).
@@ -1002,7 +1011,11 @@ fn empty_output_frames_do_not_keep_an_idle_session_alive() {
     let e = outcome_err(outcome);
     assert_eq!(
         (e.category(), e.operation(), e.reason()),
-        (Category::Expired, Operation::TerminalIdle, "idle_budget")
+        (
+            Category::Expired,
+            Operation::TerminalIdle,
+            Reason::IdleBudget
+        )
     );
     assert_eq!(sim.elapsed(), ms(1_000));
 }

@@ -2,6 +2,7 @@
 //! defaults, the upgrade target, and redaction.
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
+use smolbox_core::Reason;
 mod ws_support;
 
 use std::time::Duration;
@@ -14,7 +15,7 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-fn check(f: impl FnOnce(&mut TerminalSpec)) -> Result<(), &'static str> {
+fn check(f: impl FnOnce(&mut TerminalSpec)) -> Result<(), Reason> {
     let mut s = TerminalSpec::default();
     f(&mut s);
     s.validate().map_err(|e| {
@@ -47,19 +48,22 @@ fn every_bound_at_n_and_n_plus_one() {
     assert_eq!(check(|s| s.program = "x".repeat(4_096)), Ok(()));
     assert_eq!(
         check(|s| s.program = "x".repeat(4_097)),
-        Err("program_length")
+        Err(Reason::ProgramLength)
     );
     assert_eq!(check(|s| s.program = "x".into()), Ok(()));
-    assert_eq!(check(|s| s.program = String::new()), Err("program_length"));
+    assert_eq!(
+        check(|s| s.program = String::new()),
+        Err(Reason::ProgramLength)
+    );
     assert_eq!(
         check(|s| s.program = "/bin/\0sh".into()),
-        Err("program_nul")
+        Err(Reason::ProgramNul)
     );
     // cols / rows: 1..=65,535 (u16 caps the top).
     assert_eq!(check(|s| (s.cols, s.rows) = (1, 1)), Ok(()));
     assert_eq!(check(|s| (s.cols, s.rows) = (65_535, 65_535)), Ok(()));
-    assert_eq!(check(|s| s.cols = 0), Err("cols_out_of_range"));
-    assert_eq!(check(|s| s.rows = 0), Err("rows_out_of_range"));
+    assert_eq!(check(|s| s.cols = 0), Err(Reason::ColsOutOfRange));
+    assert_eq!(check(|s| s.rows = 0), Err(Reason::RowsOutOfRange));
     // session: 1,000..=86,400,000 ms (idle follows it down).
     assert_eq!(
         check(|s| (s.session_budget, s.idle_budget) = (ms(1_000), ms(1_000))),
@@ -67,67 +71,67 @@ fn every_bound_at_n_and_n_plus_one() {
     );
     assert_eq!(
         check(|s| (s.session_budget, s.idle_budget) = (ms(999), ms(999))),
-        Err("session_budget_out_of_range")
+        Err(Reason::SessionBudgetOutOfRange)
     );
     assert_eq!(check(|s| s.session_budget = ms(86_400_000)), Ok(()));
     assert_eq!(
         check(|s| s.session_budget = ms(86_400_001)),
-        Err("session_budget_out_of_range")
+        Err(Reason::SessionBudgetOutOfRange)
     );
     // idle: 1,000..=session.
     assert_eq!(check(|s| s.idle_budget = ms(1_000)), Ok(()));
     assert_eq!(
         check(|s| s.idle_budget = ms(999)),
-        Err("idle_budget_out_of_range")
+        Err(Reason::IdleBudgetOutOfRange)
     );
     assert_eq!(check(|s| s.idle_budget = ms(30_000)), Ok(()));
     assert_eq!(
         check(|s| s.idle_budget = ms(30_001)),
-        Err("idle_budget_out_of_range")
+        Err(Reason::IdleBudgetOutOfRange)
     );
     // close wait: 1..=5,000 ms.
     assert_eq!(check(|s| s.close_wait = ms(1)), Ok(()));
     assert_eq!(
         check(|s| s.close_wait = ms(0)),
-        Err("close_wait_out_of_range")
+        Err(Reason::CloseWaitOutOfRange)
     );
     assert_eq!(check(|s| s.close_wait = ms(5_000)), Ok(()));
     assert_eq!(
         check(|s| s.close_wait = ms(5_001)),
-        Err("close_wait_out_of_range")
+        Err(Reason::CloseWaitOutOfRange)
     );
     // attach wait: 100..=30,000 ms.
     assert_eq!(check(|s| s.attach_wait = ms(100)), Ok(()));
     assert_eq!(
         check(|s| s.attach_wait = ms(99)),
-        Err("attach_wait_out_of_range")
+        Err(Reason::AttachWaitOutOfRange)
     );
     assert_eq!(check(|s| s.attach_wait = ms(30_000)), Ok(()));
     assert_eq!(
         check(|s| s.attach_wait = ms(30_001)),
-        Err("attach_wait_out_of_range")
+        Err(Reason::AttachWaitOutOfRange)
     );
     // buffer: 1,024..=1,048,576 bytes.
     assert_eq!(check(|s| s.max_buffer_bytes = 1_024), Ok(()));
     assert_eq!(
         check(|s| s.max_buffer_bytes = 1_023),
-        Err("buffer_out_of_range")
+        Err(Reason::BufferOutOfRange)
     );
     assert_eq!(check(|s| s.max_buffer_bytes = 1_048_576), Ok(()));
     assert_eq!(
         check(|s| s.max_buffer_bytes = 1_048_577),
-        Err("buffer_out_of_range")
+        Err(Reason::BufferOutOfRange)
     );
     // per-input: 1..=65,536 bytes.
     assert_eq!(check(|s| s.max_input_bytes = 1), Ok(()));
     assert_eq!(
         check(|s| s.max_input_bytes = 0),
-        Err("input_limit_out_of_range")
+        Err(Reason::InputLimitOutOfRange)
     );
     assert_eq!(check(|s| s.max_input_bytes = 65_536), Ok(()));
     assert_eq!(
         check(|s| s.max_input_bytes = 65_537),
-        Err("input_limit_out_of_range")
+        Err(Reason::InputLimitOutOfRange)
     );
 }
 
@@ -149,7 +153,7 @@ fn upgrade_target_is_form_encoded() {
     for bad in ["", "Dev", "-dev", "a/b", "a?b", &"a".repeat(32)] {
         assert_eq!(
             spec.upgrade_target(bad).unwrap_err().reason(),
-            "invalid_machine_name",
+            Reason::InvalidMachineName,
             "{bad:?}"
         );
     }

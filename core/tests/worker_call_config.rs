@@ -2,6 +2,7 @@
 //! core: the exchange configuration of each call and the connect plan.
 #![allow(clippy::unwrap_used)] // tests unwrap known-good values
 
+use smolbox_core::Reason;
 mod ws_support;
 
 use std::path::Path;
@@ -100,7 +101,7 @@ fn https_needs_a_ca_file_to_connect() {
             Category::UnsupportedCapability,
             Operation::Config,
             Evidence::NotDispatched,
-            "tls_requires_ca_file"
+            Reason::TlsRequiresCaFile
         )
     );
     let ep = endpoint("https://worker.example.com:8443", Some("/etc/ca.pem"));

@@ -2,6 +2,7 @@
 //! bound at N and N+1.
 #![allow(clippy::unwrap_used)] // tests unwrap known-good values
 
+use smolbox_core::Reason;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -24,7 +25,7 @@ fn https(url: &str) -> EndpointConfig {
 }
 
 #[track_caller]
-fn refused(c: EndpointConfig) -> &'static str {
+fn refused(c: EndpointConfig) -> Reason {
     let e = Endpoint::new(c).unwrap_err();
     assert_eq!(
         (e.category(), e.operation(), e.evidence()),
@@ -57,18 +58,18 @@ fn ac_1_1_1_construction_does_no_io() {
 fn ac_1_1_2_https_rules() {
     assert_eq!(
         refused(cfg("https://worker.example.com")),
-        "https_requires_token"
+        Reason::HttpsRequiresToken
     );
     let c = EndpointConfig {
         unix_socket: Some("/run/smolvm.sock".into()),
         ..https("https://localhost")
     };
-    assert_eq!(refused(c), "socket_requires_plain_http");
+    assert_eq!(refused(c), Reason::SocketRequiresPlainHttp);
     let c = EndpointConfig {
         allow_insecure_loopback: true,
         ..https("https://localhost")
     };
-    assert_eq!(refused(c), "insecure_with_https");
+    assert_eq!(refused(c), Reason::InsecureWithHttps);
     let ep = Endpoint::new(https("https://Worker.Example.com:8443/")).unwrap();
     assert_eq!(ep.scheme(), Scheme::Https);
     assert_eq!(ep.tls_server_name(), Some("worker.example.com"));
@@ -91,16 +92,16 @@ fn ac_1_1_2_https_rules() {
 fn ac_1_1_3_plain_http_only_on_loopback() {
     assert_eq!(
         refused(cfg("http://10.0.0.5:80")),
-        "plain_http_requires_loopback"
+        Reason::PlainHttpRequiresLoopback
     );
     let c = EndpointConfig {
         allow_insecure_loopback: true,
         ..cfg("http://10.0.0.5:80")
     };
-    assert_eq!(refused(c), "plain_http_requires_loopback");
+    assert_eq!(refused(c), Reason::PlainHttpRequiresLoopback);
     assert_eq!(
         refused(cfg("http://127.0.0.1:19470")),
-        "plain_http_requires_opt_in"
+        Reason::PlainHttpRequiresOptIn
     );
     for host in ["127.0.0.1", "localhost", "[::1]"] {
         let c = EndpointConfig {
@@ -168,7 +169,7 @@ fn base_url_rules() {
     let host = "a".repeat(2_048 - "https://".len());
     ok(&format!("https://{host}"));
     let long = format!("https://{host}a");
-    assert_eq!(refused(https(&long)), "base_url_too_long");
+    assert_eq!(refused(https(&long)), Reason::BaseUrlTooLong);
 }
 
 #[test]
@@ -178,10 +179,10 @@ fn token_bounds() {
         ..cfg("https://a")
     };
     Endpoint::new(with(&"t".repeat(4_096))).unwrap();
-    assert_eq!(refused(with(&"t".repeat(4_097))), "invalid_token");
-    assert_eq!(refused(with("")), "invalid_token");
-    assert_eq!(refused(with("has space")), "invalid_token");
-    assert_eq!(refused(with("tab\t")), "invalid_token");
+    assert_eq!(refused(with(&"t".repeat(4_097))), Reason::InvalidToken);
+    assert_eq!(refused(with("")), Reason::InvalidToken);
+    assert_eq!(refused(with("has space")), Reason::InvalidToken);
+    assert_eq!(refused(with("tab\t")), Reason::InvalidToken);
     Endpoint::new(with("!~")).unwrap();
 }
 
@@ -192,12 +193,12 @@ fn ca_and_client_identity_rules() {
         allow_insecure_loopback: true,
         ..cfg("http://localhost:1")
     };
-    assert_eq!(refused(c), "ca_file_requires_https");
+    assert_eq!(refused(c), Reason::CaFileRequiresHttps);
     let c = EndpointConfig {
         client_cert: Some("/etc/c.pem".into()),
         ..https("https://a")
     };
-    assert_eq!(refused(c), "client_cert_and_key_go_together");
+    assert_eq!(refused(c), Reason::ClientCertAndKeyGoTogether);
     let c = EndpointConfig {
         client_cert: Some("/etc/c.pem".into()),
         client_key: Some("/etc/k.pem".into()),
@@ -221,10 +222,13 @@ fn socket_path_bounds() {
     Endpoint::new(with(format!("/{}", "s".repeat(99)))).unwrap();
     assert_eq!(
         refused(with(format!("/{}", "s".repeat(100)))),
-        "invalid_socket_path"
+        Reason::InvalidSocketPath
     );
-    assert_eq!(refused(with("relative.sock".into())), "invalid_socket_path");
-    assert_eq!(refused(with("/a\0b".into())), "invalid_socket_path");
+    assert_eq!(
+        refused(with("relative.sock".into())),
+        Reason::InvalidSocketPath
+    );
+    assert_eq!(refused(with("/a\0b".into())), Reason::InvalidSocketPath);
     // Only with a loopback URL.
     let c = EndpointConfig {
         unix_socket: Some("/run/s.sock".into()),

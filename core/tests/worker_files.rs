@@ -1,6 +1,7 @@
 //! Files: TV25 and the C6.1–C6.3 acceptance rules.
 #![allow(clippy::unwrap_used)] // tests unwrap known-good values
 
+use smolbox_core::Reason;
 mod worker_support;
 
 use bytes::Bytes;
@@ -76,19 +77,19 @@ fn digest_is_verified_before_any_request() {
         Operation::Upload,
         Evidence::NotDispatched,
     );
-    assert_eq!(e.reason(), "sha256_mismatch");
+    assert_eq!(e.reason(), Reason::Sha256Mismatch);
     let upper = HELLO_SHA.to_uppercase();
     assert_eq!(
         upload("/workspace/hello.txt", b"hello\n", &upper)
             .unwrap_err()
             .reason(),
-        "invalid_sha256"
+        Reason::InvalidSha256
     );
     assert_eq!(
         upload("/workspace/hello.txt", b"hello\n", &HELLO_SHA[1..])
             .unwrap_err()
             .reason(),
-        "invalid_sha256"
+        Reason::InvalidSha256
     );
 }
 
@@ -116,7 +117,7 @@ fn upload_size_bounds() {
     let e = mk(101, 100, d, &v192()).unwrap_err();
     assert_eq!(
         (e.reason(), e.limit().unwrap().max),
-        ("file_allowance_exceeded", 100)
+        (Reason::FileAllowanceExceeded, 100)
     );
     let small = Budgets {
         max_request_body: 50,
@@ -208,7 +209,7 @@ fn download_limit_and_cap() {
     assert!(mk(1_000, d).is_ok());
     assert_eq!(
         mk(1_001, d).unwrap_err().reason(),
-        "download_limit_out_of_range"
+        Reason::DownloadLimitOutOfRange
     );
     // cap = min(max, max response bytes)
     assert_eq!(
@@ -391,14 +392,14 @@ fn byte_budgets_c6_3() {
         check_byte_budgets(2, 1, &client(2, d))
             .unwrap_err()
             .reason(),
-        "per_direction_below_per_file"
+        Reason::PerDirectionBelowPerFile
     );
     // The client allowance must cover the profile's per-file budget.
     assert_eq!(
         check_byte_budgets(mib, 4 * mib, &client(mib - 1, d))
             .unwrap_err()
             .reason(),
-        "client_allowance_below_profile"
+        Reason::ClientAllowanceBelowProfile
     );
     // Above 1 MiB the request and response caps must cover per-file.
     let big = 2 * mib;
@@ -406,7 +407,7 @@ fn byte_budgets_c6_3() {
         check_byte_budgets(big, 4 * mib, &client(big, d))
             .unwrap_err()
             .reason(),
-        "request_cap_below_per_file"
+        Reason::RequestCapBelowPerFile
     );
     let req_ok = Budgets {
         max_request_body: big,
@@ -417,7 +418,7 @@ fn byte_budgets_c6_3() {
         check_byte_budgets(big, 4 * mib, &client(big, req_ok))
             .unwrap_err()
             .reason(),
-        "response_cap_below_per_file"
+        Reason::ResponseCapBelowPerFile
     );
     let both = Budgets {
         max_request_body: big,

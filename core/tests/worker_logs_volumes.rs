@@ -1,6 +1,7 @@
 //! Console logs (C8.2, TV22–TV24) and volumes (C10.2, TV26).
 #![allow(clippy::unwrap_used)] // tests unwrap known-good values
 
+use smolbox_core::Reason;
 mod worker_support;
 
 use std::time::Duration;
@@ -202,7 +203,7 @@ fn line_allowance_and_event_cap() {
     let e = lines.handle_event(None, b"x").unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::OutputLimit, "log_event_cap")
+        (Category::OutputLimit, Reason::LogEventCap)
     );
     // Invalid UTF-8.
     let mut lines = logs(LogsParams::default()).unwrap().lines();

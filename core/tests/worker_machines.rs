@@ -2,6 +2,7 @@
 //! acceptance criteria.
 #![allow(clippy::unwrap_used)] // tests unwrap known-good values
 
+use smolbox_core::Reason;
 mod worker_support;
 
 use smolbox_core::worker::{
@@ -146,7 +147,7 @@ fn workload_and_mounts_on_the_wire() {
         ..spec
     };
     let e = Create::new(&v122(), name("m1"), &bare).unwrap_err();
-    assert_eq!(e.reason(), "workload_requires_image_source");
+    assert_eq!(e.reason(), Reason::WorkloadRequiresImageSource);
 }
 
 #[test]
@@ -269,7 +270,7 @@ fn ac_3_4_2_any_other_difference_is_protocol() {
     let c = Create::new(&v192(), name("net-test"), &spec).unwrap();
     assert_eq!(
         c.decode(&json(200, TV7), TV7).unwrap_err().reason(),
-        "reply_ports_mismatch"
+        Reason::ReplyPortsMismatch
     );
     let mut spec = net_spec();
     spec.network =
@@ -277,7 +278,7 @@ fn ac_3_4_2_any_other_difference_is_protocol() {
     let c = Create::new(&v192(), name("net-test"), &spec).unwrap();
     assert_eq!(
         c.decode(&json(200, TV7), TV7).unwrap_err().reason(),
-        "reply_network_mismatch"
+        Reason::ReplyNetworkMismatch
     );
     // Mounts.
     let spec = MachineSpec {
@@ -290,7 +291,7 @@ fn ac_3_4_2_any_other_difference_is_protocol() {
         c.decode(&json(200, with_mount), with_mount)
             .unwrap_err()
             .reason(),
-        "reply_mounts_mismatch"
+        Reason::ReplyMountsMismatch
     );
     let good = br#"{"name":"wire-test","state":"created","cpus":1,"memoryMb":256,"mounts":[{"tag":"smolvm0","source":"/srv/v","target":"/mnt/volumes/v","readonly":false,"staged":false}],"ports":[],"network":false,"gpu":false,"cuda":false,"storageGb":1,"overlayGb":1,"createdAt":1}"#;
     assert!(c.decode(&json(200, good), good).is_ok());
@@ -310,7 +311,7 @@ fn ac_3_4_3_checkpoint_creates_need_created_and_branchable() {
     let c = Create::new(&v122(), name("wire-a36ea992d1a0"), &spec).unwrap();
     // TV5 (1.22.0) says branchable:false.
     let e = c.decode(&json(200, TV5_122), TV5_122).unwrap_err();
-    assert_eq!(e.reason(), "reply_checkpoint_not_branchable");
+    assert_eq!(e.reason(), Reason::ReplyCheckpointNotBranchable);
     let ok = String::from_utf8(TV5_122.to_vec())
         .unwrap()
         .replace(r#""branchable":false"#, r#""branchable":true"#);
@@ -329,7 +330,7 @@ fn ac_3_4_3_checkpoint_creates_need_created_and_branchable() {
     };
     assert_eq!(
         Create::new(&v122(), name("a"), &bad).unwrap_err().reason(),
-        "checkpoint_source_restrictions"
+        Reason::CheckpointSourceRestrictions
     );
 }
 
@@ -529,7 +530,7 @@ fn tv29_start_sends_json_empty_object_and_variants() {
     let t = b"Expected request with `Content-Type: application/json`";
     assert_eq!(
         s.decode(&text(415, t), t).unwrap_err().reason(),
-        "rejected_media_type"
+        Reason::RejectedMediaType
     );
     let obs = Start::new(&v122(), name("wire-a36ea992d1a0"))
         .decode(&json(200, TV13_RUNNING), TV13_RUNNING)

@@ -1,6 +1,7 @@
 //! Node endpoints: §14 TV1–TV4 and the C2.1–C2.3 acceptance criteria.
 #![allow(clippy::unwrap_used)] // tests unwrap known-good values
 
+use smolbox_core::Reason;
 mod worker_support;
 
 use smolbox_core::worker::{Capacity, Health, Metrics, Readyz, WorkerCall};
@@ -89,7 +90,7 @@ fn health_bounds() {
     let e = call
         .decode(&head(200, Some("text/plain"), TV1), TV1)
         .unwrap_err();
-    assert_eq!(e.reason(), "unexpected_media_type");
+    assert_eq!(e.reason(), Reason::UnexpectedMediaType);
 }
 
 #[test]
@@ -132,7 +133,7 @@ fn tv3_capacity() {
         Operation::Capacity,
         Evidence::DispatchUncertain,
     );
-    assert_eq!(e.reason(), "worker_runtime_stalled");
+    assert_eq!(e.reason(), Reason::WorkerRuntimeStalled);
     let missing = br#"{"allocated_cpus":0}"#;
     assert!(call.decode(&json(200, missing), missing).is_err());
 }
@@ -149,6 +150,6 @@ fn tv4_metrics_text() {
     let m = call.decode(&text(200, b), b).unwrap();
     assert_eq!(m.as_bytes(), b);
     let e = call.decode(&text(200, b"\xff"), b"\xff").unwrap_err();
-    assert_eq!(e.reason(), "metrics_not_utf8");
+    assert_eq!(e.reason(), Reason::MetricsNotUtf8);
     assert!(call.decode(&json(200, b"{}"), b"{}").is_err());
 }

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)] // tests unwrap known-good values
 
 use proptest::prelude::*;
+use smolbox_core::Reason;
 use smolbox_core::worker::workload::RestartPolicy;
 use smolbox_core::worker::{
     Cidr, Hostname, MachineSpec, Mount, NetworkPolicy, PortMapping, Source, Workload,
@@ -152,7 +153,10 @@ fn ports_rules_c9_2() {
         source: image(),
         ..MachineSpec::default()
     };
-    assert_eq!(s.validate().unwrap_err().reason(), "duplicate_host_port");
+    assert_eq!(
+        s.validate().unwrap_err().reason(),
+        Reason::DuplicateHostPort
+    );
 }
 
 #[test]
@@ -235,7 +239,7 @@ fn network_policy_c9_1() {
     let dup = vec![h("a.example.com").unwrap(), h("a.example.com").unwrap()];
     assert_eq!(
         NetworkPolicy::allowlist(dup, vec![]).unwrap_err().reason(),
-        "duplicate_network_entry"
+        Reason::DuplicateNetworkEntry
     );
     let NetworkPolicy::Allowlist { hosts: sorted, .. } = NetworkPolicy::allowlist(
         vec![h("b.example.com").unwrap(), h("a.example.com").unwrap()],
@@ -273,7 +277,7 @@ fn mounts_c10_1() {
     };
     assert_eq!(
         s.validate().unwrap_err().reason(),
-        "overlapping_mount_targets"
+        Reason::OverlappingMountTargets
     );
     let s = MachineSpec {
         mounts: vec![m("/mnt/volumes/b"), m("/mnt/volumes/ab")],
@@ -314,7 +318,7 @@ fn workload_c8_1() {
     ];
     assert_eq!(
         w(vec![], vec![], dup, None).unwrap_err().reason(),
-        "duplicate_env_name"
+        Reason::DuplicateEnvName
     );
     assert!(
         w(

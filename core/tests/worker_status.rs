@@ -2,6 +2,7 @@
 //! TV13, TV29).
 #![allow(clippy::unwrap_used)] // tests unwrap known-good values
 
+use smolbox_core::Reason;
 mod worker_support;
 
 use smolbox_core::worker::status::{check_status, classify_error_body};
@@ -89,21 +90,21 @@ fn request_timeout_408_is_uncertain_not_protocol() {
         Operation::Start,
         Evidence::DispatchUncertain,
     );
-    assert_eq!(e.reason(), "worker_request_timeout");
+    assert_eq!(e.reason(), Reason::WorkerRequestTimeout);
 }
 
 #[test]
 fn tv10_framework_rejections_are_classified() {
-    let cases: [(u16, &[u8], Rejection, &str); 9] = [
-        (400, b"Failed to parse the request body as JSON: name: EOF while parsing a value at line 1 column 8", Rejection::InvalidJson, "rejected_json_syntax"),
-        (415, b"Expected request with `Content-Type: application/json`", Rejection::UnsupportedMediaType, "rejected_media_type"),
-        (422, b"Failed to deserialize the JSON body into the target type: cpus: invalid type: string \"two\", expected u8 at line 1 column 25", Rejection::Unprocessable, "rejected_json_shape"),
-        (422, b"Failed to deserialize the JSON body into the target type: user: unknown field `user`, expected one of `command`, `env`, `secrets`, `workdir`, `timeoutSecs`, `stdin`, `background` at line 1 column 31", Rejection::Unprocessable, "rejected_json_shape"),
-        (413, b"Failed to buffer the request body: length limit exceeded", Rejection::BodyTooLarge, "rejected_body_too_large"),
-        (400, b"Failed to parse the request body as JSON: EOF while parsing a value at line 1 column 0", Rejection::InvalidJson, "rejected_json_syntax"),
-        (400, b"Failed to deserialize query string: forkable: provided string was not `true` or `false`", Rejection::InvalidQuery, "rejected_query"),
-        (400, b"Connection header did not include 'upgrade'", Rejection::WebSocketHandshake, "rejected_upgrade"),
-        (400, b"something else", Rejection::OtherText, "worker_error_text"),
+    let cases: [(u16, &[u8], Rejection, Reason); 9] = [
+        (400, b"Failed to parse the request body as JSON: name: EOF while parsing a value at line 1 column 8", Rejection::InvalidJson, Reason::RejectedJsonSyntax),
+        (415, b"Expected request with `Content-Type: application/json`", Rejection::UnsupportedMediaType, Reason::RejectedMediaType),
+        (422, b"Failed to deserialize the JSON body into the target type: cpus: invalid type: string \"two\", expected u8 at line 1 column 25", Rejection::Unprocessable, Reason::RejectedJsonShape),
+        (422, b"Failed to deserialize the JSON body into the target type: user: unknown field `user`, expected one of `command`, `env`, `secrets`, `workdir`, `timeoutSecs`, `stdin`, `background` at line 1 column 31", Rejection::Unprocessable, Reason::RejectedJsonShape),
+        (413, b"Failed to buffer the request body: length limit exceeded", Rejection::BodyTooLarge, Reason::RejectedBodyTooLarge),
+        (400, b"Failed to parse the request body as JSON: EOF while parsing a value at line 1 column 0", Rejection::InvalidJson, Reason::RejectedJsonSyntax),
+        (400, b"Failed to deserialize query string: forkable: provided string was not `true` or `false`", Rejection::InvalidQuery, Reason::RejectedQuery),
+        (400, b"Connection header did not include 'upgrade'", Rejection::WebSocketHandshake, Reason::RejectedUpgrade),
+        (400, b"something else", Rejection::OtherText, Reason::WorkerErrorText),
     ];
     let c = Create::new(&v192(), name("x1"), &MachineSpec::default()).unwrap();
     for (status, body, rejection, reason) in cases {
@@ -135,7 +136,7 @@ fn tv10_framework_rejections_are_classified() {
     let e = c.decode(&head(405, None, b""), b"").unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::Protocol, "unexpected_status")
+        (Category::Protocol, Reason::UnexpectedStatus)
     );
 }
 
@@ -163,7 +164,7 @@ fn tv11_not_found_and_tv13_internal_error() {
         Operation::Start,
         Evidence::DispatchUncertain,
     );
-    assert_eq!(e.reason(), "worker_internal_error");
+    assert_eq!(e.reason(), Reason::WorkerInternalError);
     assert!(!format!("{e} {e:?}").contains("kvm"));
 }
 
@@ -208,7 +209,10 @@ fn tv8_create_validation_errors_are_protocol_without_text() {
             Operation::Create,
             Evidence::DispatchUncertain,
         );
-        assert_eq!((e.reason(), e.status()), ("worker_bad_request", Some(400)));
+        assert_eq!(
+            (e.reason(), e.status()),
+            (Reason::WorkerBadRequest, Some(400))
+        );
         let shown = format!("{e} {e:?}");
         assert!(
             !shown.contains("error") || !shown.contains("BAD_REQUEST"),

@@ -2,6 +2,7 @@
 //! the frame and message caps, UTF-8, control frames, close, masking.
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
+use smolbox_core::Reason;
 mod ws_support;
 
 use std::time::Duration;
@@ -91,30 +92,30 @@ fn rfc_6455_5_7_examples() {
 
 #[test]
 fn every_protocol_error_fails_with_close_1002() {
-    let cases: Vec<(Vec<u8>, &str)> = vec![
-        (vec![0x82, 0x81, 1, 2, 3, 4, 0], "masked_server_frame"),
-        (vec![0xa2, 0x00], "rsv_bits_set"),
-        (vec![0x83, 0x00], "reserved_opcode"),
-        (vec![0x8f, 0x00], "reserved_opcode"),
-        (vec![0x82, 0x7e, 0x00, 0x05], "non_minimal_length"),
+    let cases: Vec<(Vec<u8>, Reason)> = vec![
+        (vec![0x82, 0x81, 1, 2, 3, 4, 0], Reason::MaskedServerFrame),
+        (vec![0xa2, 0x00], Reason::RsvBitsSet),
+        (vec![0x83, 0x00], Reason::ReservedOpcode),
+        (vec![0x8f, 0x00], Reason::ReservedOpcode),
+        (vec![0x82, 0x7e, 0x00, 0x05], Reason::NonMinimalLength),
         (
             vec![0x82, 0x7f, 0, 0, 0, 0, 0, 0, 0x01, 0x00],
-            "non_minimal_length",
+            Reason::NonMinimalLength,
         ),
         (
             vec![0x82, 0x7f, 0x80, 0, 0, 0, 0, 0, 0, 0],
-            "length_top_bit_set",
+            Reason::LengthTopBitSet,
         ),
-        (vec![0x09, 0x00], "fragmented_control_frame"),
-        (vec![0x89, 0x7e, 0x00, 0x7e], "control_frame_too_long"),
-        (vec![0x80, 0x01, b'x'], "continuation_without_start"),
+        (vec![0x09, 0x00], Reason::FragmentedControlFrame),
+        (vec![0x89, 0x7e, 0x00, 0x7e], Reason::ControlFrameTooLong),
+        (vec![0x80, 0x01, b'x'], Reason::ContinuationWithoutStart),
         (
             [
                 server_frame(false, 0x2, b"a"),
                 server_frame(true, 0x2, b"b"),
             ]
             .concat(),
-            "data_frame_inside_fragmented_message",
+            Reason::DataFrameInsideFragmentedMessage,
         ),
         (
             [
@@ -122,7 +123,7 @@ fn every_protocol_error_fails_with_close_1002() {
                 server_frame(false, 0x1, b"b"),
             ]
             .concat(),
-            "data_frame_inside_fragmented_message",
+            Reason::DataFrameInsideFragmentedMessage,
         ),
     ];
     for (bytes, reason) in cases {
@@ -155,7 +156,7 @@ fn frame_cap_is_refused_from_the_header_at_n_plus_one() {
         let e = failure(&feed(&mut ws, &big[..hdr_len]));
         assert_eq!(
             (e.category(), e.reason()),
-            (Category::OutputLimit, "frame_too_large")
+            (Category::OutputLimit, Reason::FrameTooLarge)
         );
         assert_eq!(
             (e.limit().unwrap().actual, e.limit().unwrap().max),
@@ -185,14 +186,14 @@ fn fragmented_message_cap_at_n_and_n_plus_one() {
     let e = failure(&feed(&mut ws, &frags(25)));
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::OutputLimit, "message_too_large")
+        (Category::OutputLimit, Reason::MessageTooLarge)
     );
     assert_eq!(e.limit().unwrap().actual, 1_025);
     assert_eq!(sent_close(&mut ws), Some(1009));
     // An unfragmented message over the message cap is refused too.
     let mut ws = open_client(c, t0());
     let e = failure(&feed(&mut ws, &server_frame(true, 0x2, &[0; 1_025])));
-    assert_eq!(e.reason(), "message_too_large");
+    assert_eq!(e.reason(), Reason::MessageTooLarge);
 }
 
 #[test]
@@ -201,7 +202,7 @@ fn text_must_be_utf8_close_1007() {
     let e = failure(&feed(&mut ws, &server_frame(true, 0x1, &[0x68, 0xc3])));
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::Protocol, "invalid_utf8")
+        (Category::Protocol, Reason::InvalidUtf8)
     );
     assert_eq!(sent_close(&mut ws), Some(1007));
     // A multi-byte character split across fragments is fine.
@@ -218,7 +219,10 @@ fn text_must_be_utf8_close_1007() {
         server_frame(true, 0x0, &[0x41]),
     ]
     .concat();
-    assert_eq!(failure(&feed(&mut ws, &bytes)).reason(), "invalid_utf8");
+    assert_eq!(
+        failure(&feed(&mut ws, &bytes)).reason(),
+        Reason::InvalidUtf8
+    );
 }
 
 #[test]
@@ -274,7 +278,10 @@ fn peer_close_is_echoed_and_nothing_follows() {
     );
     assert_eq!(sent_close(&mut ws), Some(1000));
     assert!(ws.is_finished());
-    assert_eq!(ws.send_binary(t0(), b"x").unwrap_err().reason(), "closed");
+    assert_eq!(
+        ws.send_binary(t0(), b"x").unwrap_err().reason(),
+        Reason::Closed
+    );
     ws.handle_input(t0(), &server_frame(true, 0x9, b"late"))
         .unwrap();
     assert_eq!(events(&mut ws), vec![]);
@@ -305,7 +312,7 @@ fn close_codes_and_reasons_are_validated() {
             &mut ws,
             &server_frame(true, 0x8, &code.to_be_bytes()),
         ));
-        assert_eq!(e.reason(), "close_code_invalid", "{code}");
+        assert_eq!(e.reason(), Reason::CloseCodeInvalid, "{code}");
         assert_eq!(sent_close(&mut ws), Some(1002));
     }
     for code in [1000u16, 1001, 1003, 1007, 1011, 1014, 3000, 4999] {
@@ -316,12 +323,12 @@ fn close_codes_and_reasons_are_validated() {
     let mut ws = open();
     assert_eq!(
         failure(&feed(&mut ws, &[0x88, 0x01, 0x03])).reason(),
-        "close_payload_one_byte"
+        Reason::ClosePayloadOneByte
     );
     let mut ws = open();
     assert_eq!(
         failure(&feed(&mut ws, &[0x88, 0x03, 0x03, 0xe8, 0xff])).reason(),
-        "invalid_utf8"
+        Reason::InvalidUtf8
     );
     assert_eq!(sent_close(&mut ws), Some(1007));
     // Our side: codes that must not be on the wire are refused.
@@ -375,7 +382,7 @@ fn refused_close_frames_are_answered_with_the_rfc_code_and_evidence() {
         (e.category(), e.reason(), e.close_code(), e.evidence()),
         (
             Category::Protocol,
-            "close_code_invalid",
+            Reason::CloseCodeInvalid,
             Some(1005),
             Evidence::DispatchUncertain
         )
@@ -392,7 +399,10 @@ fn refused_close_frames_are_answered_with_the_rfc_code_and_evidence() {
         &mut ws,
         &server_frame(true, 0x8, &[0x0b, 0xb8, b'o', 0xc3]),
     ));
-    assert_eq!((e.reason(), e.close_code()), ("invalid_utf8", Some(3000)));
+    assert_eq!(
+        (e.reason(), e.close_code()),
+        (Reason::InvalidUtf8, Some(3000))
+    );
     assert_eq!(sent_close(&mut ws), Some(1007));
 }
 
@@ -409,7 +419,7 @@ fn our_close_reason_is_bounded_at_123_bytes() {
         (e.category(), e.reason(), e.evidence()),
         (
             Category::Validation,
-            "close_reason_too_long",
+            Reason::CloseReasonTooLong,
             Evidence::NotDispatched
         )
     );
@@ -432,7 +442,10 @@ fn our_close_waits_for_the_peer_then_times_out() {
     let deadline = now + Duration::from_millis(700);
     assert_eq!(ws.poll_timeout(), Some((deadline, WsTimer::CloseWait)));
     // Nothing is sent after our close: no data, no pong.
-    assert_eq!(ws.send_binary(now, b"x").unwrap_err().reason(), "closed");
+    assert_eq!(
+        ws.send_binary(now, b"x").unwrap_err().reason(),
+        Reason::Closed
+    );
     assert_eq!(
         feed(&mut ws, &server_frame(true, 0x9, b"p")),
         vec![Ev::Ping(b"p".to_vec())]
@@ -467,7 +480,7 @@ fn our_close_waits_for_the_peer_then_times_out() {
     let e = failure(&events(&mut ws));
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::Transport, "close_wait_expired")
+        (Category::Transport, Reason::CloseWaitExpired)
     );
 }
 
@@ -483,7 +496,7 @@ fn tcp_end_without_close_is_abnormal_after_buffered_frames() {
     let e = failure(&evs);
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::Transport, "abnormal_close")
+        (Category::Transport, Reason::AbnormalClose)
     );
     assert_eq!(evs.len(), 2);
 }
@@ -499,7 +512,7 @@ fn masking_needs_caller_entropy_and_control_frames_wait_for_it() {
     let e = ws.send_binary(now, b"x").unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::Validation, "mask_entropy_exhausted")
+        (Category::Validation, Reason::MaskEntropyExhausted)
     );
     // A ping with no entropy: the pong waits, then goes out with the next entropy.
     assert_eq!(
@@ -522,7 +535,7 @@ fn masking_needs_caller_entropy_and_control_frames_wait_for_it() {
     assert_eq!(f[0].header.mask, Some([1, 2, 3, 4]));
     assert_eq!(
         ws.send_binary(now, b"y").unwrap_err().reason(),
-        "mask_entropy_exhausted",
+        Reason::MaskEntropyExhausted,
         "keys are kept for a close"
     );
     ws.close(now, CloseCode::NORMAL).unwrap();
@@ -543,7 +556,7 @@ fn input_chunk_cap_at_n_and_n_plus_one() {
         .unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::Validation, "input_chunk_too_large")
+        (Category::Validation, Reason::InputChunkTooLarge)
     );
     // Nothing was consumed: the connection is still usable.
     assert_eq!(
@@ -565,7 +578,7 @@ fn undrained_input_is_refused_without_consuming() {
     let e = ws.handle_input(t0(), &chunk).unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::Validation, "input_not_drained")
+        (Category::Validation, Reason::InputNotDrained)
     );
     // Draining frees the room, and nothing was lost or duplicated.
     assert_eq!(events(&mut ws).len(), 2 * MAX_INPUT_CHUNK / 16);
@@ -610,7 +623,7 @@ fn direct_reads_complete_large_frames_exactly() {
     let offered = ws.input_buffer().len();
     assert_eq!(
         ws.handle_read(t0(), offered + 1).unwrap_err().reason(),
-        "read_past_input_buffer"
+        Reason::ReadPastInputBuffer
     );
 }
 
@@ -669,7 +682,7 @@ fn a_silent_peer_gets_a_ping_at_half_the_idle_timeout_and_fails_at_all_of_it() {
         (e.category(), e.reason(), e.evidence()),
         (
             Category::Transport,
-            "idle_timeout",
+            Reason::IdleTimeout,
             Evidence::DispatchUncertain
         )
     );
@@ -701,7 +714,7 @@ fn a_peer_that_stops_reading_fails_the_send_at_the_write_bound() {
         (e.category(), e.reason(), e.evidence()),
         (
             Category::Transport,
-            "write_timeout",
+            Reason::WriteTimeout,
             Evidence::DispatchUncertain
         )
     );
@@ -753,14 +766,17 @@ fn ws_timer_durations_at_n_and_n_plus_one() {
     use smolbox_core::ws::MAX_WS_TIMER;
     let over = MAX_WS_TIMER + Duration::from_nanos(1);
     type Set = fn(&mut WsConfig, Duration);
-    let cases: [(Set, &str); 4] = [
-        (|c, d| c.idle_timeout = Some(d), "idle_timeout_out_of_range"),
-        (|c, d| c.write_wait = Some(d), "write_wait_out_of_range"),
+    let cases: [(Set, Reason); 4] = [
+        (
+            |c, d| c.idle_timeout = Some(d),
+            Reason::IdleTimeoutOutOfRange,
+        ),
+        (|c, d| c.write_wait = Some(d), Reason::WriteWaitOutOfRange),
         (
             |c, d| c.handshake_timeout = d,
-            "handshake_timeout_out_of_range",
+            Reason::HandshakeTimeoutOutOfRange,
         ),
-        (|c, d| c.close_wait = d, "close_wait_out_of_range"),
+        (|c, d| c.close_wait = d, Reason::CloseWaitOutOfRange),
     ];
     for (set, reason) in cases {
         let mut c = config();

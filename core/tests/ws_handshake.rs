@@ -2,6 +2,7 @@
 //! timer, and bytes after the 101.
 #![allow(clippy::unwrap_used)] // tests: a failed unwrap is a failed test
 
+use smolbox_core::Reason;
 mod ws_support;
 
 use std::time::Duration;
@@ -43,19 +44,19 @@ fn config_refuses_header_injection_and_bad_limits() {
     };
     assert_eq!(
         bad(&|c| c.host = "a\r\nX: y".into()).reason(),
-        "invalid_host"
+        Reason::InvalidHost
     );
     assert_eq!(
         bad(&|c| c.target = "no-slash".into()).reason(),
-        "invalid_target"
+        Reason::InvalidTarget
     );
     assert_eq!(
         bad(&|c| c.authorization = Some(Secret::new("a\nb"))).reason(),
-        "invalid_token"
+        Reason::InvalidToken
     );
     assert_eq!(
         bad(&|c| c.max_frame_len = 65_537).reason(),
-        "max_frame_len_out_of_range"
+        Reason::MaxFrameLenOutOfRange
     );
     let mut c = config();
     c.max_frame_len = 65_536;
@@ -125,38 +126,38 @@ fn status_401_and_403_are_authentication_others_protocol() {
 #[test]
 fn reply_checks() {
     let accept = handshake_accept();
-    let cases: [(&str, &str); 8] = [
+    let cases: [(&str, Reason); 8] = [
         (
             "HTTP/1.1 101 S\r\nconnection: upgrade\r\nupgrade: websocket\r\nsec-websocket-accept: AAAAAAAAAAAAAAAAAAAAAAAAAAA=\r\n\r\n",
-            "accept_mismatch",
+            Reason::AcceptMismatch,
         ),
         (
             "HTTP/1.1 101 S\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\n",
-            "accept_mismatch",
+            Reason::AcceptMismatch,
         ),
         (
             "HTTP/1.1 101 S\r\nconnection: upgrade\r\nsec-websocket-accept: {A}\r\n\r\n",
-            "upgrade_header",
+            Reason::UpgradeHeader,
         ),
         (
             "HTTP/1.1 101 S\r\nconnection: upgrade\r\nupgrade: h2c\r\nsec-websocket-accept: {A}\r\n\r\n",
-            "upgrade_not_websocket",
+            Reason::UpgradeNotWebsocket,
         ),
         (
             "HTTP/1.1 101 S\r\nupgrade: websocket\r\nsec-websocket-accept: {A}\r\n\r\n",
-            "connection_header",
+            Reason::ConnectionHeader,
         ),
         (
             "HTTP/1.1 101 S\r\nconnection: upgrade\r\nupgrade: websocket\r\nsec-websocket-accept: {A}\r\nsec-websocket-extensions: permessage-deflate\r\n\r\n",
-            "unrequested_extension",
+            Reason::UnrequestedExtension,
         ),
         (
             "HTTP/1.1 101 S\r\nconnection: upgrade\r\nupgrade: websocket\r\nsec-websocket-accept: {A}\r\nsec-websocket-protocol: chat\r\n\r\n",
-            "unrequested_subprotocol",
+            Reason::UnrequestedSubprotocol,
         ),
         (
             "HTTP/1.0 101 S\r\nconnection: upgrade\r\nupgrade: websocket\r\nsec-websocket-accept: {A}\r\n\r\n",
-            "http_version",
+            Reason::HttpVersion,
         ),
     ];
     for (reply, reason) in cases {
@@ -214,7 +215,7 @@ fn reply_head_cap_is_16_kib_whatever_the_chunking() {
         let e = result.unwrap_err();
         assert_eq!(
             (e.category(), e.reason()),
-            (Category::Protocol, "handshake_too_large"),
+            (Category::Protocol, Reason::HandshakeTooLarge),
             "chunk {chunk}"
         );
         assert_eq!(e.limit().unwrap().max, MAX_HANDSHAKE_LEN as u64);
@@ -238,7 +239,7 @@ fn handshake_timer_fires_exactly_at_its_deadline() {
         (e.category(), e.reason(), e.evidence()),
         (
             Category::Transport,
-            "handshake_timeout",
+            Reason::HandshakeTimeout,
             Evidence::NotDispatched
         )
     );
@@ -253,7 +254,7 @@ fn handshake_timer_fires_exactly_at_its_deadline() {
     );
     assert_eq!(
         ws.handle_input(deadline, b"HTTP/1.1").unwrap_err().reason(),
-        "handshake_timeout"
+        Reason::HandshakeTimeout
     );
 }
 
@@ -264,5 +265,8 @@ fn eof_during_handshake_fails() {
     transmit(&mut ws);
     ws.handle_input(now, b"HTTP/1.1 101 Switching").unwrap();
     ws.handle_eof(now);
-    assert_eq!(failure(&events(&mut ws)).reason(), "eof_during_handshake");
+    assert_eq!(
+        failure(&events(&mut ws)).reason(),
+        Reason::EofDuringHandshake
+    );
 }

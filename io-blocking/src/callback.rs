@@ -23,6 +23,7 @@
 //!   threads serve every concurrent exec; the rest of the bound is room for
 //!   abandoned ones.
 
+use smolbox_core::Reason;
 use std::panic::AssertUnwindSafe;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -120,7 +121,7 @@ impl CallbackPool {
             return Ok(w);
         }
         if st.alive >= MAX_DELIVERY_THREADS {
-            return Err(exhausted("callback_threads_exhausted"));
+            return Err(exhausted(Reason::CallbackThreadsExhausted));
         }
         let (tx, rx) = sync_channel::<Job>(0);
         // Weak: idle mailboxes live in the pool state, so a strong
@@ -130,7 +131,7 @@ impl CallbackPool {
         std::thread::Builder::new()
             .name("smolbox-exec-callback".into())
             .spawn(move || deliver_loop(&rx, &state))
-            .map_err(|_| exhausted("callback_thread_spawn"))?;
+            .map_err(|_| exhausted(Reason::CallbackThreadSpawn))?;
         st.alive += 1;
         Ok(Worker { jobs: tx })
     }
@@ -212,7 +213,7 @@ fn lock(state: &Mutex<PoolState>) -> MutexGuard<'_, PoolState> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn exhausted(reason: &'static str) -> Error {
+fn exhausted(reason: Reason) -> Error {
     Error::new(
         Category::AdmissionExhausted,
         Operation::ExecStream,

@@ -5,6 +5,7 @@
 //! `not_dispatched`); a failure on an established connection is fed to the
 //! core object, which decides its error and evidence.
 
+use smolbox_core::Reason;
 use std::time::Instant;
 
 use smolbox_core::{Category, Error, Evidence, Operation};
@@ -30,21 +31,21 @@ pub(crate) enum ConnectError {
 pub(crate) fn connect(operation: Operation, e: &ConnectError) -> Error {
     let reason = match e {
         ConnectError::Unsafe(e) => return e.with_operation(operation),
-        ConnectError::Timeout => "connect_timeout",
-        ConnectError::Resolve | ConnectError::Refused => "connect_failed",
-        ConnectError::Tls => "tls_handshake",
-        ConnectError::NotLoopback => "resolved_not_loopback",
+        ConnectError::Timeout => Reason::ConnectTimeout,
+        ConnectError::Resolve | ConnectError::Refused => Reason::ConnectFailed,
+        ConnectError::Tls => Reason::TlsHandshake,
+        ConnectError::NotLoopback => Reason::ResolvedNotLoopback,
     };
     not_dispatched(operation, reason)
 }
 
 /// No pooled connection became free within the checkout budget.
 pub(crate) fn checkout_timeout(operation: Operation) -> Error {
-    not_dispatched(operation, "pool_checkout_timeout")
+    not_dispatched(operation, Reason::PoolCheckoutTimeout)
 }
 
 /// A transport error for an operation that has not sent anything.
-pub(crate) fn not_dispatched(operation: Operation, reason: &'static str) -> Error {
+pub(crate) fn not_dispatched(operation: Operation, reason: Reason) -> Error {
     Error::new(Category::Transport, operation, Evidence::NotDispatched).with_reason(reason)
 }
 
@@ -55,7 +56,7 @@ pub(crate) fn with_deadline_reason(e: Error, operation_deadline: Instant) -> Err
         && e.evidence() == Evidence::NotDispatched
         && Instant::now() >= operation_deadline
     {
-        e.with_reason("deadline")
+        e.with_reason(Reason::Deadline)
     } else {
         e
     }

@@ -12,6 +12,7 @@
 //! [`PULL_SLICE`] so the consumer's commands are served between pulls.
 //! Terminal bytes are held in memory only.
 
+use smolbox_core::Reason;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -131,7 +132,7 @@ impl ManagedTerminals {
                     Operation::TerminalOpen,
                     Evidence::NotDispatched,
                 )
-                .with_reason("no_thread")
+                .with_reason(Reason::NoThread)
             })
     }
 
@@ -337,7 +338,7 @@ impl ManagedTerminal {
     /// handle no longer holds the session.
     pub fn close(mut self) -> Result<TerminalExit, Error> {
         let outcome = match self.call(Operation::TerminalClose, Cmd::Close) {
-            Err(e) if e.reason() == "terminal_task_ended" => {
+            Err(e) if e.reason() == Reason::TerminalTaskEnded => {
                 lock(&self.live.queue).outcome().unwrap_or(Err(e))
             }
             other => other,

@@ -17,6 +17,7 @@
 //! to repeat), [`Runtime::cancel`], [`Runtime::reconcile`],
 //! [`Runtime::shutdown`] and [`Runtime::run`] (submit + wait).
 
+use smolbox_core::Reason;
 use std::collections::BTreeMap;
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -130,7 +131,7 @@ fn thread_error() -> Error {
         Operation::Config,
         Evidence::NotDispatched,
     )
-    .with_reason("thread_spawn")
+    .with_reason(Reason::ThreadSpawn)
 }
 
 /// Runs managed commands through a controller over a durable store.
@@ -216,7 +217,7 @@ impl Runtime {
     /// the time ran out; the store's error.
     pub fn wait(&self, key: &RecordKey, timeout_ms: u64) -> Result<Outcome, Error> {
         if timeout_ms > MAX_WAIT_MS {
-            return Err(Error::validation(Operation::Await, "wait_timeout")
+            return Err(Error::validation(Operation::Await, Reason::WaitTimeout)
                 .with_limit(timeout_ms, MAX_WAIT_MS));
         }
         let deadline = Instant::now() + Duration::from_millis(timeout_ms);
@@ -546,7 +547,7 @@ impl Perform for Io {
         self.store_tx.send((id, op)).map_err(|_| {
             // The store thread is gone: a store failure, never absence.
             Error::new(Category::Store, Operation::StoreWrite, Evidence::Unknown)
-                .with_reason("store_thread_lost")
+                .with_reason(Reason::StoreThreadLost)
         })
     }
 
@@ -558,7 +559,7 @@ impl Perform for Io {
             .spawn(move || {
                 let r = match client {
                     Some(c) => call(&c, op),
-                    None => Err(Error::validation(Operation::Config, "unknown_worker")),
+                    None => Err(Error::validation(Operation::Config, Reason::UnknownWorker)),
                 };
                 let _ = tx.send(Msg::Answer(Answer::Worker(id, r)));
             })

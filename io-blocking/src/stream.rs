@@ -1,6 +1,7 @@
 //! [`ExecStream`]: streamed exec (`POST …/exec/stream`) as an [`Iterator`]
 //! of events, and its callback form with back-pressure (features C5.3).
 
+use smolbox_core::Reason;
 use std::time::Instant;
 
 use smolbox_core::exec::{ExecOutput, ExecStreamCall, ExecStreamDecoder, OutputEncoding};
@@ -92,7 +93,7 @@ fn detached() -> Error {
         Operation::ExecStream,
         Evidence::DispatchUncertain,
     )
-    .with_reason("detached")
+    .with_reason(Reason::Detached)
 }
 
 impl Inner {
@@ -162,7 +163,7 @@ pub(crate) fn run_with_callback(
                         Operation::ExecStream,
                         Evidence::DispatchUncertain,
                     )
-                    .with_reason("callback_deadline"));
+                    .with_reason(Reason::CallbackDeadline));
                 }
             }
         }

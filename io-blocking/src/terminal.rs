@@ -23,6 +23,7 @@
 //!   `terminal_consumer`); the close frame is written if the socket takes
 //!   it at once, then the socket is closed. Nothing outlives the handle.
 
+use smolbox_core::Reason;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -79,7 +80,7 @@ impl Terminal {
                     Operation::TerminalOpen,
                     Evidence::DispatchUncertain,
                 )
-                .with_reason("closed_before_open"));
+                .with_reason(Reason::ClosedBeforeOpen));
             }
             terminal.step(None);
         }
@@ -225,7 +226,7 @@ fn random(buf: &mut [u8]) -> Result<(), Error> {
             Operation::TerminalOpen,
             Evidence::NotDispatched,
         )
-        .with_reason("no_randomness")
+        .with_reason(Reason::NoRandomness)
     })
 }
 

@@ -7,6 +7,7 @@
 //! The only ALPN protocol offered is `http/1.1` (the WebSocket upgrade needs
 //! HTTP/1.1, and the worker's mTLS listener also offers `h2`).
 
+use smolbox_core::Reason;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -51,34 +52,35 @@ impl TlsSetup {
     pub(crate) fn new(host: &str, files: &TlsFiles) -> Result<Self, Error> {
         let bad = |reason| Error::validation(Operation::Config, reason);
         let mut roots = rustls::RootCertStore::empty();
-        for cert in read_certs(&files.ca_file).map_err(|()| bad("tls_ca_file"))? {
-            roots.add(cert).map_err(|_| bad("tls_ca_file"))?;
+        for cert in read_certs(&files.ca_file).map_err(|()| bad(Reason::TlsCaFile))? {
+            roots.add(cert).map_err(|_| bad(Reason::TlsCaFile))?;
         }
         if roots.is_empty() {
-            return Err(bad("tls_ca_file"));
+            return Err(bad(Reason::TlsCaFile));
         }
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let builder = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(|_| bad("tls_provider"))?
+            .map_err(|_| bad(Reason::TlsProvider))?
             .with_root_certificates(roots);
         let mut config = match &files.client_identity {
             None => builder.with_no_client_auth(),
             Some((cert, key)) => {
-                let chain = read_certs(cert).map_err(|()| bad("tls_client_cert"))?;
+                let chain = read_certs(cert).map_err(|()| bad(Reason::TlsClientCert))?;
                 if chain.is_empty() {
-                    return Err(bad("tls_client_cert"));
+                    return Err(bad(Reason::TlsClientCert));
                 }
-                let key = PrivateKeyDer::from_pem_file(key).map_err(|_| bad("tls_client_key"))?;
+                let key =
+                    PrivateKeyDer::from_pem_file(key).map_err(|_| bad(Reason::TlsClientKey))?;
                 builder
                     .with_client_auth_cert(chain, key)
-                    .map_err(|_| bad("tls_client_key"))?
+                    .map_err(|_| bad(Reason::TlsClientKey))?
             }
         };
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         let bare = host.trim_start_matches('[').trim_end_matches(']');
         let server_name =
-            ServerName::try_from(bare.to_owned()).map_err(|_| bad("tls_server_name"))?;
+            ServerName::try_from(bare.to_owned()).map_err(|_| bad(Reason::TlsServerName))?;
         Ok(Self {
             config: Arc::new(config),
             server_name,

@@ -4,6 +4,7 @@
 //! ephemeral is explicit, a unique owner per process. The managed suite
 //! against the devworker is `tests/src/managed_cases.rs` (both shells).
 
+use smolbox_core::Reason;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 
@@ -20,7 +21,7 @@ fn a_non_durable_store_is_refused_unless_ephemeral() {
         .build()
         .unwrap_err();
     assert_eq!(e.category(), Category::Validation);
-    assert_eq!(e.reason(), "store_not_durable");
+    assert_eq!(e.reason(), Reason::StoreNotDurable);
     let rt = Runtime::builder(store, fingerprint_key())
         .ephemeral(true)
         .build()
@@ -36,7 +37,7 @@ fn options_out_of_range_are_refused() {
         .max_active(65)
         .build()
         .unwrap_err();
-    assert_eq!(e.reason(), "max_active");
+    assert_eq!(e.reason(), Reason::MaxActive);
 }
 
 #[test]
@@ -66,11 +67,11 @@ fn key_files_are_created_0600_and_reloaded() {
     let short = dir.path().join("short");
     std::fs::write(&short, [0u8; 31]).unwrap();
     std::fs::set_permissions(&short, std::fs::Permissions::from_mode(0o600)).unwrap();
-    assert_eq!(key_file(&short).unwrap_err().reason(), "key_length");
+    assert_eq!(key_file(&short).unwrap_err().reason(), Reason::KeyLength);
     let long = dir.path().join("long");
     std::fs::write(&long, [0u8; 33]).unwrap();
     std::fs::set_permissions(&long, std::fs::Permissions::from_mode(0o600)).unwrap();
-    assert_eq!(key_file(&long).unwrap_err().reason(), "key_length");
+    assert_eq!(key_file(&long).unwrap_err().reason(), Reason::KeyLength);
     let exact = dir.path().join("exact");
     std::fs::write(&exact, [7u8; 32]).unwrap();
     std::fs::set_permissions(&exact, std::fs::Permissions::from_mode(0o600)).unwrap();

@@ -1,5 +1,6 @@
 //! [`Client`]: one verified worker operation per call.
 
+use smolbox_core::Reason;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -351,13 +352,15 @@ impl Client {
         if !command.is_background() {
             return Err(Error::validation(
                 Operation::Launch,
-                "launch_requires_background",
+                Reason::LaunchRequiresBackground,
             ));
         }
         match self.exec(machine, command).await? {
             ExecOutcome::Launched(l) => Ok(l),
             // `decode_reply_for` yields a launch for every background command.
-            ExecOutcome::Exited(_) => Err(Error::protocol(Operation::Launch, "launch_without_ack")),
+            ExecOutcome::Exited(_) => {
+                Err(Error::protocol(Operation::Launch, Reason::LaunchWithoutAck))
+            }
         }
     }
 
@@ -516,6 +519,6 @@ fn target_of(endpoint: &Endpoint) -> Result<SocketTarget, Error> {
             Operation::Config,
             smolbox_core::Evidence::NotDispatched,
         )
-        .with_reason("transport_not_supported")),
+        .with_reason(Reason::TransportNotSupported)),
     }
 }

@@ -6,6 +6,7 @@
 //! core's events one at a time. The connection goes back to the pool only
 //! when the core says it is reusable.
 
+use smolbox_core::Reason;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -163,7 +164,7 @@ fn with_deadline_reason(e: Error, operation_deadline: Instant) -> Error {
         && e.evidence() == Evidence::NotDispatched
         && Instant::now() >= operation_deadline
     {
-        e.with_reason("deadline")
+        e.with_reason(Reason::Deadline)
     } else {
         e
     }

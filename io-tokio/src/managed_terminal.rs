@@ -12,6 +12,7 @@
 //! with an uncertain `output_limit`), forwards the consumer's input and
 //! resizes, and renews the claim. Terminal bytes are held in memory only.
 
+use smolbox_core::Reason;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -350,7 +351,7 @@ where
     T: Send + 'static,
 {
     tokio::task::spawn_blocking(f).await.unwrap_or_else(|_| {
-        Err(Error::new(Category::Store, op, Evidence::Unknown).with_reason("store_task_lost"))
+        Err(Error::new(Category::Store, op, Evidence::Unknown).with_reason(Reason::StoreTaskLost))
     })
 }
 

@@ -4,6 +4,7 @@
 //! connection is reused only when the exchange that last used it said it can
 //! be (`is_reusable`), and only if it is not stale when checked out.
 
+use smolbox_core::Reason;
 use std::sync::{Arc, Mutex};
 
 use smolbox_core::{Category, Error, Evidence, Operation};
@@ -74,11 +75,11 @@ impl Pool {
         .await
         .map_err(|_| {
             Error::new(Category::Transport, operation, Evidence::NotDispatched)
-                .with_reason("pool_checkout_timeout")
+                .with_reason(Reason::PoolCheckoutTimeout)
         })?
         .map_err(|_| {
             Error::new(Category::Transport, operation, Evidence::NotDispatched)
-                .with_reason("pool_closed")
+                .with_reason(Reason::PoolClosed)
         })?;
         while let Some(mut conn) = self.pop_idle() {
             if !conn.is_stale() {

@@ -16,6 +16,7 @@
 //! to repeat), [`Runtime::cancel`], [`Runtime::reconcile`],
 //! [`Runtime::shutdown`] and [`Runtime::run`] (submit + wait).
 
+use smolbox_core::Reason;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -56,7 +57,7 @@ impl Build for Runtime {
     fn build(builder: RuntimeBuilder) -> Result<Self, Error> {
         builder.check_durable()?;
         let handle = tokio::runtime::Handle::try_current()
-            .map_err(|_| Error::validation(Operation::Config, "no_tokio_runtime"))?;
+            .map_err(|_| Error::validation(Operation::Config, Reason::NoTokioRuntime))?;
         let p = builder.into_parts()?;
         let terminals = ManagedTerminals::new(&p)?;
         let shared = Arc::new(Shared {
@@ -174,7 +175,7 @@ impl Runtime {
     /// the time ran out; the store's error.
     pub async fn wait(&self, key: &RecordKey, timeout_ms: u64) -> Result<Outcome, Error> {
         if timeout_ms > MAX_WAIT_MS {
-            return Err(Error::validation(Operation::Await, "wait_timeout")
+            return Err(Error::validation(Operation::Await, Reason::WaitTimeout)
                 .with_limit(timeout_ms, MAX_WAIT_MS));
         }
         let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout_ms);
@@ -249,7 +250,7 @@ where
     T: Send + 'static,
 {
     tokio::task::spawn_blocking(f).await.unwrap_or_else(|_| {
-        Err(Error::new(Category::Store, op, Evidence::Unknown).with_reason("store_task_lost"))
+        Err(Error::new(Category::Store, op, Evidence::Unknown).with_reason(Reason::StoreTaskLost))
     })
 }
 
@@ -535,7 +536,7 @@ impl Perform for Io {
         tokio::spawn(async move {
             let r = match client {
                 Some(c) => call(&c, op).await,
-                None => Err(Error::validation(Operation::Config, "unknown_worker")),
+                None => Err(Error::validation(Operation::Config, Reason::UnknownWorker)),
             };
             let _ = tx.send(Answer::Worker(id, r));
         });

@@ -1,6 +1,7 @@
 //! [`ExecStream`]: streamed exec (`POST …/exec/stream`) as a `Stream` of
 //! events, and its callback form with back-pressure (features C5.3).
 
+use smolbox_core::Reason;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -105,7 +106,7 @@ fn detached() -> Error {
         Operation::ExecStream,
         Evidence::DispatchUncertain,
     )
-    .with_reason("detached")
+    .with_reason(Reason::Detached)
 }
 
 impl Stream for ExecStream {
@@ -207,7 +208,7 @@ where
                         Operation::ExecStream,
                         Evidence::DispatchUncertain,
                     )
-                    .with_reason("callback_deadline"));
+                    .with_reason(Reason::CallbackDeadline));
                 }
             }
         }
@@ -255,7 +256,7 @@ impl CallbackThreads {
                 Operation::ExecStream,
                 Evidence::NotDispatched,
             )
-            .with_reason("callback_threads_exhausted"));
+            .with_reason(Reason::CallbackThreadsExhausted));
         }
         Ok(CallbackPermit(Arc::clone(threads)))
     }

@@ -12,6 +12,7 @@
 //! `terminal_consumer`), and the task ends within the close wait; it never
 //! outlives the session budget.
 
+use smolbox_core::Reason;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -201,7 +202,7 @@ impl Terminal {
                         Operation::TerminalOpen,
                         Evidence::DispatchUncertain,
                     )
-                    .with_reason("closed_before_open"));
+                    .with_reason(Reason::ClosedBeforeOpen));
                 }
             }
             notified.await;
@@ -292,7 +293,7 @@ fn random(buf: &mut [u8]) -> Result<(), Error> {
             Operation::TerminalOpen,
             Evidence::NotDispatched,
         )
-        .with_reason("no_randomness")
+        .with_reason(Reason::NoRandomness)
     })
 }
 

@@ -1,5 +1,6 @@
 //! Transport and pool tests on loopback (TCP, mutual TLS, Unix socket).
 
+use smolbox_core::Reason;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -147,7 +148,7 @@ async fn tls_refuses_an_unknown_ca_and_a_wrong_host_name() {
         (
             Category::Transport,
             Evidence::NotDispatched,
-            "tls_handshake"
+            Reason::TlsHandshake
         )
     );
     // The right CA, but the certificate does not name 127.0.0.1.
@@ -160,7 +161,7 @@ async fn tls_refuses_an_unknown_ca_and_a_wrong_host_name() {
         .connect(soon(), Operation::Health)
         .await
         .unwrap_err();
-    assert_eq!(e.reason(), "tls_handshake");
+    assert_eq!(e.reason(), Reason::TlsHandshake);
 }
 
 #[tokio::test]
@@ -176,7 +177,7 @@ async fn tls_files_that_are_missing_or_not_pem_are_validation_errors() {
         let e = SocketTarget::tls("localhost", 1, &files).unwrap_err();
         assert_eq!(
             (e.category(), e.reason()),
-            (Category::Validation, "tls_ca_file")
+            (Category::Validation, Reason::TlsCaFile)
         );
     }
 }
@@ -198,7 +199,7 @@ async fn connect_refused_is_transport_not_dispatched() {
             Category::Transport,
             Operation::Get,
             Evidence::NotDispatched,
-            "connect_failed"
+            Reason::ConnectFailed
         )
     );
 }
@@ -264,7 +265,7 @@ async fn pool_holds_at_most_four_and_times_out_the_fifth_checkout() {
         (
             Category::Transport,
             Evidence::NotDispatched,
-            "pool_checkout_timeout"
+            Reason::PoolCheckoutTimeout
         )
     );
     // Give one back as reusable: the next checkout reuses it (no new accept).
@@ -412,7 +413,7 @@ async fn plain_tcp_connects_only_to_loopback_addresses() {
             (e.category(), e.reason(), e.evidence()),
             (
                 Category::Transport,
-                "resolved_not_loopback",
+                Reason::ResolvedNotLoopback,
                 Evidence::NotDispatched
             ),
             "{host}"
@@ -437,10 +438,10 @@ async fn a_unix_socket_others_could_replace_or_write_is_refused_unsent() {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
     };
     for (dir_mode, sock_mode, reason) in [
-        (0o777, 0o755, "socket_dir_writable_by_others"),
-        (0o1777, 0o755, "socket_dir_writable_by_others"),
-        (0o770, 0o755, "socket_dir_writable_by_others"),
-        (0o700, 0o777, "socket_writable_by_others"),
+        (0o777, 0o755, Reason::SocketDirWritableByOthers),
+        (0o1777, 0o755, Reason::SocketDirWritableByOthers),
+        (0o770, 0o755, Reason::SocketDirWritableByOthers),
+        (0o700, 0o777, Reason::SocketWritableByOthers),
     ] {
         set(dir.path(), dir_mode);
         set(&path, sock_mode);
@@ -475,7 +476,7 @@ async fn a_unix_socket_others_could_replace_or_write_is_refused_unsent() {
         .connect(soon(), Operation::Health)
         .await
         .unwrap_err();
-    assert_eq!(e.reason(), "socket_not_a_socket");
+    assert_eq!(e.reason(), Reason::SocketNotASocket);
 }
 
 /// A worker peer: `GET /health` answers 1.22.0 (the exec preflight), every
@@ -557,7 +558,7 @@ async fn callback_threads_are_bounded_per_client_and_a_refusal_sends_nothing() {
             (
                 Category::Transport,
                 Evidence::DispatchUncertain,
-                "callback_deadline"
+                Reason::CallbackDeadline
             )
         );
     }
@@ -573,7 +574,7 @@ async fn callback_threads_are_bounded_per_client_and_a_refusal_sends_nothing() {
         (
             Category::AdmissionExhausted,
             Evidence::NotDispatched,
-            "callback_threads_exhausted"
+            Reason::CallbackThreadsExhausted
         )
     );
     assert_eq!(

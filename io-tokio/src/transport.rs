@@ -5,6 +5,7 @@
 //! [`TlsFiles`] and always verifies the peer certificate chain and the host
 //! name (there is no switch to turn either off). ALPN offers `http/1.1` only.
 
+use smolbox_core::Reason;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -96,7 +97,7 @@ impl SocketTarget {
         let config = client_config(files)?;
         let bare = host.trim_start_matches('[').trim_end_matches(']');
         let name = ServerName::try_from(bare.to_owned())
-            .map_err(|_| Error::validation(Operation::Config, "tls_server_name"))?;
+            .map_err(|_| Error::validation(Operation::Config, Reason::TlsServerName))?;
         Ok(Self {
             kind: Kind::Tls {
                 host,
@@ -132,27 +133,27 @@ impl SocketTarget {
                     let host = host.trim_start_matches('[').trim_end_matches(']');
                     let mut addrs = resolve(host, *port)
                         .await
-                        .map_err(|_| fail("connect_failed"))?;
+                        .map_err(|_| fail(Reason::ConnectFailed))?;
                     // Plain HTTP goes to loopback addresses only, whatever
                     // the resolver says (the decision is core's).
                     addrs.retain(|a| smolbox_core::worker::plain_http_address_allowed(a.ip()));
                     if addrs.is_empty() {
-                        return Err(fail("resolved_not_loopback"));
+                        return Err(fail(Reason::ResolvedNotLoopback));
                     }
                     let s = TcpStream::connect(&addrs[..])
                         .await
-                        .map_err(|_| fail("connect_failed"))?;
+                        .map_err(|_| fail(Reason::ConnectFailed))?;
                     let _ = s.set_nodelay(true);
                     Ok(Connection::Tcp(s))
                 }
                 Kind::Unix { path } => {
-                    let facts = unix_socket_facts(path).map_err(|_| fail("connect_failed"))?;
+                    let facts = unix_socket_facts(path).map_err(|_| fail(Reason::ConnectFailed))?;
                     smolbox_core::worker::check_unix_socket(facts)
                         .map_err(|e| e.with_operation(operation))?;
                     UnixStream::connect(path)
                         .await
                         .map(Connection::Unix)
-                        .map_err(|_| fail("connect_failed"))
+                        .map_err(|_| fail(Reason::ConnectFailed))
                 }
                 Kind::Tls {
                     host,
@@ -165,19 +166,19 @@ impl SocketTarget {
                         *port,
                     ))
                     .await
-                    .map_err(|_| fail("connect_failed"))?;
+                    .map_err(|_| fail(Reason::ConnectFailed))?;
                     let _ = s.set_nodelay(true);
                     let tls = connector
                         .connect(name.clone(), s)
                         .await
-                        .map_err(|_| fail("tls_handshake"))?;
+                        .map_err(|_| fail(Reason::TlsHandshake))?;
                     Ok(Connection::Tls(Box::new(tls)))
                 }
             }
         };
         match tokio::time::timeout_at(deadline.into(), attempt).await {
             Ok(r) => r,
-            Err(_) => Err(fail("connect_timeout")),
+            Err(_) => Err(fail(Reason::ConnectTimeout)),
         }
     }
 }
@@ -374,28 +375,28 @@ impl io::Write for SyncWriter<'_, '_> {
 fn client_config(files: &TlsFiles) -> Result<ClientConfig, Error> {
     let bad = |reason| Error::validation(Operation::Config, reason);
     let mut roots = rustls::RootCertStore::empty();
-    for cert in read_certs(&files.ca_file).map_err(|()| bad("tls_ca_file"))? {
-        roots.add(cert).map_err(|_| bad("tls_ca_file"))?;
+    for cert in read_certs(&files.ca_file).map_err(|()| bad(Reason::TlsCaFile))? {
+        roots.add(cert).map_err(|_| bad(Reason::TlsCaFile))?;
     }
     if roots.is_empty() {
-        return Err(bad("tls_ca_file"));
+        return Err(bad(Reason::TlsCaFile));
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|_| bad("tls_provider"))?
+        .map_err(|_| bad(Reason::TlsProvider))?
         .with_root_certificates(roots);
     let mut config = match &files.client_identity {
         None => builder.with_no_client_auth(),
         Some((cert, key)) => {
-            let chain = read_certs(cert).map_err(|()| bad("tls_client_cert"))?;
+            let chain = read_certs(cert).map_err(|()| bad(Reason::TlsClientCert))?;
             if chain.is_empty() {
-                return Err(bad("tls_client_cert"));
+                return Err(bad(Reason::TlsClientCert));
             }
-            let key = PrivateKeyDer::from_pem_file(key).map_err(|_| bad("tls_client_key"))?;
+            let key = PrivateKeyDer::from_pem_file(key).map_err(|_| bad(Reason::TlsClientKey))?;
             builder
                 .with_client_auth_cert(chain, key)
-                .map_err(|_| bad("tls_client_key"))?
+                .map_err(|_| bad(Reason::TlsClientKey))?
         }
     };
     config.alpn_protocols = vec![b"http/1.1".to_vec()];

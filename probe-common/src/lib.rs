@@ -4,6 +4,7 @@
 //! `io-blocking/examples/probe.rs`) use it; they only connect and drive
 //! [`Probe`] with their shell's one driver.
 
+use smolbox_core::Reason;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -83,22 +84,30 @@ impl Fail {
 pub fn classify(e: &Error, handshake: bool) -> Fail {
     let reason = e.reason();
     let class = match (e.category(), reason) {
-        (_, "connect_failed" | "tls_handshake" | "no_randomness") => "connect",
+        (_, Reason::ConnectFailed | Reason::TlsHandshake | Reason::NoRandomness) => "connect",
         (
             Category::Transport,
-            "deadline" | "idle_timeout" | "connect_timeout" | "handshake_timeout"
-            | "close_wait_expired" | "write_timeout",
+            Reason::Deadline
+            | Reason::IdleTimeout
+            | Reason::ConnectTimeout
+            | Reason::HandshakeTimeout
+            | Reason::CloseWaitExpired
+            | Reason::WriteTimeout,
         ) => "timeout",
         (Category::OutputLimit, _) => "too_large",
-        (_, "invalid_utf8") => "invalid_utf8",
-        (_, "content_encoding") => "unsupported_encoding",
-        (_, "abnormal_close") => "abnormal_close",
+        (_, Reason::InvalidUtf8) => "invalid_utf8",
+        (_, Reason::ContentEncoding) => "unsupported_encoding",
+        (_, Reason::AbnormalClose) => "abnormal_close",
         _ if handshake => "handshake",
         (
             Category::Transport,
-            "early_close" | "truncated" | "eof_during_handshake" | "read_failed" | "write_failed",
+            Reason::EarlyClose
+            | Reason::Truncated
+            | Reason::EofDuringHandshake
+            | Reason::ReadFailed
+            | Reason::WriteFailed,
         ) => "truncated",
-        (_, "content_type" | "duplicate_content_type") => "content_type",
+        (_, Reason::ContentType | Reason::DuplicateContentType) => "content_type",
         _ => "protocol",
     };
     Fail {

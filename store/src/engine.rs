@@ -3,6 +3,7 @@
 //! the pure rule in `smolbox_core::managed`, and writes the result back;
 //! the backend commits only when the closure returns `Ok`.
 
+use smolbox_core::Reason;
 use smolbox_core::managed::claim::{self, Fence, stale_claim};
 use smolbox_core::managed::envelope::{exec_requirements, machine_requirements};
 use smolbox_core::managed::patch::{apply_exec, apply_exec_steps, apply_machine, intent_at_accept};
@@ -113,8 +114,8 @@ pub(crate) fn prepare_partition(tx: &mut dyn Tx, sealer: &Sealer) -> Result<(), 
         return sealer.verify_key_check(&check);
     }
     let mismatch = |e: Error| {
-        if e.reason() == "authentication_failed" {
-            store_error(op, "key_mismatch")
+        if e.reason() == Reason::AuthenticationFailed {
+            store_error(op, Reason::KeyMismatch)
         } else {
             e
         }
@@ -125,7 +126,7 @@ pub(crate) fn prepare_partition(tx: &mut dyn Tx, sealer: &Sealer) -> Result<(), 
                 let rec = tx
                     .exec(&key)
                     .map_err(mismatch)?
-                    .ok_or(store_error(op, "row_vanished"))?;
+                    .ok_or(store_error(op, Reason::RowVanished))?;
                 if !current {
                     tx.put_exec(&rec, false)?;
                 }
@@ -134,7 +135,7 @@ pub(crate) fn prepare_partition(tx: &mut dyn Tx, sealer: &Sealer) -> Result<(), 
                 let rec = tx
                     .machine(&key)
                     .map_err(mismatch)?
-                    .ok_or(store_error(op, "row_vanished"))?;
+                    .ok_or(store_error(op, Reason::RowVanished))?;
                 if !current {
                     tx.put_machine(&rec, false)?;
                 }
@@ -196,7 +197,7 @@ fn accept_as<B: Backend>(
     check_pending(max_pending, op)?;
     rec.validate().map_err(|e| e.with_operation(op))?;
     if rec.state != ExecState::Accepted || rec.version != 1 {
-        return Err(Error::validation(op, "not_freshly_accepted"));
+        return Err(Error::validation(op, Reason::NotFreshlyAccepted));
     }
     // Checked before the transaction, so a refused intent stores nothing.
     let insert = inserted(rec, intent, op)?;
@@ -217,7 +218,9 @@ fn accept_as<B: Backend>(
         }
         let pending = tx.pending_count()?;
         if pending >= u64::from(max_pending) {
-            return Err(exhausted(op, "max_pending").with_limit(pending + 1, max_pending.into()));
+            return Err(
+                exhausted(op, Reason::MaxPending).with_limit(pending + 1, max_pending.into())
+            );
         }
         tx.put_exec(&insert, true)?;
         Ok(Accepted::Inserted(insert.clone()))
@@ -351,7 +354,7 @@ fn live_lease(
     check_machine_name(&req.machine_name).map_err(|e| e.with_operation(op))?;
     match tx.lease(&req.worker_id)? {
         Some(l) if l.owner == guard.owner && l.until_ms > now_ms => Ok(l.generation),
-        _ => Err(stale_claim(op, "worker_lease")),
+        _ => Err(stale_claim(op, Reason::WorkerLease)),
     }
 }
 
@@ -360,16 +363,16 @@ fn check_capacity(tx: &mut dyn Tx, req: &Reserve, op: Operation) -> Result<(), E
     if used.plus(req.capacity).fits(req.limit) {
         Ok(())
     } else {
-        Err(exhausted(op, "worker_capacity"))
+        Err(exhausted(op, Reason::WorkerCapacity))
     }
 }
 
 fn check_name(tx: &mut dyn Tx, req: &Reserve, who: &Assigned, op: Operation) -> Result<(), Error> {
     match tx.assignment(&req.worker_id, &req.machine_name)? {
         Some(existing) if existing != *who => {
-            Err(identity_conflict(op).with_reason("machine_name_taken"))
+            Err(identity_conflict(op).with_reason(Reason::MachineNameTaken))
         }
-        Some(_) => Err(Error::validation(op, "already_assigned")),
+        Some(_) => Err(Error::validation(op, Reason::AlreadyAssigned)),
         None => Ok(()),
     }
 }
@@ -386,17 +389,20 @@ pub(crate) fn reserve<B: Backend>(
         let generation = live_lease(tx, req, guard, now_ms, op)?;
         let rec = guarded_exec(tx, key, guard, now_ms, op)?;
         if rec.spec.machine.is_some() {
-            return Err(Error::validation(op, "managed_command_has_no_reservation"));
+            return Err(Error::validation(
+                op,
+                Reason::ManagedCommandHasNoReservation,
+            ));
         }
         if rec.assignment.is_some() || rec.reservation.is_some() {
-            return Err(Error::validation(op, "already_assigned"));
+            return Err(Error::validation(op, Reason::AlreadyAssigned));
         }
         if rec.deadlines.queue_ms.is_some_and(|q| now_ms > q) {
             return Err(Error::new(Category::Expired, op, Evidence::NotDispatched)
-                .with_reason("queue_deadline"));
+                .with_reason(Reason::QueueDeadline));
         }
         if now_ms < rec.updated_at_ms {
-            return Err(Error::validation(op, "clock_before_updated_at"));
+            return Err(Error::validation(op, Reason::ClockBeforeUpdatedAt));
         }
         let who = Assigned::Execution(rec.key.clone());
         check_name(tx, req, &who, op)?;
@@ -427,16 +433,16 @@ pub(crate) fn release<B: Backend>(
     b.transact(op, Lock::Record, &mut |tx| {
         let rec = guarded_exec(tx, key, guard, now_ms, op)?;
         if rec.reservation.is_none() {
-            return Err(Error::validation(op, "not_reserved"));
+            return Err(Error::validation(op, Reason::NotReserved));
         }
         // C0.4 rule 7: only after verified absence (or no machine at all).
         let allowed = rec.cleanup == Cleanup::Complete
             && (rec.assignment.is_none() || rec.absence_at_ms.is_some());
         if !allowed {
-            return Err(Error::validation(op, "release_before_absence"));
+            return Err(Error::validation(op, Reason::ReleaseBeforeAbsence));
         }
         if now_ms < rec.updated_at_ms {
-            return Err(Error::validation(op, "clock_before_updated_at"));
+            return Err(Error::validation(op, Reason::ClockBeforeUpdatedAt));
         }
         let mut next = rec;
         next.reservation = None;
@@ -475,7 +481,7 @@ fn check_due_limit(limit: u32, op: Operation) -> Result<(), Error> {
     if (1..=MAX_DUE_PAGE).contains(&limit) {
         Ok(())
     } else {
-        Err(Error::validation(op, "due_limit").with_limit(limit.into(), MAX_DUE_PAGE.into()))
+        Err(Error::validation(op, Reason::DueLimit).with_limit(limit.into(), MAX_DUE_PAGE.into()))
     }
 }
 
@@ -539,7 +545,7 @@ fn check_list(scope: &str, after: Option<&str>, limit: u32, op: Operation) -> Re
     if (1..=MAX_LIST_PAGE).contains(&limit) {
         Ok(())
     } else {
-        Err(Error::validation(op, "list_limit").with_limit(limit.into(), MAX_LIST_PAGE.into()))
+        Err(Error::validation(op, Reason::ListLimit).with_limit(limit.into(), MAX_LIST_PAGE.into()))
     }
 }
 
@@ -599,7 +605,7 @@ pub(crate) fn accept_machine<B: Backend>(
     check_pending(max_pending, op)?;
     rec.validate().map_err(|e| e.with_operation(op))?;
     if rec.version != 1 {
-        return Err(Error::validation(op, "not_freshly_accepted"));
+        return Err(Error::validation(op, Reason::NotFreshlyAccepted));
     }
     if !b
         .info()
@@ -618,7 +624,9 @@ pub(crate) fn accept_machine<B: Backend>(
         }
         let pending = tx.pending_machines()?;
         if pending >= u64::from(max_pending) {
-            return Err(exhausted(op, "max_pending").with_limit(pending + 1, max_pending.into()));
+            return Err(
+                exhausted(op, Reason::MaxPending).with_limit(pending + 1, max_pending.into())
+            );
         }
         tx.put_machine(rec, true)?;
         Ok(Accepted::Inserted(rec.clone()))
@@ -722,10 +730,10 @@ pub(crate) fn reserve_machine<B: Backend>(
         let generation = live_lease(tx, req, guard, now_ms, op)?;
         let rec = guarded_machine(tx, key, guard, now_ms, op)?;
         if rec.assignment.is_some() || rec.reservation.is_some() {
-            return Err(Error::validation(op, "already_assigned"));
+            return Err(Error::validation(op, Reason::AlreadyAssigned));
         }
         if now_ms < rec.updated_at_ms {
-            return Err(Error::validation(op, "clock_before_updated_at"));
+            return Err(Error::validation(op, Reason::ClockBeforeUpdatedAt));
         }
         let who = Assigned::Machine(rec.key.clone());
         check_name(tx, req, &who, op)?;
@@ -735,7 +743,7 @@ pub(crate) fn reserve_machine<B: Backend>(
             if tx.port_owner(&req.worker_id, *port)?.is_some() {
                 return Err(
                     Error::new(Category::PortConflict, op, Evidence::NotDispatched)
-                        .with_reason("host_port_taken"),
+                        .with_reason(Reason::HostPortTaken),
                 );
             }
         }
@@ -855,11 +863,11 @@ fn submit_as<B: Backend>(
     check_pending(max_pending, op)?;
     rec.validate().map_err(|e| e.with_operation(op))?;
     if rec.state != ExecState::Accepted || rec.version != 1 {
-        return Err(Error::validation(op, "not_freshly_accepted"));
+        return Err(Error::validation(op, Reason::NotFreshlyAccepted));
     }
     let insert = inserted(rec, intent, op)?;
     let Some(machine_key) = rec.spec.machine.clone() else {
-        return Err(Error::validation(op, "not_a_machine_command"));
+        return Err(Error::validation(op, Reason::NotAMachineCommand));
     };
     if !b
         .info()
@@ -883,7 +891,9 @@ fn submit_as<B: Backend>(
         let m = tx.machine(&machine_key)?.ok_or(not_found(op))?;
         let pending = tx.pending_count()?;
         if pending >= u64::from(max_pending) {
-            return Err(exhausted(op, "max_pending").with_limit(pending + 1, max_pending.into()));
+            return Err(
+                exhausted(op, Reason::MaxPending).with_limit(pending + 1, max_pending.into())
+            );
         }
         // The machine's time never goes back: the slot is taken at the
         // acceptance time, or at the machine's last write when that is later.
@@ -914,14 +924,14 @@ pub(crate) fn resolve_machine<B: Backend>(
     let op = Operation::StoreSlot;
     if !quiesced {
         // AC-17.3.1: refused before anything is read.
-        return Err(Error::validation(op, "not_quiesced"));
+        return Err(Error::validation(op, Reason::NotQuiesced));
     }
     b.transact(op, Lock::Partition, &mut |tx| {
         let m = tx.machine(key)?.ok_or(not_found(op))?;
         let command = match &m.active_execution {
             Some(k) => Some(
                 tx.exec(k)?
-                    .ok_or(store_error(op, "active_execution_missing"))?,
+                    .ok_or(store_error(op, Reason::ActiveExecutionMissing))?,
             ),
             None => None,
         };
@@ -945,22 +955,23 @@ fn check_pending(max_pending: u32, op: Operation) -> Result<(), Error> {
     if (MIN_PENDING..=MAX_PENDING).contains(&max_pending) {
         Ok(())
     } else {
-        Err(Error::validation(op, "max_pending").with_limit(max_pending.into(), MAX_PENDING.into()))
+        Err(Error::validation(op, Reason::MaxPending)
+            .with_limit(max_pending.into(), MAX_PENDING.into()))
     }
 }
 
 const fn identity_conflict(op: Operation) -> Error {
     Error::new(Category::IdentityConflict, op, Evidence::NotDispatched)
-        .with_reason("fingerprint_differs")
+        .with_reason(Reason::FingerprintDiffers)
 }
 
-pub(crate) const fn exhausted(op: Operation, reason: &'static str) -> Error {
+pub(crate) const fn exhausted(op: Operation, reason: Reason) -> Error {
     Error::new(Category::AdmissionExhausted, op, Evidence::NotDispatched).with_reason(reason)
 }
 
 const fn unsupported(op: Operation) -> Error {
     Error::new(Category::UnsupportedCapability, op, Evidence::NotDispatched)
-        .with_reason("store_capability")
+        .with_reason(Reason::StoreCapability)
 }
 
 /// The kind and key an assignment row stores.

@@ -8,6 +8,7 @@
 //! match). A replaced key file is caught by the database's key-check value
 //! when the store opens (`key_mismatch`).
 
+use smolbox_core::Reason;
 use std::fs::{self, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -31,7 +32,7 @@ pub fn load_or_create_keys(db_path: &Path) -> Result<(FingerprintKey, Encryption
     let seal_path = sibling(db_path, "seal-key");
     let db_exists = fs::metadata(db_path).is_ok_and(|m| m.len() > 0);
     if db_exists && !(fp_path.exists() && seal_path.exists()) {
-        return Err(key_error("key_missing"));
+        return Err(key_error(Reason::KeyMissing));
     }
     let fp = key_file(&fp_path)?;
     let seal = key_file(&seal_path)?;
@@ -53,9 +54,9 @@ pub fn load_or_create_keys(db_path: &Path) -> Result<(FingerprintKey, Encryption
 pub fn key_file(path: &Path) -> Result<[u8; 32], Error> {
     if !path.exists() {
         let mut key = [0u8; 32];
-        getrandom::fill(&mut key).map_err(|_| key_error("key_random"))?;
+        getrandom::fill(&mut key).map_err(|_| key_error(Reason::KeyRandom))?;
         let mut nonce = [0u8; 8];
-        getrandom::fill(&mut nonce).map_err(|_| key_error("key_random"))?;
+        getrandom::fill(&mut nonce).map_err(|_| key_error(Reason::KeyRandom))?;
         let tmp = sibling(path, &format!("tmp-{:016x}", u64::from_le_bytes(nonce)));
         let written = OpenOptions::new()
             .write(true)
@@ -65,7 +66,7 @@ pub fn key_file(path: &Path) -> Result<[u8; 32], Error> {
             .and_then(|mut f| f.write_all(&key).and_then(|()| f.sync_all()));
         if written.is_err() {
             let _ = fs::remove_file(&tmp);
-            return Err(key_error("key_write"));
+            return Err(key_error(Reason::KeyWrite));
         }
         let linked = fs::hard_link(&tmp, path);
         let _ = fs::remove_file(&tmp);
@@ -76,19 +77,19 @@ pub fn key_file(path: &Path) -> Result<[u8; 32], Error> {
                 return Ok(key);
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {} // lost the race
-            Err(_) => return Err(key_error("key_create")),
+            Err(_) => return Err(key_error(Reason::KeyCreate)),
         }
     }
-    let meta = fs::metadata(path).map_err(|_| key_error("key_read"))?;
+    let meta = fs::metadata(path).map_err(|_| key_error(Reason::KeyRead))?;
     if meta.permissions().mode() & 0o077 != 0 {
-        return Err(key_error("key_permissions"));
+        return Err(key_error(Reason::KeyPermissions));
     }
     let mut bytes = Vec::with_capacity(33);
     fs::File::open(path)
         .and_then(|f| f.take(33).read_to_end(&mut bytes))
-        .map_err(|_| key_error("key_read"))?;
+        .map_err(|_| key_error(Reason::KeyRead))?;
     if bytes.len() != 32 {
-        return Err(key_error("key_length").with_limit(bytes.len() as u64, 32));
+        return Err(key_error(Reason::KeyLength).with_limit(bytes.len() as u64, 32));
     }
     let mut key = [0u8; 32];
     key.copy_from_slice(&bytes);
@@ -103,7 +104,7 @@ fn sync_parent(path: &Path) -> Result<(), Error> {
     };
     fs::File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(|_| key_error("key_sync"))
+        .map_err(|_| key_error(Reason::KeySync))
 }
 
 fn sibling(path: &Path, suffix: &str) -> PathBuf {
@@ -113,9 +114,9 @@ fn sibling(path: &Path, suffix: &str) -> PathBuf {
     path.with_file_name(name)
 }
 
-fn key_error(reason: &'static str) -> Error {
+fn key_error(reason: Reason) -> Error {
     let category = match reason {
-        "key_permissions" | "key_length" => Category::Validation,
+        Reason::KeyPermissions | Reason::KeyLength => Category::Validation,
         _ => Category::Store,
     };
     Error::new(category, Operation::Encryption, Evidence::NotDispatched).with_reason(reason)
@@ -162,7 +163,10 @@ mod tests {
             let saved = fs::read(&p).unwrap();
             fs::remove_file(&p).unwrap();
             let e = load_or_create_keys(&db).unwrap_err();
-            assert_eq!((e.category(), e.reason()), (Category::Store, "key_missing"));
+            assert_eq!(
+                (e.category(), e.reason()),
+                (Category::Store, Reason::KeyMissing)
+            );
             assert!(!p.exists(), "no new key was created");
             let mut f = OpenOptions::new()
                 .write(true)

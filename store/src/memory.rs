@@ -7,6 +7,7 @@
 //! A transaction runs on a copy of the state that replaces the original
 //! only when the operation succeeds, so a failure changes nothing.
 
+use smolbox_core::Reason;
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::{Mutex, PoisonError};
@@ -79,11 +80,11 @@ impl MemoryStore {
     /// `validation` when a bound is out of range.
     pub fn new(config: MemoryConfig) -> Result<Self, Error> {
         if !(1..=MAX_RECORDS).contains(&config.max_records) {
-            return Err(Error::validation(Operation::Config, "max_records")
+            return Err(Error::validation(Operation::Config, Reason::MaxRecords)
                 .with_limit(config.max_records as u64, MAX_RECORDS as u64));
         }
         if !(1..=MAX_BYTES).contains(&config.max_bytes) {
-            return Err(Error::validation(Operation::Config, "max_bytes")
+            return Err(Error::validation(Operation::Config, Reason::MaxBytes)
                 .with_limit(config.max_bytes as u64, MAX_BYTES as u64));
         }
         Ok(Self {
@@ -144,12 +145,12 @@ impl MemTx<'_> {
         let op = Operation::StoreWrite;
         let records = self.s.execs.len() + self.s.machines.len();
         if inserting && records >= self.config.max_records {
-            return Err(exhausted(op, "memory_records")
+            return Err(exhausted(op, Reason::MemoryRecords)
                 .with_limit(records as u64 + 1, self.config.max_records as u64));
         }
         let bytes = self.s.bytes - old + new;
         if bytes > self.config.max_bytes {
-            return Err(exhausted(op, "memory_bytes")
+            return Err(exhausted(op, Reason::MemoryBytes)
                 .with_limit(bytes as u64, self.config.max_bytes as u64));
         }
         self.s.bytes = bytes;
@@ -197,7 +198,7 @@ impl Tx for MemTx<'_> {
 
     fn put_lease(&mut self, worker_id: &str, lease: &Lease, new: bool) -> Result<(), Error> {
         if new && self.s.leases.len() >= MAX_LEASES {
-            return Err(exhausted(Operation::StoreClaim, "memory_leases")
+            return Err(exhausted(Operation::StoreClaim, Reason::MemoryLeases)
                 .with_limit(self.s.leases.len() as u64 + 1, MAX_LEASES as u64));
         }
         self.s.leases.insert(worker_id.to_owned(), lease.clone());

@@ -6,6 +6,7 @@
 //! The connection string is parsed once, here. Neither it nor anything in it
 //! (the password above all) ever appears in an error or in `Debug` output.
 
+use smolbox_core::Reason;
 use std::net::IpAddr;
 use std::path::Path;
 use std::str::FromStr;
@@ -59,7 +60,7 @@ impl PostgresOptions {
     /// `validation` (`postgres_ca`) when the bundle is larger than
     /// [`MAX_CA_BYTES`], holds no certificate, or a certificate is malformed.
     pub fn ca_pem(mut self, pem: &[u8]) -> Result<Self, Error> {
-        let bad = || Error::validation(Operation::Config, "postgres_ca");
+        let bad = || Error::validation(Operation::Config, Reason::PostgresCa);
         if pem.len() > MAX_CA_BYTES {
             return Err(bad().with_limit(pem.len() as u64, MAX_CA_BYTES as u64));
         }
@@ -80,7 +81,7 @@ impl PostgresOptions {
     /// `validation` (`postgres_ca_file`) when the file cannot be read or is
     /// larger than [`MAX_CA_BYTES`]; then as [`PostgresOptions::ca_pem`].
     pub fn ca_file(self, path: &Path) -> Result<Self, Error> {
-        let bad = || Error::validation(Operation::Config, "postgres_ca_file");
+        let bad = || Error::validation(Operation::Config, Reason::PostgresCaFile);
         let len = std::fs::metadata(path).map_err(|_| bad())?.len();
         if len > MAX_CA_BYTES as u64 {
             return Err(bad().with_limit(len, MAX_CA_BYTES as u64));
@@ -114,10 +115,10 @@ impl Connector {
     pub(crate) fn new(url: &str, options: &PostgresOptions) -> Result<Self, Error> {
         let op = Operation::Config;
         let mut config =
-            Config::from_str(url).map_err(|_| Error::validation(op, "postgres_url"))?;
+            Config::from_str(url).map_err(|_| Error::validation(op, Reason::PostgresUrl))?;
         let Some(roots) = &options.roots else {
             if !options.allow_plaintext_remote && !only_this_host(&config) {
-                return Err(Error::validation(op, "postgres_plaintext_remote"));
+                return Err(Error::validation(op, Reason::PostgresPlaintextRemote));
             }
             return Ok(Self { config, tls: None });
         };
@@ -127,13 +128,13 @@ impl Connector {
             .any(|h| !matches!(h, Host::Tcp(_)))
         {
             // TLS over a Unix socket is not a thing PostgreSQL does.
-            return Err(Error::validation(op, "postgres_tls_unix_socket"));
+            return Err(Error::validation(op, Reason::PostgresTlsUnixSocket));
         }
         config.ssl_mode(SslMode::Require);
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let client = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(|_| Error::validation(op, "postgres_tls"))?
+            .map_err(|_| Error::validation(op, Reason::PostgresTls))?
             .with_root_certificates(Arc::clone(roots))
             .with_no_client_auth();
         Ok(Self {
@@ -175,19 +176,21 @@ fn connect_error(op: Operation, e: &postgres::Error) -> Error {
     let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
     while let Some(s) = source {
         if s.downcast_ref::<rustls::Error>().is_some() {
-            return Error::new(Category::Store, op, Evidence::Unknown).with_reason("postgres_tls");
+            return Error::new(Category::Store, op, Evidence::Unknown)
+                .with_reason(Reason::PostgresTls);
         }
         if let Some(io) = s.downcast_ref::<std::io::Error>()
             && io
                 .get_ref()
                 .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some())
         {
-            return Error::new(Category::Store, op, Evidence::Unknown).with_reason("postgres_tls");
+            return Error::new(Category::Store, op, Evidence::Unknown)
+                .with_reason(Reason::PostgresTls);
         }
         source = s.source();
     }
     if e.to_string().contains("server does not support TLS") {
-        return Error::new(Category::Store, op, Evidence::Unknown).with_reason("postgres_tls");
+        return Error::new(Category::Store, op, Evidence::Unknown).with_reason(Reason::PostgresTls);
     }
     crate::postgres::pg_error(op, e)
 }
@@ -200,7 +203,7 @@ mod tests {
     fn reason(r: Result<Connector, Error>) -> &'static str {
         match r {
             Ok(_) => "ok",
-            Err(e) => e.reason(),
+            Err(e) => e.reason().as_str(),
         }
     }
 
@@ -227,7 +230,7 @@ mod tests {
             let e = Connector::new(remote, &plain)
                 .err()
                 .unwrap_or_else(|| panic!("{remote}"));
-            assert_eq!(e.reason(), "postgres_plaintext_remote");
+            assert_eq!(e.reason(), Reason::PostgresPlaintextRemote);
             assert_eq!(e.category(), Category::Validation);
             assert!(!e.may_have_reached_worker());
             assert_eq!(
@@ -257,13 +260,13 @@ mod tests {
             &PostgresOptions::new(),
         )
         .err();
-        assert_eq!(e.map(|e| e.reason()), Some("postgres_url"));
+        assert_eq!(e.map(|e| e.reason()), Some(Reason::PostgresUrl));
     }
 
     #[test]
     fn a_ca_bundle_must_hold_certificates_and_stay_under_the_cap() {
         let e = PostgresOptions::new().ca_pem(b"not a certificate").err();
-        assert_eq!(e.map(|e| e.reason()), Some("postgres_ca"));
+        assert_eq!(e.map(|e| e.reason()), Some(Reason::PostgresCa));
         let e = PostgresOptions::new()
             .ca_pem(&vec![b' '; MAX_CA_BYTES + 1])
             .err();
@@ -274,7 +277,7 @@ mod tests {
         let bad = b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
         assert_eq!(
             PostgresOptions::new().ca_pem(bad).err().map(|e| e.reason()),
-            Some("postgres_ca")
+            Some(Reason::PostgresCa)
         );
         // A real certificate padded to exactly the cap is accepted; one
         // byte more is refused before parsing.
@@ -289,10 +292,10 @@ mod tests {
         assert!(PostgresOptions::new().ca_pem(&at_cap).unwrap().tls());
         at_cap.push(b'\n');
         let e = PostgresOptions::new().ca_pem(&at_cap).err();
-        assert_eq!(e.map(|e| e.reason()), Some("postgres_ca"));
+        assert_eq!(e.map(|e| e.reason()), Some(Reason::PostgresCa));
         let e = PostgresOptions::new()
             .ca_file(Path::new("/nonexistent/ca.pem"))
             .err();
-        assert_eq!(e.map(|e| e.reason()), Some("postgres_ca_file"));
+        assert_eq!(e.map(|e| e.reason()), Some(Reason::PostgresCaFile));
     }
 }

@@ -19,6 +19,7 @@
 //! (never absence) and the next call reconnects. [`PostgresStore::drop_schema`]
 //! (the down migration) refuses to drop non-empty history.
 
+use smolbox_core::Reason;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, PoisonError};
 
@@ -182,7 +183,7 @@ impl PostgresStore {
         let layout = loop {
             attempt += 1;
             match self.migrate_once(op) {
-                Err(e) if e.reason() == "postgres_contention" && attempt < MAX_ATTEMPTS => {
+                Err(e) if e.reason() == Reason::PostgresContention && attempt < MAX_ATTEMPTS => {
                     let pause = std::time::Duration::from_millis(1 << attempt.min(6));
                     std::thread::sleep(pause.min(MAX_BACKOFF));
                 }
@@ -190,7 +191,7 @@ impl PostgresStore {
             }
         };
         if layout != LAYOUT_VERSION {
-            return Err(store_error(op, "unknown_layout_version"));
+            return Err(store_error(op, Reason::UnknownLayoutVersion));
         }
         self.prepare()
     }
@@ -293,7 +294,7 @@ impl PostgresStore {
         if dropped {
             Ok(())
         } else {
-            Err(store_error(op, "history_not_empty"))
+            Err(store_error(op, Reason::HistoryNotEmpty))
         }
     }
 
@@ -380,7 +381,7 @@ impl PostgresStore {
             });
         }
         let Some(conn) = slot.as_mut() else {
-            return Err(store_error(op, "postgres_unavailable"));
+            return Err(store_error(op, Reason::PostgresUnavailable));
         };
         let out = f(conn);
         if conn.client.is_closed() {
@@ -437,7 +438,7 @@ impl PostgresStore {
                 });
             }
             let Some(conn) = slot.as_mut() else {
-                return Err(store_error(op, "postgres_unavailable"));
+                return Err(store_error(op, Reason::PostgresUnavailable));
             };
             let result = run_once(conn, sealer, op, lock, f);
             if conn.client.is_closed() {
@@ -448,7 +449,7 @@ impl PostgresStore {
                     let pause = std::time::Duration::from_millis(1 << attempt.min(6));
                     std::thread::sleep(pause.min(MAX_BACKOFF));
                 }
-                Err(Failure::Retry) => return Err(store_error(op, "postgres_contention")),
+                Err(Failure::Retry) => return Err(store_error(op, Reason::PostgresContention)),
                 Err(Failure::Error(e)) => return Err(e),
                 Ok(v) => return Ok(v),
             }
@@ -527,7 +528,7 @@ fn run_once<R>(
             )
             .map_err(Failure::Error)?;
         if found.is_none() {
-            return Err(Failure::Error(store_error(op, "partition_missing")));
+            return Err(Failure::Error(store_error(op, Reason::PartitionMissing)));
         }
     }
     match f(&mut pg) {
@@ -706,9 +707,9 @@ impl PgTx<'_> {
             Ok(())
         } else if !cas.is_empty() {
             self.retry = true;
-            Err(store_error(self.op, "postgres_contention"))
+            Err(store_error(self.op, Reason::PostgresContention))
         } else {
-            Err(store_error(self.op, "row_vanished"))
+            Err(store_error(self.op, Reason::RowVanished))
         }
     }
 
@@ -904,7 +905,7 @@ impl Tx for PgTx<'_> {
             &[&partition, &worker_id],
         )?;
         let Some(r) = rows.first() else {
-            return Err(store_error(self.op, "usage_missing"));
+            return Err(store_error(self.op, Reason::UsageMissing));
         };
         let v = |i: usize| u64::try_from(r.get::<_, i64>(i)).unwrap_or(u64::MAX);
         Ok(Resources {
@@ -1098,21 +1099,21 @@ impl PgTx<'_> {
 /// Maps a PostgreSQL failure to a `store` error (never `not_found`).
 pub(crate) fn pg_error(op: Operation, e: &postgres::Error) -> Error {
     let reason = match e.code() {
-        None if e.is_closed() => "postgres_unavailable",
-        None => "postgres_io",
+        None if e.is_closed() => Reason::PostgresUnavailable,
+        None => Reason::PostgresIo,
         Some(c) if *c == SqlState::UNIQUE_VIOLATION || *c == SqlState::FOREIGN_KEY_VIOLATION => {
-            "postgres_constraint"
+            Reason::PostgresConstraint
         }
         Some(c)
             if *c == SqlState::T_R_DEADLOCK_DETECTED
                 || *c == SqlState::T_R_SERIALIZATION_FAILURE =>
         {
-            "postgres_contention"
+            Reason::PostgresContention
         }
         Some(c) if *c == SqlState::ADMIN_SHUTDOWN || *c == SqlState::CANNOT_CONNECT_NOW => {
-            "postgres_unavailable"
+            Reason::PostgresUnavailable
         }
-        Some(_) => "postgres",
+        Some(_) => Reason::Postgres,
     };
     store_error(op, reason)
 }

@@ -5,6 +5,7 @@
 //! capacity numbers are projected; argv, env, stdin, paths and every other
 //! payload field exist only inside the ciphertext (C18.4).
 
+use smolbox_core::Reason;
 use smolbox_core::managed::record::Resources;
 use smolbox_core::managed::{ExecutionRecord, Lease, MachineRecord, RecordKey, RecordKind};
 use smolbox_core::{Error, Operation};
@@ -86,7 +87,7 @@ impl Projection {
     /// The row's version column, which the sealed payload is bound to.
     pub(crate) fn stored_version(&self) -> Result<u64, Error> {
         u64::try_from(self.version)
-            .map_err(|_| store_error(Operation::StoreFetch, "projection_mismatch"))
+            .map_err(|_| store_error(Operation::StoreFetch, Reason::ProjectionMismatch))
     }
 
     /// Fails loudly when the clear columns disagree with the payload.
@@ -94,7 +95,10 @@ impl Projection {
         if self == decoded {
             Ok(())
         } else {
-            Err(store_error(Operation::StoreFetch, "projection_mismatch"))
+            Err(store_error(
+                Operation::StoreFetch,
+                Reason::ProjectionMismatch,
+            ))
         }
     }
 }
@@ -111,7 +115,7 @@ pub(crate) fn lease_of(
             generation,
             until_ms,
         }),
-        _ => Err(store_error(op, "corrupt_lease")),
+        _ => Err(store_error(op, Reason::CorruptLease)),
     }
 }
 
@@ -127,6 +131,6 @@ pub(crate) fn assigned_of(
     } else if kind == RecordKind::Machine.as_str() {
         Ok(Assigned::Machine(key))
     } else {
-        Err(store_error(op, "corrupt_assignment"))
+        Err(store_error(op, Reason::CorruptAssignment))
     }
 }

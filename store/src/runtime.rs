@@ -12,6 +12,7 @@
 //! its [`Perform`] (which starts the ops on its own tasks or threads). A
 //! waiter's reply is a [`Reply`], a closure over the shell's channel.
 
+use smolbox_core::Reason;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -71,12 +72,13 @@ pub fn default_owner() -> String {
 
 /// The error of a call on a runtime whose driver is gone.
 pub fn stopped(op: Operation) -> Error {
-    Error::new(Category::Unknown, op, Evidence::Unknown).with_reason("runtime_stopped")
+    Error::new(Category::Unknown, op, Evidence::Unknown).with_reason(Reason::RuntimeStopped)
 }
 
 /// The error of a wait whose time ran out (operation `await`).
 pub fn wait_expired() -> Error {
-    Error::new(Category::Expired, Operation::Await, Evidence::Unknown).with_reason("wait_timeout")
+    Error::new(Category::Expired, Operation::Await, Evidence::Unknown)
+        .with_reason(Reason::WaitTimeout)
 }
 
 /// A shell's runtime, built from a [`Builder`] (the shell's
@@ -228,7 +230,10 @@ impl<R: Build> Builder<R> {
     /// `validation` (`store_not_durable`).
     pub fn check_durable(&self) -> Result<(), Error> {
         if !self.store.info().durable && !self.ephemeral {
-            return Err(Error::validation(Operation::Config, "store_not_durable"));
+            return Err(Error::validation(
+                Operation::Config,
+                Reason::StoreNotDurable,
+            ));
         }
         Ok(())
     }
@@ -842,7 +847,10 @@ mod tests {
     fn a_non_durable_store_is_refused_unless_ephemeral() {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new(MemoryConfig::default()).unwrap());
         let b = Builder::<Inert>::new(Arc::clone(&store), testkit::fingerprint_key());
-        assert_eq!(b.check_durable().unwrap_err().reason(), "store_not_durable");
+        assert_eq!(
+            b.check_durable().unwrap_err().reason(),
+            Reason::StoreNotDurable
+        );
         let b = Builder::<Inert>::new(store, testkit::fingerprint_key()).ephemeral(true);
         assert!(b.check_durable().is_ok());
         assert!(b.build().is_ok());
@@ -869,7 +877,7 @@ mod tests {
             self.store_ops.push(op.name());
             Err(
                 Error::new(Category::Store, Operation::StoreWrite, Evidence::Unknown)
-                    .with_reason("store_thread_lost"),
+                    .with_reason(Reason::StoreThreadLost),
             )
         }
         fn worker(&mut self, _: OpId, _: WorkerOp) -> Result<(), Error> {

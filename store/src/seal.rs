@@ -23,6 +23,7 @@
 //! a v1 payload is refused like any other tampering.
 
 use core::fmt;
+use smolbox_core::Reason;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -64,7 +65,7 @@ impl EncryptionKey {
         if fingerprint_key.same_bytes(&bytes) {
             return Err(Error::validation(
                 Operation::Encryption,
-                "key_equals_fingerprint_key",
+                Reason::KeyEqualsFingerprintKey,
             ));
         }
         Ok(Self(bytes, fingerprint_key.check_tag()))
@@ -163,10 +164,10 @@ impl Sealer {
             Ok(plain) if plain == self.key_check_plain() || plain == KEY_CHECK_PLAIN => Ok(()),
             Ok(plain) if plain.starts_with(KEY_CHECK_PLAIN) => Err(store_error(
                 Operation::Encryption,
-                "fingerprint_key_mismatch",
+                Reason::FingerprintKeyMismatch,
             )),
-            Err(e) if e.reason() == "unknown_key_id" => Err(e),
-            _ => Err(store_error(Operation::Encryption, "key_mismatch")),
+            Err(e) if e.reason() == Reason::UnknownKeyId => Err(e),
+            _ => Err(store_error(Operation::Encryption, Reason::KeyMismatch)),
         }
     }
 
@@ -299,11 +300,11 @@ impl Sealer {
     fn seal_with(&self, ad: &[u8], mut plain: Vec<u8>) -> Result<Vec<u8>, Error> {
         let mut nonce = [0u8; NONCE_LEN];
         getrandom::fill(&mut nonce)
-            .map_err(|_| store_error(Operation::Encryption, "no_randomness"))?;
+            .map_err(|_| store_error(Operation::Encryption, Reason::NoRandomness))?;
         let tag = self
             .cipher
             .encrypt_in_place_detached(Nonce::from_slice(&nonce), ad, &mut plain)
-            .map_err(|_| store_error(Operation::Encryption, "seal"))?;
+            .map_err(|_| store_error(Operation::Encryption, Reason::Seal))?;
         let mut out = Vec::with_capacity(1 + KEY_ID_LEN + NONCE_LEN + TAG_LEN + plain.len());
         out.push(SEALED_V2);
         out.extend_from_slice(&KEY_ID.to_be_bytes());
@@ -323,22 +324,31 @@ impl Sealer {
         match sealed.first() {
             Some(&SEALED_V2) => self.open_v2(&self.associated_data(kind, key, version), sealed),
             Some(&SEALED_V1) if self.legacy => self.open_v1(kind, key, sealed),
-            Some(&SEALED_V1) => Err(store_error(Operation::Encryption, "legacy_sealed_version")),
-            _ => Err(store_error(Operation::Encryption, "unknown_sealed_version")),
+            Some(&SEALED_V1) => Err(store_error(
+                Operation::Encryption,
+                Reason::LegacySealedVersion,
+            )),
+            _ => Err(store_error(
+                Operation::Encryption,
+                Reason::UnknownSealedVersion,
+            )),
         }
     }
 
     fn open_v2(&self, ad: &[u8], sealed: &[u8]) -> Result<Vec<u8>, Error> {
         let head = 1 + KEY_ID_LEN + NONCE_LEN + TAG_LEN;
         if sealed.len() < head || sealed.len() > head + HEADER_LEN + MAX_PAYLOAD_LEN {
-            return Err(store_error(Operation::Encryption, "sealed_length"));
+            return Err(store_error(Operation::Encryption, Reason::SealedLength));
         }
         if sealed[0] != SEALED_V2 {
-            return Err(store_error(Operation::Encryption, "unknown_sealed_version"));
+            return Err(store_error(
+                Operation::Encryption,
+                Reason::UnknownSealedVersion,
+            ));
         }
         let key_id = u32::from_be_bytes([sealed[1], sealed[2], sealed[3], sealed[4]]);
         if key_id != KEY_ID {
-            return Err(store_error(Operation::Encryption, "unknown_key_id"));
+            return Err(store_error(Operation::Encryption, Reason::UnknownKeyId));
         }
         let n = 1 + KEY_ID_LEN;
         let nonce = Nonce::from_slice(&sealed[n..n + NONCE_LEN]);
@@ -346,7 +356,7 @@ impl Sealer {
         let mut plain = sealed[head..].to_vec();
         self.cipher
             .decrypt_in_place_detached(nonce, ad, &mut plain, tag)
-            .map_err(|_| store_error(Operation::Encryption, "authentication_failed"))?;
+            .map_err(|_| store_error(Operation::Encryption, Reason::AuthenticationFailed))?;
         Ok(plain)
     }
 
@@ -354,7 +364,7 @@ impl Sealer {
     fn open_v1(&self, kind: RecordKind, key: &RecordKey, sealed: &[u8]) -> Result<Vec<u8>, Error> {
         let head = 1 + NONCE_LEN + TAG_LEN;
         if sealed.len() < head || sealed.len() > head + HEADER_LEN + MAX_PAYLOAD_LEN {
-            return Err(store_error(Operation::Encryption, "sealed_length"));
+            return Err(store_error(Operation::Encryption, Reason::SealedLength));
         }
         let nonce = Nonce::from_slice(&sealed[1..1 + NONCE_LEN]);
         let tag = Tag::from_slice(&sealed[1 + NONCE_LEN..head]);
@@ -367,7 +377,7 @@ impl Sealer {
         }
         self.cipher
             .decrypt_in_place_detached(nonce, &ad, &mut plain, tag)
-            .map_err(|_| store_error(Operation::Encryption, "authentication_failed"))?;
+            .map_err(|_| store_error(Operation::Encryption, Reason::AuthenticationFailed))?;
         Ok(plain)
     }
 
@@ -449,10 +459,10 @@ fn check_identity(
     version: u64,
 ) -> Result<(), Error> {
     if got != key {
-        return Err(store_error(Operation::Encryption, "identity_mismatch"));
+        return Err(store_error(Operation::Encryption, Reason::IdentityMismatch));
     }
     if got_version != version {
-        return Err(store_error(Operation::Encryption, "version_mismatch"));
+        return Err(store_error(Operation::Encryption, Reason::VersionMismatch));
     }
     Ok(())
 }
@@ -470,7 +480,7 @@ pub(crate) fn check_partition(p: &str) -> Result<(), Error> {
     if ok {
         Ok(())
     } else {
-        Err(Error::validation(Operation::Config, "partition"))
+        Err(Error::validation(Operation::Config, Reason::Partition))
     }
 }
 
@@ -497,7 +507,7 @@ mod tests {
         let e = t.verify_key_check(&check).unwrap_err();
         assert_eq!(
             (e.category(), e.reason()),
-            (Category::Store, "fingerprint_key_mismatch")
+            (Category::Store, Reason::FingerprintKeyMismatch)
         );
         // Another encryption key.
         let k = EncryptionKey::new([4; 32], &fingerprint_key()).unwrap();
@@ -505,7 +515,7 @@ mod tests {
             .unwrap()
             .verify_key_check(&check)
             .unwrap_err();
-        assert_eq!(e.reason(), "key_mismatch");
+        assert_eq!(e.reason(), Reason::KeyMismatch);
         // A check of the first layout-2 form (the bare label) still opens.
         let bare = s
             .seal_with(&s.key_check_ad(), KEY_CHECK_PLAIN.to_vec())
@@ -526,7 +536,7 @@ mod tests {
         let e = s.open_exec(&rec.key, 2, &sealed).unwrap_err();
         assert_eq!(
             (e.category(), e.reason()),
-            (Category::Store, "authentication_failed")
+            (Category::Store, Reason::AuthenticationFailed)
         );
         // Other bytes for the cached key take the full path.
         let mut tampered = sealed.clone();
@@ -534,7 +544,7 @@ mod tests {
         tampered[last] ^= 1;
         assert_eq!(
             s.open_exec(&rec.key, 1, &tampered).unwrap_err().reason(),
-            "authentication_failed"
+            Reason::AuthenticationFailed
         );
         // A sealer without the cache entry reads the same bytes the same way.
         let fresh = sealer();
@@ -546,7 +556,7 @@ mod tests {
             s.open_exec(&rec.key, 1, &other_sealed)
                 .unwrap_err()
                 .reason(),
-            "authentication_failed"
+            Reason::AuthenticationFailed
         );
     }
 

@@ -12,6 +12,7 @@
 //! `durable: false` in [`StoreInfo`], so a durable runtime refuses it
 //! unless its ephemeral mode is explicit.
 
+use smolbox_core::Reason;
 use std::path::Path;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
@@ -187,7 +188,7 @@ impl SqliteStore {
                     .map_err(|e| sql_error(op, &e))?;
                 }
                 Some(LAYOUT_VERSION) => {}
-                Some(_) => return Err(store_error(op, "unknown_layout_version")),
+                Some(_) => return Err(store_error(op, Reason::UnknownLayoutVersion)),
             }
             let legacy = sealer.with_legacy();
             prepare_partition(
@@ -210,9 +211,9 @@ impl SqliteStore {
             let tx = conn.transaction().map_err(|e| sql_error(op, &e))?;
             match read_layout(&tx)? {
                 Some(LAYOUT_VERSION) => {}
-                Some(1) => return Err(store_error(op, "layout_needs_migration")),
-                Some(_) => return Err(store_error(op, "unknown_layout_version")),
-                None => return Err(store_error(op, "schema_missing")),
+                Some(1) => return Err(store_error(op, Reason::LayoutNeedsMigration)),
+                Some(_) => return Err(store_error(op, Reason::UnknownLayoutVersion)),
+                None => return Err(store_error(op, Reason::SchemaMissing)),
             }
             let check: Option<Vec<u8>> = tx
                 .query_row(
@@ -269,7 +270,10 @@ fn create_private(path: &Path) -> Result<(), Error> {
     match created {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => tighten(path),
-        Err(_) => Err(store_error(Operation::StoreMigrate, "sqlite_cannot_open")),
+        Err(_) => Err(store_error(
+            Operation::StoreMigrate,
+            Reason::SqliteCannotOpen,
+        )),
     }
 }
 
@@ -280,7 +284,7 @@ fn tighten(path: &Path) -> Result<(), Error> {
         Ok(m) if m.permissions().mode() & 0o077 != 0 => {
             let mode = m.permissions().mode() & 0o700;
             std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-                .map_err(|_| store_error(Operation::StoreMigrate, "sqlite_permissions"))
+                .map_err(|_| store_error(Operation::StoreMigrate, Reason::SqlitePermissions))
         }
         _ => Ok(()),
     }
@@ -439,7 +443,7 @@ impl SqliteTx<'_> {
         if n == 1 {
             Ok(())
         } else {
-            Err(store_error(self.op, "row_vanished"))
+            Err(store_error(self.op, Reason::RowVanished))
         }
     }
 
@@ -866,14 +870,14 @@ fn set_wal(conn: &Connection) -> rusqlite::Result<()> {
 fn sql_error(op: Operation, e: &rusqlite::Error) -> Error {
     use rusqlite::ErrorCode as C;
     let reason = match e.sqlite_error_code() {
-        Some(C::DatabaseBusy | C::DatabaseLocked) => "sqlite_busy",
-        Some(C::ReadOnly) => "sqlite_read_only",
-        Some(C::DatabaseCorrupt | C::NotADatabase) => "sqlite_corrupt",
-        Some(C::CannotOpen) => "sqlite_cannot_open",
-        Some(C::DiskFull) => "sqlite_disk_full",
-        Some(C::SystemIoFailure) => "sqlite_io",
-        Some(C::ConstraintViolation) => "sqlite_constraint",
-        _ => "sqlite",
+        Some(C::DatabaseBusy | C::DatabaseLocked) => Reason::SqliteBusy,
+        Some(C::ReadOnly) => Reason::SqliteReadOnly,
+        Some(C::DatabaseCorrupt | C::NotADatabase) => Reason::SqliteCorrupt,
+        Some(C::CannotOpen) => Reason::SqliteCannotOpen,
+        Some(C::DiskFull) => Reason::SqliteDiskFull,
+        Some(C::SystemIoFailure) => Reason::SqliteIo,
+        Some(C::ConstraintViolation) => Reason::SqliteConstraint,
+        _ => Reason::Sqlite,
     };
     store_error(op, reason)
 }

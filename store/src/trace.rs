@@ -53,7 +53,7 @@ fn failed(id: OpId, what: &'static str, e: &Error) {
         category = ?e.category(),
         operation = ?e.operation(),
         evidence = ?e.evidence(),
-        reason = e.reason(),
+        reason = e.reason().as_str(),
         "{what}"
     );
 }
@@ -69,7 +69,7 @@ pub fn event(event: &ControllerEvent) {
         ControllerEvent::Refused { key, error } => tracing::warn!(
             target: "smolbox::runtime",
             scope = %key.scope, id = %key.id,
-            category = ?error.category(), reason = error.reason(),
+            category = ?error.category(), reason = error.reason().as_str(),
             "submission refused"
         ),
         ControllerEvent::CancelRecorded { key, result } => tracing::info!(
@@ -99,7 +99,7 @@ pub fn event(event: &ControllerEvent) {
             target: "smolbox::runtime",
             request = d.id.0, ok = d.result.is_ok(),
             category = ?d.result.as_ref().err().map(Error::category),
-            reason = d.result.as_ref().err().map_or("", Error::reason),
+            reason = d.result.as_ref().err().map_or("", |e| e.reason().as_str()),
             "machine request answered"
         ),
         ControllerEvent::TerminalDue(rec) => tracing::info!(

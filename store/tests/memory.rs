@@ -1,6 +1,7 @@
 //! The conformance suite on `MemoryStore`, and its C18.2 bounds.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
+use smolbox_core::Reason;
 mod conformance;
 
 use std::sync::Arc;
@@ -86,7 +87,7 @@ fn byte_bound_at_n_and_n_plus_one() {
         .accept(&accepted(key("s", "b2"), exec_spec("x"), 1), 100)
         .unwrap_err();
     assert_eq!(e.category(), Category::AdmissionExhausted);
-    assert_eq!(e.reason(), "memory_bytes");
+    assert_eq!(e.reason(), Reason::MemoryBytes);
 }
 
 #[test]

@@ -4,6 +4,7 @@
 //! in CI a missing URL fails the run instead of skipping.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
+use smolbox_core::Reason;
 mod conformance;
 
 use std::sync::Arc;
@@ -158,7 +159,7 @@ fn ac_18_4_1_moved_ciphertext_is_a_store_error() {
     let e = s.fetch(&key("s", "b")).unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::Store, "authentication_failed")
+        (Category::Store, Reason::AuthenticationFailed)
     );
     // Another partition: the same row copied under a different partition.
     let other = fresh_partition();
@@ -191,7 +192,7 @@ fn projected_columns_are_checked_against_the_payload() {
     let e = h.first.fetch(&key("s", "a")).unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::Store, "projection_mismatch")
+        (Category::Store, Reason::ProjectionMismatch)
     );
 }
 
@@ -204,7 +205,7 @@ fn down_migration_refuses_non_empty_history() {
     let e = h.first.drop_schema().unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::Store, "history_not_empty")
+        (Category::Store, Reason::HistoryNotEmpty)
     );
     assert!(h.first.fetch(&key("s", "a")).is_ok());
 }
@@ -249,7 +250,7 @@ fn a_replaced_key_is_refused_at_connect() {
     let e = PostgresStore::connect(&h.url, other_sealer(&h.partition)).unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::Store, "key_mismatch")
+        (Category::Store, Reason::KeyMismatch)
     );
     assert!(h.first.fetch(&key("s", "a")).is_ok());
 }
@@ -265,7 +266,7 @@ fn a_replaced_fingerprint_key_is_refused_at_connect() {
     let e = PostgresStore::connect(&h.url, Sealer::new(&k, &h.partition).unwrap()).unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::Store, "fingerprint_key_mismatch")
+        (Category::Store, Reason::FingerprintKeyMismatch)
     );
 }
 
@@ -293,7 +294,7 @@ fn a_rolled_back_sealed_payload_is_a_store_error() {
     let e = h.first.fetch(&k).unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::Store, "authentication_failed")
+        (Category::Store, Reason::AuthenticationFailed)
     );
 }
 
@@ -334,7 +335,7 @@ fn a_machine_payload_from_before_a_claim_renewal_is_a_store_error() {
     let e = h.first.fetch_machine(&k).unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::Store, "authentication_failed")
+        (Category::Store, Reason::AuthenticationFailed)
     );
 }
 
@@ -378,7 +379,7 @@ fn first_format_rows_migrate_and_keep_decoding() {
     };
     assert_eq!(first_byte(&mut c, "o1"), 1);
     let e = PostgresStore::connect(&h.url, other_sealer(&h.partition)).unwrap_err();
-    assert_eq!(e.reason(), "key_mismatch");
+    assert_eq!(e.reason(), Reason::KeyMismatch);
     assert_eq!(
         first_byte(&mut c, "o1"),
         1,
@@ -404,7 +405,7 @@ fn first_format_rows_migrate_and_keep_decoding() {
     .unwrap();
     assert_eq!(
         s.fetch(&recs[0].key).unwrap_err().reason(),
-        "legacy_sealed_version"
+        Reason::LegacySealedVersion
     );
 }
 

@@ -6,6 +6,7 @@
 //! in CI a missing URL fails the run instead of skipping.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
+use smolbox_core::Reason;
 mod conformance;
 
 use std::path::PathBuf;
@@ -121,7 +122,7 @@ fn an_untrusted_server_certificate_is_refused_as_tls() {
     let options = PostgresOptions::new().ca_pem(other_ca.as_bytes()).unwrap();
     let e = PostgresStore::connect_with(&url, sealer(&fresh_partition()), &options).unwrap_err();
     assert_eq!(e.category(), Category::Store, "{e}");
-    assert_eq!(e.reason(), "postgres_tls", "{e}");
+    assert_eq!(e.reason(), Reason::PostgresTls, "{e}");
 }
 
 #[test]
@@ -136,5 +137,5 @@ fn a_name_the_certificate_does_not_cover_is_refused_as_tls() {
     );
     let options = PostgresOptions::new().ca_file(&ca).unwrap();
     let e = PostgresStore::connect_with(&url, sealer(&fresh_partition()), &options).unwrap_err();
-    assert_eq!(e.reason(), "postgres_tls", "{e}");
+    assert_eq!(e.reason(), Reason::PostgresTls, "{e}");
 }

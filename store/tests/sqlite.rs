@@ -3,6 +3,7 @@
 //! tamper and outage tests on the real file.
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
+use smolbox_core::Reason;
 mod conformance;
 
 use std::path::{Path, PathBuf};
@@ -126,7 +127,7 @@ fn ac_18_4_1_moved_ciphertext_is_a_store_error() {
     let e = s.fetch(&key("s", "b")).unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::Store, "authentication_failed")
+        (Category::Store, Reason::AuthenticationFailed)
     );
     assert_eq!(s.fetch(&key("s", "a")).unwrap().key, key("s", "a"));
     // Moved to another partition: same scope and id, other partition.
@@ -160,7 +161,7 @@ fn projected_columns_are_checked_against_the_payload() {
     let e = h.first.fetch(&key("s", "a")).unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::Store, "projection_mismatch")
+        (Category::Store, Reason::ProjectionMismatch)
     );
 }
 
@@ -180,7 +181,7 @@ fn unknown_envelope_version_is_a_store_error_not_absence() {
     let e = h.first.fetch(&rec.key).unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::Store, "unknown_envelope_version")
+        (Category::Store, Reason::UnknownEnvelopeVersion)
     );
     assert_eq!(
         h.first.due(10, None, 10).unwrap_err().category(),
@@ -213,7 +214,7 @@ fn read_only_store_is_an_error_never_absence() {
         let e = r.unwrap_err();
         assert_eq!(
             (e.category(), e.reason()),
-            (Category::Store, "sqlite_read_only")
+            (Category::Store, Reason::SqliteReadOnly)
         );
     }
     assert_eq!(h.first.fetch(&rec.key).unwrap(), rec, "nothing changed");
@@ -336,7 +337,7 @@ fn a_rolled_back_sealed_payload_is_a_store_error() {
     let e = h.first.fetch(&k).unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::Store, "authentication_failed")
+        (Category::Store, Reason::AuthenticationFailed)
     );
     assert_eq!(cat_of(h.first.claim(&k, "ctl", 3, 1_000)), Category::Store);
 }
@@ -372,7 +373,7 @@ fn a_machine_payload_from_before_a_claim_renewal_is_a_store_error() {
     let e = h.first.fetch_machine(&k).unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::Store, "authentication_failed")
+        (Category::Store, Reason::AuthenticationFailed)
     );
 }
 
@@ -396,7 +397,7 @@ fn a_replaced_fingerprint_key_is_refused_at_open() {
     let e = SqliteStore::open(&h.path, Sealer::new(&k, "test").unwrap()).unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::Store, "fingerprint_key_mismatch")
+        (Category::Store, Reason::FingerprintKeyMismatch)
     );
 }
 
@@ -409,7 +410,7 @@ fn a_replaced_key_is_refused_at_open() {
     let e = SqliteStore::open(&h.path, other_sealer("test")).unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::Store, "key_mismatch")
+        (Category::Store, Reason::KeyMismatch)
     );
     // Read-only opens check it too.
     let ro = SqliteOptions {
@@ -417,14 +418,14 @@ fn a_replaced_key_is_refused_at_open() {
         ..SqliteOptions::default()
     };
     let e = SqliteStore::open_with(&h.path, other_sealer("test"), ro).unwrap_err();
-    assert_eq!(e.reason(), "key_mismatch");
+    assert_eq!(e.reason(), Reason::KeyMismatch);
     // Even a partition without records is bound to the key that opened it first.
     let e = SqliteStore::open(&h.path, {
         SqliteStore::open(&h.path, sealer("empty")).unwrap();
         other_sealer("empty")
     })
     .unwrap_err();
-    assert_eq!(e.reason(), "key_mismatch");
+    assert_eq!(e.reason(), Reason::KeyMismatch);
     // Another partition is another key's.
     SqliteStore::open(&h.path, other_sealer("fresh")).unwrap();
     assert!(h.first.fetch(&key("s", "a")).is_ok());
@@ -490,7 +491,7 @@ fn first_format_rows_migrate_and_keep_decoding() {
     let e = SqliteStore::open(&path, other_sealer("test")).unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::Store, "key_mismatch")
+        (Category::Store, Reason::KeyMismatch)
     );
     assert_eq!((layout(&path), first_byte(&path, "o1")), (1, 0x01));
     // A read-only open cannot migrate: it says so.
@@ -502,7 +503,7 @@ fn first_format_rows_migrate_and_keep_decoding() {
         SqliteStore::open_with(&path, sealer("test"), ro)
             .unwrap_err()
             .reason(),
-        "layout_needs_migration"
+        Reason::LayoutNeedsMigration
     );
     // The right key migrates: every record reads back as it was, re-sealed.
     let s = open(&path);
@@ -526,6 +527,6 @@ fn first_format_rows_migrate_and_keep_decoding() {
     let e = s.fetch(&recs[0].key).unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::Store, "legacy_sealed_version")
+        (Category::Store, Reason::LegacySealedVersion)
     );
 }

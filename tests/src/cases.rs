@@ -6,6 +6,7 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed case
 
+use smolbox_core::Reason;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -225,7 +226,7 @@ pub fn callback_blocked_is_cut_at_the_deadline<S: Shell>(t: Transport) {
         .unwrap_err();
     drop(release_tx);
     assert_err(&e, Category::Transport, Evidence::DispatchUncertain);
-    assert_eq!(e.reason(), "callback_deadline");
+    assert_eq!(e.reason(), Reason::CallbackDeadline);
 }
 
 /// Dropping (detaching) a stream ends observation and says the command may
@@ -247,7 +248,7 @@ pub fn dropped_stream_detaches<S: Shell>(t: Transport) {
     );
     let e = stream.detach().unwrap();
     assert_err(&e, Category::Transport, Evidence::DispatchUncertain);
-    assert_eq!(e.reason(), "detached");
+    assert_eq!(e.reason(), Reason::Detached);
     // The client keeps working.
     s.health().unwrap();
 }
@@ -282,7 +283,7 @@ pub fn fault_delay_past_the_operation_budget<S: Shell>(t: Transport) {
         .create(&profile, name("m1"), &MachineSpec::default())
         .unwrap_err();
     assert_err(&e, Category::Transport, Evidence::DispatchUncertain);
-    assert_eq!(e.reason(), "deadline");
+    assert_eq!(e.reason(), Reason::Deadline);
     assert_eq!(fx.worker.request_count(Route::MachinesCreate), 1);
 }
 
@@ -403,7 +404,7 @@ pub fn fault_stream_stall_hits_idle_budget<S: Shell>(t: Transport) {
     let (_, err) = collect::<S>(stream);
     let e = err.unwrap();
     assert_err(&e, Category::Transport, Evidence::DispatchUncertain);
-    assert_eq!(e.reason(), "idle_timeout");
+    assert_eq!(e.reason(), Reason::IdleTimeout);
 }
 
 /// Exit 130 through the stream (the worker killed the command at its first
@@ -854,7 +855,7 @@ pub fn unknown_version_is_refused_for_every_operation<S: Shell>(t: Transport) {
     );
     let refused = |e: &Error| {
         assert_err(e, Category::UnsupportedCapability, Evidence::NotDispatched);
-        assert_eq!(e.reason(), "unknown_worker_version", "{e:?}");
+        assert_eq!(e.reason(), Reason::UnknownWorkerVersion, "{e:?}");
     };
     refused(&s.admit().unwrap_err());
     refused(

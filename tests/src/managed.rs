@@ -3,6 +3,7 @@
 //! tokio one wrapped in `block_on`). [`managed_suite!`](crate::managed_suite)
 //! instantiates every case of [`crate::managed_cases`] for one shell.
 
+use smolbox_core::Reason;
 use std::sync::Arc;
 
 use smolbox_core::Error;
@@ -306,7 +307,7 @@ impl ManagedShell for TokioManaged {
             .worker_threads(2)
             .enable_all()
             .build()
-            .map_err(|_| Error::validation(smolbox_core::Operation::Config, "tokio"))?;
+            .map_err(|_| Error::validation(smolbox_core::Operation::Config, Reason::ThreadSpawn))?;
         let client = smolbox_tokio::Client::new(endpoint)?;
         let b = smolbox_tokio::Runtime::builder(store, key);
         let b = if o.disposable {

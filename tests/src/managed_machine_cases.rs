@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use smolbox_core::Category;
+use smolbox_core::Reason;
 use smolbox_core::exec::Command;
 use smolbox_core::managed::controller::{Resolution, RunTarget};
 use smolbox_core::managed::state::{Cleanup, MachineOperation as Op, MachineRecordState as MS};
@@ -160,7 +161,7 @@ pub fn logs_and_measurements_of_a_retained_machine<M: ManagedShell>(kind: StoreK
         ..params
     };
     let e = rt.m_logs(&key("read1"), follow).unwrap_err();
-    assert_eq!(e.reason(), "follow_unsupported");
+    assert_eq!(e.reason(), Reason::FollowUnsupported);
     let m = rt.m_inspect(&key("read1")).unwrap();
     rt.m_lifecycle(&key("read1"), Op::Stop, m.version).unwrap();
     let m = rt.m_wait(&key("read1"), 30_000).unwrap();
@@ -171,7 +172,7 @@ pub fn logs_and_measurements_of_a_retained_machine<M: ManagedShell>(kind: StoreK
     let e = rt.m_logs(&key("read1"), params).unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::NotFound, "machine_deleted")
+        (Category::NotFound, Reason::MachineDeleted)
     );
     let e = rt.m_measurements(&key("read1")).unwrap_err();
     assert_eq!(e.category(), Category::NotFound);
@@ -298,7 +299,7 @@ pub fn resolve_after_an_unknown_command_frees_the_slot<M: ManagedShell>(kind: St
     let e = rt
         .m_resolve(&key("box2"), m.version, false, Resolution::Stopped)
         .unwrap_err();
-    assert_eq!(e.reason(), "not_quiesced");
+    assert_eq!(e.reason(), Reason::NotQuiesced);
     // Still running: resolve `stopped` is an identity conflict (AC-17.3.2).
     // At the version read above, with no retry: the controller's own claim
     // renewals on the machine no longer move the version callers compare

@@ -9,6 +9,7 @@
 //! No case sleeps to wait for something it can observe.
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
+use smolbox_core::Reason;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -278,7 +279,7 @@ impl TermShell for TokioTerm {
             .worker_threads(2)
             .enable_all()
             .build()
-            .map_err(|_| Error::validation(smolbox_core::Operation::Config, "tokio"))?;
+            .map_err(|_| Error::validation(smolbox_core::Operation::Config, Reason::ThreadSpawn))?;
         let client = smolbox_tokio::Client::new(endpoint)?;
         let b = smolbox_tokio::Runtime::builder(store, key);
         let b = if machines {
@@ -975,7 +976,7 @@ pub fn managed_bounds_at_n_and_n_plus_1<T: TermShell>(kind: StoreKind) {
     let e = rt.open(&key("term-over"), &s.machine, over).unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::Validation, "session_over_budget")
+        (Category::Validation, Reason::SessionOverBudget)
     );
     assert_eq!(
         s.store.fetch(&key("term-over")).unwrap_err().category(),

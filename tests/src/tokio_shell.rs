@@ -1,6 +1,7 @@
 //! The tokio shell as a [`Shell`]: every call runs on a runtime owned by
 //! the wrapper (`block_on`).
 
+use smolbox_core::Reason;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -82,7 +83,7 @@ impl Shell for TokioShell {
             .worker_threads(1)
             .enable_all()
             .build()
-            .map_err(|_| Error::validation(smolbox_core::Operation::Config, "runtime"))?;
+            .map_err(|_| Error::validation(smolbox_core::Operation::Config, Reason::ThreadSpawn))?;
         let client = Client::new(endpoint)?;
         Ok(Self {
             rt: Arc::new(rt),

@@ -1,6 +1,7 @@
 //! Buffered exec replies (C5.2, worker-api.md §6.2) and the background
 //! launch acknowledgement (C5.4, §6.3).
 
+use crate::Reason;
 use core::fmt;
 use std::borrow::Cow;
 
@@ -34,7 +35,7 @@ impl OutputAllowance {
             Ok(Self(max_bytes))
         } else {
             Err(
-                Error::validation(Operation::CommandSpec, "output_allowance_out_of_range")
+                Error::validation(Operation::CommandSpec, Reason::OutputAllowanceOutOfRange)
                     .with_limit(to_u64(max_bytes), to_u64(MAX_OUTPUT_BYTES)),
             )
         }
@@ -208,11 +209,11 @@ impl ExecReplyDecoder {
     ///   decoding), or the decoded output is over the allowance.
     pub fn decode_into(&self, body: &[u8], out: &mut ExecOutput) -> Result<(), Error> {
         let op = self.operation;
-        let reply: WireReply<'_> =
-            serde_json::from_slice(body).map_err(|_| Error::protocol(op, "exec_reply_invalid"))?;
+        let reply: WireReply<'_> = serde_json::from_slice(body)
+            .map_err(|_| Error::protocol(op, Reason::ExecReplyInvalid))?;
         let over = |actual: usize, max: usize| {
             Error::new(Category::OutputLimit, op, Evidence::Exited)
-                .with_reason("output_allowance")
+                .with_reason(Reason::OutputAllowance)
                 .with_exit_code(reply.exit_code)
                 .with_limit(to_u64(actual), to_u64(max))
         };
@@ -225,7 +226,7 @@ impl ExecReplyDecoder {
         if !(decode_b64(reply.stdout_b64.as_bytes(), &mut out.stdout)
             && decode_b64(reply.stderr_b64.as_bytes(), &mut out.stderr))
         {
-            return Err(Error::protocol(op, "exec_reply_base64"));
+            return Err(Error::protocol(op, Reason::ExecReplyBase64));
         }
         let decoded = out.stdout.len() + out.stderr.len();
         if decoded > self.allowance.bytes() {
@@ -275,27 +276,27 @@ pub fn decode_launch_reply(body: &[u8]) -> Result<Launched, Error> {
 pub fn launch_from_output(out: &ExecOutput) -> Result<Launched, Error> {
     let bad = |reason| Error::protocol(Operation::Launch, reason);
     if out.exit_code != 0 {
-        return Err(bad("launch_exit_nonzero").with_exit_code(out.exit_code));
+        return Err(bad(Reason::LaunchExitNonzero).with_exit_code(out.exit_code));
     }
     if !out.stderr.is_empty() {
-        return Err(bad("launch_stderr"));
+        return Err(bad(Reason::LaunchStderr));
     }
     let digits = out
         .stdout
         .strip_prefix(b"pid=")
         .and_then(|s| s.strip_suffix(b"\n"))
-        .ok_or_else(|| bad("launch_ack_shape"))?;
+        .ok_or_else(|| bad(Reason::LaunchAckShape))?;
     let well_formed = (1..=10).contains(&digits.len())
         && digits[0] != b'0'
         && digits.iter().all(u8::is_ascii_digit);
     if !well_formed {
-        return Err(bad("launch_ack_shape"));
+        return Err(bad(Reason::LaunchAckShape));
     }
     let pid = digits
         .iter()
         .try_fold(0u64, |n, &d| Some(n * 10 + u64::from(d - b'0')))
         .and_then(|n| u32::try_from(n).ok())
-        .ok_or_else(|| bad("launch_pid_range"))?;
+        .ok_or_else(|| bad(Reason::LaunchPidRange))?;
     Ok(Launched { pid })
 }
 

@@ -5,6 +5,7 @@ use super::{
     Command, ExecOutcome, ExecOutput, ExecStreamDecoder, MAX_STREAM_CHUNK_LEN, OutputAllowance,
     OutputEncoding, decode_reply_for, exec_request, exec_stream_request,
 };
+use crate::Reason;
 use crate::error::{Category, Error, Evidence, Operation};
 use crate::http1::{Request, ResponseHead};
 use crate::worker::status::{check_media_type, check_status};
@@ -155,7 +156,7 @@ impl ExecStreamCall {
     pub fn decode_error(&self, head: &ResponseHead, body: &[u8]) -> Error {
         match check_status(Operation::ExecStream, head, body, 200) {
             Err(e) => e,
-            Ok(()) => Error::protocol(Operation::ExecStream, "unexpected_status"),
+            Ok(()) => Error::protocol(Operation::ExecStream, Reason::UnexpectedStatus),
         }
     }
 
@@ -219,7 +220,7 @@ fn check_command(profile: &Profile, command: &Command, operation: Operation) -> 
             operation,
             Evidence::NotDispatched,
         )
-        .with_reason("exec_user_not_in_version"));
+        .with_reason(Reason::ExecUserNotInVersion));
     }
     Ok(())
 }

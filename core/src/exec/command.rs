@@ -1,5 +1,6 @@
 //! The command to run (features C5.1) and its wire body (worker-api.md §6.1).
 
+use crate::Reason;
 use core::fmt;
 
 use serde::Serialize;
@@ -174,13 +175,13 @@ impl Command {
         self.validate_argv()?;
         self.validate_env()?;
         if let Some(stdin) = &self.stdin {
-            check_len(stdin.len(), MAX_STDIN_LEN, "stdin_too_long")?;
+            check_len(stdin.len(), MAX_STDIN_LEN, Reason::StdinTooLong)?;
         }
         if let Some(user) = &self.user {
             if user.is_empty() {
-                return Err(invalid("user_empty"));
+                return Err(invalid(Reason::UserEmpty));
             }
-            check_len(user.len(), MAX_USER_LEN, "user_too_long")?;
+            check_len(user.len(), MAX_USER_LEN, Reason::UserTooLong)?;
         }
         if let Some(workdir) = &self.workdir {
             validate_abs_path(workdir)?;
@@ -188,15 +189,15 @@ impl Command {
         if let Some(t) = self.timeout_secs
             && !(MIN_TIMEOUT_SECS..=MAX_TIMEOUT_SECS).contains(&t)
         {
-            return Err(invalid("timeout_out_of_range")
+            return Err(invalid(Reason::TimeoutOutOfRange)
                 .with_limit(u64::from(t), u64::from(MAX_TIMEOUT_SECS)));
         }
         if self.background {
             if self.timeout_secs.is_some() {
-                return Err(invalid("background_with_timeout"));
+                return Err(invalid(Reason::BackgroundWithTimeout));
             }
             if self.stdin.is_some() {
-                return Err(invalid("background_with_stdin"));
+                return Err(invalid(Reason::BackgroundWithStdin));
             }
         }
         Ok(())
@@ -225,40 +226,40 @@ impl Command {
             secrets: WireSecrets {},
         };
         // Serializing strings and integers into a Vec cannot fail.
-        serde_json::to_vec(&body).map_err(|_| invalid("wire_body"))
+        serde_json::to_vec(&body).map_err(|_| invalid(Reason::WireBody))
     }
 
     fn validate_argv(&self) -> Result<(), Error> {
         if self.argv.is_empty() {
-            return Err(invalid("argv_empty"));
+            return Err(invalid(Reason::ArgvEmpty));
         }
-        check_len(self.argv.len(), MAX_ARGV_ENTRIES, "argv_too_many")?;
+        check_len(self.argv.len(), MAX_ARGV_ENTRIES, Reason::ArgvTooMany)?;
         if self.argv[0].is_empty() {
-            return Err(invalid("argv_first_empty"));
+            return Err(invalid(Reason::ArgvFirstEmpty));
         }
         let mut total = 0usize;
         for arg in &self.argv {
-            check_len(arg.len(), MAX_ARG_LEN, "argv_entry_too_long")?;
+            check_len(arg.len(), MAX_ARG_LEN, Reason::ArgvEntryTooLong)?;
             if arg.as_bytes().contains(&0) {
-                return Err(invalid("argv_nul"));
+                return Err(invalid(Reason::ArgvNul));
             }
             total += arg.len();
         }
-        check_len(total, MAX_ARGV_TOTAL_LEN, "argv_total_too_long")
+        check_len(total, MAX_ARGV_TOTAL_LEN, Reason::ArgvTotalTooLong)
     }
 
     fn validate_env(&self) -> Result<(), Error> {
-        check_len(self.env.len(), MAX_ENV_PAIRS, "env_too_many")?;
+        check_len(self.env.len(), MAX_ENV_PAIRS, Reason::EnvTooMany)?;
         let mut names = std::collections::BTreeSet::new();
         for (name, value) in &self.env {
-            check_len(name.len(), MAX_ENV_NAME_LEN, "env_name_too_long")?;
+            check_len(name.len(), MAX_ENV_NAME_LEN, Reason::EnvNameTooLong)?;
             if !is_env_name(name) {
-                return Err(invalid("env_name_invalid"));
+                return Err(invalid(Reason::EnvNameInvalid));
             }
             if !names.insert(name.as_str()) {
-                return Err(invalid("env_name_duplicate"));
+                return Err(invalid(Reason::EnvNameDuplicate));
             }
-            check_len(value.len(), MAX_ENV_VALUE_LEN, "env_value_too_long")?;
+            check_len(value.len(), MAX_ENV_VALUE_LEN, Reason::EnvValueTooLong)?;
         }
         Ok(())
     }
@@ -285,18 +286,18 @@ impl fmt::Debug for Command {
 /// # Errors
 /// `validation` / `command_spec` / `not_dispatched`.
 pub fn validate_abs_path(path: &str) -> Result<(), Error> {
-    check_len(path.len(), MAX_WORKDIR_LEN, "workdir_too_long")?;
+    check_len(path.len(), MAX_WORKDIR_LEN, Reason::WorkdirTooLong)?;
     let Some(rest) = path.strip_prefix('/') else {
-        return Err(invalid("workdir_not_absolute"));
+        return Err(invalid(Reason::WorkdirNotAbsolute));
     };
     if path.bytes().any(|b| matches!(b, 0 | b'%' | b'\\')) {
-        return Err(invalid("workdir_forbidden_byte"));
+        return Err(invalid(Reason::WorkdirForbiddenByte));
     }
     if rest.is_empty() {
         return Ok(());
     }
     if rest.split('/').any(|seg| matches!(seg, "" | "." | "..")) {
-        return Err(invalid("workdir_bad_segment"));
+        return Err(invalid(Reason::WorkdirBadSegment));
     }
     Ok(())
 }
@@ -316,7 +317,7 @@ fn is_within(path: &str, root: &str) -> bool {
         .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
-fn invalid(reason: &'static str) -> Error {
+fn invalid(reason: Reason) -> Error {
     Error::new(
         Category::Validation,
         Operation::CommandSpec,
@@ -325,7 +326,7 @@ fn invalid(reason: &'static str) -> Error {
     .with_reason(reason)
 }
 
-fn check_len(actual: usize, max: usize, reason: &'static str) -> Result<(), Error> {
+fn check_len(actual: usize, max: usize, reason: Reason) -> Result<(), Error> {
     if actual > max {
         let to64 = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
         return Err(invalid(reason).with_limit(to64(actual), to64(max)));

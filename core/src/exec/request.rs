@@ -2,6 +2,7 @@
 //! streamed (`POST …/exec/stream`, §7).
 
 use super::Command;
+use crate::Reason;
 use crate::error::{Category, Error, Evidence, Operation};
 use crate::http1::encode::push_path_segment;
 use crate::http1::{Method, Request};
@@ -44,10 +45,10 @@ pub fn exec_stream_request(machine_name: &str, command: &Command) -> Result<Requ
         .with_reason(reason)
     };
     if command.stdin_text().is_some() {
-        return Err(unsupported("stream_with_stdin"));
+        return Err(unsupported(Reason::StreamWithStdin));
     }
     if command.is_background() {
-        return Err(unsupported("stream_with_background"));
+        return Err(unsupported(Reason::StreamWithBackground));
     }
     build(
         Operation::ExecStream,

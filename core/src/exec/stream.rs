@@ -12,6 +12,7 @@
 //! [`OutputEncoding::LossyUtf8`]; use buffered exec for exact bytes.
 
 use super::buffered::{ExecOutput, OutputAllowance, OutputEncoding};
+use crate::Reason;
 use crate::error::{Category, Error, Evidence, Operation};
 use crate::sse::{self, SseParser, StreamEnd};
 
@@ -170,7 +171,7 @@ impl ExecStreamDecoder {
         // Only disjoint fields are written while the event is borrowed.
         let data = self.sse.event().map_or(&b""[..], |ev| ev.data());
         let Ok(text) = std::str::from_utf8(data) else {
-            let e = Error::protocol(Operation::ExecStream, "output_invalid_utf8");
+            let e = Error::protocol(Operation::ExecStream, Reason::OutputInvalidUtf8);
             self.failed = Some(e);
             return Err(e);
         };
@@ -181,7 +182,7 @@ impl ExecStreamDecoder {
                 Operation::ExecStream,
                 Evidence::DispatchUncertain,
             )
-            .with_reason("output_allowance")
+            .with_reason(Reason::OutputAllowance)
             .with_limit(to_u64(self.output_len), to_u64(self.allowance.bytes()));
             self.failed = Some(e);
             return Err(e);
@@ -205,10 +206,14 @@ impl ExecStreamDecoder {
         let end = self.sse.finish().map_err(|e| self.fail(e))?;
         match (self.exit, end) {
             (Some(code), StreamEnd::Clean) => Ok(code),
-            (Some(_), StreamEnd::PartialFrame) => {
-                Err(self.fail(Error::protocol(Operation::ExecStream, "eof_inside_frame")))
-            }
-            (None, _) => Err(self.fail(Error::protocol(Operation::ExecStream, "eof_without_exit"))),
+            (Some(_), StreamEnd::PartialFrame) => Err(self.fail(Error::protocol(
+                Operation::ExecStream,
+                Reason::EofInsideFrame,
+            ))),
+            (None, _) => Err(self.fail(Error::protocol(
+                Operation::ExecStream,
+                Reason::EofWithoutExit,
+            ))),
         }
     }
 
@@ -252,7 +257,7 @@ fn classify(ev: sse::Event<'_>, exited: bool) -> Result<Action, Error> {
     let action = match ev.event_type() {
         b"stdout" | b"stderr" => {
             if exited {
-                return Err(protocol("output_after_exit"));
+                return Err(protocol(Reason::OutputAfterExit));
             }
             if ev.data().is_empty() {
                 Action::Skip
@@ -264,15 +269,15 @@ fn classify(ev: sse::Event<'_>, exited: bool) -> Result<Action, Error> {
         }
         b"exit" => {
             if exited {
-                return Err(protocol("second_exit"));
+                return Err(protocol(Reason::SecondExit));
             }
             let payload: ExitPayload =
-                serde_json::from_slice(ev.data()).map_err(|_| protocol("exit_invalid"))?;
+                serde_json::from_slice(ev.data()).map_err(|_| protocol(Reason::ExitInvalid))?;
             Action::Exit(payload.exit_code)
         }
         b"error" => {
             if exited {
-                return Err(protocol("error_after_exit"));
+                return Err(protocol(Reason::ErrorAfterExit));
             }
             return Err(worker_error(ev.data()));
         }
@@ -293,9 +298,9 @@ fn worker_error(data: &[u8]) -> Error {
             Operation::ExecStream,
             Evidence::DispatchUncertain,
         )
-        .with_reason("worker_output_cap")
+        .with_reason(Reason::WorkerOutputCap)
     } else {
-        Error::protocol(Operation::ExecStream, "worker_error_event")
+        Error::protocol(Operation::ExecStream, Reason::WorkerErrorEvent)
     }
 }
 

@@ -9,6 +9,7 @@
 //! on how it was split into reads; the steady state of a chunked body (whole
 //! chunks, plain size lines) takes a faster path with the same verdicts.
 
+use crate::Reason;
 use core::ops::Range;
 
 use super::head::Framing;
@@ -74,11 +75,11 @@ pub(crate) struct BodyDecoder {
     limits: BodyLimits,
 }
 
-fn protocol(reason: &'static str) -> Error {
+fn protocol(reason: Reason) -> Error {
     Error::protocol(Operation::Http, reason)
 }
 
-fn over(reason: &'static str, actual: u64, max: u64) -> Error {
+fn over(reason: Reason, actual: u64, max: u64) -> Error {
     Error::new(
         Category::OutputLimit,
         Operation::Http,
@@ -95,7 +96,7 @@ impl BodyDecoder {
         let state = match framing {
             Framing::None | Framing::Length(0) => State::Done,
             Framing::Length(n) if n > limits.max_raw => {
-                return Err(over("response_body", n, limits.max_raw));
+                return Err(over(Reason::ResponseBody, n, limits.max_raw));
             }
             Framing::Length(n) => State::Data {
                 left: n,
@@ -194,7 +195,7 @@ impl BodyDecoder {
         if self.state != State::Done && i < input.len() {
             // The next byte would be one past the cap.
             return Err(over(
-                "response_body",
+                Reason::ResponseBody,
                 self.limits.max_raw + 1,
                 self.limits.max_raw,
             ));
@@ -212,26 +213,26 @@ impl BodyDecoder {
             State::Size { value, digits } => match hex(b) {
                 Some(d) => {
                     if value > u64::MAX >> 4 {
-                        return Err(protocol("chunk_size_overflow"));
+                        return Err(protocol(Reason::ChunkSizeOverflow));
                     }
                     State::Size {
                         value: (value << 4) | u64::from(d),
                         digits: true,
                     }
                 }
-                None if !digits => return Err(protocol("chunk_size")),
+                None if !digits => return Err(protocol(Reason::ChunkSize)),
                 None => match b {
                     b'\r' => State::SizeLf { value },
                     b';' => State::Extension { value, len: 1 },
                     b' ' | b'\t' => State::SizeWs { value, len: 1 },
-                    b'\n' => return Err(protocol("chunk_missing_crlf")),
-                    _ => return Err(protocol("chunk_size")),
+                    b'\n' => return Err(protocol(Reason::ChunkMissingCrlf)),
+                    _ => return Err(protocol(Reason::ChunkSize)),
                 },
             },
             State::SizeWs { value, len } => {
                 if len >= self.limits.max_extension {
                     return Err(over(
-                        "chunk_extension",
+                        Reason::ChunkExtension,
                         len as u64 + 1,
                         self.limits.max_extension as u64,
                     ));
@@ -246,18 +247,18 @@ impl BodyDecoder {
                         len: len + 1,
                     },
                     b'\r' => State::SizeLf { value },
-                    b'\n' => return Err(protocol("chunk_missing_crlf")),
+                    b'\n' => return Err(protocol(Reason::ChunkMissingCrlf)),
                     // `52 junk`: after the size only whitespace, `;` or CRLF.
-                    _ => return Err(protocol("chunk_size")),
+                    _ => return Err(protocol(Reason::ChunkSize)),
                 }
             }
             State::Extension { value, len } => match b {
                 b'\r' => State::SizeLf { value },
-                b'\n' => return Err(protocol("chunk_missing_crlf")),
+                b'\n' => return Err(protocol(Reason::ChunkMissingCrlf)),
                 b'\t' | 0x20..=0x7e | 0x80..=0xff => {
                     if len >= self.limits.max_extension {
                         return Err(over(
-                            "chunk_extension",
+                            Reason::ChunkExtension,
                             len as u64 + 1,
                             self.limits.max_extension as u64,
                         ));
@@ -267,11 +268,11 @@ impl BodyDecoder {
                         len: len + 1,
                     }
                 }
-                _ => return Err(protocol("chunk_extension")),
+                _ => return Err(protocol(Reason::ChunkExtension)),
             },
             State::SizeLf { value } => {
                 if b != b'\n' {
-                    return Err(protocol("chunk_missing_crlf"));
+                    return Err(protocol(Reason::ChunkMissingCrlf));
                 }
                 self.chunk_header(value, self.raw + at as u64 + 1)?
             }
@@ -280,13 +281,13 @@ impl BodyDecoder {
                 value: 0,
                 digits: false,
             },
-            State::DataCr | State::DataLf => return Err(protocol("chunk_missing_crlf")),
+            State::DataCr | State::DataLf => return Err(protocol(Reason::ChunkMissingCrlf)),
             State::TrailerStart if b == b'\r' => State::FinalLf,
             State::TrailerStart | State::TrailerLine | State::TrailerLf => {
                 self.trailer += 1;
                 if self.trailer > self.limits.max_trailer {
                     return Err(over(
-                        "trailer_bytes",
+                        Reason::TrailerBytes,
                         self.trailer as u64,
                         self.limits.max_trailer as u64,
                     ));
@@ -294,14 +295,14 @@ impl BodyDecoder {
                 match (self.state, b) {
                     (State::TrailerLf, b'\n') => State::TrailerStart,
                     (State::TrailerLf, _) | (_, b'\n') => {
-                        return Err(protocol("chunk_missing_crlf"));
+                        return Err(protocol(Reason::ChunkMissingCrlf));
                     }
                     (_, b'\r') => State::TrailerLf,
                     _ => State::TrailerLine,
                 }
             }
             State::FinalLf if b == b'\n' => State::Done,
-            State::FinalLf => return Err(protocol("chunk_missing_crlf")),
+            State::FinalLf => return Err(protocol(Reason::ChunkMissingCrlf)),
             State::Data { .. } | State::UntilClose | State::Done => self.state,
         };
         Ok(())
@@ -397,7 +398,7 @@ impl BodyDecoder {
         }
         if value > self.limits.max_raw - seen.min(self.limits.max_raw) {
             return Err(over(
-                "response_body",
+                Reason::ResponseBody,
                 seen.saturating_add(value),
                 self.limits.max_raw,
             ));
@@ -422,7 +423,7 @@ impl BodyDecoder {
                 Operation::Http,
                 Evidence::DispatchUncertain,
             )
-            .with_reason("truncated")),
+            .with_reason(Reason::Truncated)),
         }
     }
 }
@@ -521,7 +522,7 @@ mod tests {
         Ok(out)
     }
 
-    fn reason(r: Result<Vec<u8>, Error>) -> &'static str {
+    fn reason(r: Result<Vec<u8>, Error>) -> Reason {
         r.unwrap_err().reason()
     }
 
@@ -540,22 +541,22 @@ mod tests {
     #[test]
     fn chunked_rejections() {
         let c = |b: &[u8]| reason(run(Framing::Chunked, LIMITS, b, 3));
-        assert_eq!(c(b"x\r\n"), "chunk_size");
-        assert_eq!(c(b"5g\r\n"), "chunk_size");
-        assert_eq!(c(b"10000000000000000\r\n"), "chunk_size_overflow");
-        assert_eq!(c(b"5\nhello"), "chunk_missing_crlf");
-        assert_eq!(c(b"5\r\nhelloX\r\n"), "chunk_missing_crlf");
-        assert_eq!(c(b"5\r\nhello\rX"), "chunk_missing_crlf");
-        assert_eq!(c(b"0\r\nA\n"), "chunk_missing_crlf");
-        assert_eq!(c(b"0\r\n\rX"), "chunk_missing_crlf");
-        assert_eq!(c(b"5;\x01\r\n"), "chunk_extension");
+        assert_eq!(c(b"x\r\n"), Reason::ChunkSize);
+        assert_eq!(c(b"5g\r\n"), Reason::ChunkSize);
+        assert_eq!(c(b"10000000000000000\r\n"), Reason::ChunkSizeOverflow);
+        assert_eq!(c(b"5\nhello"), Reason::ChunkMissingCrlf);
+        assert_eq!(c(b"5\r\nhelloX\r\n"), Reason::ChunkMissingCrlf);
+        assert_eq!(c(b"5\r\nhello\rX"), Reason::ChunkMissingCrlf);
+        assert_eq!(c(b"0\r\nA\n"), Reason::ChunkMissingCrlf);
+        assert_eq!(c(b"0\r\n\rX"), Reason::ChunkMissingCrlf);
+        assert_eq!(c(b"5;\x01\r\n"), Reason::ChunkExtension);
         // After the size: only whitespace, then `;` or CRLF.
-        assert_eq!(c(b"52 junk\r\n"), "chunk_size");
-        assert_eq!(c(b"5 \tx;a\r\n"), "chunk_size");
-        assert_eq!(c(b"5 \nhello"), "chunk_missing_crlf");
-        assert_eq!(c(b"5\r\nhel"), "truncated");
+        assert_eq!(c(b"52 junk\r\n"), Reason::ChunkSize);
+        assert_eq!(c(b"5 \tx;a\r\n"), Reason::ChunkSize);
+        assert_eq!(c(b"5 \nhello"), Reason::ChunkMissingCrlf);
+        assert_eq!(c(b"5\r\nhel"), Reason::Truncated);
         // Largest value that fits still parses (then exceeds the raw cap).
-        assert_eq!(c(b"ffffffffffffffff\r\n"), "response_body");
+        assert_eq!(c(b"ffffffffffffffff\r\n"), Reason::ResponseBody);
     }
 
     #[test]
@@ -582,7 +583,7 @@ mod tests {
         let e = run(Framing::Chunked, LIMITS, b"1        ;\r\na\r\n0\r\n\r\n", 1).unwrap_err();
         assert_eq!(
             (e.reason(), e.limit().map(|l| l.actual)),
-            ("chunk_extension", Some(9))
+            (Reason::ChunkExtension, Some(9))
         );
     }
 
@@ -593,14 +594,14 @@ mod tests {
         let e = run(Framing::Chunked, LIMITS, b"1;12345678\r\na\r\n0\r\n\r\n", 1).unwrap_err();
         assert_eq!(
             (e.reason(), e.limit().map(|l| l.actual)),
-            ("chunk_extension", Some(9))
+            (Reason::ChunkExtension, Some(9))
         );
         // max_trailer 16: "X: 01234567890\r\n" is 16 bytes, one digit more is 17.
         assert!(run(Framing::Chunked, LIMITS, b"0\r\nX: 01234567890\r\n\r\n", 2).is_ok());
         let e = run(Framing::Chunked, LIMITS, b"0\r\nX: 012345678901\r\n\r\n", 2).unwrap_err();
         assert_eq!(
             (e.reason(), e.limit().map(|l| l.actual)),
-            ("trailer_bytes", Some(17))
+            (Reason::TrailerBytes, Some(17))
         );
     }
 
@@ -611,13 +612,13 @@ mod tests {
         assert!(run(Framing::Length(10), lim(10), &[b'a'; 10], 4).is_ok());
         assert_eq!(
             reason(run(Framing::Length(11), lim(10), &[b'a'; 11], 4)),
-            "response_body"
+            Reason::ResponseBody
         );
         // Read-to-close: the 11th byte is refused.
         assert!(run(Framing::Close, lim(10), &[b'a'; 10], 3).is_ok());
         assert_eq!(
             reason(run(Framing::Close, lim(10), &[b'a'; 11], 3)),
-            "response_body"
+            Reason::ResponseBody
         );
         // Chunked counts framing: this body is 15 raw bytes.
         let body = b"5\r\nhello\r\n0\r\n\r\n";
@@ -625,7 +626,7 @@ mod tests {
             assert!(run(Framing::Chunked, lim(15), body, step).is_ok());
             assert_eq!(
                 reason(run(Framing::Chunked, lim(14), body, step)),
-                "response_body"
+                Reason::ResponseBody
             );
         }
     }

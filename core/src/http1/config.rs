@@ -1,5 +1,6 @@
 //! Limits and connection-level settings of one HTTP/1.1 exchange.
 
+use crate::Reason;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Operation};
@@ -109,36 +110,36 @@ impl ExchangeConfig {
     pub fn validate(&self) -> Result<(), Error> {
         let bad = |reason| Err(Error::validation(Operation::Config, reason));
         if self.host.is_empty() || !self.host.bytes().all(is_visible) {
-            return bad("host");
+            return bad(Reason::Host);
         }
         if let Some(token) = &self.bearer
             && (token.is_empty() || !token.expose().bytes().all(is_visible))
         {
-            return bad("bearer_token");
+            return bad(Reason::BearerToken);
         }
         if !self.user_agent.bytes().all(is_field_byte) {
-            return bad("user_agent");
+            return bad(Reason::UserAgent);
         }
         if !(1..=MAX_REQUEST_BODY_CEILING).contains(&self.max_request_body) {
-            return bad("max_request_body");
+            return bad(Reason::MaxRequestBody);
         }
         if !(1..=MAX_HEAD_BYTES_CEILING).contains(&self.max_head_bytes) {
-            return bad("max_head_bytes");
+            return bad(Reason::MaxHeadBytes);
         }
         if !(1..=MAX_HEADERS_CEILING).contains(&self.max_headers) {
-            return bad("max_headers");
+            return bad(Reason::MaxHeaders);
         }
         if !(1..=MAX_RESPONSE_BODY_CEILING).contains(&self.max_response_body) {
-            return bad("max_response_body");
+            return bad(Reason::MaxResponseBody);
         }
         if self.max_chunk_extension > 64 * 1024 {
-            return bad("max_chunk_extension");
+            return bad(Reason::MaxChunkExtension);
         }
         if self.max_trailer_bytes > 64 * 1024 {
-            return bad("max_trailer_bytes");
+            return bad(Reason::MaxTrailerBytes);
         }
         if self.idle_timeout.is_some_and(|d| d.is_zero()) {
-            return bad("idle_timeout");
+            return bad(Reason::IdleTimeout);
         }
         Ok(())
     }

@@ -1,5 +1,6 @@
 //! [`HttpExchange`]: one request and its response on one connection.
 
+use crate::Reason;
 use core::fmt;
 use core::ops::Range;
 use std::time::{Duration, Instant};
@@ -154,7 +155,7 @@ impl HttpExchange {
                 request.operation,
                 Evidence::NotDispatched,
             )
-            .with_reason("deadline"));
+            .with_reason(Reason::Deadline));
         }
         Ok(Self {
             operation: request.operation,
@@ -300,8 +301,8 @@ impl HttpExchange {
             return;
         }
         let reason = match timer {
-            Timer::Deadline => "deadline",
-            Timer::Idle => "idle_timeout",
+            Timer::Deadline => Reason::Deadline,
+            Timer::Idle => Reason::IdleTimeout,
         };
         self.fail(
             Error::new(
@@ -542,7 +543,7 @@ impl HttpExchange {
                                 Operation::Http,
                                 Evidence::DispatchUncertain,
                             )
-                            .with_reason("head_bytes")
+                            .with_reason(Reason::HeadBytes)
                             .with_limit(max + 1, max));
                         }
                         Scan::Partial if self.eof => {
@@ -551,7 +552,7 @@ impl HttpExchange {
                                 Operation::Http,
                                 Evidence::DispatchUncertain,
                             )
-                            .with_reason("early_close"));
+                            .with_reason(Reason::EarlyClose));
                         }
                         Scan::Partial => return Ok(None),
                     }

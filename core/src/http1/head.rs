@@ -5,6 +5,7 @@
 //! fed whole, and the byte cap is judged on the logical head, not on reads.
 //! httparse then parses exactly the complete head once.
 
+use crate::Reason;
 use core::mem::MaybeUninit;
 
 use super::config::MAX_HEADERS_CEILING;
@@ -88,7 +89,7 @@ pub(crate) enum Framing {
     Close,
 }
 
-fn protocol(reason: &'static str) -> Error {
+fn protocol(reason: Reason) -> Error {
     Error::protocol(Operation::Http, reason)
 }
 
@@ -107,15 +108,15 @@ pub(crate) fn decode(head: &[u8], max_headers: usize) -> Result<Decoded, Error> 
     );
     match parsed {
         Ok(httparse::Status::Complete(n)) if n == head.len() => interpret(&response),
-        Ok(_) => Err(protocol("malformed_head")),
+        Ok(_) => Err(protocol(Reason::MalformedHead)),
         Err(httparse::Error::TooManyHeaders) => Err(Error::new(
             Category::OutputLimit,
             Operation::Http,
             Evidence::DispatchUncertain,
         )
-        .with_reason("header_count")
+        .with_reason(Reason::HeaderCount)
         .with_limit(max_headers as u64 + 1, max_headers as u64)),
-        Err(_) => Err(protocol("malformed_head")),
+        Err(_) => Err(protocol(Reason::MalformedHead)),
     }
 }
 
@@ -151,7 +152,7 @@ pub(crate) fn decode_whole(
 fn interpret(response: &httparse::Response<'_, '_>) -> Result<Decoded, Error> {
     let status = response.code.unwrap_or(0);
     if !(100..=599).contains(&status) {
-        return Err(protocol("status_code"));
+        return Err(protocol(Reason::StatusCode));
     }
     if (100..200).contains(&status) && status != 101 {
         return Ok(Decoded::Interim);
@@ -170,17 +171,17 @@ fn interpret(response: &httparse::Response<'_, '_>) -> Result<Decoded, Error> {
             Known::Other => {}
             Known::ContentLength => {
                 if content_length.is_some() {
-                    return Err(protocol("duplicate_content_length"));
+                    return Err(protocol(Reason::DuplicateContentLength));
                 }
                 content_length =
-                    Some(parse_decimal(value).ok_or_else(|| protocol("content_length"))?);
+                    Some(parse_decimal(value).ok_or_else(|| protocol(Reason::ContentLength))?);
             }
             Known::TransferEncoding => {
                 for coding in tokens(value) {
                     // Only a single `chunked` is understood; anything else,
                     // including `chunked` twice or after another coding, is refused.
                     if chunked || !eq_lower(coding, b"chunked") {
-                        return Err(protocol("transfer_encoding"));
+                        return Err(protocol(Reason::TransferEncoding));
                     }
                     chunked = true;
                 }
@@ -188,12 +189,12 @@ fn interpret(response: &httparse::Response<'_, '_>) -> Result<Decoded, Error> {
             }
             Known::ContentEncoding => {
                 if !tokens(value).all(|c| eq_lower(c, b"identity")) {
-                    return Err(protocol("content_encoding"));
+                    return Err(protocol(Reason::ContentEncoding));
                 }
             }
             Known::ContentType => {
                 if content_type.is_some() {
-                    return Err(protocol("duplicate_content_type"));
+                    return Err(protocol(Reason::DuplicateContentType));
                 }
                 content_type = Some(value);
             }
@@ -206,16 +207,16 @@ fn interpret(response: &httparse::Response<'_, '_>) -> Result<Decoded, Error> {
         }
     }
     if transfer_encoding && !chunked {
-        return Err(protocol("transfer_encoding"));
+        return Err(protocol(Reason::TransferEncoding));
     }
     if transfer_encoding && content_length.is_some() {
-        return Err(protocol("content_length_and_transfer_encoding"));
+        return Err(protocol(Reason::ContentLengthAndTransferEncoding));
     }
     let content_type = match content_type {
         None => None,
         Some(v) => Some(
             core::str::from_utf8(v)
-                .map_err(|_| protocol("content_type"))?
+                .map_err(|_| protocol(Reason::ContentType))?
                 .to_owned(),
         ),
     };
@@ -325,6 +326,7 @@ fn tokens(v: &[u8]) -> impl Iterator<Item = &[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Reason;
 
     fn scan_all(buf: &[u8]) -> Scan {
         HeadScanner::default().scan(buf)
@@ -383,25 +385,31 @@ mod tests {
         let cases = [
             (
                 "Content-Length: 1\r\nContent-Length: 1\r\n",
-                "duplicate_content_length",
+                Reason::DuplicateContentLength,
             ),
-            ("Content-Length: +1\r\n", "content_length"),
-            ("Content-Length: 1 2\r\n", "content_length"),
-            ("Content-Length: 99999999999999999999\r\n", "content_length"),
-            ("Transfer-Encoding: gzip, chunked\r\n", "transfer_encoding"),
+            ("Content-Length: +1\r\n", Reason::ContentLength),
+            ("Content-Length: 1 2\r\n", Reason::ContentLength),
+            (
+                "Content-Length: 99999999999999999999\r\n",
+                Reason::ContentLength,
+            ),
+            (
+                "Transfer-Encoding: gzip, chunked\r\n",
+                Reason::TransferEncoding,
+            ),
             (
                 "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
-                "transfer_encoding",
+                Reason::TransferEncoding,
             ),
-            ("Transfer-Encoding: ,\r\n", "transfer_encoding"),
+            ("Transfer-Encoding: ,\r\n", Reason::TransferEncoding),
             (
                 "Content-Length: 1\r\nTransfer-Encoding: chunked\r\n",
-                "content_length_and_transfer_encoding",
+                Reason::ContentLengthAndTransferEncoding,
             ),
-            ("Content-Encoding: gzip\r\n", "content_encoding"),
+            ("Content-Encoding: gzip\r\n", Reason::ContentEncoding),
             (
                 "Content-Type: a/b\r\ncontent-type: a/b\r\n",
-                "duplicate_content_type",
+                Reason::DuplicateContentType,
             ),
         ];
         for (headers, reason) in cases {
@@ -415,11 +423,11 @@ mod tests {
         assert!(final_head("HTTP/1.1 200 OK\r\nContent-Encoding: identity\r\n\r\n").is_ok());
         assert_eq!(
             final_head("HTTP/1.1 099 X\r\n\r\n").unwrap_err().reason(),
-            "status_code"
+            Reason::StatusCode
         );
         assert_eq!(
             final_head("HTTP/1.1 2000 X\r\n\r\n").unwrap_err().reason(),
-            "malformed_head"
+            Reason::MalformedHead
         );
     }
 
@@ -455,7 +463,7 @@ mod tests {
         let e = decode(head(4).as_bytes(), 3).unwrap_err();
         assert_eq!(
             (e.category(), e.reason()),
-            (Category::OutputLimit, "header_count")
+            (Category::OutputLimit, Reason::HeaderCount)
         );
         assert_eq!(e.limit().map(|l| (l.actual, l.max)), Some((4, 3)));
     }

@@ -2,6 +2,7 @@
 
 use super::config::{ExchangeConfig, is_field_byte, is_visible};
 use super::types::{Method, Request};
+use crate::Reason;
 use crate::error::{Error, Operation};
 
 /// Checks `request` against `config` and writes its head (request line,
@@ -21,20 +22,22 @@ pub(crate) fn encode_head(
     let op = request.operation;
     let body_len = request.body.len();
     if body_len > config.max_request_body {
-        return Err(Error::validation(Operation::RequestSize, "request_body")
-            .with_limit(body_len as u64, config.max_request_body as u64));
+        return Err(
+            Error::validation(Operation::RequestSize, Reason::RequestBody)
+                .with_limit(body_len as u64, config.max_request_body as u64),
+        );
     }
     let target = request.target.as_bytes();
     if target.first() != Some(&b'/') || !target.iter().all(|&b| is_visible(b)) {
-        return Err(Error::validation(op, "request_target"));
+        return Err(Error::validation(op, Reason::RequestTarget));
     }
     let field_ok =
         |v: Option<&str>| v.is_none_or(|v| !v.is_empty() && v.bytes().all(is_field_byte));
     if !field_ok(request.accept) {
-        return Err(Error::validation(op, "accept"));
+        return Err(Error::validation(op, Reason::Accept));
     }
     if !field_ok(request.content_type) {
-        return Err(Error::validation(op, "content_type"));
+        return Err(Error::validation(op, Reason::ContentType));
     }
 
     out.reserve(160 + target.len() + config.host.len());
@@ -93,6 +96,7 @@ fn format_u64(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
 
 #[cfg(test)]
 mod tests {
+    use crate::Reason;
     use std::time::Instant;
 
     use super::*;
@@ -145,7 +149,7 @@ mod tests {
         let e = encode_head(&req, &cfg(), &mut out).unwrap_err();
         assert_eq!(
             (e.reason(), e.operation()),
-            ("request_target", Operation::Get)
+            (Reason::RequestTarget, Operation::Get)
         );
         let req = Request::new(Operation::Get, Method::Get, "a".into());
         assert!(encode_head(&req, &cfg(), &mut out).is_err());
@@ -154,7 +158,7 @@ mod tests {
         let req = Request::new(Operation::Get, Method::Get, "/".into());
         assert_eq!(
             encode_head(&req, &c, &mut out).unwrap_err().reason(),
-            "host"
+            Reason::Host
         );
         assert!(out.is_empty());
     }

@@ -1,5 +1,6 @@
 //! The generic status → error mapping of features C1.2.
 
+use crate::Reason;
 use crate::error::{Category, Error, Evidence, Operation};
 
 /// The error for a reply with a status the operation did not expect
@@ -10,12 +11,12 @@ use crate::error::{Category, Error, Evidence, Operation};
 /// `port_conflict`) belong to the worker module.
 pub fn status_error(operation: Operation, status: u16) -> Error {
     let (category, reason) = match status {
-        401 => (Category::Authentication, "unauthorized"),
-        403 => (Category::Authentication, "forbidden"),
-        404 => (Category::NotFound, "not_found"),
-        409 => (Category::IdentityConflict, "conflict"),
-        300..=399 => (Category::Protocol, "redirect"),
-        _ => (Category::Protocol, "unexpected_status"),
+        401 => (Category::Authentication, Reason::Unauthorized),
+        403 => (Category::Authentication, Reason::Forbidden),
+        404 => (Category::NotFound, Reason::NotFound),
+        409 => (Category::IdentityConflict, Reason::Conflict),
+        300..=399 => (Category::Protocol, Reason::Redirect),
+        _ => (Category::Protocol, Reason::UnexpectedStatus),
     };
     Error::new(category, operation, Evidence::DispatchUncertain)
         .with_reason(reason)
@@ -25,6 +26,7 @@ pub fn status_error(operation: Operation, status: u16) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Reason;
 
     #[test]
     fn mapping() {
@@ -44,6 +46,6 @@ mod tests {
             assert_eq!(e.operation(), Operation::Get);
             assert_eq!(e.evidence(), Evidence::DispatchUncertain);
         }
-        assert_eq!(status_error(Operation::Get, 302).reason(), "redirect");
+        assert_eq!(status_error(Operation::Get, 302).reason(), Reason::Redirect);
     }
 }

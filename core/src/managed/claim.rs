@@ -9,6 +9,7 @@
 //! Fencing protects store writes only: a lease, claim or generation never
 //! proves that an HTTP request already sent cannot still take effect.
 
+use crate::Reason;
 use serde::{Deserialize, Serialize};
 
 use super::record::{Assignment, Claim, ExecutionRecord, MachineRecord};
@@ -65,13 +66,13 @@ impl Guard {
 }
 
 /// A `stale_claim` error for `op`.
-pub const fn stale_claim(op: Operation, reason: &'static str) -> Error {
+pub const fn stale_claim(op: Operation, reason: Reason) -> Error {
     Error::new(Category::StaleClaim, op, Evidence::Unknown).with_reason(reason)
 }
 
 /// A `stale_version` error for `op`.
 pub const fn stale_version(op: Operation) -> Error {
-    Error::new(Category::StaleVersion, op, Evidence::Unknown).with_reason("version_mismatch")
+    Error::new(Category::StaleVersion, op, Evidence::Unknown).with_reason(Reason::VersionMismatch)
 }
 
 /// Takes or renews a lease for `owner` at `now_ms` (C15).
@@ -87,7 +88,9 @@ pub fn take(
 ) -> Result<Lease, Error> {
     check_identifier(owner).map_err(|e| e.with_operation(Operation::StoreClaim))?;
     if !(MIN_TTL_MS..=MAX_TTL_MS).contains(&ttl_ms) {
-        return Err(Error::validation(Operation::StoreClaim, "ttl").with_limit(ttl_ms, MAX_TTL_MS));
+        return Err(
+            Error::validation(Operation::StoreClaim, Reason::Ttl).with_limit(ttl_ms, MAX_TTL_MS)
+        );
     }
     let until = now_ms.saturating_add(ttl_ms);
     match current {
@@ -96,10 +99,12 @@ pub fn take(
             generation: l.generation,
             until_ms: l.until_ms.max(until),
         }),
-        Some(l) if l.until_ms > now_ms => Err(stale_claim(Operation::StoreClaim, "held_by_other")),
+        Some(l) if l.until_ms > now_ms => {
+            Err(stale_claim(Operation::StoreClaim, Reason::HeldByOther))
+        }
         Some(l) if l.generation >= MAX_COUNTER => Err(Error::validation(
             Operation::StoreClaim,
-            "generation_exhausted",
+            Reason::GenerationExhausted,
         )),
         other => Ok(Lease {
             owner: owner.to_owned(),
@@ -131,7 +136,7 @@ pub fn claim_exec(
     if now_ms < rec.updated_at_ms {
         return Err(Error::validation(
             Operation::StoreClaim,
-            "clock_before_updated_at",
+            Reason::ClockBeforeUpdatedAt,
         ));
     }
     let mut next = rec.clone();
@@ -175,7 +180,7 @@ pub fn claim_exec_version(
     let generation = match &rec.assignment {
         Some(_) => match worker_lease {
             Some(l) if l.owner == owner && l.until_ms > now_ms => Some(l.generation),
-            _ => return Err(stale_claim(Operation::StoreClaim, "worker_lease")),
+            _ => return Err(stale_claim(Operation::StoreClaim, Reason::WorkerLease)),
         },
         None => None,
     };
@@ -214,7 +219,7 @@ pub fn claim_machine(
     if now_ms < rec.updated_at_ms {
         return Err(Error::validation(
             Operation::StoreClaim,
-            "clock_before_updated_at",
+            Reason::ClockBeforeUpdatedAt,
         ));
     }
     let mut next = rec.clone();
@@ -255,7 +260,7 @@ pub fn claim_machine_version(
     let generation = match &rec.assignment {
         Some(_) => match worker_lease {
             Some(l) if l.owner == owner && l.until_ms > now_ms => Some(l.generation),
-            _ => return Err(stale_claim(Operation::StoreClaim, "worker_lease")),
+            _ => return Err(stale_claim(Operation::StoreClaim, Reason::WorkerLease)),
         },
         None => None,
     };
@@ -340,18 +345,18 @@ pub fn check_guard(
         return Err(stale_version(op));
     }
     let Some(claim) = fence.claim else {
-        return Err(stale_claim(op, "no_claim"));
+        return Err(stale_claim(op, Reason::NoClaim));
     };
     if claim.owner != guard.owner || fence.generation != guard.generation {
-        return Err(stale_claim(op, "claim_owner"));
+        return Err(stale_claim(op, Reason::ClaimOwner));
     }
     if claim.until_ms <= now_ms {
-        return Err(stale_claim(op, "claim_expired"));
+        return Err(stale_claim(op, Reason::ClaimExpired));
     }
     if let Some(a) = fence.assignment
         && worker_lease.map(|l| l.generation) != Some(a.worker_generation)
     {
-        return Err(stale_claim(op, "worker_generation"));
+        return Err(stale_claim(op, Reason::WorkerGeneration));
     }
     Ok(())
 }

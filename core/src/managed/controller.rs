@@ -121,6 +121,7 @@
 //! slot, terminals, background launches, inputs and outputs (refused at
 //! submit with `unsupported_capability`).
 
+use crate::Reason;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
@@ -303,19 +304,19 @@ impl ControllerConfig {
     pub fn validate(&self) -> Result<(), Error> {
         let bad = |reason| Err(Error::validation(Operation::Config, reason));
         if check_identifier(&self.owner).is_err() {
-            return bad("owner");
+            return bad(Reason::Owner);
         }
         if self.workers.len() > MAX_WORKERS {
-            return Err(Error::validation(Operation::Config, "too_many_workers")
+            return Err(Error::validation(Operation::Config, Reason::TooManyWorkers)
                 .with_limit(self.workers.len() as u64, MAX_WORKERS as u64));
         }
         let mut ids = BTreeSet::new();
         for w in &self.workers {
             if check_worker_id(&w.id).is_err() {
-                return bad("worker_id");
+                return bad(Reason::WorkerId);
             }
             if !ids.insert(w.id.as_str()) {
-                return bad("duplicate_worker");
+                return bad(Reason::DuplicateWorker);
             }
             let c = w.capacity;
             let range = 1..=1_048_576;
@@ -323,34 +324,38 @@ impl ControllerConfig {
                 .iter()
                 .all(|v| range.contains(v))
             {
-                return bad("worker_capacity");
+                return bad(Reason::WorkerCapacity);
             }
         }
         if !(1..=10_000).contains(&self.max_pending) {
-            return Err(Error::validation(Operation::Config, "max_pending")
+            return Err(Error::validation(Operation::Config, Reason::MaxPending)
                 .with_limit(u64::from(self.max_pending), 10_000));
         }
         if !(1..=MAX_ACTIVE).contains(&self.max_active) {
-            return Err(Error::validation(Operation::Config, "max_active")
+            return Err(Error::validation(Operation::Config, Reason::MaxActive)
                 .with_limit(self.max_active as u64, MAX_ACTIVE as u64));
         }
         if !(10..=5_000).contains(&self.poll_interval_ms) {
-            return Err(Error::validation(Operation::Config, "poll_interval")
+            return Err(Error::validation(Operation::Config, Reason::PollInterval)
                 .with_limit(self.poll_interval_ms, 5_000));
         }
         if !(1_000..=900_000).contains(&self.lease_ttl_ms)
             || self.lease_ttl_ms < 4 * self.poll_interval_ms
         {
-            return Err(Error::validation(Operation::Config, "lease_ttl")
+            return Err(Error::validation(Operation::Config, Reason::LeaseTtl)
                 .with_limit(self.lease_ttl_ms, 900_000));
         }
         if !(1..=20).contains(&self.cleanup_attempts) {
-            return Err(Error::validation(Operation::Config, "cleanup_attempts")
-                .with_limit(u64::from(self.cleanup_attempts), 20));
+            return Err(
+                Error::validation(Operation::Config, Reason::CleanupAttempts)
+                    .with_limit(u64::from(self.cleanup_attempts), 20),
+            );
         }
         if !(1..=MAX_TELEMETRY_PENDING).contains(&self.telemetry_pending) {
-            return Err(Error::validation(Operation::Config, "telemetry_pending")
-                .with_limit(self.telemetry_pending as u64, MAX_TELEMETRY_PENDING as u64));
+            return Err(
+                Error::validation(Operation::Config, Reason::TelemetryPending)
+                    .with_limit(self.telemetry_pending as u64, MAX_TELEMETRY_PENDING as u64),
+            );
         }
         Ok(())
     }
@@ -721,7 +726,7 @@ impl Controller {
                 Operation::Submit,
                 Evidence::NotDispatched,
             )
-            .with_reason("shutting_down"));
+            .with_reason(Reason::ShuttingDown));
         }
         submit
             .key
@@ -1032,29 +1037,31 @@ impl Controller {
             .with_reason(reason))
         };
         if spec.machine.is_some() {
-            return unsupported("retained_machines");
+            return unsupported(Reason::RetainedMachines);
         }
         match &spec.worker_machine {
             Some(w) if !self.cfg.workers.iter().any(|x| x.id == w.worker_id) => {
-                return unsupported("unknown_worker");
+                return unsupported(Reason::UnknownWorker);
             }
             None if !self.cfg.workers.iter().any(|x| x.profile.is_some()) => {
-                return unsupported("disposable_machines");
+                return unsupported(Reason::DisposableMachines);
             }
             _ => {}
         }
         if !spec.inputs.is_empty() || !spec.outputs.is_empty() {
-            return unsupported("file_transfer");
+            return unsupported(Reason::FileTransfer);
         }
         match &spec.action {
-            Action::Terminal(_) => unsupported("terminal"),
-            Action::Command(c) if c.background => unsupported("background"),
+            Action::Terminal(_) => unsupported(Reason::Terminal),
+            Action::Command(c) if c.background => unsupported(Reason::Background),
             Action::Command(c) => {
                 if let Some(t) = c.timeout_s
                     && t.saturating_mul(1_000) > spec.profile.budgets.execution_ms
                 {
-                    return Err(Error::validation(Operation::Submit, "timeout_over_budget")
-                        .with_limit(t.saturating_mul(1_000), spec.profile.budgets.execution_ms));
+                    return Err(
+                        Error::validation(Operation::Submit, Reason::TimeoutOverBudget)
+                            .with_limit(t.saturating_mul(1_000), spec.profile.budgets.execution_ms),
+                    );
                 }
                 Ok(())
             }
@@ -1087,7 +1094,7 @@ impl Controller {
                 (record, existing)
             }
             Ok(_) => {
-                let error = Error::protocol(Operation::StoreAccept, "unexpected_reply");
+                let error = Error::protocol(Operation::StoreAccept, Reason::UnexpectedReply);
                 self.notices
                     .push_back(ControllerEvent::Refused { key, error });
                 return;
@@ -1142,7 +1149,10 @@ impl Controller {
     fn on_cancel(&mut self, key: RecordKey, result: StoreResult) {
         let result = match result {
             Ok(StoreReply::Record(rec)) => Ok(rec),
-            Ok(_) => Err(Error::protocol(Operation::StoreCancel, "unexpected_reply")),
+            Ok(_) => Err(Error::protocol(
+                Operation::StoreCancel,
+                Reason::UnexpectedReply,
+            )),
             Err(e) => Err(e),
         };
         if let (Ok(rec), Some(ex)) = (&result, self.execs.get_mut(&key)) {
@@ -1409,7 +1419,10 @@ pub fn spec_for(
 /// its stdin is not base64 UTF-8, or its timeout is out of range.
 pub fn command_of(spec: &ExecutionSpec) -> Result<Command, Error> {
     let Action::Command(c) = &spec.action else {
-        return Err(Error::validation(Operation::CommandSpec, "not_a_command"));
+        return Err(Error::validation(
+            Operation::CommandSpec,
+            Reason::NotACommand,
+        ));
     };
     let mut cmd = Command::new(c.argv.iter().cloned());
     for (k, v) in &c.env {
@@ -1421,14 +1434,14 @@ pub fn command_of(spec: &ExecutionSpec) -> Result<Command, Error> {
     if let Some(s) = &c.stdin_b64 {
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(s)
-            .map_err(|_| Error::validation(Operation::CommandSpec, "stdin_encoding"))?;
+            .map_err(|_| Error::validation(Operation::CommandSpec, Reason::StdinEncoding))?;
         let text = String::from_utf8(bytes)
-            .map_err(|_| Error::validation(Operation::CommandSpec, "stdin_encoding"))?;
+            .map_err(|_| Error::validation(Operation::CommandSpec, Reason::StdinEncoding))?;
         cmd = cmd.stdin(text);
     }
     if let Some(t) = c.timeout_s {
         let t = u32::try_from(t)
-            .map_err(|_| Error::validation(Operation::CommandSpec, "timeout_range"))?;
+            .map_err(|_| Error::validation(Operation::CommandSpec, Reason::TimeoutRange))?;
         cmd = cmd.timeout_secs(t);
     }
     if let Some(u) = &c.user {

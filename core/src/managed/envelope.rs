@@ -34,6 +34,7 @@
 //! All versions share one payload schema whose newer fields are optional,
 //! so an older envelope decodes with neutral defaults.
 
+use crate::Reason;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -267,7 +268,7 @@ pub fn machine_requirements(rec: &MachineRecord) -> Requirements {
 }
 
 /// A `store` error of the envelope codec.
-pub const fn envelope_error(reason: &'static str) -> Error {
+pub const fn envelope_error(reason: Reason) -> Error {
     Error::new(Category::Store, Operation::Envelope, Evidence::Unknown).with_reason(reason)
 }
 
@@ -318,9 +319,9 @@ pub fn encode_machine_validated(rec: &MachineRecord) -> Result<Vec<u8>, Error> {
 pub fn decode_exec(bytes: &[u8]) -> Result<ExecutionRecord, Error> {
     let (version, rec): (u16, ExecutionRecord) = decode(RecordKind::Execution, bytes)?;
     rec.validate()
-        .map_err(|_| envelope_error("record_invalid"))?;
+        .map_err(|_| envelope_error(Reason::RecordInvalid))?;
     if exec_requirements(&rec).version > version {
-        return Err(envelope_error("feature_beyond_version"));
+        return Err(envelope_error(Reason::FeatureBeyondVersion));
     }
     Ok(rec)
 }
@@ -332,9 +333,9 @@ pub fn decode_exec(bytes: &[u8]) -> Result<ExecutionRecord, Error> {
 pub fn decode_machine(bytes: &[u8]) -> Result<MachineRecord, Error> {
     let (version, rec): (u16, MachineRecord) = decode(RecordKind::Machine, bytes)?;
     rec.validate()
-        .map_err(|_| envelope_error("record_invalid"))?;
+        .map_err(|_| envelope_error(Reason::RecordInvalid))?;
     if machine_requirements(&rec).version > version {
-        return Err(envelope_error("feature_beyond_version"));
+        return Err(envelope_error(Reason::FeatureBeyondVersion));
     }
     Ok(rec)
 }
@@ -345,16 +346,16 @@ pub fn decode_machine(bytes: &[u8]) -> Result<MachineRecord, Error> {
 /// `store` for a short envelope, an unknown version or kind.
 pub fn peek(bytes: &[u8]) -> Result<(u16, RecordKind), Error> {
     if bytes.len() < HEADER_LEN {
-        return Err(envelope_error("envelope_short"));
+        return Err(envelope_error(Reason::EnvelopeShort));
     }
     let version = u16::from_be_bytes([bytes[0], bytes[1]]);
     if !(1..=CURRENT_VERSION).contains(&version) {
-        return Err(envelope_error("unknown_envelope_version"));
+        return Err(envelope_error(Reason::UnknownEnvelopeVersion));
     }
     let kind = match bytes[2] {
         b'E' => RecordKind::Execution,
         b'M' => RecordKind::Machine,
-        _ => return Err(envelope_error("unknown_record_kind")),
+        _ => return Err(envelope_error(Reason::UnknownRecordKind)),
     };
     Ok((version, kind))
 }
@@ -363,9 +364,9 @@ fn encode<T: Serialize>(kind: RecordKind, version: u16, rec: &T) -> Result<Vec<u
     let mut out = Vec::with_capacity(512);
     out.extend_from_slice(&version.to_be_bytes());
     out.push(kind.tag());
-    serde_json::to_writer(&mut out, rec).map_err(|_| envelope_error("encode"))?;
+    serde_json::to_writer(&mut out, rec).map_err(|_| envelope_error(Reason::Encode))?;
     if out.len() - HEADER_LEN > MAX_PAYLOAD_LEN {
-        return Err(envelope_error("payload_too_large")
+        return Err(envelope_error(Reason::PayloadTooLarge)
             .with_limit((out.len() - HEADER_LEN) as u64, MAX_PAYLOAD_LEN as u64));
     }
     Ok(out)
@@ -376,21 +377,22 @@ fn decode<T: Serialize + DeserializeOwned>(
     bytes: &[u8],
 ) -> Result<(u16, T), Error> {
     if bytes.len() > HEADER_LEN + MAX_PAYLOAD_LEN {
-        return Err(envelope_error("payload_too_large")
+        return Err(envelope_error(Reason::PayloadTooLarge)
             .with_limit((bytes.len() - HEADER_LEN) as u64, MAX_PAYLOAD_LEN as u64));
     }
     let (version, found) = peek(bytes)?;
     if found != kind {
-        return Err(envelope_error("record_kind_mismatch"));
+        return Err(envelope_error(Reason::RecordKindMismatch));
     }
     let payload = &bytes[HEADER_LEN..];
-    let rec: T = serde_json::from_slice(payload).map_err(|_| envelope_error("payload_decode"))?;
+    let rec: T =
+        serde_json::from_slice(payload).map_err(|_| envelope_error(Reason::PayloadDecode))?;
     // Canonical form: the payload must be exactly what this record encodes
     // to, which refuses trailing bytes, whitespace, duplicate or reordered
     // keys and explicit defaults.
-    let again = serde_json::to_vec(&rec).map_err(|_| envelope_error("encode"))?;
+    let again = serde_json::to_vec(&rec).map_err(|_| envelope_error(Reason::Encode))?;
     if again != payload {
-        return Err(envelope_error("payload_not_canonical"));
+        return Err(envelope_error(Reason::PayloadNotCanonical));
     }
     Ok((version, rec))
 }

@@ -28,6 +28,7 @@
 //! handle, spec fingerprint)`; a machine's layers ports, workload and the
 //! checkpointable flag onto a base over the machine spec.
 
+use crate::Reason;
 use core::fmt;
 
 use hmac::{Hmac, Mac};
@@ -64,7 +65,7 @@ impl FingerprintKey {
     /// `validation` when the key is shorter than 32 or longer than 4,096 bytes.
     pub fn new(bytes: &[u8]) -> Result<Self, Error> {
         if !(MIN_KEY_LEN..=MAX_KEY_LEN).contains(&bytes.len()) {
-            return Err(Error::validation(Operation::Fingerprint, "key_length")
+            return Err(Error::validation(Operation::Fingerprint, Reason::KeyLength)
                 .with_limit(bytes.len() as u64, MAX_KEY_LEN as u64));
         }
         Ok(Self(bytes.to_vec()))

@@ -9,6 +9,7 @@
 //! waiting and the connection, and passes `now`. Terminal bytes pass through
 //! [`OutputBuffer`] and [`TermCommand::Input`] only, and neither prints them.
 
+use crate::Reason;
 use std::collections::{BTreeSet, VecDeque};
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -82,7 +83,7 @@ impl TermCommand {
 
 /// The error of a call whose terminal task is gone.
 pub const fn task_ended(op: Operation) -> Error {
-    Error::new(Category::Unknown, op, Evidence::Unknown).with_reason("terminal_task_ended")
+    Error::new(Category::Unknown, op, Evidence::Unknown).with_reason(Reason::TerminalTaskEnded)
 }
 
 /// `attach` found no live connection of the key on this runtime in time.
@@ -92,7 +93,7 @@ pub const fn not_live_here() -> Error {
         Operation::TerminalConsumer,
         Evidence::NotDispatched,
     )
-    .with_reason("terminal_not_live_here")
+    .with_reason(Reason::TerminalNotLiveHere)
 }
 
 /// `wait` ran out while this runtime still drives the run.
@@ -102,7 +103,7 @@ pub const fn run_wait_expired() -> Error {
         Operation::TerminalSession,
         Evidence::Unknown,
     )
-    .with_reason("terminal_wait")
+    .with_reason(Reason::TerminalWait)
 }
 
 /// `next` ran out without output or the end (the session keeps running).
@@ -112,7 +113,7 @@ pub const fn next_expired() -> Error {
         Operation::TerminalOutput,
         Evidence::Unknown,
     )
-    .with_reason("next_timeout")
+    .with_reason(Reason::NextTimeout)
 }
 
 /// Checks a `next` wait (at most [`MAX_NEXT_WAIT`]).
@@ -121,7 +122,10 @@ pub const fn next_expired() -> Error {
 /// `validation` (`next_timeout`) over the bound.
 pub fn check_next_wait(timeout: Duration) -> Result<(), Error> {
     if timeout > MAX_NEXT_WAIT {
-        return Err(Error::validation(Operation::TerminalOutput, "next_timeout"));
+        return Err(Error::validation(
+            Operation::TerminalOutput,
+            Reason::NextTimeout,
+        ));
     }
     Ok(())
 }
@@ -133,7 +137,7 @@ pub const fn consumer_lost() -> Error {
         Operation::TerminalConsumer,
         Evidence::Unknown,
     )
-    .with_reason("consumer_lost")
+    .with_reason(Reason::ConsumerLost)
 }
 
 /// The run's machine is on a worker this runtime has no client for.
@@ -143,7 +147,7 @@ pub const fn unknown_worker() -> Error {
         Operation::TerminalOpen,
         Evidence::NotDispatched,
     )
-    .with_reason("unknown_worker")
+    .with_reason(Reason::UnknownWorker)
 }
 
 /// The consumer's output buffer, bounded by the spec's `buffer_bytes` and
@@ -183,7 +187,7 @@ impl OutputBuffer {
                 Operation::TerminalOutput,
                 Evidence::Unknown,
             )
-            .with_reason("unread_output"));
+            .with_reason(Reason::UnreadOutput));
         }
         Ok(())
     }
@@ -301,7 +305,10 @@ impl<L: Clone> LiveSet<L> {
     ) -> Result<TerminalRun, Error> {
         let run = fetched.and_then(|rec| {
             if !matches!(rec.spec.action, Action::Terminal(_)) {
-                return Err(Error::validation(Operation::TerminalOpen, "not_a_terminal"));
+                return Err(Error::validation(
+                    Operation::TerminalOpen,
+                    Reason::NotATerminal,
+                ));
             }
             TerminalRun::resume(cfg, fp_key, rec, now, now_ms)
         });
@@ -425,6 +432,7 @@ impl OpenReply {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)] // test code
+    use crate::Reason;
 
     use std::sync::{Arc, Mutex};
 
@@ -447,7 +455,7 @@ mod tests {
         let e = b.push(Bytes::from_static(b"e"), 4).unwrap_err();
         assert_eq!(e.category(), Category::OutputLimit);
         assert_eq!(e.evidence(), Evidence::Unknown);
-        assert_eq!(e.reason(), "unread_output");
+        assert_eq!(e.reason(), Reason::UnreadOutput);
     }
 
     #[test]
@@ -495,7 +503,7 @@ mod tests {
         assert_eq!(got.len(), 2);
         for r in got.iter() {
             let e = r.unwrap_err();
-            assert_eq!(e.reason(), "terminal_task_ended");
+            assert_eq!(e.reason(), Reason::TerminalTaskEnded);
             assert_eq!(e.operation(), Operation::TerminalInput);
         }
         let closed = Arc::new(Mutex::new(None));
@@ -556,7 +564,7 @@ mod tests {
         set.expire(at, |l, e| ended.push((*l, e)));
         assert_eq!(ended.len(), 1);
         assert_eq!(ended[0].0, 9);
-        assert_eq!(ended[0].1.reason(), "attach_wait");
+        assert_eq!(ended[0].1.reason(), Reason::AttachWait);
     }
 
     #[test]

@@ -22,6 +22,7 @@
 //! Leases, claims and generations fence *store writes only*: they never
 //! prove that an HTTP request already sent cannot still take effect (C15).
 
+use crate::Reason;
 use serde::{Deserialize, Serialize};
 
 use crate::{Error, Operation};
@@ -102,7 +103,7 @@ pub fn check_identifier(s: &str) -> Result<(), Error> {
     if ok {
         Ok(())
     } else {
-        Err(invalid("identifier"))
+        Err(invalid(Reason::Identifier))
     }
 }
 
@@ -121,7 +122,7 @@ pub fn check_worker_id(s: &str) -> Result<(), Error> {
     if ok {
         Ok(())
     } else {
-        Err(invalid("worker_id"))
+        Err(invalid(Reason::WorkerId))
     }
 }
 
@@ -140,7 +141,7 @@ pub fn check_machine_name(s: &str) -> Result<(), Error> {
     if ok {
         Ok(())
     } else {
-        Err(invalid("machine_name"))
+        Err(invalid(Reason::MachineName))
     }
 }
 
@@ -150,10 +151,14 @@ pub fn check_machine_name(s: &str) -> Result<(), Error> {
 /// `validation` with reason `digest`.
 pub fn check_digest(s: &str) -> Result<(), Error> {
     let ok = s.len() == 64 && s.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'));
-    if ok { Ok(()) } else { Err(invalid("digest")) }
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(Reason::Digest))
+    }
 }
 
 /// A `validation` error of a record rule.
-pub(crate) const fn invalid(reason: &'static str) -> Error {
+pub(crate) const fn invalid(reason: Reason) -> Error {
     Error::validation(Operation::StoreWrite, reason)
 }

@@ -18,6 +18,7 @@ use super::state::{
     RecordEvidence,
 };
 use crate::Error;
+use crate::Reason;
 
 /// The patchable fields of an execution record (C13.3). `None` leaves a
 /// field as it is.
@@ -82,42 +83,46 @@ pub fn apply_exec(
     now_ms: u64,
 ) -> Result<ExecutionRecord, Error> {
     if now_ms < rec.updated_at_ms {
-        return Err(invalid("clock_before_updated_at"));
+        return Err(invalid(Reason::ClockBeforeUpdatedAt));
     }
     let mut next = rec.clone();
     if let Some(to) = patch.state
         && to != rec.state
     {
         if !rec.state.can_move_to(to) {
-            return Err(invalid("forbidden_transition"));
+            return Err(invalid(Reason::ForbiddenTransition));
         }
         // C16: a cancel requested before dispatch wins; the intent is
         // refused so nothing is sent.
         if to == ExecState::Dispatching && rec.cancel_requested_at_ms.is_some() {
-            return Err(invalid("cancel_requested"));
+            return Err(invalid(Reason::CancelRequested));
         }
         next.state = to;
         enter_state(&mut next, now_ms);
     }
     if let Some(ev) = patch.evidence {
         if !rec.evidence.can_move_to(ev) {
-            return Err(invalid("forbidden_evidence"));
+            return Err(invalid(Reason::ForbiddenEvidence));
         }
         next.evidence = ev;
     }
-    set_once(&mut next.result, &patch.result, "result_write_once")?;
-    set_once(&mut next.creation, &patch.creation, "creation_write_once")?;
+    set_once(&mut next.result, &patch.result, Reason::ResultWriteOnce)?;
+    set_once(
+        &mut next.creation,
+        &patch.creation,
+        Reason::CreationWriteOnce,
+    )?;
     set_once(
         &mut next.absence_at_ms,
         &patch.absence_at_ms,
-        "absence_write_once",
+        Reason::AbsenceWriteOnce,
     )?;
     if let Some(c) = patch.collection {
         next.collection = c;
     }
     if let Some(c) = patch.cleanup {
         if rec.cleanup == Cleanup::Complete && c != Cleanup::Complete {
-            return Err(invalid("cleanup_complete_permanent"));
+            return Err(invalid(Reason::CleanupCompletePermanent));
         }
         next.cleanup = c;
     }
@@ -129,7 +134,7 @@ pub fn apply_exec(
     }
     if let Some(n) = patch.cleanup_attempts {
         if n < rec.cleanup_attempts {
-            return Err(invalid("cleanup_attempts_decrease"));
+            return Err(invalid(Reason::CleanupAttemptsDecrease));
         }
         next.cleanup_attempts = n;
     }
@@ -165,7 +170,7 @@ pub fn apply_exec_steps(
     now_ms: u64,
 ) -> Result<ExecutionRecord, Error> {
     if patches.is_empty() || patches.len() > MAX_STEPS {
-        return Err(invalid("steps"));
+        return Err(invalid(Reason::Steps));
     }
     let mut next = rec.clone();
     for p in patches {
@@ -209,14 +214,14 @@ pub fn intent_steps() -> [ExecPatch; 3] {
 /// refuses.
 pub fn intent_at_accept(rec: &ExecutionRecord) -> Result<ExecutionRecord, Error> {
     if rec.state != ExecState::Accepted || rec.version != 1 {
-        return Err(invalid("not_freshly_accepted"));
+        return Err(invalid(Reason::NotFreshlyAccepted));
     }
     if rec
         .claim
         .as_ref()
         .is_none_or(|c| c.until_ms <= rec.accepted_at_ms)
     {
-        return Err(invalid("intent_without_claim"));
+        return Err(invalid(Reason::IntentWithoutClaim));
     }
     let mut next = apply_exec_steps(rec, &intent_steps(), rec.accepted_at_ms)?;
     // One insertion: version 1, as every accepted record.
@@ -259,7 +264,7 @@ fn enter_state(rec: &mut ExecutionRecord, now_ms: u64) {
 fn set_once<T: Clone + PartialEq>(
     field: &mut Option<T>,
     value: &Option<T>,
-    reason: &'static str,
+    reason: Reason,
 ) -> Result<(), Error> {
     match (field.as_ref(), value) {
         (_, None) => Ok(()),
@@ -284,14 +289,14 @@ pub fn apply_machine(
     now_ms: u64,
 ) -> Result<MachineRecord, Error> {
     if now_ms < rec.updated_at_ms {
-        return Err(invalid("clock_before_updated_at"));
+        return Err(invalid(Reason::ClockBeforeUpdatedAt));
     }
     let mut next = rec.clone();
     if let Some(to) = patch.state
         && to != rec.state
     {
         if !rec.state.can_move_to(to) {
-            return Err(invalid("forbidden_transition"));
+            return Err(invalid(Reason::ForbiddenTransition));
         }
         next.state = to;
         if to == MachineRecordState::Deleted {
@@ -308,25 +313,29 @@ pub fn apply_machine(
     }
     if let Some(d) = patch.operation_deadline_ms {
         if next.operation == MachineOperation::None {
-            return Err(invalid("deadline_without_operation"));
+            return Err(invalid(Reason::DeadlineWithoutOperation));
         }
         set_once(
             &mut next.operation_deadline_ms,
             &Some(d),
-            "deadline_set_once",
+            Reason::DeadlineSetOnce,
         )?;
     }
-    set_once(&mut next.creation, &patch.creation, "creation_write_once")?;
+    set_once(
+        &mut next.creation,
+        &patch.creation,
+        Reason::CreationWriteOnce,
+    )?;
     set_once(
         &mut next.absence_at_ms,
         &patch.absence_at_ms,
-        "absence_write_once",
+        Reason::AbsenceWriteOnce,
     )?;
     if let Some(o) = &patch.observation {
         if let Some(c) = &next.creation
             && c.incarnation != o.incarnation
         {
-            return Err(invalid("observation_incarnation"));
+            return Err(invalid(Reason::ObservationIncarnation));
         }
         next.observation = Some(o.clone());
     }

@@ -2,6 +2,7 @@
 //! invariants every stored record keeps. [`ExecutionRecord::validate`] and
 //! [`MachineRecord::validate`] run after every patch and after every decode.
 
+use crate::Reason;
 use serde::{Deserialize, Serialize};
 
 use super::spec::{Action, ExecutionSpec, RetainedMachineSpec};
@@ -156,7 +157,7 @@ impl ErrorEntry {
             category: e.category().as_str().to_owned(),
             operation: e.operation().as_str().to_owned(),
             evidence: e.evidence().as_str().to_owned(),
-            reason: e.reason().to_owned(),
+            reason: e.reason().as_str().to_owned(),
             at_ms,
         }
     }
@@ -177,7 +178,7 @@ impl ErrorEntry {
             || !snake(&self.operation, MAX_REASON_LEN)
             || !snake(&self.reason, MAX_REASON_LEN)
         {
-            return Err(invalid("error_entry"));
+            return Err(invalid(Reason::ErrorEntry));
         }
         check_time(self.at_ms)
     }
@@ -341,13 +342,13 @@ impl ExecutionRecord {
     /// `validation` naming the first broken rule.
     pub fn validate(&self) -> Result<(), Error> {
         if self.schema != SCHEMA {
-            return Err(invalid("schema"));
+            return Err(invalid(Reason::Schema));
         }
         self.key.validate()?;
         check_digest(&self.fingerprint)?;
         self.spec.validate()?;
         if self.managed_machine != self.spec.machine {
-            return Err(invalid("managed_machine"));
+            return Err(invalid(Reason::ManagedMachine));
         }
         for t in [self.accepted_at_ms, self.updated_at_ms] {
             check_time(t)?;
@@ -360,29 +361,29 @@ impl ExecutionRecord {
             t.map_or(Ok(()), check_time)?;
         }
         if self.updated_at_ms < self.accepted_at_ms {
-            return Err(invalid("updated_before_accepted"));
+            return Err(invalid(Reason::UpdatedBeforeAccepted));
         }
         if self.version == 0 || self.version > MAX_COUNTER || self.generation > MAX_COUNTER {
-            return Err(invalid("version"));
+            return Err(invalid(Reason::Version));
         }
         if let Some(c) = &self.claim {
             check_identifier(&c.owner)?;
             check_time(c.until_ms)?;
             if self.generation == 0 {
-                return Err(invalid("claim_generation"));
+                return Err(invalid(Reason::ClaimGeneration));
             }
         }
         if let Some(a) = &self.assignment {
             check_assignment(a)?;
         }
         if self.deadlines.queue_ms.is_none() {
-            return Err(invalid("queue_deadline"));
+            return Err(invalid(Reason::QueueDeadline));
         }
         self.check_evidence_coupling()?;
         self.check_collection_and_cleanup()?;
         self.check_artifacts()?;
         if self.errors.len() > MAX_ERROR_HISTORY {
-            return Err(invalid("error_history"));
+            return Err(invalid(Reason::ErrorHistory));
         }
         for e in self.errors.iter().chain(&self.last_error) {
             e.validate()?;
@@ -392,7 +393,7 @@ impl ExecutionRecord {
 
     fn check_evidence_coupling(&self) -> Result<(), Error> {
         if !self.state.allowed_evidence().contains(&self.evidence) {
-            return Err(invalid("evidence_state"));
+            return Err(invalid(Reason::EvidenceState));
         }
         let result_ok = match self.state {
             ExecState::Collecting | ExecState::Completed | ExecState::CollectionFailed => {
@@ -414,7 +415,7 @@ impl ExecutionRecord {
         if result_ok {
             Ok(())
         } else {
-            Err(invalid("result_state"))
+            Err(invalid(Reason::ResultState))
         }
     }
 
@@ -427,32 +428,32 @@ impl ExecutionRecord {
             _ => true,
         };
         if !collection_ok {
-            return Err(invalid("collection_state"));
+            return Err(invalid(Reason::CollectionState));
         }
         if self.cleanup == Cleanup::Complete {
             if !(self.state.is_terminal() || self.state == ExecState::Unknown) {
-                return Err(invalid("cleanup_state"));
+                return Err(invalid(Reason::CleanupState));
             }
             if self.managed_machine.is_none()
                 && self.assignment.is_some()
                 && self.absence_at_ms.is_none()
             {
-                return Err(invalid("cleanup_without_absence"));
+                return Err(invalid(Reason::CleanupWithoutAbsence));
             }
         }
         if self.cleanup_attempts > MAX_CLEANUP_ATTEMPTS {
-            return Err(invalid("cleanup_attempts"));
+            return Err(invalid(Reason::CleanupAttempts));
         }
         Ok(())
     }
 
     fn check_artifacts(&self) -> Result<(), Error> {
         if self.artifacts.len() > MAX_ARTIFACTS {
-            return Err(invalid("too_many_artifacts")
+            return Err(invalid(Reason::TooManyArtifacts)
                 .with_limit(self.artifacts.len() as u64, MAX_ARTIFACTS as u64));
         }
         if !self.artifacts.windows(2).all(|w| w[0].path < w[1].path) {
-            return Err(invalid("artifacts_not_sorted_unique"));
+            return Err(invalid(Reason::ArtifactsNotSortedUnique));
         }
         for a in &self.artifacts {
             check_digest(&a.sha256)?;
@@ -460,9 +461,9 @@ impl ExecutionRecord {
             match declared {
                 Some(o) if a.size <= o.max_size && a.destination == o.destination => {}
                 Some(o) if a.size > o.max_size => {
-                    return Err(invalid("artifact_size").with_limit(a.size, o.max_size));
+                    return Err(invalid(Reason::ArtifactSize).with_limit(a.size, o.max_size));
                 }
-                _ => return Err(invalid("artifact_undeclared")),
+                _ => return Err(invalid(Reason::ArtifactUndeclared)),
             }
         }
         Ok(())
@@ -631,7 +632,7 @@ impl MachineRecord {
     /// `validation` naming the first broken rule.
     pub fn validate(&self) -> Result<(), Error> {
         if self.schema != SCHEMA {
-            return Err(invalid("schema"));
+            return Err(invalid(Reason::Schema));
         }
         self.key.validate()?;
         check_digest(&self.fingerprint)?;
@@ -639,20 +640,20 @@ impl MachineRecord {
         check_time(self.accepted_at_ms)?;
         check_time(self.updated_at_ms)?;
         if self.updated_at_ms < self.accepted_at_ms {
-            return Err(invalid("updated_before_accepted"));
+            return Err(invalid(Reason::UpdatedBeforeAccepted));
         }
         if self.version == 0
             || self.revision() > MAX_COUNTER
             || self.claims > MAX_COUNTER
             || self.generation > MAX_COUNTER
         {
-            return Err(invalid("version"));
+            return Err(invalid(Reason::Version));
         }
         if (self.operation == MachineOperation::None) != (self.phase == MachinePhase::None) {
-            return Err(invalid("operation_phase"));
+            return Err(invalid(Reason::OperationPhase));
         }
         if self.state.needs_creation_evidence() && self.creation.is_none() {
-            return Err(invalid("creation_evidence"));
+            return Err(invalid(Reason::CreationEvidence));
         }
         if let Some(a) = &self.assignment {
             check_assignment(a)?;
@@ -660,7 +661,7 @@ impl MachineRecord {
         if let Some(c) = &self.claim {
             check_identifier(&c.owner)?;
             if self.generation == 0 {
-                return Err(invalid("claim_generation"));
+                return Err(invalid(Reason::ClaimGeneration));
             }
         }
         if let Some(k) = &self.active_execution {
@@ -671,7 +672,7 @@ impl MachineRecord {
                     MachineRecordState::Running | MachineRecordState::Unknown
                 )
             {
-                return Err(invalid("active_execution_state"));
+                return Err(invalid(Reason::ActiveExecutionState));
             }
         }
         if self.state == MachineRecordState::Deleted {
@@ -681,12 +682,12 @@ impl MachineRecord {
                 || self.reservation.is_some()
                 || !self.reserved_ports.is_empty()
             {
-                return Err(invalid("deleted_state"));
+                return Err(invalid(Reason::DeletedState));
             }
         }
         if !self.reserved_ports.windows(2).all(|w| w[0] < w[1]) || self.reserved_ports.contains(&0)
         {
-            return Err(invalid("reserved_ports"));
+            return Err(invalid(Reason::ReservedPorts));
         }
         if let Some(e) = &self.last_error {
             e.validate()?;
@@ -699,7 +700,7 @@ fn check_assignment(a: &Assignment) -> Result<(), Error> {
     check_worker_id(&a.worker_id)?;
     check_machine_name(&a.machine_name)?;
     if a.worker_generation == 0 {
-        return Err(invalid("worker_generation"));
+        return Err(invalid(Reason::WorkerGeneration));
     }
     Ok(())
 }
@@ -708,6 +709,6 @@ fn check_time(t: u64) -> Result<(), Error> {
     if t <= MAX_TIMESTAMP_MS {
         Ok(())
     } else {
-        Err(invalid("timestamp"))
+        Err(invalid(Reason::Timestamp))
     }
 }

@@ -11,9 +11,10 @@ use super::record::{ExecutionRecord, LastRequest, MachineRecord, RecordedObserva
 use super::state::{
     Cleanup, Collection, ExecState, MachineOperation, MachinePhase, MachineRecordState,
 };
+use crate::Reason;
 use crate::{Category, Error, Evidence, Operation};
 
-const fn exhausted(reason: &'static str) -> Error {
+const fn exhausted(reason: Reason) -> Error {
     Error::new(
         Category::AdmissionExhausted,
         Operation::StoreSlot,
@@ -45,27 +46,27 @@ pub fn acquire(
     if !same {
         return Err(Error::validation(
             Operation::StoreSlot,
-            "command_machine_mismatch",
+            Reason::CommandMachineMismatch,
         ));
     }
     match &machine.active_execution {
         Some(k) if *k == exec.key => return Ok(machine.clone()),
-        Some(_) => return Err(exhausted("slot_busy")),
+        Some(_) => return Err(exhausted(Reason::SlotBusy)),
         None => {}
     }
     if !exec.state.is_before_dispatch() {
         return Err(Error::validation(
             Operation::StoreSlot,
-            "execution_not_pending",
+            Reason::ExecutionNotPending,
         ));
     }
     if machine.state != MachineRecordState::Running || machine.operation != MachineOperation::None {
-        return Err(exhausted("machine_not_idle"));
+        return Err(exhausted(Reason::MachineNotIdle));
     }
     if now_ms < machine.updated_at_ms {
         return Err(Error::validation(
             Operation::StoreSlot,
-            "clock_before_updated_at",
+            Reason::ClockBeforeUpdatedAt,
         ));
     }
     let mut next = machine.clone();
@@ -145,18 +146,21 @@ pub fn finish_command(
     now_ms: u64,
 ) -> Result<(MachineRecord, ExecutionRecord, Finish), Error> {
     if machine.active_execution.as_ref() != Some(&exec.key) {
-        return Err(Error::validation(Operation::StoreSlot, "not_slot_holder"));
+        return Err(Error::validation(
+            Operation::StoreSlot,
+            Reason::NotSlotHolder,
+        ));
     }
     if !(exec.state.is_terminal() || exec.state == ExecState::Unknown) {
         return Err(Error::validation(
             Operation::StoreSlot,
-            "execution_not_finished",
+            Reason::ExecutionNotFinished,
         ));
     }
     if now_ms < machine.updated_at_ms {
         return Err(Error::validation(
             Operation::StoreSlot,
-            "clock_before_updated_at",
+            Reason::ClockBeforeUpdatedAt,
         ));
     }
     let release = match exec.state {
@@ -173,7 +177,7 @@ pub fn finish_command(
             if !next.state.can_move_to(MachineRecordState::Unknown) {
                 return Err(Error::validation(
                     Operation::StoreSlot,
-                    "forbidden_transition",
+                    Reason::ForbiddenTransition,
                 ));
             }
             next.state = MachineRecordState::Unknown;
@@ -222,7 +226,7 @@ pub fn request(
     now_ms: u64,
 ) -> Result<Option<MachineRecord>, Error> {
     if action == MachineOperation::None {
-        return Err(Error::validation(Operation::StoreSlot, "request_none"));
+        return Err(Error::validation(Operation::StoreSlot, Reason::RequestNone));
     }
     let req = LastRequest { action, version };
     if machine.last_request == Some(req) {
@@ -234,13 +238,13 @@ pub fn request(
     if machine.active_execution.is_some()
         && matches!(action, MachineOperation::Stop | MachineOperation::Delete)
     {
-        return Err(exhausted("command_active"));
+        return Err(exhausted(Reason::CommandActive));
     }
     let conflict_delete =
         machine.state == MachineRecordState::Conflict && action == MachineOperation::Delete;
     let superseded = conflict_delete && machine.phase == MachinePhase::Uncertain;
     if machine.operation != MachineOperation::None && !superseded {
-        return Err(exhausted("operation_in_progress"));
+        return Err(exhausted(Reason::OperationInProgress));
     }
     if conflict_delete && machine.assignment.is_some() && machine.creation.is_none() {
         return Err(Error::new(
@@ -248,12 +252,12 @@ pub fn request(
             Operation::StoreSlot,
             Evidence::NotDispatched,
         )
-        .with_reason("no_creation_evidence"));
+        .with_reason(Reason::NoCreationEvidence));
     }
     if now_ms < machine.updated_at_ms {
         return Err(Error::validation(
             Operation::StoreSlot,
-            "clock_before_updated_at",
+            Reason::ClockBeforeUpdatedAt,
         ));
     }
     let mut next = machine.clone();
@@ -312,19 +316,19 @@ pub fn resolve(
 ) -> Result<(MachineRecord, Option<ExecutionRecord>), Error> {
     let op = Operation::StoreSlot;
     if !quiesced {
-        return Err(Error::validation(op, "not_quiesced"));
+        return Err(Error::validation(op, Reason::NotQuiesced));
     }
     if version != machine.version {
         return Err(super::claim::stale_version(op));
     }
     if machine.state == MachineRecordState::Deleted {
-        return Err(Error::validation(op, "already_deleted"));
+        return Err(Error::validation(op, Reason::AlreadyDeleted));
     }
     if command.map(|c| &c.key) != machine.active_execution.as_ref() {
-        return Err(Error::validation(op, "command_mismatch"));
+        return Err(Error::validation(op, Reason::CommandMismatch));
     }
     if now_ms < machine.updated_at_ms {
-        return Err(Error::validation(op, "clock_before_updated_at"));
+        return Err(Error::validation(op, Reason::ClockBeforeUpdatedAt));
     }
     let mut next = machine.clone();
     match disposition {
@@ -334,13 +338,13 @@ pub fn resolve(
         } => {
             let recorded = machine.creation.as_ref().map(|c| c.incarnation.as_str());
             if recorded != Some(incarnation.as_str()) {
-                return Err(identity_conflict("incarnation_mismatch"));
+                return Err(identity_conflict(Reason::IncarnationMismatch));
             }
             if !matches!(
                 observed,
                 MachineRecordState::Stopped | MachineRecordState::Created
             ) {
-                return Err(identity_conflict("not_stopped"));
+                return Err(identity_conflict(Reason::NotStopped));
             }
             next.state = *observed;
             next.observation = Some(RecordedObservation {
@@ -399,7 +403,7 @@ fn settle_command(c: &ExecutionRecord, now_ms: u64) -> Result<ExecutionRecord, E
     apply_exec(c, &patch, now_ms.max(c.updated_at_ms))
 }
 
-const fn identity_conflict(reason: &'static str) -> Error {
+const fn identity_conflict(reason: Reason) -> Error {
     Error::new(
         Category::IdentityConflict,
         Operation::StoreSlot,
@@ -411,6 +415,7 @@ const fn identity_conflict(reason: &'static str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Reason;
     use crate::managed::testkit::{exec_in, key, machine_in};
 
     const T0: u64 = 1_700_000_000_000;
@@ -440,11 +445,11 @@ mod tests {
             (MachineOperation::Delete, MachinePhase::Pending)
         );
         let e = request(&m, MachineOperation::Start, m.version, T0 + 1).unwrap_err();
-        assert_eq!(e.reason(), "operation_in_progress");
+        assert_eq!(e.reason(), Reason::OperationInProgress);
         let mut busy = m.clone();
         busy.phase = MachinePhase::Dispatching;
         let e = request(&busy, MachineOperation::Delete, m.version, T0 + 1).unwrap_err();
-        assert_eq!(e.reason(), "operation_in_progress");
+        assert_eq!(e.reason(), Reason::OperationInProgress);
         m.assignment = Some(Assignment {
             worker_id: "w1".into(),
             worker_generation: 1,
@@ -455,7 +460,7 @@ mod tests {
             (e.category(), e.reason(), e.evidence()),
             (
                 Category::Validation,
-                "no_creation_evidence",
+                Reason::NoCreationEvidence,
                 Evidence::NotDispatched
             )
         );
@@ -478,7 +483,7 @@ mod tests {
                 let err = got.unwrap_err();
                 assert_eq!(
                     (err.category(), err.reason()),
-                    (Category::Validation, "execution_not_pending"),
+                    (Category::Validation, Reason::ExecutionNotPending),
                     "{state:?}"
                 );
             }
@@ -538,7 +543,7 @@ mod tests {
         let err = resolve(&m, Some(&e), m.version, false, &stopped("inc-1"), T0 + 60).unwrap_err();
         assert_eq!(
             (err.category(), err.reason()),
-            (Category::Validation, "not_quiesced")
+            (Category::Validation, Reason::NotQuiesced)
         );
         let err = resolve(
             &m,
@@ -551,7 +556,7 @@ mod tests {
         .unwrap_err();
         assert_eq!(err.category(), Category::StaleVersion);
         let err = resolve(&m, None, m.version, true, &stopped("inc-1"), T0 + 60).unwrap_err();
-        assert_eq!(err.reason(), "command_mismatch");
+        assert_eq!(err.reason(), Reason::CommandMismatch);
     }
 
     #[test]
@@ -560,7 +565,7 @@ mod tests {
         let err = resolve(&m, Some(&e), m.version, true, &stopped("inc-2"), T0 + 60).unwrap_err();
         assert_eq!(
             (err.category(), err.reason()),
-            (Category::IdentityConflict, "incarnation_mismatch")
+            (Category::IdentityConflict, Reason::IncarnationMismatch)
         );
         let running = Disposition::Stopped {
             observed: MachineRecordState::Running,

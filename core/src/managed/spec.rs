@@ -5,6 +5,7 @@
 //! module checks only the shape rules that every stored record must keep
 //! (counts, identifiers, sizes), so a decoded record can be re-validated.
 
+use crate::Reason;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -209,8 +210,8 @@ impl ManagedTerminalSpec {
             idle_budget: Duration::from_millis(self.idle_ms),
             close_wait: Duration::from_millis(self.close_ms),
             attach_wait: Duration::from_millis(self.attach_ms),
-            max_buffer_bytes: size(self.buffer_bytes, "buffer_out_of_range")?,
-            max_input_bytes: size(self.input_bytes, "input_limit_out_of_range")?,
+            max_buffer_bytes: size(self.buffer_bytes, Reason::BufferOutOfRange)?,
+            max_input_bytes: size(self.input_bytes, Reason::InputLimitOutOfRange)?,
         };
         spec.validate()?;
         Ok(spec)
@@ -226,16 +227,18 @@ impl ManagedTerminalSpec {
         self.terminal_spec()?;
         let budget = profile.budgets.execution_ms;
         if self.session_ms > budget {
-            return Err(
-                Error::validation(crate::Operation::TerminalSpec, "session_over_budget")
-                    .with_limit(self.session_ms, budget),
-            );
+            return Err(Error::validation(
+                crate::Operation::TerminalSpec,
+                Reason::SessionOverBudget,
+            )
+            .with_limit(self.session_ms, budget));
         }
         if self.buffer_bytes > DEFAULT_OUTPUT_ALLOWANCE {
-            return Err(
-                Error::validation(crate::Operation::TerminalSpec, "buffer_over_allowance")
-                    .with_limit(self.buffer_bytes, DEFAULT_OUTPUT_ALLOWANCE),
-            );
+            return Err(Error::validation(
+                crate::Operation::TerminalSpec,
+                Reason::BufferOverAllowance,
+            )
+            .with_limit(self.buffer_bytes, DEFAULT_OUTPUT_ALLOWANCE));
         }
         Ok(())
     }
@@ -436,7 +439,7 @@ impl ArtifactRef {
         check_identifier(&self.id)?;
         check_digest(&self.sha256)?;
         if !matches!(self.architecture.as_str(), "x86_64" | "aarch64") {
-            return Err(invalid("architecture"));
+            return Err(invalid(Reason::Architecture));
         }
         Ok(())
     }
@@ -454,7 +457,7 @@ impl ProfileRef {
         if ok {
             Ok(())
         } else {
-            Err(invalid("profile_budget"))
+            Err(invalid(Reason::ProfileBudget))
         }
     }
 }
@@ -468,7 +471,7 @@ impl ExecutionSpec {
         self.artifact.validate()?;
         self.profile.validate()?;
         match &self.action {
-            Action::Command(c) if c.argv.is_empty() => return Err(invalid("empty_argv")),
+            Action::Command(c) if c.argv.is_empty() => return Err(invalid(Reason::EmptyArgv)),
             Action::Command(_) => {}
             Action::Terminal(t) => self.validate_terminal(t)?,
         }
@@ -477,7 +480,7 @@ impl ExecutionSpec {
         }
         if let Some(w) = &self.worker_machine {
             if self.machine.is_some() {
-                return Err(invalid("two_machines"));
+                return Err(invalid(Reason::TwoMachines));
             }
             super::check_worker_id(&w.worker_id)?;
             super::check_machine_name(&w.name)?;
@@ -487,10 +490,10 @@ impl ExecutionSpec {
         }) = &self.action
             && (user.is_empty() || user.len() > crate::exec::MAX_USER_LEN)
         {
-            return Err(invalid("user"));
+            return Err(invalid(Reason::User));
         }
         if self.inputs.len() > MAX_FILES || self.outputs.len() > MAX_FILES {
-            return Err(invalid("too_many_files").with_limit(
+            return Err(invalid(Reason::TooManyFiles).with_limit(
                 self.inputs.len().max(self.outputs.len()) as u64,
                 MAX_FILES as u64,
             ));
@@ -498,30 +501,30 @@ impl ExecutionSpec {
         if !self.inputs.windows(2).all(|w| w[0].path < w[1].path)
             || !self.outputs.windows(2).all(|w| w[0].path < w[1].path)
         {
-            return Err(invalid("files_not_sorted_unique"));
+            return Err(invalid(Reason::FilesNotSortedUnique));
         }
         for i in &self.inputs {
             check_digest(&i.sha256)?;
         }
         if !(1..=86_400_000).contains(&self.queue_budget_ms) {
-            return Err(invalid("queue_budget"));
+            return Err(invalid(Reason::QueueBudget));
         }
         if !(60_000..=2_592_000_000).contains(&self.retention_ms) {
-            return Err(invalid("retention"));
+            return Err(invalid(Reason::Retention));
         }
         if self.metadata.len() > MAX_METADATA {
-            return Err(invalid("too_many_metadata")
+            return Err(invalid(Reason::TooManyMetadata)
                 .with_limit(self.metadata.len() as u64, MAX_METADATA as u64));
         }
         for (k, v) in &self.metadata {
             check_identifier(k)?;
             match v {
                 MetaValue::String(s) if s.len() > MAX_METADATA_STRING => {
-                    return Err(invalid("metadata_string")
+                    return Err(invalid(Reason::MetadataString)
                         .with_limit(s.len() as u64, MAX_METADATA_STRING as u64));
                 }
                 MetaValue::Integer(i) if i.unsigned_abs() > MAX_SAFE_INTEGER as u64 => {
-                    return Err(invalid("metadata_integer"));
+                    return Err(invalid(Reason::MetadataInteger));
                 }
                 _ => {}
             }
@@ -535,13 +538,13 @@ impl ExecutionSpec {
     /// [`ManagedTerminalSpec::validate`].
     fn validate_terminal(&self, t: &ManagedTerminalSpec) -> Result<(), Error> {
         if self.machine.is_none() {
-            return Err(invalid("terminal_needs_retained_machine"));
+            return Err(invalid(Reason::TerminalNeedsRetainedMachine));
         }
         if !self.inputs.is_empty() || !self.outputs.is_empty() {
-            return Err(invalid("terminal_file_manifest"));
+            return Err(invalid(Reason::TerminalFileManifest));
         }
         if self.artifact.kind != ArtifactKind::Image {
-            return Err(invalid("terminal_checkpoint_source"));
+            return Err(invalid(Reason::TerminalCheckpointSource));
         }
         t.validate(&self.profile)
             .map_err(|e| e.with_operation(crate::Operation::StoreWrite))
@@ -564,15 +567,17 @@ impl RetainedMachineSpec {
         if !self.ports.windows(2).all(|w| w[0].host < w[1].host)
             || self.ports.iter().any(|p| p.host == 0 || p.guest == 0)
         {
-            return Err(invalid("ports"));
+            return Err(invalid(Reason::Ports));
         }
         let max = crate::worker::network::MAX_PORTS;
         if self.ports.len() > max {
             // The worker's create takes at most this many (C9.2).
-            return Err(invalid("too_many_ports").with_limit(self.ports.len() as u64, max as u64));
+            return Err(
+                invalid(Reason::TooManyPorts).with_limit(self.ports.len() as u64, max as u64)
+            );
         }
         if self.workload.as_ref().is_some_and(Vec::is_empty) {
-            return Err(invalid("empty_workload"));
+            return Err(invalid(Reason::EmptyWorkload));
         }
         Ok(())
     }
@@ -581,6 +586,7 @@ impl RetainedMachineSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Reason;
     use crate::managed::testkit::{exec_spec, key, managed_exec_spec};
 
     fn terminal_exec(t: ManagedTerminalSpec) -> ExecutionSpec {
@@ -590,7 +596,7 @@ mod tests {
         spec
     }
 
-    fn reason(t: ManagedTerminalSpec) -> Option<&'static str> {
+    fn reason(t: ManagedTerminalSpec) -> Option<Reason> {
         terminal_exec(t).validate().err().map(|e| e.reason())
     }
 
@@ -608,7 +614,7 @@ mod tests {
         };
         assert!(with(32).is_ok());
         let e = with(33).unwrap_err();
-        assert_eq!(e.reason(), "too_many_ports");
+        assert_eq!(e.reason(), Reason::TooManyPorts);
         assert_eq!(e.evidence(), crate::Evidence::NotDispatched);
     }
 
@@ -617,7 +623,7 @@ mod tests {
         let d = ManagedTerminalSpec::default;
         assert_eq!(reason(d()), None);
         // (accepted at N, refused at N+1 or N−1 for a lower bound)
-        let cases: Vec<(ManagedTerminalSpec, ManagedTerminalSpec, &str)> = vec![
+        let cases: Vec<(ManagedTerminalSpec, ManagedTerminalSpec, Reason)> = vec![
             (
                 ManagedTerminalSpec {
                     program: "p".repeat(4_096),
@@ -627,7 +633,7 @@ mod tests {
                     program: "p".repeat(4_097),
                     ..d()
                 },
-                "program_length",
+                Reason::ProgramLength,
             ),
             (
                 ManagedTerminalSpec {
@@ -638,7 +644,7 @@ mod tests {
                     program: String::new(),
                     ..d()
                 },
-                "program_length",
+                Reason::ProgramLength,
             ),
             (
                 ManagedTerminalSpec {
@@ -647,7 +653,7 @@ mod tests {
                     ..d()
                 },
                 ManagedTerminalSpec { cols: 0, ..d() },
-                "cols_out_of_range",
+                Reason::ColsOutOfRange,
             ),
             (
                 ManagedTerminalSpec {
@@ -656,7 +662,7 @@ mod tests {
                     ..d()
                 },
                 ManagedTerminalSpec { rows: 0, ..d() },
-                "rows_out_of_range",
+                Reason::RowsOutOfRange,
             ),
             (
                 ManagedTerminalSpec {
@@ -669,7 +675,7 @@ mod tests {
                     idle_ms: 999,
                     ..d()
                 },
-                "session_budget_out_of_range",
+                Reason::SessionBudgetOutOfRange,
             ),
             (
                 ManagedTerminalSpec {
@@ -680,7 +686,7 @@ mod tests {
                     idle_ms: 30_001,
                     ..d()
                 },
-                "idle_budget_out_of_range",
+                Reason::IdleBudgetOutOfRange,
             ),
             (
                 ManagedTerminalSpec {
@@ -691,7 +697,7 @@ mod tests {
                     idle_ms: 999,
                     ..d()
                 },
-                "idle_budget_out_of_range",
+                Reason::IdleBudgetOutOfRange,
             ),
             (
                 ManagedTerminalSpec {
@@ -702,12 +708,12 @@ mod tests {
                     close_ms: 5_001,
                     ..d()
                 },
-                "close_wait_out_of_range",
+                Reason::CloseWaitOutOfRange,
             ),
             (
                 ManagedTerminalSpec { close_ms: 1, ..d() },
                 ManagedTerminalSpec { close_ms: 0, ..d() },
-                "close_wait_out_of_range",
+                Reason::CloseWaitOutOfRange,
             ),
             (
                 ManagedTerminalSpec {
@@ -718,7 +724,7 @@ mod tests {
                     attach_ms: 30_001,
                     ..d()
                 },
-                "attach_wait_out_of_range",
+                Reason::AttachWaitOutOfRange,
             ),
             (
                 ManagedTerminalSpec {
@@ -729,7 +735,7 @@ mod tests {
                     attach_ms: 99,
                     ..d()
                 },
-                "attach_wait_out_of_range",
+                Reason::AttachWaitOutOfRange,
             ),
             (
                 ManagedTerminalSpec {
@@ -740,7 +746,7 @@ mod tests {
                     buffer_bytes: 1_048_577,
                     ..d()
                 },
-                "buffer_out_of_range",
+                Reason::BufferOutOfRange,
             ),
             (
                 ManagedTerminalSpec {
@@ -751,7 +757,7 @@ mod tests {
                     buffer_bytes: 1_023,
                     ..d()
                 },
-                "buffer_out_of_range",
+                Reason::BufferOutOfRange,
             ),
             (
                 ManagedTerminalSpec {
@@ -762,7 +768,7 @@ mod tests {
                     input_bytes: 65_537,
                     ..d()
                 },
-                "input_limit_out_of_range",
+                Reason::InputLimitOutOfRange,
             ),
             (
                 ManagedTerminalSpec {
@@ -773,7 +779,7 @@ mod tests {
                     input_bytes: 0,
                     ..d()
                 },
-                "input_limit_out_of_range",
+                Reason::InputLimitOutOfRange,
             ),
         ];
         for (ok, bad, why) in cases {
@@ -784,7 +790,7 @@ mod tests {
             program: "/bin/\0sh".into(),
             ..d()
         };
-        assert_eq!(reason(nul), Some("program_nul"));
+        assert_eq!(reason(nul), Some(Reason::ProgramNul));
     }
 
     #[test]
@@ -798,7 +804,7 @@ mod tests {
         assert_eq!(spec.validate(), Ok(()));
         spec.profile.budgets.execution_ms = 59_999;
         let e = spec.validate().unwrap_err();
-        assert_eq!(e.reason(), "session_over_budget");
+        assert_eq!(e.reason(), Reason::SessionOverBudget);
         assert_eq!(e.limit().map(|l| (l.actual, l.max)), Some((60_000, 59_999)));
         // The largest session budget at the largest profile budget.
         spec.profile.budgets.execution_ms = 86_460_000;
@@ -814,7 +820,7 @@ mod tests {
         disposable.machine = None;
         assert_eq!(
             disposable.validate().unwrap_err().reason(),
-            "terminal_needs_retained_machine"
+            Reason::TerminalNeedsRetainedMachine
         );
         let mut named = disposable.clone();
         named.worker_machine = Some(WorkerMachine {
@@ -823,7 +829,7 @@ mod tests {
         });
         assert_eq!(
             named.validate().unwrap_err().reason(),
-            "terminal_needs_retained_machine"
+            Reason::TerminalNeedsRetainedMachine
         );
         let with_outputs = ExecutionSpec {
             outputs: exec_spec("x").outputs,
@@ -831,13 +837,13 @@ mod tests {
         };
         assert_eq!(
             with_outputs.validate().unwrap_err().reason(),
-            "terminal_file_manifest"
+            Reason::TerminalFileManifest
         );
         let mut checkpoint = terminal_exec(ManagedTerminalSpec::default());
         checkpoint.artifact.kind = ArtifactKind::Checkpoint;
         assert_eq!(
             checkpoint.validate().unwrap_err().reason(),
-            "terminal_checkpoint_source"
+            Reason::TerminalCheckpointSource
         );
     }
 

@@ -6,6 +6,7 @@
 //! `now`. Terminal bytes never pass through this module; the registry holds
 //! the shell's connection object opaquely and reports counts only.
 
+use crate::Reason;
 use core::fmt;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -46,7 +47,7 @@ impl Verdict {
                     Operation::TerminalSession,
                     Evidence::Unknown,
                 )
-                .with_reason("ambiguous_exit_code")
+                .with_reason(Reason::AmbiguousExitCode)
                 .with_exit_code(*code),
             ),
             Err(e) if e.evidence() == Evidence::NotDispatched => Self::NotSent(*e),
@@ -198,10 +199,10 @@ pub const fn attach_expired() -> Error {
         Operation::TerminalConsumer,
         Evidence::Unknown,
     )
-    .with_reason("attach_wait")
+    .with_reason(Reason::AttachWait)
 }
 
-const fn registry_error(category: Category, reason: &'static str, evidence: Evidence) -> Error {
+const fn registry_error(category: Category, reason: Reason, evidence: Evidence) -> Error {
     Error::new(category, Operation::TerminalConsumer, evidence).with_reason(reason)
 }
 
@@ -213,7 +214,7 @@ impl<C> Registry<C> {
     /// `validation` (operation `config`) for a limit outside 1–64.
     pub fn new(limit: usize) -> Result<Self, Error> {
         if !(1..=super::controller::MAX_ACTIVE).contains(&limit) {
-            return Err(Error::validation(Operation::Config, "terminal_limit")
+            return Err(Error::validation(Operation::Config, Reason::TerminalLimit)
                 .with_limit(limit as u64, super::controller::MAX_ACTIVE as u64));
         }
         Ok(Self {
@@ -266,7 +267,7 @@ impl<C> Registry<C> {
         if self.entries.contains_key(&key) {
             return Err(Error::validation(
                 Operation::TerminalOpen,
-                "terminal_already_registered",
+                Reason::TerminalAlreadyRegistered,
             ));
         }
         let mut retired = None;
@@ -285,7 +286,7 @@ impl<C> Registry<C> {
                         Operation::TerminalOpen,
                         Evidence::NotDispatched,
                     )
-                    .with_reason("terminal_limit")
+                    .with_reason(Reason::TerminalLimit)
                     .with_limit(self.entries.len() as u64 + 1, self.limit as u64));
                 }
             }
@@ -314,13 +315,14 @@ impl<C> Registry<C> {
     /// `validation` (`attach_wait_out_of_range`) above 30,000 ms.
     pub fn attach_deadline(now: Instant, wait: Duration) -> Result<Instant, Error> {
         if wait > MAX_ATTACH_WAIT {
-            return Err(
-                Error::validation(Operation::TerminalConsumer, "attach_wait_out_of_range")
-                    .with_limit(
-                        u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
-                        MAX_ATTACH_WAIT.as_millis() as u64,
-                    ),
-            );
+            return Err(Error::validation(
+                Operation::TerminalConsumer,
+                Reason::AttachWaitOutOfRange,
+            )
+            .with_limit(
+                u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                MAX_ATTACH_WAIT.as_millis() as u64,
+            ));
         }
         Ok(now + wait)
     }
@@ -340,7 +342,7 @@ impl<C> Registry<C> {
         if e.consumer.is_some() || e.consumer_lost {
             return Err(registry_error(
                 Category::Authentication,
-                "terminal_consumer_bound",
+                Reason::TerminalConsumerBound,
                 Evidence::NotDispatched,
             ));
         }
@@ -348,7 +350,7 @@ impl<C> Registry<C> {
             e.expired = true;
             return Err(registry_error(
                 Category::Expired,
-                "terminal_consumer",
+                Reason::TerminalConsumer,
                 Evidence::Unknown,
             ));
         }
@@ -367,12 +369,12 @@ impl<C> Registry<C> {
         match self.entries.get_mut(key) {
             None => Err(registry_error(
                 Category::NotFound,
-                "terminal_retired",
+                Reason::TerminalRetired,
                 Evidence::NotDispatched,
             )),
             Some(e) if e.consumer != Some(who) || e.consumer_lost => Err(registry_error(
                 Category::Authentication,
-                "terminal_consumer_bound",
+                Reason::TerminalConsumerBound,
                 Evidence::NotDispatched,
             )),
             Some(e) => Ok(&mut e.conn),
@@ -405,7 +407,7 @@ impl<C> Registry<C> {
         self.entries.remove(key).map(|e| e.conn).ok_or_else(|| {
             registry_error(
                 Category::NotFound,
-                "terminal_retired",
+                Reason::TerminalRetired,
                 Evidence::NotDispatched,
             )
         })
@@ -472,6 +474,7 @@ impl<C> Registry<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Reason;
     use crate::managed::patch::apply_exec;
     use crate::managed::testkit::{accepted, key, managed_exec_spec};
     use crate::managed::{ExecutionRecord, spec::Action, spec::ManagedTerminalSpec};
@@ -587,7 +590,7 @@ mod tests {
             Operation::TerminalOutput,
             Evidence::Unknown,
         )
-        .with_reason("unread_output");
+        .with_reason(Reason::UnreadOutput);
         let v = Verdict::of(&Err(e));
         assert!(matches!(&v, Verdict::Uncertain(e) if e.category() == Category::OutputLimit));
         let rec = terminal_record(ExecState::Running);
@@ -651,7 +654,7 @@ mod tests {
         assert!(Registry::<u8>::new(0).is_err());
         assert_eq!(
             Registry::<u8>::new(65).unwrap_err().reason(),
-            "terminal_limit"
+            Reason::TerminalLimit
         );
     }
 
@@ -665,7 +668,7 @@ mod tests {
         let other = r.attach(t0 + ms(2), &k("a")).unwrap_err();
         assert_eq!(
             (other.category(), other.reason()),
-            (Category::Authentication, "terminal_consumer_bound")
+            (Category::Authentication, Reason::TerminalConsumerBound)
         );
         assert_eq!(*r.get(&k("a"), me).unwrap(), 1);
         let forged = ConsumerId(me.0 + 1);
@@ -693,7 +696,7 @@ mod tests {
         let mut r = Registry::new(4).unwrap();
         r.insert(t0, k("a"), 1u8, ATTACH).unwrap();
         let e = r.insert(t0, k("a"), 2u8, ATTACH).unwrap_err();
-        assert_eq!(e.reason(), "terminal_already_registered");
+        assert_eq!(e.reason(), Reason::TerminalAlreadyRegistered);
         assert_eq!(r.len(), 1);
     }
 
@@ -709,7 +712,7 @@ mod tests {
             Registry::<u8>::attach_deadline(t0, ms(30_001))
                 .unwrap_err()
                 .reason(),
-            "attach_wait_out_of_range"
+            Reason::AttachWaitOutOfRange
         );
         let mut r = Registry::new(4).unwrap();
         r.insert(t0, k("late"), 1u8, ATTACH).unwrap();
@@ -724,7 +727,11 @@ mod tests {
         let e = r.attach(t0 + ATTACH, &k("late")).unwrap_err();
         assert_eq!(
             (e.category(), e.reason(), e.evidence()),
-            (Category::Expired, "terminal_consumer", Evidence::Unknown)
+            (
+                Category::Expired,
+                Reason::TerminalConsumer,
+                Evidence::Unknown
+            )
         );
         // Expired once, reported once; still refused after it finished.
         r.finished(t0 + ATTACH + ms(5), &k("late"));
@@ -804,7 +811,7 @@ mod tests {
         let e = r.insert(t0 + ms(5), k("d"), 9, ATTACH).unwrap_err();
         assert_eq!(
             (e.category(), e.reason()),
-            (Category::AdmissionExhausted, "terminal_limit")
+            (Category::AdmissionExhausted, Reason::TerminalLimit)
         );
         assert_eq!(e.limit().map(|l| (l.actual, l.max)), Some((4, 3)));
         assert_eq!(r.len(), 3);

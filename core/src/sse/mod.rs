@@ -71,6 +71,7 @@
 //! (the scan position is kept) and moved at most once when the buffer is
 //! compacted.
 
+use crate::Reason;
 use std::borrow::Cow;
 use std::str::Utf8Error;
 
@@ -89,15 +90,6 @@ pub const DEFAULT_MAX_LINE_LEN: usize = 131_072;
 pub const DEFAULT_MAX_EVENT_LEN: usize = 131_072;
 /// Default cap on the bytes of one [`SseParser::handle_input`] call: 256 KiB.
 pub const DEFAULT_MAX_CHUNK_LEN: usize = 262_144;
-
-/// Reason code: a line exceeded [`Config::max_line_len`].
-pub const REASON_LINE_TOO_LONG: &str = "sse_line_too_long";
-/// Reason code: a frame exceeded [`Config::max_event_len`].
-pub const REASON_EVENT_TOO_LARGE: &str = "sse_event_too_large";
-/// Reason code: one input exceeded [`Config::max_chunk_len`].
-pub const REASON_CHUNK_TOO_LARGE: &str = "sse_chunk_too_large";
-/// Reason code: input after [`SseParser::finish`].
-pub const REASON_INPUT_AFTER_FINISH: &str = "sse_input_after_finish";
 
 const BOM: &[u8; 3] = b"\xEF\xBB\xBF";
 
@@ -293,12 +285,12 @@ impl SseParser {
                     self.config.operation,
                     Evidence::DispatchUncertain,
                 )
-                .with_reason(REASON_INPUT_AFTER_FINISH));
+                .with_reason(Reason::SseInputAfterFinish));
             }
         }
         if bytes.len() > self.config.max_chunk_len {
             let max = self.config.max_chunk_len;
-            return Err(self.fail(REASON_CHUNK_TOO_LARGE, bytes.len(), max));
+            return Err(self.fail(Reason::SseChunkTooLarge, bytes.len(), max));
         }
         if self.pos > 0 {
             if self.pos == self.buf.len() {
@@ -512,11 +504,11 @@ impl SseParser {
         let line_over = line_len >= line_cross;
         let event_over = extent >= event_cross;
         if line_over && (!event_over || line_cross <= event_cross) {
-            return Err(self.fail(REASON_LINE_TOO_LONG, max_line.saturating_add(1), max_line));
+            return Err(self.fail(Reason::SseLineTooLong, max_line.saturating_add(1), max_line));
         }
         if event_over {
             return Err(self.fail(
-                REASON_EVENT_TOO_LARGE,
+                Reason::SseEventTooLarge,
                 max_event.saturating_add(1),
                 max_event,
             ));
@@ -524,7 +516,7 @@ impl SseParser {
         Ok(())
     }
 
-    fn fail(&mut self, reason: &'static str, actual: usize, max: usize) -> Error {
+    fn fail(&mut self, reason: Reason, actual: usize, max: usize) -> Error {
         let e = Error::new(
             Category::OutputLimit,
             self.config.operation,

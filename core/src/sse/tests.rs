@@ -1,5 +1,6 @@
 //! Byte-in / event-out tests of the parser, and its any-split properties.
 
+use crate::Reason;
 use proptest::prelude::*;
 
 use super::fuzz::{OwnedEvent, Transcript, run, sizes};
@@ -160,7 +161,7 @@ fn finish_is_idempotent_and_later_input_is_refused() {
     assert_eq!(p.finish(), Ok(StreamEnd::PartialFrame));
     assert!(p.is_finished());
     let e = p.handle_input(b"\n\n").unwrap_err();
-    assert_eq!(e.reason(), REASON_INPUT_AFTER_FINISH);
+    assert_eq!(e.reason(), Reason::SseInputAfterFinish);
     assert!(p.poll_event().unwrap().is_none());
 }
 
@@ -213,7 +214,7 @@ fn line_cap_at_n_and_n_plus_one() {
         (
             Category::OutputLimit,
             Evidence::DispatchUncertain,
-            REASON_LINE_TOO_LONG
+            Reason::SseLineTooLong
         )
     );
     assert_eq!(e.limit().map(|l| (l.actual, l.max)), Some((17, 16)));
@@ -222,13 +223,13 @@ fn line_cap_at_n_and_n_plus_one() {
     p.handle_input(&[b'x'; 16]).unwrap();
     assert!(p.poll_event().unwrap().is_none());
     p.handle_input(b"x").unwrap();
-    assert_eq!(p.poll_event().unwrap_err().reason(), REASON_LINE_TOO_LONG);
+    assert_eq!(p.poll_event().unwrap_err().reason(), Reason::SseLineTooLong);
     // Sticky.
     assert_eq!(
         p.handle_input(b"\n").unwrap_err().reason(),
-        REASON_LINE_TOO_LONG
+        Reason::SseLineTooLong
     );
-    assert_eq!(p.finish().unwrap_err().reason(), REASON_LINE_TOO_LONG);
+    assert_eq!(p.finish().unwrap_err().reason(), Reason::SseLineTooLong);
 }
 
 #[test]
@@ -237,13 +238,13 @@ fn event_cap_at_n_and_n_plus_one_counts_line_ends_and_incomplete_frames() {
     let frame = b"data: 123\ndata: 456\n\n";
     assert_eq!(run(small(100, 20), frame, || usize::MAX).events.len(), 1);
     let e = run(small(100, 19), frame, || usize::MAX).end.unwrap_err();
-    assert_eq!(e.reason(), REASON_EVENT_TOO_LARGE);
+    assert_eq!(e.reason(), Reason::SseEventTooLarge);
     assert_eq!(e.limit().map(|l| (l.actual, l.max)), Some((20, 19)));
     // Incomplete frames count too, and comments are part of the frame.
     let e = run(small(100, 20), b":0123456789\ndata: 456", || 3)
         .end
         .unwrap_err();
-    assert_eq!(e.reason(), REASON_EVENT_TOO_LARGE);
+    assert_eq!(e.reason(), Reason::SseEventTooLarge);
     assert_eq!(
         run(small(100, 20), b":0123456789\ndata: 45", || 3).end,
         Ok(StreamEnd::PartialFrame)
@@ -260,13 +261,13 @@ fn when_both_caps_are_crossed_the_earlier_byte_decides() {
     let input = b"data: 01234567\ndata: 0123456789";
     for n in 1..=input.len() {
         let e = run(small(14, 20), input, || n).end.unwrap_err();
-        assert_eq!(e.reason(), REASON_EVENT_TOO_LARGE, "piece size {n}");
+        assert_eq!(e.reason(), Reason::SseEventTooLarge, "piece size {n}");
     }
     // Line cap crossed first.
     let input = b"data: 0123456789012";
     for n in 1..=input.len() {
         let e = run(small(10, 15), input, || n).end.unwrap_err();
-        assert_eq!(e.reason(), REASON_LINE_TOO_LONG, "piece size {n}");
+        assert_eq!(e.reason(), Reason::SseLineTooLong, "piece size {n}");
     }
 }
 
@@ -281,7 +282,7 @@ fn chunk_cap_at_n_and_n_plus_one() {
     let e = p.handle_input(b"data: 123").unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::OutputLimit, REASON_CHUNK_TOO_LARGE)
+        (Category::OutputLimit, Reason::SseChunkTooLarge)
     );
     assert_eq!(e.limit().map(|l| (l.actual, l.max)), Some((9, 8)));
     assert_eq!(p.poll_event().unwrap_err(), e);

@@ -1,6 +1,7 @@
 //! The worker's exit text frame and what an exit code proves (features
 //! C7.2, C7.3; worker-api.md §8.3).
 
+use crate::Reason;
 use serde::Deserialize;
 
 use crate::error::{Category, Error, Evidence, Operation};
@@ -34,15 +35,15 @@ pub(crate) fn parse_exit_frame(text: &str) -> Result<i32, Error> {
         Error::protocol(Operation::TerminalOutput, reason).with_evidence(Evidence::Unknown)
     };
     if text.len() > MAX_EXIT_FRAME_BYTES {
-        return Err(
-            bad("text_frame_too_long").with_limit(text.len() as u64, MAX_EXIT_FRAME_BYTES as u64)
-        );
+        return Err(bad(Reason::TextFrameTooLong)
+            .with_limit(text.len() as u64, MAX_EXIT_FRAME_BYTES as u64));
     }
-    let frame: ExitFrame = serde_json::from_str(text).map_err(|_| bad("unexpected_text_frame"))?;
+    let frame: ExitFrame =
+        serde_json::from_str(text).map_err(|_| bad(Reason::UnexpectedTextFrame))?;
     if frame.kind != "exit" {
-        return Err(bad("unexpected_text_frame"));
+        return Err(bad(Reason::UnexpectedTextFrame));
     }
-    i32::try_from(frame.code).map_err(|_| bad("exit_code_out_of_range"))
+    i32::try_from(frame.code).map_err(|_| bad(Reason::ExitCodeOutOfRange))
 }
 
 /// What an exit code proves: 0–255 except 124 (the agent's timeout code)
@@ -56,16 +57,17 @@ pub(crate) fn classify_exit(code: i32) -> Result<TerminalExit, Error> {
     let op = Operation::TerminalSession;
     match code {
         124 | 130 | -1 => Err(Error::new(Category::Unknown, op, Evidence::Unknown)
-            .with_reason("ambiguous_exit_code")
+            .with_reason(Reason::AmbiguousExitCode)
             .with_exit_code(code)),
         0..=255 => Ok(TerminalExit { code }),
-        _ => Err(Error::protocol(op, "exit_code_out_of_range").with_evidence(Evidence::Unknown)),
+        _ => Err(Error::protocol(op, Reason::ExitCodeOutOfRange).with_evidence(Evidence::Unknown)),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Reason;
 
     #[test]
     fn exit_frame_is_exact() {
@@ -92,7 +94,7 @@ mod tests {
         let at = |n: usize| format!("{}{}", " ".repeat(n - base.len()), base);
         assert_eq!(parse_exit_frame(&at(128)), Ok(7));
         let e = parse_exit_frame(&at(129)).unwrap_err();
-        assert_eq!(e.reason(), "text_frame_too_long");
+        assert_eq!(e.reason(), Reason::TextFrameTooLong);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The interactive terminal session (features C7.2, C7.3; worker-api.md §8).
 
+use crate::Reason;
 use core::fmt;
 use core::time::Duration;
 use std::time::Instant;
@@ -298,19 +299,19 @@ impl TerminalSession {
         if config.max_request_bytes == 0 {
             return Err(Error::validation(
                 Operation::TerminalSpec,
-                "max_request_bytes_zero",
+                Reason::MaxRequestBytesZero,
             ));
         }
         if config.handshake_timeout.is_zero() || config.handshake_timeout > MAX_HANDSHAKE_TIMEOUT {
             return Err(Error::validation(
                 Operation::TerminalSpec,
-                "handshake_timeout_out_of_range",
+                Reason::HandshakeTimeoutOutOfRange,
             ));
         }
         if config.write_wait.is_zero() || config.write_wait > MAX_WRITE_WAIT {
             return Err(Error::validation(
                 Operation::TerminalSpec,
-                "write_wait_out_of_range",
+                Reason::WriteWaitOutOfRange,
             ));
         }
         let mut ws_config = WsConfig::new(config.host, target);
@@ -412,7 +413,7 @@ impl TerminalSession {
     pub fn handle_timeout(&mut self, now: Instant) {
         let now = self.touch(now);
         if self.is_write_stalled(now) {
-            let e = transport_failure("write_timeout");
+            let e = transport_failure(Reason::WriteTimeout);
             self.abandon(e);
             return;
         }
@@ -434,17 +435,17 @@ impl TerminalSession {
     /// budgets (first decision wins).
     fn own_timers(&mut self, now: Instant) {
         if self.exit_close_deadline.is_some_and(|t| t <= now) {
-            let e = self.expired(Operation::TerminalClose, "close_wait_expired");
+            let e = self.expired(Operation::TerminalClose, Reason::CloseWaitExpired);
             self.finish(now, Err(e), CloseCode::GOING_AWAY);
         } else if self.outcome.is_none() {
             if self.session_deadline <= now {
-                let e = self.expired(Operation::TerminalSession, "session_budget");
+                let e = self.expired(Operation::TerminalSession, Reason::SessionBudget);
                 self.finish(now, Err(e), CloseCode::GOING_AWAY);
             } else if !self.attached && self.attach_deadline <= now {
-                let e = self.expired(Operation::TerminalConsumer, "attach_wait");
+                let e = self.expired(Operation::TerminalConsumer, Reason::AttachWait);
                 self.finish(now, Err(e), CloseCode::GOING_AWAY);
             } else if self.idle_deadline <= now {
-                let e = self.expired(Operation::TerminalIdle, "idle_budget");
+                let e = self.expired(Operation::TerminalIdle, Reason::IdleBudget);
                 self.finish(now, Err(e), CloseCode::GOING_AWAY);
             }
         }
@@ -508,7 +509,7 @@ impl TerminalSession {
         let op = Operation::TerminalInput;
         self.check_can_send(op)?;
         if bytes.is_empty() || bytes.len() > self.max_input_bytes {
-            return Err(Error::validation(op, "input_size")
+            return Err(Error::validation(op, Reason::InputSize)
                 .with_limit(bytes.len() as u64, self.max_input_bytes as u64));
         }
         self.charge(now, op, bytes.len())?;
@@ -528,7 +529,7 @@ impl TerminalSession {
         let now = self.touch(now);
         let op = Operation::TerminalResize;
         if cols == 0 || rows == 0 {
-            return Err(Error::validation(op, "size_out_of_range"));
+            return Err(Error::validation(op, Reason::SizeOutOfRange));
         }
         self.check_can_send(op)?;
         let text = format!("{{\"type\":\"resize\",\"cols\":{cols},\"rows\":{rows}}}");
@@ -569,7 +570,7 @@ impl TerminalSession {
                 Operation::TerminalConsumer,
                 self.evidence(),
             )
-            .with_reason("consumer_lost");
+            .with_reason(Reason::ConsumerLost);
             self.finish(now, Err(e), CloseCode::GOING_AWAY);
             self.pump(now);
         }
@@ -585,7 +586,7 @@ impl TerminalSession {
         if timeout > MAX_NEXT_WAIT {
             return Err(Error::validation(
                 Operation::TerminalOutput,
-                "wait_out_of_range",
+                Reason::WaitOutOfRange,
             ));
         }
         Ok(now + timeout)
@@ -610,7 +611,7 @@ impl TerminalSession {
                 Operation::TerminalOutput,
                 self.evidence(),
             )
-            .with_reason("wait_timeout");
+            .with_reason(Reason::WaitTimeout);
             return Next::TimedOut(e);
         }
         let wake = self
@@ -797,7 +798,7 @@ impl TerminalSession {
         }
     }
 
-    fn expired(&self, op: Operation, reason: &'static str) -> Error {
+    fn expired(&self, op: Operation, reason: Reason) -> Error {
         Error::new(Category::Expired, op, self.evidence()).with_reason(reason)
     }
 
@@ -806,10 +807,10 @@ impl TerminalSession {
             return Err(e.with_operation(op));
         }
         if self.outcome.is_some() || self.ws.is_close_sent() {
-            return Err(Error::validation(op, "session_closed"));
+            return Err(Error::validation(op, Reason::SessionClosed));
         }
         if !self.opened {
-            return Err(Error::validation(op, "not_open"));
+            return Err(Error::validation(op, Reason::NotOpen));
         }
         Ok(())
     }
@@ -819,7 +820,7 @@ impl TerminalSession {
         let total = self.sent_bytes + len as u64;
         if total > self.max_request_bytes {
             let e = Error::new(Category::OutputLimit, op, Evidence::Unknown)
-                .with_reason("cumulative_input")
+                .with_reason(Reason::CumulativeInput)
                 .with_limit(total, self.max_request_bytes);
             self.finish(now, Err(e), CloseCode::POLICY_VIOLATION);
             self.pump(now);
@@ -844,11 +845,15 @@ impl TerminalSession {
         if !self.ws.is_close_sent() && !self.ws.is_ended() {
             let reason = match outcome {
                 Err(e) => e.reason(),
-                Ok(_) => "",
+                Ok(_) => Reason::Unspecified,
             };
             // `code` is one of the sendable constants; a reason code that
             // were too long would be refused, so fall back to none.
-            if self.ws.close_with_reason(now, code, reason).is_err() {
+            if self
+                .ws
+                .close_with_reason(now, code, reason.as_str())
+                .is_err()
+            {
                 let _ = self.ws.close(now, code);
             }
         }
@@ -864,7 +869,7 @@ impl TerminalSession {
                         continue;
                     }
                     if self.exit_code.is_some() {
-                        let e = self.protocol("output_after_exit");
+                        let e = self.protocol(Reason::OutputAfterExit);
                         self.finish(now, Err(e), CloseCode::PROTOCOL_ERROR);
                         continue;
                     }
@@ -885,7 +890,7 @@ impl TerminalSession {
                         continue;
                     }
                     let parsed = if self.exit_code.is_some() {
-                        Err(self.protocol("text_after_exit"))
+                        Err(self.protocol(Reason::TextAfterExit))
                     } else {
                         parse_exit_frame(text)
                     };
@@ -907,13 +912,13 @@ impl TerminalSession {
                             Operation::TerminalClose,
                             Evidence::Unknown,
                         )
-                        .with_reason("closed_by_client")),
+                        .with_reason(Reason::ClosedByClient)),
                         None => Err(Error::new(
                             Category::Unknown,
                             Operation::TerminalOutput,
                             Evidence::Unknown,
                         )
-                        .with_reason("closed_without_exit")),
+                        .with_reason(Reason::ClosedWithoutExit)),
                     };
                     let outcome = match (outcome, info.code) {
                         (Err(e), Some(code)) => Err(e.with_close_code(code.as_u16())),
@@ -929,7 +934,7 @@ impl TerminalSession {
         }
     }
 
-    fn protocol(&self, reason: &'static str) -> Error {
+    fn protocol(&self, reason: Reason) -> Error {
         Error::protocol(Operation::TerminalOutput, reason).with_evidence(Evidence::Unknown)
     }
 
@@ -941,10 +946,10 @@ impl TerminalSession {
         );
         match overflow {
             Overflow::Bytes(total) => e
-                .with_reason("unread_output_bytes")
+                .with_reason(Reason::UnreadOutputBytes)
                 .with_limit(total, self.queue_max_bytes()),
             Overflow::Chunks => e
-                .with_reason("unread_output_chunks")
+                .with_reason(Reason::UnreadOutputChunks)
                 .with_limit(MAX_UNREAD_CHUNKS as u64 + 1, MAX_UNREAD_CHUNKS as u64),
         }
     }
@@ -960,20 +965,20 @@ impl TerminalSession {
             return e;
         }
         let e = e.with_evidence(Evidence::Unknown);
-        if e.reason() == "close_wait_expired" {
+        if e.reason() == Reason::CloseWaitExpired {
             Error::new(
                 Category::Expired,
                 Operation::TerminalClose,
                 Evidence::Unknown,
             )
-            .with_reason("close_wait_expired")
+            .with_reason(Reason::CloseWaitExpired)
         } else {
             e.with_operation(Operation::TerminalOutput)
         }
     }
 }
 
-fn transport_failure(reason: &'static str) -> Error {
+fn transport_failure(reason: Reason) -> Error {
     Error::new(
         Category::Transport,
         Operation::TerminalOutput,

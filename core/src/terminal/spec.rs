@@ -1,5 +1,6 @@
 //! The terminal spec (features C7.1) and the upgrade target (C7.2).
 
+use crate::Reason;
 use core::fmt;
 use core::time::Duration;
 
@@ -109,16 +110,16 @@ impl TerminalSpec {
         let bad = |reason| Error::validation(Operation::TerminalSpec, reason);
         let p = self.program.len();
         if p == 0 || p > MAX_PROGRAM_BYTES {
-            return Err(bad("program_length").with_limit(p as u64, MAX_PROGRAM_BYTES as u64));
+            return Err(bad(Reason::ProgramLength).with_limit(p as u64, MAX_PROGRAM_BYTES as u64));
         }
         if self.program.contains('\0') {
-            return Err(bad("program_nul"));
+            return Err(bad(Reason::ProgramNul));
         }
         if self.cols == 0 {
-            return Err(bad("cols_out_of_range"));
+            return Err(bad(Reason::ColsOutOfRange));
         }
         if self.rows == 0 {
-            return Err(bad("rows_out_of_range"));
+            return Err(bad(Reason::RowsOutOfRange));
         }
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         let range = |d: Duration, min: Duration, max: Duration, reason| {
@@ -132,34 +133,34 @@ impl TerminalSpec {
             self.session_budget,
             MIN_SESSION_BUDGET,
             MAX_SESSION_BUDGET,
-            "session_budget_out_of_range",
+            Reason::SessionBudgetOutOfRange,
         )?;
         range(
             self.idle_budget,
             MIN_IDLE_BUDGET,
             self.session_budget,
-            "idle_budget_out_of_range",
+            Reason::IdleBudgetOutOfRange,
         )?;
         range(
             self.close_wait,
             MIN_CLOSE_WAIT,
             MAX_CLOSE_WAIT,
-            "close_wait_out_of_range",
+            Reason::CloseWaitOutOfRange,
         )?;
         range(
             self.attach_wait,
             MIN_ATTACH_WAIT,
             MAX_ATTACH_WAIT,
-            "attach_wait_out_of_range",
+            Reason::AttachWaitOutOfRange,
         )?;
         let b = self.max_buffer_bytes;
         if !(MIN_BUFFER_BYTES..=MAX_BUFFER_BYTES).contains(&b) {
-            return Err(bad("buffer_out_of_range").with_limit(b as u64, MAX_BUFFER_BYTES as u64));
+            return Err(bad(Reason::BufferOutOfRange).with_limit(b as u64, MAX_BUFFER_BYTES as u64));
         }
         let i = self.max_input_bytes;
         if !(1..=MAX_INPUT_BYTES).contains(&i) {
             return Err(
-                bad("input_limit_out_of_range").with_limit(i as u64, MAX_INPUT_BYTES as u64)
+                bad(Reason::InputLimitOutOfRange).with_limit(i as u64, MAX_INPUT_BYTES as u64)
             );
         }
         Ok(())

@@ -5,6 +5,7 @@
 //! and key must exist as regular files") is [`Endpoint::check_files`], which
 //! the shell calls with its own file test before connecting.
 
+use crate::Reason;
 use core::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
@@ -36,7 +37,10 @@ impl WorkerId {
         if ok {
             Ok(Self(id.into()))
         } else {
-            Err(Error::validation(Operation::Config, "invalid_worker_id"))
+            Err(Error::validation(
+                Operation::Config,
+                Reason::InvalidWorkerId,
+            ))
         }
     }
 
@@ -103,32 +107,32 @@ impl Budgets {
         check_ms(
             self.connect,
             Self::MAX_CONNECT_MS,
-            "connect_timeout_out_of_range",
+            Reason::ConnectTimeoutOutOfRange,
         )?;
         check_ms(
             self.pool_checkout,
             Self::MAX_CONNECT_MS,
-            "pool_checkout_out_of_range",
+            Reason::PoolCheckoutOutOfRange,
         )?;
         check_ms(
             self.receive_idle,
             Self::MAX_OPERATION_MS,
-            "receive_idle_out_of_range",
+            Reason::ReceiveIdleOutOfRange,
         )?;
         check_ms(
             self.operation,
             Self::MAX_OPERATION_MS,
-            "operation_timeout_out_of_range",
+            Reason::OperationTimeoutOutOfRange,
         )?;
         check_range(
             self.max_request_body,
             Self::MAX_REQUEST_BODY,
-            "max_request_body_out_of_range",
+            Reason::MaxRequestBodyOutOfRange,
         )?;
         check_range(
             self.max_response_bytes,
             Self::MAX_RESPONSE_BYTES,
-            "max_response_bytes_out_of_range",
+            Reason::MaxResponseBytesOutOfRange,
         )
     }
 }
@@ -146,7 +150,7 @@ impl Default for Budgets {
     }
 }
 
-fn check_ms(d: Duration, max_ms: u64, reason: &'static str) -> Result<(), Error> {
+fn check_ms(d: Duration, max_ms: u64, reason: Reason) -> Result<(), Error> {
     // Sub-millisecond precision is refused rather than rounded.
     let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     if !d.subsec_nanos().is_multiple_of(1_000_000) {
@@ -155,7 +159,7 @@ fn check_ms(d: Duration, max_ms: u64, reason: &'static str) -> Result<(), Error>
     check_range(ms, max_ms, reason)
 }
 
-fn check_range(v: u64, max: u64, reason: &'static str) -> Result<(), Error> {
+fn check_range(v: u64, max: u64, reason: Reason) -> Result<(), Error> {
     if (1..=max).contains(&v) {
         Ok(())
     } else {
@@ -265,14 +269,14 @@ impl Endpoint {
                 || b.len() > MAX_TOKEN_LEN
                 || !b.iter().all(|c| (0x21..=0x7e).contains(c))
             {
-                return Err(invalid("invalid_token"));
+                return Err(invalid(Reason::InvalidToken));
             }
         }
         let loopback = is_loopback_host(&url.host);
         let client_identity = match (config.client_cert, config.client_key) {
             (None, None) => None,
             (Some(cert), Some(key)) => Some((cert, key)),
-            _ => return Err(invalid("client_cert_and_key_go_together")),
+            _ => return Err(invalid(Reason::ClientCertAndKeyGoTogether)),
         };
         let unix_socket = match config.unix_socket {
             None => None,
@@ -281,27 +285,27 @@ impl Endpoint {
         match url.scheme {
             Scheme::Https => {
                 if config.token.is_none() {
-                    return Err(invalid("https_requires_token"));
+                    return Err(invalid(Reason::HttpsRequiresToken));
                 }
                 if unix_socket.is_some() {
-                    return Err(invalid("socket_requires_plain_http"));
+                    return Err(invalid(Reason::SocketRequiresPlainHttp));
                 }
                 if config.allow_insecure_loopback {
-                    return Err(invalid("insecure_with_https"));
+                    return Err(invalid(Reason::InsecureWithHttps));
                 }
             }
             Scheme::Http => {
                 if config.ca_file.is_some() {
-                    return Err(invalid("ca_file_requires_https"));
+                    return Err(invalid(Reason::CaFileRequiresHttps));
                 }
                 if client_identity.is_some() {
-                    return Err(invalid("client_cert_requires_https"));
+                    return Err(invalid(Reason::ClientCertRequiresHttps));
                 }
                 if !loopback {
-                    return Err(invalid("plain_http_requires_loopback"));
+                    return Err(invalid(Reason::PlainHttpRequiresLoopback));
                 }
                 if unix_socket.is_none() && !config.allow_insecure_loopback {
-                    return Err(invalid("plain_http_requires_opt_in"));
+                    return Err(invalid(Reason::PlainHttpRequiresOptIn));
                 }
             }
         }
@@ -312,7 +316,7 @@ impl Endpoint {
         {
             let s = p.as_os_str();
             if s.is_empty() || s.as_encoded_bytes().contains(&0) {
-                return Err(invalid("invalid_file_path"));
+                return Err(invalid(Reason::InvalidFilePath));
             }
         }
         Ok(Self {
@@ -347,7 +351,7 @@ impl Endpoint {
         if files.into_iter().all(is_regular_file) {
             Ok(())
         } else {
-            Err(invalid("file_not_regular"))
+            Err(invalid(Reason::FileNotRegular))
         }
     }
 
@@ -427,7 +431,7 @@ impl Endpoint {
                     Operation::Config,
                     crate::Evidence::NotDispatched,
                 )
-                .with_reason("tls_requires_ca_file")),
+                .with_reason(Reason::TlsRequiresCaFile)),
             },
         }
     }
@@ -510,7 +514,7 @@ impl fmt::Debug for Endpoint {
     }
 }
 
-const fn invalid(reason: &'static str) -> Error {
+const fn invalid(reason: Reason) -> Error {
     Error::validation(Operation::Config, reason)
 }
 
@@ -556,16 +560,16 @@ pub struct SocketFileFacts {
 /// `socket_dir_writable_by_others` or `socket_owner_mismatch`.
 pub fn check_unix_socket(f: SocketFileFacts) -> Result<(), Error> {
     if !f.is_socket {
-        return Err(invalid("socket_not_a_socket"));
+        return Err(invalid(Reason::SocketNotASocket));
     }
     if f.socket_mode & 0o002 != 0 {
-        return Err(invalid("socket_writable_by_others"));
+        return Err(invalid(Reason::SocketWritableByOthers));
     }
     if f.dir_mode & 0o022 != 0 {
-        return Err(invalid("socket_dir_writable_by_others"));
+        return Err(invalid(Reason::SocketDirWritableByOthers));
     }
     if f.socket_uid != f.dir_uid && f.socket_uid != 0 {
-        return Err(invalid("socket_owner_mismatch"));
+        return Err(invalid(Reason::SocketOwnerMismatch));
     }
     Ok(())
 }
@@ -576,7 +580,7 @@ fn is_loopback_host(host: &str) -> bool {
 
 fn check_socket_path(s: &str) -> Result<PathBuf, Error> {
     if !s.starts_with('/') || s.len() > MAX_SOCKET_PATH_LEN || s.contains('\0') {
-        return Err(invalid("invalid_socket_path"));
+        return Err(invalid(Reason::InvalidSocketPath));
     }
     Ok(PathBuf::from(s))
 }
@@ -591,7 +595,7 @@ struct BaseUrl {
 fn parse_base_url(url: &str) -> Result<BaseUrl, Error> {
     if url.len() > MAX_BASE_URL_LEN {
         return Err(
-            invalid("base_url_too_long").with_limit(url.len() as u64, MAX_BASE_URL_LEN as u64)
+            invalid(Reason::BaseUrlTooLong).with_limit(url.len() as u64, MAX_BASE_URL_LEN as u64)
         );
     }
     let (scheme, rest) = if let Some(r) = strip_prefix_ci(url, "http://") {
@@ -599,29 +603,31 @@ fn parse_base_url(url: &str) -> Result<BaseUrl, Error> {
     } else if let Some(r) = strip_prefix_ci(url, "https://") {
         (Scheme::Https, r)
     } else {
-        return Err(invalid("base_url_scheme"));
+        return Err(invalid(Reason::BaseUrlScheme));
     };
     if rest.contains(['?', '#']) {
-        return Err(invalid("base_url_query_or_fragment"));
+        return Err(invalid(Reason::BaseUrlQueryOrFragment));
     }
     let (authority, path) = rest.find('/').map_or((rest, ""), |i| rest.split_at(i));
     if !(path.is_empty() || path == "/") {
-        return Err(invalid("base_url_path"));
+        return Err(invalid(Reason::BaseUrlPath));
     }
     if authority.contains('@') {
-        return Err(invalid("base_url_userinfo"));
+        return Err(invalid(Reason::BaseUrlUserinfo));
     }
     let (host, port_text) = if let Some(after) = authority.strip_prefix('[') {
-        let end = after.find(']').ok_or_else(|| invalid("base_url_host"))?;
+        let end = after
+            .find(']')
+            .ok_or_else(|| invalid(Reason::BaseUrlHost))?;
         let literal = &after[..end];
         if literal.parse::<Ipv6Addr>().is_err() {
-            return Err(invalid("base_url_host"));
+            return Err(invalid(Reason::BaseUrlHost));
         }
         let tail = &after[end + 1..];
         let port = match tail.strip_prefix(':') {
             Some(p) => Some(p),
             None if tail.is_empty() => None,
-            None => return Err(invalid("base_url_host")),
+            None => return Err(invalid(Reason::BaseUrlHost)),
         };
         (literal.to_ascii_lowercase(), port)
     } else {
@@ -639,7 +645,7 @@ fn parse_base_url(url: &str) -> Result<BaseUrl, Error> {
             && (h.parse::<Ipv4Addr>().is_ok()
                 || !h.bytes().all(|b| b.is_ascii_digit() || b == b'.'));
         if !valid {
-            return Err(invalid("base_url_host"));
+            return Err(invalid(Reason::BaseUrlHost));
         }
         (h.to_ascii_lowercase(), p)
     };
@@ -650,7 +656,7 @@ fn parse_base_url(url: &str) -> Result<BaseUrl, Error> {
             let n: u32 = if ok { p.parse().unwrap_or(0) } else { 0 };
             match u16::try_from(n) {
                 Ok(n) if n >= 1 => (n, true),
-                _ => return Err(invalid("base_url_port")),
+                _ => return Err(invalid(Reason::BaseUrlPort)),
             }
         }
     };
@@ -699,6 +705,7 @@ mod loopback_tests {
 #[cfg(test)]
 mod socket_tests {
     use super::{SocketFileFacts, check_unix_socket};
+    use crate::Reason;
 
     fn facts() -> SocketFileFacts {
         SocketFileFacts {
@@ -710,20 +717,22 @@ mod socket_tests {
         }
     }
 
-    fn reason(f: SocketFileFacts) -> &'static str {
-        check_unix_socket(f).err().map_or("", |e| e.reason())
+    fn reason(f: SocketFileFacts) -> Reason {
+        check_unix_socket(f)
+            .err()
+            .map_or(Reason::Unspecified, |e| e.reason())
     }
 
     #[test]
     fn socket_owner_and_modes_are_checked() {
-        assert_eq!(reason(facts()), "");
+        assert_eq!(reason(facts()), Reason::Unspecified);
         // Group-writable socket (umask 002) in a private directory: fine.
         assert_eq!(
             reason(SocketFileFacts {
                 socket_mode: 0o775,
                 ..facts()
             }),
-            ""
+            Reason::Unspecified
         );
         // A root-owned socket in a root-owned 0755 directory: fine.
         let root = SocketFileFacts {
@@ -732,13 +741,13 @@ mod socket_tests {
             dir_mode: 0o755,
             ..facts()
         };
-        assert_eq!(reason(root), "");
+        assert_eq!(reason(root), Reason::Unspecified);
         assert_eq!(
             reason(SocketFileFacts {
                 socket_mode: 0o777,
                 ..facts()
             }),
-            "socket_writable_by_others"
+            Reason::SocketWritableByOthers
         );
         for dir_mode in [0o1777, 0o770, 0o702] {
             assert_eq!(
@@ -746,7 +755,7 @@ mod socket_tests {
                     dir_mode,
                     ..facts()
                 }),
-                "socket_dir_writable_by_others",
+                Reason::SocketDirWritableByOthers,
                 "{dir_mode:o}"
             );
         }
@@ -755,14 +764,14 @@ mod socket_tests {
                 socket_uid: 1001,
                 ..facts()
             }),
-            "socket_owner_mismatch"
+            Reason::SocketOwnerMismatch
         );
         assert_eq!(
             reason(SocketFileFacts {
                 is_socket: false,
                 ..facts()
             }),
-            "socket_not_a_socket"
+            Reason::SocketNotASocket
         );
     }
 }

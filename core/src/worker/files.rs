@@ -1,6 +1,7 @@
 //! Guest files: path syntax and policy (features C6.2), byte budgets
 //! (C6.3), upload and download (C6.1).
 
+use crate::Reason;
 use bytes::{Bytes, BytesMut};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -54,7 +55,7 @@ impl GuestPath {
         } else {
             Err(Error::validation(
                 Operation::GuestPath,
-                "invalid_guest_path",
+                Reason::InvalidGuestPath,
             ))
         }
     }
@@ -122,8 +123,10 @@ impl PathPolicy {
     ) -> Result<Self, Error> {
         let canon = |mut v: Vec<GuestPath>| {
             if v.len() > MAX_ROOTS {
-                return Err(Error::validation(Operation::GuestPath, "too_many_roots")
-                    .with_limit(v.len() as u64, MAX_ROOTS as u64));
+                return Err(
+                    Error::validation(Operation::GuestPath, Reason::TooManyRoots)
+                        .with_limit(v.len() as u64, MAX_ROOTS as u64),
+                );
             }
             v.sort();
             v.dedup();
@@ -133,7 +136,7 @@ impl PathPolicy {
         if workdir.is_empty() {
             return Err(Error::validation(
                 Operation::GuestPath,
-                "empty_workdir_roots",
+                Reason::EmptyWorkdirRoots,
             ));
         }
         Ok(Self {
@@ -206,7 +209,7 @@ impl FileBudget {
     pub fn new(allowance: u64, budgets: &Budgets) -> Result<Self, Error> {
         if !(1..=MAX_FILE_ALLOWANCE).contains(&allowance) {
             return Err(
-                Error::validation(Operation::Config, "file_allowance_out_of_range")
+                Error::validation(Operation::Config, Reason::FileAllowanceOutOfRange)
                     .with_limit(allowance, MAX_FILE_ALLOWANCE),
             );
         }
@@ -241,30 +244,30 @@ pub fn check_byte_budgets(
     let e = |r| Error::validation(Operation::Config, r);
     if !(1..=MAX_FILE_ALLOWANCE).contains(&profile_per_file) {
         return Err(
-            e("profile_per_file_out_of_range").with_limit(profile_per_file, MAX_FILE_ALLOWANCE)
+            e(Reason::ProfilePerFileOutOfRange).with_limit(profile_per_file, MAX_FILE_ALLOWANCE)
         );
     }
     if !(1..=MAX_DIRECTION_BUDGET).contains(&profile_per_direction) {
-        return Err(e("profile_per_direction_out_of_range")
+        return Err(e(Reason::ProfilePerDirectionOutOfRange)
             .with_limit(profile_per_direction, MAX_DIRECTION_BUDGET));
     }
     if profile_per_direction < profile_per_file {
         return Err(
-            e("per_direction_below_per_file").with_limit(profile_per_file, profile_per_direction)
+            e(Reason::PerDirectionBelowPerFile).with_limit(profile_per_file, profile_per_direction)
         );
     }
     if client.allowance < profile_per_file {
         return Err(
-            e("client_allowance_below_profile").with_limit(profile_per_file, client.allowance)
+            e(Reason::ClientAllowanceBelowProfile).with_limit(profile_per_file, client.allowance)
         );
     }
     if profile_per_file > SMALL_FILE_MAX {
         if client.max_request_body < profile_per_file {
-            return Err(e("request_cap_below_per_file")
+            return Err(e(Reason::RequestCapBelowPerFile)
                 .with_limit(profile_per_file, client.max_request_body));
         }
         if client.max_response_bytes < profile_per_file {
-            return Err(e("response_cap_below_per_file")
+            return Err(e(Reason::ResponseCapBelowPerFile)
                 .with_limit(profile_per_file, client.max_response_bytes));
         }
     }
@@ -306,23 +309,22 @@ impl Upload {
     ) -> Result<Self, Error> {
         let op = Operation::Upload;
         if !policy.allows_upload(&path) {
-            return Err(Error::validation(op, "path_outside_upload_roots"));
+            return Err(Error::validation(op, Reason::PathOutsideUploadRoots));
         }
         let expected =
-            parse_digest(sha256_hex).ok_or_else(|| Error::validation(op, "invalid_sha256"))?;
+            parse_digest(sha256_hex).ok_or_else(|| Error::validation(op, Reason::InvalidSha256))?;
         let actual: [u8; 32] = Sha256::digest(&data).into();
         if actual != expected {
-            return Err(Error::validation(op, "sha256_mismatch"));
+            return Err(Error::validation(op, Reason::Sha256Mismatch));
         }
         let size = data.len() as u64;
         if size > budget.allowance {
-            return Err(
-                Error::validation(op, "file_allowance_exceeded").with_limit(size, budget.allowance)
-            );
+            return Err(Error::validation(op, Reason::FileAllowanceExceeded)
+                .with_limit(size, budget.allowance));
         }
         if size > budget.max_request_body {
             return Err(
-                Error::validation(Operation::RequestSize, "request_body_too_large")
+                Error::validation(Operation::RequestSize, Reason::RequestBodyTooLarge)
                     .with_limit(size, budget.max_request_body),
             );
         }
@@ -361,7 +363,7 @@ impl WorkerCall for Upload {
         let op = Operation::Upload;
         let w: UploadWire = decode_json(op, head, body)?;
         if w.path != self.path.as_str() || w.size != self.data.len() as u64 {
-            return Err(Error::protocol(op, "upload_reply_mismatch"));
+            return Err(Error::protocol(op, Reason::UploadReplyMismatch));
         }
         Ok(UploadReply {
             path: w.path,
@@ -412,10 +414,10 @@ impl Download {
     ) -> Result<Self, Error> {
         let op = Operation::Download;
         if !policy.allows_download(&path) {
-            return Err(Error::validation(op, "path_outside_download_roots"));
+            return Err(Error::validation(op, Reason::PathOutsideDownloadRoots));
         }
         if !(1..=budget.allowance).contains(&max_bytes) {
-            return Err(Error::validation(op, "download_limit_out_of_range")
+            return Err(Error::validation(op, Reason::DownloadLimitOutOfRange)
                 .with_limit(max_bytes, budget.allowance));
         }
         if max_bytes > SMALL_FILE_MAX || outside_default_root(&path) {
@@ -512,7 +514,7 @@ impl DownloadSink {
     /// called before `handle_head`.
     pub fn handle_body(&mut self, chunk: &[u8]) -> Result<(), Error> {
         let Some(head) = &self.head else {
-            return Err(Error::protocol(Operation::Download, "body_before_head"));
+            return Err(Error::protocol(Operation::Download, Reason::BodyBeforeHead));
         };
         let cap = if head.status == 200 {
             self.cap
@@ -536,7 +538,7 @@ impl DownloadSink {
     /// The mapped status error (C1.2) for a non-200 reply.
     pub fn finish(self) -> Result<Bytes, Error> {
         let Some(head) = self.head else {
-            return Err(Error::protocol(Operation::Download, "body_before_head"));
+            return Err(Error::protocol(Operation::Download, Reason::BodyBeforeHead));
         };
         if head.status != 200 {
             return Err(status_error(Operation::Download, &head, &self.body));
@@ -551,6 +553,6 @@ const fn limit(actual: u64, max: u64) -> Error {
         Operation::Download,
         Evidence::DispatchUncertain,
     )
-    .with_reason("download_cap")
+    .with_reason(Reason::DownloadCap)
     .with_limit(actual, max)
 }

@@ -1,5 +1,6 @@
 //! Shared reply plumbing: status, media type and JSON decoding.
 
+use crate::Reason;
 use serde::de::DeserializeOwned;
 
 use super::status::{check_media_type, check_status};
@@ -14,5 +15,5 @@ pub(crate) fn decode_json<T: DeserializeOwned>(
 ) -> Result<T, Error> {
     check_status(operation, head, body, 200)?;
     check_media_type(operation, head, super::APPLICATION_JSON)?;
-    serde_json::from_slice(body).map_err(|_| Error::protocol(operation, "invalid_json_reply"))
+    serde_json::from_slice(body).map_err(|_| Error::protocol(operation, Reason::InvalidJsonReply))
 }

@@ -8,6 +8,7 @@
 //! caller's callback; at end of stream [`LogStream::finish`] returns the
 //! snapshot lines (a partial final frame is a `protocol` error).
 
+use crate::Reason;
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -70,17 +71,19 @@ impl LogsParams {
     pub fn validate(&self) -> Result<(), Error> {
         let op = Operation::Logs;
         if self.tail > MAX_TAIL {
-            return Err(Error::validation(op, "tail_out_of_range")
+            return Err(Error::validation(op, Reason::TailOutOfRange)
                 .with_limit(self.tail.into(), MAX_TAIL.into()));
         }
         let ms = u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX);
         if !(TIMEOUT_MS.0..=TIMEOUT_MS.1).contains(&ms)
             || !self.timeout.subsec_nanos().is_multiple_of(1_000_000)
         {
-            return Err(Error::validation(op, "timeout_out_of_range").with_limit(ms, TIMEOUT_MS.1));
+            return Err(
+                Error::validation(op, Reason::TimeoutOutOfRange).with_limit(ms, TIMEOUT_MS.1)
+            );
         }
         if !(1..=MAX_ALLOWANCE).contains(&self.allowance) {
-            return Err(Error::validation(op, "allowance_out_of_range")
+            return Err(Error::validation(op, Reason::AllowanceOutOfRange)
                 .with_limit(self.allowance, MAX_ALLOWANCE));
         }
         Ok(())
@@ -152,7 +155,7 @@ impl Logs {
     pub fn decode_error(&self, head: &ResponseHead, body: &[u8]) -> Error {
         match check_status(Operation::Logs, head, body, 200) {
             Err(e) => e,
-            Ok(()) => Error::protocol(Operation::Logs, "unexpected_status"),
+            Ok(()) => Error::protocol(Operation::Logs, Reason::UnexpectedStatus),
         }
     }
 
@@ -256,7 +259,7 @@ impl LogLines {
         if self.events > MAX_EVENTS {
             return Err(
                 Error::new(Category::OutputLimit, op, Evidence::DispatchUncertain)
-                    .with_reason("log_event_cap")
+                    .with_reason(Reason::LogEventCap)
                     .with_limit(self.events.into(), MAX_EVENTS.into()),
             );
         }
@@ -264,12 +267,12 @@ impl LogLines {
         if self.bytes > self.allowance {
             return Err(
                 Error::new(Category::OutputLimit, op, Evidence::DispatchUncertain)
-                    .with_reason("log_allowance")
+                    .with_reason(Reason::LogAllowance)
                     .with_limit(self.bytes, self.allowance),
             );
         }
         let line = std::str::from_utf8(data)
-            .map_err(|_| Error::protocol(op, "log_line_not_utf8"))?
+            .map_err(|_| Error::protocol(op, Reason::LogLineNotUtf8))?
             .to_owned();
         if self.keep {
             self.lines.push(line);
@@ -326,7 +329,9 @@ impl LogStream {
     pub fn finish(mut self) -> Result<Vec<String>, Error> {
         match self.parser.finish()? {
             StreamEnd::Clean => Ok(self.lines.finish()),
-            StreamEnd::PartialFrame => Err(Error::protocol(Operation::Logs, "log_partial_frame")),
+            StreamEnd::PartialFrame => {
+                Err(Error::protocol(Operation::Logs, Reason::LogPartialFrame))
+            }
         }
     }
 }

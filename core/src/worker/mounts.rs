@@ -1,5 +1,6 @@
 //! Low-level host mounts (features C10.1).
 
+use crate::Reason;
 use crate::error::{Error, Operation};
 
 /// Most mounts per machine.
@@ -31,13 +32,13 @@ impl Mount {
         if !is_mount_path(source) {
             return Err(Error::validation(
                 Operation::MachineSpec,
-                "invalid_mount_source",
+                Reason::InvalidMountSource,
             ));
         }
         if !is_mount_path(target) || !target.starts_with(MOUNT_TARGET_ROOT) {
             return Err(Error::validation(
                 Operation::MachineSpec,
-                "invalid_mount_target",
+                Reason::InvalidMountTarget,
             ));
         }
         Ok(Self {
@@ -88,8 +89,10 @@ fn is_mount_path(p: &str) -> bool {
 /// `validation`, operation `machine_spec`.
 pub fn canonical_mounts(mut mounts: Vec<Mount>) -> Result<Vec<Mount>, Error> {
     if mounts.len() > MAX_MOUNTS {
-        return Err(Error::validation(Operation::MachineSpec, "too_many_mounts")
-            .with_limit(mounts.len() as u64, MAX_MOUNTS as u64));
+        return Err(
+            Error::validation(Operation::MachineSpec, Reason::TooManyMounts)
+                .with_limit(mounts.len() as u64, MAX_MOUNTS as u64),
+        );
     }
     mounts.sort();
     let overlaps = mounts.windows(2).any(|w| {
@@ -99,7 +102,7 @@ pub fn canonical_mounts(mut mounts: Vec<Mount>) -> Result<Vec<Mount>, Error> {
     if overlaps {
         return Err(Error::validation(
             Operation::MachineSpec,
-            "overlapping_mount_targets",
+            Reason::OverlappingMountTargets,
         ));
     }
     Ok(mounts)

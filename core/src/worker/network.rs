@@ -1,5 +1,6 @@
 //! Outbound network allowlists (features C9.1) and port mappings (C9.2).
 
+use crate::Reason;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crate::error::{Category, Error, Evidence, Operation};
@@ -15,7 +16,7 @@ pub const MAX_CIDR_LEN: usize = 49;
 /// Most port mappings per machine.
 pub const MAX_PORTS: usize = 32;
 
-const fn spec_error(reason: &'static str) -> Error {
+const fn spec_error(reason: Reason) -> Error {
     Error::validation(Operation::MachineSpec, reason)
 }
 
@@ -42,7 +43,7 @@ impl Hostname {
         if ok {
             Ok(Self(name.into()))
         } else {
-            Err(spec_error("invalid_hostname"))
+            Err(spec_error(Reason::InvalidHostname))
         }
     }
 
@@ -73,7 +74,7 @@ impl Cidr {
     /// # Errors
     /// `validation`, operation `machine_spec`, reason `invalid_cidr`.
     pub fn new(text: &str) -> Result<Self, Error> {
-        Self::parse(text).ok_or_else(|| spec_error("invalid_cidr"))
+        Self::parse(text).ok_or_else(|| spec_error(Reason::InvalidCidr))
     }
 
     fn parse(text: &str) -> Option<Self> {
@@ -134,21 +135,21 @@ impl NetworkPolicy {
     /// `validation`, operation `machine_spec`.
     pub fn allowlist(mut hosts: Vec<Hostname>, mut cidrs: Vec<Cidr>) -> Result<Self, Error> {
         if hosts.is_empty() && cidrs.is_empty() {
-            return Err(spec_error("empty_network_policy"));
+            return Err(spec_error(Reason::EmptyNetworkPolicy));
         }
         if hosts.len() > MAX_HOSTNAMES {
-            return Err(spec_error("too_many_hostnames")
+            return Err(spec_error(Reason::TooManyHostnames)
                 .with_limit(hosts.len() as u64, MAX_HOSTNAMES as u64));
         }
         if cidrs.len() > MAX_CIDRS {
             return Err(
-                spec_error("too_many_cidrs").with_limit(cidrs.len() as u64, MAX_CIDRS as u64)
+                spec_error(Reason::TooManyCidrs).with_limit(cidrs.len() as u64, MAX_CIDRS as u64)
             );
         }
         hosts.sort();
         cidrs.sort();
         if hosts.windows(2).any(|w| w[0] == w[1]) || cidrs.windows(2).any(|w| w[0] == w[1]) {
-            return Err(spec_error("duplicate_network_entry"));
+            return Err(spec_error(Reason::DuplicateNetworkEntry));
         }
         Ok(Self::Allowlist { hosts, cidrs })
     }
@@ -173,7 +174,7 @@ impl PortMapping {
     /// `validation`, operation `machine_spec`, reason `invalid_port`.
     pub fn new(host: u16, guest: u16) -> Result<Self, Error> {
         if host == 0 || guest == 0 {
-            return Err(spec_error("invalid_port"));
+            return Err(spec_error(Reason::InvalidPort));
         }
         Ok(Self { host, guest })
     }
@@ -195,11 +196,13 @@ impl PortMapping {
 /// `validation`, operation `machine_spec`.
 pub fn canonical_ports(mut ports: Vec<PortMapping>) -> Result<Vec<PortMapping>, Error> {
     if ports.len() > MAX_PORTS {
-        return Err(spec_error("too_many_ports").with_limit(ports.len() as u64, MAX_PORTS as u64));
+        return Err(
+            spec_error(Reason::TooManyPorts).with_limit(ports.len() as u64, MAX_PORTS as u64)
+        );
     }
     ports.sort();
     if ports.windows(2).any(|w| w[0].host == w[1].host) {
-        return Err(spec_error("duplicate_host_port"));
+        return Err(spec_error(Reason::DuplicateHostPort));
     }
     Ok(ports)
 }
@@ -212,5 +215,5 @@ pub(crate) const fn unrestricted_network(operation: Operation) -> Error {
         operation,
         Evidence::DispatchUncertain,
     )
-    .with_reason("network_without_allowlist")
+    .with_reason(Reason::NetworkWithoutAllowlist)
 }

@@ -1,6 +1,7 @@
 //! Node endpoints: health, readiness, capacity, metrics (features C2.1–C2.3),
 //! and the machine measurements read from a machine reply (C2.4).
 
+use crate::Reason;
 use serde::Deserialize;
 
 use super::WorkerCall;
@@ -71,20 +72,20 @@ impl WorkerCall for Health {
         let op = Operation::Health;
         let w: HealthWire = decode_json(op, head, body)?;
         if w.status != "ok" {
-            return Err(Error::protocol(op, "health_status_not_ok"));
+            return Err(Error::protocol(op, Reason::HealthStatusNotOk));
         }
         if !is_semver(&w.version) {
-            return Err(Error::protocol(op, "health_version_invalid"));
+            return Err(Error::protocol(op, Reason::HealthVersionInvalid));
         }
         let (total, running) = match w.machines {
             None => (None, None),
             Some(m) => {
                 if m.total > MAX_HEALTH_MACHINES {
-                    return Err(Error::protocol(op, "health_total_out_of_range")
+                    return Err(Error::protocol(op, Reason::HealthTotalOutOfRange)
                         .with_limit(m.total, MAX_HEALTH_MACHINES));
                 }
                 if m.running > m.total {
-                    return Err(Error::protocol(op, "health_running_exceeds_total")
+                    return Err(Error::protocol(op, Reason::HealthRunningExceedsTotal)
                         .with_limit(m.running, m.total));
                 }
                 (Some(m.total), Some(m.running))
@@ -151,7 +152,7 @@ impl WorkerCall for Readyz {
         if body.is_empty() {
             Ok(())
         } else {
-            Err(Error::protocol(Operation::Readyz, "readyz_body_not_empty").with_status(200))
+            Err(Error::protocol(Operation::Readyz, Reason::ReadyzBodyNotEmpty).with_status(200))
         }
     }
 
@@ -220,13 +221,13 @@ impl WorkerCall for Capacity {
         let op = Operation::Capacity;
         let w: CapacityWire = decode_json(op, head, body)?;
         if !w.used_cpus.is_finite() || w.used_cpus < 0.0 {
-            return Err(Error::protocol(op, "capacity_used_cpus_invalid"));
+            return Err(Error::protocol(op, Reason::CapacityUsedCpusInvalid));
         }
         if w.boot_id
             .as_ref()
             .is_some_and(|b| b.len() > MAX_BOOT_ID_LEN)
         {
-            return Err(Error::protocol(op, "capacity_boot_id_too_long"));
+            return Err(Error::protocol(op, Reason::CapacityBootIdTooLong));
         }
         Ok(CapacityReply {
             allocated_cpus: w.allocated_cpus,
@@ -266,7 +267,7 @@ impl WorkerCall for Metrics {
         check_media_type(op, head, super::TEXT_PLAIN)?;
         match std::str::from_utf8(body) {
             Ok(s) => Ok(s.to_owned()),
-            Err(_) => Err(Error::protocol(op, "metrics_not_utf8")),
+            Err(_) => Err(Error::protocol(op, Reason::MetricsNotUtf8)),
         }
     }
 }

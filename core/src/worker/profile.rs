@@ -15,6 +15,7 @@
 //! timeout answers 408, and the image-machine proof needs fields 1.9.2 does
 //! not return), not large or out-of-root files (same proof).
 
+use crate::Reason;
 use crate::error::{Category, Error, Evidence, Operation};
 
 /// A worker version this library has a profile for.
@@ -211,7 +212,7 @@ impl Profile {
         if !super::node::is_semver(version_text) {
             return Err(Error::validation(
                 Operation::Config,
-                "invalid_profile_version",
+                Reason::InvalidProfileVersion,
             ));
         }
         Ok(Self {
@@ -247,7 +248,7 @@ impl Profile {
                 Operation::Health,
                 Evidence::NotDispatched,
             )
-            .with_reason("unknown_worker_version")
+            .with_reason(Reason::UnknownWorkerVersion)
         })
     }
 
@@ -279,7 +280,7 @@ impl Profile {
                 operation,
                 Evidence::NotDispatched,
             )
-            .with_reason("feature_not_in_version"))
+            .with_reason(Reason::FeatureNotInVersion))
         }
     }
 

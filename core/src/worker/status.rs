@@ -5,6 +5,7 @@
 //! ([`ErrorBody`]) only to pick a fixed reason code: its text never enters
 //! the error.
 
+use crate::Reason;
 use serde::Deserialize;
 
 use crate::error::{Category, Error, Evidence, Operation};
@@ -184,9 +185,9 @@ pub fn status_error(operation: Operation, head: &ResponseHead, body: &[u8]) -> E
         409 if operation == Operation::Start
             && kind == ErrorBody::Handler(ErrorCode::PortInUse) =>
         {
-            (Category::PortConflict, "port_in_use")
+            (Category::PortConflict, Reason::PortInUse)
         }
-        408 => (Category::Unknown, "worker_request_timeout"),
+        408 => (Category::Unknown, Reason::WorkerRequestTimeout),
         // The generic mapping of C1.2 (authentication, not_found,
         // identity_conflict, redirects).
         401 | 403 | 404 | 409 | 300..=399 => {
@@ -199,22 +200,22 @@ pub fn status_error(operation: Operation, head: &ResponseHead, body: &[u8]) -> E
         .with_status(head.status)
 }
 
-fn protocol_reason(kind: ErrorBody) -> &'static str {
+fn protocol_reason(kind: ErrorBody) -> Reason {
     match kind {
-        ErrorBody::Handler(ErrorCode::BadRequest) => "worker_bad_request",
-        ErrorBody::Handler(ErrorCode::InternalError) => "worker_internal_error",
-        ErrorBody::Handler(ErrorCode::Unavailable) => "worker_unavailable",
-        ErrorBody::Handler(_) => "worker_error",
-        ErrorBody::Framework(Rejection::UnsupportedMediaType) => "rejected_media_type",
-        ErrorBody::Framework(Rejection::InvalidJson) => "rejected_json_syntax",
-        ErrorBody::Framework(Rejection::Unprocessable) => "rejected_json_shape",
-        ErrorBody::Framework(Rejection::InvalidQuery) => "rejected_query",
-        ErrorBody::Framework(Rejection::BodyTooLarge) => "rejected_body_too_large",
-        ErrorBody::Framework(Rejection::WebSocketHandshake) => "rejected_upgrade",
-        ErrorBody::Framework(Rejection::RuntimeStalled) => "worker_runtime_stalled",
-        ErrorBody::Framework(Rejection::OtherText) => "worker_error_text",
-        ErrorBody::Empty => "unexpected_status",
-        ErrorBody::Unrecognized => "unexpected_status",
+        ErrorBody::Handler(ErrorCode::BadRequest) => Reason::WorkerBadRequest,
+        ErrorBody::Handler(ErrorCode::InternalError) => Reason::WorkerInternalError,
+        ErrorBody::Handler(ErrorCode::Unavailable) => Reason::WorkerUnavailable,
+        ErrorBody::Handler(_) => Reason::WorkerError,
+        ErrorBody::Framework(Rejection::UnsupportedMediaType) => Reason::RejectedMediaType,
+        ErrorBody::Framework(Rejection::InvalidJson) => Reason::RejectedJsonSyntax,
+        ErrorBody::Framework(Rejection::Unprocessable) => Reason::RejectedJsonShape,
+        ErrorBody::Framework(Rejection::InvalidQuery) => Reason::RejectedQuery,
+        ErrorBody::Framework(Rejection::BodyTooLarge) => Reason::RejectedBodyTooLarge,
+        ErrorBody::Framework(Rejection::WebSocketHandshake) => Reason::RejectedUpgrade,
+        ErrorBody::Framework(Rejection::RuntimeStalled) => Reason::WorkerRuntimeStalled,
+        ErrorBody::Framework(Rejection::OtherText) => Reason::WorkerErrorText,
+        ErrorBody::Empty => Reason::UnexpectedStatus,
+        ErrorBody::Unrecognized => Reason::UnexpectedStatus,
     }
 }
 
@@ -230,6 +231,6 @@ pub fn check_media_type(
     if head.media_type_is(expected) {
         Ok(())
     } else {
-        Err(Error::protocol(operation, "unexpected_media_type").with_status(head.status))
+        Err(Error::protocol(operation, Reason::UnexpectedMediaType).with_status(head.status))
     }
 }

@@ -1,5 +1,6 @@
 //! Node-local volumes (features C10.2; Linux 1.20.2/1.22.0).
 
+use crate::Reason;
 use serde::{Deserialize, Serialize};
 
 use super::profile::{Feature, Profile};
@@ -37,7 +38,7 @@ impl VolumeId {
         } else {
             Err(Error::validation(
                 Operation::VolumeCreate,
-                "invalid_volume_id",
+                Reason::InvalidVolumeId,
             ))
         }
     }
@@ -81,7 +82,7 @@ impl VolumeCreate {
     pub fn new(profile: &Profile, id: VolumeId, size_gb: u32) -> Result<Self, Error> {
         if !(VOLUME_SIZE_GB.0..=VOLUME_SIZE_GB.1).contains(&size_gb) {
             return Err(
-                Error::validation(Operation::VolumeCreate, "volume_size_out_of_range")
+                Error::validation(Operation::VolumeCreate, Reason::VolumeSizeOutOfRange)
                     .with_limit(size_gb.into(), VOLUME_SIZE_GB.1.into()),
             );
         }
@@ -104,7 +105,7 @@ impl WorkerCall for VolumeCreate {
             size_gb: self.size_gb,
             backend: "local",
         })
-        .map_err(|_| Error::validation(Operation::VolumeCreate, "unserializable_body"))?;
+        .map_err(|_| Error::validation(Operation::VolumeCreate, Reason::UnserializableBody))?;
         Ok(Request::new(
             Operation::VolumeCreate,
             Method::Post,
@@ -125,7 +126,7 @@ impl WorkerCall for VolumeCreate {
                 .split('/')
                 .all(|s| !s.is_empty() && s != "." && s != "..");
         if !normalized {
-            return Err(Error::protocol(op, "node_path_not_normalized"));
+            return Err(Error::protocol(op, Reason::NodePathNotNormalized));
         }
         Ok(w.node_path)
     }
@@ -168,10 +169,10 @@ impl WorkerCall for VolumeDelete {
         let op = Operation::VolumeDelete;
         match head.status {
             204 if body.is_empty() => Ok(()),
-            204 => Err(Error::protocol(op, "volume_delete_body_not_empty").with_status(204)),
+            204 => Err(Error::protocol(op, Reason::VolumeDeleteBodyNotEmpty).with_status(204)),
             404 | 200 => Err(
                 Error::new(Category::Protocol, op, Evidence::DispatchUncertain)
-                    .with_reason("volume_delete_not_confirmed")
+                    .with_reason(Reason::VolumeDeleteNotConfirmed)
                     .with_status(head.status),
             ),
             _ => Err(status_error(op, head, body)),

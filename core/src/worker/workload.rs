@@ -1,5 +1,6 @@
 //! Startup workloads in the machine spec (features C8.1).
 
+use crate::Reason;
 use crate::error::{Category, Error, Evidence, Operation};
 
 /// Most entrypoint + cmd arguments together.
@@ -59,47 +60,46 @@ impl Workload {
         if restart != RestartPolicy::Never {
             return Err(
                 Error::new(Category::UnsupportedCapability, op, Evidence::NotDispatched)
-                    .with_reason("restart_policy_unsupported"),
+                    .with_reason(Reason::RestartPolicyUnsupported),
             );
         }
         let n = entrypoint.len() + cmd.len();
         if n > MAX_WORKLOAD_ARGS {
-            return Err(Error::validation(op, "too_many_workload_args")
+            return Err(Error::validation(op, Reason::TooManyWorkloadArgs)
                 .with_limit(n as u64, MAX_WORKLOAD_ARGS as u64));
         }
         let mut total = 0usize;
         for a in entrypoint.iter().chain(&cmd) {
             if a.len() > MAX_ARG_LEN || a.contains('\0') {
-                return Err(Error::validation(op, "invalid_workload_arg"));
+                return Err(Error::validation(op, Reason::InvalidWorkloadArg));
             }
             total += a.len();
         }
         if total > MAX_ARGS_TOTAL {
-            return Err(Error::validation(op, "workload_args_too_long")
+            return Err(Error::validation(op, Reason::WorkloadArgsTooLong)
                 .with_limit(total as u64, MAX_ARGS_TOTAL as u64));
         }
         if env.len() > MAX_ENV {
-            return Err(
-                Error::validation(op, "too_many_env").with_limit(env.len() as u64, MAX_ENV as u64)
-            );
+            return Err(Error::validation(op, Reason::TooManyEnv)
+                .with_limit(env.len() as u64, MAX_ENV as u64));
         }
         for (name, value) in &env {
             if !is_env_name(name) {
-                return Err(Error::validation(op, "invalid_env_name"));
+                return Err(Error::validation(op, Reason::InvalidEnvName));
             }
             if value.len() > MAX_ENV_VALUE_LEN {
-                return Err(Error::validation(op, "env_value_too_long")
+                return Err(Error::validation(op, Reason::EnvValueTooLong)
                     .with_limit(value.len() as u64, MAX_ENV_VALUE_LEN as u64));
             }
         }
         env.sort();
         if env.windows(2).any(|w| w[0].0 == w[1].0) {
-            return Err(Error::validation(op, "duplicate_env_name"));
+            return Err(Error::validation(op, Reason::DuplicateEnvName));
         }
         if let Some(w) = &workdir
             && (!w.starts_with('/') || w.len() > MAX_WORKDIR_LEN || w.contains('\0'))
         {
-            return Err(Error::validation(op, "invalid_workload_workdir"));
+            return Err(Error::validation(op, Reason::InvalidWorkloadWorkdir));
         }
         Ok(Self {
             entrypoint,

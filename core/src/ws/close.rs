@@ -1,5 +1,6 @@
 //! Close codes (RFC 6455 §7.4) and close-frame payloads.
 
+use crate::Reason;
 use core::fmt;
 
 /// A WebSocket close status code (RFC 6455 §7.4.1).
@@ -131,7 +132,7 @@ impl fmt::Debug for CloseReason {
 pub(crate) enum ClosePayloadError {
     /// One byte, or a code that must not be on the wire (the code is
     /// attached when there was one).
-    Protocol(&'static str, Option<u16>),
+    Protocol(Reason, Option<u16>),
     /// The reason is not UTF-8.
     InvalidUtf8(CloseCode),
 }
@@ -143,12 +144,15 @@ pub(crate) fn parse_close_payload(
 ) -> Result<Option<(CloseCode, CloseReason)>, ClosePayloadError> {
     match payload {
         [] => Ok(None),
-        [_] => Err(ClosePayloadError::Protocol("close_payload_one_byte", None)),
+        [_] => Err(ClosePayloadError::Protocol(
+            Reason::ClosePayloadOneByte,
+            None,
+        )),
         [hi, lo, reason @ ..] => {
             let code = CloseCode(u16::from_be_bytes([*hi, *lo]));
             if !code.is_sendable() {
                 return Err(ClosePayloadError::Protocol(
-                    "close_code_invalid",
+                    Reason::CloseCodeInvalid,
                     Some(code.0),
                 ));
             }
@@ -156,7 +160,7 @@ pub(crate) fn parse_close_payload(
                 // The frame header check bounds a control payload by 125,
                 // so only a caller outside the decoder can get here.
                 return Err(ClosePayloadError::Protocol(
-                    "close_reason_too_long",
+                    Reason::CloseReasonTooLong,
                     Some(code.0),
                 ));
             }
@@ -199,7 +203,7 @@ mod tests {
         assert_eq!(
             parse_close_payload(&[3, 0xed]),
             Err(ClosePayloadError::Protocol(
-                "close_code_invalid",
+                Reason::CloseCodeInvalid,
                 Some(1005)
             ))
         );
@@ -219,7 +223,7 @@ mod tests {
         assert_eq!(
             parse_close_payload(&payload),
             Err(ClosePayloadError::Protocol(
-                "close_reason_too_long",
+                Reason::CloseReasonTooLong,
                 Some(1000)
             ))
         );

@@ -1,5 +1,6 @@
 //! Client configuration and its named limits.
 
+use crate::Reason;
 use core::fmt;
 use core::time::Duration;
 
@@ -92,21 +93,21 @@ impl WsConfig {
     pub fn validate(&self) -> Result<(), Error> {
         let op = self.operation;
         if !(1..=MAX_FRAME_LEN).contains(&self.max_frame_len) {
-            return Err(Error::validation(op, "max_frame_len_out_of_range")
+            return Err(Error::validation(op, Reason::MaxFrameLenOutOfRange)
                 .with_limit(self.max_frame_len as u64, MAX_FRAME_LEN as u64));
         }
         if !(1..=MAX_MESSAGE_LEN).contains(&self.max_message_len) {
-            return Err(Error::validation(op, "max_message_len_out_of_range")
+            return Err(Error::validation(op, Reason::MaxMessageLenOutOfRange)
                 .with_limit(self.max_message_len as u64, MAX_MESSAGE_LEN as u64));
         }
         for (d, reason) in [
             (
                 Some(self.handshake_timeout),
-                "handshake_timeout_out_of_range",
+                Reason::HandshakeTimeoutOutOfRange,
             ),
-            (Some(self.close_wait), "close_wait_out_of_range"),
-            (self.idle_timeout, "idle_timeout_out_of_range"),
-            (self.write_wait, "write_wait_out_of_range"),
+            (Some(self.close_wait), Reason::CloseWaitOutOfRange),
+            (self.idle_timeout, Reason::IdleTimeoutOutOfRange),
+            (self.write_wait, Reason::WriteWaitOutOfRange),
         ] {
             if let Some(d) = d
                 && (d.is_zero() || d > MAX_WS_TIMER)
@@ -118,18 +119,18 @@ impl WsConfig {
             }
         }
         if self.host.is_empty() || !is_header_safe(&self.host) || self.host.contains(' ') {
-            return Err(Error::validation(op, "invalid_host"));
+            return Err(Error::validation(op, Reason::InvalidHost));
         }
         if !self.target.starts_with('/')
             || !is_header_safe(&self.target)
             || self.target.contains(' ')
         {
-            return Err(Error::validation(op, "invalid_target"));
+            return Err(Error::validation(op, Reason::InvalidTarget));
         }
         if let Some(token) = &self.authorization
             && (token.is_empty() || !is_header_safe(token.expose()))
         {
-            return Err(Error::validation(op, "invalid_token"));
+            return Err(Error::validation(op, Reason::InvalidToken));
         }
         Ok(())
     }

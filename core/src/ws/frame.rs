@@ -1,6 +1,7 @@
 //! Frame headers (RFC 6455 §5.2): parsing with every protocol check, and
 //! encoding of client headers.
 
+use crate::Reason;
 /// A frame opcode (RFC 6455 §5.2, §11.8).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Opcode {
@@ -76,7 +77,7 @@ pub struct FrameHeader {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HeaderError {
     /// A rule of RFC 6455 §5 was broken; the reason is a fixed code.
-    Protocol(&'static str),
+    Protocol(Reason),
     /// The declared payload exceeds the frame cap.
     TooLarge {
         /// Declared length.
@@ -107,22 +108,22 @@ pub fn parse_server_header(
         return Ok(None);
     };
     if b0 & 0x70 != 0 {
-        return Err(HeaderError::Protocol("rsv_bits_set"));
+        return Err(HeaderError::Protocol(Reason::RsvBitsSet));
     }
     let Some(opcode) = Opcode::from_u8(b0 & 0x0f) else {
-        return Err(HeaderError::Protocol("reserved_opcode"));
+        return Err(HeaderError::Protocol(Reason::ReservedOpcode));
     };
     let fin = b0 & 0x80 != 0;
     if b1 & 0x80 != 0 {
-        return Err(HeaderError::Protocol("masked_server_frame"));
+        return Err(HeaderError::Protocol(Reason::MaskedServerFrame));
     }
     let len7 = b1 & 0x7f;
     if opcode.is_control() {
         if !fin {
-            return Err(HeaderError::Protocol("fragmented_control_frame"));
+            return Err(HeaderError::Protocol(Reason::FragmentedControlFrame));
         }
         if len7 > 125 {
-            return Err(HeaderError::Protocol("control_frame_too_long"));
+            return Err(HeaderError::Protocol(Reason::ControlFrameTooLong));
         }
     }
     let (payload_len, header_len) = match len7 {
@@ -132,7 +133,7 @@ pub fn parse_server_header(
             };
             let len = u64::from(u16::from_be_bytes([a, b]));
             if len < 126 {
-                return Err(HeaderError::Protocol("non_minimal_length"));
+                return Err(HeaderError::Protocol(Reason::NonMinimalLength));
             }
             (len, 4)
         }
@@ -144,10 +145,10 @@ pub fn parse_server_header(
             arr.copy_from_slice(bytes);
             let len = u64::from_be_bytes(arr);
             if len >> 63 != 0 {
-                return Err(HeaderError::Protocol("length_top_bit_set"));
+                return Err(HeaderError::Protocol(Reason::LengthTopBitSet));
             }
             if len <= 0xffff {
-                return Err(HeaderError::Protocol("non_minimal_length"));
+                return Err(HeaderError::Protocol(Reason::NonMinimalLength));
             }
             (len, 10)
         }
@@ -245,7 +246,7 @@ mod tests {
 
     const CAP: u64 = 65_536;
 
-    fn err(buf: &[u8]) -> &'static str {
+    fn err(buf: &[u8]) -> Reason {
         match parse_server_header(buf, CAP) {
             Err(HeaderError::Protocol(r)) => r,
             other => panic!("expected protocol error, got {other:?}"),
@@ -254,21 +255,21 @@ mod tests {
 
     #[test]
     fn every_header_rule_is_checked() {
-        assert_eq!(err(&[0x92, 0x00]), "rsv_bits_set");
-        assert_eq!(err(&[0xc2, 0x00]), "rsv_bits_set");
-        assert_eq!(err(&[0x83, 0x00]), "reserved_opcode");
-        assert_eq!(err(&[0x8b, 0x00]), "reserved_opcode");
-        assert_eq!(err(&[0x82, 0x81]), "masked_server_frame");
-        assert_eq!(err(&[0x09, 0x00]), "fragmented_control_frame");
-        assert_eq!(err(&[0x89, 0x7e]), "control_frame_too_long");
-        assert_eq!(err(&[0x82, 0x7e, 0x00, 0x7d]), "non_minimal_length");
+        assert_eq!(err(&[0x92, 0x00]), Reason::RsvBitsSet);
+        assert_eq!(err(&[0xc2, 0x00]), Reason::RsvBitsSet);
+        assert_eq!(err(&[0x83, 0x00]), Reason::ReservedOpcode);
+        assert_eq!(err(&[0x8b, 0x00]), Reason::ReservedOpcode);
+        assert_eq!(err(&[0x82, 0x81]), Reason::MaskedServerFrame);
+        assert_eq!(err(&[0x09, 0x00]), Reason::FragmentedControlFrame);
+        assert_eq!(err(&[0x89, 0x7e]), Reason::ControlFrameTooLong);
+        assert_eq!(err(&[0x82, 0x7e, 0x00, 0x7d]), Reason::NonMinimalLength);
         assert_eq!(
             err(&[0x82, 0x7f, 0, 0, 0, 0, 0, 0, 0xff, 0xff]),
-            "non_minimal_length"
+            Reason::NonMinimalLength
         );
         assert_eq!(
             err(&[0x82, 0x7f, 0x80, 0, 0, 0, 0, 0, 0, 0]),
-            "length_top_bit_set"
+            Reason::LengthTopBitSet
         );
     }
 

@@ -1,6 +1,7 @@
 //! The opening handshake (RFC 6455 §4.1, §4.2.2): the upgrade request and
 //! the checks on the 101 reply.
 
+use crate::Reason;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use sha1::{Digest, Sha1};
@@ -76,12 +77,12 @@ pub(crate) fn check_reply(
     let mut resp = httparse::Response::new(&mut headers);
     match resp.parse(head) {
         Ok(httparse::Status::Complete(_)) => {}
-        Ok(httparse::Status::Partial) => return Err(proto("malformed_head")),
-        Err(httparse::Error::TooManyHeaders) => return Err(proto("too_many_headers")),
-        Err(_) => return Err(proto("malformed_head")),
+        Ok(httparse::Status::Partial) => return Err(proto(Reason::MalformedHead)),
+        Err(httparse::Error::TooManyHeaders) => return Err(proto(Reason::TooManyHeaders)),
+        Err(_) => return Err(proto(Reason::MalformedHead)),
     }
     if resp.version != Some(1) {
-        return Err(proto("http_version"));
+        return Err(proto(Reason::HttpVersion));
     }
     let status = resp.code.unwrap_or(0);
     match status {
@@ -89,11 +90,11 @@ pub(crate) fn check_reply(
         401 | 403 => {
             return Err(
                 Error::new(Category::Authentication, op, Evidence::DispatchUncertain)
-                    .with_reason("upgrade_refused")
+                    .with_reason(Reason::UpgradeRefused)
                     .with_status(status),
             );
         }
-        _ => return Err(proto("unexpected_status").with_status(status)),
+        _ => return Err(proto(Reason::UnexpectedStatus).with_status(status)),
     }
     let (mut upgrade, mut connection, mut accept) = (0u32, false, 0u32);
     let mut accept_ok = false;
@@ -102,7 +103,7 @@ pub(crate) fn check_reply(
         if name.eq_ignore_ascii_case("upgrade") {
             upgrade += 1;
             if !has_token(h.value, "websocket") {
-                return Err(proto("upgrade_not_websocket"));
+                return Err(proto(Reason::UpgradeNotWebsocket));
             }
         } else if name.eq_ignore_ascii_case("connection") {
             connection |= has_token(h.value, "upgrade");
@@ -110,19 +111,19 @@ pub(crate) fn check_reply(
             accept += 1;
             accept_ok = trim(h.value) == expected_accept.as_bytes();
         } else if name.eq_ignore_ascii_case("sec-websocket-extensions") {
-            return Err(proto("unrequested_extension"));
+            return Err(proto(Reason::UnrequestedExtension));
         } else if name.eq_ignore_ascii_case("sec-websocket-protocol") {
-            return Err(proto("unrequested_subprotocol"));
+            return Err(proto(Reason::UnrequestedSubprotocol));
         }
     }
     if upgrade != 1 {
-        return Err(proto("upgrade_header"));
+        return Err(proto(Reason::UpgradeHeader));
     }
     if !connection {
-        return Err(proto("connection_header"));
+        return Err(proto(Reason::ConnectionHeader));
     }
     if accept != 1 || !accept_ok {
-        return Err(proto("accept_mismatch"));
+        return Err(proto(Reason::AcceptMismatch));
     }
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! The client against a scripted loopback HTTP peer: one operation per call,
 //! connection reuse only when the core allows it, budgets, evidence.
 
+use smolbox_core::Reason;
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::os::unix::net::UnixListener;
@@ -220,7 +221,7 @@ fn nothing_listening_is_transport_not_dispatched() {
             Category::Transport,
             Evidence::NotDispatched,
             Operation::Health,
-            "connect_failed"
+            Reason::ConnectFailed
         )
     );
 }
@@ -243,7 +244,7 @@ fn a_silent_peer_hits_the_receive_idle_budget_after_dispatch() {
         (
             Category::Transport,
             Evidence::DispatchUncertain,
-            "idle_timeout"
+            Reason::IdleTimeout
         )
     );
     drop(tx);
@@ -274,7 +275,11 @@ fn a_slow_trickle_hits_the_operation_deadline() {
     let e = tcp_client(port, b).call(&Health::new()).unwrap_err();
     assert_eq!(
         (e.category(), e.evidence(), e.reason()),
-        (Category::Transport, Evidence::DispatchUncertain, "deadline")
+        (
+            Category::Transport,
+            Evidence::DispatchUncertain,
+            Reason::Deadline
+        )
     );
     let _ = tx.send(());
 }

@@ -1,6 +1,7 @@
 //! Exec over the blocking client: buffered, streamed as an iterator, and
 //! observed by a callback (panicking, blocked, thread bound).
 
+use smolbox_core::Reason;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
@@ -87,7 +88,7 @@ fn detaching_a_stream_says_the_command_may_still_run() {
     let e = stream.detach().unwrap();
     assert_eq!(
         (e.evidence(), e.reason()),
-        (Evidence::DispatchUncertain, "detached")
+        (Evidence::DispatchUncertain, Reason::Detached)
     );
 }
 
@@ -148,7 +149,7 @@ fn a_blocked_callback_is_cut_off_at_the_deadline_and_threads_stay_bounded() {
             (
                 Category::Transport,
                 Evidence::DispatchUncertain,
-                "callback_deadline"
+                Reason::CallbackDeadline
             )
         );
     }

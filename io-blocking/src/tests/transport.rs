@@ -1,5 +1,6 @@
 //! Transports and the loop against loopback peers made here.
 
+use smolbox_core::Reason;
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::os::unix::net::UnixListener;
@@ -215,7 +216,7 @@ fn a_ca_file_without_certificates_is_refused() {
     let e = SocketTarget::tls("127.0.0.1", 1, &files).unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::Validation, "tls_ca_file")
+        (Category::Validation, Reason::TlsCaFile)
     );
 }
 
@@ -354,7 +355,7 @@ fn pool_caps_connections_and_times_out_checkout() {
         .unwrap_err();
     assert_eq!(e.category(), Category::Transport);
     assert_eq!(e.evidence(), Evidence::NotDispatched);
-    assert_eq!(e.reason(), "pool_checkout_timeout");
+    assert_eq!(e.reason(), Reason::PoolCheckoutTimeout);
     // Releasing one as reusable lets the next checkout reuse it.
     out.pop().unwrap().release(true);
     assert_eq!(pool.idle_count(), 1);
@@ -426,7 +427,7 @@ fn connect_error_mapping_never_claims_dispatch() {
         (
             Category::Transport,
             Evidence::NotDispatched,
-            "connect_timeout"
+            Reason::ConnectTimeout
         )
     );
 }
@@ -524,7 +525,7 @@ fn plain_tcp_connects_only_to_loopback_addresses() {
             (e.category(), e.reason(), e.evidence()),
             (
                 Category::Transport,
-                "resolved_not_loopback",
+                Reason::ResolvedNotLoopback,
                 Evidence::NotDispatched
             ),
             "{host}"
@@ -551,10 +552,10 @@ fn a_unix_socket_others_could_replace_or_write_is_refused_unsent() {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
     };
     for (dir_mode, sock_mode, reason) in [
-        (0o777, 0o755, "socket_dir_writable_by_others"),
-        (0o1777, 0o755, "socket_dir_writable_by_others"),
-        (0o770, 0o755, "socket_dir_writable_by_others"),
-        (0o700, 0o777, "socket_writable_by_others"),
+        (0o777, 0o755, Reason::SocketDirWritableByOthers),
+        (0o1777, 0o755, Reason::SocketDirWritableByOthers),
+        (0o770, 0o755, Reason::SocketDirWritableByOthers),
+        (0o700, 0o777, Reason::SocketWritableByOthers),
     ] {
         set(dir.path(), dir_mode);
         set(&path, sock_mode);
@@ -584,5 +585,5 @@ fn a_unix_socket_others_could_replace_or_write_is_refused_unsent() {
     let e = SocketTarget::unix(&file)
         .connect(soon(), Operation::Health)
         .unwrap_err();
-    assert_eq!(e.reason(), "socket_not_a_socket");
+    assert_eq!(e.reason(), Reason::SocketNotASocket);
 }

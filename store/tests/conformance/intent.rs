@@ -82,7 +82,7 @@ pub(crate) fn accept_dispatching_refuses_without_a_live_claim_and_stores_nothing
     let e = s.accept_dispatching(&bare, 10).unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::Validation, "intent_without_claim")
+        (Category::Validation, Reason::IntentWithoutClaim)
     );
     assert_eq!(cat(s.fetch(&bare.key)), Category::NotFound);
     let mut expired = claimed_fresh(key("ad", "b2"), exec_spec("x"));
@@ -126,7 +126,7 @@ pub(crate) fn accept_dispatching_pending_limit_at_n_and_n_plus_one(h: &impl Harn
     let e = s.accept_dispatching(&third, 2).unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::AdmissionExhausted, "max_pending")
+        (Category::AdmissionExhausted, Reason::MaxPending)
     );
     assert_eq!(cat(s.fetch(&third.key)), Category::NotFound);
     assert!(matches!(
@@ -166,7 +166,7 @@ pub(crate) fn submit_dispatching_takes_the_slot_and_commits_the_intent(h: &impl 
     let e = s.submit_dispatching(&c2, 10).unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::AdmissionExhausted, "slot_busy")
+        (Category::AdmissionExhausted, Reason::SlotBusy)
     );
     assert_eq!(cat(s.fetch(&c2.key)), Category::NotFound);
     // Without a claim nothing is stored and the slot stays free.
@@ -218,7 +218,10 @@ pub(crate) fn write_steps_applies_each_patch_by_the_rules_in_one_commit(h: &impl
         ]),
     ] {
         let e = s.write_steps(&rec.key, &g, &bad, T0 + 1).unwrap_err();
-        assert_eq!((e.category(), e.reason()), (Category::Validation, "steps"));
+        assert_eq!(
+            (e.category(), e.reason()),
+            (Category::Validation, Reason::Steps)
+        );
     }
     assert_eq!(s.fetch(&rec.key).unwrap(), rec);
     // A refused later patch stores nothing of the earlier ones.

@@ -2,6 +2,7 @@
 //! adapter (`memory.rs`, `sqlite.rs`, `postgres.rs`). Each adapter supplies
 //! a [`Harness`]; [`conformance_tests!`] expands every test below for it.
 
+use smolbox_core::Reason;
 use std::sync::{Arc, Barrier};
 
 use proptest::prelude::*;
@@ -226,7 +227,7 @@ pub(crate) fn every_allowed_and_forbidden_transition(h: &impl Harness) {
                 .unwrap_err();
             assert_eq!(
                 (e.category(), e.reason()),
-                (Category::Validation, "forbidden_transition"),
+                (Category::Validation, Reason::ForbiddenTransition),
                 "{from:?} -> {to:?}"
             );
         }
@@ -353,7 +354,7 @@ pub(crate) fn worker_generation_fences_writes(h: &impl Harness) {
         .unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::StaleClaim, "worker_generation")
+        (Category::StaleClaim, Reason::WorkerGeneration)
     );
     // Renewing a worker lease does not revive the record claim of the old generation.
     assert_eq!(

@@ -5,6 +5,7 @@
 
 #[allow(clippy::wildcard_imports)]
 use super::*;
+use smolbox_core::Reason;
 
 /// Moves `rec` through `states` with `owner`'s guard, one millisecond apart.
 fn drive(
@@ -81,7 +82,7 @@ pub(crate) fn list_pages_hold_every_state_at_n_and_n_plus_one(h: &impl Harness) 
         let e = s.list("lb", None, bad).unwrap_err();
         assert_eq!(
             (e.category(), e.reason()),
-            (Category::Validation, "list_limit")
+            (Category::Validation, Reason::ListLimit)
         );
     }
     assert_eq!(cat(s.list("bad scope", None, 10)), Category::Validation);
@@ -214,7 +215,7 @@ pub(crate) fn claim_version_refences_an_assigned_record(h: &impl Harness) {
         .unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::StaleClaim, "worker_lease")
+        (Category::StaleClaim, Reason::WorkerLease)
     );
     assert_eq!(
         b.claim_worker("w1", "ctl-b", later, 1_000)
@@ -349,7 +350,7 @@ pub(crate) fn submit_accepts_and_takes_the_slot_in_one_transaction(h: &impl Harn
     let e = s.submit(&c2, 10).unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::AdmissionExhausted, "slot_busy")
+        (Category::AdmissionExhausted, Reason::SlotBusy)
     );
     assert_eq!(cat(s.fetch(&c2.key)), Category::NotFound);
     assert_eq!(s.fetch_machine(&mk).unwrap(), m);
@@ -395,7 +396,7 @@ pub(crate) fn submit_accepts_and_takes_the_slot_in_one_transaction(h: &impl Harn
     let e = s.submit(&c6, 1).unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::AdmissionExhausted, "max_pending")
+        (Category::AdmissionExhausted, Reason::MaxPending)
     );
     // A stopped machine has no slot to give.
     let mk2 = key("sb", "machine-2");
@@ -410,7 +411,7 @@ pub(crate) fn submit_accepts_and_takes_the_slot_in_one_transaction(h: &impl Harn
     let e = s.submit(&c7, 10).unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::AdmissionExhausted, "machine_not_idle")
+        (Category::AdmissionExhausted, Reason::MachineNotIdle)
     );
     assert_eq!(cat(s.fetch(&c7.key)), Category::NotFound);
 }
@@ -569,7 +570,7 @@ pub(crate) fn resolve_stopped_clears_the_slot_and_keeps_unknown(h: &impl Harness
         .unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::Validation, "not_quiesced")
+        (Category::Validation, Reason::NotQuiesced)
     );
     assert_eq!(
         cat(s.resolve_machine(&m.key, m.version - 1, true, &stopped("inc-1"), T0 + 50)),
@@ -781,7 +782,7 @@ pub(crate) fn claim_machine_version_refences_an_assigned_machine(h: &impl Harnes
         .unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::StaleClaim, "worker_lease")
+        (Category::StaleClaim, Reason::WorkerLease)
     );
     assert_eq!(
         b.claim_worker("wcmv", "ctl-b", later, TTL)
@@ -801,7 +802,7 @@ pub(crate) fn claim_machine_version_refences_an_assigned_machine(h: &impl Harnes
         .unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::StaleClaim, "worker_generation")
+        (Category::StaleClaim, Reason::WorkerGeneration)
     );
     assert_eq!(
         cat(b.claim_machine_version(&mk, "ctl-b", m.version + 1, later + 1, TTL)),

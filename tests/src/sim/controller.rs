@@ -11,6 +11,7 @@
 //! committed before the intent stops the dispatch; an exit seen by a
 //! controller that stays up is stored; commands run up to three claim TTLs.
 
+use smolbox_core::Reason;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use smolbox_core::exec::{ExecOutcome, ExecOutput, OutputEncoding};
@@ -1214,14 +1215,15 @@ impl Sim {
             Ok(Reply::Exec(o)) => Ok(WorkerReply::Exec(o)),
             Ok(Reply::Machine(v)) => Ok(WorkerReply::Machine(Box::new(self.observation(&v)))),
             Ok(Reply::Deleted) => Ok(WorkerReply::Deleted),
-            Ok(Reply::TermOpened | Reply::TermClosed(_)) => {
-                Err(Error::protocol(Operation::Get, "terminal_message_on_an_op"))
-            }
+            Ok(Reply::TermOpened | Reply::TermClosed(_)) => Err(Error::protocol(
+                Operation::Get,
+                Reason::TerminalMessageOnAnOp,
+            )),
             // The observed 404 is a `not_found` error (worker-api.md).
             Ok(Reply::Absent) => {
                 Err(
                     Error::new(Category::NotFound, Operation::Get, Evidence::NotDispatched)
-                        .with_reason("machine_not_found"),
+                        .with_reason(Reason::MachineNotFound),
                 )
             }
             Err(e) => Err(e),
@@ -1358,7 +1360,7 @@ impl Sim {
         {
             r = Err(
                 Error::new(Category::NotFound, Operation::StoreFetch, Evidence::Unknown)
-                    .with_reason("absent"),
+                    .with_reason(Reason::Absent),
             );
         }
         self.log(format!("{} <- {}", Self::owner(h), brief(&r)));

@@ -7,6 +7,7 @@
 //! log, which the reference model reads (the ground truth, not what the
 //! controller was told).
 
+use smolbox_core::Reason;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
@@ -145,7 +146,7 @@ pub struct FaultStore {
     state: Mutex<State>,
 }
 
-fn store_err(op: Operation, reason: &'static str) -> Error {
+fn store_err(op: Operation, reason: Reason) -> Error {
     Error::new(Category::Store, op, Evidence::Unknown).with_reason(reason)
 }
 
@@ -254,7 +255,7 @@ impl FaultStore {
     ) -> Result<ExecutionRecord, Error> {
         let fault = self.decide(false);
         if fault == Fault::Before {
-            return Err(store_err(op, "unavailable"));
+            return Err(store_err(op, Reason::Unavailable));
         }
         let r = f(&self.inner);
         if let Ok(rec) = &r {
@@ -264,7 +265,7 @@ impl FaultStore {
             }
         }
         if fault == Fault::After {
-            return Err(store_err(op, "reply_lost"));
+            return Err(store_err(op, Reason::ReplyLost));
         }
         r
     }
@@ -283,7 +284,7 @@ impl FaultStore {
         f: impl FnOnce(&MemoryStore) -> Result<T, Error>,
     ) -> Result<T, Error> {
         match self.decide(true) {
-            Fault::Before | Fault::After => Err(store_err(op, "timeout")),
+            Fault::Before | Fault::After => Err(store_err(op, Reason::Timeout)),
             Fault::None | Fault::Stale => f(&self.inner),
         }
     }
@@ -294,10 +295,10 @@ impl FaultStore {
         f: impl FnOnce(&MemoryStore) -> Result<T, Error>,
     ) -> Result<T, Error> {
         match self.decide(false) {
-            Fault::Before => Err(store_err(op, "unavailable")),
+            Fault::Before => Err(store_err(op, Reason::Unavailable)),
             Fault::After => {
                 let _applied = f(&self.inner);
-                Err(store_err(op, "reply_lost"))
+                Err(store_err(op, Reason::ReplyLost))
             }
             Fault::None | Fault::Stale => f(&self.inner),
         }
@@ -365,7 +366,7 @@ impl FaultStore {
         f: impl FnOnce(&MemoryStore) -> Result<T, Error>,
     ) -> Result<T, Error> {
         if fault == Fault::Before {
-            return Err(store_err(op, "unavailable"));
+            return Err(store_err(op, Reason::Unavailable));
         }
         let exec_before = t
             .exec
@@ -381,7 +382,7 @@ impl FaultStore {
         }
         self.log_machine(t);
         if fault == Fault::After {
-            return Err(store_err(op, "reply_lost"));
+            return Err(store_err(op, Reason::ReplyLost));
         }
         r
     }
@@ -441,21 +442,21 @@ impl Store for FaultStore {
     ) -> Result<Accepted<ExecutionRecord>, Error> {
         let fault = self.decide(false);
         if fault == Fault::Before {
-            return Err(store_err(Operation::StoreAccept, "unavailable"));
+            return Err(store_err(Operation::StoreAccept, Reason::Unavailable));
         }
         let r = self.inner.accept(record, max_pending);
         if let Ok(Accepted::Inserted(rec)) = &r {
             self.log(CommitKind::Accept, None, rec);
         }
         if fault == Fault::After {
-            return Err(store_err(Operation::StoreAccept, "reply_lost"));
+            return Err(store_err(Operation::StoreAccept, Reason::ReplyLost));
         }
         r
     }
 
     fn fetch(&self, key: &RecordKey) -> Result<ExecutionRecord, Error> {
         match self.decide(true) {
-            Fault::Before | Fault::After => Err(store_err(Operation::StoreFetch, "timeout")),
+            Fault::Before | Fault::After => Err(store_err(Operation::StoreFetch, Reason::Timeout)),
             Fault::Stale => {
                 let prev = self.lock().previous.get(key).cloned();
                 match prev {
@@ -725,7 +726,7 @@ impl Store for FaultStore {
     ) -> Result<Accepted<Submitted>, Error> {
         let fault = self.decide(false);
         if fault == Fault::Before {
-            return Err(store_err(Operation::StoreAccept, "unavailable"));
+            return Err(store_err(Operation::StoreAccept, Reason::Unavailable));
         }
         let r = self.inner.submit(record, max_pending);
         if let Ok(Accepted::Inserted(sub)) = &r {
@@ -735,7 +736,7 @@ impl Store for FaultStore {
             self.log_machine(&touch(MachineCommitKind::Submit, None, m));
         }
         if fault == Fault::After {
-            return Err(store_err(Operation::StoreAccept, "reply_lost"));
+            return Err(store_err(Operation::StoreAccept, Reason::ReplyLost));
         }
         r
     }
@@ -787,7 +788,7 @@ impl Store for FaultStore {
     ) -> Result<Accepted<ExecutionRecord>, Error> {
         let fault = self.decide(false);
         if fault == Fault::Before {
-            return Err(store_err(Operation::StoreAccept, "unavailable"));
+            return Err(store_err(Operation::StoreAccept, Reason::Unavailable));
         }
         let r = self.inner.accept_dispatching(record, max_pending);
         if let Ok(Accepted::Inserted(rec)) = &r {
@@ -796,7 +797,7 @@ impl Store for FaultStore {
             self.log(CommitKind::Accept, owner, rec);
         }
         if fault == Fault::After {
-            return Err(store_err(Operation::StoreAccept, "reply_lost"));
+            return Err(store_err(Operation::StoreAccept, Reason::ReplyLost));
         }
         r
     }
@@ -808,7 +809,7 @@ impl Store for FaultStore {
     ) -> Result<Accepted<Submitted>, Error> {
         let fault = self.decide(false);
         if fault == Fault::Before {
-            return Err(store_err(Operation::StoreAccept, "unavailable"));
+            return Err(store_err(Operation::StoreAccept, Reason::Unavailable));
         }
         let r = self.inner.submit_dispatching(record, max_pending);
         if let Ok(Accepted::Inserted(sub)) = &r {
@@ -816,7 +817,7 @@ impl Store for FaultStore {
             self.log(CommitKind::Accept, owner, &sub.execution);
         }
         if fault == Fault::After {
-            return Err(store_err(Operation::StoreAccept, "reply_lost"));
+            return Err(store_err(Operation::StoreAccept, Reason::ReplyLost));
         }
         r
     }
@@ -856,6 +857,7 @@ impl FaultStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use smolbox_core::Reason;
     use smolbox_core::managed::testkit;
 
     fn record() -> ExecutionRecord {
@@ -887,7 +889,7 @@ mod tests {
         );
         let e = s.accept(&record(), 10).unwrap_err();
         assert_eq!(e.category(), Category::Store);
-        assert_eq!(e.reason(), "reply_lost");
+        assert_eq!(e.reason(), Reason::ReplyLost);
         assert!(s.inner().fetch(&record().key).is_ok());
         assert_eq!(s.take_commits().len(), 1);
     }

@@ -20,6 +20,7 @@
 //! A command's identity and behaviour are in its argv:
 //! `["sim", <identity>, <exit code>, <duration ms>]`.
 
+use smolbox_core::Reason;
 use std::collections::{BTreeMap, BTreeSet};
 
 use smolbox_core::exec::{ExecOutcome, ExecOutput, OutputEncoding};
@@ -367,7 +368,7 @@ impl SimWorker {
                 request.operation(),
                 Evidence::NotDispatched,
             )
-            .with_reason("connection_refused"));
+            .with_reason(Reason::ConnectionRefused));
         }
         let fate = if self.rng.chance(self.faults.lose_reply) {
             Fate::LoseReply
@@ -519,7 +520,7 @@ impl SimWorker {
         let lost = || {
             Err(
                 Error::new(Category::Transport, op, Evidence::DispatchUncertain)
-                    .with_reason("connection_reset"),
+                    .with_reason(Reason::ConnectionReset),
             )
         };
         let reply: (u64, Result<Reply, Error>) = match request {
@@ -533,7 +534,7 @@ impl SimWorker {
                         back,
                         Err(
                             Error::new(Category::IdentityConflict, op, Evidence::Unknown)
-                                .with_reason("already_exists"),
+                                .with_reason(Reason::AlreadyExists),
                         ),
                     )
                 } else {
@@ -625,7 +626,7 @@ impl SimWorker {
                     (
                         back,
                         Err(Error::new(Category::NotFound, op, Evidence::NotDispatched)
-                            .with_reason("machine_not_running")),
+                            .with_reason(Reason::MachineNotRunning)),
                     )
                 }
             }
@@ -654,7 +655,7 @@ impl SimWorker {
                 back,
                 Err(
                     Error::new(Category::NotFound, Operation::Exec, Evidence::NotDispatched)
-                        .with_reason("machine_not_running"),
+                        .with_reason(Reason::MachineNotRunning),
                 ),
             );
         }
@@ -679,7 +680,7 @@ impl SimWorker {
                     Operation::Exec,
                     Evidence::DispatchUncertain,
                 )
-                .with_reason("timeout")
+                .with_reason(Reason::Timeout)
                 .with_status(408)),
             );
         }
@@ -734,7 +735,7 @@ impl SimWorker {
                     Operation::Exec,
                     Evidence::DispatchUncertain,
                 )
-                .with_reason("connection_closed"));
+                .with_reason(Reason::ConnectionClosed));
             }
         }
         for (id, sess) in std::mem::take(&mut self.sessions) {
@@ -796,7 +797,7 @@ impl SimWorker {
                     Operation::Exec,
                     Evidence::DispatchUncertain,
                 )
-                .with_reason("connection_closed"));
+                .with_reason(Reason::ConnectionClosed));
             }
         }
     }
@@ -928,6 +929,7 @@ impl SimWorker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use smolbox_core::Reason;
 
     fn quiet() -> SimWorker {
         SimWorker::new(Rng::new(1), WorkerFaults::NONE, "m0")
@@ -1197,6 +1199,9 @@ mod tests {
         assert!(w.has_machine("down"));
         assert_eq!(w.exec_truth("k"), Some(&ExecTruth::Killed));
         let r = run_all(&mut w);
-        assert_eq!(r[0].1.as_ref().unwrap_err().reason(), "connection_closed");
+        assert_eq!(
+            r[0].1.as_ref().unwrap_err().reason(),
+            Reason::ConnectionClosed
+        );
     }
 }

@@ -1,8 +1,9 @@
+use crate::Reason;
 use crate::error::{Category, Evidence, Operation};
 use crate::exec::*;
 use crate::http1::Method;
 
-fn reason(c: &Command) -> &'static str {
+fn reason(c: &Command) -> Reason {
     let e = c.validate().unwrap_err();
     assert_eq!(
         (e.category(), e.operation(), e.evidence()),
@@ -64,10 +65,10 @@ fn optional_fields_in_order() {
 #[test]
 fn tv12_empty_command_is_refused_before_sending() {
     let c = Command::new(Vec::<String>::new());
-    assert_eq!(reason(&c), "argv_empty");
+    assert_eq!(reason(&c), Reason::ArgvEmpty);
     let e = exec_request("wire-test", &c).unwrap_err();
     assert_eq!(e.evidence(), Evidence::NotDispatched);
-    assert_eq!(reason(&Command::new([""])), "argv_first_empty");
+    assert_eq!(reason(&Command::new([""])), Reason::ArgvFirstEmpty);
     assert!(Command::new(["a", ""]).validate().is_ok());
 }
 
@@ -76,21 +77,21 @@ fn argv_bounds_at_n_and_n_plus_one() {
     assert!(Command::new(vec!["x"; MAX_ARGV_ENTRIES]).validate().is_ok());
     assert_eq!(
         reason(&Command::new(vec!["x"; MAX_ARGV_ENTRIES + 1])),
-        "argv_too_many"
+        Reason::ArgvTooMany
     );
     assert!(Command::new(["a".repeat(MAX_ARG_LEN)]).validate().is_ok());
     let e = Command::new(["a".repeat(MAX_ARG_LEN + 1)])
         .validate()
         .unwrap_err();
-    assert_eq!(e.reason(), "argv_entry_too_long");
+    assert_eq!(e.reason(), Reason::ArgvEntryTooLong);
     assert_eq!(e.limit().map(|l| (l.actual, l.max)), Some((16_385, 16_384)));
     // Total: four full entries are exactly 64 KiB; one more byte is over.
     let full = vec!["a".repeat(MAX_ARG_LEN); 4];
     assert!(Command::new(full.clone()).validate().is_ok());
     let mut over = full;
     over.push("b".into());
-    assert_eq!(reason(&Command::new(over)), "argv_total_too_long");
-    assert_eq!(reason(&Command::new(["a", "b\0c"])), "argv_nul");
+    assert_eq!(reason(&Command::new(over)), Reason::ArgvTotalTooLong);
+    assert_eq!(reason(&Command::new(["a", "b\0c"])), Reason::ArgvNul);
 }
 
 #[test]
@@ -98,12 +99,12 @@ fn env_bounds_at_n_and_n_plus_one() {
     let with_env =
         |n: usize| (0..n).fold(Command::new(["env"]), |c, i| c.env(format!("V{i}"), "x"));
     assert!(with_env(MAX_ENV_PAIRS).validate().is_ok());
-    assert_eq!(reason(&with_env(MAX_ENV_PAIRS + 1)), "env_too_many");
+    assert_eq!(reason(&with_env(MAX_ENV_PAIRS + 1)), Reason::EnvTooMany);
     let name = |n: usize| format!("A{}", "_".repeat(n - 1));
     assert!(Command::new(["e"]).env(name(128), "").validate().is_ok());
     assert_eq!(
         reason(&Command::new(["e"]).env(name(129), "")),
-        "env_name_too_long"
+        Reason::EnvNameTooLong
     );
     assert!(
         Command::new(["e"])
@@ -113,12 +114,12 @@ fn env_bounds_at_n_and_n_plus_one() {
     );
     assert_eq!(
         reason(&Command::new(["e"]).env("A", "v".repeat(8_193))),
-        "env_value_too_long"
+        Reason::EnvValueTooLong
     );
     for bad in ["", "1A", "A-B", "A B", "É", "A="] {
         assert_eq!(
             reason(&Command::new(["e"]).env(bad, "")),
-            "env_name_invalid",
+            Reason::EnvNameInvalid,
             "{bad:?}"
         );
     }
@@ -130,7 +131,7 @@ fn env_bounds_at_n_and_n_plus_one() {
     }
     assert_eq!(
         reason(&Command::new(["e"]).env("A", "1").env("A", "2")),
-        "env_name_duplicate"
+        Reason::EnvNameDuplicate
     );
 }
 
@@ -144,32 +145,32 @@ fn stdin_user_and_timeout_bounds() {
     );
     assert_eq!(
         reason(&Command::new(["c"]).stdin("s".repeat(65_537))),
-        "stdin_too_long"
+        Reason::StdinTooLong
     );
     assert!(Command::new(["c"]).user("u".repeat(128)).validate().is_ok());
     assert_eq!(
         reason(&Command::new(["c"]).user("u".repeat(129))),
-        "user_too_long"
+        Reason::UserTooLong
     );
-    assert_eq!(reason(&Command::new(["c"]).user("")), "user_empty");
+    assert_eq!(reason(&Command::new(["c"]).user("")), Reason::UserEmpty);
     assert!(Command::new(["c"]).timeout_secs(1).validate().is_ok());
     assert!(Command::new(["c"]).timeout_secs(86_400).validate().is_ok());
     assert_eq!(
         reason(&Command::new(["c"]).timeout_secs(0)),
-        "timeout_out_of_range"
+        Reason::TimeoutOutOfRange
     );
     assert_eq!(
         reason(&Command::new(["c"]).timeout_secs(86_401)),
-        "timeout_out_of_range"
+        Reason::TimeoutOutOfRange
     );
     let bg = Command::new(["c"]).background(true);
     assert!(bg.validate().is_ok());
     assert_eq!(bg.effective_timeout_secs(), None);
     assert_eq!(
         reason(&bg.clone().timeout_secs(30)),
-        "background_with_timeout"
+        Reason::BackgroundWithTimeout
     );
-    assert_eq!(reason(&bg.stdin("x")), "background_with_stdin");
+    assert_eq!(reason(&bg.stdin("x")), Reason::BackgroundWithStdin);
 }
 
 #[test]
@@ -188,11 +189,11 @@ fn workdir_uses_the_absolute_path_syntax() {
     assert!(validate_abs_path(&path(1_024)).is_ok());
     assert_eq!(
         validate_abs_path(&path(1_025)).unwrap_err().reason(),
-        "workdir_too_long"
+        Reason::WorkdirTooLong
     );
     assert_eq!(
         reason(&Command::new(["c"]).workdir("x/y")),
-        "workdir_not_absolute"
+        Reason::WorkdirNotAbsolute
     );
 }
 
@@ -239,7 +240,7 @@ fn machine_name_follows_the_one_rule_and_is_one_segment() {
             (
                 Category::Validation,
                 Evidence::NotDispatched,
-                "invalid_machine_name",
+                Reason::InvalidMachineName,
                 Operation::Exec
             ),
             "{bad:?}"

@@ -1,3 +1,4 @@
+use crate::Reason;
 use proptest::prelude::*;
 
 use crate::error::{Category, Evidence, Operation};
@@ -26,7 +27,7 @@ fn err(s: &str) -> OwnedEvent {
     OwnedEvent::Stderr(s.into())
 }
 
-fn protocol_reason(input: &[u8]) -> &'static str {
+fn protocol_reason(input: &[u8]) -> Reason {
     let e = whole(input).end.unwrap_err();
     assert_eq!(
         (e.category(), e.evidence(), e.operation()),
@@ -85,36 +86,36 @@ fn tv21_worker_output_cap_is_an_output_limit_without_exit() {
             Category::OutputLimit,
             Evidence::DispatchUncertain,
             Operation::ExecStream,
-            "worker_output_cap"
+            Reason::WorkerOutputCap
         )
     );
     // The setup failure's message is invalid JSON: still a failure, closed.
-    assert_eq!(protocol_reason(TV21_SETUP), "worker_error_event");
+    assert_eq!(protocol_reason(TV21_SETUP), Reason::WorkerErrorEvent);
     assert_eq!(
         protocol_reason(b"event: error\ndata: {\"message\":\"x\"}\n\n"),
-        "worker_error_event"
+        Reason::WorkerErrorEvent
     );
     assert_eq!(
         protocol_reason(b"event: error\ndata: not json\ndata: at all\n\n"),
-        "worker_error_event"
+        Reason::WorkerErrorEvent
     );
     // An error event is terminal at once, even if an exit follows.
     let mut s = TV21_SETUP.to_vec();
     s.extend_from_slice(b"event: exit\ndata: {\"exitCode\":0}\n\n");
-    assert_eq!(protocol_reason(&s), "worker_error_event");
+    assert_eq!(protocol_reason(&s), Reason::WorkerErrorEvent);
 }
 
 #[test]
 fn ac_5_3_2_contract_violations_are_protocol() {
     let exit = b"event: exit\ndata: {\"exitCode\":0}\n\n";
     let twice = [&exit[..], exit].concat();
-    assert_eq!(protocol_reason(&twice), "second_exit");
+    assert_eq!(protocol_reason(&twice), Reason::SecondExit);
     let after = [&exit[..], b"event: stdout\ndata: x\n\n"].concat();
-    assert_eq!(protocol_reason(&after), "output_after_exit");
+    assert_eq!(protocol_reason(&after), Reason::OutputAfterExit);
     let after = [&exit[..], b"event: stderr\ndata: x\n\n"].concat();
-    assert_eq!(protocol_reason(&after), "output_after_exit");
+    assert_eq!(protocol_reason(&after), Reason::OutputAfterExit);
     let after = [&exit[..], TV21_SETUP].concat();
-    assert_eq!(protocol_reason(&after), "error_after_exit");
+    assert_eq!(protocol_reason(&after), Reason::ErrorAfterExit);
     for bad in [
         &b"{\"exitCode\": \"0\"}"[..],
         b"{\"exitCode\":2147483648}",
@@ -126,7 +127,7 @@ fn ac_5_3_2_contract_violations_are_protocol() {
         let s = [&b"event: exit\ndata: "[..], bad, b"\n\n"].concat();
         assert_eq!(
             protocol_reason(&s),
-            "exit_invalid",
+            Reason::ExitInvalid,
             "{:?}",
             String::from_utf8_lossy(bad)
         );
@@ -137,21 +138,21 @@ fn ac_5_3_2_contract_violations_are_protocol() {
     );
     assert_eq!(
         protocol_reason(b"event: stdout\ndata: a\xffb\n\n"),
-        "output_invalid_utf8"
+        Reason::OutputInvalidUtf8
     );
     assert_eq!(
         protocol_reason(b"event: stdout\ndata: hi\n\n"),
-        "eof_without_exit"
+        Reason::EofWithoutExit
     );
-    assert_eq!(protocol_reason(b""), "eof_without_exit");
+    assert_eq!(protocol_reason(b""), Reason::EofWithoutExit);
     assert_eq!(
         protocol_reason(b"event: stdout\ndata: hi\n\nevent: exit\ndata: {\"exitCode\":0}\n"),
-        "eof_without_exit"
+        Reason::EofWithoutExit
     );
     let partial = [&exit[..], b"event: stdout\n"].concat();
-    assert_eq!(protocol_reason(&partial), "eof_inside_frame");
+    assert_eq!(protocol_reason(&partial), Reason::EofInsideFrame);
     let partial = [&exit[..], b":"].concat();
-    assert_eq!(protocol_reason(&partial), "eof_inside_frame");
+    assert_eq!(protocol_reason(&partial), Reason::EofInsideFrame);
 }
 
 #[test]
@@ -183,7 +184,7 @@ fn ac_5_3_3_chunk_cap_at_n_and_n_plus_one() {
     // A full-size chunk is taken; this one is a single comment line over
     // the frame cap, which the next poll reports.
     d.handle_input(&vec![b':'; MAX_STREAM_CHUNK_LEN]).unwrap();
-    assert_eq!(d.poll_event().unwrap_err().reason(), "sse_line_too_long");
+    assert_eq!(d.poll_event().unwrap_err().reason(), Reason::SseLineTooLong);
     let mut d = ExecStreamDecoder::new(OutputAllowance::DEFAULT);
     let mut chunk = Vec::new();
     while chunk.len() + 4 <= MAX_STREAM_CHUNK_LEN {
@@ -264,7 +265,7 @@ fn output_allowance_at_n_and_n_plus_one() {
         (
             Category::OutputLimit,
             Evidence::DispatchUncertain,
-            "output_allowance"
+            Reason::OutputAllowance
         )
     );
     assert_eq!(e.limit().map(|l| (l.actual, l.max)), Some((6, 5)));

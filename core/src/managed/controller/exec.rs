@@ -6,6 +6,7 @@
 //! execution has no store op outstanding. At most one store op and one
 //! worker op are outstanding at a time.
 
+use crate::Reason;
 use std::time::{Duration, Instant};
 
 use super::ops::{
@@ -581,7 +582,7 @@ impl Exec {
                     Operation::Submit,
                     Evidence::NotDispatched,
                 )
-                .with_reason("queue_deadline");
+                .with_reason(Reason::QueueDeadline);
                 let patch = ExecPatch {
                     state: Some(ExecState::Expired),
                     cleanup: Some(self.end_cleanup()),
@@ -606,7 +607,7 @@ impl Exec {
                         Operation::Submit,
                         Evidence::NotDispatched,
                     )
-                    .with_reason("preparation_deadline"))
+                    .with_reason(Reason::PreparationDeadline))
                 } else {
                     self.prepare()
                 };
@@ -715,7 +716,7 @@ impl Exec {
                 (None, None) => self.target.clone(),
             };
             let Some((worker_id, machine)) = target else {
-                self.fatal = Some(Error::validation(Operation::Submit, "no_machine"));
+                self.fatal = Some(Error::validation(Operation::Submit, Reason::NoMachine));
                 return Step::Wait;
             };
             return match command_of(&self.rec.spec) {
@@ -762,7 +763,7 @@ impl Exec {
                 Operation::Exec,
                 Evidence::DispatchUncertain,
             )
-            .with_reason("execution_deadline");
+            .with_reason(Reason::ExecutionDeadline);
             let patch = ExecPatch {
                 state: Some(ExecState::Unknown),
                 next_due_at_ms: Some(self.unknown_due(now_ms)),
@@ -808,7 +809,7 @@ impl Exec {
                 Operation::Submit,
                 Evidence::NotDispatched,
             )
-            .with_reason("background"));
+            .with_reason(Reason::Background));
         }
         if self.rec.spec.machine.is_some() && self.target.is_none() {
             return Err(Error::new(
@@ -816,7 +817,7 @@ impl Exec {
                 Operation::Submit,
                 Evidence::NotDispatched,
             )
-            .with_reason("retained_machines"));
+            .with_reason(Reason::RetainedMachines));
         }
         command_of(&self.rec.spec)?.validate()
     }
@@ -975,7 +976,10 @@ impl Exec {
                 changed.then(|| self.rec.clone())
             }
             Ok(_) => {
-                self.fatal = Some(Error::protocol(Operation::StoreFetch, "unexpected_reply"));
+                self.fatal = Some(Error::protocol(
+                    Operation::StoreFetch,
+                    Reason::UnexpectedReply,
+                ));
                 None
             }
             Err(e) => {
@@ -1012,7 +1016,7 @@ impl Exec {
                     self.fatal = Some(e);
                 }
             }
-            Category::Validation if e.reason() == "cancel_requested" => {
+            Category::Validation if e.reason() == Reason::CancelRequested => {
                 self.need_fetch = true;
             }
             Category::Store | Category::Unknown | Category::Transport
@@ -1075,7 +1079,7 @@ impl Exec {
             Ok(_) => {
                 // A launch or machine reply to a foreground exec breaks the
                 // contract: the outcome is unknown.
-                self.exec_error = Some(Error::protocol(Operation::Exec, "unexpected_reply"));
+                self.exec_error = Some(Error::protocol(Operation::Exec, Reason::UnexpectedReply));
                 Observed::Uncertain
             }
             Err(e) => {

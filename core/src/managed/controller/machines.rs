@@ -26,6 +26,7 @@
 //! `admission_exhausted`. A request returns once it is durable; the
 //! lifecycle work follows (wait with [`machine_settled`]).
 
+use crate::Reason;
 use std::collections::VecDeque;
 use std::time::Instant;
 
@@ -79,7 +80,7 @@ pub fn check_list_limit(limit: Option<u32>) -> Result<u32, Error> {
     if (MIN_LIST_LIMIT..=MAX_LIST_LIMIT).contains(&n) {
         Ok(n)
     } else {
-        Err(Error::validation(Operation::List, "list_limit")
+        Err(Error::validation(Operation::List, Reason::ListLimit)
             .with_limit(u64::from(n), u64::from(MAX_LIST_LIMIT)))
     }
 }
@@ -92,7 +93,8 @@ pub fn check_wait_ms(ms: u64) -> Result<(), Error> {
     if ms <= MAX_MACHINE_WAIT_MS {
         Ok(())
     } else {
-        Err(Error::validation(Operation::Await, "wait_timeout").with_limit(ms, MAX_MACHINE_WAIT_MS))
+        Err(Error::validation(Operation::Await, Reason::WaitTimeout)
+            .with_limit(ms, MAX_MACHINE_WAIT_MS))
     }
 }
 
@@ -729,7 +731,7 @@ impl Mach {
                 // machine; nothing was written here.
                 self.fatal = Some(crate::managed::claim::stale_claim(
                     Operation::StoreClaim,
-                    "worker_lease",
+                    Reason::WorkerLease,
                 ));
             }
         }
@@ -788,7 +790,7 @@ impl Mach {
                         Operation::StoreWrite,
                         Evidence::Unknown,
                     )
-                    .with_reason("observation_outdated"),
+                    .with_reason(Reason::ObservationOutdated),
                 );
                 return MStep::Done;
             }
@@ -944,7 +946,9 @@ impl Mach {
                     Some((_, r)) => {
                         let e = match r {
                             Err(e) => e,
-                            Ok(_) => Error::protocol(Operation::Create, "create_reply_mismatch"),
+                            Ok(_) => {
+                                Error::protocol(Operation::Create, Reason::CreateReplyMismatch)
+                            }
                         };
                         self.uncertain(cfg, now, now_ms, &e)
                     }
@@ -1007,7 +1011,7 @@ impl Mach {
                                 Operation::Get,
                                 Evidence::NotDispatched,
                             )
-                            .with_reason("incarnation_mismatch");
+                            .with_reason(Reason::IncarnationMismatch);
                             return self.refuse(cfg, now, now_ms, &e);
                         }
                         self.verified = true;
@@ -1065,7 +1069,7 @@ impl Mach {
                             };
                             return self.settle(cfg, now, now_ms, record_state(want), extra);
                         }
-                        let e = Error::protocol(operation_of(op), "reply_mismatch");
+                        let e = Error::protocol(operation_of(op), Reason::ReplyMismatch);
                         self.uncertain(cfg, now, now_ms, &e)
                     }
                     Some((WKind::Delete, Ok(WorkerReply::Deleted))) => {
@@ -1082,7 +1086,7 @@ impl Mach {
                     Some((_, r)) => {
                         let e = match r {
                             Err(e) => e,
-                            Ok(_) => Error::protocol(operation_of(op), "reply_mismatch"),
+                            Ok(_) => Error::protocol(operation_of(op), Reason::ReplyMismatch),
                         };
                         self.uncertain(cfg, now, now_ms, &e)
                     }
@@ -1109,7 +1113,7 @@ impl Mach {
         if self.failures > MAX_STORE_RETRIES {
             self.fatal = Some(
                 Error::new(Category::Unknown, Operation::Get, Evidence::NotDispatched)
-                    .with_reason("verify_failed"),
+                    .with_reason(Reason::VerifyFailed),
             );
             return MStep::Done;
         }
@@ -1165,14 +1169,17 @@ impl Mach {
                 if finish == Finish::Kept && f.error.is_none() && execution.result.is_none() {
                     f.error = Some(
                         Error::new(Category::Unknown, Operation::Exec, Evidence::Unknown)
-                            .with_reason("slot_kept"),
+                            .with_reason(Reason::SlotKept),
                     );
                 }
                 f.record = Some(execution);
                 Some(f)
             }
             Ok(_) => {
-                self.fatal = Some(Error::protocol(Operation::StoreFetch, "unexpected_reply"));
+                self.fatal = Some(Error::protocol(
+                    Operation::StoreFetch,
+                    Reason::UnexpectedReply,
+                ));
                 None
             }
             Err(e) => {
@@ -1189,7 +1196,7 @@ impl Mach {
                         self.retry_at = Some(now + cfg.poll());
                     }
                     Category::StaleClaim
-                        if matches!(e.reason(), "worker_generation" | "worker_lease")
+                        if matches!(e.reason(), Reason::WorkerGeneration | Reason::WorkerLease)
                             && self.rec.assignment.is_some()
                             && self.failures < MAX_STORE_RETRIES =>
                     {
@@ -1214,7 +1221,7 @@ impl Mach {
                         self.port_conflict = Some(e);
                     }
                     Category::Validation
-                        if kind == SKind::Finish && e.reason() == "not_slot_holder" =>
+                        if kind == SKind::Finish && e.reason() == Reason::NotSlotHolder =>
                     {
                         self.need_fetch = true;
                     }
@@ -1270,15 +1277,16 @@ const fn operation_of(op: MachineOperation) -> Operation {
 }
 
 const fn found_dispatching(op: Operation) -> Error {
-    Error::new(Category::Unknown, op, Evidence::DispatchUncertain).with_reason("intent_not_mine")
+    Error::new(Category::Unknown, op, Evidence::DispatchUncertain)
+        .with_reason(Reason::IntentNotMine)
 }
 
 const fn no_evidence(op: Operation) -> Error {
     Error::new(Category::Validation, op, Evidence::NotDispatched)
-        .with_reason("no_creation_evidence")
+        .with_reason(Reason::NoCreationEvidence)
 }
 
-const fn identity_conflict(op: Operation, reason: &'static str) -> Error {
+const fn identity_conflict(op: Operation, reason: Reason) -> Error {
     Error::new(Category::IdentityConflict, op, Evidence::NotDispatched).with_reason(reason)
 }
 
@@ -1302,8 +1310,10 @@ pub fn command_spec(
     if let Some(t) = command.effective_timeout_secs() {
         let ms = u64::from(t) * 1_000;
         if ms > spec.profile.budgets.execution_ms {
-            return Err(Error::validation(Operation::Submit, "timeout_over_budget")
-                .with_limit(ms, spec.profile.budgets.execution_ms));
+            return Err(
+                Error::validation(Operation::Submit, Reason::TimeoutOverBudget)
+                    .with_limit(ms, spec.profile.budgets.execution_ms),
+            );
         }
     }
     spec.validate()?;
@@ -1324,7 +1334,7 @@ fn key_of(op: &StoreOp) -> RecordKey {
 
 impl MachineAnswer {
     fn mismatch() -> Error {
-        Error::protocol(Operation::Submit, "unexpected_answer")
+        Error::protocol(Operation::Submit, Reason::UnexpectedAnswer)
     }
 
     /// The machine record (and the create's `existing` flag).
@@ -1408,7 +1418,7 @@ mod tests {
             let e = check_list_limit(Some(bad)).unwrap_err();
             assert_eq!(
                 (e.category(), e.reason()),
-                (Category::Validation, "list_limit")
+                (Category::Validation, Reason::ListLimit)
             );
             assert_eq!(e.evidence(), Evidence::NotDispatched);
         }
@@ -1421,7 +1431,7 @@ mod tests {
         let e = check_wait_ms(900_001).unwrap_err();
         assert_eq!(
             (e.category(), e.reason()),
-            (Category::Validation, "wait_timeout")
+            (Category::Validation, Reason::WaitTimeout)
         );
     }
 

@@ -44,6 +44,7 @@
 //! whose slot was not finished → the slot is finished. Provably undispatched
 //! (`accepted`, `preparing`, `ready`) may still dispatch, once.
 
+use crate::Reason;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
@@ -369,7 +370,10 @@ impl TerminalRun {
     ) -> Result<Self, Error> {
         let (Action::Terminal(_), Some(machine)) = (&rec.spec.action, rec.spec.machine.clone())
         else {
-            return Err(Error::validation(Operation::TerminalOpen, "not_a_terminal"));
+            return Err(Error::validation(
+                Operation::TerminalOpen,
+                Reason::NotATerminal,
+            ));
         };
         let mut run = Self::empty(cfg, fp_key, rec.key.clone(), machine, true);
         run.rec = Some(rec);
@@ -596,7 +600,7 @@ impl TerminalRun {
                 self.slot_done = true;
             }
             _ => {
-                let e = Error::protocol(Operation::StoreWrite, "unexpected_reply");
+                let e = Error::protocol(Operation::StoreWrite, Reason::UnexpectedReply);
                 self.fail_or_refuse(e);
             }
         }
@@ -683,13 +687,13 @@ impl TerminalRun {
             .with_reason(reason)
         };
         let Some(spec) = self.tspec.clone() else {
-            return self.fail_or_refuse(Error::validation(Operation::TerminalOpen, "no_spec"));
+            return self.fail_or_refuse(Error::validation(Operation::TerminalOpen, Reason::NoSpec));
         };
         if m.state == MachineRecordState::Deleted {
             // A duplicate of a terminal on a deleted machine still answers
             // with its identity: submit returns an existing record as is.
         } else if m.creation.is_none() || m.assignment.is_none() {
-            return self.fail_or_refuse(refuse("machine_not_owned"));
+            return self.fail_or_refuse(refuse(Reason::MachineNotOwned));
         }
         let exec = ExecutionSpec {
             artifact: m.spec.artifact.clone(),
@@ -914,7 +918,10 @@ impl TerminalRun {
     /// counted from the durable dispatch intent (never reset).
     fn live_spec(&self, rec: &ExecutionRecord, now_ms: u64) -> Result<TerminalSpec, Error> {
         let Action::Terminal(t) = &rec.spec.action else {
-            return Err(Error::validation(Operation::TerminalOpen, "not_a_terminal"));
+            return Err(Error::validation(
+                Operation::TerminalOpen,
+                Reason::NotATerminal,
+            ));
         };
         let mut spec = t.terminal_spec()?;
         let dispatch_ms = rec
@@ -930,7 +937,7 @@ impl TerminalRun {
                 Operation::TerminalSession,
                 Evidence::NotDispatched,
             )
-            .with_reason("terminal_session"));
+            .with_reason(Reason::TerminalSession));
         }
         spec.session_budget = spec.session_budget.min(left);
         spec.idle_budget = spec.idle_budget.min(spec.session_budget);
@@ -977,7 +984,7 @@ fn recovered() -> Error {
         Operation::TerminalSession,
         Evidence::DispatchUncertain,
     )
-    .with_reason("terminal_recovered")
+    .with_reason(Reason::TerminalRecovered)
 }
 
 #[cfg(test)]

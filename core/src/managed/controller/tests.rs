@@ -1,5 +1,6 @@
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
+use crate::Reason;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -31,7 +32,7 @@ impl TestStore {
             self.fail_next -= 1;
             return Err(
                 Error::new(Category::Store, Operation::StoreWrite, Evidence::Unknown)
-                    .with_reason("unavailable"),
+                    .with_reason(Reason::Unavailable),
             );
         }
         let absent = || Error::new(Category::NotFound, Operation::StoreFetch, Evidence::Unknown);
@@ -208,7 +209,9 @@ impl TestStore {
                     .get(&reservation.worker_id)
                     .filter(|l| l.owner == guard.owner && l.until_ms > *now_ms)
                     .cloned()
-                    .ok_or_else(|| claim::stale_claim(Operation::StoreReserve, "worker_lease"))?;
+                    .ok_or_else(|| {
+                        claim::stale_claim(Operation::StoreReserve, Reason::WorkerLease)
+                    })?;
                 let rec = self.records.get(key).ok_or_else(absent)?;
                 claim::check_guard(
                     Fence::of_exec(rec),
@@ -249,7 +252,7 @@ impl TestStore {
                 {
                     return Err(Error::validation(
                         Operation::StoreRelease,
-                        "release_before_absence",
+                        Reason::ReleaseBeforeAbsence,
                     ));
                 }
                 let mut next = rec.clone();
@@ -1051,7 +1054,7 @@ fn submissions_it_cannot_run_are_refused_before_anything_is_stored() {
         .ctl
         .submit(s.now, s.now_ms, Submit { key, spec })
         .unwrap_err();
-    assert_eq!(e.reason(), "timeout_over_budget");
+    assert_eq!(e.reason(), Reason::TimeoutOverBudget);
     s.settle();
     assert!(s.store.records.is_empty());
 }
@@ -1118,7 +1121,7 @@ fn options_are_checked_at_n_and_n_plus_one() {
     c.validate().unwrap();
     let mut c = config();
     c.workers.push(WorkerEntry::new(WORKER));
-    assert_eq!(c.validate().unwrap_err().reason(), "duplicate_worker");
+    assert_eq!(c.validate().unwrap_err().reason(), Reason::DuplicateWorker);
 }
 
 #[test]
@@ -1458,7 +1461,7 @@ fn a_create_reply_that_does_not_match_is_not_started_or_adopted() {
             Operation::Create,
             Evidence::DispatchUncertain,
         )
-        .with_reason("create_reply_mismatch")),
+        .with_reason(Reason::CreateReplyMismatch)),
     );
     assert_eq!(s.record(&key).state, ExecState::Failed);
     assert!(s.record(&key).creation.is_none());

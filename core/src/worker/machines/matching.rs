@@ -4,6 +4,7 @@
 use super::incarnation::NetworkBackend;
 use super::observation::{MachineState, Observation};
 use super::spec::{MachineSpec, Source};
+use crate::Reason;
 use crate::error::{Category, Error, Evidence, Operation};
 
 /// True when both observations are the same incarnation: every identity
@@ -23,7 +24,7 @@ pub(crate) fn match_create(name: &str, spec: &MachineSpec, obs: &Observation) ->
     if inc.name != name {
         return Err(
             Error::new(Category::IdentityConflict, op, Evidence::DispatchUncertain)
-                .with_reason("reply_name_mismatch"),
+                .with_reason(Reason::ReplyNameMismatch),
         );
     }
     let checkpoint = matches!(spec.source, Source::Checkpoint { .. });
@@ -31,25 +32,25 @@ pub(crate) fn match_create(name: &str, spec: &MachineSpec, obs: &Observation) ->
         && inc.memory_mb == spec.memory_mb
         && (checkpoint || (inc.storage_gb == spec.storage_gb && inc.overlay_gb == spec.overlay_gb));
     if !sizes_match {
-        return Err(Error::protocol(op, "reply_resources_mismatch"));
+        return Err(Error::protocol(op, Reason::ReplyResourcesMismatch));
     }
     if inc.network != spec.network {
-        return Err(Error::protocol(op, "reply_network_mismatch"));
+        return Err(Error::protocol(op, Reason::ReplyNetworkMismatch));
     }
     let needs_virtio = spec.network.is_enabled() || !spec.ports.is_empty();
     if needs_virtio
         && (inc.network_backend != Some(NetworkBackend::VirtioNet) || !inc.allowlists_present)
     {
-        return Err(Error::protocol(op, "reply_network_mismatch"));
+        return Err(Error::protocol(op, Reason::ReplyNetworkMismatch));
     }
     if inc.ports != spec.ports {
-        return Err(Error::protocol(op, "reply_ports_mismatch"));
+        return Err(Error::protocol(op, Reason::ReplyPortsMismatch));
     }
     if inc.mounts != spec.mounts {
-        return Err(Error::protocol(op, "reply_mounts_mismatch"));
+        return Err(Error::protocol(op, Reason::ReplyMountsMismatch));
     }
     if checkpoint && (obs.state != MachineState::Created || obs.branchable != Some(true)) {
-        return Err(Error::protocol(op, "reply_checkpoint_not_branchable"));
+        return Err(Error::protocol(op, Reason::ReplyCheckpointNotBranchable));
     }
     Ok(())
 }
@@ -64,6 +65,6 @@ pub(crate) fn match_name(operation: Operation, name: &str, obs: &Observation) ->
             operation,
             Evidence::DispatchUncertain,
         )
-        .with_reason("reply_name_mismatch"))
+        .with_reason(Reason::ReplyNameMismatch))
     }
 }

@@ -1,5 +1,6 @@
 //! Machine names and generated names (features §0.1, C3.1).
 
+use crate::Reason;
 use crate::error::{Error, Operation};
 
 /// Longest machine name in bytes.
@@ -33,7 +34,7 @@ impl MachineName {
         } else {
             Err(Error::validation(
                 Operation::MachineSpec,
-                "invalid_machine_name",
+                Reason::InvalidMachineName,
             ))
         }
     }
@@ -65,7 +66,7 @@ impl Namespace {
         } else {
             Err(Error::validation(
                 Operation::MachineSpec,
-                "invalid_namespace",
+                Reason::InvalidNamespace,
             ))
         }
     }

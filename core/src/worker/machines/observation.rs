@@ -1,6 +1,7 @@
 //! Machine observation decoding (features C3.3) and the measurements it
 //! carries (C2.4).
 
+use crate::Reason;
 use serde::Deserialize;
 
 use super::incarnation::{Incarnation, NetworkBackend};
@@ -68,7 +69,7 @@ impl Observation {
                 operation,
                 crate::error::Evidence::NotDispatched,
             )
-            .with_reason("needs_plain_image_machine"))
+            .with_reason(Reason::NeedsPlainImageMachine))
         }
     }
 }
@@ -130,7 +131,7 @@ pub fn decode_observation(
     json: &[u8],
 ) -> Result<Observation, Error> {
     let wire: MachineWire = serde_json::from_slice(json)
-        .map_err(|_| Error::protocol(operation, "invalid_machine_json"))?;
+        .map_err(|_| Error::protocol(operation, Reason::InvalidMachineJson))?;
     validate(profile, operation, wire)
 }
 
@@ -141,16 +142,16 @@ pub(crate) fn validate(
 ) -> Result<Observation, Error> {
     let bad = |reason| Error::protocol(op, reason);
     if !is_upstream_name(&w.name) {
-        return Err(bad("machine_name_invalid"));
+        return Err(bad(Reason::MachineNameInvalid));
     }
     let state = match w.state.as_str() {
         "created" => MachineState::Created,
         "running" => MachineState::Running,
         "stopped" => MachineState::Stopped,
-        _ => return Err(bad("machine_state_unsupported")),
+        _ => return Err(bad(Reason::MachineStateUnsupported)),
     };
     if w.created_at > MAX_CREATED_AT {
-        return Err(bad("created_at_out_of_range"));
+        return Err(bad(Reason::CreatedAtOutOfRange));
     }
     let in_range = |v: u64, (lo, hi): (u64, u64)| (lo..=hi).contains(&v);
     if !in_range(w.cpus, (CPUS.0.into(), CPUS.1.into()))
@@ -158,24 +159,24 @@ pub(crate) fn validate(
         || !in_range(w.storage_gb, (DISK_GB.0.into(), DISK_GB.1.into()))
         || !in_range(w.overlay_gb, (DISK_GB.0.into(), DISK_GB.1.into()))
     {
-        return Err(bad("machine_resources_out_of_range"));
+        return Err(bad(Reason::MachineResourcesOutOfRange));
     }
     if w.gpu || w.cuda {
-        return Err(bad("machine_gpu_unsupported"));
+        return Err(bad(Reason::MachineGpuUnsupported));
     }
     let mut ports = Vec::with_capacity(w.ports.len());
     for p in &w.ports {
-        let host = u16::try_from(p.host).map_err(|_| bad("machine_port_invalid"))?;
-        let guest = u16::try_from(p.guest).map_err(|_| bad("machine_port_invalid"))?;
-        ports.push(PortMapping::new(host, guest).map_err(|_| bad("machine_port_invalid"))?);
+        let host = u16::try_from(p.host).map_err(|_| bad(Reason::MachinePortInvalid))?;
+        let guest = u16::try_from(p.guest).map_err(|_| bad(Reason::MachinePortInvalid))?;
+        ports.push(PortMapping::new(host, guest).map_err(|_| bad(Reason::MachinePortInvalid))?);
     }
     ports.sort();
     let mut mounts = Vec::with_capacity(w.mounts.len());
     for m in &w.mounts {
         match m.staged {
-            Some(true) => return Err(bad("machine_mount_staged")),
+            Some(true) => return Err(bad(Reason::MachineMountStaged)),
             None if profile.mounts_carry_staged() => {
-                return Err(bad("machine_mount_staged_missing"));
+                return Err(bad(Reason::MachineMountStagedMissing));
             }
             _ => {}
         }
@@ -186,35 +187,35 @@ pub(crate) fn validate(
         None => None,
         Some("virtio-net") => Some(NetworkBackend::VirtioNet),
         Some("tsi") => Some(NetworkBackend::Tsi),
-        Some(_) => return Err(bad("machine_network_backend_unknown")),
+        Some(_) => return Err(bad(Reason::MachineNetworkBackendUnknown)),
     };
     let network = if w.network {
         let (Some(hosts), Some(cidrs)) = (&w.allowed_hosts, &w.allowed_cidrs) else {
             return Err(unrestricted_network(op));
         };
         if backend != Some(NetworkBackend::VirtioNet) {
-            return Err(bad("machine_network_incoherent"));
+            return Err(bad(Reason::MachineNetworkIncoherent));
         }
         let hosts = hosts
             .iter()
             .map(|h| Hostname::new(h))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|_| bad("machine_network_invalid"))?;
+            .map_err(|_| bad(Reason::MachineNetworkInvalid))?;
         let cidrs = cidrs
             .iter()
             .map(|c| Cidr::new(c))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|_| bad("machine_network_invalid"))?;
-        NetworkPolicy::allowlist(hosts, cidrs).map_err(|_| bad("machine_network_invalid"))?
+            .map_err(|_| bad(Reason::MachineNetworkInvalid))?;
+        NetworkPolicy::allowlist(hosts, cidrs).map_err(|_| bad(Reason::MachineNetworkInvalid))?
     } else {
         let empty = |l: &Option<Vec<String>>| l.as_ref().is_none_or(Vec::is_empty);
         if !empty(&w.allowed_hosts) || !empty(&w.allowed_cidrs) {
-            return Err(bad("machine_network_incoherent"));
+            return Err(bad(Reason::MachineNetworkIncoherent));
         }
         NetworkPolicy::Offline
     };
     if !ports.is_empty() && backend != Some(NetworkBackend::VirtioNet) {
-        return Err(bad("machine_ports_need_virtio_net"));
+        return Err(bad(Reason::MachinePortsNeedVirtioNet));
     }
     let allowlists_sent = w.allowed_hosts.is_some() && w.allowed_cidrs.is_some();
     let branchable = if profile.uses_fork_spelling() {

@@ -1,5 +1,6 @@
 //! Machine lifecycle operations (features C3.4, C4, C2.4).
 
+use crate::Reason;
 use serde::Deserialize;
 
 use super::matching::{match_create, match_name};
@@ -125,14 +126,14 @@ impl WorkerCall for List {
                 op,
                 crate::error::Evidence::DispatchUncertain,
             )
-            .with_reason("list_too_long")
+            .with_reason(Reason::ListTooLong)
             .with_limit(wire.machines.len() as u64, MAX_LIST_ENTRIES as u64));
         }
         wire.machines
             .into_iter()
             .map(|v| {
                 let m: MachineWire = serde_json::from_value(v)
-                    .map_err(|_| Error::protocol(op, "invalid_machine_json"))?;
+                    .map_err(|_| Error::protocol(op, Reason::InvalidMachineJson))?;
                 validate(&self.profile, op, m)
             })
             .collect()
@@ -230,7 +231,7 @@ impl WorkerCall for Measure {
                 op,
                 crate::error::Evidence::DispatchUncertain,
             )
-            .with_reason("incarnation_changed"));
+            .with_reason(Reason::IncarnationChanged));
         }
         Ok(obs.measurements)
     }
@@ -377,7 +378,7 @@ impl WorkerCall for Delete {
         if w.deleted == self.name.as_str() {
             Ok(())
         } else {
-            Err(Error::protocol(op, "deleted_name_mismatch"))
+            Err(Error::protocol(op, Reason::DeletedNameMismatch))
         }
     }
 }

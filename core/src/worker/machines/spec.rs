@@ -1,6 +1,7 @@
 //! The machine specification and its bounds (features C3.2, C8.1, C9,
 //! C10.1, C11.1).
 
+use crate::Reason;
 use crate::error::{Category, Error, Evidence, Operation};
 use crate::secret::Secret;
 use crate::worker::mounts::{Mount, canonical_mounts};
@@ -111,25 +112,25 @@ impl MachineSpec {
             u64::from(self.cpus),
             CPUS.0.into(),
             CPUS.1.into(),
-            "cpus_out_of_range",
+            Reason::CpusOutOfRange,
         )?;
         range(
             self.memory_mb.into(),
             MEMORY_MB.0.into(),
             MEMORY_MB.1.into(),
-            "memory_out_of_range",
+            Reason::MemoryOutOfRange,
         )?;
         range(
             self.storage_gb.into(),
             DISK_GB.0.into(),
             DISK_GB.1.into(),
-            "storage_out_of_range",
+            Reason::StorageOutOfRange,
         )?;
         range(
             self.overlay_gb.into(),
             DISK_GB.0.into(),
             DISK_GB.1.into(),
-            "overlay_out_of_range",
+            Reason::OverlayOutOfRange,
         )?;
         let ports = canonical_ports(self.ports.clone())?;
         let mounts = canonical_mounts(self.mounts.clone())?;
@@ -137,21 +138,21 @@ impl MachineSpec {
             Source::Bare => {}
             Source::Image { path } => {
                 if !is_worker_path(path) || !path.ends_with(".smolmachine") {
-                    return Err(e("invalid_image_path"));
+                    return Err(e(Reason::InvalidImagePath));
                 }
             }
             Source::Checkpoint { path } => {
                 if !is_worker_path(path)
                     || !(path.ends_with(".smolcheckpoint") || path.ends_with(".checkpoint"))
                 {
-                    return Err(e("invalid_checkpoint_path"));
+                    return Err(e(Reason::InvalidCheckpointPath));
                 }
                 if self.network.is_enabled()
                     || !ports.is_empty()
                     || !mounts.is_empty()
                     || self.workload.is_some()
                 {
-                    return Err(e("checkpoint_source_restrictions"));
+                    return Err(e(Reason::CheckpointSourceRestrictions));
                 }
             }
             Source::Registry {
@@ -159,24 +160,24 @@ impl MachineSpec {
                 identity_token,
             } => {
                 if !is_reference(reference) {
-                    return Err(e("invalid_registry_reference"));
+                    return Err(e(Reason::InvalidRegistryReference));
                 }
                 if identity_token.as_ref().is_some_and(|t| {
                     t.is_empty()
                         || t.len() > 4_096
                         || !t.expose().bytes().all(|b| (0x21..=0x7e).contains(&b))
                 }) {
-                    return Err(e("invalid_registry_token"));
+                    return Err(e(Reason::InvalidRegistryToken));
                 }
             }
             Source::Oci { reference } => {
                 if !is_reference(reference) {
-                    return Err(e("invalid_oci_reference"));
+                    return Err(e(Reason::InvalidOciReference));
                 }
             }
         }
         if self.workload.is_some() && !self.source.is_image() {
-            return Err(e("workload_requires_image_source"));
+            return Err(e(Reason::WorkloadRequiresImageSource));
         }
         Ok(Self {
             ports,
@@ -222,7 +223,7 @@ impl MachineSpec {
     }
 }
 
-fn range(v: u64, min: u64, max: u64, reason: &'static str) -> Result<(), Error> {
+fn range(v: u64, min: u64, max: u64, reason: Reason) -> Result<(), Error> {
     if (min..=max).contains(&v) {
         Ok(())
     } else {

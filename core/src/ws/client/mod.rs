@@ -1,5 +1,6 @@
 //! The connection state machine: handshake, receive path, send path, close.
 
+use crate::Reason;
 mod recv;
 
 use core::fmt;
@@ -259,7 +260,7 @@ impl WsClient {
         }
         if bytes.len() > MAX_INPUT_CHUNK {
             return Err(self
-                .err(Category::Validation, "input_chunk_too_large")
+                .err(Category::Validation, Reason::InputChunkTooLarge)
                 .with_limit(bytes.len() as u64, MAX_INPUT_CHUNK as u64));
         }
         match self.phase {
@@ -276,7 +277,7 @@ impl WsClient {
                 let max = self.max_buffered();
                 if pending + bytes.len() > max {
                     return Err(self
-                        .err(Category::Validation, "input_not_drained")
+                        .err(Category::Validation, Reason::InputNotDrained)
                         .with_limit((pending + bytes.len()) as u64, max as u64));
                 }
                 self.note_received(now, bytes.len());
@@ -331,7 +332,7 @@ impl WsClient {
         }
         if n > self.rx_offered {
             return Err(self
-                .err(Category::Validation, "read_past_input_buffer")
+                .err(Category::Validation, Reason::ReadPastInputBuffer)
                 .with_limit(n as u64, self.rx_offered as u64));
         }
         self.rx_offered = 0;
@@ -357,7 +358,7 @@ impl WsClient {
         self.touch(now);
         self.eof = true;
         if self.phase == Phase::Handshake {
-            let e = self.err(Category::Transport, "eof_during_handshake");
+            let e = self.err(Category::Transport, Reason::EofDuringHandshake);
             self.fail(e, None);
         }
     }
@@ -366,7 +367,7 @@ impl WsClient {
     pub fn handle_timeout(&mut self, now: Instant) {
         let now = self.touch(now);
         if self.write_deadline().is_some_and(|t| t <= now) {
-            let e = self.err(Category::Transport, "write_timeout");
+            let e = self.err(Category::Transport, Reason::WriteTimeout);
             self.fail(e, None);
             // The peer does not read: nothing more is written, the shell
             // drops the socket.
@@ -376,16 +377,16 @@ impl WsClient {
             self.pong_in_tx = false;
             self.deferred_pong = None;
         } else if self.handshake_deadline.is_some_and(|t| t <= now) {
-            let e = self.err(Category::Transport, "handshake_timeout");
+            let e = self.err(Category::Transport, Reason::HandshakeTimeout);
             self.fail(e, None);
         } else if self.close_deadline.is_some_and(|t| t <= now) {
-            let e = self.err(Category::Transport, "close_wait_expired");
+            let e = self.err(Category::Transport, Reason::CloseWaitExpired);
             self.fail(e, None);
         } else if let Some((at, timer)) = self.liveness_deadline()
             && at <= now
         {
             if timer == WsTimer::Idle {
-                let e = self.err(Category::Transport, "idle_timeout");
+                let e = self.err(Category::Transport, Reason::IdleTimeout);
                 self.fail(e, Some(CloseCode::GOING_AWAY));
             } else {
                 self.keepalive_sent = true;
@@ -459,7 +460,7 @@ impl WsClient {
     pub fn send_ping(&mut self, now: Instant, payload: &[u8]) -> Result<(), Error> {
         if payload.len() > MAX_CONTROL_PAYLOAD {
             return Err(self
-                .err(Category::Validation, "ping_payload_too_long")
+                .err(Category::Validation, Reason::PingPayloadTooLong)
                 .with_limit(payload.len() as u64, MAX_CONTROL_PAYLOAD as u64));
         }
         self.send(now, Opcode::Ping, payload)
@@ -493,16 +494,16 @@ impl WsClient {
     ) -> Result<(), Error> {
         let now = self.touch(now);
         if !code.is_sendable() {
-            return Err(self.err(Category::Validation, "close_code_not_sendable"));
+            return Err(self.err(Category::Validation, Reason::CloseCodeNotSendable));
         }
         if reason.len() > MAX_CLOSE_REASON {
             return Err(self
-                .err(Category::Validation, "close_reason_too_long")
+                .err(Category::Validation, Reason::CloseReasonTooLong)
                 .with_limit(reason.len() as u64, MAX_CLOSE_REASON as u64));
         }
         match self.phase {
             Phase::Handshake => {
-                let e = self.err(Category::Transport, "closed_before_open");
+                let e = self.err(Category::Transport, Reason::ClosedBeforeOpen);
                 self.fail(e, None);
             }
             Phase::Open if !self.close_sent => {
@@ -760,7 +761,7 @@ impl WsClient {
         }
     }
 
-    fn err(&self, category: Category, reason: &'static str) -> Error {
+    fn err(&self, category: Category, reason: Reason) -> Error {
         let evidence = match category {
             // The caller's own mistake says nothing new about dispatch.
             Category::Validation | Category::AdmissionExhausted => Evidence::NotDispatched,
@@ -803,14 +804,14 @@ impl WsClient {
         let Some(end) = handshake::find_head_end(&self.rx[..self.rx_end], self.head_scan) else {
             self.head_scan = self.rx_end;
             if self.rx_end >= MAX_HANDSHAKE_LEN {
-                let e = Error::protocol(self.op(), "handshake_too_large")
+                let e = Error::protocol(self.op(), Reason::HandshakeTooLarge)
                     .with_limit(MAX_HANDSHAKE_LEN as u64 + 1, MAX_HANDSHAKE_LEN as u64);
                 self.fail(e, None);
             }
             return;
         };
         if end > MAX_HANDSHAKE_LEN {
-            let e = Error::protocol(self.op(), "handshake_too_large")
+            let e = Error::protocol(self.op(), Reason::HandshakeTooLarge)
                 .with_limit(end as u64, MAX_HANDSHAKE_LEN as u64);
             self.fail(e, None);
             return;
@@ -834,25 +835,25 @@ impl WsClient {
         }
         if self.phase != Phase::Open || self.close_sent {
             let reason = match self.phase {
-                Phase::Handshake => "not_open",
-                _ => "closed",
+                Phase::Handshake => Reason::NotOpen,
+                _ => Reason::Closed,
             };
             return Err(self.err(Category::Validation, reason));
         }
         let frame_len = payload.len() + MAX_HEADER_LEN;
         if self.tx.len() + frame_len > MAX_PENDING_TRANSMIT {
             return Err(self
-                .err(Category::AdmissionExhausted, "send_buffer_full")
+                .err(Category::AdmissionExhausted, Reason::SendBufferFull)
                 .with_limit(
                     (self.tx.len() + frame_len) as u64,
                     MAX_PENDING_TRANSMIT as u64,
                 ));
         }
         if self.masks.available() < 4 + MASK_RESERVE_BYTES {
-            return Err(self.err(Category::Validation, "mask_entropy_exhausted"));
+            return Err(self.err(Category::Validation, Reason::MaskEntropyExhausted));
         }
         let Some(mask) = self.masks.take() else {
-            return Err(self.err(Category::Validation, "mask_entropy_exhausted"));
+            return Err(self.err(Category::Validation, Reason::MaskEntropyExhausted));
         };
         self.tx.write_frame(opcode, payload, mask);
         Ok(())
@@ -895,13 +896,13 @@ impl WsClient {
         }
     }
 
-    fn fail_too_big(&mut self, reason: &'static str, len: u64, max: u64) {
+    fn fail_too_big(&mut self, reason: Reason, len: u64, max: u64) {
         let e = self.err(Category::OutputLimit, reason).with_limit(len, max);
         self.fail(e, Some(CloseCode::MESSAGE_TOO_BIG));
     }
 
     fn fail_invalid_utf8(&mut self) {
-        let e = Error::protocol(self.op(), "invalid_utf8");
+        let e = Error::protocol(self.op(), Reason::InvalidUtf8);
         self.fail(e, Some(CloseCode::INVALID_PAYLOAD));
     }
 
@@ -915,7 +916,7 @@ impl WsClient {
         if self.phase == Phase::Open
             && let Some(code) = code
         {
-            self.queue_close(Some(code), error.reason());
+            self.queue_close(Some(code), error.reason().as_str());
         }
         self.phase = Phase::Done;
         self.handshake_deadline = None;
@@ -958,7 +959,7 @@ impl Machine for WsClient {
         for chunk in bytes.chunks(MAX_INPUT_CHUNK) {
             if let Err(e) = Self::handle_input(self, now, chunk) {
                 if e.category() == Category::Validation {
-                    let e = self.err(Category::OutputLimit, "input_not_drained");
+                    let e = self.err(Category::OutputLimit, Reason::InputNotDrained);
                     self.fail(e, Some(CloseCode::MESSAGE_TOO_BIG));
                 }
                 return;

@@ -1,5 +1,6 @@
 //! The receive path: frame decoding, message assembly and the peer's close.
 
+use crate::Reason;
 use core::ops::Range;
 
 use super::{CloseInfo, End, Phase, Step, WsClient};
@@ -23,7 +24,7 @@ impl WsClient {
                     return Step::End;
                 }
                 Err(HeaderError::TooLarge { len, max }) => {
-                    self.fail_too_big("frame_too_large", len, max);
+                    self.fail_too_big(Reason::FrameTooLarge, len, max);
                     return Step::End;
                 }
             };
@@ -41,12 +42,13 @@ impl WsClient {
             match hdr.opcode {
                 Opcode::Binary | Opcode::Text => {
                     if self.msg_opcode.is_some() {
-                        let e = Error::protocol(self.op(), "data_frame_inside_fragmented_message");
+                        let e =
+                            Error::protocol(self.op(), Reason::DataFrameInsideFragmentedMessage);
                         self.fail(e, Some(CloseCode::PROTOCOL_ERROR));
                         return Step::End;
                     }
                     if len > max_msg {
-                        self.fail_too_big("message_too_large", len as u64, max_msg as u64);
+                        self.fail_too_big(Reason::MessageTooLarge, len as u64, max_msg as u64);
                         return Step::End;
                     }
                     if hdr.fin {
@@ -62,13 +64,17 @@ impl WsClient {
                 }
                 Opcode::Continuation => {
                     let Some(opcode) = self.msg_opcode else {
-                        let e = Error::protocol(self.op(), "continuation_without_start");
+                        let e = Error::protocol(self.op(), Reason::ContinuationWithoutStart);
                         self.fail(e, Some(CloseCode::PROTOCOL_ERROR));
                         return Step::End;
                     };
                     let total_len = self.msg.len() - self.msg_off + len;
                     if total_len > max_msg {
-                        self.fail_too_big("message_too_large", total_len as u64, max_msg as u64);
+                        self.fail_too_big(
+                            Reason::MessageTooLarge,
+                            total_len as u64,
+                            max_msg as u64,
+                        );
                         return Step::End;
                     }
                     self.msg.extend_from_slice(&self.rx[range]);
@@ -109,7 +115,7 @@ impl WsClient {
 
     fn need_more(&mut self) -> Step {
         if self.eof && !self.close_received {
-            let e = self.err(Category::Transport, "abnormal_close");
+            let e = self.err(Category::Transport, Reason::AbnormalClose);
             self.fail(e, None);
             return Step::End;
         }
@@ -146,7 +152,8 @@ impl WsClient {
                 self.fail(e, Some(CloseCode::PROTOCOL_ERROR));
             }
             Err(ClosePayloadError::InvalidUtf8(code)) => {
-                let e = Error::protocol(self.op(), "invalid_utf8").with_close_code(code.as_u16());
+                let e =
+                    Error::protocol(self.op(), Reason::InvalidUtf8).with_close_code(code.as_u16());
                 self.fail(e, Some(CloseCode::INVALID_PAYLOAD));
             }
         }

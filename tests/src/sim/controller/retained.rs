@@ -11,6 +11,7 @@
 //! resumed with [`TerminalRun::resume`]. A child module of the driver (its
 //! private items are visible here).
 
+use smolbox_core::Reason;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -552,7 +553,7 @@ impl Sim {
                             Operation::TerminalSession,
                             Evidence::DispatchUncertain,
                         )
-                        .with_reason("closed_by_cancel");
+                        .with_reason(Reason::ClosedByCancel);
                         t.run.handle_closed(n, w, &Err(e));
                     }
                 }
@@ -744,7 +745,7 @@ impl Sim {
             (false, other) => {
                 let e = match other {
                     Err(e) => e,
-                    Ok(_) => Error::protocol(Operation::TerminalOpen, "unexpected_reply"),
+                    Ok(_) => Error::protocol(Operation::TerminalOpen, Reason::UnexpectedReply),
                 };
                 self.log(format!(
                     "{} terminal {} open failed: {}:{}",
@@ -916,8 +917,8 @@ impl Sim {
                     .map(|a| a.machine_name.clone());
                 let rm = &mut self.ret.machines[m];
                 match e.reason() {
-                    "absent" => rm.gone = true,
-                    "present" | "incarnation_mismatch" if !evidence => {
+                    Reason::Absent => rm.gone = true,
+                    Reason::Present | Reason::IncarnationMismatch if !evidence => {
                         // A machine whose create was uncertain: nothing
                         // proves it is this record's. The operator removes
                         // it at the worker by hand, then resolves deleted.
@@ -927,8 +928,8 @@ impl Sim {
                         }
                         self.ret.machines[m].gone = true;
                     }
-                    "present" => rm.gone = false,
-                    "running" => {
+                    Reason::Present => rm.gone = false,
+                    Reason::Running => {
                         rm.skip_drain = false;
                         rm.drain_tried = false;
                     }

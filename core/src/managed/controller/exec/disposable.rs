@@ -178,7 +178,7 @@ impl Exec {
                     // reservation stays until an operator resolves it.
                     let e = match r {
                         Err(e) => e,
-                        Ok(_) => Error::protocol(Operation::Create, "create_reply_mismatch"),
+                        Ok(_) => Error::protocol(Operation::Create, Reason::CreateReplyMismatch),
                     };
                     return fail(self, e, Cleanup::Failed);
                 }
@@ -210,7 +210,7 @@ impl Exec {
                         Operation::Create,
                         Evidence::DispatchUncertain,
                     )
-                    .with_reason("creation_uncertain");
+                    .with_reason(Reason::CreationUncertain);
                     return fail(self, e, Cleanup::Failed);
                 }
             }
@@ -224,7 +224,7 @@ impl Exec {
                 Operation::Start,
                 Evidence::DispatchUncertain,
             )
-            .with_reason("start_uncertain");
+            .with_reason(Reason::StartUncertain);
             return fail(self, e, Cleanup::InProgress);
         }
         if reply.is_none()
@@ -237,7 +237,7 @@ impl Exec {
                 Operation::Submit,
                 Evidence::NotDispatched,
             )
-            .with_reason("preparation_deadline");
+            .with_reason(Reason::PreparationDeadline);
             return fail(self, e, Cleanup::InProgress);
         }
         match reply {
@@ -254,7 +254,7 @@ impl Exec {
             Some((MKind::Start, r)) => {
                 let e = match r {
                     Err(e) => e,
-                    Ok(_) => Error::protocol(Operation::Start, "start_reply_mismatch"),
+                    Ok(_) => Error::protocol(Operation::Start, Reason::StartReplyMismatch),
                 };
                 // The machine exists (evidence recorded): fail, then delete.
                 return fail(self, e, Cleanup::InProgress);
@@ -436,7 +436,7 @@ impl Exec {
                 Operation::Delete,
                 Evidence::NotDispatched,
             )
-            .with_reason("cleanup_deadline");
+            .with_reason(Reason::CleanupDeadline);
             let patch = ExecPatch {
                 cleanup: Some(Cleanup::Failed),
                 next_due_at_ms: Some(None),

@@ -31,10 +31,10 @@ impl crate::managed::controller::Controller {
                 Operation::Submit,
                 Evidence::NotDispatched,
             )
-            .with_reason("shutting_down"));
+            .with_reason(Reason::ShuttingDown));
         }
         if !self.cfg.workers.iter().any(|w| w.profile.is_some()) {
-            return Err(refused("retained_machines"));
+            return Err(refused(Reason::RetainedMachines));
         }
         let req_op = match &request {
             MachineRequest::Create { key, spec } => {
@@ -54,7 +54,10 @@ impl crate::managed::controller::Controller {
             MachineRequest::Lifecycle { key, action, .. } => {
                 key.validate()?;
                 if *action == MachineOperation::None || *action == MachineOperation::Create {
-                    return Err(Error::validation(Operation::Submit, "lifecycle_action"));
+                    return Err(Error::validation(
+                        Operation::Submit,
+                        Reason::LifecycleAction,
+                    ));
                 }
                 None
             }
@@ -68,7 +71,7 @@ impl crate::managed::controller::Controller {
                     .map_err(|e| e.with_operation(Operation::Submit))?;
                 command.validate()?;
                 if command.is_background() {
-                    return Err(refused("background"));
+                    return Err(refused(Reason::Background));
                 }
                 None
             }
@@ -76,7 +79,7 @@ impl crate::managed::controller::Controller {
                 key.validate()?;
                 if !quiesced {
                     // AC-17.3.1: rejected before anything is read or sent.
-                    return Err(Error::validation(Operation::Resolve, "not_quiesced"));
+                    return Err(Error::validation(Operation::Resolve, Reason::NotQuiesced));
                 }
                 None
             }
@@ -91,7 +94,10 @@ impl crate::managed::controller::Controller {
                 params.validate()?;
                 if params.follow {
                     // A request answers once; following is a stream.
-                    return Err(Error::validation(Operation::Logs, "follow_unsupported"));
+                    return Err(Error::validation(
+                        Operation::Logs,
+                        Reason::FollowUnsupported,
+                    ));
                 }
                 None
             }
@@ -103,7 +109,7 @@ impl crate::managed::controller::Controller {
             Some(op) => op,
             None => match req.initial_op(self.now_ms) {
                 Some(op) => op,
-                None => return Err(Error::protocol(Operation::Submit, "no_initial_op")),
+                None => return Err(Error::protocol(Operation::Submit, Reason::NoInitialOp)),
             },
         };
         self.reqs.insert(id, req);

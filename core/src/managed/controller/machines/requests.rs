@@ -88,11 +88,11 @@ impl Req {
         let m = self
             .machine
             .as_ref()
-            .ok_or(Error::protocol(Operation::Resolve, "no_machine"))?;
+            .ok_or(Error::protocol(Operation::Resolve, Reason::NoMachine))?;
         let a = m
             .assignment
             .as_ref()
-            .ok_or(identity_conflict(Operation::Resolve, "not_assigned"))?;
+            .ok_or(identity_conflict(Operation::Resolve, Reason::NotAssigned))?;
         let profile = cfg
             .workers
             .iter()
@@ -104,7 +104,7 @@ impl Req {
                     Operation::Resolve,
                     Evidence::NotDispatched,
                 )
-                .with_reason("unknown_worker"),
+                .with_reason(Reason::UnknownWorker),
             )?;
         Ok(WorkerOp::Inspect {
             worker_id: a.worker_id.clone(),
@@ -205,7 +205,7 @@ impl Req {
                             if disposition == Resolution::Stopped {
                                 return RStep::Done(Err(identity_conflict(
                                     Operation::Resolve,
-                                    "not_assigned",
+                                    Reason::NotAssigned,
                                 )));
                             }
                             self.stage = Stage::ResolveWrite;
@@ -238,7 +238,7 @@ impl Req {
                                 op,
                                 Evidence::NotDispatched,
                             )
-                            .with_reason("machine_deleted")));
+                            .with_reason(Reason::MachineDeleted)));
                         }
                         if m.creation.is_none() {
                             return RStep::Done(Err(no_evidence(op)));
@@ -250,9 +250,10 @@ impl Req {
                             Err(e) => RStep::Done(Err(e)),
                         }
                     }
-                    MachineRequest::Create { .. } => {
-                        RStep::Done(Err(Error::protocol(Operation::Create, "unexpected_reply")))
-                    }
+                    MachineRequest::Create { .. } => RStep::Done(Err(Error::protocol(
+                        Operation::Create,
+                        Reason::UnexpectedReply,
+                    ))),
                 }
             }
             (Stage::DrainVerify | Stage::ReconcileClaim, StoreReply::Machine(m)) => {
@@ -270,7 +271,10 @@ impl Req {
             }
             (Stage::DrainIntent, StoreReply::Machine(m)) => {
                 let Some(a) = m.assignment.clone() else {
-                    return RStep::Done(Err(identity_conflict(Operation::Stop, "not_assigned")));
+                    return RStep::Done(Err(identity_conflict(
+                        Operation::Stop,
+                        Reason::NotAssigned,
+                    )));
                 };
                 let profile = cfg
                     .workers
@@ -278,7 +282,10 @@ impl Req {
                     .find(|w| w.id == a.worker_id)
                     .and_then(|w| w.profile.clone());
                 let (Some(profile), Ok(name)) = (profile, MachineName::new(&a.machine_name)) else {
-                    return RStep::Done(Err(Error::protocol(Operation::Stop, "unknown_worker")));
+                    return RStep::Done(Err(Error::protocol(
+                        Operation::Stop,
+                        Reason::UnknownWorker,
+                    )));
                 };
                 self.machine = Some(m);
                 self.stage = Stage::DrainStop;
@@ -309,7 +316,7 @@ impl Req {
             })),
             _ => RStep::Done(Err(Error::protocol(
                 Operation::StoreFetch,
-                "unexpected_reply",
+                Reason::UnexpectedReply,
             ))),
         }
     }
@@ -365,13 +372,13 @@ impl Req {
         result: WorkerResult,
     ) -> RStep {
         let Some(m) = self.machine.clone() else {
-            return RStep::Done(Err(Error::protocol(Operation::Get, "no_machine")));
+            return RStep::Done(Err(Error::protocol(Operation::Get, Reason::NoMachine)));
         };
         let recorded = m.creation.as_ref().map(|c| c.incarnation.clone());
         match &self.stage {
             Stage::ResolveInspect => {
                 let MachineRequest::Resolve { disposition, .. } = self.request else {
-                    return RStep::Done(Err(Error::protocol(Operation::Resolve, "stage")));
+                    return RStep::Done(Err(Error::protocol(Operation::Resolve, Reason::Stage)));
                 };
                 let d = match (disposition, result) {
                     (Resolution::Stopped, Ok(WorkerReply::Machine(obs))) => {
@@ -379,13 +386,13 @@ impl Req {
                         if recorded.as_deref() != Some(inc.as_str()) {
                             return RStep::Done(Err(identity_conflict(
                                 Operation::Resolve,
-                                "incarnation_mismatch",
+                                Reason::IncarnationMismatch,
                             )));
                         }
                         if obs.state == MachineState::Running {
                             return RStep::Done(Err(identity_conflict(
                                 Operation::Resolve,
-                                "running",
+                                Reason::Running,
                             )));
                         }
                         Disposition::Stopped {
@@ -394,20 +401,26 @@ impl Req {
                         }
                     }
                     (Resolution::Stopped, Err(e)) if e.category() == Category::NotFound => {
-                        return RStep::Done(Err(identity_conflict(Operation::Resolve, "absent")));
+                        return RStep::Done(Err(identity_conflict(
+                            Operation::Resolve,
+                            Reason::Absent,
+                        )));
                     }
                     (Resolution::Deleted, Err(e)) if e.category() == Category::NotFound => {
                         Disposition::Deleted
                     }
                     (Resolution::Deleted, Ok(WorkerReply::Machine(_))) => {
-                        return RStep::Done(Err(identity_conflict(Operation::Resolve, "present")));
+                        return RStep::Done(Err(identity_conflict(
+                            Operation::Resolve,
+                            Reason::Present,
+                        )));
                     }
                     // A worker outage changes nothing (AC-17.3.3).
                     (_, Err(e)) => return RStep::Done(Err(e)),
                     (_, Ok(_)) => {
                         return RStep::Done(Err(Error::protocol(
                             Operation::Resolve,
-                            "unexpected_reply",
+                            Reason::UnexpectedReply,
                         )));
                     }
                 };
@@ -438,7 +451,10 @@ impl Req {
                                 Err(e) => return RStep::Done(Err(e)),
                             })
                             else {
-                                return RStep::Done(Err(Error::protocol(Operation::Logs, "stage")));
+                                return RStep::Done(Err(Error::protocol(
+                                    Operation::Logs,
+                                    Reason::Stage,
+                                )));
                             };
                             self.stage = Stage::ReadLogs;
                             RStep::Worker(WorkerOp::Logs {
@@ -448,19 +464,25 @@ impl Req {
                                 params,
                             })
                         }
-                        _ => RStep::Done(Err(Error::protocol(Operation::Get, "stage"))),
+                        _ => RStep::Done(Err(Error::protocol(Operation::Get, Reason::Stage))),
                     }
                 }
                 Ok(WorkerReply::Machine(_)) => RStep::Done(Err(identity_conflict(
                     Operation::Get,
-                    "incarnation_mismatch",
+                    Reason::IncarnationMismatch,
                 ))),
-                Ok(_) => RStep::Done(Err(Error::protocol(Operation::Get, "unexpected_reply"))),
+                Ok(_) => RStep::Done(Err(Error::protocol(
+                    Operation::Get,
+                    Reason::UnexpectedReply,
+                ))),
                 Err(e) => RStep::Done(Err(e)),
             },
             Stage::ReadLogs => match result {
                 Ok(WorkerReply::Logs(lines)) => RStep::Done(Ok(MachineAnswer::Logs { lines })),
-                Ok(_) => RStep::Done(Err(Error::protocol(Operation::Logs, "unexpected_reply"))),
+                Ok(_) => RStep::Done(Err(Error::protocol(
+                    Operation::Logs,
+                    Reason::UnexpectedReply,
+                ))),
                 Err(e) => RStep::Done(Err(e)),
             },
             Stage::DrainVerify => match result {
@@ -471,7 +493,7 @@ impl Req {
                     // (the slot keeps its command, so the intent is the
                     // record's latest error entry, not an operation).
                     let e = Error::new(Category::Unknown, Operation::Stop, Evidence::Unknown)
-                        .with_reason("drain_stop_intent");
+                        .with_reason(Reason::DrainStopIntent);
                     let p = MachinePatch {
                         last_error: Some(ErrorEntry::from_error(&e, now_ms)),
                         ..MachinePatch::default()
@@ -481,9 +503,12 @@ impl Req {
                 }
                 Ok(WorkerReply::Machine(_)) => RStep::Done(Err(identity_conflict(
                     Operation::Stop,
-                    "incarnation_mismatch",
+                    Reason::IncarnationMismatch,
                 ))),
-                Ok(_) => RStep::Done(Err(Error::protocol(Operation::Get, "unexpected_reply"))),
+                Ok(_) => RStep::Done(Err(Error::protocol(
+                    Operation::Get,
+                    Reason::UnexpectedReply,
+                ))),
                 Err(e) => RStep::Done(Err(e)),
             },
             Stage::DrainStop => match result {
@@ -518,9 +543,12 @@ impl Req {
                     RStep::Store(Self::write(cfg, now_ms, &m, p))
                 }
                 Ok(WorkerReply::Machine(_)) => {
-                    RStep::Done(Err(identity_conflict(Operation::Stop, "not_stopped")))
+                    RStep::Done(Err(identity_conflict(Operation::Stop, Reason::NotStopped)))
                 }
-                Ok(_) => RStep::Done(Err(Error::protocol(Operation::Get, "unexpected_reply"))),
+                Ok(_) => RStep::Done(Err(Error::protocol(
+                    Operation::Get,
+                    Reason::UnexpectedReply,
+                ))),
                 Err(e) => RStep::Done(Err(e)),
             },
             Stage::ReconcileInspect => {
@@ -545,7 +573,7 @@ impl Req {
                                 ..MachinePatch::default()
                             }
                         } else {
-                            let e = identity_conflict(Operation::Get, "incarnation_mismatch");
+                            let e = identity_conflict(Operation::Get, Reason::IncarnationMismatch);
                             MachinePatch {
                                 state: m
                                     .state
@@ -570,14 +598,17 @@ impl Req {
                     Ok(_) => {
                         return RStep::Done(Err(Error::protocol(
                             Operation::Get,
-                            "unexpected_reply",
+                            Reason::UnexpectedReply,
                         )));
                     }
                 };
                 self.stage = Stage::ReconcileWrite;
                 RStep::Store(Self::write(cfg, now_ms, &m, p))
             }
-            _ => RStep::Done(Err(Error::protocol(Operation::Get, "unexpected_reply"))),
+            _ => RStep::Done(Err(Error::protocol(
+                Operation::Get,
+                Reason::UnexpectedReply,
+            ))),
         }
     }
 
@@ -610,7 +641,7 @@ impl Req {
     }
 }
 
-pub(in crate::managed::controller) fn refused(reason: &'static str) -> Error {
+pub(in crate::managed::controller) fn refused(reason: Reason) -> Error {
     Error::new(
         Category::UnsupportedCapability,
         Operation::Submit,

@@ -2,6 +2,7 @@
 //! record functions every store adapter calls (`apply_exec`,
 //! `claim_exec`, `slot::acquire`, `slot::finish_command`, `check_guard`).
 
+use crate::Reason;
 use std::collections::BTreeMap;
 
 use super::*;
@@ -896,7 +897,9 @@ fn a_machine_without_creation_evidence_is_refused_before_acceptance() {
     let m = sim.fake.machines.get_mut(&sim.machine).unwrap();
     m.assignment = None;
     let _ = sim.open("t1", ManagedTerminalSpec::default());
-    assert!(matches!(sim.events()[0], TermEvent::Refused(e) if e.reason() == "machine_not_owned"));
+    assert!(
+        matches!(sim.events()[0], TermEvent::Refused(e) if e.reason() == Reason::MachineNotOwned)
+    );
     assert!(sim.fake.execs.is_empty());
 }
 
@@ -925,7 +928,7 @@ fn disposable_submissions_reject_terminal_specs_before_acceptance() {
         (e.category(), e.reason(), e.evidence()),
         (
             Category::Validation,
-            "terminal_needs_retained_machine",
+            Reason::TerminalNeedsRetainedMachine,
             Evidence::NotDispatched
         )
     );

@@ -3,6 +3,7 @@
 //! rules as every adapter.
 
 use super::*;
+use crate::Reason;
 use crate::managed::RetainedMachineSpec;
 use crate::managed::claim::Guard;
 use crate::managed::patch::apply_machine;
@@ -103,7 +104,9 @@ impl TestStore {
                     .get(&reservation.worker_id)
                     .filter(|l| l.owner == guard.owner && l.until_ms > *now_ms)
                     .cloned()
-                    .ok_or_else(|| claim::stale_claim(Operation::StoreReserve, "worker_lease"))?;
+                    .ok_or_else(|| {
+                        claim::stale_claim(Operation::StoreReserve, Reason::WorkerLease)
+                    })?;
                 let m = self.machines.get(key).ok_or_else(absent)?;
                 guard_ok(self, m, guard, *now_ms)?;
                 let on_worker = |a: Option<&crate::managed::record::Assignment>| {
@@ -127,7 +130,7 @@ impl TestStore {
                         Operation::StoreReserve,
                         Evidence::NotDispatched,
                     )
-                    .with_reason("worker_capacity"));
+                    .with_reason(Reason::WorkerCapacity));
                 }
                 let ports: Vec<u16> = m.spec.ports.iter().map(|p| p.host).collect();
                 let taken = self.machines.values().any(|x| {
@@ -140,7 +143,7 @@ impl TestStore {
                         Operation::StoreReserve,
                         Evidence::NotDispatched,
                     )
-                    .with_reason("host_port_taken"));
+                    .with_reason(Reason::HostPortTaken));
                 }
                 let mut next = m.clone();
                 next.assignment = Some(crate::managed::record::Assignment {
@@ -267,7 +270,7 @@ impl TestStore {
             }
             _ => Err(Error::protocol(
                 Operation::StoreFetch,
-                "unsupported_in_test",
+                Reason::StoreCapability,
             )),
         }
     }
@@ -528,7 +531,7 @@ fn the_slot_takes_one_command_and_stop_is_rejected_while_it_runs() {
         let e = s.lifecycle(action).unwrap_err();
         assert_eq!(
             (e.category(), e.reason()),
-            (Category::AdmissionExhausted, "command_active")
+            (Category::AdmissionExhausted, Reason::CommandActive)
         );
     }
     // The exec goes to the machine's worker and name.
@@ -593,7 +596,7 @@ fn an_unknown_command_keeps_the_slot_until_a_quiescent_resolution() {
             },
         )
         .unwrap_err();
-    assert_eq!(e.reason(), "not_quiesced");
+    assert_eq!(e.reason(), Reason::NotQuiesced);
     assert!(s.ctl.poll_store_op().is_none());
     // An ownership-verified stop for draining keeps the slot.
     let id = s
@@ -667,7 +670,7 @@ fn an_unknown_command_keeps_the_slot_until_a_quiescent_resolution() {
     s.answer("inspect", Ok(WorkerReply::Machine(other)));
     assert_eq!(
         s.answer_of(id).unwrap_err().reason(),
-        "incarnation_mismatch"
+        Reason::IncarnationMismatch
     );
     // Stopped, same incarnation: the slot is cleared, the command stays unknown.
     let id = s.ctl.machine(s.now, s.now_ms, resolve(v)).unwrap();
@@ -706,7 +709,7 @@ fn an_unknown_command_keeps_the_slot_until_a_quiescent_resolution() {
         "inspect",
         Ok(WorkerReply::Machine(obs(MachineState::Stopped))),
     );
-    assert_eq!(s.answer_of(id).unwrap_err().reason(), "present");
+    assert_eq!(s.answer_of(id).unwrap_err().reason(), Reason::Present);
     let id = s
         .ctl
         .machine(
@@ -926,7 +929,7 @@ fn a_command_timeout_is_checked_against_the_budget_at_n_and_n_plus_one() {
     let budget_s = s.machine().spec.profile.budgets.execution_ms / 1_000;
     let at = |t: u64| Command::new(["true"]).timeout_secs(u32::try_from(t).unwrap());
     let e = s.submit_to_slot("over", &at(budget_s + 1)).unwrap_err();
-    assert_eq!(e.reason(), "timeout_over_budget");
+    assert_eq!(e.reason(), Reason::TimeoutOverBudget);
     s.submit_to_slot("fits", &at(budget_s)).unwrap();
     assert_eq!(
         s.machine().active_execution,
@@ -1377,7 +1380,7 @@ fn logs_and_measurements_read_the_recorded_incarnation_only() {
     let e = s.answer_of(id).unwrap_err();
     assert_eq!(
         (e.category(), e.reason()),
-        (Category::IdentityConflict, "incarnation_mismatch")
+        (Category::IdentityConflict, Reason::IncarnationMismatch)
     );
     assert!(s.worker.is_empty());
     let follow = crate::worker::LogsParams {
@@ -1395,7 +1398,7 @@ fn logs_and_measurements_read_the_recorded_incarnation_only() {
             },
         )
         .unwrap_err();
-    assert_eq!(e.reason(), "follow_unsupported");
+    assert_eq!(e.reason(), Reason::FollowUnsupported);
     assert!(
         !s.store_log.iter().any(|op| matches!(
             op,
@@ -1423,7 +1426,7 @@ fn measurements_of_a_machine_never_created_are_refused_unsent() {
     let e = s.answer_of(id).unwrap_err();
     assert_eq!(
         (e.reason(), e.evidence()),
-        ("no_creation_evidence", Evidence::NotDispatched)
+        (Reason::NoCreationEvidence, Evidence::NotDispatched)
     );
     assert!(s.worker.is_empty());
 }

@@ -171,7 +171,7 @@ fn claim_version_refences_only_for_the_live_lease_holder_at_that_version() {
         let e = claim::claim_exec_version(&rec, "c", v, lease, later, 1_000).unwrap_err();
         assert_eq!(
             (e.category(), e.reason()),
-            (Category::StaleClaim, "worker_lease")
+            (Category::StaleClaim, Reason::WorkerLease)
         );
     }
     // Another version: refused.
