@@ -125,7 +125,7 @@ impl Request {
 }
 
 /// A terminal connection lost before the exit frame.
-fn term_lost(reason: &'static str) -> Error {
+fn term_lost(reason: Reason) -> Error {
     Error::new(
         Category::Transport,
         Operation::TerminalSession,
@@ -452,7 +452,7 @@ impl SimWorker {
                         let req = sess.req;
                         self.push(
                             at + 1,
-                            Pending::Reply(req, Err(term_lost("connection_reset"))),
+                            Pending::Reply(req, Err(term_lost(Reason::ConnectionReset))),
                         );
                     }
                 }
@@ -743,7 +743,7 @@ impl SimWorker {
             if sess.connected {
                 self.push(
                     now_ms + 1,
-                    Pending::Reply(sess.req, Err(term_lost("connection_closed"))),
+                    Pending::Reply(sess.req, Err(term_lost(Reason::ConnectionClosed))),
                 );
             }
         }
@@ -775,7 +775,7 @@ impl SimWorker {
             {
                 self.push(
                     at + 1,
-                    Pending::Reply(sess.req, Err(term_lost("connection_closed"))),
+                    Pending::Reply(sess.req, Err(term_lost(Reason::ConnectionClosed))),
                 );
             }
         }
