@@ -493,31 +493,6 @@ pub mod machine_call {
         }
     }
 
-    /// The tail of the machine's logs (`follow` refused).
-    pub fn logs(
-        key: &RecordKey,
-        params: smolbox_core::worker::LogsParams,
-    ) -> MachineCall<Vec<String>> {
-        MachineCall {
-            request: MachineRequest::Logs {
-                key: key.clone(),
-                params,
-            },
-            read: MachineAnswer::into_logs,
-        }
-    }
-
-    /// The machine's measurements, with the record they were checked
-    /// against.
-    pub fn measurements(
-        key: &RecordKey,
-    ) -> MachineCall<(smolbox_core::worker::Measurements, MachineRecord)> {
-        MachineCall {
-            request: MachineRequest::Measurements { key: key.clone() },
-            read: MachineAnswer::into_measurements,
-        }
-    }
-
     /// Quiescent resolution.
     pub fn resolve(
         key: &RecordKey,
