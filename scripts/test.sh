@@ -17,6 +17,14 @@ if ! command -v tmux >/dev/null 2>&1; then
     $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux >/dev/null
 fi
 
+# devworker/tests/diffworker.rs replays the real worker's recorded answers
+# through tools/diffworker/diff.py (Python 3 standard library only).
+if ! command -v python3 >/dev/null 2>&1; then
+    echo "test: installing python3"
+    if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+    $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 >/dev/null
+fi
+
 echo "test: cargo fmt --check"
 cargo fmt --all -- --check
 

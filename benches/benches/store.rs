@@ -1,7 +1,10 @@
 //! Store throughput: accept + 5 guarded transitions per record (the full
 //! lifecycle accepted -> preparing -> ready -> dispatching -> collecting ->
 //! completed) on SQLite and PostgreSQL, PostgreSQL with 8 concurrent
-//! controllers, and the first `due` page at 1,000,000 records.
+//! controllers, and the first `due` page at 1,000,000 records; and the
+//! 3 commits a buffered command on a caller's machine now takes
+//! (`accept_dispatching`, `collecting`, `completed`) on SQLite beside a raw
+//! peer doing the same 3 transactions.
 //!
 //! Peers in the same run: the same six SQLite transactions as bare
 //! `rusqlite` statements on an unsealed row (the physical limit of SQLite
@@ -91,10 +94,52 @@ fn sqlite_lifecycle_sync_full(b: Bencher<'_, '_>) {
         .bench_local(|| lifecycle(&s, "ctl"));
 }
 
+/// A buffered command's record as the controller now commits it on a
+/// caller's machine (issue 16): the acceptance with the claim and the
+/// dispatch intent, the result (`collecting`), `completed` — 3 commits.
+fn command(s: &dyn Store, owner: &str) {
+    let rec = claimed_record(NEXT.fetch_add(1, Ordering::Relaxed), owner);
+    let mut rec = s.accept_dispatching(&rec, 10_000).unwrap().into_record();
+    for st in [ExecState::Collecting, ExecState::Completed] {
+        let g = Guard::for_exec(&rec, owner);
+        rec = s
+            .write(&rec.key, &g, &entry_patch(&rec, st), T0 + 1)
+            .unwrap();
+    }
+}
+
+#[divan::bench(sample_count = 20, sample_size = 50)]
+fn sqlite_command_3_commits_sync_normal(b: Bencher<'_, '_>) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = sqlite(&dir, true);
+    b.counter(ItemsCount::new(1usize))
+        .bench_local(|| command(&s, "ctl"));
+}
+
+#[divan::bench(sample_count = 10, sample_size = 10)]
+fn sqlite_command_3_commits_sync_full(b: Bencher<'_, '_>) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = sqlite(&dir, false);
+    b.counter(ItemsCount::new(1usize))
+        .bench_local(|| command(&s, "ctl"));
+}
+
+/// Peer of [`sqlite_command_3_commits_sync_normal`]: the same three
+/// transactions (an insert, then read + update twice) as bare statements.
+#[divan::bench(sample_count = 20, sample_size = 50)]
+fn peer_raw_rusqlite_command(b: Bencher<'_, '_>) {
+    raw_peer(b, 2);
+}
+
 /// Peer: the same six transactions as bare statements on an unsealed row
 /// (WAL, synchronous = NORMAL): no envelope, no AEAD, no rule checks.
 #[divan::bench(sample_count = 20, sample_size = 50)]
 fn peer_raw_rusqlite_lifecycle(b: Bencher<'_, '_>) {
+    raw_peer(b, 5);
+}
+
+/// An insert, then `updates` read + update transactions, on one row.
+fn raw_peer(b: Bencher<'_, '_>, updates: i64) {
     let dir = tempfile::tempdir().unwrap();
     let c = rusqlite::Connection::open(dir.path().join("raw.db")).unwrap();
     c.execute_batch(
@@ -115,7 +160,7 @@ fn peer_raw_rusqlite_lifecycle(b: Bencher<'_, '_>) {
             .execute(rusqlite::params![id, payload])
             .unwrap();
         tx.commit().unwrap();
-        for v in 1..=5i64 {
+        for v in 1..=updates {
             let tx = c
                 .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
                 .unwrap();

@@ -213,6 +213,21 @@ impl Backend {
         }
     }
 
+    /// A download, with the body bytes received so far reported to
+    /// `progress` after each read.
+    pub(crate) fn download_with_progress(
+        &self,
+        download: &smolbox_core::worker::Download,
+        progress: &mut (dyn FnMut(u64) + Send),
+    ) -> Result<bytes::Bytes, Error> {
+        match self {
+            Self::Tokio { rt, client } => {
+                rt.block_on(client.download_with_progress(download, progress))
+            }
+            Self::Blocking(client) => client.download_with_progress(download, progress),
+        }
+    }
+
     /// A followed console-log read: each line to `on_line` (which returns
     /// `false` to stop), until the body ends or an error.
     pub(crate) fn logs_follow(

@@ -97,20 +97,26 @@ fn bar(len: u64, message: &'static str) -> ProgressBar {
     bar
 }
 
-/// A spinner for the transfer itself. The clients send and receive a file
-/// in one call with no progress report, so no byte count is shown for it
-/// (a bar would claim progress nobody measured); only the elapsed time.
+/// A byte count with its rate, for a transfer of unknown size.
+fn counter(message: &'static str) -> ProgressBar {
+    let counter = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template("{msg:>10} {bytes} {bytes_per_sec} {elapsed}") {
+        counter.set_style(style);
+    }
+    counter.set_message(message);
+    counter
+}
+
+/// A spinner for an upload. The clients send a file in one call with no
+/// progress report, so no byte count is shown for it (a bar would claim
+/// progress nobody measured); only the elapsed time. (Downloads report the
+/// bytes received: [`counter`].)
 fn transfer_spinner(what: &str, bytes: u64) -> ProgressBar {
     let spinner = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
     if let Ok(style) = ProgressStyle::with_template("{spinner} {msg} {elapsed}") {
         spinner.set_style(style);
     }
-    let limit = if what == "downloading" {
-        "at most "
-    } else {
-        ""
-    };
-    spinner.set_message(format!("{what} ({limit}{bytes} bytes)"));
+    spinner.set_message(format!("{what} ({bytes} bytes)"));
     spinner.enable_steady_tick(std::time::Duration::from_millis(120));
     spinner
 }
@@ -297,9 +303,11 @@ fn download(
         guest,
         budget.allowance(),
     )?;
-    let spinner = transfer_spinner("downloading", budget.allowance());
-    let data = b.call(&call);
-    spinner.finish_and_clear();
+    // The bytes actually received, as they arrive (the size is not known
+    // before the reply: a count, not a bar).
+    let received = counter("received");
+    let data = b.download_with_progress(&call, &mut |n| received.set_position(n));
+    received.finish_and_clear();
     let data = data?;
     let digest = hex(&Sha256::digest(&data));
     if let Some(want) = expected

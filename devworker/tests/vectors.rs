@@ -734,3 +734,69 @@ async fn cors_preflight_has_no_trace_id() {
     assert!(r.header("x-trace-id").is_none());
     w.shutdown().await;
 }
+
+/// smolvm 1.9.2's CORS layer (tower-http 0.6) answers every OPTIONS as a
+/// preflight, the route's own methods in `allow`; a simple request from an
+/// allowed origin gets `access-control-allow-origin`, a foreign one not.
+#[tokio::test]
+async fn cors_like_the_real_layer() {
+    let w = worker().await;
+    let r = send(&w, &request("OPTIONS", "/health", &[], b"")).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("allow"), Some("GET,HEAD"));
+    assert_eq!(r.header("x-trace-id"), None);
+    assert_eq!(r.header("access-control-allow-origin"), None);
+    let r = send(
+        &w,
+        &request(
+            "OPTIONS",
+            "/api/v1/machines",
+            &[("origin", "http://127.0.0.1:3000")],
+            b"",
+        ),
+    )
+    .await;
+    assert_eq!(r.header("allow"), Some("POST,GET,HEAD"));
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("http://127.0.0.1:3000")
+    );
+    let r = send(
+        &w,
+        &request(
+            "GET",
+            "/health",
+            &[("origin", "http://localhost:3000")],
+            b"",
+        ),
+    )
+    .await;
+    assert_eq!(
+        r.header("access-control-allow-origin"),
+        Some("http://localhost:3000")
+    );
+    let r = send(
+        &w,
+        &request("GET", "/health", &[("origin", "http://evil.example")], b""),
+    )
+    .await;
+    assert_eq!(r.header("access-control-allow-origin"), None);
+    w.shutdown().await;
+}
+
+/// The metric `path` label is smolvm 1.9.2's `normalize_metrics_path`: the
+/// machine id reads `:id`, the rest (a file path too) stays as sent; volume
+/// ids and unknown paths stay raw.
+#[tokio::test]
+async fn metric_paths_like_the_real_worker() {
+    let w = worker().await;
+    get(&w, "/api/v1/machines/nope/files/workspace/a.txt").await;
+    get(&w, "/api/v2/x").await;
+    let m = get(&w, "/metrics").await.text();
+    assert!(
+        m.contains(r#"path="/api/v1/machines/:id/files/workspace/a.txt""#),
+        "{m}"
+    );
+    assert!(m.contains(r#"path="/api/v2/x""#), "{m}");
+    w.shutdown().await;
+}

@@ -12,25 +12,25 @@
 //! [`PULL_SLICE`] so the consumer's commands are served between pulls.
 //! Terminal bytes are held in memory only.
 
-use std::collections::BTreeMap;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use smolbox_core::managed::controller::terminal::{TermConfig, TermOutput, TerminalRun};
+use smolbox_core::managed::controller::terminal::{TermOutput, TerminalRun};
 pub use smolbox_core::managed::live::TerminalOpened;
 use smolbox_core::managed::live::{
-    LiveSet, OpenReply, OutputBuffer, Reply, TermCommand as Cmd, check_next_wait, consumer_lost,
-    next_expired, not_live_here, run_wait_expired, task_ended as ended, unknown_worker,
+    OpenReply, OutputBuffer, Reply, TermCommand as Cmd, check_next_wait, next_expired,
+    not_live_here, run_wait_expired, task_ended as ended,
 };
 use smolbox_core::managed::spec::ManagedTerminalSpec;
 use smolbox_core::managed::terminal::{ConsumerId, Registry};
-use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
+use smolbox_core::managed::{ExecutionRecord, RecordKey};
 use smolbox_core::terminal::{MAX_NEXT_WAIT, TerminalExit};
 use smolbox_core::{Category, Error, Evidence, Operation};
-use smolbox_store::{Store, apply_terminal_op};
+use smolbox_store::apply_terminal_op;
+use smolbox_store::runtime::Parts;
+use smolbox_store::terminals::{LiveConn, Terminals, lock};
 
-use crate::runtime::Clock;
 use crate::{Client, Terminal, TerminalEvent};
 
 /// Longest single pull of the low-level terminal between two looks at the
@@ -50,12 +50,7 @@ impl std::fmt::Debug for ManagedTerminals {
 }
 
 struct Inner {
-    store: Arc<dyn Store>,
-    fp_key: FingerprintKey,
-    cfg: TermConfig,
-    clients: BTreeMap<String, Client>,
-    clock: Arc<dyn Clock>,
-    state: Mutex<LiveSet<Arc<Live>>>,
+    t: Terminals<Arc<Live>, Client>,
     /// Registrations, ends of runs.
     changed: Condvar,
 }
@@ -67,14 +62,10 @@ struct Live {
     cmd: Mutex<Sender<Cmd>>,
 }
 
-impl Live {
+impl LiveConn for Live {
     fn send(&self, cmd: Cmd) -> bool {
         lock(&self.cmd).send(cmd).is_ok()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A caller's reply over a channel.
@@ -84,34 +75,16 @@ fn reply<T: Send + 'static>(tx: Sender<T>) -> Reply<T> {
     })
 }
 
-/// Ends a live connection (the registry's expiry).
-fn end(live: &Arc<Live>, e: Error) {
-    live.send(Cmd::End(e));
-}
-
 impl ManagedTerminals {
-    /// Terminals over `store` for the workers in `clients`, with the
-    /// controller options `cfg`, registering at most `limit` sessions (the
-    /// runtime's active-task limit, 1–64).
+    /// The runtime's terminals, from its checked options (at most
+    /// `max_active` sessions registered).
     ///
     /// # Errors
     /// `validation` (operation `config`) for a bad limit.
-    pub fn new(
-        store: Arc<dyn Store>,
-        fp_key: FingerprintKey,
-        cfg: TermConfig,
-        clients: BTreeMap<String, Client>,
-        clock: Arc<dyn Clock>,
-        limit: usize,
-    ) -> Result<Self, Error> {
+    pub(crate) fn new(parts: &Parts<Client>) -> Result<Self, Error> {
         Ok(Self {
             inner: Arc::new(Inner {
-                store,
-                fp_key,
-                cfg,
-                clients,
-                clock,
-                state: Mutex::new(LiveSet::new(limit)?),
+                t: parts.terminals()?,
                 changed: Condvar::new(),
             }),
         })
@@ -130,13 +103,7 @@ impl ManagedTerminals {
         machine: RecordKey,
         spec: ManagedTerminalSpec,
     ) -> Result<TerminalOpened, Error> {
-        let (run, drive) = lock(&self.inner.state).open_run(
-            self.inner.cfg.clone(),
-            self.inner.fp_key.clone(),
-            key,
-            machine,
-            spec,
-        )?;
+        let (run, drive) = self.inner.t.open_run(key, machine, spec)?;
         let (tx, rx) = mpsc::channel();
         self.spawn(run, tx, drive)?;
         rx.recv().map_err(|_| ended(Operation::TerminalOpen))?
@@ -157,7 +124,7 @@ impl ManagedTerminals {
             .map(|_| ())
             .map_err(|_| {
                 if owns_key {
-                    lock(&self.inner.state).end_run(&key);
+                    self.inner.t.end_run(&key);
                 }
                 Error::new(
                     Category::AdmissionExhausted,
@@ -176,9 +143,9 @@ impl ManagedTerminals {
     /// As `smolbox_tokio::ManagedTerminals::attach`.
     pub fn attach(&self, key: &RecordKey, wait: Duration) -> Result<ManagedTerminal, Error> {
         let deadline = Registry::<()>::attach_deadline(Instant::now(), wait)?;
-        let mut st = lock(&self.inner.state);
+        let mut st = self.inner.t.lock();
         loop {
-            if let Some((who, live)) = st.attach(self.inner.clock.now(), key, end)? {
+            if let Some((who, live)) = self.inner.t.attach(&mut st, key)? {
                 return Ok(ManagedTerminal {
                     inner: Arc::clone(&self.inner),
                     key: key.clone(),
@@ -205,7 +172,7 @@ impl ManagedTerminals {
     /// # Errors
     /// `not_found` only on positive absence; `store`.
     pub fn fetch(&self, key: &RecordKey) -> Result<ExecutionRecord, Error> {
-        self.inner.store.fetch(key)
+        self.inner.t.store().fetch(key)
     }
 
     /// Persists a cancel request (C16) for `key`; a run of this runtime
@@ -215,10 +182,8 @@ impl ManagedTerminals {
     /// # Errors
     /// The store's.
     pub fn cancel(&self, key: &RecordKey) -> Result<ExecutionRecord, Error> {
-        let rec = self.inner.store.cancel(key, self.inner.clock.now_ms())?;
-        if let Some(live) = lock(&self.inner.state).owner_get(key) {
-            live.send(Cmd::Cancel);
-        }
+        let rec = self.inner.t.store().cancel(key, self.inner.t.now_ms())?;
+        self.inner.t.cancelled(key);
         Ok(rec)
     }
 
@@ -228,18 +193,11 @@ impl ManagedTerminals {
     /// # Errors
     /// `validation` for a record that is not a managed terminal; `store`.
     pub fn recover(&self, key: &RecordKey) -> Result<ExecutionRecord, Error> {
-        if !lock(&self.inner.state).begin_run(key) {
+        if !self.inner.t.lock().begin_run(key) {
             return self.fetch(key);
         }
         let fetched = self.fetch(key);
-        let run = lock(&self.inner.state).resume_run(
-            self.inner.cfg.clone(),
-            self.inner.fp_key.clone(),
-            key,
-            fetched,
-            self.inner.clock.now(),
-            self.inner.clock.now_ms(),
-        )?;
+        let run = self.inner.t.resume_run(key, fetched)?;
         let (tx, rx) = mpsc::channel();
         self.spawn(run, tx, true)?;
         match rx.recv() {
@@ -255,7 +213,7 @@ impl ManagedTerminals {
     /// `expired` when the run is still going; the store's.
     pub fn wait(&self, key: &RecordKey, timeout: Duration) -> Result<ExecutionRecord, Error> {
         let deadline = Instant::now() + timeout.min(MAX_NEXT_WAIT);
-        let mut st = lock(&self.inner.state);
+        let mut st = self.inner.t.lock();
         while st.is_running(key) {
             let now = Instant::now();
             if now >= deadline {
@@ -298,20 +256,13 @@ impl ManagedTerminal {
         &self.key
     }
 
-    fn check(&self) -> Result<(), Error> {
-        lock(&self.inner.state)
-            .registry()
-            .get(&self.key, self.who)
-            .map(|_| ())
-    }
-
     /// Sends one command to the run's thread and waits for its answer.
     fn call<T: Send + 'static>(
         &self,
         op: Operation,
         make: impl FnOnce(Reply<Result<T, Error>>) -> Cmd,
     ) -> Result<T, Error> {
-        self.check()?;
+        self.inner.t.check(&self.key, self.who)?;
         let (tx, rx) = mpsc::channel();
         if !self.live.send(make(reply(tx))) {
             return Err(ended(op));
@@ -348,7 +299,7 @@ impl ManagedTerminal {
     /// `not_found` when this handle no longer holds the session.
     pub fn next(&mut self, timeout: Duration) -> Result<TerminalEvent, Error> {
         check_next_wait(timeout)?;
-        self.check()?;
+        self.inner.t.check(&self.key, self.who)?;
         let deadline = Instant::now() + timeout;
         let live = Arc::clone(&self.live);
         let mut q = lock(&live.queue);
@@ -375,9 +326,7 @@ impl ManagedTerminal {
     /// The final event was read: the buffer retires.
     fn final_read(&mut self) {
         self.done = true;
-        let _ = lock(&self.inner.state)
-            .registry()
-            .final_read(&self.key, self.who);
+        self.inner.t.final_read(&self.key, self.who);
     }
 
     /// Closes the session: a close frame, then the close wait for the
@@ -403,10 +352,7 @@ impl Drop for ManagedTerminal {
         if self.done {
             return;
         }
-        let _ = lock(&self.inner.state)
-            .registry()
-            .detach(&self.key, self.who);
-        self.live.send(Cmd::End(consumer_lost()));
+        self.inner.t.lost(&self.key, self.who, &self.live);
     }
 }
 
@@ -427,30 +373,27 @@ fn drive_run(inner: &Inner, mut run: TerminalRun, mut accepted: OpenReply, owns_
         while let Some(out) = run.poll_output() {
             match out {
                 TermOutput::Store(id, op) => {
-                    let r = apply_terminal_op(&*inner.store, &op);
-                    run.handle_stored(inner.clock.now(), inner.clock.now_ms(), id, r);
+                    let r = apply_terminal_op(&**inner.t.store(), &op);
+                    inner.t.stored(&mut run, id, r);
                 }
                 TermOutput::Open {
                     worker_id,
                     machine,
                     spec,
                 } => {
-                    let opened = match inner.clients.get(&worker_id) {
-                        None => Err(unknown_worker()),
-                        Some(c) => c.terminal(&machine, &spec),
-                    };
+                    let opened = inner
+                        .t
+                        .client(&worker_id)
+                        .and_then(|c| c.terminal(&machine, &spec));
                     let opened = opened.and_then(|term| {
                         let live = Arc::new(Live {
                             queue: Mutex::new(OutputBuffer::default()),
                             readable: Condvar::new(),
                             cmd: Mutex::new(cmd_tx.clone()),
                         });
-                        lock(&inner.state).register(
-                            inner.clock.now(),
-                            key.clone(),
-                            Arc::clone(&live),
-                            spec.attach_wait,
-                        )?;
+                        inner
+                            .t
+                            .register(&key, Arc::clone(&live), spec.attach_wait)?;
                         conn = Some(Conn {
                             term,
                             live,
@@ -459,7 +402,7 @@ fn drive_run(inner: &Inner, mut run: TerminalRun, mut accepted: OpenReply, owns_
                         Ok(())
                     });
                     inner.changed.notify_all();
-                    run.handle_opened(inner.clock.now(), inner.clock.now_ms(), opened);
+                    inner.t.opened(&mut run, opened);
                     accepted.on_opened(&run);
                 }
                 TermOutput::Close => {
@@ -471,13 +414,7 @@ fn drive_run(inner: &Inner, mut run: TerminalRun, mut accepted: OpenReply, owns_
         if run.is_done() && conn.is_none() {
             break;
         }
-        let wake = {
-            let st = lock(&inner.state);
-            [run.poll_timeout(), st.poll_timeout()]
-                .into_iter()
-                .flatten()
-                .min()
-        };
+        let wake = inner.t.wake(&run);
         let now = Instant::now();
         let slice = wake.map_or(PULL_SLICE, |w| {
             w.saturating_duration_since(now).min(PULL_SLICE)
@@ -495,7 +432,7 @@ fn drive_run(inner: &Inner, mut run: TerminalRun, mut accepted: OpenReply, owns_
                     if let Some(c) = conn.take() {
                         end_live(inner, &key, &c.live, outcome);
                     }
-                    run.handle_closed(inner.clock.now(), inner.clock.now_ms(), &outcome);
+                    inner.t.closed(&mut run, &outcome);
                 }
                 // The slice's own timeout: the session keeps running.
                 Err(_) => {}
@@ -509,13 +446,12 @@ fn drive_run(inner: &Inner, mut run: TerminalRun, mut accepted: OpenReply, owns_
             serve(inner, &key, &mut run, &mut conn, cmd);
         }
         if wake.is_some_and(|w| Instant::now() >= w) {
-            lock(&inner.state).expire(inner.clock.now(), end);
-            run.handle_timeout(inner.clock.now(), inner.clock.now_ms());
+            inner.t.tick(&mut run);
         }
     }
     drain_commands(&cmd_rx);
     if owns_key {
-        lock(&inner.state).end_run(&key);
+        inner.t.end_run(&key);
     }
     inner.changed.notify_all();
 }
@@ -533,7 +469,7 @@ fn serve(inner: &Inner, key: &RecordKey, run: &mut TerminalRun, conn: &mut Optio
         (Cmd::Resize(cols, rows, reply), Some(c)) => reply(c.term.resize(cols, rows)),
         (Cmd::Close(reply), Some(_)) => reply(close_conn(inner, key, run, conn)),
         (Cmd::End(e), Some(_)) => finish_conn(inner, key, run, conn, Err(e)),
-        (Cmd::Cancel, _) => run.cancel(inner.clock.now(), inner.clock.now_ms()),
+        (Cmd::Cancel, _) => inner.t.cancel(run),
         (cmd, None) => cmd.refuse(),
     }
 }
@@ -547,7 +483,7 @@ fn finish_conn(
     conn: &mut Option<Conn>,
     outcome: Result<TerminalExit, Error>,
 ) {
-    run.handle_closed(inner.clock.now(), inner.clock.now_ms(), &outcome);
+    inner.t.closed(run, &outcome);
     if let Some(c) = conn.take() {
         let _ = c.term.close();
         end_live(inner, key, &c.live, outcome);
@@ -566,7 +502,7 @@ fn close_conn(
     };
     let outcome = c.term.close();
     end_live(inner, key, &c.live, outcome);
-    run.handle_closed(inner.clock.now(), inner.clock.now_ms(), &outcome);
+    inner.t.closed(run, &outcome);
     outcome
 }
 
@@ -574,7 +510,5 @@ fn close_conn(
 fn end_live(inner: &Inner, key: &RecordKey, live: &Live, outcome: Result<TerminalExit, Error>) {
     lock(&live.queue).close(outcome);
     live.readable.notify_all();
-    lock(&inner.state)
-        .registry()
-        .finished(inner.clock.now(), key);
+    inner.t.finished(key);
 }

@@ -38,7 +38,8 @@ use smolbox_store::Page;
 use smolbox_store::Store;
 pub use smolbox_store::keys::{key_file, load_or_create_keys};
 use smolbox_store::runtime::{
-    Answer, Build, Builder, Command, Host, Notices, Perform, Reply, lock, stopped, wait_expired,
+    Answer, Build, Builder, Command, Host, MachineCall, Notices, Perform, Reply, lock,
+    machine_call, stopped, wait_expired,
 };
 pub use smolbox_store::runtime::{
     Clock, MAX_NOTICES, MAX_WAIT_MS, SystemClock, WAIT_POLL, default_owner,
@@ -56,14 +57,7 @@ impl Build for Runtime {
 
     fn build(builder: RuntimeBuilder) -> Result<Self, Error> {
         let p = builder.into_parts()?;
-        let terminals = ManagedTerminals::new(
-            Arc::clone(&p.store),
-            p.fingerprint_key,
-            p.term,
-            p.clients.clone(),
-            Arc::clone(&p.clock),
-            p.max_active,
-        )?;
+        let terminals = ManagedTerminals::new(&p)?;
         let shared = Arc::new(Shared {
             notices: Mutex::new(p.notices),
             changed: Condvar::new(),
@@ -304,9 +298,12 @@ pub struct Machines<'a> {
 }
 
 impl Machines<'_> {
-    fn request(&self, req: MachineRequest) -> Result<MachineAnswer, Error> {
-        self.rt
-            .ask(Operation::Submit, |r| Command::Machine(Box::new(req), r))
+    fn call<T: Send + 'static>(&self, call: MachineCall<T>) -> Result<T, Error> {
+        let (req, read) = call.into_parts();
+        let answer = self
+            .rt
+            .ask(Operation::Submit, |r| Command::Machine(Box::new(req), r))?;
+        read(answer)
     }
 
     /// Creates a machine (deduplicated by scoped fingerprint, tombstones
@@ -319,11 +316,7 @@ impl Machines<'_> {
         key: &RecordKey,
         spec: &RetainedMachineSpec,
     ) -> Result<(MachineRecord, bool), Error> {
-        self.request(MachineRequest::Create {
-            key: key.clone(),
-            spec: spec.clone(),
-        })?
-        .into_machine()
+        self.call(machine_call::create(key, spec))
     }
 
     /// Machines of `scope` (deleted included), by id after `cursor`;
@@ -376,27 +369,16 @@ impl Machines<'_> {
         }
     }
 
-    fn lifecycle(
-        &self,
-        key: &RecordKey,
-        action: MachineOperation,
-        version: u64,
-    ) -> Result<MachineRecord, Error> {
-        self.request(MachineRequest::Lifecycle {
-            key: key.clone(),
-            action,
-            version,
-        })?
-        .into_machine()
-        .map(|(m, _)| m)
-    }
-
     /// Versioned start (returns once the request is durable).
     ///
     /// # Errors
     /// `stale_version`, `admission_exhausted`, the store's error.
     pub fn start(&self, key: &RecordKey, version: u64) -> Result<MachineRecord, Error> {
-        self.lifecycle(key, MachineOperation::Start, version)
+        self.call(machine_call::lifecycle(
+            key,
+            MachineOperation::Start,
+            version,
+        ))
     }
 
     /// Versioned stop (rejected while a command holds the slot).
@@ -404,7 +386,11 @@ impl Machines<'_> {
     /// # Errors
     /// As [`Machines::start`].
     pub fn stop(&self, key: &RecordKey, version: u64) -> Result<MachineRecord, Error> {
-        self.lifecycle(key, MachineOperation::Stop, version)
+        self.call(machine_call::lifecycle(
+            key,
+            MachineOperation::Stop,
+            version,
+        ))
     }
 
     /// Versioned delete (rejected while a command holds the slot).
@@ -412,7 +398,11 @@ impl Machines<'_> {
     /// # Errors
     /// As [`Machines::start`].
     pub fn delete(&self, key: &RecordKey, version: u64) -> Result<MachineRecord, Error> {
-        self.lifecycle(key, MachineOperation::Delete, version)
+        self.call(machine_call::lifecycle(
+            key,
+            MachineOperation::Delete,
+            version,
+        ))
     }
 
     /// Submits `command` into the machine's slot under `key`; returns at
@@ -427,12 +417,7 @@ impl Machines<'_> {
         key: &RecordKey,
         command: &smolbox_core::exec::Command,
     ) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error> {
-        self.request(MachineRequest::Submit {
-            machine: machine.clone(),
-            key: key.clone(),
-            command: command.clone(),
-        })?
-        .into_submitted()
+        self.call(machine_call::submit(machine, key, command))
     }
 
     /// Observes the worker and records what it shows (C14.2).
@@ -440,9 +425,7 @@ impl Machines<'_> {
     /// # Errors
     /// `stale_version` when the record changed during the observation.
     pub fn reconcile(&self, key: &RecordKey) -> Result<MachineRecord, Error> {
-        self.request(MachineRequest::Reconcile { key: key.clone() })?
-            .into_machine()
-            .map(|(m, _)| m)
+        self.call(machine_call::reconcile(key))
     }
 
     /// Records an ownership-verified stop for draining (C17.3); the slot
@@ -451,12 +434,7 @@ impl Machines<'_> {
     /// # Errors
     /// `stale_version`, `identity_conflict`, the worker's or store's error.
     pub fn stop_for_drain(&self, key: &RecordKey, version: u64) -> Result<MachineRecord, Error> {
-        self.request(MachineRequest::StopForDrain {
-            key: key.clone(),
-            version,
-        })?
-        .into_machine()
-        .map(|(m, _)| m)
+        self.call(machine_call::stop_for_drain(key, version))
     }
 
     /// Quiescent resolution (C17.3).
@@ -471,13 +449,7 @@ impl Machines<'_> {
         quiesced: bool,
         disposition: Resolution,
     ) -> Result<(MachineRecord, Option<ExecutionRecord>), Error> {
-        self.request(MachineRequest::Resolve {
-            key: key.clone(),
-            version,
-            quiesced,
-            disposition,
-        })?
-        .into_resolved()
+        self.call(machine_call::resolve(key, version, quiesced, disposition))
     }
 
     /// The machine's console history (C14.2): the recorded incarnation is

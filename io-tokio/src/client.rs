@@ -377,6 +377,34 @@ impl Client {
         self.call(download).await
     }
 
+    /// [`download`](Self::download), reporting progress: `progress` gets
+    /// the body bytes received so far after each read (the head excluded),
+    /// on the calling task. The reply is decoded and checked exactly as
+    /// by [`download`](Self::download).
+    ///
+    /// # Errors
+    /// As [`download`](Self::download).
+    pub async fn download_with_progress(
+        &self,
+        download: &Download,
+        progress: &mut (dyn FnMut(u64) + Send),
+    ) -> Result<bytes::Bytes, Error> {
+        let mut exchange = self.send(download, self.deadlines(Instant::now())).await?;
+        let head = exchange.head().await?;
+        let mut body = Vec::new();
+        loop {
+            let mut sink = |bytes: &[u8]| {
+                body.extend_from_slice(bytes);
+                Ok(())
+            };
+            let step = exchange.next(&mut sink).await?;
+            progress(body.len() as u64);
+            if let Step::End = step {
+                return download.decode(&head, &body);
+            }
+        }
+    }
+
     /// Console logs (`GET …/logs`, SSE): the history lines (tail).
     ///
     /// # Errors

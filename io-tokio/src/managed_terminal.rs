@@ -12,25 +12,25 @@
 //! with an uncertain `output_limit`), forwards the consumer's input and
 //! resizes, and renews the claim. Terminal bytes are held in memory only.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use smolbox_core::managed::controller::terminal::{TermConfig, TermOutput, TerminalRun};
+use smolbox_core::managed::controller::terminal::{TermOutput, TerminalRun};
 pub use smolbox_core::managed::live::TerminalOpened;
 use smolbox_core::managed::live::{
-    LiveSet, OpenReply, OutputBuffer, Reply, TermCommand as Cmd, check_next_wait, consumer_lost,
-    next_expired, not_live_here, run_wait_expired, task_ended as ended, unknown_worker,
+    OpenReply, OutputBuffer, Reply, TermCommand as Cmd, check_next_wait, next_expired,
+    not_live_here, run_wait_expired, task_ended as ended,
 };
 use smolbox_core::managed::spec::ManagedTerminalSpec;
 use smolbox_core::managed::terminal::{ConsumerId, Registry};
-use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
+use smolbox_core::managed::{ExecutionRecord, RecordKey};
 use smolbox_core::terminal::{MAX_NEXT_WAIT, TerminalExit};
 use smolbox_core::{Category, Error, Evidence, Operation};
-use smolbox_store::{Store, apply_terminal_op};
+use smolbox_store::runtime::Parts;
+use smolbox_store::terminals::{LiveConn, Terminals, lock};
+use smolbox_store::apply_terminal_op;
 use tokio::sync::{Notify, mpsc, oneshot};
 
-use crate::runtime::Clock;
 use crate::{Client, Terminal, TerminalEvent};
 
 /// The runtime's managed terminals (see the module docs). Cheap to clone.
@@ -46,12 +46,7 @@ impl std::fmt::Debug for ManagedTerminals {
 }
 
 struct Inner {
-    store: Arc<dyn Store>,
-    fp_key: FingerprintKey,
-    cfg: TermConfig,
-    clients: BTreeMap<String, Client>,
-    clock: Arc<dyn Clock>,
-    state: Mutex<LiveSet<Arc<Live>>>,
+    t: Terminals<Arc<Live>, Client>,
     /// Registrations, ends of runs.
     changed: Notify,
 }
@@ -63,14 +58,10 @@ struct Live {
     cmd: mpsc::UnboundedSender<Cmd>,
 }
 
-impl Live {
+impl LiveConn for Live {
     fn send(&self, cmd: Cmd) -> bool {
         self.cmd.send(cmd).is_ok()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A caller's reply over a oneshot channel.
@@ -80,34 +71,16 @@ fn reply<T: Send + 'static>(tx: oneshot::Sender<T>) -> Reply<T> {
     })
 }
 
-/// Ends a live connection (the registry's expiry).
-fn end(live: &Arc<Live>, e: Error) {
-    live.send(Cmd::End(e));
-}
-
 impl ManagedTerminals {
-    /// Terminals over `store` for the workers in `clients`, with the
-    /// controller options `cfg`, registering at most `limit` sessions (the
-    /// runtime's active-task limit, 1–64).
+    /// The runtime's terminals, from its checked options (at most
+    /// `max_active` sessions registered).
     ///
     /// # Errors
     /// `validation` (operation `config`) for a bad limit.
-    pub fn new(
-        store: Arc<dyn Store>,
-        fp_key: FingerprintKey,
-        cfg: TermConfig,
-        clients: BTreeMap<String, Client>,
-        clock: Arc<dyn Clock>,
-        limit: usize,
-    ) -> Result<Self, Error> {
+    pub(crate) fn new(parts: &Parts<Client>) -> Result<Self, Error> {
         Ok(Self {
             inner: Arc::new(Inner {
-                store,
-                fp_key,
-                cfg,
-                clients,
-                clock,
-                state: Mutex::new(LiveSet::new(limit)?),
+                t: parts.terminals()?,
                 changed: Notify::new(),
             }),
         })
@@ -129,13 +102,7 @@ impl ManagedTerminals {
         machine: RecordKey,
         spec: ManagedTerminalSpec,
     ) -> Result<TerminalOpened, Error> {
-        let (run, drive) = lock(&self.inner.state).open_run(
-            self.inner.cfg.clone(),
-            self.inner.fp_key.clone(),
-            key,
-            machine,
-            spec,
-        )?;
+        let (run, drive) = self.inner.t.open_run(key, machine, spec)?;
         let (tx, rx) = oneshot::channel();
         let accepted = OpenReply::new(reply(tx));
         tokio::spawn(drive_run(Arc::clone(&self.inner), run, accepted, drive));
@@ -156,7 +123,7 @@ impl ManagedTerminals {
         let deadline = Registry::<()>::attach_deadline(Instant::now(), wait)?;
         loop {
             let notified = self.inner.changed.notified();
-            let bound = lock(&self.inner.state).attach(self.inner.clock.now(), key, end)?;
+            let bound = self.inner.t.attach(&mut self.inner.t.lock(), key)?;
             if let Some((who, live)) = bound {
                 return Ok(ManagedTerminal {
                     inner: Arc::clone(&self.inner),
@@ -178,7 +145,7 @@ impl ManagedTerminals {
     /// # Errors
     /// `not_found` only on positive absence; `store`.
     pub async fn fetch(&self, key: &RecordKey) -> Result<ExecutionRecord, Error> {
-        let store = Arc::clone(&self.inner.store);
+        let store = Arc::clone(self.inner.t.store());
         let key = key.clone();
         blocking(Operation::StoreFetch, move || store.fetch(&key)).await
     }
@@ -191,14 +158,12 @@ impl ManagedTerminals {
     /// # Errors
     /// The store's.
     pub async fn cancel(&self, key: &RecordKey) -> Result<ExecutionRecord, Error> {
-        let store = Arc::clone(&self.inner.store);
-        let now_ms = self.inner.clock.now_ms();
+        let store = Arc::clone(self.inner.t.store());
+        let now_ms = self.inner.t.now_ms();
         let k = key.clone();
         let rec = blocking(Operation::StoreCancel, move || store.cancel(&k, now_ms)).await?;
-        if let Some(live) = lock(&self.inner.state).owner_get(key) {
-            // The run acts on it: `cancelling`, then it closes observation.
-            live.send(Cmd::Cancel);
-        }
+        // The run acts on it: `cancelling`, then it closes observation.
+        self.inner.t.cancelled(key);
         Ok(rec)
     }
 
@@ -212,18 +177,11 @@ impl ManagedTerminals {
     /// # Errors
     /// `validation` for a record that is not a managed terminal; `store`.
     pub async fn recover(&self, key: &RecordKey) -> Result<ExecutionRecord, Error> {
-        if !lock(&self.inner.state).begin_run(key) {
+        if !self.inner.t.lock().begin_run(key) {
             return self.fetch(key).await;
         }
         let fetched = self.fetch(key).await;
-        let run = lock(&self.inner.state).resume_run(
-            self.inner.cfg.clone(),
-            self.inner.fp_key.clone(),
-            key,
-            fetched,
-            self.inner.clock.now(),
-            self.inner.clock.now_ms(),
-        )?;
+        let run = self.inner.t.resume_run(key, fetched)?;
         let (tx, rx) = oneshot::channel();
         let accepted = OpenReply::new(reply(tx));
         tokio::spawn(drive_run(Arc::clone(&self.inner), run, accepted, true));
@@ -243,7 +201,7 @@ impl ManagedTerminals {
         let deadline = tokio::time::Instant::now() + timeout.min(MAX_NEXT_WAIT);
         loop {
             let notified = self.inner.changed.notified();
-            if !lock(&self.inner.state).is_running(key) {
+            if !self.inner.t.is_running(key) {
                 return self.fetch(key).await;
             }
             tokio::select! {
@@ -279,20 +237,13 @@ impl ManagedTerminal {
         &self.key
     }
 
-    fn check(&self) -> Result<(), Error> {
-        lock(&self.inner.state)
-            .registry()
-            .get(&self.key, self.who)
-            .map(|_| ())
-    }
-
     /// Sends one command to the run's task and waits for its answer.
     async fn call<T: Send + 'static>(
         &self,
         op: Operation,
         make: impl FnOnce(Reply<Result<T, Error>>) -> Cmd,
     ) -> Result<T, Error> {
-        self.check()?;
+        self.inner.t.check(&self.key, self.who)?;
         let (tx, rx) = oneshot::channel();
         if !self.live.send(make(reply(tx))) {
             return Err(ended(op));
@@ -331,7 +282,7 @@ impl ManagedTerminal {
     /// `not_found` when this handle no longer holds the session.
     pub async fn next(&mut self, timeout: Duration) -> Result<TerminalEvent, Error> {
         check_next_wait(timeout)?;
-        self.check()?;
+        self.inner.t.check(&self.key, self.who)?;
         let deadline = tokio::time::Instant::now() + timeout;
         let live = Arc::clone(&self.live);
         loop {
@@ -359,9 +310,7 @@ impl ManagedTerminal {
     /// The final event was read: the buffer retires.
     fn final_read(&mut self) {
         self.done = true;
-        let _ = lock(&self.inner.state)
-            .registry()
-            .final_read(&self.key, self.who);
+        self.inner.t.final_read(&self.key, self.who);
     }
 
     /// Closes the session: a close frame, then the close wait for the
@@ -371,7 +320,7 @@ impl ManagedTerminal {
     /// The uncertain outcome; `authentication` / `not_found` when this
     /// handle no longer holds the session.
     pub async fn close(mut self) -> Result<TerminalExit, Error> {
-        self.check()?;
+        self.inner.t.check(&self.key, self.who)?;
         let (tx, rx) = oneshot::channel();
         let outcome = if self.live.send(Cmd::Close(reply(tx))) {
             rx.await.map_err(|_| ended(Operation::TerminalClose))?
@@ -390,10 +339,7 @@ impl Drop for ManagedTerminal {
         if self.done {
             return;
         }
-        let _ = lock(&self.inner.state)
-            .registry()
-            .detach(&self.key, self.who);
-        self.live.send(Cmd::End(consumer_lost()));
+        self.inner.t.lost(&self.key, self.who, &self.live);
     }
 }
 
@@ -430,22 +376,22 @@ async fn drive_run(
         while let Some(out) = run.poll_output() {
             match out {
                 TermOutput::Store(id, op) => {
-                    let store = Arc::clone(&inner.store);
+                    let store = Arc::clone(inner.t.store());
                     tracing::debug!(op = op.name(), "terminal store op");
                     let r = blocking(Operation::StoreWrite, move || {
                         apply_terminal_op(&*store, &op)
                     })
                     .await;
-                    run.handle_stored(inner.clock.now(), inner.clock.now_ms(), id, r);
+                    inner.t.stored(&mut run, id, r);
                 }
                 TermOutput::Open {
                     worker_id,
                     machine,
                     spec,
                 } => {
-                    let opened = match inner.clients.get(&worker_id) {
-                        None => Err(unknown_worker()),
-                        Some(c) => c.terminal(&machine, &spec).await,
+                    let opened = match inner.t.client(&worker_id) {
+                        Err(e) => Err(e),
+                        Ok(c) => c.terminal(&machine, &spec).await,
                     };
                     let opened = opened.and_then(|term| {
                         let live = Arc::new(Live {
@@ -453,12 +399,9 @@ async fn drive_run(
                             readable: Notify::new(),
                             cmd: cmd_tx.clone(),
                         });
-                        lock(&inner.state).register(
-                            inner.clock.now(),
-                            key.clone(),
-                            Arc::clone(&live),
-                            spec.attach_wait,
-                        )?;
+                        inner
+                            .t
+                            .register(&key, Arc::clone(&live), spec.attach_wait)?;
                         conn = Some(Conn {
                             term,
                             live,
@@ -467,7 +410,7 @@ async fn drive_run(
                         Ok(())
                     });
                     inner.changed.notify_waiters();
-                    run.handle_opened(inner.clock.now(), inner.clock.now_ms(), opened);
+                    inner.t.opened(&mut run, opened);
                     accepted.on_opened(&run);
                 }
                 TermOutput::Close => {
@@ -479,13 +422,7 @@ async fn drive_run(
         if run.is_done() && conn.is_none() {
             break;
         }
-        let wake = {
-            let st = lock(&inner.state);
-            [run.poll_timeout(), st.poll_timeout()]
-                .into_iter()
-                .flatten()
-                .min()
-        };
+        let wake = inner.t.wake(&run);
         let sleep = async {
             match wake {
                 Some(at) => tokio::time::sleep_until(at.into()).await,
@@ -506,7 +443,7 @@ async fn drive_run(
                     if let Some(c) = conn.take() {
                         end_live(&inner, &key, &c.live, outcome);
                     }
-                    run.handle_closed(inner.clock.now(), inner.clock.now_ms(), &outcome);
+                    inner.t.closed(&mut run, &outcome);
                 }
                 // The pull's own timeout: the session keeps running.
                 Some(Err(_)) | None => {}
@@ -524,18 +461,15 @@ async fn drive_run(
                     (Cmd::End(e), Some(_)) => {
                         finish_conn(&inner, &key, &mut run, &mut conn, Err(e)).await;
                     }
-                    (Cmd::Cancel, _) => run.cancel(inner.clock.now(), inner.clock.now_ms()),
+                    (Cmd::Cancel, _) => inner.t.cancel(&mut run),
                     (cmd, None) => cmd.refuse(),
                 }
             }
-            () = sleep => {
-                lock(&inner.state).expire(inner.clock.now(), end);
-                run.handle_timeout(inner.clock.now(), inner.clock.now_ms());
-            }
+            () = sleep => inner.t.tick(&mut run),
         }
     }
     if owns_key {
-        lock(&inner.state).end_run(&key);
+        inner.t.end_run(&key);
     }
     inner.changed.notify_waiters();
 }
@@ -557,7 +491,7 @@ async fn finish_conn(
     conn: &mut Option<Conn>,
     outcome: Result<TerminalExit, Error>,
 ) {
-    run.handle_closed(inner.clock.now(), inner.clock.now_ms(), &outcome);
+    inner.t.closed(run, &outcome);
     if let Some(c) = conn.take() {
         let _ = c.term.close().await;
         end_live(inner, key, &c.live, outcome);
@@ -577,7 +511,7 @@ async fn close_conn(
     };
     let outcome = c.term.close().await;
     end_live(inner, key, &c.live, outcome);
-    run.handle_closed(inner.clock.now(), inner.clock.now_ms(), &outcome);
+    inner.t.closed(run, &outcome);
     outcome
 }
 
@@ -585,7 +519,5 @@ async fn close_conn(
 fn end_live(inner: &Inner, key: &RecordKey, live: &Live, outcome: Result<TerminalExit, Error>) {
     lock(&live.queue).close(outcome);
     live.readable.notify_one();
-    lock(&inner.state)
-        .registry()
-        .finished(inner.clock.now(), key);
+    inner.t.finished(key);
 }

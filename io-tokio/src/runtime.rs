@@ -35,7 +35,8 @@ use smolbox_store::Page;
 use smolbox_store::Store;
 pub use smolbox_store::keys::{key_file, load_or_create_keys};
 use smolbox_store::runtime::{
-    Answer, Build, Builder, Command, Host, Notices, Perform, Reply, lock, stopped, wait_expired,
+    Answer, Build, Builder, Command, Host, MachineCall, Notices, Perform, Reply, lock,
+    machine_call, stopped, wait_expired,
 };
 pub use smolbox_store::runtime::{
     Clock, MAX_NOTICES, MAX_WAIT_MS, SystemClock, WAIT_POLL, default_owner,
@@ -57,14 +58,7 @@ impl Build for Runtime {
         let handle = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::validation(Operation::Config, "no_tokio_runtime"))?;
         let p = builder.into_parts()?;
-        let terminals = ManagedTerminals::new(
-            Arc::clone(&p.store),
-            p.fingerprint_key,
-            p.term,
-            p.clients.clone(),
-            Arc::clone(&p.clock),
-            p.max_active,
-        )?;
+        let terminals = ManagedTerminals::new(&p)?;
         let shared = Arc::new(Shared {
             notices: Mutex::new(p.notices),
             changed: Notify::new(),
@@ -267,10 +261,13 @@ pub struct Machines<'a> {
 }
 
 impl Machines<'_> {
-    async fn request(&self, req: MachineRequest) -> Result<MachineAnswer, Error> {
-        self.rt
+    async fn call<T: Send + 'static>(&self, call: MachineCall<T>) -> Result<T, Error> {
+        let (req, read) = call.into_parts();
+        let answer = self
+            .rt
             .ask(Operation::Submit, |r| Command::Machine(Box::new(req), r))
-            .await
+            .await?;
+        read(answer)
     }
 
     /// Creates a machine (deduplicated by scoped fingerprint, tombstones
@@ -283,12 +280,7 @@ impl Machines<'_> {
         key: &RecordKey,
         spec: &RetainedMachineSpec,
     ) -> Result<(MachineRecord, bool), Error> {
-        self.request(MachineRequest::Create {
-            key: key.clone(),
-            spec: spec.clone(),
-        })
-        .await?
-        .into_machine()
+        self.call(machine_call::create(key, spec)).await
     }
 
     /// Machines of `scope` (deleted included), by id after `cursor`;
@@ -343,28 +335,17 @@ impl Machines<'_> {
         }
     }
 
-    async fn lifecycle(
-        &self,
-        key: &RecordKey,
-        action: MachineOperation,
-        version: u64,
-    ) -> Result<MachineRecord, Error> {
-        self.request(MachineRequest::Lifecycle {
-            key: key.clone(),
-            action,
-            version,
-        })
-        .await?
-        .into_machine()
-        .map(|(m, _)| m)
-    }
-
     /// Versioned start (returns once the request is durable).
     ///
     /// # Errors
     /// `stale_version`, `admission_exhausted`, the store's error.
     pub async fn start(&self, key: &RecordKey, version: u64) -> Result<MachineRecord, Error> {
-        self.lifecycle(key, MachineOperation::Start, version).await
+        self.call(machine_call::lifecycle(
+            key,
+            MachineOperation::Start,
+            version,
+        ))
+        .await
     }
 
     /// Versioned stop (rejected while a command holds the slot).
@@ -372,7 +353,12 @@ impl Machines<'_> {
     /// # Errors
     /// As [`Machines::start`].
     pub async fn stop(&self, key: &RecordKey, version: u64) -> Result<MachineRecord, Error> {
-        self.lifecycle(key, MachineOperation::Stop, version).await
+        self.call(machine_call::lifecycle(
+            key,
+            MachineOperation::Stop,
+            version,
+        ))
+        .await
     }
 
     /// Versioned delete (rejected while a command holds the slot).
@@ -380,7 +366,12 @@ impl Machines<'_> {
     /// # Errors
     /// As [`Machines::start`].
     pub async fn delete(&self, key: &RecordKey, version: u64) -> Result<MachineRecord, Error> {
-        self.lifecycle(key, MachineOperation::Delete, version).await
+        self.call(machine_call::lifecycle(
+            key,
+            MachineOperation::Delete,
+            version,
+        ))
+        .await
     }
 
     /// Submits `command` into the machine's slot under `key`; returns at
@@ -395,13 +386,7 @@ impl Machines<'_> {
         key: &RecordKey,
         command: &smolbox_core::exec::Command,
     ) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error> {
-        self.request(MachineRequest::Submit {
-            machine: machine.clone(),
-            key: key.clone(),
-            command: command.clone(),
-        })
-        .await?
-        .into_submitted()
+        self.call(machine_call::submit(machine, key, command)).await
     }
 
     /// Observes the worker and records what it shows (C14.2).
@@ -409,10 +394,7 @@ impl Machines<'_> {
     /// # Errors
     /// `stale_version` when the record changed during the observation.
     pub async fn reconcile(&self, key: &RecordKey) -> Result<MachineRecord, Error> {
-        self.request(MachineRequest::Reconcile { key: key.clone() })
-            .await?
-            .into_machine()
-            .map(|(m, _)| m)
+        self.call(machine_call::reconcile(key)).await
     }
 
     /// Records an ownership-verified stop for draining (C17.3); the slot
@@ -425,13 +407,7 @@ impl Machines<'_> {
         key: &RecordKey,
         version: u64,
     ) -> Result<MachineRecord, Error> {
-        self.request(MachineRequest::StopForDrain {
-            key: key.clone(),
-            version,
-        })
-        .await?
-        .into_machine()
-        .map(|(m, _)| m)
+        self.call(machine_call::stop_for_drain(key, version)).await
     }
 
     /// Quiescent resolution (C17.3).
@@ -446,14 +422,8 @@ impl Machines<'_> {
         quiesced: bool,
         disposition: Resolution,
     ) -> Result<(MachineRecord, Option<ExecutionRecord>), Error> {
-        self.request(MachineRequest::Resolve {
-            key: key.clone(),
-            version,
-            quiesced,
-            disposition,
-        })
-        .await?
-        .into_resolved()
+        self.call(machine_call::resolve(key, version, quiesced, disposition))
+            .await
     }
 
     /// The machine's console history (C14.2): the recorded incarnation is

@@ -888,7 +888,12 @@ fn submit_as<B: Backend>(
         // The machine's time never goes back: the slot is taken at the
         // acceptance time, or at the machine's last write when that is later.
         let now = rec.accepted_at_ms.max(m.updated_at_ms);
-        let held = slot::acquire(&m, rec, now).map_err(|e| e.with_operation(op))?;
+        let held = if intent {
+            slot::acquire_claimed(&m, rec, now)
+        } else {
+            slot::acquire(&m, rec, now)
+        }
+        .map_err(|e| e.with_operation(op))?;
         tx.put_exec(&insert, true)?;
         tx.put_machine(&held, false)?;
         Ok(Accepted::Inserted(Submitted {

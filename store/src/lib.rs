@@ -51,6 +51,7 @@ mod seal;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 pub mod terminal_ops;
+pub mod terminals;
 pub mod trace;
 
 pub use memory::{

@@ -27,6 +27,7 @@ use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
 use smolbox_core::worker::Profile;
 use smolbox_core::{Category, Error, Evidence, Operation};
 
+use crate::terminals::{LiveConn, Terminals};
 use crate::{Store, trace};
 
 /// Longest single wait (C16).
@@ -296,6 +297,24 @@ pub struct Parts<C> {
     pub span: tracing::Span,
 }
 
+impl<C: Clone> Parts<C> {
+    /// The runtime's managed terminals (`L`: the shell's live-connection
+    /// handle), registering at most `max_active` sessions.
+    ///
+    /// # Errors
+    /// `validation` (operation `config`) for a bad limit.
+    pub fn terminals<L: LiveConn + Clone>(&self) -> Result<Terminals<L, C>, Error> {
+        Terminals::new(
+            Arc::clone(&self.store),
+            self.fingerprint_key.clone(),
+            self.term.clone(),
+            self.clients.clone(),
+            Arc::clone(&self.clock),
+            self.max_active,
+        )
+    }
+}
+
 /// Finished notices and the keys the controller drives, shared with
 /// waiters (behind the shell's lock).
 #[derive(Debug, Default)]
@@ -369,6 +388,128 @@ pub enum Command {
     Reconcile,
     /// Stop taking work; answered once nothing is outstanding.
     Shutdown(Reply<()>),
+}
+
+/// A retained-machine request and how its answer is read: one per method
+/// of the shells' `Machines` (built by the functions of [`machine_call`]).
+pub struct MachineCall<T> {
+    request: MachineRequest,
+    read: ReadAnswer<T>,
+}
+
+/// How a [`MachineCall`]'s answer is read.
+pub type ReadAnswer<T> = fn(MachineAnswer) -> Result<T, Error>;
+
+impl<T> std::fmt::Debug for MachineCall<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MachineCall").finish_non_exhaustive()
+    }
+}
+
+impl<T> MachineCall<T> {
+    /// The request for [`Command::Machine`] and the reader of its answer.
+    pub fn into_parts(self) -> (MachineRequest, ReadAnswer<T>) {
+        (self.request, self.read)
+    }
+}
+
+/// The retained-machine requests of the shells' `Machines`, each with the
+/// reading of its answer.
+pub mod machine_call {
+    use smolbox_core::Error;
+    use smolbox_core::managed::controller::{MachineAnswer, MachineRequest, Resolution};
+    use smolbox_core::managed::state::MachineOperation;
+    use smolbox_core::managed::{ExecutionRecord, MachineRecord, RecordKey, RetainedMachineSpec};
+
+    use super::MachineCall;
+
+    fn record(a: MachineAnswer) -> Result<MachineRecord, Error> {
+        a.into_machine().map(|(m, _)| m)
+    }
+
+    /// Create (deduplicated by scoped fingerprint): the record and whether
+    /// it already existed.
+    pub fn create(
+        key: &RecordKey,
+        spec: &RetainedMachineSpec,
+    ) -> MachineCall<(MachineRecord, bool)> {
+        MachineCall {
+            request: MachineRequest::Create {
+                key: key.clone(),
+                spec: spec.clone(),
+            },
+            read: MachineAnswer::into_machine,
+        }
+    }
+
+    /// A versioned start, stop or delete.
+    pub fn lifecycle(
+        key: &RecordKey,
+        action: MachineOperation,
+        version: u64,
+    ) -> MachineCall<MachineRecord> {
+        MachineCall {
+            request: MachineRequest::Lifecycle {
+                key: key.clone(),
+                action,
+                version,
+            },
+            read: record,
+        }
+    }
+
+    /// A command into the machine's slot.
+    pub fn submit(
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &smolbox_core::exec::Command,
+    ) -> MachineCall<(ExecutionRecord, Option<MachineRecord>, bool)> {
+        MachineCall {
+            request: MachineRequest::Submit {
+                machine: machine.clone(),
+                key: key.clone(),
+                command: command.clone(),
+            },
+            read: MachineAnswer::into_submitted,
+        }
+    }
+
+    /// Observe the worker and record what it shows.
+    pub fn reconcile(key: &RecordKey) -> MachineCall<MachineRecord> {
+        MachineCall {
+            request: MachineRequest::Reconcile { key: key.clone() },
+            read: record,
+        }
+    }
+
+    /// An ownership-verified stop for draining.
+    pub fn stop_for_drain(key: &RecordKey, version: u64) -> MachineCall<MachineRecord> {
+        MachineCall {
+            request: MachineRequest::StopForDrain {
+                key: key.clone(),
+                version,
+            },
+            read: record,
+        }
+    }
+
+    /// Quiescent resolution.
+    pub fn resolve(
+        key: &RecordKey,
+        version: u64,
+        quiesced: bool,
+        disposition: Resolution,
+    ) -> MachineCall<(MachineRecord, Option<ExecutionRecord>)> {
+        MachineCall {
+            request: MachineRequest::Resolve {
+                key: key.clone(),
+                version,
+                quiesced,
+                disposition,
+            },
+            read: MachineAnswer::into_resolved,
+        }
+    }
 }
 
 /// The answer to an op the shell performed for the controller.

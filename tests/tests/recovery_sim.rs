@@ -24,8 +24,10 @@ fn seeds() -> Box<dyn Iterator<Item = u64>> {
 fn report(summary: &sim::Summary, started: Instant) {
     println!("{}", summary.line());
     eprintln!(
-        "({} ms; crash points by kind: {:?})",
+        "({} ms; {} steps; {} seeds settled early; crash points by kind: {:?})",
         started.elapsed().as_millis(),
+        summary.steps,
+        summary.ended_early,
         summary.crashes
     );
     for r in summary.failed.iter().take(3) {
@@ -88,12 +90,14 @@ fn replay_with_a_planted_bug() {
     let bug = Bug::CONTROLLER
         .into_iter()
         .chain([Bug::ReleaseAfter404WithoutCreation])
+        .chain(Bug::RETAINED)
         .find(|b| format!("{b:?}") == name);
     assert!(bug.is_some(), "unknown bug {name}");
     if let Some(bug) = bug {
         let started = Instant::now();
         let opts = Options {
             disposable: bug == Bug::ReleaseAfter404WithoutCreation,
+            retained: Bug::RETAINED.contains(&bug),
             ..Options::DEFAULT
         };
         let summary = sim::run_seeds(seeds(), opts.with_bug(bug), usize::MAX);
@@ -150,6 +154,85 @@ fn a_release_after_a_404_without_creation_evidence_is_caught() {
     );
 }
 
+/// Planted in the retained run: a slot freed while its holder is unknown
+/// without an operator's resolve, and a resolve whose inspection is
+/// answered "stopped" without asking the worker, are each caught by their
+/// own symptom.
+#[test]
+fn every_planted_slot_bug_is_caught() {
+    assert_caught(Options::RETAINED, &Bug::RETAINED);
+}
+
+/// Findings of the retained run in today's `Controller`, not fixed on this
+/// branch (tests/src/sim/README.md, "Findings (retained)"): a machine
+/// record assigned under an older worker-lease generation is fenced for
+/// every controller (`stale_claim` / `worker_generation`) and never moves
+/// again (≈6 % of seeds, e.g. seed 1). Re-fencing machines with
+/// `claim_machine_version` is branch `machines`' work (session 4); remove
+/// the entry once it is merged.
+///
+/// And a terminal's slot leaked when its controller stopped between writing
+/// `completed` and `finish_command` (e.g. seed 892): the completed record
+/// is not due, so no due scan resumes it to finish the slot (the terminal
+/// analogue of the controller's finding 3). Not fixed yet.
+const KNOWN_RETAINED_FINDINGS: &[&str] = &[
+    "fenced: assigned under an older worker-lease generation",
+    "slot still held by t",
+];
+
+/// Retained machines, 1,000 seeds: create/start/stop/delete with versioned
+/// requests, commands and terminals in the slot (a second submission while
+/// it is held), cancels, crashes while a command or a terminal holds the
+/// slot, and the operator's `stop_for_drain` + quiescent `resolve` after an
+/// unknown: every execution-record rule, and the slot rules of
+/// `slot_model` on every machine-record commit.
+#[test]
+fn retained_machines_keep_every_rule() {
+    let started = Instant::now();
+    let summary = sim::run_seeds(seeds(), Options::RETAINED, usize::MAX);
+    eprint!("retained: ");
+    report(&summary, started);
+    let bad: Vec<String> = summary
+        .failed
+        .iter()
+        .flat_map(|r| {
+            r.violations
+                .iter()
+                .filter(|v| !KNOWN_RETAINED_FINDINGS.iter().any(|k| v.what.contains(k)))
+                .map(move |v| format!("seed {} step {}: {}", r.seed, v.step, v.what))
+        })
+        .collect();
+    if !summary.failed.is_empty() {
+        eprintln!(
+            "retained: {} of the violations are known findings (KNOWN_RETAINED_FINDINGS); {} are new",
+            summary.violations() - bad.len(),
+            bad.len()
+        );
+    }
+    assert!(bad.is_empty(), "{:#?}", &bad[..bad.len().min(10)]);
+    eprintln!("retained: worker mutations {:?}", summary.mutations);
+    if let Some(seed) = env_u64(SEED_VAR) {
+        // One seed replayed: its trace, even when it passed.
+        for line in sim::run_seed(seed, Options::RETAINED).trace {
+            eprintln!("  {line}");
+        }
+        return;
+    }
+    for kind in [
+        Mutation::Create,
+        Mutation::Start,
+        Mutation::Stop,
+        Mutation::Delete,
+        Mutation::Exec,
+        Mutation::Terminal,
+    ] {
+        assert!(
+            summary.mutations.get(&kind).is_some_and(|n| *n > 0),
+            "{kind:?} never exercised"
+        );
+    }
+}
+
 /// The same seed gives the same run (replay is exact).
 #[test]
 fn a_seed_replays_exactly() {
@@ -157,7 +240,7 @@ fn a_seed_replays_exactly() {
         disposable: true,
         ..Options::DEFAULT
     };
-    for opts in [Options::DEFAULT, disposable] {
+    for opts in [Options::DEFAULT, disposable, Options::RETAINED] {
         for seed in [1, 77, 4242] {
             let a = sim::run_seed(seed, opts);
             let b = sim::run_seed(seed, opts);

@@ -603,7 +603,7 @@ pub struct Controller {
     next_req: u64,
     /// The machine record each retained command driven here was started
     /// from (for its slot finish).
-    slot_machines: BTreeMap<RecordKey, MachineRecord>,
+    slot_machines: BTreeMap<RecordKey, (MachineRecord, Option<Instant>)>,
     mscan_at: Option<Instant>,
     mscan_cursor: Option<DueAfter>,
     mscanning: bool,

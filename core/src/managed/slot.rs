@@ -76,6 +76,35 @@ pub fn acquire(
     Ok(next)
 }
 
+/// [`acquire`] for a command submitted with its dispatch intent (issue 16):
+/// in the same step the machine is claimed for the command's own claimer
+/// (owner and expiry of `exec`'s claim, by [`claim_machine`]'s rules), so
+/// the slot finish that ends the command needs no claim of its own while
+/// that claim is fresh. A machine another controller holds is left
+/// unclaimed (the finish claims it then). The machine moves one version.
+///
+/// # Errors
+/// As [`acquire`].
+///
+/// [`claim_machine`]: super::claim::claim_machine
+pub fn acquire_claimed(
+    machine: &MachineRecord,
+    exec: &ExecutionRecord,
+    now_ms: u64,
+) -> Result<MachineRecord, Error> {
+    let held = acquire(machine, exec, now_ms)?;
+    let Some(c) = exec.claim.as_ref().filter(|c| c.until_ms > now_ms) else {
+        return Ok(held);
+    };
+    match super::claim::claim_machine(&held, &c.owner, now_ms, c.until_ms - now_ms) {
+        Ok(mut claimed) => {
+            claimed.version = held.version;
+            Ok(claimed)
+        }
+        Err(_) => Ok(held),
+    }
+}
+
 /// What finishing a command did to the slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Finish {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{DefaultBodyLimit, FromRequest, MatchedPath, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -235,22 +235,34 @@ fn preflight(req: &Request) -> Response {
         header::ACCESS_CONTROL_ALLOW_HEADERS,
         HeaderValue::from_static("content-type"),
     );
-    h.insert(
-        header::ALLOW,
-        HeaderValue::from_static("GET,HEAD,POST,PUT,DELETE"),
-    );
+    // No `allow` here: as on the real worker, axum's method router adds
+    // the matched route's own methods (`GET,HEAD` for /health), and an
+    // unrouted path gets none.
     h.insert(header::VARY, HeaderValue::from_static(VARY));
     resp
 }
 
-fn metric_path(req: &Request, route: Route, raw: &str) -> String {
-    match (route, req.extensions().get::<MatchedPath>()) {
-        (Route::VolumesDelete | Route::Other, _) | (_, None) => raw.to_owned(),
-        (_, Some(p)) => p
-            .as_str()
-            .replace("{name}", ":id")
-            .replace("{*path}", "*path"),
+/// The `path` label of `smolvm_api_requests_total`: smolvm 1.9.2's
+/// `normalize_metrics_path`, on the raw request path. The segment after
+/// `/api/v1/{machines,pools,rollout-executors}/` reads `:id` and the rest
+/// stays as sent (a file path too); anything else is the raw path.
+fn metric_path(raw: &str) -> String {
+    let parts: Vec<&str> = raw.split('/').collect();
+    if parts.len() >= 4
+        && parts[1] == "api"
+        && matches!(parts[3], "machines" | "pools" | "rollout-executors")
+        && parts.get(4).is_some_and(|id| !id.is_empty())
+    {
+        let mut out = parts[..4].to_vec();
+        out.push(":id");
+        out.extend_from_slice(&parts[5..]);
+        if parts[3] == "rollout-executors" && out.get(5) == Some(&"policies") && out.len() >= 8 {
+            out[6] = ":policy";
+            out[7] = ":version";
+        }
+        return out.join("/");
     }
+    raw.to_owned()
 }
 
 fn token_ok(state: &AppState, req: &Request) -> bool {
@@ -351,9 +363,16 @@ async fn outer(State(state): State<AppState>, mut req: Request, next: Next) -> R
         return preflight(&req);
     }
     let trace = state.next_trace_id();
+    // tower-http's CORS layer also answers a simple (non-preflight) request
+    // from an allowed origin with `access-control-allow-origin`.
+    let cors_origin = req
+        .headers()
+        .get(header::ORIGIN)
+        .filter(|o| ALLOWED_ORIGINS.iter().any(|a| o.as_bytes() == a.as_bytes()))
+        .cloned();
     let control = path.starts_with("/_devworker/");
     let (route, machine) = Route::classify(method.as_str(), &path);
-    let mpath = metric_path(&req, route, &path);
+    let mpath = metric_path(&path);
     let mut resp = if !token_ok(&state, &req) {
         ApiError::unauthorized().into_response()
     } else if control {
@@ -369,6 +388,9 @@ async fn outer(State(state): State<AppState>, mut req: Request, next: Next) -> R
         h.insert("x-trace-id", v);
     }
     h.insert(header::VARY, HeaderValue::from_static(VARY));
+    if let Some(origin) = cors_origin {
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+    }
     if !control {
         state.record_metric(method.as_str(), resp.status().as_u16(), &mpath);
     }

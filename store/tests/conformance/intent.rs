@@ -138,7 +138,7 @@ pub(crate) fn accept_dispatching_pending_limit_at_n_and_n_plus_one(h: &impl Harn
 pub(crate) fn submit_dispatching_takes_the_slot_and_commits_the_intent(h: &impl Harness) {
     let s = h.store();
     let mk = key("sd", "machine-1");
-    running_machine(&*s, mk.clone(), "wsd", Vec::new()).unwrap();
+    let before = running_machine(&*s, mk.clone(), "wsd", Vec::new()).unwrap();
     let c1 = claimed_fresh(key("sd", "c1"), managed_exec_spec("a", &mk));
     let (got, n) = commits_of(&*s, || s.submit_dispatching(&c1, 10).unwrap());
     let Accepted::Inserted(sub) = got else {
@@ -150,6 +150,10 @@ pub(crate) fn submit_dispatching_takes_the_slot_and_commits_the_intent(h: &impl 
     assert_eq!(sub.execution.version, 1);
     let m = sub.machine.clone().unwrap();
     assert_eq!(m.active_execution.as_ref(), Some(&c1.key));
+    // The machine is claimed for the command's claimer in the same commit
+    // (renewed here: the same owner held it), one version.
+    assert_eq!(m.claim.as_ref().map(|c| c.owner.as_str()), Some("ctl-a"));
+    assert_eq!(m.version, before.version + 1);
     assert_eq!(s.fetch(&c1.key).unwrap(), sub.execution);
     assert_eq!(s.fetch_machine(&mk).unwrap(), m);
     // Again: the stored command and machine, untouched.
@@ -172,6 +176,20 @@ pub(crate) fn submit_dispatching_takes_the_slot_and_commits_the_intent(h: &impl 
     assert_eq!(cat(s.submit_dispatching(&bare, 10)), Category::Validation);
     assert_eq!(cat(s.fetch(&bare.key)), Category::NotFound);
     assert!(s.fetch_machine(&mk2).unwrap().active_execution.is_none());
+    // A machine another controller holds keeps its claim: the slot and the
+    // intent are taken, the claim is not.
+    let mut other = claimed_fresh(key("sd", "c4"), managed_exec_spec("a", &mk2));
+    if let Some(c) = other.claim.as_mut() {
+        c.owner = "ctl-b".into();
+    }
+    let held = s.fetch_machine(&mk2).unwrap();
+    let Accepted::Inserted(sub) = s.submit_dispatching(&other, 10).unwrap() else {
+        panic!("not inserted")
+    };
+    let m2 = sub.machine.unwrap();
+    assert_eq!(m2.claim, held.claim);
+    assert_eq!(m2.generation, held.generation);
+    assert_eq!(m2.active_execution.as_ref(), Some(&other.key));
 }
 
 pub(crate) fn write_steps_applies_each_patch_by_the_rules_in_one_commit(h: &impl Harness) {

@@ -11,7 +11,7 @@
 //! committed before the intent stops the dispatch; an exit seen by a
 //! controller that stays up is stored; commands run up to three claim TTLs.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use smolbox_core::exec::{ExecOutcome, ExecOutput, OutputEncoding};
 use smolbox_core::managed::controller::{
@@ -27,9 +27,16 @@ use smolbox_core::worker::{
 use smolbox_core::{Category, Error, Evidence, Operation};
 use smolbox_store::Store;
 
+mod retained;
+
+use smolbox_core::managed::controller::terminal::{TermStoreOp, TermStoreResult};
+use smolbox_core::managed::terminal::Registry;
+
+use self::retained::{Retained, TermHost};
 use super::clock::VirtualClock;
 use super::model::{Model, Violation};
 use super::rng::Rng;
+use super::slot_model::SlotModel;
 use super::store::{FaultStore, StoreFaults};
 use super::worker::{self, Mutation, Reply, Request, SimWorker, WorkerFaults};
 use super::{Bug, Options, SeedReport};
@@ -42,6 +49,10 @@ const CHAOS_MS: u64 = 120_000;
 /// Quiescent time after the chaos window: every wait must end within it.
 const QUIET_MS: u64 = 200_000;
 const MAX_STEPS: u64 = 60_000;
+/// In the quiescent window, a run ends early once nothing has been
+/// committed for this long and nothing can happen any more (see
+/// [`Sim::settled`]).
+const IDLE_MS: u64 = 2 * TTL_MS;
 const CRASH: u32 = 20;
 /// Per-mille chance at a worker crash point (there are few of them).
 const CRASH_WORKER: u32 = 150;
@@ -91,6 +102,11 @@ struct Host {
     spinning: bool,
     /// It was paused at some point (another controller may have taken over).
     was_paused: bool,
+    /// Terminals driven on this host (retained runs).
+    terms: BTreeMap<RecordKey, TermHost>,
+    /// Its live terminal connections (C7.3, C7.4); `C` is the upgrade's
+    /// request id at the worker.
+    registry: Option<Registry<u64>>,
 }
 
 #[derive(Debug)]
@@ -108,13 +124,25 @@ enum Ev {
     WallBack(u64),
     WorkerRestart,
     Quiesce,
+    /// A caller step for retained machine `m`.
+    Caller(usize),
+    /// The caller cancels slot job `j`.
+    CancelSlot(usize),
+    TermApply(usize, RecordKey, OpId, Box<TermStoreOp>),
+    TermReply(usize, RecordKey, OpId, TermStoreResult),
+    TermTimer(usize, RecordKey, u64),
+    TermWorker(usize, RecordKey, u64, Result<Reply, Error>),
+    Attach(usize, RecordKey),
+    RegTimer(usize),
 }
 
 /// Where a worker request's reply goes.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 enum ReqTo {
     Op(usize, OpId),
     Early(usize),
+    /// A terminal's upgrade (its messages go to the run on that host).
+    Term(usize, RecordKey),
 }
 
 struct Sim {
@@ -126,7 +154,9 @@ struct Sim {
     model: Model,
     jobs: Vec<Job>,
     hosts: Vec<Host>,
-    events: BTreeMap<(u64, u64), Ev>,
+    /// Boxed: an event carries whole records, and a B-tree node moves its
+    /// values on every insert and pop (most of the harness's memmove).
+    events: BTreeMap<(u64, u64), Box<Ev>>,
     seq: u64,
     next_req: u64,
     reqs: BTreeMap<u64, (ReqTo, Option<RecordKey>)>,
@@ -147,6 +177,20 @@ struct Sim {
     running: BTreeMap<RecordKey, (usize, u64)>,
     /// The spec each machine was created with (its replies echo it).
     machine_specs: BTreeMap<String, MachineSpec>,
+    /// When the last commit was seen.
+    last_commit_ms: u64,
+    /// The run ended before the end of the quiescent window (settled).
+    ended_early: bool,
+    /// [`super::FULL_VAR`] is set: never end early.
+    full_window: bool,
+    /// Retained machines (empty unless `opts.retained`).
+    ret: Retained,
+    /// The reference model of machine records.
+    slot_model: SlotModel,
+    /// The highest worker-lease generation committed.
+    lease_gen: u64,
+    /// Keys a cancel of which the store answered `not_found` (truly).
+    absent_cancels: BTreeSet<RecordKey>,
 }
 
 /// Runs one seed against the `Controller` and checks it.
@@ -169,6 +213,7 @@ pub fn run_seed(seed: u64, opts: Options) -> SeedReport {
         mutations: sim.worker.mutation_counts(),
         violations: sim.model.violations,
         trace,
+        ended_early: sim.ended_early,
     }
 }
 
@@ -250,6 +295,13 @@ impl Sim {
             skips_left: 0,
             running: BTreeMap::new(),
             machine_specs: BTreeMap::new(),
+            last_commit_ms: 0,
+            ended_early: false,
+            full_window: std::env::var_os(super::FULL_VAR).is_some(),
+            ret: Retained::default(),
+            slot_model: SlotModel::new(),
+            lease_gen: 0,
+            absent_cancels: BTreeSet::new(),
         };
         sim.workload(&mut rng);
         // One or two controllers share the store from the start.
@@ -261,6 +313,11 @@ impl Sim {
     }
 
     fn workload(&mut self, rng: &mut Rng) {
+        if self.opts.retained {
+            self.retained_workload(rng);
+            self.chaos_events(rng);
+            return;
+        }
         let n = rng.range(1, 4) as usize;
         let target = RunTarget::unverified();
         for i in 0..n {
@@ -290,6 +347,11 @@ impl Sim {
                 self.at(at + rng.range(0, 12_000), Ev::Cancel(i));
             }
         }
+        self.chaos_events(rng);
+    }
+
+    /// Wall-clock steps, worker restarts and the quiescent point.
+    fn chaos_events(&mut self, rng: &mut Rng) {
         if rng.chance(300) {
             let ms = rng.range(1, 20_000);
             self.at(rng.range(0, CHAOS_MS), Ev::WallBack(ms));
@@ -302,7 +364,7 @@ impl Sim {
 
     fn at(&mut self, mono_ms: u64, ev: Ev) {
         self.seq += 1;
-        self.events.insert((mono_ms, self.seq), ev);
+        self.events.insert((mono_ms, self.seq), Box::new(ev));
     }
 
     fn now(&self) -> u64 {
@@ -362,6 +424,8 @@ impl Sim {
             spins: 0,
             spinning: false,
             was_paused: false,
+            terms: BTreeMap::new(),
+            registry: Registry::new(8).ok(),
         });
         self.log(format!(
             "{} starts (recovers by its due scan)",
@@ -395,8 +459,9 @@ impl Sim {
             self.skips_left = 2;
             let now = self.now();
             for (req, result) in self.worker.take_replies(now) {
-                match self.reqs.get(&req).map(|r| r.0) {
+                match self.reqs.get(&req).map(|r| r.0.clone()) {
                     Some(ReqTo::Op(h, op)) => self.at(now, Ev::WorkerReply(h, op, req, result)),
+                    Some(ReqTo::Term(h, key)) => self.at(now, Ev::TermWorker(h, key, req, result)),
                     Some(ReqTo::Early(h)) => {
                         let key = self.reqs.get(&req).and_then(|r| r.1.clone());
                         if let Some(key) = key {
@@ -413,23 +478,143 @@ impl Sim {
             if ev_t.is_some_and(|e| e <= now)
                 && let Some((_, ev)) = self.events.pop_first()
             {
-                self.handle(ev);
+                self.handle(*ev);
             }
             self.check(&arrivals);
             if self.step >= MAX_STEPS {
                 self.violation(format!("no end after {MAX_STEPS} steps"));
                 break;
             }
+            if self.settled(end) {
+                self.ended_early = true;
+                self.log("settled: nothing left to happen before the end".to_owned());
+                break;
+            }
         }
         self.finish();
     }
 
+    /// True when the rest of the quiescent window cannot change anything:
+    /// no faults or crashes any more, nothing committed for [`IDLE_MS`]
+    /// (every claim of a crashed controller has lapsed), no request, reply
+    /// or late effect pending at the worker, no controller paused or
+    /// driving anything (an execution or machine in its memory may still
+    /// act, e.g. retry a late exit once another claim lapses), no
+    /// event queued but timers (and resubmits of accepted keys, which do
+    /// nothing), and no record due before the end. What remains are the
+    /// live controllers' due scans, which find nothing: the end-of-run
+    /// checks then see the state the full window would have left. (Most
+    /// of a seed's due scans were in this idle tail.)
+    /// Why the run has not settled (for `SMOLBOX_SIM_WHY`).
+    fn unsettled_why(&self, end: u64) -> String {
+        let now = self.now();
+        let mut w = Vec::new();
+        if now < self.last_commit_ms + IDLE_MS {
+            w.push(format!("commit at {}", self.last_commit_ms));
+        }
+        if self.worker.next_event_ms().is_some() {
+            w.push("worker pending".to_owned());
+        }
+        for (i, h) in self.hosts.iter().enumerate() {
+            if let Some(c) = &h.ctl
+                && (c.active() > 0 || c.machines_active() > 0)
+            {
+                w.push(format!(
+                    "ctl-{i} active {} machines {}",
+                    c.active(),
+                    c.machines_active()
+                ));
+            }
+            if !h.terms.is_empty() {
+                w.push(format!("ctl-{i} terms {}", h.terms.len()));
+            }
+        }
+        if self
+            .slot_model
+            .any_due_by(self.clock.wall_ms() + end.saturating_sub(now))
+        {
+            w.push("machine due".to_owned());
+        }
+        if self
+            .model
+            .any_due_by(self.clock.wall_ms() + end.saturating_sub(now))
+        {
+            w.push("exec due".to_owned());
+        }
+        for m in &self.ret.machines {
+            if !m.done {
+                let r = self.slot_model.last(&m.key);
+                let holder = r
+                    .and_then(|r| r.active_execution.as_ref())
+                    .and_then(|k| self.model.last(k))
+                    .map(|e| e.state.as_str());
+                w.push(format!(
+                    "caller {} not done ({:?} {:?} holder {holder:?})",
+                    m.key.id,
+                    r.map(|r| r.state.as_str()),
+                    r.map(|r| r.operation)
+                ));
+            }
+        }
+        w.join(", ")
+    }
+
+    fn settled(&self, end: u64) -> bool {
+        let now = self.now();
+        if self.full_window || self.chaos || now < self.last_commit_ms + IDLE_MS {
+            return false;
+        }
+        if self.worker.next_event_ms().is_some()
+            || self.hosts.iter().any(|h| {
+                h.paused_until > now
+                    || h.ctl
+                        .as_ref()
+                        .is_some_and(|c| c.active() > 0 || c.machines_active() > 0)
+            })
+        {
+            return false;
+        }
+        if self.hosts.iter().any(|h| !h.terms.is_empty())
+            || self
+                .slot_model
+                .any_due_by(self.clock.wall_ms() + end.saturating_sub(now))
+        {
+            return false;
+        }
+        let quiet = self.events.values().all(|e| match **e {
+            Ev::Timer(..) | Ev::RegTimer(..) | Ev::Attach(..) => true,
+            Ev::Caller(m) => self.ret.machines[m].done,
+            Ev::Resubmit(j) => self.jobs[j].accepted,
+            _ => false,
+        });
+        let wall_end = self.clock.wall_ms() + end.saturating_sub(now);
+        quiet && !self.model.any_due_by(wall_end)
+    }
+
     fn check(&mut self, arrivals: &[(Mutation, String)]) {
         let before = self.model.violations.len();
-        self.check_renewal();
         let commits = self.store.take_commits();
+        if !commits.is_empty() {
+            self.last_commit_ms = self.now();
+        }
         self.model.check_absence(self.step, &commits, &self.worker);
         self.model.observe_commits(self.step, commits);
+        let mcommits = self.store.take_machine_commits();
+        if !mcommits.is_empty() {
+            self.last_commit_ms = self.now();
+            let mut out = Vec::new();
+            let model = &self.model;
+            self.slot_model.observe(
+                self.step,
+                mcommits,
+                &self.worker,
+                |k| model.last(k).cloned(),
+                &self.ret.authorized,
+                &mut out,
+            );
+            self.model.violations.extend(out);
+        }
+        self.check_renewal();
         self.model
             .check_worker(self.step, &self.worker, arrivals, |k| k.id.clone());
         for v in self.worker.take_violations() {
@@ -461,7 +646,9 @@ impl Sim {
             ) {
                 continue;
             }
-            let Ok(rec) = self.store.inner().fetch(key) else {
+            // The record as last committed (the commit log is complete for
+            // execution records, so this is the store's; no decode).
+            let Some(rec) = self.model.last(key) else {
                 continue;
             };
             let owner = Self::owner(*h);
@@ -501,6 +688,13 @@ impl Sim {
     /// Every accepted record's wait has ended; every exit a surviving
     /// controller saw is stored.
     fn finish(&mut self) {
+        if std::env::var_os("SMOLBOX_SIM_WHY").is_some() && !self.ended_early {
+            let why = self.unsettled_why(CHAOS_MS + QUIET_MS);
+            eprintln!("not settled after {} steps: {why}", self.step);
+        }
+        if self.opts.retained {
+            self.finish_retained();
+        }
         for j in 0..self.jobs.len() {
             let key = self.jobs[j].key.clone();
             let stored = match self.store.inner().fetch(&key) {
@@ -580,6 +774,7 @@ impl Sim {
             self.log(format!("{} paused until {until}ms", Self::owner(h)));
         } else {
             self.hosts[h].ctl = None;
+            self.drop_terms(h);
             self.log(format!("{} crashes ({kind})", Self::owner(h)));
         }
         let later = self.rng.range(0, 2 * TTL_MS);
@@ -591,7 +786,14 @@ impl Sim {
 
     fn host_of(ev: &Ev) -> Option<usize> {
         match ev {
-            Ev::Timer(h, _) | Ev::StoreReply(h, ..) | Ev::WorkerReply(h, ..) => Some(*h),
+            Ev::Timer(h, _)
+            | Ev::StoreReply(h, ..)
+            | Ev::WorkerReply(h, ..)
+            | Ev::TermReply(h, ..)
+            | Ev::TermTimer(h, ..)
+            | Ev::TermWorker(h, ..)
+            | Ev::Attach(h, _)
+            | Ev::RegTimer(h) => Some(*h),
             _ => None,
         }
     }
@@ -650,6 +852,14 @@ impl Sim {
                 self.worker.restart(now);
                 self.log("worker restarts".to_owned());
             }
+            ev @ (Ev::Caller(_)
+            | Ev::CancelSlot(_)
+            | Ev::TermApply(..)
+            | Ev::TermReply(..)
+            | Ev::TermTimer(..)
+            | Ev::TermWorker(..)
+            | Ev::Attach(..)
+            | Ev::RegTimer(..)) => self.handle_retained(ev),
             Ev::Quiesce => {
                 self.chaos = false;
                 self.store.set_faults(StoreFaults::NONE);
@@ -743,6 +953,9 @@ impl Sim {
 
     fn store_op(&mut self, h: usize, id: OpId, mut op: StoreOp, n: std::time::Instant, w: u64) {
         let key = op_key(&op);
+        if self.opts.retained {
+            self.plant_on_store_op(&op);
+        }
         // Planted: a machine without creation evidence (the create may have
         // been sent) is taken as absent, as after a 404 that proves nothing
         // (C0.4 rule 3): absence recorded, then the reservation released.
@@ -859,12 +1072,25 @@ impl Sim {
                 },
                 name,
             ),
-            WorkerOp::Inspect { name, .. } => (
-                Request::Inspect {
-                    name: name.as_str().to_owned(),
-                },
-                name,
-            ),
+            WorkerOp::Inspect { name, .. } => {
+                if let Some(r) = self.fabricated_inspect(h, name.as_str()) {
+                    let req = self.next_req;
+                    self.next_req += 1;
+                    self.reqs.insert(req, (ReqTo::Op(h, id), None));
+                    self.log(format!(
+                        "planted: inspect of {} answered stopped",
+                        name.as_str()
+                    ));
+                    self.at(self.now() + 1, Ev::WorkerReply(h, id, req, Ok(r)));
+                    return;
+                }
+                (
+                    Request::Inspect {
+                        name: name.as_str().to_owned(),
+                    },
+                    name,
+                )
+            }
             WorkerOp::Logs { .. } => {
                 // A read the simulated controllers never request.
                 self.violation("a logs read in the simulation".to_owned());
@@ -877,6 +1103,9 @@ impl Sim {
         let req = self.next_req;
         self.next_req += 1;
         self.reqs.insert(req, (ReqTo::Op(h, id), None));
+        if let Request::Inspect { name } = &request {
+            self.ret.inspects.insert(req, name.clone());
+        }
         self.log(format!("{} sends {request:?}", Self::owner(h)));
         let _ = key;
         let now = self.now();
@@ -985,6 +1214,9 @@ impl Sim {
             Ok(Reply::Exec(o)) => Ok(WorkerReply::Exec(o)),
             Ok(Reply::Machine(v)) => Ok(WorkerReply::Machine(Box::new(self.observation(&v)))),
             Ok(Reply::Deleted) => Ok(WorkerReply::Deleted),
+            Ok(Reply::TermOpened | Reply::TermClosed(_)) => {
+                Err(Error::protocol(Operation::Get, "terminal_message_on_an_op"))
+            }
             // The observed 404 is a `not_found` error (worker-api.md).
             Ok(Reply::Absent) => {
                 Err(
@@ -1029,6 +1261,7 @@ impl Sim {
                 if let Err(e) = &result
                     && e.category() == Category::NotFound
                     && self.truly_absent != Some(true)
+                    && !self.absent_cancels.contains(&key)
                 {
                     self.violation(format!(
                         "{}/{}: cancel answered not_found while the record exists",
@@ -1074,10 +1307,10 @@ impl Sim {
                     }
                 }
             }
-            ControllerEvent::Telemetry(_)
-            | ControllerEvent::Stopped
-            | ControllerEvent::Machine(_)
-            | ControllerEvent::TerminalDue(_) => {}
+            ev @ (ControllerEvent::Machine(_) | ControllerEvent::TerminalDue(_)) => {
+                self.on_retained_event(h, ev);
+            }
+            ControllerEvent::Telemetry(_) | ControllerEvent::Stopped => {}
         }
     }
 
@@ -1091,6 +1324,16 @@ impl Sim {
             return;
         }
         let result = smolbox_store::apply_op(&self.store, &op);
+        if let (StoreOp::Cancel { key, .. }, Err(e)) = (&op, &result)
+            && e.category() == Category::NotFound
+        {
+            // The store really answered "absent" to this cancel (its answer
+            // may reach the controller's caller much later: a pause).
+            self.absent_cancels.insert(key.clone());
+        }
+        if let Ok(StoreReply::Lease(l)) = &result {
+            self.lease_gen = self.lease_gen.max(l.generation);
+        }
         if dead || self.crash_point(h, "store_after_commit") {
             return;
         }
@@ -1154,6 +1397,12 @@ impl Sim {
         }
         if r.is_ok() {
             self.worker.settle(req);
+        }
+        if let Some(name) = self.ret.inspects.remove(&req)
+            && self.opts.retained
+            && matches!(r, Ok(Reply::Machine(_) | Reply::Absent))
+        {
+            self.worker.settle_observed(&name);
         }
         let mut r = self.to_worker_result(r);
         if self.opts.bug == Some(Bug::UncertainAsExit)

@@ -34,6 +34,7 @@ pub mod clock;
 pub mod controller;
 pub mod model;
 pub mod rng;
+pub mod slot_model;
 pub mod store;
 pub mod worker;
 
@@ -52,6 +53,10 @@ pub const TRACE_VAR: &str = "SMOLBOX_SIM_TRACE";
 /// Set (to anything) to keep the trace up to the end of a failing seed
 /// instead of up to its first violation.
 pub const TRACE_END_VAR: &str = "SMOLBOX_SIM_TRACE_END";
+
+/// Set (to anything) to run every seed to the end of its quiescent window
+/// even once it has settled (to check that ending early changes nothing).
+pub const FULL_VAR: &str = "SMOLBOX_SIM_FULL";
 
 /// Trace lines kept per seed.
 pub fn trace_len() -> usize {
@@ -86,6 +91,15 @@ pub enum Bug {
     /// there (C0.4 rule 3) — and its reservation released. Disposable
     /// `Controller` runs only.
     ReleaseAfter404WithoutCreation,
+    /// A retained machine's slot is freed while its holder's outcome is
+    /// unknown, without an operator's quiescent resolve (the driver frees
+    /// it itself when the controller finishes an `unknown` holder).
+    /// Retained runs only.
+    SlotReleasedOnUnknown,
+    /// The inspection a resolve makes is answered "stopped" from memory
+    /// instead of by the worker: the slot is freed without a verified stop.
+    /// Retained runs only.
+    ResolveWithoutVerifiedStop,
 }
 
 impl Bug {
@@ -101,6 +115,12 @@ impl Bug {
 }
 
 impl Bug {
+    /// The planted bugs of the retained run.
+    pub const RETAINED: [Self; 2] = [
+        Self::SlotReleasedOnUnknown,
+        Self::ResolveWithoutVerifiedStop,
+    ];
+
     /// Text every violation this bug causes contains (what the planted-bug
     /// test looks for, so a bug is "caught" only by its own symptom).
     pub const fn symptom(self) -> &'static [&'static str] {
@@ -121,6 +141,13 @@ impl Bug {
                 "recorded while a create of it may still land",
                 "with its reservation released (a leak)",
             ],
+            Self::SlotReleasedOnUnknown => {
+                &["slot released on an unknown outcome without an operator's resolve"]
+            }
+            Self::ResolveWithoutVerifiedStop => &[
+                "slot freed by resolve while the machine is running at the worker",
+                "still runs at the worker (no verified stop)",
+            ],
         }
     }
 }
@@ -137,6 +164,9 @@ pub struct Options {
     /// Half the commands run on disposable machines the controller
     /// creates and deletes.
     pub disposable: bool,
+    /// Retained machines instead: lifecycle requests, commands and
+    /// terminals in the slot, drain and resolve.
+    pub retained: bool,
 }
 
 impl Options {
@@ -145,6 +175,13 @@ impl Options {
         bug: None,
         strict: true,
         disposable: false,
+        retained: false,
+    };
+
+    /// Retained machines, every rule.
+    pub const RETAINED: Self = Self {
+        retained: true,
+        ..Self::DEFAULT
     };
 
     /// The same options with `bug` planted.
@@ -177,6 +214,9 @@ pub struct SeedReport {
     pub violations: Vec<Violation>,
     /// The last steps before the first violation (or the end).
     pub trace: Vec<String>,
+    /// The seed settled before the end of its quiescent window (nothing
+    /// could happen any more) and was ended there.
+    pub ended_early: bool,
 }
 
 impl SeedReport {
@@ -199,6 +239,10 @@ pub struct Summary {
     pub mutations: BTreeMap<worker::Mutation, u64>,
     /// Seeds with a violation.
     pub failed: Vec<SeedReport>,
+    /// Seeds that settled before the end of their quiescent window.
+    pub ended_early: u64,
+    /// Steps simulated over all seeds.
+    pub steps: u64,
 }
 
 impl Summary {
@@ -235,6 +279,8 @@ pub fn run_seeds(
         let r = run_seed(seed, opts);
         s.seeds += 1;
         s.faults += r.faults;
+        s.steps += r.steps;
+        s.ended_early += u64::from(r.ended_early);
         for (k, n) in &r.crashes {
             *s.crashes.entry(k).or_insert(0) += n;
         }

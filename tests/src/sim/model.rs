@@ -56,7 +56,10 @@ const fn before_dispatch(s: ExecState) -> bool {
 fn coupling_ok(rec: &ExecutionRecord) -> Result<(), &'static str> {
     use ExecState as S;
     use RecordEvidence as E;
-    let has_exit = matches!(rec.result, Some(ExecResult::Exited { .. }));
+    let has_exit = matches!(
+        rec.result,
+        Some(ExecResult::Exited { .. } | ExecResult::Terminal { .. })
+    );
     let has_launch = matches!(rec.result, Some(ExecResult::Launched { .. }));
     let ok = match rec.state {
         S::Accepted | S::Preparing | S::Ready | S::Cancelled | S::Expired | S::Failed => {
@@ -92,6 +95,10 @@ struct Key {
 pub struct Model {
     keys: BTreeMap<RecordKey, Key>,
     cancelled: BTreeSet<RecordKey>,
+    /// Keys whose record or cancel status changed since the last
+    /// [`Model::check_worker`] (only they can newly break its rules, apart
+    /// from keys whose command just arrived).
+    dirty: BTreeSet<RecordKey>,
     /// Every violation seen, in order.
     pub violations: Vec<Violation>,
 }
@@ -113,6 +120,15 @@ impl Model {
     /// command must never arrive (C16).
     pub fn cancelled_before_intent(&mut self, key: &RecordKey) {
         self.cancelled.insert(key.clone());
+        self.dirty.insert(key.clone());
+    }
+
+    /// True when a record seen is due (its `next_due_at_ms`) at or before
+    /// `wall_ms`.
+    pub fn any_due_by(&self, wall_ms: u64) -> bool {
+        self.keys
+            .values()
+            .any(|k| k.last.next_due_at_ms.is_some_and(|d| d <= wall_ms))
     }
 
     /// The last committed version of `key`.
@@ -164,6 +180,7 @@ impl Model {
     pub fn observe_commits(&mut self, step: u64, commits: Vec<Commit>) {
         for c in commits {
             let key = c.record.key.clone();
+            self.dirty.insert(key.clone());
             let Some(prev) = self.keys.get(&key).cloned() else {
                 // Issue 16: an acceptance may carry its dispatch intent, but
                 // only under the claim written in the same commit (C15:
@@ -200,7 +217,10 @@ impl Model {
             let fresh = match c.kind {
                 CommitKind::Claim => c.owner.clone(),
                 CommitKind::Cancel | CommitKind::Accept => prev.fresh_claim.clone(),
-                CommitKind::Write | CommitKind::Reserve | CommitKind::Release => None,
+                CommitKind::Write
+                | CommitKind::Reserve
+                | CommitKind::Release
+                | CommitKind::Resolve => None,
             };
             self.keys.insert(
                 key,
@@ -322,10 +342,19 @@ impl Model {
         }
     }
 
-    /// Checks every record against the worker's truth: a record that says
+    /// Checks records against the worker's truth: a record that says
     /// nothing was sent had nothing arrive; a command arrived only once its
     /// intent was durable; a stored exit is the command's real exit.
     /// `identity` maps a key to its command's identity at the worker.
+    ///
+    /// Only records that changed since the last call (a commit, a cancel)
+    /// and records whose command just arrived are checked: every rule here
+    /// compares a record with the worker's count or truth for it, and
+    /// neither side of a rule can change without one of those (the truth
+    /// of a command only moves from running to its own exit, or to killed
+    /// while no exit is stored), so checking the others again finds
+    /// nothing new. (Checking every key on every step cost a tenth of the
+    /// harness's CPU.)
     pub fn check_worker(
         &mut self,
         step: u64,
@@ -333,11 +362,24 @@ impl Model {
         arrivals: &[(Mutation, String)],
         identity: impl Fn(&RecordKey) -> String,
     ) {
+        let launch = |m: &Mutation| matches!(m, Mutation::Exec | Mutation::Terminal);
+        let mut check = std::mem::take(&mut self.dirty);
+        if arrivals.iter().any(|(m, _)| launch(m)) {
+            for key in self.keys.keys() {
+                let id = identity(key);
+                if arrivals.iter().any(|(m, i)| launch(m) && *i == id) {
+                    check.insert(key.clone());
+                }
+            }
+        }
         let mut found = Vec::new();
-        for (key, k) in &self.keys {
+        for key in &check {
+            let Some(k) = self.keys.get(key) else {
+                continue;
+            };
             let id = identity(key);
             let rec = &k.last;
-            let n = worker.received(Mutation::Exec, &id);
+            let n = worker.received(Mutation::Exec, &id) + worker.received(Mutation::Terminal, &id);
             if n > 0 && rec.evidence == RecordEvidence::NotDispatched {
                 found.push((
                     key.clone(),
@@ -353,11 +395,7 @@ impl Model {
                     "cancelled before its intent but the command was sent (C16)".to_owned(),
                 ));
             }
-            if arrivals
-                .iter()
-                .any(|(m, i)| *m == Mutation::Exec && *i == id)
-                && before_dispatch(rec.state)
-            {
+            if arrivals.iter().any(|(m, i)| launch(m) && *i == id) && before_dispatch(rec.state) {
                 found.push((
                     key.clone(),
                     format!(
@@ -366,7 +404,9 @@ impl Model {
                     ),
                 ));
             }
-            if let Some(ExecResult::Exited { exit_code, .. }) = rec.result {
+            if let Some(ExecResult::Exited { exit_code, .. } | ExecResult::Terminal { exit_code }) =
+                rec.result
+            {
                 let truth = worker.exec_truth(&id);
                 if truth != Some(&ExecTruth::Exited(exit_code)) {
                     found.push((

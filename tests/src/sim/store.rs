@@ -63,6 +63,46 @@ pub enum CommitKind {
     Release,
     /// `cancel`.
     Cancel,
+    /// `resolve_machine` settled the command that held the slot.
+    Resolve,
+}
+
+/// What kind of store mutation a machine-record commit was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MachineCommitKind {
+    /// `accept_machine` inserted the record.
+    Accept,
+    /// `claim_machine` / `claim_machine_version`.
+    Claim,
+    /// `write_machine`.
+    Write,
+    /// `reserve_machine`.
+    Reserve,
+    /// `request_machine` (a versioned lifecycle request).
+    Request,
+    /// `submit` took the slot for a new command.
+    Submit,
+    /// `acquire_slot`.
+    Slot,
+    /// `finish_command` / `finish_slot`.
+    Finish,
+    /// `resolve_machine`.
+    Resolve,
+}
+
+/// One committed change of a machine record.
+#[derive(Clone, Debug)]
+pub struct MachineCommit {
+    /// What did it.
+    pub kind: MachineCommitKind,
+    /// The claiming owner for claims, the guard's owner for guarded writes.
+    pub owner: Option<String>,
+    /// The version the request named (`resolve_machine`, `request_machine`).
+    pub requested_version: Option<u64>,
+    /// The record's version before the commit (`None`: it was inserted).
+    pub before_version: Option<u64>,
+    /// The record after the commit.
+    pub record: MachineRecord,
 }
 
 /// One committed change of an execution record.
@@ -83,6 +123,9 @@ struct State {
     outage_left: u32,
     injected: u64,
     commits: Vec<Commit>,
+    machine_commits: Vec<MachineCommit>,
+    /// The last logged version of each machine record.
+    machine_versions: BTreeMap<RecordKey, u64>,
     previous: BTreeMap<RecordKey, ExecutionRecord>,
 }
 
@@ -125,6 +168,8 @@ impl FaultStore {
                 outage_left: 0,
                 injected: 0,
                 commits: Vec::new(),
+                machine_commits: Vec::new(),
+                machine_versions: BTreeMap::new(),
                 previous: BTreeMap::new(),
             }),
         }
@@ -154,6 +199,11 @@ impl FaultStore {
     /// Takes the commit log so far.
     pub fn take_commits(&self) -> Vec<Commit> {
         std::mem::take(&mut self.lock().commits)
+    }
+
+    /// Takes the machine-record commit log so far.
+    pub fn take_machine_commits(&self) -> Vec<MachineCommit> {
+        std::mem::take(&mut self.lock().machine_commits)
     }
 
     /// The ground truth, bypassing faults.
@@ -251,6 +301,131 @@ impl FaultStore {
             }
             Fault::None | Fault::Stale => f(&self.inner),
         }
+    }
+}
+
+/// What a machine mutation touches, for its commit log entries.
+struct Touch<'a> {
+    kind: MachineCommitKind,
+    owner: Option<&'a str>,
+    machine: &'a RecordKey,
+    /// An execution record the same transaction may change.
+    exec: Option<RecordKey>,
+    exec_kind: CommitKind,
+    requested_version: Option<u64>,
+}
+
+impl FaultStore {
+    /// Runs a mutation that may change machine `t.machine` (and execution
+    /// `t.exec`) under the fault schedule; whatever it committed (even when
+    /// the reply is then lost) goes to the logs, the execution record
+    /// first (its new state is what the slot rules judge a release by).
+    fn machine_mutation<T>(
+        &self,
+        op: Operation,
+        t: &Touch<'_>,
+        f: impl FnOnce(&MemoryStore) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        let fault = self.decide(false);
+        self.machine_mutation_as(fault, op, t, f)
+    }
+
+    /// A `resolve_machine` without faults, logged like any other (for a
+    /// planted bug that frees a slot itself).
+    ///
+    /// # Errors
+    /// The store's.
+    pub fn resolve_unfaulted(
+        &self,
+        key: &RecordKey,
+        version: u64,
+        disposition: &Disposition,
+        now_ms: u64,
+    ) -> Result<Resolved, Error> {
+        let holder = self.holder(key);
+        if let Some(h) = &holder {
+            self.remember(h);
+        }
+        let t = Touch {
+            exec: holder,
+            exec_kind: CommitKind::Resolve,
+            requested_version: Some(version),
+            ..touch(MachineCommitKind::Resolve, None, key)
+        };
+        self.machine_mutation_as(Fault::None, Operation::StoreWrite, &t, |s| {
+            s.resolve_machine(key, version, true, disposition, now_ms)
+        })
+    }
+
+    fn machine_mutation_as<T>(
+        &self,
+        fault: Fault,
+        op: Operation,
+        t: &Touch<'_>,
+        f: impl FnOnce(&MemoryStore) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        if fault == Fault::Before {
+            return Err(store_err(op, "unavailable"));
+        }
+        let exec_before = t
+            .exec
+            .as_ref()
+            .and_then(|k| self.inner.fetch(k).ok())
+            .map(|r| r.version);
+        let r = f(&self.inner);
+        if let Some(k) = &t.exec
+            && let Ok(rec) = self.inner.fetch(k)
+            && exec_before != Some(rec.version)
+        {
+            self.log(t.exec_kind, t.owner, &rec);
+        }
+        self.log_machine(t);
+        if fault == Fault::After {
+            return Err(store_err(op, "reply_lost"));
+        }
+        r
+    }
+
+    fn log_machine(&self, t: &Touch<'_>) {
+        let Ok(rec) = self.inner.fetch_machine(t.machine) else {
+            return;
+        };
+        let mut s = self.lock();
+        let before = s.machine_versions.get(t.machine).copied();
+        if before == Some(rec.version) {
+            return;
+        }
+        s.machine_versions.insert(rec.key.clone(), rec.version);
+        s.machine_commits.push(MachineCommit {
+            kind: t.kind,
+            owner: t.owner.map(str::to_owned),
+            requested_version: t.requested_version,
+            before_version: before,
+            record: rec,
+        });
+    }
+
+    /// The command holding `machine`'s slot now (ground truth).
+    fn holder(&self, machine: &RecordKey) -> Option<RecordKey> {
+        self.inner
+            .fetch_machine(machine)
+            .ok()
+            .and_then(|m| m.active_execution)
+    }
+}
+
+const fn touch<'a>(
+    kind: MachineCommitKind,
+    owner: Option<&'a str>,
+    machine: &'a RecordKey,
+) -> Touch<'a> {
+    Touch {
+        kind,
+        owner,
+        machine,
+        exec: None,
+        exec_kind: CommitKind::Write,
+        requested_version: None,
     }
 }
 
@@ -388,7 +563,8 @@ impl Store for FaultStore {
         record: &MachineRecord,
         max_pending: u32,
     ) -> Result<Accepted<MachineRecord>, Error> {
-        self.mutation(Operation::StoreAccept, |s| {
+        let t = touch(MachineCommitKind::Accept, None, &record.key);
+        self.machine_mutation(Operation::StoreAccept, &t, |s| {
             s.accept_machine(record, max_pending)
         })
     }
@@ -404,7 +580,8 @@ impl Store for FaultStore {
         now_ms: u64,
         ttl_ms: u64,
     ) -> Result<MachineRecord, Error> {
-        self.mutation(Operation::StoreClaim, |s| {
+        let t = touch(MachineCommitKind::Claim, Some(owner), key);
+        self.machine_mutation(Operation::StoreClaim, &t, |s| {
             s.claim_machine(key, owner, now_ms, ttl_ms)
         })
     }
@@ -416,7 +593,8 @@ impl Store for FaultStore {
         patch: &MachinePatch,
         now_ms: u64,
     ) -> Result<MachineRecord, Error> {
-        self.mutation(Operation::StoreWrite, |s| {
+        let t = touch(MachineCommitKind::Write, Some(&guard.owner), key);
+        self.machine_mutation(Operation::StoreWrite, &t, |s| {
             s.write_machine(key, guard, patch, now_ms)
         })
     }
@@ -428,7 +606,8 @@ impl Store for FaultStore {
         request: &Reserve,
         now_ms: u64,
     ) -> Result<MachineRecord, Error> {
-        self.mutation(Operation::StoreReserve, |s| {
+        let t = touch(MachineCommitKind::Reserve, Some(&guard.owner), key);
+        self.machine_mutation(Operation::StoreReserve, &t, |s| {
             s.reserve_machine(key, guard, request, now_ms)
         })
     }
@@ -440,7 +619,11 @@ impl Store for FaultStore {
         version: u64,
         now_ms: u64,
     ) -> Result<MachineRecord, Error> {
-        self.mutation(Operation::StoreWrite, |s| {
+        let t = Touch {
+            requested_version: Some(version),
+            ..touch(MachineCommitKind::Request, None, key)
+        };
+        self.machine_mutation(Operation::StoreWrite, &t, |s| {
             s.request_machine(key, action, version, now_ms)
         })
     }
@@ -452,7 +635,8 @@ impl Store for FaultStore {
         exec: &RecordKey,
         now_ms: u64,
     ) -> Result<MachineRecord, Error> {
-        self.mutation(Operation::StoreSlot, |s| {
+        let t = touch(MachineCommitKind::Slot, Some(&guard.owner), machine);
+        self.machine_mutation(Operation::StoreSlot, &t, |s| {
             s.acquire_slot(machine, guard, exec, now_ms)
         })
     }
@@ -464,7 +648,12 @@ impl Store for FaultStore {
         exec: &RecordKey,
         now_ms: u64,
     ) -> Result<(MachineRecord, Finish), Error> {
-        self.mutation(Operation::StoreSlot, |s| {
+        self.remember(exec);
+        let t = Touch {
+            exec: Some(exec.clone()),
+            ..touch(MachineCommitKind::Finish, Some(&guard.owner), machine)
+        };
+        self.machine_mutation(Operation::StoreSlot, &t, |s| {
             s.finish_slot(machine, guard, exec, now_ms)
         })
     }
@@ -523,7 +712,8 @@ impl Store for FaultStore {
         now_ms: u64,
         ttl_ms: u64,
     ) -> Result<MachineRecord, Error> {
-        self.mutation(Operation::StoreClaim, |s| {
+        let t = touch(MachineCommitKind::Claim, Some(owner), key);
+        self.machine_mutation(Operation::StoreClaim, &t, |s| {
             s.claim_machine_version(key, owner, version, now_ms, ttl_ms)
         })
     }
@@ -541,6 +731,9 @@ impl Store for FaultStore {
         if let Ok(Accepted::Inserted(sub)) = &r {
             self.log(CommitKind::Accept, None, &sub.execution);
         }
+        if let Some(m) = &record.spec.machine {
+            self.log_machine(&touch(MachineCommitKind::Submit, None, m));
+        }
         if fault == Fault::After {
             return Err(store_err(Operation::StoreAccept, "reply_lost"));
         }
@@ -555,15 +748,12 @@ impl Store for FaultStore {
         now_ms: u64,
     ) -> Result<(MachineRecord, ExecutionRecord, Finish), Error> {
         self.remember(exec);
-        let before = self.lock().previous.get(exec).map(|p| p.version);
-        self.mutation(Operation::StoreSlot, |s| {
-            let r = s.finish_command(machine, guard, exec, now_ms);
-            if let Ok((_, rec, _)) = &r
-                && before != Some(rec.version)
-            {
-                self.log(CommitKind::Write, Some(&guard.owner), rec);
-            }
-            r
+        let t = Touch {
+            exec: Some(exec.clone()),
+            ..touch(MachineCommitKind::Finish, Some(&guard.owner), machine)
+        };
+        self.machine_mutation(Operation::StoreSlot, &t, |s| {
+            s.finish_command(machine, guard, exec, now_ms)
         })
     }
 
@@ -575,7 +765,17 @@ impl Store for FaultStore {
         disposition: &Disposition,
         now_ms: u64,
     ) -> Result<Resolved, Error> {
-        self.mutation(Operation::StoreWrite, |s| {
+        let holder = self.holder(key);
+        if let Some(h) = &holder {
+            self.remember(h);
+        }
+        let t = Touch {
+            exec: holder,
+            exec_kind: CommitKind::Resolve,
+            requested_version: Some(version),
+            ..touch(MachineCommitKind::Resolve, None, key)
+        };
+        self.machine_mutation(Operation::StoreWrite, &t, |s| {
             s.resolve_machine(key, version, quiesced, disposition, now_ms)
         })
     }

@@ -40,6 +40,8 @@ pub enum Mutation {
     Delete,
     /// `POST …/exec`.
     Exec,
+    /// A terminal's WebSocket upgrade (`GET …/terminal`): starts its program.
+    Terminal,
 }
 
 /// One request, as the client would perform it.
@@ -77,6 +79,21 @@ pub enum Request {
         /// `["sim", identity, exit, duration_ms]`.
         argv: Vec<String>,
     },
+    /// Open a terminal on `machine` (the upgrade): its program runs for
+    /// `duration_ms` and exits with `exit_code`; with `lost` the connection
+    /// drops mid-session (the client sees no exit; the program runs on).
+    Terminal {
+        /// Machine name.
+        machine: String,
+        /// The terminal's identity (its record id).
+        identity: String,
+        /// Exit code its program will have.
+        exit_code: i32,
+        /// How long it runs.
+        duration_ms: u64,
+        /// The connection drops before the exit frame.
+        lost: bool,
+    },
 }
 
 impl Request {
@@ -89,6 +106,7 @@ impl Request {
             Self::Delete { name } => Some((Mutation::Delete, name.clone())),
             Self::Inspect { .. } => None,
             Self::Exec { argv, .. } => Some((Mutation::Exec, exec_identity(argv))),
+            Self::Terminal { identity, .. } => Some((Mutation::Terminal, identity.clone())),
         }
     }
 
@@ -100,8 +118,19 @@ impl Request {
             Self::Delete { .. } => Operation::Delete,
             Self::Inspect { .. } => Operation::Get,
             Self::Exec { .. } => Operation::Exec,
+            Self::Terminal { .. } => Operation::TerminalOpen,
         }
     }
+}
+
+/// A terminal connection lost before the exit frame.
+fn term_lost(reason: &'static str) -> Error {
+    Error::new(
+        Category::Transport,
+        Operation::TerminalSession,
+        Evidence::DispatchUncertain,
+    )
+    .with_reason(reason)
 }
 
 /// The identity a simulated command carries (`argv[1]`).
@@ -152,6 +181,11 @@ pub enum Reply {
     Deleted,
     /// The exec result.
     Exec(ExecOutcome),
+    /// A terminal's upgrade was answered 101: the session is live.
+    TermOpened,
+    /// A live terminal session ended: its exit code, or the connection
+    /// was lost before the exit frame (`dispatch_uncertain`).
+    TermClosed(Result<i32, Error>),
 }
 
 /// Per-mille probabilities of the worker's uncertain cases.
@@ -202,6 +236,16 @@ struct Machine {
     state: MachineState,
 }
 
+/// A live terminal session at the worker.
+#[derive(Clone, Debug)]
+struct Session {
+    machine: String,
+    /// The upgrade's request id (its messages go there).
+    req: u64,
+    /// The client still hears it (false after a lost connection or a close).
+    connected: bool,
+}
+
 #[derive(Clone, Debug)]
 enum Pending {
     /// A sent request arriving at the worker.
@@ -211,6 +255,10 @@ enum Pending {
     /// A late effect: the machine appears / stops now.
     Appear(String),
     StopNow(String),
+    /// A terminal's program exits now (identity).
+    TermEnd(String),
+    /// A terminal's connection drops now (identity).
+    TermLost(String),
 }
 
 /// What happens to a request's reply (drawn when it is sent).
@@ -241,6 +289,13 @@ pub struct SimWorker {
     in_flight: BTreeMap<u64, (Mutation, String)>,
     violations: Vec<String>,
     arrivals: Vec<(Mutation, String)>,
+    /// Terminal sessions by identity (their truth is in `execs`).
+    sessions: BTreeMap<String, Session>,
+    /// The machine each command runs on (identity → machine).
+    exec_machine: BTreeMap<String, String>,
+    /// A stop, delete or restart kills what runs on the machine (retained
+    /// runs; the older subjects let a command run to its exit).
+    pub stop_kills: bool,
     /// Network delay bound (ms) each way.
     pub latency_ms: u64,
     /// How long a 408 takes (the worker's request timeout).
@@ -269,6 +324,9 @@ impl SimWorker {
             in_flight: BTreeMap::new(),
             violations: Vec::new(),
             arrivals: Vec::new(),
+            sessions: BTreeMap::new(),
+            exec_machine: BTreeMap::new(),
+            stop_kills: false,
             latency_ms: 50,
             timeout_ms: 30_000,
             faults_injected: 0,
@@ -368,6 +426,34 @@ impl SimWorker {
                     if let Some(m) = self.machines.get_mut(&name) {
                         m.state = MachineState::Stopped;
                     }
+                    self.kill_on(&name, at);
+                }
+                Pending::TermEnd(id) => {
+                    if let Some(ExecTruth::Running { exit_code, .. }) = self.execs.get(&id).cloned()
+                    {
+                        self.execs.insert(id.clone(), ExecTruth::Exited(exit_code));
+                        if let Some(sess) = self.sessions.remove(&id)
+                            && sess.connected
+                        {
+                            let back = at + self.rng.range(1, self.latency_ms);
+                            self.push(
+                                back,
+                                Pending::Reply(sess.req, Ok(Reply::TermClosed(Ok(exit_code)))),
+                            );
+                        }
+                    }
+                }
+                Pending::TermLost(id) => {
+                    if let Some(sess) = self.sessions.get_mut(&id)
+                        && sess.connected
+                    {
+                        sess.connected = false;
+                        let req = sess.req;
+                        self.push(
+                            at + 1,
+                            Pending::Reply(req, Err(term_lost("connection_reset"))),
+                        );
+                    }
                 }
             }
         }
@@ -377,7 +463,11 @@ impl SimWorker {
     }
 
     fn finish_execs(&mut self, now_ms: u64) {
-        for t in self.execs.values_mut() {
+        for (id, t) in &mut self.execs {
+            if self.sessions.contains_key(id) {
+                // A live terminal's program ends with its `TermEnd`.
+                continue;
+            }
             if let ExecTruth::Running {
                 until_ms,
                 exit_code,
@@ -390,12 +480,29 @@ impl SimWorker {
     }
 
     fn arrive(&mut self, at: u64, req: u64, request: Request, fate: Fate) {
-        if let Some(m) = request.mutation() {
+        // A command or terminal for a machine that is not running is
+        // refused on arrival (`not_dispatched`, nothing ran): it arrived
+        // (the intent rules see it) but launched nothing (not counted).
+        let refused = match &request {
+            Request::Exec { machine, .. } | Request::Terminal { machine, .. } => {
+                !self.is_running(machine)
+            }
+            _ => false,
+        };
+        if refused && let Some(m) = request.mutation() {
+            self.in_flight.remove(&req);
+            self.arrivals.push(m);
+        } else if let Some(m) = request.mutation() {
             let n = self.received.entry(m.clone()).or_insert(0);
             *n += 1;
             if m.0 == Mutation::Exec && *n > 1 {
                 self.violations.push(format!(
                     "exec {} received {} times (a command is never sent twice)",
+                    m.1, n
+                ));
+            } else if m.0 == Mutation::Terminal && *n > 1 {
+                self.violations.push(format!(
+                    "terminal {} received {} times (launched twice: a terminal is never reopened)",
                     m.1, n
                 ));
             } else if self.uncertain.contains(&m) {
@@ -460,11 +567,13 @@ impl SimWorker {
                     if let Some(m) = self.machines.get_mut(&name) {
                         m.state = MachineState::Stopped;
                     }
+                    self.kill_on(&name, at);
                     (back, Ok(self.view(&name)))
                 }
             }
             Request::Delete { name } => {
                 if self.machines.remove(&name).is_some() {
+                    self.kill_on(&name, at);
                     (back, Ok(Reply::Deleted))
                 } else {
                     (back, Ok(Reply::Absent))
@@ -478,6 +587,48 @@ impl SimWorker {
                 }
             }
             Request::Exec { machine, argv } => self.exec(at, back, &machine, &argv, fate),
+            Request::Terminal {
+                machine,
+                identity,
+                exit_code,
+                duration_ms,
+                lost,
+            } => {
+                let running = self
+                    .machines
+                    .get(&machine)
+                    .is_some_and(|m| m.state == MachineState::Running);
+                if running {
+                    let until = at + duration_ms;
+                    self.execs.insert(
+                        identity.clone(),
+                        ExecTruth::Running {
+                            until_ms: until,
+                            exit_code,
+                        },
+                    );
+                    self.sessions.insert(
+                        identity.clone(),
+                        Session {
+                            machine,
+                            req,
+                            connected: fate != Fate::LoseReply,
+                        },
+                    );
+                    self.push(until, Pending::TermEnd(identity.clone()));
+                    if lost && duration_ms > 1 {
+                        let t = at + self.rng.range(1, duration_ms);
+                        self.push(t, Pending::TermLost(identity));
+                    }
+                    (back, Ok(Reply::TermOpened))
+                } else {
+                    (
+                        back,
+                        Err(Error::new(Category::NotFound, op, Evidence::NotDispatched)
+                            .with_reason("machine_not_running")),
+                    )
+                }
+            }
         };
         let (when, result) = match fate {
             Fate::LoseReply => (reply.0, lost()),
@@ -511,6 +662,7 @@ impl SimWorker {
         let exit_code: i32 = argv.get(2).and_then(|s| s.parse().ok()).unwrap_or(127);
         let duration: u64 = argv.get(3).and_then(|s| s.parse().ok()).unwrap_or(0);
         let until = at + duration;
+        self.exec_machine.insert(id.clone(), machine.to_owned());
         self.execs.insert(
             id,
             ExecTruth::Running {
@@ -585,8 +737,144 @@ impl SimWorker {
                 .with_reason("connection_closed"));
             }
         }
+        for (id, sess) in std::mem::take(&mut self.sessions) {
+            self.execs.insert(id, ExecTruth::Killed);
+            if sess.connected {
+                self.push(
+                    now_ms + 1,
+                    Pending::Reply(sess.req, Err(term_lost("connection_closed"))),
+                );
+            }
+        }
         self.machines
             .retain(|_, m| m.state != MachineState::Running || m.incarnation == 0);
+    }
+
+    /// With [`SimWorker::stop_kills`]: machine `name` stopped or went away
+    /// at `at`: its running commands and terminal programs are killed (no
+    /// exit exists), the replies still owed become connection errors.
+    fn kill_on(&mut self, name: &str, at: u64) {
+        if !self.stop_kills {
+            return;
+        }
+        let on: Vec<String> = self
+            .execs
+            .iter()
+            .filter(|(id, t)| {
+                matches!(t, ExecTruth::Running { .. })
+                    && (self.exec_machine.get(*id).is_some_and(|m| m == name)
+                        || self.sessions.get(*id).is_some_and(|s| s.machine == name))
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in on {
+            self.execs.insert(id.clone(), ExecTruth::Killed);
+            if let Some(sess) = self.sessions.remove(&id)
+                && sess.connected
+            {
+                self.push(
+                    at + 1,
+                    Pending::Reply(sess.req, Err(term_lost("connection_closed"))),
+                );
+            }
+        }
+        let dead: Vec<u64> = self
+            .in_flight
+            .iter()
+            .filter(|(_, (m, id))| {
+                *m == Mutation::Exec && self.execs.get(id) == Some(&ExecTruth::Killed)
+            })
+            .map(|(r, _)| *r)
+            .collect();
+        for p in self.pending.values_mut() {
+            if let Pending::Reply(r, res) = p
+                && dead.contains(r)
+                && matches!(res, Ok(Reply::Exec(_)))
+            {
+                *res = Err(Error::new(
+                    Category::Transport,
+                    Operation::Exec,
+                    Evidence::DispatchUncertain,
+                )
+                .with_reason("connection_closed"));
+            }
+        }
+    }
+
+    /// The client closes terminal `identity`'s connection (a cancel, an
+    /// attach wait that ran out, a crashed client): the worker hangs up its
+    /// program (killed, no exit); nothing more is sent on it.
+    pub fn close_terminal(&mut self, identity: &str) {
+        if let Some(sess) = self.sessions.remove(identity)
+            && matches!(self.execs.get(identity), Some(ExecTruth::Running { .. }))
+        {
+            let _ = sess;
+            self.execs.insert(identity.to_owned(), ExecTruth::Killed);
+        }
+    }
+
+    /// The client of terminal `identity` went away without closing (its
+    /// controller crashed): nobody hears the session any more; the program
+    /// runs on to its end.
+    pub fn drop_terminal(&mut self, identity: &str) {
+        if let Some(sess) = self.sessions.get_mut(identity) {
+            sess.connected = false;
+        }
+    }
+
+    /// An operator removes machine `name` at the worker by hand (outside
+    /// the API the controllers use; not counted as their mutation).
+    pub fn remove_by_hand(&mut self, name: &str) {
+        if self.machines.remove(name).is_some() {
+            self.kill_on(name, self.now_ms);
+        }
+    }
+
+    /// What an inspect of machine `name` would show now.
+    pub fn machine_view(&self, name: &str) -> Option<MachineView> {
+        match self.view(name) {
+            Reply::Machine(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// True while command or terminal program `identity` runs.
+    pub fn is_live(&self, identity: &str) -> bool {
+        matches!(self.execs.get(identity), Some(ExecTruth::Running { .. }))
+    }
+
+    /// Whether machine `name` exists and is running (ground truth).
+    pub fn is_running(&self, name: &str) -> bool {
+        self.machines
+            .get(name)
+            .is_some_and(|m| m.state == MachineState::Running)
+    }
+
+    /// A definite observation of machine `name` reached the client: a
+    /// mutation of it whose effect has landed (nothing of it pending) is
+    /// no longer uncertain, so a later one is a new decision, not a resend
+    /// (retained runs: a machine is started and stopped many times).
+    pub fn settle_observed(&mut self, name: &str) {
+        let pending_effect = self.pending.values().any(|p| match p {
+            Pending::Appear(n) | Pending::StopNow(n) => n == name,
+            Pending::Arrive(_, r, _) => r.mutation().is_some_and(|(_, id)| id == name),
+            _ => false,
+        });
+        if !pending_effect {
+            self.uncertain
+                .retain(|(m, id)| *m == Mutation::Exec || *m == Mutation::Terminal || id != name);
+        }
+    }
+
+    /// Whether some request (from any client, dead or alive) is still on
+    /// its way to the worker.
+    pub fn requests_in_flight(&self) -> bool {
+        self.pending.values().any(|p| {
+            matches!(
+                p,
+                Pending::Arrive(..) | Pending::Appear(_) | Pending::StopNow(_)
+            )
+        })
     }
 
     /// How many times mutation `kind` of `identity` arrived.
@@ -809,6 +1097,80 @@ mod tests {
             .unwrap();
         let r = w.take_replies(u64::MAX / 2 + 1_000);
         assert!(matches!(&r[0].1, Ok(Reply::Machine(v)) if v.state == MachineState::Stopped));
+    }
+
+    fn started(w: &mut SimWorker, name: &str) {
+        w.send(0, 100, Request::Create { name: name.into() })
+            .unwrap();
+        w.send(0, 101, Request::Start { name: name.into() })
+            .unwrap();
+        w.take_replies(1_000);
+    }
+
+    fn term(id: &str, lost: bool) -> Request {
+        Request::Terminal {
+            machine: "r".into(),
+            identity: id.into(),
+            exit_code: 4,
+            duration_ms: if lost { 600_000 } else { 5_000 },
+            lost,
+        }
+    }
+
+    #[test]
+    fn a_terminal_opens_then_ends_with_its_exit_and_counts_once() {
+        let mut w = quiet();
+        started(&mut w, "r");
+        w.send(1_000, 1, term("t", false)).unwrap();
+        let r = w.take_replies(2_000);
+        assert!(matches!(r[0].1, Ok(Reply::TermOpened)), "{r:?}");
+        assert!(w.is_live("t"));
+        let r = run_all(&mut w);
+        assert!(matches!(r[0].1, Ok(Reply::TermClosed(Ok(4)))), "{r:?}");
+        assert_eq!(w.exec_truth("t"), Some(&ExecTruth::Exited(4)));
+        assert_eq!(w.received(Mutation::Terminal, "t"), 1);
+        w.send(20_000, 2, term("t", false)).unwrap();
+        run_all(&mut w);
+        assert!(
+            w.take_violations()
+                .iter()
+                .any(|v| v.contains("launched twice"))
+        );
+    }
+
+    #[test]
+    fn a_lost_terminal_keeps_running_a_stop_kills_it_a_refused_one_launches_nothing() {
+        let mut w = quiet();
+        w.stop_kills = true;
+        started(&mut w, "r");
+        w.send(1_000, 1, term("t", true)).unwrap();
+        // Step until the lost connection is reported: the program still runs.
+        let mut t = 1_000;
+        let mut lost = false;
+        while !lost && t < 600_000 {
+            t += 10;
+            lost = w.take_replies(t).iter().any(|(_, x)| {
+                x.as_ref()
+                    .err()
+                    .is_some_and(|e| e.evidence() == Evidence::DispatchUncertain)
+            });
+        }
+        assert!(lost);
+        assert!(
+            w.is_live("t"),
+            "the program runs on after a lost connection"
+        );
+        w.send(6_500, 2, Request::Stop { name: "r".into() })
+            .unwrap();
+        w.take_replies(6_600);
+        assert_eq!(w.exec_truth("t"), Some(&ExecTruth::Killed));
+        w.send(t + 100, 3, term("u", false)).unwrap();
+        let r = run_all(&mut w);
+        assert_eq!(
+            r[0].1.as_ref().unwrap_err().evidence(),
+            Evidence::NotDispatched
+        );
+        assert_eq!(w.received(Mutation::Terminal, "u"), 0);
     }
 
     #[test]

@@ -67,6 +67,7 @@ enum Deadline {
     Queue = 0,
     Preparation = 1,
     Execution = 2,
+    Cleanup = 3,
 }
 
 #[derive(Debug)]
@@ -90,7 +91,7 @@ pub(super) struct Exec {
     output: Option<ExecOutput>,
     exec_error: Option<Error>,
     /// Monotonic bound of each deadline, fixed when first seen.
-    mono: [Option<Instant>; 3],
+    mono: [Option<Instant>; 4],
     retry_at: Option<Instant>,
     failures: u32,
     /// Consecutive store failures of claim renewals while the exec is
@@ -180,7 +181,7 @@ impl Exec {
             result_written: false,
             output: None,
             exec_error: None,
-            mono: [queue_bound, None, None],
+            mono: [queue_bound, None, None, None],
             retry_at: None,
             failures: 0,
             renew_failures: 0,
@@ -225,6 +226,7 @@ impl Exec {
             (Deadline::Queue, d.queue_ms),
             (Deadline::Preparation, d.preparation_ms),
             (Deadline::Execution, d.execution_ms),
+            (Deadline::Cleanup, d.cleanup_ms),
         ] {
             if let (None, Some(w)) = (self.mono[slot as usize], wall) {
                 self.mono[slot as usize] =
@@ -239,6 +241,7 @@ impl Exec {
             Deadline::Queue => d.queue_ms,
             Deadline::Preparation => d.preparation_ms,
             Deadline::Execution => d.execution_ms,
+            Deadline::Cleanup => d.cleanup_ms,
         };
         wall.is_some_and(|w| now_ms >= w) || self.mono[slot as usize].is_some_and(|m| now >= m)
     }

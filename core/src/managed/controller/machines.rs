@@ -413,6 +413,12 @@ impl Mach {
         }
     }
 
+    /// This controller's claim on the record was confirmed at `at` (taken
+    /// with a command's submission).
+    pub(super) fn claimed_at(&mut self, at: Instant) {
+        self.claim_at = Some(at);
+    }
+
     /// Queues the slot finish of a command this controller stopped driving.
     pub(super) fn finish_command(&mut self, f: Box<Finished>) {
         if !self.finishing.iter().any(|x| x.key == f.key) {

@@ -16,7 +16,8 @@
 //!    `Accepted` — durable acceptance, not readiness). A duplicate with the
 //!    same spec returns the same identity, a changed spec is
 //!    `identity_conflict`, a held slot `admission_exhausted`;
-//! 3. `preparing` → `ready` → `dispatching` (the dispatch intent, durable
+//! 3. `preparing` → `ready` → claim → `dispatching` (the dispatch intent,
+//!    written right after the claim is refreshed (C15), durable
 //!    before the upgrade; its write fixes the execution deadline, from which
 //!    the session deadline is derived: `dispatch + session_ms`, never reset);
 //! 4. [`TermOutput::Open`] with the remaining session budget; the driver
@@ -63,6 +64,10 @@ use crate::{Category, Error, Evidence, Operation};
 /// Consecutive store failures before a run gives up (the record stays as
 /// stored; recovery settles it).
 pub const MAX_TERM_STORE_RETRIES: u32 = 5;
+
+/// Waits (of a sixth of the TTL each) for another controller's machine
+/// claim before a settled run gives its slot finish up: about ten TTLs.
+pub const MAX_SLOT_CLAIM_WAITS: u32 = 64;
 
 /// The options a run needs from its controller (C12.1).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -301,6 +306,9 @@ pub struct TerminalRun {
     claim_at: Option<Instant>,
     /// This run wrote the dispatch intent (only then may it open).
     intent_mine: bool,
+    /// The last store answer was this run's own claim: the dispatch intent
+    /// is written only then (C15: refreshed immediately before it).
+    claim_fresh_now: bool,
     open_sent: bool,
     opened: bool,
     close_sent: bool,
@@ -390,6 +398,7 @@ impl TerminalRun {
             out: VecDeque::new(),
             claim_at: None,
             intent_mine: false,
+            claim_fresh_now: false,
             open_sent: false,
             opened: false,
             close_sent: false,
@@ -428,7 +437,10 @@ impl TerminalRun {
 
     /// When [`TerminalRun::handle_timeout`] should next be called.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        if self.done {
+        if self.done || self.inflight.is_some() {
+            // A store op is outstanding: its answer moves the run (a
+            // renewal due meanwhile is made then); a timer now would find
+            // nothing to do and, in the past, spin its driver.
             return None;
         }
         if self.inflight.is_none()
@@ -487,6 +499,7 @@ impl TerminalRun {
             return;
         }
         self.inflight = None;
+        self.claim_fresh_now = kind == Kind::Claim && result.is_ok();
         match result {
             Ok(reply) => {
                 self.failures = 0;
@@ -631,6 +644,19 @@ impl TerminalRun {
             {
                 // Another live controller holds the record: leave it alone.
                 self.finish(Some(e));
+            }
+            Kind::ClaimMachine | Kind::Finish
+                if e.category() == Category::StaleClaim && self.failures < MAX_SLOT_CLAIM_WAITS =>
+            {
+                // Another controller holds the machine's claim (it drives
+                // the machine): the slot is finished once that claim is
+                // renewed no more or lapses (within one TTL). Giving up
+                // here would leave a settled terminal holding the slot for
+                // good: nothing else finishes it (the record is not due).
+                self.failures += 1;
+                self.machine_claimed = false;
+                let wait = self.cfg.poll_interval_ms.max(self.cfg.lease_ttl_ms / 6);
+                self.retry_at = Some(now + Duration::from_millis(wait));
             }
             _ => {
                 self.failures += 1;
@@ -785,6 +811,17 @@ impl TerminalRun {
             return;
         }
         if let Some(patch) = self.next_patch(&rec, now_ms) {
+            if patch.state == Some(ExecState::Dispatching) && !self.claim_fresh_now {
+                // C15: the claim is refreshed immediately before the intent.
+                let op = TermStoreOp::Claim {
+                    key: rec.key.clone(),
+                    owner: self.cfg.owner.clone(),
+                    now_ms,
+                    ttl_ms: self.cfg.lease_ttl_ms,
+                };
+                self.push(Kind::Claim, op);
+                return;
+            }
             self.write(&rec, patch, now_ms);
             return;
         }

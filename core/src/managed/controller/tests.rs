@@ -1373,6 +1373,54 @@ fn a_disposable_run_reserves_creates_runs_deletes_observes_absence_then_releases
     assert!(absence < release);
 }
 
+/// C13.4: cleanup is bounded by its deadline as well as by its attempts,
+/// on the monotonic bound too (a wall clock that stood still does not
+/// extend it): past it no new mutation is sent, cleanup is `failed` with
+/// `cleanup_deadline`, and the reservation stays (absence never recorded).
+#[test]
+fn the_cleanup_deadline_ends_cleanup_without_a_delete() {
+    let mut cfg = disposable_config();
+    cfg.cleanup_attempts = 20;
+    let mut s = Sim::new(cfg);
+    let key = s.submit_disposable("cd1", &cmd());
+    s.settle();
+    let name = s.record(&key).assignment.clone().unwrap().machine_name;
+    let obs = |st| Ok(WorkerReply::Machine(observation(&name, st, 1_700_000_000)));
+    s.answer("create", obs(MachineState::Created));
+    s.answer("start", obs(MachineState::Running));
+    s.answer("exec", exited(0, "hi"));
+    let rec = s.record(&key).clone();
+    assert_eq!(rec.cleanup, Cleanup::InProgress);
+    let deadline = rec.deadlines.cleanup_ms.unwrap();
+    let flaky = || {
+        Err(Error::new(
+            Category::Transport,
+            Operation::Get,
+            Evidence::DispatchUncertain,
+        ))
+    };
+    // Within the budget a failed check is retried.
+    s.answer("inspect", flaky());
+    assert_eq!(s.record(&key).cleanup, Cleanup::InProgress);
+    assert_eq!(s.record(&key).cleanup_attempts, 1);
+    // Past the monotonic bound with the wall clock still before the
+    // stored deadline: the next failure ends cleanup.
+    s.now += Duration::from_millis(deadline - s.now_ms + 1);
+    assert!(s.now_ms < deadline);
+    s.answer("inspect", flaky());
+    let rec = s.record(&key).clone();
+    assert_eq!(rec.cleanup, Cleanup::Failed);
+    assert_eq!(rec.last_error.as_ref().unwrap().reason, "cleanup_deadline");
+    assert!(rec.reservation.is_some(), "kept: absence never recorded");
+    assert_eq!(rec.next_due_at_ms, None);
+    assert!(s.worker.is_empty(), "no delete after the deadline");
+    assert!(
+        !s.store_log
+            .iter()
+            .any(|op| matches!(op, StoreOp::Release { .. }))
+    );
+}
+
 #[test]
 fn an_uncertain_create_is_never_resent_and_keeps_the_reservation() {
     let mut s = Sim::new(disposable_config());

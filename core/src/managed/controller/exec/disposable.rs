@@ -425,6 +425,26 @@ impl Exec {
         if self.rec.cleanup == Cleanup::Failed {
             return self.finish();
         }
+        if !self.machine.deleted && self.past(Deadline::Cleanup, now, now_ms) {
+            // C13.4: the cleanup budget is spent (wall clock or the
+            // monotonic bound, whichever comes first): no new mutation is
+            // sent; absence was never recorded, so the reservation stays
+            // for an operator. A delete already confirmed still gets its
+            // 404 check (a read), the only way to a release.
+            let e = Error::new(
+                Category::Expired,
+                Operation::Delete,
+                Evidence::NotDispatched,
+            )
+            .with_reason("cleanup_deadline");
+            let patch = ExecPatch {
+                cleanup: Some(Cleanup::Failed),
+                next_due_at_ms: Some(None),
+                last_error: Some(ErrorEntry::from_error(&e, now_ms)),
+                ..ExecPatch::default()
+            };
+            return self.guarded(cfg, now, now_ms, Kind::Write, patch);
+        }
         if !self.machine.verified {
             return self.machine_op(
                 MKind::Verify,

@@ -228,8 +228,18 @@ impl crate::managed::controller::Controller {
                         && execution.state == crate::managed::ExecState::Dispatching
                         && let Some(ex) = self.execs.get_mut(&execution.key)
                     {
-                        // Inserted by this submission with its intent.
+                        // Inserted by this submission with its intent; the
+                        // machine claimed for this controller in the same
+                        // commit (when no other one held it).
                         ex.intent_committed(now);
+                        if machine
+                            .claim
+                            .as_ref()
+                            .is_some_and(|c| c.owner == self.cfg.owner)
+                            && let Some(snap) = self.slot_machines.get_mut(&execution.key)
+                        {
+                            snap.1 = Some(now);
+                        }
                     }
                 }
             }
@@ -264,7 +274,7 @@ impl crate::managed::controller::Controller {
         if refetch {
             ex.refetch();
         }
-        self.slot_machines.insert(key.clone(), machine);
+        self.slot_machines.insert(key.clone(), (machine, None));
         self.execs.insert(key, ex);
     }
 
@@ -309,8 +319,11 @@ impl crate::managed::controller::Controller {
             return;
         }
         match snapshot {
-            Some(rec) => {
+            Some((rec, claimed_at)) => {
                 let mut m = Mach::new(rec);
+                if let Some(at) = claimed_at {
+                    m.claimed_at(at);
+                }
                 m.refresh();
                 m.finish_command(f);
                 self.machs.insert(machine.clone(), m);

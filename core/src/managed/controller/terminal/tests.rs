@@ -317,8 +317,15 @@ fn open_accepts_durably_then_dispatches_before_the_upgrade_then_completes() {
     let writes: Vec<_> = sim.fake.log.clone();
     assert_eq!(
         writes,
-        ["fetch_machine", "submit", "write", "write", "write"],
-        "preparing, ready, dispatching before the Open"
+        [
+            "fetch_machine",
+            "submit",
+            "write",
+            "write",
+            "claim",
+            "write"
+        ],
+        "preparing, ready, the claim refreshed, dispatching before the Open"
     );
     assert_eq!(sim.opens(), 1);
     let rec = sim.exec("t1").clone();
@@ -366,6 +373,117 @@ fn open_accepts_durably_then_dispatches_before_the_upgrade_then_completes() {
         Some(TermEvent::Done { error: None, .. })
     ));
     assert_eq!(sim.opens(), 1);
+}
+
+/// C15 (found by the recovery simulation, retained run, seed 2): the
+/// dispatch intent is committed right after the run's own claim, never
+/// under a claim taken earlier (at acceptance), also when resumed.
+#[test]
+fn the_claim_is_refreshed_immediately_before_the_dispatch_intent() {
+    for resumed in [false, true] {
+        let mut sim = Sim::new();
+        let mut run = TerminalRun::open(
+            cfg(),
+            fingerprint_key(),
+            key("s", "t1"),
+            sim.machine.clone(),
+            ManagedTerminalSpec::default(),
+            true,
+        )
+        .unwrap();
+        if resumed {
+            sim.settle_at_most(&mut run, 4); // fetch, submit, preparing, ready
+            drop(run);
+            sim.fake.log.clear();
+            let rec = sim.exec("t1").clone();
+            let _run = resume(&mut sim, rec);
+        } else {
+            sim.settle(&mut run);
+        }
+        let log = &sim.fake.log;
+        let intent = log
+            .iter()
+            .rposition(|op| *op == "write")
+            .unwrap_or_else(|| unreachable!("no write: {log:?}"));
+        assert_eq!(sim.exec("t1").state, ExecState::Dispatching);
+        assert!(
+            intent > 0 && log[intent - 1] == "claim",
+            "resumed {resumed}: the op before the intent is a claim: {log:?}"
+        );
+        assert_eq!(sim.opens(), 1);
+    }
+}
+
+/// Found by the recovery simulation (retained run, seed 7): while a store
+/// op is outstanding (here the claim renewal of a live session), the run's
+/// timeout was the renewal time already past, and `handle_timeout` did
+/// nothing — a driver that waits for store answers asynchronously spun.
+#[test]
+fn no_timeout_in_the_past_while_a_store_op_is_outstanding() {
+    let mut sim = Sim::new();
+    let mut run = sim.open("t1", ManagedTerminalSpec::default());
+    run.handle_opened(sim.now, sim.now_ms, Ok(()));
+    sim.settle(&mut run);
+    assert_eq!(sim.exec("t1").state, ExecState::Running);
+    sim.advance(TTL / 3 + 1);
+    run.handle_timeout(sim.now, sim.now_ms);
+    // The renewal is emitted; the test holds its answer back.
+    sim.settle_at_most(&mut run, 0);
+    assert!(
+        matches!(sim.seen.last(), Some(TermOutput::Store(_, op)) if op.name() == "claim"),
+        "a renewal is outstanding"
+    );
+    for _ in 0..3 {
+        assert!(
+            run.poll_timeout().is_none_or(|t| t > sim.now),
+            "poll_timeout {:?} is not after now while the renewal is outstanding",
+            run.poll_timeout()
+        );
+        run.handle_timeout(sim.now, sim.now_ms);
+        assert!(run.poll_output().is_none(), "nothing new to do");
+    }
+}
+
+/// Found by the recovery simulation (retained run, seed 5): another
+/// controller held the machine's claim for longer than five poll
+/// intervals; the completed terminal gave its slot finish up and the slot
+/// stayed held for good (nothing else finishes a settled, not due record).
+/// It now waits for that claim to lapse, then finishes the slot.
+#[test]
+fn a_settled_terminal_waits_out_another_machine_claim_then_frees_the_slot() {
+    let mut sim = Sim::new();
+    let mut run = sim.open("t1", ManagedTerminalSpec::default());
+    run.handle_opened(sim.now, sim.now_ms, Ok(()));
+    sim.settle(&mut run);
+    // Another controller claims the machine (and keeps renewing it).
+    let other = |sim: &mut Sim| {
+        let m = sim.machine().clone();
+        let c = claim::claim_machine(&m, "ctl-other", sim.now_ms, TTL).unwrap();
+        sim.fake.machines.insert(c.key.clone(), c);
+    };
+    other(&mut sim);
+    run.handle_closed(sim.now, sim.now_ms, &exit(0));
+    sim.settle(&mut run);
+    assert_eq!(sim.exec("t1").state, ExecState::Completed);
+    for _ in 0..10 {
+        sim.advance(TTL / 6);
+        other(&mut sim);
+        run.handle_timeout(sim.now, sim.now_ms);
+        sim.settle(&mut run);
+        assert!(
+            !run.is_done(),
+            "gave the slot finish up while the claim is held"
+        );
+    }
+    // The other controller stops renewing: its claim lapses within a TTL.
+    sim.advance(TTL + 1);
+    for _ in 0..4 {
+        run.handle_timeout(sim.now, sim.now_ms);
+        sim.settle(&mut run);
+        sim.advance(TTL / 6);
+    }
+    assert!(run.is_done());
+    assert_eq!(sim.machine().active_execution, None, "slot released");
 }
 
 #[test]

@@ -190,7 +190,12 @@ impl TestStore {
                     };
                 }
                 let m = self.machines.get(&mkey).ok_or_else(absent)?;
-                let held = slot::acquire(m, record, record.accepted_at_ms.max(m.updated_at_ms))?;
+                let now = record.accepted_at_ms.max(m.updated_at_ms);
+                let held = if intent {
+                    slot::acquire_claimed(m, record, now)?
+                } else {
+                    slot::acquire(m, record, now)?
+                };
                 let inserted = if intent {
                     crate::managed::patch::intent_at_accept(record)?
                 } else {
@@ -460,14 +465,13 @@ fn versioned_requests_repeat_return_current_and_superseded_are_stale() {
     assert_eq!(e.category(), Category::StaleVersion);
 }
 
-/// Issue 16: a buffered command in a retained machine's slot takes four
-/// commits (nine before) — the submission with the slot, the claim and the
-/// dispatch intent; the result with `completed` (nothing to collect); the
-/// machine claim the slot finish is guarded by; the slot finish — and the
-/// exec is sent only after the first one is durable. (Three would need the
-/// machine claim taken in the submission; see docs/decisions.md.)
+/// Issue 16: a buffered command in a retained machine's slot takes three
+/// commits (nine before) — the submission with the slot, the machine claim,
+/// the command's claim and its dispatch intent; the result with `completed`
+/// (nothing to collect); the slot finish — and the exec is sent only after
+/// the first one is durable.
 #[test]
-fn a_command_in_a_retained_slot_takes_four_commits() {
+fn a_command_in_a_retained_slot_takes_three_commits() {
     let mut s = Sim::new(disposable_config());
     s.running_machine();
     let from = s.store_log.len();
@@ -493,12 +497,7 @@ fn a_command_in_a_retained_slot_takes_four_commits() {
         .collect();
     assert_eq!(
         writes,
-        [
-            "submit_dispatching",
-            "write_steps",
-            "claim_machine",
-            "finish_command"
-        ],
+        ["submit_dispatching", "write_steps", "finish_command"],
         "the command's commits"
     );
 }

@@ -1,0 +1,283 @@
+//! The managed runtime's buffered command against the devworker with the
+//! embedded SQLite store (durable default, `synchronous = FULL`), beside
+//! the low-level `Client::exec` of the same command on the same machine in
+//! the same run (issue 12's Benchmark section, issue 16 item 1):
+//!
+//! * client CPU per command — everything this process spends: the caller,
+//!   the runtime's driver, its store and worker-op threads, SQLite and the
+//!   sealing — as a ratio to `Client::exec` (goal ≤ 1.5×). The devworker
+//!   runs in a child process (this binary re-executed), so none of its CPU
+//!   is counted; the figure is `getrusage(RUSAGE_SELF)` over the calls;
+//! * store commits per command, from the store's own counter (goal ≤ 3);
+//! * wall time per command (divan), for reference: the managed figure is
+//!   bounded by the fsyncs of its commits, not by CPU.
+//!
+//! Both shells' runtimes are measured (`Runtime::run` = submit + wait).
+//! Printed before the divan run:
+//!
+//! `cargo bench -p smolbox-benches --bench managed`
+
+#![allow(clippy::unwrap_used)] // benchmark set-up: a failure aborts the run
+#![allow(clippy::print_stdout)] // the CPU and commit figures are printed
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Command as Process, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use divan::Bencher;
+use smolbox_core::Secret;
+use smolbox_core::exec::Command;
+use smolbox_core::managed::controller::{RunTarget, Submit, spec_for};
+use smolbox_core::managed::{ExecState, FingerprintKey, RecordKey};
+use smolbox_core::worker::{Budgets, Endpoint, EndpointConfig, MachineName, MachineSpec};
+use smolbox_devworker::DevWorker;
+use smolbox_store::keys::load_or_create_keys;
+use smolbox_store::{Sealer, SqliteStore, Store};
+
+/// Commands per CPU figure.
+const CPU_CALLS: u32 = 300;
+/// The environment variable that makes this binary the devworker child.
+const CHILD: &str = "SMOLBOX_MANAGED_BENCH_WORKER";
+
+fn main() {
+    if std::env::var_os(CHILD).is_some() {
+        worker_child();
+        return;
+    }
+    report();
+    divan::main();
+}
+
+/// The devworker child: prints its base URL, serves until stdin closes.
+fn worker_child() {
+    let worker =
+        DevWorker::start_blocking(DevWorker::builder().version("1.22.0").quiet(true)).unwrap();
+    println!("{}", worker.base_url());
+    std::io::stdout().flush().unwrap();
+    let mut sink = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut sink);
+    drop(worker);
+}
+
+struct World {
+    _child: Child,
+    base_url: String,
+}
+
+fn world() -> &'static World {
+    static W: OnceLock<World> = OnceLock::new();
+    W.get_or_init(|| {
+        let mut child = Process::new(std::env::current_exe().unwrap())
+            .env(CHILD, "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let base_url = line.trim().to_owned();
+        let client = smolbox_blocking::Client::new(endpoint(&base_url)).unwrap();
+        let profile = client.admit(&[]).unwrap();
+        client
+            .create(
+                &profile,
+                MachineName::new("m1").unwrap(),
+                &MachineSpec::default(),
+            )
+            .unwrap();
+        World {
+            _child: child,
+            base_url,
+        }
+    })
+}
+
+fn endpoint(base_url: &str) -> Endpoint {
+    Endpoint::new(EndpointConfig {
+        id: "dev".into(),
+        base_url: base_url.into(),
+        allow_insecure_loopback: true,
+        token: Some(Secret::new("bench-token")),
+        budgets: Budgets {
+            operation: Duration::from_secs(60),
+            ..Budgets::default()
+        },
+        ..EndpointConfig::default()
+    })
+    .unwrap()
+}
+
+fn command() -> Command {
+    Command::new(["/bin/true"])
+}
+
+/// A fresh durable SQLite store in its own directory (kept alive with it).
+fn sqlite() -> (tempfile::TempDir, Arc<SqliteStore>, FingerprintKey) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("smolbox.db");
+    let (fingerprint, seal) = load_or_create_keys(&db).unwrap();
+    let store = Arc::new(SqliteStore::open(&db, Sealer::new(&seal, "bench").unwrap()).unwrap());
+    assert!(store.info().durable);
+    (dir, store, fingerprint)
+}
+
+/// A new submission of the command under a key never used before.
+fn submit() -> Submit {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let cmd = command();
+    Submit {
+        key: RecordKey::new("bench", &format!("c{n}")).unwrap(),
+        spec: spec_for(&cmd, &RunTarget::unverified().fitting(&cmd), "dev", "m1").unwrap(),
+    }
+}
+
+/// CPU time of this whole process so far (user + system).
+fn process_cpu() -> Duration {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let u = getrusage(UsageWho::RUSAGE_SELF).unwrap();
+    let us = |t: nix::sys::time::TimeVal| {
+        Duration::from_secs(u64::try_from(t.tv_sec()).unwrap())
+            + Duration::from_micros(u64::try_from(t.tv_usec()).unwrap())
+    };
+    us(u.user_time()) + us(u.system_time())
+}
+
+/// CPU per call of `f` over [`CPU_CALLS`] calls (after 20 warm-up calls).
+fn cpu_per_call(mut f: impl FnMut()) -> Duration {
+    for _ in 0..20 {
+        f();
+    }
+    let before = process_cpu();
+    for _ in 0..CPU_CALLS {
+        f();
+    }
+    (process_cpu() - before) / CPU_CALLS
+}
+
+fn blocking_runtime(
+    store: Arc<SqliteStore>,
+    fingerprint: FingerprintKey,
+) -> smolbox_blocking::Runtime {
+    let client = smolbox_blocking::Client::new(endpoint(&world().base_url)).unwrap();
+    smolbox_blocking::Runtime::builder(store, fingerprint)
+        .worker("dev", client)
+        .build()
+        .unwrap()
+}
+
+fn tokio_runtime(
+    rt: &tokio::runtime::Runtime,
+    store: Arc<SqliteStore>,
+    fingerprint: FingerprintKey,
+) -> smolbox_tokio::Runtime {
+    let _enter = rt.enter();
+    let client = smolbox_tokio::Client::new(endpoint(&world().base_url)).unwrap();
+    smolbox_tokio::Runtime::builder(store, fingerprint)
+        .worker("dev", client)
+        .build()
+        .unwrap()
+}
+
+fn tokio_rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn report() {
+    let w = world();
+    let client = smolbox_blocking::Client::new(endpoint(&w.base_url)).unwrap();
+    let cmd = command();
+    let low = cpu_per_call(|| {
+        let out = client.exec("m1", &cmd).unwrap();
+        assert!(matches!(
+            out,
+            smolbox_core::exec::ExecOutcome::Exited(ref o) if o.exit_code == 0
+        ));
+    });
+
+    let (_dir, store, fingerprint) = sqlite();
+    let blocking = blocking_runtime(Arc::clone(&store), fingerprint);
+    let commits_before = store.commits().unwrap();
+    let managed_blocking = cpu_per_call(|| {
+        let out = blocking.run(submit()).unwrap();
+        assert_eq!(out.record.state, ExecState::Completed);
+    });
+    let blocking_commits = store.commits().unwrap() - commits_before;
+    blocking.shutdown();
+
+    let rt = tokio_rt();
+    let (_dir2, store2, fingerprint2) = sqlite();
+    let tokio = tokio_runtime(&rt, Arc::clone(&store2), fingerprint2);
+    let commits_before = store2.commits().unwrap();
+    let managed_tokio = cpu_per_call(|| {
+        let out = rt.block_on(tokio.run(submit())).unwrap();
+        assert_eq!(out.record.state, ExecState::Completed);
+    });
+    let tokio_commits = store2.commits().unwrap() - commits_before;
+    rt.block_on(tokio.shutdown());
+
+    // 20 warm-up calls are counted by the store too.
+    let calls = u64::from(CPU_CALLS) + 20;
+    let ratio = |d: Duration| d.as_secs_f64() / low.as_secs_f64();
+    println!(
+        "managed buffered command vs Client::exec, client CPU per command (this process, devworker in a child):"
+    );
+    println!("  Client::exec (blocking)        {:>9.1} µs", micros(low));
+    println!(
+        "  blocking Runtime::run          {:>9.1} µs  {:.2}×  commits/command {:.2}",
+        micros(managed_blocking),
+        ratio(managed_blocking),
+        blocking_commits as f64 / calls as f64
+    );
+    println!(
+        "  tokio Runtime::run             {:>9.1} µs  {:.2}×  commits/command {:.2}",
+        micros(managed_tokio),
+        ratio(managed_tokio),
+        tokio_commits as f64 / calls as f64
+    );
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+// ---- wall time per command -------------------------------------------------
+
+#[divan::bench_group(name = "managed_command", sample_count = 20, sample_size = 5)]
+mod managed_command {
+    use super::*;
+
+    /// The low-level peer: `Client::exec` of the same command.
+    #[divan::bench]
+    fn client_exec(b: Bencher<'_, '_>) {
+        let client = smolbox_blocking::Client::new(endpoint(&world().base_url)).unwrap();
+        let cmd = command();
+        b.bench_local(|| client.exec("m1", &cmd).unwrap());
+    }
+
+    /// `Runtime::run` on the blocking shell, SQLite `synchronous = FULL`.
+    #[divan::bench]
+    fn blocking_runtime(b: Bencher<'_, '_>) {
+        let (_dir, store, fingerprint) = sqlite();
+        let rt = super::blocking_runtime(store, fingerprint);
+        b.bench_local(|| rt.run(submit()).unwrap());
+        rt.shutdown();
+    }
+
+    /// `Runtime::run` on the tokio shell, SQLite `synchronous = FULL`.
+    #[divan::bench]
+    fn tokio_runtime(b: Bencher<'_, '_>) {
+        let (_dir, store, fingerprint) = sqlite();
+        let rt = tokio_rt();
+        let runtime = super::tokio_runtime(&rt, store, fingerprint);
+        b.bench_local(|| rt.block_on(runtime.run(submit())).unwrap());
+        rt.block_on(runtime.shutdown());
+    }
+}

@@ -1,0 +1,251 @@
+//! The managed terminals' shell-independent half (features C7.3, C7.4),
+//! written once for `smolbox-tokio` and `smolbox-blocking`: [`Terminals`]
+//! holds the store, the options, the workers' clients and the clock, and
+//! the [`LiveSet`] (runs driven here, live connections) behind one lock,
+//! and feeds a run's inputs with the clock's time. A shell keeps only its
+//! waiting (for registrations, output and the ends of runs), its tasks or
+//! threads, the low-level terminal and its public surface.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use smolbox_core::Error;
+use smolbox_core::managed::controller::OpId;
+use smolbox_core::managed::controller::terminal::{TermConfig, TermStoreResult, TerminalRun};
+use smolbox_core::managed::live::{LiveSet, TermCommand, consumer_lost, unknown_worker};
+use smolbox_core::managed::spec::ManagedTerminalSpec;
+use smolbox_core::managed::terminal::ConsumerId;
+use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
+use smolbox_core::terminal::TerminalExit;
+
+use crate::Store;
+use crate::runtime::Clock;
+
+/// A shell's handle on one live connection: how commands reach the task
+/// or thread that owns it.
+pub trait LiveConn {
+    /// Hands `cmd` to the connection's task; false when it is gone.
+    fn send(&self, cmd: TermCommand) -> bool;
+}
+
+impl<T: LiveConn + ?Sized> LiveConn for Arc<T> {
+    fn send(&self, cmd: TermCommand) -> bool {
+        T::send(self, cmd)
+    }
+}
+
+/// Locks `m`; a poisoned lock is still read (the data is plain).
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The runtime's managed terminals, without their waiting (see the module
+/// docs): `L` is the shell's live-connection handle, `C` its worker client.
+pub struct Terminals<L, C> {
+    store: Arc<dyn Store>,
+    fp_key: FingerprintKey,
+    cfg: TermConfig,
+    clients: BTreeMap<String, C>,
+    clock: Arc<dyn Clock>,
+    state: Mutex<LiveSet<L>>,
+}
+
+impl<L, C> std::fmt::Debug for Terminals<L, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Terminals").finish_non_exhaustive()
+    }
+}
+
+impl<L: LiveConn + Clone, C> Terminals<L, C> {
+    /// Terminals over `store` for the workers in `clients`, with the
+    /// controller options `cfg`, registering at most `limit` sessions (the
+    /// runtime's active-task limit, 1–64).
+    ///
+    /// # Errors
+    /// `validation` (operation `config`) for a bad limit.
+    pub fn new(
+        store: Arc<dyn Store>,
+        fp_key: FingerprintKey,
+        cfg: TermConfig,
+        clients: BTreeMap<String, C>,
+        clock: Arc<dyn Clock>,
+        limit: usize,
+    ) -> Result<Self, Error> {
+        Ok(Self {
+            store,
+            fp_key,
+            cfg,
+            clients,
+            clock,
+            state: Mutex::new(LiveSet::new(limit)?),
+        })
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The clock's wall-clock milliseconds.
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    /// The runs and connections, for a shell that waits on their lock.
+    pub fn state(&self) -> &Mutex<LiveSet<L>> {
+        &self.state
+    }
+
+    /// Locks the runs and connections.
+    pub fn lock(&self) -> MutexGuard<'_, LiveSet<L>> {
+        lock(&self.state)
+    }
+
+    /// A new run for `open` and whether it drives the key
+    /// ([`LiveSet::open_run`]).
+    ///
+    /// # Errors
+    /// The run's validation of `spec`.
+    pub fn open_run(
+        &self,
+        key: RecordKey,
+        machine: RecordKey,
+        spec: ManagedTerminalSpec,
+    ) -> Result<(TerminalRun, bool), Error> {
+        self.lock()
+            .open_run(self.cfg.clone(), self.fp_key.clone(), key, machine, spec)
+    }
+
+    /// The recovering run of `key` from its stored record `fetched`
+    /// ([`LiveSet::resume_run`]; the key was marked with
+    /// [`LiveSet::begin_run`]).
+    ///
+    /// # Errors
+    /// As [`LiveSet::resume_run`].
+    pub fn resume_run(
+        &self,
+        key: &RecordKey,
+        fetched: Result<ExecutionRecord, Error>,
+    ) -> Result<TerminalRun, Error> {
+        let (now, now_ms) = (self.clock.now(), self.clock.now_ms());
+        self.lock().resume_run(
+            self.cfg.clone(),
+            self.fp_key.clone(),
+            key,
+            fetched,
+            now,
+            now_ms,
+        )
+    }
+
+    /// In `st` (the locked state): binds the caller as the one consumer of
+    /// `key` once its connection is registered, after ending connections
+    /// nobody attached to in time.
+    ///
+    /// # Errors
+    /// As [`LiveSet::attach`].
+    pub fn attach(
+        &self,
+        st: &mut LiveSet<L>,
+        key: &RecordKey,
+    ) -> Result<Option<(ConsumerId, L)>, Error> {
+        st.attach(self.clock.now(), key, end)
+    }
+
+    /// A cancel of `key` was persisted: its run here (if any) acts on it.
+    pub fn cancelled(&self, key: &RecordKey) {
+        if let Some(live) = self.lock().owner_get(key) {
+            live.send(TermCommand::Cancel);
+        }
+    }
+
+    /// The client of `worker_id`.
+    ///
+    /// # Errors
+    /// `unsupported_capability` (`unknown_worker`, nothing sent).
+    pub fn client(&self, worker_id: &str) -> Result<&C, Error> {
+        self.clients.get(worker_id).ok_or_else(unknown_worker)
+    }
+
+    /// Registers the just-opened connection `live` of `key`.
+    ///
+    /// # Errors
+    /// As [`LiveSet::register`].
+    pub fn register(&self, key: &RecordKey, live: L, attach_wait: Duration) -> Result<(), Error> {
+        self.lock()
+            .register(self.clock.now(), key.clone(), live, attach_wait)
+    }
+
+    /// When `run`'s task must wake next (its timers and the registry's).
+    pub fn wake(&self, run: &TerminalRun) -> Option<Instant> {
+        let registry = self.lock().poll_timeout();
+        [run.poll_timeout(), registry].into_iter().flatten().min()
+    }
+
+    /// The timers: the registry's expiries, then `run`'s.
+    pub fn tick(&self, run: &mut TerminalRun) {
+        self.lock().expire(self.clock.now(), end);
+        run.handle_timeout(self.clock.now(), self.clock.now_ms());
+    }
+
+    /// Feeds `run` a store op's result.
+    pub fn stored(&self, run: &mut TerminalRun, id: OpId, r: TermStoreResult) {
+        run.handle_stored(self.clock.now(), self.clock.now_ms(), id, r);
+    }
+
+    /// Feeds `run` the open's result.
+    pub fn opened(&self, run: &mut TerminalRun, r: Result<(), Error>) {
+        run.handle_opened(self.clock.now(), self.clock.now_ms(), r);
+    }
+
+    /// Feeds `run` the session's outcome.
+    pub fn closed(&self, run: &mut TerminalRun, outcome: &Result<TerminalExit, Error>) {
+        run.handle_closed(self.clock.now(), self.clock.now_ms(), outcome);
+    }
+
+    /// Feeds `run` a persisted cancel.
+    pub fn cancel(&self, run: &mut TerminalRun) {
+        run.cancel(self.clock.now(), self.clock.now_ms());
+    }
+
+    /// The session of `key` ended: its buffer waits for the final read.
+    pub fn finished(&self, key: &RecordKey) {
+        self.lock().registry().finished(self.clock.now(), key);
+    }
+
+    /// The run of `key` is over here.
+    pub fn end_run(&self, key: &RecordKey) {
+        self.lock().end_run(key);
+    }
+
+    /// True while this runtime drives a run of `key`.
+    pub fn is_running(&self, key: &RecordKey) -> bool {
+        self.lock().is_running(key)
+    }
+
+    /// Checks that consumer `who` still holds `key`.
+    ///
+    /// # Errors
+    /// `authentication` / `not_found` when it no longer does.
+    pub fn check(&self, key: &RecordKey, who: ConsumerId) -> Result<(), Error> {
+        self.lock().registry().get(key, who).map(|_| ())
+    }
+
+    /// Consumer `who` read the final event of `key`: the buffer retires.
+    pub fn final_read(&self, key: &RecordKey, who: ConsumerId) {
+        let _ = self.lock().registry().final_read(key, who);
+    }
+
+    /// Consumer `who` dropped its handle before the end: it is detached
+    /// (nobody may take over) and the session ends (`consumer_lost`).
+    pub fn lost(&self, key: &RecordKey, who: ConsumerId, live: &L) {
+        let _ = self.lock().registry().detach(key, who);
+        live.send(TermCommand::End(consumer_lost()));
+    }
+}
+
+/// Ends a live connection with `e` (the registry's expiry).
+fn end<L: LiveConn>(live: &L, e: Error) {
+    live.send(TermCommand::End(e));
+}
