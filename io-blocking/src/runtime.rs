@@ -464,11 +464,7 @@ impl Machines<'_> {
         key: &RecordKey,
         params: smolbox_core::worker::LogsParams,
     ) -> Result<Vec<String>, Error> {
-        self.request(MachineRequest::Logs {
-            key: key.clone(),
-            params,
-        })?
-        .into_logs()
+        self.call(machine_call::logs(key, params))
     }
 
     /// The machine's measurements (C14.2, C2.4) from an inspect of the
@@ -480,8 +476,7 @@ impl Machines<'_> {
         &self,
         key: &RecordKey,
     ) -> Result<(smolbox_core::worker::Measurements, MachineRecord), Error> {
-        self.request(MachineRequest::Measurements { key: key.clone() })?
-            .into_measurements()
+        self.call(machine_call::measurements(key))
     }
 }
 

@@ -26,9 +26,9 @@ use smolbox_core::managed::terminal::{ConsumerId, Registry};
 use smolbox_core::managed::{ExecutionRecord, RecordKey};
 use smolbox_core::terminal::{MAX_NEXT_WAIT, TerminalExit};
 use smolbox_core::{Category, Error, Evidence, Operation};
+use smolbox_store::apply_terminal_op;
 use smolbox_store::runtime::Parts;
 use smolbox_store::terminals::{LiveConn, Terminals, lock};
-use smolbox_store::apply_terminal_op;
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use crate::{Client, Terminal, TerminalEvent};

@@ -438,12 +438,7 @@ impl Machines<'_> {
         key: &RecordKey,
         params: smolbox_core::worker::LogsParams,
     ) -> Result<Vec<String>, Error> {
-        self.request(MachineRequest::Logs {
-            key: key.clone(),
-            params,
-        })
-        .await?
-        .into_logs()
+        self.call(machine_call::logs(key, params)).await
     }
 
     /// The machine's measurements (C14.2, C2.4) from an inspect of the
@@ -455,9 +450,7 @@ impl Machines<'_> {
         &self,
         key: &RecordKey,
     ) -> Result<(smolbox_core::worker::Measurements, MachineRecord), Error> {
-        self.request(MachineRequest::Measurements { key: key.clone() })
-            .await?
-            .into_measurements()
+        self.call(machine_call::measurements(key)).await
     }
 }
 

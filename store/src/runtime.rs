@@ -510,6 +510,30 @@ pub mod machine_call {
             read: MachineAnswer::into_resolved,
         }
     }
+
+    /// The console history of the recorded incarnation.
+    pub fn logs(
+        key: &RecordKey,
+        params: smolbox_core::worker::LogsParams,
+    ) -> MachineCall<Vec<String>> {
+        MachineCall {
+            request: MachineRequest::Logs {
+                key: key.clone(),
+                params,
+            },
+            read: MachineAnswer::into_logs,
+        }
+    }
+
+    /// The measurements of the recorded incarnation.
+    pub fn measurements(
+        key: &RecordKey,
+    ) -> MachineCall<(smolbox_core::worker::Measurements, MachineRecord)> {
+        MachineCall {
+            request: MachineRequest::Measurements { key: key.clone() },
+            read: MachineAnswer::into_measurements,
+        }
+    }
 }
 
 /// The answer to an op the shell performed for the controller.
