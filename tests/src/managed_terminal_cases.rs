@@ -98,6 +98,21 @@ pub trait TermShell: Sized {
         key: &RecordKey,
         command: &Command,
     ) -> Result<Outcome, Error>;
+    /// `machines().submit` only (returns at durable acceptance).
+    ///
+    /// # Errors
+    /// As the runtime's (`admission_exhausted` while the slot is held).
+    fn submit_only(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+    ) -> Result<ExecutionRecord, Error>;
+    /// `Runtime::wait` on a command.
+    ///
+    /// # Errors
+    /// As the runtime's.
+    fn wait_command(&self, key: &RecordKey) -> Result<Outcome, Error>;
     /// `machines().stop` / `delete` (then `wait`).
     ///
     /// # Errors
@@ -203,6 +218,20 @@ impl TermShell for BlockingTerm {
         command: &Command,
     ) -> Result<Outcome, Error> {
         self.0.machines().submit(machine, key, command)?;
+        self.0.wait(key, 30_000)
+    }
+    fn submit_only(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+    ) -> Result<ExecutionRecord, Error> {
+        self.0
+            .machines()
+            .submit(machine, key, command)
+            .map(|(e, _, _)| e)
+    }
+    fn wait_command(&self, key: &RecordKey) -> Result<Outcome, Error> {
         self.0.wait(key, 30_000)
     }
     fn lifecycle(
@@ -356,6 +385,19 @@ impl TermShell for TokioTerm {
                 .await?;
             self.runtime.wait(key, 30_000).await
         })
+    }
+    fn submit_only(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+    ) -> Result<ExecutionRecord, Error> {
+        self.rt
+            .block_on(self.runtime.machines().submit(machine, key, command))
+            .map(|(e, _, _)| e)
+    }
+    fn wait_command(&self, key: &RecordKey) -> Result<Outcome, Error> {
+        self.rt.block_on(self.runtime.wait(key, 30_000))
     }
     fn lifecycle(
         &self,
@@ -1032,6 +1074,93 @@ pub fn another_controller_never_takes_over<T: TermShell>(kind: StoreKind) {
     assert_eq!(s.upgrades(), 1);
 }
 
+/// Two controllers on one store (issue 13: on PostgreSQL, each with its own
+/// connection) race a terminal open against a command submit for one
+/// machine's slot: exactly one holds it, the other is refused
+/// `admission_exhausted` with nothing sent; the winner runs once and the
+/// slot empties after it.
+pub fn a_terminal_and_a_command_race_for_one_slot<T: TermShell + Sync>(kind: StoreKind) {
+    let Some(s) = setup(kind) else { return };
+    let a: T = s.runtime();
+    let b = T::start_as(
+        Arc::clone(&s.store),
+        s.key.clone(),
+        s.fixture.endpoint(Fixture::budgets()),
+        true,
+        "ctl-term-race",
+    )
+    .unwrap();
+    let gate = s.dir.path().join("race-gate");
+    let (tk, ck) = (key("term-race"), key("cmd-race"));
+    let barrier = std::sync::Barrier::new(2);
+    let (opened, submitted) = std::thread::scope(|t| {
+        let o = t.spawn(|| {
+            barrier.wait();
+            a.open(&tk, &s.machine, ManagedTerminalSpec::default())
+        });
+        let c = t.spawn(|| {
+            barrier.wait();
+            b.submit_only(&s.machine, &ck, &crate::managed_cases::gated(&gate))
+        });
+        (o.join().unwrap(), c.join().unwrap())
+    });
+    let holder = s.machine().active_execution;
+    match (&opened, &submitted) {
+        (Ok(_), Err(e)) => {
+            assert_eq!(e.category(), Category::AdmissionExhausted, "{e:?}");
+            assert_eq!(holder.as_ref(), Some(&tk));
+            let mut h = a.attach(&tk, Duration::from_secs(10)).unwrap();
+            h.input(b"exit 0\n").unwrap();
+            assert_eq!(outcome_of(&mut h).unwrap().code, 0);
+            assert_eq!(a.wait(&tk).unwrap().state, ExecState::Completed);
+            assert_eq!(s.upgrades(), 1);
+            assert!(
+                s.store
+                    .fetch(&ck)
+                    .is_err_and(|e| e.category() == Category::NotFound)
+            );
+        }
+        (Err(e), Ok(_)) => {
+            assert_eq!(e.category(), Category::AdmissionExhausted, "{e:?}");
+            assert_eq!(holder.as_ref(), Some(&ck));
+            crate::managed_cases::open(&gate);
+            // The command's own record ends; its slot finish then waits
+            // for the setup's machine claim (the other controller's, 60 s),
+            // so the slot is not waited for here.
+            let mut c = s.store.fetch(&ck).unwrap();
+            for _ in 0..3_000 {
+                if c.state.is_terminal() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+                c = s.store.fetch(&ck).unwrap();
+            }
+            assert_eq!(c.state, ExecState::Completed, "{c:?}");
+            assert_eq!(s.upgrades(), 0, "the refused terminal never opened");
+            assert_eq!(s.fixture.worker.request_count(Route::Exec), 1);
+            assert!(
+                s.store
+                    .fetch(&tk)
+                    .is_err_and(|e| e.category() == Category::NotFound)
+            );
+            return;
+        }
+        other => panic!("exactly one must hold the slot: {other:?}"),
+    }
+    let mut m = s.machine();
+    for _ in 0..3_000 {
+        if m.active_execution.is_none() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+        m = s.machine();
+    }
+    assert_eq!(
+        m.active_execution, None,
+        "the slot empties after the winner"
+    );
+}
+
 /// A controller that crashed mid-session and is restarted under the same
 /// controller id (so its claim is this runtime's to renew, without waiting
 /// out a TTL): a `TerminalRun` driven against the store until the
@@ -1183,6 +1312,7 @@ macro_rules! managed_terminal_suite {
             cancel_after_dispatch_keeps_uncertainty,
             managed_bounds_at_n_and_n_plus_1,
             another_controller_never_takes_over,
+            a_terminal_and_a_command_race_for_one_slot,
             recovery_never_reopens_a_possibly_dispatched_session,
             recovery_keeps_a_recorded_exit_and_releases_the_slot,
         );
