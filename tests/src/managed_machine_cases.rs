@@ -128,7 +128,8 @@ pub fn a_machines_ports_reach_the_worker<M: ManagedShell>(kind: StoreKind) {
         .map(|p| (p.host(), p.guest()))
         .collect();
     assert_eq!(ports, [(18_080, 80), (18_443, 443)]);
-    rt.m_lifecycle(&key("ports1"), Op::Delete, m.version).unwrap();
+    rt.m_lifecycle(&key("ports1"), Op::Delete, m.version)
+        .unwrap();
     let m = rt.m_wait(&key("ports1"), 30_000).unwrap();
     assert_eq!(m.state, MS::Deleted, "{:?}", m.last_error);
     assert!(m.reserved_ports.is_empty());
