@@ -163,22 +163,13 @@ fn every_planted_slot_bug_is_caught() {
     assert_caught(Options::RETAINED, &Bug::RETAINED);
 }
 
-/// Findings of the retained run in today's `Controller`, not fixed on this
-/// branch (tests/src/sim/README.md, "Findings (retained)"): a machine
-/// record assigned under an older worker-lease generation is fenced for
-/// every controller (`stale_claim` / `worker_generation`) and never moves
-/// again (≈6 % of seeds, e.g. seed 1). Re-fencing machines with
-/// `claim_machine_version` is branch `machines`' work (session 4); remove
-/// the entry once it is merged.
-///
-/// And a terminal's slot leaked when its controller stopped between writing
-/// `completed` and `finish_command` (e.g. seed 892): the completed record
-/// is not due, so no due scan resumes it to finish the slot (the terminal
-/// analogue of the controller's finding 3). Not fixed yet.
-const KNOWN_RETAINED_FINDINGS: &[&str] = &[
-    "fenced: assigned under an older worker-lease generation",
-    "slot still held by t",
-];
+/// Findings of the retained run not fixed yet (tests/src/sim/README.md,
+/// "Findings (retained)"): a terminal's slot leaks when its controller stops
+/// between writing `completed` and `finish_command` (e.g. seed 892): the
+/// completed record is not due, so no due scan resumes it to finish the
+/// slot (the terminal analogue of the controller's finding 3). (The fenced
+/// machine finding was fixed by branch `machines`, merged from main.)
+const KNOWN_RETAINED_FINDINGS: &[&str] = &["slot still held by t"];
 
 /// Retained machines, 1,000 seeds: create/start/stop/delete with versioned
 /// requests, commands and terminals in the slot (a second submission while

@@ -133,8 +133,13 @@ fn check_step(
     v: &mut impl FnMut(String),
 ) {
     let (a, b) = (&p.last, &c.record);
-    if b.version <= a.version {
-        v(format!("machine version {} after {}", b.version, a.version));
+    // Every commit moves the revision (version + claims); a claim leaves
+    // the version, which never goes back.
+    if b.version + b.claims <= a.version + a.claims || b.version < a.version {
+        v(format!(
+            "machine version {}+{} after {}+{}",
+            b.version, b.claims, a.version, a.claims
+        ));
     }
     if a.creation.is_some() && a.creation != b.creation {
         v("machine creation evidence changed".to_owned());
@@ -176,7 +181,14 @@ fn check_step(
             if !matches!(c.kind, MachineCommitKind::Submit | MachineCommitKind::Slot) {
                 v(format!("slot taken for {} by a {:?} commit", y.id, c.kind));
             }
-            if exec(y).is_some_and(|r| !r.state.is_before_dispatch()) {
+            // `submit_dispatching` takes the slot and writes the intent in
+            // the acceptance itself (one transaction): still never a
+            // command dispatched before it held the slot.
+            let pending = |r: &ExecutionRecord| {
+                r.state.is_before_dispatch()
+                    || (c.kind == MachineCommitKind::Submit && r.state == ExecState::Dispatching)
+            };
+            if exec(y).is_some_and(|r| !pending(&r)) {
                 v(format!("slot taken for {} after its dispatch", y.id));
             }
         }

@@ -125,8 +125,9 @@ struct State {
     injected: u64,
     commits: Vec<Commit>,
     machine_commits: Vec<MachineCommit>,
-    /// The last logged version of each machine record.
-    machine_versions: BTreeMap<RecordKey, u64>,
+    /// The last logged version and revision (version + claims) of each
+    /// machine record.
+    machine_versions: BTreeMap<RecordKey, (u64, u64)>,
     previous: BTreeMap<RecordKey, ExecutionRecord>,
 }
 
@@ -392,11 +393,16 @@ impl FaultStore {
             return;
         };
         let mut s = self.lock();
+        // A claim moves `claims`, not the version (claims leave the
+        // caller-visible version): a commit is a change of either.
+        let revision = rec.version + rec.claims;
         let before = s.machine_versions.get(t.machine).copied();
-        if before == Some(rec.version) {
+        if before.map(|(_, r)| r) == Some(revision) {
             return;
         }
-        s.machine_versions.insert(rec.key.clone(), rec.version);
+        s.machine_versions
+            .insert(rec.key.clone(), (rec.version, revision));
+        let before = before.map(|(v, _)| v);
         s.machine_commits.push(MachineCommit {
             kind: t.kind,
             owner: t.owner.map(str::to_owned),
@@ -815,6 +821,9 @@ impl Store for FaultStore {
         if let Ok(Accepted::Inserted(sub)) = &r {
             let owner = sub.execution.claim.as_ref().map(|c| c.owner.as_str());
             self.log(CommitKind::Accept, owner, &sub.execution);
+        }
+        if let Some(m) = &record.spec.machine {
+            self.log_machine(&touch(MachineCommitKind::Submit, None, m));
         }
         if fault == Fault::After {
             return Err(store_err(Operation::StoreAccept, Reason::ReplyLost));

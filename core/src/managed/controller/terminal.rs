@@ -66,10 +66,6 @@ use crate::{Category, Error, Evidence, Operation};
 /// stored; recovery settles it).
 pub const MAX_TERM_STORE_RETRIES: u32 = 5;
 
-/// Waits (of a sixth of the TTL each) for another controller's machine
-/// claim before a settled run gives its slot finish up: about ten TTLs.
-pub const MAX_SLOT_CLAIM_WAITS: u32 = 64;
-
 /// The options a run needs from its controller (C12.1).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TermConfig {
@@ -648,19 +644,6 @@ impl TerminalRun {
             {
                 // Another live controller holds the record: leave it alone.
                 self.finish(Some(e));
-            }
-            Kind::ClaimMachine | Kind::Finish
-                if e.category() == Category::StaleClaim && self.failures < MAX_SLOT_CLAIM_WAITS =>
-            {
-                // Another controller holds the machine's claim (it drives
-                // the machine): the slot is finished once that claim is
-                // renewed no more or lapses (within one TTL). Giving up
-                // here would leave a settled terminal holding the slot for
-                // good: nothing else finishes it (the record is not due).
-                self.failures += 1;
-                self.machine_claimed = false;
-                let wait = self.cfg.poll_interval_ms.max(self.cfg.lease_ttl_ms / 6);
-                self.retry_at = Some(now + Duration::from_millis(wait));
             }
             _ => {
                 self.failures += 1;

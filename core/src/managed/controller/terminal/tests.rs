@@ -445,8 +445,9 @@ fn no_timeout_in_the_past_while_a_store_op_is_outstanding() {
     }
 }
 
-/// Found by the recovery simulation (retained run, seed 5): another
-/// controller held the machine's claim for longer than five poll
+/// Found by the recovery simulation (retained run, seed 5; fixed the same
+/// way on branch `cli`, whose wait of up to two TTLs this exercises):
+/// another controller held the machine's claim for longer than five poll
 /// intervals; the completed terminal gave its slot finish up and the slot
 /// stayed held for good (nothing else finishes a settled, not due record).
 /// It now waits for that claim to lapse, then finishes the slot.
