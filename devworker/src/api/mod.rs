@@ -10,7 +10,7 @@ use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, put};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -152,8 +152,8 @@ pub(crate) fn router(state: AppState) -> Router {
         .route(&format!("{m}/exec/interactive"), get(terminal::interactive))
         .route(
             &format!("{m}/files/{{*path}}"),
-            get(files::download)
-                .put(files::upload)
+            put(files::upload)
+                .get(files::download)
                 .layer(DefaultBodyLimit::max(file_max)),
         )
         .route(&format!("{m}/logs"), get(logs::logs))
