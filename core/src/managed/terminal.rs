@@ -71,6 +71,12 @@ impl Verdict {
 /// is `failed` / `not_dispatched`. Empty when the record cannot take the
 /// verdict (already finished, or an exit already stored: a completed
 /// result is never erased).
+///
+/// The settled record stays due (now) until its slot is finished:
+/// `finish_command` (or a resolve) clears the due time in the same
+/// transaction as the slot, so a controller that stops between the two
+/// writes leaves a record the next due scan resumes, and its run frees the
+/// slot (found by the recovery simulation, retained run, seed 892).
 pub fn closing_patches(state: ExecState, verdict: &Verdict, now_ms: u64) -> Vec<ExecPatch> {
     match verdict {
         Verdict::Exited(code) if state.can_move_to(ExecState::Collecting) => vec![
@@ -83,20 +89,20 @@ pub fn closing_patches(state: ExecState, verdict: &Verdict, now_ms: u64) -> Vec<
             ExecPatch {
                 state: Some(ExecState::Completed),
                 collection: Some(Collection::Complete),
-                next_due_at_ms: Some(None),
+                next_due_at_ms: Some(Some(now_ms)),
                 ..ExecPatch::default()
             },
         ],
         Verdict::Exited(_) if state == ExecState::Collecting => vec![ExecPatch {
             state: Some(ExecState::Completed),
             collection: Some(Collection::Complete),
-            next_due_at_ms: Some(None),
+            next_due_at_ms: Some(Some(now_ms)),
             ..ExecPatch::default()
         }],
         Verdict::NotSent(e) if state.can_move_to(ExecState::Failed) => vec![ExecPatch {
             state: Some(ExecState::Failed),
             evidence: Some(RecordEvidence::NotDispatched),
-            next_due_at_ms: Some(None),
+            next_due_at_ms: Some(Some(now_ms)),
             last_error: Some(ErrorEntry::from_error(e, now_ms)),
             ..ExecPatch::default()
         }],
@@ -105,7 +111,7 @@ pub fn closing_patches(state: ExecState, verdict: &Verdict, now_ms: u64) -> Vec<
         {
             vec![ExecPatch {
                 state: Some(ExecState::Unknown),
-                next_due_at_ms: Some(None),
+                next_due_at_ms: Some(Some(now_ms)),
                 last_error: Some(ErrorEntry::from_error(e, now_ms)),
                 ..ExecPatch::default()
             }]

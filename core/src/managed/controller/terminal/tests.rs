@@ -844,8 +844,19 @@ fn recovery_finishes_the_slot_of_a_completed_record() {
     sim.seen.clear();
     sim.advance(TTL + 1);
     let rec = sim.exec("t1").clone();
+    // The settled record is still due, so a due scan finds it and hands it
+    // to a resumed run (recovery simulation, retained run, seed 892).
+    assert!(
+        rec.next_due_at_ms.is_some_and(|d| d <= sim.now_ms),
+        "a completed terminal holding its slot must stay due"
+    );
     let _ = resume(&mut sim, rec);
-    assert_eq!(sim.exec("t1").state, ExecState::Completed);
+    let rec = sim.exec("t1");
+    assert_eq!(rec.state, ExecState::Completed);
+    assert_eq!(
+        rec.next_due_at_ms, None,
+        "finishing the slot ends the due time"
+    );
     assert_eq!(sim.machine().active_execution, None);
     assert_eq!(sim.machine().state, MachineRecordState::Running);
 }
