@@ -174,16 +174,13 @@ pub fn claim_exec_version(
     now_ms: u64,
     ttl_ms: u64,
 ) -> Result<ExecutionRecord, Error> {
-    if rec.version != version {
-        return Err(stale_version(Operation::StoreClaim));
-    }
-    let generation = match &rec.assignment {
-        Some(_) => match worker_lease {
-            Some(l) if l.owner == owner && l.until_ms > now_ms => Some(l.generation),
-            _ => return Err(stale_claim(Operation::StoreClaim, Reason::WorkerLease)),
-        },
-        None => None,
-    };
+    let generation = refence_generation(
+        rec.version == version,
+        rec.assignment.is_some(),
+        owner,
+        worker_lease,
+        now_ms,
+    )?;
     let mut next = claim_exec(rec, owner, now_ms, ttl_ms)?;
     if let (Some(a), Some(g)) = (next.assignment.as_mut(), generation) {
         a.worker_generation = g;
@@ -254,16 +251,13 @@ pub fn claim_machine_version(
     now_ms: u64,
     ttl_ms: u64,
 ) -> Result<MachineRecord, Error> {
-    if rec.version != version {
-        return Err(stale_version(Operation::StoreClaim));
-    }
-    let generation = match &rec.assignment {
-        Some(_) => match worker_lease {
-            Some(l) if l.owner == owner && l.until_ms > now_ms => Some(l.generation),
-            _ => return Err(stale_claim(Operation::StoreClaim, Reason::WorkerLease)),
-        },
-        None => None,
-    };
+    let generation = refence_generation(
+        rec.version == version,
+        rec.assignment.is_some(),
+        owner,
+        worker_lease,
+        now_ms,
+    )?;
     let mut next = claim_machine(rec, owner, now_ms, ttl_ms)?;
     if let (Some(a), Some(g)) = (next.assignment.as_mut(), generation) {
         // Not caller-visible: the version stays; the old generation's
@@ -273,6 +267,29 @@ pub fn claim_machine_version(
             .map_err(|e| e.with_operation(Operation::StoreClaim))?;
     }
     Ok(next)
+}
+
+/// The rule both versioned claims share: the record must still be at the
+/// version read (`stale_version`), and an assigned record moves to the
+/// generation of its worker's lease, which the claimer must hold live
+/// (`stale_claim`, reason `worker_lease`). `None` for an unassigned record.
+fn refence_generation(
+    at_version: bool,
+    assigned: bool,
+    owner: &str,
+    worker_lease: Option<&Lease>,
+    now_ms: u64,
+) -> Result<Option<u64>, Error> {
+    if !at_version {
+        return Err(stale_version(Operation::StoreClaim));
+    }
+    if !assigned {
+        return Ok(None);
+    }
+    match worker_lease {
+        Some(l) if l.owner == owner && l.until_ms > now_ms => Ok(Some(l.generation)),
+        _ => Err(stale_claim(Operation::StoreClaim, Reason::WorkerLease)),
+    }
 }
 
 /// The record's claim as a lease; a record never claimed has generation 0,
