@@ -6,9 +6,11 @@
 
 use smolbox_core::Reason;
 mod conformance;
+mod pg_common;
+
+use pg_common::fresh_partition;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use smolbox_core::Category;
 use smolbox_core::managed::Guard;
@@ -33,23 +35,6 @@ fn url() -> Option<String> {
     }
 }
 
-/// A partition name no other test (or earlier run) uses: `[a-z][a-z0-9]{0,9}`.
-fn fresh_partition() -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64;
-    let mut v = (nanos / 1_000 % 36u64.pow(6)) * 1_000 + N.fetch_add(1, Ordering::Relaxed) % 1_000;
-    let mut s = String::from("p");
-    while s.len() < 10 {
-        let d = (v % 36) as u32;
-        s.push(char::from_digit(d, 36).unwrap());
-        v /= 36;
-    }
-    s
-}
-
 fn sealer(partition: &str) -> Sealer {
     let k = EncryptionKey::new([9; 32], &fingerprint_key()).unwrap();
     Sealer::new(&k, partition).unwrap()
@@ -72,7 +57,7 @@ impl conformance::Harness for Pg {
 
 fn make() -> Option<Pg> {
     let url = url()?;
-    let partition = fresh_partition();
+    let partition = fresh_partition('p');
     let first = Arc::new(PostgresStore::connect(&url, sealer(&partition)).unwrap());
     Some(Pg {
         url,
@@ -162,7 +147,7 @@ fn ac_18_4_1_moved_ciphertext_is_a_store_error() {
         (Category::Store, Reason::AuthenticationFailed)
     );
     // Another partition: the same row copied under a different partition.
-    let other = fresh_partition();
+    let other = fresh_partition('p');
     let o = PostgresStore::connect(&h.url, sealer(&other)).unwrap();
     c.execute(
         "INSERT INTO executions SELECT $2, scope, id, payload, fingerprint, state, version, next_due_ms, \
@@ -418,7 +403,7 @@ fn first_format_rows_migrate_and_keep_decoding() {
 #[test]
 fn connect_with_a_current_schema_takes_no_table_lock() {
     let Some(url) = url() else { return };
-    let p = fresh_partition();
+    let p = fresh_partition('p');
     drop(PostgresStore::connect(&url, sealer(&p)).unwrap());
     let mut holder = raw(&url);
     let mut tx = holder.transaction().unwrap();
@@ -430,7 +415,7 @@ fn connect_with_a_current_schema_takes_no_table_lock() {
     } else {
         format!("{url} options='-c lock_timeout=3000'")
     };
-    let second = PostgresStore::connect(&timed, sealer(&fresh_partition()));
+    let second = PostgresStore::connect(&timed, sealer(&fresh_partition('p')));
     tx.rollback().unwrap();
     let second = second.unwrap();
     let rec = accepted(key("s", "after-lock"), exec_spec("x"), 1);

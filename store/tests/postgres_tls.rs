@@ -8,10 +8,12 @@
 
 use smolbox_core::Reason;
 mod conformance;
+mod pg_common;
+
+use pg_common::fresh_partition;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use smolbox_core::Category;
 use smolbox_core::managed::testkit::fingerprint_key;
@@ -33,21 +35,6 @@ fn server() -> Option<(String, PathBuf)> {
             None
         }
     }
-}
-
-fn fresh_partition() -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64;
-    let mut v = (nanos / 1_000 % 36u64.pow(6)) * 1_000 + N.fetch_add(1, Ordering::Relaxed) % 1_000;
-    let mut s = String::from("t");
-    while s.len() < 10 {
-        s.push(char::from_digit((v % 36) as u32, 36).unwrap());
-        v /= 36;
-    }
-    s
 }
 
 fn sealer(partition: &str) -> Sealer {
@@ -76,7 +63,7 @@ impl conformance::Harness for Tls {
 fn make() -> Option<Tls> {
     let (url, ca) = server()?;
     let options = PostgresOptions::new().ca_file(&ca).unwrap();
-    let partition = fresh_partition();
+    let partition = fresh_partition('t');
     let first = Arc::new(PostgresStore::connect_with(&url, sealer(&partition), &options).unwrap());
     Some(Tls {
         url,
@@ -92,7 +79,7 @@ conformance_tests!(make);
 fn the_store_speaks_tls_to_the_server() {
     let Some((url, ca)) = server() else { return };
     let options = PostgresOptions::new().ca_file(&ca).unwrap();
-    let store = PostgresStore::connect_with(&url, sealer(&fresh_partition()), &options).unwrap();
+    let store = PostgresStore::connect_with(&url, sealer(&fresh_partition('t')), &options).unwrap();
     assert!(store.info().durable);
     // pg_hba accepts only `hostssl` on this server, so the open above
     // proves TLS; check that the server does reject a plain session.
@@ -106,7 +93,7 @@ fn the_store_speaks_tls_to_the_server() {
 #[test]
 fn a_plain_connection_to_a_tls_only_server_is_a_store_error() {
     let Some((url, _)) = server() else { return };
-    let e = PostgresStore::connect(&url, sealer(&fresh_partition())).unwrap_err();
+    let e = PostgresStore::connect(&url, sealer(&fresh_partition('t'))).unwrap_err();
     assert_eq!(e.category(), Category::Store, "{e}");
 }
 
@@ -120,7 +107,7 @@ fn an_untrusted_server_certificate_is_refused_as_tls() {
         .unwrap()
         .pem();
     let options = PostgresOptions::new().ca_pem(other_ca.as_bytes()).unwrap();
-    let e = PostgresStore::connect_with(&url, sealer(&fresh_partition()), &options).unwrap_err();
+    let e = PostgresStore::connect_with(&url, sealer(&fresh_partition('t')), &options).unwrap_err();
     assert_eq!(e.category(), Category::Store, "{e}");
     assert_eq!(e.reason(), Reason::PostgresTls, "{e}");
 }
@@ -136,6 +123,6 @@ fn a_name_the_certificate_does_not_cover_is_refused_as_tls() {
         "scripts/pg.sh's URL names host=127.0.0.1"
     );
     let options = PostgresOptions::new().ca_file(&ca).unwrap();
-    let e = PostgresStore::connect_with(&url, sealer(&fresh_partition()), &options).unwrap_err();
+    let e = PostgresStore::connect_with(&url, sealer(&fresh_partition('t')), &options).unwrap_err();
     assert_eq!(e.reason(), Reason::PostgresTls, "{e}");
 }
