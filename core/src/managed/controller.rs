@@ -153,7 +153,7 @@ use super::state::{ExecState, RecordEvidence};
 use super::{FingerprintKey, RecordKey, check_identifier, check_worker_id, fingerprint};
 use crate::exec::{Command, ExecOutput};
 use crate::worker::Profile;
-use crate::{Category, Error, Evidence, Operation};
+use crate::{Error, Operation};
 
 /// Default `max_pending` (C12.1).
 pub const DEFAULT_MAX_PENDING: u32 = 128;
@@ -728,12 +728,10 @@ impl Controller {
         let _ = now;
         self.observe_clock(now_ms);
         if self.shutting_down {
-            return Err(Error::new(
-                Category::AdmissionExhausted,
+            return Err(Error::admission_exhausted(
                 Operation::Submit,
-                Evidence::NotDispatched,
-            )
-            .with_reason(Reason::ShuttingDown));
+                Reason::ShuttingDown,
+            ));
         }
         submit
             .key
@@ -1053,14 +1051,7 @@ impl Controller {
 
     /// Acceptance rules that need the catalog (C12.4).
     fn check_catalog(&self, spec: &ExecutionSpec) -> Result<(), Error> {
-        let unsupported = |reason| {
-            Err(Error::new(
-                Category::UnsupportedCapability,
-                Operation::Submit,
-                Evidence::NotDispatched,
-            )
-            .with_reason(reason))
-        };
+        let unsupported = |reason| Err(Error::unsupported_capability(Operation::Submit, reason));
         if spec.machine.is_some() {
             return unsupported(Reason::RetainedMachines);
         }
