@@ -572,7 +572,7 @@ mod tests {
             (
                 Category::AdmissionExhausted,
                 Reason::MachineNotIdle,
-                crate::Evidence::NotDispatched
+                Evidence::NotDispatched
             )
         );
         for obs in [
