@@ -169,6 +169,7 @@ fn retained_machines_keep_every_rule() {
         .collect();
     assert!(bad.is_empty(), "{:#?}", &bad[..bad.len().min(10)]);
     eprintln!("retained: worker mutations {:?}", summary.mutations);
+    eprintln!("retained: probes {:?}", summary.probes);
     if let Some(seed) = env_u64(SEED_VAR) {
         // One seed replayed: its trace, even when it passed.
         for line in sim::run_seed(seed, Options::RETAINED).trace {
@@ -187,6 +188,20 @@ fn retained_machines_keep_every_rule() {
         assert!(
             summary.mutations.get(&kind).is_some_and(|n| *n > 0),
             "{kind:?} never exercised"
+        );
+    }
+    // Reconcile, complete listings, a drain while a live holder has the
+    // slot, and a careless operator's resolve refused as identity_conflict.
+    for probe in [
+        "reconcile_ok",
+        "list",
+        "maintenance_drained",
+        "careless_refused",
+    ] {
+        assert!(
+            summary.probes.get(probe).is_some_and(|n| *n > 0),
+            "{probe} never exercised: {:?}",
+            summary.probes
         );
     }
 }

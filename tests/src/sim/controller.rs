@@ -28,6 +28,7 @@ use smolbox_core::worker::{
 use smolbox_core::{Category, Error, Evidence, Operation};
 use smolbox_store::Store;
 
+mod probes;
 mod retained;
 
 use smolbox_core::managed::controller::terminal::{TermStoreOp, TermStoreResult};
@@ -192,6 +193,9 @@ struct Sim {
     lease_gen: u64,
     /// Keys a cancel of which the store answered `not_found` (truly).
     absent_cancels: BTreeSet<RecordKey>,
+    /// Reconcile, lists, maintenance drains, a careless operator
+    /// (retained runs).
+    probes: probes::Probes,
 }
 
 /// Runs one seed against the `Controller` and checks it.
@@ -215,6 +219,7 @@ pub fn run_seed(seed: u64, opts: Options) -> SeedReport {
         violations: sim.model.violations,
         trace,
         ended_early: sim.ended_early,
+        probes: sim.probes.counts.clone(),
     }
 }
 
@@ -303,6 +308,7 @@ impl Sim {
             slot_model: SlotModel::new(),
             lease_gen: 0,
             absent_cancels: BTreeSet::new(),
+            probes: probes::Probes::new(seed),
         };
         sim.workload(&mut rng);
         // One or two controllers share the store from the start.

@@ -62,6 +62,12 @@ pub(super) enum What {
     Submit(usize),
     Drain,
     Resolve,
+    /// A reconcile (probes).
+    Reconcile,
+    /// A resolve asserting `quiesced` for a running machine (probes).
+    Careless,
+    /// A drain while a live holder has the slot (probes).
+    Maintenance,
 }
 
 /// One slot job: a command or a terminal.
@@ -199,7 +205,7 @@ impl Sim {
             && !self.worker.requests_in_flight()
     }
 
-    fn request(&mut self, h: usize, m: usize, what: What, req: MachineRequest) {
+    pub(super) fn request(&mut self, h: usize, m: usize, what: What, req: MachineRequest) {
         self.log(format!(
             "caller of {}: {what:?} via {}",
             self.ret.machines[m].key.id,
@@ -279,6 +285,9 @@ impl Sim {
             || self
                 .holder_state(r)
                 .is_some_and(|s| s == ExecState::Unknown);
+        if self.probe(h, m, r) {
+            return;
+        }
         if r.state == S::Deleted {
             self.ret.machines[m].done = true;
             return;
@@ -889,6 +898,9 @@ impl Sim {
             Err(e) => format!("{}:{}", e.category().as_str(), e.reason()),
         };
         self.log(format!("caller of {}: {what:?} -> {label}", key.id));
+        if matches!(what, What::Reconcile | What::Careless | What::Maintenance) {
+            return self.on_probe_done(what, &key, &d.result);
+        }
         match (what, d.result) {
             (What::Create, Ok(_)) => self.ret.machines[m].created = true,
             (What::Submit(sj), Ok(MachineAnswer::Submitted { execution, .. })) => {
@@ -993,7 +1005,7 @@ impl Sim {
         }
         let resolving = self.ret.reqs.iter().any(|((x, _), (m, what))| {
             *x == h
-                && *what == What::Resolve
+                && matches!(*what, What::Resolve | What::Careless)
                 && self
                     .slot_model
                     .last(&self.ret.machines[*m].key)
