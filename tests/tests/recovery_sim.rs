@@ -197,6 +197,7 @@ fn retained_machines_keep_every_rule() {
         "list",
         "maintenance_drained",
         "careless_refused",
+        "terminal_bytes_typed",
     ] {
         assert!(
             summary.probes.get(probe).is_some_and(|n| *n > 0),

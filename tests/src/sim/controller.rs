@@ -108,7 +108,7 @@ struct Host {
     terms: BTreeMap<RecordKey, TermHost>,
     /// Its live terminal connections (C7.3, C7.4); `C` is the upgrade's
     /// request id at the worker.
-    registry: Option<Registry<u64>>,
+    registry: Option<Registry<probes::SimConn>>,
 }
 
 #[derive(Debug)]
@@ -383,6 +383,9 @@ impl Sim {
     }
 
     fn log(&mut self, line: String) {
+        if self.probes.leaks(&line) {
+            self.probes.leaked_to_trace = true;
+        }
         if self.trace.len() >= self.trace_len {
             self.trace.pop_front();
         }

@@ -103,6 +103,10 @@ pub enum Bug {
     /// A listing of machine records leaves out deleted ones (C14.2: `list`
     /// includes them). Retained runs only.
     ListSkipsDeleted,
+    /// The terminal host traces the bytes a consumer types (terminal
+    /// bytes must never reach logs, records or `Debug` output). Retained
+    /// runs only.
+    LogTerminalBytes,
 }
 
 impl Bug {
@@ -119,10 +123,11 @@ impl Bug {
 
 impl Bug {
     /// The planted bugs of the retained run.
-    pub const RETAINED: [Self; 3] = [
+    pub const RETAINED: [Self; 4] = [
         Self::SlotReleasedOnUnknown,
         Self::ResolveWithoutVerifiedStop,
         Self::ListSkipsDeleted,
+        Self::LogTerminalBytes,
     ];
 
     /// Text every violation this bug causes contains (what the planted-bug
@@ -154,6 +159,7 @@ impl Bug {
                 "a resolve asserting quiesced for a machine running at the worker was applied",
             ],
             Self::ListSkipsDeleted => &["list left out a machine the store holds (deleted"],
+            Self::LogTerminalBytes => &["terminal bytes typed into a managed terminal found in"],
         }
     }
 }

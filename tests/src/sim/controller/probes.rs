@@ -20,6 +20,8 @@
 
 use std::collections::BTreeMap;
 
+use smolbox_core::managed::terminal::ConsumerId;
+
 use smolbox_core::managed::RecordKey;
 use smolbox_core::managed::controller::{MachineAnswer, MachineRequest, Resolution};
 use smolbox_core::managed::record::MachineRecord;
@@ -45,6 +47,32 @@ pub(super) struct Probes {
     careless_sent: BTreeMap<RecordKey, u64>,
     /// How often each probe ran or each checked outcome was seen.
     pub(super) counts: BTreeMap<&'static str, u64>,
+    /// This seed's sentinel: consumers type it into managed terminals and
+    /// the programs echo it; it must never reach a record, the trace
+    /// (the shells' logs) or any `Debug` output of the controller, the
+    /// terminal runs or the store.
+    sentinel: String,
+    /// A trace line carried the sentinel (checked as each line is logged:
+    /// the trace keeps only its last lines).
+    pub(super) leaked_to_trace: bool,
+}
+
+/// A live terminal connection as the sim's registry holds it: the bytes
+/// that crossed it (the shells' connection carries these; nothing else
+/// may).
+#[derive(Debug)]
+pub(super) struct SimConn {
+    typed: Vec<u8>,
+    output: Vec<u8>,
+}
+
+impl SimConn {
+    pub(super) const fn new() -> Self {
+        Self {
+            typed: Vec::new(),
+            output: Vec::new(),
+        }
+    }
 }
 
 impl Probes {
@@ -59,11 +87,21 @@ impl Probes {
             drained: Vec::new(),
             careless_sent: BTreeMap::new(),
             counts: BTreeMap::new(),
+            sentinel: format!("tty-sentinel-{seed:016x}"),
+            leaked_to_trace: false,
         }
     }
 
     fn count(&mut self, what: &'static str) {
         *self.counts.entry(what).or_insert(0) += 1;
+    }
+}
+
+impl Probes {
+    /// True when `line` carries this seed's sentinel (only once anything
+    /// was typed).
+    pub(super) fn leaks(&self, line: &str) -> bool {
+        self.counts.contains_key("terminal_bytes_typed") && line.contains(&self.sentinel)
     }
 }
 
@@ -168,6 +206,73 @@ impl Sim {
             (What::Reconcile, Ok(_)) => self.probes.count("reconcile_ok"),
             (What::Maintenance, Ok(_)) => self.probes.count("maintenance_drained"),
             _ => {}
+        }
+    }
+
+    /// The consumer that attached to terminal `key` types the sentinel;
+    /// the program echoes it.
+    pub(super) fn type_into(&mut self, h: usize, key: &RecordKey, who: ConsumerId) {
+        let bytes = format!("echo {}\r", self.probes.sentinel).into_bytes();
+        let Some(conn) = self.hosts[h]
+            .registry
+            .as_mut()
+            .and_then(|reg| reg.get(key, who).ok())
+        else {
+            return;
+        };
+        conn.typed.extend_from_slice(&bytes);
+        conn.output.extend_from_slice(&bytes);
+        self.probes.count("terminal_bytes_typed");
+        if self.opts.bug == Some(Bug::LogTerminalBytes) {
+            let typed = String::from_utf8_lossy(&bytes).into_owned();
+            self.log(format!("consumer of {} typed {typed:?}", key.id));
+        }
+    }
+
+    /// No terminal bytes anywhere but in the connections: every stored
+    /// execution and machine record, the trace, the controllers' and the
+    /// terminal runs' `Debug` output.
+    pub(super) fn check_terminal_bytes(&mut self) {
+        if !self.probes.counts.contains_key("terminal_bytes_typed") {
+            return;
+        }
+        let s = self.probes.sentinel.clone();
+        let mut found: Vec<&'static str> = Vec::new();
+        let mut after: Option<String> = None;
+        while let Ok(page) = self.store.inner().list("sim", after.as_deref(), 100) {
+            if page.records.iter().any(|r| format!("{r:?}").contains(&s)) {
+                found.push("a stored execution record");
+            }
+            match page.next {
+                Some(c) => after = Some(c),
+                None => break,
+            }
+        }
+        if let Ok(page) = self.store.inner().list_machines("sim", None, 100)
+            && page.records.iter().any(|r| format!("{r:?}").contains(&s))
+        {
+            found.push("a stored machine record");
+        }
+        if self.probes.leaked_to_trace || self.trace.iter().any(|l| l.contains(&s)) {
+            found.push("the trace (logs)");
+        }
+        for host in &self.hosts {
+            if host
+                .ctl
+                .as_ref()
+                .is_some_and(|c| format!("{c:?}").contains(&s))
+            {
+                found.push("a controller's Debug output");
+            }
+            if host.terms.values().any(|t| format!("{t:?}").contains(&s)) {
+                found.push("a terminal run's Debug output");
+            }
+        }
+        found.dedup();
+        for place in found {
+            self.violation(format!(
+                "terminal bytes typed into a managed terminal found in {place}"
+            ));
         }
     }
 

@@ -734,7 +734,7 @@ impl Sim {
                 let inserted = self.hosts[h]
                     .registry
                     .as_mut()
-                    .map(|reg| reg.insert(n, key.clone(), req, wait));
+                    .map(|reg| reg.insert(n, key.clone(), super::probes::SimConn::new(), wait));
                 let result = match inserted {
                     Some(Ok(_)) => Ok(()),
                     Some(Err(e)) => Err(e.with_evidence(Evidence::DispatchUncertain)),
@@ -807,6 +807,9 @@ impl Sim {
                 Err(_) => "attach refused",
             };
             self.log(format!("consumer of {}: {label}", key.id));
+            if let Ok(Some(who)) = r {
+                self.type_into(h, key, who);
+            }
         }
     }
 
@@ -1024,6 +1027,7 @@ impl Sim {
     /// (no lifecycle operation left in progress after the quiescent
     /// window) and no slot is left held by a finished holder.
     pub(super) fn finish_retained(&mut self) {
+        self.check_terminal_bytes();
         let recs: Vec<MachineRecord> = self.slot_model.all().cloned().collect();
         for r in recs {
             if r.operation != MachineOperation::None && r.state != MachineRecordState::Unknown {
