@@ -253,6 +253,15 @@ fn disposable_machines_keep_every_rule() {
         .collect();
     assert!(bad.is_empty(), "{:#?}", &bad[..bad.len().min(10)]);
     eprintln!("disposable: worker mutations {:?}", summary.mutations);
+    eprintln!("disposable: commands by worker {:?}", summary.probes);
+    // Two workers, each with its own lease and capacity.
+    for w in ["on_w1", "on_w2"] {
+        assert!(
+            summary.probes.get(w).is_some_and(|n| *n > 0),
+            "{w}: {:?}",
+            summary.probes
+        );
+    }
     for kind in [
         Mutation::Create,
         Mutation::Start,

@@ -44,6 +44,11 @@ use super::worker::{self, Mutation, Reply, Request, SimWorker, WorkerFaults};
 use super::{Bug, Options, SeedReport};
 
 const WORKER_ID: &str = "w1";
+/// Every controller is configured with both workers: each has its own
+/// worker lease (generation, fencing) and its own capacity in the store;
+/// the disposable run spreads its commands over them. One simulated worker
+/// process hosts both (disposable machine names are unique per command).
+const WORKER_IDS: [&str; 2] = [WORKER_ID, "w2"];
 const MACHINE: &str = "m0";
 const TTL_MS: u64 = 30_000;
 const POLL_MS: u64 = 2_000;
@@ -332,7 +337,12 @@ impl Sim {
             let exit = rng.range(0, 3) as i32;
             let dur = rng.range(0, 3 * TTL_MS);
             let cmd = smolbox_core::exec::Command::new(worker::sim_argv(&id, exit, dur));
-            let mut spec = spec_for(&cmd, &target, WORKER_ID, MACHINE)
+            let on = if self.opts.disposable {
+                self.probes.pick_worker()
+            } else {
+                WORKER_ID
+            };
+            let mut spec = spec_for(&cmd, &target, on, MACHINE)
                 .unwrap_or_else(|e| unreachable!("a valid spec: {e:?}"));
             // Half the commands run on a disposable machine the controller
             // creates, uses, deletes and verifies absent (C17.2).
@@ -406,8 +416,10 @@ impl Sim {
     fn new_host(&mut self) {
         let h = self.hosts.len();
         let mut cfg = ControllerConfig::new(&Self::owner(h));
-        cfg.workers =
-            vec![WorkerEntry::new(WORKER_ID).with_profile(Profile::known(Version::V1_9_2))];
+        cfg.workers = WORKER_IDS
+            .iter()
+            .map(|w| WorkerEntry::new(w).with_profile(Profile::known(Version::V1_9_2)))
+            .collect();
         cfg.lease_ttl_ms = TTL_MS;
         cfg.poll_interval_ms = POLL_MS;
         let ctl = match Controller::new(
@@ -1050,7 +1062,7 @@ impl Sim {
                 machine,
                 command,
             } => {
-                if worker_id != WORKER_ID {
+                if !WORKER_IDS.contains(&worker_id.as_str()) {
                     self.violation(format!("exec on unknown worker {worker_id}"));
                 }
                 return self.exec_op(h, id, machine, &command);

@@ -98,6 +98,20 @@ impl Probes {
 }
 
 impl Probes {
+    /// The worker a disposable command runs on (half on each).
+    pub(super) fn pick_worker(&mut self) -> &'static str {
+        let w = super::WORKER_IDS[usize::from(self.rng.chance(500))];
+        *self
+            .counts
+            .entry(if w == super::WORKER_ID {
+                "on_w1"
+            } else {
+                "on_w2"
+            })
+            .or_insert(0) += 1;
+        w
+    }
+
     /// True when `line` carries this seed's sentinel (only once anything
     /// was typed).
     pub(super) fn leaks(&self, line: &str) -> bool {
