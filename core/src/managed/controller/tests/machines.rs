@@ -1442,3 +1442,5 @@ fn measurements_of_a_machine_never_created_are_refused_unsent() {
     );
     assert!(s.worker.is_empty());
 }
+
+mod refence;
