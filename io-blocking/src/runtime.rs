@@ -568,6 +568,10 @@ impl Perform for Io {
             .map_err(|_| thread_error().with_operation(Operation::Exec))
     }
 
+    fn terminals_live(&self) -> bool {
+        self.terminals.any_running()
+    }
+
     fn recover_terminal(&mut self, key: RecordKey) {
         // Off the driver thread: it waits for the run's first step.
         let terminals = self.terminals.clone();

@@ -130,10 +130,11 @@ use base64::Engine as _;
 mod exec;
 pub mod machines;
 pub mod ops;
+pub mod release;
 pub mod terminal;
 
 pub use ops::{
-    DueAfter, OpId, Reservation, StoreOp, StoreReply, StoreResult, WorkerOp, WorkerReply,
+    Claimed, DueAfter, OpId, Reservation, StoreOp, StoreReply, StoreResult, WorkerOp, WorkerReply,
     WorkerResult,
 };
 
@@ -563,6 +564,8 @@ enum Purpose {
     /// The machine of a retained command found by the due scan.
     Adopt(Box<ExecutionRecord>),
     MachineScan,
+    /// A claim release at shutdown.
+    Release(Claimed),
 }
 
 /// The managed controller (see the module docs for inputs, outputs and
@@ -612,6 +615,11 @@ pub struct Controller {
     mscan_at: Option<Instant>,
     mscan_cursor: Option<DueAfter>,
     mscanning: bool,
+    /// Claims this controller holds, for their release at shutdown
+    /// (≤ [`release::MAX_HELD`]).
+    held: BTreeMap<Claimed, release::Held>,
+    /// The driver's terminal runs (same owner) are live.
+    terminals_live: bool,
 }
 
 impl Controller {
@@ -663,6 +671,8 @@ impl Controller {
             mscan_at: scan_at,
             mscan_cursor: None,
             mscanning: false,
+            held: BTreeMap::new(),
+            terminals_live: false,
         };
         ctl.pump(now);
         Ok(ctl)
@@ -806,7 +816,11 @@ impl Controller {
 
     /// Stops taking work: new submissions are refused, no new execution is
     /// started or adopted; executions already dispatched are driven to
-    /// their end. [`ControllerEvent::Stopped`] follows once nothing is outstanding.
+    /// their end. The claims this controller holds on records it no longer
+    /// drives are released (guarded by owner and generation; machine
+    /// claims and worker leases once nothing is driven), so the next
+    /// controller need not wait out the TTL ([`release`]).
+    /// [`ControllerEvent::Stopped`] follows once nothing is outstanding.
     pub fn shutdown(&mut self, now: Instant, now_ms: u64) {
         self.observe_clock(now_ms);
         self.shutting_down = true;
@@ -820,6 +834,7 @@ impl Controller {
         let Some(purpose) = self.ops.remove(&id) else {
             return;
         };
+        self.note_claims(&purpose, &result);
         match purpose {
             Purpose::Lease(worker) => {
                 let st = self.leases.map.entry(worker).or_default();
@@ -873,6 +888,7 @@ impl Controller {
             Purpose::Req(rid) => self.on_req_stored(now, rid, result),
             Purpose::Adopt(rec) => self.on_adopt(now, *rec, result),
             Purpose::MachineScan => self.on_machine_scan(now, result),
+            Purpose::Release(what) => self.on_released(&what),
         }
         self.pump(now);
     }
@@ -1307,6 +1323,7 @@ impl Controller {
             self.scan_at = Some(now + self.cfg.poll());
         }
         self.pump_machines(now);
+        self.release_idle();
         if self.shutting_down
             && self.ops.is_empty()
             && self.execs.is_empty()

@@ -276,7 +276,7 @@ impl TestStore {
     }
 }
 
-fn mkey() -> RecordKey {
+pub(super) fn mkey() -> RecordKey {
     RecordKey::new("s", "box-1").unwrap()
 }
 
@@ -321,7 +321,7 @@ impl Sim {
             .expect("the request was answered")
     }
 
-    fn machine(&self) -> &MachineRecord {
+    pub(super) fn machine(&self) -> &MachineRecord {
         &self.store.machines[&mkey()]
     }
 
@@ -335,7 +335,7 @@ impl Sim {
     }
 
     /// Creates and starts the machine, answering the worker.
-    fn running_machine(&mut self) {
+    pub(super) fn running_machine(&mut self) {
         self.settle();
         self.request(MachineRequest::Create {
             key: mkey(),
@@ -357,7 +357,11 @@ impl Sim {
         assert_eq!(self.machine().operation, Op::None);
     }
 
-    fn submit_to_slot(&mut self, id: &str, command: &Command) -> Result<MachineAnswer, Error> {
+    pub(super) fn submit_to_slot(
+        &mut self,
+        id: &str,
+        command: &Command,
+    ) -> Result<MachineAnswer, Error> {
         self.request(MachineRequest::Submit {
             machine: mkey(),
             key: RecordKey::new("s", id).unwrap(),
@@ -810,7 +814,7 @@ fn a_create_intent_found_after_a_crash_is_never_sent_again() {
 
 /// A new controller (another owner, after the first one's claims lapsed)
 /// over what the first left in the store.
-fn successor(s: &mut Sim) -> Sim {
+pub(super) fn successor(s: &mut Sim) -> Sim {
     let store = std::mem::take(&mut s.store);
     let mut cfg = disposable_config();
     cfg.owner = "ctl-test-2".into();
