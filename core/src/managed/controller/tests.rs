@@ -275,6 +275,49 @@ impl TestStore {
                 self.records.insert(key.clone(), next.clone());
                 Ok(StoreReply::Record(next))
             }
+            StoreOp::ReleaseClaim {
+                claimed,
+                owner,
+                generation,
+                now_ms,
+            } => {
+                use crate::managed::claim::Release;
+                match claimed {
+                    Claimed::Execution(key) => {
+                        let rec = self.records.get(key).ok_or_else(absent)?;
+                        match claim::release_exec(rec, owner, *generation, *now_ms)? {
+                            Release::Ended(next) => {
+                                self.commits += 1;
+                                self.records.insert(key.clone(), next.clone());
+                                Ok(StoreReply::Record(next))
+                            }
+                            Release::Lapsed => Ok(StoreReply::Record(rec.clone())),
+                        }
+                    }
+                    Claimed::Machine(key) => {
+                        let m = self.machines.get(key).ok_or_else(absent)?;
+                        match claim::release_machine(m, owner, *generation, *now_ms)? {
+                            Release::Ended(next) => {
+                                self.commits += 1;
+                                self.machines.insert(key.clone(), next.clone());
+                                Ok(StoreReply::Machine(next))
+                            }
+                            Release::Lapsed => Ok(StoreReply::Machine(m.clone())),
+                        }
+                    }
+                    Claimed::Worker(w) => {
+                        let l = self.leases.get(w).ok_or_else(absent)?;
+                        match claim::release_lease(Some(l), owner, *generation, *now_ms)? {
+                            Release::Ended(next) => {
+                                self.commits += 1;
+                                self.leases.insert(w.clone(), next.clone());
+                                Ok(StoreReply::Lease(next))
+                            }
+                            Release::Lapsed => Ok(StoreReply::Lease(l.clone())),
+                        }
+                    }
+                }
+            }
             other => self.apply_machine_op(other),
         }
     }
@@ -1319,4 +1362,5 @@ mod disposable;
 mod findings;
 mod machines;
 mod refence;
+mod release;
 mod stream;

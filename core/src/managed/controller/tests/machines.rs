@@ -284,7 +284,7 @@ impl TestStore {
     }
 }
 
-fn mkey() -> RecordKey {
+pub(super) fn mkey() -> RecordKey {
     RecordKey::new("s", "box-1").unwrap()
 }
 
@@ -822,7 +822,7 @@ fn a_create_intent_found_after_a_crash_is_never_sent_again() {
 
 /// A new controller (another owner, after the first one's claims lapsed)
 /// over what the first left in the store.
-fn successor(s: &mut Sim) -> Sim {
+pub(super) fn successor(s: &mut Sim) -> Sim {
     let store = std::mem::take(&mut s.store);
     let mut cfg = disposable_config();
     cfg.owner = "ctl-test-2".into();
