@@ -65,14 +65,18 @@ impl Guard {
     }
 }
 
-/// A `stale_claim` error for `op`.
+/// A `stale_claim` error for `op`: the store refused its own call, so that
+/// call sent nothing to a worker (`not_dispatched`). A controller that sent
+/// a request earlier says what is known about it instead
+/// (`with_known_evidence` in the controllers).
 pub const fn stale_claim(op: Operation, reason: Reason) -> Error {
-    Error::new(Category::StaleClaim, op, Evidence::Unknown).with_reason(reason)
+    Error::new(Category::StaleClaim, op, Evidence::NotDispatched).with_reason(reason)
 }
 
-/// A `stale_version` error for `op`.
+/// A `stale_version` error for `op` (`not_dispatched`, as [`stale_claim`]).
 pub const fn stale_version(op: Operation) -> Error {
-    Error::new(Category::StaleVersion, op, Evidence::Unknown).with_reason(Reason::VersionMismatch)
+    Error::new(Category::StaleVersion, op, Evidence::NotDispatched)
+        .with_reason(Reason::VersionMismatch)
 }
 
 /// Takes or renews a lease for `owner` at `now_ms` (C15).
@@ -388,6 +392,20 @@ mod tests {
             generation,
             until_ms,
         }
+    }
+
+    #[test]
+    fn a_store_refusal_says_its_own_call_sent_nothing() {
+        let refused = take(Some(&lease("a", 1, 10_000)), "b", 1_000, 5_000).unwrap_err();
+        assert_eq!(
+            (refused.category(), refused.evidence()),
+            (Category::StaleClaim, Evidence::NotDispatched)
+        );
+        let e = stale_version(Operation::StoreWrite);
+        assert_eq!(
+            (e.category(), e.evidence()),
+            (Category::StaleVersion, Evidence::NotDispatched)
+        );
     }
 
     #[test]

@@ -158,6 +158,16 @@ impl Req {
     ) -> RStep {
         let reply = match result {
             Ok(r) => r,
+            // After the drain's stop was sent, a store refusal does not
+            // mean nothing reached the worker.
+            Err(e)
+                if matches!(
+                    self.stage,
+                    Stage::DrainStop | Stage::DrainConfirm | Stage::DrainWrite
+                ) && matches!(e.evidence(), Evidence::NotDispatched | Evidence::Unknown) =>
+            {
+                return RStep::Done(Err(e.with_evidence(Evidence::DispatchUncertain)));
+            }
             Err(e) => return RStep::Done(Err(e)),
         };
         match (&self.stage, reply) {

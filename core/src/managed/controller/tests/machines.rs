@@ -311,7 +311,7 @@ impl Sim {
         id
     }
 
-    fn answer_of(&self, id: RequestId) -> Result<MachineAnswer, Error> {
+    pub(super) fn answer_of(&self, id: RequestId) -> Result<MachineAnswer, Error> {
         self.events
             .iter()
             .find_map(|e| match e {
