@@ -33,18 +33,19 @@ fn remote(arg: &str) -> Option<(&str, &str)> {
 }
 
 /// `cp SRC DST`; `MACHINE` is a managed machine's id (its placed worker
-/// name is used) or a worker's machine name.
+/// name is used, once its recorded incarnation is verified on the worker)
+/// or a worker's machine name.
 pub(crate) fn cp(
-    b: &Backend,
+    ctx: &crate::machines::Ctx<'_>,
     args: &CpArgs,
-    store: Option<&Path>,
     json: bool,
 ) -> Result<i32, Failure> {
+    let b = ctx.backend;
     let expected = match &args.sha256 {
         Some(h) => Some(parse_hex(h)?),
         None => None,
     };
-    let placed = |m: &str| crate::machines::worker_name(store, m);
+    let placed = |m: &str| crate::machines::verified_worker_name(ctx, m);
     match (remote(&args.src), remote(&args.dst)) {
         (None, Some((machine, path))) => {
             let machine = placed(machine)?;

@@ -425,6 +425,15 @@ impl<'a> Rt<'a> {
         machines!(self, submit(machine, key, command))
     }
 
+    /// The measurements of the recorded incarnation, with the record they
+    /// were checked against (the worker is inspected first).
+    pub(crate) fn m_measurements(
+        &self,
+        key: &RecordKey,
+    ) -> Result<(smolbox_core::worker::Measurements, MachineRecord), Error> {
+        machines!(self, measurements(key))
+    }
+
     /// An ownership-verified stop for draining.
     pub(crate) fn m_stop_for_drain(
         &self,
