@@ -174,6 +174,31 @@ fn exec_stream_runs_in_a_managed_machines_slot() {
         assert_eq!(code, 3, "{shell}: {err}");
         assert_eq!(out, "first\nsecond\n");
         assert!(err.contains("slot of managed machine"), "{err}");
+        // records ls / show name the machine's worker for a slot record.
+        let xid = err
+            .split_whitespace()
+            .skip_while(|w| *w != "execution")
+            .nth(1)
+            .unwrap()
+            .to_owned();
+        let ls = sb()
+            .args(["records", "ls", "--machine", &id])
+            .output()
+            .unwrap();
+        assert_eq!(self::code(&ls), 0, "{}", stderr(&ls));
+        let row = stdout(&ls)
+            .lines()
+            .find(|l| l.starts_with(&xid))
+            .unwrap_or_else(|| panic!("{xid} listed: {}", stdout(&ls)))
+            .to_owned();
+        let cols: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(cols[1], "completed", "{row}");
+        assert_ne!(cols[4], "-", "the worker is shown: {row}");
+        assert_eq!(cols[5], id, "{row}");
+        let show = sb().args(["records", "show", &xid]).output().unwrap();
+        let text = stdout(&show);
+        assert!(!text.contains("\nworker: -"), "{text}");
+        assert!(text.contains(&format!("managed_machine: {id}")), "{text}");
         // The slot is free again: a buffered command runs.
         let mut next = None;
         for _ in 0..500 {
