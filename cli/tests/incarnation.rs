@@ -43,10 +43,12 @@ fn cp_and_logs_refuse_a_managed_machine_whose_name_another_incarnation_holds() {
         assert_eq!(code(&up), 0, "{shell}: {}", stderr(&up));
         let logs = sb(&["logs", &id]);
         assert_eq!(code(&logs), 0, "{shell}: {}", stderr(&logs));
-        // Another machine under the same worker name (made directly).
+        // Another machine under the same worker name (made directly; its
+        // size differs, so its identity does even within the same second of
+        // the worker's creation time).
         let rm = sb(&["machine", "--raw", "rm", &name]);
         assert_eq!(code(&rm), 0, "{}", stderr(&rm));
-        let other = sb(&["machine", "--raw", "create", &name]);
+        let other = sb(&["machine", "--raw", "create", &name, "--cpus", "2"]);
         assert_eq!(code(&other), 0, "{}", stderr(&other));
         let start = sb(&["machine", "--raw", "start", &name]);
         assert_eq!(code(&start), 0, "{}", stderr(&start));
