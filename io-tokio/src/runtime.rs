@@ -256,9 +256,9 @@ where
     F: FnOnce() -> Result<T, Error> + Send + 'static,
     T: Send + 'static,
 {
-    tokio::task::spawn_blocking(f).await.unwrap_or_else(|_| {
-        Err(Error::new(Category::Store, op, Evidence::Unknown).with_reason(Reason::StoreTaskLost))
-    })
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|_| Err(Error::store(op, Evidence::Unknown, Reason::StoreTaskLost)))
 }
 
 /// Retained machines through the runtime (C14, C17.3): every request goes

@@ -26,7 +26,7 @@ use smolbox_core::managed::controller::{
 };
 use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
 use smolbox_core::worker::Profile;
-use smolbox_core::{Category, Error, Evidence, Operation};
+use smolbox_core::{Error, Evidence, Operation};
 
 use crate::terminals::{LiveConn, Terminals};
 use crate::{Store, trace};
@@ -74,13 +74,12 @@ pub fn default_owner() -> String {
 
 /// The error of a call on a runtime whose driver is gone.
 pub fn stopped(op: Operation) -> Error {
-    Error::new(Category::Unknown, op, Evidence::Unknown).with_reason(Reason::RuntimeStopped)
+    Error::unknown(op, Evidence::Unknown, Reason::RuntimeStopped)
 }
 
 /// The error of a wait whose time ran out (operation `await`).
 pub fn wait_expired() -> Error {
-    Error::new(Category::Expired, Operation::Await, Evidence::Unknown)
-        .with_reason(Reason::WaitTimeout)
+    Error::expired(Operation::Await, Evidence::Unknown, Reason::WaitTimeout)
 }
 
 /// A shell's runtime, built from a [`Builder`] (the shell's
@@ -783,6 +782,7 @@ mod tests {
 
     use super::*;
     use crate::{MemoryConfig, MemoryStore};
+    use smolbox_core::Category;
 
     /// A runtime type for the builder, never started.
     struct Inert;
@@ -881,10 +881,11 @@ mod tests {
     impl Perform for Failing {
         fn store(&mut self, _: OpId, op: StoreOp) -> Result<(), Error> {
             self.store_ops.push(op.name());
-            Err(
-                Error::new(Category::Store, Operation::StoreWrite, Evidence::Unknown)
-                    .with_reason(Reason::StoreThreadLost),
-            )
+            Err(Error::store(
+                Operation::StoreWrite,
+                Evidence::Unknown,
+                Reason::StoreThreadLost,
+            ))
         }
         fn worker(&mut self, _: OpId, _: WorkerOp) -> Result<(), Error> {
             unreachable!("nothing is dispatched without a durable record")

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::record::{Assignment, Claim, ExecutionRecord, MachineRecord};
 use super::{MAX_COUNTER, check_identifier};
-use crate::{Category, Error, Evidence, Operation};
+use crate::{Error, Evidence, Operation};
 
 /// Shortest lease or claim TTL in milliseconds (C15).
 pub const MIN_TTL_MS: u64 = 1;
@@ -65,20 +65,6 @@ impl Guard {
     }
 }
 
-/// A `stale_claim` error for `op`: the store refused its own call, so that
-/// call sent nothing to a worker (`not_dispatched`). A controller that sent
-/// a request earlier says what is known about it instead
-/// (`with_known_evidence` in the controllers).
-pub const fn stale_claim(op: Operation, reason: Reason) -> Error {
-    Error::new(Category::StaleClaim, op, Evidence::NotDispatched).with_reason(reason)
-}
-
-/// A `stale_version` error for `op` (`not_dispatched`, as [`stale_claim`]).
-pub const fn stale_version(op: Operation) -> Error {
-    Error::new(Category::StaleVersion, op, Evidence::NotDispatched)
-        .with_reason(Reason::VersionMismatch)
-}
-
 /// Takes or renews a lease for `owner` at `now_ms` (C15).
 ///
 /// # Errors
@@ -103,9 +89,11 @@ pub fn take(
             generation: l.generation,
             until_ms: l.until_ms.max(until),
         }),
-        Some(l) if l.until_ms > now_ms => {
-            Err(stale_claim(Operation::StoreClaim, Reason::HeldByOther))
-        }
+        Some(l) if l.until_ms > now_ms => Err(Error::stale_claim(
+            Operation::StoreClaim,
+            Evidence::NotDispatched,
+            Reason::HeldByOther,
+        )),
         Some(l) if l.generation >= MAX_COUNTER => Err(Error::validation(
             Operation::StoreClaim,
             Reason::GenerationExhausted,
@@ -285,14 +273,22 @@ fn refence_generation(
     now_ms: u64,
 ) -> Result<Option<u64>, Error> {
     if !at_version {
-        return Err(stale_version(Operation::StoreClaim));
+        return Err(Error::stale_version(
+            Operation::StoreClaim,
+            Evidence::NotDispatched,
+            Reason::VersionMismatch,
+        ));
     }
     if !assigned {
         return Ok(None);
     }
     match worker_lease {
         Some(l) if l.owner == owner && l.until_ms > now_ms => Ok(Some(l.generation)),
-        _ => Err(stale_claim(Operation::StoreClaim, Reason::WorkerLease)),
+        _ => Err(Error::stale_claim(
+            Operation::StoreClaim,
+            Evidence::NotDispatched,
+            Reason::WorkerLease,
+        )),
     }
 }
 
@@ -363,21 +359,41 @@ pub fn check_guard(
     op: Operation,
 ) -> Result<(), Error> {
     if guard.version != fence.version {
-        return Err(stale_version(op));
+        return Err(Error::stale_version(
+            op,
+            Evidence::NotDispatched,
+            Reason::VersionMismatch,
+        ));
     }
     let Some(claim) = fence.claim else {
-        return Err(stale_claim(op, Reason::NoClaim));
+        return Err(Error::stale_claim(
+            op,
+            Evidence::NotDispatched,
+            Reason::NoClaim,
+        ));
     };
     if claim.owner != guard.owner || fence.generation != guard.generation {
-        return Err(stale_claim(op, Reason::ClaimOwner));
+        return Err(Error::stale_claim(
+            op,
+            Evidence::NotDispatched,
+            Reason::ClaimOwner,
+        ));
     }
     if claim.until_ms <= now_ms {
-        return Err(stale_claim(op, Reason::ClaimExpired));
+        return Err(Error::stale_claim(
+            op,
+            Evidence::NotDispatched,
+            Reason::ClaimExpired,
+        ));
     }
     if let Some(a) = fence.assignment
         && worker_lease.map(|l| l.generation) != Some(a.worker_generation)
     {
-        return Err(stale_claim(op, Reason::WorkerGeneration));
+        return Err(Error::stale_claim(
+            op,
+            Evidence::NotDispatched,
+            Reason::WorkerGeneration,
+        ));
     }
     Ok(())
 }
@@ -385,6 +401,7 @@ pub fn check_guard(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Category;
 
     fn lease(owner: &str, generation: u64, until_ms: u64) -> Lease {
         Lease {
@@ -394,17 +411,15 @@ mod tests {
         }
     }
 
+    /// A store refusal says its own call sent nothing (`not_dispatched`);
+    /// a controller that sent a request earlier corrects it
+    /// (`with_known_evidence`).
     #[test]
     fn a_store_refusal_says_its_own_call_sent_nothing() {
         let refused = take(Some(&lease("a", 1, 10_000)), "b", 1_000, 5_000).unwrap_err();
         assert_eq!(
             (refused.category(), refused.evidence()),
             (Category::StaleClaim, Evidence::NotDispatched)
-        );
-        let e = stale_version(Operation::StoreWrite);
-        assert_eq!(
-            (e.category(), e.evidence()),
-            (Category::StaleVersion, Evidence::NotDispatched)
         );
     }
 

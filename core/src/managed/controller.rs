@@ -153,7 +153,7 @@ use super::state::{ExecState, RecordEvidence};
 use super::{FingerprintKey, RecordKey, check_identifier, check_worker_id, fingerprint};
 use crate::exec::{Command, ExecOutput};
 use crate::worker::Profile;
-use crate::{Category, Error, Evidence, Operation};
+use crate::{Error, Operation};
 
 /// Default `max_pending` (C12.1).
 pub const DEFAULT_MAX_PENDING: u32 = 128;
@@ -417,14 +417,19 @@ impl Finished {
 /// already says more (a worker's `exited`, `dispatch_uncertain`) is kept.
 pub(super) fn with_known_evidence(e: Error, rec: Option<&ExecutionRecord>, sent: bool) -> Error {
     let sent = sent || rec.is_some_and(|r| !r.state.is_before_dispatch());
-    if !sent || !matches!(e.evidence(), Evidence::NotDispatched | Evidence::Unknown) {
+    if !sent
+        || !matches!(
+            e.evidence(),
+            crate::Evidence::NotDispatched | crate::Evidence::Unknown
+        )
+    {
         return e;
     }
     let e = match rec.map(|r| r.evidence) {
         Some(ev) if !matches!(ev, RecordEvidence::NotDispatched | RecordEvidence::Unknown) => {
             e.with_evidence(ev.to_error_evidence())
         }
-        _ => e.with_evidence(Evidence::DispatchUncertain),
+        _ => e.with_evidence(crate::Evidence::DispatchUncertain),
     };
     match rec
         .and_then(|r| r.result.as_ref())
@@ -755,12 +760,10 @@ impl Controller {
         let _ = now;
         self.observe_clock(now_ms);
         if self.shutting_down {
-            return Err(Error::new(
-                Category::AdmissionExhausted,
+            return Err(Error::admission_exhausted(
                 Operation::Submit,
-                Evidence::NotDispatched,
-            )
-            .with_reason(Reason::ShuttingDown));
+                Reason::ShuttingDown,
+            ));
         }
         submit
             .key
@@ -1080,14 +1083,7 @@ impl Controller {
 
     /// Acceptance rules that need the catalog (C12.4).
     fn check_catalog(&self, spec: &ExecutionSpec) -> Result<(), Error> {
-        let unsupported = |reason| {
-            Err(Error::new(
-                Category::UnsupportedCapability,
-                Operation::Submit,
-                Evidence::NotDispatched,
-            )
-            .with_reason(reason))
-        };
+        let unsupported = |reason| Err(Error::unsupported_capability(Operation::Submit, reason));
         if spec.machine.is_some() {
             return unsupported(Reason::RetainedMachines);
         }

@@ -45,7 +45,11 @@ fn a_store_failure_after_the_drain_stop_was_sent_is_dispatch_uncertain() {
 #[test]
 fn known_evidence_keeps_a_definite_error_and_corrects_a_refusal_after_a_send() {
     let k = RecordKey::new("s", "k").unwrap();
-    let refusal = claim::stale_claim(Operation::StoreWrite, Reason::ClaimOwner);
+    let refusal = Error::stale_claim(
+        Operation::StoreWrite,
+        Evidence::NotDispatched,
+        Reason::ClaimOwner,
+    );
     let known = with_known_evidence;
     // Nothing sent: the refusal's own evidence.
     let ready = exec_in(ExecState::Ready, k.clone(), T0).unwrap();
@@ -72,7 +76,7 @@ fn known_evidence_keeps_a_definite_error_and_corrects_a_refusal_after_a_send() {
         completed.result.as_ref().and_then(ExecResult::exit_code)
     );
     // A worker's definite answer is kept.
-    let exited = Error::new(Category::Transport, Operation::Exec, Evidence::Exited);
+    let exited = Error::transport(Operation::Exec, Evidence::Exited, Reason::Deadline);
     assert_eq!(
         known(exited, Some(&dispatching), true).evidence(),
         Evidence::Exited

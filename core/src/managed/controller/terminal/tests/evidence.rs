@@ -32,7 +32,11 @@ fn a_refusal_before_anything_was_sent_stays_not_dispatched() {
     let mut sim = Sim::new();
     sim.fake.fail = Some((
         "submit",
-        claim::stale_claim(Operation::StoreAccept, Reason::HeldByOther),
+        Error::stale_claim(
+            Operation::StoreAccept,
+            Evidence::NotDispatched,
+            Reason::HeldByOther,
+        ),
     ));
     let run = sim.open("t1", ManagedTerminalSpec::default());
     assert!(run.is_done());
