@@ -39,6 +39,7 @@ use smolbox_core::managed::{Capabilities, ExecPatch, Guard, Lease, MachinePatch,
 use smolbox_core::{Category, Error, Evidence, Operation};
 
 mod engine;
+pub mod fuzzing;
 pub mod keys;
 mod memory;
 #[cfg(feature = "postgres")]

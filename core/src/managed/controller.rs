@@ -810,7 +810,11 @@ impl Controller {
     pub fn shutdown(&mut self, now: Instant, now_ms: u64) {
         self.observe_clock(now_ms);
         self.shutting_down = true;
+        // Neither due scan runs any more: no timer of theirs may stay behind
+        // (one left in the past, with nothing to do, would make a driver
+        // spin until `Stopped`).
         self.scan_at = None;
+        self.mscan_at = None;
         self.pump(now);
     }
 
