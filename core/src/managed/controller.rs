@@ -1171,9 +1171,10 @@ impl Controller {
     fn on_scan(&mut self, now: Instant, result: StoreResult) {
         self.scanning = false;
         let Ok(StoreReply::Due { records, next }) = result else {
-            // A failed scan is retried next interval (never read as "none due").
+            // A failed scan is retried next interval (never read as "none
+            // due"), unless shutting down: no scan runs any more.
             self.scan_cursor = None;
-            self.scan_at = Some(now + self.cfg.poll());
+            self.scan_at = (!self.shutting_down).then(|| now + self.cfg.poll());
             return;
         };
         let mut full = false;
