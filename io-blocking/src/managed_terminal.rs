@@ -27,7 +27,7 @@ use smolbox_core::managed::spec::ManagedTerminalSpec;
 use smolbox_core::managed::terminal::{ConsumerId, Registry};
 use smolbox_core::managed::{ExecutionRecord, RecordKey};
 use smolbox_core::terminal::{MAX_NEXT_WAIT, TerminalExit};
-use smolbox_core::{Category, Error, Evidence, Operation};
+use smolbox_core::{Error, Operation};
 use smolbox_store::apply_terminal_op;
 use smolbox_store::runtime::Parts;
 use smolbox_store::terminals::{LiveConn, Terminals, lock};
@@ -127,12 +127,7 @@ impl ManagedTerminals {
                 if owns_key {
                     self.inner.t.end_run(&key);
                 }
-                Error::new(
-                    Category::AdmissionExhausted,
-                    Operation::TerminalOpen,
-                    Evidence::NotDispatched,
-                )
-                .with_reason(Reason::NoThread)
+                Error::admission_exhausted(Operation::TerminalOpen, Reason::NoThread)
             })
     }
 
@@ -511,5 +506,5 @@ fn close_conn(
 fn end_live(inner: &Inner, key: &RecordKey, live: &Live, outcome: Result<TerminalExit, Error>) {
     lock(&live.queue).close(outcome);
     live.readable.notify_all();
-    inner.t.finished(key);
+    inner.t.finished(key, &outcome);
 }

@@ -49,6 +49,8 @@ pub use smolbox_store::runtime::{
 use crate::Client;
 use crate::managed_terminal::ManagedTerminals;
 
+mod stream;
+
 /// Options of a [`Runtime`] (C12.1); [`RuntimeBuilder::build`] checks them
 /// and starts the driver and store threads.
 pub type RuntimeBuilder = Builder<Runtime>;
@@ -80,7 +82,14 @@ impl Build for Runtime {
                     }
                 }
             })
-            .map_err(|_| thread_error())?;
+            .map_err(|_| {
+                Error::unknown(
+                    Operation::Config,
+                    Evidence::NotDispatched,
+                    Reason::ThreadSpawn,
+                )
+            })?;
+        let streams = Arc::new(stream::Sinks::default());
         let driver = Driver {
             host: p.host,
             clock: Arc::clone(&p.clock),
@@ -90,6 +99,7 @@ impl Build for Runtime {
                 clients: p.clients,
                 tx: tx.clone(),
                 store_tx,
+                streams: Arc::clone(&streams),
             },
             closed: false,
         };
@@ -100,12 +110,19 @@ impl Build for Runtime {
                 let _entered = span.enter();
                 driver.run(&rx);
             })
-            .map_err(|_| thread_error())?;
+            .map_err(|_| {
+                Error::unknown(
+                    Operation::Config,
+                    Evidence::NotDispatched,
+                    Reason::ThreadSpawn,
+                )
+            })?;
         Ok(Self {
             store: p.store,
             cmd: tx,
             shared,
             terminals,
+            streams,
         })
     }
 }
@@ -125,21 +142,14 @@ enum Msg {
     Close,
 }
 
-fn thread_error() -> Error {
-    Error::new(
-        Category::Unknown,
-        Operation::Config,
-        Evidence::NotDispatched,
-    )
-    .with_reason(Reason::ThreadSpawn)
-}
-
 /// Runs managed commands through a controller over a durable store.
 pub struct Runtime {
     store: Arc<dyn Store>,
     cmd: mpsc::Sender<Msg>,
     shared: Arc<Shared>,
     terminals: ManagedTerminals,
+    /// Sinks of the streamed executions callers wait for.
+    streams: Arc<stream::Sinks>,
 }
 
 impl Drop for Runtime {
@@ -504,6 +514,7 @@ struct Io {
     clients: BTreeMap<String, Client>,
     tx: mpsc::Sender<Msg>,
     store_tx: mpsc::Sender<(OpId, StoreOp)>,
+    streams: Arc<stream::Sinks>,
 }
 
 impl Driver {
@@ -546,26 +557,40 @@ impl Perform for Io {
     fn store(&mut self, id: OpId, op: StoreOp) -> Result<(), Error> {
         self.store_tx.send((id, op)).map_err(|_| {
             // The store thread is gone: a store failure, never absence.
-            Error::new(Category::Store, Operation::StoreWrite, Evidence::Unknown)
-                .with_reason(Reason::StoreThreadLost)
+            Error::store(
+                Operation::StoreWrite,
+                Evidence::Unknown,
+                Reason::StoreThreadLost,
+            )
         })
     }
 
     fn worker(&mut self, id: OpId, op: WorkerOp) -> Result<(), Error> {
         let client = self.clients.get(op.worker_id()).cloned();
         let tx = self.tx.clone();
+        let sink = match &op {
+            WorkerOp::ExecStream { key, .. } => self.streams.take(key),
+            _ => None,
+        };
         std::thread::Builder::new()
             .name("smolbox-worker-op".into())
             .spawn(move || {
                 let r = match client {
-                    Some(c) => call(&c, op),
+                    Some(c) => call(&c, op, sink),
                     None => Err(Error::validation(Operation::Config, Reason::UnknownWorker)),
                 };
                 let _ = tx.send(Msg::Answer(Answer::Worker(id, r)));
             })
             .map(|_| ())
             // Nothing was sent: the op never started.
-            .map_err(|_| thread_error().with_operation(Operation::Exec))
+            .map_err(|_| {
+                Error::unknown(
+                    Operation::Config,
+                    Evidence::NotDispatched,
+                    Reason::ThreadSpawn,
+                )
+                .with_operation(Operation::Exec)
+            })
     }
 
     fn recover_terminal(&mut self, key: RecordKey) {
@@ -579,8 +604,9 @@ impl Perform for Io {
     }
 }
 
-/// Performs one worker op through the client.
-fn call(c: &Client, op: WorkerOp) -> WorkerResult {
+/// Performs one worker op through the client (a streamed exec's events
+/// go to `sink`).
+fn call(c: &Client, op: WorkerOp, sink: Option<stream::Sink>) -> WorkerResult {
     match op {
         WorkerOp::Exec {
             machine, command, ..
@@ -611,5 +637,8 @@ fn call(c: &Client, op: WorkerOp) -> WorkerResult {
         } => smolbox_core::worker::Logs::new(&profile, name, params)
             .and_then(|logs| c.logs(&logs))
             .map(WorkerReply::Logs),
+        WorkerOp::ExecStream {
+            machine, command, ..
+        } => stream::perform(c, &machine, &command, sink),
     }
 }

@@ -26,7 +26,7 @@ use smolbox_core::managed::spec::ManagedTerminalSpec;
 use smolbox_core::managed::terminal::{ConsumerId, Registry};
 use smolbox_core::managed::{ExecutionRecord, RecordKey};
 use smolbox_core::terminal::{MAX_NEXT_WAIT, TerminalExit};
-use smolbox_core::{Category, Error, Evidence, Operation};
+use smolbox_core::{Error, Evidence, Operation};
 use smolbox_store::apply_terminal_op;
 use smolbox_store::runtime::Parts;
 use smolbox_store::terminals::{LiveConn, Terminals, lock};
@@ -350,9 +350,9 @@ where
     F: FnOnce() -> Result<T, Error> + Send + 'static,
     T: Send + 'static,
 {
-    tokio::task::spawn_blocking(f).await.unwrap_or_else(|_| {
-        Err(Error::new(Category::Store, op, Evidence::Unknown).with_reason(Reason::StoreTaskLost))
-    })
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|_| Err(Error::store(op, Evidence::Unknown, Reason::StoreTaskLost)))
 }
 
 /// The connection half of a run's task.
@@ -520,5 +520,5 @@ async fn close_conn(
 fn end_live(inner: &Inner, key: &RecordKey, live: &Live, outcome: Result<TerminalExit, Error>) {
     lock(&live.queue).close(outcome);
     live.readable.notify_one();
-    inner.t.finished(key);
+    inner.t.finished(key, &outcome);
 }

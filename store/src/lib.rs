@@ -30,13 +30,12 @@
 //! Leases, claims and generations fence store writes only; they never fence
 //! HTTP already sent (C15).
 
-use smolbox_core::Reason;
+use smolbox_core::Error;
 use smolbox_core::managed::controller::{DueAfter, StoreOp, StoreReply, StoreResult};
 use smolbox_core::managed::record::{ExecutionRecord, MachineRecord, Resources};
 use smolbox_core::managed::slot::{Disposition, Finish};
 use smolbox_core::managed::state::MachineOperation;
 use smolbox_core::managed::{Capabilities, ExecPatch, Guard, Lease, MachinePatch, RecordKey};
-use smolbox_core::{Category, Error, Evidence, Operation};
 
 mod engine;
 pub mod fuzzing;
@@ -589,16 +588,6 @@ pub enum Assigned {
     Execution(RecordKey),
     /// A retained machine.
     Machine(RecordKey),
-}
-
-/// A `store` error: the store failed (unavailable, corrupt, unknown version).
-pub(crate) const fn store_error(op: Operation, reason: Reason) -> Error {
-    Error::new(Category::Store, op, Evidence::Unknown).with_reason(reason)
-}
-
-/// A `not_found` error: the store positively answered "no such record".
-pub(crate) const fn not_found(op: Operation) -> Error {
-    Error::new(Category::NotFound, op, Evidence::Unknown).with_reason(Reason::Absent)
 }
 
 /// Forwards every [`Store`] method to the shared engine over a backend.

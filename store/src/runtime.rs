@@ -26,10 +26,12 @@ use smolbox_core::managed::controller::{
 };
 use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
 use smolbox_core::worker::Profile;
-use smolbox_core::{Category, Error, Evidence, Operation};
+use smolbox_core::{Error, Evidence, Operation};
 
 use crate::terminals::{LiveConn, Terminals};
 use crate::{Store, trace};
+
+pub mod stream;
 
 /// Longest single wait (C16).
 pub const MAX_WAIT_MS: u64 = 900_000;
@@ -72,13 +74,12 @@ pub fn default_owner() -> String {
 
 /// The error of a call on a runtime whose driver is gone.
 pub fn stopped(op: Operation) -> Error {
-    Error::new(Category::Unknown, op, Evidence::Unknown).with_reason(Reason::RuntimeStopped)
+    Error::unknown(op, Evidence::Unknown, Reason::RuntimeStopped)
 }
 
 /// The error of a wait whose time ran out (operation `await`).
 pub fn wait_expired() -> Error {
-    Error::new(Category::Expired, Operation::Await, Evidence::Unknown)
-        .with_reason(Reason::WaitTimeout)
+    Error::expired(Operation::Await, Evidence::Unknown, Reason::WaitTimeout)
 }
 
 /// A shell's runtime, built from a [`Builder`] (the shell's
@@ -393,6 +394,9 @@ pub enum Command {
     Reconcile,
     /// Stop taking work; answered once nothing is outstanding.
     Shutdown(Reply<()>),
+    /// A caller wants (`true`) or no longer wants the output of the key's
+    /// command as it comes (see [`stream`]); sent before its submission.
+    Stream(RecordKey, bool),
 }
 
 /// A retained-machine request and how its answer is read: one per method
@@ -661,6 +665,7 @@ impl Host {
                 Err(e) => reply(Err(e)),
             },
             Command::Reconcile => self.controller.reconcile(now, now_ms),
+            Command::Stream(key, on) => self.controller.stream_output(key, on),
             Command::Shutdown(reply) => {
                 if self.stopped {
                     reply(());
@@ -777,6 +782,7 @@ mod tests {
 
     use super::*;
     use crate::{MemoryConfig, MemoryStore};
+    use smolbox_core::Category;
 
     /// A runtime type for the builder, never started.
     struct Inert;
@@ -875,10 +881,11 @@ mod tests {
     impl Perform for Failing {
         fn store(&mut self, _: OpId, op: StoreOp) -> Result<(), Error> {
             self.store_ops.push(op.name());
-            Err(
-                Error::new(Category::Store, Operation::StoreWrite, Evidence::Unknown)
-                    .with_reason(Reason::StoreThreadLost),
-            )
+            Err(Error::store(
+                Operation::StoreWrite,
+                Evidence::Unknown,
+                Reason::StoreThreadLost,
+            ))
         }
         fn worker(&mut self, _: OpId, _: WorkerOp) -> Result<(), Error> {
             unreachable!("nothing is dispatched without a durable record")

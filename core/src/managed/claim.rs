@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::record::{Assignment, Claim, ExecutionRecord, MachineRecord};
 use super::{MAX_COUNTER, check_identifier};
-use crate::{Category, Error, Evidence, Operation};
+use crate::{Error, Evidence, Operation};
 
 /// Shortest lease or claim TTL in milliseconds (C15).
 pub const MIN_TTL_MS: u64 = 1;
@@ -65,16 +65,6 @@ impl Guard {
     }
 }
 
-/// A `stale_claim` error for `op`.
-pub const fn stale_claim(op: Operation, reason: Reason) -> Error {
-    Error::new(Category::StaleClaim, op, Evidence::Unknown).with_reason(reason)
-}
-
-/// A `stale_version` error for `op`.
-pub const fn stale_version(op: Operation) -> Error {
-    Error::new(Category::StaleVersion, op, Evidence::Unknown).with_reason(Reason::VersionMismatch)
-}
-
 /// Takes or renews a lease for `owner` at `now_ms` (C15).
 ///
 /// # Errors
@@ -99,9 +89,11 @@ pub fn take(
             generation: l.generation,
             until_ms: l.until_ms.max(until),
         }),
-        Some(l) if l.until_ms > now_ms => {
-            Err(stale_claim(Operation::StoreClaim, Reason::HeldByOther))
-        }
+        Some(l) if l.until_ms > now_ms => Err(Error::stale_claim(
+            Operation::StoreClaim,
+            Evidence::Unknown,
+            Reason::HeldByOther,
+        )),
         Some(l) if l.generation >= MAX_COUNTER => Err(Error::validation(
             Operation::StoreClaim,
             Reason::GenerationExhausted,
@@ -281,14 +273,22 @@ fn refence_generation(
     now_ms: u64,
 ) -> Result<Option<u64>, Error> {
     if !at_version {
-        return Err(stale_version(Operation::StoreClaim));
+        return Err(Error::stale_version(
+            Operation::StoreClaim,
+            Evidence::Unknown,
+            Reason::VersionMismatch,
+        ));
     }
     if !assigned {
         return Ok(None);
     }
     match worker_lease {
         Some(l) if l.owner == owner && l.until_ms > now_ms => Ok(Some(l.generation)),
-        _ => Err(stale_claim(Operation::StoreClaim, Reason::WorkerLease)),
+        _ => Err(Error::stale_claim(
+            Operation::StoreClaim,
+            Evidence::Unknown,
+            Reason::WorkerLease,
+        )),
     }
 }
 
@@ -359,21 +359,37 @@ pub fn check_guard(
     op: Operation,
 ) -> Result<(), Error> {
     if guard.version != fence.version {
-        return Err(stale_version(op));
+        return Err(Error::stale_version(
+            op,
+            Evidence::Unknown,
+            Reason::VersionMismatch,
+        ));
     }
     let Some(claim) = fence.claim else {
-        return Err(stale_claim(op, Reason::NoClaim));
+        return Err(Error::stale_claim(op, Evidence::Unknown, Reason::NoClaim));
     };
     if claim.owner != guard.owner || fence.generation != guard.generation {
-        return Err(stale_claim(op, Reason::ClaimOwner));
+        return Err(Error::stale_claim(
+            op,
+            Evidence::Unknown,
+            Reason::ClaimOwner,
+        ));
     }
     if claim.until_ms <= now_ms {
-        return Err(stale_claim(op, Reason::ClaimExpired));
+        return Err(Error::stale_claim(
+            op,
+            Evidence::Unknown,
+            Reason::ClaimExpired,
+        ));
     }
     if let Some(a) = fence.assignment
         && worker_lease.map(|l| l.generation) != Some(a.worker_generation)
     {
-        return Err(stale_claim(op, Reason::WorkerGeneration));
+        return Err(Error::stale_claim(
+            op,
+            Evidence::Unknown,
+            Reason::WorkerGeneration,
+        ));
     }
     Ok(())
 }
@@ -381,6 +397,7 @@ pub fn check_guard(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Category;
 
     fn lease(owner: &str, generation: u64, until_ms: u64) -> Lease {
         Lease {

@@ -12,16 +12,7 @@ use super::state::{
     Cleanup, Collection, ExecState, MachineOperation, MachinePhase, MachineRecordState,
 };
 use crate::Reason;
-use crate::{Category, Error, Evidence, Operation};
-
-const fn exhausted(reason: Reason) -> Error {
-    Error::new(
-        Category::AdmissionExhausted,
-        Operation::StoreSlot,
-        Evidence::NotDispatched,
-    )
-    .with_reason(reason)
-}
+use crate::{Error, Evidence, Operation};
 
 /// Gives the slot of `machine` to `exec` (C14.3): the machine must be idle
 /// and running, in the same scope, with the same artifact and exact profile,
@@ -51,7 +42,12 @@ pub fn acquire(
     }
     match &machine.active_execution {
         Some(k) if *k == exec.key => return Ok(machine.clone()),
-        Some(_) => return Err(exhausted(Reason::SlotBusy)),
+        Some(_) => {
+            return Err(Error::admission_exhausted(
+                Operation::StoreSlot,
+                Reason::SlotBusy,
+            ));
+        }
         None => {}
     }
     if !exec.state.is_before_dispatch() {
@@ -61,7 +57,10 @@ pub fn acquire(
         ));
     }
     if machine.state != MachineRecordState::Running || machine.operation != MachineOperation::None {
-        return Err(exhausted(Reason::MachineNotIdle));
+        return Err(Error::admission_exhausted(
+            Operation::StoreSlot,
+            Reason::MachineNotIdle,
+        ));
     }
     if now_ms < machine.updated_at_ms {
         return Err(Error::validation(
@@ -171,6 +170,15 @@ pub fn finish_command(
     let mut next = machine.clone();
     let (outcome, cleanup) = if release {
         next.active_execution = None;
+        if let Some(observed) = verified_stop(machine) {
+            // A stop verified while the slot was held (`stop_for_drain`,
+            // or a reconcile that found the recorded incarnation stopped)
+            // could not move the state then (an active execution requires
+            // `running`); it does now, so the next command is refused
+            // before acceptance instead of being admitted into a stopped
+            // machine, and a start is sent instead of settling at once.
+            next.state = observed;
+        }
         (Finish::Released, Cleanup::Complete)
     } else {
         if next.state != MachineRecordState::Unknown {
@@ -200,6 +208,23 @@ pub fn finish_command(
     let command =
         apply_exec(exec, &patch, now_ms).map_err(|e| e.with_operation(Operation::StoreSlot))?;
     Ok((next, command, outcome))
+}
+
+/// The stopped (or created) state last observed for the recorded
+/// incarnation of a machine whose record still says `running`: a stop
+/// verified while a command held the slot.
+fn verified_stop(machine: &MachineRecord) -> Option<MachineRecordState> {
+    let obs = machine.observation.as_ref()?;
+    let ours = machine
+        .creation
+        .as_ref()
+        .is_some_and(|c| c.incarnation == obs.incarnation);
+    let stopped = matches!(
+        obs.state,
+        MachineRecordState::Stopped | MachineRecordState::Created
+    );
+    let running = machine.state == MachineRecordState::Running;
+    (ours && stopped && running && machine.state.can_move_to(obs.state)).then_some(obs.state)
 }
 
 /// Records a versioned lifecycle request `(action, version)` (C14.2).
@@ -233,26 +258,34 @@ pub fn request(
         return Ok(None);
     }
     if version != machine.version {
-        return Err(super::claim::stale_version(Operation::StoreSlot));
+        return Err(Error::stale_version(
+            Operation::StoreSlot,
+            Evidence::Unknown,
+            Reason::VersionMismatch,
+        ));
     }
     if machine.active_execution.is_some()
         && matches!(action, MachineOperation::Stop | MachineOperation::Delete)
     {
-        return Err(exhausted(Reason::CommandActive));
+        return Err(Error::admission_exhausted(
+            Operation::StoreSlot,
+            Reason::CommandActive,
+        ));
     }
     let conflict_delete =
         machine.state == MachineRecordState::Conflict && action == MachineOperation::Delete;
     let superseded = conflict_delete && machine.phase == MachinePhase::Uncertain;
     if machine.operation != MachineOperation::None && !superseded {
-        return Err(exhausted(Reason::OperationInProgress));
+        return Err(Error::admission_exhausted(
+            Operation::StoreSlot,
+            Reason::OperationInProgress,
+        ));
     }
     if conflict_delete && machine.assignment.is_some() && machine.creation.is_none() {
-        return Err(Error::new(
-            Category::Validation,
+        return Err(Error::validation(
             Operation::StoreSlot,
-            Evidence::NotDispatched,
-        )
-        .with_reason(Reason::NoCreationEvidence));
+            Reason::NoCreationEvidence,
+        ));
     }
     if now_ms < machine.updated_at_ms {
         return Err(Error::validation(
@@ -319,7 +352,11 @@ pub fn resolve(
         return Err(Error::validation(op, Reason::NotQuiesced));
     }
     if version != machine.version {
-        return Err(super::claim::stale_version(op));
+        return Err(Error::stale_version(
+            op,
+            Evidence::Unknown,
+            Reason::VersionMismatch,
+        ));
     }
     if machine.state == MachineRecordState::Deleted {
         return Err(Error::validation(op, Reason::AlreadyDeleted));
@@ -338,13 +375,21 @@ pub fn resolve(
         } => {
             let recorded = machine.creation.as_ref().map(|c| c.incarnation.as_str());
             if recorded != Some(incarnation.as_str()) {
-                return Err(identity_conflict(Reason::IncarnationMismatch));
+                return Err(Error::identity_conflict(
+                    Operation::StoreSlot,
+                    Evidence::NotDispatched,
+                    Reason::IncarnationMismatch,
+                ));
             }
             if !matches!(
                 observed,
                 MachineRecordState::Stopped | MachineRecordState::Created
             ) {
-                return Err(identity_conflict(Reason::NotStopped));
+                return Err(Error::identity_conflict(
+                    Operation::StoreSlot,
+                    Evidence::NotDispatched,
+                    Reason::NotStopped,
+                ));
             }
             next.state = *observed;
             next.observation = Some(RecordedObservation {
@@ -403,18 +448,10 @@ fn settle_command(c: &ExecutionRecord, now_ms: u64) -> Result<ExecutionRecord, E
     apply_exec(c, &patch, now_ms.max(c.updated_at_ms))
 }
 
-const fn identity_conflict(reason: Reason) -> Error {
-    Error::new(
-        Category::IdentityConflict,
-        Operation::StoreSlot,
-        Evidence::NotDispatched,
-    )
-    .with_reason(reason)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Category;
     use crate::Reason;
     use crate::managed::testkit::{exec_in, key, machine_in};
 
@@ -515,6 +552,59 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Recovery simulation seed 185: a stop verified while a command held
+    /// the slot (`stop_for_drain` records it as the observation only)
+    /// becomes the machine's state when the holder's confirmed finish frees
+    /// the slot, so the next command is refused before acceptance
+    /// (`admission_exhausted`, nothing sent) instead of being admitted into
+    /// a stopped machine. A running observation, or one of another
+    /// incarnation, changes nothing.
+    #[test]
+    fn a_stop_verified_while_the_slot_was_held_is_the_state_once_released() {
+        use crate::managed::record::RecordedObservation;
+        let observed = |state, incarnation: &str| RecordedObservation {
+            state,
+            incarnation: incarnation.into(),
+            at_ms: T0 + 30,
+        };
+        let (mut m, e) = holding(ExecState::Completed);
+        m.observation = Some(observed(MachineRecordState::Stopped, "inc-1"));
+        let (after, _, got) = finish_command(&m, &e, T0 + 60).unwrap();
+        assert_eq!(got, Finish::Released);
+        assert_eq!(after.state, MachineRecordState::Stopped);
+        assert!(after.active_execution.is_none());
+        after.validate().unwrap();
+        let next = exec_in(ExecState::Accepted, key("s", "e2"), T0 + 70).unwrap();
+        let err = acquire(&after, &next, T0 + 70).unwrap_err();
+        assert_eq!(
+            (err.category(), err.reason(), err.evidence()),
+            (
+                Category::AdmissionExhausted,
+                Reason::MachineNotIdle,
+                Evidence::NotDispatched
+            )
+        );
+        for obs in [
+            observed(MachineRecordState::Running, "inc-1"),
+            observed(MachineRecordState::Stopped, "inc-2"),
+        ] {
+            let (mut m, e) = holding(ExecState::Completed);
+            m.observation = Some(obs);
+            let (after, _, _) = finish_command(&m, &e, T0 + 60).unwrap();
+            assert_eq!(after.state, MachineRecordState::Running);
+            assert!(acquire(&after, &next, T0 + 70).is_ok());
+        }
+        // Kept (an unknown holder): the machine is `unknown` as before;
+        // the resolve records the verified state.
+        let (mut m, e) = holding(ExecState::Unknown);
+        m.observation = Some(observed(MachineRecordState::Stopped, "inc-1"));
+        let (after, _, got) = finish_command(&m, &e, T0 + 60).unwrap();
+        assert_eq!(
+            (got, after.state),
+            (Finish::Kept, MachineRecordState::Unknown)
+        );
     }
 
     #[test]

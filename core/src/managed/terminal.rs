@@ -42,12 +42,11 @@ impl Verdict {
                 Self::Exited(*code)
             }
             Ok(TerminalExit { code }) => Self::Uncertain(
-                Error::new(
-                    Category::Unknown,
+                Error::unknown(
                     Operation::TerminalSession,
                     Evidence::Unknown,
+                    Reason::AmbiguousExitCode,
                 )
-                .with_reason(Reason::AmbiguousExitCode)
                 .with_exit_code(*code),
             ),
             Err(e) if e.evidence() == Evidence::NotDispatched => Self::NotSent(*e),
@@ -200,16 +199,11 @@ impl<C> fmt::Debug for Registry<C> {
 /// reason `attach_wait` — the same error the low-level session reports.
 #[must_use]
 pub const fn attach_expired() -> Error {
-    Error::new(
-        Category::Expired,
+    Error::expired(
         Operation::TerminalConsumer,
         Evidence::Unknown,
+        Reason::AttachWait,
     )
-    .with_reason(Reason::AttachWait)
-}
-
-const fn registry_error(category: Category, reason: Reason, evidence: Evidence) -> Error {
-    Error::new(category, Operation::TerminalConsumer, evidence).with_reason(reason)
 }
 
 impl<C> Registry<C> {
@@ -287,12 +281,10 @@ impl<C> Registry<C> {
             match oldest {
                 Some(k) => retired = self.entries.remove(&k).map(|e| (k, e.conn)),
                 None => {
-                    return Err(Error::new(
-                        Category::AdmissionExhausted,
+                    return Err(Error::admission_exhausted(
                         Operation::TerminalOpen,
-                        Evidence::NotDispatched,
+                        Reason::TerminalLimit,
                     )
-                    .with_reason(Reason::TerminalLimit)
                     .with_limit(self.entries.len() as u64 + 1, self.limit as u64));
                 }
             }
@@ -346,18 +338,18 @@ impl<C> Registry<C> {
             return Ok(None);
         };
         if e.consumer.is_some() || e.consumer_lost {
-            return Err(registry_error(
-                Category::Authentication,
-                Reason::TerminalConsumerBound,
+            return Err(Error::authentication(
+                Operation::TerminalConsumer,
                 Evidence::NotDispatched,
+                Reason::TerminalConsumerBound,
             ));
         }
         if e.expired || (e.phase == Phase::Live && now >= e.attach_by) {
             e.expired = true;
-            return Err(registry_error(
-                Category::Expired,
-                Reason::TerminalConsumer,
+            return Err(Error::expired(
+                Operation::TerminalConsumer,
                 Evidence::Unknown,
+                Reason::TerminalConsumer,
             ));
         }
         let id = ConsumerId(self.next_consumer);
@@ -373,15 +365,15 @@ impl<C> Registry<C> {
     /// was retired (its record still says how it ended).
     pub fn get(&mut self, key: &RecordKey, who: ConsumerId) -> Result<&mut C, Error> {
         match self.entries.get_mut(key) {
-            None => Err(registry_error(
-                Category::NotFound,
+            None => Err(Error::not_found(
+                Operation::TerminalConsumer,
+                Evidence::NotDispatched,
                 Reason::TerminalRetired,
-                Evidence::NotDispatched,
             )),
-            Some(e) if e.consumer != Some(who) || e.consumer_lost => Err(registry_error(
-                Category::Authentication,
-                Reason::TerminalConsumerBound,
+            Some(e) if e.consumer != Some(who) || e.consumer_lost => Err(Error::authentication(
+                Operation::TerminalConsumer,
                 Evidence::NotDispatched,
+                Reason::TerminalConsumerBound,
             )),
             Some(e) => Ok(&mut e.conn),
         }
@@ -391,6 +383,23 @@ impl<C> Registry<C> {
     /// it or close it), whoever is attached.
     pub fn owner_get(&mut self, key: &RecordKey) -> Option<&mut C> {
         self.entries.get_mut(key).map(|e| &mut e.conn)
+    }
+
+    /// The session of `key` ended at `now` with `outcome`: as
+    /// [`Registry::finished`], and when the session itself ended because
+    /// nobody attached within its attach wait (its own timer can fire
+    /// before this registry's, which started at registration), a late
+    /// attach is `expired` — never bound to the ended session.
+    pub fn ended(&mut self, now: Instant, key: &RecordKey, outcome: &Result<TerminalExit, Error>) {
+        self.finished(now, key);
+        let nobody_attached = matches!(outcome, Err(e)
+            if e.category() == Category::Expired && e.operation() == Operation::TerminalConsumer);
+        if let Some(e) = self.entries.get_mut(key)
+            && nobody_attached
+            && e.consumer.is_none()
+        {
+            e.expired = true;
+        }
     }
 
     /// The session of `key` ended at `now`; its buffer stays for the final
@@ -411,10 +420,10 @@ impl<C> Registry<C> {
     pub fn final_read(&mut self, key: &RecordKey, who: ConsumerId) -> Result<C, Error> {
         self.get(key, who)?;
         self.entries.remove(key).map(|e| e.conn).ok_or_else(|| {
-            registry_error(
-                Category::NotFound,
-                Reason::TerminalRetired,
+            Error::not_found(
+                Operation::TerminalConsumer,
                 Evidence::NotDispatched,
+                Reason::TerminalRetired,
             )
         })
     }
@@ -559,10 +568,10 @@ mod tests {
             assert_eq!(done.result, None);
         }
         // The session itself reports them as errors: still uncertain.
-        let e = Error::new(
-            Category::Unknown,
+        let e = Error::unknown(
             Operation::TerminalSession,
             Evidence::Unknown,
+            Reason::Unspecified,
         )
         .with_exit_code(130);
         assert!(matches!(Verdict::of(&Err(e)), Verdict::Uncertain(_)));
@@ -591,12 +600,11 @@ mod tests {
 
     #[test]
     fn buffer_exhaustion_is_an_uncertain_output_limit() {
-        let e = Error::new(
-            Category::OutputLimit,
+        let e = Error::output_limit(
             Operation::TerminalOutput,
             Evidence::Unknown,
-        )
-        .with_reason(Reason::UnreadOutput);
+            Reason::UnreadOutput,
+        );
         let v = Verdict::of(&Err(e));
         assert!(matches!(&v, Verdict::Uncertain(e) if e.category() == Category::OutputLimit));
         let rec = terminal_record(ExecState::Running);
@@ -611,10 +619,10 @@ mod tests {
 
     #[test]
     fn a_refused_open_fails_without_dispatch_and_a_finished_record_takes_nothing() {
-        let e = Error::new(
-            Category::Transport,
+        let e = Error::transport(
             Operation::TerminalOpen,
             Evidence::NotDispatched,
+            Reason::Unspecified,
         );
         let v = Verdict::of(&Err(e));
         let rec = terminal_record(ExecState::Dispatching);
@@ -754,6 +762,32 @@ mod tests {
             r.attach(t0 + ATTACH, &k("edge")).unwrap_err().category(),
             Category::Expired
         );
+    }
+
+    /// The session's own attach timer fired before the registry's (which
+    /// started later, at registration): the record says "nobody attached",
+    /// so a late attach is `expired`, not bound to the ended session.
+    #[test]
+    fn a_session_ended_by_its_own_attach_wait_refuses_a_late_attach() {
+        let t0 = origin();
+        let mut r = Registry::new(4).unwrap();
+        r.insert(t0, k("a"), 1u8, ATTACH).unwrap();
+        r.insert(t0, k("b"), 2u8, ATTACH).unwrap();
+        let own = Error::expired(
+            Operation::TerminalConsumer,
+            Evidence::Unknown,
+            Reason::AttachWait,
+        );
+        r.ended(t0 + ms(10), &k("a"), &Err(own));
+        let e = r.attach(t0 + ms(20), &k("a")).unwrap_err();
+        assert_eq!(
+            (e.category(), e.reason()),
+            (Category::Expired, Reason::TerminalConsumer)
+        );
+        // Any other end (an exit, another error) stays readable once.
+        r.ended(t0 + ms(10), &k("b"), &Ok(TerminalExit { code: 0 }));
+        let me = r.attach(t0 + ms(20), &k("b")).unwrap().unwrap();
+        assert_eq!(r.final_read(&k("b"), me), Ok(2));
     }
 
     #[test]

@@ -38,7 +38,7 @@ use smolbox_core::managed::record::Claim;
 use smolbox_core::managed::{ExecState, ExecutionRecord, RecordEvidence, RecordKey, testkit};
 use smolbox_core::worker::machines::Incarnation;
 use smolbox_core::worker::{MachineState, Measurements, NetworkPolicy, Observation, Profile};
-use smolbox_core::{Category, Error, Evidence, Operation, Reason};
+use smolbox_core::{Error, Evidence, Operation, Reason};
 
 use crate::{MemoryConfig, MemoryStore, apply_op};
 
@@ -146,8 +146,33 @@ fn spec(k: &RecordKey, b: u8) -> Option<Submit> {
     })
 }
 
+/// An error of the category the byte names, with `evidence` (any pair,
+/// also ones no real store or worker returns).
+fn any_error(b: u8, operation: Operation, evidence: Evidence) -> Error {
+    let (op, ev, r) = (operation, evidence, Reason::Unavailable);
+    let e = match b % 17 {
+        0 => Error::validation(op, r),
+        1 => Error::unsupported_capability(op, r),
+        2 => Error::unsupported_network_policy(op, ev, r),
+        3 => Error::authentication(op, ev, r),
+        4 => Error::admission_exhausted(op, r),
+        5 => Error::expired(op, ev, r),
+        6 => Error::transport(op, ev, r),
+        7 => Error::protocol(op, r),
+        8 => Error::output_limit(op, ev, r),
+        9 => Error::identity_conflict(op, ev, r),
+        10 => Error::port_conflict(op, ev, r),
+        11 => Error::not_found(op, ev, r),
+        12 => Error::store(op, ev, r),
+        13 => Error::stale_claim(op, ev, r),
+        14 => Error::stale_version(op, ev, r),
+        15 => Error::unknown(op, ev, r),
+        _ => Error::cleanup(op, ev, r),
+    };
+    e.with_evidence(ev)
+}
+
 fn error(b: u8, e: u8) -> Error {
-    let category = Category::ALL[usize::from(b) % Category::ALL.len()];
     let evidence = [
         Evidence::NotDispatched,
         Evidence::DispatchUncertain,
@@ -156,7 +181,7 @@ fn error(b: u8, e: u8) -> Error {
         Evidence::TerminationConfirmed,
         Evidence::Unknown,
     ][usize::from(e) % 6];
-    Error::new(category, Operation::StoreWrite, evidence).with_reason(Reason::Unavailable)
+    any_error(b, Operation::StoreWrite, evidence)
 }
 
 fn observation(name: &str, b: u8) -> Box<Observation> {
@@ -428,14 +453,14 @@ impl Harness {
             (3, _) => Ok(WorkerReply::Deleted),
             (4, _) => Ok(WorkerReply::Machine(observation("other", input.u8()))),
             _ => {
-                let category = Category::ALL[usize::from(input.u8()) % Category::ALL.len()];
+                let category = input.u8();
                 let evidence = [
                     Evidence::NotDispatched,
                     Evidence::DispatchUncertain,
                     Evidence::Unknown,
                     Evidence::Exited,
                 ][usize::from(b >> 3) % 4];
-                Err(Error::new(category, Operation::Exec, evidence))
+                Err(any_error(category, Operation::Exec, evidence))
             }
         };
         self.ctl.handle_worker(self.now, self.now_ms, id, result);

@@ -1097,6 +1097,11 @@ impl Sim {
                 self.violation("a logs read in the simulation".to_owned());
                 return;
             }
+            WorkerOp::ExecStream { .. } => {
+                // No simulated caller asks for a stream.
+                self.violation("a streamed exec in the simulation".to_owned());
+                return;
+            }
         };
         if self.crash_point(h, "worker_before_send") {
             return;
@@ -1220,12 +1225,11 @@ impl Sim {
                 Reason::TerminalMessageOnAnOp,
             )),
             // The observed 404 is a `not_found` error (worker-api.md).
-            Ok(Reply::Absent) => {
-                Err(
-                    Error::new(Category::NotFound, Operation::Get, Evidence::NotDispatched)
-                        .with_reason(Reason::MachineNotFound),
-                )
-            }
+            Ok(Reply::Absent) => Err(Error::not_found(
+                Operation::Get,
+                Evidence::NotDispatched,
+                Reason::MachineNotFound,
+            )),
             Err(e) => Err(e),
         }
     }
@@ -1358,10 +1362,11 @@ impl Sim {
                 .err()
                 .is_some_and(|e| e.category() == Category::Store)
         {
-            r = Err(
-                Error::new(Category::NotFound, Operation::StoreFetch, Evidence::Unknown)
-                    .with_reason(Reason::Absent),
-            );
+            r = Err(Error::not_found(
+                Operation::StoreFetch,
+                Evidence::Unknown,
+                Reason::Absent,
+            ));
         }
         self.log(format!("{} <- {}", Self::owner(h), brief(&r)));
         if let (Some(k), Ok(StoreReply::Record(rec) | StoreReply::Accepted { record: rec, .. })) =

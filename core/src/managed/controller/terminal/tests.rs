@@ -28,10 +28,10 @@ struct Fake {
 }
 
 fn nf() -> Error {
-    Error::new(
-        Category::NotFound,
+    Error::not_found(
         Operation::StoreWrite,
         Evidence::NotDispatched,
+        Reason::Unspecified,
     )
 }
 
@@ -83,10 +83,10 @@ impl Fake {
                             existing: true,
                         })
                     } else {
-                        Err(Error::new(
-                            Category::IdentityConflict,
+                        Err(Error::identity_conflict(
                             Operation::StoreAccept,
                             Evidence::NotDispatched,
+                            Reason::Unspecified,
                         ))
                     };
                 }
@@ -163,6 +163,23 @@ impl Fake {
             } => {
                 let m = self.machines.get(key).ok_or_else(nf)?;
                 let next = claim::claim_machine(m, owner, *now_ms, *ttl_ms)?;
+                self.machines.insert(key.clone(), next.clone());
+                Ok(TermStoreReply::Machine(Box::new(next)))
+            }
+            TermStoreOp::ClaimMachineVersion {
+                key,
+                owner,
+                version,
+                now_ms,
+                ttl_ms,
+            } => {
+                let m = self.machines.get(key).ok_or_else(nf)?;
+                let lease = m
+                    .assignment
+                    .as_ref()
+                    .and_then(|a| self.leases.get(&a.worker_id));
+                let next =
+                    claim::claim_machine_version(m, owner, *version, lease, *now_ms, *ttl_ms)?;
                 self.machines.insert(key.clone(), next.clone());
                 Ok(TermStoreReply::Machine(Box::new(next)))
             }
@@ -574,10 +591,10 @@ fn cancel_after_dispatch_closes_observation_and_keeps_uncertainty() {
     assert_eq!(sim.exec("t1").state, ExecState::Cancelling);
     assert!(sim.seen.iter().any(|o| matches!(o, TermOutput::Close)));
     // The close ends the session without an exit: uncertain.
-    let closed = Err(Error::new(
-        Category::Transport,
+    let closed = Err(Error::transport(
         Operation::TerminalSession,
         Evidence::Unknown,
+        Reason::Unspecified,
     ));
     run.handle_closed(sim.now, sim.now_ms, &closed);
     sim.settle(&mut run);
@@ -610,10 +627,10 @@ fn sentinel_exit_codes_and_output_limit_stay_unknown_and_keep_the_slot() {
     for outcome in [
         exit(124),
         exit(130),
-        Err(Error::new(
-            Category::OutputLimit,
+        Err(Error::output_limit(
             Operation::TerminalOutput,
             Evidence::Unknown,
+            Reason::Unspecified,
         )),
     ] {
         let mut sim = Sim::new();
@@ -798,6 +815,94 @@ fn the_slot_is_finished_without_taking_a_lapsed_worker_lease() {
     assert!(!sim.fake.log.contains(&"claim_worker"));
 }
 
+/// Recovery simulation, retained run, seed 184 (finding 6): the machine
+/// was assigned under worker-lease generation 1; its controller ended and
+/// the lease moved on (generation 2, lapsed since). Every finish is fenced
+/// (`worker_generation`) until the lease holder re-fences the machine, so
+/// the run takes the lease and re-fences it at the version it read
+/// (`claim_machine_version`), as the machine task does, then frees the slot.
+#[test]
+fn a_finished_terminal_refences_a_machine_assigned_under_an_older_lease_and_frees_the_slot() {
+    let mut sim = Sim::new();
+    let mut run = sim.open("t1", ManagedTerminalSpec::default());
+    run.handle_opened(sim.now, sim.now_ms, Ok(()));
+    sim.fake.leases.insert(
+        "dev".into(),
+        Lease {
+            owner: "ctl-other".into(),
+            generation: 2,
+            until_ms: sim.now_ms,
+        },
+    );
+    let version = sim.machine().version;
+    run.handle_closed(sim.now, sim.now_ms, &exit(7));
+    sim.settle(&mut run);
+    assert_eq!(sim.exec("t1").state, ExecState::Completed);
+    assert!(run.is_done());
+    assert!(
+        matches!(
+            sim.events().last(),
+            Some(TermEvent::Done { error: None, .. })
+        ),
+        "{:?}",
+        sim.events().last()
+    );
+    let m = sim.machine();
+    assert_eq!(m.active_execution, None, "the slot is free");
+    assert_eq!(m.state, MachineRecordState::Running);
+    assert_eq!(sim.fake.leases["dev"].owner, OWNER);
+    assert_eq!(
+        m.assignment.as_ref().unwrap().worker_generation,
+        sim.fake.leases["dev"].generation,
+        "re-fenced to the lease it holds"
+    );
+    assert!(m.version > version, "the finish is a caller-visible write");
+    let refence = sim
+        .fake
+        .log
+        .iter()
+        .position(|n| *n == "claim_machine_version");
+    let finish = sim.fake.log.iter().rposition(|n| *n == "finish_command");
+    assert!(refence.is_some() && refence < finish, "{:?}", sim.fake.log);
+}
+
+/// The same fenced finish while another controller holds the worker lease
+/// live: nothing is written; once that lease lapses, the run takes it,
+/// re-fences and frees the slot.
+#[test]
+fn a_fenced_finish_waits_for_another_live_worker_lease_then_frees_the_slot() {
+    let mut sim = Sim::new();
+    let mut run = sim.open("t1", ManagedTerminalSpec::default());
+    run.handle_opened(sim.now, sim.now_ms, Ok(()));
+    sim.fake.leases.insert(
+        "dev".into(),
+        Lease {
+            owner: "ctl-other".into(),
+            generation: 2,
+            until_ms: sim.now_ms + TTL / 2,
+        },
+    );
+    run.handle_closed(sim.now, sim.now_ms, &exit(7));
+    sim.settle(&mut run);
+    assert!(!run.is_done(), "waits for the worker lease");
+    assert!(sim.machine().active_execution.is_some());
+    for _ in 0..(TTL / 100 + 2) {
+        sim.advance(100);
+        run.handle_timeout(sim.now, sim.now_ms);
+        sim.settle(&mut run);
+        if run.is_done() {
+            break;
+        }
+    }
+    assert!(run.is_done());
+    assert_eq!(sim.machine().active_execution, None);
+    assert_eq!(sim.fake.leases["dev"].generation, 3);
+    assert_eq!(
+        sim.machine().assignment.as_ref().unwrap().worker_generation,
+        3
+    );
+}
+
 #[test]
 fn a_machine_claim_held_past_two_ttls_is_given_up_and_the_slot_kept() {
     let mut sim = Sim::new();
@@ -833,7 +938,11 @@ fn recovery_finishes_the_slot_of_a_completed_record() {
     run.handle_closed(sim.now, sim.now_ms, &exit(7));
     sim.fake.fail = Some((
         "claim_machine",
-        Error::new(Category::Store, Operation::StoreClaim, Evidence::Unknown),
+        Error::store(
+            Operation::StoreClaim,
+            Evidence::Unknown,
+            Reason::Unspecified,
+        ),
     ));
     // Up to `completed`, then the first machine claim fails; the
     // controller dies before the retry.
@@ -889,10 +998,10 @@ fn recovery_dispatches_a_provably_undispatched_intent_once() {
 fn a_refused_upgrade_sent_nothing_and_fails() {
     let mut sim = Sim::new();
     let mut run = sim.open("t1", ManagedTerminalSpec::default());
-    let e = Error::new(
-        Category::Transport,
+    let e = Error::transport(
         Operation::TerminalOpen,
         Evidence::NotDispatched,
+        Reason::Unspecified,
     );
     run.handle_opened(sim.now, sim.now_ms, Err(e));
     sim.settle(&mut run);
