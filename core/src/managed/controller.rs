@@ -879,7 +879,11 @@ impl Controller {
     pub fn shutdown(&mut self, now: Instant, now_ms: u64) {
         self.observe_clock(now_ms);
         self.shutting_down = true;
+        // Neither due scan runs any more: no timer of theirs may stay behind
+        // (one left in the past, with nothing to do, would make a driver
+        // spin until `Stopped`).
         self.scan_at = None;
+        self.mscan_at = None;
         self.pump(now);
     }
 
@@ -1231,9 +1235,10 @@ impl Controller {
     fn on_scan(&mut self, now: Instant, result: StoreResult) {
         self.scanning = false;
         let Ok(StoreReply::Due { records, next }) = result else {
-            // A failed scan is retried next interval (never read as "none due").
+            // A failed scan is retried next interval (never read as "none
+            // due"), unless shutting down: no scan runs any more.
             self.scan_cursor = None;
-            self.scan_at = Some(now + self.cfg.poll());
+            self.scan_at = (!self.shutting_down).then(|| now + self.cfg.poll());
             return;
         };
         let mut full = false;
