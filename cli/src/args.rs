@@ -333,8 +333,8 @@ pub(crate) struct RunArgs {
     /// running the same command again under the same id prints the
     /// recorded outcome and does not run it again; a different command
     /// under it is refused (`identity_conflict`). Default: a fresh id.
-    /// Buffered runs are recorded; `--stream` runs are not.
-    #[arg(long, value_name = "ID", conflicts_with = "stream")]
+    /// Every run is recorded, `--stream` ones included (never its output).
+    #[arg(long, value_name = "ID")]
     pub(crate) id: Option<String>,
     /// Return once the execution is durably accepted and print its id
     /// (the machine is kept); `smolbox wait ID` runs it and waits for its

@@ -9,9 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
-use smolbox_core::exec::{Command, ExecOutcome, ExecOutput};
+use smolbox_core::exec::{Command, ExecEvent, ExecOutcome, ExecOutput};
 use smolbox_core::managed::ExecutionRecord;
-use smolbox_core::managed::controller::Submit;
+use smolbox_core::managed::controller::{Outcome, Submit};
 use smolbox_core::worker::{
     Logs, LogsParams, MachineName, MachineSpec, MachineState, Namespace, Observation,
 };
@@ -284,28 +284,29 @@ pub(crate) fn run(
             Error::validation(Operation::Submit, Reason::DetachNeedsPersistentWorker).into(),
         );
     }
-    let opened = if args.opts.stream {
-        None
-    } else {
-        let location = crate::records::location(store)?;
-        report::note(&format!(
-            "recording this execution in {}",
-            location.describe()
-        ));
-        Some(crate::records::open_at(&location)?)
-    };
-    if let (Some(opened), Some(id)) = (&opened, &args.id) {
+    let location = crate::records::location(store)?;
+    report::note(&format!(
+        "recording this execution in {}",
+        location.describe()
+    ));
+    let opened = &crate::records::open_at(&location)?;
+    let stream = args.opts.stream;
+    if let Some(id) = &args.id {
         let key = crate::records::key(id)?;
         if let Some(rec) = crate::records::fetch_opt(opened.store.as_ref(), &key)? {
             let submit = crate::records::same_identity(opened, &rec, &cmd)?;
-            return run_existing(b, opened, worker_id, &rec, submit, args.detach, json);
+            let again = Again {
+                detach: args.detach,
+                stream,
+            };
+            return run_existing(b, opened, worker_id, &rec, submit, again, json);
         }
     }
     let profile = b.admit()?;
     let name = fresh_name()?;
     let id = args.id.clone().unwrap_or_else(|| name.as_str().to_owned());
     b.create(&profile, name.clone(), &MachineSpec::default())?;
-    if let (Some(opened), true) = (&opened, args.detach) {
+    if args.detach {
         let submit =
             crate::records::submit_for(crate::records::key(&id)?, &cmd, worker_id, name.as_str())?;
         let existing = crate::records::accept_only(opened, worker_id, submit)?;
@@ -328,12 +329,9 @@ pub(crate) fn run(
     } else {
         remove_on_interrupt(b, &name)
     };
-    let outcome = match &opened {
-        None => run_command(b, name.as_str(), &cmd, true, json),
-        Some(opened) => crate::records::key(&id)
-            .and_then(|key| crate::records::submit_for(key, &cmd, worker_id, name.as_str()))
-            .and_then(|submit| run_recorded(b, opened, submit, json, worker_id)),
-    };
+    let outcome = crate::records::key(&id)
+        .and_then(|key| crate::records::submit_for(key, &cmd, worker_id, name.as_str()))
+        .and_then(|submit| run_recorded(b, opened, submit, json, worker_id, stream));
     if let Some((handle, fired)) = guard {
         handle.close();
         if fired.load(Ordering::SeqCst) {
@@ -369,6 +367,13 @@ pub(crate) fn run(
     }
 }
 
+/// How `run --id` of a recorded execution was asked for.
+#[derive(Clone, Copy)]
+struct Again {
+    detach: bool,
+    stream: bool,
+}
+
 /// `run --id ID` of an execution already recorded with the same command:
 /// a finished one prints its recorded outcome (its output is not stored)
 /// and is not run again; an unfinished one on this worker is driven here
@@ -379,9 +384,10 @@ fn run_existing(
     worker_id: &str,
     rec: &ExecutionRecord,
     submit: Submit,
-    detach: bool,
+    again: Again,
     json: bool,
 ) -> Result<i32, Failure> {
+    let Again { detach, stream } = again;
     let id = rec.key.id.as_str();
     if let Some(code) = crate::records::exit_of(rec) {
         report::note(&format!(
@@ -422,20 +428,33 @@ fn run_existing(
         }
         return Ok(0);
     }
-    run_recorded(b, opened, submit, json, worker_id)
+    run_recorded(b, opened, submit, json, worker_id, stream)
 }
 
-/// A buffered `run` through the durable record (see [`crate::records`]):
-/// the guest's exit code when observed; an uncertain outcome is reported
-/// as such (exit 3), never guessed.
+/// A `run` through the durable record (see [`crate::records`]), buffered
+/// or streamed: the guest's exit code when observed; an uncertain outcome
+/// is reported as such (exit 3), never guessed.
 fn run_recorded(
     b: &Backend,
     opened: &crate::records::Opened,
     submit: Submit,
     json: bool,
     worker_id: &str,
+    stream: bool,
 ) -> Result<i32, Failure> {
-    let out = crate::records::run_recorded(b, opened, worker_id, submit)?;
+    if stream {
+        let mut printer = Printer::new(json);
+        let out = crate::records::run_recorded(
+            b,
+            opened,
+            worker_id,
+            submit,
+            Some(&mut |e: &ExecEvent| printer.event(e)),
+        )?;
+        printer.done()?;
+        return streamed_exit(&out, json);
+    }
+    let out = crate::records::run_recorded(b, opened, worker_id, submit, None)?;
     if let Some(output) = &out.output {
         print_output(output, json)?;
     } else if out.record.state.ends_wait() {
@@ -462,6 +481,77 @@ fn run_recorded(
             },
         },
     }
+}
+
+/// Prints streamed output as it comes: stdout and stderr as they are, or
+/// one JSON object per piece on stdout (`--json`); the first failed write
+/// is kept for [`Printer::done`].
+pub(crate) struct Printer {
+    json: bool,
+    failed: Option<Failure>,
+}
+
+impl Printer {
+    pub(crate) fn new(json: bool) -> Self {
+        Self { json, failed: None }
+    }
+
+    /// Prints one event (the exit is the record's: not printed here).
+    pub(crate) fn event(&mut self, e: &ExecEvent) {
+        let written = match (e, self.json) {
+            (ExecEvent::Stdout(s), true) => report::line(&json!({ "stdout": s }).to_string()),
+            (ExecEvent::Stderr(s), true) => report::line(&json!({ "stderr": s }).to_string()),
+            (ExecEvent::Stdout(s), false) => report::out(s.as_bytes()),
+            (ExecEvent::Stderr(s), false) => {
+                report::err(s.as_bytes());
+                Ok(())
+            }
+            (ExecEvent::Exit(_), _) => Ok(()),
+        };
+        if let Err(f) = written {
+            self.failed.get_or_insert(f);
+        }
+    }
+
+    /// The first write failure, if any.
+    pub(crate) fn done(self) -> Result<(), Failure> {
+        self.failed.map_or(Ok(()), Err)
+    }
+}
+
+/// The exit of a streamed recorded run (its output was printed as it
+/// came): the guest's code when observed, else what the record means (3
+/// for an unknown outcome), or the error that ended it; `--json` adds a
+/// last line with the id, state, evidence and exit code.
+pub(crate) fn streamed_exit(out: &Outcome, json: bool) -> Result<i32, Failure> {
+    let code = match out.exit_code() {
+        Some(c) => c,
+        None => match (&out.error, crate::records::exit_of(&out.record)) {
+            (_, Some(c)) if out.record.state.ends_wait() => c,
+            (Some(e), _) => return Err(Failure::Core(*e)),
+            _ => 3,
+        },
+    };
+    if out.exit_code().is_none() {
+        report::note(&format!(
+            "execution {} is {} (evidence {})",
+            out.record.key.id,
+            out.record.state.as_str(),
+            crate::records::ev(out.record.evidence)
+        ));
+    }
+    if json {
+        report::line(
+            &json!({
+                "id": out.record.key.id,
+                "state": out.record.state.as_str(),
+                "evidence": crate::records::ev(out.record.evidence),
+                "exit_code": code,
+            })
+            .to_string(),
+        )?;
+    }
+    Ok(code)
 }
 
 /// Exit code after an interrupt (128 + SIGINT).

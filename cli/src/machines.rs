@@ -14,7 +14,7 @@ use smolbox_core::Reason;
 use std::path::Path;
 
 use serde_json::json;
-use smolbox_core::exec::Command;
+use smolbox_core::exec::{Command, ExecEvent};
 use smolbox_core::managed::controller::Resolution;
 use smolbox_core::managed::controller::RunTarget;
 use smolbox_core::managed::state::MachineOperation;
@@ -404,13 +404,32 @@ pub(crate) fn lookup(store: Option<&Path>, name: &str) -> Result<Option<MachineR
 /// `exec MACHINE -- ARGV…` on a managed machine: the command goes into its
 /// slot under a fresh execution id (printed on stderr) and is waited for;
 /// exits with the guest's code (3 when unknown).
-pub(crate) fn exec(ctx: &Ctx<'_>, name: &str, cmd: &Command, json: bool) -> Result<i32, Failure> {
+pub(crate) fn exec(
+    ctx: &Ctx<'_>,
+    name: &str,
+    cmd: &Command,
+    stream: bool,
+    json: bool,
+) -> Result<i32, Failure> {
     needs_persistent(ctx)?;
     let machine = records::key(name)?;
     let id = crate::commands::fresh_name()?
         .as_str()
         .replacen("sb-", "x-", 1);
     let key = records::key(&id)?;
+    if stream {
+        return with_rt(ctx, |rt| {
+            report::note(&format!(
+                "execution {id} into the slot of managed machine {name} (streamed)"
+            ));
+            let mut printer = crate::commands::Printer::new(json);
+            let out = rt
+                .m_run_streamed(&machine, &key, cmd, &mut |e: &ExecEvent| printer.event(e))
+                .map_err(|e| slot_note(e.into(), name))?;
+            printer.done()?;
+            crate::commands::streamed_exit(&out, json)
+        });
+    }
     with_rt(ctx, |rt| {
         rt.m_submit(&machine, &key, cmd)
             .map_err(|e| slot_note(e.into(), name))?;

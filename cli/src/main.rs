@@ -7,7 +7,6 @@
 //! table is in `smolbox --help` and in [`report::EXIT_TABLE`]); `exec`,
 //! `run` and `shell` exit with the guest command's code.
 
-use smolbox_core::Reason;
 mod args;
 mod backend;
 mod backend_tokio_term;
@@ -125,13 +124,8 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             machines::resolve(&ctx, &machine, quiesced, disposition, json)
         }
         Cmd::Exec(a) => match machines::lookup(ctx.store, &a.machine) {
-            Ok(Some(_)) if a.opts.stream => Err(smolbox_core::Error::validation(
-                smolbox_core::Operation::CommandSpec,
-                Reason::StreamOnAManagedMachine,
-            )
-            .into()),
             Ok(Some(_)) => commands::command(&a.opts, a.argv)
-                .and_then(|cmd| machines::exec(&ctx, &a.machine, &cmd, json)),
+                .and_then(|cmd| machines::exec(&ctx, &a.machine, &cmd, a.opts.stream, json)),
             Ok(None) => commands::exec(&backend, &a.machine, &a.opts, a.argv, json),
             Err(f) => Err(f),
         },

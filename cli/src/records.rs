@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
-use smolbox_core::exec::Command;
+use smolbox_core::exec::{Command, ExecEvent};
 use smolbox_core::managed::controller::Resolution;
 use smolbox_core::managed::controller::{
     Controller, ControllerConfig, ControllerEvent, Outcome, RunTarget, Submit, WorkerEntry,
@@ -333,6 +333,31 @@ impl<'a> Rt<'a> {
         }
     }
 
+    /// `submit` then `wait` to the end, the output to `on_event` as it
+    /// comes (back-pressured; never stored).
+    pub(crate) fn run_streamed(
+        &self,
+        submit: Submit,
+        on_event: &mut (dyn FnMut(&ExecEvent) + Send),
+    ) -> Result<Outcome, Error> {
+        match self {
+            Self::Tokio(rt, r) => rt.block_on(r.run_streamed(submit, on_event)),
+            Self::Blocking(r) => r.run_streamed(submit, on_event),
+        }
+    }
+
+    /// A command into the machine's slot, then to its end, the output to
+    /// `on_event` as it comes.
+    pub(crate) fn m_run_streamed(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+        on_event: &mut (dyn FnMut(&ExecEvent) + Send),
+    ) -> Result<Outcome, Error> {
+        machines!(self, run_streamed(machine, key, command, on_event))
+    }
+
     /// One wait of at most `ms` (≤ 900,000).
     pub(crate) fn wait(&self, key: &RecordKey, ms: u64) -> Result<Outcome, Error> {
         match self {
@@ -484,15 +509,20 @@ pub(crate) fn submit_for(
     Ok(Submit { key, spec })
 }
 
-/// Runs `submit` through the managed runtime, to its end.
+/// Runs `submit` through the managed runtime, to its end; with
+/// `on_event`, streamed (the output to it as it comes, never stored).
 pub(crate) fn run_recorded(
     b: &Backend,
     opened: &Opened,
     worker: &str,
     submit: Submit,
+    on_event: Option<&mut (dyn FnMut(&ExecEvent) + Send)>,
 ) -> Result<Outcome, Failure> {
     let rt = Rt::new(b, opened, worker)?;
-    let out = rt.run(submit);
+    let out = match on_event {
+        Some(f) => rt.run_streamed(submit, f),
+        None => rt.run(submit),
+    };
     rt.shutdown();
     Ok(out?)
 }

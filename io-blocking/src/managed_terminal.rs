@@ -506,5 +506,5 @@ fn close_conn(
 fn end_live(inner: &Inner, key: &RecordKey, live: &Live, outcome: Result<TerminalExit, Error>) {
     lock(&live.queue).close(outcome);
     live.readable.notify_all();
-    inner.t.finished(key);
+    inner.t.finished(key, &outcome);
 }

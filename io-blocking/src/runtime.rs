@@ -49,6 +49,8 @@ pub use smolbox_store::runtime::{
 use crate::Client;
 use crate::managed_terminal::ManagedTerminals;
 
+mod stream;
+
 /// Options of a [`Runtime`] (C12.1); [`RuntimeBuilder::build`] checks them
 /// and starts the driver and store threads.
 pub type RuntimeBuilder = Builder<Runtime>;
@@ -87,6 +89,7 @@ impl Build for Runtime {
                     Reason::ThreadSpawn,
                 )
             })?;
+        let streams = Arc::new(stream::Sinks::default());
         let driver = Driver {
             host: p.host,
             clock: Arc::clone(&p.clock),
@@ -96,6 +99,7 @@ impl Build for Runtime {
                 clients: p.clients,
                 tx: tx.clone(),
                 store_tx,
+                streams: Arc::clone(&streams),
             },
             closed: false,
         };
@@ -118,6 +122,7 @@ impl Build for Runtime {
             cmd: tx,
             shared,
             terminals,
+            streams,
         })
     }
 }
@@ -143,6 +148,8 @@ pub struct Runtime {
     cmd: mpsc::Sender<Msg>,
     shared: Arc<Shared>,
     terminals: ManagedTerminals,
+    /// Sinks of the streamed executions callers wait for.
+    streams: Arc<stream::Sinks>,
 }
 
 impl Drop for Runtime {
@@ -507,6 +514,7 @@ struct Io {
     clients: BTreeMap<String, Client>,
     tx: mpsc::Sender<Msg>,
     store_tx: mpsc::Sender<(OpId, StoreOp)>,
+    streams: Arc<stream::Sinks>,
 }
 
 impl Driver {
@@ -560,11 +568,15 @@ impl Perform for Io {
     fn worker(&mut self, id: OpId, op: WorkerOp) -> Result<(), Error> {
         let client = self.clients.get(op.worker_id()).cloned();
         let tx = self.tx.clone();
+        let sink = match &op {
+            WorkerOp::ExecStream { key, .. } => self.streams.take(key),
+            _ => None,
+        };
         std::thread::Builder::new()
             .name("smolbox-worker-op".into())
             .spawn(move || {
                 let r = match client {
-                    Some(c) => call(&c, op),
+                    Some(c) => call(&c, op, sink),
                     None => Err(Error::validation(Operation::Config, Reason::UnknownWorker)),
                 };
                 let _ = tx.send(Msg::Answer(Answer::Worker(id, r)));
@@ -592,8 +604,9 @@ impl Perform for Io {
     }
 }
 
-/// Performs one worker op through the client.
-fn call(c: &Client, op: WorkerOp) -> WorkerResult {
+/// Performs one worker op through the client (a streamed exec's events
+/// go to `sink`).
+fn call(c: &Client, op: WorkerOp, sink: Option<stream::Sink>) -> WorkerResult {
     match op {
         WorkerOp::Exec {
             machine, command, ..
@@ -624,5 +637,8 @@ fn call(c: &Client, op: WorkerOp) -> WorkerResult {
         } => smolbox_core::worker::Logs::new(&profile, name, params)
             .and_then(|logs| c.logs(&logs))
             .map(WorkerReply::Logs),
+        WorkerOp::ExecStream {
+            machine, command, ..
+        } => stream::perform(c, &machine, &command, sink),
     }
 }

@@ -520,5 +520,5 @@ async fn close_conn(
 fn end_live(inner: &Inner, key: &RecordKey, live: &Live, outcome: Result<TerminalExit, Error>) {
     lock(&live.queue).close(outcome);
     live.readable.notify_one();
-    inner.t.finished(key);
+    inner.t.finished(key, &outcome);
 }

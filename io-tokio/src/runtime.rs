@@ -47,6 +47,8 @@ use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use crate::Client;
 use crate::managed_terminal::ManagedTerminals;
 
+mod stream;
+
 /// Options of a [`Runtime`] (C12.1); [`RuntimeBuilder::build`] checks them
 /// and starts the driver task on the current tokio runtime.
 pub type RuntimeBuilder = Builder<Runtime>;
@@ -66,6 +68,7 @@ impl Build for Runtime {
         });
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
         let (res_tx, res_rx) = mpsc::unbounded_channel();
+        let streams = Arc::new(stream::Sinks::default());
         let driver = Driver {
             host: p.host,
             clock: Arc::clone(&p.clock),
@@ -76,6 +79,7 @@ impl Build for Runtime {
                 clients: p.clients,
                 res_tx,
                 pool: Arc::new(Semaphore::new(p.max_active + 2)),
+                streams: Arc::clone(&streams),
             },
         };
         handle.spawn(tracing::Instrument::instrument(
@@ -87,6 +91,7 @@ impl Build for Runtime {
             cmd: cmd_tx,
             shared,
             terminals,
+            streams,
         })
     }
 }
@@ -104,6 +109,8 @@ pub struct Runtime {
     cmd: mpsc::UnboundedSender<Command>,
     shared: Arc<Shared>,
     terminals: ManagedTerminals,
+    /// Sinks of the streamed executions callers wait for.
+    streams: Arc<stream::Sinks>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -477,6 +484,7 @@ struct Io {
     clients: std::collections::BTreeMap<String, Client>,
     res_tx: mpsc::UnboundedSender<Answer>,
     pool: Arc<Semaphore>,
+    streams: Arc<stream::Sinks>,
 }
 
 impl Driver {
@@ -533,9 +541,13 @@ impl Perform for Io {
     fn worker(&mut self, id: OpId, op: WorkerOp) -> Result<(), Error> {
         let client = self.clients.get(op.worker_id()).cloned();
         let tx = self.res_tx.clone();
+        let sink = match &op {
+            WorkerOp::ExecStream { key, .. } => self.streams.take(key),
+            _ => None,
+        };
         tokio::spawn(async move {
             let r = match client {
-                Some(c) => call(&c, op).await,
+                Some(c) => call(&c, op, sink).await,
                 None => Err(Error::validation(Operation::Config, Reason::UnknownWorker)),
             };
             let _ = tx.send(Answer::Worker(id, r));
@@ -558,8 +570,9 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
     }
 }
 
-/// Performs one worker op through the client.
-async fn call(c: &Client, op: WorkerOp) -> WorkerResult {
+/// Performs one worker op through the client (a streamed exec's events
+/// go to `sink`).
+async fn call(c: &Client, op: WorkerOp, sink: Option<stream::Sink>) -> WorkerResult {
     match op {
         WorkerOp::Exec {
             machine, command, ..
@@ -595,5 +608,8 @@ async fn call(c: &Client, op: WorkerOp) -> WorkerResult {
             Ok(logs) => c.logs(&logs).await.map(WorkerReply::Logs),
             Err(e) => Err(e),
         },
+        WorkerOp::ExecStream {
+            machine, command, ..
+        } => stream::perform(c, &machine, &command, sink).await,
     }
 }

@@ -31,6 +31,8 @@ use smolbox_core::{Error, Evidence, Operation};
 use crate::terminals::{LiveConn, Terminals};
 use crate::{Store, trace};
 
+pub mod stream;
+
 /// Longest single wait (C16).
 pub const MAX_WAIT_MS: u64 = 900_000;
 /// How often a wait re-reads the store (C16: about 25 ms).
@@ -392,6 +394,9 @@ pub enum Command {
     Reconcile,
     /// Stop taking work; answered once nothing is outstanding.
     Shutdown(Reply<()>),
+    /// A caller wants (`true`) or no longer wants the output of the key's
+    /// command as it comes (see [`stream`]); sent before its submission.
+    Stream(RecordKey, bool),
 }
 
 /// A retained-machine request and how its answer is read: one per method
@@ -660,6 +665,7 @@ impl Host {
                 Err(e) => reply(Err(e)),
             },
             Command::Reconcile => self.controller.reconcile(now, now_ms),
+            Command::Stream(key, on) => self.controller.stream_output(key, on),
             Command::Shutdown(reply) => {
                 if self.stopped {
                     reply(());

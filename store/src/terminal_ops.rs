@@ -64,6 +64,15 @@ pub fn apply_terminal_op(store: &dyn Store, op: &TermStoreOp) -> TermStoreResult
         } => store
             .claim_machine(key, owner, *now_ms, *ttl_ms)
             .map(|m| TermStoreReply::Machine(Box::new(m))),
+        TermStoreOp::ClaimMachineVersion {
+            key,
+            owner,
+            version,
+            now_ms,
+            ttl_ms,
+        } => store
+            .claim_machine_version(key, owner, *version, *now_ms, *ttl_ms)
+            .map(|m| TermStoreReply::Machine(Box::new(m))),
         TermStoreOp::FinishCommand {
             machine,
             guard,

@@ -209,9 +209,10 @@ impl<L: LiveConn + Clone, C> Terminals<L, C> {
         run.cancel(self.clock.now(), self.clock.now_ms());
     }
 
-    /// The session of `key` ended: its buffer waits for the final read.
-    pub fn finished(&self, key: &RecordKey) {
-        self.lock().registry().finished(self.clock.now(), key);
+    /// The session of `key` ended with `outcome`: its buffer waits for the
+    /// final read (or, when nobody attached in time, refuses a late attach).
+    pub fn finished(&self, key: &RecordKey, outcome: &Result<TerminalExit, Error>) {
+        self.lock().registry().ended(self.clock.now(), key, outcome);
     }
 
     /// The run of `key` is over here.

@@ -23,6 +23,7 @@ pub mod kill;
 pub mod managed;
 pub mod managed_cases;
 pub mod managed_machine_cases;
+pub mod managed_stream_cases;
 pub mod managed_terminal_cases;
 pub mod shell;
 pub mod sim;

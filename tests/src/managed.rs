@@ -167,7 +167,26 @@ pub trait ManagedShell: Sized {
         &self,
         key: &RecordKey,
     ) -> Result<(smolbox_core::worker::Measurements, MachineRecord), Error>;
+    /// `Runtime::run_streamed`.
+    ///
+    /// # Errors
+    /// As the runtime's.
+    fn run_streamed(&self, submit: Submit, on_event: &mut OnEvent<'_>) -> Result<Outcome, Error>;
+    /// `machines().run_streamed`.
+    ///
+    /// # Errors
+    /// As the runtime's.
+    fn m_run_streamed(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+        on_event: &mut OnEvent<'_>,
+    ) -> Result<Outcome, Error>;
 }
+
+/// A streamed run's event callback.
+pub type OnEvent<'a> = dyn FnMut(&smolbox_core::exec::ExecEvent) + Send + 'a;
 
 /// `smolbox_blocking::Runtime` as a [`ManagedShell`].
 #[derive(Debug)]
@@ -286,6 +305,20 @@ impl ManagedShell for BlockingManaged {
         key: &RecordKey,
     ) -> Result<(smolbox_core::worker::Measurements, MachineRecord), Error> {
         self.0.machines().measurements(key)
+    }
+    fn run_streamed(&self, submit: Submit, on_event: &mut OnEvent<'_>) -> Result<Outcome, Error> {
+        self.0.run_streamed(submit, on_event)
+    }
+    fn m_run_streamed(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+        on_event: &mut OnEvent<'_>,
+    ) -> Result<Outcome, Error> {
+        self.0
+            .machines()
+            .run_streamed(machine, key, command, on_event)
     }
 }
 
@@ -424,6 +457,23 @@ impl ManagedShell for TokioManaged {
         key: &RecordKey,
     ) -> Result<(smolbox_core::worker::Measurements, MachineRecord), Error> {
         self.rt.block_on(self.runtime.machines().measurements(key))
+    }
+    fn run_streamed(&self, submit: Submit, on_event: &mut OnEvent<'_>) -> Result<Outcome, Error> {
+        self.rt
+            .block_on(self.runtime.run_streamed(submit, on_event))
+    }
+    fn m_run_streamed(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+        on_event: &mut OnEvent<'_>,
+    ) -> Result<Outcome, Error> {
+        self.rt.block_on(
+            self.runtime
+                .machines()
+                .run_streamed(machine, key, command, on_event),
+        )
     }
 }
 

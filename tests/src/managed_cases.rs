@@ -134,7 +134,7 @@ impl Setup {
     }
 
     /// Every byte of every file in the store directory.
-    fn all_bytes(&self) -> Vec<u8> {
+    pub(crate) fn all_bytes(&self) -> Vec<u8> {
         let mut all = Vec::new();
         for entry in std::fs::read_dir(self.dir.path()).unwrap() {
             let p = entry.unwrap().path();

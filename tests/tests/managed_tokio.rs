@@ -2,3 +2,4 @@
 
 smolbox_tests::managed_suite!(smolbox_tests::managed::TokioManaged);
 smolbox_tests::managed_machine_suite!(smolbox_tests::managed::TokioManaged);
+smolbox_tests::managed_stream_suite!(smolbox_tests::managed::TokioManaged);

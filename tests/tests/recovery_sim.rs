@@ -41,16 +41,6 @@ fn report(summary: &sim::Summary, started: Instant) {
     }
 }
 
-/// Findings of this simulation in today's `Controller` (branch `runtime`
-/// at ca8cf19, merged here; the same at da35feb), reported to its engineer and not yet fixed; each is
-/// described with an example seed in `tests/src/sim/README.md`. A violation
-/// of any other kind fails the test. Remove an entry once it is fixed.
-const KNOWN_CONTROLLER_FINDINGS: &[&str] = &[];
-
-fn is_known(what: &str) -> bool {
-    KNOWN_CONTROLLER_FINDINGS.iter().any(|k| what.contains(k))
-}
-
 #[test]
 fn recovery_simulation() {
     let started = Instant::now();
@@ -62,20 +52,13 @@ fn recovery_simulation() {
         .flat_map(|r| {
             r.violations
                 .iter()
-                .filter(|v| !is_known(&v.what))
                 .map(move |v| format!("seed {} step {}: {}", r.seed, v.step, v.what))
         })
         .collect();
-    if !summary.failed.is_empty() {
-        println!(
-            "{} of the violations are known findings (KNOWN_CONTROLLER_FINDINGS); {} are new",
-            summary.violations() - new.len(),
-            new.len()
-        );
-    }
+    // No known-findings filter: any violation fails.
     assert!(
         new.is_empty(),
-        "new violations: {:#?}",
+        "violations: {:#?}",
         &new[..new.len().min(10)]
     );
 }
@@ -163,17 +146,6 @@ fn every_planted_slot_bug_is_caught() {
     assert_caught(Options::RETAINED, &Bug::RETAINED);
 }
 
-/// Findings of the retained run not fixed yet (tests/src/sim/README.md,
-/// "Findings (retained)"). Seed 892's slot leak (a controller stopping
-/// between a terminal's `completed` and `finish_command`) is fixed: the
-/// settled record stays due until the slot is finished. Still open (seed
-/// 184): a finished terminal whose machine was assigned under an older
-/// worker-lease generation cannot finish its slot, because the terminal
-/// run does not re-fence the machine (`claim_machine_version`) the way the
-/// machine task does. Only that fenced variant is tolerated here.
-const KNOWN_RETAINED_FINDINGS: &[&str] =
-    &["which finished (a leaked slot) (fenced: assigned under an older worker-lease generation"];
-
 /// Retained machines, 1,000 seeds: create/start/stop/delete with versioned
 /// requests, commands and terminals in the slot (a second submission while
 /// it is held), cancels, crashes while a command or a terminal holds the
@@ -192,17 +164,9 @@ fn retained_machines_keep_every_rule() {
         .flat_map(|r| {
             r.violations
                 .iter()
-                .filter(|v| !KNOWN_RETAINED_FINDINGS.iter().any(|k| v.what.contains(k)))
                 .map(move |v| format!("seed {} step {}: {}", r.seed, v.step, v.what))
         })
         .collect();
-    if !summary.failed.is_empty() {
-        eprintln!(
-            "retained: {} of the violations are known findings (KNOWN_RETAINED_FINDINGS); {} are new",
-            summary.violations() - bad.len(),
-            bad.len()
-        );
-    }
     assert!(bad.is_empty(), "{:#?}", &bad[..bad.len().min(10)]);
     eprintln!("retained: worker mutations {:?}", summary.mutations);
     if let Some(seed) = env_u64(SEED_VAR) {

@@ -990,6 +990,10 @@ reasons! {
     StreamWithBackground = "stream_with_background",
     /// Stream with stdin.
     StreamWithStdin = "stream_with_stdin",
+    /// A caller of this runtime already streams this execution's output.
+    StreamKeyTaken = "stream_key_taken",
+    /// The runtime already forwards as many streamed executions as it may.
+    StreamsExhausted = "streams_exhausted",
     /// Tail out of range.
     TailOutOfRange = "tail_out_of_range",
     /// Telemetry pending.

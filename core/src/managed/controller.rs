@@ -177,6 +177,9 @@ pub const MAX_WORKERS: usize = 64;
 pub const DUE_PAGE: u32 = 100;
 /// Consecutive store failures of one execution before it is given up.
 pub const MAX_STORE_RETRIES: u32 = 5;
+/// Keys whose output callers of one controller may want streamed at once
+/// ([`Controller::stream_output`]).
+pub const MAX_STREAMS: usize = 64;
 
 /// One configured worker (C12.2, the part this slice needs).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -612,6 +615,9 @@ pub struct Controller {
     mscan_at: Option<Instant>,
     mscan_cursor: Option<DueAfter>,
     mscanning: bool,
+    /// Keys whose output a caller of this process wants as it comes
+    /// ([`Controller::stream_output`]; at most [`MAX_STREAMS`]).
+    streamed: BTreeSet<RecordKey>,
 }
 
 impl Controller {
@@ -663,6 +669,7 @@ impl Controller {
             mscan_at: scan_at,
             mscan_cursor: None,
             mscanning: false,
+            streamed: BTreeSet::new(),
         };
         ctl.pump(now);
         Ok(ctl)
@@ -775,6 +782,24 @@ impl Controller {
         };
         self.push_store(Purpose::Accept(submit.key, intent), op);
         Ok(())
+    }
+
+    /// A caller of this process wants (`on`) or no longer wants the output
+    /// of `key`'s command as it comes. If this controller sends that
+    /// command afterwards, it goes out as [`WorkerOp::ExecStream`] (when the
+    /// command can be streamed: no stdin, not background) and its exit is
+    /// recorded exactly like a buffered one; the output is the driver's to
+    /// forward and is never stored. Call it before the submission. A
+    /// command already sent, or driven by another controller, is not
+    /// streamed. At most [`MAX_STREAMS`] keys are kept: beyond that the
+    /// request is ignored and the command goes out buffered (its output in
+    /// the [`Finished`] notice); the runtimes refuse a caller first.
+    pub fn stream_output(&mut self, key: RecordKey, on: bool) {
+        if !on {
+            self.streamed.remove(&key);
+        } else if self.streamed.len() < MAX_STREAMS {
+            self.streamed.insert(key);
+        }
     }
 
     /// Requests cancellation of `key` (C16): the first cancel time is
@@ -1228,6 +1253,7 @@ impl Controller {
             let Some(ex) = self.execs.get_mut(&key) else {
                 continue;
             };
+            ex.set_stream(self.streamed.contains(&key));
             loop {
                 match ex.step(&self.cfg, &self.leases, now, self.now_ms) {
                     Step::Wait => break,
@@ -1255,6 +1281,7 @@ impl Controller {
                         }
                         let machine = ex.retained_machine().cloned();
                         self.execs.remove(&key);
+                        self.streamed.remove(&key);
                         // Only a command whose slot was not finished yet
                         // (cleanup pending) goes to the slot finish.
                         let pending = f

@@ -170,6 +170,15 @@ pub fn finish_command(
     let mut next = machine.clone();
     let (outcome, cleanup) = if release {
         next.active_execution = None;
+        if let Some(observed) = verified_stop(machine) {
+            // A stop verified while the slot was held (`stop_for_drain`,
+            // or a reconcile that found the recorded incarnation stopped)
+            // could not move the state then (an active execution requires
+            // `running`); it does now, so the next command is refused
+            // before acceptance instead of being admitted into a stopped
+            // machine, and a start is sent instead of settling at once.
+            next.state = observed;
+        }
         (Finish::Released, Cleanup::Complete)
     } else {
         if next.state != MachineRecordState::Unknown {
@@ -199,6 +208,23 @@ pub fn finish_command(
     let command =
         apply_exec(exec, &patch, now_ms).map_err(|e| e.with_operation(Operation::StoreSlot))?;
     Ok((next, command, outcome))
+}
+
+/// The stopped (or created) state last observed for the recorded
+/// incarnation of a machine whose record still says `running`: a stop
+/// verified while a command held the slot.
+fn verified_stop(machine: &MachineRecord) -> Option<MachineRecordState> {
+    let obs = machine.observation.as_ref()?;
+    let ours = machine
+        .creation
+        .as_ref()
+        .is_some_and(|c| c.incarnation == obs.incarnation);
+    let stopped = matches!(
+        obs.state,
+        MachineRecordState::Stopped | MachineRecordState::Created
+    );
+    let running = machine.state == MachineRecordState::Running;
+    (ours && stopped && running && machine.state.can_move_to(obs.state)).then_some(obs.state)
 }
 
 /// Records a versioned lifecycle request `(action, version)` (C14.2).
@@ -526,6 +552,59 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Recovery simulation seed 185: a stop verified while a command held
+    /// the slot (`stop_for_drain` records it as the observation only)
+    /// becomes the machine's state when the holder's confirmed finish frees
+    /// the slot, so the next command is refused before acceptance
+    /// (`admission_exhausted`, nothing sent) instead of being admitted into
+    /// a stopped machine. A running observation, or one of another
+    /// incarnation, changes nothing.
+    #[test]
+    fn a_stop_verified_while_the_slot_was_held_is_the_state_once_released() {
+        use crate::managed::record::RecordedObservation;
+        let observed = |state, incarnation: &str| RecordedObservation {
+            state,
+            incarnation: incarnation.into(),
+            at_ms: T0 + 30,
+        };
+        let (mut m, e) = holding(ExecState::Completed);
+        m.observation = Some(observed(MachineRecordState::Stopped, "inc-1"));
+        let (after, _, got) = finish_command(&m, &e, T0 + 60).unwrap();
+        assert_eq!(got, Finish::Released);
+        assert_eq!(after.state, MachineRecordState::Stopped);
+        assert!(after.active_execution.is_none());
+        after.validate().unwrap();
+        let next = exec_in(ExecState::Accepted, key("s", "e2"), T0 + 70).unwrap();
+        let err = acquire(&after, &next, T0 + 70).unwrap_err();
+        assert_eq!(
+            (err.category(), err.reason(), err.evidence()),
+            (
+                Category::AdmissionExhausted,
+                Reason::MachineNotIdle,
+                Evidence::NotDispatched
+            )
+        );
+        for obs in [
+            observed(MachineRecordState::Running, "inc-1"),
+            observed(MachineRecordState::Stopped, "inc-2"),
+        ] {
+            let (mut m, e) = holding(ExecState::Completed);
+            m.observation = Some(obs);
+            let (after, _, _) = finish_command(&m, &e, T0 + 60).unwrap();
+            assert_eq!(after.state, MachineRecordState::Running);
+            assert!(acquire(&after, &next, T0 + 70).is_ok());
+        }
+        // Kept (an unknown holder): the machine is `unknown` as before;
+        // the resolve records the verified state.
+        let (mut m, e) = holding(ExecState::Unknown);
+        m.observation = Some(observed(MachineRecordState::Stopped, "inc-1"));
+        let (after, _, got) = finish_command(&m, &e, T0 + 60).unwrap();
+        assert_eq!(
+            (got, after.state),
+            (Finish::Kept, MachineRecordState::Unknown)
+        );
     }
 
     #[test]

@@ -16,7 +16,7 @@ use super::patch::ExecPatch;
 use super::record::{ErrorEntry, ExecResult};
 use super::state::{Collection, ExecState, RecordEvidence};
 use crate::terminal::TerminalExit;
-use crate::{Error, Evidence, Operation};
+use crate::{Category, Error, Evidence, Operation};
 
 /// What a terminal session's end proves about its program (C7.3, C7.4).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -385,6 +385,23 @@ impl<C> Registry<C> {
         self.entries.get_mut(key).map(|e| &mut e.conn)
     }
 
+    /// The session of `key` ended at `now` with `outcome`: as
+    /// [`Registry::finished`], and when the session itself ended because
+    /// nobody attached within its attach wait (its own timer can fire
+    /// before this registry's, which started at registration), a late
+    /// attach is `expired` — never bound to the ended session.
+    pub fn ended(&mut self, now: Instant, key: &RecordKey, outcome: &Result<TerminalExit, Error>) {
+        self.finished(now, key);
+        let nobody_attached = matches!(outcome, Err(e)
+            if e.category() == Category::Expired && e.operation() == Operation::TerminalConsumer);
+        if let Some(e) = self.entries.get_mut(key)
+            && nobody_attached
+            && e.consumer.is_none()
+        {
+            e.expired = true;
+        }
+    }
+
     /// The session of `key` ended at `now`; its buffer stays for the final
     /// read, at most [`FINISHED_RETENTION`].
     pub fn finished(&mut self, now: Instant, key: &RecordKey) {
@@ -746,6 +763,32 @@ mod tests {
             r.attach(t0 + ATTACH, &k("edge")).unwrap_err().category(),
             Category::Expired
         );
+    }
+
+    /// The session's own attach timer fired before the registry's (which
+    /// started later, at registration): the record says "nobody attached",
+    /// so a late attach is `expired`, not bound to the ended session.
+    #[test]
+    fn a_session_ended_by_its_own_attach_wait_refuses_a_late_attach() {
+        let t0 = origin();
+        let mut r = Registry::new(4).unwrap();
+        r.insert(t0, k("a"), 1u8, ATTACH).unwrap();
+        r.insert(t0, k("b"), 2u8, ATTACH).unwrap();
+        let own = Error::expired(
+            Operation::TerminalConsumer,
+            Evidence::Unknown,
+            Reason::AttachWait,
+        );
+        r.ended(t0 + ms(10), &k("a"), &Err(own));
+        let e = r.attach(t0 + ms(20), &k("a")).unwrap_err();
+        assert_eq!(
+            (e.category(), e.reason()),
+            (Category::Expired, Reason::TerminalConsumer)
+        );
+        // Any other end (an exit, another error) stays readable once.
+        r.ended(t0 + ms(10), &k("b"), &Ok(TerminalExit { code: 0 }));
+        let me = r.attach(t0 + ms(20), &k("b")).unwrap().unwrap();
+        assert_eq!(r.final_read(&k("b"), me), Ok(2));
     }
 
     #[test]

@@ -1097,6 +1097,11 @@ impl Sim {
                 self.violation("a logs read in the simulation".to_owned());
                 return;
             }
+            WorkerOp::ExecStream { .. } => {
+                // No simulated caller asks for a stream.
+                self.violation("a streamed exec in the simulation".to_owned());
+                return;
+            }
         };
         if self.crash_point(h, "worker_before_send") {
             return;

@@ -115,6 +115,10 @@ pub(super) struct Exec {
     /// The generation of this controller's live lease on the execution's
     /// worker, read at the start of each `step` (disposable only).
     lease_gen: Option<u64>,
+    /// A caller of this process wants the output as it comes: the command
+    /// goes out as a streamed exec when it can be streamed (set by the
+    /// controller before each step; read only before the exec is sent).
+    stream: bool,
 }
 
 /// A machine operation of a disposable execution.
@@ -196,6 +200,7 @@ impl Exec {
             machine: MachineSteps::default(),
             target: None,
             lease_gen: None,
+            stream: false,
         };
         ex.bound_deadlines(now, now_ms);
         ex
@@ -276,6 +281,11 @@ impl Exec {
     /// Sets the worker and machine name of a retained machine's command.
     pub(super) fn set_target(&mut self, worker_id: String, machine: String) {
         self.target = Some((worker_id, machine));
+    }
+
+    /// Whether a caller of this process wants the output as it comes.
+    pub(super) fn set_stream(&mut self, on: bool) {
+        self.stream = on;
     }
 
     /// Re-reads the record before the first step (it came from a due page
@@ -718,6 +728,22 @@ impl Exec {
                 return Step::Wait;
             };
             return match command_of(&self.rec.spec) {
+                // Streamed only when asked for and the command can be:
+                // stdin and background are buffered-only (C5.3), so such a
+                // command goes out buffered and its caller gets the output
+                // at the end.
+                Ok(command)
+                    if self.stream
+                        && command.stdin_text().is_none()
+                        && !command.is_background() =>
+                {
+                    Step::Worker(WorkerOp::ExecStream {
+                        worker_id,
+                        machine,
+                        command,
+                        key: self.rec.key.clone(),
+                    })
+                }
                 Ok(command) => Step::Worker(WorkerOp::Exec {
                     worker_id,
                     machine,
@@ -1069,6 +1095,16 @@ impl Exec {
                 self.output = Some(out);
                 Observed::Exit(r)
             }
+            // The output went to the caller as it came; only its size is
+            // recorded, exactly like a buffered exit's.
+            Ok(WorkerReply::Streamed {
+                exit_code,
+                output_bytes,
+            }) => Observed::Exit(ExecResult::Exited {
+                exit_code,
+                output_bytes,
+                truncated: false,
+            }),
             Ok(_) => {
                 // A launch or machine reply to a foreground exec breaks the
                 // contract: the outcome is unknown.

@@ -427,6 +427,23 @@ pub enum WorkerOp {
         /// Tail, timeout and allowance (checked; `follow` is false).
         params: LogsParams,
     },
+    /// Streamed exec (`Client::exec_stream(machine, command)`) →
+    /// [`WorkerReply::Streamed`]: the controller chose to stream this
+    /// command because its submitter asked for its output as it comes
+    /// ([`super::Controller::stream_output`]). The shell forwards each
+    /// output event to the caller registered under `key` and answers with
+    /// the exit; the output itself is never handed to the controller.
+    ExecStream {
+        /// Configured worker id.
+        worker_id: String,
+        /// Machine name on that worker.
+        machine: String,
+        /// The command, decoded from the record's spec (no stdin, not
+        /// background).
+        command: Command,
+        /// The execution's record key: whose caller gets the events.
+        key: RecordKey,
+    },
 }
 
 impl WorkerOp {
@@ -439,7 +456,8 @@ impl WorkerOp {
             | Self::Stop { worker_id, .. }
             | Self::Delete { worker_id, .. }
             | Self::Inspect { worker_id, .. }
-            | Self::Logs { worker_id, .. } => worker_id,
+            | Self::Logs { worker_id, .. }
+            | Self::ExecStream { worker_id, .. } => worker_id,
         }
     }
 }
@@ -455,6 +473,14 @@ pub enum WorkerReply {
     Deleted,
     /// Console history lines (logs).
     Logs(Vec<String>),
+    /// The streamed exec's exit ([`WorkerOp::ExecStream`]); the output went
+    /// to the caller as events and is counted, not held.
+    Streamed {
+        /// The guest's exit code (the stream's last event).
+        exit_code: i32,
+        /// Bytes of output events read before the exit.
+        output_bytes: u64,
+    },
 }
 
 /// What a worker op returned: its reply or the call's error, unchanged.
@@ -504,6 +530,7 @@ impl WorkerOp {
             Self::Delete { .. } => "delete",
             Self::Inspect { .. } => "inspect",
             Self::Logs { .. } => "logs",
+            Self::ExecStream { .. } => "exec_stream",
         }
     }
 }

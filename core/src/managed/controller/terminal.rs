@@ -163,6 +163,22 @@ pub enum TermStoreOp {
         /// Claim TTL.
         ttl_ms: u64,
     },
+    /// `claim_machine_version(key, owner, version, now_ms, ttl_ms)` →
+    /// [`TermStoreReply::Machine`]: the machine claim only at `version`,
+    /// re-fencing a machine assigned under an older worker-lease generation
+    /// to the claimer's live lease (C15), as the machine task does.
+    ClaimMachineVersion {
+        /// Machine record key.
+        key: RecordKey,
+        /// Claiming controller.
+        owner: String,
+        /// The version the run read the machine at.
+        version: u64,
+        /// Wall-clock milliseconds.
+        now_ms: u64,
+        /// Claim TTL.
+        ttl_ms: u64,
+    },
     /// `finish_command(machine, guard, exec, now_ms)` → [`TermStoreReply::Finished`].
     FinishCommand {
         /// Machine record key.
@@ -188,6 +204,7 @@ impl TermStoreOp {
             Self::Cancel { .. } => "cancel",
             Self::ClaimWorker { .. } => "claim_worker",
             Self::ClaimMachine { .. } => "claim_machine",
+            Self::ClaimMachineVersion { .. } => "claim_machine_version",
             Self::FinishCommand { .. } => "finish_command",
         }
     }
@@ -282,6 +299,8 @@ enum Kind {
     Write,
     Cancel,
     ClaimMachine,
+    ClaimWorker,
+    Refence,
     Finish,
 }
 
@@ -320,6 +339,13 @@ pub struct TerminalRun {
     /// `stale_claim` answers to the machine claim in a row (another
     /// controller's claim, perhaps a finished or killed one's).
     claim_waits: u64,
+    /// The slot finish was fenced: the machine was assigned under a
+    /// worker-lease generation that is no longer its worker's (C15). The
+    /// worker lease is taken, then the machine re-fenced at the version
+    /// read (`claim_machine_version`), as the machine task does.
+    fenced: bool,
+    /// The worker lease this run took to re-fence its machine.
+    lease: Option<Lease>,
     retry_at: Option<Instant>,
     need_fetch: bool,
 }
@@ -410,6 +436,8 @@ impl TerminalRun {
             done: false,
             failures: 0,
             claim_waits: 0,
+            fenced: false,
+            lease: None,
             retry_at: None,
             need_fetch: false,
         }
@@ -585,6 +613,17 @@ impl TerminalRun {
                 self.machine_claimed = true;
                 self.claim_waits = 0;
             }
+            (Kind::ClaimWorker, TermStoreReply::Lease(l)) => {
+                self.lease = (l.owner == self.cfg.owner).then_some(l);
+            }
+            (Kind::Refence, TermStoreReply::Machine(m)) => {
+                // Claimed at the version read and moved to this run's
+                // worker-lease generation: the finish is no longer fenced.
+                self.machine = Some(*m);
+                self.machine_claimed = true;
+                self.fenced = false;
+                self.claim_waits = 0;
+            }
             (
                 Kind::Finish,
                 TermStoreReply::Finished {
@@ -624,13 +663,44 @@ impl TerminalRun {
             Kind::Finish if e.category() == Category::StaleVersion => {
                 self.machine_claimed = false;
             }
+            // The machine was assigned under a worker-lease generation that
+            // is no longer its worker's (C15): nobody's finish passes until
+            // the lease holder re-fences it. Take the lease, then re-fence
+            // (see `settle_slot`), for up to two lease TTLs of attempts.
+            Kind::Finish | Kind::Refence
+                if e.category() == Category::StaleClaim
+                    && matches!(e.reason(), Reason::WorkerGeneration | Reason::WorkerLease)
+                    && self.claim_waits < self.claim_wait_limit()
+                    && self
+                        .machine
+                        .as_ref()
+                        .is_some_and(|m| m.assignment.is_some()) =>
+            {
+                self.claim_waits += 1;
+                self.fenced = true;
+                self.machine_claimed = false;
+                if kind == Kind::Refence {
+                    // The lease this run took is no longer live.
+                    self.lease = None;
+                    self.retry_at = Some(now + Duration::from_millis(self.cfg.poll_interval_ms));
+                }
+            }
+            // Re-fencing at a version the machine has moved past: claim it
+            // afresh (its record as stored) and try the finish again.
+            Kind::Refence if e.category() == Category::StaleVersion => {
+                self.fenced = false;
+                self.machine_claimed = false;
+            }
             // Another controller claims the machine — often one that has
             // ended (a `smolbox` that created or started it) and whose
             // claim lasts until its lease ends. The slot is this run's to
             // finish: the claim is tried again each poll interval, for up
             // to two lease TTLs (then the run gives up as for any store
             // failure, and the slot stays held for an operator).
-            Kind::ClaimMachine
+            // The worker lease is live under another controller: it may be
+            // the one driving this machine; the lease is tried again each
+            // poll interval, within the same bound.
+            Kind::ClaimMachine | Kind::ClaimWorker | Kind::Refence
                 if e.category() == Category::StaleClaim
                     && self.claim_waits < self.claim_wait_limit() =>
             {
@@ -926,10 +996,45 @@ impl TerminalRun {
         Ok(spec)
     }
 
-    /// Machine claim → worker lease → `finish_command`, then done.
+    /// Machine claim → `finish_command`, then done; a fenced finish first
+    /// takes the worker lease and re-fences the machine.
     fn settle_slot(&mut self, rec: &ExecutionRecord, now_ms: u64) {
         if self.slot_done {
             return self.finish(None);
+        }
+        if self.fenced
+            && let Some(m) = self.machine.clone()
+            && let Some(a) = m.assignment.as_ref()
+        {
+            let live = self
+                .lease
+                .as_ref()
+                .is_some_and(|l| l.owner == self.cfg.owner && l.until_ms > now_ms);
+            if !live {
+                // The machine is fenced already (its worker lease moved on).
+                // Only the live lease holder may re-fence it; a lapsed lease
+                // taken here moves its generation as any holder's would, and
+                // machines assigned under the old one are re-fenced by
+                // their own tasks the same way.
+                let op = TermStoreOp::ClaimWorker {
+                    worker_id: a.worker_id.clone(),
+                    owner: self.cfg.owner.clone(),
+                    now_ms,
+                    ttl_ms: self.cfg.lease_ttl_ms,
+                };
+                return self.push(Kind::ClaimWorker, op);
+            }
+            // Decided from the machine as read (its version, which claims
+            // do not move): the store claims it only at that version and
+            // moves its assignment to this run's lease generation.
+            let op = TermStoreOp::ClaimMachineVersion {
+                key: m.key.clone(),
+                owner: self.cfg.owner.clone(),
+                version: m.version,
+                now_ms: now_ms.max(m.updated_at_ms),
+                ttl_ms: self.cfg.lease_ttl_ms,
+            };
+            return self.push(Kind::Refence, op);
         }
         let Some(m) = self.machine.clone().filter(|_| self.machine_claimed) else {
             let op = TermStoreOp::ClaimMachine {

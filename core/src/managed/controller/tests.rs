@@ -1283,15 +1283,7 @@ impl Sim {
     fn answer(&mut self, kind: &str, result: WorkerResult) -> WorkerOp {
         assert!(!self.worker.is_empty(), "expected a {kind} op");
         let (id, op) = self.worker.remove(0);
-        let got = match &op {
-            WorkerOp::Exec { .. } => "exec",
-            WorkerOp::Create { .. } => "create",
-            WorkerOp::Start { .. } => "start",
-            WorkerOp::Stop { .. } => "stop",
-            WorkerOp::Delete { .. } => "delete",
-            WorkerOp::Inspect { .. } => "inspect",
-            WorkerOp::Logs { .. } => "logs",
-        };
+        let got = op.name();
         assert_eq!(got, kind, "{op:?}");
         self.ctl.handle_worker(self.now, self.now_ms, id, result);
         self.settle();
@@ -1327,3 +1319,4 @@ mod disposable;
 mod findings;
 mod machines;
 mod refence;
+mod stream;

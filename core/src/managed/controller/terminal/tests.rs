@@ -166,6 +166,23 @@ impl Fake {
                 self.machines.insert(key.clone(), next.clone());
                 Ok(TermStoreReply::Machine(Box::new(next)))
             }
+            TermStoreOp::ClaimMachineVersion {
+                key,
+                owner,
+                version,
+                now_ms,
+                ttl_ms,
+            } => {
+                let m = self.machines.get(key).ok_or_else(nf)?;
+                let lease = m
+                    .assignment
+                    .as_ref()
+                    .and_then(|a| self.leases.get(&a.worker_id));
+                let next =
+                    claim::claim_machine_version(m, owner, *version, lease, *now_ms, *ttl_ms)?;
+                self.machines.insert(key.clone(), next.clone());
+                Ok(TermStoreReply::Machine(Box::new(next)))
+            }
             TermStoreOp::FinishCommand {
                 machine,
                 guard,
@@ -796,6 +813,94 @@ fn the_slot_is_finished_without_taking_a_lapsed_worker_lease() {
         "the lease was not moved"
     );
     assert!(!sim.fake.log.contains(&"claim_worker"));
+}
+
+/// Recovery simulation, retained run, seed 184 (finding 6): the machine
+/// was assigned under worker-lease generation 1; its controller ended and
+/// the lease moved on (generation 2, lapsed since). Every finish is fenced
+/// (`worker_generation`) until the lease holder re-fences the machine, so
+/// the run takes the lease and re-fences it at the version it read
+/// (`claim_machine_version`), as the machine task does, then frees the slot.
+#[test]
+fn a_finished_terminal_refences_a_machine_assigned_under_an_older_lease_and_frees_the_slot() {
+    let mut sim = Sim::new();
+    let mut run = sim.open("t1", ManagedTerminalSpec::default());
+    run.handle_opened(sim.now, sim.now_ms, Ok(()));
+    sim.fake.leases.insert(
+        "dev".into(),
+        Lease {
+            owner: "ctl-other".into(),
+            generation: 2,
+            until_ms: sim.now_ms,
+        },
+    );
+    let version = sim.machine().version;
+    run.handle_closed(sim.now, sim.now_ms, &exit(7));
+    sim.settle(&mut run);
+    assert_eq!(sim.exec("t1").state, ExecState::Completed);
+    assert!(run.is_done());
+    assert!(
+        matches!(
+            sim.events().last(),
+            Some(TermEvent::Done { error: None, .. })
+        ),
+        "{:?}",
+        sim.events().last()
+    );
+    let m = sim.machine();
+    assert_eq!(m.active_execution, None, "the slot is free");
+    assert_eq!(m.state, MachineRecordState::Running);
+    assert_eq!(sim.fake.leases["dev"].owner, OWNER);
+    assert_eq!(
+        m.assignment.as_ref().unwrap().worker_generation,
+        sim.fake.leases["dev"].generation,
+        "re-fenced to the lease it holds"
+    );
+    assert!(m.version > version, "the finish is a caller-visible write");
+    let refence = sim
+        .fake
+        .log
+        .iter()
+        .position(|n| *n == "claim_machine_version");
+    let finish = sim.fake.log.iter().rposition(|n| *n == "finish_command");
+    assert!(refence.is_some() && refence < finish, "{:?}", sim.fake.log);
+}
+
+/// The same fenced finish while another controller holds the worker lease
+/// live: nothing is written; once that lease lapses, the run takes it,
+/// re-fences and frees the slot.
+#[test]
+fn a_fenced_finish_waits_for_another_live_worker_lease_then_frees_the_slot() {
+    let mut sim = Sim::new();
+    let mut run = sim.open("t1", ManagedTerminalSpec::default());
+    run.handle_opened(sim.now, sim.now_ms, Ok(()));
+    sim.fake.leases.insert(
+        "dev".into(),
+        Lease {
+            owner: "ctl-other".into(),
+            generation: 2,
+            until_ms: sim.now_ms + TTL / 2,
+        },
+    );
+    run.handle_closed(sim.now, sim.now_ms, &exit(7));
+    sim.settle(&mut run);
+    assert!(!run.is_done(), "waits for the worker lease");
+    assert!(sim.machine().active_execution.is_some());
+    for _ in 0..(TTL / 100 + 2) {
+        sim.advance(100);
+        run.handle_timeout(sim.now, sim.now_ms);
+        sim.settle(&mut run);
+        if run.is_done() {
+            break;
+        }
+    }
+    assert!(run.is_done());
+    assert_eq!(sim.machine().active_execution, None);
+    assert_eq!(sim.fake.leases["dev"].generation, 3);
+    assert_eq!(
+        sim.machine().assignment.as_ref().unwrap().worker_generation,
+        3
+    );
 }
 
 #[test]

@@ -329,7 +329,7 @@ impl Sim {
             .expect("the request was answered")
     }
 
-    fn machine(&self) -> &MachineRecord {
+    pub(super) fn machine(&self) -> &MachineRecord {
         &self.store.machines[&mkey()]
     }
 
@@ -343,7 +343,7 @@ impl Sim {
     }
 
     /// Creates and starts the machine, answering the worker.
-    fn running_machine(&mut self) {
+    pub(super) fn running_machine(&mut self) {
         self.settle();
         self.request(MachineRequest::Create {
             key: mkey(),
@@ -365,7 +365,11 @@ impl Sim {
         assert_eq!(self.machine().operation, Op::None);
     }
 
-    fn submit_to_slot(&mut self, id: &str, command: &Command) -> Result<MachineAnswer, Error> {
+    pub(super) fn submit_to_slot(
+        &mut self,
+        id: &str,
+        command: &Command,
+    ) -> Result<MachineAnswer, Error> {
         self.request(MachineRequest::Submit {
             machine: mkey(),
             key: RecordKey::new("s", id).unwrap(),

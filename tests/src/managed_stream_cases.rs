@@ -1,0 +1,248 @@
+//! Streamed runs through both shells' `Runtime` (issue 15 item 2): the
+//! output reaches the caller as it comes, the record is kept exactly like
+//! a buffered run's (state, evidence, exit, output size, three commits),
+//! the output is never stored, a resubmission runs nothing, and a retained
+//! machine's slot takes a streamed command. Registered by
+//! [`managed_stream_suite!`](crate::managed_stream_suite).
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::sync::{Arc, Mutex};
+
+use smolbox_core::exec::{Command, ExecEvent};
+use smolbox_core::managed::controller::{RunTarget, Submit, spec_for};
+use smolbox_core::managed::record::ExecResult;
+use smolbox_core::managed::state::{MachineOperation as Op, MachineRecordState as MS};
+use smolbox_core::managed::{ExecState, RecordEvidence, RecordKey, RetainedMachineSpec};
+use smolbox_devworker::Route;
+
+use crate::managed::{ManagedShell, Options, WORKER};
+use crate::managed_cases::{StoreKind, setup};
+
+const SENTINEL: &str = "SENTINEL-STREAM-91c3";
+
+fn key(id: &str) -> RecordKey {
+    RecordKey::new("suite", id).unwrap()
+}
+
+fn submit_of(id: &str, command: &Command) -> Submit {
+    Submit {
+        key: key(id),
+        spec: spec_for(
+            command,
+            &RunTarget::unverified().fitting(command),
+            WORKER,
+            "m1",
+        )
+        .unwrap(),
+    }
+}
+
+/// Prints `first` (and the sentinel), waits for `gate`, prints `second`
+/// on stderr, exits 3.
+fn two_part(gate: &std::path::Path) -> Command {
+    Command::new([
+        "sh",
+        "-c",
+        &format!(
+            "echo first {SENTINEL}; while [ ! -e '{}' ]; do sleep 0.02; done; echo second >&2; exit 3",
+            gate.display()
+        ),
+    ])
+}
+
+/// The events of a run; the gate is opened when `first` arrives, so the
+/// command can only end if the first piece was delivered before its exit.
+fn collector(gate: std::path::PathBuf) -> (Arc<Mutex<Vec<String>>>, impl FnMut(&ExecEvent) + Send) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = Arc::clone(&seen);
+    let on_event = move |e: &ExecEvent| {
+        let text = match e {
+            ExecEvent::Stdout(t) => format!("out:{t}"),
+            ExecEvent::Stderr(t) => format!("err:{t}"),
+            ExecEvent::Exit(c) => format!("exit:{c}"),
+        };
+        if text.starts_with("out:first") {
+            std::fs::write(&gate, b"").unwrap();
+        }
+        s.lock().unwrap().push(text);
+    };
+    (seen, on_event)
+}
+
+fn joined(seen: &Mutex<Vec<String>>) -> String {
+    seen.lock().unwrap().concat()
+}
+
+/// The output arrives while the command runs (it waits for a gate the
+/// first piece opens); the record is `completed` / `exited` with the exit
+/// code and the output's size, in the three commits of a buffered run;
+/// the outcome holds no output; the worker saw one streamed exec and no
+/// buffered one; the output is in no store file.
+pub fn a_streamed_run_delivers_output_as_it_comes_and_records_its_exit<M: ManagedShell>(
+    kind: StoreKind,
+) {
+    let Some(s) = setup(kind) else { return };
+    let rt: M = s.runtime(&Options::default());
+    let gate = s.gate("sg1");
+    let (seen, mut on_event) = collector(gate.clone());
+    let before = s.store.commits().expect("the adapter counts commits");
+    let out = rt
+        .run_streamed(submit_of("s1", &two_part(&gate)), &mut on_event)
+        .unwrap();
+    assert_eq!(
+        joined(&seen),
+        format!("out:first {SENTINEL}\nerr:second\n"),
+        "both pieces, in order, no exit event"
+    );
+    assert_eq!(out.record.state, ExecState::Completed, "{:?}", out.error);
+    assert_eq!(out.record.evidence, RecordEvidence::Exited);
+    let printed = format!("first {SENTINEL}\nsecond\n").len() as u64;
+    assert_eq!(
+        out.record.result,
+        Some(ExecResult::Exited {
+            exit_code: 3,
+            output_bytes: printed,
+            truncated: false,
+        })
+    );
+    assert!(out.output.is_none());
+    assert_eq!(s.store.commits().unwrap() - before, 3, "as a buffered run");
+    let w = &s.fixture.worker;
+    assert_eq!(w.request_count(Route::ExecStream), 1);
+    assert_eq!(w.request_count(Route::Exec), 0);
+    rt.shutdown();
+    drop(rt);
+    if kind != StoreKind::Sqlite {
+        return;
+    }
+    let bytes = s.all_bytes();
+    assert!(
+        bytes.windows(2).any(|w| w == b"s1"),
+        "the database was read"
+    );
+    assert!(
+        !bytes
+            .windows(SENTINEL.len())
+            .any(|w| w == SENTINEL.as_bytes()),
+        "the output is never stored"
+    );
+}
+
+/// A second streamed run under the same key returns the recorded outcome
+/// and sends nothing; a command with stdin (not streamable) goes out
+/// buffered and its output is handed over at the end.
+pub fn a_streamed_resubmission_runs_once_and_stdin_falls_back_to_buffered<M: ManagedShell>(
+    kind: StoreKind,
+) {
+    let Some(s) = setup(kind) else { return };
+    let rt: M = s.runtime(&Options::default());
+    let cmd = Command::new(["sh", "-c", "echo once; exit 5"]);
+    let mut first = Vec::new();
+    let out = rt
+        .run_streamed(submit_of("r1", &cmd), &mut |e: &ExecEvent| {
+            first.push(format!("{e:?}"));
+        })
+        .unwrap();
+    assert_eq!(out.exit_code(), Some(5));
+    assert_eq!(first, ["Stdout(5 bytes)"]);
+    let mut second = 0;
+    let again = rt
+        .run_streamed(submit_of("r1", &cmd), &mut |_: &ExecEvent| second += 1)
+        .unwrap();
+    assert_eq!(again.record, out.record);
+    assert_eq!(second, 0, "nothing ran, nothing streamed");
+    assert_eq!(s.fixture.worker.request_count(Route::ExecStream), 1);
+    // stdin: buffered, delivered at the end.
+    let with_stdin = Command::new(["cat"]).stdin("fed");
+    let mut got = String::new();
+    let out = rt
+        .run_streamed(submit_of("in1", &with_stdin), &mut |e: &ExecEvent| {
+            if let ExecEvent::Stdout(t) = e {
+                got.push_str(t);
+            }
+        })
+        .unwrap();
+    assert_eq!(out.record.state, ExecState::Completed, "{:?}", out.error);
+    assert_eq!(got, "fed");
+    assert_eq!(s.fixture.worker.request_count(Route::Exec), 1);
+    assert_eq!(s.fixture.worker.request_count(Route::ExecStream), 1);
+    rt.shutdown();
+}
+
+/// A streamed command in a retained machine's slot: output as it comes,
+/// the exit recorded, the slot freed.
+pub fn a_streamed_command_runs_in_a_retained_slot<M: ManagedShell>(kind: StoreKind) {
+    let Some(s) = setup(kind) else { return };
+    let options = Options {
+        disposable: true,
+        lease_ttl_ms: 2_000,
+        ..Options::default()
+    };
+    let rt: M = s.runtime(&options);
+    let t = RunTarget::unverified();
+    let spec = RetainedMachineSpec {
+        artifact: t.artifact,
+        profile: t.profile,
+        ports: Vec::new(),
+        workload: None,
+        checkpointable: false,
+        network: None,
+        guest_paths: None,
+    };
+    let mk = RecordKey::new("boxes", "sbox").unwrap();
+    rt.m_create(&mk, &spec).unwrap();
+    let m = rt.m_wait(&mk, 30_000).unwrap();
+    rt.m_lifecycle(&mk, Op::Start, m.version).unwrap();
+    let m = rt.m_wait(&mk, 30_000).unwrap();
+    assert_eq!(m.state, MS::Running, "{:?}", m.last_error);
+    let gate = s.gate("sg2");
+    let (seen, mut on_event) = collector(gate.clone());
+    let ck = RecordKey::new("boxes", "sc1").unwrap();
+    let out = rt
+        .m_run_streamed(&mk, &ck, &two_part(&gate), &mut on_event)
+        .unwrap();
+    assert_eq!(joined(&seen), format!("out:first {SENTINEL}\nerr:second\n"));
+    assert_eq!(out.record.state, ExecState::Completed, "{:?}", out.error);
+    assert_eq!(out.exit_code(), Some(3));
+    let mut free = None;
+    for _ in 0..3_000 {
+        let m = rt.m_inspect(&mk).unwrap();
+        if m.active_execution.is_none() {
+            free = Some(m);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(free.is_some(), "the slot was freed");
+    assert_eq!(s.fixture.worker.request_count(Route::ExecStream), 1);
+    rt.shutdown();
+}
+
+/// Instantiates every streamed-run case for `$shell`, one `#[test]` per
+/// case and store (`mod stream_sqlite`, `mod stream_postgres`).
+#[macro_export]
+macro_rules! managed_stream_suite {
+    ($shell:ty) => {
+        mod stream_sqlite {
+            $crate::managed_stream_suite!(@store $shell, $crate::managed_cases::StoreKind::Sqlite);
+        }
+        mod stream_postgres {
+            $crate::managed_stream_suite!(@store $shell, $crate::managed_cases::StoreKind::Postgres);
+        }
+    };
+    (@store $shell:ty, $kind:expr) => {
+        $crate::managed_stream_suite!(@cases $shell, $kind,
+            a_streamed_run_delivers_output_as_it_comes_and_records_its_exit,
+            a_streamed_resubmission_runs_once_and_stdin_falls_back_to_buffered,
+            a_streamed_command_runs_in_a_retained_slot,
+        );
+    };
+    (@cases $shell:ty, $kind:expr, $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::managed_stream_cases::$case::<$shell>($kind);
+            }
+        )*
+    };
+}
