@@ -224,7 +224,10 @@ impl Runtime {
     }
 
     /// Stops taking work and returns once nothing is outstanding
-    /// (executions already dispatched are driven to their end).
+    /// (executions already dispatched are driven to their end) and the
+    /// claims this runtime held are released, so the next controller need
+    /// not wait out the TTL (C15; a crash releases nothing). Dropping the
+    /// runtime starts the same shutdown without waiting for it.
     pub async fn shutdown(&self) {
         let (tx, rx) = oneshot::channel();
         if self.cmd.send(Command::Shutdown(reply(tx))).is_ok() {

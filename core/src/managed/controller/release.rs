@@ -8,8 +8,8 @@
 //! controller's to release). At [`Controller::shutdown`] it releases, with
 //! [`StoreOp::ReleaseClaim`] guarded by owner and claim generation:
 //! - every execution claim it is not driving any more (a record still
-//!   driven is released once it ends), except records that need nobody
-//!   (terminal and not due);
+//!   driven is released once it ends), except records that are not due
+//!   (no successor moves them: a settled or `unknown` record);
 //! - machine claims and worker leases once nothing is driven, no request
 //!   is in flight and the driver reports no live terminal run of this
 //!   process ([`Controller::set_terminals_live`]): terminal runs share the
@@ -40,7 +40,7 @@ pub const MAX_HELD: usize = 1_024;
 pub(super) struct Held {
     generation: u64,
     until_ms: u64,
-    /// False for a record nobody needs any more (terminal, not due).
+    /// False for a record nobody moves any more (not due).
     needed: bool,
     releasing: bool,
 }
@@ -106,7 +106,9 @@ impl Controller {
             // A terminal's claim belongs to its run in the driver.
             return;
         }
-        let needed = !(r.state.is_terminal() && r.next_due_at_ms.is_none());
+        // Only a due record waits for a successor (the due scan); one that
+        // is not due is moved by nobody, so its claim is left to lapse.
+        let needed = r.next_due_at_ms.is_some();
         let claim = r.claim.as_ref().map(|c| (c.owner.as_str(), c.until_ms));
         self.note(
             Claimed::Execution(r.key.clone()),
