@@ -616,7 +616,7 @@ fn log_line(l: &str, json: bool) -> Result<(), Failure> {
 }
 
 /// `logs MACHINE [-f]`, of the worker's machine `machine` (a managed
-/// machine's placed name, see [`crate::machines::worker_name`]).
+/// machine's placed name, see [`crate::machines::verified_worker_name`]).
 pub(crate) fn logs(
     b: &Backend,
     machine: &str,
