@@ -816,6 +816,9 @@ reasons! {
     RecordKindMismatch = "record_kind_mismatch",
     /// Record on another worker.
     RecordOnAnotherWorker = "record_on_another_worker",
+    /// A record read back before dispatch after this controller saw it past
+    /// `ready` (a rolled-back row): it is never dispatched from that read.
+    RecordWentBack = "record_went_back",
     /// Redirect.
     Redirect = "redirect",
     /// Rejected body too large.

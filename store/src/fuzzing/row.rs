@@ -38,10 +38,10 @@ fn sealer(legacy: bool) -> Option<Sealer> {
     Some(if legacy { s.with_legacy() } else { s })
 }
 
-/// Applies `(position, xor)` edits from `edits` to `bytes`; true when a
-/// byte actually changed (or the length did).
+/// Applies `(position, xor)` edits from `edits` to `bytes`; true when the
+/// bytes differ afterwards.
 fn edit(bytes: &mut Vec<u8>, edits: &[u8]) -> bool {
-    let mut changed = false;
+    let before = bytes.clone();
     for e in edits.chunks(3) {
         let [hi, lo, x] = [
             e.first().copied().unwrap_or(0),
@@ -55,15 +55,14 @@ fn edit(bytes: &mut Vec<u8>, edits: &[u8]) -> bool {
         if hi == 0xff && lo == 0xff {
             // Truncation by `x` bytes.
             let n = usize::from(x).min(bytes.len());
-            changed |= n > 0;
             bytes.truncate(bytes.len() - n);
             continue;
         }
         let i = pos % bytes.len();
-        changed |= x != 0;
         bytes[i] ^= x;
     }
-    changed
+    // Two edits of one byte may cancel out: what counts is the result.
+    *bytes != before
 }
 
 /// Edits projected columns: `(field, value)` pairs.

@@ -920,6 +920,21 @@ impl Exec {
         };
         self.inflight = None;
         match result {
+            Ok(StoreReply::Record(rec))
+                if rec.key == self.rec.key
+                    && !self.rec.state.is_before_dispatch()
+                    && rec.state.is_before_dispatch() =>
+            {
+                // No transition leads back before dispatch: the store handed
+                // back an older row (a whole-row rollback). What was seen
+                // stands; nothing is dispatched from that read (C17.1).
+                self.fatal = Some(Error::store(
+                    Operation::StoreFetch,
+                    self.rec.evidence.to_error_evidence(),
+                    Reason::RecordWentBack,
+                ));
+                None
+            }
             Ok(StoreReply::Record(rec)) if rec.key == self.rec.key => {
                 self.failures = 0;
                 self.renew_failures = 0;

@@ -228,3 +228,54 @@ fn a_scan_failing_after_shutdown_leaves_no_timer_in_the_past() {
         s.now
     );
 }
+
+/// Fuzz finding (`controller` target): a record found `dispatching` (by
+/// another controller) and then read back `accepted` (a whole-row rollback
+/// in the store) was driven from that read and dispatched. A record never
+/// moves back before dispatch: the controller now stops with `store` /
+/// `record_went_back` and sends nothing.
+#[test]
+fn a_record_read_back_before_dispatch_is_never_dispatched() {
+    let key = RecordKey::new("s", "back").unwrap();
+    let spec = spec_for(&cmd(), &RunTarget::unverified(), WORKER, "m1").unwrap();
+    let old = ExecutionRecord::accepted(key.clone(), "f".repeat(64), spec, T0).unwrap();
+    let mut rec = old.clone();
+    for (i, st) in crate::managed::testkit::path_to(ExecState::Dispatching)
+        .iter()
+        .enumerate()
+    {
+        let patch = crate::managed::testkit::entry_patch(&rec, *st);
+        rec = apply_exec(&rec, &patch, T0 + 1 + i as u64).unwrap();
+    }
+    let mut s = Sim::new(config());
+    s.store.records.insert(key.clone(), rec);
+    // The first scan finds it possibly dispatched; then the row rolls back.
+    // Later scans find nothing (what the controller forgot after it stopped
+    // driving the record is the store's to guard, docs/decisions.md).
+    let mut scans = 0;
+    while let Some((id, op)) = s.ctl.poll_store_op() {
+        let r = match op {
+            StoreOp::Due { .. } if scans > 0 => Ok(StoreReply::Due {
+                records: Vec::new(),
+                next: None,
+            }),
+            _ => s.store.apply(&op),
+        };
+        s.ctl.handle_stored(s.now, s.now_ms, id, r);
+        if matches!(op, StoreOp::Due { .. }) && scans == 0 {
+            s.store.records.insert(key.clone(), old.clone());
+            scans += 1;
+        }
+        while let Some((id, op)) = s.ctl.poll_worker_op() {
+            s.worker.push((id, op));
+        }
+        while let Some(e) = s.ctl.poll_event() {
+            s.events.push(e);
+        }
+    }
+    assert!(s.worker.is_empty(), "nothing is dispatched: {:?}", s.worker);
+    let f = s.finished(&key).expect("the execution ended here");
+    let e = f.error.as_ref().expect("with an error");
+    assert_eq!(e.category(), Category::Store);
+    assert_eq!(e.reason(), Reason::RecordWentBack);
+}
