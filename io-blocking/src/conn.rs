@@ -639,11 +639,7 @@ impl Connection {
     ///
     /// # Errors
     /// `TimedOut` at the deadline; the socket's errors.
-    pub fn write_all_until(
-        &mut self,
-        bytes: &[u8],
-        deadline: Option<Instant>,
-    ) -> io::Result<()> {
+    pub fn write_all_until(&mut self, bytes: &[u8], deadline: Option<Instant>) -> io::Result<()> {
         self.conn.write_all_until(bytes, deadline)
     }
 
@@ -653,11 +649,7 @@ impl Connection {
     /// # Errors
     /// `TimedOut` at the deadline; the socket's errors (a TLS peer that
     /// closed without `close_notify` is `UnexpectedEof`).
-    pub fn read_until(
-        &mut self,
-        buf: &mut [u8],
-        deadline: Option<Instant>,
-    ) -> io::Result<usize> {
+    pub fn read_until(&mut self, buf: &mut [u8], deadline: Option<Instant>) -> io::Result<usize> {
         self.conn.read_until(buf, deadline)
     }
 }

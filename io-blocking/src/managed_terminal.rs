@@ -77,6 +77,11 @@ fn reply<T: Send + 'static>(tx: Sender<T>) -> Reply<T> {
 }
 
 impl ManagedTerminals {
+    /// True while this runtime drives any terminal run.
+    pub(crate) fn any_running(&self) -> bool {
+        self.inner.t.any_running()
+    }
+
     /// The runtime's terminals, from its checked options (at most
     /// `max_active` sessions registered).
     ///

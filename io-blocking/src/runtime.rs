@@ -593,6 +593,10 @@ impl Perform for Io {
             })
     }
 
+    fn terminals_live(&self) -> bool {
+        self.terminals.any_running()
+    }
+
     fn recover_terminal(&mut self, key: RecordKey) {
         // Off the driver thread: it waits for the run's first step.
         let terminals = self.terminals.clone();

@@ -555,6 +555,10 @@ impl Perform for Io {
         Ok(())
     }
 
+    fn terminals_live(&self) -> bool {
+        self.terminals.any_running()
+    }
+
     fn recover_terminal(&mut self, key: RecordKey) {
         let terminals = self.terminals.clone();
         tokio::spawn(async move {

@@ -4,7 +4,8 @@
 //! the backend commits only when the closure returns `Ok`.
 
 use smolbox_core::Reason;
-use smolbox_core::managed::claim::{self, Fence};
+use smolbox_core::managed::claim::{self, Fence, Release};
+use smolbox_core::managed::controller::Claimed;
 use smolbox_core::managed::envelope::{exec_requirements, machine_requirements};
 use smolbox_core::managed::patch::{apply_exec, apply_exec_steps, apply_machine, intent_at_accept};
 use smolbox_core::managed::record::{Assignment, Resources};
@@ -18,7 +19,7 @@ use smolbox_core::{Error, Evidence, Operation};
 
 use crate::{
     Accepted, Assigned, DueCursor, DuePage, MAX_DUE_PAGE, MAX_LIST_PAGE, MAX_PENDING, MIN_PENDING,
-    Page, Reserve, Resolved, StoreInfo, Submitted,
+    Page, Released, Reserve, Resolved, StoreInfo, Submitted,
 };
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 use {crate::Sealer, smolbox_core::managed::RecordKind};
@@ -371,7 +372,7 @@ fn live_lease(
         Some(l) if l.owner == guard.owner && l.until_ms > now_ms => Ok(l.generation),
         _ => Err(Error::stale_claim(
             op,
-            Evidence::Unknown,
+            Evidence::NotDispatched,
             Reason::WorkerLease,
         )),
     }
@@ -686,6 +687,57 @@ pub(crate) fn claim_machine<B: Backend>(
         tx.put_machine(&next, false)?;
         Ok(next)
     })
+}
+
+/// Ends `owner`'s claim at `generation` (`Store::release_claim`): the pure
+/// rules of `claim::release_*`; a lapsed claim is returned as stored.
+pub(crate) fn release_claim<B: Backend>(
+    b: &B,
+    claimed: &Claimed,
+    owner: &str,
+    generation: u64,
+    now_ms: u64,
+) -> Result<Released, Error> {
+    let op = Operation::StoreClaim;
+    match claimed {
+        Claimed::Execution(key) => b.transact(op, Lock::Record, &mut |tx| {
+            let rec =
+                tx.exec(key)?
+                    .ok_or(Error::not_found(op, Evidence::Unknown, Reason::Absent))?;
+            match claim::release_exec(&rec, owner, generation, now_ms)? {
+                Release::Ended(next) => {
+                    tx.put_exec(&next, false)?;
+                    Ok(Released::Execution(Box::new(next)))
+                }
+                Release::Lapsed => Ok(Released::Execution(Box::new(rec))),
+            }
+        }),
+        Claimed::Machine(key) => b.transact(op, Lock::Record, &mut |tx| {
+            let rec =
+                tx.machine(key)?
+                    .ok_or(Error::not_found(op, Evidence::Unknown, Reason::Absent))?;
+            match claim::release_machine(&rec, owner, generation, now_ms)? {
+                Release::Ended(next) => {
+                    tx.put_machine(&next, false)?;
+                    Ok(Released::Machine(Box::new(next)))
+                }
+                Release::Lapsed => Ok(Released::Machine(Box::new(rec))),
+            }
+        }),
+        Claimed::Worker(worker) => {
+            check_worker_id(worker).map_err(|e| e.with_operation(op))?;
+            b.transact(op, Lock::Partition, &mut |tx| {
+                let current = tx.lease(worker)?;
+                match claim::release_lease(current.as_ref(), owner, generation, now_ms)? {
+                    Release::Ended(next) => {
+                        tx.put_lease(worker, &next, false)?;
+                        Ok(Released::Worker(Some(next)))
+                    }
+                    Release::Lapsed => Ok(Released::Worker(current.clone())),
+                }
+            })
+        }
+    }
 }
 
 pub(crate) fn claim_version<B: Backend>(

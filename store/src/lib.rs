@@ -31,7 +31,7 @@
 //! HTTP already sent (C15).
 
 use smolbox_core::Error;
-use smolbox_core::managed::controller::{DueAfter, StoreOp, StoreReply, StoreResult};
+use smolbox_core::managed::controller::{Claimed, DueAfter, StoreOp, StoreReply, StoreResult};
 use smolbox_core::managed::record::{ExecutionRecord, MachineRecord, Resources};
 use smolbox_core::managed::slot::{Disposition, Finish};
 use smolbox_core::managed::state::MachineOperation;
@@ -39,6 +39,8 @@ use smolbox_core::managed::{Capabilities, ExecPatch, Guard, Lease, MachinePatch,
 
 mod clock;
 mod engine;
+#[cfg(feature = "testkit")]
+pub mod fuzzing;
 pub mod keys;
 mod memory;
 #[cfg(feature = "postgres")]
@@ -572,6 +574,28 @@ pub trait Store: Send + Sync {
         now_ms: u64,
     ) -> Result<ExecutionRecord, Error>;
 
+    /// Ends `owner`'s claim on an execution record, a machine record or a
+    /// worker lease (C15), held at `generation`: a controller shutting
+    /// down releases what it holds so the next one need not wait out the
+    /// TTL. The claim ends in place, as if its TTL had lapsed at `now_ms`
+    /// (`smolbox_core::managed::claim::release_exec`): the next owner takes
+    /// it at once with generation + 1. A record's version (a machine's
+    /// `claims`) moves by one; its state, evidence, result, cleanup, slot,
+    /// reservation and ports never change; no capacity is freed. A claim
+    /// that has lapsed already is returned as stored, nothing written.
+    ///
+    /// # Errors
+    /// `stale_claim` (`claim_owner`) when the claim is not `owner`'s at
+    /// `generation` (another controller took it over: nothing changes);
+    /// `not_found` for an absent record; `validation` for a bad owner.
+    fn release_claim(
+        &self,
+        claimed: &Claimed,
+        owner: &str,
+        generation: u64,
+        now_ms: u64,
+    ) -> Result<Released, Error>;
+
     /// Write transactions this store object committed since it was opened
     /// (reads are not counted), or `None` when it does not count them (a
     /// wrapper, for example). For tests and benchmarks (issue 16: commits
@@ -579,6 +603,17 @@ pub trait Store: Send + Sync {
     fn commits(&self) -> Option<u64> {
         None
     }
+}
+
+/// What `release_claim` returns: the record or lease as stored after it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Released {
+    /// An execution record.
+    Execution(Box<ExecutionRecord>),
+    /// A machine record.
+    Machine(Box<MachineRecord>),
+    /// A worker lease (`None`: the worker was never leased).
+    Worker(Option<Lease>),
 }
 
 /// What `find_machine` found.
@@ -674,6 +709,8 @@ macro_rules! impl_store {
                     -> Result<$crate::Accepted<$crate::Submitted>, smolbox_core::Error>;
                 fn write_steps(&self, key: &smolbox_core::managed::RecordKey, guard: &smolbox_core::managed::Guard, patches: &[smolbox_core::managed::ExecPatch], now_ms: u64)
                     -> Result<smolbox_core::managed::ExecutionRecord, smolbox_core::Error>;
+                fn release_claim(&self, claimed: &smolbox_core::managed::controller::Claimed, owner: &str, generation: u64, now_ms: u64)
+                    -> Result<$crate::Released, smolbox_core::Error>;
             }
             fn info(&self) -> $crate::StoreInfo {
                 $crate::engine::Backend::info(self)
@@ -880,6 +917,23 @@ pub fn apply_op(store: &dyn Store, op: &StoreOp) -> StoreResult {
             .map(|r| StoreReply::Resolved {
                 machine: r.machine,
                 command: r.command,
+            }),
+        StoreOp::ReleaseClaim {
+            claimed,
+            owner,
+            generation,
+            now_ms,
+        } => store
+            .release_claim(claimed, owner, *generation, *now_ms)
+            .and_then(|r| match r {
+                Released::Execution(rec) => Ok(StoreReply::Record(*rec)),
+                Released::Machine(rec) => Ok(StoreReply::Machine(*rec)),
+                Released::Worker(Some(l)) => Ok(StoreReply::Lease(l)),
+                Released::Worker(None) => Err(Error::not_found(
+                    smolbox_core::Operation::StoreClaim,
+                    smolbox_core::Evidence::Unknown,
+                    smolbox_core::Reason::Absent,
+                )),
             }),
         StoreOp::DueMachines {
             now_ms,

@@ -553,6 +553,11 @@ pub trait Perform {
     /// Recovers managed terminal `key`, found due and not driven here
     /// (C7.4), off the driver (it waits for the run's first step).
     fn recover_terminal(&mut self, key: RecordKey);
+
+    /// True while a managed terminal run of this runtime is live: they
+    /// take claims under the controller's owner, so a shutdown keeps the
+    /// machine claims and worker leases meanwhile.
+    fn terminals_live(&self) -> bool;
 }
 
 /// The driver's bookkeeping around one [`Controller`]: every decision is
@@ -659,6 +664,8 @@ impl Host {
     /// its events (answers to waiters, notices, telemetry). Returns true
     /// when waiters of `notices` should look again.
     pub fn drain(&mut self, notices: &Mutex<Notices>, io: &mut impl Perform) -> bool {
+        let now = self.clock.now();
+        self.controller.set_terminals_live(now, io.terminals_live());
         while let Some((id, op)) = self.controller.poll_store_op() {
             trace::store_op(id, &op);
             if let Err(e) = io.store(id, op) {
@@ -869,6 +876,9 @@ mod tests {
             unreachable!("nothing is dispatched without a durable record")
         }
         fn recover_terminal(&mut self, _: RecordKey) {}
+        fn terminals_live(&self) -> bool {
+            false
+        }
     }
 
     #[test]

@@ -16,12 +16,14 @@
 use std::sync::Arc;
 
 use smolbox_core::Error;
+use smolbox_core::managed::controller::Claimed;
 use smolbox_core::managed::record::{ExecutionRecord, MachineRecord, Resources};
 use smolbox_core::managed::slot::{Disposition, Finish};
 use smolbox_core::managed::state::{ExecState, MachineOperation};
 use smolbox_core::managed::{ExecPatch, Guard, Lease, MachinePatch, RecordKey};
 use smolbox_store::{
-    Accepted, Assigned, DueCursor, DuePage, Page, Reserve, Resolved, Store, StoreInfo, Submitted,
+    Accepted, Assigned, DueCursor, DuePage, Page, Released, Reserve, Resolved, Store, StoreInfo,
+    Submitted,
 };
 
 /// The environment variable naming the kill point.
@@ -153,16 +155,18 @@ impl Store for KillStore {
             -> Result<Page<MachineRecord>, Error>;
         fn due_machines(&self, now_ms: u64, after: Option<&DueCursor>, limit: u32)
             -> Result<DuePage<MachineRecord>, Error>;
-        fn submit(&self, record: &ExecutionRecord, max_pending: u32)
-            -> Result<Accepted<Submitted>, Error>;
-        fn finish_command(&self, machine: &RecordKey, guard: &Guard, exec: &RecordKey, now_ms: u64)
-            -> Result<(MachineRecord, ExecutionRecord, Finish), Error>;
         fn claim_version(&self, key: &RecordKey, owner: &str, version: u64, now_ms: u64, ttl_ms: u64)
             -> Result<ExecutionRecord, Error>;
         fn claim_machine_version(&self, key: &RecordKey, owner: &str, version: u64, now_ms: u64, ttl_ms: u64)
             -> Result<MachineRecord, Error>;
+        fn submit(&self, record: &ExecutionRecord, max_pending: u32)
+            -> Result<Accepted<Submitted>, Error>;
+        fn finish_command(&self, machine: &RecordKey, guard: &Guard, exec: &RecordKey, now_ms: u64)
+            -> Result<(MachineRecord, ExecutionRecord, Finish), Error>;
         fn resolve_machine(&self, key: &RecordKey, version: u64, quiesced: bool, disposition: &Disposition, now_ms: u64)
             -> Result<Resolved, Error>;
+        fn release_claim(&self, claimed: &Claimed, owner: &str, generation: u64, now_ms: u64)
+            -> Result<Released, Error>;
         fn commits(&self) -> Option<u64>;
     }
 

@@ -169,6 +169,7 @@ fn retained_machines_keep_every_rule() {
         .collect();
     assert!(bad.is_empty(), "{:#?}", &bad[..bad.len().min(10)]);
     eprintln!("retained: worker mutations {:?}", summary.mutations);
+    eprintln!("retained: probes {:?}", summary.probes);
     if let Some(seed) = env_u64(SEED_VAR) {
         // One seed replayed: its trace, even when it passed.
         for line in sim::run_seed(seed, Options::RETAINED).trace {
@@ -187,6 +188,21 @@ fn retained_machines_keep_every_rule() {
         assert!(
             summary.mutations.get(&kind).is_some_and(|n| *n > 0),
             "{kind:?} never exercised"
+        );
+    }
+    // Reconcile, complete listings, a drain while a live holder has the
+    // slot, and a careless operator's resolve refused as identity_conflict.
+    for probe in [
+        "reconcile_ok",
+        "list",
+        "maintenance_drained",
+        "careless_refused",
+        "terminal_bytes_typed",
+    ] {
+        assert!(
+            summary.probes.get(probe).is_some_and(|n| *n > 0),
+            "{probe} never exercised: {:?}",
+            summary.probes
         );
     }
 }
@@ -237,6 +253,15 @@ fn disposable_machines_keep_every_rule() {
         .collect();
     assert!(bad.is_empty(), "{:#?}", &bad[..bad.len().min(10)]);
     eprintln!("disposable: worker mutations {:?}", summary.mutations);
+    eprintln!("disposable: commands by worker {:?}", summary.probes);
+    // Two workers, each with its own lease and capacity.
+    for w in ["on_w1", "on_w2"] {
+        assert!(
+            summary.probes.get(w).is_some_and(|n| *n > 0),
+            "{w}: {:?}",
+            summary.probes
+        );
+    }
     for kind in [
         Mutation::Create,
         Mutation::Start,

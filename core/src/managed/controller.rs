@@ -130,10 +130,11 @@ use base64::Engine as _;
 mod exec;
 pub mod machines;
 pub mod ops;
+pub mod release;
 pub mod terminal;
 
 pub use ops::{
-    DueAfter, OpId, Reservation, StoreOp, StoreReply, StoreResult, WorkerOp, WorkerReply,
+    Claimed, DueAfter, OpId, Reservation, StoreOp, StoreReply, StoreResult, WorkerOp, WorkerReply,
     WorkerResult,
 };
 
@@ -408,6 +409,38 @@ impl Finished {
     }
 }
 
+/// An error that ends the driving of a command or terminal carries what is
+/// known about it (its `Evidence`). A store refusal (`stale_claim`,
+/// `stale_version`, …) says `not_dispatched` about its own call; once the
+/// command may have been sent (`sent`, or a record past its dispatch
+/// intent), that is corrected to the record's evidence when it says more
+/// (with the recorded exit code), else `dispatch_uncertain`. An error that
+/// already says more (a worker's `exited`, `dispatch_uncertain`) is kept.
+pub(super) fn with_known_evidence(e: Error, rec: Option<&ExecutionRecord>, sent: bool) -> Error {
+    let sent = sent || rec.is_some_and(|r| !r.state.is_before_dispatch());
+    if !sent
+        || !matches!(
+            e.evidence(),
+            crate::Evidence::NotDispatched | crate::Evidence::Unknown
+        )
+    {
+        return e;
+    }
+    let e = match rec.map(|r| r.evidence) {
+        Some(ev) if !matches!(ev, RecordEvidence::NotDispatched | RecordEvidence::Unknown) => {
+            e.with_evidence(ev.to_error_evidence())
+        }
+        _ => e.with_evidence(crate::Evidence::DispatchUncertain),
+    };
+    match rec
+        .and_then(|r| r.result.as_ref())
+        .and_then(ExecResult::exit_code)
+    {
+        Some(code) => e.with_exit_code(code),
+        None => e,
+    }
+}
+
 /// What `submit` returns at durable acceptance (C16).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Submission {
@@ -566,6 +599,8 @@ enum Purpose {
     /// The machine of a retained command found by the due scan.
     Adopt(Box<ExecutionRecord>),
     MachineScan,
+    /// A claim release at shutdown.
+    Release(Claimed),
 }
 
 /// The managed controller (see the module docs for inputs, outputs and
@@ -615,6 +650,11 @@ pub struct Controller {
     mscan_at: Option<Instant>,
     mscan_cursor: Option<DueAfter>,
     mscanning: bool,
+    /// Claims this controller holds, for their release at shutdown
+    /// (≤ [`release::MAX_HELD`]).
+    held: BTreeMap<Claimed, release::Held>,
+    /// The driver's terminal runs (same owner) are live.
+    terminals_live: bool,
     /// Keys whose output a caller of this process wants as it comes
     /// ([`Controller::stream_output`]; at most [`MAX_STREAMS`]).
     streamed: BTreeSet<RecordKey>,
@@ -669,6 +709,8 @@ impl Controller {
             mscan_at: scan_at,
             mscan_cursor: None,
             mscanning: false,
+            held: BTreeMap::new(),
+            terminals_live: false,
             streamed: BTreeSet::new(),
         };
         ctl.pump(now);
@@ -829,11 +871,19 @@ impl Controller {
 
     /// Stops taking work: new submissions are refused, no new execution is
     /// started or adopted; executions already dispatched are driven to
-    /// their end. [`ControllerEvent::Stopped`] follows once nothing is outstanding.
+    /// their end. The claims this controller holds on records it no longer
+    /// drives are released (guarded by owner and generation; machine
+    /// claims and worker leases once nothing is driven), so the next
+    /// controller need not wait out the TTL ([`release`]).
+    /// [`ControllerEvent::Stopped`] follows once nothing is outstanding.
     pub fn shutdown(&mut self, now: Instant, now_ms: u64) {
         self.observe_clock(now_ms);
         self.shutting_down = true;
+        // Neither due scan runs any more: no timer of theirs may stay behind
+        // (one left in the past, with nothing to do, would make a driver
+        // spin until `Stopped`).
         self.scan_at = None;
+        self.mscan_at = None;
         self.pump(now);
     }
 
@@ -843,6 +893,7 @@ impl Controller {
         let Some(purpose) = self.ops.remove(&id) else {
             return;
         };
+        self.note_claims(&purpose, &result);
         match purpose {
             Purpose::Lease(worker) => {
                 let st = self.leases.map.entry(worker).or_default();
@@ -896,6 +947,7 @@ impl Controller {
             Purpose::Req(rid) => self.on_req_stored(now, rid, result),
             Purpose::Adopt(rec) => self.on_adopt(now, *rec, result),
             Purpose::MachineScan => self.on_machine_scan(now, result),
+            Purpose::Release(what) => self.on_released(&what),
         }
         self.pump(now);
     }
@@ -1183,9 +1235,10 @@ impl Controller {
     fn on_scan(&mut self, now: Instant, result: StoreResult) {
         self.scanning = false;
         let Ok(StoreReply::Due { records, next }) = result else {
-            // A failed scan is retried next interval (never read as "none due").
+            // A failed scan is retried next interval (never read as "none
+            // due"), unless shutting down: no scan runs any more.
             self.scan_cursor = None;
-            self.scan_at = Some(now + self.cfg.poll());
+            self.scan_at = (!self.shutting_down).then(|| now + self.cfg.poll());
             return;
         };
         let mut full = false;
@@ -1325,6 +1378,7 @@ impl Controller {
             self.scan_at = Some(now + self.cfg.poll());
         }
         self.pump_machines(now);
+        self.release_idle();
         if self.shutting_down
             && self.ops.is_empty()
             && self.execs.is_empty()

@@ -241,6 +241,11 @@ impl<L: Clone> LiveSet<L> {
         self.runs.contains(key)
     }
 
+    /// True while this runtime drives any run.
+    pub fn any_running(&self) -> bool {
+        !self.runs.is_empty()
+    }
+
     /// Marks `key` driven here; false when it already was.
     pub fn begin_run(&mut self, key: &RecordKey) -> bool {
         self.runs.insert(key.clone())

@@ -489,7 +489,6 @@ impl<C> Registry<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Category;
     use crate::Reason;
     use crate::managed::patch::apply_exec;
     use crate::managed::testkit::{accepted, key, managed_exec_spec};

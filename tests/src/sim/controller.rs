@@ -28,6 +28,7 @@ use smolbox_core::worker::{
 use smolbox_core::{Category, Error, Evidence, Operation};
 use smolbox_store::Store;
 
+mod probes;
 mod retained;
 
 use smolbox_core::managed::controller::terminal::{TermStoreOp, TermStoreResult};
@@ -43,6 +44,11 @@ use super::worker::{self, Mutation, Reply, Request, SimWorker, WorkerFaults};
 use super::{Bug, Options, SeedReport};
 
 const WORKER_ID: &str = "w1";
+/// Every controller is configured with both workers: each has its own
+/// worker lease (generation, fencing) and its own capacity in the store;
+/// the disposable run spreads its commands over them. One simulated worker
+/// process hosts both (disposable machine names are unique per command).
+const WORKER_IDS: [&str; 2] = [WORKER_ID, "w2"];
 const MACHINE: &str = "m0";
 const TTL_MS: u64 = 30_000;
 const POLL_MS: u64 = 2_000;
@@ -107,7 +113,7 @@ struct Host {
     terms: BTreeMap<RecordKey, TermHost>,
     /// Its live terminal connections (C7.3, C7.4); `C` is the upgrade's
     /// request id at the worker.
-    registry: Option<Registry<u64>>,
+    registry: Option<Registry<probes::SimConn>>,
 }
 
 #[derive(Debug)]
@@ -192,6 +198,9 @@ struct Sim {
     lease_gen: u64,
     /// Keys a cancel of which the store answered `not_found` (truly).
     absent_cancels: BTreeSet<RecordKey>,
+    /// Reconcile, lists, maintenance drains, a careless operator
+    /// (retained runs).
+    probes: probes::Probes,
 }
 
 /// Runs one seed against the `Controller` and checks it.
@@ -215,6 +224,7 @@ pub fn run_seed(seed: u64, opts: Options) -> SeedReport {
         violations: sim.model.violations,
         trace,
         ended_early: sim.ended_early,
+        probes: sim.probes.counts.clone(),
     }
 }
 
@@ -303,6 +313,7 @@ impl Sim {
             slot_model: SlotModel::new(),
             lease_gen: 0,
             absent_cancels: BTreeSet::new(),
+            probes: probes::Probes::new(seed),
         };
         sim.workload(&mut rng);
         // One or two controllers share the store from the start.
@@ -326,7 +337,12 @@ impl Sim {
             let exit = rng.range(0, 3) as i32;
             let dur = rng.range(0, 3 * TTL_MS);
             let cmd = smolbox_core::exec::Command::new(worker::sim_argv(&id, exit, dur));
-            let mut spec = spec_for(&cmd, &target, WORKER_ID, MACHINE)
+            let on = if self.opts.disposable {
+                self.probes.pick_worker()
+            } else {
+                WORKER_ID
+            };
+            let mut spec = spec_for(&cmd, &target, on, MACHINE)
                 .unwrap_or_else(|e| unreachable!("a valid spec: {e:?}"));
             // Half the commands run on a disposable machine the controller
             // creates, uses, deletes and verifies absent (C17.2).
@@ -377,6 +393,9 @@ impl Sim {
     }
 
     fn log(&mut self, line: String) {
+        if self.probes.leaks(&line) {
+            self.probes.leaked_to_trace = true;
+        }
         if self.trace.len() >= self.trace_len {
             self.trace.pop_front();
         }
@@ -397,8 +416,10 @@ impl Sim {
     fn new_host(&mut self) {
         let h = self.hosts.len();
         let mut cfg = ControllerConfig::new(&Self::owner(h));
-        cfg.workers =
-            vec![WorkerEntry::new(WORKER_ID).with_profile(Profile::known(Version::V1_9_2))];
+        cfg.workers = WORKER_IDS
+            .iter()
+            .map(|w| WorkerEntry::new(w).with_profile(Profile::known(Version::V1_9_2)))
+            .collect();
         cfg.lease_ttl_ms = TTL_MS;
         cfg.poll_interval_ms = POLL_MS;
         let ctl = match Controller::new(
@@ -1041,7 +1062,7 @@ impl Sim {
                 machine,
                 command,
             } => {
-                if worker_id != WORKER_ID {
+                if !WORKER_IDS.contains(&worker_id.as_str()) {
                     self.violation(format!("exec on unknown worker {worker_id}"));
                 }
                 return self.exec_op(h, id, machine, &command);

@@ -100,6 +100,13 @@ pub enum Bug {
     /// instead of by the worker: the slot is freed without a verified stop.
     /// Retained runs only.
     ResolveWithoutVerifiedStop,
+    /// A listing of machine records leaves out deleted ones (C14.2: `list`
+    /// includes them). Retained runs only.
+    ListSkipsDeleted,
+    /// The terminal host traces the bytes a consumer types (terminal
+    /// bytes must never reach logs, records or `Debug` output). Retained
+    /// runs only.
+    LogTerminalBytes,
 }
 
 impl Bug {
@@ -116,9 +123,11 @@ impl Bug {
 
 impl Bug {
     /// The planted bugs of the retained run.
-    pub const RETAINED: [Self; 2] = [
+    pub const RETAINED: [Self; 4] = [
         Self::SlotReleasedOnUnknown,
         Self::ResolveWithoutVerifiedStop,
+        Self::ListSkipsDeleted,
+        Self::LogTerminalBytes,
     ];
 
     /// Text every violation this bug causes contains (what the planted-bug
@@ -147,7 +156,10 @@ impl Bug {
             Self::ResolveWithoutVerifiedStop => &[
                 "slot freed by resolve while the machine is running at the worker",
                 "still runs at the worker (no verified stop)",
+                "a resolve asserting quiesced for a machine running at the worker was applied",
             ],
+            Self::ListSkipsDeleted => &["list left out a machine the store holds (deleted"],
+            Self::LogTerminalBytes => &["terminal bytes typed into a managed terminal found in"],
         }
     }
 }
@@ -217,6 +229,9 @@ pub struct SeedReport {
     /// The seed settled before the end of its quiescent window (nothing
     /// could happen any more) and was ended there.
     pub ended_early: bool,
+    /// Probes of the retained run (reconcile, list, drains, a careless
+    /// operator) by kind, and the outcomes they check.
+    pub probes: BTreeMap<&'static str, u64>,
 }
 
 impl SeedReport {
@@ -243,6 +258,8 @@ pub struct Summary {
     pub ended_early: u64,
     /// Steps simulated over all seeds.
     pub steps: u64,
+    /// Probes of the retained run by kind (see [`SeedReport::probes`]).
+    pub probes: BTreeMap<&'static str, u64>,
 }
 
 impl Summary {
@@ -286,6 +303,9 @@ pub fn run_seeds(
         }
         for (k, n) in &r.mutations {
             *s.mutations.entry(*k).or_insert(0) += n;
+        }
+        for (k, n) in &r.probes {
+            *s.probes.entry(k).or_insert(0) += n;
         }
         if !r.violations.is_empty() {
             s.failed.push(r);

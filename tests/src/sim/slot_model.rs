@@ -172,6 +172,29 @@ fn check_step(
             b.operation, c.owner, p.fresh_claim
         ));
     }
+    // C14.3, seed 185: a stop verified for the recorded incarnation while
+    // the slot was held is the record's state once the slot is free, so no
+    // command is admitted into a machine known to be stopped.
+    let verified_stop = b.observation.as_ref().is_some_and(|o| {
+        matches!(
+            o.state,
+            MachineRecordState::Stopped | MachineRecordState::Created
+        ) && b
+            .creation
+            .as_ref()
+            .is_some_and(|c| c.incarnation == o.incarnation)
+    });
+    if verified_stop
+        && b.state == MachineRecordState::Running
+        && b.active_execution.is_none()
+        && b.phase == MachinePhase::None
+    {
+        v(format!(
+            "machine recorded running while its verified observation says {} (a command would be admitted into a stopped machine) after a {:?} commit",
+            b.observation.as_ref().map_or("?", |o| o.state.as_str()),
+            c.kind
+        ));
+    }
     match (&a.active_execution, &b.active_execution) {
         (Some(x), Some(y)) if x != y => v(format!(
             "slot passed from {} to {} while held (two active holders)",

@@ -880,6 +880,20 @@ impl Store for FaultStore {
             |s| s.write_steps(key, guard, patches, now_ms),
         )
     }
+
+    /// Not logged as a commit: the simulation never shuts a controller
+    /// down, so no release reaches it (a crash releases nothing).
+    fn release_claim(
+        &self,
+        claimed: &smolbox_core::managed::controller::Claimed,
+        owner: &str,
+        generation: u64,
+        now_ms: u64,
+    ) -> Result<smolbox_store::Released, Error> {
+        self.mutation(Operation::StoreClaim, |s| {
+            s.release_claim(claimed, owner, generation, now_ms)
+        })
+    }
 }
 
 impl FaultStore {

@@ -220,7 +220,7 @@ impl TestStore {
                     .ok_or_else(|| {
                         Error::stale_claim(
                             Operation::StoreReserve,
-                            Evidence::Unknown,
+                            Evidence::NotDispatched,
                             Reason::WorkerLease,
                         )
                     })?;
@@ -274,6 +274,49 @@ impl TestStore {
                 self.commits += 1;
                 self.records.insert(key.clone(), next.clone());
                 Ok(StoreReply::Record(next))
+            }
+            StoreOp::ReleaseClaim {
+                claimed,
+                owner,
+                generation,
+                now_ms,
+            } => {
+                use crate::managed::claim::Release;
+                match claimed {
+                    Claimed::Execution(key) => {
+                        let rec = self.records.get(key).ok_or_else(absent)?;
+                        match claim::release_exec(rec, owner, *generation, *now_ms)? {
+                            Release::Ended(next) => {
+                                self.commits += 1;
+                                self.records.insert(key.clone(), next.clone());
+                                Ok(StoreReply::Record(next))
+                            }
+                            Release::Lapsed => Ok(StoreReply::Record(rec.clone())),
+                        }
+                    }
+                    Claimed::Machine(key) => {
+                        let m = self.machines.get(key).ok_or_else(absent)?;
+                        match claim::release_machine(m, owner, *generation, *now_ms)? {
+                            Release::Ended(next) => {
+                                self.commits += 1;
+                                self.machines.insert(key.clone(), next.clone());
+                                Ok(StoreReply::Machine(next))
+                            }
+                            Release::Lapsed => Ok(StoreReply::Machine(m.clone())),
+                        }
+                    }
+                    Claimed::Worker(w) => {
+                        let l = self.leases.get(w).ok_or_else(absent)?;
+                        match claim::release_lease(Some(l), owner, *generation, *now_ms)? {
+                            Release::Ended(next) => {
+                                self.commits += 1;
+                                self.leases.insert(w.clone(), next.clone());
+                                Ok(StoreReply::Lease(next))
+                            }
+                            Release::Lapsed => Ok(StoreReply::Lease(l.clone())),
+                        }
+                    }
+                }
             }
             other => self.apply_machine_op(other),
         }
@@ -1316,7 +1359,9 @@ fn debug_of_the_controller_mid_run_hides_secrets() {
 // The regressions of the recovery simulation's findings and the claim at
 // acceptance.
 mod disposable;
+mod evidence;
 mod findings;
 mod machines;
 mod refence;
+mod release;
 mod stream;

@@ -62,6 +62,12 @@ pub(super) enum What {
     Submit(usize),
     Drain,
     Resolve,
+    /// A reconcile (probes).
+    Reconcile,
+    /// A resolve asserting `quiesced` for a running machine (probes).
+    Careless,
+    /// A drain while a live holder has the slot (probes).
+    Maintenance,
 }
 
 /// One slot job: a command or a terminal.
@@ -199,7 +205,7 @@ impl Sim {
             && !self.worker.requests_in_flight()
     }
 
-    fn request(&mut self, h: usize, m: usize, what: What, req: MachineRequest) {
+    pub(super) fn request(&mut self, h: usize, m: usize, what: What, req: MachineRequest) {
         self.log(format!(
             "caller of {}: {what:?} via {}",
             self.ret.machines[m].key.id,
@@ -279,6 +285,9 @@ impl Sim {
             || self
                 .holder_state(r)
                 .is_some_and(|s| s == ExecState::Unknown);
+        if self.probe(h, m, r) {
+            return;
+        }
         if r.state == S::Deleted {
             self.ret.machines[m].done = true;
             return;
@@ -724,7 +733,7 @@ impl Sim {
                 let inserted = self.hosts[h]
                     .registry
                     .as_mut()
-                    .map(|reg| reg.insert(n, key.clone(), req, wait));
+                    .map(|reg| reg.insert(n, key.clone(), super::probes::SimConn::new(), wait));
                 let result = match inserted {
                     Some(Ok(_)) => Ok(()),
                     Some(Err(e)) => Err(e.with_evidence(Evidence::DispatchUncertain)),
@@ -797,6 +806,9 @@ impl Sim {
                 Err(_) => "attach refused",
             };
             self.log(format!("consumer of {}: {label}", key.id));
+            if let Ok(Some(who)) = r {
+                self.type_into(h, key, who);
+            }
         }
     }
 
@@ -888,6 +900,9 @@ impl Sim {
             Err(e) => format!("{}:{}", e.category().as_str(), e.reason()),
         };
         self.log(format!("caller of {}: {what:?} -> {label}", key.id));
+        if matches!(what, What::Reconcile | What::Careless | What::Maintenance) {
+            return self.on_probe_done(what, &key, &d.result);
+        }
         match (what, d.result) {
             (What::Create, Ok(_)) => self.ret.machines[m].created = true,
             (What::Submit(sj), Ok(MachineAnswer::Submitted { execution, .. })) => {
@@ -992,7 +1007,7 @@ impl Sim {
         }
         let resolving = self.ret.reqs.iter().any(|((x, _), (m, what))| {
             *x == h
-                && *what == What::Resolve
+                && matches!(*what, What::Resolve | What::Careless)
                 && self
                     .slot_model
                     .last(&self.ret.machines[*m].key)
@@ -1011,6 +1026,7 @@ impl Sim {
     /// (no lifecycle operation left in progress after the quiescent
     /// window) and no slot is left held by a finished holder.
     pub(super) fn finish_retained(&mut self) {
+        self.check_terminal_bytes();
         let recs: Vec<MachineRecord> = self.slot_model.all().cloned().collect();
         for r in recs {
             if r.operation != MachineOperation::None && r.state != MachineRecordState::Unknown {

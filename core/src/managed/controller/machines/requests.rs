@@ -31,7 +31,17 @@ pub(in crate::managed::controller) enum Stage {
     ReadVerify,
     /// Reading the console history.
     ReadLogs,
+    /// A write was fenced (the machine was assigned under an older
+    /// worker-lease generation): taking the worker lease.
+    RefenceLease,
+    /// Re-fencing the machine at the version read
+    /// (`claim_machine_version`) before the write is made again.
+    RefenceClaim,
 }
+
+/// Re-fencing rounds a flow makes before its write's `stale_claim` is
+/// the answer (one is enough unless the lease moves again meanwhile).
+const MAX_REFENCES: u32 = 2;
 
 /// One caller request in flight (a short flow of store and worker ops).
 #[derive(Debug)]
@@ -43,6 +53,10 @@ pub(in crate::managed::controller) struct Req {
     snap: Option<Snap>,
     /// The command record to submit (built once the machine was read).
     pub(super) command: Option<ExecutionRecord>,
+    /// The last machine write sent, and the stage its answer goes to: made
+    /// again after a re-fence.
+    write: Option<(Stage, StoreOp)>,
+    refences: u32,
 }
 
 /// What a request flow wants next.
@@ -64,6 +78,8 @@ impl Req {
             machine: None,
             snap: None,
             command: None,
+            write: None,
+            refences: 0,
         }
     }
 
@@ -146,18 +162,119 @@ impl Req {
     }
 
     /// The answer to the flow's store op.
-    #[allow(clippy::too_many_lines)]
     pub(in crate::managed::controller) fn on_stored(
         &mut self,
         cfg: &ControllerConfig,
         now_ms: u64,
         result: StoreResult,
     ) -> RStep {
+        let step = self.stored(cfg, now_ms, result);
+        self.track(step)
+    }
+
+    /// Remembers a machine write (and the stage awaiting it) so that a
+    /// fenced answer can be followed by a re-fence and the same write.
+    fn track(&mut self, step: RStep) -> RStep {
+        if let RStep::Store(op @ StoreOp::WriteMachine { .. }) = &step {
+            let stage = match self.stage {
+                Stage::DrainIntent => Stage::DrainIntent,
+                Stage::DrainWrite => Stage::DrainWrite,
+                Stage::ReconcileWrite => Stage::ReconcileWrite,
+                _ => return step,
+            };
+            self.write = Some((stage, op.clone()));
+        }
+        step
+    }
+
+    /// A machine write of `stop_for_drain` or `reconcile` answered
+    /// `stale_claim` because the machine was assigned under a worker-lease
+    /// generation that is no longer its worker's (C15): as the machine
+    /// task does, the flow takes the worker lease, re-fences the machine
+    /// at the version it read (`claim_machine_version`) and makes the same
+    /// write again. `None` when the error is the answer.
+    fn refence(&mut self, cfg: &ControllerConfig, now_ms: u64, e: &Error) -> Option<RStep> {
+        let fenced = e.category() == Category::StaleClaim
+            && matches!(e.reason(), Reason::WorkerGeneration | Reason::WorkerLease);
+        let waiting = matches!(
+            self.stage,
+            Stage::DrainIntent | Stage::DrainWrite | Stage::ReconcileWrite | Stage::RefenceClaim
+        );
+        if !fenced || !waiting || self.write.is_none() || self.refences >= MAX_REFENCES {
+            return None;
+        }
+        let a = self.machine.as_ref()?.assignment.as_ref()?;
+        self.refences += 1;
+        self.stage = Stage::RefenceLease;
+        Some(RStep::Store(StoreOp::ClaimWorker {
+            worker_id: a.worker_id.clone(),
+            owner: cfg.owner.clone(),
+            now_ms,
+            ttl_ms: cfg.lease_ttl_ms,
+        }))
+    }
+
+    #[allow(clippy::too_many_lines)]
+    fn stored(&mut self, cfg: &ControllerConfig, now_ms: u64, result: StoreResult) -> RStep {
         let reply = match result {
             Ok(r) => r,
-            Err(e) => return RStep::Done(Err(e)),
+            Err(e) => {
+                if let Some(step) = self.refence(cfg, now_ms, &e) {
+                    return step;
+                }
+                // After the drain's stop was sent (a re-fence of the drain's
+                // write included), a store refusal does not mean nothing
+                // reached the worker.
+                let stop_sent =
+                    matches!(
+                        self.stage,
+                        Stage::DrainStop | Stage::DrainConfirm | Stage::DrainWrite
+                    ) || (matches!(self.stage, Stage::RefenceLease | Stage::RefenceClaim)
+                        && matches!(self.write, Some((Stage::DrainWrite, _))));
+                if stop_sent && matches!(e.evidence(), Evidence::NotDispatched | Evidence::Unknown)
+                {
+                    return RStep::Done(Err(e.with_evidence(Evidence::DispatchUncertain)));
+                }
+                return RStep::Done(Err(e));
+            }
         };
         match (&self.stage, reply) {
+            (Stage::RefenceLease, StoreReply::Lease(l)) => {
+                let Some(m) = self.machine.as_ref().filter(|_| l.owner == cfg.owner) else {
+                    // The drain's stop may already have reached the worker.
+                    let evidence = if matches!(self.write, Some((Stage::DrainWrite, _))) {
+                        Evidence::DispatchUncertain
+                    } else {
+                        Evidence::NotDispatched
+                    };
+                    return RStep::Done(Err(Error::stale_claim(
+                        Operation::StoreClaim,
+                        evidence,
+                        Reason::WorkerLease,
+                    )));
+                };
+                // Decided from the machine as read: the claim applies only
+                // at that version (claims do not move it), so what the flow
+                // inspected still describes the record it writes.
+                let op = StoreOp::ClaimMachineVersion {
+                    key: m.key.clone(),
+                    owner: cfg.owner.clone(),
+                    version: m.version,
+                    now_ms: now_ms.max(m.updated_at_ms),
+                    ttl_ms: cfg.lease_ttl_ms,
+                };
+                self.stage = Stage::RefenceClaim;
+                RStep::Store(op)
+            }
+            (Stage::RefenceClaim, StoreReply::Machine(m)) => {
+                let Some((stage, StoreOp::WriteMachine { patch, .. })) = self.write.take() else {
+                    return RStep::Done(Err(Error::protocol(Operation::StoreWrite, Reason::Stage)));
+                };
+                let op = Self::write(cfg, now_ms, &m, patch);
+                self.machine = Some(m);
+                self.stage = stage;
+                RStep::Store(op)
+            }
             (Stage::Start, StoreReply::MachineAccepted { record, existing }) => {
                 RStep::Done(Ok(MachineAnswer::Machine {
                     record: Box::new(record),
@@ -176,7 +293,7 @@ impl Req {
                         if m.version != version {
                             return RStep::Done(Err(Error::stale_version(
                                 Operation::Stop,
-                                Evidence::Unknown,
+                                Evidence::NotDispatched,
                                 Reason::VersionMismatch,
                             )));
                         }
@@ -199,7 +316,7 @@ impl Req {
                         if m.version != version {
                             return RStep::Done(Err(Error::stale_version(
                                 Operation::Resolve,
-                                Evidence::Unknown,
+                                Evidence::NotDispatched,
                                 Reason::VersionMismatch,
                             )));
                         }
@@ -372,8 +489,18 @@ impl Req {
     }
 
     /// The answer to the flow's worker op.
-    #[allow(clippy::too_many_lines)]
     pub(in crate::managed::controller) fn on_worker(
+        &mut self,
+        cfg: &ControllerConfig,
+        now_ms: u64,
+        result: WorkerResult,
+    ) -> RStep {
+        let step = self.worker_answer(cfg, now_ms, result);
+        self.track(step)
+    }
+
+    #[allow(clippy::too_many_lines)]
+    fn worker_answer(
         &mut self,
         cfg: &ControllerConfig,
         now_ms: u64,

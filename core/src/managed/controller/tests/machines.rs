@@ -114,7 +114,7 @@ impl TestStore {
                     .ok_or_else(|| {
                         Error::stale_claim(
                             Operation::StoreReserve,
-                            Evidence::Unknown,
+                            Evidence::NotDispatched,
                             Reason::WorkerLease,
                         )
                     })?;
@@ -284,7 +284,7 @@ impl TestStore {
     }
 }
 
-fn mkey() -> RecordKey {
+pub(super) fn mkey() -> RecordKey {
     RecordKey::new("s", "box-1").unwrap()
 }
 
@@ -319,7 +319,7 @@ impl Sim {
         id
     }
 
-    fn answer_of(&self, id: RequestId) -> Result<MachineAnswer, Error> {
+    pub(super) fn answer_of(&self, id: RequestId) -> Result<MachineAnswer, Error> {
         self.events
             .iter()
             .find_map(|e| match e {
@@ -822,7 +822,7 @@ fn a_create_intent_found_after_a_crash_is_never_sent_again() {
 
 /// A new controller (another owner, after the first one's claims lapsed)
 /// over what the first left in the store.
-fn successor(s: &mut Sim) -> Sim {
+pub(super) fn successor(s: &mut Sim) -> Sim {
     let store = std::mem::take(&mut s.store);
     let mut cfg = disposable_config();
     cfg.owner = "ctl-test-2".into();
@@ -1442,3 +1442,5 @@ fn measurements_of_a_machine_never_created_are_refused_unsent() {
     );
     assert!(s.worker.is_empty());
 }
+
+mod refence;

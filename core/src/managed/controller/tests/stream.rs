@@ -123,7 +123,8 @@ fn a_stream_refused_before_sending_fails_not_dispatched() {
     s.ctl.stream_output(key("n1"), true);
     let k = s.submit("n1", &cmd());
     s.settle();
-    let refused = Error::admission_exhausted(Operation::ExecStream, Reason::Unspecified);
+    let refused =
+        Error::admission_exhausted(Operation::ExecStream, Reason::CallbackThreadsExhausted);
     s.answer("exec_stream", Err(refused));
     let rec = s.record(&k).clone();
     assert_eq!(
