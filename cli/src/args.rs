@@ -12,6 +12,14 @@ With neither --worker nor SMOLBOX_WORKER, smolbox uses the local devworker
 that `smolbox dev up` started, else starts one in-process for the command;
 either runs commands on this host WITHOUT isolation.";
 
+/// The escape help, in `shell --help` and after `Ctrl-] ?`.
+pub(crate) const ESCAPE_HELP: &str = "Local escapes (typed on this side, never sent): \
+Ctrl-] then `.` closes the session from here (the guest's exit is then \
+not confirmed: exit code 3, and a managed machine's slot stays held until \
+`smolbox resolve`); Ctrl-] then Ctrl-] sends one Ctrl-]; Ctrl-] then `?` \
+shows this; Ctrl-] then any other key sends both. There is no detach: a \
+managed terminal is never reopened.";
+
 /// `smolbox`: drive a smolvm worker from a shell.
 #[derive(Parser, Debug)]
 #[command(name = "smolbox", version, about = ABOUT, after_help = crate::report::EXIT_TABLE)]
@@ -119,7 +127,7 @@ pub(crate) enum Cmd {
     /// in the machine's slot (its execution id on stderr; `records show
     /// ID`); exits with the guest's code when its exit is confirmed, else 3
     /// (the execution id on stderr).
-    #[command(after_help = crate::shell::ESCAPE_HELP)]
+    #[command(after_help = ESCAPE_HELP)]
     Shell(ShellArgs),
     /// Copy a file: `LOCAL MACHINE:/path` uploads, `MACHINE:/path LOCAL`
     /// downloads. The SHA-256 is computed and printed (and checked with

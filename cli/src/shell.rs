@@ -28,7 +28,7 @@ use smolbox_core::terminal::TerminalSpec;
 use smolbox_core::worker::MachineName;
 use smolbox_core::{Category, Error, Operation};
 
-use crate::args::ShellArgs;
+use crate::args::{ESCAPE_HELP, ShellArgs};
 use smolbox_core::terminal::TerminalEvent;
 
 use crate::backend::Backend;
@@ -55,14 +55,6 @@ const EOT: u8 = 0x04;
 
 /// The escape key: `Ctrl-]` (as telnet's).
 pub(crate) const ESCAPE: u8 = 0x1d;
-
-/// The escape help, in `shell --help` and after `Ctrl-] ?`.
-pub(crate) const ESCAPE_HELP: &str = "Local escapes (typed on this side, never sent): \
-Ctrl-] then `.` closes the session from here (the guest's exit is then \
-not confirmed: exit code 3, and a managed machine's slot stays held until \
-`smolbox resolve`); Ctrl-] then Ctrl-] sends one Ctrl-]; Ctrl-] then `?` \
-shows this; Ctrl-] then any other key sends both. There is no detach: a \
-managed terminal is never reopened.";
 
 /// `shell MACHINE`: a managed terminal on a managed machine, else the
 /// worker's terminal on the worker's machine of that name.

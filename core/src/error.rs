@@ -147,6 +147,7 @@ impl Evidence {
 /// Which operation failed (closed).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[allow(missing_docs)] // the names are the documentation
+#[non_exhaustive]
 pub enum Operation {
     // Configuration and local validation.
     Config,

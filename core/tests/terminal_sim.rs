@@ -668,6 +668,29 @@ fn next_timeout_ends_the_wait_not_the_session() {
     assert_eq!(sim.next(ms(0)), Pulled::TimedOut(sim_wait_timeout()));
 }
 
+/// One `next` may wait at most `MAX_NEXT_WAIT` (900 s): that wait is
+/// accepted, a nanosecond more is refused before anything waits.
+#[test]
+fn one_next_wait_at_n_and_n_plus_one() {
+    let sim = Sim::default(&spec());
+    let max = smolbox_core::terminal::MAX_NEXT_WAIT;
+    assert_eq!(max, Duration::from_secs(900));
+    assert_eq!(sim.client.wait_deadline(sim.now, max), Ok(sim.now + max));
+    let e = sim
+        .client
+        .wait_deadline(sim.now, max + Duration::from_nanos(1))
+        .unwrap_err();
+    assert_eq!(
+        (e.category(), e.evidence(), e.operation(), e.reason()),
+        (
+            Category::Validation,
+            Evidence::NotDispatched,
+            Operation::TerminalOutput,
+            Reason::WaitOutOfRange
+        )
+    );
+}
+
 #[test]
 fn close_wait_at_n_and_n_plus_one() {
     let spec = TerminalSpec {

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use smolbox_core::ws::frame::Opcode;
 use smolbox_core::ws::{
-    CloseCode, CloseInfo, CloseReason, MAX_CLOSE_REASON, MAX_INPUT_CHUNK, WsClient, WsConfig,
-    WsTimer,
+    CloseCode, CloseInfo, CloseReason, MAX_CLOSE_REASON, MAX_INPUT_CHUNK, MAX_PENDING_TRANSMIT,
+    WsClient, WsConfig, WsTimer,
 };
 use smolbox_core::{Category, Evidence};
 use ws_support::*;
@@ -563,6 +563,63 @@ fn input_chunk_cap_at_n_and_n_plus_one() {
         feed(&mut ws, &server_frame(true, 0x2, b"ok")),
         vec![Ev::Binary(b"ok".to_vec())]
     );
+}
+
+/// The send buffer holds at most `MAX_PENDING_TRANSMIT` bytes, counting
+/// a frame at its largest header (14 bytes): from an empty buffer a
+/// message of `MAX_PENDING_TRANSMIT - 14` bytes is queued, one byte more is
+/// refused (`admission_exhausted`, nothing queued), and a full buffer takes
+/// more only once it was handed out.
+#[test]
+fn pending_transmit_at_n_and_n_plus_one() {
+    let n = MAX_PENDING_TRANSMIT - 14;
+    let mut ws = open();
+    let e = ws.send_binary(t0(), &vec![1; n + 1]).unwrap_err();
+    assert_eq!(
+        (e.category(), e.evidence(), e.reason()),
+        (
+            Category::AdmissionExhausted,
+            Evidence::NotDispatched,
+            Reason::SendBufferFull
+        )
+    );
+    let limit = e.limit().unwrap();
+    assert_eq!(
+        (limit.actual, limit.max),
+        ((n + 15) as u64, MAX_PENDING_TRANSMIT as u64)
+    );
+    assert!(transmit(&mut ws).is_empty(), "nothing was queued");
+    ws.send_binary(t0(), &vec![1; n]).unwrap();
+    assert_eq!(
+        ws.send_binary(t0(), b"x").unwrap_err().reason(),
+        Reason::SendBufferFull
+    );
+    let frames = client_frames(&transmit(&mut ws));
+    assert_eq!(frames.len(), 1);
+    assert_eq!(frames[0].payload.len(), n);
+    ws.send_binary(t0(), b"x").unwrap();
+}
+
+/// A ping's payload is a control payload: 125 bytes are sent, 126 refused.
+#[test]
+fn ping_payload_at_125_and_126() {
+    let mut ws = open();
+    ws.send_ping(t0(), &[7; 125]).unwrap();
+    let frames = client_frames(&transmit(&mut ws));
+    assert_eq!(frames.len(), 1);
+    assert_eq!(frames[0].header.opcode, Opcode::Ping);
+    assert_eq!(frames[0].payload, vec![7; 125]);
+    let e = ws.send_ping(t0(), &[7; 126]).unwrap_err();
+    assert_eq!(
+        (e.category(), e.evidence(), e.reason()),
+        (
+            Category::Validation,
+            Evidence::NotDispatched,
+            Reason::PingPayloadTooLong
+        )
+    );
+    assert_eq!(e.limit().map(|l| (l.actual, l.max)), Some((126, 125)));
+    assert!(transmit(&mut ws).is_empty(), "nothing was queued");
 }
 
 #[test]

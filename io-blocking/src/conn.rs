@@ -32,7 +32,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use mio::{Events, Interest, Poll, Token};
-use smolbox_core::{Machine, TransportFailure};
+use smolbox_core::{Error, Machine, TransportFailure};
 
 use crate::errors::ConnectError;
 use crate::transport::{Kind, SocketTarget, Stream};
@@ -579,6 +579,79 @@ fn unix_socket_facts(path: &std::path::Path) -> io::Result<smolbox_core::worker:
         dir_mode: dir.mode() & 0o7777,
         dir_uid: dir.uid(),
     })
+}
+
+/// One byte stream to a worker (or any peer), for raw use such as the
+/// conformance probe: blocking reads and writes bounded by a deadline, on
+/// the same mio loop as the client.
+#[derive(Debug)]
+pub struct Connection {
+    conn: Conn,
+}
+
+impl SocketTarget {
+    /// Opens a connection before `deadline` (TLS handshake included).
+    /// Nothing has been written when this fails, so errors carry
+    /// `not_dispatched`.
+    ///
+    /// # Errors
+    /// `transport` with reason `connect_timeout`, `connect_failed` or
+    /// `tls_handshake`.
+    pub fn connect(
+        &self,
+        deadline: Instant,
+        operation: smolbox_core::Operation,
+    ) -> Result<Connection, Error> {
+        Conn::connect(self, deadline)
+            .map(|conn| Connection { conn })
+            .map_err(|e| crate::errors::connect(operation, &e))
+    }
+}
+
+impl Connection {
+    /// Drives `machine` over this connection (the shell's one loop, as for
+    /// its own exchanges) until it is finished and everything it sent is
+    /// written, or until `deadline`; hands each event to `on_event` as it
+    /// comes. For callers that bring their own [`Machine`], such as the
+    /// conformance probe.
+    pub fn drive<M: Machine>(
+        &mut self,
+        machine: &mut M,
+        deadline: Instant,
+        mut on_event: impl for<'a> FnMut(M::Event<'a>),
+    ) {
+        loop {
+            while let Some(ev) = machine.poll_event() {
+                on_event(ev);
+            }
+            if machine.is_finished() && !self.conn.has_parked() {
+                return;
+            }
+            if Instant::now() >= deadline {
+                return;
+            }
+            self.conn.turn(machine, Some(deadline));
+        }
+    }
+
+    /// Writes all of `bytes` (and flushes TLS records), waiting until
+    /// `deadline` at most.
+    ///
+    /// # Errors
+    /// `TimedOut` at the deadline; the socket's errors.
+    pub fn write_all_until(&mut self, bytes: &[u8], deadline: Option<Instant>) -> io::Result<()> {
+        self.conn.write_all_until(bytes, deadline)
+    }
+
+    /// Reads what arrived into `buf`, waiting until `deadline` at most;
+    /// `Ok(0)` is the end of the stream.
+    ///
+    /// # Errors
+    /// `TimedOut` at the deadline; the socket's errors (a TLS peer that
+    /// closed without `close_notify` is `UnexpectedEof`).
+    pub fn read_until(&mut self, buf: &mut [u8], deadline: Option<Instant>) -> io::Result<usize> {
+        self.conn.read_until(buf, deadline)
+    }
 }
 
 #[cfg(test)]

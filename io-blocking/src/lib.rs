@@ -51,6 +51,7 @@ pub mod transport;
 
 pub use callback::MAX_DELIVERY_THREADS;
 pub use client::Client;
+pub use conn::Connection;
 pub use managed_terminal::{ManagedTerminal, ManagedTerminals, TerminalOpened};
 pub use pool::MAX_CONNECTIONS;
 pub use runtime::Runtime;
@@ -58,7 +59,7 @@ pub use smolbox_core::terminal::{MAX_WRITE_WAIT, TerminalEvent};
 pub use stream::{ExecEvent, ExecStream};
 pub use terminal::Terminal;
 pub use tls::TlsFiles;
-pub use transport::{Connection, SocketTarget};
+pub use transport::SocketTarget;
 
 #[cfg(test)]
 mod tests;

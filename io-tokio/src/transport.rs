@@ -218,6 +218,7 @@ fn unix_socket_facts(path: &Path) -> io::Result<smolbox_core::worker::SocketFile
 
 /// One byte stream to a worker.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Connection {
     /// Plain TCP (loopback only).
     Tcp(TcpStream),

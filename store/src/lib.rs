@@ -37,7 +37,9 @@ use smolbox_core::managed::slot::{Disposition, Finish};
 use smolbox_core::managed::state::MachineOperation;
 use smolbox_core::managed::{Capabilities, ExecPatch, Guard, Lease, MachinePatch, RecordKey};
 
+mod clock;
 mod engine;
+#[cfg(feature = "testkit")]
 pub mod fuzzing;
 pub mod keys;
 mod memory;
@@ -623,287 +625,95 @@ pub enum Assigned {
     Machine(RecordKey),
 }
 
+/// Writes [`Store`] methods that only forward, from their signatures:
+/// `to field;` calls `self.field.method(args)` (a wrapper that changes a
+/// few methods lists the others here), `engine;` calls the shared engine's
+/// function of the same name with `self` first (the backends). One
+/// signature per method, so a forward is never spelled out by hand.
+#[macro_export]
+macro_rules! forward_store {
+    (to $field:ident; $(fn $name:ident(&self $(, $arg:ident: $ty:ty)* $(,)?) -> $ret:ty;)*) => {
+        $(fn $name(&self $(, $arg: $ty)*) -> $ret {
+            self.$field.$name($($arg),*)
+        })*
+    };
+    (engine; $(fn $name:ident(&self $(, $arg:ident: $ty:ty)* $(,)?) -> $ret:ty;)*) => {
+        $(fn $name(&self $(, $arg: $ty)*) -> $ret {
+            $crate::engine::$name(self $(, $arg)*)
+        })*
+    };
+}
+
 /// Forwards every [`Store`] method to the shared engine over a backend.
 macro_rules! impl_store {
     ($ty:ty) => {
         impl $crate::Store for $ty {
+            $crate::forward_store! { engine;
+                fn accept(&self, record: &smolbox_core::managed::ExecutionRecord, max_pending: u32)
+                    -> Result<$crate::Accepted<smolbox_core::managed::ExecutionRecord>, smolbox_core::Error>;
+                fn fetch(&self, key: &smolbox_core::managed::RecordKey)
+                    -> Result<smolbox_core::managed::ExecutionRecord, smolbox_core::Error>;
+                fn find_machine(&self, worker_id: &str, name: &str)
+                    -> Result<$crate::Assigned, smolbox_core::Error>;
+                fn claim_worker(&self, worker_id: &str, owner: &str, now_ms: u64, ttl_ms: u64)
+                    -> Result<smolbox_core::managed::Lease, smolbox_core::Error>;
+                fn claim(&self, key: &smolbox_core::managed::RecordKey, owner: &str, now_ms: u64, ttl_ms: u64)
+                    -> Result<smolbox_core::managed::ExecutionRecord, smolbox_core::Error>;
+                fn write(&self, key: &smolbox_core::managed::RecordKey, guard: &smolbox_core::managed::Guard, patch: &smolbox_core::managed::ExecPatch, now_ms: u64)
+                    -> Result<smolbox_core::managed::ExecutionRecord, smolbox_core::Error>;
+                fn reserve(&self, key: &smolbox_core::managed::RecordKey, guard: &smolbox_core::managed::Guard, request: &$crate::Reserve, now_ms: u64)
+                    -> Result<smolbox_core::managed::ExecutionRecord, smolbox_core::Error>;
+                fn release(&self, key: &smolbox_core::managed::RecordKey, guard: &smolbox_core::managed::Guard, now_ms: u64)
+                    -> Result<smolbox_core::managed::ExecutionRecord, smolbox_core::Error>;
+                fn cancel(&self, key: &smolbox_core::managed::RecordKey, now_ms: u64)
+                    -> Result<smolbox_core::managed::ExecutionRecord, smolbox_core::Error>;
+                fn due(&self, now_ms: u64, after: Option<&$crate::DueCursor>, limit: u32)
+                    -> Result<$crate::DuePage, smolbox_core::Error>;
+                fn usage(&self, worker_id: &str)
+                    -> Result<smolbox_core::managed::record::Resources, smolbox_core::Error>;
+                fn accept_machine(&self, record: &smolbox_core::managed::MachineRecord, max_pending: u32)
+                    -> Result<$crate::Accepted<smolbox_core::managed::MachineRecord>, smolbox_core::Error>;
+                fn fetch_machine(&self, key: &smolbox_core::managed::RecordKey)
+                    -> Result<smolbox_core::managed::MachineRecord, smolbox_core::Error>;
+                fn claim_machine(&self, key: &smolbox_core::managed::RecordKey, owner: &str, now_ms: u64, ttl_ms: u64)
+                    -> Result<smolbox_core::managed::MachineRecord, smolbox_core::Error>;
+                fn write_machine(&self, key: &smolbox_core::managed::RecordKey, guard: &smolbox_core::managed::Guard, patch: &smolbox_core::managed::MachinePatch, now_ms: u64)
+                    -> Result<smolbox_core::managed::MachineRecord, smolbox_core::Error>;
+                fn reserve_machine(&self, key: &smolbox_core::managed::RecordKey, guard: &smolbox_core::managed::Guard, request: &$crate::Reserve, now_ms: u64)
+                    -> Result<smolbox_core::managed::MachineRecord, smolbox_core::Error>;
+                fn request_machine(&self, key: &smolbox_core::managed::RecordKey, action: smolbox_core::managed::state::MachineOperation, version: u64, now_ms: u64)
+                    -> Result<smolbox_core::managed::MachineRecord, smolbox_core::Error>;
+                fn acquire_slot(&self, machine: &smolbox_core::managed::RecordKey, guard: &smolbox_core::managed::Guard, exec: &smolbox_core::managed::RecordKey, now_ms: u64)
+                    -> Result<smolbox_core::managed::MachineRecord, smolbox_core::Error>;
+                fn finish_slot(&self, machine: &smolbox_core::managed::RecordKey, guard: &smolbox_core::managed::Guard, exec: &smolbox_core::managed::RecordKey, now_ms: u64)
+                    -> Result<(smolbox_core::managed::MachineRecord, smolbox_core::managed::slot::Finish), smolbox_core::Error>;
+                fn list(&self, scope: &str, after: Option<&str>, limit: u32)
+                    -> Result<$crate::Page<smolbox_core::managed::ExecutionRecord>, smolbox_core::Error>;
+                fn list_machines(&self, scope: &str, after: Option<&str>, limit: u32)
+                    -> Result<$crate::Page<smolbox_core::managed::MachineRecord>, smolbox_core::Error>;
+                fn due_machines(&self, now_ms: u64, after: Option<&$crate::DueCursor>, limit: u32)
+                    -> Result<$crate::DuePage<smolbox_core::managed::MachineRecord>, smolbox_core::Error>;
+                fn claim_version(&self, key: &smolbox_core::managed::RecordKey, owner: &str, version: u64, now_ms: u64, ttl_ms: u64)
+                    -> Result<smolbox_core::managed::ExecutionRecord, smolbox_core::Error>;
+                fn claim_machine_version(&self, key: &smolbox_core::managed::RecordKey, owner: &str, version: u64, now_ms: u64, ttl_ms: u64)
+                    -> Result<smolbox_core::managed::MachineRecord, smolbox_core::Error>;
+                fn submit(&self, record: &smolbox_core::managed::ExecutionRecord, max_pending: u32)
+                    -> Result<$crate::Accepted<$crate::Submitted>, smolbox_core::Error>;
+                fn finish_command(&self, machine: &smolbox_core::managed::RecordKey, guard: &smolbox_core::managed::Guard, exec: &smolbox_core::managed::RecordKey, now_ms: u64)
+                    -> Result<(smolbox_core::managed::MachineRecord, smolbox_core::managed::ExecutionRecord, smolbox_core::managed::slot::Finish), smolbox_core::Error>;
+                fn resolve_machine(&self, key: &smolbox_core::managed::RecordKey, version: u64, quiesced: bool, disposition: &smolbox_core::managed::slot::Disposition, now_ms: u64)
+                    -> Result<$crate::Resolved, smolbox_core::Error>;
+                fn accept_dispatching(&self, record: &smolbox_core::managed::ExecutionRecord, max_pending: u32)
+                    -> Result<$crate::Accepted<smolbox_core::managed::ExecutionRecord>, smolbox_core::Error>;
+                fn submit_dispatching(&self, record: &smolbox_core::managed::ExecutionRecord, max_pending: u32)
+                    -> Result<$crate::Accepted<$crate::Submitted>, smolbox_core::Error>;
+                fn write_steps(&self, key: &smolbox_core::managed::RecordKey, guard: &smolbox_core::managed::Guard, patches: &[smolbox_core::managed::ExecPatch], now_ms: u64)
+                    -> Result<smolbox_core::managed::ExecutionRecord, smolbox_core::Error>;
+                fn release_claim(&self, claimed: &smolbox_core::managed::controller::Claimed, owner: &str, generation: u64, now_ms: u64)
+                    -> Result<$crate::Released, smolbox_core::Error>;
+            }
             fn info(&self) -> $crate::StoreInfo {
                 $crate::engine::Backend::info(self)
-            }
-            fn accept(
-                &self,
-                record: &smolbox_core::managed::ExecutionRecord,
-                max_pending: u32,
-            ) -> Result<$crate::Accepted<smolbox_core::managed::ExecutionRecord>, smolbox_core::Error>
-            {
-                $crate::engine::accept(self, record, max_pending)
-            }
-            fn fetch(
-                &self,
-                key: &smolbox_core::managed::RecordKey,
-            ) -> Result<smolbox_core::managed::ExecutionRecord, smolbox_core::Error> {
-                $crate::engine::fetch(self, key)
-            }
-            fn find_machine(
-                &self,
-                worker_id: &str,
-                name: &str,
-            ) -> Result<$crate::Assigned, smolbox_core::Error> {
-                $crate::engine::find_machine(self, worker_id, name)
-            }
-            fn claim_worker(
-                &self,
-                worker_id: &str,
-                owner: &str,
-                now_ms: u64,
-                ttl_ms: u64,
-            ) -> Result<smolbox_core::managed::Lease, smolbox_core::Error> {
-                $crate::engine::claim_worker(self, worker_id, owner, now_ms, ttl_ms)
-            }
-            fn claim(
-                &self,
-                key: &smolbox_core::managed::RecordKey,
-                owner: &str,
-                now_ms: u64,
-                ttl_ms: u64,
-            ) -> Result<smolbox_core::managed::ExecutionRecord, smolbox_core::Error> {
-                $crate::engine::claim(self, key, owner, now_ms, ttl_ms)
-            }
-            fn write(
-                &self,
-                key: &smolbox_core::managed::RecordKey,
-                guard: &smolbox_core::managed::Guard,
-                patch: &smolbox_core::managed::ExecPatch,
-                now_ms: u64,
-            ) -> Result<smolbox_core::managed::ExecutionRecord, smolbox_core::Error> {
-                $crate::engine::write(self, key, guard, patch, now_ms)
-            }
-            fn reserve(
-                &self,
-                key: &smolbox_core::managed::RecordKey,
-                guard: &smolbox_core::managed::Guard,
-                request: &$crate::Reserve,
-                now_ms: u64,
-            ) -> Result<smolbox_core::managed::ExecutionRecord, smolbox_core::Error> {
-                $crate::engine::reserve(self, key, guard, request, now_ms)
-            }
-            fn release(
-                &self,
-                key: &smolbox_core::managed::RecordKey,
-                guard: &smolbox_core::managed::Guard,
-                now_ms: u64,
-            ) -> Result<smolbox_core::managed::ExecutionRecord, smolbox_core::Error> {
-                $crate::engine::release(self, key, guard, now_ms)
-            }
-            fn cancel(
-                &self,
-                key: &smolbox_core::managed::RecordKey,
-                now_ms: u64,
-            ) -> Result<smolbox_core::managed::ExecutionRecord, smolbox_core::Error> {
-                $crate::engine::cancel(self, key, now_ms)
-            }
-            fn due(
-                &self,
-                now_ms: u64,
-                after: Option<&$crate::DueCursor>,
-                limit: u32,
-            ) -> Result<$crate::DuePage, smolbox_core::Error> {
-                $crate::engine::due(self, now_ms, after, limit)
-            }
-            fn usage(
-                &self,
-                worker_id: &str,
-            ) -> Result<smolbox_core::managed::record::Resources, smolbox_core::Error> {
-                $crate::engine::usage(self, worker_id)
-            }
-            fn accept_machine(
-                &self,
-                record: &smolbox_core::managed::MachineRecord,
-                max_pending: u32,
-            ) -> Result<$crate::Accepted<smolbox_core::managed::MachineRecord>, smolbox_core::Error>
-            {
-                $crate::engine::accept_machine(self, record, max_pending)
-            }
-            fn fetch_machine(
-                &self,
-                key: &smolbox_core::managed::RecordKey,
-            ) -> Result<smolbox_core::managed::MachineRecord, smolbox_core::Error> {
-                $crate::engine::fetch_machine(self, key)
-            }
-            fn claim_machine(
-                &self,
-                key: &smolbox_core::managed::RecordKey,
-                owner: &str,
-                now_ms: u64,
-                ttl_ms: u64,
-            ) -> Result<smolbox_core::managed::MachineRecord, smolbox_core::Error> {
-                $crate::engine::claim_machine(self, key, owner, now_ms, ttl_ms)
-            }
-            fn write_machine(
-                &self,
-                key: &smolbox_core::managed::RecordKey,
-                guard: &smolbox_core::managed::Guard,
-                patch: &smolbox_core::managed::MachinePatch,
-                now_ms: u64,
-            ) -> Result<smolbox_core::managed::MachineRecord, smolbox_core::Error> {
-                $crate::engine::write_machine(self, key, guard, patch, now_ms)
-            }
-            fn reserve_machine(
-                &self,
-                key: &smolbox_core::managed::RecordKey,
-                guard: &smolbox_core::managed::Guard,
-                request: &$crate::Reserve,
-                now_ms: u64,
-            ) -> Result<smolbox_core::managed::MachineRecord, smolbox_core::Error> {
-                $crate::engine::reserve_machine(self, key, guard, request, now_ms)
-            }
-            fn request_machine(
-                &self,
-                key: &smolbox_core::managed::RecordKey,
-                action: smolbox_core::managed::state::MachineOperation,
-                version: u64,
-                now_ms: u64,
-            ) -> Result<smolbox_core::managed::MachineRecord, smolbox_core::Error> {
-                $crate::engine::request_machine(self, key, action, version, now_ms)
-            }
-            fn acquire_slot(
-                &self,
-                machine: &smolbox_core::managed::RecordKey,
-                guard: &smolbox_core::managed::Guard,
-                exec: &smolbox_core::managed::RecordKey,
-                now_ms: u64,
-            ) -> Result<smolbox_core::managed::MachineRecord, smolbox_core::Error> {
-                $crate::engine::acquire_slot(self, machine, guard, exec, now_ms)
-            }
-            fn finish_slot(
-                &self,
-                machine: &smolbox_core::managed::RecordKey,
-                guard: &smolbox_core::managed::Guard,
-                exec: &smolbox_core::managed::RecordKey,
-                now_ms: u64,
-            ) -> Result<
-                (
-                    smolbox_core::managed::MachineRecord,
-                    smolbox_core::managed::slot::Finish,
-                ),
-                smolbox_core::Error,
-            > {
-                $crate::engine::finish_slot(self, machine, guard, exec, now_ms)
-            }
-            fn list(
-                &self,
-                scope: &str,
-                after: Option<&str>,
-                limit: u32,
-            ) -> Result<$crate::Page<smolbox_core::managed::ExecutionRecord>, smolbox_core::Error>
-            {
-                $crate::engine::list(self, scope, after, limit)
-            }
-            fn list_machines(
-                &self,
-                scope: &str,
-                after: Option<&str>,
-                limit: u32,
-            ) -> Result<$crate::Page<smolbox_core::managed::MachineRecord>, smolbox_core::Error>
-            {
-                $crate::engine::list_machines(self, scope, after, limit)
-            }
-            fn due_machines(
-                &self,
-                now_ms: u64,
-                after: Option<&$crate::DueCursor>,
-                limit: u32,
-            ) -> Result<
-                $crate::DuePage<smolbox_core::managed::MachineRecord>,
-                smolbox_core::Error,
-            > {
-                $crate::engine::due_machines(self, now_ms, after, limit)
-            }
-            fn claim_version(
-                &self,
-                key: &smolbox_core::managed::RecordKey,
-                owner: &str,
-                version: u64,
-                now_ms: u64,
-                ttl_ms: u64,
-            ) -> Result<smolbox_core::managed::ExecutionRecord, smolbox_core::Error> {
-                $crate::engine::claim_version(self, key, owner, version, now_ms, ttl_ms)
-            }
-            fn claim_machine_version(
-                &self,
-                key: &smolbox_core::managed::RecordKey,
-                owner: &str,
-                version: u64,
-                now_ms: u64,
-                ttl_ms: u64,
-            ) -> Result<smolbox_core::managed::MachineRecord, smolbox_core::Error> {
-                $crate::engine::claim_machine_version(self, key, owner, version, now_ms, ttl_ms)
-            }
-            fn submit(
-                &self,
-                record: &smolbox_core::managed::ExecutionRecord,
-                max_pending: u32,
-            ) -> Result<$crate::Accepted<$crate::Submitted>, smolbox_core::Error> {
-                $crate::engine::submit(self, record, max_pending)
-            }
-            fn finish_command(
-                &self,
-                machine: &smolbox_core::managed::RecordKey,
-                guard: &smolbox_core::managed::Guard,
-                exec: &smolbox_core::managed::RecordKey,
-                now_ms: u64,
-            ) -> Result<
-                (
-                    smolbox_core::managed::MachineRecord,
-                    smolbox_core::managed::ExecutionRecord,
-                    smolbox_core::managed::slot::Finish,
-                ),
-                smolbox_core::Error,
-            > {
-                $crate::engine::finish_command(self, machine, guard, exec, now_ms)
-            }
-            fn resolve_machine(
-                &self,
-                key: &smolbox_core::managed::RecordKey,
-                version: u64,
-                quiesced: bool,
-                disposition: &smolbox_core::managed::slot::Disposition,
-                now_ms: u64,
-            ) -> Result<$crate::Resolved, smolbox_core::Error> {
-                $crate::engine::resolve_machine(self, key, version, quiesced, disposition, now_ms)
-            }
-            fn accept_dispatching(
-                &self,
-                record: &smolbox_core::managed::ExecutionRecord,
-                max_pending: u32,
-            ) -> Result<$crate::Accepted<smolbox_core::managed::ExecutionRecord>, smolbox_core::Error>
-            {
-                $crate::engine::accept_dispatching(self, record, max_pending)
-            }
-            fn submit_dispatching(
-                &self,
-                record: &smolbox_core::managed::ExecutionRecord,
-                max_pending: u32,
-            ) -> Result<$crate::Accepted<$crate::Submitted>, smolbox_core::Error> {
-                $crate::engine::submit_dispatching(self, record, max_pending)
-            }
-            fn write_steps(
-                &self,
-                key: &smolbox_core::managed::RecordKey,
-                guard: &smolbox_core::managed::Guard,
-                patches: &[smolbox_core::managed::ExecPatch],
-                now_ms: u64,
-            ) -> Result<smolbox_core::managed::ExecutionRecord, smolbox_core::Error> {
-                $crate::engine::write_steps(self, key, guard, patches, now_ms)
-            }
-            fn release_claim(
-                &self,
-                claimed: &smolbox_core::managed::controller::Claimed,
-                owner: &str,
-                generation: u64,
-                now_ms: u64,
-            ) -> Result<$crate::Released, smolbox_core::Error> {
-                $crate::engine::release_claim(self, claimed, owner, generation, now_ms)
             }
             fn commits(&self) -> Option<u64> {
                 Some(self.commits.load(std::sync::atomic::Ordering::Relaxed))

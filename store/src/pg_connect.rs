@@ -13,6 +13,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use postgres::config::{Host, SslMode};
+use postgres::error::SqlState;
 use postgres::{Client, Config, NoTls};
 use rustls::RootCertStore;
 use rustls_pki_types::CertificateDer;
@@ -190,7 +191,29 @@ fn connect_error(op: Operation, e: &postgres::Error) -> Error {
     if e.to_string().contains("server does not support TLS") {
         return Error::store(op, Evidence::Unknown, Reason::PostgresTls);
     }
-    crate::postgres::pg_error(op, e)
+    pg_error(op, e)
+}
+
+/// Maps a PostgreSQL failure to a `store` error (never `not_found`).
+pub(crate) fn pg_error(op: Operation, e: &postgres::Error) -> Error {
+    let reason = match e.code() {
+        None if e.is_closed() => Reason::PostgresUnavailable,
+        None => Reason::PostgresIo,
+        Some(c) if *c == SqlState::UNIQUE_VIOLATION || *c == SqlState::FOREIGN_KEY_VIOLATION => {
+            Reason::PostgresConstraint
+        }
+        Some(c)
+            if *c == SqlState::T_R_DEADLOCK_DETECTED
+                || *c == SqlState::T_R_SERIALIZATION_FAILURE =>
+        {
+            Reason::PostgresContention
+        }
+        Some(c) if *c == SqlState::ADMIN_SHUTDOWN || *c == SqlState::CANNOT_CONNECT_NOW => {
+            Reason::PostgresUnavailable
+        }
+        Some(_) => Reason::Postgres,
+    };
+    Error::store(op, Evidence::Unknown, reason)
 }
 
 #[cfg(test)]

@@ -33,7 +33,7 @@ use smolbox_core::managed::{ExecutionRecord, Lease, MachineRecord, RecordKey, Re
 use smolbox_core::{Error, Operation};
 
 use crate::engine::{Backend, Lock, Tx, assigned_parts, prepare_partition};
-use crate::pg_connect::{Connector, PostgresOptions};
+use crate::pg_connect::{Connector, PostgresOptions, pg_error};
 use crate::row::{Projection, assigned_of, int, lease_of};
 use crate::seal::{KEY_ID, SEALED_V2};
 use crate::{Assigned, DueCursor, SCHEMA, Sealer, StoreInfo, impl_store};
@@ -1117,26 +1117,4 @@ impl PgTx<'_> {
         let partition = self.partition();
         self.scan(&sql, &[&partition, &scope, &after, &i64::from(limit)])
     }
-}
-
-/// Maps a PostgreSQL failure to a `store` error (never `not_found`).
-pub(crate) fn pg_error(op: Operation, e: &postgres::Error) -> Error {
-    let reason = match e.code() {
-        None if e.is_closed() => Reason::PostgresUnavailable,
-        None => Reason::PostgresIo,
-        Some(c) if *c == SqlState::UNIQUE_VIOLATION || *c == SqlState::FOREIGN_KEY_VIOLATION => {
-            Reason::PostgresConstraint
-        }
-        Some(c)
-            if *c == SqlState::T_R_DEADLOCK_DETECTED
-                || *c == SqlState::T_R_SERIALIZATION_FAILURE =>
-        {
-            Reason::PostgresContention
-        }
-        Some(c) if *c == SqlState::ADMIN_SHUTDOWN || *c == SqlState::CANNOT_CONNECT_NOW => {
-            Reason::PostgresUnavailable
-        }
-        Some(_) => Reason::Postgres,
-    };
-    Error::store(op, Evidence::Unknown, reason)
 }

@@ -16,7 +16,7 @@ use smolbox_core::Reason;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use smolbox_core::managed::controller::terminal::TermConfig;
 use smolbox_core::managed::controller::{
@@ -40,29 +40,7 @@ pub const WAIT_POLL: Duration = Duration::from_millis(25);
 /// Finished notices kept for waiters (oldest dropped first).
 pub const MAX_NOTICES: usize = 64;
 
-/// Wall-clock and monotonic time for the controller (C12.1: injectable).
-pub trait Clock: Send + Sync {
-    /// Monotonic now.
-    fn now(&self) -> Instant;
-    /// Wall-clock milliseconds since the Unix epoch.
-    fn now_ms(&self) -> u64;
-}
-
-/// The system clocks.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> Instant {
-        Instant::now()
-    }
-
-    fn now_ms(&self) -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-    }
-}
+pub use crate::clock::{Clock, SystemClock};
 
 /// A controller id unique to this process: `ctl-<pid>-<random>`.
 pub fn default_owner() -> String {

@@ -88,6 +88,7 @@ const COLS: &str = "payload, fingerprint, state, version, next_due_ms, pending, 
 
 /// How the file is opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SqliteMode {
     /// Create or migrate the schema; reads and writes.
     ReadWrite,

@@ -20,7 +20,7 @@ use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
 use smolbox_core::terminal::TerminalExit;
 
 use crate::Store;
-use crate::runtime::Clock;
+use crate::clock::Clock;
 
 /// A shell's handle on one live connection: how commands reach the task
 /// or thread that owns it.

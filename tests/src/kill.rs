@@ -117,44 +117,57 @@ impl KillStore {
 }
 
 impl Store for KillStore {
-    fn info(&self) -> StoreInfo {
-        self.inner.info()
-    }
-
-    fn accept(
-        &self,
-        record: &ExecutionRecord,
-        max_pending: u32,
-    ) -> Result<Accepted<ExecutionRecord>, Error> {
-        self.inner.accept(record, max_pending)
-    }
-
-    fn fetch(&self, key: &RecordKey) -> Result<ExecutionRecord, Error> {
-        self.inner.fetch(key)
-    }
-
-    fn find_machine(&self, worker_id: &str, name: &str) -> Result<Assigned, Error> {
-        self.inner.find_machine(worker_id, name)
-    }
-
-    fn claim_worker(
-        &self,
-        worker_id: &str,
-        owner: &str,
-        now_ms: u64,
-        ttl_ms: u64,
-    ) -> Result<Lease, Error> {
-        self.inner.claim_worker(worker_id, owner, now_ms, ttl_ms)
-    }
-
-    fn claim(
-        &self,
-        key: &RecordKey,
-        owner: &str,
-        now_ms: u64,
-        ttl_ms: u64,
-    ) -> Result<ExecutionRecord, Error> {
-        self.inner.claim(key, owner, now_ms, ttl_ms)
+    smolbox_store::forward_store! { to inner;
+        fn info(&self) -> StoreInfo;
+        fn accept(&self, record: &ExecutionRecord, max_pending: u32)
+            -> Result<Accepted<ExecutionRecord>, Error>;
+        fn fetch(&self, key: &RecordKey) -> Result<ExecutionRecord, Error>;
+        fn find_machine(&self, worker_id: &str, name: &str) -> Result<Assigned, Error>;
+        fn claim_worker(&self, worker_id: &str, owner: &str, now_ms: u64, ttl_ms: u64)
+            -> Result<Lease, Error>;
+        fn claim(&self, key: &RecordKey, owner: &str, now_ms: u64, ttl_ms: u64)
+            -> Result<ExecutionRecord, Error>;
+        fn reserve(&self, key: &RecordKey, guard: &Guard, request: &Reserve, now_ms: u64)
+            -> Result<ExecutionRecord, Error>;
+        fn release(&self, key: &RecordKey, guard: &Guard, now_ms: u64)
+            -> Result<ExecutionRecord, Error>;
+        fn cancel(&self, key: &RecordKey, now_ms: u64) -> Result<ExecutionRecord, Error>;
+        fn due(&self, now_ms: u64, after: Option<&DueCursor>, limit: u32) -> Result<DuePage, Error>;
+        fn usage(&self, worker_id: &str) -> Result<Resources, Error>;
+        fn accept_machine(&self, record: &MachineRecord, max_pending: u32)
+            -> Result<Accepted<MachineRecord>, Error>;
+        fn fetch_machine(&self, key: &RecordKey) -> Result<MachineRecord, Error>;
+        fn claim_machine(&self, key: &RecordKey, owner: &str, now_ms: u64, ttl_ms: u64)
+            -> Result<MachineRecord, Error>;
+        fn write_machine(&self, key: &RecordKey, guard: &Guard, patch: &MachinePatch, now_ms: u64)
+            -> Result<MachineRecord, Error>;
+        fn reserve_machine(&self, key: &RecordKey, guard: &Guard, request: &Reserve, now_ms: u64)
+            -> Result<MachineRecord, Error>;
+        fn request_machine(&self, key: &RecordKey, action: MachineOperation, version: u64, now_ms: u64)
+            -> Result<MachineRecord, Error>;
+        fn acquire_slot(&self, machine: &RecordKey, guard: &Guard, exec: &RecordKey, now_ms: u64)
+            -> Result<MachineRecord, Error>;
+        fn finish_slot(&self, machine: &RecordKey, guard: &Guard, exec: &RecordKey, now_ms: u64)
+            -> Result<(MachineRecord, Finish), Error>;
+        fn list(&self, scope: &str, after: Option<&str>, limit: u32)
+            -> Result<Page<ExecutionRecord>, Error>;
+        fn list_machines(&self, scope: &str, after: Option<&str>, limit: u32)
+            -> Result<Page<MachineRecord>, Error>;
+        fn due_machines(&self, now_ms: u64, after: Option<&DueCursor>, limit: u32)
+            -> Result<DuePage<MachineRecord>, Error>;
+        fn claim_version(&self, key: &RecordKey, owner: &str, version: u64, now_ms: u64, ttl_ms: u64)
+            -> Result<ExecutionRecord, Error>;
+        fn claim_machine_version(&self, key: &RecordKey, owner: &str, version: u64, now_ms: u64, ttl_ms: u64)
+            -> Result<MachineRecord, Error>;
+        fn submit(&self, record: &ExecutionRecord, max_pending: u32)
+            -> Result<Accepted<Submitted>, Error>;
+        fn finish_command(&self, machine: &RecordKey, guard: &Guard, exec: &RecordKey, now_ms: u64)
+            -> Result<(MachineRecord, ExecutionRecord, Finish), Error>;
+        fn resolve_machine(&self, key: &RecordKey, version: u64, quiesced: bool, disposition: &Disposition, now_ms: u64)
+            -> Result<Resolved, Error>;
+        fn release_claim(&self, claimed: &Claimed, owner: &str, generation: u64, now_ms: u64)
+            -> Result<Released, Error>;
+        fn commits(&self) -> Option<u64>;
     }
 
     fn write(
@@ -172,190 +185,6 @@ impl Store for KillStore {
             die();
         }
         r
-    }
-
-    fn reserve(
-        &self,
-        key: &RecordKey,
-        guard: &Guard,
-        request: &Reserve,
-        now_ms: u64,
-    ) -> Result<ExecutionRecord, Error> {
-        self.inner.reserve(key, guard, request, now_ms)
-    }
-
-    fn release(
-        &self,
-        key: &RecordKey,
-        guard: &Guard,
-        now_ms: u64,
-    ) -> Result<ExecutionRecord, Error> {
-        self.inner.release(key, guard, now_ms)
-    }
-
-    fn cancel(&self, key: &RecordKey, now_ms: u64) -> Result<ExecutionRecord, Error> {
-        self.inner.cancel(key, now_ms)
-    }
-
-    fn due(&self, now_ms: u64, after: Option<&DueCursor>, limit: u32) -> Result<DuePage, Error> {
-        self.inner.due(now_ms, after, limit)
-    }
-
-    fn usage(&self, worker_id: &str) -> Result<Resources, Error> {
-        self.inner.usage(worker_id)
-    }
-
-    fn accept_machine(
-        &self,
-        record: &MachineRecord,
-        max_pending: u32,
-    ) -> Result<Accepted<MachineRecord>, Error> {
-        self.inner.accept_machine(record, max_pending)
-    }
-
-    fn fetch_machine(&self, key: &RecordKey) -> Result<MachineRecord, Error> {
-        self.inner.fetch_machine(key)
-    }
-
-    fn claim_machine(
-        &self,
-        key: &RecordKey,
-        owner: &str,
-        now_ms: u64,
-        ttl_ms: u64,
-    ) -> Result<MachineRecord, Error> {
-        self.inner.claim_machine(key, owner, now_ms, ttl_ms)
-    }
-
-    fn write_machine(
-        &self,
-        key: &RecordKey,
-        guard: &Guard,
-        patch: &MachinePatch,
-        now_ms: u64,
-    ) -> Result<MachineRecord, Error> {
-        self.inner.write_machine(key, guard, patch, now_ms)
-    }
-
-    fn reserve_machine(
-        &self,
-        key: &RecordKey,
-        guard: &Guard,
-        request: &Reserve,
-        now_ms: u64,
-    ) -> Result<MachineRecord, Error> {
-        self.inner.reserve_machine(key, guard, request, now_ms)
-    }
-
-    fn request_machine(
-        &self,
-        key: &RecordKey,
-        action: MachineOperation,
-        version: u64,
-        now_ms: u64,
-    ) -> Result<MachineRecord, Error> {
-        self.inner.request_machine(key, action, version, now_ms)
-    }
-
-    fn acquire_slot(
-        &self,
-        machine: &RecordKey,
-        guard: &Guard,
-        exec: &RecordKey,
-        now_ms: u64,
-    ) -> Result<MachineRecord, Error> {
-        self.inner.acquire_slot(machine, guard, exec, now_ms)
-    }
-
-    fn finish_slot(
-        &self,
-        machine: &RecordKey,
-        guard: &Guard,
-        exec: &RecordKey,
-        now_ms: u64,
-    ) -> Result<(MachineRecord, Finish), Error> {
-        self.inner.finish_slot(machine, guard, exec, now_ms)
-    }
-
-    fn list(
-        &self,
-        scope: &str,
-        after: Option<&str>,
-        limit: u32,
-    ) -> Result<Page<ExecutionRecord>, Error> {
-        self.inner.list(scope, after, limit)
-    }
-
-    fn list_machines(
-        &self,
-        scope: &str,
-        after: Option<&str>,
-        limit: u32,
-    ) -> Result<Page<MachineRecord>, Error> {
-        self.inner.list_machines(scope, after, limit)
-    }
-
-    fn due_machines(
-        &self,
-        now_ms: u64,
-        after: Option<&DueCursor>,
-        limit: u32,
-    ) -> Result<DuePage<MachineRecord>, Error> {
-        self.inner.due_machines(now_ms, after, limit)
-    }
-
-    fn claim_version(
-        &self,
-        key: &RecordKey,
-        owner: &str,
-        version: u64,
-        now_ms: u64,
-        ttl_ms: u64,
-    ) -> Result<ExecutionRecord, Error> {
-        self.inner
-            .claim_version(key, owner, version, now_ms, ttl_ms)
-    }
-
-    fn claim_machine_version(
-        &self,
-        key: &RecordKey,
-        owner: &str,
-        version: u64,
-        now_ms: u64,
-        ttl_ms: u64,
-    ) -> Result<MachineRecord, Error> {
-        self.inner
-            .claim_machine_version(key, owner, version, now_ms, ttl_ms)
-    }
-
-    fn submit(
-        &self,
-        record: &ExecutionRecord,
-        max_pending: u32,
-    ) -> Result<Accepted<Submitted>, Error> {
-        self.inner.submit(record, max_pending)
-    }
-
-    fn finish_command(
-        &self,
-        machine: &RecordKey,
-        guard: &Guard,
-        exec: &RecordKey,
-        now_ms: u64,
-    ) -> Result<(MachineRecord, ExecutionRecord, Finish), Error> {
-        self.inner.finish_command(machine, guard, exec, now_ms)
-    }
-
-    fn resolve_machine(
-        &self,
-        key: &RecordKey,
-        version: u64,
-        quiesced: bool,
-        disposition: &Disposition,
-        now_ms: u64,
-    ) -> Result<Resolved, Error> {
-        self.inner
-            .resolve_machine(key, version, quiesced, disposition, now_ms)
     }
 
     fn accept_dispatching(
@@ -400,19 +229,5 @@ impl Store for KillStore {
             self.before_write(p);
         }
         self.inner.write_steps(key, guard, patches, now_ms)
-    }
-
-    fn release_claim(
-        &self,
-        claimed: &Claimed,
-        owner: &str,
-        generation: u64,
-        now_ms: u64,
-    ) -> Result<Released, Error> {
-        self.inner.release_claim(claimed, owner, generation, now_ms)
-    }
-
-    fn commits(&self) -> Option<u64> {
-        self.inner.commits()
     }
 }

@@ -21,6 +21,7 @@
 mod buffered;
 mod call;
 mod command;
+#[cfg(feature = "testkit")]
 mod fuzz;
 mod request;
 mod stream;
@@ -39,6 +40,7 @@ pub use command::{
     MAX_STDIN_LEN, MAX_TIMEOUT_SECS, MAX_USER_LEN, MAX_WORKDIR_LEN, MIN_TIMEOUT_SECS,
     validate_abs_path,
 };
+#[cfg(feature = "testkit")]
 pub use fuzz::fuzz_exec_stream;
 pub use request::{EVENT_STREAM, JSON, exec_request, exec_stream_request};
 pub use stream::{

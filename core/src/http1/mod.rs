@@ -63,7 +63,7 @@ mod body;
 mod config;
 pub mod encode;
 mod exchange;
-#[doc(hidden)]
+#[cfg(feature = "testkit")]
 pub mod fuzzing;
 mod head;
 mod request;

@@ -449,6 +449,7 @@ fn decode<T: Serialize + DeserializeOwned>(
 
 /// Fuzz body of the `envelope` target: arbitrary bytes never panic, and
 /// anything that decodes re-encodes to the same bytes.
+#[cfg(feature = "testkit")]
 pub fn fuzz_envelope(data: &[u8]) {
     if let Ok(rec) = decode_exec(data) {
         let again = encode_exec(&rec).ok();

@@ -38,6 +38,7 @@ pub mod slot;
 pub mod spec;
 pub mod state;
 pub mod terminal;
+#[cfg(feature = "testkit")]
 pub mod testkit;
 
 pub use claim::{Guard, Lease};

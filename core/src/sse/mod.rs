@@ -77,11 +77,14 @@ use std::str::Utf8Error;
 
 use crate::error::{Error, Evidence, Operation};
 
+#[cfg(feature = "testkit")]
 mod fuzz;
 #[cfg(test)]
 mod tests;
 
+#[cfg(feature = "testkit")]
 pub use fuzz::fuzz_sse;
+#[cfg(feature = "testkit")]
 pub(crate) use fuzz::sizes as fuzz_sizes;
 
 /// Default cap on one line (terminator excluded): 128 KiB.

@@ -11,12 +11,14 @@
 //! and input are reported as lengths only.
 
 mod exit;
+#[cfg(feature = "testkit")]
 mod fuzz;
 mod queue;
 mod session;
 mod spec;
 
 pub use exit::{MAX_EXIT_FRAME_BYTES, TerminalExit};
+#[cfg(feature = "testkit")]
 pub use fuzz::fuzz_terminal;
 pub use queue::MAX_UNREAD_CHUNKS;
 pub use session::{

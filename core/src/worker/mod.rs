@@ -37,6 +37,7 @@
 
 pub mod endpoint;
 pub mod files;
+#[cfg(feature = "testkit")]
 pub mod fuzzing;
 pub mod logs;
 pub mod machines;

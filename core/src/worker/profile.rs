@@ -20,6 +20,7 @@ use crate::error::{Error, Operation};
 
 /// A worker version this library has a profile for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum Version {
     /// 1.9.2, measured live (worker-api.md).
     V1_9_2,
@@ -81,6 +82,7 @@ impl Version {
 
 /// A gated capability (the feature table of C0.3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
 pub enum Feature {
     /// Outbound network allowlists (C9.1). From 1.16.0.
     NetworkPolicy,

@@ -13,6 +13,7 @@ use crate::http1::ResponseHead;
 
 /// The upstream `code` of a JSON handler error (worker-api.md §2.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ErrorCode {
     /// `BAD_REQUEST` (400).
     BadRequest,
@@ -60,6 +61,7 @@ impl ErrorCode {
 /// A framework-level (axum extractor) rejection: `text/plain` bodies that
 /// never reached the handler (worker-api.md §2.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Rejection {
     /// 415 ``Expected request with `Content-Type: application/json` ``.
     UnsupportedMediaType,

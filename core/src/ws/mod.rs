@@ -14,6 +14,7 @@ mod client;
 mod close;
 mod config;
 pub mod frame;
+#[cfg(feature = "testkit")]
 mod fuzz;
 pub mod handshake;
 pub mod mask;
@@ -26,6 +27,8 @@ pub use config::{
     MAX_FRAME_LEN, MAX_HANDSHAKE_LEN, MAX_INPUT_CHUNK, MAX_MESSAGE_LEN, MAX_WS_TIMER, WsConfig,
 };
 pub use frame::Opcode;
+#[cfg(feature = "testkit")]
 pub(crate) use fuzz::fuzz_epoch;
+#[cfg(feature = "testkit")]
 pub use fuzz::fuzz_ws_frames;
 pub use mask::MASK_POOL_BYTES;
