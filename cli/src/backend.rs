@@ -195,7 +195,11 @@ impl Backend {
                         smolbox_tokio::ExecEvent::Exit(code) => return Ok(code),
                     }
                 }
-                Err(stream_ended())
+                Err(Error::unknown(
+                    smolbox_core::Operation::ExecStream,
+                    smolbox_core::Evidence::DispatchUncertain,
+                    Reason::StreamEndedWithoutExit,
+                ))
             }),
             Self::Blocking(client) => {
                 for event in client.exec_stream(machine, command)? {
@@ -209,7 +213,11 @@ impl Backend {
                         smolbox_blocking::ExecEvent::Exit(code) => return Ok(code),
                     }
                 }
-                Err(stream_ended())
+                Err(Error::unknown(
+                    smolbox_core::Operation::ExecStream,
+                    smolbox_core::Evidence::DispatchUncertain,
+                    Reason::StreamEndedWithoutExit,
+                ))
             }
         }
     }
@@ -255,17 +263,6 @@ impl Backend {
             Self::Blocking(client) => Ok(Box::new(client.terminal(machine, spec)?)),
         }
     }
-}
-
-/// A stream that ended without an exit event (the shells report errors
-/// themselves; this is the defensive case).
-fn stream_ended() -> Error {
-    Error::new(
-        smolbox_core::Category::Unknown,
-        smolbox_core::Operation::ExecStream,
-        smolbox_core::Evidence::DispatchUncertain,
-    )
-    .with_reason(Reason::StreamEndedWithoutExit)
 }
 
 impl Term for smolbox_blocking::Terminal {

@@ -473,10 +473,10 @@ fn run_recorded(
                 Some(code) if out.record.state != smolbox_core::managed::ExecState::Unknown => {
                     Ok(code)
                 }
-                _ => Err(Failure::Core(Error::new(
-                    Category::Unknown,
+                _ => Err(Failure::Core(Error::unknown(
                     Operation::Exec,
                     Evidence::DispatchUncertain,
+                    Reason::Unspecified,
                 ))),
             },
         },
@@ -597,12 +597,11 @@ pub(crate) fn fresh_name() -> Result<MachineName, Failure> {
     let ns = Namespace::new("sb")?;
     let mut random = [0u8; 13];
     getrandom::getrandom(&mut random).map_err(|_| {
-        Error::new(
-            Category::Unknown,
+        Error::unknown(
             Operation::Config,
             Evidence::NotDispatched,
+            Reason::NoRandomness,
         )
-        .with_reason(Reason::NoRandomness)
     })?;
     Ok(ns.generate(random))
 }

@@ -28,7 +28,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use smolbox_core::{Category, Error, Evidence, Operation};
+use smolbox_core::{Error, Evidence, Operation};
 
 use crate::report::{self, Failure};
 
@@ -218,14 +218,11 @@ fn clean(paths: &DevPaths) -> Result<(), Failure> {
 pub(crate) fn random_token() -> Result<String, Failure> {
     let mut bytes = [0u8; 32];
     getrandom::getrandom(&mut bytes).map_err(|_| {
-        Failure::Core(
-            Error::new(
-                Category::Unknown,
-                Operation::Config,
-                Evidence::NotDispatched,
-            )
-            .with_reason(Reason::NoRandomness),
-        )
+        Failure::Core(Error::unknown(
+            Operation::Config,
+            Evidence::NotDispatched,
+            Reason::NoRandomness,
+        ))
     })?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }

@@ -7,7 +7,6 @@
 //! table is in `smolbox --help` and in [`report::EXIT_TABLE`]); `exec`,
 //! `run` and `shell` exit with the guest command's code.
 
-use smolbox_core::Reason;
 mod args;
 mod backend;
 mod backend_tokio_term;

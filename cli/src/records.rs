@@ -536,14 +536,11 @@ pub(crate) fn same_identity(
     cmd: &Command,
 ) -> Result<Submit, Failure> {
     let conflict = || {
-        Failure::Core(
-            Error::new(
-                Category::IdentityConflict,
-                Operation::Submit,
-                Evidence::NotDispatched,
-            )
-            .with_reason(Reason::ChangedSpec),
-        )
+        Failure::Core(Error::identity_conflict(
+            Operation::Submit,
+            Evidence::NotDispatched,
+            Reason::ChangedSpec,
+        ))
     };
     let Some(wm) = &rec.spec.worker_machine else {
         return Err(conflict());
@@ -597,10 +594,11 @@ pub(crate) fn accept_only(opened: &Opened, worker: &str, submit: Submit) -> Resu
             }
         }
         if !performed {
-            return Err(Failure::Core(
-                Error::new(Category::Store, Operation::Submit, Evidence::NotDispatched)
-                    .with_reason(Reason::NoAcceptance),
-            ));
+            return Err(Failure::Core(Error::store(
+                Operation::Submit,
+                Evidence::NotDispatched,
+                Reason::NoAcceptance,
+            )));
         }
     }
 }

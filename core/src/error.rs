@@ -8,6 +8,14 @@
 //! bytes: a reason is a fieldless enum, a limit is two integers. So no error ever
 //! carries a response body, a credential, command text, environment, stdin,
 //! file bytes or output (AC-0.2.2), whatever `Display` or `Debug` prints.
+//!
+//! An error is built one way: by the constructor of its category
+//! ([`Error::validation`], [`Error::transport`], [`Error::store`], … one per
+//! [`Category`]), which takes the operation, the evidence (except where the
+//! category fixes it: `validation`, `unsupported_capability` and
+//! `admission_exhausted` are `not_dispatched`, `protocol` is
+//! `dispatch_uncertain`) and the reason. The `with_*` methods then add what
+//! was observed (a limit, a status, an exit code, stronger evidence).
 
 use core::fmt;
 
@@ -295,28 +303,144 @@ pub struct Error {
 }
 
 impl Error {
-    /// A new error with an empty reason.
-    pub const fn new(category: Category, operation: Operation, evidence: Evidence) -> Self {
+    /// The one place an error is put together; every category constructor
+    /// below calls it, and code outside this module uses those (one fault,
+    /// one spelling). Crate-internal mappings that compute the category from
+    /// a peer's answer (an HTTP status, a WebSocket close) use it too.
+    pub(crate) const fn of(
+        category: Category,
+        operation: Operation,
+        evidence: Evidence,
+        reason: Reason,
+    ) -> Self {
         Self {
             category,
             operation,
             evidence,
             exit_code: None,
-            reason: Reason::Unspecified,
+            reason,
             limit: None,
             status: None,
             close_code: None,
         }
     }
 
-    /// A `validation` error: the caller's input broke a rule, nothing was sent.
+    /// A `validation` error: the caller's input broke a rule; nothing was sent (evidence `not_dispatched`).
     pub const fn validation(operation: Operation, reason: Reason) -> Self {
-        Self::new(Category::Validation, operation, Evidence::NotDispatched).with_reason(reason)
+        Self::of(
+            Category::Validation,
+            operation,
+            Evidence::NotDispatched,
+            reason,
+        )
     }
 
-    /// A `protocol` error after dispatch: the peer broke the contract.
+    /// A `unsupported_capability` error: the worker version, transport or store lacks the feature; nothing was sent (evidence `not_dispatched`).
+    pub const fn unsupported_capability(operation: Operation, reason: Reason) -> Self {
+        Self::of(
+            Category::UnsupportedCapability,
+            operation,
+            Evidence::NotDispatched,
+            reason,
+        )
+    }
+
+    /// A `unsupported_network_policy` error: the network policy cannot be expressed or was not honoured.
+    pub const fn unsupported_network_policy(
+        operation: Operation,
+        evidence: Evidence,
+        reason: Reason,
+    ) -> Self {
+        Self::of(
+            Category::UnsupportedNetworkPolicy,
+            operation,
+            evidence,
+            reason,
+        )
+    }
+
+    /// A `authentication` error: 401/403, or a handle used by the wrong consumer.
+    pub const fn authentication(operation: Operation, evidence: Evidence, reason: Reason) -> Self {
+        Self::of(Category::Authentication, operation, evidence, reason)
+    }
+
+    /// A `admission_exhausted` error: no capacity, queue full, command slot busy; nothing was sent (evidence `not_dispatched`).
+    pub const fn admission_exhausted(operation: Operation, reason: Reason) -> Self {
+        Self::of(
+            Category::AdmissionExhausted,
+            operation,
+            Evidence::NotDispatched,
+            reason,
+        )
+    }
+
+    /// A `expired` error: a budget or deadline ran out.
+    pub const fn expired(operation: Operation, evidence: Evidence, reason: Reason) -> Self {
+        Self::of(Category::Expired, operation, evidence, reason)
+    }
+
+    /// A `transport` error: connect, read, write or timeout failures of the connection.
+    pub const fn transport(operation: Operation, evidence: Evidence, reason: Reason) -> Self {
+        Self::of(Category::Transport, operation, evidence, reason)
+    }
+
+    /// A `protocol` error: the peer broke the protocol or the contract. A peer answered, so the request may have reached the worker (evidence `dispatch_uncertain`; strengthen it with [`Error::with_evidence`] when more is known).
     pub const fn protocol(operation: Operation, reason: Reason) -> Self {
-        Self::new(Category::Protocol, operation, Evidence::DispatchUncertain).with_reason(reason)
+        Self::of(
+            Category::Protocol,
+            operation,
+            Evidence::DispatchUncertain,
+            reason,
+        )
+    }
+
+    /// A `output_limit` error: a byte, count or size cap was hit.
+    pub const fn output_limit(operation: Operation, evidence: Evidence, reason: Reason) -> Self {
+        Self::of(Category::OutputLimit, operation, evidence, reason)
+    }
+
+    /// A `identity_conflict` error: the same identity with a different meaning.
+    pub const fn identity_conflict(
+        operation: Operation,
+        evidence: Evidence,
+        reason: Reason,
+    ) -> Self {
+        Self::of(Category::IdentityConflict, operation, evidence, reason)
+    }
+
+    /// A `port_conflict` error: a host port is taken.
+    pub const fn port_conflict(operation: Operation, evidence: Evidence, reason: Reason) -> Self {
+        Self::of(Category::PortConflict, operation, evidence, reason)
+    }
+
+    /// A `not_found` error: the peer or store positively reported absence.
+    pub const fn not_found(operation: Operation, evidence: Evidence, reason: Reason) -> Self {
+        Self::of(Category::NotFound, operation, evidence, reason)
+    }
+
+    /// A `store` error: the store failed (unavailable, corrupt, unknown version). Never read as "not found".
+    pub const fn store(operation: Operation, evidence: Evidence, reason: Reason) -> Self {
+        Self::of(Category::Store, operation, evidence, reason)
+    }
+
+    /// A `stale_claim` error: a lease or claim is held by someone else or expired.
+    pub const fn stale_claim(operation: Operation, evidence: Evidence, reason: Reason) -> Self {
+        Self::of(Category::StaleClaim, operation, evidence, reason)
+    }
+
+    /// A `stale_version` error: a compare-and-swap version did not match.
+    pub const fn stale_version(operation: Operation, evidence: Evidence, reason: Reason) -> Self {
+        Self::of(Category::StaleVersion, operation, evidence, reason)
+    }
+
+    /// A `unknown` error: the outcome cannot be known.
+    pub const fn unknown(operation: Operation, evidence: Evidence, reason: Reason) -> Self {
+        Self::of(Category::Unknown, operation, evidence, reason)
+    }
+
+    /// A `cleanup` error: cleanup could not be completed.
+    pub const fn cleanup(operation: Operation, evidence: Evidence, reason: Reason) -> Self {
+        Self::of(Category::Cleanup, operation, evidence, reason)
     }
 
     /// Sets the fixed reason code (snake_case, never peer text).
@@ -478,8 +602,7 @@ mod tests {
 
     #[test]
     fn display_and_debug_carry_only_fixed_text() {
-        let e = Error::new(Category::OutputLimit, Operation::Exec, Evidence::Exited)
-            .with_reason(Reason::OutputAllowance)
+        let e = Error::output_limit(Operation::Exec, Evidence::Exited, Reason::OutputAllowance)
             .with_limit(2_000_000, 1_048_576)
             .with_exit_code(3);
         assert_eq!(
@@ -504,6 +627,43 @@ mod tests {
         assert!(!Evidence::NotDispatched.may_have_reached_worker());
         assert!(!Error::validation(Operation::Create, Reason::ArgvEmpty).may_have_reached_worker());
         assert!(Error::protocol(Operation::Create, Reason::ArgvEmpty).may_have_reached_worker());
+    }
+
+    #[test]
+    fn each_category_has_one_constructor_with_its_evidence() {
+        let (op, ev, r) = (Operation::Exec, Evidence::Unknown, Reason::ArgvEmpty);
+        let built = [
+            Error::validation(op, r),
+            Error::unsupported_capability(op, r),
+            Error::unsupported_network_policy(op, ev, r),
+            Error::authentication(op, ev, r),
+            Error::admission_exhausted(op, r),
+            Error::expired(op, ev, r),
+            Error::transport(op, ev, r),
+            Error::protocol(op, r),
+            Error::output_limit(op, ev, r),
+            Error::identity_conflict(op, ev, r),
+            Error::port_conflict(op, ev, r),
+            Error::not_found(op, ev, r),
+            Error::store(op, ev, r),
+            Error::stale_claim(op, ev, r),
+            Error::stale_version(op, ev, r),
+            Error::unknown(op, ev, r),
+            Error::cleanup(op, ev, r),
+        ];
+        for (e, category) in built.iter().zip(Category::ALL) {
+            assert_eq!(e.category(), category);
+            assert_eq!((e.operation(), e.reason()), (op, r));
+            let want = match category {
+                Category::Validation
+                | Category::UnsupportedCapability
+                | Category::AdmissionExhausted => Evidence::NotDispatched,
+                Category::Protocol => Evidence::DispatchUncertain,
+                _ => ev,
+            };
+            assert_eq!(e.evidence(), want, "{category:?}");
+            assert_eq!((e.limit(), e.status(), e.exit_code()), (None, None, None));
+        }
     }
 
     #[test]

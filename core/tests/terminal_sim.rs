@@ -647,12 +647,11 @@ fn attach_wait_needs_a_consumer_in_time() {
 }
 
 fn sim_wait_timeout() -> Error {
-    Error::new(
-        Category::Expired,
+    Error::expired(
         Operation::TerminalOutput,
         Evidence::Unknown,
+        Reason::WaitTimeout,
     )
-    .with_reason(Reason::WaitTimeout)
 }
 
 #[test]

@@ -29,7 +29,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
-use smolbox_core::{Category, Error, Evidence, Operation};
+use smolbox_core::{Error, Operation};
 
 use smolbox_core::exec::ExecEvent;
 
@@ -121,7 +121,10 @@ impl CallbackPool {
             return Ok(w);
         }
         if st.alive >= MAX_DELIVERY_THREADS {
-            return Err(exhausted(Reason::CallbackThreadsExhausted));
+            return Err(Error::admission_exhausted(
+                Operation::ExecStream,
+                Reason::CallbackThreadsExhausted,
+            ));
         }
         let (tx, rx) = sync_channel::<Job>(0);
         // Weak: idle mailboxes live in the pool state, so a strong
@@ -131,7 +134,9 @@ impl CallbackPool {
         std::thread::Builder::new()
             .name("smolbox-exec-callback".into())
             .spawn(move || deliver_loop(&rx, &state))
-            .map_err(|_| exhausted(Reason::CallbackThreadSpawn))?;
+            .map_err(|_| {
+                Error::admission_exhausted(Operation::ExecStream, Reason::CallbackThreadSpawn)
+            })?;
         st.alive += 1;
         Ok(Worker { jobs: tx })
     }
@@ -211,13 +216,4 @@ fn lock(state: &Mutex<PoolState>) -> MutexGuard<'_, PoolState> {
     state
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn exhausted(reason: Reason) -> Error {
-    Error::new(
-        Category::AdmissionExhausted,
-        Operation::ExecStream,
-        Evidence::NotDispatched,
-    )
-    .with_reason(reason)
 }

@@ -14,7 +14,7 @@ use smolbox_core::worker::{
     Stop, WorkerCall,
 };
 use smolbox_core::worker::{Download, Logs, Upload, UploadReply, VolumeCreate, VolumeDelete};
-use smolbox_core::{Category, Error, Evidence, Operation};
+use smolbox_core::{Error, Operation};
 
 use crate::callback::CallbackPool;
 use crate::http::{Deadlines, Exchange, Step};
@@ -489,11 +489,9 @@ fn target_of(endpoint: &Endpoint) -> Result<SocketTarget, Error> {
             SocketTarget::tls(host, port, &files)
         }
         // A plan this shell does not know cannot be connected.
-        _ => Err(Error::new(
-            Category::UnsupportedCapability,
+        _ => Err(Error::unsupported_capability(
             Operation::Config,
-            Evidence::NotDispatched,
-        )
-        .with_reason(Reason::TransportNotSupported)),
+            Reason::TransportNotSupported,
+        )),
     }
 }

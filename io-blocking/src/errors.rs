@@ -36,17 +36,7 @@ pub(crate) fn connect(operation: Operation, e: &ConnectError) -> Error {
         ConnectError::Tls => Reason::TlsHandshake,
         ConnectError::NotLoopback => Reason::ResolvedNotLoopback,
     };
-    not_dispatched(operation, reason)
-}
-
-/// No pooled connection became free within the checkout budget.
-pub(crate) fn checkout_timeout(operation: Operation) -> Error {
-    not_dispatched(operation, Reason::PoolCheckoutTimeout)
-}
-
-/// A transport error for an operation that has not sent anything.
-pub(crate) fn not_dispatched(operation: Operation, reason: Reason) -> Error {
-    Error::new(Category::Transport, operation, Evidence::NotDispatched).with_reason(reason)
+    Error::transport(operation, Evidence::NotDispatched, reason)
 }
 
 /// When checkout or connect failed because the *operation* deadline (not

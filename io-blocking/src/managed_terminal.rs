@@ -27,7 +27,7 @@ use smolbox_core::managed::spec::ManagedTerminalSpec;
 use smolbox_core::managed::terminal::{ConsumerId, Registry};
 use smolbox_core::managed::{ExecutionRecord, RecordKey};
 use smolbox_core::terminal::{MAX_NEXT_WAIT, TerminalExit};
-use smolbox_core::{Category, Error, Evidence, Operation};
+use smolbox_core::{Error, Operation};
 use smolbox_store::apply_terminal_op;
 use smolbox_store::runtime::Parts;
 use smolbox_store::terminals::{LiveConn, Terminals, lock};
@@ -77,6 +77,11 @@ fn reply<T: Send + 'static>(tx: Sender<T>) -> Reply<T> {
 }
 
 impl ManagedTerminals {
+    /// True while this runtime drives any terminal run.
+    pub(crate) fn any_running(&self) -> bool {
+        self.inner.t.any_running()
+    }
+
     /// The runtime's terminals, from its checked options (at most
     /// `max_active` sessions registered).
     ///
@@ -127,12 +132,7 @@ impl ManagedTerminals {
                 if owns_key {
                     self.inner.t.end_run(&key);
                 }
-                Error::new(
-                    Category::AdmissionExhausted,
-                    Operation::TerminalOpen,
-                    Evidence::NotDispatched,
-                )
-                .with_reason(Reason::NoThread)
+                Error::admission_exhausted(Operation::TerminalOpen, Reason::NoThread)
             })
     }
 

@@ -9,7 +9,7 @@
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use smolbox_core::{Error, Operation};
+use smolbox_core::{Error, Evidence, Operation, Reason};
 
 use crate::conn::Conn;
 use crate::errors;
@@ -100,7 +100,11 @@ impl Pool {
             }
             let now = Instant::now();
             if now >= checkout_deadline {
-                return Err(errors::checkout_timeout(operation));
+                return Err(Error::transport(
+                    operation,
+                    Evidence::NotDispatched,
+                    Reason::PoolCheckoutTimeout,
+                ));
             }
             state = match self.freed.wait_timeout(state, checkout_deadline - now) {
                 Ok((guard, _)) => guard,

@@ -82,7 +82,13 @@ impl Build for Runtime {
                     }
                 }
             })
-            .map_err(|_| thread_error())?;
+            .map_err(|_| {
+                Error::unknown(
+                    Operation::Config,
+                    Evidence::NotDispatched,
+                    Reason::ThreadSpawn,
+                )
+            })?;
         let streams = Arc::new(stream::Sinks::default());
         let driver = Driver {
             host: p.host,
@@ -104,7 +110,13 @@ impl Build for Runtime {
                 let _entered = span.enter();
                 driver.run(&rx);
             })
-            .map_err(|_| thread_error())?;
+            .map_err(|_| {
+                Error::unknown(
+                    Operation::Config,
+                    Evidence::NotDispatched,
+                    Reason::ThreadSpawn,
+                )
+            })?;
         Ok(Self {
             store: p.store,
             cmd: tx,
@@ -128,15 +140,6 @@ enum Msg {
     Answer(Answer),
     /// The last handle was dropped.
     Close,
-}
-
-fn thread_error() -> Error {
-    Error::new(
-        Category::Unknown,
-        Operation::Config,
-        Evidence::NotDispatched,
-    )
-    .with_reason(Reason::ThreadSpawn)
 }
 
 /// Runs managed commands through a controller over a durable store.
@@ -554,8 +557,11 @@ impl Perform for Io {
     fn store(&mut self, id: OpId, op: StoreOp) -> Result<(), Error> {
         self.store_tx.send((id, op)).map_err(|_| {
             // The store thread is gone: a store failure, never absence.
-            Error::new(Category::Store, Operation::StoreWrite, Evidence::Unknown)
-                .with_reason(Reason::StoreThreadLost)
+            Error::store(
+                Operation::StoreWrite,
+                Evidence::Unknown,
+                Reason::StoreThreadLost,
+            )
         })
     }
 
@@ -577,7 +583,18 @@ impl Perform for Io {
             })
             .map(|_| ())
             // Nothing was sent: the op never started.
-            .map_err(|_| thread_error().with_operation(Operation::Exec))
+            .map_err(|_| {
+                Error::unknown(
+                    Operation::Config,
+                    Evidence::NotDispatched,
+                    Reason::ThreadSpawn,
+                )
+                .with_operation(Operation::Exec)
+            })
+    }
+
+    fn terminals_live(&self) -> bool {
+        self.terminals.any_running()
     }
 
     fn recover_terminal(&mut self, key: RecordKey) {

@@ -5,7 +5,7 @@ use smolbox_core::Reason;
 use std::time::Instant;
 
 use smolbox_core::exec::{ExecOutput, ExecStreamCall, ExecStreamDecoder, OutputEncoding};
-use smolbox_core::{Category, Error, Evidence, Operation};
+use smolbox_core::{Error, Evidence, Operation};
 
 use crate::callback::{Delivered, Observer};
 use crate::http::{Exchange, Step};
@@ -71,7 +71,11 @@ impl ExecStream {
     /// the stream had already finished.
     pub fn detach(mut self) -> Option<Error> {
         match self.inner.take() {
-            Some(inner) if inner.state == State::Body => Some(detached()),
+            Some(inner) if inner.state == State::Body => Some(Error::transport(
+                Operation::ExecStream,
+                Evidence::DispatchUncertain,
+                Reason::Detached,
+            )),
             _ => None,
         }
     }
@@ -85,15 +89,6 @@ impl Iterator for ExecStream {
     fn next(&mut self) -> Option<Self::Item> {
         self.inner.as_mut()?.next()
     }
-}
-
-fn detached() -> Error {
-    Error::new(
-        Category::Transport,
-        Operation::ExecStream,
-        Evidence::DispatchUncertain,
-    )
-    .with_reason(Reason::Detached)
 }
 
 impl Inner {
@@ -158,12 +153,11 @@ pub(crate) fn run_with_callback(
                 Delivered::Ok => {}
                 Delivered::Panicked => observer = None,
                 Delivered::Deadline => {
-                    return Err(Error::new(
-                        Category::Transport,
+                    return Err(Error::transport(
                         Operation::ExecStream,
                         Evidence::DispatchUncertain,
-                    )
-                    .with_reason(Reason::CallbackDeadline));
+                        Reason::CallbackDeadline,
+                    ));
                 }
             }
         }

@@ -514,11 +514,9 @@ fn target_of(endpoint: &Endpoint) -> Result<SocketTarget, Error> {
             SocketTarget::tls(host, port, &files)
         }
         // A plan this shell does not know cannot be connected.
-        _ => Err(Error::new(
-            smolbox_core::Category::UnsupportedCapability,
+        _ => Err(Error::unsupported_capability(
             Operation::Config,
-            smolbox_core::Evidence::NotDispatched,
-        )
-        .with_reason(Reason::TransportNotSupported)),
+            Reason::TransportNotSupported,
+        )),
     }
 }

@@ -26,7 +26,7 @@ use smolbox_core::managed::spec::ManagedTerminalSpec;
 use smolbox_core::managed::terminal::{ConsumerId, Registry};
 use smolbox_core::managed::{ExecutionRecord, RecordKey};
 use smolbox_core::terminal::{MAX_NEXT_WAIT, TerminalExit};
-use smolbox_core::{Category, Error, Evidence, Operation};
+use smolbox_core::{Error, Evidence, Operation};
 use smolbox_store::apply_terminal_op;
 use smolbox_store::runtime::Parts;
 use smolbox_store::terminals::{LiveConn, Terminals, lock};
@@ -73,6 +73,11 @@ fn reply<T: Send + 'static>(tx: oneshot::Sender<T>) -> Reply<T> {
 }
 
 impl ManagedTerminals {
+    /// True while this runtime drives any terminal run.
+    pub(crate) fn any_running(&self) -> bool {
+        self.inner.t.any_running()
+    }
+
     /// The runtime's terminals, from its checked options (at most
     /// `max_active` sessions registered).
     ///
@@ -350,9 +355,9 @@ where
     F: FnOnce() -> Result<T, Error> + Send + 'static,
     T: Send + 'static,
 {
-    tokio::task::spawn_blocking(f).await.unwrap_or_else(|_| {
-        Err(Error::new(Category::Store, op, Evidence::Unknown).with_reason(Reason::StoreTaskLost))
-    })
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|_| Err(Error::store(op, Evidence::Unknown, Reason::StoreTaskLost)))
 }
 
 /// The connection half of a run's task.

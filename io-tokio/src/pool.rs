@@ -7,7 +7,7 @@
 use smolbox_core::Reason;
 use std::sync::{Arc, Mutex};
 
-use smolbox_core::{Category, Error, Evidence, Operation};
+use smolbox_core::{Error, Evidence, Operation};
 use std::time::Instant;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -74,13 +74,13 @@ impl Pool {
         )
         .await
         .map_err(|_| {
-            Error::new(Category::Transport, operation, Evidence::NotDispatched)
-                .with_reason(Reason::PoolCheckoutTimeout)
+            Error::transport(
+                operation,
+                Evidence::NotDispatched,
+                Reason::PoolCheckoutTimeout,
+            )
         })?
-        .map_err(|_| {
-            Error::new(Category::Transport, operation, Evidence::NotDispatched)
-                .with_reason(Reason::PoolClosed)
-        })?;
+        .map_err(|_| Error::transport(operation, Evidence::NotDispatched, Reason::PoolClosed))?;
         while let Some(mut conn) = self.pop_idle() {
             if !conn.is_stale() {
                 return Ok(Checkout {

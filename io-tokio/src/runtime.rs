@@ -256,9 +256,9 @@ where
     F: FnOnce() -> Result<T, Error> + Send + 'static,
     T: Send + 'static,
 {
-    tokio::task::spawn_blocking(f).await.unwrap_or_else(|_| {
-        Err(Error::new(Category::Store, op, Evidence::Unknown).with_reason(Reason::StoreTaskLost))
-    })
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|_| Err(Error::store(op, Evidence::Unknown, Reason::StoreTaskLost)))
 }
 
 /// Retained machines through the runtime (C14, C17.3): every request goes
@@ -553,6 +553,10 @@ impl Perform for Io {
             let _ = tx.send(Answer::Worker(id, r));
         });
         Ok(())
+    }
+
+    fn terminals_live(&self) -> bool {
+        self.terminals.any_running()
     }
 
     fn recover_terminal(&mut self, key: RecordKey) {

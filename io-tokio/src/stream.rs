@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use futures_core::Stream;
 use smolbox_core::exec::{ExecOutput, ExecStreamCall, ExecStreamDecoder, OutputEncoding};
-use smolbox_core::{Category, Error, Evidence, Operation};
+use smolbox_core::{Error, Evidence, Operation};
 
 use crate::http::{Exchange, Step};
 
@@ -94,19 +94,14 @@ impl ExecStream {
     pub fn detach(mut self) -> Option<Error> {
         self.pending = None;
         match self.inner.take() {
-            Some(inner) if inner.state == State::Body => Some(detached()),
+            Some(inner) if inner.state == State::Body => Some(Error::transport(
+                Operation::ExecStream,
+                Evidence::DispatchUncertain,
+                Reason::Detached,
+            )),
             _ => None,
         }
     }
-}
-
-fn detached() -> Error {
-    Error::new(
-        Category::Transport,
-        Operation::ExecStream,
-        Evidence::DispatchUncertain,
-    )
-    .with_reason(Reason::Detached)
 }
 
 impl Stream for ExecStream {
@@ -203,12 +198,11 @@ where
                 Delivered::Panicked => observer = None,
                 Delivered::Deadline => {
                     drop(stream);
-                    return Err(Error::new(
-                        Category::Transport,
+                    return Err(Error::transport(
                         Operation::ExecStream,
                         Evidence::DispatchUncertain,
-                    )
-                    .with_reason(Reason::CallbackDeadline));
+                        Reason::CallbackDeadline,
+                    ));
                 }
             }
         }
@@ -251,12 +245,10 @@ impl CallbackThreads {
         use std::sync::atomic::Ordering;
         if threads.alive.fetch_add(1, Ordering::SeqCst) >= MAX_DELIVERY_THREADS {
             threads.alive.fetch_sub(1, Ordering::SeqCst);
-            return Err(Error::new(
-                Category::AdmissionExhausted,
+            return Err(Error::admission_exhausted(
                 Operation::ExecStream,
-                Evidence::NotDispatched,
-            )
-            .with_reason(Reason::CallbackThreadsExhausted));
+                Reason::CallbackThreadsExhausted,
+            ));
         }
         Ok(CallbackPermit(Arc::clone(threads)))
     }

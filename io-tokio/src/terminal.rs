@@ -20,7 +20,7 @@ use bytes::Bytes;
 use smolbox_core::terminal::{
     Next, TerminalCall, TerminalConfig, TerminalEvent, TerminalExit, TerminalSession, TerminalSpec,
 };
-use smolbox_core::{Category, Error, Evidence, Operation, TransportFailure};
+use smolbox_core::{Error, Evidence, Operation, TransportFailure};
 use tokio::sync::Notify;
 
 use crate::drive::Driver;
@@ -197,12 +197,11 @@ impl Terminal {
                     return Err(e);
                 }
                 if st.task_done {
-                    return Err(Error::new(
-                        Category::Transport,
+                    return Err(Error::transport(
                         Operation::TerminalOpen,
                         Evidence::DispatchUncertain,
-                    )
-                    .with_reason(Reason::ClosedBeforeOpen));
+                        Reason::ClosedBeforeOpen,
+                    ));
                 }
             }
             notified.await;
@@ -288,12 +287,11 @@ fn feed_entropy(session: &mut TerminalSession) -> Result<(), Error> {
 
 fn random(buf: &mut [u8]) -> Result<(), Error> {
     getrandom::getrandom(buf).map_err(|_| {
-        Error::new(
-            Category::Transport,
+        Error::transport(
             Operation::TerminalOpen,
             Evidence::NotDispatched,
+            Reason::NoRandomness,
         )
-        .with_reason(Reason::NoRandomness)
     })
 }
 

@@ -15,7 +15,7 @@ use std::task::{Context, Poll};
 use rustls::ClientConfig;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use smolbox_core::{Category, Error, Evidence, Operation};
+use smolbox_core::{Error, Evidence, Operation};
 use std::time::Instant;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
@@ -124,9 +124,7 @@ impl SocketTarget {
         deadline: Instant,
         operation: Operation,
     ) -> Result<Connection, Error> {
-        let fail = |reason| {
-            Error::new(Category::Transport, operation, Evidence::NotDispatched).with_reason(reason)
-        };
+        let fail = |reason| Error::transport(operation, Evidence::NotDispatched, reason);
         let attempt = async {
             match &self.kind {
                 Kind::Tcp { host, port } => {

@@ -4,7 +4,8 @@
 //! the backend commits only when the closure returns `Ok`.
 
 use smolbox_core::Reason;
-use smolbox_core::managed::claim::{self, Fence, stale_claim};
+use smolbox_core::managed::claim::{self, Fence, Release};
+use smolbox_core::managed::controller::Claimed;
 use smolbox_core::managed::envelope::{exec_requirements, machine_requirements};
 use smolbox_core::managed::patch::{apply_exec, apply_exec_steps, apply_machine, intent_at_accept};
 use smolbox_core::managed::record::{Assignment, Resources};
@@ -14,11 +15,11 @@ use smolbox_core::managed::{
     ExecPatch, ExecutionRecord, Guard, Lease, MachinePatch, MachineRecord, RecordKey,
     check_identifier, check_machine_name, check_worker_id,
 };
-use smolbox_core::{Category, Error, Evidence, Operation};
+use smolbox_core::{Error, Evidence, Operation};
 
 use crate::{
     Accepted, Assigned, DueCursor, DuePage, MAX_DUE_PAGE, MAX_LIST_PAGE, MAX_PENDING, MIN_PENDING,
-    Page, Reserve, Resolved, StoreInfo, Submitted, not_found, store_error,
+    Page, Released, Reserve, Resolved, StoreInfo, Submitted,
 };
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 use {crate::Sealer, smolbox_core::managed::RecordKind};
@@ -115,7 +116,7 @@ pub(crate) fn prepare_partition(tx: &mut dyn Tx, sealer: &Sealer) -> Result<(), 
     }
     let mismatch = |e: Error| {
         if e.reason() == Reason::AuthenticationFailed {
-            store_error(op, Reason::KeyMismatch)
+            Error::store(op, Evidence::Unknown, Reason::KeyMismatch)
         } else {
             e
         }
@@ -123,19 +124,21 @@ pub(crate) fn prepare_partition(tx: &mut dyn Tx, sealer: &Sealer) -> Result<(), 
     for (kind, key, current) in tx.row_formats()? {
         match kind {
             RecordKind::Execution => {
-                let rec = tx
-                    .exec(&key)
-                    .map_err(mismatch)?
-                    .ok_or(store_error(op, Reason::RowVanished))?;
+                let rec = tx.exec(&key).map_err(mismatch)?.ok_or(Error::store(
+                    op,
+                    Evidence::Unknown,
+                    Reason::RowVanished,
+                ))?;
                 if !current {
                     tx.put_exec(&rec, false)?;
                 }
             }
             RecordKind::Machine => {
-                let rec = tx
-                    .machine(&key)
-                    .map_err(mismatch)?
-                    .ok_or(store_error(op, Reason::RowVanished))?;
+                let rec = tx.machine(&key).map_err(mismatch)?.ok_or(Error::store(
+                    op,
+                    Evidence::Unknown,
+                    Reason::RowVanished,
+                ))?;
                 if !current {
                     tx.put_machine(&rec, false)?;
                 }
@@ -206,21 +209,24 @@ fn accept_as<B: Backend>(
         .capabilities
         .covers(exec_requirements(rec).capabilities)
     {
-        return Err(unsupported(op));
+        return Err(Error::unsupported_capability(op, Reason::StoreCapability));
     }
     b.transact(op, Lock::Partition, &mut |tx| {
         if let Some(existing) = tx.exec(&rec.key)? {
             return if existing.fingerprint == rec.fingerprint {
                 Ok(Accepted::Existing(existing))
             } else {
-                Err(identity_conflict(op))
+                Err(Error::identity_conflict(
+                    op,
+                    Evidence::NotDispatched,
+                    Reason::FingerprintDiffers,
+                ))
             };
         }
         let pending = tx.pending_count()?;
         if pending >= u64::from(max_pending) {
-            return Err(
-                exhausted(op, Reason::MaxPending).with_limit(pending + 1, max_pending.into())
-            );
+            return Err(Error::admission_exhausted(op, Reason::MaxPending)
+                .with_limit(pending + 1, max_pending.into()));
         }
         tx.put_exec(&insert, true)?;
         Ok(Accepted::Inserted(insert.clone()))
@@ -229,13 +235,17 @@ fn accept_as<B: Backend>(
 
 pub(crate) fn fetch<B: Backend>(b: &B, key: &RecordKey) -> Result<ExecutionRecord, Error> {
     let op = Operation::StoreFetch;
-    b.transact(op, Lock::Read, &mut |tx| tx.exec(key)?.ok_or(not_found(op)))
+    b.transact(op, Lock::Read, &mut |tx| {
+        tx.exec(key)?
+            .ok_or(Error::not_found(op, Evidence::Unknown, Reason::Absent))
+    })
 }
 
 pub(crate) fn find_machine<B: Backend>(b: &B, worker: &str, name: &str) -> Result<Assigned, Error> {
     let op = Operation::StoreFind;
     b.transact(op, Lock::Read, &mut |tx| {
-        tx.assignment(worker, name)?.ok_or(not_found(op))
+        tx.assignment(worker, name)?
+            .ok_or(Error::not_found(op, Evidence::Unknown, Reason::Absent))
     })
 }
 
@@ -267,7 +277,9 @@ pub(crate) fn claim<B: Backend>(
 ) -> Result<ExecutionRecord, Error> {
     let op = Operation::StoreClaim;
     b.transact(op, Lock::Record, &mut |tx| {
-        let rec = tx.exec(key)?.ok_or(not_found(op))?;
+        let rec = tx
+            .exec(key)?
+            .ok_or(Error::not_found(op, Evidence::Unknown, Reason::Absent))?;
         let next = claim::claim_exec(&rec, owner, now_ms, ttl_ms)?;
         tx.put_exec(&next, false)?;
         Ok(next)
@@ -282,7 +294,9 @@ fn guarded_exec(
     now_ms: u64,
     op: Operation,
 ) -> Result<ExecutionRecord, Error> {
-    let rec = tx.exec(key)?.ok_or(not_found(op))?;
+    let rec = tx
+        .exec(key)?
+        .ok_or(Error::not_found(op, Evidence::Unknown, Reason::Absent))?;
     let lease = match &rec.assignment {
         Some(a) => tx.lease(&a.worker_id)?,
         None => None,
@@ -298,7 +312,9 @@ fn guarded_machine(
     now_ms: u64,
     op: Operation,
 ) -> Result<MachineRecord, Error> {
-    let rec = tx.machine(key)?.ok_or(not_found(op))?;
+    let rec = tx
+        .machine(key)?
+        .ok_or(Error::not_found(op, Evidence::Unknown, Reason::Absent))?;
     let lease = match &rec.assignment {
         Some(a) => tx.lease(&a.worker_id)?,
         None => None,
@@ -354,7 +370,11 @@ fn live_lease(
     check_machine_name(&req.machine_name).map_err(|e| e.with_operation(op))?;
     match tx.lease(&req.worker_id)? {
         Some(l) if l.owner == guard.owner && l.until_ms > now_ms => Ok(l.generation),
-        _ => Err(stale_claim(op, Reason::WorkerLease)),
+        _ => Err(Error::stale_claim(
+            op,
+            Evidence::Unknown,
+            Reason::WorkerLease,
+        )),
     }
 }
 
@@ -363,15 +383,17 @@ fn check_capacity(tx: &mut dyn Tx, req: &Reserve, op: Operation) -> Result<(), E
     if used.plus(req.capacity).fits(req.limit) {
         Ok(())
     } else {
-        Err(exhausted(op, Reason::WorkerCapacity))
+        Err(Error::admission_exhausted(op, Reason::WorkerCapacity))
     }
 }
 
 fn check_name(tx: &mut dyn Tx, req: &Reserve, who: &Assigned, op: Operation) -> Result<(), Error> {
     match tx.assignment(&req.worker_id, &req.machine_name)? {
-        Some(existing) if existing != *who => {
-            Err(identity_conflict(op).with_reason(Reason::MachineNameTaken))
-        }
+        Some(existing) if existing != *who => Err(Error::identity_conflict(
+            op,
+            Evidence::NotDispatched,
+            Reason::MachineNameTaken,
+        )),
         Some(_) => Err(Error::validation(op, Reason::AlreadyAssigned)),
         None => Ok(()),
     }
@@ -398,8 +420,11 @@ pub(crate) fn reserve<B: Backend>(
             return Err(Error::validation(op, Reason::AlreadyAssigned));
         }
         if rec.deadlines.queue_ms.is_some_and(|q| now_ms > q) {
-            return Err(Error::new(Category::Expired, op, Evidence::NotDispatched)
-                .with_reason(Reason::QueueDeadline));
+            return Err(Error::expired(
+                op,
+                Evidence::NotDispatched,
+                Reason::QueueDeadline,
+            ));
         }
         if now_ms < rec.updated_at_ms {
             return Err(Error::validation(op, Reason::ClockBeforeUpdatedAt));
@@ -461,7 +486,9 @@ pub(crate) fn cancel<B: Backend>(
 ) -> Result<ExecutionRecord, Error> {
     let op = Operation::StoreCancel;
     b.transact(op, Lock::Record, &mut |tx| {
-        let rec = tx.exec(key)?.ok_or(not_found(op))?;
+        let rec = tx
+            .exec(key)?
+            .ok_or(Error::not_found(op, Evidence::Unknown, Reason::Absent))?;
         if rec.state.is_terminal() {
             return Ok(rec);
         }
@@ -612,21 +639,24 @@ pub(crate) fn accept_machine<B: Backend>(
         .capabilities
         .covers(machine_requirements(rec).capabilities)
     {
-        return Err(unsupported(op));
+        return Err(Error::unsupported_capability(op, Reason::StoreCapability));
     }
     b.transact(op, Lock::Partition, &mut |tx| {
         if let Some(existing) = tx.machine(&rec.key)? {
             return if existing.fingerprint == rec.fingerprint {
                 Ok(Accepted::Existing(existing))
             } else {
-                Err(identity_conflict(op))
+                Err(Error::identity_conflict(
+                    op,
+                    Evidence::NotDispatched,
+                    Reason::FingerprintDiffers,
+                ))
             };
         }
         let pending = tx.pending_machines()?;
         if pending >= u64::from(max_pending) {
-            return Err(
-                exhausted(op, Reason::MaxPending).with_limit(pending + 1, max_pending.into())
-            );
+            return Err(Error::admission_exhausted(op, Reason::MaxPending)
+                .with_limit(pending + 1, max_pending.into()));
         }
         tx.put_machine(rec, true)?;
         Ok(Accepted::Inserted(rec.clone()))
@@ -636,7 +666,8 @@ pub(crate) fn accept_machine<B: Backend>(
 pub(crate) fn fetch_machine<B: Backend>(b: &B, key: &RecordKey) -> Result<MachineRecord, Error> {
     let op = Operation::StoreFetch;
     b.transact(op, Lock::Read, &mut |tx| {
-        tx.machine(key)?.ok_or(not_found(op))
+        tx.machine(key)?
+            .ok_or(Error::not_found(op, Evidence::Unknown, Reason::Absent))
     })
 }
 
@@ -649,11 +680,64 @@ pub(crate) fn claim_machine<B: Backend>(
 ) -> Result<MachineRecord, Error> {
     let op = Operation::StoreClaim;
     b.transact(op, Lock::Record, &mut |tx| {
-        let rec = tx.machine(key)?.ok_or(not_found(op))?;
+        let rec =
+            tx.machine(key)?
+                .ok_or(Error::not_found(op, Evidence::Unknown, Reason::Absent))?;
         let next = claim::claim_machine(&rec, owner, now_ms, ttl_ms)?;
         tx.put_machine(&next, false)?;
         Ok(next)
     })
+}
+
+/// Ends `owner`'s claim at `generation` (`Store::release_claim`): the pure
+/// rules of `claim::release_*`; a lapsed claim is returned as stored.
+pub(crate) fn release_claim<B: Backend>(
+    b: &B,
+    claimed: &Claimed,
+    owner: &str,
+    generation: u64,
+    now_ms: u64,
+) -> Result<Released, Error> {
+    let op = Operation::StoreClaim;
+    match claimed {
+        Claimed::Execution(key) => b.transact(op, Lock::Record, &mut |tx| {
+            let rec =
+                tx.exec(key)?
+                    .ok_or(Error::not_found(op, Evidence::Unknown, Reason::Absent))?;
+            match claim::release_exec(&rec, owner, generation, now_ms)? {
+                Release::Ended(next) => {
+                    tx.put_exec(&next, false)?;
+                    Ok(Released::Execution(Box::new(next)))
+                }
+                Release::Lapsed => Ok(Released::Execution(Box::new(rec))),
+            }
+        }),
+        Claimed::Machine(key) => b.transact(op, Lock::Record, &mut |tx| {
+            let rec =
+                tx.machine(key)?
+                    .ok_or(Error::not_found(op, Evidence::Unknown, Reason::Absent))?;
+            match claim::release_machine(&rec, owner, generation, now_ms)? {
+                Release::Ended(next) => {
+                    tx.put_machine(&next, false)?;
+                    Ok(Released::Machine(Box::new(next)))
+                }
+                Release::Lapsed => Ok(Released::Machine(Box::new(rec))),
+            }
+        }),
+        Claimed::Worker(worker) => {
+            check_worker_id(worker).map_err(|e| e.with_operation(op))?;
+            b.transact(op, Lock::Partition, &mut |tx| {
+                let current = tx.lease(worker)?;
+                match claim::release_lease(current.as_ref(), owner, generation, now_ms)? {
+                    Release::Ended(next) => {
+                        tx.put_lease(worker, &next, false)?;
+                        Ok(Released::Worker(Some(next)))
+                    }
+                    Release::Lapsed => Ok(Released::Worker(current.clone())),
+                }
+            })
+        }
+    }
 }
 
 pub(crate) fn claim_version<B: Backend>(
@@ -666,7 +750,9 @@ pub(crate) fn claim_version<B: Backend>(
 ) -> Result<ExecutionRecord, Error> {
     let op = Operation::StoreClaim;
     b.transact(op, Lock::Record, &mut |tx| {
-        let rec = tx.exec(key)?.ok_or(not_found(op))?;
+        let rec = tx
+            .exec(key)?
+            .ok_or(Error::not_found(op, Evidence::Unknown, Reason::Absent))?;
         let lease = match &rec.assignment {
             Some(a) => tx.lease(&a.worker_id)?,
             None => None,
@@ -687,7 +773,9 @@ pub(crate) fn claim_machine_version<B: Backend>(
 ) -> Result<MachineRecord, Error> {
     let op = Operation::StoreClaim;
     b.transact(op, Lock::Record, &mut |tx| {
-        let rec = tx.machine(key)?.ok_or(not_found(op))?;
+        let rec =
+            tx.machine(key)?
+                .ok_or(Error::not_found(op, Evidence::Unknown, Reason::Absent))?;
         let lease = match &rec.assignment {
             Some(a) => tx.lease(&a.worker_id)?,
             None => None,
@@ -741,10 +829,11 @@ pub(crate) fn reserve_machine<B: Backend>(
         let ports: Vec<u16> = rec.spec.ports.iter().map(|p| p.host).collect();
         for port in &ports {
             if tx.port_owner(&req.worker_id, *port)?.is_some() {
-                return Err(
-                    Error::new(Category::PortConflict, op, Evidence::NotDispatched)
-                        .with_reason(Reason::HostPortTaken),
-                );
+                return Err(Error::port_conflict(
+                    op,
+                    Evidence::NotDispatched,
+                    Reason::HostPortTaken,
+                ));
             }
         }
         let mut next = rec;
@@ -776,7 +865,9 @@ pub(crate) fn request_machine<B: Backend>(
 ) -> Result<MachineRecord, Error> {
     let op = Operation::StoreSlot;
     b.transact(op, Lock::Record, &mut |tx| {
-        let rec = tx.machine(key)?.ok_or(not_found(op))?;
+        let rec =
+            tx.machine(key)?
+                .ok_or(Error::not_found(op, Evidence::Unknown, Reason::Absent))?;
         match slot::request(&rec, action, version, now_ms)? {
             None => Ok(rec),
             Some(next) => {
@@ -797,7 +888,9 @@ pub(crate) fn acquire_slot<B: Backend>(
     let op = Operation::StoreSlot;
     b.transact(op, Lock::Partition, &mut |tx| {
         let m = guarded_machine(tx, machine, guard, now_ms, op)?;
-        let e = tx.exec(exec)?.ok_or(not_found(op))?;
+        let e = tx
+            .exec(exec)?
+            .ok_or(Error::not_found(op, Evidence::Unknown, Reason::Absent))?;
         let next = slot::acquire(&m, &e, now_ms)?;
         if next != m {
             tx.put_machine(&next, false)?;
@@ -826,7 +919,9 @@ pub(crate) fn finish_command<B: Backend>(
     let op = Operation::StoreSlot;
     b.transact(op, Lock::Partition, &mut |tx| {
         let m = guarded_machine(tx, machine, guard, now_ms, op)?;
-        let e = tx.exec(exec)?.ok_or(not_found(op))?;
+        let e = tx
+            .exec(exec)?
+            .ok_or(Error::not_found(op, Evidence::Unknown, Reason::Absent))?;
         let (next, command, finish) = slot::finish_command(&m, &e, now_ms)?;
         tx.put_machine(&next, false)?;
         tx.put_exec(&command, false)?;
@@ -874,7 +969,7 @@ fn submit_as<B: Backend>(
         .capabilities
         .covers(exec_requirements(rec).capabilities)
     {
-        return Err(unsupported(op));
+        return Err(Error::unsupported_capability(op, Reason::StoreCapability));
     }
     b.transact(op, Lock::Partition, &mut |tx| {
         if let Some(existing) = tx.exec(&rec.key)? {
@@ -885,15 +980,22 @@ fn submit_as<B: Backend>(
                     machine,
                 }))
             } else {
-                Err(identity_conflict(op))
+                Err(Error::identity_conflict(
+                    op,
+                    Evidence::NotDispatched,
+                    Reason::FingerprintDiffers,
+                ))
             };
         }
-        let m = tx.machine(&machine_key)?.ok_or(not_found(op))?;
+        let m = tx.machine(&machine_key)?.ok_or(Error::not_found(
+            op,
+            Evidence::Unknown,
+            Reason::Absent,
+        ))?;
         let pending = tx.pending_count()?;
         if pending >= u64::from(max_pending) {
-            return Err(
-                exhausted(op, Reason::MaxPending).with_limit(pending + 1, max_pending.into())
-            );
+            return Err(Error::admission_exhausted(op, Reason::MaxPending)
+                .with_limit(pending + 1, max_pending.into()));
         }
         // The machine's time never goes back: the slot is taken at the
         // acceptance time, or at the machine's last write when that is later.
@@ -927,12 +1029,15 @@ pub(crate) fn resolve_machine<B: Backend>(
         return Err(Error::validation(op, Reason::NotQuiesced));
     }
     b.transact(op, Lock::Partition, &mut |tx| {
-        let m = tx.machine(key)?.ok_or(not_found(op))?;
+        let m = tx
+            .machine(key)?
+            .ok_or(Error::not_found(op, Evidence::Unknown, Reason::Absent))?;
         let command = match &m.active_execution {
-            Some(k) => Some(
-                tx.exec(k)?
-                    .ok_or(store_error(op, Reason::ActiveExecutionMissing))?,
-            ),
+            Some(k) => Some(tx.exec(k)?.ok_or(Error::store(
+                op,
+                Evidence::Unknown,
+                Reason::ActiveExecutionMissing,
+            ))?),
             None => None,
         };
         let (next, settled) =
@@ -958,20 +1063,6 @@ fn check_pending(max_pending: u32, op: Operation) -> Result<(), Error> {
         Err(Error::validation(op, Reason::MaxPending)
             .with_limit(max_pending.into(), MAX_PENDING.into()))
     }
-}
-
-const fn identity_conflict(op: Operation) -> Error {
-    Error::new(Category::IdentityConflict, op, Evidence::NotDispatched)
-        .with_reason(Reason::FingerprintDiffers)
-}
-
-pub(crate) const fn exhausted(op: Operation, reason: Reason) -> Error {
-    Error::new(Category::AdmissionExhausted, op, Evidence::NotDispatched).with_reason(reason)
-}
-
-const fn unsupported(op: Operation) -> Error {
-    Error::new(Category::UnsupportedCapability, op, Evidence::NotDispatched)
-        .with_reason(Reason::StoreCapability)
 }
 
 /// The kind and key an assignment row stores.

@@ -15,7 +15,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use smolbox_core::managed::FingerprintKey;
-use smolbox_core::{Category, Error, Evidence, Operation};
+use smolbox_core::{Error, Evidence, Operation};
 
 use crate::EncryptionKey;
 
@@ -115,16 +115,18 @@ fn sibling(path: &Path, suffix: &str) -> PathBuf {
 }
 
 fn key_error(reason: Reason) -> Error {
-    let category = match reason {
-        Reason::KeyPermissions | Reason::KeyLength => Category::Validation,
-        _ => Category::Store,
-    };
-    Error::new(category, Operation::Encryption, Evidence::NotDispatched).with_reason(reason)
+    match reason {
+        Reason::KeyPermissions | Reason::KeyLength => {
+            Error::validation(Operation::Encryption, reason)
+        }
+        _ => Error::store(Operation::Encryption, Evidence::NotDispatched, reason),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use smolbox_core::Category;
 
     #[test]
     fn concurrent_creators_agree_on_one_complete_key() {

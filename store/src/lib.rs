@@ -30,13 +30,12 @@
 //! Leases, claims and generations fence store writes only; they never fence
 //! HTTP already sent (C15).
 
-use smolbox_core::Reason;
-use smolbox_core::managed::controller::{DueAfter, StoreOp, StoreReply, StoreResult};
+use smolbox_core::Error;
+use smolbox_core::managed::controller::{Claimed, DueAfter, StoreOp, StoreReply, StoreResult};
 use smolbox_core::managed::record::{ExecutionRecord, MachineRecord, Resources};
 use smolbox_core::managed::slot::{Disposition, Finish};
 use smolbox_core::managed::state::MachineOperation;
 use smolbox_core::managed::{Capabilities, ExecPatch, Guard, Lease, MachinePatch, RecordKey};
-use smolbox_core::{Category, Error, Evidence, Operation};
 
 mod engine;
 pub mod keys;
@@ -572,6 +571,28 @@ pub trait Store: Send + Sync {
         now_ms: u64,
     ) -> Result<ExecutionRecord, Error>;
 
+    /// Ends `owner`'s claim on an execution record, a machine record or a
+    /// worker lease (C15), held at `generation`: a controller shutting
+    /// down releases what it holds so the next one need not wait out the
+    /// TTL. The claim ends in place, as if its TTL had lapsed at `now_ms`
+    /// (`smolbox_core::managed::claim::release_exec`): the next owner takes
+    /// it at once with generation + 1. A record's version (a machine's
+    /// `claims`) moves by one; its state, evidence, result, cleanup, slot,
+    /// reservation and ports never change; no capacity is freed. A claim
+    /// that has lapsed already is returned as stored, nothing written.
+    ///
+    /// # Errors
+    /// `stale_claim` (`claim_owner`) when the claim is not `owner`'s at
+    /// `generation` (another controller took it over: nothing changes);
+    /// `not_found` for an absent record; `validation` for a bad owner.
+    fn release_claim(
+        &self,
+        claimed: &Claimed,
+        owner: &str,
+        generation: u64,
+        now_ms: u64,
+    ) -> Result<Released, Error>;
+
     /// Write transactions this store object committed since it was opened
     /// (reads are not counted), or `None` when it does not count them (a
     /// wrapper, for example). For tests and benchmarks (issue 16: commits
@@ -581,6 +602,17 @@ pub trait Store: Send + Sync {
     }
 }
 
+/// What `release_claim` returns: the record or lease as stored after it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Released {
+    /// An execution record.
+    Execution(Box<ExecutionRecord>),
+    /// A machine record.
+    Machine(Box<MachineRecord>),
+    /// A worker lease (`None`: the worker was never leased).
+    Worker(Option<Lease>),
+}
+
 /// What `find_machine` found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Assigned {
@@ -588,16 +620,6 @@ pub enum Assigned {
     Execution(RecordKey),
     /// A retained machine.
     Machine(RecordKey),
-}
-
-/// A `store` error: the store failed (unavailable, corrupt, unknown version).
-pub(crate) const fn store_error(op: Operation, reason: Reason) -> Error {
-    Error::new(Category::Store, op, Evidence::Unknown).with_reason(reason)
-}
-
-/// A `not_found` error: the store positively answered "no such record".
-pub(crate) const fn not_found(op: Operation) -> Error {
-    Error::new(Category::NotFound, op, Evidence::Unknown).with_reason(Reason::Absent)
 }
 
 /// Forwards every [`Store`] method to the shared engine over a backend.
@@ -873,6 +895,15 @@ macro_rules! impl_store {
             ) -> Result<smolbox_core::managed::ExecutionRecord, smolbox_core::Error> {
                 $crate::engine::write_steps(self, key, guard, patches, now_ms)
             }
+            fn release_claim(
+                &self,
+                claimed: &smolbox_core::managed::controller::Claimed,
+                owner: &str,
+                generation: u64,
+                now_ms: u64,
+            ) -> Result<$crate::Released, smolbox_core::Error> {
+                $crate::engine::release_claim(self, claimed, owner, generation, now_ms)
+            }
             fn commits(&self) -> Option<u64> {
                 Some(self.commits.load(std::sync::atomic::Ordering::Relaxed))
             }
@@ -1075,6 +1106,23 @@ pub fn apply_op(store: &dyn Store, op: &StoreOp) -> StoreResult {
             .map(|r| StoreReply::Resolved {
                 machine: r.machine,
                 command: r.command,
+            }),
+        StoreOp::ReleaseClaim {
+            claimed,
+            owner,
+            generation,
+            now_ms,
+        } => store
+            .release_claim(claimed, owner, *generation, *now_ms)
+            .and_then(|r| match r {
+                Released::Execution(rec) => Ok(StoreReply::Record(*rec)),
+                Released::Machine(rec) => Ok(StoreReply::Machine(*rec)),
+                Released::Worker(Some(l)) => Ok(StoreReply::Lease(l)),
+                Released::Worker(None) => Err(Error::not_found(
+                    smolbox_core::Operation::StoreClaim,
+                    smolbox_core::Evidence::Unknown,
+                    smolbox_core::Reason::Absent,
+                )),
             }),
         StoreOp::DueMachines {
             now_ms,

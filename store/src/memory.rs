@@ -21,7 +21,7 @@ use smolbox_core::managed::record::Resources;
 use smolbox_core::managed::{ExecutionRecord, Lease, MachineRecord, MachineRecordState, RecordKey};
 use smolbox_core::{Error, Operation};
 
-use crate::engine::{Backend, Lock, Tx, exhausted};
+use crate::engine::{Backend, Lock, Tx};
 use crate::{Assigned, DueCursor, SCHEMA, StoreInfo, impl_store};
 
 /// Default record bound (C18.2).
@@ -145,12 +145,12 @@ impl MemTx<'_> {
         let op = Operation::StoreWrite;
         let records = self.s.execs.len() + self.s.machines.len();
         if inserting && records >= self.config.max_records {
-            return Err(exhausted(op, Reason::MemoryRecords)
+            return Err(Error::admission_exhausted(op, Reason::MemoryRecords)
                 .with_limit(records as u64 + 1, self.config.max_records as u64));
         }
         let bytes = self.s.bytes - old + new;
         if bytes > self.config.max_bytes {
-            return Err(exhausted(op, Reason::MemoryBytes)
+            return Err(Error::admission_exhausted(op, Reason::MemoryBytes)
                 .with_limit(bytes as u64, self.config.max_bytes as u64));
         }
         self.s.bytes = bytes;
@@ -198,8 +198,10 @@ impl Tx for MemTx<'_> {
 
     fn put_lease(&mut self, worker_id: &str, lease: &Lease, new: bool) -> Result<(), Error> {
         if new && self.s.leases.len() >= MAX_LEASES {
-            return Err(exhausted(Operation::StoreClaim, Reason::MemoryLeases)
-                .with_limit(self.s.leases.len() as u64 + 1, MAX_LEASES as u64));
+            return Err(
+                Error::admission_exhausted(Operation::StoreClaim, Reason::MemoryLeases)
+                    .with_limit(self.s.leases.len() as u64 + 1, MAX_LEASES as u64),
+            );
         }
         self.s.leases.insert(worker_id.to_owned(), lease.clone());
         Ok(())

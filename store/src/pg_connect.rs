@@ -17,7 +17,7 @@ use postgres::{Client, Config, NoTls};
 use rustls::RootCertStore;
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
-use smolbox_core::{Category, Error, Evidence, Operation};
+use smolbox_core::{Error, Evidence, Operation};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// Largest CA bundle accepted (PEM bytes): far above any real bundle, small
@@ -176,21 +176,19 @@ fn connect_error(op: Operation, e: &postgres::Error) -> Error {
     let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
     while let Some(s) = source {
         if s.downcast_ref::<rustls::Error>().is_some() {
-            return Error::new(Category::Store, op, Evidence::Unknown)
-                .with_reason(Reason::PostgresTls);
+            return Error::store(op, Evidence::Unknown, Reason::PostgresTls);
         }
         if let Some(io) = s.downcast_ref::<std::io::Error>()
             && io
                 .get_ref()
                 .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some())
         {
-            return Error::new(Category::Store, op, Evidence::Unknown)
-                .with_reason(Reason::PostgresTls);
+            return Error::store(op, Evidence::Unknown, Reason::PostgresTls);
         }
         source = s.source();
     }
     if e.to_string().contains("server does not support TLS") {
-        return Error::new(Category::Store, op, Evidence::Unknown).with_reason(Reason::PostgresTls);
+        return Error::store(op, Evidence::Unknown, Reason::PostgresTls);
     }
     crate::postgres::pg_error(op, e)
 }
@@ -199,6 +197,7 @@ fn connect_error(op: Operation, e: &postgres::Error) -> Error {
 mod tests {
     #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
     use super::*;
+    use smolbox_core::Category;
 
     fn reason(r: Result<Connector, Error>) -> &'static str {
         match r {

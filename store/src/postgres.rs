@@ -19,6 +19,7 @@
 //! (never absence) and the next call reconnects. [`PostgresStore::drop_schema`]
 //! (the down migration) refuses to drop non-empty history.
 
+use smolbox_core::Evidence;
 use smolbox_core::Reason;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, PoisonError};
@@ -35,7 +36,7 @@ use crate::engine::{Backend, Lock, Tx, assigned_parts, prepare_partition};
 use crate::pg_connect::{Connector, PostgresOptions};
 use crate::row::{Projection, assigned_of, int, lease_of};
 use crate::seal::{KEY_ID, SEALED_V2};
-use crate::{Assigned, DueCursor, SCHEMA, Sealer, StoreInfo, impl_store, store_error};
+use crate::{Assigned, DueCursor, SCHEMA, Sealer, StoreInfo, impl_store};
 
 /// Schema version of the PostgreSQL layout: 2 adds the partitions'
 /// key-check values and the current sealed format (version-bound, with a
@@ -191,7 +192,11 @@ impl PostgresStore {
             }
         };
         if layout != LAYOUT_VERSION {
-            return Err(store_error(op, Reason::UnknownLayoutVersion));
+            return Err(Error::store(
+                op,
+                Evidence::Unknown,
+                Reason::UnknownLayoutVersion,
+            ));
         }
         self.prepare()
     }
@@ -294,7 +299,7 @@ impl PostgresStore {
         if dropped {
             Ok(())
         } else {
-            Err(store_error(op, Reason::HistoryNotEmpty))
+            Err(Error::store(op, Evidence::Unknown, Reason::HistoryNotEmpty))
         }
     }
 
@@ -381,7 +386,11 @@ impl PostgresStore {
             });
         }
         let Some(conn) = slot.as_mut() else {
-            return Err(store_error(op, Reason::PostgresUnavailable));
+            return Err(Error::store(
+                op,
+                Evidence::Unknown,
+                Reason::PostgresUnavailable,
+            ));
         };
         let out = f(conn);
         if conn.client.is_closed() {
@@ -438,7 +447,11 @@ impl PostgresStore {
                 });
             }
             let Some(conn) = slot.as_mut() else {
-                return Err(store_error(op, Reason::PostgresUnavailable));
+                return Err(Error::store(
+                    op,
+                    Evidence::Unknown,
+                    Reason::PostgresUnavailable,
+                ));
             };
             let result = run_once(conn, sealer, op, lock, f);
             if conn.client.is_closed() {
@@ -449,7 +462,13 @@ impl PostgresStore {
                     let pause = std::time::Duration::from_millis(1 << attempt.min(6));
                     std::thread::sleep(pause.min(MAX_BACKOFF));
                 }
-                Err(Failure::Retry) => return Err(store_error(op, Reason::PostgresContention)),
+                Err(Failure::Retry) => {
+                    return Err(Error::store(
+                        op,
+                        Evidence::Unknown,
+                        Reason::PostgresContention,
+                    ));
+                }
                 Err(Failure::Error(e)) => return Err(e),
                 Ok(v) => return Ok(v),
             }
@@ -528,7 +547,11 @@ fn run_once<R>(
             )
             .map_err(Failure::Error)?;
         if found.is_none() {
-            return Err(Failure::Error(store_error(op, Reason::PartitionMissing)));
+            return Err(Failure::Error(Error::store(
+                op,
+                Evidence::Unknown,
+                Reason::PartitionMissing,
+            )));
         }
     }
     match f(&mut pg) {
@@ -707,9 +730,17 @@ impl PgTx<'_> {
             Ok(())
         } else if !cas.is_empty() {
             self.retry = true;
-            Err(store_error(self.op, Reason::PostgresContention))
+            Err(Error::store(
+                self.op,
+                Evidence::Unknown,
+                Reason::PostgresContention,
+            ))
         } else {
-            Err(store_error(self.op, Reason::RowVanished))
+            Err(Error::store(
+                self.op,
+                Evidence::Unknown,
+                Reason::RowVanished,
+            ))
         }
     }
 
@@ -905,7 +936,11 @@ impl Tx for PgTx<'_> {
             &[&partition, &worker_id],
         )?;
         let Some(r) = rows.first() else {
-            return Err(store_error(self.op, Reason::UsageMissing));
+            return Err(Error::store(
+                self.op,
+                Evidence::Unknown,
+                Reason::UsageMissing,
+            ));
         };
         let v = |i: usize| u64::try_from(r.get::<_, i64>(i)).unwrap_or(u64::MAX);
         Ok(Resources {
@@ -1115,5 +1150,5 @@ pub(crate) fn pg_error(op: Operation, e: &postgres::Error) -> Error {
         }
         Some(_) => Reason::Postgres,
     };
-    store_error(op, reason)
+    Error::store(op, Evidence::Unknown, reason)
 }

@@ -5,12 +5,13 @@
 //! capacity numbers are projected; argv, env, stdin, paths and every other
 //! payload field exist only inside the ciphertext (C18.4).
 
+use smolbox_core::Evidence;
 use smolbox_core::Reason;
 use smolbox_core::managed::record::Resources;
 use smolbox_core::managed::{ExecutionRecord, Lease, MachineRecord, RecordKey, RecordKind};
 use smolbox_core::{Error, Operation};
 
-use crate::{Assigned, store_error};
+use crate::Assigned;
 
 /// Projected columns, in the order of the SQL column lists.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -86,8 +87,13 @@ impl Projection {
 
     /// The row's version column, which the sealed payload is bound to.
     pub(crate) fn stored_version(&self) -> Result<u64, Error> {
-        u64::try_from(self.version)
-            .map_err(|_| store_error(Operation::StoreFetch, Reason::ProjectionMismatch))
+        u64::try_from(self.version).map_err(|_| {
+            Error::store(
+                Operation::StoreFetch,
+                Evidence::Unknown,
+                Reason::ProjectionMismatch,
+            )
+        })
     }
 
     /// Fails loudly when the clear columns disagree with the payload.
@@ -95,8 +101,9 @@ impl Projection {
         if self == decoded {
             Ok(())
         } else {
-            Err(store_error(
+            Err(Error::store(
                 Operation::StoreFetch,
+                Evidence::Unknown,
                 Reason::ProjectionMismatch,
             ))
         }
@@ -115,7 +122,7 @@ pub(crate) fn lease_of(
             generation,
             until_ms,
         }),
-        _ => Err(store_error(op, Reason::CorruptLease)),
+        _ => Err(Error::store(op, Evidence::Unknown, Reason::CorruptLease)),
     }
 }
 
@@ -131,6 +138,10 @@ pub(crate) fn assigned_of(
     } else if kind == RecordKind::Machine.as_str() {
         Ok(Assigned::Machine(key))
     } else {
-        Err(store_error(op, Reason::CorruptAssignment))
+        Err(Error::store(
+            op,
+            Evidence::Unknown,
+            Reason::CorruptAssignment,
+        ))
     }
 }

@@ -26,7 +26,7 @@ use smolbox_core::managed::controller::{
 };
 use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
 use smolbox_core::worker::Profile;
-use smolbox_core::{Category, Error, Evidence, Operation};
+use smolbox_core::{Error, Evidence, Operation};
 
 use crate::terminals::{LiveConn, Terminals};
 use crate::{Store, trace};
@@ -74,13 +74,12 @@ pub fn default_owner() -> String {
 
 /// The error of a call on a runtime whose driver is gone.
 pub fn stopped(op: Operation) -> Error {
-    Error::new(Category::Unknown, op, Evidence::Unknown).with_reason(Reason::RuntimeStopped)
+    Error::unknown(op, Evidence::Unknown, Reason::RuntimeStopped)
 }
 
 /// The error of a wait whose time ran out (operation `await`).
 pub fn wait_expired() -> Error {
-    Error::new(Category::Expired, Operation::Await, Evidence::Unknown)
-        .with_reason(Reason::WaitTimeout)
+    Error::expired(Operation::Await, Evidence::Unknown, Reason::WaitTimeout)
 }
 
 /// A shell's runtime, built from a [`Builder`] (the shell's
@@ -576,6 +575,11 @@ pub trait Perform {
     /// Recovers managed terminal `key`, found due and not driven here
     /// (C7.4), off the driver (it waits for the run's first step).
     fn recover_terminal(&mut self, key: RecordKey);
+
+    /// True while a managed terminal run of this runtime is live: they
+    /// take claims under the controller's owner, so a shutdown keeps the
+    /// machine claims and worker leases meanwhile.
+    fn terminals_live(&self) -> bool;
 }
 
 /// The driver's bookkeeping around one [`Controller`]: every decision is
@@ -682,6 +686,8 @@ impl Host {
     /// its events (answers to waiters, notices, telemetry). Returns true
     /// when waiters of `notices` should look again.
     pub fn drain(&mut self, notices: &Mutex<Notices>, io: &mut impl Perform) -> bool {
+        let now = self.clock.now();
+        self.controller.set_terminals_live(now, io.terminals_live());
         while let Some((id, op)) = self.controller.poll_store_op() {
             trace::store_op(id, &op);
             if let Err(e) = io.store(id, op) {
@@ -783,6 +789,7 @@ mod tests {
 
     use super::*;
     use crate::{MemoryConfig, MemoryStore};
+    use smolbox_core::Category;
 
     /// A runtime type for the builder, never started.
     struct Inert;
@@ -881,15 +888,19 @@ mod tests {
     impl Perform for Failing {
         fn store(&mut self, _: OpId, op: StoreOp) -> Result<(), Error> {
             self.store_ops.push(op.name());
-            Err(
-                Error::new(Category::Store, Operation::StoreWrite, Evidence::Unknown)
-                    .with_reason(Reason::StoreThreadLost),
-            )
+            Err(Error::store(
+                Operation::StoreWrite,
+                Evidence::Unknown,
+                Reason::StoreThreadLost,
+            ))
         }
         fn worker(&mut self, _: OpId, _: WorkerOp) -> Result<(), Error> {
             unreachable!("nothing is dispatched without a durable record")
         }
         fn recover_terminal(&mut self, _: RecordKey) {}
+        fn terminals_live(&self) -> bool {
+            false
+        }
     }
 
     #[test]

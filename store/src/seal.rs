@@ -23,6 +23,7 @@
 //! a v1 payload is refused like any other tampering.
 
 use core::fmt;
+use smolbox_core::Evidence;
 use smolbox_core::Reason;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -34,8 +35,6 @@ use smolbox_core::managed::{
     ExecutionRecord, FingerprintKey, MachineRecord, RecordKey, RecordKind,
 };
 use smolbox_core::{Error, Operation};
-
-use crate::store_error;
 
 const SEALED_V1: u8 = 0x01;
 /// First byte of the current sealed format.
@@ -162,12 +161,17 @@ impl Sealer {
         let ad = self.key_check_ad();
         match self.open_v2(&ad, check) {
             Ok(plain) if plain == self.key_check_plain() || plain == KEY_CHECK_PLAIN => Ok(()),
-            Ok(plain) if plain.starts_with(KEY_CHECK_PLAIN) => Err(store_error(
+            Ok(plain) if plain.starts_with(KEY_CHECK_PLAIN) => Err(Error::store(
                 Operation::Encryption,
+                Evidence::Unknown,
                 Reason::FingerprintKeyMismatch,
             )),
             Err(e) if e.reason() == Reason::UnknownKeyId => Err(e),
-            _ => Err(store_error(Operation::Encryption, Reason::KeyMismatch)),
+            _ => Err(Error::store(
+                Operation::Encryption,
+                Evidence::Unknown,
+                Reason::KeyMismatch,
+            )),
         }
     }
 
@@ -299,12 +303,17 @@ impl Sealer {
 
     fn seal_with(&self, ad: &[u8], mut plain: Vec<u8>) -> Result<Vec<u8>, Error> {
         let mut nonce = [0u8; NONCE_LEN];
-        getrandom::fill(&mut nonce)
-            .map_err(|_| store_error(Operation::Encryption, Reason::NoRandomness))?;
+        getrandom::fill(&mut nonce).map_err(|_| {
+            Error::store(
+                Operation::Encryption,
+                Evidence::Unknown,
+                Reason::NoRandomness,
+            )
+        })?;
         let tag = self
             .cipher
             .encrypt_in_place_detached(Nonce::from_slice(&nonce), ad, &mut plain)
-            .map_err(|_| store_error(Operation::Encryption, Reason::Seal))?;
+            .map_err(|_| Error::store(Operation::Encryption, Evidence::Unknown, Reason::Seal))?;
         let mut out = Vec::with_capacity(1 + KEY_ID_LEN + NONCE_LEN + TAG_LEN + plain.len());
         out.push(SEALED_V2);
         out.extend_from_slice(&KEY_ID.to_be_bytes());
@@ -324,12 +333,14 @@ impl Sealer {
         match sealed.first() {
             Some(&SEALED_V2) => self.open_v2(&self.associated_data(kind, key, version), sealed),
             Some(&SEALED_V1) if self.legacy => self.open_v1(kind, key, sealed),
-            Some(&SEALED_V1) => Err(store_error(
+            Some(&SEALED_V1) => Err(Error::store(
                 Operation::Encryption,
+                Evidence::Unknown,
                 Reason::LegacySealedVersion,
             )),
-            _ => Err(store_error(
+            _ => Err(Error::store(
                 Operation::Encryption,
+                Evidence::Unknown,
                 Reason::UnknownSealedVersion,
             )),
         }
@@ -338,17 +349,26 @@ impl Sealer {
     fn open_v2(&self, ad: &[u8], sealed: &[u8]) -> Result<Vec<u8>, Error> {
         let head = 1 + KEY_ID_LEN + NONCE_LEN + TAG_LEN;
         if sealed.len() < head || sealed.len() > head + HEADER_LEN + MAX_PAYLOAD_LEN {
-            return Err(store_error(Operation::Encryption, Reason::SealedLength));
+            return Err(Error::store(
+                Operation::Encryption,
+                Evidence::Unknown,
+                Reason::SealedLength,
+            ));
         }
         if sealed[0] != SEALED_V2 {
-            return Err(store_error(
+            return Err(Error::store(
                 Operation::Encryption,
+                Evidence::Unknown,
                 Reason::UnknownSealedVersion,
             ));
         }
         let key_id = u32::from_be_bytes([sealed[1], sealed[2], sealed[3], sealed[4]]);
         if key_id != KEY_ID {
-            return Err(store_error(Operation::Encryption, Reason::UnknownKeyId));
+            return Err(Error::store(
+                Operation::Encryption,
+                Evidence::Unknown,
+                Reason::UnknownKeyId,
+            ));
         }
         let n = 1 + KEY_ID_LEN;
         let nonce = Nonce::from_slice(&sealed[n..n + NONCE_LEN]);
@@ -356,7 +376,13 @@ impl Sealer {
         let mut plain = sealed[head..].to_vec();
         self.cipher
             .decrypt_in_place_detached(nonce, ad, &mut plain, tag)
-            .map_err(|_| store_error(Operation::Encryption, Reason::AuthenticationFailed))?;
+            .map_err(|_| {
+                Error::store(
+                    Operation::Encryption,
+                    Evidence::Unknown,
+                    Reason::AuthenticationFailed,
+                )
+            })?;
         Ok(plain)
     }
 
@@ -364,7 +390,11 @@ impl Sealer {
     fn open_v1(&self, kind: RecordKind, key: &RecordKey, sealed: &[u8]) -> Result<Vec<u8>, Error> {
         let head = 1 + NONCE_LEN + TAG_LEN;
         if sealed.len() < head || sealed.len() > head + HEADER_LEN + MAX_PAYLOAD_LEN {
-            return Err(store_error(Operation::Encryption, Reason::SealedLength));
+            return Err(Error::store(
+                Operation::Encryption,
+                Evidence::Unknown,
+                Reason::SealedLength,
+            ));
         }
         let nonce = Nonce::from_slice(&sealed[1..1 + NONCE_LEN]);
         let tag = Tag::from_slice(&sealed[1 + NONCE_LEN..head]);
@@ -377,7 +407,13 @@ impl Sealer {
         }
         self.cipher
             .decrypt_in_place_detached(nonce, &ad, &mut plain, tag)
-            .map_err(|_| store_error(Operation::Encryption, Reason::AuthenticationFailed))?;
+            .map_err(|_| {
+                Error::store(
+                    Operation::Encryption,
+                    Evidence::Unknown,
+                    Reason::AuthenticationFailed,
+                )
+            })?;
         Ok(plain)
     }
 
@@ -459,10 +495,18 @@ fn check_identity(
     version: u64,
 ) -> Result<(), Error> {
     if got != key {
-        return Err(store_error(Operation::Encryption, Reason::IdentityMismatch));
+        return Err(Error::store(
+            Operation::Encryption,
+            Evidence::Unknown,
+            Reason::IdentityMismatch,
+        ));
     }
     if got_version != version {
-        return Err(store_error(Operation::Encryption, Reason::VersionMismatch));
+        return Err(Error::store(
+            Operation::Encryption,
+            Evidence::Unknown,
+            Reason::VersionMismatch,
+        ));
     }
     Ok(())
 }

@@ -12,6 +12,7 @@
 //! `durable: false` in [`StoreInfo`], so a durable runtime refuses it
 //! unless its ephemeral mode is explicit.
 
+use smolbox_core::Evidence;
 use smolbox_core::Reason;
 use std::path::Path;
 use std::sync::{Mutex, PoisonError};
@@ -28,7 +29,7 @@ use smolbox_core::{Error, Operation};
 use crate::engine::{Backend, Lock, Tx, assigned_parts, prepare_partition};
 use crate::row::{Projection, assigned_of, int, lease_of};
 use crate::seal::KEY_ID;
-use crate::{Assigned, DueCursor, SCHEMA, Sealer, StoreInfo, impl_store, store_error};
+use crate::{Assigned, DueCursor, SCHEMA, Sealer, StoreInfo, impl_store};
 
 /// Schema version of the SQLite layout: 2 adds the partitions' key-check
 /// values and the current sealed format (version-bound, with a key id).
@@ -188,7 +189,13 @@ impl SqliteStore {
                     .map_err(|e| sql_error(op, &e))?;
                 }
                 Some(LAYOUT_VERSION) => {}
-                Some(_) => return Err(store_error(op, Reason::UnknownLayoutVersion)),
+                Some(_) => {
+                    return Err(Error::store(
+                        op,
+                        Evidence::Unknown,
+                        Reason::UnknownLayoutVersion,
+                    ));
+                }
             }
             let legacy = sealer.with_legacy();
             prepare_partition(
@@ -211,9 +218,21 @@ impl SqliteStore {
             let tx = conn.transaction().map_err(|e| sql_error(op, &e))?;
             match read_layout(&tx)? {
                 Some(LAYOUT_VERSION) => {}
-                Some(1) => return Err(store_error(op, Reason::LayoutNeedsMigration)),
-                Some(_) => return Err(store_error(op, Reason::UnknownLayoutVersion)),
-                None => return Err(store_error(op, Reason::SchemaMissing)),
+                Some(1) => {
+                    return Err(Error::store(
+                        op,
+                        Evidence::Unknown,
+                        Reason::LayoutNeedsMigration,
+                    ));
+                }
+                Some(_) => {
+                    return Err(Error::store(
+                        op,
+                        Evidence::Unknown,
+                        Reason::UnknownLayoutVersion,
+                    ));
+                }
+                None => return Err(Error::store(op, Evidence::Unknown, Reason::SchemaMissing)),
             }
             let check: Option<Vec<u8>> = tx
                 .query_row(
@@ -270,8 +289,9 @@ fn create_private(path: &Path) -> Result<(), Error> {
     match created {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => tighten(path),
-        Err(_) => Err(store_error(
+        Err(_) => Err(Error::store(
             Operation::StoreMigrate,
+            Evidence::Unknown,
             Reason::SqliteCannotOpen,
         )),
     }
@@ -283,8 +303,13 @@ fn tighten(path: &Path) -> Result<(), Error> {
     match std::fs::metadata(path) {
         Ok(m) if m.permissions().mode() & 0o077 != 0 => {
             let mode = m.permissions().mode() & 0o700;
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-                .map_err(|_| store_error(Operation::StoreMigrate, Reason::SqlitePermissions))
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|_| {
+                Error::store(
+                    Operation::StoreMigrate,
+                    Evidence::Unknown,
+                    Reason::SqlitePermissions,
+                )
+            })
         }
         _ => Ok(()),
     }
@@ -443,7 +468,11 @@ impl SqliteTx<'_> {
         if n == 1 {
             Ok(())
         } else {
-            Err(store_error(self.op, Reason::RowVanished))
+            Err(Error::store(
+                self.op,
+                Evidence::Unknown,
+                Reason::RowVanished,
+            ))
         }
     }
 
@@ -879,5 +908,5 @@ fn sql_error(op: Operation, e: &rusqlite::Error) -> Error {
         Some(C::ConstraintViolation) => Reason::SqliteConstraint,
         _ => Reason::Sqlite,
     };
-    store_error(op, reason)
+    Error::store(op, Evidence::Unknown, reason)
 }

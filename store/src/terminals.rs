@@ -225,6 +225,12 @@ impl<L: LiveConn + Clone, C> Terminals<L, C> {
         self.lock().is_running(key)
     }
 
+    /// True while this runtime drives any terminal run (they take claims
+    /// under the controller's owner).
+    pub fn any_running(&self) -> bool {
+        self.lock().any_running()
+    }
+
     /// Checks that consumer `who` still holds `key`.
     ///
     /// # Errors

@@ -16,12 +16,14 @@
 use std::sync::Arc;
 
 use smolbox_core::Error;
+use smolbox_core::managed::controller::Claimed;
 use smolbox_core::managed::record::{ExecutionRecord, MachineRecord, Resources};
 use smolbox_core::managed::slot::{Disposition, Finish};
 use smolbox_core::managed::state::{ExecState, MachineOperation};
 use smolbox_core::managed::{ExecPatch, Guard, Lease, MachinePatch, RecordKey};
 use smolbox_store::{
-    Accepted, Assigned, DueCursor, DuePage, Page, Reserve, Resolved, Store, StoreInfo, Submitted,
+    Accepted, Assigned, DueCursor, DuePage, Page, Released, Reserve, Resolved, Store, StoreInfo,
+    Submitted,
 };
 
 /// The environment variable naming the kill point.
@@ -398,6 +400,16 @@ impl Store for KillStore {
             self.before_write(p);
         }
         self.inner.write_steps(key, guard, patches, now_ms)
+    }
+
+    fn release_claim(
+        &self,
+        claimed: &Claimed,
+        owner: &str,
+        generation: u64,
+        now_ms: u64,
+    ) -> Result<Released, Error> {
+        self.inner.release_claim(claimed, owner, generation, now_ms)
     }
 
     fn commits(&self) -> Option<u64> {

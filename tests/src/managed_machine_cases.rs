@@ -375,6 +375,56 @@ pub fn two_controllers_race_for_the_slot<M: ManagedShell + Sync>(kind: StoreKind
     b.shutdown();
 }
 
+/// `Runtime::shutdown` releases the claims it holds (C15): a second
+/// runtime (a new owner) takes the machine over at once. The claim TTL is
+/// ten minutes and every wait here is at most 30 s, so the second
+/// runtime's command could only finish its slot on a released claim. (A
+/// crash releases nothing and needs the TTL: the controller's unit tests
+/// `tests::release`.)
+pub fn a_new_runtime_takes_over_at_once_after_a_shutdown<M: ManagedShell>(kind: StoreKind) {
+    let Some(s) = setup(kind) else { return };
+    let long = Options {
+        lease_ttl_ms: 600_000,
+        ..options()
+    };
+    let a: M = s.runtime(&long);
+    running(&a, "hand1");
+    let c1 = RecordKey::new("boxes", "hand-c1").unwrap();
+    a.m_submit(&key("hand1"), &c1, &Command::new(["echo", "one"]))
+        .unwrap();
+    assert_eq!(a.wait(&c1, 30_000).unwrap().exit_code(), Some(0));
+    let held = slot_empty(&a, "hand1");
+    let first = held.claim.clone().unwrap();
+    a.shutdown();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let m = s.store.fetch_machine(&key("hand1")).unwrap();
+    let claim = m.claim.clone().unwrap();
+    assert_eq!(claim.owner, first.owner, "ended in place, owner kept");
+    assert!(
+        claim.until_ms <= now_ms && claim.until_ms < first.until_ms,
+        "released: {claim:?} (was {first:?})"
+    );
+    assert_eq!(
+        (m.state, m.version, m.active_execution.as_ref()),
+        (MS::Running, held.version, None),
+        "a release changes the claim only"
+    );
+    drop(a);
+    let b: M = s.runtime(&long);
+    let c2 = RecordKey::new("boxes", "hand-c2").unwrap();
+    b.m_submit(&key("hand1"), &c2, &Command::new(["echo", "two"]))
+        .unwrap();
+    let out = b.wait(&c2, 30_000).unwrap();
+    assert_eq!(out.exit_code(), Some(0), "{:?}", out.error);
+    let m = slot_empty(&b, "hand1");
+    assert_ne!(m.claim.as_ref().unwrap().owner, first.owner, "taken over");
+    assert_eq!(s.execs(), 2, "each command exactly once");
+    b.shutdown();
+}
+
 /// Instantiates every retained-machine case for `$shell`, one `#[test]`
 /// per case and store (`mod sqlite`, `mod postgres`).
 #[macro_export]
@@ -394,6 +444,7 @@ macro_rules! managed_machine_suite {
             two_controllers_race_for_the_slot,
             a_machines_ports_reach_the_worker,
             logs_and_measurements_of_a_retained_machine,
+            a_new_runtime_takes_over_at_once_after_a_shutdown,
         );
     };
     (@cases $shell:ty, $kind:expr, $($case:ident),* $(,)?) => {

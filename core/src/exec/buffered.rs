@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde::de::{Deserializer, Visitor};
 
 use super::Command;
-use crate::error::{Category, Error, Evidence, Operation};
+use crate::error::{Error, Evidence, Operation};
 
 /// Default output allowance (stdout + stderr): 1 MiB.
 pub const DEFAULT_MAX_OUTPUT_BYTES: usize = 1_048_576;
@@ -212,8 +212,7 @@ impl ExecReplyDecoder {
         let reply: WireReply<'_> = serde_json::from_slice(body)
             .map_err(|_| Error::protocol(op, Reason::ExecReplyInvalid))?;
         let over = |actual: usize, max: usize| {
-            Error::new(Category::OutputLimit, op, Evidence::Exited)
-                .with_reason(Reason::OutputAllowance)
+            Error::output_limit(op, Evidence::Exited, Reason::OutputAllowance)
                 .with_exit_code(reply.exit_code)
                 .with_limit(to_u64(actual), to_u64(max))
         };

@@ -6,7 +6,7 @@ use super::{
     OutputEncoding, decode_reply_for, exec_request, exec_stream_request,
 };
 use crate::Reason;
-use crate::error::{Category, Error, Evidence, Operation};
+use crate::error::{Error, Operation};
 use crate::http1::{Request, ResponseHead};
 use crate::worker::status::{check_media_type, check_status};
 use crate::worker::{APPLICATION_JSON, Feature, Profile, TEXT_EVENT_STREAM, Version, WorkerCall};
@@ -215,12 +215,10 @@ fn check_command(profile: &Profile, command: &Command, operation: Operation) -> 
         profile.require(Feature::ExtendedExec, operation)?;
     }
     if command.user_name().is_some() && profile.base() == Version::V1_9_2 {
-        return Err(Error::new(
-            Category::UnsupportedCapability,
+        return Err(Error::unsupported_capability(
             operation,
-            Evidence::NotDispatched,
-        )
-        .with_reason(Reason::ExecUserNotInVersion));
+            Reason::ExecUserNotInVersion,
+        ));
     }
     Ok(())
 }

@@ -5,7 +5,7 @@ use core::fmt;
 
 use serde::Serialize;
 
-use crate::error::{Category, Error, Evidence, Operation};
+use crate::error::{Error, Operation};
 
 /// Most argv entries.
 pub const MAX_ARGV_ENTRIES: usize = 256;
@@ -179,7 +179,7 @@ impl Command {
         }
         if let Some(user) = &self.user {
             if user.is_empty() {
-                return Err(invalid(Reason::UserEmpty));
+                return Err(Error::validation(Operation::CommandSpec, Reason::UserEmpty));
             }
             check_len(user.len(), MAX_USER_LEN, Reason::UserTooLong)?;
         }
@@ -189,15 +189,23 @@ impl Command {
         if let Some(t) = self.timeout_secs
             && !(MIN_TIMEOUT_SECS..=MAX_TIMEOUT_SECS).contains(&t)
         {
-            return Err(invalid(Reason::TimeoutOutOfRange)
-                .with_limit(u64::from(t), u64::from(MAX_TIMEOUT_SECS)));
+            return Err(
+                Error::validation(Operation::CommandSpec, Reason::TimeoutOutOfRange)
+                    .with_limit(u64::from(t), u64::from(MAX_TIMEOUT_SECS)),
+            );
         }
         if self.background {
             if self.timeout_secs.is_some() {
-                return Err(invalid(Reason::BackgroundWithTimeout));
+                return Err(Error::validation(
+                    Operation::CommandSpec,
+                    Reason::BackgroundWithTimeout,
+                ));
             }
             if self.stdin.is_some() {
-                return Err(invalid(Reason::BackgroundWithStdin));
+                return Err(Error::validation(
+                    Operation::CommandSpec,
+                    Reason::BackgroundWithStdin,
+                ));
             }
         }
         Ok(())
@@ -226,22 +234,26 @@ impl Command {
             secrets: WireSecrets {},
         };
         // Serializing strings and integers into a Vec cannot fail.
-        serde_json::to_vec(&body).map_err(|_| invalid(Reason::WireBody))
+        serde_json::to_vec(&body)
+            .map_err(|_| Error::validation(Operation::CommandSpec, Reason::WireBody))
     }
 
     fn validate_argv(&self) -> Result<(), Error> {
         if self.argv.is_empty() {
-            return Err(invalid(Reason::ArgvEmpty));
+            return Err(Error::validation(Operation::CommandSpec, Reason::ArgvEmpty));
         }
         check_len(self.argv.len(), MAX_ARGV_ENTRIES, Reason::ArgvTooMany)?;
         if self.argv[0].is_empty() {
-            return Err(invalid(Reason::ArgvFirstEmpty));
+            return Err(Error::validation(
+                Operation::CommandSpec,
+                Reason::ArgvFirstEmpty,
+            ));
         }
         let mut total = 0usize;
         for arg in &self.argv {
             check_len(arg.len(), MAX_ARG_LEN, Reason::ArgvEntryTooLong)?;
             if arg.as_bytes().contains(&0) {
-                return Err(invalid(Reason::ArgvNul));
+                return Err(Error::validation(Operation::CommandSpec, Reason::ArgvNul));
             }
             total += arg.len();
         }
@@ -254,10 +266,16 @@ impl Command {
         for (name, value) in &self.env {
             check_len(name.len(), MAX_ENV_NAME_LEN, Reason::EnvNameTooLong)?;
             if !is_env_name(name) {
-                return Err(invalid(Reason::EnvNameInvalid));
+                return Err(Error::validation(
+                    Operation::CommandSpec,
+                    Reason::EnvNameInvalid,
+                ));
             }
             if !names.insert(name.as_str()) {
-                return Err(invalid(Reason::EnvNameDuplicate));
+                return Err(Error::validation(
+                    Operation::CommandSpec,
+                    Reason::EnvNameDuplicate,
+                ));
             }
             check_len(value.len(), MAX_ENV_VALUE_LEN, Reason::EnvValueTooLong)?;
         }
@@ -288,16 +306,25 @@ impl fmt::Debug for Command {
 pub fn validate_abs_path(path: &str) -> Result<(), Error> {
     check_len(path.len(), MAX_WORKDIR_LEN, Reason::WorkdirTooLong)?;
     let Some(rest) = path.strip_prefix('/') else {
-        return Err(invalid(Reason::WorkdirNotAbsolute));
+        return Err(Error::validation(
+            Operation::CommandSpec,
+            Reason::WorkdirNotAbsolute,
+        ));
     };
     if path.bytes().any(|b| matches!(b, 0 | b'%' | b'\\')) {
-        return Err(invalid(Reason::WorkdirForbiddenByte));
+        return Err(Error::validation(
+            Operation::CommandSpec,
+            Reason::WorkdirForbiddenByte,
+        ));
     }
     if rest.is_empty() {
         return Ok(());
     }
     if rest.split('/').any(|seg| matches!(seg, "" | "." | "..")) {
-        return Err(invalid(Reason::WorkdirBadSegment));
+        return Err(Error::validation(
+            Operation::CommandSpec,
+            Reason::WorkdirBadSegment,
+        ));
     }
     Ok(())
 }
@@ -317,19 +344,12 @@ fn is_within(path: &str, root: &str) -> bool {
         .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
-fn invalid(reason: Reason) -> Error {
-    Error::new(
-        Category::Validation,
-        Operation::CommandSpec,
-        Evidence::NotDispatched,
-    )
-    .with_reason(reason)
-}
-
 fn check_len(actual: usize, max: usize, reason: Reason) -> Result<(), Error> {
     if actual > max {
         let to64 = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
-        return Err(invalid(reason).with_limit(to64(actual), to64(max)));
+        return Err(
+            Error::validation(Operation::CommandSpec, reason).with_limit(to64(actual), to64(max))
+        );
     }
     Ok(())
 }

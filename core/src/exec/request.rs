@@ -3,7 +3,7 @@
 
 use super::Command;
 use crate::Reason;
-use crate::error::{Category, Error, Evidence, Operation};
+use crate::error::{Error, Operation};
 use crate::http1::encode::push_path_segment;
 use crate::http1::{Method, Request};
 
@@ -36,14 +36,7 @@ pub fn exec_request(machine_name: &str, command: &Command) -> Result<Request, Er
 /// command has stdin or is a background command (the worker would ignore
 /// both); otherwise as [`exec_request`].
 pub fn exec_stream_request(machine_name: &str, command: &Command) -> Result<Request, Error> {
-    let unsupported = |reason| {
-        Error::new(
-            Category::UnsupportedCapability,
-            Operation::ExecStream,
-            Evidence::NotDispatched,
-        )
-        .with_reason(reason)
-    };
+    let unsupported = |reason| Error::unsupported_capability(Operation::ExecStream, reason);
     if command.stdin_text().is_some() {
         return Err(unsupported(Reason::StreamWithStdin));
     }

@@ -13,7 +13,7 @@
 
 use super::buffered::{ExecOutput, OutputAllowance, OutputEncoding};
 use crate::Reason;
-use crate::error::{Category, Error, Evidence, Operation};
+use crate::error::{Error, Evidence, Operation};
 use crate::sse::{self, SseParser, StreamEnd};
 
 /// Largest single input to [`ExecStreamDecoder::handle_input`]: 256 KiB.
@@ -177,12 +177,11 @@ impl ExecStreamDecoder {
         };
         self.output_len += text.len();
         if self.output_len > self.allowance.bytes() {
-            let e = Error::new(
-                Category::OutputLimit,
+            let e = Error::output_limit(
                 Operation::ExecStream,
                 Evidence::DispatchUncertain,
+                Reason::OutputAllowance,
             )
-            .with_reason(Reason::OutputAllowance)
             .with_limit(to_u64(self.output_len), to_u64(self.allowance.bytes()));
             self.failed = Some(e);
             return Err(e);
@@ -293,12 +292,11 @@ fn worker_error(data: &[u8]) -> Error {
     let is_cap = serde_json::from_slice::<ErrorPayload<'_>>(data)
         .is_ok_and(|p| p.message.starts_with(WORKER_CAP_PREFIX));
     if is_cap {
-        Error::new(
-            Category::OutputLimit,
+        Error::output_limit(
             Operation::ExecStream,
             Evidence::DispatchUncertain,
+            Reason::WorkerOutputCap,
         )
-        .with_reason(Reason::WorkerOutputCap)
     } else {
         Error::protocol(Operation::ExecStream, Reason::WorkerErrorEvent)
     }

@@ -13,7 +13,7 @@ use crate::Reason;
 use core::ops::Range;
 
 use super::head::Framing;
-use crate::error::{Category, Error, Evidence, Operation};
+use crate::error::{Error, Evidence, Operation};
 
 /// Limits the body decoder enforces.
 #[derive(Clone, Copy, Debug)]
@@ -75,20 +75,6 @@ pub(crate) struct BodyDecoder {
     limits: BodyLimits,
 }
 
-fn protocol(reason: Reason) -> Error {
-    Error::protocol(Operation::Http, reason)
-}
-
-fn over(reason: Reason, actual: u64, max: u64) -> Error {
-    Error::new(
-        Category::OutputLimit,
-        Operation::Http,
-        Evidence::DispatchUncertain,
-    )
-    .with_reason(reason)
-    .with_limit(actual, max)
-}
-
 impl BodyDecoder {
     /// A decoder for `framing`. A declared Content-Length over the raw cap
     /// is refused here, before any body byte is read.
@@ -96,7 +82,12 @@ impl BodyDecoder {
         let state = match framing {
             Framing::None | Framing::Length(0) => State::Done,
             Framing::Length(n) if n > limits.max_raw => {
-                return Err(over(Reason::ResponseBody, n, limits.max_raw));
+                return Err(Error::output_limit(
+                    Operation::Http,
+                    Evidence::DispatchUncertain,
+                    Reason::ResponseBody,
+                )
+                .with_limit(n, limits.max_raw));
             }
             Framing::Length(n) => State::Data {
                 left: n,
@@ -194,11 +185,12 @@ impl BodyDecoder {
         self.raw += i as u64;
         if self.state != State::Done && i < input.len() {
             // The next byte would be one past the cap.
-            return Err(over(
+            return Err(Error::output_limit(
+                Operation::Http,
+                Evidence::DispatchUncertain,
                 Reason::ResponseBody,
-                self.limits.max_raw + 1,
-                self.limits.max_raw,
-            ));
+            )
+            .with_limit(self.limits.max_raw + 1, self.limits.max_raw));
         }
         Ok(Progress {
             consumed: i,
@@ -213,29 +205,32 @@ impl BodyDecoder {
             State::Size { value, digits } => match hex(b) {
                 Some(d) => {
                     if value > u64::MAX >> 4 {
-                        return Err(protocol(Reason::ChunkSizeOverflow));
+                        return Err(Error::protocol(Operation::Http, Reason::ChunkSizeOverflow));
                     }
                     State::Size {
                         value: (value << 4) | u64::from(d),
                         digits: true,
                     }
                 }
-                None if !digits => return Err(protocol(Reason::ChunkSize)),
+                None if !digits => return Err(Error::protocol(Operation::Http, Reason::ChunkSize)),
                 None => match b {
                     b'\r' => State::SizeLf { value },
                     b';' => State::Extension { value, len: 1 },
                     b' ' | b'\t' => State::SizeWs { value, len: 1 },
-                    b'\n' => return Err(protocol(Reason::ChunkMissingCrlf)),
-                    _ => return Err(protocol(Reason::ChunkSize)),
+                    b'\n' => {
+                        return Err(Error::protocol(Operation::Http, Reason::ChunkMissingCrlf));
+                    }
+                    _ => return Err(Error::protocol(Operation::Http, Reason::ChunkSize)),
                 },
             },
             State::SizeWs { value, len } => {
                 if len >= self.limits.max_extension {
-                    return Err(over(
+                    return Err(Error::output_limit(
+                        Operation::Http,
+                        Evidence::DispatchUncertain,
                         Reason::ChunkExtension,
-                        len as u64 + 1,
-                        self.limits.max_extension as u64,
-                    ));
+                    )
+                    .with_limit(len as u64 + 1, self.limits.max_extension as u64));
                 }
                 match b {
                     b' ' | b'\t' => State::SizeWs {
@@ -247,32 +242,35 @@ impl BodyDecoder {
                         len: len + 1,
                     },
                     b'\r' => State::SizeLf { value },
-                    b'\n' => return Err(protocol(Reason::ChunkMissingCrlf)),
+                    b'\n' => {
+                        return Err(Error::protocol(Operation::Http, Reason::ChunkMissingCrlf));
+                    }
                     // `52 junk`: after the size only whitespace, `;` or CRLF.
-                    _ => return Err(protocol(Reason::ChunkSize)),
+                    _ => return Err(Error::protocol(Operation::Http, Reason::ChunkSize)),
                 }
             }
             State::Extension { value, len } => match b {
                 b'\r' => State::SizeLf { value },
-                b'\n' => return Err(protocol(Reason::ChunkMissingCrlf)),
+                b'\n' => return Err(Error::protocol(Operation::Http, Reason::ChunkMissingCrlf)),
                 b'\t' | 0x20..=0x7e | 0x80..=0xff => {
                     if len >= self.limits.max_extension {
-                        return Err(over(
+                        return Err(Error::output_limit(
+                            Operation::Http,
+                            Evidence::DispatchUncertain,
                             Reason::ChunkExtension,
-                            len as u64 + 1,
-                            self.limits.max_extension as u64,
-                        ));
+                        )
+                        .with_limit(len as u64 + 1, self.limits.max_extension as u64));
                     }
                     State::Extension {
                         value,
                         len: len + 1,
                     }
                 }
-                _ => return Err(protocol(Reason::ChunkExtension)),
+                _ => return Err(Error::protocol(Operation::Http, Reason::ChunkExtension)),
             },
             State::SizeLf { value } => {
                 if b != b'\n' {
-                    return Err(protocol(Reason::ChunkMissingCrlf));
+                    return Err(Error::protocol(Operation::Http, Reason::ChunkMissingCrlf));
                 }
                 self.chunk_header(value, self.raw + at as u64 + 1)?
             }
@@ -281,28 +279,33 @@ impl BodyDecoder {
                 value: 0,
                 digits: false,
             },
-            State::DataCr | State::DataLf => return Err(protocol(Reason::ChunkMissingCrlf)),
+            State::DataCr | State::DataLf => {
+                return Err(Error::protocol(Operation::Http, Reason::ChunkMissingCrlf));
+            }
             State::TrailerStart if b == b'\r' => State::FinalLf,
             State::TrailerStart | State::TrailerLine | State::TrailerLf => {
                 self.trailer += 1;
                 if self.trailer > self.limits.max_trailer {
-                    return Err(over(
+                    return Err(Error::output_limit(
+                        Operation::Http,
+                        Evidence::DispatchUncertain,
                         Reason::TrailerBytes,
-                        self.trailer as u64,
-                        self.limits.max_trailer as u64,
-                    ));
+                    )
+                    .with_limit(self.trailer as u64, self.limits.max_trailer as u64));
                 }
                 match (self.state, b) {
                     (State::TrailerLf, b'\n') => State::TrailerStart,
                     (State::TrailerLf, _) | (_, b'\n') => {
-                        return Err(protocol(Reason::ChunkMissingCrlf));
+                        return Err(Error::protocol(Operation::Http, Reason::ChunkMissingCrlf));
                     }
                     (_, b'\r') => State::TrailerLf,
                     _ => State::TrailerLine,
                 }
             }
             State::FinalLf if b == b'\n' => State::Done,
-            State::FinalLf => return Err(protocol(Reason::ChunkMissingCrlf)),
+            State::FinalLf => {
+                return Err(Error::protocol(Operation::Http, Reason::ChunkMissingCrlf));
+            }
             State::Data { .. } | State::UntilClose | State::Done => self.state,
         };
         Ok(())
@@ -397,11 +400,12 @@ impl BodyDecoder {
             return Ok(State::TrailerStart);
         }
         if value > self.limits.max_raw - seen.min(self.limits.max_raw) {
-            return Err(over(
+            return Err(Error::output_limit(
+                Operation::Http,
+                Evidence::DispatchUncertain,
                 Reason::ResponseBody,
-                seen.saturating_add(value),
-                self.limits.max_raw,
-            ));
+            )
+            .with_limit(seen.saturating_add(value), self.limits.max_raw));
         }
         Ok(State::Data {
             left: value,
@@ -418,12 +422,11 @@ impl BodyDecoder {
                 self.state = State::Done;
                 Ok(())
             }
-            _ => Err(Error::new(
-                Category::Transport,
+            _ => Err(Error::transport(
                 Operation::Http,
                 Evidence::DispatchUncertain,
-            )
-            .with_reason(Reason::Truncated)),
+                Reason::Truncated,
+            )),
         }
     }
 }

@@ -12,7 +12,7 @@ use super::config::ExchangeConfig;
 use super::head::{self, Decoded, HeadScanner, Scan};
 use super::request::encode_head;
 use super::types::{Request, ResponseHead};
-use crate::error::{Category, Error, Evidence, Operation};
+use crate::error::{Error, Evidence, Operation};
 use crate::machine::{Machine, TransportFailure};
 
 /// What the exchange reports, in order: one [`HttpEvent::Head`], any number
@@ -150,12 +150,11 @@ impl HttpExchange {
         let mut tx_head = Vec::new();
         encode_head(request, config, &mut tx_head)?;
         if now >= config.deadline {
-            return Err(Error::new(
-                Category::Transport,
+            return Err(Error::transport(
                 request.operation,
                 Evidence::NotDispatched,
-            )
-            .with_reason(Reason::Deadline));
+                Reason::Deadline,
+            ));
         }
         Ok(Self {
             operation: request.operation,
@@ -304,14 +303,11 @@ impl HttpExchange {
             Timer::Deadline => Reason::Deadline,
             Timer::Idle => Reason::IdleTimeout,
         };
-        self.fail(
-            Error::new(
-                Category::Transport,
-                self.operation,
-                Evidence::DispatchUncertain,
-            )
-            .with_reason(reason),
-        );
+        self.fail(Error::transport(
+            self.operation,
+            Evidence::DispatchUncertain,
+            reason,
+        ));
     }
 
     /// The socket took `n` more request bytes.
@@ -334,8 +330,7 @@ impl HttpExchange {
         } else {
             Evidence::DispatchUncertain
         };
-        let e =
-            Error::new(Category::Transport, self.operation, evidence).with_reason(failure.reason());
+        let e = Error::transport(self.operation, evidence, failure.reason());
         match failure {
             TransportFailure::Read => self.read_failure = Some(e),
             _ => {
@@ -538,21 +533,19 @@ impl HttpExchange {
                         }
                         Scan::Partial if region.len() > budget => {
                             let max = self.max_head_bytes as u64;
-                            return Err(Error::new(
-                                Category::OutputLimit,
+                            return Err(Error::output_limit(
                                 Operation::Http,
                                 Evidence::DispatchUncertain,
+                                Reason::HeadBytes,
                             )
-                            .with_reason(Reason::HeadBytes)
                             .with_limit(max + 1, max));
                         }
                         Scan::Partial if self.eof => {
-                            return Err(Error::new(
-                                Category::Transport,
+                            return Err(Error::transport(
                                 Operation::Http,
                                 Evidence::DispatchUncertain,
-                            )
-                            .with_reason(Reason::EarlyClose));
+                                Reason::EarlyClose,
+                            ));
                         }
                         Scan::Partial => return Ok(None),
                     }

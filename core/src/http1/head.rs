@@ -10,7 +10,7 @@ use core::mem::MaybeUninit;
 
 use super::config::MAX_HEADERS_CEILING;
 use super::types::ResponseHead;
-use crate::error::{Category, Error, Evidence, Operation};
+use crate::error::{Error, Evidence, Operation};
 
 /// Where a head ends, found incrementally.
 #[derive(Clone, Copy, Debug, Default)]
@@ -89,10 +89,6 @@ pub(crate) enum Framing {
     Close,
 }
 
-fn protocol(reason: Reason) -> Error {
-    Error::protocol(Operation::Http, reason)
-}
-
 /// Parses one complete head (`head` ends with its blank line) with at most
 /// `max_headers` fields and validates framing, encoding and content type.
 /// Errors carry operation `http` and evidence `dispatch_uncertain`; the
@@ -108,15 +104,14 @@ pub(crate) fn decode(head: &[u8], max_headers: usize) -> Result<Decoded, Error> 
     );
     match parsed {
         Ok(httparse::Status::Complete(n)) if n == head.len() => interpret(&response),
-        Ok(_) => Err(protocol(Reason::MalformedHead)),
-        Err(httparse::Error::TooManyHeaders) => Err(Error::new(
-            Category::OutputLimit,
+        Ok(_) => Err(Error::protocol(Operation::Http, Reason::MalformedHead)),
+        Err(httparse::Error::TooManyHeaders) => Err(Error::output_limit(
             Operation::Http,
             Evidence::DispatchUncertain,
+            Reason::HeaderCount,
         )
-        .with_reason(Reason::HeaderCount)
         .with_limit(max_headers as u64 + 1, max_headers as u64)),
-        Err(_) => Err(protocol(Reason::MalformedHead)),
+        Err(_) => Err(Error::protocol(Operation::Http, Reason::MalformedHead)),
     }
 }
 
@@ -152,7 +147,7 @@ pub(crate) fn decode_whole(
 fn interpret(response: &httparse::Response<'_, '_>) -> Result<Decoded, Error> {
     let status = response.code.unwrap_or(0);
     if !(100..=599).contains(&status) {
-        return Err(protocol(Reason::StatusCode));
+        return Err(Error::protocol(Operation::Http, Reason::StatusCode));
     }
     if (100..200).contains(&status) && status != 101 {
         return Ok(Decoded::Interim);
@@ -171,17 +166,22 @@ fn interpret(response: &httparse::Response<'_, '_>) -> Result<Decoded, Error> {
             Known::Other => {}
             Known::ContentLength => {
                 if content_length.is_some() {
-                    return Err(protocol(Reason::DuplicateContentLength));
+                    return Err(Error::protocol(
+                        Operation::Http,
+                        Reason::DuplicateContentLength,
+                    ));
                 }
-                content_length =
-                    Some(parse_decimal(value).ok_or_else(|| protocol(Reason::ContentLength))?);
+                content_length = Some(
+                    parse_decimal(value)
+                        .ok_or_else(|| Error::protocol(Operation::Http, Reason::ContentLength))?,
+                );
             }
             Known::TransferEncoding => {
                 for coding in tokens(value) {
                     // Only a single `chunked` is understood; anything else,
                     // including `chunked` twice or after another coding, is refused.
                     if chunked || !eq_lower(coding, b"chunked") {
-                        return Err(protocol(Reason::TransferEncoding));
+                        return Err(Error::protocol(Operation::Http, Reason::TransferEncoding));
                     }
                     chunked = true;
                 }
@@ -189,12 +189,15 @@ fn interpret(response: &httparse::Response<'_, '_>) -> Result<Decoded, Error> {
             }
             Known::ContentEncoding => {
                 if !tokens(value).all(|c| eq_lower(c, b"identity")) {
-                    return Err(protocol(Reason::ContentEncoding));
+                    return Err(Error::protocol(Operation::Http, Reason::ContentEncoding));
                 }
             }
             Known::ContentType => {
                 if content_type.is_some() {
-                    return Err(protocol(Reason::DuplicateContentType));
+                    return Err(Error::protocol(
+                        Operation::Http,
+                        Reason::DuplicateContentType,
+                    ));
                 }
                 content_type = Some(value);
             }
@@ -207,16 +210,19 @@ fn interpret(response: &httparse::Response<'_, '_>) -> Result<Decoded, Error> {
         }
     }
     if transfer_encoding && !chunked {
-        return Err(protocol(Reason::TransferEncoding));
+        return Err(Error::protocol(Operation::Http, Reason::TransferEncoding));
     }
     if transfer_encoding && content_length.is_some() {
-        return Err(protocol(Reason::ContentLengthAndTransferEncoding));
+        return Err(Error::protocol(
+            Operation::Http,
+            Reason::ContentLengthAndTransferEncoding,
+        ));
     }
     let content_type = match content_type {
         None => None,
         Some(v) => Some(
             core::str::from_utf8(v)
-                .map_err(|_| protocol(Reason::ContentType))?
+                .map_err(|_| Error::protocol(Operation::Http, Reason::ContentType))?
                 .to_owned(),
         ),
     };
@@ -326,6 +332,7 @@ fn tokens(v: &[u8]) -> impl Iterator<Item = &[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Category;
     use crate::Reason;
 
     fn scan_all(buf: &[u8]) -> Scan {

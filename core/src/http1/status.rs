@@ -18,9 +18,7 @@ pub fn status_error(operation: Operation, status: u16) -> Error {
         300..=399 => (Category::Protocol, Reason::Redirect),
         _ => (Category::Protocol, Reason::UnexpectedStatus),
     };
-    Error::new(category, operation, Evidence::DispatchUncertain)
-        .with_reason(reason)
-        .with_status(status)
+    Error::of(category, operation, Evidence::DispatchUncertain, reason).with_status(status)
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::record::{Assignment, Claim, ExecutionRecord, MachineRecord};
 use super::{MAX_COUNTER, check_identifier};
-use crate::{Category, Error, Evidence, Operation};
+use crate::{Error, Evidence, Operation};
 
 /// Shortest lease or claim TTL in milliseconds (C15).
 pub const MIN_TTL_MS: u64 = 1;
@@ -65,16 +65,6 @@ impl Guard {
     }
 }
 
-/// A `stale_claim` error for `op`.
-pub const fn stale_claim(op: Operation, reason: Reason) -> Error {
-    Error::new(Category::StaleClaim, op, Evidence::Unknown).with_reason(reason)
-}
-
-/// A `stale_version` error for `op`.
-pub const fn stale_version(op: Operation) -> Error {
-    Error::new(Category::StaleVersion, op, Evidence::Unknown).with_reason(Reason::VersionMismatch)
-}
-
 /// Takes or renews a lease for `owner` at `now_ms` (C15).
 ///
 /// # Errors
@@ -99,9 +89,11 @@ pub fn take(
             generation: l.generation,
             until_ms: l.until_ms.max(until),
         }),
-        Some(l) if l.until_ms > now_ms => {
-            Err(stale_claim(Operation::StoreClaim, Reason::HeldByOther))
-        }
+        Some(l) if l.until_ms > now_ms => Err(Error::stale_claim(
+            Operation::StoreClaim,
+            Evidence::Unknown,
+            Reason::HeldByOther,
+        )),
         Some(l) if l.generation >= MAX_COUNTER => Err(Error::validation(
             Operation::StoreClaim,
             Reason::GenerationExhausted,
@@ -281,14 +273,22 @@ fn refence_generation(
     now_ms: u64,
 ) -> Result<Option<u64>, Error> {
     if !at_version {
-        return Err(stale_version(Operation::StoreClaim));
+        return Err(Error::stale_version(
+            Operation::StoreClaim,
+            Evidence::Unknown,
+            Reason::VersionMismatch,
+        ));
     }
     if !assigned {
         return Ok(None);
     }
     match worker_lease {
         Some(l) if l.owner == owner && l.until_ms > now_ms => Ok(Some(l.generation)),
-        _ => Err(stale_claim(Operation::StoreClaim, Reason::WorkerLease)),
+        _ => Err(Error::stale_claim(
+            Operation::StoreClaim,
+            Evidence::Unknown,
+            Reason::WorkerLease,
+        )),
     }
 }
 
@@ -359,28 +359,175 @@ pub fn check_guard(
     op: Operation,
 ) -> Result<(), Error> {
     if guard.version != fence.version {
-        return Err(stale_version(op));
+        return Err(Error::stale_version(
+            op,
+            Evidence::Unknown,
+            Reason::VersionMismatch,
+        ));
     }
     let Some(claim) = fence.claim else {
-        return Err(stale_claim(op, Reason::NoClaim));
+        return Err(Error::stale_claim(op, Evidence::Unknown, Reason::NoClaim));
     };
     if claim.owner != guard.owner || fence.generation != guard.generation {
-        return Err(stale_claim(op, Reason::ClaimOwner));
+        return Err(Error::stale_claim(
+            op,
+            Evidence::Unknown,
+            Reason::ClaimOwner,
+        ));
     }
     if claim.until_ms <= now_ms {
-        return Err(stale_claim(op, Reason::ClaimExpired));
+        return Err(Error::stale_claim(
+            op,
+            Evidence::Unknown,
+            Reason::ClaimExpired,
+        ));
     }
     if let Some(a) = fence.assignment
         && worker_lease.map(|l| l.generation) != Some(a.worker_generation)
     {
-        return Err(stale_claim(op, Reason::WorkerGeneration));
+        return Err(Error::stale_claim(
+            op,
+            Evidence::Unknown,
+            Reason::WorkerGeneration,
+        ));
     }
     Ok(())
+}
+
+/// What a claim release found (C15): the claim was ended by this call, or
+/// there was nothing left to end (it had lapsed already, or the record was
+/// never claimed): nothing is written then.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Release<T> {
+    /// The claim ended now: the record or lease to store.
+    Ended(T),
+    /// Nothing to end; the record or lease as it is.
+    Lapsed,
+}
+
+/// The rule every claim release shares: `owner` must be the claim's owner
+/// at `generation` (the one it last held), else `stale_claim`: another
+/// controller took it over, and nothing changes. `true` when the claim is
+/// still live at `now_ms` (there is something to end).
+fn check_release(
+    claim: Option<(&str, u64)>,
+    record_generation: u64,
+    owner: &str,
+    generation: u64,
+    now_ms: u64,
+) -> Result<bool, Error> {
+    check_identifier(owner).map_err(|e| e.with_operation(Operation::StoreClaim))?;
+    if record_generation != generation {
+        return Err(Error::stale_claim(
+            Operation::StoreClaim,
+            Evidence::Unknown,
+            Reason::ClaimOwner,
+        ));
+    }
+    match claim {
+        Some((o, _)) if o != owner => Err(Error::stale_claim(
+            Operation::StoreClaim,
+            Evidence::Unknown,
+            Reason::ClaimOwner,
+        )),
+        Some((_, until)) => Ok(until > now_ms),
+        None => Ok(false),
+    }
+}
+
+/// Releases `owner`'s claim on an execution record (C15; a controller
+/// ending, so the next one need not wait out the TTL): the claim is
+/// ended in place (its `until_ms` becomes `now_ms`, the owner stays
+/// visible), exactly as if its TTL had lapsed now, so every rule that
+/// takes over a lapsed claim applies at once (the next owner gets
+/// generation + 1). The version moves by one (a release is a write, as a
+/// claim is); state, evidence, result, cleanup, slot and reservation never
+/// change.
+///
+/// # Errors
+/// `stale_claim` when the record's claim is not `owner`'s at `generation`;
+/// `validation` for a bad owner or a version at its limit.
+pub fn release_exec(
+    rec: &ExecutionRecord,
+    owner: &str,
+    generation: u64,
+    now_ms: u64,
+) -> Result<Release<ExecutionRecord>, Error> {
+    let claim = rec.claim.as_ref().map(|c| (c.owner.as_str(), c.until_ms));
+    if !check_release(claim, rec.generation, owner, generation, now_ms)? {
+        return Ok(Release::Lapsed);
+    }
+    let mut next = rec.clone();
+    if let Some(c) = next.claim.as_mut() {
+        c.until_ms = now_ms;
+    }
+    next.version += 1;
+    next.updated_at_ms = next.updated_at_ms.max(now_ms);
+    next.validate()
+        .map_err(|e| e.with_operation(Operation::StoreClaim))?;
+    Ok(Release::Ended(next))
+}
+
+/// Releases `owner`'s claim on a machine record, as [`release_exec`]
+/// does, moving `claims` instead of the version (a claim change is not
+/// caller-visible, [`claim_machine`]). State, operation, the command slot,
+/// the reservation and the ports never change.
+///
+/// # Errors
+/// As [`release_exec`].
+pub fn release_machine(
+    rec: &MachineRecord,
+    owner: &str,
+    generation: u64,
+    now_ms: u64,
+) -> Result<Release<MachineRecord>, Error> {
+    let claim = rec.claim.as_ref().map(|c| (c.owner.as_str(), c.until_ms));
+    if !check_release(claim, rec.generation, owner, generation, now_ms)? {
+        return Ok(Release::Lapsed);
+    }
+    let mut next = rec.clone();
+    if let Some(c) = next.claim.as_mut() {
+        c.until_ms = now_ms;
+    }
+    next.claims += 1;
+    next.updated_at_ms = next.updated_at_ms.max(now_ms);
+    next.validate()
+        .map_err(|e| e.with_operation(Operation::StoreClaim))?;
+    Ok(Release::Ended(next))
+}
+
+/// Releases `owner`'s worker lease at `generation`, as [`release_exec`]
+/// does for a record: it ends now, the owner and generation stay, so the
+/// next owner takes it with generation + 1 and records assigned under it
+/// are re-fenced as after a lapse.
+///
+/// # Errors
+/// As [`release_exec`].
+pub fn release_lease(
+    current: Option<&Lease>,
+    owner: &str,
+    generation: u64,
+    now_ms: u64,
+) -> Result<Release<Lease>, Error> {
+    let Some(l) = current else {
+        check_identifier(owner).map_err(|e| e.with_operation(Operation::StoreClaim))?;
+        return Ok(Release::Lapsed);
+    };
+    let claim = Some((l.owner.as_str(), l.until_ms));
+    if !check_release(claim, l.generation, owner, generation, now_ms)? {
+        return Ok(Release::Lapsed);
+    }
+    Ok(Release::Ended(Lease {
+        owner: l.owner.clone(),
+        generation: l.generation,
+        until_ms: now_ms,
+    }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Category;
 
     fn lease(owner: &str, generation: u64, until_ms: u64) -> Lease {
         Lease {
@@ -419,5 +566,47 @@ mod tests {
         assert!(take(None, "a", 0, MAX_TTL_MS).is_ok());
         assert!(take(None, "a", 0, MAX_TTL_MS + 1).is_err());
         assert!(take(None, "a", 0, 0).is_err());
+    }
+
+    #[test]
+    fn a_released_lease_goes_to_the_next_owner_at_once_with_generation_plus_one() {
+        let held = lease("a", 3, 30_000);
+        let Release::Ended(l) = release_lease(Some(&held), "a", 3, 1_000).unwrap() else {
+            panic!("a live lease is ended");
+        };
+        assert_eq!(
+            (l.owner.as_str(), l.generation, l.until_ms),
+            ("a", 3, 1_000)
+        );
+        // Another owner at the same instant: no TTL to wait out.
+        let next = take(Some(&l), "b", 1_000, 500).unwrap();
+        assert_eq!((next.owner.as_str(), next.generation), ("b", 4));
+        // Without the release the same take is refused.
+        assert_eq!(
+            take(Some(&held), "b", 1_000, 500).unwrap_err().category(),
+            Category::StaleClaim
+        );
+        // The same owner renews its own released lease at its generation.
+        assert_eq!(take(Some(&l), "a", 1_000, 500).unwrap().generation, 3);
+    }
+
+    #[test]
+    fn a_release_is_guarded_by_owner_and_generation_and_idempotent() {
+        let held = lease("a", 3, 30_000);
+        for (owner, generation) in [("b", 3), ("a", 2), ("a", 4)] {
+            let e = release_lease(Some(&held), owner, generation, 1_000).unwrap_err();
+            assert_eq!(
+                (e.category(), e.reason()),
+                (Category::StaleClaim, Reason::ClaimOwner)
+            );
+        }
+        // Lapsed already (or never taken): nothing to write.
+        let lapsed = lease("a", 3, 1_000);
+        assert_eq!(
+            release_lease(Some(&lapsed), "a", 3, 1_000).unwrap(),
+            Release::Lapsed
+        );
+        assert_eq!(release_lease(None, "a", 1, 1_000).unwrap(), Release::Lapsed);
+        assert!(release_lease(None, "", 1, 1_000).is_err());
     }
 }

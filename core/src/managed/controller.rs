@@ -130,10 +130,11 @@ use base64::Engine as _;
 mod exec;
 pub mod machines;
 pub mod ops;
+pub mod release;
 pub mod terminal;
 
 pub use ops::{
-    DueAfter, OpId, Reservation, StoreOp, StoreReply, StoreResult, WorkerOp, WorkerReply,
+    Claimed, DueAfter, OpId, Reservation, StoreOp, StoreReply, StoreResult, WorkerOp, WorkerReply,
     WorkerResult,
 };
 
@@ -153,7 +154,7 @@ use super::state::{ExecState, RecordEvidence};
 use super::{FingerprintKey, RecordKey, check_identifier, check_worker_id, fingerprint};
 use crate::exec::{Command, ExecOutput};
 use crate::worker::Profile;
-use crate::{Category, Error, Evidence, Operation};
+use crate::{Error, Operation};
 
 /// Default `max_pending` (C12.1).
 pub const DEFAULT_MAX_PENDING: u32 = 128;
@@ -566,6 +567,8 @@ enum Purpose {
     /// The machine of a retained command found by the due scan.
     Adopt(Box<ExecutionRecord>),
     MachineScan,
+    /// A claim release at shutdown.
+    Release(Claimed),
 }
 
 /// The managed controller (see the module docs for inputs, outputs and
@@ -615,6 +618,11 @@ pub struct Controller {
     mscan_at: Option<Instant>,
     mscan_cursor: Option<DueAfter>,
     mscanning: bool,
+    /// Claims this controller holds, for their release at shutdown
+    /// (≤ [`release::MAX_HELD`]).
+    held: BTreeMap<Claimed, release::Held>,
+    /// The driver's terminal runs (same owner) are live.
+    terminals_live: bool,
     /// Keys whose output a caller of this process wants as it comes
     /// ([`Controller::stream_output`]; at most [`MAX_STREAMS`]).
     streamed: BTreeSet<RecordKey>,
@@ -669,6 +677,8 @@ impl Controller {
             mscan_at: scan_at,
             mscan_cursor: None,
             mscanning: false,
+            held: BTreeMap::new(),
+            terminals_live: false,
             streamed: BTreeSet::new(),
         };
         ctl.pump(now);
@@ -728,12 +738,10 @@ impl Controller {
         let _ = now;
         self.observe_clock(now_ms);
         if self.shutting_down {
-            return Err(Error::new(
-                Category::AdmissionExhausted,
+            return Err(Error::admission_exhausted(
                 Operation::Submit,
-                Evidence::NotDispatched,
-            )
-            .with_reason(Reason::ShuttingDown));
+                Reason::ShuttingDown,
+            ));
         }
         submit
             .key
@@ -831,7 +839,11 @@ impl Controller {
 
     /// Stops taking work: new submissions are refused, no new execution is
     /// started or adopted; executions already dispatched are driven to
-    /// their end. [`ControllerEvent::Stopped`] follows once nothing is outstanding.
+    /// their end. The claims this controller holds on records it no longer
+    /// drives are released (guarded by owner and generation; machine
+    /// claims and worker leases once nothing is driven), so the next
+    /// controller need not wait out the TTL ([`release`]).
+    /// [`ControllerEvent::Stopped`] follows once nothing is outstanding.
     pub fn shutdown(&mut self, now: Instant, now_ms: u64) {
         self.observe_clock(now_ms);
         self.shutting_down = true;
@@ -845,6 +857,7 @@ impl Controller {
         let Some(purpose) = self.ops.remove(&id) else {
             return;
         };
+        self.note_claims(&purpose, &result);
         match purpose {
             Purpose::Lease(worker) => {
                 let st = self.leases.map.entry(worker).or_default();
@@ -898,6 +911,7 @@ impl Controller {
             Purpose::Req(rid) => self.on_req_stored(now, rid, result),
             Purpose::Adopt(rec) => self.on_adopt(now, *rec, result),
             Purpose::MachineScan => self.on_machine_scan(now, result),
+            Purpose::Release(what) => self.on_released(&what),
         }
         self.pump(now);
     }
@@ -1053,14 +1067,7 @@ impl Controller {
 
     /// Acceptance rules that need the catalog (C12.4).
     fn check_catalog(&self, spec: &ExecutionSpec) -> Result<(), Error> {
-        let unsupported = |reason| {
-            Err(Error::new(
-                Category::UnsupportedCapability,
-                Operation::Submit,
-                Evidence::NotDispatched,
-            )
-            .with_reason(reason))
-        };
+        let unsupported = |reason| Err(Error::unsupported_capability(Operation::Submit, reason));
         if spec.machine.is_some() {
             return unsupported(Reason::RetainedMachines);
         }
@@ -1334,6 +1341,7 @@ impl Controller {
             self.scan_at = Some(now + self.cfg.poll());
         }
         self.pump_machines(now);
+        self.release_idle();
         if self.shutting_down
             && self.ops.is_empty()
             && self.execs.is_empty()

@@ -40,7 +40,7 @@ use serde::de::DeserializeOwned;
 
 use super::record::{ExecutionRecord, MachineRecord};
 use super::spec::{Action, MAX_BASE_EXECUTION_BUDGET_MS, MAX_BASE_PER_FILE};
-use crate::{Category, Error, Evidence, Operation};
+use crate::{Error, Evidence, Operation};
 
 /// Newest envelope version this build reads and writes.
 pub const CURRENT_VERSION: u16 = 6;
@@ -267,11 +267,6 @@ pub fn machine_requirements(rec: &MachineRecord) -> Requirements {
     Requirements::of(&machine_features(rec))
 }
 
-/// A `store` error of the envelope codec.
-pub const fn envelope_error(reason: Reason) -> Error {
-    Error::new(Category::Store, Operation::Envelope, Evidence::Unknown).with_reason(reason)
-}
-
 /// Encodes an execution record in the oldest envelope its features allow.
 ///
 /// # Errors
@@ -318,10 +313,19 @@ pub fn encode_machine_validated(rec: &MachineRecord) -> Result<Vec<u8>, Error> {
 /// `store` for every failure listed in the module docs.
 pub fn decode_exec(bytes: &[u8]) -> Result<ExecutionRecord, Error> {
     let (version, rec): (u16, ExecutionRecord) = decode(RecordKind::Execution, bytes)?;
-    rec.validate()
-        .map_err(|_| envelope_error(Reason::RecordInvalid))?;
+    rec.validate().map_err(|_| {
+        Error::store(
+            Operation::Envelope,
+            Evidence::Unknown,
+            Reason::RecordInvalid,
+        )
+    })?;
     if exec_requirements(&rec).version > version {
-        return Err(envelope_error(Reason::FeatureBeyondVersion));
+        return Err(Error::store(
+            Operation::Envelope,
+            Evidence::Unknown,
+            Reason::FeatureBeyondVersion,
+        ));
     }
     Ok(rec)
 }
@@ -332,10 +336,19 @@ pub fn decode_exec(bytes: &[u8]) -> Result<ExecutionRecord, Error> {
 /// As [`decode_exec`].
 pub fn decode_machine(bytes: &[u8]) -> Result<MachineRecord, Error> {
     let (version, rec): (u16, MachineRecord) = decode(RecordKind::Machine, bytes)?;
-    rec.validate()
-        .map_err(|_| envelope_error(Reason::RecordInvalid))?;
+    rec.validate().map_err(|_| {
+        Error::store(
+            Operation::Envelope,
+            Evidence::Unknown,
+            Reason::RecordInvalid,
+        )
+    })?;
     if machine_requirements(&rec).version > version {
-        return Err(envelope_error(Reason::FeatureBeyondVersion));
+        return Err(Error::store(
+            Operation::Envelope,
+            Evidence::Unknown,
+            Reason::FeatureBeyondVersion,
+        ));
     }
     Ok(rec)
 }
@@ -346,16 +359,30 @@ pub fn decode_machine(bytes: &[u8]) -> Result<MachineRecord, Error> {
 /// `store` for a short envelope, an unknown version or kind.
 pub fn peek(bytes: &[u8]) -> Result<(u16, RecordKind), Error> {
     if bytes.len() < HEADER_LEN {
-        return Err(envelope_error(Reason::EnvelopeShort));
+        return Err(Error::store(
+            Operation::Envelope,
+            Evidence::Unknown,
+            Reason::EnvelopeShort,
+        ));
     }
     let version = u16::from_be_bytes([bytes[0], bytes[1]]);
     if !(1..=CURRENT_VERSION).contains(&version) {
-        return Err(envelope_error(Reason::UnknownEnvelopeVersion));
+        return Err(Error::store(
+            Operation::Envelope,
+            Evidence::Unknown,
+            Reason::UnknownEnvelopeVersion,
+        ));
     }
     let kind = match bytes[2] {
         b'E' => RecordKind::Execution,
         b'M' => RecordKind::Machine,
-        _ => return Err(envelope_error(Reason::UnknownRecordKind)),
+        _ => {
+            return Err(Error::store(
+                Operation::Envelope,
+                Evidence::Unknown,
+                Reason::UnknownRecordKind,
+            ));
+        }
     };
     Ok((version, kind))
 }
@@ -364,10 +391,15 @@ fn encode<T: Serialize>(kind: RecordKind, version: u16, rec: &T) -> Result<Vec<u
     let mut out = Vec::with_capacity(512);
     out.extend_from_slice(&version.to_be_bytes());
     out.push(kind.tag());
-    serde_json::to_writer(&mut out, rec).map_err(|_| envelope_error(Reason::Encode))?;
+    serde_json::to_writer(&mut out, rec)
+        .map_err(|_| Error::store(Operation::Envelope, Evidence::Unknown, Reason::Encode))?;
     if out.len() - HEADER_LEN > MAX_PAYLOAD_LEN {
-        return Err(envelope_error(Reason::PayloadTooLarge)
-            .with_limit((out.len() - HEADER_LEN) as u64, MAX_PAYLOAD_LEN as u64));
+        return Err(Error::store(
+            Operation::Envelope,
+            Evidence::Unknown,
+            Reason::PayloadTooLarge,
+        )
+        .with_limit((out.len() - HEADER_LEN) as u64, MAX_PAYLOAD_LEN as u64));
     }
     Ok(out)
 }
@@ -377,22 +409,40 @@ fn decode<T: Serialize + DeserializeOwned>(
     bytes: &[u8],
 ) -> Result<(u16, T), Error> {
     if bytes.len() > HEADER_LEN + MAX_PAYLOAD_LEN {
-        return Err(envelope_error(Reason::PayloadTooLarge)
-            .with_limit((bytes.len() - HEADER_LEN) as u64, MAX_PAYLOAD_LEN as u64));
+        return Err(Error::store(
+            Operation::Envelope,
+            Evidence::Unknown,
+            Reason::PayloadTooLarge,
+        )
+        .with_limit((bytes.len() - HEADER_LEN) as u64, MAX_PAYLOAD_LEN as u64));
     }
     let (version, found) = peek(bytes)?;
     if found != kind {
-        return Err(envelope_error(Reason::RecordKindMismatch));
+        return Err(Error::store(
+            Operation::Envelope,
+            Evidence::Unknown,
+            Reason::RecordKindMismatch,
+        ));
     }
     let payload = &bytes[HEADER_LEN..];
-    let rec: T =
-        serde_json::from_slice(payload).map_err(|_| envelope_error(Reason::PayloadDecode))?;
+    let rec: T = serde_json::from_slice(payload).map_err(|_| {
+        Error::store(
+            Operation::Envelope,
+            Evidence::Unknown,
+            Reason::PayloadDecode,
+        )
+    })?;
     // Canonical form: the payload must be exactly what this record encodes
     // to, which refuses trailing bytes, whitespace, duplicate or reordered
     // keys and explicit defaults.
-    let again = serde_json::to_vec(&rec).map_err(|_| envelope_error(Reason::Encode))?;
+    let again = serde_json::to_vec(&rec)
+        .map_err(|_| Error::store(Operation::Envelope, Evidence::Unknown, Reason::Encode))?;
     if again != payload {
-        return Err(envelope_error(Reason::PayloadNotCanonical));
+        return Err(Error::store(
+            Operation::Envelope,
+            Evidence::Unknown,
+            Reason::PayloadNotCanonical,
+        ));
     }
     Ok((version, rec))
 }

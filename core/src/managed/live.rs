@@ -23,7 +23,7 @@ use super::record::ExecutionRecord;
 use super::spec::{Action, ManagedTerminalSpec};
 use super::terminal::{ConsumerId, Registry, attach_expired};
 use crate::terminal::{MAX_NEXT_WAIT, MAX_UNREAD_CHUNKS, TerminalEvent, TerminalExit};
-use crate::{Category, Error, Evidence, Operation};
+use crate::{Error, Evidence, Operation};
 
 /// How a shell answers one waiting caller: a closure over its channel.
 pub type Reply<T> = Box<dyn FnOnce(T) + Send>;
@@ -83,37 +83,34 @@ impl TermCommand {
 
 /// The error of a call whose terminal task is gone.
 pub const fn task_ended(op: Operation) -> Error {
-    Error::new(Category::Unknown, op, Evidence::Unknown).with_reason(Reason::TerminalTaskEnded)
+    Error::unknown(op, Evidence::Unknown, Reason::TerminalTaskEnded)
 }
 
 /// `attach` found no live connection of the key on this runtime in time.
 pub const fn not_live_here() -> Error {
-    Error::new(
-        Category::NotFound,
+    Error::not_found(
         Operation::TerminalConsumer,
         Evidence::NotDispatched,
+        Reason::TerminalNotLiveHere,
     )
-    .with_reason(Reason::TerminalNotLiveHere)
 }
 
 /// `wait` ran out while this runtime still drives the run.
 pub const fn run_wait_expired() -> Error {
-    Error::new(
-        Category::Expired,
+    Error::expired(
         Operation::TerminalSession,
         Evidence::Unknown,
+        Reason::TerminalWait,
     )
-    .with_reason(Reason::TerminalWait)
 }
 
 /// `next` ran out without output or the end (the session keeps running).
 pub const fn next_expired() -> Error {
-    Error::new(
-        Category::Expired,
+    Error::expired(
         Operation::TerminalOutput,
         Evidence::Unknown,
+        Reason::NextTimeout,
     )
-    .with_reason(Reason::NextTimeout)
 }
 
 /// Checks a `next` wait (at most [`MAX_NEXT_WAIT`]).
@@ -132,22 +129,16 @@ pub fn check_next_wait(timeout: Duration) -> Result<(), Error> {
 
 /// The consumer's handle was dropped before the session ended.
 pub const fn consumer_lost() -> Error {
-    Error::new(
-        Category::Unknown,
+    Error::unknown(
         Operation::TerminalConsumer,
         Evidence::Unknown,
+        Reason::ConsumerLost,
     )
-    .with_reason(Reason::ConsumerLost)
 }
 
 /// The run's machine is on a worker this runtime has no client for.
 pub const fn unknown_worker() -> Error {
-    Error::new(
-        Category::UnsupportedCapability,
-        Operation::TerminalOpen,
-        Evidence::NotDispatched,
-    )
-    .with_reason(Reason::UnknownWorker)
+    Error::unsupported_capability(Operation::TerminalOpen, Reason::UnknownWorker)
 }
 
 /// The consumer's output buffer, bounded by the spec's `buffer_bytes` and
@@ -182,12 +173,11 @@ impl OutputBuffer {
         self.bytes += chunk.len();
         self.chunks.push_back(chunk);
         if self.bytes > max_bytes || self.chunks.len() > MAX_UNREAD_CHUNKS {
-            return Err(Error::new(
-                Category::OutputLimit,
+            return Err(Error::output_limit(
                 Operation::TerminalOutput,
                 Evidence::Unknown,
-            )
-            .with_reason(Reason::UnreadOutput));
+                Reason::UnreadOutput,
+            ));
         }
         Ok(())
     }
@@ -249,6 +239,11 @@ impl<L: Clone> LiveSet<L> {
     /// True while this runtime drives a run of `key`.
     pub fn is_running(&self, key: &RecordKey) -> bool {
         self.runs.contains(key)
+    }
+
+    /// True while this runtime drives any run.
+    pub fn any_running(&self) -> bool {
+        !self.runs.is_empty()
     }
 
     /// Marks `key` driven here; false when it already was.
@@ -437,6 +432,7 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     use super::*;
+    use crate::Category;
 
     #[allow(clippy::disallowed_methods)] // an arbitrary origin; time is virtual after
     fn origin() -> Instant {
@@ -577,10 +573,10 @@ mod tests {
                 TermConfig::of(&crate::managed::controller::ControllerConfig::new("ctl-1")),
                 FingerprintKey::new(&[7; 32]).unwrap(),
                 &k,
-                Err(Error::new(
-                    Category::Store,
+                Err(Error::store(
                     Operation::StoreFetch,
                     Evidence::Unknown,
+                    Reason::Unspecified,
                 )),
                 origin(),
                 0,

@@ -103,7 +103,7 @@ pub fn check_identifier(s: &str) -> Result<(), Error> {
     if ok {
         Ok(())
     } else {
-        Err(invalid(Reason::Identifier))
+        Err(Error::validation(Operation::StoreWrite, Reason::Identifier))
     }
 }
 
@@ -122,7 +122,7 @@ pub fn check_worker_id(s: &str) -> Result<(), Error> {
     if ok {
         Ok(())
     } else {
-        Err(invalid(Reason::WorkerId))
+        Err(Error::validation(Operation::StoreWrite, Reason::WorkerId))
     }
 }
 
@@ -141,7 +141,10 @@ pub fn check_machine_name(s: &str) -> Result<(), Error> {
     if ok {
         Ok(())
     } else {
-        Err(invalid(Reason::MachineName))
+        Err(Error::validation(
+            Operation::StoreWrite,
+            Reason::MachineName,
+        ))
     }
 }
 
@@ -154,11 +157,6 @@ pub fn check_digest(s: &str) -> Result<(), Error> {
     if ok {
         Ok(())
     } else {
-        Err(invalid(Reason::Digest))
+        Err(Error::validation(Operation::StoreWrite, Reason::Digest))
     }
-}
-
-/// A `validation` error of a record rule.
-pub(crate) const fn invalid(reason: Reason) -> Error {
-    Error::validation(Operation::StoreWrite, reason)
 }

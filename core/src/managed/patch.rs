@@ -8,7 +8,6 @@
 //! entry to its state (C13.4), increment the version, and re-validate the
 //! whole record. Guards are checked separately ([`super::claim::check_guard`]).
 
-use super::invalid;
 use super::record::{
     CollectedArtifact, CreationEvidence, ErrorEntry, ExecResult, ExecutionRecord,
     MAX_ERROR_HISTORY, MachineRecord, RecordedObservation,
@@ -18,6 +17,7 @@ use super::state::{
     RecordEvidence,
 };
 use crate::Error;
+use crate::Operation;
 use crate::Reason;
 
 /// The patchable fields of an execution record (C13.3). `None` leaves a
@@ -83,26 +83,38 @@ pub fn apply_exec(
     now_ms: u64,
 ) -> Result<ExecutionRecord, Error> {
     if now_ms < rec.updated_at_ms {
-        return Err(invalid(Reason::ClockBeforeUpdatedAt));
+        return Err(Error::validation(
+            Operation::StoreWrite,
+            Reason::ClockBeforeUpdatedAt,
+        ));
     }
     let mut next = rec.clone();
     if let Some(to) = patch.state
         && to != rec.state
     {
         if !rec.state.can_move_to(to) {
-            return Err(invalid(Reason::ForbiddenTransition));
+            return Err(Error::validation(
+                Operation::StoreWrite,
+                Reason::ForbiddenTransition,
+            ));
         }
         // C16: a cancel requested before dispatch wins; the intent is
         // refused so nothing is sent.
         if to == ExecState::Dispatching && rec.cancel_requested_at_ms.is_some() {
-            return Err(invalid(Reason::CancelRequested));
+            return Err(Error::validation(
+                Operation::StoreWrite,
+                Reason::CancelRequested,
+            ));
         }
         next.state = to;
         enter_state(&mut next, now_ms);
     }
     if let Some(ev) = patch.evidence {
         if !rec.evidence.can_move_to(ev) {
-            return Err(invalid(Reason::ForbiddenEvidence));
+            return Err(Error::validation(
+                Operation::StoreWrite,
+                Reason::ForbiddenEvidence,
+            ));
         }
         next.evidence = ev;
     }
@@ -122,7 +134,10 @@ pub fn apply_exec(
     }
     if let Some(c) = patch.cleanup {
         if rec.cleanup == Cleanup::Complete && c != Cleanup::Complete {
-            return Err(invalid(Reason::CleanupCompletePermanent));
+            return Err(Error::validation(
+                Operation::StoreWrite,
+                Reason::CleanupCompletePermanent,
+            ));
         }
         next.cleanup = c;
     }
@@ -134,7 +149,10 @@ pub fn apply_exec(
     }
     if let Some(n) = patch.cleanup_attempts {
         if n < rec.cleanup_attempts {
-            return Err(invalid(Reason::CleanupAttemptsDecrease));
+            return Err(Error::validation(
+                Operation::StoreWrite,
+                Reason::CleanupAttemptsDecrease,
+            ));
         }
         next.cleanup_attempts = n;
     }
@@ -170,7 +188,7 @@ pub fn apply_exec_steps(
     now_ms: u64,
 ) -> Result<ExecutionRecord, Error> {
     if patches.is_empty() || patches.len() > MAX_STEPS {
-        return Err(invalid(Reason::Steps));
+        return Err(Error::validation(Operation::StoreWrite, Reason::Steps));
     }
     let mut next = rec.clone();
     for p in patches {
@@ -214,14 +232,20 @@ pub fn intent_steps() -> [ExecPatch; 3] {
 /// refuses.
 pub fn intent_at_accept(rec: &ExecutionRecord) -> Result<ExecutionRecord, Error> {
     if rec.state != ExecState::Accepted || rec.version != 1 {
-        return Err(invalid(Reason::NotFreshlyAccepted));
+        return Err(Error::validation(
+            Operation::StoreWrite,
+            Reason::NotFreshlyAccepted,
+        ));
     }
     if rec
         .claim
         .as_ref()
         .is_none_or(|c| c.until_ms <= rec.accepted_at_ms)
     {
-        return Err(invalid(Reason::IntentWithoutClaim));
+        return Err(Error::validation(
+            Operation::StoreWrite,
+            Reason::IntentWithoutClaim,
+        ));
     }
     let mut next = apply_exec_steps(rec, &intent_steps(), rec.accepted_at_ms)?;
     // One insertion: version 1, as every accepted record.
@@ -273,7 +297,7 @@ fn set_once<T: Clone + PartialEq>(
             Ok(())
         }
         (Some(old), Some(v)) if old == v => Ok(()),
-        (Some(_), Some(_)) => Err(invalid(reason)),
+        (Some(_), Some(_)) => Err(Error::validation(Operation::StoreWrite, reason)),
     }
 }
 
@@ -289,14 +313,20 @@ pub fn apply_machine(
     now_ms: u64,
 ) -> Result<MachineRecord, Error> {
     if now_ms < rec.updated_at_ms {
-        return Err(invalid(Reason::ClockBeforeUpdatedAt));
+        return Err(Error::validation(
+            Operation::StoreWrite,
+            Reason::ClockBeforeUpdatedAt,
+        ));
     }
     let mut next = rec.clone();
     if let Some(to) = patch.state
         && to != rec.state
     {
         if !rec.state.can_move_to(to) {
-            return Err(invalid(Reason::ForbiddenTransition));
+            return Err(Error::validation(
+                Operation::StoreWrite,
+                Reason::ForbiddenTransition,
+            ));
         }
         next.state = to;
         if to == MachineRecordState::Deleted {
@@ -313,7 +343,10 @@ pub fn apply_machine(
     }
     if let Some(d) = patch.operation_deadline_ms {
         if next.operation == MachineOperation::None {
-            return Err(invalid(Reason::DeadlineWithoutOperation));
+            return Err(Error::validation(
+                Operation::StoreWrite,
+                Reason::DeadlineWithoutOperation,
+            ));
         }
         set_once(
             &mut next.operation_deadline_ms,
@@ -335,7 +368,10 @@ pub fn apply_machine(
         if let Some(c) = &next.creation
             && c.incarnation != o.incarnation
         {
-            return Err(invalid(Reason::ObservationIncarnation));
+            return Err(Error::validation(
+                Operation::StoreWrite,
+                Reason::ObservationIncarnation,
+            ));
         }
         next.observation = Some(o.clone());
     }

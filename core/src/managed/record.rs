@@ -2,6 +2,7 @@
 //! invariants every stored record keeps. [`ExecutionRecord::validate`] and
 //! [`MachineRecord::validate`] run after every patch and after every decode.
 
+use crate::Operation;
 use crate::Reason;
 use serde::{Deserialize, Serialize};
 
@@ -12,7 +13,7 @@ use super::state::{
 };
 use super::{
     MAX_COUNTER, MAX_TIMESTAMP_MS, RecordKey, check_digest, check_identifier, check_machine_name,
-    check_worker_id, invalid,
+    check_worker_id,
 };
 use crate::{Category, Error};
 
@@ -178,7 +179,7 @@ impl ErrorEntry {
             || !snake(&self.operation, MAX_REASON_LEN)
             || !snake(&self.reason, MAX_REASON_LEN)
         {
-            return Err(invalid(Reason::ErrorEntry));
+            return Err(Error::validation(Operation::StoreWrite, Reason::ErrorEntry));
         }
         check_time(self.at_ms)
     }
@@ -342,13 +343,16 @@ impl ExecutionRecord {
     /// `validation` naming the first broken rule.
     pub fn validate(&self) -> Result<(), Error> {
         if self.schema != SCHEMA {
-            return Err(invalid(Reason::Schema));
+            return Err(Error::validation(Operation::StoreWrite, Reason::Schema));
         }
         self.key.validate()?;
         check_digest(&self.fingerprint)?;
         self.spec.validate()?;
         if self.managed_machine != self.spec.machine {
-            return Err(invalid(Reason::ManagedMachine));
+            return Err(Error::validation(
+                Operation::StoreWrite,
+                Reason::ManagedMachine,
+            ));
         }
         for t in [self.accepted_at_ms, self.updated_at_ms] {
             check_time(t)?;
@@ -361,29 +365,41 @@ impl ExecutionRecord {
             t.map_or(Ok(()), check_time)?;
         }
         if self.updated_at_ms < self.accepted_at_ms {
-            return Err(invalid(Reason::UpdatedBeforeAccepted));
+            return Err(Error::validation(
+                Operation::StoreWrite,
+                Reason::UpdatedBeforeAccepted,
+            ));
         }
         if self.version == 0 || self.version > MAX_COUNTER || self.generation > MAX_COUNTER {
-            return Err(invalid(Reason::Version));
+            return Err(Error::validation(Operation::StoreWrite, Reason::Version));
         }
         if let Some(c) = &self.claim {
             check_identifier(&c.owner)?;
             check_time(c.until_ms)?;
             if self.generation == 0 {
-                return Err(invalid(Reason::ClaimGeneration));
+                return Err(Error::validation(
+                    Operation::StoreWrite,
+                    Reason::ClaimGeneration,
+                ));
             }
         }
         if let Some(a) = &self.assignment {
             check_assignment(a)?;
         }
         if self.deadlines.queue_ms.is_none() {
-            return Err(invalid(Reason::QueueDeadline));
+            return Err(Error::validation(
+                Operation::StoreWrite,
+                Reason::QueueDeadline,
+            ));
         }
         self.check_evidence_coupling()?;
         self.check_collection_and_cleanup()?;
         self.check_artifacts()?;
         if self.errors.len() > MAX_ERROR_HISTORY {
-            return Err(invalid(Reason::ErrorHistory));
+            return Err(Error::validation(
+                Operation::StoreWrite,
+                Reason::ErrorHistory,
+            ));
         }
         for e in self.errors.iter().chain(&self.last_error) {
             e.validate()?;
@@ -393,7 +409,10 @@ impl ExecutionRecord {
 
     fn check_evidence_coupling(&self) -> Result<(), Error> {
         if !self.state.allowed_evidence().contains(&self.evidence) {
-            return Err(invalid(Reason::EvidenceState));
+            return Err(Error::validation(
+                Operation::StoreWrite,
+                Reason::EvidenceState,
+            ));
         }
         let result_ok = match self.state {
             ExecState::Collecting | ExecState::Completed | ExecState::CollectionFailed => {
@@ -415,7 +434,10 @@ impl ExecutionRecord {
         if result_ok {
             Ok(())
         } else {
-            Err(invalid(Reason::ResultState))
+            Err(Error::validation(
+                Operation::StoreWrite,
+                Reason::ResultState,
+            ))
         }
     }
 
@@ -428,32 +450,49 @@ impl ExecutionRecord {
             _ => true,
         };
         if !collection_ok {
-            return Err(invalid(Reason::CollectionState));
+            return Err(Error::validation(
+                Operation::StoreWrite,
+                Reason::CollectionState,
+            ));
         }
         if self.cleanup == Cleanup::Complete {
             if !(self.state.is_terminal() || self.state == ExecState::Unknown) {
-                return Err(invalid(Reason::CleanupState));
+                return Err(Error::validation(
+                    Operation::StoreWrite,
+                    Reason::CleanupState,
+                ));
             }
             if self.managed_machine.is_none()
                 && self.assignment.is_some()
                 && self.absence_at_ms.is_none()
             {
-                return Err(invalid(Reason::CleanupWithoutAbsence));
+                return Err(Error::validation(
+                    Operation::StoreWrite,
+                    Reason::CleanupWithoutAbsence,
+                ));
             }
         }
         if self.cleanup_attempts > MAX_CLEANUP_ATTEMPTS {
-            return Err(invalid(Reason::CleanupAttempts));
+            return Err(Error::validation(
+                Operation::StoreWrite,
+                Reason::CleanupAttempts,
+            ));
         }
         Ok(())
     }
 
     fn check_artifacts(&self) -> Result<(), Error> {
         if self.artifacts.len() > MAX_ARTIFACTS {
-            return Err(invalid(Reason::TooManyArtifacts)
-                .with_limit(self.artifacts.len() as u64, MAX_ARTIFACTS as u64));
+            return Err(
+                Error::validation(Operation::StoreWrite, Reason::TooManyArtifacts)
+                    .with_limit(self.artifacts.len() as u64, MAX_ARTIFACTS as u64),
+            );
         }
         if !self.artifacts.windows(2).all(|w| w[0].path < w[1].path) {
-            return Err(invalid(Reason::ArtifactsNotSortedUnique));
+            return Err(Error::validation(
+                Operation::StoreWrite,
+                Reason::ArtifactsNotSortedUnique,
+            ));
         }
         for a in &self.artifacts {
             check_digest(&a.sha256)?;
@@ -461,9 +500,17 @@ impl ExecutionRecord {
             match declared {
                 Some(o) if a.size <= o.max_size && a.destination == o.destination => {}
                 Some(o) if a.size > o.max_size => {
-                    return Err(invalid(Reason::ArtifactSize).with_limit(a.size, o.max_size));
+                    return Err(
+                        Error::validation(Operation::StoreWrite, Reason::ArtifactSize)
+                            .with_limit(a.size, o.max_size),
+                    );
                 }
-                _ => return Err(invalid(Reason::ArtifactUndeclared)),
+                _ => {
+                    return Err(Error::validation(
+                        Operation::StoreWrite,
+                        Reason::ArtifactUndeclared,
+                    ));
+                }
             }
         }
         Ok(())
@@ -632,7 +679,7 @@ impl MachineRecord {
     /// `validation` naming the first broken rule.
     pub fn validate(&self) -> Result<(), Error> {
         if self.schema != SCHEMA {
-            return Err(invalid(Reason::Schema));
+            return Err(Error::validation(Operation::StoreWrite, Reason::Schema));
         }
         self.key.validate()?;
         check_digest(&self.fingerprint)?;
@@ -640,20 +687,29 @@ impl MachineRecord {
         check_time(self.accepted_at_ms)?;
         check_time(self.updated_at_ms)?;
         if self.updated_at_ms < self.accepted_at_ms {
-            return Err(invalid(Reason::UpdatedBeforeAccepted));
+            return Err(Error::validation(
+                Operation::StoreWrite,
+                Reason::UpdatedBeforeAccepted,
+            ));
         }
         if self.version == 0
             || self.revision() > MAX_COUNTER
             || self.claims > MAX_COUNTER
             || self.generation > MAX_COUNTER
         {
-            return Err(invalid(Reason::Version));
+            return Err(Error::validation(Operation::StoreWrite, Reason::Version));
         }
         if (self.operation == MachineOperation::None) != (self.phase == MachinePhase::None) {
-            return Err(invalid(Reason::OperationPhase));
+            return Err(Error::validation(
+                Operation::StoreWrite,
+                Reason::OperationPhase,
+            ));
         }
         if self.state.needs_creation_evidence() && self.creation.is_none() {
-            return Err(invalid(Reason::CreationEvidence));
+            return Err(Error::validation(
+                Operation::StoreWrite,
+                Reason::CreationEvidence,
+            ));
         }
         if let Some(a) = &self.assignment {
             check_assignment(a)?;
@@ -661,7 +717,10 @@ impl MachineRecord {
         if let Some(c) = &self.claim {
             check_identifier(&c.owner)?;
             if self.generation == 0 {
-                return Err(invalid(Reason::ClaimGeneration));
+                return Err(Error::validation(
+                    Operation::StoreWrite,
+                    Reason::ClaimGeneration,
+                ));
             }
         }
         if let Some(k) = &self.active_execution {
@@ -672,7 +731,10 @@ impl MachineRecord {
                     MachineRecordState::Running | MachineRecordState::Unknown
                 )
             {
-                return Err(invalid(Reason::ActiveExecutionState));
+                return Err(Error::validation(
+                    Operation::StoreWrite,
+                    Reason::ActiveExecutionState,
+                ));
             }
         }
         if self.state == MachineRecordState::Deleted {
@@ -682,12 +744,18 @@ impl MachineRecord {
                 || self.reservation.is_some()
                 || !self.reserved_ports.is_empty()
             {
-                return Err(invalid(Reason::DeletedState));
+                return Err(Error::validation(
+                    Operation::StoreWrite,
+                    Reason::DeletedState,
+                ));
             }
         }
         if !self.reserved_ports.windows(2).all(|w| w[0] < w[1]) || self.reserved_ports.contains(&0)
         {
-            return Err(invalid(Reason::ReservedPorts));
+            return Err(Error::validation(
+                Operation::StoreWrite,
+                Reason::ReservedPorts,
+            ));
         }
         if let Some(e) = &self.last_error {
             e.validate()?;
@@ -700,7 +768,10 @@ fn check_assignment(a: &Assignment) -> Result<(), Error> {
     check_worker_id(&a.worker_id)?;
     check_machine_name(&a.machine_name)?;
     if a.worker_generation == 0 {
-        return Err(invalid(Reason::WorkerGeneration));
+        return Err(Error::validation(
+            Operation::StoreWrite,
+            Reason::WorkerGeneration,
+        ));
     }
     Ok(())
 }
@@ -709,6 +780,6 @@ fn check_time(t: u64) -> Result<(), Error> {
     if t <= MAX_TIMESTAMP_MS {
         Ok(())
     } else {
-        Err(invalid(Reason::Timestamp))
+        Err(Error::validation(Operation::StoreWrite, Reason::Timestamp))
     }
 }

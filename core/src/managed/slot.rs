@@ -12,16 +12,7 @@ use super::state::{
     Cleanup, Collection, ExecState, MachineOperation, MachinePhase, MachineRecordState,
 };
 use crate::Reason;
-use crate::{Category, Error, Evidence, Operation};
-
-const fn exhausted(reason: Reason) -> Error {
-    Error::new(
-        Category::AdmissionExhausted,
-        Operation::StoreSlot,
-        Evidence::NotDispatched,
-    )
-    .with_reason(reason)
-}
+use crate::{Error, Evidence, Operation};
 
 /// Gives the slot of `machine` to `exec` (C14.3): the machine must be idle
 /// and running, in the same scope, with the same artifact and exact profile,
@@ -51,7 +42,12 @@ pub fn acquire(
     }
     match &machine.active_execution {
         Some(k) if *k == exec.key => return Ok(machine.clone()),
-        Some(_) => return Err(exhausted(Reason::SlotBusy)),
+        Some(_) => {
+            return Err(Error::admission_exhausted(
+                Operation::StoreSlot,
+                Reason::SlotBusy,
+            ));
+        }
         None => {}
     }
     if !exec.state.is_before_dispatch() {
@@ -61,7 +57,10 @@ pub fn acquire(
         ));
     }
     if machine.state != MachineRecordState::Running || machine.operation != MachineOperation::None {
-        return Err(exhausted(Reason::MachineNotIdle));
+        return Err(Error::admission_exhausted(
+            Operation::StoreSlot,
+            Reason::MachineNotIdle,
+        ));
     }
     if now_ms < machine.updated_at_ms {
         return Err(Error::validation(
@@ -259,26 +258,34 @@ pub fn request(
         return Ok(None);
     }
     if version != machine.version {
-        return Err(super::claim::stale_version(Operation::StoreSlot));
+        return Err(Error::stale_version(
+            Operation::StoreSlot,
+            Evidence::Unknown,
+            Reason::VersionMismatch,
+        ));
     }
     if machine.active_execution.is_some()
         && matches!(action, MachineOperation::Stop | MachineOperation::Delete)
     {
-        return Err(exhausted(Reason::CommandActive));
+        return Err(Error::admission_exhausted(
+            Operation::StoreSlot,
+            Reason::CommandActive,
+        ));
     }
     let conflict_delete =
         machine.state == MachineRecordState::Conflict && action == MachineOperation::Delete;
     let superseded = conflict_delete && machine.phase == MachinePhase::Uncertain;
     if machine.operation != MachineOperation::None && !superseded {
-        return Err(exhausted(Reason::OperationInProgress));
+        return Err(Error::admission_exhausted(
+            Operation::StoreSlot,
+            Reason::OperationInProgress,
+        ));
     }
     if conflict_delete && machine.assignment.is_some() && machine.creation.is_none() {
-        return Err(Error::new(
-            Category::Validation,
+        return Err(Error::validation(
             Operation::StoreSlot,
-            Evidence::NotDispatched,
-        )
-        .with_reason(Reason::NoCreationEvidence));
+            Reason::NoCreationEvidence,
+        ));
     }
     if now_ms < machine.updated_at_ms {
         return Err(Error::validation(
@@ -345,7 +352,11 @@ pub fn resolve(
         return Err(Error::validation(op, Reason::NotQuiesced));
     }
     if version != machine.version {
-        return Err(super::claim::stale_version(op));
+        return Err(Error::stale_version(
+            op,
+            Evidence::Unknown,
+            Reason::VersionMismatch,
+        ));
     }
     if machine.state == MachineRecordState::Deleted {
         return Err(Error::validation(op, Reason::AlreadyDeleted));
@@ -364,13 +375,21 @@ pub fn resolve(
         } => {
             let recorded = machine.creation.as_ref().map(|c| c.incarnation.as_str());
             if recorded != Some(incarnation.as_str()) {
-                return Err(identity_conflict(Reason::IncarnationMismatch));
+                return Err(Error::identity_conflict(
+                    Operation::StoreSlot,
+                    Evidence::NotDispatched,
+                    Reason::IncarnationMismatch,
+                ));
             }
             if !matches!(
                 observed,
                 MachineRecordState::Stopped | MachineRecordState::Created
             ) {
-                return Err(identity_conflict(Reason::NotStopped));
+                return Err(Error::identity_conflict(
+                    Operation::StoreSlot,
+                    Evidence::NotDispatched,
+                    Reason::NotStopped,
+                ));
             }
             next.state = *observed;
             next.observation = Some(RecordedObservation {
@@ -429,18 +448,10 @@ fn settle_command(c: &ExecutionRecord, now_ms: u64) -> Result<ExecutionRecord, E
     apply_exec(c, &patch, now_ms.max(c.updated_at_ms))
 }
 
-const fn identity_conflict(reason: Reason) -> Error {
-    Error::new(
-        Category::IdentityConflict,
-        Operation::StoreSlot,
-        Evidence::NotDispatched,
-    )
-    .with_reason(reason)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Category;
     use crate::Reason;
     use crate::managed::testkit::{exec_in, key, machine_in};
 

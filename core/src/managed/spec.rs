@@ -5,12 +5,13 @@
 //! module checks only the shape rules that every stored record must keep
 //! (counts, identifiers, sizes), so a decoded record can be re-validated.
 
+use crate::Operation;
 use crate::Reason;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{RecordKey, check_digest, check_identifier, invalid};
+use super::{RecordKey, check_digest, check_identifier};
 use crate::Error;
 
 /// Most inputs or outputs one spec may declare (C12.4).
@@ -199,8 +200,7 @@ impl ManagedTerminalSpec {
     pub fn terminal_spec(&self) -> Result<crate::terminal::TerminalSpec, Error> {
         use core::time::Duration;
         let size = |v: u64, reason| {
-            usize::try_from(v)
-                .map_err(|_| Error::validation(crate::Operation::TerminalSpec, reason))
+            usize::try_from(v).map_err(|_| Error::validation(Operation::TerminalSpec, reason))
         };
         let spec = crate::terminal::TerminalSpec {
             program: self.program.clone(),
@@ -227,18 +227,16 @@ impl ManagedTerminalSpec {
         self.terminal_spec()?;
         let budget = profile.budgets.execution_ms;
         if self.session_ms > budget {
-            return Err(Error::validation(
-                crate::Operation::TerminalSpec,
-                Reason::SessionOverBudget,
-            )
-            .with_limit(self.session_ms, budget));
+            return Err(
+                Error::validation(Operation::TerminalSpec, Reason::SessionOverBudget)
+                    .with_limit(self.session_ms, budget),
+            );
         }
         if self.buffer_bytes > DEFAULT_OUTPUT_ALLOWANCE {
-            return Err(Error::validation(
-                crate::Operation::TerminalSpec,
-                Reason::BufferOverAllowance,
-            )
-            .with_limit(self.buffer_bytes, DEFAULT_OUTPUT_ALLOWANCE));
+            return Err(
+                Error::validation(Operation::TerminalSpec, Reason::BufferOverAllowance)
+                    .with_limit(self.buffer_bytes, DEFAULT_OUTPUT_ALLOWANCE),
+            );
         }
         Ok(())
     }
@@ -439,7 +437,10 @@ impl ArtifactRef {
         check_identifier(&self.id)?;
         check_digest(&self.sha256)?;
         if !matches!(self.architecture.as_str(), "x86_64" | "aarch64") {
-            return Err(invalid(Reason::Architecture));
+            return Err(Error::validation(
+                Operation::StoreWrite,
+                Reason::Architecture,
+            ));
         }
         Ok(())
     }
@@ -457,7 +458,10 @@ impl ProfileRef {
         if ok {
             Ok(())
         } else {
-            Err(invalid(Reason::ProfileBudget))
+            Err(Error::validation(
+                Operation::StoreWrite,
+                Reason::ProfileBudget,
+            ))
         }
     }
 }
@@ -471,7 +475,9 @@ impl ExecutionSpec {
         self.artifact.validate()?;
         self.profile.validate()?;
         match &self.action {
-            Action::Command(c) if c.argv.is_empty() => return Err(invalid(Reason::EmptyArgv)),
+            Action::Command(c) if c.argv.is_empty() => {
+                return Err(Error::validation(Operation::StoreWrite, Reason::EmptyArgv));
+            }
             Action::Command(_) => {}
             Action::Terminal(t) => self.validate_terminal(t)?,
         }
@@ -480,7 +486,10 @@ impl ExecutionSpec {
         }
         if let Some(w) = &self.worker_machine {
             if self.machine.is_some() {
-                return Err(invalid(Reason::TwoMachines));
+                return Err(Error::validation(
+                    Operation::StoreWrite,
+                    Reason::TwoMachines,
+                ));
             }
             super::check_worker_id(&w.worker_id)?;
             super::check_machine_name(&w.name)?;
@@ -490,41 +499,56 @@ impl ExecutionSpec {
         }) = &self.action
             && (user.is_empty() || user.len() > crate::exec::MAX_USER_LEN)
         {
-            return Err(invalid(Reason::User));
+            return Err(Error::validation(Operation::StoreWrite, Reason::User));
         }
         if self.inputs.len() > MAX_FILES || self.outputs.len() > MAX_FILES {
-            return Err(invalid(Reason::TooManyFiles).with_limit(
-                self.inputs.len().max(self.outputs.len()) as u64,
-                MAX_FILES as u64,
-            ));
+            return Err(
+                Error::validation(Operation::StoreWrite, Reason::TooManyFiles).with_limit(
+                    self.inputs.len().max(self.outputs.len()) as u64,
+                    MAX_FILES as u64,
+                ),
+            );
         }
         if !self.inputs.windows(2).all(|w| w[0].path < w[1].path)
             || !self.outputs.windows(2).all(|w| w[0].path < w[1].path)
         {
-            return Err(invalid(Reason::FilesNotSortedUnique));
+            return Err(Error::validation(
+                Operation::StoreWrite,
+                Reason::FilesNotSortedUnique,
+            ));
         }
         for i in &self.inputs {
             check_digest(&i.sha256)?;
         }
         if !(1..=86_400_000).contains(&self.queue_budget_ms) {
-            return Err(invalid(Reason::QueueBudget));
+            return Err(Error::validation(
+                Operation::StoreWrite,
+                Reason::QueueBudget,
+            ));
         }
         if !(60_000..=2_592_000_000).contains(&self.retention_ms) {
-            return Err(invalid(Reason::Retention));
+            return Err(Error::validation(Operation::StoreWrite, Reason::Retention));
         }
         if self.metadata.len() > MAX_METADATA {
-            return Err(invalid(Reason::TooManyMetadata)
-                .with_limit(self.metadata.len() as u64, MAX_METADATA as u64));
+            return Err(
+                Error::validation(Operation::StoreWrite, Reason::TooManyMetadata)
+                    .with_limit(self.metadata.len() as u64, MAX_METADATA as u64),
+            );
         }
         for (k, v) in &self.metadata {
             check_identifier(k)?;
             match v {
                 MetaValue::String(s) if s.len() > MAX_METADATA_STRING => {
-                    return Err(invalid(Reason::MetadataString)
-                        .with_limit(s.len() as u64, MAX_METADATA_STRING as u64));
+                    return Err(
+                        Error::validation(Operation::StoreWrite, Reason::MetadataString)
+                            .with_limit(s.len() as u64, MAX_METADATA_STRING as u64),
+                    );
                 }
                 MetaValue::Integer(i) if i.unsigned_abs() > MAX_SAFE_INTEGER as u64 => {
-                    return Err(invalid(Reason::MetadataInteger));
+                    return Err(Error::validation(
+                        Operation::StoreWrite,
+                        Reason::MetadataInteger,
+                    ));
                 }
                 _ => {}
             }
@@ -538,16 +562,25 @@ impl ExecutionSpec {
     /// [`ManagedTerminalSpec::validate`].
     fn validate_terminal(&self, t: &ManagedTerminalSpec) -> Result<(), Error> {
         if self.machine.is_none() {
-            return Err(invalid(Reason::TerminalNeedsRetainedMachine));
+            return Err(Error::validation(
+                Operation::StoreWrite,
+                Reason::TerminalNeedsRetainedMachine,
+            ));
         }
         if !self.inputs.is_empty() || !self.outputs.is_empty() {
-            return Err(invalid(Reason::TerminalFileManifest));
+            return Err(Error::validation(
+                Operation::StoreWrite,
+                Reason::TerminalFileManifest,
+            ));
         }
         if self.artifact.kind != ArtifactKind::Image {
-            return Err(invalid(Reason::TerminalCheckpointSource));
+            return Err(Error::validation(
+                Operation::StoreWrite,
+                Reason::TerminalCheckpointSource,
+            ));
         }
         t.validate(&self.profile)
-            .map_err(|e| e.with_operation(crate::Operation::StoreWrite))
+            .map_err(|e| e.with_operation(Operation::StoreWrite))
     }
 
     /// True for a background launch.
@@ -567,17 +600,21 @@ impl RetainedMachineSpec {
         if !self.ports.windows(2).all(|w| w[0].host < w[1].host)
             || self.ports.iter().any(|p| p.host == 0 || p.guest == 0)
         {
-            return Err(invalid(Reason::Ports));
+            return Err(Error::validation(Operation::StoreWrite, Reason::Ports));
         }
         let max = crate::worker::network::MAX_PORTS;
         if self.ports.len() > max {
             // The worker's create takes at most this many (C9.2).
             return Err(
-                invalid(Reason::TooManyPorts).with_limit(self.ports.len() as u64, max as u64)
+                Error::validation(Operation::StoreWrite, Reason::TooManyPorts)
+                    .with_limit(self.ports.len() as u64, max as u64),
             );
         }
         if self.workload.as_ref().is_some_and(Vec::is_empty) {
-            return Err(invalid(Reason::EmptyWorkload));
+            return Err(Error::validation(
+                Operation::StoreWrite,
+                Reason::EmptyWorkload,
+            ));
         }
         Ok(())
     }

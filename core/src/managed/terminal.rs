@@ -42,12 +42,11 @@ impl Verdict {
                 Self::Exited(*code)
             }
             Ok(TerminalExit { code }) => Self::Uncertain(
-                Error::new(
-                    Category::Unknown,
+                Error::unknown(
                     Operation::TerminalSession,
                     Evidence::Unknown,
+                    Reason::AmbiguousExitCode,
                 )
-                .with_reason(Reason::AmbiguousExitCode)
                 .with_exit_code(*code),
             ),
             Err(e) if e.evidence() == Evidence::NotDispatched => Self::NotSent(*e),
@@ -200,16 +199,11 @@ impl<C> fmt::Debug for Registry<C> {
 /// reason `attach_wait` — the same error the low-level session reports.
 #[must_use]
 pub const fn attach_expired() -> Error {
-    Error::new(
-        Category::Expired,
+    Error::expired(
         Operation::TerminalConsumer,
         Evidence::Unknown,
+        Reason::AttachWait,
     )
-    .with_reason(Reason::AttachWait)
-}
-
-const fn registry_error(category: Category, reason: Reason, evidence: Evidence) -> Error {
-    Error::new(category, Operation::TerminalConsumer, evidence).with_reason(reason)
 }
 
 impl<C> Registry<C> {
@@ -287,12 +281,10 @@ impl<C> Registry<C> {
             match oldest {
                 Some(k) => retired = self.entries.remove(&k).map(|e| (k, e.conn)),
                 None => {
-                    return Err(Error::new(
-                        Category::AdmissionExhausted,
+                    return Err(Error::admission_exhausted(
                         Operation::TerminalOpen,
-                        Evidence::NotDispatched,
+                        Reason::TerminalLimit,
                     )
-                    .with_reason(Reason::TerminalLimit)
                     .with_limit(self.entries.len() as u64 + 1, self.limit as u64));
                 }
             }
@@ -346,18 +338,18 @@ impl<C> Registry<C> {
             return Ok(None);
         };
         if e.consumer.is_some() || e.consumer_lost {
-            return Err(registry_error(
-                Category::Authentication,
-                Reason::TerminalConsumerBound,
+            return Err(Error::authentication(
+                Operation::TerminalConsumer,
                 Evidence::NotDispatched,
+                Reason::TerminalConsumerBound,
             ));
         }
         if e.expired || (e.phase == Phase::Live && now >= e.attach_by) {
             e.expired = true;
-            return Err(registry_error(
-                Category::Expired,
-                Reason::TerminalConsumer,
+            return Err(Error::expired(
+                Operation::TerminalConsumer,
                 Evidence::Unknown,
+                Reason::TerminalConsumer,
             ));
         }
         let id = ConsumerId(self.next_consumer);
@@ -373,15 +365,15 @@ impl<C> Registry<C> {
     /// was retired (its record still says how it ended).
     pub fn get(&mut self, key: &RecordKey, who: ConsumerId) -> Result<&mut C, Error> {
         match self.entries.get_mut(key) {
-            None => Err(registry_error(
-                Category::NotFound,
+            None => Err(Error::not_found(
+                Operation::TerminalConsumer,
+                Evidence::NotDispatched,
                 Reason::TerminalRetired,
-                Evidence::NotDispatched,
             )),
-            Some(e) if e.consumer != Some(who) || e.consumer_lost => Err(registry_error(
-                Category::Authentication,
-                Reason::TerminalConsumerBound,
+            Some(e) if e.consumer != Some(who) || e.consumer_lost => Err(Error::authentication(
+                Operation::TerminalConsumer,
                 Evidence::NotDispatched,
+                Reason::TerminalConsumerBound,
             )),
             Some(e) => Ok(&mut e.conn),
         }
@@ -428,10 +420,10 @@ impl<C> Registry<C> {
     pub fn final_read(&mut self, key: &RecordKey, who: ConsumerId) -> Result<C, Error> {
         self.get(key, who)?;
         self.entries.remove(key).map(|e| e.conn).ok_or_else(|| {
-            registry_error(
-                Category::NotFound,
-                Reason::TerminalRetired,
+            Error::not_found(
+                Operation::TerminalConsumer,
                 Evidence::NotDispatched,
+                Reason::TerminalRetired,
             )
         })
     }
@@ -576,10 +568,10 @@ mod tests {
             assert_eq!(done.result, None);
         }
         // The session itself reports them as errors: still uncertain.
-        let e = Error::new(
-            Category::Unknown,
+        let e = Error::unknown(
             Operation::TerminalSession,
             Evidence::Unknown,
+            Reason::Unspecified,
         )
         .with_exit_code(130);
         assert!(matches!(Verdict::of(&Err(e)), Verdict::Uncertain(_)));
@@ -608,12 +600,11 @@ mod tests {
 
     #[test]
     fn buffer_exhaustion_is_an_uncertain_output_limit() {
-        let e = Error::new(
-            Category::OutputLimit,
+        let e = Error::output_limit(
             Operation::TerminalOutput,
             Evidence::Unknown,
-        )
-        .with_reason(Reason::UnreadOutput);
+            Reason::UnreadOutput,
+        );
         let v = Verdict::of(&Err(e));
         assert!(matches!(&v, Verdict::Uncertain(e) if e.category() == Category::OutputLimit));
         let rec = terminal_record(ExecState::Running);
@@ -628,10 +619,10 @@ mod tests {
 
     #[test]
     fn a_refused_open_fails_without_dispatch_and_a_finished_record_takes_nothing() {
-        let e = Error::new(
-            Category::Transport,
+        let e = Error::transport(
             Operation::TerminalOpen,
             Evidence::NotDispatched,
+            Reason::Unspecified,
         );
         let v = Verdict::of(&Err(e));
         let rec = terminal_record(ExecState::Dispatching);
@@ -782,12 +773,11 @@ mod tests {
         let mut r = Registry::new(4).unwrap();
         r.insert(t0, k("a"), 1u8, ATTACH).unwrap();
         r.insert(t0, k("b"), 2u8, ATTACH).unwrap();
-        let own = Error::new(
-            Category::Expired,
+        let own = Error::expired(
             Operation::TerminalConsumer,
             Evidence::Unknown,
-        )
-        .with_reason(Reason::AttachWait);
+            Reason::AttachWait,
+        );
         r.ended(t0 + ms(10), &k("a"), &Err(own));
         let e = r.attach(t0 + ms(20), &k("a")).unwrap_err();
         assert_eq!(

@@ -75,7 +75,7 @@ use crate::Reason;
 use std::borrow::Cow;
 use std::str::Utf8Error;
 
-use crate::error::{Category, Error, Evidence, Operation};
+use crate::error::{Error, Evidence, Operation};
 
 mod fuzz;
 #[cfg(test)]
@@ -280,12 +280,10 @@ impl SseParser {
             State::Open => {}
             State::Failed(e) => return Err(e),
             State::Finished(_) => {
-                return Err(Error::new(
-                    Category::Validation,
-                    self.config.operation,
-                    Evidence::DispatchUncertain,
-                )
-                .with_reason(Reason::SseInputAfterFinish));
+                return Err(
+                    Error::validation(self.config.operation, Reason::SseInputAfterFinish)
+                        .with_evidence(Evidence::DispatchUncertain),
+                );
             }
         }
         if bytes.len() > self.config.max_chunk_len {
@@ -517,13 +515,8 @@ impl SseParser {
     }
 
     fn fail(&mut self, reason: Reason, actual: usize, max: usize) -> Error {
-        let e = Error::new(
-            Category::OutputLimit,
-            self.config.operation,
-            Evidence::DispatchUncertain,
-        )
-        .with_reason(reason)
-        .with_limit(to_u64(actual), to_u64(max));
+        let e = Error::output_limit(self.config.operation, Evidence::DispatchUncertain, reason)
+            .with_limit(to_u64(actual), to_u64(max));
         self.state = State::Failed(e);
         self.buf = Vec::new();
         self.pos = 0;

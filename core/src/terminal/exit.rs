@@ -4,7 +4,7 @@
 use crate::Reason;
 use serde::Deserialize;
 
-use crate::error::{Category, Error, Evidence, Operation};
+use crate::error::{Error, Evidence, Operation};
 
 /// Longest text frame the worker may send (the exit frame).
 pub const MAX_EXIT_FRAME_BYTES: usize = 128;
@@ -56,9 +56,9 @@ pub(crate) fn parse_exit_frame(text: &str) -> Result<i32, Error> {
 pub(crate) fn classify_exit(code: i32) -> Result<TerminalExit, Error> {
     let op = Operation::TerminalSession;
     match code {
-        124 | 130 | -1 => Err(Error::new(Category::Unknown, op, Evidence::Unknown)
-            .with_reason(Reason::AmbiguousExitCode)
-            .with_exit_code(code)),
+        124 | 130 | -1 => Err(
+            Error::unknown(op, Evidence::Unknown, Reason::AmbiguousExitCode).with_exit_code(code),
+        ),
         0..=255 => Ok(TerminalExit { code }),
         _ => Err(Error::protocol(op, Reason::ExitCodeOutOfRange).with_evidence(Evidence::Unknown)),
     }
@@ -67,6 +67,7 @@ pub(crate) fn classify_exit(code: i32) -> Result<TerminalExit, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Category;
     use crate::Reason;
 
     #[test]

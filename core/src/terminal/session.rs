@@ -413,7 +413,11 @@ impl TerminalSession {
     pub fn handle_timeout(&mut self, now: Instant) {
         let now = self.touch(now);
         if self.is_write_stalled(now) {
-            let e = transport_failure(Reason::WriteTimeout);
+            let e = Error::transport(
+                Operation::TerminalOutput,
+                Evidence::Unknown,
+                Reason::WriteTimeout,
+            );
             self.abandon(e);
             return;
         }
@@ -468,7 +472,11 @@ impl TerminalSession {
     /// (its exit frame, its close) stops writing only.
     pub fn handle_transport_error(&mut self, now: Instant, failure: TransportFailure) {
         let now = self.touch(now);
-        let e = transport_failure(failure.reason());
+        let e = Error::transport(
+            Operation::TerminalOutput,
+            Evidence::Unknown,
+            failure.reason(),
+        );
         if failure == TransportFailure::Write && !self.eof {
             self.write_broken = true;
             self.unwritten = 0;
@@ -565,12 +573,11 @@ impl TerminalSession {
     pub fn detach(&mut self, now: Instant) {
         let now = self.touch(now);
         if self.outcome.is_none() {
-            let e = Error::new(
-                Category::Unknown,
+            let e = Error::unknown(
                 Operation::TerminalConsumer,
                 self.evidence(),
-            )
-            .with_reason(Reason::ConsumerLost);
+                Reason::ConsumerLost,
+            );
             self.finish(now, Err(e), CloseCode::GOING_AWAY);
             self.pump(now);
         }
@@ -606,12 +613,11 @@ impl TerminalSession {
             return Next::Closed(outcome);
         }
         if now >= wait_until {
-            let e = Error::new(
-                Category::Expired,
+            let e = Error::expired(
                 Operation::TerminalOutput,
                 self.evidence(),
-            )
-            .with_reason(Reason::WaitTimeout);
+                Reason::WaitTimeout,
+            );
             return Next::TimedOut(e);
         }
         let wake = self
@@ -799,7 +805,7 @@ impl TerminalSession {
     }
 
     fn expired(&self, op: Operation, reason: Reason) -> Error {
-        Error::new(Category::Expired, op, self.evidence()).with_reason(reason)
+        Error::expired(op, self.evidence(), reason)
     }
 
     fn check_can_send(&self, op: Operation) -> Result<(), Error> {
@@ -819,8 +825,7 @@ impl TerminalSession {
     fn charge(&mut self, now: Instant, op: Operation, len: usize) -> Result<(), Error> {
         let total = self.sent_bytes + len as u64;
         if total > self.max_request_bytes {
-            let e = Error::new(Category::OutputLimit, op, Evidence::Unknown)
-                .with_reason(Reason::CumulativeInput)
+            let e = Error::output_limit(op, Evidence::Unknown, Reason::CumulativeInput)
                 .with_limit(total, self.max_request_bytes);
             self.finish(now, Err(e), CloseCode::POLICY_VIOLATION);
             self.pump(now);
@@ -907,18 +912,16 @@ impl TerminalSession {
                     self.peer_close = Some(info);
                     let outcome = match self.exit_code {
                         Some(code) => classify_exit(code),
-                        None if self.user_closed => Err(Error::new(
-                            Category::Unknown,
+                        None if self.user_closed => Err(Error::unknown(
                             Operation::TerminalClose,
                             Evidence::Unknown,
-                        )
-                        .with_reason(Reason::ClosedByClient)),
-                        None => Err(Error::new(
-                            Category::Unknown,
+                            Reason::ClosedByClient,
+                        )),
+                        None => Err(Error::unknown(
                             Operation::TerminalOutput,
                             Evidence::Unknown,
-                        )
-                        .with_reason(Reason::ClosedWithoutExit)),
+                            Reason::ClosedWithoutExit,
+                        )),
                     };
                     let outcome = match (outcome, info.code) {
                         (Err(e), Some(code)) => Err(e.with_close_code(code.as_u16())),
@@ -939,19 +942,16 @@ impl TerminalSession {
     }
 
     fn overflow(&self, overflow: Overflow) -> Error {
-        let e = Error::new(
-            Category::OutputLimit,
-            Operation::TerminalOutput,
-            Evidence::Unknown,
-        );
-        match overflow {
-            Overflow::Bytes(total) => e
-                .with_reason(Reason::UnreadOutputBytes)
-                .with_limit(total, self.queue_max_bytes()),
-            Overflow::Chunks => e
-                .with_reason(Reason::UnreadOutputChunks)
-                .with_limit(MAX_UNREAD_CHUNKS as u64 + 1, MAX_UNREAD_CHUNKS as u64),
-        }
+        let (reason, actual, max) = match overflow {
+            Overflow::Bytes(total) => (Reason::UnreadOutputBytes, total, self.queue_max_bytes()),
+            Overflow::Chunks => (
+                Reason::UnreadOutputChunks,
+                MAX_UNREAD_CHUNKS as u64 + 1,
+                MAX_UNREAD_CHUNKS as u64,
+            ),
+        };
+        Error::output_limit(Operation::TerminalOutput, Evidence::Unknown, reason)
+            .with_limit(actual, max)
     }
 
     fn queue_max_bytes(&self) -> u64 {
@@ -966,25 +966,15 @@ impl TerminalSession {
         }
         let e = e.with_evidence(Evidence::Unknown);
         if e.reason() == Reason::CloseWaitExpired {
-            Error::new(
-                Category::Expired,
+            Error::expired(
                 Operation::TerminalClose,
                 Evidence::Unknown,
+                Reason::CloseWaitExpired,
             )
-            .with_reason(Reason::CloseWaitExpired)
         } else {
             e.with_operation(Operation::TerminalOutput)
         }
     }
-}
-
-fn transport_failure(reason: Reason) -> Error {
-    Error::new(
-        Category::Transport,
-        Operation::TerminalOutput,
-        Evidence::Unknown,
-    )
-    .with_reason(reason)
 }
 
 impl Machine for TerminalSession {

@@ -269,14 +269,19 @@ impl Endpoint {
                 || b.len() > MAX_TOKEN_LEN
                 || !b.iter().all(|c| (0x21..=0x7e).contains(c))
             {
-                return Err(invalid(Reason::InvalidToken));
+                return Err(Error::validation(Operation::Config, Reason::InvalidToken));
             }
         }
         let loopback = is_loopback_host(&url.host);
         let client_identity = match (config.client_cert, config.client_key) {
             (None, None) => None,
             (Some(cert), Some(key)) => Some((cert, key)),
-            _ => return Err(invalid(Reason::ClientCertAndKeyGoTogether)),
+            _ => {
+                return Err(Error::validation(
+                    Operation::Config,
+                    Reason::ClientCertAndKeyGoTogether,
+                ));
+            }
         };
         let unix_socket = match config.unix_socket {
             None => None,
@@ -285,27 +290,48 @@ impl Endpoint {
         match url.scheme {
             Scheme::Https => {
                 if config.token.is_none() {
-                    return Err(invalid(Reason::HttpsRequiresToken));
+                    return Err(Error::validation(
+                        Operation::Config,
+                        Reason::HttpsRequiresToken,
+                    ));
                 }
                 if unix_socket.is_some() {
-                    return Err(invalid(Reason::SocketRequiresPlainHttp));
+                    return Err(Error::validation(
+                        Operation::Config,
+                        Reason::SocketRequiresPlainHttp,
+                    ));
                 }
                 if config.allow_insecure_loopback {
-                    return Err(invalid(Reason::InsecureWithHttps));
+                    return Err(Error::validation(
+                        Operation::Config,
+                        Reason::InsecureWithHttps,
+                    ));
                 }
             }
             Scheme::Http => {
                 if config.ca_file.is_some() {
-                    return Err(invalid(Reason::CaFileRequiresHttps));
+                    return Err(Error::validation(
+                        Operation::Config,
+                        Reason::CaFileRequiresHttps,
+                    ));
                 }
                 if client_identity.is_some() {
-                    return Err(invalid(Reason::ClientCertRequiresHttps));
+                    return Err(Error::validation(
+                        Operation::Config,
+                        Reason::ClientCertRequiresHttps,
+                    ));
                 }
                 if !loopback {
-                    return Err(invalid(Reason::PlainHttpRequiresLoopback));
+                    return Err(Error::validation(
+                        Operation::Config,
+                        Reason::PlainHttpRequiresLoopback,
+                    ));
                 }
                 if unix_socket.is_none() && !config.allow_insecure_loopback {
-                    return Err(invalid(Reason::PlainHttpRequiresOptIn));
+                    return Err(Error::validation(
+                        Operation::Config,
+                        Reason::PlainHttpRequiresOptIn,
+                    ));
                 }
             }
         }
@@ -316,7 +342,10 @@ impl Endpoint {
         {
             let s = p.as_os_str();
             if s.is_empty() || s.as_encoded_bytes().contains(&0) {
-                return Err(invalid(Reason::InvalidFilePath));
+                return Err(Error::validation(
+                    Operation::Config,
+                    Reason::InvalidFilePath,
+                ));
             }
         }
         Ok(Self {
@@ -351,7 +380,7 @@ impl Endpoint {
         if files.into_iter().all(is_regular_file) {
             Ok(())
         } else {
-            Err(invalid(Reason::FileNotRegular))
+            Err(Error::validation(Operation::Config, Reason::FileNotRegular))
         }
     }
 
@@ -426,12 +455,10 @@ impl Endpoint {
                     ca_file,
                     client_identity: self.client_identity(),
                 }),
-                None => Err(Error::new(
-                    crate::Category::UnsupportedCapability,
+                None => Err(Error::unsupported_capability(
                     Operation::Config,
-                    crate::Evidence::NotDispatched,
-                )
-                .with_reason(Reason::TlsRequiresCaFile)),
+                    Reason::TlsRequiresCaFile,
+                )),
             },
         }
     }
@@ -514,10 +541,6 @@ impl fmt::Debug for Endpoint {
     }
 }
 
-const fn invalid(reason: Reason) -> Error {
-    Error::validation(Operation::Config, reason)
-}
-
 /// True when plain HTTP (no TLS) may connect to `ip`: a loopback address
 /// only (127.0.0.0/8, `::1`, or 127.0.0.0/8 mapped into IPv6). A shell
 /// resolving `localhost` for plain HTTP connects only to addresses this
@@ -560,16 +583,28 @@ pub struct SocketFileFacts {
 /// `socket_dir_writable_by_others` or `socket_owner_mismatch`.
 pub fn check_unix_socket(f: SocketFileFacts) -> Result<(), Error> {
     if !f.is_socket {
-        return Err(invalid(Reason::SocketNotASocket));
+        return Err(Error::validation(
+            Operation::Config,
+            Reason::SocketNotASocket,
+        ));
     }
     if f.socket_mode & 0o002 != 0 {
-        return Err(invalid(Reason::SocketWritableByOthers));
+        return Err(Error::validation(
+            Operation::Config,
+            Reason::SocketWritableByOthers,
+        ));
     }
     if f.dir_mode & 0o022 != 0 {
-        return Err(invalid(Reason::SocketDirWritableByOthers));
+        return Err(Error::validation(
+            Operation::Config,
+            Reason::SocketDirWritableByOthers,
+        ));
     }
     if f.socket_uid != f.dir_uid && f.socket_uid != 0 {
-        return Err(invalid(Reason::SocketOwnerMismatch));
+        return Err(Error::validation(
+            Operation::Config,
+            Reason::SocketOwnerMismatch,
+        ));
     }
     Ok(())
 }
@@ -580,7 +615,10 @@ fn is_loopback_host(host: &str) -> bool {
 
 fn check_socket_path(s: &str) -> Result<PathBuf, Error> {
     if !s.starts_with('/') || s.len() > MAX_SOCKET_PATH_LEN || s.contains('\0') {
-        return Err(invalid(Reason::InvalidSocketPath));
+        return Err(Error::validation(
+            Operation::Config,
+            Reason::InvalidSocketPath,
+        ));
     }
     Ok(PathBuf::from(s))
 }
@@ -594,40 +632,45 @@ struct BaseUrl {
 
 fn parse_base_url(url: &str) -> Result<BaseUrl, Error> {
     if url.len() > MAX_BASE_URL_LEN {
-        return Err(
-            invalid(Reason::BaseUrlTooLong).with_limit(url.len() as u64, MAX_BASE_URL_LEN as u64)
-        );
+        return Err(Error::validation(Operation::Config, Reason::BaseUrlTooLong)
+            .with_limit(url.len() as u64, MAX_BASE_URL_LEN as u64));
     }
     let (scheme, rest) = if let Some(r) = strip_prefix_ci(url, "http://") {
         (Scheme::Http, r)
     } else if let Some(r) = strip_prefix_ci(url, "https://") {
         (Scheme::Https, r)
     } else {
-        return Err(invalid(Reason::BaseUrlScheme));
+        return Err(Error::validation(Operation::Config, Reason::BaseUrlScheme));
     };
     if rest.contains(['?', '#']) {
-        return Err(invalid(Reason::BaseUrlQueryOrFragment));
+        return Err(Error::validation(
+            Operation::Config,
+            Reason::BaseUrlQueryOrFragment,
+        ));
     }
     let (authority, path) = rest.find('/').map_or((rest, ""), |i| rest.split_at(i));
     if !(path.is_empty() || path == "/") {
-        return Err(invalid(Reason::BaseUrlPath));
+        return Err(Error::validation(Operation::Config, Reason::BaseUrlPath));
     }
     if authority.contains('@') {
-        return Err(invalid(Reason::BaseUrlUserinfo));
+        return Err(Error::validation(
+            Operation::Config,
+            Reason::BaseUrlUserinfo,
+        ));
     }
     let (host, port_text) = if let Some(after) = authority.strip_prefix('[') {
         let end = after
             .find(']')
-            .ok_or_else(|| invalid(Reason::BaseUrlHost))?;
+            .ok_or_else(|| Error::validation(Operation::Config, Reason::BaseUrlHost))?;
         let literal = &after[..end];
         if literal.parse::<Ipv6Addr>().is_err() {
-            return Err(invalid(Reason::BaseUrlHost));
+            return Err(Error::validation(Operation::Config, Reason::BaseUrlHost));
         }
         let tail = &after[end + 1..];
         let port = match tail.strip_prefix(':') {
             Some(p) => Some(p),
             None if tail.is_empty() => None,
-            None => return Err(invalid(Reason::BaseUrlHost)),
+            None => return Err(Error::validation(Operation::Config, Reason::BaseUrlHost)),
         };
         (literal.to_ascii_lowercase(), port)
     } else {
@@ -645,7 +688,7 @@ fn parse_base_url(url: &str) -> Result<BaseUrl, Error> {
             && (h.parse::<Ipv4Addr>().is_ok()
                 || !h.bytes().all(|b| b.is_ascii_digit() || b == b'.'));
         if !valid {
-            return Err(invalid(Reason::BaseUrlHost));
+            return Err(Error::validation(Operation::Config, Reason::BaseUrlHost));
         }
         (h.to_ascii_lowercase(), p)
     };
@@ -656,7 +699,7 @@ fn parse_base_url(url: &str) -> Result<BaseUrl, Error> {
             let n: u32 = if ok { p.parse().unwrap_or(0) } else { 0 };
             match u16::try_from(n) {
                 Ok(n) if n >= 1 => (n, true),
-                _ => return Err(invalid(Reason::BaseUrlPort)),
+                _ => return Err(Error::validation(Operation::Config, Reason::BaseUrlPort)),
             }
         }
     };

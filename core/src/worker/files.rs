@@ -10,7 +10,7 @@ use super::machines::MachineName;
 use super::profile::{Feature, Profile};
 use super::status::{check_media_type, status_error};
 use super::{APPLICATION_JSON, APPLICATION_OCTET_STREAM, WorkerCall, machine_target};
-use crate::error::{Category, Error, Evidence, Operation};
+use crate::error::{Error, Evidence, Operation};
 use crate::http1::encode::push_path_segment;
 use crate::http1::{Method, Request, ResponseHead};
 use crate::worker::endpoint::Budgets;
@@ -500,7 +500,12 @@ impl DownloadSink {
             if let Some(n) = head.content_length
                 && n > self.cap
             {
-                return Err(limit(n, self.cap));
+                return Err(Error::output_limit(
+                    Operation::Download,
+                    Evidence::DispatchUncertain,
+                    Reason::DownloadCap,
+                )
+                .with_limit(n, self.cap));
             }
         }
         self.head = Some(head.clone());
@@ -526,7 +531,12 @@ impl DownloadSink {
             if head.status != 200 {
                 return Ok(()); // an error body is only classified; keep the prefix
             }
-            return Err(limit(total, cap));
+            return Err(Error::output_limit(
+                Operation::Download,
+                Evidence::DispatchUncertain,
+                Reason::DownloadCap,
+            )
+            .with_limit(total, cap));
         }
         self.body.extend_from_slice(chunk);
         Ok(())
@@ -545,14 +555,4 @@ impl DownloadSink {
         }
         Ok(self.body.freeze())
     }
-}
-
-const fn limit(actual: u64, max: u64) -> Error {
-    Error::new(
-        Category::OutputLimit,
-        Operation::Download,
-        Evidence::DispatchUncertain,
-    )
-    .with_reason(Reason::DownloadCap)
-    .with_limit(actual, max)
 }

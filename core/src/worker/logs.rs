@@ -16,7 +16,7 @@ use super::machines::MachineName;
 use super::profile::{Feature, Profile};
 use super::status::{check_media_type, check_status};
 use super::{TEXT_EVENT_STREAM, WorkerCall, machine_target};
-use crate::error::{Category, Error, Evidence, Operation};
+use crate::error::{Error, Evidence, Operation};
 use crate::http1::{Method, Request, ResponseHead};
 use crate::sse::{self, SseParser, StreamEnd};
 
@@ -258,16 +258,14 @@ impl LogLines {
         self.events += 1;
         if self.events > MAX_EVENTS {
             return Err(
-                Error::new(Category::OutputLimit, op, Evidence::DispatchUncertain)
-                    .with_reason(Reason::LogEventCap)
+                Error::output_limit(op, Evidence::DispatchUncertain, Reason::LogEventCap)
                     .with_limit(self.events.into(), MAX_EVENTS.into()),
             );
         }
         self.bytes += data.len() as u64 + 1;
         if self.bytes > self.allowance {
             return Err(
-                Error::new(Category::OutputLimit, op, Evidence::DispatchUncertain)
-                    .with_reason(Reason::LogAllowance)
+                Error::output_limit(op, Evidence::DispatchUncertain, Reason::LogAllowance)
                     .with_limit(self.bytes, self.allowance),
             );
         }

@@ -3,7 +3,7 @@
 use crate::Reason;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::error::{Category, Error, Evidence, Operation};
+use crate::error::{Error, Operation};
 
 /// Most hostnames in a policy.
 pub const MAX_HOSTNAMES: usize = 32;
@@ -15,10 +15,6 @@ pub const MAX_HOSTNAME_LEN: usize = 253;
 pub const MAX_CIDR_LEN: usize = 49;
 /// Most port mappings per machine.
 pub const MAX_PORTS: usize = 32;
-
-const fn spec_error(reason: Reason) -> Error {
-    Error::validation(Operation::MachineSpec, reason)
-}
 
 /// A lowercase DNS hostname with ≥2 labels, ≤253 bytes, labels
 /// `[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?`; no IP literal, wildcard, URL or
@@ -43,7 +39,10 @@ impl Hostname {
         if ok {
             Ok(Self(name.into()))
         } else {
-            Err(spec_error(Reason::InvalidHostname))
+            Err(Error::validation(
+                Operation::MachineSpec,
+                Reason::InvalidHostname,
+            ))
         }
     }
 
@@ -74,7 +73,8 @@ impl Cidr {
     /// # Errors
     /// `validation`, operation `machine_spec`, reason `invalid_cidr`.
     pub fn new(text: &str) -> Result<Self, Error> {
-        Self::parse(text).ok_or_else(|| spec_error(Reason::InvalidCidr))
+        Self::parse(text)
+            .ok_or_else(|| Error::validation(Operation::MachineSpec, Reason::InvalidCidr))
     }
 
     fn parse(text: &str) -> Option<Self> {
@@ -135,21 +135,30 @@ impl NetworkPolicy {
     /// `validation`, operation `machine_spec`.
     pub fn allowlist(mut hosts: Vec<Hostname>, mut cidrs: Vec<Cidr>) -> Result<Self, Error> {
         if hosts.is_empty() && cidrs.is_empty() {
-            return Err(spec_error(Reason::EmptyNetworkPolicy));
+            return Err(Error::validation(
+                Operation::MachineSpec,
+                Reason::EmptyNetworkPolicy,
+            ));
         }
         if hosts.len() > MAX_HOSTNAMES {
-            return Err(spec_error(Reason::TooManyHostnames)
-                .with_limit(hosts.len() as u64, MAX_HOSTNAMES as u64));
+            return Err(
+                Error::validation(Operation::MachineSpec, Reason::TooManyHostnames)
+                    .with_limit(hosts.len() as u64, MAX_HOSTNAMES as u64),
+            );
         }
         if cidrs.len() > MAX_CIDRS {
             return Err(
-                spec_error(Reason::TooManyCidrs).with_limit(cidrs.len() as u64, MAX_CIDRS as u64)
+                Error::validation(Operation::MachineSpec, Reason::TooManyCidrs)
+                    .with_limit(cidrs.len() as u64, MAX_CIDRS as u64),
             );
         }
         hosts.sort();
         cidrs.sort();
         if hosts.windows(2).any(|w| w[0] == w[1]) || cidrs.windows(2).any(|w| w[0] == w[1]) {
-            return Err(spec_error(Reason::DuplicateNetworkEntry));
+            return Err(Error::validation(
+                Operation::MachineSpec,
+                Reason::DuplicateNetworkEntry,
+            ));
         }
         Ok(Self::Allowlist { hosts, cidrs })
     }
@@ -174,7 +183,10 @@ impl PortMapping {
     /// `validation`, operation `machine_spec`, reason `invalid_port`.
     pub fn new(host: u16, guest: u16) -> Result<Self, Error> {
         if host == 0 || guest == 0 {
-            return Err(spec_error(Reason::InvalidPort));
+            return Err(Error::validation(
+                Operation::MachineSpec,
+                Reason::InvalidPort,
+            ));
         }
         Ok(Self { host, guest })
     }
@@ -197,23 +209,16 @@ impl PortMapping {
 pub fn canonical_ports(mut ports: Vec<PortMapping>) -> Result<Vec<PortMapping>, Error> {
     if ports.len() > MAX_PORTS {
         return Err(
-            spec_error(Reason::TooManyPorts).with_limit(ports.len() as u64, MAX_PORTS as u64)
+            Error::validation(Operation::MachineSpec, Reason::TooManyPorts)
+                .with_limit(ports.len() as u64, MAX_PORTS as u64),
         );
     }
     ports.sort();
     if ports.windows(2).any(|w| w[0].host == w[1].host) {
-        return Err(spec_error(Reason::DuplicateHostPort));
+        return Err(Error::validation(
+            Operation::MachineSpec,
+            Reason::DuplicateHostPort,
+        ));
     }
     Ok(ports)
-}
-
-/// The `unsupported_network_policy` error of an observation whose network
-/// is enabled without explicit allowlists.
-pub(crate) const fn unrestricted_network(operation: Operation) -> Error {
-    Error::new(
-        Category::UnsupportedNetworkPolicy,
-        operation,
-        Evidence::DispatchUncertain,
-    )
-    .with_reason(Reason::NetworkWithoutAllowlist)
 }

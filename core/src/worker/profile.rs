@@ -16,7 +16,7 @@
 //! not return), not large or out-of-root files (same proof).
 
 use crate::Reason;
-use crate::error::{Category, Error, Evidence, Operation};
+use crate::error::{Error, Operation};
 
 /// A worker version this library has a profile for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -243,12 +243,7 @@ impl Profile {
             return Ok(p.clone());
         }
         Version::parse(reported).map(Self::known).ok_or_else(|| {
-            Error::new(
-                Category::UnsupportedCapability,
-                Operation::Health,
-                Evidence::NotDispatched,
-            )
-            .with_reason(Reason::UnknownWorkerVersion)
+            Error::unsupported_capability(Operation::Health, Reason::UnknownWorkerVersion)
         })
     }
 
@@ -275,12 +270,10 @@ impl Profile {
         if self.allows(feature) {
             Ok(())
         } else {
-            Err(Error::new(
-                Category::UnsupportedCapability,
+            Err(Error::unsupported_capability(
                 operation,
-                Evidence::NotDispatched,
-            )
-            .with_reason(Reason::FeatureNotInVersion))
+                Reason::FeatureNotInVersion,
+            ))
         }
     }
 

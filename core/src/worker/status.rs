@@ -195,9 +195,7 @@ pub fn status_error(operation: Operation, head: &ResponseHead, body: &[u8]) -> E
         }
         _ => (Category::Protocol, protocol_reason(kind)),
     };
-    Error::new(category, operation, Evidence::DispatchUncertain)
-        .with_reason(reason)
-        .with_status(head.status)
+    Error::of(category, operation, Evidence::DispatchUncertain, reason).with_status(head.status)
 }
 
 fn protocol_reason(kind: ErrorBody) -> Reason {

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use super::profile::{Feature, Profile};
 use super::status::status_error;
 use super::{APPLICATION_JSON, WorkerCall};
-use crate::error::{Category, Error, Evidence, Operation};
+use crate::error::{Error, Operation};
 use crate::http1::encode::push_path_segment;
 use crate::http1::{Method, Request, ResponseHead};
 use crate::worker::json::decode_json;
@@ -170,11 +170,9 @@ impl WorkerCall for VolumeDelete {
         match head.status {
             204 if body.is_empty() => Ok(()),
             204 => Err(Error::protocol(op, Reason::VolumeDeleteBodyNotEmpty).with_status(204)),
-            404 | 200 => Err(
-                Error::new(Category::Protocol, op, Evidence::DispatchUncertain)
-                    .with_reason(Reason::VolumeDeleteNotConfirmed)
-                    .with_status(head.status),
-            ),
+            404 | 200 => {
+                Err(Error::protocol(op, Reason::VolumeDeleteNotConfirmed).with_status(head.status))
+            }
             _ => Err(status_error(op, head, body)),
         }
     }

@@ -1,7 +1,7 @@
 //! Startup workloads in the machine spec (features C8.1).
 
 use crate::Reason;
-use crate::error::{Category, Error, Evidence, Operation};
+use crate::error::{Error, Operation};
 
 /// Most entrypoint + cmd arguments together.
 pub const MAX_WORKLOAD_ARGS: usize = 255;
@@ -58,10 +58,10 @@ impl Workload {
     ) -> Result<Self, Error> {
         let op = Operation::MachineSpec;
         if restart != RestartPolicy::Never {
-            return Err(
-                Error::new(Category::UnsupportedCapability, op, Evidence::NotDispatched)
-                    .with_reason(Reason::RestartPolicyUnsupported),
-            );
+            return Err(Error::unsupported_capability(
+                op,
+                Reason::RestartPolicyUnsupported,
+            ));
         }
         let n = entrypoint.len() + cmd.len();
         if n > MAX_WORKLOAD_ARGS {

@@ -7,7 +7,7 @@ use base64::engine::general_purpose::STANDARD;
 use sha1::{Digest, Sha1};
 
 use super::config::WsConfig;
-use crate::error::{Category, Error, Evidence};
+use crate::error::{Error, Evidence};
 
 /// RFC 6455 §1.3: the GUID appended to the key before hashing.
 const GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
@@ -88,11 +88,12 @@ pub(crate) fn check_reply(
     match status {
         101 => {}
         401 | 403 => {
-            return Err(
-                Error::new(Category::Authentication, op, Evidence::DispatchUncertain)
-                    .with_reason(Reason::UpgradeRefused)
-                    .with_status(status),
-            );
+            return Err(Error::authentication(
+                op,
+                Evidence::DispatchUncertain,
+                Reason::UpgradeRefused,
+            )
+            .with_status(status));
         }
         _ => return Err(proto(Reason::UnexpectedStatus).with_status(status)),
     }

@@ -25,7 +25,7 @@ use smolbox_core::exec::ExecEvent;
 use smolbox_core::managed::RecordKey;
 pub use smolbox_core::managed::controller::MAX_STREAMS;
 use smolbox_core::managed::controller::{WorkerReply, WorkerResult};
-use smolbox_core::{Category, Error, Evidence, Operation, Reason};
+use smolbox_core::{Error, Evidence, Operation, Reason};
 
 /// Output events queued per streamed execution between the worker read and
 /// the caller; the read waits while the queue is full.
@@ -62,14 +62,7 @@ impl<S> Streams<S> {
     /// registered.
     pub fn register(&self, key: &RecordKey, sink: S) -> Result<(), Error> {
         let mut sinks = self.sinks();
-        let refused = |reason| {
-            Error::new(
-                Category::AdmissionExhausted,
-                Operation::ExecStream,
-                Evidence::NotDispatched,
-            )
-            .with_reason(reason)
-        };
+        let refused = |reason| Error::admission_exhausted(Operation::ExecStream, reason);
         if sinks.contains_key(key) {
             return Err(refused(Reason::StreamKeyTaken));
         }
@@ -129,12 +122,11 @@ impl Tally {
     /// client reports its own errors; this is the defensive case): the
     /// command may have run.
     pub fn ended(&self) -> WorkerResult {
-        Err(Error::new(
-            Category::Unknown,
+        Err(Error::unknown(
             Operation::ExecStream,
             Evidence::DispatchUncertain,
-        )
-        .with_reason(Reason::StreamEndedWithoutExit))
+            Reason::StreamEndedWithoutExit,
+        ))
     }
 }
 
@@ -161,6 +153,7 @@ mod tests {
     #![allow(clippy::unwrap_used)] // test code
 
     use super::*;
+    use smolbox_core::Category;
     use smolbox_core::managed::testkit;
 
     #[test]

@@ -25,8 +25,10 @@ use smolbox_store::{
 
 mod intent;
 mod ops;
+mod release;
 pub(crate) use intent::*;
 pub(crate) use ops::*;
+pub(crate) use release::*;
 
 /// Wall-clock start of every test's timeline.
 pub(crate) const T0: u64 = 1_700_000_000_000;
@@ -84,6 +86,9 @@ macro_rules! conformance_tests {
             submit_dispatching_takes_the_slot_and_commits_the_intent,
             write_steps_applies_each_patch_by_the_rules_in_one_commit,
             commits_count_write_transactions_only,
+            release_claim_hands_an_execution_to_the_next_owner_at_once,
+            release_claim_of_a_machine_keeps_its_slot_reservation_and_version,
+            release_claim_of_a_worker_lease_hands_it_over_with_generation_plus_one,
         );
     };
     (@each $make:path; $($name:ident),* $(,)?) => {

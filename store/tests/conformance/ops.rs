@@ -459,7 +459,7 @@ pub(crate) fn submit_race_has_one_winner(h: &impl Harness) {
 }
 
 /// A running machine on `worker` whose slot is held by a command driven to `state`.
-fn held_by(
+pub(super) fn held_by(
     s: &dyn Store,
     scope: &str,
     worker: &str,

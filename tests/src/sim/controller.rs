@@ -1246,12 +1246,11 @@ impl Sim {
                 Reason::TerminalMessageOnAnOp,
             )),
             // The observed 404 is a `not_found` error (worker-api.md).
-            Ok(Reply::Absent) => {
-                Err(
-                    Error::new(Category::NotFound, Operation::Get, Evidence::NotDispatched)
-                        .with_reason(Reason::MachineNotFound),
-                )
-            }
+            Ok(Reply::Absent) => Err(Error::not_found(
+                Operation::Get,
+                Evidence::NotDispatched,
+                Reason::MachineNotFound,
+            )),
             Err(e) => Err(e),
         }
     }
@@ -1384,10 +1383,11 @@ impl Sim {
                 .err()
                 .is_some_and(|e| e.category() == Category::Store)
         {
-            r = Err(
-                Error::new(Category::NotFound, Operation::StoreFetch, Evidence::Unknown)
-                    .with_reason(Reason::Absent),
-            );
+            r = Err(Error::not_found(
+                Operation::StoreFetch,
+                Evidence::Unknown,
+                Reason::Absent,
+            ));
         }
         self.log(format!("{} <- {}", Self::owner(h), brief(&r)));
         if let (Some(k), Ok(StoreReply::Record(rec) | StoreReply::Accepted { record: rec, .. })) =

@@ -15,7 +15,7 @@ use smolbox_core::managed::record::{ExecutionRecord, MachineRecord, Resources};
 use smolbox_core::managed::slot::{Disposition, Finish};
 use smolbox_core::managed::state::MachineOperation;
 use smolbox_core::managed::{ExecPatch, Guard, Lease, MachinePatch, RecordKey};
-use smolbox_core::{Category, Error, Evidence, Operation};
+use smolbox_core::{Error, Evidence, Operation};
 use smolbox_store::{
     Accepted, Assigned, DueCursor, DuePage, MemoryConfig, MemoryStore, Page, Reserve, Resolved,
     Store, StoreInfo, Submitted,
@@ -147,10 +147,6 @@ pub struct FaultStore {
     state: Mutex<State>,
 }
 
-fn store_err(op: Operation, reason: Reason) -> Error {
-    Error::new(Category::Store, op, Evidence::Unknown).with_reason(reason)
-}
-
 impl FaultStore {
     /// An empty store drawing its faults from `rng`.
     ///
@@ -256,7 +252,7 @@ impl FaultStore {
     ) -> Result<ExecutionRecord, Error> {
         let fault = self.decide(false);
         if fault == Fault::Before {
-            return Err(store_err(op, Reason::Unavailable));
+            return Err(Error::store(op, Evidence::Unknown, Reason::Unavailable));
         }
         let r = f(&self.inner);
         if let Ok(rec) = &r {
@@ -266,7 +262,7 @@ impl FaultStore {
             }
         }
         if fault == Fault::After {
-            return Err(store_err(op, Reason::ReplyLost));
+            return Err(Error::store(op, Evidence::Unknown, Reason::ReplyLost));
         }
         r
     }
@@ -285,7 +281,9 @@ impl FaultStore {
         f: impl FnOnce(&MemoryStore) -> Result<T, Error>,
     ) -> Result<T, Error> {
         match self.decide(true) {
-            Fault::Before | Fault::After => Err(store_err(op, Reason::Timeout)),
+            Fault::Before | Fault::After => {
+                Err(Error::store(op, Evidence::Unknown, Reason::Timeout))
+            }
             Fault::None | Fault::Stale => f(&self.inner),
         }
     }
@@ -296,10 +294,10 @@ impl FaultStore {
         f: impl FnOnce(&MemoryStore) -> Result<T, Error>,
     ) -> Result<T, Error> {
         match self.decide(false) {
-            Fault::Before => Err(store_err(op, Reason::Unavailable)),
+            Fault::Before => Err(Error::store(op, Evidence::Unknown, Reason::Unavailable)),
             Fault::After => {
                 let _applied = f(&self.inner);
-                Err(store_err(op, Reason::ReplyLost))
+                Err(Error::store(op, Evidence::Unknown, Reason::ReplyLost))
             }
             Fault::None | Fault::Stale => f(&self.inner),
         }
@@ -367,7 +365,7 @@ impl FaultStore {
         f: impl FnOnce(&MemoryStore) -> Result<T, Error>,
     ) -> Result<T, Error> {
         if fault == Fault::Before {
-            return Err(store_err(op, Reason::Unavailable));
+            return Err(Error::store(op, Evidence::Unknown, Reason::Unavailable));
         }
         let exec_before = t
             .exec
@@ -383,7 +381,7 @@ impl FaultStore {
         }
         self.log_machine(t);
         if fault == Fault::After {
-            return Err(store_err(op, Reason::ReplyLost));
+            return Err(Error::store(op, Evidence::Unknown, Reason::ReplyLost));
         }
         r
     }
@@ -448,21 +446,33 @@ impl Store for FaultStore {
     ) -> Result<Accepted<ExecutionRecord>, Error> {
         let fault = self.decide(false);
         if fault == Fault::Before {
-            return Err(store_err(Operation::StoreAccept, Reason::Unavailable));
+            return Err(Error::store(
+                Operation::StoreAccept,
+                Evidence::Unknown,
+                Reason::Unavailable,
+            ));
         }
         let r = self.inner.accept(record, max_pending);
         if let Ok(Accepted::Inserted(rec)) = &r {
             self.log(CommitKind::Accept, None, rec);
         }
         if fault == Fault::After {
-            return Err(store_err(Operation::StoreAccept, Reason::ReplyLost));
+            return Err(Error::store(
+                Operation::StoreAccept,
+                Evidence::Unknown,
+                Reason::ReplyLost,
+            ));
         }
         r
     }
 
     fn fetch(&self, key: &RecordKey) -> Result<ExecutionRecord, Error> {
         match self.decide(true) {
-            Fault::Before | Fault::After => Err(store_err(Operation::StoreFetch, Reason::Timeout)),
+            Fault::Before | Fault::After => Err(Error::store(
+                Operation::StoreFetch,
+                Evidence::Unknown,
+                Reason::Timeout,
+            )),
             Fault::Stale => {
                 let prev = self.lock().previous.get(key).cloned();
                 match prev {
@@ -732,7 +742,11 @@ impl Store for FaultStore {
     ) -> Result<Accepted<Submitted>, Error> {
         let fault = self.decide(false);
         if fault == Fault::Before {
-            return Err(store_err(Operation::StoreAccept, Reason::Unavailable));
+            return Err(Error::store(
+                Operation::StoreAccept,
+                Evidence::Unknown,
+                Reason::Unavailable,
+            ));
         }
         let r = self.inner.submit(record, max_pending);
         if let Ok(Accepted::Inserted(sub)) = &r {
@@ -742,7 +756,11 @@ impl Store for FaultStore {
             self.log_machine(&touch(MachineCommitKind::Submit, None, m));
         }
         if fault == Fault::After {
-            return Err(store_err(Operation::StoreAccept, Reason::ReplyLost));
+            return Err(Error::store(
+                Operation::StoreAccept,
+                Evidence::Unknown,
+                Reason::ReplyLost,
+            ));
         }
         r
     }
@@ -794,7 +812,11 @@ impl Store for FaultStore {
     ) -> Result<Accepted<ExecutionRecord>, Error> {
         let fault = self.decide(false);
         if fault == Fault::Before {
-            return Err(store_err(Operation::StoreAccept, Reason::Unavailable));
+            return Err(Error::store(
+                Operation::StoreAccept,
+                Evidence::Unknown,
+                Reason::Unavailable,
+            ));
         }
         let r = self.inner.accept_dispatching(record, max_pending);
         if let Ok(Accepted::Inserted(rec)) = &r {
@@ -803,7 +825,11 @@ impl Store for FaultStore {
             self.log(CommitKind::Accept, owner, rec);
         }
         if fault == Fault::After {
-            return Err(store_err(Operation::StoreAccept, Reason::ReplyLost));
+            return Err(Error::store(
+                Operation::StoreAccept,
+                Evidence::Unknown,
+                Reason::ReplyLost,
+            ));
         }
         r
     }
@@ -815,7 +841,11 @@ impl Store for FaultStore {
     ) -> Result<Accepted<Submitted>, Error> {
         let fault = self.decide(false);
         if fault == Fault::Before {
-            return Err(store_err(Operation::StoreAccept, Reason::Unavailable));
+            return Err(Error::store(
+                Operation::StoreAccept,
+                Evidence::Unknown,
+                Reason::Unavailable,
+            ));
         }
         let r = self.inner.submit_dispatching(record, max_pending);
         if let Ok(Accepted::Inserted(sub)) = &r {
@@ -826,7 +856,11 @@ impl Store for FaultStore {
             self.log_machine(&touch(MachineCommitKind::Submit, None, m));
         }
         if fault == Fault::After {
-            return Err(store_err(Operation::StoreAccept, Reason::ReplyLost));
+            return Err(Error::store(
+                Operation::StoreAccept,
+                Evidence::Unknown,
+                Reason::ReplyLost,
+            ));
         }
         r
     }
@@ -845,6 +879,20 @@ impl Store for FaultStore {
             Some(&guard.owner),
             |s| s.write_steps(key, guard, patches, now_ms),
         )
+    }
+
+    /// Not logged as a commit: the simulation never shuts a controller
+    /// down, so no release reaches it (a crash releases nothing).
+    fn release_claim(
+        &self,
+        claimed: &smolbox_core::managed::controller::Claimed,
+        owner: &str,
+        generation: u64,
+        now_ms: u64,
+    ) -> Result<smolbox_store::Released, Error> {
+        self.mutation(Operation::StoreClaim, |s| {
+            s.release_claim(claimed, owner, generation, now_ms)
+        })
     }
 }
 
@@ -866,6 +914,7 @@ impl FaultStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use smolbox_core::Category;
     use smolbox_core::Reason;
     use smolbox_core::managed::testkit;
 

@@ -24,7 +24,7 @@ use smolbox_core::Reason;
 use std::collections::{BTreeMap, BTreeSet};
 
 use smolbox_core::exec::{ExecOutcome, ExecOutput, OutputEncoding};
-use smolbox_core::{Category, Error, Evidence, Operation};
+use smolbox_core::{Error, Evidence, Operation};
 
 use super::rng::Rng;
 
@@ -122,16 +122,6 @@ impl Request {
             Self::Terminal { .. } => Operation::TerminalOpen,
         }
     }
-}
-
-/// A terminal connection lost before the exit frame.
-fn term_lost(reason: Reason) -> Error {
-    Error::new(
-        Category::Transport,
-        Operation::TerminalSession,
-        Evidence::DispatchUncertain,
-    )
-    .with_reason(reason)
 }
 
 /// The identity a simulated command carries (`argv[1]`).
@@ -363,12 +353,11 @@ impl SimWorker {
         self.now_ms = self.now_ms.max(now_ms);
         if self.rng.chance(self.faults.refuse) {
             self.faults_injected += 1;
-            return Err(Error::new(
-                Category::Transport,
+            return Err(Error::transport(
                 request.operation(),
                 Evidence::NotDispatched,
-            )
-            .with_reason(Reason::ConnectionRefused));
+                Reason::ConnectionRefused,
+            ));
         }
         let fate = if self.rng.chance(self.faults.lose_reply) {
             Fate::LoseReply
@@ -452,7 +441,14 @@ impl SimWorker {
                         let req = sess.req;
                         self.push(
                             at + 1,
-                            Pending::Reply(req, Err(term_lost(Reason::ConnectionReset))),
+                            Pending::Reply(
+                                req,
+                                Err(Error::transport(
+                                    Operation::TerminalSession,
+                                    Evidence::DispatchUncertain,
+                                    Reason::ConnectionReset,
+                                )),
+                            ),
                         );
                     }
                 }
@@ -518,10 +514,11 @@ impl SimWorker {
         let op = request.operation();
         let back = at + self.rng.range(1, self.latency_ms);
         let lost = || {
-            Err(
-                Error::new(Category::Transport, op, Evidence::DispatchUncertain)
-                    .with_reason(Reason::ConnectionReset),
-            )
+            Err(Error::transport(
+                op,
+                Evidence::DispatchUncertain,
+                Reason::ConnectionReset,
+            ))
         };
         let reply: (u64, Result<Reply, Error>) = match request {
             Request::Create { name } => {
@@ -532,10 +529,11 @@ impl SimWorker {
                 } else if self.machines.contains_key(&name) {
                     (
                         back,
-                        Err(
-                            Error::new(Category::IdentityConflict, op, Evidence::Unknown)
-                                .with_reason(Reason::AlreadyExists),
-                        ),
+                        Err(Error::identity_conflict(
+                            op,
+                            Evidence::Unknown,
+                            Reason::AlreadyExists,
+                        )),
                     )
                 } else {
                     let inc = self.next_incarnation;
@@ -625,8 +623,11 @@ impl SimWorker {
                 } else {
                     (
                         back,
-                        Err(Error::new(Category::NotFound, op, Evidence::NotDispatched)
-                            .with_reason(Reason::MachineNotRunning)),
+                        Err(Error::not_found(
+                            op,
+                            Evidence::NotDispatched,
+                            Reason::MachineNotRunning,
+                        )),
                     )
                 }
             }
@@ -653,10 +654,11 @@ impl SimWorker {
         if !running {
             return (
                 back,
-                Err(
-                    Error::new(Category::NotFound, Operation::Exec, Evidence::NotDispatched)
-                        .with_reason(Reason::MachineNotRunning),
-                ),
+                Err(Error::not_found(
+                    Operation::Exec,
+                    Evidence::NotDispatched,
+                    Reason::MachineNotRunning,
+                )),
             );
         }
         let id = exec_identity(argv);
@@ -675,12 +677,11 @@ impl SimWorker {
             let t = at + self.timeout_ms.min(duration.saturating_sub(1)).max(1);
             return (
                 t,
-                Err(Error::new(
-                    Category::Transport,
+                Err(Error::transport(
                     Operation::Exec,
                     Evidence::DispatchUncertain,
+                    Reason::Timeout,
                 )
-                .with_reason(Reason::Timeout)
                 .with_status(408)),
             );
         }
@@ -730,12 +731,11 @@ impl SimWorker {
                 && (matches!(r, Ok(Reply::Exec(_)))
                     || r.as_ref().err().is_some_and(|e| e.status() == Some(408)))
             {
-                *r = Err(Error::new(
-                    Category::Transport,
+                *r = Err(Error::transport(
                     Operation::Exec,
                     Evidence::DispatchUncertain,
-                )
-                .with_reason(Reason::ConnectionClosed));
+                    Reason::ConnectionClosed,
+                ));
             }
         }
         for (id, sess) in std::mem::take(&mut self.sessions) {
@@ -743,7 +743,14 @@ impl SimWorker {
             if sess.connected {
                 self.push(
                     now_ms + 1,
-                    Pending::Reply(sess.req, Err(term_lost(Reason::ConnectionClosed))),
+                    Pending::Reply(
+                        sess.req,
+                        Err(Error::transport(
+                            Operation::TerminalSession,
+                            Evidence::DispatchUncertain,
+                            Reason::ConnectionClosed,
+                        )),
+                    ),
                 );
             }
         }
@@ -775,7 +782,14 @@ impl SimWorker {
             {
                 self.push(
                     at + 1,
-                    Pending::Reply(sess.req, Err(term_lost(Reason::ConnectionClosed))),
+                    Pending::Reply(
+                        sess.req,
+                        Err(Error::transport(
+                            Operation::TerminalSession,
+                            Evidence::DispatchUncertain,
+                            Reason::ConnectionClosed,
+                        )),
+                    ),
                 );
             }
         }
@@ -792,12 +806,11 @@ impl SimWorker {
                 && dead.contains(r)
                 && matches!(res, Ok(Reply::Exec(_)))
             {
-                *res = Err(Error::new(
-                    Category::Transport,
+                *res = Err(Error::transport(
                     Operation::Exec,
                     Evidence::DispatchUncertain,
-                )
-                .with_reason(Reason::ConnectionClosed));
+                    Reason::ConnectionClosed,
+                ));
             }
         }
     }

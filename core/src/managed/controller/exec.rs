@@ -587,12 +587,11 @@ impl Exec {
                 self.guarded(cfg, now, now_ms, Kind::Write, patch)
             }
             ExecState::Accepted if self.past(Deadline::Queue, now, now_ms) => {
-                let e = Error::new(
-                    Category::Expired,
+                let e = Error::expired(
                     Operation::Submit,
                     Evidence::NotDispatched,
-                )
-                .with_reason(Reason::QueueDeadline);
+                    Reason::QueueDeadline,
+                );
                 let patch = ExecPatch {
                     state: Some(ExecState::Expired),
                     cleanup: Some(self.end_cleanup()),
@@ -612,12 +611,11 @@ impl Exec {
             }
             ExecState::Preparing | ExecState::Ready => {
                 let check = if self.past(Deadline::Preparation, now, now_ms) {
-                    Err(Error::new(
-                        Category::Expired,
+                    Err(Error::expired(
                         Operation::Submit,
                         Evidence::NotDispatched,
-                    )
-                    .with_reason(Reason::PreparationDeadline))
+                        Reason::PreparationDeadline,
+                    ))
                 } else {
                     self.prepare()
                 };
@@ -784,12 +782,11 @@ impl Exec {
             return self.guarded(cfg, now, now_ms, Kind::Write, patch);
         }
         if self.past(Deadline::Execution, now, now_ms) {
-            let e = Error::new(
-                Category::Expired,
+            let e = Error::expired(
                 Operation::Exec,
                 Evidence::DispatchUncertain,
-            )
-            .with_reason(Reason::ExecutionDeadline);
+                Reason::ExecutionDeadline,
+            );
             let patch = ExecPatch {
                 state: Some(ExecState::Unknown),
                 next_due_at_ms: Some(self.unknown_due(now_ms)),
@@ -830,20 +827,16 @@ impl Exec {
     /// resumed `ready` record, C17.1).
     fn prepare(&self) -> Result<(), Error> {
         if self.rec.spec.is_background() {
-            return Err(Error::new(
-                Category::UnsupportedCapability,
+            return Err(Error::unsupported_capability(
                 Operation::Submit,
-                Evidence::NotDispatched,
-            )
-            .with_reason(Reason::Background));
+                Reason::Background,
+            ));
         }
         if self.rec.spec.machine.is_some() && self.target.is_none() {
-            return Err(Error::new(
-                Category::UnsupportedCapability,
+            return Err(Error::unsupported_capability(
                 Operation::Submit,
-                Evidence::NotDispatched,
-            )
-            .with_reason(Reason::RetainedMachines));
+                Reason::RetainedMachines,
+            ));
         }
         command_of(&self.rec.spec)?.validate()
     }

@@ -729,8 +729,9 @@ impl Mach {
                 }
                 // Another controller holds the worker: it drives this
                 // machine; nothing was written here.
-                self.fatal = Some(crate::managed::claim::stale_claim(
+                self.fatal = Some(Error::stale_claim(
                     Operation::StoreClaim,
+                    Evidence::Unknown,
                     Reason::WorkerLease,
                 ));
             }
@@ -784,14 +785,11 @@ impl Mach {
             // C14.2: the intent, state or active command changed since the
             // observation began: the reply is not written.
             Some((_, _, snap)) if *snap != Snap::of(&self.rec) => {
-                self.fatal = Some(
-                    Error::new(
-                        Category::StaleVersion,
-                        Operation::StoreWrite,
-                        Evidence::Unknown,
-                    )
-                    .with_reason(Reason::ObservationOutdated),
-                );
+                self.fatal = Some(Error::stale_version(
+                    Operation::StoreWrite,
+                    Evidence::Unknown,
+                    Reason::ObservationOutdated,
+                ));
                 return MStep::Done;
             }
             Some((k, r, _)) => Some((*k, r.clone())),
@@ -969,12 +967,26 @@ impl Mach {
                     },
                     // Found with an intent this process did not write: the
                     // create may have been sent; never again (C17.1).
-                    None => self.uncertain(cfg, now, now_ms, &found_dispatching(Operation::Create)),
+                    None => self.uncertain(
+                        cfg,
+                        now,
+                        now_ms,
+                        &Error::unknown(
+                            Operation::Create,
+                            Evidence::DispatchUncertain,
+                            Reason::IntentNotMine,
+                        ),
+                    ),
                 }
             }
             (Op::Start, Ph::Pending) => {
                 if self.rec.creation.is_none() || name.is_none() {
-                    return self.refuse(cfg, now, now_ms, &no_evidence(Operation::Start));
+                    return self.refuse(
+                        cfg,
+                        now,
+                        now_ms,
+                        &Error::validation(Operation::Start, Reason::NoCreationEvidence),
+                    );
                 }
                 if state == S::Running {
                     return self.settle(cfg, now, now_ms, S::Running, MachinePatch::default());
@@ -987,7 +999,12 @@ impl Mach {
                         // Never assigned: deleted with no worker call.
                         return self.settle(cfg, now, now_ms, S::Deleted, MachinePatch::default());
                     }
-                    return self.refuse(cfg, now, now_ms, &no_evidence(Operation::Stop));
+                    return self.refuse(
+                        cfg,
+                        now,
+                        now_ms,
+                        &Error::validation(Operation::Stop, Reason::NoCreationEvidence),
+                    );
                 };
                 if op == Op::Delete && self.rec.absence_at_ms.is_some() {
                     return self.settle(cfg, now, now_ms, S::Deleted, MachinePatch::default());
@@ -998,7 +1015,12 @@ impl Mach {
                     } else {
                         Operation::Delete
                     };
-                    return self.refuse(cfg, now, now_ms, &no_evidence(o));
+                    return self.refuse(
+                        cfg,
+                        now,
+                        now_ms,
+                        &Error::validation(o, Reason::NoCreationEvidence),
+                    );
                 }
                 if op == Op::Stop && matches!(state, S::Created | S::Stopped) {
                     return self.settle(cfg, now, now_ms, state, MachinePatch::default());
@@ -1006,12 +1028,11 @@ impl Mach {
                 match reply {
                     Some((WKind::Verify, Ok(WorkerReply::Machine(obs)))) => {
                         if !self.same_incarnation(&obs) {
-                            let e = Error::new(
-                                Category::IdentityConflict,
+                            let e = Error::identity_conflict(
                                 Operation::Get,
                                 Evidence::NotDispatched,
-                            )
-                            .with_reason(Reason::IncarnationMismatch);
+                                Reason::IncarnationMismatch,
+                            );
                             return self.refuse(cfg, now, now_ms, &e);
                         }
                         self.verified = true;
@@ -1092,7 +1113,16 @@ impl Mach {
                     }
                     None if self.sent => MStep::Wait,
                     None if self.intent_mine => self.worker(kind, op_of(kind, name, &profile)),
-                    None => self.uncertain(cfg, now, now_ms, &found_dispatching(operation_of(op))),
+                    None => self.uncertain(
+                        cfg,
+                        now,
+                        now_ms,
+                        &Error::unknown(
+                            operation_of(op),
+                            Evidence::DispatchUncertain,
+                            Reason::IntentNotMine,
+                        ),
+                    ),
                 }
             }
             _ => {
@@ -1111,10 +1141,11 @@ impl Mach {
     fn retry(&mut self, cfg: &ControllerConfig, now: Instant) -> MStep {
         self.failures += 1;
         if self.failures > MAX_STORE_RETRIES {
-            self.fatal = Some(
-                Error::new(Category::Unknown, Operation::Get, Evidence::NotDispatched)
-                    .with_reason(Reason::VerifyFailed),
-            );
+            self.fatal = Some(Error::unknown(
+                Operation::Get,
+                Evidence::NotDispatched,
+                Reason::VerifyFailed,
+            ));
             return MStep::Done;
         }
         self.retry_at = Some(now + cfg.poll());
@@ -1167,10 +1198,11 @@ impl Mach {
                 self.rec = machine;
                 let mut f = self.finishing.pop_front()?;
                 if finish == Finish::Kept && f.error.is_none() && execution.result.is_none() {
-                    f.error = Some(
-                        Error::new(Category::Unknown, Operation::Exec, Evidence::Unknown)
-                            .with_reason(Reason::SlotKept),
-                    );
+                    f.error = Some(Error::unknown(
+                        Operation::Exec,
+                        Evidence::Unknown,
+                        Reason::SlotKept,
+                    ));
                 }
                 f.record = Some(execution);
                 Some(f)
@@ -1276,20 +1308,6 @@ const fn operation_of(op: MachineOperation) -> Operation {
     }
 }
 
-const fn found_dispatching(op: Operation) -> Error {
-    Error::new(Category::Unknown, op, Evidence::DispatchUncertain)
-        .with_reason(Reason::IntentNotMine)
-}
-
-const fn no_evidence(op: Operation) -> Error {
-    Error::new(Category::Validation, op, Evidence::NotDispatched)
-        .with_reason(Reason::NoCreationEvidence)
-}
-
-const fn identity_conflict(op: Operation, reason: Reason) -> Error {
-    Error::new(Category::IdentityConflict, op, Evidence::NotDispatched).with_reason(reason)
-}
-
 /// The stored spec of `command` in the slot of `machine` (its scope,
 /// artifact and exact profile, C14.3).
 ///
@@ -1333,10 +1351,6 @@ fn key_of(op: &StoreOp) -> RecordKey {
 }
 
 impl MachineAnswer {
-    fn mismatch() -> Error {
-        Error::protocol(Operation::Submit, Reason::UnexpectedAnswer)
-    }
-
     /// The machine record (and the create's `existing` flag).
     ///
     /// # Errors
@@ -1344,7 +1358,7 @@ impl MachineAnswer {
     pub fn into_machine(self) -> Result<(MachineRecord, bool), Error> {
         match self {
             Self::Machine { record, existing } => Ok((*record, existing)),
-            _ => Err(Self::mismatch()),
+            _ => Err(Error::protocol(Operation::Submit, Reason::UnexpectedAnswer)),
         }
     }
 
@@ -1359,7 +1373,7 @@ impl MachineAnswer {
                 machine,
                 existing,
             } => Ok((*execution, machine.map(|m| *m), existing)),
-            _ => Err(Self::mismatch()),
+            _ => Err(Error::protocol(Operation::Submit, Reason::UnexpectedAnswer)),
         }
     }
 
@@ -1370,7 +1384,7 @@ impl MachineAnswer {
     pub fn into_logs(self) -> Result<Vec<String>, Error> {
         match self {
             Self::Logs { lines } => Ok(lines),
-            _ => Err(Self::mismatch()),
+            _ => Err(Error::protocol(Operation::Submit, Reason::UnexpectedAnswer)),
         }
     }
 
@@ -1384,7 +1398,7 @@ impl MachineAnswer {
                 measurements,
                 record,
             } => Ok((measurements, *record)),
-            _ => Err(Self::mismatch()),
+            _ => Err(Error::protocol(Operation::Submit, Reason::UnexpectedAnswer)),
         }
     }
 
@@ -1395,7 +1409,7 @@ impl MachineAnswer {
     pub fn into_resolved(self) -> Result<(MachineRecord, Option<ExecutionRecord>), Error> {
         match self {
             Self::Resolved { machine, command } => Ok((*machine, command.map(|c| *c))),
-            _ => Err(Self::mismatch()),
+            _ => Err(Error::protocol(Operation::Submit, Reason::UnexpectedAnswer)),
         }
     }
 }

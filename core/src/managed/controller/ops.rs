@@ -42,6 +42,17 @@ pub struct DueAfter {
     pub key: RecordKey,
 }
 
+/// What a claim release names (`Store::release_claim`).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Claimed {
+    /// An execution record's claim.
+    Execution(RecordKey),
+    /// A machine record's claim.
+    Machine(RecordKey),
+    /// A worker lease.
+    Worker(String),
+}
+
 /// One store method call, as data (C18.1). Each variant maps to exactly
 /// one `smolbox_store::Store` method with the same arguments.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -273,6 +284,21 @@ pub enum StoreOp {
         guard: Guard,
         /// The patches, applied in order.
         patches: Vec<ExecPatch>,
+        /// Wall-clock milliseconds.
+        now_ms: u64,
+    },
+    /// `release_claim(claimed, owner, generation, now_ms)` →
+    /// [`StoreReply::Record`], [`StoreReply::Machine`] or
+    /// [`StoreReply::Lease`] by what `claimed` names: ends `owner`'s claim
+    /// at `generation` now (C15), so the next controller need not wait out
+    /// the TTL; never changes a state, evidence or slot.
+    ReleaseClaim {
+        /// The record or lease.
+        claimed: Claimed,
+        /// The releasing controller (the claim's owner).
+        owner: String,
+        /// The claim generation it holds.
+        generation: u64,
         /// Wall-clock milliseconds.
         now_ms: u64,
     },
@@ -514,6 +540,7 @@ impl StoreOp {
             Self::AcceptDispatching { .. } => "accept_dispatching",
             Self::SubmitDispatching { .. } => "submit_dispatching",
             Self::WriteSteps { .. } => "write_steps",
+            Self::ReleaseClaim { .. } => "release_claim",
         }
     }
 }

@@ -731,14 +731,7 @@ impl TerminalRun {
     }
 
     fn on_machine(&mut self, m: MachineRecord, now_ms: u64) {
-        let refuse = |reason| {
-            Error::new(
-                Category::AdmissionExhausted,
-                Operation::TerminalOpen,
-                Evidence::NotDispatched,
-            )
-            .with_reason(reason)
-        };
+        let refuse = |reason| Error::admission_exhausted(Operation::TerminalOpen, reason);
         let Some(spec) = self.tspec.clone() else {
             return self.fail_or_refuse(Error::validation(Operation::TerminalOpen, Reason::NoSpec));
         };
@@ -952,7 +945,14 @@ impl TerminalRun {
                 Some(ExecPatch {
                     state: Some(ExecState::Unknown),
                     next_due_at_ms: Some(None),
-                    last_error: Some(ErrorEntry::from_error(&recovered(), now_ms)),
+                    last_error: Some(ErrorEntry::from_error(
+                        &Error::unknown(
+                            Operation::TerminalSession,
+                            Evidence::DispatchUncertain,
+                            Reason::TerminalRecovered,
+                        ),
+                        now_ms,
+                    )),
                     ..ExecPatch::default()
                 })
             }
@@ -985,12 +985,11 @@ impl TerminalRun {
         let session_end = dispatch_ms.saturating_add(t.session_ms);
         let left = Duration::from_millis(session_end.saturating_sub(now_ms));
         if left < MIN_SESSION_BUDGET {
-            return Err(Error::new(
-                Category::Expired,
+            return Err(Error::expired(
                 Operation::TerminalSession,
                 Evidence::NotDispatched,
-            )
-            .with_reason(Reason::TerminalSession));
+                Reason::TerminalSession,
+            ));
         }
         spec.session_budget = spec.session_budget.min(left);
         spec.idle_budget = spec.idle_budget.min(spec.session_budget);
@@ -1063,16 +1062,6 @@ impl TerminalRun {
         };
         self.push(Kind::Finish, op);
     }
-}
-
-/// The error a recovered, possibly dispatched terminal is recorded with.
-fn recovered() -> Error {
-    Error::new(
-        Category::Unknown,
-        Operation::TerminalSession,
-        Evidence::DispatchUncertain,
-    )
-    .with_reason(Reason::TerminalRecovered)
 }
 
 #[cfg(test)]

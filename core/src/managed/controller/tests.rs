@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 use crate::Reason;
+use crate::{Category, Evidence};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -30,12 +31,19 @@ impl TestStore {
     fn apply(&mut self, op: &StoreOp) -> StoreResult {
         if self.fail_next > 0 {
             self.fail_next -= 1;
-            return Err(
-                Error::new(Category::Store, Operation::StoreWrite, Evidence::Unknown)
-                    .with_reason(Reason::Unavailable),
-            );
+            return Err(Error::store(
+                Operation::StoreWrite,
+                Evidence::Unknown,
+                Reason::Unavailable,
+            ));
         }
-        let absent = || Error::new(Category::NotFound, Operation::StoreFetch, Evidence::Unknown);
+        let absent = || {
+            Error::not_found(
+                Operation::StoreFetch,
+                Evidence::Unknown,
+                Reason::Unspecified,
+            )
+        };
         match op {
             StoreOp::Accept { record, .. } | StoreOp::AcceptDispatching { record, .. } => {
                 match self.records.get(&record.key) {
@@ -43,10 +51,10 @@ impl TestStore {
                         record: r.clone(),
                         existing: true,
                     }),
-                    Some(_) => Err(Error::new(
-                        Category::IdentityConflict,
+                    Some(_) => Err(Error::identity_conflict(
                         Operation::StoreAccept,
                         Evidence::NotDispatched,
+                        Reason::Unspecified,
                     )),
                     None => {
                         let inserted = if matches!(op, StoreOp::AcceptDispatching { .. }) {
@@ -210,7 +218,11 @@ impl TestStore {
                     .filter(|l| l.owner == guard.owner && l.until_ms > *now_ms)
                     .cloned()
                     .ok_or_else(|| {
-                        claim::stale_claim(Operation::StoreReserve, Reason::WorkerLease)
+                        Error::stale_claim(
+                            Operation::StoreReserve,
+                            Evidence::Unknown,
+                            Reason::WorkerLease,
+                        )
                     })?;
                 let rec = self.records.get(key).ok_or_else(absent)?;
                 claim::check_guard(
@@ -262,6 +274,49 @@ impl TestStore {
                 self.commits += 1;
                 self.records.insert(key.clone(), next.clone());
                 Ok(StoreReply::Record(next))
+            }
+            StoreOp::ReleaseClaim {
+                claimed,
+                owner,
+                generation,
+                now_ms,
+            } => {
+                use crate::managed::claim::Release;
+                match claimed {
+                    Claimed::Execution(key) => {
+                        let rec = self.records.get(key).ok_or_else(absent)?;
+                        match claim::release_exec(rec, owner, *generation, *now_ms)? {
+                            Release::Ended(next) => {
+                                self.commits += 1;
+                                self.records.insert(key.clone(), next.clone());
+                                Ok(StoreReply::Record(next))
+                            }
+                            Release::Lapsed => Ok(StoreReply::Record(rec.clone())),
+                        }
+                    }
+                    Claimed::Machine(key) => {
+                        let m = self.machines.get(key).ok_or_else(absent)?;
+                        match claim::release_machine(m, owner, *generation, *now_ms)? {
+                            Release::Ended(next) => {
+                                self.commits += 1;
+                                self.machines.insert(key.clone(), next.clone());
+                                Ok(StoreReply::Machine(next))
+                            }
+                            Release::Lapsed => Ok(StoreReply::Machine(m.clone())),
+                        }
+                    }
+                    Claimed::Worker(w) => {
+                        let l = self.leases.get(w).ok_or_else(absent)?;
+                        match claim::release_lease(Some(l), owner, *generation, *now_ms)? {
+                            Release::Ended(next) => {
+                                self.commits += 1;
+                                self.leases.insert(w.clone(), next.clone());
+                                Ok(StoreReply::Lease(next))
+                            }
+                            Release::Lapsed => Ok(StoreReply::Lease(l.clone())),
+                        }
+                    }
+                }
             }
             other => self.apply_machine_op(other),
         }
@@ -699,10 +754,10 @@ fn an_exec_refused_with_nothing_sent_fails_not_dispatched() {
     let mut s = Sim::new(config());
     let key = s.submit("f1", &cmd());
     s.settle();
-    s.answer_exec(Err(Error::new(
-        Category::Transport,
+    s.answer_exec(Err(Error::transport(
         Operation::Exec,
         Evidence::NotDispatched,
+        Reason::Unspecified,
     )));
     let rec = s.record(&key);
     assert_eq!(rec.state, ExecState::Failed);
@@ -720,10 +775,10 @@ fn an_uncertain_exec_error_is_unknown() {
     let mut s = Sim::new(config());
     let key = s.submit("u1", &cmd());
     s.settle();
-    s.answer_exec(Err(Error::new(
-        Category::Transport,
+    s.answer_exec(Err(Error::transport(
         Operation::Exec,
         Evidence::DispatchUncertain,
+        Reason::Unspecified,
     )));
     let rec = s.record(&key);
     assert_eq!(rec.state, ExecState::Unknown);
@@ -737,10 +792,10 @@ fn an_output_overflow_keeps_the_exit() {
     let mut s = Sim::new(config());
     let key = s.submit("o1", &cmd());
     s.settle();
-    s.answer_exec(Err(Error::new(
-        Category::OutputLimit,
+    s.answer_exec(Err(Error::output_limit(
         Operation::Exec,
         Evidence::Exited,
+        Reason::Unspecified,
     )
     .with_exit_code(7)));
     assert_eq!(s.record(&key).state, ExecState::Completed);
@@ -1246,7 +1301,7 @@ fn observation(name: &str, state: MachineState, created_at: u64) -> Box<Observat
 }
 
 fn not_found() -> Error {
-    Error::new(Category::NotFound, Operation::Get, Evidence::Unknown)
+    Error::not_found(Operation::Get, Evidence::Unknown, Reason::Unspecified)
 }
 
 impl Sim {
@@ -1307,4 +1362,5 @@ mod disposable;
 mod findings;
 mod machines;
 mod refence;
+mod release;
 mod stream;

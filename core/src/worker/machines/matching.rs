@@ -5,7 +5,7 @@ use super::incarnation::NetworkBackend;
 use super::observation::{MachineState, Observation};
 use super::spec::{MachineSpec, Source};
 use crate::Reason;
-use crate::error::{Category, Error, Evidence, Operation};
+use crate::error::{Error, Evidence, Operation};
 
 /// True when both observations are the same incarnation: every identity
 /// field equal (the state may differ).
@@ -22,10 +22,11 @@ pub(crate) fn match_create(name: &str, spec: &MachineSpec, obs: &Observation) ->
     let op = Operation::Create;
     let inc = &obs.incarnation;
     if inc.name != name {
-        return Err(
-            Error::new(Category::IdentityConflict, op, Evidence::DispatchUncertain)
-                .with_reason(Reason::ReplyNameMismatch),
-        );
+        return Err(Error::identity_conflict(
+            op,
+            Evidence::DispatchUncertain,
+            Reason::ReplyNameMismatch,
+        ));
     }
     let checkpoint = matches!(spec.source, Source::Checkpoint { .. });
     let sizes_match = inc.cpus == spec.cpus
@@ -60,11 +61,10 @@ pub(crate) fn match_name(operation: Operation, name: &str, obs: &Observation) ->
     if obs.incarnation.name == name {
         Ok(())
     } else {
-        Err(Error::new(
-            Category::IdentityConflict,
+        Err(Error::identity_conflict(
             operation,
             Evidence::DispatchUncertain,
-        )
-        .with_reason(Reason::ReplyNameMismatch))
+            Reason::ReplyNameMismatch,
+        ))
     }
 }

@@ -1,6 +1,7 @@
 //! Machine observation decoding (features C3.3) and the measurements it
 //! carries (C2.4).
 
+use crate::Evidence;
 use crate::Reason;
 use serde::Deserialize;
 
@@ -9,7 +10,7 @@ use super::name::is_upstream_name;
 use super::spec::{CPUS, DISK_GB, MEMORY_MB};
 use crate::error::{Error, Operation};
 use crate::worker::mounts::Mount;
-use crate::worker::network::{Cidr, Hostname, NetworkPolicy, PortMapping, unrestricted_network};
+use crate::worker::network::{Cidr, Hostname, NetworkPolicy, PortMapping};
 use crate::worker::node::Measurements;
 use crate::worker::profile::Profile;
 
@@ -64,12 +65,10 @@ impl Observation {
         if self.is_plain_image_machine() {
             Ok(())
         } else {
-            Err(Error::new(
-                crate::error::Category::UnsupportedCapability,
+            Err(Error::unsupported_capability(
                 operation,
-                crate::error::Evidence::NotDispatched,
-            )
-            .with_reason(Reason::NeedsPlainImageMachine))
+                Reason::NeedsPlainImageMachine,
+            ))
         }
     }
 }
@@ -191,7 +190,11 @@ pub(crate) fn validate(
     };
     let network = if w.network {
         let (Some(hosts), Some(cidrs)) = (&w.allowed_hosts, &w.allowed_cidrs) else {
-            return Err(unrestricted_network(op));
+            return Err(Error::unsupported_network_policy(
+                op,
+                Evidence::DispatchUncertain,
+                Reason::NetworkWithoutAllowlist,
+            ));
         };
         if backend != Some(NetworkBackend::VirtioNet) {
             return Err(bad(Reason::MachineNetworkIncoherent));

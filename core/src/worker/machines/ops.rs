@@ -121,12 +121,11 @@ impl WorkerCall for List {
         let op = Operation::List;
         let wire: ListWire = decode_json(op, head, body)?;
         if wire.machines.len() > MAX_LIST_ENTRIES {
-            return Err(Error::new(
-                crate::error::Category::OutputLimit,
+            return Err(Error::output_limit(
                 op,
                 crate::error::Evidence::DispatchUncertain,
+                Reason::ListTooLong,
             )
-            .with_reason(Reason::ListTooLong)
             .with_limit(wire.machines.len() as u64, MAX_LIST_ENTRIES as u64));
         }
         wire.machines
@@ -226,12 +225,11 @@ impl WorkerCall for Measure {
         if let Some(rec) = &self.expected
             && !super::same_incarnation(rec, &obs)
         {
-            return Err(Error::new(
-                crate::error::Category::IdentityConflict,
+            return Err(Error::identity_conflict(
                 op,
                 crate::error::Evidence::DispatchUncertain,
-            )
-            .with_reason(Reason::IncarnationChanged));
+                Reason::IncarnationChanged,
+            ));
         }
         Ok(obs.measurements)
     }

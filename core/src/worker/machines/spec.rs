@@ -2,7 +2,7 @@
 //! C10.1, C11.1).
 
 use crate::Reason;
-use crate::error::{Category, Error, Evidence, Operation};
+use crate::error::{Error, Operation};
 use crate::secret::Secret;
 use crate::worker::mounts::{Mount, canonical_mounts};
 use crate::worker::network::{NetworkPolicy, PortMapping, canonical_ports};
@@ -227,13 +227,7 @@ fn range(v: u64, min: u64, max: u64, reason: Reason) -> Result<(), Error> {
     if (min..=max).contains(&v) {
         Ok(())
     } else {
-        Err(Error::new(
-            Category::Validation,
-            Operation::MachineSpec,
-            Evidence::NotDispatched,
-        )
-        .with_reason(reason)
-        .with_limit(v, max))
+        Err(Error::validation(Operation::MachineSpec, reason).with_limit(v, max))
     }
 }
 

@@ -767,7 +767,7 @@ impl WsClient {
             Category::Validation | Category::AdmissionExhausted => Evidence::NotDispatched,
             _ => self.evidence(),
         };
-        Error::new(category, self.config.operation, evidence).with_reason(reason)
+        Error::of(category, self.config.operation, evidence, reason)
     }
 
     fn op(&self) -> Operation {

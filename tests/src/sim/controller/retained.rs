@@ -557,12 +557,11 @@ impl Sim {
                         && !t.closed
                     {
                         t.closed = true;
-                        let e = Error::new(
-                            Category::Unknown,
+                        let e = Error::unknown(
                             Operation::TerminalSession,
                             Evidence::DispatchUncertain,
-                        )
-                        .with_reason(Reason::ClosedByCancel);
+                            Reason::ClosedByCancel,
+                        );
                         t.run.handle_closed(n, w, &Err(e));
                     }
                 }

@@ -205,12 +205,11 @@ impl Exec {
                 _ => {
                     // Found after a crash with the intent and no evidence:
                     // the create may have been sent; never send it again.
-                    let e = Error::new(
-                        Category::Unknown,
+                    let e = Error::unknown(
                         Operation::Create,
                         Evidence::DispatchUncertain,
-                    )
-                    .with_reason(Reason::CreationUncertain);
+                        Reason::CreationUncertain,
+                    );
                     return fail(self, e, Cleanup::Failed);
                 }
             }
@@ -219,12 +218,11 @@ impl Exec {
             // Resumed after the creation evidence: a start may have been
             // sent by the controller that created it, so it is never sent
             // again; the machine exists, so fail, then delete it.
-            let e = Error::new(
-                Category::Unknown,
+            let e = Error::unknown(
                 Operation::Start,
                 Evidence::DispatchUncertain,
-            )
-            .with_reason(Reason::StartUncertain);
+                Reason::StartUncertain,
+            );
             return fail(self, e, Cleanup::InProgress);
         }
         if reply.is_none()
@@ -232,12 +230,11 @@ impl Exec {
             && self.past(Deadline::Preparation, now, now_ms)
         {
             // The machine exists (evidence recorded): fail, then delete it.
-            let e = Error::new(
-                Category::Expired,
+            let e = Error::expired(
                 Operation::Submit,
                 Evidence::NotDispatched,
-            )
-            .with_reason(Reason::PreparationDeadline);
+                Reason::PreparationDeadline,
+            );
             return fail(self, e, Cleanup::InProgress);
         }
         match reply {
@@ -431,12 +428,11 @@ impl Exec {
             // sent; absence was never recorded, so the reservation stays
             // for an operator. A delete already confirmed still gets its
             // 404 check (a read), the only way to a release.
-            let e = Error::new(
-                Category::Expired,
+            let e = Error::expired(
                 Operation::Delete,
                 Evidence::NotDispatched,
-            )
-            .with_reason(Reason::CleanupDeadline);
+                Reason::CleanupDeadline,
+            );
             let patch = ExecPatch {
                 cleanup: Some(Cleanup::Failed),
                 next_due_at_ms: Some(None),

@@ -26,15 +26,16 @@ impl crate::managed::controller::Controller {
     ) -> Result<RequestId, Error> {
         self.observe_clock(now_ms);
         if self.shutting_down {
-            return Err(Error::new(
-                Category::AdmissionExhausted,
+            return Err(Error::admission_exhausted(
                 Operation::Submit,
-                Evidence::NotDispatched,
-            )
-            .with_reason(Reason::ShuttingDown));
+                Reason::ShuttingDown,
+            ));
         }
         if !self.cfg.workers.iter().any(|w| w.profile.is_some()) {
-            return Err(refused(Reason::RetainedMachines));
+            return Err(Error::unsupported_capability(
+                Operation::Submit,
+                Reason::RetainedMachines,
+            ));
         }
         let req_op = match &request {
             MachineRequest::Create { key, spec } => {
@@ -71,7 +72,10 @@ impl crate::managed::controller::Controller {
                     .map_err(|e| e.with_operation(Operation::Submit))?;
                 command.validate()?;
                 if command.is_background() {
-                    return Err(refused(Reason::Background));
+                    return Err(Error::unsupported_capability(
+                        Operation::Submit,
+                        Reason::Background,
+                    ));
                 }
                 None
             }

@@ -105,23 +105,20 @@ impl Req {
             .machine
             .as_ref()
             .ok_or(Error::protocol(Operation::Resolve, Reason::NoMachine))?;
-        let a = m
-            .assignment
-            .as_ref()
-            .ok_or(identity_conflict(Operation::Resolve, Reason::NotAssigned))?;
+        let a = m.assignment.as_ref().ok_or(Error::identity_conflict(
+            Operation::Resolve,
+            Evidence::NotDispatched,
+            Reason::NotAssigned,
+        ))?;
         let profile = cfg
             .workers
             .iter()
             .find(|w| w.id == a.worker_id)
             .and_then(|w| w.profile.clone())
-            .ok_or(
-                Error::new(
-                    Category::UnsupportedCapability,
-                    Operation::Resolve,
-                    Evidence::NotDispatched,
-                )
-                .with_reason(Reason::UnknownWorker),
-            )?;
+            .ok_or(Error::unsupported_capability(
+                Operation::Resolve,
+                Reason::UnknownWorker,
+            ))?;
         Ok(WorkerOp::Inspect {
             worker_id: a.worker_id.clone(),
             profile,
@@ -271,12 +268,17 @@ impl Req {
                     }
                     MachineRequest::StopForDrain { version, .. } => {
                         if m.version != version {
-                            return RStep::Done(Err(crate::managed::claim::stale_version(
+                            return RStep::Done(Err(Error::stale_version(
                                 Operation::Stop,
+                                Evidence::Unknown,
+                                Reason::VersionMismatch,
                             )));
                         }
                         if m.creation.is_none() {
-                            return RStep::Done(Err(no_evidence(Operation::Stop)));
+                            return RStep::Done(Err(Error::validation(
+                                Operation::Stop,
+                                Reason::NoCreationEvidence,
+                            )));
                         }
                         let op = self.claim(cfg, now_ms, &m);
                         self.machine = Some(m);
@@ -289,16 +291,19 @@ impl Req {
                         ..
                     } => {
                         if m.version != version {
-                            return RStep::Done(Err(crate::managed::claim::stale_version(
+                            return RStep::Done(Err(Error::stale_version(
                                 Operation::Resolve,
+                                Evidence::Unknown,
+                                Reason::VersionMismatch,
                             )));
                         }
                         self.machine = Some(m.clone());
                         if m.assignment.is_none() {
                             // Never assigned: nothing exists on a worker.
                             if disposition == Resolution::Stopped {
-                                return RStep::Done(Err(identity_conflict(
+                                return RStep::Done(Err(Error::identity_conflict(
                                     Operation::Resolve,
+                                    Evidence::NotDispatched,
                                     Reason::NotAssigned,
                                 )));
                             }
@@ -327,15 +332,17 @@ impl Req {
                             Operation::Get
                         };
                         if m.state == MachineRecordState::Deleted {
-                            return RStep::Done(Err(Error::new(
-                                Category::NotFound,
+                            return RStep::Done(Err(Error::not_found(
                                 op,
                                 Evidence::NotDispatched,
-                            )
-                            .with_reason(Reason::MachineDeleted)));
+                                Reason::MachineDeleted,
+                            )));
                         }
                         if m.creation.is_none() {
-                            return RStep::Done(Err(no_evidence(op)));
+                            return RStep::Done(Err(Error::validation(
+                                op,
+                                Reason::NoCreationEvidence,
+                            )));
                         }
                         self.machine = Some(m);
                         self.stage = Stage::ReadVerify;
@@ -365,8 +372,9 @@ impl Req {
             }
             (Stage::DrainIntent, StoreReply::Machine(m)) => {
                 let Some(a) = m.assignment.clone() else {
-                    return RStep::Done(Err(identity_conflict(
+                    return RStep::Done(Err(Error::identity_conflict(
                         Operation::Stop,
+                        Evidence::NotDispatched,
                         Reason::NotAssigned,
                     )));
                 };
@@ -488,14 +496,16 @@ impl Req {
                     (Resolution::Stopped, Ok(WorkerReply::Machine(obs))) => {
                         let inc = incarnation_token(&obs);
                         if recorded.as_deref() != Some(inc.as_str()) {
-                            return RStep::Done(Err(identity_conflict(
+                            return RStep::Done(Err(Error::identity_conflict(
                                 Operation::Resolve,
+                                Evidence::NotDispatched,
                                 Reason::IncarnationMismatch,
                             )));
                         }
                         if obs.state == MachineState::Running {
-                            return RStep::Done(Err(identity_conflict(
+                            return RStep::Done(Err(Error::identity_conflict(
                                 Operation::Resolve,
+                                Evidence::NotDispatched,
                                 Reason::Running,
                             )));
                         }
@@ -505,8 +515,9 @@ impl Req {
                         }
                     }
                     (Resolution::Stopped, Err(e)) if e.category() == Category::NotFound => {
-                        return RStep::Done(Err(identity_conflict(
+                        return RStep::Done(Err(Error::identity_conflict(
                             Operation::Resolve,
+                            Evidence::NotDispatched,
                             Reason::Absent,
                         )));
                     }
@@ -514,8 +525,9 @@ impl Req {
                         Disposition::Deleted
                     }
                     (Resolution::Deleted, Ok(WorkerReply::Machine(_))) => {
-                        return RStep::Done(Err(identity_conflict(
+                        return RStep::Done(Err(Error::identity_conflict(
                             Operation::Resolve,
+                            Evidence::NotDispatched,
                             Reason::Present,
                         )));
                     }
@@ -571,8 +583,9 @@ impl Req {
                         _ => RStep::Done(Err(Error::protocol(Operation::Get, Reason::Stage))),
                     }
                 }
-                Ok(WorkerReply::Machine(_)) => RStep::Done(Err(identity_conflict(
+                Ok(WorkerReply::Machine(_)) => RStep::Done(Err(Error::identity_conflict(
                     Operation::Get,
+                    Evidence::NotDispatched,
                     Reason::IncarnationMismatch,
                 ))),
                 Ok(_) => RStep::Done(Err(Error::protocol(
@@ -596,8 +609,8 @@ impl Req {
                     // Ownership verified: the stop intent is durable first
                     // (the slot keeps its command, so the intent is the
                     // record's latest error entry, not an operation).
-                    let e = Error::new(Category::Unknown, Operation::Stop, Evidence::Unknown)
-                        .with_reason(Reason::DrainStopIntent);
+                    let e =
+                        Error::unknown(Operation::Stop, Evidence::Unknown, Reason::DrainStopIntent);
                     let p = MachinePatch {
                         last_error: Some(ErrorEntry::from_error(&e, now_ms)),
                         ..MachinePatch::default()
@@ -605,8 +618,9 @@ impl Req {
                     self.stage = Stage::DrainIntent;
                     RStep::Store(Self::write(cfg, now_ms, &m, p))
                 }
-                Ok(WorkerReply::Machine(_)) => RStep::Done(Err(identity_conflict(
+                Ok(WorkerReply::Machine(_)) => RStep::Done(Err(Error::identity_conflict(
                     Operation::Stop,
+                    Evidence::NotDispatched,
                     Reason::IncarnationMismatch,
                 ))),
                 Ok(_) => RStep::Done(Err(Error::protocol(
@@ -646,9 +660,11 @@ impl Req {
                     self.stage = Stage::DrainWrite;
                     RStep::Store(Self::write(cfg, now_ms, &m, p))
                 }
-                Ok(WorkerReply::Machine(_)) => {
-                    RStep::Done(Err(identity_conflict(Operation::Stop, Reason::NotStopped)))
-                }
+                Ok(WorkerReply::Machine(_)) => RStep::Done(Err(Error::identity_conflict(
+                    Operation::Stop,
+                    Evidence::NotDispatched,
+                    Reason::NotStopped,
+                ))),
                 Ok(_) => RStep::Done(Err(Error::protocol(
                     Operation::Get,
                     Reason::UnexpectedReply,
@@ -677,7 +693,11 @@ impl Req {
                                 ..MachinePatch::default()
                             }
                         } else {
-                            let e = identity_conflict(Operation::Get, Reason::IncarnationMismatch);
+                            let e = Error::identity_conflict(
+                                Operation::Get,
+                                Evidence::NotDispatched,
+                                Reason::IncarnationMismatch,
+                            );
                             MachinePatch {
                                 state: m
                                     .state
@@ -743,13 +763,4 @@ impl Req {
             }
         }
     }
-}
-
-pub(in crate::managed::controller) fn refused(reason: Reason) -> Error {
-    Error::new(
-        Category::UnsupportedCapability,
-        Operation::Submit,
-        Evidence::NotDispatched,
-    )
-    .with_reason(reason)
 }

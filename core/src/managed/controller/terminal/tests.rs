@@ -28,10 +28,10 @@ struct Fake {
 }
 
 fn nf() -> Error {
-    Error::new(
-        Category::NotFound,
+    Error::not_found(
         Operation::StoreWrite,
         Evidence::NotDispatched,
+        Reason::Unspecified,
     )
 }
 
@@ -83,10 +83,10 @@ impl Fake {
                             existing: true,
                         })
                     } else {
-                        Err(Error::new(
-                            Category::IdentityConflict,
+                        Err(Error::identity_conflict(
                             Operation::StoreAccept,
                             Evidence::NotDispatched,
+                            Reason::Unspecified,
                         ))
                     };
                 }
@@ -591,10 +591,10 @@ fn cancel_after_dispatch_closes_observation_and_keeps_uncertainty() {
     assert_eq!(sim.exec("t1").state, ExecState::Cancelling);
     assert!(sim.seen.iter().any(|o| matches!(o, TermOutput::Close)));
     // The close ends the session without an exit: uncertain.
-    let closed = Err(Error::new(
-        Category::Transport,
+    let closed = Err(Error::transport(
         Operation::TerminalSession,
         Evidence::Unknown,
+        Reason::Unspecified,
     ));
     run.handle_closed(sim.now, sim.now_ms, &closed);
     sim.settle(&mut run);
@@ -627,10 +627,10 @@ fn sentinel_exit_codes_and_output_limit_stay_unknown_and_keep_the_slot() {
     for outcome in [
         exit(124),
         exit(130),
-        Err(Error::new(
-            Category::OutputLimit,
+        Err(Error::output_limit(
             Operation::TerminalOutput,
             Evidence::Unknown,
+            Reason::Unspecified,
         )),
     ] {
         let mut sim = Sim::new();
@@ -938,7 +938,11 @@ fn recovery_finishes_the_slot_of_a_completed_record() {
     run.handle_closed(sim.now, sim.now_ms, &exit(7));
     sim.fake.fail = Some((
         "claim_machine",
-        Error::new(Category::Store, Operation::StoreClaim, Evidence::Unknown),
+        Error::store(
+            Operation::StoreClaim,
+            Evidence::Unknown,
+            Reason::Unspecified,
+        ),
     ));
     // Up to `completed`, then the first machine claim fails; the
     // controller dies before the retry.
@@ -994,10 +998,10 @@ fn recovery_dispatches_a_provably_undispatched_intent_once() {
 fn a_refused_upgrade_sent_nothing_and_fails() {
     let mut sim = Sim::new();
     let mut run = sim.open("t1", ManagedTerminalSpec::default());
-    let e = Error::new(
-        Category::Transport,
+    let e = Error::transport(
         Operation::TerminalOpen,
         Evidence::NotDispatched,
+        Reason::Unspecified,
     );
     run.handle_opened(sim.now, sim.now_ms, Err(e));
     sim.settle(&mut run);

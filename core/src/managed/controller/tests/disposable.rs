@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
 use super::*;
+use crate::Evidence;
 
 #[test]
 fn a_disposable_run_reserves_creates_runs_deletes_observes_absence_then_releases() {
@@ -114,10 +115,10 @@ fn the_cleanup_deadline_ends_cleanup_without_a_delete() {
     assert_eq!(rec.cleanup, Cleanup::InProgress);
     let deadline = rec.deadlines.cleanup_ms.unwrap();
     let flaky = || {
-        Err(Error::new(
-            Category::Transport,
+        Err(Error::transport(
             Operation::Get,
             Evidence::DispatchUncertain,
+            Reason::Unspecified,
         ))
     };
     // Within the budget a failed check is retried.
@@ -149,10 +150,10 @@ fn an_uncertain_create_is_never_resent_and_keeps_the_reservation() {
     s.settle();
     s.answer(
         "create",
-        Err(Error::new(
-            Category::Transport,
+        Err(Error::transport(
             Operation::Create,
             Evidence::DispatchUncertain,
+            Reason::Unspecified,
         )),
     );
     let rec = s.record(&key).clone();
@@ -174,12 +175,10 @@ fn a_create_reply_that_does_not_match_is_not_started_or_adopted() {
     s.settle();
     s.answer(
         "create",
-        Err(Error::new(
-            Category::Protocol,
+        Err(Error::protocol(
             Operation::Create,
-            Evidence::DispatchUncertain,
-        )
-        .with_reason(Reason::CreateReplyMismatch)),
+            Reason::CreateReplyMismatch,
+        )),
     );
     assert_eq!(s.record(&key).state, ExecState::Failed);
     assert!(s.record(&key).creation.is_none());
@@ -194,10 +193,10 @@ fn a_create_refused_before_sending_records_absence_and_releases() {
     s.settle();
     s.answer(
         "create",
-        Err(Error::new(
-            Category::Transport,
+        Err(Error::transport(
             Operation::Create,
             Evidence::NotDispatched,
+            Reason::Unspecified,
         )),
     );
     let rec = s.record(&key).clone();
@@ -259,10 +258,10 @@ fn an_unknown_disposable_run_is_stopped_and_kept_within_retention() {
     s.answer("start", obs(MachineState::Running));
     s.answer(
         "exec",
-        Err(Error::new(
-            Category::Transport,
+        Err(Error::transport(
             Operation::Exec,
             Evidence::DispatchUncertain,
+            Reason::Unspecified,
         )),
     );
     assert_eq!(s.record(&key).state, ExecState::Unknown);

@@ -10,11 +10,18 @@ use crate::managed::patch::apply_machine;
 use crate::managed::slot;
 use crate::managed::state::MachinePhase;
 use crate::managed::state::{MachineOperation as Op, MachineRecordState as MS};
+use crate::{Category, Evidence};
 
 impl TestStore {
     #[allow(clippy::too_many_lines)]
     pub(super) fn apply_machine_op(&mut self, op: &StoreOp) -> StoreResult {
-        let absent = || Error::new(Category::NotFound, Operation::StoreFetch, Evidence::Unknown);
+        let absent = || {
+            Error::not_found(
+                Operation::StoreFetch,
+                Evidence::Unknown,
+                Reason::Unspecified,
+            )
+        };
         let guard_ok = |store: &Self, m: &MachineRecord, guard: &Guard, now_ms: u64| {
             let lease = m
                 .assignment
@@ -34,10 +41,10 @@ impl TestStore {
                     record: m.clone(),
                     existing: true,
                 }),
-                Some(_) => Err(Error::new(
-                    Category::IdentityConflict,
+                Some(_) => Err(Error::identity_conflict(
                     Operation::StoreAccept,
                     Evidence::NotDispatched,
+                    Reason::Unspecified,
                 )),
                 None => {
                     self.machines.insert(record.key.clone(), (**record).clone());
@@ -105,7 +112,11 @@ impl TestStore {
                     .filter(|l| l.owner == guard.owner && l.until_ms > *now_ms)
                     .cloned()
                     .ok_or_else(|| {
-                        claim::stale_claim(Operation::StoreReserve, Reason::WorkerLease)
+                        Error::stale_claim(
+                            Operation::StoreReserve,
+                            Evidence::Unknown,
+                            Reason::WorkerLease,
+                        )
                     })?;
                 let m = self.machines.get(key).ok_or_else(absent)?;
                 guard_ok(self, m, guard, *now_ms)?;
@@ -125,12 +136,10 @@ impl TestStore {
                     )
                     .fold(Resources::default(), Resources::plus);
                 if !used.plus(reservation.capacity).fits(reservation.limit) {
-                    return Err(Error::new(
-                        Category::AdmissionExhausted,
+                    return Err(Error::admission_exhausted(
                         Operation::StoreReserve,
-                        Evidence::NotDispatched,
-                    )
-                    .with_reason(Reason::WorkerCapacity));
+                        Reason::WorkerCapacity,
+                    ));
                 }
                 let ports: Vec<u16> = m.spec.ports.iter().map(|p| p.host).collect();
                 let taken = self.machines.values().any(|x| {
@@ -138,12 +147,11 @@ impl TestStore {
                         && x.reserved_ports.iter().any(|p| ports.contains(p))
                 });
                 if taken {
-                    return Err(Error::new(
-                        Category::PortConflict,
+                    return Err(Error::port_conflict(
                         Operation::StoreReserve,
                         Evidence::NotDispatched,
-                    )
-                    .with_reason(Reason::HostPortTaken));
+                        Reason::HostPortTaken,
+                    ));
                 }
                 let mut next = m.clone();
                 next.assignment = Some(crate::managed::record::Assignment {
@@ -185,10 +193,10 @@ impl TestStore {
                             existing: true,
                         })
                     } else {
-                        Err(Error::new(
-                            Category::IdentityConflict,
+                        Err(Error::identity_conflict(
                             Operation::StoreAccept,
                             Evidence::NotDispatched,
+                            Reason::Unspecified,
                         ))
                     };
                 }
@@ -276,7 +284,7 @@ impl TestStore {
     }
 }
 
-fn mkey() -> RecordKey {
+pub(super) fn mkey() -> RecordKey {
     RecordKey::new("s", "box-1").unwrap()
 }
 
@@ -566,10 +574,10 @@ fn an_unknown_command_keeps_the_slot_until_a_quiescent_resolution() {
     let mut s = Sim::new(disposable_config());
     s.running_machine();
     s.submit_to_slot("c1", &cmd()).unwrap();
-    let uncertain = Error::new(
-        Category::Transport,
+    let uncertain = Error::transport(
         Operation::Exec,
         Evidence::DispatchUncertain,
+        Reason::Unspecified,
     );
     s.answer("exec", Err(uncertain));
     let c1 = RecordKey::new("s", "c1").unwrap();
@@ -663,7 +671,7 @@ fn an_unknown_command_keeps_the_slot_until_a_quiescent_resolution() {
     // A worker outage changes nothing either (AC-17.3.3).
     let id = s.ctl.machine(s.now, s.now_ms, resolve(v)).unwrap();
     s.settle();
-    let outage = Error::new(Category::Transport, Operation::Get, Evidence::Unknown);
+    let outage = Error::transport(Operation::Get, Evidence::Unknown, Reason::Unspecified);
     s.answer("inspect", Err(outage));
     assert_eq!(s.answer_of(id).unwrap_err().category(), Category::Transport);
     assert_eq!(s.machine().version, v);
@@ -814,7 +822,7 @@ fn a_create_intent_found_after_a_crash_is_never_sent_again() {
 
 /// A new controller (another owner, after the first one's claims lapsed)
 /// over what the first left in the store.
-fn successor(s: &mut Sim) -> Sim {
+pub(super) fn successor(s: &mut Sim) -> Sim {
     let store = std::mem::take(&mut s.store);
     let mut cfg = disposable_config();
     cfg.owner = "ctl-test-2".into();
@@ -888,10 +896,10 @@ fn an_unknown_command_stays_due_until_its_slot_is_finished() {
     s.running_machine();
     s.submit_to_slot("c1", &cmd()).unwrap();
     let c1 = RecordKey::new("s", "c1").unwrap();
-    let uncertain = Error::new(
-        Category::Transport,
+    let uncertain = Error::transport(
         Operation::Exec,
         Evidence::DispatchUncertain,
+        Reason::Unspecified,
     );
     s.answer("exec", Err(uncertain));
     // The `unknown` write itself keeps the command due (so a crash before
@@ -1238,10 +1246,10 @@ fn conflicted(s: &mut Sim) {
     );
     s.answer(
         "stop",
-        Err(Error::new(
-            Category::Transport,
+        Err(Error::transport(
             Operation::Stop,
             Evidence::DispatchUncertain,
+            Reason::Unspecified,
         )),
     );
     assert_eq!(

@@ -5,6 +5,7 @@
 //! mutation whose outcome is uncertain.
 
 use super::*;
+use crate::Category;
 use crate::managed::Guard;
 
 fn second_owner() -> ControllerConfig {

@@ -100,12 +100,11 @@ fn a_stream_that_fails_after_sending_is_unknown_and_never_resent() {
     s.ctl.stream_output(key("u1"), true);
     let k = s.submit("u1", &cmd());
     s.settle();
-    let lost = Error::new(
-        Category::Transport,
+    let lost = Error::transport(
         Operation::ExecStream,
         Evidence::DispatchUncertain,
-    )
-    .with_reason(Reason::StreamEndedWithoutExit);
+        Reason::StreamEndedWithoutExit,
+    );
     s.answer("exec_stream", Err(lost));
     assert_eq!(s.record(&k).state, ExecState::Unknown);
     let f = s.finished(&k).unwrap();
@@ -124,11 +123,8 @@ fn a_stream_refused_before_sending_fails_not_dispatched() {
     s.ctl.stream_output(key("n1"), true);
     let k = s.submit("n1", &cmd());
     s.settle();
-    let refused = Error::new(
-        Category::AdmissionExhausted,
-        Operation::ExecStream,
-        Evidence::NotDispatched,
-    );
+    let refused =
+        Error::admission_exhausted(Operation::ExecStream, Reason::CallbackThreadsExhausted);
     s.answer("exec_stream", Err(refused));
     let rec = s.record(&k).clone();
     assert_eq!(
