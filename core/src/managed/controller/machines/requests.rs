@@ -225,8 +225,9 @@ impl Req {
         match (&self.stage, reply) {
             (Stage::RefenceLease, StoreReply::Lease(l)) => {
                 let Some(m) = self.machine.as_ref().filter(|_| l.owner == cfg.owner) else {
-                    return RStep::Done(Err(crate::managed::claim::stale_claim(
+                    return RStep::Done(Err(Error::stale_claim(
                         Operation::StoreClaim,
+                        Evidence::Unknown,
                         Reason::WorkerLease,
                     )));
                 };
