@@ -222,6 +222,21 @@ impl Backend {
         }
     }
 
+    /// An upload, with the body bytes the socket took so far reported to
+    /// `progress` each time that count moves.
+    pub(crate) fn upload_with_progress(
+        &self,
+        upload: &smolbox_core::worker::Upload,
+        progress: &mut (dyn FnMut(u64) + Send),
+    ) -> Result<smolbox_core::worker::UploadReply, Error> {
+        match self {
+            Self::Tokio { rt, client } => {
+                rt.block_on(client.upload_with_progress(upload, progress))
+            }
+            Self::Blocking(client) => client.upload_with_progress(upload, progress),
+        }
+    }
+
     /// A download, with the body bytes received so far reported to
     /// `progress` after each read.
     pub(crate) fn download_with_progress(

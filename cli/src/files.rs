@@ -33,36 +33,37 @@ fn remote(arg: &str) -> Option<(&str, &str)> {
 }
 
 /// `cp SRC DST`; `MACHINE` is a managed machine's id (its placed worker
-/// name is used) or a worker's machine name.
+/// name is used, once its recorded incarnation is verified on the worker)
+/// or a worker's machine name.
 pub(crate) fn cp(
-    b: &Backend,
+    ctx: &crate::machines::Ctx<'_>,
     args: &CpArgs,
-    store: Option<&Path>,
     json: bool,
 ) -> Result<i32, Failure> {
+    let b = ctx.backend;
     let expected = match &args.sha256 {
         Some(h) => Some(parse_hex(h)?),
         None => None,
     };
-    let placed = |m: &str| crate::machines::worker_name(store, m);
+    let placed = |m: &str| crate::machines::verified_worker_name(ctx, m);
     match (remote(&args.src), remote(&args.dst)) {
-        (None, Some((machine, path))) => {
-            let machine = placed(machine)?;
+        (None, Some((shown, path))) => {
+            let machine = placed(shown)?;
             upload(
                 b,
                 Path::new(&args.src),
-                &machine,
+                (&machine, shown),
                 path,
                 args,
                 expected,
                 json,
             )
         }
-        (Some((machine, path)), None) => {
-            let machine = placed(machine)?;
+        (Some((shown, path)), None) => {
+            let machine = placed(shown)?;
             download(
                 b,
-                &machine,
+                (&machine, shown),
                 path,
                 Path::new(&args.dst),
                 args,
@@ -108,20 +109,6 @@ fn counter(message: &'static str) -> ProgressBar {
     counter
 }
 
-/// A spinner for an upload. The clients send a file in one call with no
-/// progress report, so no byte count is shown for it (a bar would claim
-/// progress nobody measured); only the elapsed time. (Downloads report the
-/// bytes received: [`counter`].)
-fn transfer_spinner(what: &str, bytes: u64) -> ProgressBar {
-    let spinner = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
-    if let Ok(style) = ProgressStyle::with_template("{spinner} {msg} {elapsed}") {
-        spinner.set_style(style);
-    }
-    spinner.set_message(format!("{what} ({bytes} bytes)"));
-    spinner.enable_steady_tick(std::time::Duration::from_millis(120));
-    spinner
-}
-
 fn budget(b: &Backend, max_bytes: u64) -> Result<FileBudget, Error> {
     FileBudget::new(max_bytes, b.endpoint_budgets())
 }
@@ -150,7 +137,7 @@ fn print_result(
 fn upload(
     b: &Backend,
     local: &Path,
-    machine: &str,
+    (machine, shown): (&str, &str),
     path: &str,
     args: &CpArgs,
     expected: Option<String>,
@@ -209,14 +196,15 @@ fn upload(
         Bytes::from(data),
         &digest,
     )?;
-    let spinner = transfer_spinner("uploading", size);
-    let reply = b.call(&call);
-    spinner.finish_and_clear();
+    // The bytes the socket took, as the client counts them.
+    let sending = bar(size, "uploading");
+    let reply = b.upload_with_progress(&call, &mut |sent| sending.set_position(sent));
+    sending.finish_and_clear();
     let reply = reply?;
     print_result(
         "uploaded",
         &local.display().to_string(),
-        &format!("{machine}:{}", reply.path),
+        &format!("{shown}:{}", reply.path),
         size,
         &digest,
         json,
@@ -285,7 +273,7 @@ fn current_umask() -> u32 {
 #[allow(clippy::too_many_arguments)]
 fn download(
     b: &Backend,
-    machine: &str,
+    (machine, shown): (&str, &str),
     path: &str,
     local: &Path,
     args: &CpArgs,
@@ -321,7 +309,7 @@ fn download(
     write_then_rename(&target, &data)?;
     print_result(
         "downloaded",
-        &format!("{machine}:{path}"),
+        &format!("{shown}:{path}"),
         &target.display().to_string(),
         data.len() as u64,
         &digest,

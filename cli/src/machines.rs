@@ -57,18 +57,29 @@ pub(crate) fn no_persistent_worker() -> Failure {
     Error::validation(Operation::Submit, Reason::ManagedNeedsPersistentWorker).into()
 }
 
-/// The worker's name of machine `name`: a managed machine's placed name
-/// (`worker_machine`), else `name` itself (a worker's machine used
-/// directly). A managed machine not placed yet is refused.
-pub(crate) fn worker_name(store: Option<&Path>, name: &str) -> Result<String, Failure> {
-    match lookup(store, name)? {
-        None => Ok(name.to_owned()),
-        Some(m) => match m.assignment {
-            Some(a) => Ok(a.machine_name),
-            None => {
-                Err(Error::validation(Operation::Config, Reason::ManagedMachineNotPlaced).into())
-            }
-        },
+/// The worker's name of machine `name` for a direct worker call (`cp`,
+/// `logs`): for a managed machine, its recorded incarnation is verified on
+/// the worker first, through the runtime (`machines().measurements`: an
+/// inspect checked against the recorded creation evidence), so a machine
+/// another incarnation now holds under that name is refused with
+/// `identity_conflict` and nothing of it is read or written. Any other name
+/// is the worker's own.
+pub(crate) fn verified_worker_name(ctx: &Ctx<'_>, name: &str) -> Result<String, Failure> {
+    let Some(m) = lookup(ctx.store, name)? else {
+        return Ok(name.to_owned());
+    };
+    if m.assignment.is_none() {
+        return Err(Error::validation(Operation::Config, Reason::ManagedMachineNotPlaced).into());
+    }
+    needs_persistent(ctx)?;
+    let key = records::key(name)?;
+    let (_, rec) = with_rt(ctx, |rt| {
+        rt.m_measurements(&key)
+            .map_err(|e| claim_note(e.into(), name))
+    })?;
+    match rec.assignment {
+        Some(a) => Ok(a.machine_name),
+        None => Err(Error::validation(Operation::Config, Reason::ManagedMachineNotPlaced).into()),
     }
 }
 

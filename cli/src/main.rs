@@ -159,8 +159,8 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             json,
         ),
         Cmd::Shell(a) => shell::shell(&ctx, &a),
-        Cmd::Cp(a) => files::cp(&backend, &a, cli.global.store.as_deref(), json),
-        Cmd::Logs(a) => machines::worker_name(cli.global.store.as_deref(), &a.machine)
+        Cmd::Cp(a) => files::cp(&ctx, &a, json),
+        Cmd::Logs(a) => machines::verified_worker_name(&ctx, &a.machine)
             .and_then(|name| commands::logs(&backend, &name, &a, json)),
         // Answered above, without a worker.
         Cmd::Dev(_) | Cmd::Records(_) | Cmd::Completions { .. } | Cmd::Man => Ok(0),

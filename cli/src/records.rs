@@ -425,6 +425,15 @@ impl<'a> Rt<'a> {
         machines!(self, submit(machine, key, command))
     }
 
+    /// The measurements of the recorded incarnation, with the record they
+    /// were checked against (the worker is inspected first).
+    pub(crate) fn m_measurements(
+        &self,
+        key: &RecordKey,
+    ) -> Result<(smolbox_core::worker::Measurements, MachineRecord), Error> {
+        machines!(self, measurements(key))
+    }
+
     /// An ownership-verified stop for draining.
     pub(crate) fn m_stop_for_drain(
         &self,
@@ -715,8 +724,17 @@ pub(crate) fn ls(
         "{:<28} {:<12} {:<20} {:>4} {:<18} {:<26} {}",
         "ID", "STATE", "EVIDENCE", "EXIT", "WORKER", "MACHINE", "UPDATED_MS"
     ))?;
+    let mut placed = std::collections::BTreeMap::new();
     for r in &all {
         let wm = r.spec.worker_machine.as_ref();
+        // A command in a managed machine's slot: the machine's worker.
+        let slot_worker = r.spec.machine.as_ref().and_then(|k| {
+            placed
+                .entry(k.clone())
+                .or_insert_with(|| placement(opened.store.as_ref(), k))
+                .clone()
+                .map(|(w, _)| w)
+        });
         let exit = match r.result {
             Some(ExecResult::Exited { exit_code, .. } | ExecResult::Terminal { exit_code }) => {
                 exit_code.to_string()
@@ -729,7 +747,9 @@ pub(crate) fn ls(
             r.state.as_str(),
             ev(r.evidence),
             exit,
-            wm.map_or("-", |w| w.worker_id.as_str()),
+            wm.map(|w| w.worker_id.as_str())
+                .or(slot_worker.as_deref())
+                .unwrap_or("-"),
             wm.map(|w| w.name.as_str())
                 .or(r.spec.machine.as_ref().map(|k| k.id.as_str()))
                 .unwrap_or("-"),
@@ -739,10 +759,28 @@ pub(crate) fn ls(
     Ok(0)
 }
 
+/// The worker and worker machine name of managed machine `k`, as its
+/// record says (`None` when it is not placed, or cannot be read: the
+/// listing still shows the record).
+fn placement(store: &dyn Store, k: &RecordKey) -> Option<(String, String)> {
+    let m = store.fetch_machine(k).ok()?;
+    m.assignment.map(|a| (a.worker_id, a.machine_name))
+}
+
 /// `records show ID`.
 pub(crate) fn show(store: Option<&Path>, id: &str, json: bool) -> Result<i32, Failure> {
     let opened = open(store)?;
     let rec = opened.store.fetch(&key(id)?)?;
+    if !json && let Some(k) = &rec.spec.machine {
+        // A command in a managed machine's slot: show where it ran.
+        let mut v = record_json(&rec);
+        if let Some((worker, name)) = placement(opened.store.as_ref(), k) {
+            v["worker"] = json!(worker);
+            v["machine"] = json!(name);
+        }
+        print_fields(&v)?;
+        return Ok(0);
+    }
     print_record(&rec, json)?;
     Ok(0)
 }
@@ -753,6 +791,11 @@ pub(crate) fn print_record(rec: &ExecutionRecord, json: bool) -> Result<(), Fail
     if json {
         return report::line(&v.to_string());
     }
+    print_fields(&v)
+}
+
+/// Prints a record's fields as `key: value` lines (`-` for none).
+fn print_fields(v: &serde_json::Value) -> Result<(), Failure> {
     if let Some(o) = v.as_object() {
         for (k, val) in o {
             let text = match val {

@@ -534,3 +534,29 @@ fn a_huge_caller_built_idle_timeout_saturates_instead_of_panicking() {
     x.handle_timeout(now + Duration::from_secs(30));
     assert_eq!(failed(x.poll_event()).reason(), Reason::Deadline);
 }
+
+/// What an upload's progress shows: the body bytes the socket took, never
+/// the head's, and never more than the body.
+#[test]
+fn body_written_counts_request_body_bytes_the_socket_took() {
+    let now = t0();
+    let req = Request::new(
+        Operation::Upload,
+        Method::Put,
+        "/api/v1/machines/m/files/f".into(),
+    )
+    .body("application/octet-stream", vec![b'x'; 100]);
+    let mut ex = HttpExchange::new(&req, &config(now), now).unwrap();
+    assert_eq!(ex.body_written(), 0);
+    let mut out = Vec::new();
+    assert!(ex.poll_transmit(&mut out));
+    let head = out.len() - 100;
+    ex.handle_written(now, head - 1);
+    assert_eq!(ex.body_written(), 0, "part of the head");
+    ex.handle_written(now, 1);
+    assert_eq!(ex.body_written(), 0, "the whole head");
+    ex.handle_written(now, 40);
+    assert_eq!(ex.body_written(), 40);
+    ex.handle_written(now, 60);
+    assert_eq!(ex.body_written(), 100);
+}

@@ -341,6 +341,26 @@ impl Client {
         self.call(upload)
     }
 
+    /// [`upload`](Self::upload), reporting progress: `progress` gets the
+    /// request body bytes the socket took so far, each time that count
+    /// moves (the core counts them; the head is excluded), on the calling
+    /// thread. The reply is decoded and checked exactly as by
+    /// [`upload`](Self::upload).
+    ///
+    /// # Errors
+    /// As [`upload`](Self::upload).
+    pub fn upload_with_progress(
+        &self,
+        upload: &Upload,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<UploadReply, Error> {
+        let mut exchange = self.send(upload, self.deadlines(Instant::now()))?;
+        let head = exchange.head_reporting(progress)?;
+        let mut body = Vec::new();
+        exchange.read_body(&mut body)?;
+        upload.decode(&head, &body)
+    }
+
     /// `GET …/files/{path}` within the download's byte cap.
     ///
     /// # Errors

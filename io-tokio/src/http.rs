@@ -95,26 +95,65 @@ impl Exchange {
         sink: &mut (dyn FnMut(&[u8]) -> Result<(), Error> + Send),
     ) -> Result<Step, Error> {
         loop {
+            if let Some(step) = self.poll_step(sink).await? {
+                return Ok(step);
+            }
+        }
+    }
+
+    /// The next event if the core has one, else one turn of the
+    /// connection (`None`: nothing to report yet).
+    async fn poll_step(
+        &mut self,
+        sink: &mut (dyn FnMut(&[u8]) -> Result<(), Error> + Send),
+    ) -> Result<Option<Step>, Error> {
+        loop {
             match self.core.poll_event() {
-                Some(HttpEvent::Head(head)) => return Ok(Step::Head(head)),
-                Some(HttpEvent::Data(bytes)) => return sink(bytes).map(|()| Step::Data),
+                Some(HttpEvent::Head(head)) => return Ok(Some(Step::Head(head))),
+                Some(HttpEvent::Data(bytes)) => return sink(bytes).map(|()| Some(Step::Data)),
                 Some(HttpEvent::End) => {
                     self.release();
-                    return Ok(Step::End);
+                    return Ok(Some(Step::End));
                 }
                 Some(HttpEvent::Failed(e)) => return Err(e),
-                Some(_) => continue,
-                None => {}
+                Some(_) => {}
+                None => break,
             }
-            if let Some(e) = self.core.error() {
-                // Reported before; every later call says it again.
-                return Err(e);
+        }
+        if let Some(e) = self.core.error() {
+            // Reported before; every later call says it again.
+            return Err(e);
+        }
+        let Some(driver) = self.driver.as_mut() else {
+            // Released after `End`: nothing more will come.
+            return Ok(Some(Step::End));
+        };
+        driver.turn(&mut self.core).await;
+        Ok(None)
+    }
+
+    /// Reads the head like [`head`](Self::head), handing `progress` the
+    /// request body bytes the socket took so far after every turn in which
+    /// that count moved (an upload's progress; the core counts them).
+    ///
+    /// # Errors
+    /// As [`next`](Self::next).
+    pub(crate) async fn head_reporting(
+        &mut self,
+        progress: &mut (dyn FnMut(u64) + Send),
+    ) -> Result<ResponseHead, Error> {
+        let mut no_body = |_: &[u8]| Ok(());
+        let mut reported = None;
+        loop {
+            let step = self.poll_step(&mut no_body).await?;
+            let sent = self.core.body_written();
+            if reported != Some(sent) {
+                reported = Some(sent);
+                progress(sent);
             }
-            let Some(driver) = self.driver.as_mut() else {
-                // Released after `End`: nothing more will come.
-                return Ok(Step::End);
-            };
-            driver.turn(&mut self.core).await;
+            if let Some(Step::Head(h)) = step {
+                return Ok(h);
+            }
         }
     }
 

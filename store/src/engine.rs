@@ -372,7 +372,7 @@ fn live_lease(
         Some(l) if l.owner == guard.owner && l.until_ms > now_ms => Ok(l.generation),
         _ => Err(Error::stale_claim(
             op,
-            Evidence::Unknown,
+            Evidence::NotDispatched,
             Reason::WorkerLease,
         )),
     }

@@ -38,6 +38,7 @@ use smolbox_core::managed::state::MachineOperation;
 use smolbox_core::managed::{Capabilities, ExecPatch, Guard, Lease, MachinePatch, RecordKey};
 
 mod engine;
+pub mod fuzzing;
 pub mod keys;
 mod memory;
 #[cfg(feature = "postgres")]

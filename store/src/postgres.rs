@@ -750,13 +750,7 @@ impl PgTx<'_> {
         payload: &[u8],
         p: &Projection,
     ) -> Result<ExecutionRecord, Error> {
-        let rec = self
-            .sealer
-            .open_exec(key, p.stored_version()?, payload)
-            .map_err(|e| e.with_operation(self.op))?;
-        p.check(&Projection::of_exec(&rec))
-            .map_err(|e| e.with_operation(self.op))?;
-        Ok(rec)
+        crate::row::open_exec_row(self.sealer, key, payload, p, self.op)
     }
 }
 
@@ -1061,13 +1055,7 @@ impl PgTx<'_> {
         payload: &[u8],
         p: &Projection,
     ) -> Result<MachineRecord, Error> {
-        let rec = self
-            .sealer
-            .open_machine(key, p.stored_version()?, payload)
-            .map_err(|e| e.with_operation(self.op))?;
-        p.check(&Projection::of_machine(&rec))
-            .map_err(|e| e.with_operation(self.op))?;
-        Ok(rec)
+        crate::row::open_machine_row(self.sealer, key, payload, p, self.op)
     }
 
     fn scan(&mut self, sql: &str, params: &[&(dyn ToSql + Sync)]) -> Result<Vec<ScanRow>, Error> {

@@ -11,7 +11,7 @@ use smolbox_core::managed::record::Resources;
 use smolbox_core::managed::{ExecutionRecord, Lease, MachineRecord, RecordKey, RecordKind};
 use smolbox_core::{Error, Operation};
 
-use crate::Assigned;
+use crate::{Assigned, Sealer};
 
 /// Projected columns, in the order of the SQL column lists.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -108,6 +108,42 @@ impl Projection {
             ))
         }
     }
+}
+
+/// An execution row's read path, the same for every durable adapter:
+/// the sealed payload is opened at the row's version column (bound in its
+/// associated data), then the clear columns are checked against the
+/// decrypted record. Every failure is `store` with operation `op`.
+pub(crate) fn open_exec_row(
+    sealer: &Sealer,
+    key: &RecordKey,
+    payload: &[u8],
+    p: &Projection,
+    op: Operation,
+) -> Result<ExecutionRecord, Error> {
+    let rec = sealer
+        .open_exec(key, p.stored_version()?, payload)
+        .map_err(|e| e.with_operation(op))?;
+    p.check(&Projection::of_exec(&rec))
+        .map_err(|e| e.with_operation(op))?;
+    Ok(rec)
+}
+
+/// As [`open_exec_row`] for a machine row (its version column is the
+/// machine's revision).
+pub(crate) fn open_machine_row(
+    sealer: &Sealer,
+    key: &RecordKey,
+    payload: &[u8],
+    p: &Projection,
+    op: Operation,
+) -> Result<MachineRecord, Error> {
+    let rec = sealer
+        .open_machine(key, p.stored_version()?, payload)
+        .map_err(|e| e.with_operation(op))?;
+    p.check(&Projection::of_machine(&rec))
+        .map_err(|e| e.with_operation(op))?;
+    Ok(rec)
 }
 
 pub(crate) fn lease_of(

@@ -169,6 +169,14 @@ impl Shell for BlockingShell {
         self.client.upload(upload)
     }
 
+    fn upload_with_progress(
+        &self,
+        upload: &smolbox_core::worker::Upload,
+        progress: &mut (dyn FnMut(u64) + Send),
+    ) -> Result<smolbox_core::worker::UploadReply, Error> {
+        self.client.upload_with_progress(upload, progress)
+    }
+
     fn download(&self, download: &smolbox_core::worker::Download) -> Result<Vec<u8>, Error> {
         self.client.download(download).map(|b| b.to_vec())
     }

@@ -613,6 +613,29 @@ pub fn files_launch_and_logs<S: Shell>(t: Transport) {
     .unwrap_err();
     assert_err(&e, Category::Validation, Evidence::NotDispatched);
     assert_eq!(fx.worker.request_count(Route::FilesPut), 1);
+    // An upload's progress: the body bytes the socket took, rising, ending
+    // at the body's size (never the head's bytes).
+    let big = bytes::Bytes::from(vec![7u8; 512 * 1024]);
+    let big_digest: String = sha2::Sha256::digest(&big)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let up = Upload::new(
+        &profile,
+        &policy,
+        &budget,
+        name("m1"),
+        GuestPath::new("/workspace/big.bin").unwrap(),
+        big.clone(),
+        &big_digest,
+    )
+    .unwrap();
+    let mut seen = Vec::new();
+    let reply = s.upload_with_progress(&up, &mut |n| seen.push(n)).unwrap();
+    assert_eq!(reply.size, big.len() as u64);
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+    assert_eq!(seen.last(), Some(&(big.len() as u64)), "{seen:?}");
+    assert_eq!(fx.worker.request_count(Route::FilesPut), 2);
     let launched = s.launch("m1", &sh("sleep 1").background(true)).unwrap();
     assert!(launched.pid > 0);
     let logs = Logs::new(&profile, name("m1"), LogsParams::default()).unwrap();

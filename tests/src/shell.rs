@@ -162,6 +162,15 @@ pub trait Shell: Sized {
         &self,
         upload: &smolbox_core::worker::Upload,
     ) -> Result<smolbox_core::worker::UploadReply, Error>;
+    /// `Client::upload_with_progress`.
+    ///
+    /// # Errors
+    /// The operation's errors.
+    fn upload_with_progress(
+        &self,
+        upload: &smolbox_core::worker::Upload,
+        progress: &mut (dyn FnMut(u64) + Send),
+    ) -> Result<smolbox_core::worker::UploadReply, Error>;
     /// `Client::download`.
     ///
     /// # Errors

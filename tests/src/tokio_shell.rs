@@ -193,6 +193,15 @@ impl Shell for TokioShell {
         self.rt.block_on(self.client.upload(upload))
     }
 
+    fn upload_with_progress(
+        &self,
+        upload: &smolbox_core::worker::Upload,
+        progress: &mut (dyn FnMut(u64) + Send),
+    ) -> Result<smolbox_core::worker::UploadReply, Error> {
+        self.rt
+            .block_on(self.client.upload_with_progress(upload, progress))
+    }
+
     fn download(&self, download: &smolbox_core::worker::Download) -> Result<Vec<u8>, Error> {
         self.rt
             .block_on(self.client.download(download))

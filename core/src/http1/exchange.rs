@@ -122,6 +122,8 @@ pub struct HttpExchange {
     failure_reported: bool,
     /// Request bytes the socket took (`handle_written`).
     written: u64,
+    /// Length of the encoded request head (for [`Self::body_written`]).
+    head_len: u64,
     /// A read failure, reported after the events of the bytes before it.
     read_failure: Option<Error>,
 }
@@ -158,6 +160,7 @@ impl HttpExchange {
         }
         Ok(Self {
             operation: request.operation,
+            head_len: tx_head.len() as u64,
             tx_head,
             tx_body: request.body.clone(),
             transmitted: false,
@@ -308,6 +311,13 @@ impl HttpExchange {
             Evidence::DispatchUncertain,
             reason,
         ));
+    }
+
+    /// Request body bytes the socket took so far (what an upload's
+    /// progress shows): the bytes reported by
+    /// [`handle_written`](Self::handle_written) past the encoded head.
+    pub fn body_written(&self) -> u64 {
+        self.written.saturating_sub(self.head_len)
     }
 
     /// The socket took `n` more request bytes.

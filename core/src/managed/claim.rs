@@ -91,7 +91,7 @@ pub fn take(
         }),
         Some(l) if l.until_ms > now_ms => Err(Error::stale_claim(
             Operation::StoreClaim,
-            Evidence::Unknown,
+            Evidence::NotDispatched,
             Reason::HeldByOther,
         )),
         Some(l) if l.generation >= MAX_COUNTER => Err(Error::validation(
@@ -275,7 +275,7 @@ fn refence_generation(
     if !at_version {
         return Err(Error::stale_version(
             Operation::StoreClaim,
-            Evidence::Unknown,
+            Evidence::NotDispatched,
             Reason::VersionMismatch,
         ));
     }
@@ -286,7 +286,7 @@ fn refence_generation(
         Some(l) if l.owner == owner && l.until_ms > now_ms => Ok(Some(l.generation)),
         _ => Err(Error::stale_claim(
             Operation::StoreClaim,
-            Evidence::Unknown,
+            Evidence::NotDispatched,
             Reason::WorkerLease,
         )),
     }
@@ -361,24 +361,28 @@ pub fn check_guard(
     if guard.version != fence.version {
         return Err(Error::stale_version(
             op,
-            Evidence::Unknown,
+            Evidence::NotDispatched,
             Reason::VersionMismatch,
         ));
     }
     let Some(claim) = fence.claim else {
-        return Err(Error::stale_claim(op, Evidence::Unknown, Reason::NoClaim));
+        return Err(Error::stale_claim(
+            op,
+            Evidence::NotDispatched,
+            Reason::NoClaim,
+        ));
     };
     if claim.owner != guard.owner || fence.generation != guard.generation {
         return Err(Error::stale_claim(
             op,
-            Evidence::Unknown,
+            Evidence::NotDispatched,
             Reason::ClaimOwner,
         ));
     }
     if claim.until_ms <= now_ms {
         return Err(Error::stale_claim(
             op,
-            Evidence::Unknown,
+            Evidence::NotDispatched,
             Reason::ClaimExpired,
         ));
     }
@@ -387,7 +391,7 @@ pub fn check_guard(
     {
         return Err(Error::stale_claim(
             op,
-            Evidence::Unknown,
+            Evidence::NotDispatched,
             Reason::WorkerGeneration,
         ));
     }
@@ -535,6 +539,18 @@ mod tests {
             generation,
             until_ms,
         }
+    }
+
+    /// A store refusal says its own call sent nothing (`not_dispatched`);
+    /// a controller that sent a request earlier corrects it
+    /// (`with_known_evidence`).
+    #[test]
+    fn a_store_refusal_says_its_own_call_sent_nothing() {
+        let refused = take(Some(&lease("a", 1, 10_000)), "b", 1_000, 5_000).unwrap_err();
+        assert_eq!(
+            (refused.category(), refused.evidence()),
+            (Category::StaleClaim, Evidence::NotDispatched)
+        );
     }
 
     #[test]

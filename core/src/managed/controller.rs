@@ -409,6 +409,38 @@ impl Finished {
     }
 }
 
+/// An error that ends the driving of a command or terminal carries what is
+/// known about it (its `Evidence`). A store refusal (`stale_claim`,
+/// `stale_version`, …) says `not_dispatched` about its own call; once the
+/// command may have been sent (`sent`, or a record past its dispatch
+/// intent), that is corrected to the record's evidence when it says more
+/// (with the recorded exit code), else `dispatch_uncertain`. An error that
+/// already says more (a worker's `exited`, `dispatch_uncertain`) is kept.
+pub(super) fn with_known_evidence(e: Error, rec: Option<&ExecutionRecord>, sent: bool) -> Error {
+    let sent = sent || rec.is_some_and(|r| !r.state.is_before_dispatch());
+    if !sent
+        || !matches!(
+            e.evidence(),
+            crate::Evidence::NotDispatched | crate::Evidence::Unknown
+        )
+    {
+        return e;
+    }
+    let e = match rec.map(|r| r.evidence) {
+        Some(ev) if !matches!(ev, RecordEvidence::NotDispatched | RecordEvidence::Unknown) => {
+            e.with_evidence(ev.to_error_evidence())
+        }
+        _ => e.with_evidence(crate::Evidence::DispatchUncertain),
+    };
+    match rec
+        .and_then(|r| r.result.as_ref())
+        .and_then(ExecResult::exit_code)
+    {
+        Some(code) => e.with_exit_code(code),
+        None => e,
+    }
+}
+
 /// What `submit` returns at durable acceptance (C16).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Submission {
@@ -847,7 +879,11 @@ impl Controller {
     pub fn shutdown(&mut self, now: Instant, now_ms: u64) {
         self.observe_clock(now_ms);
         self.shutting_down = true;
+        // Neither due scan runs any more: no timer of theirs may stay behind
+        // (one left in the past, with nothing to do, would make a driver
+        // spin until `Stopped`).
         self.scan_at = None;
+        self.mscan_at = None;
         self.pump(now);
     }
 
@@ -1199,9 +1235,10 @@ impl Controller {
     fn on_scan(&mut self, now: Instant, result: StoreResult) {
         self.scanning = false;
         let Ok(StoreReply::Due { records, next }) = result else {
-            // A failed scan is retried next interval (never read as "none due").
+            // A failed scan is retried next interval (never read as "none
+            // due"), unless shutting down: no scan runs any more.
             self.scan_cursor = None;
-            self.scan_at = Some(now + self.cfg.poll());
+            self.scan_at = (!self.shutting_down).then(|| now + self.cfg.poll());
             return;
         };
         let mut full = false;

@@ -260,7 +260,7 @@ pub fn request(
     if version != machine.version {
         return Err(Error::stale_version(
             Operation::StoreSlot,
-            Evidence::Unknown,
+            Evidence::NotDispatched,
             Reason::VersionMismatch,
         ));
     }
@@ -354,7 +354,7 @@ pub fn resolve(
     if version != machine.version {
         return Err(Error::stale_version(
             op,
-            Evidence::Unknown,
+            Evidence::NotDispatched,
             Reason::VersionMismatch,
         ));
     }

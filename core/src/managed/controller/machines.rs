@@ -731,7 +731,7 @@ impl Mach {
                 // machine; nothing was written here.
                 self.fatal = Some(Error::stale_claim(
                     Operation::StoreClaim,
-                    Evidence::Unknown,
+                    Evidence::NotDispatched,
                     Reason::WorkerLease,
                 ));
             }
@@ -742,7 +742,11 @@ impl Mach {
             }
             if let Some(mut f) = self.finishing.pop_front() {
                 if f.error.is_none() {
-                    f.error = self.fatal;
+                    // What is known about the command, not the machine
+                    // task's store refusal alone.
+                    f.error = self
+                        .fatal
+                        .map(|e| super::with_known_evidence(e, f.record.as_ref(), f.dispatched));
                 }
                 return MStep::Finished(f);
             }

@@ -551,6 +551,8 @@ impl TerminalRun {
     }
 
     fn finish(&mut self, error: Option<Error>) {
+        // Never `not_dispatched` once the open may have been sent.
+        let error = error.map(|e| super::with_known_evidence(e, self.rec.as_ref(), self.open_sent));
         if !self.done {
             self.done = true;
             self.out.push_back(TermOutput::Event(TermEvent::Done {

@@ -220,7 +220,7 @@ impl TestStore {
                     .ok_or_else(|| {
                         Error::stale_claim(
                             Operation::StoreReserve,
-                            Evidence::Unknown,
+                            Evidence::NotDispatched,
                             Reason::WorkerLease,
                         )
                     })?;
@@ -1359,6 +1359,7 @@ fn debug_of_the_controller_mid_run_hides_secrets() {
 // The regressions of the recovery simulation's findings and the claim at
 // acceptance.
 mod disposable;
+mod evidence;
 mod findings;
 mod machines;
 mod refence;

@@ -297,10 +297,9 @@ impl Sim {
         let mut after: Option<String> = None;
         let mut seen: Vec<MachineRecord> = Vec::new();
         loop {
-            let page = match self.store.list_machines(scope, after.as_deref(), limit) {
-                Ok(p) => p,
-                // A failed page proves nothing; the listing is abandoned.
-                Err(_) => return,
+            // A failed page proves nothing; the listing is abandoned.
+            let Ok(page) = self.store.list_machines(scope, after.as_deref(), limit) else {
+                return;
             };
             let mut records = page.records;
             if self.opts.bug == Some(Bug::ListSkipsDeleted) {

@@ -352,7 +352,7 @@ impl crate::managed::controller::Controller {
         self.mscanning = false;
         let Ok(StoreReply::DueMachines { records, next }) = result else {
             self.mscan_cursor = None;
-            self.mscan_at = Some(now + self.cfg.poll());
+            self.mscan_at = (!self.shutting_down).then(|| now + self.cfg.poll());
             return;
         };
         let mut full = false;

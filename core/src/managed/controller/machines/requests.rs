@@ -219,15 +219,37 @@ impl Req {
         let reply = match result {
             Ok(r) => r,
             Err(e) => {
-                return self.refence(cfg, now_ms, &e).unwrap_or(RStep::Done(Err(e)));
+                if let Some(step) = self.refence(cfg, now_ms, &e) {
+                    return step;
+                }
+                // After the drain's stop was sent (a re-fence of the drain's
+                // write included), a store refusal does not mean nothing
+                // reached the worker.
+                let stop_sent =
+                    matches!(
+                        self.stage,
+                        Stage::DrainStop | Stage::DrainConfirm | Stage::DrainWrite
+                    ) || (matches!(self.stage, Stage::RefenceLease | Stage::RefenceClaim)
+                        && matches!(self.write, Some((Stage::DrainWrite, _))));
+                if stop_sent && matches!(e.evidence(), Evidence::NotDispatched | Evidence::Unknown)
+                {
+                    return RStep::Done(Err(e.with_evidence(Evidence::DispatchUncertain)));
+                }
+                return RStep::Done(Err(e));
             }
         };
         match (&self.stage, reply) {
             (Stage::RefenceLease, StoreReply::Lease(l)) => {
                 let Some(m) = self.machine.as_ref().filter(|_| l.owner == cfg.owner) else {
+                    // The drain's stop may already have reached the worker.
+                    let evidence = if matches!(self.write, Some((Stage::DrainWrite, _))) {
+                        Evidence::DispatchUncertain
+                    } else {
+                        Evidence::NotDispatched
+                    };
                     return RStep::Done(Err(Error::stale_claim(
                         Operation::StoreClaim,
-                        Evidence::Unknown,
+                        evidence,
                         Reason::WorkerLease,
                     )));
                 };
@@ -271,7 +293,7 @@ impl Req {
                         if m.version != version {
                             return RStep::Done(Err(Error::stale_version(
                                 Operation::Stop,
-                                Evidence::Unknown,
+                                Evidence::NotDispatched,
                                 Reason::VersionMismatch,
                             )));
                         }
@@ -294,7 +316,7 @@ impl Req {
                         if m.version != version {
                             return RStep::Done(Err(Error::stale_version(
                                 Operation::Resolve,
-                                Evidence::Unknown,
+                                Evidence::NotDispatched,
                                 Reason::VersionMismatch,
                             )));
                         }

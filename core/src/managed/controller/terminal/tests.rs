@@ -1108,3 +1108,6 @@ fn the_controller_hands_due_terminals_to_the_driver_and_never_drives_them() {
         "nothing sent for a terminal"
     );
 }
+
+// What an error that ends a run says about the terminal (issue 15).
+mod evidence;

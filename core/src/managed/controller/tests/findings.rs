@@ -176,3 +176,55 @@ fn renewals_failing_while_the_command_runs_are_never_given_up() {
     assert_eq!(s.record(&key).state, ExecState::Completed);
     assert_eq!(s.finished(&key).unwrap().exit_code(), Some(7));
 }
+
+/// Fuzz finding (`controller` target, docs/fuzzing.md): `shutdown` stopped
+/// the due scan's timer but not the machine due scan's, so with a command
+/// still running `poll_timeout` stayed in the past while `handle_timeout`
+/// did nothing (a driver waiting for `Stopped` would spin).
+#[test]
+fn shutdown_leaves_no_machine_scan_timer_in_the_past() {
+    let mut s = Sim::new(config());
+    s.settle();
+    s.submit("sd", &cmd());
+    s.settle();
+    assert_eq!(s.worker.len(), 1, "the command is outstanding");
+    let step = config().poll_interval_ms + 1;
+    s.now += Duration::from_millis(step);
+    s.now_ms += step;
+    s.ctl.shutdown(s.now, s.now_ms);
+    s.settle();
+    s.ctl.handle_timeout(s.now, s.now_ms);
+    s.settle();
+    assert!(s.store.fail_next == 0 && s.worker.len() == 1);
+    assert!(
+        s.ctl.poll_timeout().is_none_or(|t| t > s.now),
+        "poll_timeout {:?} is not after now {:?}",
+        s.ctl.poll_timeout(),
+        s.now
+    );
+}
+
+/// Fuzz finding (`controller` target): a due scan or machine due scan
+/// outstanding at `shutdown` that then failed re-armed its timer, which no
+/// scan would ever clear after shutdown: `poll_timeout` stayed in the past
+/// while `handle_timeout` did nothing.
+#[test]
+fn a_scan_failing_after_shutdown_leaves_no_timer_in_the_past() {
+    let mut s = Sim::new(config());
+    // Both scans of the start are outstanding; then shutdown, then both fail.
+    s.ctl.shutdown(s.now, s.now_ms);
+    s.store.fail_next = 2;
+    s.settle();
+    assert_eq!(s.store.fail_next, 0, "both scans were answered with errors");
+    let step = config().poll_interval_ms + 1;
+    s.now += Duration::from_millis(step);
+    s.now_ms += step;
+    s.ctl.handle_timeout(s.now, s.now_ms);
+    s.settle();
+    assert!(
+        s.ctl.poll_timeout().is_none_or(|t| t > s.now),
+        "poll_timeout {:?} is not after now {:?}",
+        s.ctl.poll_timeout(),
+        s.now
+    );
+}

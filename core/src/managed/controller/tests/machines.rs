@@ -114,7 +114,7 @@ impl TestStore {
                     .ok_or_else(|| {
                         Error::stale_claim(
                             Operation::StoreReserve,
-                            Evidence::Unknown,
+                            Evidence::NotDispatched,
                             Reason::WorkerLease,
                         )
                     })?;
@@ -319,7 +319,7 @@ impl Sim {
         id
     }
 
-    fn answer_of(&self, id: RequestId) -> Result<MachineAnswer, Error> {
+    pub(super) fn answer_of(&self, id: RequestId) -> Result<MachineAnswer, Error> {
         self.events
             .iter()
             .find_map(|e| match e {
