@@ -1048,6 +1048,20 @@ impl Mach {
                         } else {
                             (S::Missing, None)
                         };
+                        if to == S::Deleted && !state.can_move_to(S::Deleted) {
+                            // `created`/`running`/`stopped` → `deleted` is
+                            // no transition (recovery sim seed 1064: the
+                            // write was refused for good and the delete
+                            // never ended): the absence is recorded with
+                            // `missing`, the delete stays pending and
+                            // settles `deleted` next (`missing` → `deleted`).
+                            let p = MachinePatch {
+                                state: Some(S::Missing),
+                                absence_at_ms: absence,
+                                ..MachinePatch::default()
+                            };
+                            return self.guarded(cfg, now, now_ms, p);
+                        }
                         let extra = MachinePatch {
                             absence_at_ms: absence,
                             ..MachinePatch::default()

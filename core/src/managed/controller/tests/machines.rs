@@ -1443,4 +1443,5 @@ fn measurements_of_a_machine_never_created_are_refused_unsent() {
     assert!(s.worker.is_empty());
 }
 
+mod delete;
 mod refence;
