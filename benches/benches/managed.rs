@@ -9,6 +9,11 @@
 //!   runs in a child process (this binary re-executed), so none of its CPU
 //!   is counted; the figure is `getrusage(RUSAGE_SELF)` over the calls;
 //! * store commits per command, from the store's own counter (goal ≤ 3);
+//! * memory per queued record: the blocking runtime with `max_active(1)`
+//!   busy on one `sleep`, then 1,000 submissions that wait in the store;
+//!   live Rust heap growth (a counting allocator, `stats_alloc`) and
+//!   resident-set growth (`VmRSS`, which also sees SQLite's page cache) of
+//!   this process, per queued record;
 //! * wall time per command (divan), for reference: the managed figure is
 //!   bounded by the fsyncs of its commits, not by CPU.
 //!
@@ -20,6 +25,7 @@
 #![allow(clippy::unwrap_used)] // benchmark set-up: a failure aborts the run
 #![allow(clippy::print_stdout)] // the CPU and commit figures are printed
 
+use std::alloc::System;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command as Process, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,6 +41,11 @@ use smolbox_core::worker::{Budgets, Endpoint, EndpointConfig, MachineName, Machi
 use smolbox_devworker::DevWorker;
 use smolbox_store::keys::load_or_create_keys;
 use smolbox_store::{Sealer, SqliteStore, Store};
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+
+/// Counts live heap bytes (for the memory per queued record).
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
 /// Commands per CPU figure.
 const CPU_CALLS: u32 = 300;
@@ -47,6 +58,7 @@ fn main() {
         return;
     }
     report();
+    report_queue_memory();
     divan::main();
 }
 
@@ -210,7 +222,13 @@ fn report() {
         assert_eq!(out.record.state, ExecState::Completed);
     });
     let blocking_commits = store.commits().unwrap() - commits_before;
+    // The driver's own CPU while nothing is submitted: an idle runtime
+    // should use none.
+    let idle_alive = idle_cpu();
     blocking.shutdown();
+    let idle_after_shutdown = idle_cpu();
+    drop(blocking);
+    let idle_dropped = idle_cpu();
 
     let rt = tokio_rt();
     let (_dir2, store2, fingerprint2) = sqlite();
@@ -221,7 +239,9 @@ fn report() {
         assert_eq!(out.record.state, ExecState::Completed);
     });
     let tokio_commits = store2.commits().unwrap() - commits_before;
+    let tokio_idle_alive = idle_cpu();
     rt.block_on(tokio.shutdown());
+    drop(tokio);
 
     // 20 warm-up calls are counted by the store too.
     let calls = u64::from(CPU_CALLS) + 20;
@@ -242,6 +262,76 @@ fn report() {
         ratio(managed_tokio),
         tokio_commits as f64 / calls as f64
     );
+    println!(
+        "  idle CPU (cores busy while nothing is submitted): blocking runtime alive {idle_alive:.2}, \
+         after shutdown {idle_after_shutdown:.2}, dropped {idle_dropped:.2}; tokio runtime alive {tokio_idle_alive:.2}"
+    );
+}
+
+/// Records queued behind a busy `max_active(1)` for the memory figure.
+const QUEUED: usize = 1_000;
+
+/// Resident set of this process (`VmRSS`), bytes.
+fn vm_rss() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap()
+        * 1024
+}
+
+fn report_queue_memory() {
+    let (_dir, store, fingerprint) = sqlite();
+    let client = smolbox_blocking::Client::new(endpoint(&world().base_url)).unwrap();
+    let rt = smolbox_blocking::Runtime::builder(store, fingerprint)
+        .worker("dev", client)
+        .max_active(1)
+        .max_pending(10_000)
+        .build()
+        .unwrap();
+    // The one active slot is held by a command that outlasts the queueing.
+    let busy = Command::new(["/bin/sleep", "20"]);
+    rt.submit(Submit {
+        key: RecordKey::new("bench", "busy").unwrap(),
+        spec: spec_for(&busy, &RunTarget::unverified().fitting(&busy), "dev", "m1").unwrap(),
+    })
+    .unwrap();
+    // Warm-up: a few queued submissions grow the first buffers.
+    for _ in 0..20 {
+        rt.submit(submit()).unwrap();
+    }
+    let started = std::time::Instant::now();
+    let rss = vm_rss();
+    let region = Region::new(GLOBAL);
+    for _ in 0..QUEUED {
+        rt.submit(submit()).unwrap();
+    }
+    let c = region.change();
+    let heap = c.bytes_allocated as i64 - c.bytes_deallocated as i64 + c.bytes_reallocated as i64;
+    let rss_grown = vm_rss().saturating_sub(rss);
+    let took = started.elapsed();
+    println!(
+        "memory per queued record ({QUEUED} queued behind max_active 1, blocking runtime, SQLite FULL): \
+         live heap {:.0} B, resident {:.0} B (submitting took {:.1} s{})",
+        heap as f64 / QUEUED as f64,
+        rss_grown as f64 / QUEUED as f64,
+        took.as_secs_f64(),
+        if took > Duration::from_secs(15) {
+            "; WARNING: the busy command may have ended, so some were not queued"
+        } else {
+            ""
+        }
+    );
+    rt.shutdown();
+}
+
+/// CPU this process uses in 500 ms of doing nothing (the runtimes' own
+/// threads), per millisecond of wall time.
+fn idle_cpu() -> f64 {
+    let before = process_cpu();
+    std::thread::sleep(Duration::from_millis(500));
+    (process_cpu() - before).as_secs_f64() / 0.5
 }
 
 fn micros(d: Duration) -> f64 {

@@ -21,7 +21,7 @@ use divan::Bencher;
 use divan::counter::BytesCount;
 use futures_util::{SinkExt, StreamExt};
 use smolbox_core::Secret;
-use smolbox_core::exec::{Command, OutputAllowance};
+use smolbox_core::exec::{Command, ExecCall, OutputAllowance};
 use smolbox_core::terminal::TerminalSpec;
 use smolbox_core::worker::{Budgets, Endpoint, EndpointConfig, MachineName, MachineSpec};
 use smolbox_devworker::{BlockingDevWorker, DevWorker};
@@ -37,6 +37,10 @@ const CPU_CALLS: u32 = 300;
 fn main() {
     if std::env::var_os("SMOLBOX_SHELLS_MEMORY_CHILD").is_some() {
         memory_child();
+        return;
+    }
+    if let Ok(which) = std::env::var("SMOLBOX_SHELLS_PROFILE") {
+        profile_exec(&which);
         return;
     }
     report_cpu();
@@ -220,6 +224,14 @@ mod exec_round_trip {
     }
 
     #[divan::bench]
+    fn blocking(b: Bencher<'_, '_>) {
+        let w = world();
+        let client = smolbox_blocking::Client::new(endpoint(&w.worker.base_url())).unwrap();
+        let cmd = exec_command();
+        b.bench_local(|| client.exec("m1", &cmd).unwrap());
+    }
+
+    #[divan::bench]
     fn reqwest(b: Bencher<'_, '_>) {
         let w = world();
         let rt = runtime();
@@ -238,40 +250,158 @@ fn thread_cpu() -> Duration {
     Duration::from_nanos(s.split_whitespace().next().unwrap().parse().unwrap())
 }
 
+/// The reqwest peer doing what the shells do per buffered exec: the
+/// `GET /health` version preflight, then the exec.
+async fn reqwest_exec_with_preflight(
+    client: &reqwest::Client,
+    health: &str,
+    url: &str,
+    body: &[u8],
+) -> i32 {
+    let reply = client
+        .get(health)
+        .header("authorization", "Bearer bench-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status().as_u16(), 200);
+    let bytes = reply.bytes().await.unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(v["version"].as_str(), Some("1.22.0"));
+    reqwest_exec(client, url, body).await
+}
+
 fn report_cpu() {
     let w = world();
     let rt = runtime();
     let client = Client::new(endpoint(&w.worker.base_url())).unwrap();
+    let blocking = smolbox_blocking::Client::new(endpoint(&w.worker.base_url())).unwrap();
     let cmd = exec_command();
     let peer = reqwest::Client::new();
     let url = format!("{}/api/v1/machines/m1/exec", w.worker.base_url());
+    let health = format!("{}/health", w.worker.base_url());
     let body = cmd.wire_body().unwrap();
-    // Warm both (connections, allocations).
+    // The one-request path: a call built with a profile admitted once.
+    let profile = rt.block_on(client.admit(&[])).unwrap();
+    let call = ExecCall::new(&profile, "m1", cmd.clone(), OutputAllowance::DEFAULT).unwrap();
+    // Warm all (connections, allocations).
     for _ in 0..20 {
+        rt.block_on(client.call(&call)).unwrap();
+        blocking.call(&call).unwrap();
         rt.block_on(client.exec_with_allowance("m1", &cmd, OutputAllowance::DEFAULT))
             .unwrap();
+        blocking.exec("m1", &cmd).unwrap();
         rt.block_on(reqwest_exec(&peer, &url, &body));
+        rt.block_on(reqwest_exec_with_preflight(&peer, &health, &url, &body));
     }
     let mut ours = Duration::ZERO;
+    let mut ours_blocking = Duration::ZERO;
     let mut theirs = Duration::ZERO;
-    // Interleave so both see the same machine state.
+    let mut theirs_preflight = Duration::ZERO;
+    let mut ours_call = Duration::ZERO;
+    let mut ours_blocking_call = Duration::ZERO;
+    // Interleave so all see the same machine state.
     for _ in 0..CPU_CALLS {
+        let t = thread_cpu();
+        rt.block_on(client.call(&call)).unwrap();
+        ours_call += thread_cpu() - t;
+        let t = thread_cpu();
+        blocking.call(&call).unwrap();
+        ours_blocking_call += thread_cpu() - t;
         let t = thread_cpu();
         rt.block_on(client.exec_with_allowance("m1", &cmd, OutputAllowance::DEFAULT))
             .unwrap();
         ours += thread_cpu() - t;
         let t = thread_cpu();
+        blocking.exec("m1", &cmd).unwrap();
+        ours_blocking += thread_cpu() - t;
+        let t = thread_cpu();
         rt.block_on(reqwest_exec(&peer, &url, &body));
         theirs += thread_cpu() - t;
+        let t = thread_cpu();
+        rt.block_on(reqwest_exec_with_preflight(&peer, &health, &url, &body));
+        theirs_preflight += thread_cpu() - t;
     }
-    let ours = ours / CPU_CALLS;
-    let theirs = theirs / CPU_CALLS;
-    eprintln!(
-        "exec client CPU per call: smolbox-tokio {:.1} µs, reqwest {:.1} µs, ratio {:.2}",
-        ours.as_secs_f64() * 1e6,
-        theirs.as_secs_f64() * 1e6,
-        ours.as_secs_f64() / theirs.as_secs_f64()
+    let us = |d: Duration| (d / CPU_CALLS).as_secs_f64() * 1e6;
+    let (ours, ours_blocking, theirs, theirs_preflight) = (
+        us(ours),
+        us(ours_blocking),
+        us(theirs),
+        us(theirs_preflight),
     );
+    let (ours_call, ours_blocking_call) = (us(ours_call), us(ours_blocking_call));
+    eprintln!(
+        "exec client CPU per call (µs): Client::exec (health preflight + exec): smolbox-tokio {ours:.1}, \
+         smolbox-blocking {ours_blocking:.1}; reqwest health + exec {theirs_preflight:.1}"
+    );
+    eprintln!(
+        "  exec only (Client::call of an ExecCall, profile admitted once): smolbox-tokio {ours_call:.1}, \
+         smolbox-blocking {ours_blocking_call:.1}; reqwest exec only {theirs:.1}"
+    );
+    eprintln!(
+        "  exec only vs reqwest exec only: tokio {:.2}, blocking {:.2}",
+        ours_call / theirs,
+        ours_blocking_call / theirs
+    );
+    eprintln!(
+        "  Client::exec vs reqwest exec only: tokio {:.2}, blocking {:.2}; vs reqwest health + exec: tokio {:.2}, blocking {:.2}",
+        ours / theirs,
+        ours_blocking / theirs,
+        ours / theirs_preflight,
+        ours_blocking / theirs_preflight
+    );
+}
+
+/// For `perf record`: 3,000 buffered execs on one client (`tokio`,
+/// `blocking` or `reqwest`, the last with the health preflight), nothing
+/// else. `SMOLBOX_SHELLS_PROFILE=tokio perf record -g target/release/deps/shells-…`
+fn profile_exec(which: &str) {
+    let w = world();
+    let rt = runtime();
+    let cmd = exec_command();
+    let started = Instant::now();
+    match which {
+        "tokio-call" => {
+            let client = Client::new(endpoint(&w.worker.base_url())).unwrap();
+            let profile = rt.block_on(client.admit(&[])).unwrap();
+            let call =
+                ExecCall::new(&profile, "m1", cmd.clone(), OutputAllowance::DEFAULT).unwrap();
+            for _ in 0..3_000 {
+                rt.block_on(client.call(&call)).unwrap();
+            }
+        }
+        "reqwest-exec" => {
+            let peer = reqwest::Client::new();
+            let url = format!("{}/api/v1/machines/m1/exec", w.worker.base_url());
+            let body = cmd.wire_body().unwrap();
+            for _ in 0..3_000 {
+                rt.block_on(reqwest_exec(&peer, &url, &body));
+            }
+        }
+        "tokio" => {
+            let client = Client::new(endpoint(&w.worker.base_url())).unwrap();
+            for _ in 0..3_000 {
+                rt.block_on(client.exec_with_allowance("m1", &cmd, OutputAllowance::DEFAULT))
+                    .unwrap();
+            }
+        }
+        "blocking" => {
+            let client = smolbox_blocking::Client::new(endpoint(&w.worker.base_url())).unwrap();
+            for _ in 0..3_000 {
+                client.exec("m1", &cmd).unwrap();
+            }
+        }
+        _ => {
+            let peer = reqwest::Client::new();
+            let url = format!("{}/api/v1/machines/m1/exec", w.worker.base_url());
+            let health = format!("{}/health", w.worker.base_url());
+            let body = cmd.wire_body().unwrap();
+            for _ in 0..3_000 {
+                rt.block_on(reqwest_exec_with_preflight(&peer, &health, &url, &body));
+            }
+        }
+    }
+    eprintln!("{which}: 3,000 execs in {:?}", started.elapsed());
 }
 
 // ---- peak memory of a stalled consumer ------------------------------------

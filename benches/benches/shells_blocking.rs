@@ -1,5 +1,7 @@
 //! The blocking shell beside the tokio shell, in one run, against one local
-//! devworker on loopback TCP (issue 8 item 6):
+//! devworker on loopback TCP (issue 8 item 6). The devworker runs in a child
+//! process (this binary re-executed), so this process holds only the two
+//! clients and the heap figures are the clients' alone:
 //!
 //! * `exec_round_trip`: one buffered exec of `true` per iteration;
 //! * `terminal_output`: a terminal streams 1 MiB from the PTY, pulled with
@@ -13,7 +15,7 @@
 //! and live heap bytes per open, idle terminal (a counting global
 //! allocator, `stats_alloc`; 32 terminals open at once, after a warm-up
 //! batch per shell, each shell measured twice alternately, smaller figure
-//! kept; the devworker's own per-terminal heap is in both columns alike).
+//! kept).
 //!
 //! Run: `cargo bench -p smolbox-benches --bench shells_blocking`
 
@@ -21,13 +23,15 @@
 #![allow(clippy::print_stdout)] // the CPU and memory table is the output
 
 use std::alloc::System;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Command as Process, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use smolbox_core::exec::Command;
 use smolbox_core::terminal::TerminalSpec;
 use smolbox_core::worker::{Budgets, Endpoint, EndpointConfig, MachineName, MachineSpec};
-use smolbox_devworker::{BlockingDevWorker, DevWorker};
+use smolbox_devworker::DevWorker;
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
 /// Counts live heap bytes, so memory per terminal is measured in bytes the
@@ -39,8 +43,27 @@ const MACHINE: &str = "bench";
 const TERMINAL_BYTES: usize = 1 << 20;
 const TERMINALS_OPEN: usize = 32;
 
+/// The environment variable that makes this binary the devworker child.
+const CHILD: &str = "SMOLBOX_SHELLS_BLOCKING_WORKER";
+
+/// The devworker child: prints its base URL, serves until stdin closes.
+fn worker_child() {
+    let worker = DevWorker::start_blocking(
+        DevWorker::builder()
+            .version("1.22.0")
+            .token(None)
+            .quiet(true),
+    )
+    .unwrap();
+    println!("{}", worker.base_url());
+    std::io::stdout().flush().unwrap();
+    let mut sink = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut sink);
+    drop(worker);
+}
+
 struct Fx {
-    _worker: BlockingDevWorker,
+    _worker: Child,
     blocking: smolbox_blocking::Client,
     tokio: smolbox_tokio::Client,
     rt: tokio::runtime::Runtime,
@@ -49,16 +72,19 @@ struct Fx {
 fn fx() -> &'static Fx {
     static FX: OnceLock<Fx> = OnceLock::new();
     FX.get_or_init(|| {
-        let worker = DevWorker::start_blocking(
-            DevWorker::builder()
-                .version("1.22.0")
-                .token(None)
-                .quiet(true),
-        )
-        .unwrap();
+        let mut worker = Process::new(std::env::current_exe().unwrap())
+            .env(CHILD, "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(worker.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
         let endpoint = Endpoint::new(EndpointConfig {
             id: "bench".into(),
-            base_url: worker.base_url(),
+            base_url: line.trim().to_owned(),
             allow_insecure_loopback: true,
             budgets: Budgets {
                 operation: Duration::from_secs(60),
@@ -113,7 +139,7 @@ fn thread_cpu_ns() -> u64 {
     s.split_whitespace().next().unwrap().parse().unwrap()
 }
 
-/// Live heap bytes of the process (both shells and the devworker).
+/// Live heap bytes of this process (the clients; the devworker is a child).
 fn heap_bytes(region: &Region<'_, System>) -> i64 {
     let c = region.change();
     c.bytes_allocated as i64 - c.bytes_deallocated as i64 + c.bytes_reallocated as i64
@@ -229,7 +255,7 @@ fn report() {
         term_blocking / term_tokio
     );
     println!(
-        "| live heap per open idle terminal, client + devworker (KiB) | {:.1} | {:.1} | {:.2} |",
+        "| live heap per open idle terminal, client only (KiB) | {:.1} | {:.1} | {:.2} |",
         mem_blocking as f64 / 1024.0,
         mem_tokio as f64 / 1024.0,
         mem_blocking as f64 / mem_tokio.max(1) as f64
@@ -238,6 +264,10 @@ fn report() {
 }
 
 fn main() {
+    if std::env::var_os(CHILD).is_some() {
+        worker_child();
+        return;
+    }
     report();
     divan::main();
 }

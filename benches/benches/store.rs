@@ -200,6 +200,150 @@ fn peer_memcpy_one_sealed_record(b: Bencher<'_, '_>) {
         });
 }
 
+// ---- concurrency: 1, 8, 64 executions on one store (issue 16 item 2) ----
+
+const CONCURRENCY: [usize; 3] = [1, 8, 64];
+/// Lifecycles per iteration, split over the threads.
+const CONCURRENT_LIFECYCLES: usize = 64;
+
+/// `threads` threads sharing one store, `CONCURRENT_LIFECYCLES` lifecycles
+/// in all per iteration (each thread its own records and owner).
+fn concurrent(b: Bencher<'_, '_>, s: &(dyn Store + Sync), threads: usize) {
+    b.counter(ItemsCount::new(CONCURRENT_LIFECYCLES))
+        .bench_local(|| {
+            std::thread::scope(|sc| {
+                for i in 0..threads {
+                    sc.spawn(move || {
+                        let owner = format!("ctl-{i}");
+                        for _ in 0..CONCURRENT_LIFECYCLES / threads {
+                            lifecycle(s, &owner);
+                        }
+                    });
+                }
+            });
+        });
+}
+
+#[divan::bench(args = CONCURRENCY, sample_count = 10, sample_size = 1)]
+fn sqlite_lifecycle_concurrent_sync_normal(b: Bencher<'_, '_>, threads: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = sqlite(&dir, true);
+    concurrent(b, &s, threads);
+}
+
+#[divan::bench(args = CONCURRENCY, sample_count = 5, sample_size = 1)]
+fn sqlite_lifecycle_concurrent_sync_full(b: Bencher<'_, '_>, threads: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = sqlite(&dir, false);
+    concurrent(b, &s, threads);
+}
+
+/// One `PostgresStore` (one connection) shared by `threads` threads.
+#[divan::bench(args = CONCURRENCY, sample_count = 5, sample_size = 1)]
+fn postgres_lifecycle_concurrent_one_store(b: Bencher<'_, '_>, threads: usize) {
+    let Some(url) = pg_url() else { return };
+    let s = PostgresStore::connect(&url, sealer(&pg_partition("e"))).unwrap();
+    concurrent(b, &s, threads);
+}
+
+// ---- the partition-row lock (C18.3), as bare SQL on PostgreSQL --------------
+
+/// The two ways a guarded single-record write can be made safe against a
+/// concurrent writer, as bare statements on one partition (no sealing, no
+/// rules), `conns` connections, 25 lifecycles (insert + 5 read-modify-
+/// writes) per connection per iteration:
+///
+/// * `cas` (what the store does): autocommit `SELECT`, then `UPDATE …
+///   WHERE version = $old` — two round trips per write;
+/// * `partition_lock` (the literal C18.3): `BEGIN`, `SELECT … FROM
+///   partitions … FOR UPDATE`, `SELECT … FOR UPDATE`, `UPDATE`, `COMMIT` —
+///   five round trips, and every writer of the partition queues on one row.
+fn pg_raw_lock_peer(b: Bencher<'_, '_>, conns: usize, partition_lock: bool) {
+    let Some(url) = pg_url() else { return };
+    let table = format!("lockpeer_{}", pg_partition("t"));
+    let mut setup = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    setup
+        .batch_execute(&format!(
+            "CREATE TABLE {table}_p (name TEXT PRIMARY KEY);
+             INSERT INTO {table}_p VALUES ('p');
+             CREATE TABLE {table} (partition TEXT NOT NULL, id TEXT NOT NULL, payload BYTEA NOT NULL,
+                                   state TEXT NOT NULL, version BIGINT NOT NULL,
+                                   PRIMARY KEY (partition, id));"
+        ))
+        .unwrap();
+    let payload = vec![0x5au8; record_len()];
+    let mut clients: Vec<postgres::Client> = (0..conns)
+        .map(|_| postgres::Client::connect(&url, postgres::NoTls).unwrap())
+        .collect();
+    b.counter(ItemsCount::new(conns * PER_CONTROLLER))
+        .bench_local(|| {
+            std::thread::scope(|sc| {
+                for c in &mut clients {
+                    let (table, payload) = (&table, &payload);
+                    sc.spawn(move || {
+                        for _ in 0..PER_CONTROLLER {
+                            raw_pg_lifecycle(c, table, payload, partition_lock);
+                        }
+                    });
+                }
+            });
+        });
+    setup
+        .batch_execute(&format!("DROP TABLE {table}; DROP TABLE {table}_p;"))
+        .unwrap();
+}
+
+fn raw_pg_lifecycle(c: &mut postgres::Client, table: &str, payload: &[u8], partition_lock: bool) {
+    let id = format!("r{}", NEXT.fetch_add(1, Ordering::Relaxed));
+    let insert = format!("INSERT INTO {table} VALUES ('p', $1, $2, 'accepted', 1)");
+    let select =
+        format!("SELECT payload, state, version FROM {table} WHERE partition = 'p' AND id = $1");
+    if partition_lock {
+        let lock = format!("SELECT name FROM {table}_p WHERE name = 'p' FOR UPDATE");
+        let select = format!("{select} FOR UPDATE");
+        let update = format!(
+            "UPDATE {table} SET payload = $2, state = 'next', version = $3 WHERE partition = 'p' AND id = $1"
+        );
+        let mut tx = c.transaction().unwrap();
+        tx.query_one(lock.as_str(), &[]).unwrap();
+        tx.execute(insert.as_str(), &[&id, &payload]).unwrap();
+        tx.commit().unwrap();
+        for _ in 0..5 {
+            let mut tx = c.transaction().unwrap();
+            tx.query_one(lock.as_str(), &[]).unwrap();
+            let row = tx.query_one(select.as_str(), &[&id]).unwrap();
+            let v: i64 = row.get(2);
+            tx.execute(update.as_str(), &[&id, &payload, &(v + 1)])
+                .unwrap();
+            tx.commit().unwrap();
+        }
+    } else {
+        let update = format!(
+            "UPDATE {table} SET payload = $2, state = 'next', version = $3 WHERE partition = 'p' AND id = $1 AND version = $4"
+        );
+        c.execute(insert.as_str(), &[&id, &payload]).unwrap();
+        for _ in 0..5 {
+            let row = c.query_one(select.as_str(), &[&id]).unwrap();
+            let v: i64 = row.get(2);
+            assert_eq!(
+                c.execute(update.as_str(), &[&id, &payload, &(v + 1), &v])
+                    .unwrap(),
+                1
+            );
+        }
+    }
+}
+
+#[divan::bench(args = [1, 8], sample_count = 5, sample_size = 1)]
+fn peer_pg_raw_cas(b: Bencher<'_, '_>, conns: usize) {
+    pg_raw_lock_peer(b, conns, false);
+}
+
+#[divan::bench(args = [1, 8], sample_count = 5, sample_size = 1)]
+fn peer_pg_raw_partition_lock(b: Bencher<'_, '_>, conns: usize) {
+    pg_raw_lock_peer(b, conns, true);
+}
+
 fn pg_url() -> Option<String> {
     let url = std::env::var("SMOLBOX_PG_URL")
         .ok()
@@ -211,11 +355,13 @@ fn pg_url() -> Option<String> {
 }
 
 fn pg_partition(tag: &str) -> String {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_micros();
-    format!("{tag}{:07}", nanos % 10_000_000)
+    format!("{tag}{:07}{seq}", nanos % 10_000_000)
 }
 
 #[divan::bench(sample_count = 10, sample_size = 20)]

@@ -140,6 +140,39 @@ fn smolbox_decode(ws: &mut WsClient, stream: &[u8], t: Instant) -> usize {
     sum
 }
 
+/// [`smolbox_decode`] with the batch path (`poll_binary_frames`, then
+/// `poll_event` for anything else), as the terminal session drains.
+#[inline(never)]
+fn smolbox_decode_batch(ws: &mut WsClient, stream: &[u8], t: Instant) -> usize {
+    let mut sum = 0usize;
+    let mut pos = 0;
+    while pos < stream.len() {
+        let buf = ws.input_buffer();
+        let n = buf.len().min(stream.len() - pos);
+        buf[..n].copy_from_slice(&stream[pos..pos + n]);
+        pos += n;
+        ws.handle_read(t, n).expect("valid frames");
+        loop {
+            ws.poll_binary_frames(|b| {
+                sum = sum
+                    .wrapping_add(b.len())
+                    .wrapping_add(usize::from(b[b.len() - 1]));
+                true
+            });
+            match ws.poll_event() {
+                Some(WsEvent::Binary(b)) => {
+                    sum = sum
+                        .wrapping_add(b.len())
+                        .wrapping_add(usize::from(b[b.len() - 1]));
+                }
+                Some(_) => {}
+                None => break,
+            }
+        }
+    }
+    sum
+}
+
 /// The same through `handle_input` with 64 KiB chunks (one extra copy of
 /// each chunk into the receive buffer, and moves of partial frames).
 #[inline(never)]
@@ -292,6 +325,20 @@ mod decode {
         b.counter(ItemsCount::new(frames))
             .counter(BytesCount::new(stream.len()))
             .bench_local(|| smolbox_decode(&mut ws, black_box(stream), t));
+    }
+
+    #[divan::bench(args = DECODE_SIZES)]
+    fn smolbox_batch(b: Bencher<'_, '_>, payload: usize) {
+        let frames = batch(payload);
+        let stream = stream_of(payload, frames);
+        let mut ws = open_client(1 << 20);
+        let t = now();
+        smolbox_decode_batch(&mut ws, &stream, t);
+        let (buf, off) = placed(&stream, ws.input_buffer().as_ptr() as usize);
+        let stream = &buf[off..off + stream.len()];
+        b.counter(ItemsCount::new(frames))
+            .counter(BytesCount::new(stream.len()))
+            .bench_local(|| smolbox_decode_batch(&mut ws, black_box(stream), t));
     }
 
     #[divan::bench(args = DECODE_SIZES)]

@@ -847,3 +847,93 @@ fn ws_timer_durations_at_n_and_n_plus_one() {
         assert_eq!(c.validate().unwrap_err().reason(), reason);
     }
 }
+
+/// Drains with `poll_binary_frames` first and `poll_event` for the rest,
+/// the way a consumer of the batch path does.
+fn events_batched(ws: &mut WsClient, stop_after: Option<usize>) -> Vec<Ev> {
+    let mut out = Vec::new();
+    loop {
+        let mut batch = Vec::new();
+        ws.poll_binary_frames(|b| {
+            batch.push(Ev::Binary(b.to_vec()));
+            stop_after.is_none_or(|n| batch.len() < n)
+        });
+        let lent = !batch.is_empty();
+        out.extend(batch);
+        match ws.poll_event() {
+            Some(ev) => out.push(match ev {
+                smolbox_core::ws::WsEvent::Binary(b) => Ev::Binary(b.to_vec()),
+                smolbox_core::ws::WsEvent::Text(t) => Ev::Text(t.to_owned()),
+                smolbox_core::ws::WsEvent::Ping(b) => Ev::Ping(b.to_vec()),
+                smolbox_core::ws::WsEvent::Pong(b) => Ev::Pong(b.to_vec()),
+                smolbox_core::ws::WsEvent::Closed(c) => Ev::Closed(c),
+                smolbox_core::ws::WsEvent::Failed(e) => Ev::Failed(e),
+                other => panic!("unexpected {other:?}"),
+            }),
+            None if lent => {}
+            None => return out,
+        }
+    }
+}
+
+#[test]
+fn the_binary_batch_lends_exactly_what_poll_event_would() {
+    // Small and 16-bit-length binary frames, then frames the batch must
+    // leave to the general path: text, a ping, a fragmented message, a
+    // non-minimal length, an oversized frame (which fails the connection).
+    let mut stream = Vec::new();
+    for len in [0usize, 1, 16, 125, 126, 4_000] {
+        stream.extend(server_frame(true, 0x2, &vec![len as u8; len]));
+    }
+    stream.extend(server_frame(true, 0x1, b"text"));
+    stream.extend(server_frame(true, 0x2, b"after text"));
+    stream.extend(server_frame(true, 0x9, b"ping"));
+    stream.extend(server_frame(false, 0x2, b"frag-"));
+    stream.extend(server_frame(true, 0x0, b"ment"));
+    stream.extend(server_frame(true, 0x2, b"x"));
+    // 5 bytes in the 16-bit form: not minimal, a protocol error.
+    stream.extend([0x82, 126, 0, 5, b'a', b'b', b'c', b'd', b'e']);
+    stream.extend(server_frame(true, 0x2, b"never"));
+
+    let mut reference = open();
+    reference.handle_input(t0(), &stream).unwrap();
+    let want = events(&mut reference);
+    assert!(matches!(want.last(), Some(Ev::Failed(_))), "{want:?}");
+    for stop_after in [None, Some(1), Some(2)] {
+        let mut ws = open();
+        ws.handle_input(t0(), &stream).unwrap();
+        assert_eq!(events_batched(&mut ws, stop_after), want, "{stop_after:?}");
+    }
+
+    // A partial frame is left in place until it is complete.
+    let frame = server_frame(true, 0x2, &[7; 300]);
+    let mut ws = open();
+    ws.handle_input(t0(), &frame[..100]).unwrap();
+    assert_eq!(ws.poll_binary_frames(|_| true), 0);
+    ws.handle_input(t0(), &frame[100..]).unwrap();
+    let mut got = Vec::new();
+    assert_eq!(
+        ws.poll_binary_frames(|b| {
+            got.extend_from_slice(b);
+            true
+        }),
+        1
+    );
+    assert_eq!(got, vec![7; 300]);
+}
+
+#[test]
+fn the_binary_batch_respects_the_frame_cap() {
+    let mut c = config();
+    c.max_frame_len = 100;
+    let mut ws = open_client(c, t0());
+    ws.handle_input(t0(), &server_frame(true, 0x2, &[1; 100]))
+        .unwrap();
+    ws.handle_input(t0(), &server_frame(true, 0x2, &[2; 101]))
+        .unwrap();
+    assert_eq!(ws.poll_binary_frames(|b| b.len() == 100), 1);
+    // The 101-byte frame is over the cap: left to the general path, which fails.
+    assert_eq!(ws.poll_binary_frames(|_| true), 0);
+    let evs = events(&mut ws);
+    assert_eq!(failure(&evs).reason(), Reason::FrameTooLarge, "{evs:?}");
+}

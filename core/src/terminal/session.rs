@@ -866,7 +866,38 @@ impl TerminalSession {
 
     /// Processes every pending WebSocket event.
     fn pump(&mut self, now: Instant) {
-        while let Some(ev) = self.ws.poll_event() {
+        loop {
+            // Output frames first, in one batch (the same frames and checks
+            // as `poll_event`'s binary fast path); everything else below.
+            if self.outcome.is_none() && self.exit_code.is_none() {
+                let queue = &mut self.queue;
+                let mut active = false;
+                let mut overflow = None;
+                self.ws.poll_binary_frames(|bytes| {
+                    // Only non-empty output is activity (as below).
+                    if bytes.is_empty() {
+                        return true;
+                    }
+                    active = true;
+                    match queue.push(bytes) {
+                        Ok(()) => true,
+                        Err(o) => {
+                            overflow = Some(o);
+                            false
+                        }
+                    }
+                });
+                if active {
+                    self.idle_deadline = now + self.idle_budget;
+                }
+                if let Some(o) = overflow {
+                    let e = self.overflow(o);
+                    self.finish(now, Err(e), CloseCode::POLICY_VIOLATION);
+                }
+            }
+            let Some(ev) = self.ws.poll_event() else {
+                break;
+            };
             match ev {
                 WsEvent::Open => self.opened = true,
                 WsEvent::Binary(bytes) => {

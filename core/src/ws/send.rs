@@ -102,3 +102,38 @@ impl TxBuf {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every length around the 7-bit/16-bit boundary: the minimal header,
+    /// the key, and the payload masked (RFC 6455 §5.2, §5.3).
+    #[test]
+    fn frames_use_the_minimal_header_and_mask_every_byte() {
+        let mask = [0x37, 0xfa, 0x21, 0x3d];
+        for len in 0..=300usize {
+            let payload: Vec<u8> = (0..len).map(|i| (i * 13 + 7) as u8).collect();
+            let mut tx = TxBuf::default();
+            tx.push(b"x");
+            tx.write_frame(Opcode::Binary, &payload, mask);
+            let out = &tx.pending()[1..];
+            assert_eq!(out[0], 0x82, "len {len}");
+            let (hl, encoded) = if len < 126 {
+                (2, usize::from(out[1] & 0x7f))
+            } else {
+                assert_eq!(out[1] & 0x7f, 126, "len {len}");
+                (4, usize::from(u16::from_be_bytes([out[2], out[3]])))
+            };
+            assert_eq!(out[1] & 0x80, 0x80, "mask bit, len {len}");
+            assert_eq!(encoded, len);
+            assert_eq!(&out[hl..hl + 4], &mask);
+            let body: Vec<u8> = out[hl + 4..]
+                .iter()
+                .enumerate()
+                .map(|(i, b)| b ^ mask[i % 4])
+                .collect();
+            assert_eq!(body, payload, "len {len}");
+        }
+    }
+}

@@ -592,6 +592,52 @@ impl WsClient {
         self.poll_event_general()
     }
 
+    /// Lends the complete binary frames at the front of the receive buffer
+    /// to `f`, one after another, as long as `f` returns `true`: the frames
+    /// [`poll_event`](Self::poll_event)'s fast path would return as
+    /// [`WsEvent::Binary`] (final, unmasked, shorter than 64 KiB, within the
+    /// caps, outside a fragmented message), with the same checks. It stops
+    /// at the first frame that is anything else or not complete, and leaves
+    /// that to `poll_event`. Returns how many frames were lent.
+    ///
+    /// This is the same decoding as calling `poll_event` in a loop, without
+    /// storing the read position between frames.
+    #[inline]
+    pub fn poll_binary_frames(&mut self, mut f: impl FnMut(&[u8]) -> bool) -> usize {
+        if self.phase != Phase::Open || self.msg_opcode.is_some() || self.open_pending {
+            return 0;
+        }
+        let max = self.config.max_frame_len.min(self.config.max_message_len);
+        let rx = &self.rx[..self.rx_end];
+        let mut pos = self.rx_pos;
+        let mut lent = 0;
+        while let Some(avail) = rx.get(pos..) {
+            let (hl, len) = match *avail {
+                [0x82, b1 @ 0..=125, ..] => (2, usize::from(b1)),
+                [0x82, 126, hi, lo, ..] => {
+                    let len = usize::from(u16::from_be_bytes([hi, lo]));
+                    if len < 126 {
+                        // Not minimal: the general path refuses it.
+                        break;
+                    }
+                    (4, len)
+                }
+                _ => break,
+            };
+            if len > max || avail.len() < hl + len {
+                break;
+            }
+            let start = pos + hl;
+            pos = start + len;
+            lent += 1;
+            if !f(&rx[start..pos]) {
+                break;
+            }
+        }
+        self.rx_pos = pos;
+        lent
+    }
+
     fn poll_event_general(&mut self) -> Option<WsEvent<'_>> {
         if self.open_pending {
             self.open_pending = false;
