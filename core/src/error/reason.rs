@@ -71,7 +71,7 @@ reasons! {
     ArgvEmpty = "argv_empty",
     /// One argv entry is longer than the per-entry limit (`validation`).
     ArgvEntryTooLong = "argv_entry_too_long",
-    /// A command's program name (argv[0]) is the empty string (`validation`).
+    /// A command's program name (`argv[0]`) is the empty string (`validation`).
     ArgvFirstEmpty = "argv_first_empty",
     /// An argv entry contains a NUL byte (`validation`).
     ArgvNul = "argv_nul",
