@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use super::*;
-use crate::exec::{ExecOutcome, OutputEncoding};
+use crate::exec::{Command, ExecOutcome, OutputEncoding};
 use crate::managed::claim::{self, Fence};
 use crate::managed::patch::{ExecPatch, apply_exec};
 use crate::managed::state::Cleanup;
