@@ -82,13 +82,7 @@ impl Build for Runtime {
                     }
                 }
             })
-            .map_err(|_| {
-                Error::unknown(
-                    Operation::Config,
-                    Evidence::NotDispatched,
-                    Reason::ThreadSpawn,
-                )
-            })?;
+            .map_err(|_| THREAD_SPAWN)?;
         let streams = Arc::new(stream::Sinks::default());
         let driver = Driver {
             host: p.host,
@@ -110,13 +104,7 @@ impl Build for Runtime {
                 let _entered = span.enter();
                 driver.run(&rx);
             })
-            .map_err(|_| {
-                Error::unknown(
-                    Operation::Config,
-                    Evidence::NotDispatched,
-                    Reason::ThreadSpawn,
-                )
-            })?;
+            .map_err(|_| THREAD_SPAWN)?;
         Ok(Self {
             store: p.store,
             cmd: tx,
@@ -141,6 +129,13 @@ enum Msg {
     /// The last handle was dropped.
     Close,
 }
+
+/// A thread of the runtime could not be started: nothing was sent.
+const THREAD_SPAWN: Error = Error::unknown(
+    Operation::Config,
+    Evidence::NotDispatched,
+    Reason::ThreadSpawn,
+);
 
 /// Runs managed commands through a controller over a durable store.
 pub struct Runtime {
@@ -586,14 +581,7 @@ impl Perform for Io {
             })
             .map(|_| ())
             // Nothing was sent: the op never started.
-            .map_err(|_| {
-                Error::unknown(
-                    Operation::Config,
-                    Evidence::NotDispatched,
-                    Reason::ThreadSpawn,
-                )
-                .with_operation(Operation::Exec)
-            })
+            .map_err(|_| THREAD_SPAWN.with_operation(Operation::Exec))
     }
 
     fn terminals_live(&self) -> bool {

@@ -38,6 +38,12 @@ pub struct StoreFaults {
     pub stale_read: u32,
 }
 
+/// The injected "applied, reply lost" fault of operation `op`: the write
+/// may have committed, so the caller must not read it as not applied.
+const fn reply_lost(op: Operation) -> Error {
+    Error::store(op, Evidence::Unknown, Reason::ReplyLost)
+}
+
 impl StoreFaults {
     /// No faults.
     pub const NONE: Self = Self {
@@ -262,7 +268,7 @@ impl FaultStore {
             }
         }
         if fault == Fault::After {
-            return Err(Error::store(op, Evidence::Unknown, Reason::ReplyLost));
+            return Err(reply_lost(op));
         }
         r
     }
@@ -297,7 +303,7 @@ impl FaultStore {
             Fault::Before => Err(Error::store(op, Evidence::Unknown, Reason::Unavailable)),
             Fault::After => {
                 let _applied = f(&self.inner);
-                Err(Error::store(op, Evidence::Unknown, Reason::ReplyLost))
+                Err(reply_lost(op))
             }
             Fault::None | Fault::Stale => f(&self.inner),
         }
@@ -381,7 +387,7 @@ impl FaultStore {
         }
         self.log_machine(t);
         if fault == Fault::After {
-            return Err(Error::store(op, Evidence::Unknown, Reason::ReplyLost));
+            return Err(reply_lost(op));
         }
         r
     }
@@ -457,11 +463,7 @@ impl Store for FaultStore {
             self.log(CommitKind::Accept, None, rec);
         }
         if fault == Fault::After {
-            return Err(Error::store(
-                Operation::StoreAccept,
-                Evidence::Unknown,
-                Reason::ReplyLost,
-            ));
+            return Err(reply_lost(Operation::StoreAccept));
         }
         r
     }
@@ -756,11 +758,7 @@ impl Store for FaultStore {
             self.log_machine(&touch(MachineCommitKind::Submit, None, m));
         }
         if fault == Fault::After {
-            return Err(Error::store(
-                Operation::StoreAccept,
-                Evidence::Unknown,
-                Reason::ReplyLost,
-            ));
+            return Err(reply_lost(Operation::StoreAccept));
         }
         r
     }
@@ -825,11 +823,7 @@ impl Store for FaultStore {
             self.log(CommitKind::Accept, owner, rec);
         }
         if fault == Fault::After {
-            return Err(Error::store(
-                Operation::StoreAccept,
-                Evidence::Unknown,
-                Reason::ReplyLost,
-            ));
+            return Err(reply_lost(Operation::StoreAccept));
         }
         r
     }
@@ -856,11 +850,7 @@ impl Store for FaultStore {
             self.log_machine(&touch(MachineCommitKind::Submit, None, m));
         }
         if fault == Fault::After {
-            return Err(Error::store(
-                Operation::StoreAccept,
-                Evidence::Unknown,
-                Reason::ReplyLost,
-            ));
+            return Err(reply_lost(Operation::StoreAccept));
         }
         r
     }
