@@ -3,7 +3,7 @@
 //! artifact store before dispatch, outputs collected into it after the
 //! exit, a background command on a retained machine ending `launched`;
 //! against the devworker on SQLite and PostgreSQL, with the managed
-//! suite's fixture ([`crate::managed_cases::setup`]). Registered by
+//! suite's fixture (`managed_cases::setup`). Registered by
 //! [`managed_file_suite!`](crate::managed_file_suite). Devworker request
 //! counters prove what reached the worker.
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test

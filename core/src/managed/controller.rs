@@ -117,9 +117,16 @@
 //! into `unknown` sends its graceful stop. A machine answer is kept until
 //! the write acting on it succeeds.
 //!
-//! Not yet here (issue 13 and later): retained machines and their command
-//! slot, terminals, background launches, inputs and outputs (refused at
-//! submit with `unsupported_capability`).
+//! Declared files (C6.4): after the start and before `ready`, each input
+//! is uploaded ([`WorkerOp::Upload`], bytes from the driver's artifact
+//! store, digest checked before I/O) and read back ([`WorkerOp::Download`]
+//! without a destination) to its declared size and digest; after the
+//! result is stored (`collecting`), each output is downloaded into the
+//! artifact store (a disposable machine re-inspected running first) and
+//! `completed` records their sizes and digests, or `collection_failed`
+//! keeps the exit. A background command runs only in a retained
+//! machine's slot and ends `launched` (C5.4). See docs/decisions/runtime.md,
+//! "Managed files and background launches".
 
 use crate::Reason;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
