@@ -127,7 +127,7 @@ reasons! {
     BufferOutOfRange = "buffer_out_of_range",
     /// A managed terminal's output buffer is larger than the output allowance (`validation`).
     BufferOverAllowance = "buffer_over_allowance",
-    /// A CA file was configured for an `http://` endpoint (`validation`, config).
+    /// A CA file or system roots were configured for an `http://` endpoint (`validation`, config).
     CaFileRequiresHttps = "ca_file_requires_https",
     /// A streamed exec's output callback did not return before the operation deadline (`transport`, dispatch uncertain).
     CallbackDeadline = "callback_deadline",
@@ -1086,6 +1086,8 @@ reasons! {
     TlsRequiresCaFile = "tls_requires_ca_file",
     /// The worker host is not a valid TLS server name (`validation`, config).
     TlsServerName = "tls_server_name",
+    /// System trust roots were asked for but the platform store gave no usable certificate (`validation`, config).
+    TlsSystemRoots = "tls_system_roots",
     /// A record has more artifacts than the limit (`validation`, store write).
     TooManyArtifacts = "too_many_artifacts",
     /// A network policy lists more CIDRs than the limit (`validation`).

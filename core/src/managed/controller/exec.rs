@@ -1089,6 +1089,21 @@ impl Exec {
             Category::Validation if e.reason() == Reason::CancelRequested => {
                 self.need_fetch = true;
             }
+            Category::Validation if e.reason() == Reason::ClockBeforeUpdatedAt => {
+                // Another writer committed with a later `updated_at` than
+                // this op carries (its clock ahead, or its commit landing
+                // between our read and this op): a stale view, not a
+                // reason to stop renewing while the command runs (sim
+                // finding 8, seed 1291). Re-read; the next op is stamped
+                // at least at the stored `updated_at`. Bounded like
+                // `stale_version`.
+                self.refetches += 1;
+                if self.refetches > MAX_REFETCHES {
+                    self.fatal = Some(e);
+                } else {
+                    self.need_fetch = true;
+                }
+            }
             Category::Store | Category::Unknown | Category::Transport
                 if kind == Kind::Claim && self.exec_outstanding() =>
             {
