@@ -461,3 +461,92 @@ fn blocking_resolves_a_killed_slot_holder() {
 fn tokio_resolves_a_killed_slot_holder() {
     a_killed_slot_holder_is_resolved::<TokioManaged>();
 }
+
+// ---- declared files across a kill (issue 12 item 2, C17.1) ----
+
+/// The controller process stages an input, runs the command and is
+/// SIGKILLed after `collecting` committed (the exit durable, the output
+/// downloaded but not recorded); a new controller on the same store
+/// finishes collection: `completed` with the output's digest, the exit
+/// kept, the input never staged again and the command never re-sent.
+fn killed_while_collecting_then_recovered<M: ManagedShell>() {
+    use smolbox_store::artifacts::{MemoryArtifacts, sha256_hex};
+    let fixture = Fixture::start(Transport::Tcp);
+    let client = smolbox_blocking::Client::new(fixture.endpoint(Fixture::budgets())).unwrap();
+    let profile = client.admit(&[]).unwrap();
+    client
+        .create(
+            &profile,
+            MachineName::new("m1").unwrap(),
+            &MachineSpec::default(),
+        )
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::Sqlite(dir.path().join("smolbox.db"));
+    let script = "cat /workspace/in.txt > /workspace/out.txt; exit 3";
+    let status = Process::new(env!("CARGO_BIN_EXE_managed-ctl"))
+        .args([
+            db.arg().as_str(),
+            &fixture.worker.base_url(),
+            TOKEN_SENTINEL,
+            "kf",
+            script,
+            "files",
+        ])
+        .env(KILL_VAR, KillPoint::DuringFinish.name())
+        .status()
+        .unwrap();
+    assert_eq!(status.signal(), Some(9), "killed at the completion write");
+    let store = db.open();
+    let key = RecordKey::new("suite", "kf").unwrap();
+    let at_death = store.fetch(&key).unwrap();
+    assert_eq!(at_death.state, ExecState::Collecting);
+    assert!(at_death.artifacts.is_empty());
+    let w = &fixture.worker;
+    assert_eq!(
+        (
+            w.request_count(Route::FilesPut),
+            w.request_count(Route::FilesGet)
+        ),
+        (1, 2),
+        "staged and read back once, the output downloaded once"
+    );
+    let (fingerprint_key, _) = load_or_create_keys(db.key_path()).unwrap();
+    let artifacts = Arc::new(MemoryArtifacts::new());
+    let rt = M::start(
+        store.clone(),
+        fingerprint_key,
+        fixture.endpoint(Fixture::budgets()),
+        &Options {
+            lease_ttl_ms: 1_000,
+            disposable: true,
+            artifacts: Some(Arc::clone(&artifacts)),
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    let out = rt.wait(&key, 30_000).unwrap();
+    rt.shutdown();
+    let rec = out.record;
+    assert_eq!(rec.state, ExecState::Completed, "{:?}", out.error);
+    assert!(matches!(
+        rec.result,
+        Some(ExecResult::Exited { exit_code: 3, .. })
+    ));
+    assert_eq!(rec.artifacts.len(), 1);
+    assert_eq!(rec.artifacts[0].sha256, sha256_hex(b"in-bytes"));
+    assert_eq!(&artifacts.output(&key, "out").unwrap().1[..], b"in-bytes");
+    assert_eq!(w.request_count(Route::Exec), 1, "never re-sent");
+    assert_eq!(w.request_count(Route::FilesPut), 1, "never re-staged");
+    assert_eq!(w.request_count(Route::FilesGet), 3, "collected again");
+}
+
+#[test]
+fn blocking_finishes_the_collection_of_a_killed_controller() {
+    killed_while_collecting_then_recovered::<BlockingManaged>();
+}
+
+#[test]
+fn tokio_finishes_the_collection_of_a_killed_controller() {
+    killed_while_collecting_then_recovered::<TokioManaged>();
+}

@@ -13,7 +13,12 @@
 //! the process creates and starts retained machine `boxes/kill` and submits
 //! the command into its slot under `boxes/ID` instead.
 //!
-//! Usage: `managed-ctl STORE URL TOKEN ID SCRIPT [retained]`.
+//! With `files` instead, the worker gets its admitted profile and an
+//! in-memory artifact store holding input `in` (`in-bytes`), and the
+//! command on `m1` declares input `/workspace/in.txt` and output
+//! `/workspace/out.txt` (destination `out`, at most 64 bytes).
+//!
+//! Usage: `managed-ctl STORE URL TOKEN ID SCRIPT [retained|files]`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,10 +34,10 @@ use smolbox_tests::kill::{KillPoint, KillStore};
 
 fn main() -> Result<(), smolbox_core::Error> {
     let args: Vec<String> = std::env::args().collect();
-    let (db, url, token, id, script, retained) = match args.as_slice() {
-        [_, db, url, token, id, script] => (db, url, token, id, script, false),
-        [_, db, url, token, id, script, mode] if mode == "retained" => {
-            (db, url, token, id, script, true)
+    let (db, url, token, id, script, mode) = match args.as_slice() {
+        [_, db, url, token, id, script] => (db, url, token, id, script, ""),
+        [_, db, url, token, id, script, mode] if mode == "retained" || mode == "files" => {
+            (db, url, token, id, script, mode.as_str())
         }
         _ => {
             eprintln!("usage: managed-ctl STORE URL TOKEN ID SCRIPT [retained]");
@@ -79,7 +84,40 @@ fn main() -> Result<(), smolbox_core::Error> {
     })?;
     let client = smolbox_blocking::Client::new(endpoint)?;
     let command = Command::new(["sh", "-c", script.as_str()]).timeout_secs(60);
-    if retained {
+    if mode == "files" {
+        use smolbox_core::managed::spec::{InputFile, OutputFile};
+        use smolbox_store::artifacts::{Artifacts, MemoryArtifacts};
+        let artifacts = Arc::new(MemoryArtifacts::new());
+        let sha256 = artifacts.insert("suite", "in", &b"in-bytes"[..]);
+        let profile = client.admit(&[])?;
+        let runtime = smolbox_blocking::Runtime::builder(store, key)
+            .worker_with_profile("dev", client, profile)
+            .artifacts(artifacts as Arc<dyn Artifacts>)
+            .lease_ttl_ms(1_000)
+            .poll_interval_ms(100)
+            .build()?;
+        let mut spec = spec_for(
+            &command,
+            &RunTarget::unverified().fitting(&command),
+            "dev",
+            "m1",
+        )?;
+        spec.inputs = vec![InputFile {
+            path: "/workspace/in.txt".into(),
+            source: "in".into(),
+            sha256,
+            size: 8,
+        }];
+        spec.outputs = vec![OutputFile {
+            path: "/workspace/out.txt".into(),
+            destination: "out".into(),
+            max_size: 64,
+        }];
+        let key = RecordKey::new("suite", id)?;
+        runtime.run(Submit { key, spec })?;
+        return Ok(());
+    }
+    if mode == "retained" {
         let profile = client.admit(&[])?;
         let runtime = smolbox_blocking::Runtime::builder(store, key)
             .worker_with_profile("dev", client, profile)
