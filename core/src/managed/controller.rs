@@ -137,9 +137,11 @@ pub mod machines;
 pub mod ops;
 pub mod release;
 mod target;
+mod telemetry;
 pub mod terminal;
 
 pub use target::{RunTarget, command_of, spec_for};
+pub use telemetry::{Lifecycle, Telemetry};
 
 pub use ops::{
     Claimed, DueAfter, OpId, Reservation, StoreOp, StoreReply, StoreResult, WorkerOp, WorkerReply,
@@ -531,26 +533,6 @@ pub fn owner_id(pid: u32, random: u64) -> String {
     format!("ctl-{pid}-{random:016x}")
 }
 
-/// One lifecycle telemetry entry (C20): identifiers, state and evidence
-/// only (never argv, env, stdin, paths' contents, tokens or output).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Telemetry {
-    /// Overflow epoch, stamped at delivery: +1 for each run of drops
-    /// between two deliveries. A consumer that sees it change lost entries
-    /// just before this one.
-    pub epoch: u64,
-    /// Entries dropped in total so far (stamped at delivery).
-    pub dropped: u64,
-    /// Record key.
-    pub key: RecordKey,
-    /// State after the write.
-    pub state: ExecState,
-    /// Evidence after the write.
-    pub evidence: RecordEvidence,
-    /// Record version after the write.
-    pub version: u64,
-}
-
 /// What the controller tells its driver.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ControllerEvent {
@@ -628,6 +610,8 @@ pub struct Controller {
     telemetry_epoch: u64,
     telemetry_dropped: u64,
     dropped_since_delivery: bool,
+    /// Machine lifecycle writes whose answers are out (telemetry).
+    lifecycle_ops: telemetry::LifecycleOps,
     /// Executions being driven (≤ max_active once started).
     execs: BTreeMap<RecordKey, Exec>,
     /// Keys submitted here whose acceptance is outstanding (how many).
@@ -700,6 +684,7 @@ impl Controller {
             telemetry_epoch: 0,
             telemetry_dropped: 0,
             dropped_since_delivery: false,
+            lifecycle_ops: telemetry::LifecycleOps::default(),
             execs: BTreeMap::new(),
             accepting: BTreeMap::new(),
             intent_accepts: 0,
@@ -905,6 +890,7 @@ impl Controller {
             return;
         };
         self.note_claims(&purpose, &result);
+        self.note_lifecycle(id, &result);
         match purpose {
             Purpose::Lease(worker) => {
                 let st = self.leases.map.entry(worker).or_default();
@@ -1053,7 +1039,9 @@ impl Controller {
 
     /// The next store op to perform.
     pub fn poll_store_op(&mut self) -> Option<(OpId, StoreOp)> {
-        self.store_out.pop_front()
+        let (id, op) = self.store_out.pop_front()?;
+        self.note_sent(id, &op);
+        Some((id, op))
     }
 
     /// The next worker op to perform.
@@ -1073,26 +1061,6 @@ impl Controller {
         t.dropped = self.telemetry_dropped;
         self.dropped_since_delivery = false;
         Some(ControllerEvent::Telemetry(t))
-    }
-
-    /// Pushes one telemetry entry, dropping the oldest when full (C20).
-    fn push_telemetry(&mut self, rec: &ExecutionRecord) {
-        if self.telemetry.len() >= self.cfg.telemetry_pending {
-            self.telemetry.pop_front();
-            self.telemetry_dropped += 1;
-            if !self.dropped_since_delivery {
-                self.dropped_since_delivery = true;
-                self.telemetry_epoch += 1;
-            }
-        }
-        self.telemetry.push_back(Telemetry {
-            epoch: self.telemetry_epoch,
-            dropped: self.telemetry_dropped,
-            key: rec.key.clone(),
-            state: rec.state,
-            evidence: rec.evidence,
-            version: rec.version,
-        });
     }
 
     fn observe_clock(&mut self, now_ms: u64) {

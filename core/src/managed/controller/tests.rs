@@ -585,7 +585,7 @@ fn a_buffered_command_on_an_existing_machine_takes_three_commits() {
         .events
         .iter()
         .filter_map(|e| match e {
-            ControllerEvent::Telemetry(t) if t.key == key => Some(t.state),
+            ControllerEvent::Telemetry(t) if t.key == key => t.exec_state(),
             _ => None,
         })
         .collect();
@@ -1366,3 +1366,4 @@ mod machines;
 mod refence;
 mod release;
 mod stream;
+mod telemetry;
