@@ -41,6 +41,7 @@ use smolbox_core::managed::slot::{Disposition, Finish};
 use smolbox_core::managed::state::MachineOperation;
 use smolbox_core::managed::{Capabilities, ExecPatch, Guard, Lease, MachinePatch, RecordKey};
 
+pub mod artifacts;
 mod clock;
 mod engine;
 #[cfg(feature = "testkit")]

@@ -11,7 +11,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Operation};
+use crate::error::{Category, Error, Evidence, Operation};
 use crate::http1::ExchangeConfig;
 use crate::secret::Secret;
 
@@ -499,6 +499,19 @@ impl Endpoint {
         &self.budgets
     }
 
+    /// The deadlines of an operation starting at `start`: the operation
+    /// budget from `start`, the checkout budget from `start` capped by it,
+    /// and the connect budget.
+    pub fn deadlines(&self, start: Instant) -> OperationDeadlines {
+        let b = &self.budgets;
+        let operation = start + b.operation;
+        OperationDeadlines {
+            operation,
+            checkout: (start + b.pool_checkout).min(operation),
+            connect: b.connect,
+        }
+    }
+
     /// The [`ExchangeConfig`] of one exchange with this endpoint: its Host
     /// header, bearer token, request-body cap, receive-idle timeout and the
     /// response cap (the endpoint's, or an operation's tighter
@@ -531,6 +544,43 @@ impl Endpoint {
             c.idle_timeout = None;
         }
         c
+    }
+}
+
+/// The moments one operation must respect, fixed when it starts (C1.3: one
+/// overall deadline covers pool checkout, connect and the transfer). Built
+/// by [`Endpoint::deadlines`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OperationDeadlines {
+    /// The overall operation deadline.
+    pub operation: Instant,
+    /// Pool checkout must end by then (never after `operation`).
+    pub checkout: Instant,
+    /// Connect budget, counted from the moment the connect starts.
+    pub connect: Duration,
+}
+
+impl OperationDeadlines {
+    /// The moment a connect starting at `now` must end: its budget from
+    /// `now`, never after the operation deadline.
+    pub fn connect_by(&self, now: Instant) -> Instant {
+        (now + self.connect).min(self.operation)
+    }
+
+    /// A checkout or connect failure seen at `now`: a `transport` /
+    /// `not_dispatched` error gets reason `deadline` when it was the
+    /// operation deadline, not the checkout or connect budget, that ran
+    /// out; any other error is returned as it is.
+    #[must_use]
+    pub fn checkout_error(&self, e: Error, now: Instant) -> Error {
+        if e.category() == Category::Transport
+            && e.evidence() == Evidence::NotDispatched
+            && now >= self.operation
+        {
+            e.with_reason(Reason::Deadline)
+        } else {
+            e
+        }
     }
 }
 
