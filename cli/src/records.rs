@@ -218,13 +218,16 @@ pub(crate) fn open_at(location: &Location) -> Result<Opened, Failure> {
     })
 }
 
-/// TLS to PostgreSQL with the CA bundle at `$SMOLBOX_STORE_CA`; plain text
-/// to another host only with `$SMOLBOX_STORE_PLAINTEXT_REMOTE=1`.
+/// TLS to PostgreSQL with the CA bundle at `$SMOLBOX_STORE_CA` and/or the
+/// system's roots with `$SMOLBOX_STORE_SYSTEM_ROOTS=1`; plain text to
+/// another host only with `$SMOLBOX_STORE_PLAINTEXT_REMOTE=1`.
 fn postgres_options() -> Result<PostgresOptions, Failure> {
     let mut options = PostgresOptions::new();
     if let Some(ca) = std::env::var_os("SMOLBOX_STORE_CA").filter(|v| !v.is_empty()) {
         options = options.ca_file(Path::new(&ca))?;
     }
+    let system = std::env::var("SMOLBOX_STORE_SYSTEM_ROOTS").is_ok_and(|v| v == "1");
+    options = options.system_roots(system);
     let plain = std::env::var("SMOLBOX_STORE_PLAINTEXT_REMOTE").is_ok_and(|v| v == "1");
     Ok(options.allow_plaintext_remote(plain))
 }

@@ -8,17 +8,18 @@ use std::time::Instant;
 use smolbox_core::exec::{
     self, Command, ExecCall, ExecOutcome, ExecOutput, ExecStreamCall, OutputAllowance,
 };
+use smolbox_core::http1::Pulled;
 use smolbox_core::worker::{
     Capacity, CapacityReply, Create, Delete, Get, Health, HealthReply, List, MachineName,
-    MachineSpec, Measure, Measurements, Metrics, Observation, Profile, Readyz, Start, Stop,
-    WorkerCall,
+    MachineSpec, Measure, Measurements, Metrics, Observation, OperationDeadlines, Profile, Readyz,
+    Start, Stop, WorkerCall,
 };
 use smolbox_core::worker::{
     ConnectPlan, Download, Endpoint, Logs, Upload, UploadReply, VolumeCreate, VolumeDelete,
 };
 use smolbox_core::{Error, Operation};
 
-use crate::http::{Deadlines, Exchange, Step};
+use crate::http::Exchange;
 use crate::pool::{MAX_CONNECTIONS, Pool};
 use crate::stream::{CallbackThreads, ExecEvent, ExecStream, run_with_callback};
 use crate::transport::{SocketTarget, TlsFiles};
@@ -86,7 +87,7 @@ impl Client {
     async fn call_within<C: WorkerCall + ?Sized>(
         &self,
         call: &C,
-        deadlines: Deadlines,
+        deadlines: OperationDeadlines,
     ) -> Result<C::Output, Error> {
         let mut exchange = self.send(call, deadlines).await?;
         let head = exchange.head().await?;
@@ -100,7 +101,7 @@ impl Client {
     async fn send<C: WorkerCall + ?Sized>(
         &self,
         call: &C,
-        deadlines: Deadlines,
+        deadlines: OperationDeadlines,
     ) -> Result<Exchange, Error> {
         let request = call.request()?;
         let config = self
@@ -113,7 +114,7 @@ impl Client {
     /// The worker's version profile, from a `GET /health` preflight inside
     /// the caller's operation deadline (an unknown version is refused:
     /// `unsupported_capability`, nothing else sent).
-    pub(crate) async fn preflight(&self, deadlines: Deadlines) -> Result<Profile, Error> {
+    pub(crate) async fn preflight(&self, deadlines: OperationDeadlines) -> Result<Profile, Error> {
         let health = self.call_within(&Health::new(), deadlines).await?;
         Profile::admit(&health.version, &[])
     }
@@ -297,7 +298,7 @@ impl Client {
     async fn exec_stream_within(
         &self,
         call: &ExecStreamCall,
-        deadlines: Deadlines,
+        deadlines: OperationDeadlines,
     ) -> Result<ExecStream, Error> {
         let exchange = self.send(call, deadlines).await?;
         ExecStream::open_call(exchange, call).await
@@ -332,6 +333,11 @@ impl Client {
         let permit = CallbackThreads::take(&self.inner.callbacks)?;
         let stream = self.exec_stream(machine, command).await?;
         run_with_callback(stream, callback, permit, deadline).await
+    }
+
+    /// The deadlines of an operation starting at `start` (the endpoint's).
+    pub(crate) fn deadlines(&self, start: Instant) -> OperationDeadlines {
+        self.inner.endpoint.deadlines(start)
     }
 
     /// Callback threads that exist now (tests).
@@ -422,7 +428,7 @@ impl Client {
             };
             let step = exchange.next(&mut sink).await?;
             progress(body.len() as u64);
-            if let Step::End = step {
+            if let Pulled::End = step {
                 return download.decode(&head, &body);
             }
         }
@@ -474,7 +480,7 @@ impl Client {
                     return Ok(());
                 }
             }
-            if let Step::End = step? {
+            if let Pulled::End = step? {
                 stream.finish()?;
                 return Ok(());
             }
@@ -504,17 +510,6 @@ impl Client {
     pub(crate) fn pool(&self) -> &Pool {
         &self.inner.pool
     }
-
-    /// The deadlines of an operation starting at `start`.
-    pub(crate) fn deadlines(&self, start: Instant) -> Deadlines {
-        let b = self.inner.endpoint.budgets();
-        let operation = start + b.operation;
-        Deadlines {
-            operation,
-            checkout: (start + b.pool_checkout).min(operation),
-            connect: b.connect,
-        }
-    }
 }
 
 fn target_of(endpoint: &Endpoint) -> Result<SocketTarget, Error> {
@@ -525,10 +520,12 @@ fn target_of(endpoint: &Endpoint) -> Result<SocketTarget, Error> {
             host,
             port,
             ca_file,
+            system_roots,
             client_identity,
         } => {
             let files = TlsFiles {
-                ca_file: ca_file.to_path_buf(),
+                ca_file: ca_file.map(Path::to_path_buf),
+                system_roots,
                 client_identity: client_identity.map(|(c, k)| (c.to_path_buf(), k.to_path_buf())),
             };
             SocketTarget::tls(host, port, &files)

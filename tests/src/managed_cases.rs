@@ -181,7 +181,7 @@ pub(crate) fn open(gate: &Path) {
 
 /// Polls the store until `pred` holds (bounded): for states reached by
 /// the runtime in the background, which a case observes but cannot wait on.
-fn eventually<M: ManagedShell>(
+pub(crate) fn eventually<M: ManagedShell>(
     rt: &M,
     k: &RecordKey,
     pred: impl Fn(&ExecutionRecord) -> bool,

@@ -117,9 +117,16 @@
 //! into `unknown` sends its graceful stop. A machine answer is kept until
 //! the write acting on it succeeds.
 //!
-//! Not yet here (issue 13 and later): retained machines and their command
-//! slot, terminals, background launches, inputs and outputs (refused at
-//! submit with `unsupported_capability`).
+//! Declared files (C6.4): after the start and before `ready`, each input
+//! is uploaded ([`WorkerOp::Upload`], bytes from the driver's artifact
+//! store, digest checked before I/O) and read back ([`WorkerOp::Download`]
+//! without a destination) to its declared size and digest; after the
+//! result is stored (`collecting`), each output is downloaded into the
+//! artifact store (a disposable machine re-inspected running first) and
+//! `completed` records their sizes and digests, or `collection_failed`
+//! keeps the exit. A background command runs only in a retained
+//! machine's slot and ends `launched` (C5.4). See docs/decisions/runtime.md,
+//! "Managed files and background launches".
 
 use crate::Reason;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -283,6 +290,10 @@ pub struct ControllerConfig {
     /// durable and leaves the record to whichever controller comes next
     /// (`smolbox run --detach`).
     pub claim_at_accept: bool,
+    /// The driver has an artifact store (`smolbox_store::artifacts`):
+    /// specs with input or output files are accepted (C6.4). Default
+    /// false: they are refused with `unsupported_capability`.
+    pub artifacts: bool,
 }
 
 impl ControllerConfig {
@@ -298,6 +309,7 @@ impl ControllerConfig {
             cleanup_attempts: DEFAULT_CLEANUP_ATTEMPTS,
             telemetry_pending: DEFAULT_TELEMETRY_PENDING,
             claim_at_accept: true,
+            artifacts: false,
         }
     }
 
@@ -787,6 +799,7 @@ impl Controller {
         // detached submitter, a duplicate of a key in flight here).
         let intent = self.cfg.claim_at_accept
             && record.spec.worker_machine.is_some()
+            && record.spec.inputs.is_empty()
             && !self.execs.contains_key(&submit.key)
             && !self.accepting.contains_key(&submit.key)
             && self.busy() < self.cfg.max_active;
@@ -1083,10 +1096,21 @@ impl Controller {
             _ => {}
         }
         if !spec.inputs.is_empty() || !spec.outputs.is_empty() {
-            return unsupported(Reason::FileTransfer);
+            // Transfers go with the worker's admitted profile, bytes from
+            // and to the runtime's artifact store (C6.4).
+            let worker = match &spec.worker_machine {
+                Some(w) => self.cfg.workers.iter().find(|x| x.id == w.worker_id),
+                None => self.cfg.workers.iter().find(|x| x.profile.is_some()),
+            };
+            if !self.cfg.artifacts || worker.is_none_or(|w| w.profile.is_none()) {
+                return unsupported(Reason::FileTransfer);
+            }
+            exec::check_files(spec)?;
         }
         match &spec.action {
             Action::Terminal(_) => unsupported(Reason::Terminal),
+            // A launch runs only on a retained machine (C5.4, AC-5.4.2),
+            // submitted through `machines` (the command slot).
             Action::Command(c) if c.background => unsupported(Reason::Background),
             Action::Command(c) => {
                 if let Some(t) = c.timeout_s

@@ -1360,6 +1360,7 @@ fn debug_of_the_controller_mid_run_hides_secrets() {
 // acceptance.
 mod disposable;
 mod evidence;
+mod files;
 mod findings;
 mod machines;
 mod refence;
