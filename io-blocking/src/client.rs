@@ -473,10 +473,12 @@ fn target_of(endpoint: &Endpoint) -> Result<SocketTarget, Error> {
             host,
             port,
             ca_file,
+            system_roots,
             client_identity,
         } => {
             let files = TlsFiles {
-                ca_file: ca_file.to_path_buf(),
+                ca_file: ca_file.map(Path::to_path_buf),
+                system_roots,
                 client_identity: client_identity.map(|(c, k)| (c.to_path_buf(), k.to_path_buf())),
             };
             SocketTarget::tls(host, port, &files)

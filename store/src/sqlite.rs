@@ -125,6 +125,8 @@ pub struct SqliteStore {
     durable: bool,
     /// Write transactions committed (`Store::commits`).
     commits: std::sync::atomic::AtomicU64,
+    /// The highest version this handle saw per key (rollback detection).
+    marks: crate::watch::Marks,
 }
 
 impl SqliteStore {
@@ -252,6 +254,7 @@ impl SqliteStore {
             sealer,
             durable: !options.synchronous_normal,
             commits: std::sync::atomic::AtomicU64::new(0),
+            marks: crate::watch::Marks::default(),
         })
     }
 }
@@ -335,6 +338,10 @@ impl SqliteStore {
 }
 
 impl Backend for SqliteStore {
+    fn marks(&self) -> &crate::watch::Marks {
+        &self.marks
+    }
+
     fn info(&self) -> StoreInfo {
         StoreInfo {
             schema: SCHEMA,

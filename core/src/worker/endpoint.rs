@@ -178,6 +178,9 @@ pub struct EndpointConfig {
     pub token: Option<Secret>,
     /// PEM CA file to verify the worker with (HTTPS only).
     pub ca_file: Option<PathBuf>,
+    /// Also trust the platform's trust store, beside `ca_file` (HTTPS only;
+    /// verification stays on: this only adds trust anchors).
+    pub system_roots: bool,
     /// PEM client certificate chain for mutual TLS (HTTPS only, with `client_key`).
     pub client_cert: Option<PathBuf>,
     /// PEM client private key for mutual TLS (HTTPS only, with `client_cert`).
@@ -218,14 +221,17 @@ pub enum ConnectPlan<'a> {
         /// Port.
         port: u16,
     },
-    /// TLS over TCP, verified against `ca_file` (and the host name).
+    /// TLS over TCP, verified against `ca_file` and, when `system_roots`,
+    /// the platform's roots (and the host name); at least one of the two.
     Tls {
         /// Host name or IP literal (no brackets); also the server name.
         host: &'a str,
         /// Port.
         port: u16,
         /// The CA bundle the peer is verified against.
-        ca_file: &'a Path,
+        ca_file: Option<&'a Path>,
+        /// Also trust the platform's trust store.
+        system_roots: bool,
         /// Client certificate and key for mutual TLS.
         client_identity: Option<(&'a Path, &'a Path)>,
     },
@@ -242,6 +248,7 @@ pub struct Endpoint {
     explicit_port: bool,
     token: Option<Secret>,
     ca_file: Option<PathBuf>,
+    system_roots: bool,
     client_identity: Option<(PathBuf, PathBuf)>,
     unix_socket: Option<PathBuf>,
     budgets: Budgets,
@@ -309,7 +316,7 @@ impl Endpoint {
                 }
             }
             Scheme::Http => {
-                if config.ca_file.is_some() {
+                if config.ca_file.is_some() || config.system_roots {
                     return Err(Error::validation(
                         Operation::Config,
                         Reason::CaFileRequiresHttps,
@@ -356,6 +363,7 @@ impl Endpoint {
             explicit_port: url.explicit_port,
             token: config.token,
             ca_file: config.ca_file,
+            system_roots: config.system_roots,
             client_identity,
             unix_socket,
             budgets: config.budgets,
@@ -438,24 +446,25 @@ impl Endpoint {
         }
     }
 
-    /// How to connect. HTTPS needs a CA file: no system roots are
-    /// consulted.
+    /// How to connect. HTTPS needs a CA file or the system roots (or both);
+    /// the platform's roots are consulted only when `system_roots` is set.
     ///
     /// # Errors
     /// `unsupported_capability` (operation `config`, `not_dispatched`,
-    /// reason `tls_requires_ca_file`) for HTTPS without a CA file.
+    /// reason `tls_requires_ca_file`) for HTTPS with neither.
     pub fn connect_plan(&self) -> Result<ConnectPlan<'_>, Error> {
         match (self.target(), self.scheme) {
             (Target::Unix(path), _) => Ok(ConnectPlan::Unix(path)),
             (Target::Tcp { host, port }, Scheme::Http) => Ok(ConnectPlan::Tcp { host, port }),
             (Target::Tcp { host, port }, Scheme::Https) => match self.ca_file() {
-                Some(ca_file) => Ok(ConnectPlan::Tls {
+                ca_file if ca_file.is_some() || self.system_roots => Ok(ConnectPlan::Tls {
                     host,
                     port,
                     ca_file,
+                    system_roots: self.system_roots,
                     client_identity: self.client_identity(),
                 }),
-                None => Err(Error::unsupported_capability(
+                _ => Err(Error::unsupported_capability(
                     Operation::Config,
                     Reason::TlsRequiresCaFile,
                 )),
@@ -597,6 +606,7 @@ impl fmt::Debug for Endpoint {
             .field("port", &self.port)
             .field("has_token", &self.token.is_some())
             .field("ca_file", &self.ca_file)
+            .field("system_roots", &self.system_roots)
             .field("client_identity", &self.client_identity)
             .field("unix_socket", &self.unix_socket)
             .field("budgets", &self.budgets)

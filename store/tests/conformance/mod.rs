@@ -26,9 +26,14 @@ use smolbox_store::{
 mod intent;
 mod ops;
 mod release;
+// The TLS harness (postgres_tls.rs) expands the main suite only.
+#[allow(dead_code)]
+mod rollback;
 pub(crate) use intent::*;
 pub(crate) use ops::*;
 pub(crate) use release::*;
+#[allow(unused_imports)]
+pub(crate) use rollback::*;
 
 /// Wall-clock start of every test's timeline.
 pub(crate) const T0: u64 = 1_700_000_000_000;
