@@ -115,6 +115,9 @@ impl Tally {
                 exit_code: *code,
                 output_bytes: self.output_bytes,
             })),
+            // An event kind this build does not know: neither output nor
+            // the exit; forwarded as it is.
+            _ => None,
         }
     }
 
