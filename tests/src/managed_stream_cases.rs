@@ -60,6 +60,7 @@ fn collector(gate: std::path::PathBuf) -> (Arc<Mutex<Vec<String>>>, impl FnMut(&
             ExecEvent::Stdout(t) => format!("out:{t}"),
             ExecEvent::Stderr(t) => format!("err:{t}"),
             ExecEvent::Exit(c) => format!("exit:{c}"),
+            other => format!("other:{other:?}"),
         };
         if text.starts_with("out:first") {
             std::fs::write(&gate, b"").unwrap();

@@ -685,6 +685,7 @@ fn read_until<H: TermHandle>(h: &mut H, needle: &str) -> String {
                 }
             }
             TerminalEvent::Closed(o) => panic!("closed before {needle:?}: {o:?}"),
+            other => panic!("unexpected event before {needle:?}: {other:?}"),
         }
     }
     panic!("{needle:?} never arrived");
