@@ -238,7 +238,7 @@ pub fn submit_returns_at_acceptance_and_wait_returns_the_outcome<M: ManagedShell
         .telemetry()
         .into_iter()
         .filter(|t| t.key == sub.key)
-        .map(|t| t.state)
+        .filter_map(|t| t.exec_state())
         .collect();
     assert_eq!(
         states,

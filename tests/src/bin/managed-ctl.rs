@@ -11,14 +11,17 @@
 //!
 //! With a sixth argument `retained`, the worker gets its admitted profile,
 //! the process creates and starts retained machine `boxes/kill` and submits
-//! the command into its slot under `boxes/ID` instead.
+//! the command into its slot under `boxes/ID` instead. With `terminal`, it
+//! opens a managed terminal `boxes/ID` on that machine instead, attaches,
+//! types `SCRIPT` and a newline into the shell, and reads its output until
+//! the session ends (exit 1) or the process is killed.
 //!
 //! With `files` instead, the worker gets its admitted profile and an
 //! in-memory artifact store holding input `in` (`in-bytes`), and the
 //! command on `m1` declares input `/workspace/in.txt` and output
 //! `/workspace/out.txt` (destination `out`, at most 64 bytes).
 //!
-//! Usage: `managed-ctl STORE URL TOKEN ID SCRIPT [retained|files]`.
+//! Usage: `managed-ctl STORE URL TOKEN ID SCRIPT [retained|terminal|files]`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,7 +29,9 @@ use std::time::Duration;
 use smolbox_core::Secret;
 use smolbox_core::exec::Command;
 use smolbox_core::managed::controller::{RunTarget, Submit, spec_for};
+use smolbox_core::managed::spec::ManagedTerminalSpec;
 use smolbox_core::managed::{RecordKey, RetainedMachineSpec};
+use smolbox_core::terminal::TerminalEvent;
 use smolbox_core::worker::{Budgets, Endpoint, EndpointConfig};
 use smolbox_store::keys::load_or_create_keys;
 use smolbox_store::{PostgresStore, Sealer, SqliteStore, Store};
@@ -36,11 +41,13 @@ fn main() -> Result<(), smolbox_core::Error> {
     let args: Vec<String> = std::env::args().collect();
     let (db, url, token, id, script, mode) = match args.as_slice() {
         [_, db, url, token, id, script] => (db, url, token, id, script, ""),
-        [_, db, url, token, id, script, mode] if mode == "retained" || mode == "files" => {
+        [_, db, url, token, id, script, mode]
+            if mode == "retained" || mode == "terminal" || mode == "files" =>
+        {
             (db, url, token, id, script, mode.as_str())
         }
         _ => {
-            eprintln!("usage: managed-ctl STORE URL TOKEN ID SCRIPT [retained]");
+            eprintln!("usage: managed-ctl STORE URL TOKEN ID SCRIPT [retained|terminal]");
             std::process::exit(2);
         }
     };
@@ -117,7 +124,7 @@ fn main() -> Result<(), smolbox_core::Error> {
         runtime.run(Submit { key, spec })?;
         return Ok(());
     }
-    if mode == "retained" {
+    if mode == "retained" || mode == "terminal" {
         let profile = client.admit(&[])?;
         let runtime = smolbox_blocking::Runtime::builder(store, key)
             .worker_with_profile("dev", client, profile)
@@ -141,6 +148,18 @@ fn main() -> Result<(), smolbox_core::Error> {
         m.start(&machine, rec.version)?;
         m.wait(&machine, 30_000)?;
         let key = RecordKey::new("boxes", id)?;
+        if mode == "terminal" {
+            let t = runtime.terminals();
+            t.open(key.clone(), machine, ManagedTerminalSpec::default())?;
+            let mut h = t.attach(&key, Duration::from_secs(10))?;
+            h.input(format!("{script}\n").as_bytes())?;
+            loop {
+                if let Ok(TerminalEvent::Closed(_)) = h.next(Duration::from_secs(60)) {
+                    // The session was to outlive this process.
+                    std::process::exit(1);
+                }
+            }
+        }
         m.submit(&machine, &key, &command)?;
         runtime.wait(&key, 60_000)?;
         return Ok(());
