@@ -27,6 +27,9 @@ fn report(summary: &sim::Summary, started: Instant) {
         summary.ended_early,
         summary.crashes
     );
+    if !summary.probes.is_empty() {
+        eprintln!("probes and file counts: {:?}", summary.probes);
+    }
     for r in summary.failed.iter().take(3) {
         println!("{}", sim::describe(r));
     }
@@ -276,4 +279,30 @@ fn disposable_machines_keep_every_rule() {
             "{kind:?} never exercised"
         );
     }
+}
+
+/// Open finding 10 (session 6, core not fixed): a controller crashes
+/// after sending an input's upload (its outcome uncertain); the next
+/// controller recovers the `preparing` record and uploads the input
+/// again, a mutation resent while an earlier one is uncertain (C6.1:
+/// never retried). Seed 18 of the named run with inputs shows it; the
+/// default runs leave inputs out until it is fixed. When the core stops
+/// re-staging, this test fails: turn it into the regression (0
+/// violations) and turn `Options::inputs` on by default.
+#[test]
+fn an_upload_restaged_by_a_recovering_controller_is_found() {
+    let r = sim::run_seed(
+        18,
+        Options {
+            inputs: true,
+            ..Options::DEFAULT
+        },
+    );
+    assert!(
+        r.violations.iter().any(|v| v.what.contains(
+            "Upload of m0:/workspace/k0/in0 sent again while an earlier one was uncertain"
+        )),
+        "{:?}",
+        r.violations
+    );
 }

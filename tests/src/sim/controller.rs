@@ -28,6 +28,7 @@ use smolbox_core::worker::{
 use smolbox_core::{Category, Error, Evidence, Operation};
 use smolbox_store::Store;
 
+mod files;
 mod probes;
 mod retained;
 
@@ -201,6 +202,7 @@ struct Sim {
     /// Reconcile, lists, maintenance drains, a careless operator
     /// (retained runs).
     probes: probes::Probes,
+    files: files::SimFiles,
 }
 
 /// Runs one seed against the `Controller` and checks it.
@@ -224,7 +226,13 @@ pub fn run_seed(seed: u64, opts: Options) -> SeedReport {
         violations: sim.model.violations,
         trace,
         ended_early: sim.ended_early,
-        probes: sim.probes.counts.clone(),
+        probes: sim
+            .probes
+            .counts
+            .iter()
+            .chain(&sim.files.counts)
+            .map(|(k, n)| (*k, *n))
+            .collect(),
     }
 }
 
@@ -314,6 +322,10 @@ impl Sim {
             lease_gen: 0,
             absent_cancels: BTreeSet::new(),
             probes: probes::Probes::new(seed),
+            files: files::SimFiles::new(
+                seed,
+                opts.inputs || std::env::var_os("SMOLBOX_SIM_INPUTS").is_some(),
+            ),
         };
         sim.workload(&mut rng);
         // One or two controllers share the store from the start.
@@ -336,7 +348,9 @@ impl Sim {
             let id = format!("k{i}");
             let exit = rng.range(0, 3) as i32;
             let dur = rng.range(0, 3 * TTL_MS);
-            let cmd = smolbox_core::exec::Command::new(worker::sim_argv(&id, exit, dur));
+            let mut argv = worker::sim_argv(&id, exit, dur);
+            let (inputs, outputs) = self.files.plan(&id, &mut argv);
+            let cmd = smolbox_core::exec::Command::new(argv);
             let on = if self.opts.disposable {
                 self.probes.pick_worker()
             } else {
@@ -344,6 +358,8 @@ impl Sim {
             };
             let mut spec = spec_for(&cmd, &target, on, MACHINE)
                 .unwrap_or_else(|e| unreachable!("a valid spec: {e:?}"));
+            spec.inputs = inputs;
+            spec.outputs = outputs;
             // Half the commands run on a disposable machine the controller
             // creates, uses, deletes and verifies absent (C17.2).
             if self.opts.disposable && rng.chance(500) {
@@ -421,6 +437,8 @@ impl Sim {
             .map(|w| WorkerEntry::new(w).with_profile(Profile::known(Version::V1_9_2)))
             .collect();
         cfg.lease_ttl_ms = TTL_MS;
+        // The driver is the artifact store (`files`): specs with files.
+        cfg.artifacts = true;
         cfg.poll_interval_ms = POLL_MS;
         let ctl = match Controller::new(
             cfg,
@@ -717,6 +735,7 @@ impl Sim {
         if self.opts.retained {
             self.finish_retained();
         }
+        self.check_files();
         for j in 0..self.jobs.len() {
             let key = self.jobs[j].key.clone();
             let stored = match self.store.inner().fetch(&key) {
@@ -1124,9 +1143,7 @@ impl Sim {
                 return;
             }
             WorkerOp::Upload { .. } | WorkerOp::Download { .. } => {
-                // No simulated spec declares files (yet).
-                self.violation("a file transfer in the simulation".to_owned());
-                return;
+                return self.file_op(h, id, &op);
             }
         };
         if self.crash_point(h, "worker_before_send") {
@@ -1205,7 +1222,12 @@ impl Sim {
         self.running.insert(key.clone(), (h, req));
         self.log(format!("{} sends exec {}", Self::owner(h), key.id));
         let now = self.now();
-        if let Err(e) = self.worker.send(now, req, Request::Exec { machine, argv }) {
+        let request = if command.is_background() {
+            Request::Launch { machine, argv }
+        } else {
+            Request::Exec { machine, argv }
+        };
+        if let Err(e) = self.worker.send(now, req, request) {
             self.at(now + 1, Ev::WorkerReply(h, id, req, Err(e)));
         }
         self.crash_point(h, "worker_after_send");
@@ -1246,6 +1268,11 @@ impl Sim {
             Ok(Reply::Exec(o)) => Ok(WorkerReply::Exec(o)),
             Ok(Reply::Machine(v)) => Ok(WorkerReply::Machine(Box::new(self.observation(&v)))),
             Ok(Reply::Deleted) => Ok(WorkerReply::Deleted),
+            Ok(Reply::Uploaded { size, .. }) => Ok(WorkerReply::Uploaded { size }),
+            Ok(Reply::Downloaded(b)) => Ok(WorkerReply::Downloaded {
+                size: b.len() as u64,
+                sha256: worker::sha256_hex(&b),
+            }),
             Ok(Reply::TermOpened | Reply::TermClosed(_)) => Err(Error::protocol(
                 Operation::Get,
                 Reason::TerminalMessageOnAnOp,
@@ -1437,6 +1464,7 @@ impl Sim {
         {
             self.worker.settle_observed(&name);
         }
+        let r = self.collected(req, r);
         let mut r = self.to_worker_result(r);
         if self.opts.bug == Some(Bug::UncertainAsExit)
             && r.as_ref()

@@ -400,7 +400,7 @@ impl Sim {
         if job.terminal {
             return self.open_terminal(h, sj);
         }
-        let command = Command::new(worker::sim_argv(&job.key.id, job.exit, job.dur));
+        let command = self.slot_command(&job.key, job.exit, job.dur);
         self.request(
             h,
             m,
