@@ -17,19 +17,19 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use smolbox_core::exec::{ExecOutcome, ExecOutput, OutputEncoding};
 use smolbox_core::managed::controller::{
     Controller, ControllerConfig, ControllerEvent, OpId, RunTarget, StoreOp, StoreReply,
-    StoreResult, Submit, WorkerEntry, WorkerOp, WorkerReply, WorkerResult, spec_for,
+    StoreResult, Submit, WorkerEntry, WorkerOp, WorkerReply, spec_for,
 };
 use smolbox_core::managed::record::{Claim, ExecResult, ExecutionRecord};
 use smolbox_core::managed::state::Cleanup;
 use smolbox_core::managed::{ExecState, ExecutionSpec, RecordKey, testkit};
-use smolbox_core::worker::{
-    Incarnation, MachineSpec, MachineState as WState, Measurements, Observation, Profile, Version,
-};
+use smolbox_core::worker::{MachineSpec, Profile, Version};
 use smolbox_core::{Category, Error, Evidence, Operation};
 use smolbox_store::Store;
 
+mod conn;
 mod files;
 mod probes;
+mod replies;
 mod retained;
 
 use smolbox_core::managed::controller::terminal::{TermStoreOp, TermStoreResult};
@@ -114,7 +114,7 @@ struct Host {
     terms: BTreeMap<RecordKey, TermHost>,
     /// Its live terminal connections (C7.3, C7.4); `C` is the upgrade's
     /// request id at the worker.
-    registry: Option<Registry<probes::SimConn>>,
+    registry: Option<Registry<conn::SimConn>>,
 }
 
 #[derive(Debug)]
@@ -1164,35 +1164,6 @@ impl Sim {
         self.crash_point(h, "worker_after_send");
     }
 
-    /// A machine reply as the client decodes it.
-    fn observation(&self, v: &worker::MachineView) -> Observation {
-        let spec = self.machine_specs.get(&v.name).cloned().unwrap_or_default();
-        Observation {
-            incarnation: Incarnation {
-                name: v.name.clone(),
-                created_at: 1_700_000_000 + v.incarnation,
-                cpus: spec.cpus,
-                memory_mb: spec.memory_mb,
-                storage_gb: spec.storage_gb,
-                overlay_gb: spec.overlay_gb,
-                network: spec.network.clone(),
-                network_backend: None,
-                allowlists_present: false,
-                ports: spec.ports.clone(),
-                mounts: spec.mounts.clone(),
-                image: None,
-            },
-            state: match v.state {
-                worker::MachineState::Created => WState::Created,
-                worker::MachineState::Running => WState::Running,
-                worker::MachineState::Stopped => WState::Stopped,
-            },
-            pid: None,
-            branchable: None,
-            measurements: Measurements::default(),
-        }
-    }
-
     fn exec_op(
         &mut self,
         h: usize,
@@ -1260,30 +1231,6 @@ impl Sim {
             self.at(self.now(), Ev::WorkerReply(h, id, req, r));
         } else if let Some(slot) = self.hosts[h].early.get_mut(key) {
             slot.1 = Some(r);
-        }
-    }
-
-    fn to_worker_result(&self, r: Result<Reply, Error>) -> WorkerResult {
-        match r {
-            Ok(Reply::Exec(o)) => Ok(WorkerReply::Exec(o)),
-            Ok(Reply::Machine(v)) => Ok(WorkerReply::Machine(Box::new(self.observation(&v)))),
-            Ok(Reply::Deleted) => Ok(WorkerReply::Deleted),
-            Ok(Reply::Uploaded { size, .. }) => Ok(WorkerReply::Uploaded { size }),
-            Ok(Reply::Downloaded(b)) => Ok(WorkerReply::Downloaded {
-                size: b.len() as u64,
-                sha256: worker::sha256_hex(&b),
-            }),
-            Ok(Reply::TermOpened | Reply::TermClosed(_)) => Err(Error::protocol(
-                Operation::Get,
-                Reason::TerminalMessageOnAnOp,
-            )),
-            // The observed 404 is a `not_found` error (worker-api.md).
-            Ok(Reply::Absent) => Err(Error::not_found(
-                Operation::Get,
-                Evidence::NotDispatched,
-                Reason::MachineNotFound,
-            )),
-            Err(e) => Err(e),
         }
     }
 

@@ -30,6 +30,7 @@ use smolbox_core::{Category, Error};
 use smolbox_store::Store;
 
 use super::super::rng::Rng;
+use super::conn::SimConn;
 use super::retained::What;
 use super::{Bug, Sim};
 
@@ -55,24 +56,6 @@ pub(super) struct Probes {
     /// A trace line carried the sentinel (checked as each line is logged:
     /// the trace keeps only its last lines).
     pub(super) leaked_to_trace: bool,
-}
-
-/// A live terminal connection as the sim's registry holds it: the bytes
-/// that crossed it (the shells' connection carries these; nothing else
-/// may).
-#[derive(Debug)]
-pub(super) struct SimConn {
-    typed: Vec<u8>,
-    output: Vec<u8>,
-}
-
-impl SimConn {
-    pub(super) const fn new() -> Self {
-        Self {
-            typed: Vec::new(),
-            output: Vec::new(),
-        }
-    }
 }
 
 impl Probes {

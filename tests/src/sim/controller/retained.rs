@@ -733,7 +733,7 @@ impl Sim {
                 let inserted = self.hosts[h]
                     .registry
                     .as_mut()
-                    .map(|reg| reg.insert(n, key.clone(), super::probes::SimConn::new(), wait));
+                    .map(|reg| reg.insert(n, key.clone(), super::conn::SimConn::new(), wait));
                 let result = match inserted {
                     Some(Ok(_)) => Ok(()),
                     Some(Err(e)) => Err(e.with_evidence(Evidence::DispatchUncertain)),
