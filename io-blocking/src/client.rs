@@ -102,11 +102,7 @@ impl Client {
         call: &C,
         deadlines: OperationDeadlines,
     ) -> Result<Exchange, Error> {
-        let request = call.request()?;
-        let config = self
-            .inner
-            .endpoint
-            .exchange_config_for(call, deadlines.operation);
+        let (request, config) = self.inner.endpoint.prepare(call, deadlines.operation)?;
         Exchange::start(&self.inner.pool, &request, &config, deadlines)
     }
 
@@ -319,19 +315,8 @@ impl Client {
     /// # Errors
     /// As [`exec`](Self::exec); `validation` for a foreground command.
     pub fn launch(&self, machine: &str, command: &Command) -> Result<exec::Launched, Error> {
-        if !command.is_background() {
-            return Err(Error::validation(
-                Operation::Launch,
-                Reason::LaunchRequiresBackground,
-            ));
-        }
-        match self.exec(machine, command)? {
-            ExecOutcome::Launched(l) => Ok(l),
-            // `decode_reply_for` yields a launch for every background command.
-            ExecOutcome::Exited(_) => {
-                Err(Error::protocol(Operation::Launch, Reason::LaunchWithoutAck))
-            }
-        }
+        command.check_launch()?;
+        self.exec(machine, command)?.into_launched()
     }
 
     /// `PUT …/files/{path}` (build the [`Upload`] with its digest first).
@@ -431,18 +416,11 @@ impl Client {
         }
         let mut stream = logs.stream();
         loop {
-            while let Some(line) = stream.poll_line() {
-                if !on_line(line) {
-                    return Ok(());
-                }
-            }
             let mut sink = |bytes: &[u8]| stream.handle_input(bytes);
             let step = exchange.next(&mut sink);
             // The lines decoded before an error are delivered first.
-            while let Some(line) = stream.poll_line() {
-                if !on_line(line) {
-                    return Ok(());
-                }
+            if !stream.deliver(on_line) {
+                return Ok(());
             }
             if let Pulled::End = step? {
                 stream.finish()?;

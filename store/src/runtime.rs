@@ -801,9 +801,11 @@ mod tests {
             epoch: 0,
             dropped: 0,
             key: testkit::key("s", id),
-            state: ExecState::Accepted,
-            evidence: RecordEvidence::NotDispatched,
             version: 1,
+            lifecycle: smolbox_core::managed::controller::Lifecycle::Execution {
+                state: ExecState::Accepted,
+                evidence: RecordEvidence::NotDispatched,
+            },
         }
     }
 

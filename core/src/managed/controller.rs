@@ -117,9 +117,16 @@
 //! into `unknown` sends its graceful stop. A machine answer is kept until
 //! the write acting on it succeeds.
 //!
-//! Not yet here (issue 13 and later): retained machines and their command
-//! slot, terminals, background launches, inputs and outputs (refused at
-//! submit with `unsupported_capability`).
+//! Declared files (C6.4): after the start and before `ready`, each input
+//! is uploaded ([`WorkerOp::Upload`], bytes from the driver's artifact
+//! store, digest checked before I/O) and read back ([`WorkerOp::Download`]
+//! without a destination) to its declared size and digest; after the
+//! result is stored (`collecting`), each output is downloaded into the
+//! artifact store (a disposable machine re-inspected running first) and
+//! `completed` records their sizes and digests, or `collection_failed`
+//! keeps the exit. A background command runs only in a retained
+//! machine's slot and ends `launched` (C5.4). See docs/decisions/runtime.md,
+//! "Managed files and background launches".
 
 use crate::Reason;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -130,9 +137,11 @@ pub mod machines;
 pub mod ops;
 pub mod release;
 mod target;
+mod telemetry;
 pub mod terminal;
 
 pub use target::{RunTarget, command_of, spec_for};
+pub use telemetry::{Lifecycle, Telemetry};
 
 pub use ops::{
     Claimed, DueAfter, OpId, Reservation, StoreOp, StoreReply, StoreResult, WorkerOp, WorkerReply,
@@ -524,26 +533,6 @@ pub fn owner_id(pid: u32, random: u64) -> String {
     format!("ctl-{pid}-{random:016x}")
 }
 
-/// One lifecycle telemetry entry (C20): identifiers, state and evidence
-/// only (never argv, env, stdin, paths' contents, tokens or output).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Telemetry {
-    /// Overflow epoch, stamped at delivery: +1 for each run of drops
-    /// between two deliveries. A consumer that sees it change lost entries
-    /// just before this one.
-    pub epoch: u64,
-    /// Entries dropped in total so far (stamped at delivery).
-    pub dropped: u64,
-    /// Record key.
-    pub key: RecordKey,
-    /// State after the write.
-    pub state: ExecState,
-    /// Evidence after the write.
-    pub evidence: RecordEvidence,
-    /// Record version after the write.
-    pub version: u64,
-}
-
 /// What the controller tells its driver.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ControllerEvent {
@@ -621,6 +610,8 @@ pub struct Controller {
     telemetry_epoch: u64,
     telemetry_dropped: u64,
     dropped_since_delivery: bool,
+    /// Machine lifecycle writes whose answers are out (telemetry).
+    lifecycle_ops: telemetry::LifecycleOps,
     /// Executions being driven (≤ max_active once started).
     execs: BTreeMap<RecordKey, Exec>,
     /// Keys submitted here whose acceptance is outstanding (how many).
@@ -639,6 +630,12 @@ pub struct Controller {
     /// the store (no room): kept so a wall-clock step backwards cannot
     /// extend their queue budget before they are picked up (≤ max_pending).
     queue_bounds: BTreeMap<RecordKey, Instant>,
+    /// Records may be left due in the store for lack of room: an accept
+    /// while busy, a scan stopped or skipped for lack of room, or the start
+    /// (nothing scanned yet). Only then does a finished execution start a
+    /// due scan at once; otherwise the next one runs at the poll interval
+    /// (issue 16: no scan per command when nothing waits).
+    backlog: bool,
     leases: Leases,
     /// Largest wall clock seen (a step backwards never moves time back).
     now_ms: u64,
@@ -693,6 +690,7 @@ impl Controller {
             telemetry_epoch: 0,
             telemetry_dropped: 0,
             dropped_since_delivery: false,
+            lifecycle_ops: telemetry::LifecycleOps::default(),
             execs: BTreeMap::new(),
             accepting: BTreeMap::new(),
             intent_accepts: 0,
@@ -703,6 +701,7 @@ impl Controller {
             shutting_down: false,
             stopped_sent: false,
             queue_bounds: BTreeMap::new(),
+            backlog: true,
             leases: Leases::default(),
             now_ms,
             machs: BTreeMap::new(),
@@ -898,6 +897,7 @@ impl Controller {
             return;
         };
         self.note_claims(&purpose, &result);
+        self.note_lifecycle(id, &result);
         match purpose {
             Purpose::Lease(worker) => {
                 let st = self.leases.map.entry(worker).or_default();
@@ -1046,7 +1046,9 @@ impl Controller {
 
     /// The next store op to perform.
     pub fn poll_store_op(&mut self) -> Option<(OpId, StoreOp)> {
-        self.store_out.pop_front()
+        let (id, op) = self.store_out.pop_front()?;
+        self.note_sent(id, &op);
+        Some((id, op))
     }
 
     /// The next worker op to perform.
@@ -1066,26 +1068,6 @@ impl Controller {
         t.dropped = self.telemetry_dropped;
         self.dropped_since_delivery = false;
         Some(ControllerEvent::Telemetry(t))
-    }
-
-    /// Pushes one telemetry entry, dropping the oldest when full (C20).
-    fn push_telemetry(&mut self, rec: &ExecutionRecord) {
-        if self.telemetry.len() >= self.cfg.telemetry_pending {
-            self.telemetry.pop_front();
-            self.telemetry_dropped += 1;
-            if !self.dropped_since_delivery {
-                self.dropped_since_delivery = true;
-                self.telemetry_epoch += 1;
-            }
-        }
-        self.telemetry.push_back(Telemetry {
-            epoch: self.telemetry_epoch,
-            dropped: self.telemetry_dropped,
-            key: rec.key.clone(),
-            state: rec.state,
-            evidence: rec.evidence,
-            version: rec.version,
-        });
     }
 
     fn observe_clock(&mut self, now_ms: u64) {
@@ -1216,6 +1198,7 @@ impl Controller {
             let ex = Exec::new(record, now, self.now_ms, None);
             self.execs.insert(key, ex);
         } else if record.state == ExecState::Accepted {
+            self.backlog = true;
             if self.queue_bounds.len() >= self.cfg.max_pending as usize {
                 self.queue_bounds.pop_first();
             }
@@ -1280,6 +1263,7 @@ impl Controller {
             }
             if self.busy() >= self.cfg.max_active {
                 full = true;
+                self.backlog = true;
                 break;
             }
             let key = rec.key.clone();
@@ -1302,6 +1286,10 @@ impl Controller {
                 self.scan_at = Some(now);
             }
             _ => {
+                if !full && !self.shutting_down {
+                    // Every due record of this page set was seen with room.
+                    self.backlog = false;
+                }
                 self.scan_cursor = None;
                 self.scan_at = if self.shutting_down {
                     None
@@ -1369,7 +1357,12 @@ impl Controller {
                 }
             }
         }
-        if freed && !self.shutting_down && !self.cfg.workers.is_empty() && self.scan_at.is_some() {
+        if freed
+            && self.backlog
+            && !self.shutting_down
+            && !self.cfg.workers.is_empty()
+            && self.scan_at.is_some()
+        {
             // Room again: pick up records left due in the store.
             self.scan_at = Some(now);
         }
@@ -1390,6 +1383,8 @@ impl Controller {
             && at <= now
             && self.busy() >= self.cfg.max_active
         {
+            // Skipped for lack of room: records may be left due.
+            self.backlog = true;
             self.scan_at = Some(now + self.cfg.poll());
         }
         self.pump_machines(now);

@@ -545,6 +545,19 @@ impl Endpoint {
         }
         c
     }
+
+    /// `call`'s request and its [`ExchangeConfig`]
+    /// ([`Self::exchange_config_for`]): what a shell sends, decided here.
+    ///
+    /// # Errors
+    /// The call's request errors (validation; nothing sent).
+    pub fn prepare<C: super::WorkerCall + ?Sized>(
+        &self,
+        call: &C,
+        deadline: Instant,
+    ) -> Result<(crate::http1::Request, ExchangeConfig), Error> {
+        Ok((call.request()?, self.exchange_config_for(call, deadline)))
+    }
 }
 
 /// The moments one operation must respect, fixed when it starts (C1.3: one

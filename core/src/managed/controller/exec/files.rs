@@ -189,7 +189,7 @@ impl Exec {
         now_ms: u64,
     ) -> Result<Option<Step>, Error> {
         if let Some(e) = &self.files.failed {
-            return Err(e.clone());
+            return Err(*e);
         }
         if self.files.kind.is_some() {
             return Ok(Some(Step::Wait));
@@ -276,7 +276,7 @@ impl Exec {
     }
 
     fn file_failed(&mut self, e: Error) -> Error {
-        self.files.failed = Some(e.clone());
+        self.files.failed = Some(e);
         e
     }
 
@@ -405,7 +405,7 @@ impl Exec {
     /// some outputs were stored, else `failed`) with the exit kept and the
     /// failure as the last error.
     pub(super) fn completion_patch(&mut self, now_ms: u64) -> ExecPatch {
-        let failed = self.files.failed.clone();
+        let failed = self.files.failed;
         let collected = self.files.collected.clone();
         let (state, collection) = match &failed {
             None => (ExecState::Completed, Collection::Complete),
@@ -415,7 +415,7 @@ impl Exec {
         if let Some(e) = &failed
             && self.exec_error.is_none()
         {
-            self.exec_error = Some(e.clone());
+            self.exec_error = Some(*e);
         }
         ExecPatch {
             state: Some(state),

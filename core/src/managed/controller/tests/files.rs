@@ -233,7 +233,7 @@ fn an_uncertain_upload_fails_the_preparation_is_never_resent_and_the_machine_is_
     assert!(s.worker.is_empty(), "{:?}", s.worker);
     assert!(!dispatch_written(&s));
     assert_eq!(s.record(&key).reservation, None);
-    let e = s.finished(&key).unwrap().error.clone().unwrap();
+    let e = s.finished(&key).unwrap().error.unwrap();
     assert_eq!(e.operation(), Operation::Upload);
 }
 
