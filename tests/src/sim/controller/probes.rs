@@ -30,7 +30,6 @@ use smolbox_core::{Category, Error};
 use smolbox_store::Store;
 
 use super::super::rng::Rng;
-use super::conn::SimConn;
 use super::retained::What;
 use super::{Bug, Sim};
 
