@@ -20,7 +20,7 @@
 //! A command's identity and behaviour are in its argv:
 //! `["sim", <identity>, <exit code>, <duration ms>, <path written>…]`.
 //!
-//! Files (§9, [`files`]): uploads (`PUT …/files`, a mutation counted per
+//! Files (§9, `worker/files.rs`): uploads (`PUT …/files`, a mutation counted per
 //! machine and path; its reply can be lost after the bytes landed),
 //! downloads (a read; cut short, missing, or over the client's bound) and
 //! background launches (§6.3: the reply is the launch acknowledgement, or
@@ -342,7 +342,7 @@ pub struct SimWorker {
     sessions: BTreeMap<String, Session>,
     /// The machine each command runs on (identity → machine).
     exec_machine: BTreeMap<String, String>,
-    /// Files on machines, what each command read and writes ([`files`]).
+    /// Files on machines, what each command read and writes (`worker/files.rs`).
     files: files::Files,
     /// A stop, delete or restart kills what runs on the machine (retained
     /// runs; the older subjects let a command run to its exit).

@@ -6,7 +6,7 @@
 //!
 //! - every input is staged (its declared digest is what the command read)
 //!   before the exec; no upload reaches a path a running command read (the
-//!   worker reports that one, [`super::worker`]'s files);
+//!   worker reports that one, the simulated worker's `files.rs`);
 //! - a command runs at most once (the worker's exec count, unchanged);
 //! - a confirmed exit is never lost, also when collection fails: a
 //!   `collection_failed` record holds the command's real exit;
@@ -35,7 +35,7 @@ use super::{OpId, ReqTo, Sim, WorkerOp};
 #[derive(Debug)]
 pub(super) struct SimFiles {
     rng: Rng,
-    /// Jobs may declare inputs ([`super::super::Options::inputs`]).
+    /// Jobs may declare inputs (`Options::inputs`).
     inputs: bool,
     /// The caller's artifact store: `(scope, source)` → bytes.
     sources: BTreeMap<(String, String), Vec<u8>>,
