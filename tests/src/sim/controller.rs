@@ -17,18 +17,19 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use smolbox_core::exec::{ExecOutcome, ExecOutput, OutputEncoding};
 use smolbox_core::managed::controller::{
     Controller, ControllerConfig, ControllerEvent, OpId, RunTarget, StoreOp, StoreReply,
-    StoreResult, Submit, WorkerEntry, WorkerOp, WorkerReply, WorkerResult, spec_for,
+    StoreResult, Submit, WorkerEntry, WorkerOp, WorkerReply, spec_for,
 };
 use smolbox_core::managed::record::{Claim, ExecResult, ExecutionRecord};
 use smolbox_core::managed::state::Cleanup;
 use smolbox_core::managed::{ExecState, ExecutionSpec, RecordKey, testkit};
-use smolbox_core::worker::{
-    Incarnation, MachineSpec, MachineState as WState, Measurements, Observation, Profile, Version,
-};
+use smolbox_core::worker::{MachineSpec, Profile, Version};
 use smolbox_core::{Category, Error, Evidence, Operation};
 use smolbox_store::Store;
 
+mod conn;
+mod files;
 mod probes;
+mod replies;
 mod retained;
 
 use smolbox_core::managed::controller::terminal::{TermStoreOp, TermStoreResult};
@@ -113,7 +114,7 @@ struct Host {
     terms: BTreeMap<RecordKey, TermHost>,
     /// Its live terminal connections (C7.3, C7.4); `C` is the upgrade's
     /// request id at the worker.
-    registry: Option<Registry<probes::SimConn>>,
+    registry: Option<Registry<conn::SimConn>>,
 }
 
 #[derive(Debug)]
@@ -201,6 +202,7 @@ struct Sim {
     /// Reconcile, lists, maintenance drains, a careless operator
     /// (retained runs).
     probes: probes::Probes,
+    files: files::SimFiles,
 }
 
 /// Runs one seed against the `Controller` and checks it.
@@ -224,7 +226,13 @@ pub fn run_seed(seed: u64, opts: Options) -> SeedReport {
         violations: sim.model.violations,
         trace,
         ended_early: sim.ended_early,
-        probes: sim.probes.counts.clone(),
+        probes: sim
+            .probes
+            .counts
+            .iter()
+            .chain(&sim.files.counts)
+            .map(|(k, n)| (*k, *n))
+            .collect(),
     }
 }
 
@@ -314,6 +322,10 @@ impl Sim {
             lease_gen: 0,
             absent_cancels: BTreeSet::new(),
             probes: probes::Probes::new(seed),
+            files: files::SimFiles::new(
+                seed,
+                opts.inputs || std::env::var_os("SMOLBOX_SIM_INPUTS").is_some(),
+            ),
         };
         sim.workload(&mut rng);
         // One or two controllers share the store from the start.
@@ -336,7 +348,9 @@ impl Sim {
             let id = format!("k{i}");
             let exit = rng.range(0, 3) as i32;
             let dur = rng.range(0, 3 * TTL_MS);
-            let cmd = smolbox_core::exec::Command::new(worker::sim_argv(&id, exit, dur));
+            let mut argv = worker::sim_argv(&id, exit, dur);
+            let (inputs, outputs) = self.files.plan(&id, &mut argv);
+            let cmd = smolbox_core::exec::Command::new(argv);
             let on = if self.opts.disposable {
                 self.probes.pick_worker()
             } else {
@@ -344,6 +358,8 @@ impl Sim {
             };
             let mut spec = spec_for(&cmd, &target, on, MACHINE)
                 .unwrap_or_else(|e| unreachable!("a valid spec: {e:?}"));
+            spec.inputs = inputs;
+            spec.outputs = outputs;
             // Half the commands run on a disposable machine the controller
             // creates, uses, deletes and verifies absent (C17.2).
             if self.opts.disposable && rng.chance(500) {
@@ -421,6 +437,8 @@ impl Sim {
             .map(|w| WorkerEntry::new(w).with_profile(Profile::known(Version::V1_9_2)))
             .collect();
         cfg.lease_ttl_ms = TTL_MS;
+        // The driver is the artifact store (`files`): specs with files.
+        cfg.artifacts = true;
         cfg.poll_interval_ms = POLL_MS;
         let ctl = match Controller::new(
             cfg,
@@ -717,6 +735,7 @@ impl Sim {
         if self.opts.retained {
             self.finish_retained();
         }
+        self.check_files();
         for j in 0..self.jobs.len() {
             let key = self.jobs[j].key.clone();
             let stored = match self.store.inner().fetch(&key) {
@@ -1124,9 +1143,7 @@ impl Sim {
                 return;
             }
             WorkerOp::Upload { .. } | WorkerOp::Download { .. } => {
-                // No simulated spec declares files (yet).
-                self.violation("a file transfer in the simulation".to_owned());
-                return;
+                return self.file_op(h, id, &op);
             }
         };
         if self.crash_point(h, "worker_before_send") {
@@ -1145,35 +1162,6 @@ impl Sim {
             self.at(now + 1, Ev::WorkerReply(h, id, req, Err(e)));
         }
         self.crash_point(h, "worker_after_send");
-    }
-
-    /// A machine reply as the client decodes it.
-    fn observation(&self, v: &worker::MachineView) -> Observation {
-        let spec = self.machine_specs.get(&v.name).cloned().unwrap_or_default();
-        Observation {
-            incarnation: Incarnation {
-                name: v.name.clone(),
-                created_at: 1_700_000_000 + v.incarnation,
-                cpus: spec.cpus,
-                memory_mb: spec.memory_mb,
-                storage_gb: spec.storage_gb,
-                overlay_gb: spec.overlay_gb,
-                network: spec.network.clone(),
-                network_backend: None,
-                allowlists_present: false,
-                ports: spec.ports.clone(),
-                mounts: spec.mounts.clone(),
-                image: None,
-            },
-            state: match v.state {
-                worker::MachineState::Created => WState::Created,
-                worker::MachineState::Running => WState::Running,
-                worker::MachineState::Stopped => WState::Stopped,
-            },
-            pid: None,
-            branchable: None,
-            measurements: Measurements::default(),
-        }
     }
 
     fn exec_op(
@@ -1205,7 +1193,12 @@ impl Sim {
         self.running.insert(key.clone(), (h, req));
         self.log(format!("{} sends exec {}", Self::owner(h), key.id));
         let now = self.now();
-        if let Err(e) = self.worker.send(now, req, Request::Exec { machine, argv }) {
+        let request = if command.is_background() {
+            Request::Launch { machine, argv }
+        } else {
+            Request::Exec { machine, argv }
+        };
+        if let Err(e) = self.worker.send(now, req, request) {
             self.at(now + 1, Ev::WorkerReply(h, id, req, Err(e)));
         }
         self.crash_point(h, "worker_after_send");
@@ -1238,25 +1231,6 @@ impl Sim {
             self.at(self.now(), Ev::WorkerReply(h, id, req, r));
         } else if let Some(slot) = self.hosts[h].early.get_mut(key) {
             slot.1 = Some(r);
-        }
-    }
-
-    fn to_worker_result(&self, r: Result<Reply, Error>) -> WorkerResult {
-        match r {
-            Ok(Reply::Exec(o)) => Ok(WorkerReply::Exec(o)),
-            Ok(Reply::Machine(v)) => Ok(WorkerReply::Machine(Box::new(self.observation(&v)))),
-            Ok(Reply::Deleted) => Ok(WorkerReply::Deleted),
-            Ok(Reply::TermOpened | Reply::TermClosed(_)) => Err(Error::protocol(
-                Operation::Get,
-                Reason::TerminalMessageOnAnOp,
-            )),
-            // The observed 404 is a `not_found` error (worker-api.md).
-            Ok(Reply::Absent) => Err(Error::not_found(
-                Operation::Get,
-                Evidence::NotDispatched,
-                Reason::MachineNotFound,
-            )),
-            Err(e) => Err(e),
         }
     }
 
@@ -1437,6 +1411,7 @@ impl Sim {
         {
             self.worker.settle_observed(&name);
         }
+        let r = self.collected(req, r);
         let mut r = self.to_worker_result(r);
         if self.opts.bug == Some(Bug::UncertainAsExit)
             && r.as_ref()

@@ -205,6 +205,12 @@ pub struct Options {
     /// Retained machines instead: lifecycle requests, commands and
     /// terminals in the slot, drain and resolve.
     pub retained: bool,
+    /// Named and disposable jobs also declare input files (staged and
+    /// read back before the intent). Off by default: open finding 10 (an
+    /// upload re-staged by a recovering controller while the crashed one's
+    /// upload is uncertain) fails such seeds. `SMOLBOX_SIM_INPUTS=1` turns
+    /// it on in every run.
+    pub inputs: bool,
 }
 
 impl Options {
@@ -214,6 +220,7 @@ impl Options {
         strict: true,
         disposable: false,
         retained: false,
+        inputs: false,
     };
 
     /// Retained machines, every rule.

@@ -18,7 +18,15 @@
 //! its sender crashed meanwhile, as on a real network.
 //!
 //! A command's identity and behaviour are in its argv:
-//! `["sim", <identity>, <exit code>, <duration ms>]`.
+//! `["sim", <identity>, <exit code>, <duration ms>, <path written>…]`.
+//!
+//! Files (§9, `worker/files.rs`): uploads (`PUT …/files`, a mutation counted per
+//! machine and path; its reply can be lost after the bytes landed),
+//! downloads (a read; cut short, missing, or over the client's bound) and
+//! background launches (§6.3: the reply is the launch acknowledgement, or
+//! lost after the program started). Files live on a machine's incarnation
+//! (a delete or a restart's loss of the machine loses them; a stop keeps
+//! them); a command writes its declared paths when it exits.
 
 use smolbox_core::Reason;
 use std::collections::{BTreeMap, BTreeSet};
@@ -27,6 +35,10 @@ use smolbox_core::exec::{ExecOutcome, ExecOutput, OutputEncoding};
 use smolbox_core::{Error, Evidence, Operation};
 
 use super::rng::Rng;
+
+mod files;
+
+pub use files::{ExecFiles, output_content, sha256_hex};
 
 /// Kinds of worker mutation, counted per identity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -43,6 +55,8 @@ pub enum Mutation {
     Exec,
     /// A terminal's WebSocket upgrade (`GET …/terminal`): starts its program.
     Terminal,
+    /// `PUT …/files/<path>` (identity `<machine>:<path>`).
+    Upload,
 }
 
 /// One request, as the client would perform it.
@@ -95,6 +109,34 @@ pub enum Request {
         /// The connection drops before the exit frame.
         lost: bool,
     },
+    /// Write `bytes` to `path` on `machine` (`PUT …/files`; implicitly
+    /// starts the machine).
+    Upload {
+        /// Machine name.
+        machine: String,
+        /// Guest path.
+        path: String,
+        /// The file's bytes.
+        bytes: Vec<u8>,
+    },
+    /// Read `path` on `machine` back, at most `max_bytes` (`GET …/files`;
+    /// implicitly starts the machine; not a mutation).
+    Download {
+        /// Machine name.
+        machine: String,
+        /// Guest path.
+        path: String,
+        /// The client's bound.
+        max_bytes: u64,
+    },
+    /// Launch `argv` on `machine` in the background (§6.3, `"background":
+    /// true`): counted as its exec.
+    Launch {
+        /// Machine name.
+        machine: String,
+        /// `["sim", identity, exit, duration_ms]`.
+        argv: Vec<String>,
+    },
 }
 
 impl Request {
@@ -105,8 +147,13 @@ impl Request {
             Self::Start { name } => Some((Mutation::Start, name.clone())),
             Self::Stop { name } => Some((Mutation::Stop, name.clone())),
             Self::Delete { name } => Some((Mutation::Delete, name.clone())),
-            Self::Inspect { .. } => None,
-            Self::Exec { argv, .. } => Some((Mutation::Exec, exec_identity(argv))),
+            Self::Inspect { .. } | Self::Download { .. } => None,
+            Self::Exec { argv, .. } | Self::Launch { argv, .. } => {
+                Some((Mutation::Exec, exec_identity(argv)))
+            }
+            Self::Upload { machine, path, .. } => {
+                Some((Mutation::Upload, format!("{machine}:{path}")))
+            }
             Self::Terminal { identity, .. } => Some((Mutation::Terminal, identity.clone())),
         }
     }
@@ -118,8 +165,10 @@ impl Request {
             Self::Stop { .. } => Operation::Stop,
             Self::Delete { .. } => Operation::Delete,
             Self::Inspect { .. } => Operation::Get,
-            Self::Exec { .. } => Operation::Exec,
+            Self::Exec { .. } | Self::Launch { .. } => Operation::Exec,
             Self::Terminal { .. } => Operation::TerminalOpen,
+            Self::Upload { .. } => Operation::Upload,
+            Self::Download { .. } => Operation::Download,
         }
     }
 }
@@ -177,6 +226,15 @@ pub enum Reply {
     /// A live terminal session ended: its exit code, or the connection
     /// was lost before the exit frame (`dispatch_uncertain`).
     TermClosed(Result<i32, Error>),
+    /// An upload's 200: `{path, size}`.
+    Uploaded {
+        /// The normalized guest path.
+        path: String,
+        /// Bytes written.
+        size: u64,
+    },
+    /// A download's 200: the whole file.
+    Downloaded(Vec<u8>),
 }
 
 /// Per-mille probabilities of the worker's uncertain cases.
@@ -284,6 +342,8 @@ pub struct SimWorker {
     sessions: BTreeMap<String, Session>,
     /// The machine each command runs on (identity → machine).
     exec_machine: BTreeMap<String, String>,
+    /// Files on machines, what each command read and writes (`worker/files.rs`).
+    files: files::Files,
     /// A stop, delete or restart kills what runs on the machine (retained
     /// runs; the older subjects let a command run to its exit).
     pub stop_kills: bool,
@@ -317,6 +377,7 @@ impl SimWorker {
             arrivals: Vec::new(),
             sessions: BTreeMap::new(),
             exec_machine: BTreeMap::new(),
+            files: files::Files::default(),
             stop_kills: false,
             latency_ms: 50,
             timeout_ms: 30_000,
@@ -460,6 +521,7 @@ impl SimWorker {
     }
 
     fn finish_execs(&mut self, now_ms: u64) {
+        let mut exited = Vec::new();
         for (id, t) in &mut self.execs {
             if self.sessions.contains_key(id) {
                 // A live terminal's program ends with its `TermEnd`.
@@ -472,7 +534,11 @@ impl SimWorker {
                 && until_ms <= now_ms
             {
                 *t = ExecTruth::Exited(exit_code);
+                exited.push((id.clone(), exit_code));
             }
+        }
+        for (id, exit_code) in exited {
+            self.write_outputs(&id, exit_code);
         }
     }
 
@@ -481,9 +547,9 @@ impl SimWorker {
         // refused on arrival (`not_dispatched`, nothing ran): it arrived
         // (the intent rules see it) but launched nothing (not counted).
         let refused = match &request {
-            Request::Exec { machine, .. } | Request::Terminal { machine, .. } => {
-                !self.is_running(machine)
-            }
+            Request::Exec { machine, .. }
+            | Request::Terminal { machine, .. }
+            | Request::Launch { machine, .. } => !self.is_running(machine),
             _ => false,
         };
         if refused && let Some(m) = request.mutation() {
@@ -586,6 +652,17 @@ impl SimWorker {
                 }
             }
             Request::Exec { machine, argv } => self.exec(at, back, &machine, &argv, fate),
+            Request::Launch { machine, argv } => self.launch(at, back, &machine, &argv),
+            Request::Upload {
+                machine,
+                path,
+                bytes,
+            } => self.upload(back, &machine, &path, bytes),
+            Request::Download {
+                machine,
+                path,
+                max_bytes,
+            } => self.download(back, &machine, &path, max_bytes),
             Request::Terminal {
                 machine,
                 identity,
@@ -665,6 +742,7 @@ impl SimWorker {
         let exit_code: i32 = argv.get(2).and_then(|s| s.parse().ok()).unwrap_or(127);
         let duration: u64 = argv.get(3).and_then(|s| s.parse().ok()).unwrap_or(0);
         let until = at + duration;
+        self.exec_started(&id, machine, argv);
         self.exec_machine.insert(id.clone(), machine.to_owned());
         self.execs.insert(
             id,

@@ -57,24 +57,6 @@ pub(super) struct Probes {
     pub(super) leaked_to_trace: bool,
 }
 
-/// A live terminal connection as the sim's registry holds it: the bytes
-/// that crossed it (the shells' connection carries these; nothing else
-/// may).
-#[derive(Debug)]
-pub(super) struct SimConn {
-    typed: Vec<u8>,
-    output: Vec<u8>,
-}
-
-impl SimConn {
-    pub(super) const fn new() -> Self {
-        Self {
-            typed: Vec::new(),
-            output: Vec::new(),
-        }
-    }
-}
-
 impl Probes {
     pub(super) fn new(seed: u64) -> Self {
         let mut rng = Rng::fork(seed, 14);

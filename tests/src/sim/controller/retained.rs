@@ -400,7 +400,7 @@ impl Sim {
         if job.terminal {
             return self.open_terminal(h, sj);
         }
-        let command = Command::new(worker::sim_argv(&job.key.id, job.exit, job.dur));
+        let command = self.slot_command(&job.key, job.exit, job.dur);
         self.request(
             h,
             m,
@@ -733,7 +733,7 @@ impl Sim {
                 let inserted = self.hosts[h]
                     .registry
                     .as_mut()
-                    .map(|reg| reg.insert(n, key.clone(), super::probes::SimConn::new(), wait));
+                    .map(|reg| reg.insert(n, key.clone(), super::conn::SimConn::new(), wait));
                 let result = match inserted {
                     Some(Ok(_)) => Ok(()),
                     Some(Err(e)) => Err(e.with_evidence(Evidence::DispatchUncertain)),
