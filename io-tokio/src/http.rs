@@ -75,9 +75,10 @@ impl Exchange {
             .await
             .map_err(|e| with_deadline_reason(e, deadlines.operation))?;
         let (conn, permit) = checkout.into_parts();
+        let buffers = pool.take_buffers();
         Ok(Self {
             pool,
-            driver: Some(Driver::new(conn)),
+            driver: Some(Driver::with_buffers(conn, buffers)),
             permit: Some(permit),
             core,
         })
@@ -191,7 +192,9 @@ impl Exchange {
             && self.driver.as_ref().is_some_and(Driver::is_flushed)
             && let (Some(permit), Some(driver)) = (self.permit.take(), self.driver.take())
         {
-            self.pool.give_back(driver.into_connection(), permit);
+            let (conn, buffers) = driver.into_parts();
+            self.pool.keep_buffers(buffers);
+            self.pool.give_back(conn, permit);
         }
     }
 }
