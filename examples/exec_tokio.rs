@@ -54,6 +54,8 @@ async fn run(endpoint: Endpoint) -> Result<(), Failure> {
                     text.trim_end()
                 );
             }
+            // A kind of event this example does not know.
+            _ => {}
         }
     }
 

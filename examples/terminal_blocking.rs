@@ -24,6 +24,8 @@ fn read_until(term: &mut Terminal, needle: &str) -> Result<String, Failure> {
                 }
             }
             TerminalEvent::Closed(end) => return Err(format!("closed early: {end:?}").into()),
+            // A kind of event this example does not know.
+            _ => {}
         }
     }
     Err(format!("{needle:?} never arrived").into())

@@ -16,6 +16,7 @@ check() { # package, forbidden-regex
 check smolbox-core '^(tokio|mio|socket2|libc|nix|rusqlite|postgres|tokio-postgres|axum|hyper|rustls)$|^smolbox-(tokio|blocking|store|cli|devworker)$'
 check smolbox-blocking '^(tokio|tokio-rustls|tokio-util|hyper|axum)$'
 check smolbox-store '^(smolbox-tokio|smolbox-blocking|smolbox-cli|smolbox-devworker)$'
+check smolbox-tls '^(tokio|mio|socket2|rusqlite|postgres|tokio-postgres|axum|hyper)$|^smolbox-(tokio|blocking|store|cli|devworker)$'
 check smolbox-devworker '^smolbox-(tokio|blocking|store|cli)$'
 [ "$fail" = 0 ] && echo "check-deps: ok"
 exit "$fail"

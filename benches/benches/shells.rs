@@ -458,7 +458,7 @@ fn memory_child() {
                     last = Some(o);
                     break;
                 }
-                Ok(TerminalEvent::Output(_)) => {}
+                Ok(_) => {}
                 Err(_) => break,
             }
         }

@@ -162,6 +162,7 @@ fn blocking_terminal() -> usize {
         match t.next(Duration::from_secs(30)).unwrap() {
             smolbox_blocking::TerminalEvent::Output(b) => n += b.len(),
             smolbox_blocking::TerminalEvent::Closed(_) => return n,
+            _ => {}
         }
     }
 }
@@ -176,6 +177,7 @@ fn tokio_terminal() -> usize {
             match t.next(Duration::from_secs(30)).await.unwrap() {
                 smolbox_tokio::TerminalEvent::Output(b) => n += b.len(),
                 smolbox_tokio::TerminalEvent::Closed(_) => return n,
+                _ => {}
             }
         }
     })

@@ -218,6 +218,7 @@ mod terminal_flood {
                             o.unwrap();
                             break;
                         }
+                        _ => {}
                     }
                 }
                 assert_eq!(n, FLOOD);
@@ -242,6 +243,7 @@ mod terminal_flood {
                         o.unwrap();
                         break;
                     }
+                    _ => {}
                 }
             }
             assert_eq!(n, FLOOD);

@@ -34,7 +34,7 @@ pub(crate) struct Cli {
 #[derive(Args, Debug)]
 pub(crate) struct Global {
     /// Worker: `http://127.0.0.1:PORT` (loopback only), `https://HOST:PORT`
-    /// (needs --ca and a token), or `unix:PATH`.
+    /// (needs --ca or --system-roots, and a token), or `unix:PATH`.
     #[arg(long, global = true, env = "SMOLBOX_WORKER")]
     pub(crate) worker: Option<String>,
     /// Bearer token for the worker (never printed).
@@ -43,6 +43,10 @@ pub(crate) struct Global {
     /// CA certificate file (PEM) for an https worker.
     #[arg(long, global = true)]
     pub(crate) ca: Option<PathBuf>,
+    /// Also trust the system's root certificates for an https worker
+    /// (beside --ca; verification stays on).
+    #[arg(long, global = true)]
+    pub(crate) system_roots: bool,
     /// Client certificate (PEM) for mutual TLS.
     #[arg(long, global = true, requires = "key")]
     pub(crate) cert: Option<PathBuf>,

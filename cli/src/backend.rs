@@ -193,6 +193,8 @@ impl Backend {
                         smolbox_tokio::ExecEvent::Stdout(s) => on_output(StreamPiece::Stdout(&s)),
                         smolbox_tokio::ExecEvent::Stderr(s) => on_output(StreamPiece::Stderr(&s)),
                         smolbox_tokio::ExecEvent::Exit(code) => return Ok(code),
+                        // A kind of event this build does not show.
+                        _ => {}
                     }
                 }
                 Err(Error::unknown(
@@ -211,6 +213,8 @@ impl Backend {
                             on_output(StreamPiece::Stderr(&s));
                         }
                         smolbox_blocking::ExecEvent::Exit(code) => return Ok(code),
+                        // A kind of event this build does not show.
+                        _ => {}
                     }
                 }
                 Err(Error::unknown(

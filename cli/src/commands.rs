@@ -506,7 +506,8 @@ impl Printer {
                 report::err(s.as_bytes());
                 Ok(())
             }
-            (ExecEvent::Exit(_), _) => Ok(()),
+            // The exit, or a kind of event this build does not show.
+            _ => Ok(()),
         };
         if let Err(f) = written {
             self.failed.get_or_insert(f);

@@ -50,12 +50,14 @@ static LEASE_TTL_MS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
 const LEASE_TTL_RANGE: (u64, u64) = (1_000, 900_000);
 
 /// The claim/lease TTL of the command's controllers unless
-/// `SMOLBOX_LEASE_TTL_MS` says otherwise: 5 s, not C12.1's 30 s default. A
-/// `smolbox` process is a short-lived controller whose machine claims
-/// outlive it by the TTL (nothing releases a claim at a graceful end), and
-/// the next command on the same managed machine waits them out; renewals
-/// come every TTL/3 (~1.7 s), leaving ~3.3 s for a slow store write.
-const DEFAULT_LEASE_TTL_MS: u64 = 5_000;
+/// `SMOLBOX_LEASE_TTL_MS` says otherwise: C12.1's 30 s. A `smolbox`
+/// process is a short-lived controller, but a graceful end releases what
+/// it holds (the runtime's shutdown its execution and machine claims and
+/// worker leases, a managed terminal its record and machine claims once
+/// settled), so the next command on the same machine takes over at once;
+/// only a killed `smolbox` leaves its claims for the TTL. Renewals come
+/// every TTL/3 (10 s), leaving 20 s for a slow store write.
+const DEFAULT_LEASE_TTL_MS: u64 = 30_000;
 
 /// Reads `SMOLBOX_LEASE_TTL_MS` (for tests; undocumented in `--help`, see
 /// docs/decisions.md "CLI: managed machines"): the claim and lease TTL of
@@ -216,13 +218,16 @@ pub(crate) fn open_at(location: &Location) -> Result<Opened, Failure> {
     })
 }
 
-/// TLS to PostgreSQL with the CA bundle at `$SMOLBOX_STORE_CA`; plain text
-/// to another host only with `$SMOLBOX_STORE_PLAINTEXT_REMOTE=1`.
+/// TLS to PostgreSQL with the CA bundle at `$SMOLBOX_STORE_CA` and/or the
+/// system's roots with `$SMOLBOX_STORE_SYSTEM_ROOTS=1`; plain text to
+/// another host only with `$SMOLBOX_STORE_PLAINTEXT_REMOTE=1`.
 fn postgres_options() -> Result<PostgresOptions, Failure> {
     let mut options = PostgresOptions::new();
     if let Some(ca) = std::env::var_os("SMOLBOX_STORE_CA").filter(|v| !v.is_empty()) {
         options = options.ca_file(Path::new(&ca))?;
     }
+    let system = std::env::var("SMOLBOX_STORE_SYSTEM_ROOTS").is_ok_and(|v| v == "1");
+    options = options.system_roots(system);
     let plain = std::env::var("SMOLBOX_STORE_PLAINTEXT_REMOTE").is_ok_and(|v| v == "1");
     Ok(options.allow_plaintext_remote(plain))
 }

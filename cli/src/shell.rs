@@ -279,6 +279,8 @@ fn pump(
             }
             Ok(TerminalEvent::Closed(Ok(exit))) => return Ok(exit.code),
             Ok(TerminalEvent::Closed(Err(e))) => return Err(e.into()),
+            // A kind of event this build does not show.
+            Ok(_) => {}
             Err(e) if is_wait_timeout(&e) => {
                 if let Some(e) = send_failed {
                     return Err(e.into());

@@ -58,6 +58,7 @@ pub(crate) fn select(global: &Global, budgets: Budgets) -> Result<Selected, Fail
         id: "cli".into(),
         token,
         ca_file: global.ca.clone(),
+        system_roots: global.system_roots,
         client_cert: global.cert.clone(),
         client_key: global.key.clone(),
         budgets,

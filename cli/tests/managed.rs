@@ -365,7 +365,9 @@ fn recover_after_the_cli_is_killed_mid_run_says_unknown_never_reruns() {
     let db = db.to_str().unwrap();
     let counter = dir.path().join("count");
     let script = format!("echo ran >> {}; sleep 60", counter.display());
+    // The killed process's claims last its TTL: 1 s here, not the CLI's 30 s.
     let mut child = smolbox()
+        .env("SMOLBOX_LEASE_TTL_MS", "1000")
         .args(["--worker", &w.base_url()])
         .args([
             "run", "--store", db, "--id", "killed", "--keep", "--", "sh", "-c", &script,
@@ -391,7 +393,7 @@ fn recover_after_the_cli_is_killed_mid_run_says_unknown_never_reruns() {
         ["dispatching", "running"].contains(&from.as_str()),
         "{before}"
     );
-    // The dead controller's claim runs out (30 s), then the scan moves the
+    // The dead controller's claim runs out (1 s), then the scan moves the
     // record: it may have run, its exit was not saved → unknown.
     let r = run(&w, "tokio", &["--json", "recover", "--store", db]);
     assert_eq!(code(&r), 0, "{}", stderr(&r));

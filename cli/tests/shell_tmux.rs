@@ -273,6 +273,24 @@ fn shell_echoes_exits_with_the_guest_code_and_restores_the_tty() {
         let g = sb(&w, shell, dir.path(), &["--json", "machine", "get", &m]);
         let g: serde_json::Value = serde_json::from_slice(&g.stdout).unwrap();
         assert!(g["active_execution"].is_null(), "{g}");
+        // The terminal released its claims as it ended (the CLI's TTL is
+        // 30 s): the machine's claim is over, and the next command runs.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        assert!(
+            g["claim_until_ms"].as_u64().is_none_or(|u| u <= now),
+            "released: {g} at {now}"
+        );
+        let e = sb(
+            &w,
+            shell,
+            dir.path(),
+            &["exec", &m, "--", "echo", "after-shell"],
+        );
+        assert_eq!(code(&e), 0, "{shell}: {}", stderr(&e));
+        assert_eq!(stdout(&e), "after-shell\n");
     }
 }
 

@@ -110,9 +110,49 @@ fn https_needs_a_ca_file_to_connect() {
         ConnectPlan::Tls {
             host: "worker.example.com",
             port: 8443,
-            ca_file: Path::new("/etc/ca.pem"),
+            ca_file: Some(Path::new("/etc/ca.pem")),
+            system_roots: false,
             client_identity: None,
         }
+    );
+    // System roots alone are trust enough for a plan; beside a CA file
+    // they are both in it. They are refused for plain HTTP.
+    let with_system = |url: &str, ca: Option<&str>| {
+        Endpoint::new(EndpointConfig {
+            id: "w1".into(),
+            base_url: url.into(),
+            token: Some(Secret::new("tok")),
+            ca_file: ca.map(Into::into),
+            system_roots: true,
+            allow_insecure_loopback: url.starts_with("http://"),
+            ..EndpointConfig::default()
+        })
+    };
+    let ep = with_system("https://worker.example.com:8443", None).unwrap();
+    assert_eq!(
+        ep.connect_plan().unwrap(),
+        ConnectPlan::Tls {
+            host: "worker.example.com",
+            port: 8443,
+            ca_file: None,
+            system_roots: true,
+            client_identity: None,
+        }
+    );
+    let ep = with_system("https://worker.example.com:8443", Some("/etc/ca.pem")).unwrap();
+    assert!(matches!(
+        ep.connect_plan().unwrap(),
+        ConnectPlan::Tls {
+            ca_file: Some(_),
+            system_roots: true,
+            ..
+        }
+    ));
+    assert_eq!(
+        with_system("http://127.0.0.1:9", None)
+            .err()
+            .map(|e| e.reason()),
+        Some(Reason::CaFileRequiresHttps)
     );
     assert_eq!(
         endpoint("http://127.0.0.1:9", None).connect_plan().unwrap(),

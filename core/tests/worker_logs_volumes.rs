@@ -345,6 +345,33 @@ fn tv24_follow_with_keepalive() {
 }
 
 #[test]
+fn deliver_hands_lines_in_order_and_stops_when_asked() {
+    let l = logs(LogsParams {
+        tail: 1,
+        follow: true,
+        ..LogsParams::default()
+    })
+    .unwrap();
+    let mut s = l.stream();
+    s.handle_input(b"data: one\n\ndata: two\n\ndata: three\n\n")
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut first_two = |line: String| {
+        seen.push(line);
+        seen.len() < 2
+    };
+    assert!(!s.deliver(&mut first_two), "the reader asked to stop");
+    assert_eq!(seen, ["one", "two"]);
+    let mut all = |line: String| {
+        seen.push(line);
+        true
+    };
+    assert!(s.deliver(&mut all));
+    assert!(s.deliver(&mut all), "nothing ready: nothing to stop");
+    assert_eq!(seen, ["one", "two", "three"]);
+}
+
+#[test]
 fn log_stream_any_split_gives_the_same_lines() {
     let whole = {
         let mut s = logs(LogsParams::default()).unwrap().stream();

@@ -51,7 +51,8 @@ fn run(o: &Opts, out: &mut Out) -> Result<Probe, Fail> {
     let target = match &o.tls {
         Some(paths) if o.url.secure => {
             let files = TlsFiles {
-                ca_file: paths.ca_file.clone(),
+                ca_file: Some(paths.ca_file.clone()),
+                system_roots: false,
                 client_identity: paths.client_identity.clone(),
             };
             SocketTarget::tls(o.url.host.clone(), o.url.port, &files)

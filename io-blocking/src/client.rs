@@ -8,16 +8,17 @@ use std::time::Instant;
 use smolbox_core::exec::{
     self, Command, ExecCall, ExecOutcome, ExecOutput, ExecStreamCall, OutputAllowance,
 };
+use smolbox_core::http1::Pulled;
 use smolbox_core::worker::{
     Capacity, CapacityReply, ConnectPlan, Create, Delete, Endpoint, Get, Health, HealthReply, List,
-    MachineName, MachineSpec, Measure, Measurements, Metrics, Observation, Profile, Readyz, Start,
-    Stop, WorkerCall,
+    MachineName, MachineSpec, Measure, Measurements, Metrics, Observation, OperationDeadlines,
+    Profile, Readyz, Start, Stop, WorkerCall,
 };
 use smolbox_core::worker::{Download, Logs, Upload, UploadReply, VolumeCreate, VolumeDelete};
 use smolbox_core::{Error, Operation};
 
 use crate::callback::CallbackPool;
-use crate::http::{Deadlines, Exchange, Step};
+use crate::http::Exchange;
 use crate::pool::{MAX_CONNECTIONS, Pool};
 use crate::stream::{ExecEvent, ExecStream, run_with_callback};
 use crate::tls::TlsFiles;
@@ -85,7 +86,7 @@ impl Client {
     fn call_within<C: WorkerCall + ?Sized>(
         &self,
         call: &C,
-        deadlines: Deadlines,
+        deadlines: OperationDeadlines,
     ) -> Result<C::Output, Error> {
         let mut exchange = self.send(call, deadlines)?;
         let head = exchange.head()?;
@@ -99,20 +100,16 @@ impl Client {
     fn send<C: WorkerCall + ?Sized>(
         &self,
         call: &C,
-        deadlines: Deadlines,
+        deadlines: OperationDeadlines,
     ) -> Result<Exchange, Error> {
-        let request = call.request()?;
-        let config = self
-            .inner
-            .endpoint
-            .exchange_config_for(call, deadlines.operation);
+        let (request, config) = self.inner.endpoint.prepare(call, deadlines.operation)?;
         Exchange::start(&self.inner.pool, &request, &config, deadlines)
     }
 
     /// The worker's version profile, from a `GET /health` preflight inside
     /// the caller's operation deadline (an unknown version is refused:
     /// `unsupported_capability`, nothing else sent).
-    pub(crate) fn preflight(&self, deadlines: Deadlines) -> Result<Profile, Error> {
+    pub(crate) fn preflight(&self, deadlines: OperationDeadlines) -> Result<Profile, Error> {
         let health = self.call_within(&Health::new(), deadlines)?;
         Profile::admit(&health.version, &[])
     }
@@ -318,19 +315,8 @@ impl Client {
     /// # Errors
     /// As [`exec`](Self::exec); `validation` for a foreground command.
     pub fn launch(&self, machine: &str, command: &Command) -> Result<exec::Launched, Error> {
-        if !command.is_background() {
-            return Err(Error::validation(
-                Operation::Launch,
-                Reason::LaunchRequiresBackground,
-            ));
-        }
-        match self.exec(machine, command)? {
-            ExecOutcome::Launched(l) => Ok(l),
-            // `decode_reply_for` yields a launch for every background command.
-            ExecOutcome::Exited(_) => {
-                Err(Error::protocol(Operation::Launch, Reason::LaunchWithoutAck))
-            }
-        }
+        command.check_launch()?;
+        self.exec(machine, command)?.into_launched()
     }
 
     /// `PUT …/files/{path}` (build the [`Upload`] with its digest first).
@@ -391,7 +377,7 @@ impl Client {
             };
             let step = exchange.next(&mut sink)?;
             progress(body.len() as u64);
-            if let Step::End = step {
+            if let Pulled::End = step {
                 return download.decode(&head, &body);
             }
         }
@@ -430,20 +416,13 @@ impl Client {
         }
         let mut stream = logs.stream();
         loop {
-            while let Some(line) = stream.poll_line() {
-                if !on_line(line) {
-                    return Ok(());
-                }
-            }
             let mut sink = |bytes: &[u8]| stream.handle_input(bytes);
             let step = exchange.next(&mut sink);
             // The lines decoded before an error are delivered first.
-            while let Some(line) = stream.poll_line() {
-                if !on_line(line) {
-                    return Ok(());
-                }
+            if !stream.deliver(on_line) {
+                return Ok(());
             }
-            if let Step::End = step? {
+            if let Pulled::End = step? {
                 stream.finish()?;
                 return Ok(());
             }
@@ -469,15 +448,9 @@ impl Client {
         self.call(call)
     }
 
-    /// The deadlines of an operation starting at `start`.
-    pub(crate) fn deadlines(&self, start: Instant) -> Deadlines {
-        let b = self.inner.endpoint.budgets();
-        let operation = start + b.operation;
-        Deadlines {
-            operation,
-            checkout: (start + b.pool_checkout).min(operation),
-            connect: b.connect,
-        }
+    /// The deadlines of an operation starting at `start` (the endpoint's).
+    pub(crate) fn deadlines(&self, start: Instant) -> OperationDeadlines {
+        self.inner.endpoint.deadlines(start)
     }
 
     /// Delivery threads that exist now (tests).
@@ -500,10 +473,12 @@ fn target_of(endpoint: &Endpoint) -> Result<SocketTarget, Error> {
             host,
             port,
             ca_file,
+            system_roots,
             client_identity,
         } => {
             let files = TlsFiles {
-                ca_file: ca_file.to_path_buf(),
+                ca_file: ca_file.map(Path::to_path_buf),
+                system_roots,
                 client_identity: client_identity.map(|(c, k)| (c.to_path_buf(), k.to_path_buf())),
             };
             SocketTarget::tls(host, port, &files)

@@ -6,9 +6,8 @@
 //! core object, which decides its error and evidence.
 
 use smolbox_core::Reason;
-use std::time::Instant;
 
-use smolbox_core::{Category, Error, Evidence, Operation};
+use smolbox_core::{Error, Evidence, Operation};
 
 /// Why a connection could not be established.
 #[derive(Debug)]
@@ -37,17 +36,4 @@ pub(crate) fn connect(operation: Operation, e: &ConnectError) -> Error {
         ConnectError::NotLoopback => Reason::ResolvedNotLoopback,
     };
     Error::transport(operation, Evidence::NotDispatched, reason)
-}
-
-/// When checkout or connect failed because the *operation* deadline (not
-/// their own budget) ran out, say so.
-pub(crate) fn with_deadline_reason(e: Error, operation_deadline: Instant) -> Error {
-    if e.category() == Category::Transport
-        && e.evidence() == Evidence::NotDispatched
-        && Instant::now() >= operation_deadline
-    {
-        e.with_reason(Reason::Deadline)
-    } else {
-        e
-    }
 }

@@ -8,36 +8,13 @@
 //! reusable.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use smolbox_core::Error;
-use smolbox_core::http1::{ExchangeConfig, HttpEvent, HttpExchange, Request, ResponseHead};
+use smolbox_core::http1::{ExchangeConfig, HttpExchange, Pulled, Request, ResponseHead};
+use smolbox_core::worker::OperationDeadlines;
 
-use crate::errors;
 use crate::pool::{Pool, PooledConn};
-
-/// The moments an operation must respect, fixed when it starts (C1.3: one
-/// overall deadline covers checkout, connect and the transfer).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Deadlines {
-    /// The overall operation deadline.
-    pub(crate) operation: Instant,
-    /// Pool checkout must end by then (≤ operation).
-    pub(crate) checkout: Instant,
-    /// Connect budget, counted from the moment the connect starts.
-    pub(crate) connect: Duration,
-}
-
-/// What [`Exchange::next`] produced.
-#[derive(Debug)]
-pub(crate) enum Step {
-    /// The final response head.
-    Head(ResponseHead),
-    /// Body bytes were handed to the sink.
-    Data,
-    /// The body is complete.
-    End,
-}
 
 /// A request in flight on a checked-out connection.
 #[derive(Debug)]
@@ -57,7 +34,7 @@ impl Exchange {
         pool: &Arc<Pool>,
         request: &Request,
         config: &ExchangeConfig,
-        deadlines: Deadlines,
+        deadlines: OperationDeadlines,
     ) -> Result<Self, Error> {
         let core = HttpExchange::new(request, config, Instant::now())?;
         let conn = pool
@@ -67,7 +44,7 @@ impl Exchange {
                 deadlines.connect,
                 deadlines.operation,
             )
-            .map_err(|e| errors::with_deadline_reason(e, deadlines.operation))?;
+            .map_err(|e| deadlines.checkout_error(e, Instant::now()))?;
         Ok(Self {
             conn: Some(conn),
             core,
@@ -84,7 +61,7 @@ impl Exchange {
     pub(crate) fn next(
         &mut self,
         sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>,
-    ) -> Result<Step, Error> {
+    ) -> Result<Pulled, Error> {
         loop {
             if let Some(step) = self.poll_step(sink)? {
                 return Ok(step);
@@ -97,27 +74,16 @@ impl Exchange {
     fn poll_step(
         &mut self,
         sink: &mut dyn FnMut(&[u8]) -> Result<(), Error>,
-    ) -> Result<Option<Step>, Error> {
-        loop {
-            match self.core.poll_event() {
-                Some(HttpEvent::Head(head)) => return Ok(Some(Step::Head(head))),
-                Some(HttpEvent::Data(bytes)) => return sink(bytes).map(|()| Some(Step::Data)),
-                Some(HttpEvent::End) => {
-                    self.release();
-                    return Ok(Some(Step::End));
-                }
-                Some(HttpEvent::Failed(e)) => return Err(e),
-                Some(_) => {}
-                None => break,
+    ) -> Result<Option<Pulled>, Error> {
+        if let Some(step) = self.core.pull(sink)? {
+            if let Pulled::End = step {
+                self.release();
             }
-        }
-        if let Some(e) = self.core.error() {
-            // Reported before; every later call says it again.
-            return Err(e);
+            return Ok(Some(step));
         }
         let Some(pooled) = self.conn.as_mut() else {
             // Released after `End`: nothing more will come.
-            return Ok(Some(Step::End));
+            return Ok(Some(Pulled::End));
         };
         pooled.conn().turn(&mut self.core, None);
         Ok(None)
@@ -142,7 +108,7 @@ impl Exchange {
                 reported = Some(sent);
                 progress(sent);
             }
-            if let Some(Step::Head(h)) = step {
+            if let Some(Pulled::Head(h)) = step {
                 return Ok(h);
             }
         }
@@ -155,7 +121,7 @@ impl Exchange {
     pub(crate) fn head(&mut self) -> Result<ResponseHead, Error> {
         let mut no_body = |_: &[u8]| Ok(());
         loop {
-            if let Step::Head(h) = self.next(&mut no_body)? {
+            if let Pulled::Head(h) = self.next(&mut no_body)? {
                 return Ok(h);
             }
         }
@@ -171,7 +137,7 @@ impl Exchange {
             Ok(())
         };
         loop {
-            if let Step::End = self.next(&mut sink)? {
+            if let Pulled::End = self.next(&mut sink)? {
                 return Ok(());
             }
         }

@@ -435,8 +435,9 @@ fn drive_run(inner: &Inner, mut run: TerminalRun, mut accepted: OpenReply, owns_
                     }
                     inner.t.closed(&mut run, &outcome);
                 }
-                // The slice's own timeout: the session keeps running.
-                Err(_) => {}
+                // The slice's own timeout, or an event kind this build does
+                // not know: the session keeps running.
+                Ok(_) | Err(_) => {}
             },
             None => match cmd_rx.recv_timeout(slice) {
                 Ok(cmd) => serve(inner, &key, &mut run, &mut conn, cmd),

@@ -37,9 +37,10 @@ use smolbox_core::managed::{MachineRecord, RetainedMachineSpec};
 use smolbox_core::{Category, Error, Evidence, Operation};
 use smolbox_store::Page;
 use smolbox_store::Store;
+use smolbox_store::artifacts::Artifacts;
 pub use smolbox_store::keys::{key_file, load_or_create_keys};
 use smolbox_store::runtime::{
-    Answer, Build, Builder, Command, Host, MachineCall, Notices, Perform, Reply, lock,
+    Answer, Build, Builder, Command, Host, MachineCall, Notices, Perform, Reply, files, lock,
     machine_call, stopped, wait_expired,
 };
 pub use smolbox_store::runtime::{
@@ -94,6 +95,7 @@ impl Build for Runtime {
                 tx: tx.clone(),
                 store_tx,
                 streams: Arc::clone(&streams),
+                artifacts: p.artifacts,
             },
             closed: false,
         };
@@ -513,6 +515,7 @@ struct Io {
     tx: mpsc::Sender<Msg>,
     store_tx: mpsc::Sender<(OpId, StoreOp)>,
     streams: Arc<stream::Sinks>,
+    artifacts: Option<Arc<dyn Artifacts>>,
 }
 
 impl Driver {
@@ -570,11 +573,12 @@ impl Perform for Io {
             WorkerOp::ExecStream { key, .. } => self.streams.take(key),
             _ => None,
         };
+        let artifacts = self.artifacts.clone();
         std::thread::Builder::new()
             .name("smolbox-worker-op".into())
             .spawn(move || {
                 let r = match client {
-                    Some(c) => call(&c, op, sink),
+                    Some(c) => call(&c, op, sink, artifacts.as_deref()),
                     None => Err(Error::validation(Operation::Config, Reason::UnknownWorker)),
                 };
                 let _ = tx.send(Msg::Answer(Answer::Worker(id, r)));
@@ -601,7 +605,12 @@ impl Perform for Io {
 
 /// Performs one worker op through the client (a streamed exec's events
 /// go to `sink`).
-fn call(c: &Client, op: WorkerOp, sink: Option<stream::Sink>) -> WorkerResult {
+fn call(
+    c: &Client,
+    op: WorkerOp,
+    sink: Option<stream::Sink>,
+    artifacts: Option<&dyn Artifacts>,
+) -> WorkerResult {
     match op {
         WorkerOp::Exec {
             machine, command, ..
@@ -635,5 +644,15 @@ fn call(c: &Client, op: WorkerOp, sink: Option<stream::Sink>) -> WorkerResult {
         WorkerOp::ExecStream {
             machine, command, ..
         } => stream::perform(c, &machine, &command, sink),
+        WorkerOp::Upload { .. } => {
+            let upload = files::upload_of(&op, artifacts, c.endpoint().budgets())?;
+            c.upload(&upload)
+                .map(|r| WorkerReply::Uploaded { size: r.size })
+        }
+        WorkerOp::Download { .. } => {
+            let download = files::download_of(&op, c.endpoint().budgets())?;
+            let bytes = c.download(&download)?;
+            files::downloaded(&op, bytes, artifacts)
+        }
     }
 }

@@ -2,13 +2,14 @@
 //! of events, and its callback form with back-pressure (features C5.3).
 
 use smolbox_core::Reason;
+use std::task::Poll;
 use std::time::Instant;
 
-use smolbox_core::exec::{ExecOutput, ExecStreamCall, ExecStreamDecoder, OutputEncoding};
+use smolbox_core::exec::{ExecOutput, ExecStreamCall, ExecStreamReader, OutputEncoding};
 use smolbox_core::{Error, Evidence, Operation};
 
 use crate::callback::{Delivered, Observer};
-use crate::http::{Exchange, Step};
+use crate::http::Exchange;
 
 pub use smolbox_core::exec::ExecEvent;
 
@@ -29,15 +30,7 @@ pub struct ExecStream {
 
 struct Inner {
     exchange: Exchange,
-    decoder: ExecStreamDecoder,
-    state: State,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum State {
-    Body,
-    Finished,
-    Failed,
+    reader: ExecStreamReader,
 }
 
 impl std::fmt::Debug for ExecStream {
@@ -59,8 +52,7 @@ impl ExecStream {
         Ok(Self {
             inner: Some(Inner {
                 exchange,
-                decoder: call.decoder(),
-                state: State::Body,
+                reader: ExecStreamReader::new(call.decoder()),
             }),
         })
     }
@@ -70,14 +62,7 @@ impl ExecStream {
     /// (`transport`, `dispatch_uncertain`, reason `detached`), or nothing if
     /// the stream had already finished.
     pub fn detach(mut self) -> Option<Error> {
-        match self.inner.take() {
-            Some(inner) if inner.state == State::Body => Some(Error::transport(
-                Operation::ExecStream,
-                Evidence::DispatchUncertain,
-                Reason::Detached,
-            )),
-            _ => None,
-        }
+        self.inner.take()?.reader.detach()
     }
 }
 
@@ -94,40 +79,14 @@ impl Iterator for ExecStream {
 impl Inner {
     fn next(&mut self) -> Option<Result<ExecEvent, Error>> {
         loop {
-            match self.state {
-                State::Failed => return None,
-                State::Finished => {
-                    return match self.decoder.poll_event() {
-                        Ok(Some(ev)) => Some(Ok(ExecEvent::from(ev))),
-                        Ok(None) => None,
-                        Err(e) => self.fail(e),
-                    };
-                }
-                State::Body => {}
+            if let Poll::Ready(item) = self.reader.poll_next() {
+                return item;
             }
-            match self.decoder.poll_event() {
-                Ok(Some(ev)) => return Some(Ok(ExecEvent::from(ev))),
-                Ok(None) => {}
-                Err(e) => return self.fail(e),
-            }
-            let decoder = &mut self.decoder;
-            let mut sink = |bytes: &[u8]| decoder.handle_input(bytes);
-            match self.exchange.next(&mut sink) {
-                Ok(Step::Data | Step::Head(_)) => {}
-                Ok(Step::End) => {
-                    if let Err(e) = self.decoder.finish() {
-                        return self.fail(e);
-                    }
-                    self.state = State::Finished;
-                }
-                Err(e) => return self.fail(e),
-            }
+            let reader = &mut self.reader;
+            let mut sink = |bytes: &[u8]| reader.handle_input(bytes);
+            let step = self.exchange.next(&mut sink);
+            self.reader.handle_step(step);
         }
-    }
-
-    fn fail(&mut self, e: Error) -> Option<Result<ExecEvent, Error>> {
-        self.state = State::Failed;
-        Some(Err(e))
     }
 }
 

@@ -249,7 +249,7 @@ impl crate::Client {
         let deadlines = self.deadlines(Instant::now());
         let profile = self.preflight(deadlines)?;
         let call = TerminalCall::new(&profile, machine, spec)?;
-        let connect_deadline = (Instant::now() + deadlines.connect).min(deadlines.operation);
+        let connect_deadline = deadlines.connect_by(Instant::now());
         let conn = self
             .pool()
             .connect_dedicated(Operation::TerminalOpen, connect_deadline)?;

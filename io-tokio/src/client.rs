@@ -8,17 +8,18 @@ use std::time::Instant;
 use smolbox_core::exec::{
     self, Command, ExecCall, ExecOutcome, ExecOutput, ExecStreamCall, OutputAllowance,
 };
+use smolbox_core::http1::Pulled;
 use smolbox_core::worker::{
     Capacity, CapacityReply, Create, Delete, Get, Health, HealthReply, List, MachineName,
-    MachineSpec, Measure, Measurements, Metrics, Observation, Profile, Readyz, Start, Stop,
-    WorkerCall,
+    MachineSpec, Measure, Measurements, Metrics, Observation, OperationDeadlines, Profile, Readyz,
+    Start, Stop, WorkerCall,
 };
 use smolbox_core::worker::{
     ConnectPlan, Download, Endpoint, Logs, Upload, UploadReply, VolumeCreate, VolumeDelete,
 };
 use smolbox_core::{Error, Operation};
 
-use crate::http::{Deadlines, Exchange, Step};
+use crate::http::Exchange;
 use crate::pool::{MAX_CONNECTIONS, Pool};
 use crate::stream::{CallbackThreads, ExecEvent, ExecStream, run_with_callback};
 use crate::transport::{SocketTarget, TlsFiles};
@@ -86,7 +87,7 @@ impl Client {
     async fn call_within<C: WorkerCall + ?Sized>(
         &self,
         call: &C,
-        deadlines: Deadlines,
+        deadlines: OperationDeadlines,
     ) -> Result<C::Output, Error> {
         let mut exchange = self.send(call, deadlines).await?;
         let head = exchange.head().await?;
@@ -100,20 +101,16 @@ impl Client {
     async fn send<C: WorkerCall + ?Sized>(
         &self,
         call: &C,
-        deadlines: Deadlines,
+        deadlines: OperationDeadlines,
     ) -> Result<Exchange, Error> {
-        let request = call.request()?;
-        let config = self
-            .inner
-            .endpoint
-            .exchange_config_for(call, deadlines.operation);
+        let (request, config) = self.inner.endpoint.prepare(call, deadlines.operation)?;
         Exchange::start(Arc::clone(&self.inner.pool), &request, &config, deadlines).await
     }
 
     /// The worker's version profile, from a `GET /health` preflight inside
     /// the caller's operation deadline (an unknown version is refused:
     /// `unsupported_capability`, nothing else sent).
-    pub(crate) async fn preflight(&self, deadlines: Deadlines) -> Result<Profile, Error> {
+    pub(crate) async fn preflight(&self, deadlines: OperationDeadlines) -> Result<Profile, Error> {
         let health = self.call_within(&Health::new(), deadlines).await?;
         Profile::admit(&health.version, &[])
     }
@@ -297,7 +294,7 @@ impl Client {
     async fn exec_stream_within(
         &self,
         call: &ExecStreamCall,
-        deadlines: Deadlines,
+        deadlines: OperationDeadlines,
     ) -> Result<ExecStream, Error> {
         let exchange = self.send(call, deadlines).await?;
         ExecStream::open_call(exchange, call).await
@@ -334,6 +331,11 @@ impl Client {
         run_with_callback(stream, callback, permit, deadline).await
     }
 
+    /// The deadlines of an operation starting at `start` (the endpoint's).
+    pub(crate) fn deadlines(&self, start: Instant) -> OperationDeadlines {
+        self.inner.endpoint.deadlines(start)
+    }
+
     /// Callback threads that exist now (tests).
     #[cfg(test)]
     pub(crate) fn callback_threads(&self) -> usize {
@@ -349,19 +351,8 @@ impl Client {
     /// # Errors
     /// As [`exec`](Self::exec); `validation` for a foreground command.
     pub async fn launch(&self, machine: &str, command: &Command) -> Result<exec::Launched, Error> {
-        if !command.is_background() {
-            return Err(Error::validation(
-                Operation::Launch,
-                Reason::LaunchRequiresBackground,
-            ));
-        }
-        match self.exec(machine, command).await? {
-            ExecOutcome::Launched(l) => Ok(l),
-            // `decode_reply_for` yields a launch for every background command.
-            ExecOutcome::Exited(_) => {
-                Err(Error::protocol(Operation::Launch, Reason::LaunchWithoutAck))
-            }
-        }
+        command.check_launch()?;
+        self.exec(machine, command).await?.into_launched()
     }
 
     /// `PUT …/files/{path}` (build the [`Upload`] with its digest first).
@@ -422,7 +413,7 @@ impl Client {
             };
             let step = exchange.next(&mut sink).await?;
             progress(body.len() as u64);
-            if let Step::End = step {
+            if let Pulled::End = step {
                 return download.decode(&head, &body);
             }
         }
@@ -461,20 +452,13 @@ impl Client {
         }
         let mut stream = logs.stream();
         loop {
-            while let Some(line) = stream.poll_line() {
-                if !on_line(line) {
-                    return Ok(());
-                }
-            }
             let mut sink = |bytes: &[u8]| stream.handle_input(bytes);
             let step = exchange.next(&mut sink).await;
             // The lines decoded before an error are delivered first.
-            while let Some(line) = stream.poll_line() {
-                if !on_line(line) {
-                    return Ok(());
-                }
+            if !stream.deliver(on_line) {
+                return Ok(());
             }
-            if let Step::End = step? {
+            if let Pulled::End = step? {
                 stream.finish()?;
                 return Ok(());
             }
@@ -504,17 +488,6 @@ impl Client {
     pub(crate) fn pool(&self) -> &Pool {
         &self.inner.pool
     }
-
-    /// The deadlines of an operation starting at `start`.
-    pub(crate) fn deadlines(&self, start: Instant) -> Deadlines {
-        let b = self.inner.endpoint.budgets();
-        let operation = start + b.operation;
-        Deadlines {
-            operation,
-            checkout: (start + b.pool_checkout).min(operation),
-            connect: b.connect,
-        }
-    }
 }
 
 fn target_of(endpoint: &Endpoint) -> Result<SocketTarget, Error> {
@@ -525,10 +498,12 @@ fn target_of(endpoint: &Endpoint) -> Result<SocketTarget, Error> {
             host,
             port,
             ca_file,
+            system_roots,
             client_identity,
         } => {
             let files = TlsFiles {
-                ca_file: ca_file.to_path_buf(),
+                ca_file: ca_file.map(Path::to_path_buf),
+                system_roots,
                 client_identity: client_identity.map(|(c, k)| (c.to_path_buf(), k.to_path_buf())),
             };
             SocketTarget::tls(host, port, &files)

@@ -6,39 +6,16 @@
 //! core's events one at a time. The connection goes back to the pool only
 //! when the core says it is reusable.
 
-use smolbox_core::Reason;
 use std::sync::Arc;
 use std::time::Instant;
 
-use smolbox_core::http1::{ExchangeConfig, HttpEvent, HttpExchange, Request, ResponseHead};
-use smolbox_core::{Category, Error, Evidence};
+use smolbox_core::Error;
+use smolbox_core::http1::{ExchangeConfig, HttpExchange, Pulled, Request, ResponseHead};
+use smolbox_core::worker::OperationDeadlines;
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::drive::Driver;
 use crate::pool::Pool;
-
-/// The moments an operation must respect, fixed when it starts (C1.3: one
-/// overall deadline covers checkout, connect and the transfer).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Deadlines {
-    /// The overall operation deadline.
-    pub(crate) operation: Instant,
-    /// Pool checkout must end by then (≤ operation).
-    pub(crate) checkout: Instant,
-    /// Connect budget, counted from the moment the connect starts.
-    pub(crate) connect: std::time::Duration,
-}
-
-/// What [`Exchange::next`] produced.
-#[derive(Debug)]
-pub(crate) enum Step {
-    /// The final response head.
-    Head(ResponseHead),
-    /// Body bytes were handed to the sink.
-    Data,
-    /// The body is complete.
-    End,
-}
 
 /// A request in flight on a checked-out connection.
 #[derive(Debug)]
@@ -61,7 +38,7 @@ impl Exchange {
         pool: Arc<Pool>,
         request: &Request,
         config: &ExchangeConfig,
-        deadlines: Deadlines,
+        deadlines: OperationDeadlines,
     ) -> Result<Self, Error> {
         let core = HttpExchange::new(request, config, Instant::now())?;
         let op = request.operation;
@@ -73,7 +50,7 @@ impl Exchange {
                 deadlines.operation,
             )
             .await
-            .map_err(|e| with_deadline_reason(e, deadlines.operation))?;
+            .map_err(|e| deadlines.checkout_error(e, Instant::now()))?;
         let (conn, permit) = checkout.into_parts();
         let buffers = pool.take_buffers();
         Ok(Self {
@@ -94,7 +71,7 @@ impl Exchange {
     pub(crate) async fn next(
         &mut self,
         sink: &mut (dyn FnMut(&[u8]) -> Result<(), Error> + Send),
-    ) -> Result<Step, Error> {
+    ) -> Result<Pulled, Error> {
         loop {
             if let Some(step) = self.poll_step(sink).await? {
                 return Ok(step);
@@ -107,27 +84,16 @@ impl Exchange {
     async fn poll_step(
         &mut self,
         sink: &mut (dyn FnMut(&[u8]) -> Result<(), Error> + Send),
-    ) -> Result<Option<Step>, Error> {
-        loop {
-            match self.core.poll_event() {
-                Some(HttpEvent::Head(head)) => return Ok(Some(Step::Head(head))),
-                Some(HttpEvent::Data(bytes)) => return sink(bytes).map(|()| Some(Step::Data)),
-                Some(HttpEvent::End) => {
-                    self.release();
-                    return Ok(Some(Step::End));
-                }
-                Some(HttpEvent::Failed(e)) => return Err(e),
-                Some(_) => {}
-                None => break,
+    ) -> Result<Option<Pulled>, Error> {
+        if let Some(step) = self.core.pull(sink)? {
+            if let Pulled::End = step {
+                self.release();
             }
-        }
-        if let Some(e) = self.core.error() {
-            // Reported before; every later call says it again.
-            return Err(e);
+            return Ok(Some(step));
         }
         let Some(driver) = self.driver.as_mut() else {
             // Released after `End`: nothing more will come.
-            return Ok(Some(Step::End));
+            return Ok(Some(Pulled::End));
         };
         driver.turn(&mut self.core).await;
         Ok(None)
@@ -152,7 +118,7 @@ impl Exchange {
                 reported = Some(sent);
                 progress(sent);
             }
-            if let Some(Step::Head(h)) = step {
+            if let Some(Pulled::Head(h)) = step {
                 return Ok(h);
             }
         }
@@ -165,7 +131,7 @@ impl Exchange {
     pub(crate) async fn head(&mut self) -> Result<ResponseHead, Error> {
         let mut no_body = |_: &[u8]| Ok(());
         loop {
-            if let Step::Head(h) = self.next(&mut no_body).await? {
+            if let Pulled::Head(h) = self.next(&mut no_body).await? {
                 return Ok(h);
             }
         }
@@ -181,7 +147,7 @@ impl Exchange {
             Ok(())
         };
         loop {
-            if let Step::End = self.next(&mut sink).await? {
+            if let Pulled::End = self.next(&mut sink).await? {
                 return Ok(());
             }
         }
@@ -196,18 +162,5 @@ impl Exchange {
             self.pool.keep_buffers(buffers);
             self.pool.give_back(conn, permit);
         }
-    }
-}
-
-/// When checkout or connect failed because the *operation* deadline (not
-/// their own budget) ran out, say so.
-fn with_deadline_reason(e: Error, operation_deadline: Instant) -> Error {
-    if e.category() == Category::Transport
-        && e.evidence() == Evidence::NotDispatched
-        && Instant::now() >= operation_deadline
-    {
-        e.with_reason(Reason::Deadline)
-    } else {
-        e
     }
 }

@@ -451,8 +451,9 @@ async fn drive_run(
                     }
                     inner.t.closed(&mut run, &outcome);
                 }
-                // The pull's own timeout: the session keeps running.
-                Some(Err(_)) | None => {}
+                // The pull's own timeout, or an event kind this build does
+                // not know: the session keeps running.
+                Some(Ok(_) | Err(_)) | None => {}
             },
             cmd = cmd_rx.recv() => {
                 let Some(cmd) = cmd else { continue };

@@ -34,9 +34,10 @@ use smolbox_core::managed::{MachineRecord, RetainedMachineSpec};
 use smolbox_core::{Category, Error, Evidence, Operation};
 use smolbox_store::Page;
 use smolbox_store::Store;
+use smolbox_store::artifacts::Artifacts;
 pub use smolbox_store::keys::{key_file, load_or_create_keys};
 use smolbox_store::runtime::{
-    Answer, Build, Builder, Command, Host, MachineCall, Notices, Perform, Reply, lock,
+    Answer, Build, Builder, Command, Host, MachineCall, Notices, Perform, Reply, files, lock,
     machine_call, stopped, wait_expired,
 };
 pub use smolbox_store::runtime::{
@@ -80,6 +81,7 @@ impl Build for Runtime {
                 res_tx,
                 pool: Arc::new(Semaphore::new(p.max_active + 2)),
                 streams: Arc::clone(&streams),
+                artifacts: p.artifacts,
             },
         };
         handle.spawn(tracing::Instrument::instrument(
@@ -488,6 +490,7 @@ struct Io {
     res_tx: mpsc::UnboundedSender<Answer>,
     pool: Arc<Semaphore>,
     streams: Arc<stream::Sinks>,
+    artifacts: Option<Arc<dyn Artifacts>>,
 }
 
 impl Driver {
@@ -548,9 +551,10 @@ impl Perform for Io {
             WorkerOp::ExecStream { key, .. } => self.streams.take(key),
             _ => None,
         };
+        let artifacts = self.artifacts.clone();
         tokio::spawn(async move {
             let r = match client {
-                Some(c) => call(&c, op, sink).await,
+                Some(c) => call(&c, op, sink, artifacts).await,
                 None => Err(Error::validation(Operation::Config, Reason::UnknownWorker)),
             };
             let _ = tx.send(Answer::Worker(id, r));
@@ -579,7 +583,12 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
 
 /// Performs one worker op through the client (a streamed exec's events
 /// go to `sink`).
-async fn call(c: &Client, op: WorkerOp, sink: Option<stream::Sink>) -> WorkerResult {
+async fn call(
+    c: &Client,
+    op: WorkerOp,
+    sink: Option<stream::Sink>,
+    artifacts: Option<Arc<dyn Artifacts>>,
+) -> WorkerResult {
     match op {
         WorkerOp::Exec {
             machine, command, ..
@@ -618,5 +627,24 @@ async fn call(c: &Client, op: WorkerOp, sink: Option<stream::Sink>) -> WorkerRes
         WorkerOp::ExecStream {
             machine, command, ..
         } => stream::perform(c, &machine, &command, sink).await,
+        WorkerOp::Upload { .. } => {
+            // The artifact read may touch a disk: off the async workers.
+            let budgets = *c.endpoint().budgets();
+            let upload = blocking(Operation::Upload, move || {
+                files::upload_of(&op, artifacts.as_deref(), &budgets)
+            })
+            .await?;
+            c.upload(&upload)
+                .await
+                .map(|r| WorkerReply::Uploaded { size: r.size })
+        }
+        WorkerOp::Download { .. } => {
+            let download = files::download_of(&op, c.endpoint().budgets())?;
+            let bytes = c.download(&download).await?;
+            blocking(Operation::Download, move || {
+                files::downloaded(&op, bytes, artifacts.as_deref())
+            })
+            .await
+        }
     }
 }

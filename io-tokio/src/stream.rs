@@ -9,10 +9,10 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use futures_core::Stream;
-use smolbox_core::exec::{ExecOutput, ExecStreamCall, ExecStreamDecoder, OutputEncoding};
+use smolbox_core::exec::{ExecOutput, ExecStreamCall, ExecStreamReader, OutputEncoding};
 use smolbox_core::{Error, Evidence, Operation};
 
-use crate::http::{Exchange, Step};
+use crate::http::Exchange;
 
 pub use smolbox_core::exec::ExecEvent;
 
@@ -36,15 +36,7 @@ type PendingNext = Pin<Box<dyn Future<Output = (Inner, Option<Result<ExecEvent, 
 
 struct Inner {
     exchange: Exchange,
-    decoder: ExecStreamDecoder,
-    state: State,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum State {
-    Body,
-    Finished,
-    Failed,
+    reader: ExecStreamReader,
 }
 
 impl std::fmt::Debug for ExecStream {
@@ -69,8 +61,7 @@ impl ExecStream {
         Ok(Self {
             inner: Some(Inner {
                 exchange,
-                decoder: call.decoder(),
-                state: State::Body,
+                reader: ExecStreamReader::new(call.decoder()),
             }),
             pending: None,
         })
@@ -93,14 +84,7 @@ impl ExecStream {
     /// the stream had already finished.
     pub fn detach(mut self) -> Option<Error> {
         self.pending = None;
-        match self.inner.take() {
-            Some(inner) if inner.state == State::Body => Some(Error::transport(
-                Operation::ExecStream,
-                Evidence::DispatchUncertain,
-                Reason::Detached,
-            )),
-            _ => None,
-        }
+        self.inner.take()?.reader.detach()
     }
 }
 
@@ -135,40 +119,14 @@ impl Stream for ExecStream {
 impl Inner {
     async fn next(&mut self) -> Option<Result<ExecEvent, Error>> {
         loop {
-            match self.state {
-                State::Failed => return None,
-                State::Finished => {
-                    return match self.decoder.poll_event() {
-                        Ok(Some(ev)) => Some(Ok(ExecEvent::from(ev))),
-                        Ok(None) => None,
-                        Err(e) => self.fail(e),
-                    };
-                }
-                State::Body => {}
+            if let Poll::Ready(item) = self.reader.poll_next() {
+                return item;
             }
-            match self.decoder.poll_event() {
-                Ok(Some(ev)) => return Some(Ok(ExecEvent::from(ev))),
-                Ok(None) => {}
-                Err(e) => return self.fail(e),
-            }
-            let decoder = &mut self.decoder;
-            let mut sink = |bytes: &[u8]| decoder.handle_input(bytes);
-            match self.exchange.next(&mut sink).await {
-                Ok(Step::Data | Step::Head(_)) => {}
-                Ok(Step::End) => {
-                    if let Err(e) = self.decoder.finish() {
-                        return self.fail(e);
-                    }
-                    self.state = State::Finished;
-                }
-                Err(e) => return self.fail(e),
-            }
+            let reader = &mut self.reader;
+            let mut sink = |bytes: &[u8]| reader.handle_input(bytes);
+            let step = self.exchange.next(&mut sink).await;
+            self.reader.handle_step(step);
         }
-    }
-
-    fn fail(&mut self, e: Error) -> Option<Result<ExecEvent, Error>> {
-        self.state = State::Failed;
-        Some(Err(e))
     }
 }
 

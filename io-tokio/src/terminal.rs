@@ -316,7 +316,7 @@ impl crate::Client {
         let deadlines = self.deadlines(Instant::now());
         let profile = self.preflight(deadlines).await?;
         let call = TerminalCall::new(&profile, machine, spec)?;
-        let connect_deadline = (Instant::now() + deadlines.connect).min(deadlines.operation);
+        let connect_deadline = deadlines.connect_by(Instant::now());
         let conn = self
             .pool()
             .target()

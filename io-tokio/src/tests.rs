@@ -114,7 +114,8 @@ async fn mutual_tls_connects_and_carries_bytes() {
     let pki = make_pki(dir.path(), &["localhost"]);
     let port = mtls_echo(&pki).await;
     let files = TlsFiles {
-        ca_file: pki.ca.clone(),
+        ca_file: Some(pki.ca.clone()),
+        system_roots: false,
         client_identity: Some((pki.client_cert.clone(), pki.client_key.clone())),
     };
     let target = SocketTarget::tls("localhost", port, &files).unwrap();
@@ -135,7 +136,8 @@ async fn tls_refuses_an_unknown_ca_and_a_wrong_host_name() {
     let port = mtls_echo(&pki).await;
     // A CA that did not sign the server.
     let files = TlsFiles {
-        ca_file: other.ca.clone(),
+        ca_file: Some(other.ca.clone()),
+        system_roots: false,
         client_identity: Some((pki.client_cert.clone(), pki.client_key.clone())),
     };
     let e = SocketTarget::tls("localhost", port, &files)
@@ -153,7 +155,8 @@ async fn tls_refuses_an_unknown_ca_and_a_wrong_host_name() {
     );
     // The right CA, but the certificate does not name 127.0.0.1.
     let files = TlsFiles {
-        ca_file: pki.ca.clone(),
+        ca_file: Some(pki.ca.clone()),
+        system_roots: false,
         client_identity: Some((pki.client_cert.clone(), pki.client_key.clone())),
     };
     let e = SocketTarget::tls("127.0.0.1", port, &files)
@@ -165,13 +168,57 @@ async fn tls_refuses_an_unknown_ca_and_a_wrong_host_name() {
 }
 
 #[tokio::test]
+async fn system_roots_add_trust_beside_the_ca_file_and_never_replace_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = make_pki(dir.path(), &["localhost"]);
+    let port = mtls_echo(&pki).await;
+    let identity = Some((pki.client_cert.clone(), pki.client_key.clone()));
+    // The server's CA is in the file only: the platform's roots alone do
+    // not anchor it (or, on a machine without a trust store, the
+    // configuration is refused before any connection).
+    let files = TlsFiles {
+        ca_file: None,
+        system_roots: true,
+        client_identity: identity.clone(),
+    };
+    match SocketTarget::tls("localhost", port, &files) {
+        Ok(target) => {
+            let e = target.connect(soon(), Operation::Health).await.unwrap_err();
+            assert_eq!(
+                (e.category(), e.reason()),
+                (Category::Transport, Reason::TlsHandshake)
+            );
+        }
+        Err(e) => assert_eq!(e.reason(), Reason::TlsSystemRoots),
+    }
+    // Beside the file the same server is accepted and carries bytes.
+    let files = TlsFiles {
+        ca_file: Some(pki.ca.clone()),
+        system_roots: true,
+        client_identity: identity,
+    };
+    if let Ok(target) = SocketTarget::tls("localhost", port, &files) {
+        let mut conn = target.connect(soon(), Operation::Health).await.unwrap();
+        conn.write_all(b"ping").await.unwrap();
+        conn.flush().await.unwrap();
+        let mut b = [0u8; 4];
+        conn.read_exact(&mut b).await.unwrap();
+        assert_eq!(&b, b"ping");
+    }
+    // Neither a file nor system roots: nothing to trust.
+    let e = SocketTarget::tls("localhost", port, &TlsFiles::default()).unwrap_err();
+    assert_eq!(e.reason(), Reason::TlsRequiresCaFile);
+}
+
+#[tokio::test]
 async fn tls_files_that_are_missing_or_not_pem_are_validation_errors() {
     let dir = tempfile::tempdir().unwrap();
     let junk = dir.path().join("junk.pem");
     std::fs::write(&junk, "not a certificate").unwrap();
     for ca in [dir.path().join("missing.pem"), junk] {
         let files = TlsFiles {
-            ca_file: ca,
+            ca_file: Some(ca),
+            system_roots: false,
             client_identity: None,
         };
         let e = SocketTarget::tls("localhost", 1, &files).unwrap_err();
@@ -371,7 +418,8 @@ async fn a_tls_reset_before_the_first_record_is_dispatch_uncertain() {
     let pki = make_pki(dir.path(), &["localhost"]);
     let (port, reset) = tls_resetting_server(&pki).await;
     let files = TlsFiles {
-        ca_file: pki.ca.clone(),
+        ca_file: Some(pki.ca.clone()),
+        system_roots: false,
         client_identity: Some((pki.client_cert.clone(), pki.client_key.clone())),
     };
     let target = SocketTarget::tls("localhost", port, &files).unwrap();

@@ -12,9 +12,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use rustls::ClientConfig;
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls_pki_types::ServerName;
 use smolbox_core::{Error, Evidence, Operation};
 use std::time::Instant;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -22,16 +20,9 @@ use tokio::net::{TcpStream, UnixStream};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
-/// Files that configure TLS: the CA that signs the worker's certificate and,
-/// for mutual TLS (the worker's network listener is mutual), the client's
-/// certificate chain and private key (PEM).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TlsFiles {
-    /// PEM file with the CA certificate(s) the worker's chain must lead to.
-    pub ca_file: PathBuf,
-    /// PEM client certificate chain and PEM private key, for mutual TLS.
-    pub client_identity: Option<(PathBuf, PathBuf)>,
-}
+/// Files that configure TLS (one definition, in `smolbox-tls`, shared with
+/// the blocking shell).
+pub use smolbox_tls::TlsFiles;
 
 /// Where to connect. Built once per client (reading the TLS files then), so
 /// connecting does no file I/O.
@@ -86,18 +77,19 @@ impl SocketTarget {
         }
     }
 
-    /// TLS over TCP, verifying the chain against `files.ca_file` and the
-    /// certificate against `host`; presents the client identity when given.
+    /// TLS over TCP, verifying the chain against `files.ca_file` (and the
+    /// platform's roots when `files.system_roots`) and the certificate
+    /// against `host`; presents the client identity when given. The
+    /// configuration is `smolbox_tls::ClientTlsBuilder::worker`'s, the same
+    /// as the blocking shell's.
     ///
     /// # Errors
     /// `validation` (operation `config`) when a file cannot be read or parsed,
     /// or the host is not a valid server name.
     pub fn tls(host: impl Into<String>, port: u16, files: &TlsFiles) -> Result<Self, Error> {
         let host = host.into();
-        let config = client_config(files)?;
-        let bare = host.trim_start_matches('[').trim_end_matches(']');
-        let name = ServerName::try_from(bare.to_owned())
-            .map_err(|_| Error::validation(Operation::Config, Reason::TlsServerName))?;
+        let config = smolbox_tls::ClientTlsBuilder::worker(files)?;
+        let name = smolbox_tls::server_name(&host)?;
         Ok(Self {
             kind: Kind::Tls {
                 host,
@@ -366,45 +358,4 @@ impl io::Write for SyncWriter<'_, '_> {
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
-}
-
-/// The rustls client configuration: ring provider, safe default protocol
-/// versions, roots from the CA file only, ALPN `http/1.1`, optional client
-/// identity. Verification uses rustls' WebPKI verifier unchanged.
-fn client_config(files: &TlsFiles) -> Result<ClientConfig, Error> {
-    let bad = |reason| Error::validation(Operation::Config, reason);
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in read_certs(&files.ca_file).map_err(|()| bad(Reason::TlsCaFile))? {
-        roots.add(cert).map_err(|_| bad(Reason::TlsCaFile))?;
-    }
-    if roots.is_empty() {
-        return Err(bad(Reason::TlsCaFile));
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|_| bad(Reason::TlsProvider))?
-        .with_root_certificates(roots);
-    let mut config = match &files.client_identity {
-        None => builder.with_no_client_auth(),
-        Some((cert, key)) => {
-            let chain = read_certs(cert).map_err(|()| bad(Reason::TlsClientCert))?;
-            if chain.is_empty() {
-                return Err(bad(Reason::TlsClientCert));
-            }
-            let key = PrivateKeyDer::from_pem_file(key).map_err(|_| bad(Reason::TlsClientKey))?;
-            builder
-                .with_client_auth_cert(chain, key)
-                .map_err(|_| bad(Reason::TlsClientKey))?
-        }
-    };
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(config)
-}
-
-fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, ()> {
-    CertificateDer::pem_file_iter(path)
-        .map_err(|_| ())?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| ())
 }

@@ -17,12 +17,14 @@ use smolbox_core::managed::{
 };
 use smolbox_core::{Error, Evidence, Operation};
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+use crate::Sealer;
+use crate::watch::{Marks, run};
 use crate::{
     Accepted, Assigned, DueCursor, DuePage, MAX_DUE_PAGE, MAX_LIST_PAGE, MAX_PENDING, MIN_PENDING,
     Page, Released, Reserve, Resolved, StoreInfo, Submitted,
 };
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
-use {crate::Sealer, smolbox_core::managed::RecordKind};
+use smolbox_core::managed::RecordKind;
 
 /// How much a transaction locks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,6 +97,12 @@ pub(crate) trait Tx {
     /// is sealed in the current format.
     #[cfg(any(feature = "sqlite", feature = "postgres"))]
     fn row_formats(&mut self) -> Result<Vec<(RecordKind, RecordKey, bool)>, Error>;
+    /// Whether this record was read back below the version this store
+    /// handle already saw (a rollback; `watch`). Only the watched
+    /// transaction of `watch::run` knows; an adapter's own says no.
+    fn behind(&self, _kind: RecordKind, _key: &RecordKey, _version: u64) -> bool {
+        false
+    }
 }
 
 /// Readies a partition of a durable store at open, in one transaction run
@@ -151,6 +159,8 @@ pub(crate) fn prepare_partition(tx: &mut dyn Tx, sealer: &Sealer) -> Result<(), 
 /// A store adapter: runs closures in its transactions.
 pub(crate) trait Backend {
     fn info(&self) -> StoreInfo;
+    /// This handle's highest-seen versions (`watch`).
+    fn marks(&self) -> &Marks;
     /// Runs `f` in one transaction and commits when it returns `Ok`;
     /// rolls everything back otherwise. A backend may run `f` again after
     /// a serialization failure, so `f` must not keep state between runs.
@@ -211,7 +221,7 @@ fn accept_as<B: Backend>(
     {
         return Err(Error::unsupported_capability(op, Reason::StoreCapability));
     }
-    b.transact(op, Lock::Partition, &mut |tx| {
+    run(b, op, Lock::Partition, &mut |tx| {
         if let Some(existing) = tx.exec(&rec.key)? {
             return if existing.fingerprint == rec.fingerprint {
                 Ok(Accepted::Existing(existing))
@@ -235,7 +245,7 @@ fn accept_as<B: Backend>(
 
 pub(crate) fn fetch<B: Backend>(b: &B, key: &RecordKey) -> Result<ExecutionRecord, Error> {
     let op = Operation::StoreFetch;
-    b.transact(op, Lock::Read, &mut |tx| {
+    run(b, op, Lock::Read, &mut |tx| {
         tx.exec(key)?
             .ok_or(Error::not_found(op, Evidence::Unknown, Reason::Absent))
     })
@@ -243,7 +253,7 @@ pub(crate) fn fetch<B: Backend>(b: &B, key: &RecordKey) -> Result<ExecutionRecor
 
 pub(crate) fn find_machine<B: Backend>(b: &B, worker: &str, name: &str) -> Result<Assigned, Error> {
     let op = Operation::StoreFind;
-    b.transact(op, Lock::Read, &mut |tx| {
+    run(b, op, Lock::Read, &mut |tx| {
         tx.assignment(worker, name)?
             .ok_or(Error::not_found(op, Evidence::Unknown, Reason::Absent))
     })
@@ -258,7 +268,7 @@ pub(crate) fn claim_worker<B: Backend>(
 ) -> Result<Lease, Error> {
     let op = Operation::StoreClaim;
     check_worker_id(worker).map_err(|e| e.with_operation(op))?;
-    b.transact(op, Lock::Partition, &mut |tx| {
+    run(b, op, Lock::Partition, &mut |tx| {
         let current = tx.lease(worker)?;
         let next = claim::take(current.as_ref(), owner, now_ms, ttl_ms)?;
         if current.as_ref() != Some(&next) {
@@ -276,7 +286,7 @@ pub(crate) fn claim<B: Backend>(
     ttl_ms: u64,
 ) -> Result<ExecutionRecord, Error> {
     let op = Operation::StoreClaim;
-    b.transact(op, Lock::Record, &mut |tx| {
+    run(b, op, Lock::Record, &mut |tx| {
         let rec = tx
             .exec(key)?
             .ok_or(Error::not_found(op, Evidence::Unknown, Reason::Absent))?;
@@ -331,7 +341,7 @@ pub(crate) fn write<B: Backend>(
     now_ms: u64,
 ) -> Result<ExecutionRecord, Error> {
     let op = Operation::StoreWrite;
-    b.transact(op, Lock::Record, &mut |tx| {
+    run(b, op, Lock::Record, &mut |tx| {
         let rec = guarded_exec(tx, key, guard, now_ms, op)?;
         let next = apply_exec(&rec, patch, now_ms).map_err(|e| e.with_operation(op))?;
         tx.put_exec(&next, false)?;
@@ -349,7 +359,7 @@ pub(crate) fn write_steps<B: Backend>(
     now_ms: u64,
 ) -> Result<ExecutionRecord, Error> {
     let op = Operation::StoreWrite;
-    b.transact(op, Lock::Record, &mut |tx| {
+    run(b, op, Lock::Record, &mut |tx| {
         let rec = guarded_exec(tx, key, guard, now_ms, op)?;
         let next = apply_exec_steps(&rec, patches, now_ms).map_err(|e| e.with_operation(op))?;
         tx.put_exec(&next, false)?;
@@ -407,7 +417,7 @@ pub(crate) fn reserve<B: Backend>(
     now_ms: u64,
 ) -> Result<ExecutionRecord, Error> {
     let op = Operation::StoreReserve;
-    b.transact(op, Lock::Partition, &mut |tx| {
+    run(b, op, Lock::Partition, &mut |tx| {
         let generation = live_lease(tx, req, guard, now_ms, op)?;
         let rec = guarded_exec(tx, key, guard, now_ms, op)?;
         if rec.spec.machine.is_some() {
@@ -455,7 +465,7 @@ pub(crate) fn release<B: Backend>(
     now_ms: u64,
 ) -> Result<ExecutionRecord, Error> {
     let op = Operation::StoreRelease;
-    b.transact(op, Lock::Record, &mut |tx| {
+    run(b, op, Lock::Record, &mut |tx| {
         let rec = guarded_exec(tx, key, guard, now_ms, op)?;
         if rec.reservation.is_none() {
             return Err(Error::validation(op, Reason::NotReserved));
@@ -485,7 +495,7 @@ pub(crate) fn cancel<B: Backend>(
     now_ms: u64,
 ) -> Result<ExecutionRecord, Error> {
     let op = Operation::StoreCancel;
-    b.transact(op, Lock::Record, &mut |tx| {
+    run(b, op, Lock::Record, &mut |tx| {
         let rec = tx
             .exec(key)?
             .ok_or(Error::not_found(op, Evidence::Unknown, Reason::Absent))?;
@@ -534,14 +544,19 @@ pub(crate) fn due<B: Backend>(
 ) -> Result<DuePage, Error> {
     let op = Operation::StoreDue;
     check_due_limit(limit, op)?;
-    b.transact(op, Lock::Read, &mut |tx| {
+    run(b, op, Lock::Read, &mut |tx| {
         let records = tx.due(now_ms, after, limit)?;
-        Ok(due_page(records, limit, |r: &ExecutionRecord| {
+        let mut page = due_page(records, limit, |r: &ExecutionRecord| {
             r.next_due_at_ms.map(|due_at_ms| DueCursor {
                 due_at_ms,
                 key: r.key.clone(),
             })
-        }))
+        });
+        // A rolled-back record is not picked up again (the cursor above
+        // still comes from the whole page).
+        page.records
+            .retain(|r| !tx.behind(RecordKind::Execution, &r.key, r.version));
+        Ok(page)
     })
 }
 
@@ -553,14 +568,17 @@ pub(crate) fn due_machines<B: Backend>(
 ) -> Result<DuePage<MachineRecord>, Error> {
     let op = Operation::StoreDue;
     check_due_limit(limit, op)?;
-    b.transact(op, Lock::Read, &mut |tx| {
+    run(b, op, Lock::Read, &mut |tx| {
         let records = tx.due_machines(now_ms, after, limit)?;
-        Ok(due_page(records, limit, |r: &MachineRecord| {
+        let mut page = due_page(records, limit, |r: &MachineRecord| {
             r.next_due_at_ms.map(|due_at_ms| DueCursor {
                 due_at_ms,
                 key: r.key.clone(),
             })
-        }))
+        });
+        page.records
+            .retain(|r| !tx.behind(RecordKind::Machine, &r.key, r.version));
+        Ok(page)
     })
 }
 
@@ -593,7 +611,7 @@ pub(crate) fn list<B: Backend>(
 ) -> Result<Page<ExecutionRecord>, Error> {
     let op = Operation::StoreFetch;
     check_list(scope, after, limit, op)?;
-    b.transact(op, Lock::Read, &mut |tx| {
+    run(b, op, Lock::Read, &mut |tx| {
         let records = tx.list_execs(scope, after, limit)?;
         Ok(list_page(records, limit, |r: &ExecutionRecord| {
             r.key.id.as_str()
@@ -609,7 +627,7 @@ pub(crate) fn list_machines<B: Backend>(
 ) -> Result<Page<MachineRecord>, Error> {
     let op = Operation::StoreFetch;
     check_list(scope, after, limit, op)?;
-    b.transact(op, Lock::Read, &mut |tx| {
+    run(b, op, Lock::Read, &mut |tx| {
         let records = tx.list_machines(scope, after, limit)?;
         Ok(list_page(records, limit, |r: &MachineRecord| {
             r.key.id.as_str()
@@ -618,7 +636,7 @@ pub(crate) fn list_machines<B: Backend>(
 }
 
 pub(crate) fn usage<B: Backend>(b: &B, worker: &str) -> Result<Resources, Error> {
-    b.transact(Operation::StoreUsage, Lock::Read, &mut |tx| {
+    run(b, Operation::StoreUsage, Lock::Read, &mut |tx| {
         tx.usage(worker)
     })
 }
@@ -641,7 +659,7 @@ pub(crate) fn accept_machine<B: Backend>(
     {
         return Err(Error::unsupported_capability(op, Reason::StoreCapability));
     }
-    b.transact(op, Lock::Partition, &mut |tx| {
+    run(b, op, Lock::Partition, &mut |tx| {
         if let Some(existing) = tx.machine(&rec.key)? {
             return if existing.fingerprint == rec.fingerprint {
                 Ok(Accepted::Existing(existing))
@@ -665,7 +683,7 @@ pub(crate) fn accept_machine<B: Backend>(
 
 pub(crate) fn fetch_machine<B: Backend>(b: &B, key: &RecordKey) -> Result<MachineRecord, Error> {
     let op = Operation::StoreFetch;
-    b.transact(op, Lock::Read, &mut |tx| {
+    run(b, op, Lock::Read, &mut |tx| {
         tx.machine(key)?
             .ok_or(Error::not_found(op, Evidence::Unknown, Reason::Absent))
     })
@@ -679,7 +697,7 @@ pub(crate) fn claim_machine<B: Backend>(
     ttl_ms: u64,
 ) -> Result<MachineRecord, Error> {
     let op = Operation::StoreClaim;
-    b.transact(op, Lock::Record, &mut |tx| {
+    run(b, op, Lock::Record, &mut |tx| {
         let rec =
             tx.machine(key)?
                 .ok_or(Error::not_found(op, Evidence::Unknown, Reason::Absent))?;
@@ -700,7 +718,7 @@ pub(crate) fn release_claim<B: Backend>(
 ) -> Result<Released, Error> {
     let op = Operation::StoreClaim;
     match claimed {
-        Claimed::Execution(key) => b.transact(op, Lock::Record, &mut |tx| {
+        Claimed::Execution(key) => run(b, op, Lock::Record, &mut |tx| {
             let rec =
                 tx.exec(key)?
                     .ok_or(Error::not_found(op, Evidence::Unknown, Reason::Absent))?;
@@ -712,7 +730,7 @@ pub(crate) fn release_claim<B: Backend>(
                 Release::Lapsed => Ok(Released::Execution(Box::new(rec))),
             }
         }),
-        Claimed::Machine(key) => b.transact(op, Lock::Record, &mut |tx| {
+        Claimed::Machine(key) => run(b, op, Lock::Record, &mut |tx| {
             let rec =
                 tx.machine(key)?
                     .ok_or(Error::not_found(op, Evidence::Unknown, Reason::Absent))?;
@@ -726,7 +744,7 @@ pub(crate) fn release_claim<B: Backend>(
         }),
         Claimed::Worker(worker) => {
             check_worker_id(worker).map_err(|e| e.with_operation(op))?;
-            b.transact(op, Lock::Partition, &mut |tx| {
+            run(b, op, Lock::Partition, &mut |tx| {
                 let current = tx.lease(worker)?;
                 match claim::release_lease(current.as_ref(), owner, generation, now_ms)? {
                     Release::Ended(next) => {
@@ -749,7 +767,7 @@ pub(crate) fn claim_version<B: Backend>(
     ttl_ms: u64,
 ) -> Result<ExecutionRecord, Error> {
     let op = Operation::StoreClaim;
-    b.transact(op, Lock::Record, &mut |tx| {
+    run(b, op, Lock::Record, &mut |tx| {
         let rec = tx
             .exec(key)?
             .ok_or(Error::not_found(op, Evidence::Unknown, Reason::Absent))?;
@@ -772,7 +790,7 @@ pub(crate) fn claim_machine_version<B: Backend>(
     ttl_ms: u64,
 ) -> Result<MachineRecord, Error> {
     let op = Operation::StoreClaim;
-    b.transact(op, Lock::Record, &mut |tx| {
+    run(b, op, Lock::Record, &mut |tx| {
         let rec =
             tx.machine(key)?
                 .ok_or(Error::not_found(op, Evidence::Unknown, Reason::Absent))?;
@@ -795,7 +813,7 @@ pub(crate) fn write_machine<B: Backend>(
     now_ms: u64,
 ) -> Result<MachineRecord, Error> {
     let op = Operation::StoreWrite;
-    b.transact(op, Lock::Partition, &mut |tx| {
+    run(b, op, Lock::Partition, &mut |tx| {
         let rec = guarded_machine(tx, key, guard, now_ms, op)?;
         let next = apply_machine(&rec, patch, now_ms).map_err(|e| e.with_operation(op))?;
         if !rec.reserved_ports.is_empty() && next.reserved_ports.is_empty() {
@@ -814,7 +832,7 @@ pub(crate) fn reserve_machine<B: Backend>(
     now_ms: u64,
 ) -> Result<MachineRecord, Error> {
     let op = Operation::StoreReserve;
-    b.transact(op, Lock::Partition, &mut |tx| {
+    run(b, op, Lock::Partition, &mut |tx| {
         let generation = live_lease(tx, req, guard, now_ms, op)?;
         let rec = guarded_machine(tx, key, guard, now_ms, op)?;
         if rec.assignment.is_some() || rec.reservation.is_some() {
@@ -864,7 +882,7 @@ pub(crate) fn request_machine<B: Backend>(
     now_ms: u64,
 ) -> Result<MachineRecord, Error> {
     let op = Operation::StoreSlot;
-    b.transact(op, Lock::Record, &mut |tx| {
+    run(b, op, Lock::Record, &mut |tx| {
         let rec =
             tx.machine(key)?
                 .ok_or(Error::not_found(op, Evidence::Unknown, Reason::Absent))?;
@@ -886,7 +904,7 @@ pub(crate) fn acquire_slot<B: Backend>(
     now_ms: u64,
 ) -> Result<MachineRecord, Error> {
     let op = Operation::StoreSlot;
-    b.transact(op, Lock::Partition, &mut |tx| {
+    run(b, op, Lock::Partition, &mut |tx| {
         let m = guarded_machine(tx, machine, guard, now_ms, op)?;
         let e = tx
             .exec(exec)?
@@ -917,7 +935,7 @@ pub(crate) fn finish_command<B: Backend>(
     now_ms: u64,
 ) -> Result<(MachineRecord, ExecutionRecord, Finish), Error> {
     let op = Operation::StoreSlot;
-    b.transact(op, Lock::Partition, &mut |tx| {
+    run(b, op, Lock::Partition, &mut |tx| {
         let m = guarded_machine(tx, machine, guard, now_ms, op)?;
         let e = tx
             .exec(exec)?
@@ -971,7 +989,7 @@ fn submit_as<B: Backend>(
     {
         return Err(Error::unsupported_capability(op, Reason::StoreCapability));
     }
-    b.transact(op, Lock::Partition, &mut |tx| {
+    run(b, op, Lock::Partition, &mut |tx| {
         if let Some(existing) = tx.exec(&rec.key)? {
             return if existing.fingerprint == rec.fingerprint {
                 let machine = tx.machine(&machine_key)?;
@@ -1028,7 +1046,7 @@ pub(crate) fn resolve_machine<B: Backend>(
         // AC-17.3.1: refused before anything is read.
         return Err(Error::validation(op, Reason::NotQuiesced));
     }
-    b.transact(op, Lock::Partition, &mut |tx| {
+    run(b, op, Lock::Partition, &mut |tx| {
         let m = tx
             .machine(key)?
             .ok_or(Error::not_found(op, Evidence::Unknown, Reason::Absent))?;

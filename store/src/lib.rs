@@ -26,7 +26,11 @@
 //! projected into clear columns, and those are checked against the
 //! decrypted payload on every read. Each partition stores a key-check
 //! value, so a store opened with a missing or replaced key is refused at
-//! open (`key_mismatch`) instead of failing record by record.
+//! open (`key_mismatch`) instead of failing record by record. A whole row
+//! swapped back (its version column with its own sealed payload) is caught
+//! within a handle's life: each handle remembers the highest version it
+//! saw per key (bounded, [`MAX_WATCHED_KEYS`]), a read below it is `store`
+//! / `record_went_back`, and the due scans leave such a record out.
 //! Leases, claims and generations fence store writes only; they never fence
 //! HTTP already sent (C15).
 
@@ -37,6 +41,7 @@ use smolbox_core::managed::slot::{Disposition, Finish};
 use smolbox_core::managed::state::MachineOperation;
 use smolbox_core::managed::{Capabilities, ExecPatch, Guard, Lease, MachinePatch, RecordKey};
 
+pub mod artifacts;
 mod clock;
 mod engine;
 #[cfg(feature = "testkit")]
@@ -56,7 +61,10 @@ mod sqlite;
 pub mod terminal_ops;
 pub mod terminals;
 pub mod trace;
+mod watch;
 
+#[cfg(feature = "testkit")]
+pub use memory::MemorySnapshot;
 pub use memory::{
     DEFAULT_MAX_BYTES, DEFAULT_MAX_RECORDS, MAX_BYTES, MAX_LEASES, MAX_RECORDS, MemoryConfig,
     MemoryStore,
@@ -69,6 +77,7 @@ pub use seal::{EncryptionKey, KEY_ID, Sealer};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteMode, SqliteOptions, SqliteStore};
 pub use terminal_ops::apply_terminal_op;
+pub use watch::MAX_WATCHED_KEYS;
 
 /// Record schema every adapter stores (C18.1).
 pub const SCHEMA: u32 = 1;

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::{Mutex, PoisonError};
 
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "testkit"))]
 use smolbox_core::managed::RecordKind;
 use smolbox_core::managed::envelope::{
     Capabilities, encode_exec_validated, encode_machine_validated,
@@ -61,6 +61,8 @@ pub struct MemoryStore {
     state: Mutex<MemState>,
     /// Write transactions committed (`Store::commits`).
     commits: std::sync::atomic::AtomicU64,
+    /// The highest version this handle saw per key (rollback detection).
+    marks: crate::watch::Marks,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -91,11 +93,66 @@ impl MemoryStore {
             config,
             state: Mutex::new(MemState::default()),
             commits: std::sync::atomic::AtomicU64::new(0),
+            marks: crate::watch::Marks::default(),
         })
     }
 }
 
+/// A copy of one stored record as the memory store holds it (or its
+/// absence), taken behind the engine's back by
+/// [`MemoryStore::testkit_snapshot`]: the rollback tests' whole-row swap.
+#[cfg(feature = "testkit")]
+#[derive(Clone, Debug)]
+pub struct MemorySnapshot {
+    key: RecordKey,
+    exec: Option<Option<(ExecutionRecord, usize)>>,
+    machine: Option<Option<(MachineRecord, usize)>>,
+}
+
+#[cfg(feature = "testkit")]
+impl MemoryStore {
+    /// Test kit: a copy of the stored record `key` of `kind` (or its
+    /// absence), bypassing every rule and the rollback marks.
+    pub fn testkit_snapshot(&self, kind: RecordKind, key: &RecordKey) -> MemorySnapshot {
+        let s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let machine = kind == RecordKind::Machine;
+        MemorySnapshot {
+            key: key.clone(),
+            exec: (!machine).then(|| s.execs.get(key).cloned()),
+            machine: machine.then(|| s.machines.get(key).cloned()),
+        }
+    }
+
+    /// Test kit: puts a snapshot back as stored (a whole-row rollback
+    /// behind the store's back), bypassing every rule.
+    pub fn testkit_restore(&self, snap: &MemorySnapshot) {
+        let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(row) = &snap.exec {
+            if let Some((_, size)) = s.execs.remove(&snap.key) {
+                s.bytes -= size;
+            }
+            if let Some((rec, size)) = row {
+                s.bytes += size;
+                s.execs.insert(snap.key.clone(), (rec.clone(), *size));
+            }
+        }
+        if let Some(row) = &snap.machine {
+            if let Some((_, size)) = s.machines.remove(&snap.key) {
+                s.bytes -= size;
+            }
+            if let Some((rec, size)) = row {
+                s.bytes += size;
+                s.machines.insert(snap.key.clone(), (rec.clone(), *size));
+            }
+        }
+    }
+}
+
 impl Backend for MemoryStore {
+    fn marks(&self) -> &crate::watch::Marks {
+        &self.marks
+    }
+
     fn info(&self) -> StoreInfo {
         StoreInfo {
             schema: SCHEMA,

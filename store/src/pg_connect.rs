@@ -10,40 +10,49 @@ use smolbox_core::Reason;
 use std::net::IpAddr;
 use std::path::Path;
 use std::str::FromStr;
-use std::sync::Arc;
 
 use postgres::config::{Host, SslMode};
 use postgres::error::SqlState;
 use postgres::{Client, Config, NoTls};
-use rustls::RootCertStore;
-use rustls_pki_types::CertificateDer;
-use rustls_pki_types::pem::PemObject;
 use smolbox_core::{Error, Evidence, Operation};
+use smolbox_tls::{ClientTlsBuilder, Peer};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// Largest CA bundle accepted (PEM bytes): far above any real bundle, small
 /// enough that a wrong path (a disk image, a log) is refused, not read.
-pub const MAX_CA_BYTES: usize = 1 << 20;
+/// (`smolbox_tls`'s, the one TLS builder's.)
+pub const MAX_CA_BYTES: usize = smolbox_tls::MAX_CA_BYTES;
 
 /// Connection options of a [`PostgresStore`](crate::PostgresStore).
 ///
 /// The default is plain TCP (or a Unix socket), which is accepted only when
 /// every host of the connection string is on this machine: a Unix socket,
 /// `localhost` or a loopback address. With [`PostgresOptions::ca_pem`] (or
-/// [`PostgresOptions::ca_file`]) the store speaks TLS only (`sslmode`
-/// becomes `require` whatever the string says) and verifies the server's
-/// certificate and name against those roots; there is no mode that skips
-/// verification.
-#[derive(Clone, Default)]
+/// [`PostgresOptions::ca_file`], or [`PostgresOptions::system_roots`]) the
+/// store speaks TLS only (`sslmode` becomes `require` whatever the string
+/// says) and verifies the server's certificate and name against those
+/// roots; there is no mode that skips verification. The rustls
+/// configuration is `smolbox_tls::ClientTlsBuilder`'s, the one both shells'
+/// worker connections use.
+#[derive(Clone)]
 pub struct PostgresOptions {
-    roots: Option<Arc<RootCertStore>>,
+    tls: ClientTlsBuilder,
     allow_plaintext_remote: bool,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        Self {
+            tls: ClientTlsBuilder::new(Peer::Postgres),
+            allow_plaintext_remote: false,
+        }
+    }
 }
 
 impl core::fmt::Debug for PostgresOptions {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("PostgresOptions")
-            .field("tls", &self.roots.is_some())
+            .field("tls", &self.tls())
             .field("allow_plaintext_remote", &self.allow_plaintext_remote)
             .finish()
     }
@@ -61,18 +70,7 @@ impl PostgresOptions {
     /// `validation` (`postgres_ca`) when the bundle is larger than
     /// [`MAX_CA_BYTES`], holds no certificate, or a certificate is malformed.
     pub fn ca_pem(mut self, pem: &[u8]) -> Result<Self, Error> {
-        let bad = || Error::validation(Operation::Config, Reason::PostgresCa);
-        if pem.len() > MAX_CA_BYTES {
-            return Err(bad().with_limit(pem.len() as u64, MAX_CA_BYTES as u64));
-        }
-        let mut roots = RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(pem) {
-            roots.add(cert.map_err(|_| bad())?).map_err(|_| bad())?;
-        }
-        if roots.is_empty() {
-            return Err(bad());
-        }
-        self.roots = Some(Arc::new(roots));
+        self.tls = self.tls.ca_pem(pem)?;
         Ok(self)
     }
 
@@ -81,14 +79,19 @@ impl PostgresOptions {
     /// # Errors
     /// `validation` (`postgres_ca_file`) when the file cannot be read or is
     /// larger than [`MAX_CA_BYTES`]; then as [`PostgresOptions::ca_pem`].
-    pub fn ca_file(self, path: &Path) -> Result<Self, Error> {
-        let bad = || Error::validation(Operation::Config, Reason::PostgresCaFile);
-        let len = std::fs::metadata(path).map_err(|_| bad())?.len();
-        if len > MAX_CA_BYTES as u64 {
-            return Err(bad().with_limit(len, MAX_CA_BYTES as u64));
-        }
-        let pem = std::fs::read(path).map_err(|_| bad())?;
-        self.ca_pem(&pem)
+    pub fn ca_file(mut self, path: &Path) -> Result<Self, Error> {
+        self.tls = self.tls.ca_file(path)?;
+        Ok(self)
+    }
+
+    /// Speak TLS, trusting the platform's trust store too (beside a CA
+    /// bundle, or alone). Verification stays on: this only adds anchors.
+    /// The platform store is read when the store is opened
+    /// (`validation`/`tls_system_roots` then if it gives no certificate).
+    #[must_use]
+    pub fn system_roots(mut self, on: bool) -> Self {
+        self.tls = self.tls.system_roots(on);
+        self
     }
 
     /// Allow plain text to a server that is not on this host (a trusted
@@ -101,7 +104,7 @@ impl PostgresOptions {
 
     /// Whether connections use TLS.
     pub fn tls(&self) -> bool {
-        self.roots.is_some()
+        self.tls.has_trust()
     }
 }
 
@@ -117,12 +120,12 @@ impl Connector {
         let op = Operation::Config;
         let mut config =
             Config::from_str(url).map_err(|_| Error::validation(op, Reason::PostgresUrl))?;
-        let Some(roots) = &options.roots else {
+        if !options.tls() {
             if !options.allow_plaintext_remote && !only_this_host(&config) {
                 return Err(Error::validation(op, Reason::PostgresPlaintextRemote));
             }
             return Ok(Self { config, tls: None });
-        };
+        }
         if config
             .get_hosts()
             .iter()
@@ -132,12 +135,7 @@ impl Connector {
             return Err(Error::validation(op, Reason::PostgresTlsUnixSocket));
         }
         config.ssl_mode(SslMode::Require);
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let client = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|_| Error::validation(op, Reason::PostgresTls))?
-            .with_root_certificates(Arc::clone(roots))
-            .with_no_client_auth();
+        let client = options.tls.clone().build()?;
         Ok(Self {
             config,
             tls: Some(MakeRustlsConnect::new(client)),

@@ -131,6 +131,8 @@ pub struct PostgresStore {
     sealer: Sealer,
     /// Write transactions committed (`Store::commits`).
     commits: std::sync::atomic::AtomicU64,
+    /// The highest version this handle saw per key (rollback detection).
+    marks: crate::watch::Marks,
 }
 
 impl core::fmt::Debug for PostgresStore {
@@ -173,6 +175,7 @@ impl PostgresStore {
             conn: Mutex::new(None),
             sealer,
             commits: std::sync::atomic::AtomicU64::new(0),
+            marks: crate::watch::Marks::default(),
         };
         store.migrate()?;
         Ok(store)
@@ -401,6 +404,10 @@ impl PostgresStore {
 }
 
 impl Backend for PostgresStore {
+    fn marks(&self) -> &crate::watch::Marks {
+        &self.marks
+    }
+
     fn info(&self) -> StoreInfo {
         StoreInfo {
             schema: SCHEMA,

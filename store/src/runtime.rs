@@ -28,9 +28,11 @@ use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
 use smolbox_core::worker::Profile;
 use smolbox_core::{Error, Evidence, Operation};
 
+use crate::artifacts::Artifacts;
 use crate::terminals::{LiveConn, Terminals};
 use crate::{Store, trace};
 
+pub mod files;
 pub mod stream;
 
 /// Longest single wait (C16).
@@ -81,6 +83,7 @@ pub struct Builder<R: Build> {
     clients: BTreeMap<String, R::Client>,
     ephemeral: bool,
     clock: Arc<dyn Clock>,
+    artifacts: Option<Arc<dyn Artifacts>>,
 }
 
 impl<R: Build> std::fmt::Debug for Builder<R> {
@@ -103,6 +106,7 @@ impl<R: Build> Builder<R> {
             clients: BTreeMap::new(),
             ephemeral: false,
             clock: Arc::new(SystemClock),
+            artifacts: None,
         }
     }
 
@@ -184,6 +188,16 @@ impl<R: Build> Builder<R> {
         self
     }
 
+    /// The artifact store declared input files are read from and
+    /// collected outputs are put into (C6.5). Without one, a spec with
+    /// input or output files is refused (`unsupported_capability`).
+    #[must_use]
+    pub fn artifacts(mut self, artifacts: Arc<dyn Artifacts>) -> Self {
+        self.config.artifacts = true;
+        self.artifacts = Some(artifacts);
+        self
+    }
+
     /// The clock (default [`SystemClock`]).
     #[must_use]
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
@@ -254,6 +268,7 @@ impl<R: Build> Builder<R> {
             clients: self.clients,
             clock: self.clock,
             span,
+            artifacts: self.artifacts,
         })
     }
 }
@@ -279,6 +294,8 @@ pub struct Parts<C> {
     pub clock: Arc<dyn Clock>,
     /// The span the driver runs in.
     pub span: tracing::Span,
+    /// The artifact store the driver's transfers read from and put into.
+    pub artifacts: Option<Arc<dyn Artifacts>>,
 }
 
 impl<C: Clone> Parts<C> {
@@ -784,9 +801,11 @@ mod tests {
             epoch: 0,
             dropped: 0,
             key: testkit::key("s", id),
-            state: ExecState::Accepted,
-            evidence: RecordEvidence::NotDispatched,
             version: 1,
+            lifecycle: smolbox_core::managed::controller::Lifecycle::Execution {
+                state: ExecState::Accepted,
+                evidence: RecordEvidence::NotDispatched,
+            },
         }
     }
 

@@ -126,6 +126,8 @@ pub struct SqliteStore {
     durable: bool,
     /// Write transactions committed (`Store::commits`).
     commits: std::sync::atomic::AtomicU64,
+    /// The highest version this handle saw per key (rollback detection).
+    marks: crate::watch::Marks,
 }
 
 impl SqliteStore {
@@ -260,6 +262,7 @@ impl SqliteStore {
             sealer,
             durable: !options.synchronous_normal,
             commits: std::sync::atomic::AtomicU64::new(0),
+            marks: crate::watch::Marks::default(),
         })
     }
 }
@@ -343,6 +346,10 @@ impl SqliteStore {
 }
 
 impl Backend for SqliteStore {
+    fn marks(&self) -> &crate::watch::Marks {
+        &self.marks
+    }
+
     fn info(&self) -> StoreInfo {
         StoreInfo {
             schema: SCHEMA,

@@ -5,7 +5,7 @@
 
 use smolbox_core::managed::controller::terminal::{TermStoreOp, TermStoreReply, TermStoreResult};
 
-use crate::{Accepted, Store};
+use crate::{Accepted, Released, Store};
 
 /// Performs `op` on `store` and returns its reply or the store's error,
 /// unchanged.
@@ -84,6 +84,23 @@ pub fn apply_terminal_op(store: &dyn Store, op: &TermStoreOp) -> TermStoreResult
                 machine: Box::new(m),
                 record: Box::new(r),
                 finish,
+            }),
+        TermStoreOp::ReleaseClaim {
+            claimed,
+            owner,
+            generation,
+            now_ms,
+        } => store
+            .release_claim(claimed, owner, *generation, *now_ms)
+            .and_then(|r| match r {
+                Released::Execution(rec) => Ok(TermStoreReply::Record(rec)),
+                Released::Machine(m) => Ok(TermStoreReply::Machine(m)),
+                Released::Worker(Some(l)) => Ok(TermStoreReply::Lease(l)),
+                Released::Worker(None) => Err(smolbox_core::Error::not_found(
+                    smolbox_core::Operation::StoreClaim,
+                    smolbox_core::Evidence::Unknown,
+                    smolbox_core::Reason::Absent,
+                )),
             }),
     }
 }

@@ -91,7 +91,7 @@ pub fn event(event: &ControllerEvent) {
         ControllerEvent::Telemetry(t) => tracing::debug!(
             target: "smolbox::runtime",
             scope = %t.key.scope, id = %t.key.id,
-            state = ?t.state, evidence = ?t.evidence, version = t.version,
+            lifecycle = ?t.lifecycle, version = t.version,
             epoch = t.epoch, dropped = t.dropped,
             "record written"
         ),

@@ -33,6 +33,24 @@ fn make() -> Option<Mem> {
 
 conformance_tests!(make);
 
+impl conformance::Rollback for Mem {
+    fn snapshot(
+        &self,
+        kind: smolbox_core::managed::RecordKind,
+        key: &smolbox_core::managed::RecordKey,
+    ) -> Box<dyn conformance::Restore + '_> {
+        Box::new((self.0.clone(), self.0.testkit_snapshot(kind, key)))
+    }
+}
+
+impl conformance::Restore for (Arc<MemoryStore>, smolbox_store::MemorySnapshot) {
+    fn restore(&self) {
+        self.0.testkit_restore(&self.1);
+    }
+}
+
+rollback_conformance_tests!(make);
+
 #[test]
 fn memory_is_not_durable() {
     assert!(

@@ -68,6 +68,79 @@ fn make() -> Option<Pg> {
 
 conformance_tests!(make);
 
+/// A whole-row copy in a table of its own, put back with `INSERT … SELECT`.
+struct PgRow {
+    url: String,
+    partition: String,
+    table: &'static str,
+    snap: String,
+    key: smolbox_core::managed::RecordKey,
+}
+
+impl conformance::Rollback for Pg {
+    fn snapshot(
+        &self,
+        kind: smolbox_core::managed::RecordKind,
+        key: &smolbox_core::managed::RecordKey,
+    ) -> Box<dyn conformance::Restore + '_> {
+        use smolbox_core::managed::RecordKind;
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let table = match kind {
+            RecordKind::Execution => "executions",
+            RecordKind::Machine => "machines",
+        };
+        let snap = format!(
+            "snap_{}_{}",
+            self.partition,
+            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        raw(&self.url)
+            .execute(
+                &format!(
+                    "CREATE TABLE {snap} AS SELECT * FROM {table} \
+                     WHERE partition = $1 AND scope = $2 AND id = $3"
+                ),
+                &[&self.partition, &key.scope, &key.id],
+            )
+            .unwrap();
+        Box::new(PgRow {
+            url: self.url.clone(),
+            partition: self.partition.clone(),
+            table,
+            snap,
+            key: key.clone(),
+        })
+    }
+}
+
+impl conformance::Restore for PgRow {
+    fn restore(&self) {
+        let mut c = raw(&self.url);
+        c.execute(
+            &format!(
+                "DELETE FROM {} WHERE partition = $1 AND scope = $2 AND id = $3",
+                self.table
+            ),
+            &[&self.partition, &self.key.scope, &self.key.id],
+        )
+        .unwrap();
+        c.execute(
+            &format!("INSERT INTO {} SELECT * FROM {}", self.table, self.snap),
+            &[],
+        )
+        .unwrap();
+    }
+}
+
+impl Drop for PgRow {
+    fn drop(&mut self) {
+        // The copy table is the test's own; leave the database as found.
+        let _ = raw(&self.url).execute(&format!("DROP TABLE IF EXISTS {}", self.snap), &[]);
+    }
+}
+
+rollback_conformance_tests!(make);
+
 fn raw(url: &str) -> postgres::Client {
     postgres::Client::connect(url, postgres::NoTls).unwrap()
 }

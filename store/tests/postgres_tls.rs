@@ -126,3 +126,30 @@ fn a_name_the_certificate_does_not_cover_is_refused_as_tls() {
     let e = PostgresStore::connect_with(&url, sealer(&fresh_partition('t')), &options).unwrap_err();
     assert_eq!(e.reason(), Reason::PostgresTls, "{e}");
 }
+
+#[test]
+fn system_roots_add_trust_and_never_replace_verification() {
+    let Some((url, ca)) = server() else { return };
+    // The test server's CA is in the file only: with the platform's roots
+    // alone the server is refused (or, on a machine with an empty trust
+    // store, the options are refused before any connection).
+    let options = PostgresOptions::new().system_roots(true);
+    assert!(options.tls());
+    let e = PostgresStore::connect_with(&url, sealer(&fresh_partition('t')), &options).unwrap_err();
+    assert!(
+        matches!(
+            (e.category(), e.reason()),
+            (Category::Store, Reason::PostgresTls) | (Category::Validation, Reason::TlsSystemRoots)
+        ),
+        "{e}"
+    );
+    // Beside the file, the same server is accepted.
+    let options = PostgresOptions::new()
+        .ca_file(&ca)
+        .unwrap()
+        .system_roots(true);
+    match PostgresStore::connect_with(&url, sealer(&fresh_partition('t')), &options) {
+        Ok(store) => assert!(store.info().durable),
+        Err(e) => assert_eq!(e.reason(), Reason::TlsSystemRoots, "{e}"),
+    }
+}

@@ -59,6 +59,64 @@ fn make() -> Option<Sq> {
 
 conformance_tests!(make);
 
+/// A whole-row copy in a table of its own, put back with `INSERT … SELECT`.
+struct SqRow {
+    path: PathBuf,
+    table: &'static str,
+    snap: String,
+    key: smolbox_core::managed::RecordKey,
+}
+
+impl conformance::Rollback for Sq {
+    fn snapshot(
+        &self,
+        kind: RecordKind,
+        key: &smolbox_core::managed::RecordKey,
+    ) -> Box<dyn conformance::Restore + '_> {
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let table = match kind {
+            RecordKind::Execution => "executions",
+            RecordKind::Machine => "machines",
+        };
+        let snap = format!(
+            "snap_{}",
+            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        raw(&self.path)
+            .execute(
+                &format!(
+                    "CREATE TABLE {snap} AS SELECT * FROM {table} WHERE scope = ?1 AND id = ?2"
+                ),
+                [&key.scope, &key.id],
+            )
+            .unwrap();
+        Box::new(SqRow {
+            path: self.path.clone(),
+            table,
+            snap,
+            key: key.clone(),
+        })
+    }
+}
+
+impl conformance::Restore for SqRow {
+    fn restore(&self) {
+        let c = raw(&self.path);
+        c.execute(
+            &format!("DELETE FROM {} WHERE scope = ?1 AND id = ?2", self.table),
+            [&self.key.scope, &self.key.id],
+        )
+        .unwrap();
+        c.execute(
+            &format!("INSERT INTO {} SELECT * FROM {}", self.table, self.snap),
+            [],
+        )
+        .unwrap();
+    }
+}
+
+rollback_conformance_tests!(make);
+
 const SENTINEL: &str = "SNTNL-5ec7e7-c0ffee";
 
 #[test]

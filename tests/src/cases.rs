@@ -663,6 +663,7 @@ fn read_until<T: TerminalHandle>(term: &mut T, needle: &str) -> String {
                 }
             }
             TerminalEvent::Closed(outcome) => panic!("closed before {needle:?}: {outcome:?}"),
+            other => panic!("unexpected event before {needle:?}: {other:?}"),
         }
     }
     panic!("{needle:?} never arrived");

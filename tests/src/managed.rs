@@ -30,6 +30,9 @@ pub struct Options {
     pub max_active: usize,
     /// The worker also runs disposable machines (its profile is admitted).
     pub disposable: bool,
+    /// The artifact store declared files go through (none: specs with
+    /// files are refused).
+    pub artifacts: Option<Arc<smolbox_store::artifacts::MemoryArtifacts>>,
 }
 
 impl Default for Options {
@@ -40,6 +43,7 @@ impl Default for Options {
             poll_interval_ms: 100,
             max_active: 4,
             disposable: false,
+            artifacts: None,
         }
     }
 }
@@ -214,6 +218,9 @@ impl ManagedShell for BlockingManaged {
         if let Some(owner) = &o.owner {
             b = b.owner(owner);
         }
+        if let Some(a) = &o.artifacts {
+            b = b.artifacts(Arc::clone(a) as Arc<dyn smolbox_store::artifacts::Artifacts>);
+        }
         Ok(Self(b.build()?))
     }
     fn submit(&self, submit: Submit) -> Result<Submission, Error> {
@@ -355,6 +362,9 @@ impl ManagedShell for TokioManaged {
             .max_active(o.max_active);
         if let Some(owner) = &o.owner {
             b = b.owner(owner);
+        }
+        if let Some(a) = &o.artifacts {
+            b = b.artifacts(Arc::clone(a) as Arc<dyn smolbox_store::artifacts::Artifacts>);
         }
         let runtime = {
             let _guard = rt.enter();

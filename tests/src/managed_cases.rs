@@ -181,7 +181,7 @@ pub(crate) fn open(gate: &Path) {
 
 /// Polls the store until `pred` holds (bounded): for states reached by
 /// the runtime in the background, which a case observes but cannot wait on.
-fn eventually<M: ManagedShell>(
+pub(crate) fn eventually<M: ManagedShell>(
     rt: &M,
     k: &RecordKey,
     pred: impl Fn(&ExecutionRecord) -> bool,
@@ -238,7 +238,7 @@ pub fn submit_returns_at_acceptance_and_wait_returns_the_outcome<M: ManagedShell
         .telemetry()
         .into_iter()
         .filter(|t| t.key == sub.key)
-        .map(|t| t.state)
+        .filter_map(|t| t.exec_state())
         .collect();
     assert_eq!(
         states,

@@ -18,7 +18,7 @@ use crate::fixture::Fixture;
 use crate::managed::{ManagedShell, Options, WORKER};
 use crate::managed_cases::{Setup, StoreKind, gated, open, setup};
 
-fn key(id: &str) -> RecordKey {
+pub(crate) fn key(id: &str) -> RecordKey {
     RecordKey::new("boxes", id).unwrap()
 }
 
@@ -44,7 +44,7 @@ fn options() -> Options {
 }
 
 /// Creates and starts `id`; returns the running record.
-fn running<M: ManagedShell>(rt: &M, id: &str) -> MachineRecord {
+pub(crate) fn running<M: ManagedShell>(rt: &M, id: &str) -> MachineRecord {
     let (m, existing) = rt.m_create(&key(id), &spec()).unwrap();
     assert!(!existing);
     assert_eq!(m.state, MS::Accepted);
@@ -63,7 +63,7 @@ fn running<M: ManagedShell>(rt: &M, id: &str) -> MachineRecord {
 }
 
 /// Waits until the machine's slot is empty (AC-14.3.2).
-fn slot_empty<M: ManagedShell>(rt: &M, id: &str) -> MachineRecord {
+pub(crate) fn slot_empty<M: ManagedShell>(rt: &M, id: &str) -> MachineRecord {
     let mut last = None;
     for _ in 0..3_000 {
         let m = rt.m_inspect(&key(id)).unwrap();

@@ -73,6 +73,21 @@ pub trait TermShell: Sized {
         endpoint: Endpoint,
         machines: bool,
         owner: &str,
+    ) -> Result<Self, Error> {
+        Self::start_with(store, key, endpoint, machines, owner, None)
+    }
+    /// As [`TermShell::start_as`] with claim/lease TTL `ttl_ms` (`None`:
+    /// the builder's default).
+    ///
+    /// # Errors
+    /// The builder's.
+    fn start_with(
+        store: Arc<dyn Store>,
+        key: FingerprintKey,
+        endpoint: Endpoint,
+        machines: bool,
+        owner: &str,
+        ttl_ms: Option<u64>,
     ) -> Result<Self, Error>;
     /// `terminals().cancel`.
     ///
@@ -179,12 +194,13 @@ pub struct BlockingTerm(smolbox_blocking::Runtime);
 
 impl TermShell for BlockingTerm {
     type Handle = smolbox_blocking::ManagedTerminal;
-    fn start_as(
+    fn start_with(
         store: Arc<dyn Store>,
         key: FingerprintKey,
         endpoint: Endpoint,
         machines: bool,
         owner: &str,
+        ttl_ms: Option<u64>,
     ) -> Result<Self, Error> {
         let client = builder_parts(endpoint)?;
         let b = smolbox_blocking::Runtime::builder(store, key);
@@ -194,8 +210,12 @@ impl TermShell for BlockingTerm {
         } else {
             b.worker(WORKER, client)
         };
-        let rt = b.owner(owner).poll_interval_ms(100).build()?;
-        Ok(Self(rt))
+        let b = b.owner(owner).poll_interval_ms(100);
+        let b = match ttl_ms {
+            Some(ttl) => b.lease_ttl_ms(ttl),
+            None => b,
+        };
+        Ok(Self(b.build()?))
     }
     fn cancel(&self, key: &RecordKey) -> Result<ExecutionRecord, Error> {
         self.0.terminals().cancel(key)
@@ -297,12 +317,13 @@ pub struct TokioHandle {
 
 impl TermShell for TokioTerm {
     type Handle = TokioHandle;
-    fn start_as(
+    fn start_with(
         store: Arc<dyn Store>,
         key: FingerprintKey,
         endpoint: Endpoint,
         machines: bool,
         owner: &str,
+        ttl_ms: Option<u64>,
     ) -> Result<Self, Error> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -317,9 +338,14 @@ impl TermShell for TokioTerm {
         } else {
             b.worker(WORKER, client)
         };
+        let b = b.owner(owner).poll_interval_ms(100);
+        let b = match ttl_ms {
+            Some(ttl) => b.lease_ttl_ms(ttl),
+            None => b,
+        };
         let runtime = {
             let _guard = rt.enter();
-            b.owner(owner).poll_interval_ms(100).build()?
+            b.build()?
         };
         Ok(Self {
             rt: Arc::new(rt),
@@ -659,6 +685,7 @@ fn read_until<H: TermHandle>(h: &mut H, needle: &str) -> String {
                 }
             }
             TerminalEvent::Closed(o) => panic!("closed before {needle:?}: {o:?}"),
+            other => panic!("unexpected event before {needle:?}: {other:?}"),
         }
     }
     panic!("{needle:?} never arrived");
@@ -1287,6 +1314,71 @@ pub fn recovery_keeps_a_recorded_exit_and_releases_the_slot<T: TermShell>(kind: 
     assert_eq!(s.upgrades(), 1);
 }
 
+/// A terminal that ended releases its claims (C15): with a ten-minute TTL
+/// and every wait here at most 30 s, another controller (the next `smolbox`
+/// command) runs a command in the machine's slot and finishes it under its
+/// own claim at once, while the first runtime still runs; without the
+/// release its slot finish would wait out the terminal's machine claim.
+pub fn another_controller_takes_the_machine_at_once_after_a_terminal_ends<T: TermShell>(
+    kind: StoreKind,
+) {
+    let Some(s) = setup(kind) else { return };
+    let start = |owner: &str| {
+        T::start_with(
+            Arc::clone(&s.store),
+            s.key.clone(),
+            s.fixture.endpoint(Fixture::budgets()),
+            true,
+            owner,
+            Some(600_000),
+        )
+        .unwrap()
+    };
+    let a = start(OWNER);
+    let k = key("term-release");
+    a.open(&k, &s.machine, ManagedTerminalSpec::default())
+        .unwrap();
+    let mut h = a.attach(&k, Duration::from_secs(10)).unwrap();
+    h.input(b"echo up-$((3+4))\n").unwrap();
+    read_until(&mut h, "up-7");
+    h.input(b"exit 0\n").unwrap();
+    assert_eq!(outcome_of(&mut h).unwrap().code, 0);
+    let rec = a.wait(&k).unwrap();
+    assert_eq!(rec.state, ExecState::Completed);
+    let now = now_ms();
+    let m = s.machine();
+    assert_eq!(m.active_execution, None);
+    for c in [rec.claim.clone(), m.claim.clone()] {
+        let c = c.unwrap();
+        assert_eq!(c.owner, OWNER, "ended in place, owner kept");
+        assert!(c.until_ms <= now, "released: {c:?} at {now}");
+    }
+    let b = start("ctl-term-next");
+    let out = b
+        .slot_command(
+            &s.machine,
+            &key("after-release"),
+            &Command::new(["echo", "two"]),
+        )
+        .unwrap();
+    assert_eq!(out.exit_code(), Some(0), "{:?}", out.error);
+    assert_eq!(out.output.unwrap().stdout, b"two\n");
+    let mut m = s.machine();
+    for _ in 0..3_000 {
+        if m.active_execution.is_none() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+        m = s.machine();
+    }
+    assert_eq!(m.active_execution, None, "the slot finished at once");
+    assert_eq!(m.claim.unwrap().owner, "ctl-term-next", "taken over");
+    assert_eq!(
+        (s.upgrades(), s.fixture.worker.request_count(Route::Exec)),
+        (1, 1)
+    );
+}
+
 /// Instantiates every managed terminal case for `$shell` (a
 /// [`TermShell`]), one `#[test]` per case and store.
 #[macro_export]
@@ -1315,6 +1407,7 @@ macro_rules! managed_terminal_suite {
             a_terminal_and_a_command_race_for_one_slot,
             recovery_never_reopens_a_possibly_dispatched_session,
             recovery_keeps_a_recorded_exit_and_releases_the_slot,
+            another_controller_takes_the_machine_at_once_after_a_terminal_ends,
         );
     };
     (@cases $shell:ty, $kind:expr, $($case:ident),* $(,)?) => {

@@ -461,3 +461,165 @@ fn blocking_resolves_a_killed_slot_holder() {
 fn tokio_resolves_a_killed_slot_holder() {
     a_killed_slot_holder_is_resolved::<TokioManaged>();
 }
+
+// ---- issue 13's interrupt scenario with a managed terminal ----
+
+/// Issue 13's interrupt scenario: a controller process (`managed-ctl …
+/// terminal`) opens a shell on its owned, running, retained machine and
+/// types into it; the shell writes a file; the process is SIGKILLed with
+/// the session active. A restarted controller records the terminal
+/// `unknown` (possibly running, never reopened) and keeps the slot blocked
+/// (the machine `unknown`, a command refused); a verified stop for
+/// draining and `resolve(quiesced = true, stopped)` free it; the machine
+/// starts again, a command reads the file; the shell was launched exactly
+/// once (one upgrade, one line in its counter); the machine is deleted.
+fn a_killed_terminal_is_resolved<M: ManagedShell>(db: &Db, dir: &std::path::Path) {
+    use smolbox_core::Category;
+    use smolbox_core::exec::Command;
+    use smolbox_core::managed::controller::Resolution;
+    use smolbox_core::managed::state::{MachineOperation, MachineRecordState as MS};
+
+    let fixture = Fixture::start(Transport::Tcp);
+    let file = dir.join("term-written");
+    let counter = dir.join("term-launched");
+    // Typed into the shell: the file, one line per launch of this input.
+    let script = format!(
+        "echo data > '{}'; echo launched >> '{}'",
+        file.display(),
+        counter.display()
+    );
+    let mut child = Process::new(env!("CARGO_BIN_EXE_managed-ctl"))
+        .args([
+            db.arg().as_str(),
+            &fixture.worker.base_url(),
+            TOKEN_SENTINEL,
+            "t1",
+            &script,
+            "terminal",
+        ])
+        .spawn()
+        .unwrap();
+    let key = RecordKey::new("boxes", "t1").unwrap();
+    let machine = RecordKey::new("boxes", "kill").unwrap();
+    // Observed, not timed: the shell ran the input once the line is there.
+    let mut typed = false;
+    for _ in 0..3_000 {
+        if std::fs::read_to_string(&counter).is_ok_and(|s| s.lines().count() == 1)
+            && std::fs::metadata(&file).is_ok_and(|m| m.len() > 0)
+        {
+            typed = true;
+            break;
+        }
+        assert!(child.try_wait().unwrap().is_none(), "the controller ended");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(typed, "the shell never ran the input");
+    let store = db.open();
+    assert_eq!(store.fetch(&key).unwrap().state, ExecState::Running);
+    child.kill().unwrap(); // SIGKILL
+    let status = child.wait().unwrap();
+    assert_eq!(status.signal(), Some(9), "{status:?}");
+
+    let (fingerprint_key, _) = load_or_create_keys(db.key_path()).unwrap();
+    let rt = M::start(
+        store.clone(),
+        fingerprint_key,
+        fixture.endpoint(Fixture::budgets()),
+        &Options {
+            lease_ttl_ms: 1_000,
+            disposable: true,
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    // The dead controller's claims lapse (1 s); the scan recovers it.
+    let mut seen = None;
+    for _ in 0..3_000 {
+        let (r, m) = (rt.fetch(&key).unwrap(), rt.m_inspect(&machine).unwrap());
+        if r.state == ExecState::Unknown && m.state == MS::Unknown {
+            seen = Some((r, m));
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (rec, m) = seen.expect("the terminal was never recovered as unknown");
+    // It was seen running before the kill; what happened after is unknown.
+    assert_eq!(rec.evidence, RecordEvidence::RunningObserved);
+    assert_eq!(rec.result, None);
+    assert_eq!(
+        rec.last_error.as_ref().map(|e| e.reason.as_str()),
+        Some("terminal_recovered")
+    );
+    assert_eq!(m.active_execution, Some(key.clone()), "the slot is blocked");
+    let next = RecordKey::new("boxes", "after-term").unwrap();
+    let read = Command::new(["cat", file.to_str().unwrap()]);
+    assert_eq!(
+        rt.m_submit(&machine, &next, &read).unwrap_err().category(),
+        Category::AdmissionExhausted
+    );
+    // Resolution needs the operator's word that the machine is quiet.
+    let m = rt.m_stop_for_drain(&machine, m.version).unwrap();
+    let e = rt
+        .m_resolve(&machine, m.version, false, Resolution::Stopped)
+        .unwrap_err();
+    assert_eq!(e.category(), Category::Validation, "{e:?}");
+    let (m, command) = rt
+        .m_resolve(&machine, m.version, true, Resolution::Stopped)
+        .unwrap();
+    assert!(m.active_execution.is_none(), "the slot is free");
+    assert_eq!(m.state, MS::Stopped);
+    assert_eq!(command.unwrap().state, ExecState::Unknown, "never guessed");
+    rt.m_lifecycle(&machine, MachineOperation::Start, m.version)
+        .unwrap();
+    assert_eq!(rt.m_wait(&machine, 30_000).unwrap().state, MS::Running);
+    rt.m_submit(&machine, &next, &read).unwrap();
+    let out = rt.wait(&next, 30_000).unwrap();
+    assert_eq!(
+        out.output.map(|o| o.stdout),
+        Some(b"data\n".to_vec()),
+        "the file is still there"
+    );
+    assert_eq!(
+        (
+            fixture.worker.request_count(Route::Terminal),
+            std::fs::read_to_string(&counter).unwrap().lines().count()
+        ),
+        (1, 1),
+        "the shell was launched exactly once"
+    );
+    let v = rt.m_inspect(&machine).unwrap().version;
+    rt.m_lifecycle(&machine, MachineOperation::Delete, v)
+        .unwrap();
+    let gone = rt.m_wait(&machine, 30_000).unwrap();
+    assert_eq!(gone.state, MS::Deleted, "{:?}", gone.last_error);
+    assert_eq!(store.fetch(&key).unwrap().state, ExecState::Unknown);
+    rt.shutdown();
+}
+
+#[test]
+fn blocking_resolves_a_killed_terminal_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::Sqlite(dir.path().join("smolbox.db"));
+    a_killed_terminal_is_resolved::<BlockingManaged>(&db, dir.path());
+}
+
+#[test]
+fn tokio_resolves_a_killed_terminal_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::Sqlite(dir.path().join("smolbox.db"));
+    a_killed_terminal_is_resolved::<TokioManaged>(&db, dir.path());
+}
+
+#[test]
+fn blocking_resolves_a_killed_terminal_on_postgres() {
+    let Some(url) = pg_url() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::Postgres {
+        url,
+        partition: fresh_partition(7),
+        keys: dir.path().join("pg"),
+    };
+    a_killed_terminal_is_resolved::<BlockingManaged>(&db, dir.path());
+}

@@ -7,17 +7,14 @@
 use std::time::Instant;
 
 use smolbox_tests::sim::worker::Mutation;
-use smolbox_tests::sim::{self, Bug, DEFAULT_SEEDS, Options, SEED_VAR, SEEDS_VAR};
+use smolbox_tests::sim::{self, Bug, DEFAULT_SEEDS, Options, SEED_VAR};
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
 }
 
-fn seeds() -> Box<dyn Iterator<Item = u64>> {
-    match env_u64(SEED_VAR) {
-        Some(seed) => Box::new(std::iter::once(seed)),
-        None => Box::new(0..env_u64(SEEDS_VAR).unwrap_or(DEFAULT_SEEDS)),
-    }
+fn seeds() -> Vec<u64> {
+    sim::seeds_with(&[])
 }
 
 #[allow(clippy::print_stdout)] // the report is what the test prints
@@ -155,7 +152,12 @@ fn every_planted_slot_bug_is_caught() {
 #[test]
 fn retained_machines_keep_every_rule() {
     let started = Instant::now();
-    let summary = sim::run_seeds(seeds(), Options::RETAINED, usize::MAX);
+    // The default range, then the soak's findings beyond it (regressions).
+    let summary = sim::run_seeds(
+        sim::seeds_with(&sim::RETAINED_REGRESSIONS),
+        Options::RETAINED,
+        usize::MAX,
+    );
     eprint!("retained: ");
     report(&summary, started);
     let bad: Vec<String> = summary

@@ -79,6 +79,12 @@ reasons! {
     ArgvTooMany = "argv_too_many",
     /// The argv entries together are longer than the total limit (`validation`).
     ArgvTotalTooLong = "argv_total_too_long",
+    /// An artifact-store put under an existing key brought other bytes than the stored ones (`identity_conflict`, original kept).
+    ArtifactDigestConflict = "artifact_digest_conflict",
+    /// The artifact store holds no bytes under an input's source reference (`not_found`).
+    ArtifactMissing = "artifact_missing",
+    /// An input's bytes in the artifact store are not exactly its declared size (`validation`, nothing sent).
+    ArtifactReadSize = "artifact_read_size",
     /// A recorded artifact is larger than the maximum size its declaration allows (`validation`, store write).
     ArtifactSize = "artifact_size",
     /// A recorded artifact's path or destination is not declared in the spec (`validation`, store write).
@@ -91,8 +97,10 @@ reasons! {
     AttachWaitOutOfRange = "attach_wait_out_of_range",
     /// A sealed store payload failed to decrypt or authenticate with the configured key (`store`).
     AuthenticationFailed = "authentication_failed",
-    /// A managed submit asked for a background command, which the managed runtime does not run (`unsupported_capability`).
+    /// A managed submit asked for a background command off a retained machine, the only place a launch runs (`unsupported_capability`, C5.4).
     Background = "background",
+    /// A background command declares output files, which a launch never collects (`validation`, C5.4).
+    BackgroundOutputs = "background_outputs",
     /// A background command spec also carries stdin (`validation`).
     BackgroundWithStdin = "background_with_stdin",
     /// A background command spec also carries a timeout (`validation`).
@@ -119,7 +127,7 @@ reasons! {
     BufferOutOfRange = "buffer_out_of_range",
     /// A managed terminal's output buffer is larger than the output allowance (`validation`).
     BufferOverAllowance = "buffer_over_allowance",
-    /// A CA file was configured for an `http://` endpoint (`validation`, config).
+    /// A CA file or system roots were configured for an `http://` endpoint (`validation`, config).
     CaFileRequiresHttps = "ca_file_requires_https",
     /// A streamed exec's output callback did not return before the operation deadline (`transport`, dispatch uncertain).
     CallbackDeadline = "callback_deadline",
@@ -193,6 +201,8 @@ reasons! {
     ClosedByClient = "closed_by_client",
     /// The worker closed the terminal connection without sending the program's exit (`unknown`).
     ClosedWithoutExit = "closed_without_exit",
+    /// The collection budget was spent before every declared output was downloaded (`expired`, exit kept).
+    CollectionDeadline = "collection_deadline",
     /// A record's collection fields do not fit its execution state (`validation`, store write).
     CollectionState = "collection_state",
     /// A terminal spec's column count is 0 or above the maximum (`validation`).
@@ -359,7 +369,9 @@ reasons! {
     FileAllowanceOutOfRange = "file_allowance_out_of_range",
     /// A configured TLS file (CA, certificate or key) is not a regular file (`validation`, config).
     FileNotRegular = "file_not_regular",
-    /// A managed submit has input or output files, which the managed runtime does not transfer (`unsupported_capability`).
+    /// Two inputs share a source or two outputs share a destination reference (`validation`, C6.4).
+    FileReferenceDuplicate = "file_reference_duplicate",
+    /// A managed submit has input or output files and the runtime has no artifact store to transfer them from or to (`unsupported_capability`).
     FileTransfer = "file_transfer",
     /// A stored spec's input or output files are not sorted by path without duplicates (`validation`, store write).
     FilesNotSortedUnique = "files_not_sorted_unique",
@@ -435,6 +447,8 @@ reasons! {
     InputLimitOutOfRange = "input_limit_out_of_range",
     /// Terminal input was sent while earlier input still exceeds the send buffer (`validation`).
     InputNotDrained = "input_not_drained",
+    /// A declared input is larger than the profile's per-file budget (`validation`, C6.4).
+    InputOverPerFile = "input_over_per_file",
     /// Terminal input is empty or larger than the session's input limit (`validation`).
     InputSize = "input_size",
     /// Insecure loopback was allowed on an `https://` endpoint (`validation`, config).
@@ -605,6 +619,8 @@ reasons! {
     ManagedNeedsPersistentWorker = "managed_needs_persistent_worker",
     /// `--cpus` or `--memory` was given for a managed machine, whose size comes from the profile (`validation`, CLI).
     ManagedSizeIsTheProfiles = "managed_size_is_the_profiles",
+    /// The input sizes, or the output maxima, sum above the per-direction aggregate budget (`validation`, C6.4).
+    ManifestOverAggregate = "manifest_over_aggregate",
     /// No randomness is left to mask the next WebSocket frame (`validation`).
     MaskEntropyExhausted = "mask_entropy_exhausted",
     /// A WebSocket frame from the server is masked (`protocol`).
@@ -725,6 +741,8 @@ reasons! {
     OutputAllowanceOutOfRange = "output_allowance_out_of_range",
     /// A streamed exec's output event is not valid UTF-8 (`protocol`).
     OutputInvalidUtf8 = "output_invalid_utf8",
+    /// A declared output's max size is 0 or above the profile's per-file budget (`validation`, C6.4).
+    OutputMaxRange = "output_max_range",
     /// Two mounts of a machine spec have the same or nested targets (`validation`).
     OverlappingMountTargets = "overlapping_mount_targets",
     /// A machine spec's overlay disk size is outside the allowed range (`validation`).
@@ -964,6 +982,8 @@ reasons! {
     SseLineTooLong = "sse_line_too_long",
     /// A machine request reached a stage that does not fit its kind (`protocol`).
     Stage = "stage",
+    /// A staged input read back from the guest differs from its declared size or digest (`protocol`, nothing dispatched).
+    StagedInputMismatch = "staged_input_mismatch",
     /// A start call answered with something other than the started machine (`protocol`).
     StartReplyMismatch = "start_reply_mismatch",
     /// A disposable machine's start may have reached the worker but its result is not known (`unknown`).
@@ -992,8 +1012,6 @@ reasons! {
     StoreThreadLost = "store_thread_lost",
     /// The CLI's exec stream ended without an exit event (`unknown`, CLI).
     StreamEndedWithoutExit = "stream_ended_without_exit",
-    /// `--stream` was asked on a managed machine, which runs commands buffered (`validation`, CLI).
-    StreamOnAManagedMachine = "stream_on_a_managed_machine",
     /// A streamed exec was asked for a background command (`unsupported_capability`, nothing sent).
     StreamWithBackground = "stream_with_background",
     /// A streamed exec was asked with stdin (`unsupported_capability`, nothing sent).
@@ -1066,6 +1084,8 @@ reasons! {
     TlsRequiresCaFile = "tls_requires_ca_file",
     /// The worker host is not a valid TLS server name (`validation`, config).
     TlsServerName = "tls_server_name",
+    /// System trust roots were asked for but the platform store gave no usable certificate (`validation`, config).
+    TlsSystemRoots = "tls_system_roots",
     /// A record has more artifacts than the limit (`validation`, store write).
     TooManyArtifacts = "too_many_artifacts",
     /// A network policy lists more CIDRs than the limit (`validation`).

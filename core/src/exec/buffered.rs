@@ -144,6 +144,21 @@ pub enum ExecOutcome {
     Launched(Launched),
 }
 
+impl ExecOutcome {
+    /// The launch acknowledgement a background launch must yield (what
+    /// both shells' `launch` return).
+    ///
+    /// # Errors
+    /// `protocol` (`launch_without_ack`) for an exit: the worker answered
+    /// the launch like a foreground exec.
+    pub fn into_launched(self) -> Result<Launched, Error> {
+        match self {
+            Self::Launched(l) => Ok(l),
+            Self::Exited(_) => Err(Error::protocol(Operation::Launch, Reason::LaunchWithoutAck)),
+        }
+    }
+}
+
 /// Decodes the 200 body of `POST …/exec` for `command`: a background command
 /// must yield a launch acknowledgement, a foreground one an exit (so a
 /// foreground `pid=12\n` is output, never a launch — AC-5.4.1).

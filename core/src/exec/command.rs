@@ -145,6 +145,23 @@ impl Command {
         self.background
     }
 
+    /// Checks that the command may be launched (sent as a background
+    /// launch, before anything is sent).
+    ///
+    /// # Errors
+    /// `validation` (`launch_requires_background`) for a foreground
+    /// command.
+    pub fn check_launch(&self) -> Result<(), Error> {
+        if self.background {
+            Ok(())
+        } else {
+            Err(Error::validation(
+                Operation::Launch,
+                Reason::LaunchRequiresBackground,
+            ))
+        }
+    }
+
     /// The timeout sent to the worker: `None` for background commands,
     /// otherwise the one set or [`DEFAULT_TIMEOUT_SECS`].
     pub fn effective_timeout_secs(&self) -> Option<u32> {

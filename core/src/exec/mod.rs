@@ -23,6 +23,7 @@ mod call;
 mod command;
 #[cfg(feature = "testkit")]
 mod fuzz;
+mod reader;
 mod request;
 mod stream;
 #[cfg(test)]
@@ -42,6 +43,7 @@ pub use command::{
 };
 #[cfg(feature = "testkit")]
 pub use fuzz::fuzz_exec_stream;
+pub use reader::ExecStreamReader;
 pub use request::{EVENT_STREAM, JSON, exec_request, exec_stream_request};
 pub use stream::{
     ExecEvent, ExecStreamDecoder, ExecStreamEvent, MAX_STREAM_CHUNK_LEN, MAX_STREAM_FRAME_LEN,

@@ -29,6 +29,7 @@ const WORKER_CAP_PREFIX: &str = "streaming output exceeded ";
 ///
 /// Its `Debug` prints sizes only: output never reaches a log through it.
 #[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ExecEvent {
     /// A piece of standard output (the worker's lossy UTF-8 text).
     Stdout(String),

@@ -66,6 +66,7 @@ mod exchange;
 #[cfg(feature = "testkit")]
 pub mod fuzzing;
 mod head;
+mod pull;
 mod request;
 mod status;
 mod types;
@@ -77,5 +78,6 @@ pub use config::{
     MAX_REQUEST_BODY_CEILING, MAX_RESPONSE_BODY_CEILING,
 };
 pub use exchange::{HttpEvent, HttpExchange, Timer};
+pub use pull::Pulled;
 pub use status::status_error;
 pub use types::{Method, Request, ResponseHead};

@@ -457,19 +457,7 @@ pub fn release_exec(
     generation: u64,
     now_ms: u64,
 ) -> Result<Release<ExecutionRecord>, Error> {
-    let claim = rec.claim.as_ref().map(|c| (c.owner.as_str(), c.until_ms));
-    if !check_release(claim, rec.generation, owner, generation, now_ms)? {
-        return Ok(Release::Lapsed);
-    }
-    let mut next = rec.clone();
-    if let Some(c) = next.claim.as_mut() {
-        c.until_ms = now_ms;
-    }
-    next.version += 1;
-    next.updated_at_ms = next.updated_at_ms.max(now_ms);
-    next.validate()
-        .map_err(|e| e.with_operation(Operation::StoreClaim))?;
-    Ok(Release::Ended(next))
+    release(rec, owner, generation, now_ms, |next| next.version += 1)
 }
 
 /// Releases `owner`'s claim on a machine record, as [`release_exec`]
@@ -485,17 +473,76 @@ pub fn release_machine(
     generation: u64,
     now_ms: u64,
 ) -> Result<Release<MachineRecord>, Error> {
-    let claim = rec.claim.as_ref().map(|c| (c.owner.as_str(), c.until_ms));
-    if !check_release(claim, rec.generation, owner, generation, now_ms)? {
+    release(rec, owner, generation, now_ms, |next| next.claims += 1)
+}
+
+/// A stored record with a claim that [`release`] ends in place.
+trait Claimed: Clone {
+    fn claim(&self) -> Option<&Claim>;
+    fn claim_mut(&mut self) -> Option<&mut Claim>;
+    fn generation(&self) -> u64;
+    fn updated_at_ms(&mut self) -> &mut u64;
+    fn check(&self) -> Result<(), Error>;
+}
+
+impl Claimed for ExecutionRecord {
+    fn claim(&self) -> Option<&Claim> {
+        self.claim.as_ref()
+    }
+    fn claim_mut(&mut self) -> Option<&mut Claim> {
+        self.claim.as_mut()
+    }
+    fn generation(&self) -> u64 {
+        self.generation
+    }
+    fn updated_at_ms(&mut self) -> &mut u64 {
+        &mut self.updated_at_ms
+    }
+    fn check(&self) -> Result<(), Error> {
+        self.validate()
+    }
+}
+
+impl Claimed for MachineRecord {
+    fn claim(&self) -> Option<&Claim> {
+        self.claim.as_ref()
+    }
+    fn claim_mut(&mut self) -> Option<&mut Claim> {
+        self.claim.as_mut()
+    }
+    fn generation(&self) -> u64 {
+        self.generation
+    }
+    fn updated_at_ms(&mut self) -> &mut u64 {
+        &mut self.updated_at_ms
+    }
+    fn check(&self) -> Result<(), Error> {
+        self.validate()
+    }
+}
+
+/// The one release of a record's claim: [`check_release`], then the claim
+/// ends now, `count` moves the record's write counter, and the record is
+/// validated.
+fn release<R: Claimed>(
+    rec: &R,
+    owner: &str,
+    generation: u64,
+    now_ms: u64,
+    count: impl FnOnce(&mut R),
+) -> Result<Release<R>, Error> {
+    let claim = rec.claim().map(|c| (c.owner.as_str(), c.until_ms));
+    if !check_release(claim, rec.generation(), owner, generation, now_ms)? {
         return Ok(Release::Lapsed);
     }
     let mut next = rec.clone();
-    if let Some(c) = next.claim.as_mut() {
+    if let Some(c) = next.claim_mut() {
         c.until_ms = now_ms;
     }
-    next.claims += 1;
-    next.updated_at_ms = next.updated_at_ms.max(now_ms);
-    next.validate()
+    count(&mut next);
+    let updated = next.updated_at_ms();
+    *updated = (*updated).max(now_ms);
+    next.check()
         .map_err(|e| e.with_operation(Operation::StoreClaim))?;
     Ok(Release::Ended(next))
 }

@@ -117,9 +117,16 @@
 //! into `unknown` sends its graceful stop. A machine answer is kept until
 //! the write acting on it succeeds.
 //!
-//! Not yet here (issue 13 and later): retained machines and their command
-//! slot, terminals, background launches, inputs and outputs (refused at
-//! submit with `unsupported_capability`).
+//! Declared files (C6.4): after the start and before `ready`, each input
+//! is uploaded ([`WorkerOp::Upload`], bytes from the driver's artifact
+//! store, digest checked before I/O) and read back ([`WorkerOp::Download`]
+//! without a destination) to its declared size and digest; after the
+//! result is stored (`collecting`), each output is downloaded into the
+//! artifact store (a disposable machine re-inspected running first) and
+//! `completed` records their sizes and digests, or `collection_failed`
+//! keeps the exit. A background command runs only in a retained
+//! machine's slot and ends `launched` (C5.4). See docs/decisions/runtime.md,
+//! "Managed files and background launches".
 
 use crate::Reason;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -130,9 +137,11 @@ pub mod machines;
 pub mod ops;
 pub mod release;
 mod target;
+mod telemetry;
 pub mod terminal;
 
 pub use target::{RunTarget, command_of, spec_for};
+pub use telemetry::{Lifecycle, Telemetry};
 
 pub use ops::{
     Claimed, DueAfter, OpId, Reservation, StoreOp, StoreReply, StoreResult, WorkerOp, WorkerReply,
@@ -281,6 +290,10 @@ pub struct ControllerConfig {
     /// durable and leaves the record to whichever controller comes next
     /// (`smolbox run --detach`).
     pub claim_at_accept: bool,
+    /// The driver has an artifact store (`smolbox_store::artifacts`):
+    /// specs with input or output files are accepted (C6.4). Default
+    /// false: they are refused with `unsupported_capability`.
+    pub artifacts: bool,
 }
 
 impl ControllerConfig {
@@ -296,6 +309,7 @@ impl ControllerConfig {
             cleanup_attempts: DEFAULT_CLEANUP_ATTEMPTS,
             telemetry_pending: DEFAULT_TELEMETRY_PENDING,
             claim_at_accept: true,
+            artifacts: false,
         }
     }
 
@@ -519,26 +533,6 @@ pub fn owner_id(pid: u32, random: u64) -> String {
     format!("ctl-{pid}-{random:016x}")
 }
 
-/// One lifecycle telemetry entry (C20): identifiers, state and evidence
-/// only (never argv, env, stdin, paths' contents, tokens or output).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Telemetry {
-    /// Overflow epoch, stamped at delivery: +1 for each run of drops
-    /// between two deliveries. A consumer that sees it change lost entries
-    /// just before this one.
-    pub epoch: u64,
-    /// Entries dropped in total so far (stamped at delivery).
-    pub dropped: u64,
-    /// Record key.
-    pub key: RecordKey,
-    /// State after the write.
-    pub state: ExecState,
-    /// Evidence after the write.
-    pub evidence: RecordEvidence,
-    /// Record version after the write.
-    pub version: u64,
-}
-
 /// What the controller tells its driver.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ControllerEvent {
@@ -616,6 +610,8 @@ pub struct Controller {
     telemetry_epoch: u64,
     telemetry_dropped: u64,
     dropped_since_delivery: bool,
+    /// Machine lifecycle writes whose answers are out (telemetry).
+    lifecycle_ops: telemetry::LifecycleOps,
     /// Executions being driven (≤ max_active once started).
     execs: BTreeMap<RecordKey, Exec>,
     /// Keys submitted here whose acceptance is outstanding (how many).
@@ -694,6 +690,7 @@ impl Controller {
             telemetry_epoch: 0,
             telemetry_dropped: 0,
             dropped_since_delivery: false,
+            lifecycle_ops: telemetry::LifecycleOps::default(),
             execs: BTreeMap::new(),
             accepting: BTreeMap::new(),
             intent_accepts: 0,
@@ -809,6 +806,7 @@ impl Controller {
         // detached submitter, a duplicate of a key in flight here).
         let intent = self.cfg.claim_at_accept
             && record.spec.worker_machine.is_some()
+            && record.spec.inputs.is_empty()
             && !self.execs.contains_key(&submit.key)
             && !self.accepting.contains_key(&submit.key)
             && self.busy() < self.cfg.max_active;
@@ -899,6 +897,7 @@ impl Controller {
             return;
         };
         self.note_claims(&purpose, &result);
+        self.note_lifecycle(id, &result);
         match purpose {
             Purpose::Lease(worker) => {
                 let st = self.leases.map.entry(worker).or_default();
@@ -1047,7 +1046,9 @@ impl Controller {
 
     /// The next store op to perform.
     pub fn poll_store_op(&mut self) -> Option<(OpId, StoreOp)> {
-        self.store_out.pop_front()
+        let (id, op) = self.store_out.pop_front()?;
+        self.note_sent(id, &op);
+        Some((id, op))
     }
 
     /// The next worker op to perform.
@@ -1067,26 +1068,6 @@ impl Controller {
         t.dropped = self.telemetry_dropped;
         self.dropped_since_delivery = false;
         Some(ControllerEvent::Telemetry(t))
-    }
-
-    /// Pushes one telemetry entry, dropping the oldest when full (C20).
-    fn push_telemetry(&mut self, rec: &ExecutionRecord) {
-        if self.telemetry.len() >= self.cfg.telemetry_pending {
-            self.telemetry.pop_front();
-            self.telemetry_dropped += 1;
-            if !self.dropped_since_delivery {
-                self.dropped_since_delivery = true;
-                self.telemetry_epoch += 1;
-            }
-        }
-        self.telemetry.push_back(Telemetry {
-            epoch: self.telemetry_epoch,
-            dropped: self.telemetry_dropped,
-            key: rec.key.clone(),
-            state: rec.state,
-            evidence: rec.evidence,
-            version: rec.version,
-        });
     }
 
     fn observe_clock(&mut self, now_ms: u64) {
@@ -1122,10 +1103,21 @@ impl Controller {
             _ => {}
         }
         if !spec.inputs.is_empty() || !spec.outputs.is_empty() {
-            return unsupported(Reason::FileTransfer);
+            // Transfers go with the worker's admitted profile, bytes from
+            // and to the runtime's artifact store (C6.4).
+            let worker = match &spec.worker_machine {
+                Some(w) => self.cfg.workers.iter().find(|x| x.id == w.worker_id),
+                None => self.cfg.workers.iter().find(|x| x.profile.is_some()),
+            };
+            if !self.cfg.artifacts || worker.is_none_or(|w| w.profile.is_none()) {
+                return unsupported(Reason::FileTransfer);
+            }
+            exec::check_files(spec)?;
         }
         match &spec.action {
             Action::Terminal(_) => unsupported(Reason::Terminal),
+            // A launch runs only on a retained machine (C5.4, AC-5.4.2),
+            // submitted through `machines` (the command slot).
             Action::Command(c) if c.background => unsupported(Reason::Background),
             Action::Command(c) => {
                 if let Some(t) = c.timeout_s

@@ -36,6 +36,7 @@ pub const READ_GRACE: Duration = Duration::from_millis(20);
 /// What [`TerminalSession::poll_event`] yields and what the shells'
 /// `Terminal::next` returns.
 #[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TerminalEvent {
     /// Output bytes from the PTY (chunk boundaries are arbitrary).
     Output(Bytes),

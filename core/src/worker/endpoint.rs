@@ -11,7 +11,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Operation};
+use crate::error::{Category, Error, Evidence, Operation};
 use crate::http1::ExchangeConfig;
 use crate::secret::Secret;
 
@@ -178,6 +178,9 @@ pub struct EndpointConfig {
     pub token: Option<Secret>,
     /// PEM CA file to verify the worker with (HTTPS only).
     pub ca_file: Option<PathBuf>,
+    /// Also trust the platform's trust store, beside `ca_file` (HTTPS only;
+    /// verification stays on: this only adds trust anchors).
+    pub system_roots: bool,
     /// PEM client certificate chain for mutual TLS (HTTPS only, with `client_key`).
     pub client_cert: Option<PathBuf>,
     /// PEM client private key for mutual TLS (HTTPS only, with `client_cert`).
@@ -218,14 +221,17 @@ pub enum ConnectPlan<'a> {
         /// Port.
         port: u16,
     },
-    /// TLS over TCP, verified against `ca_file` (and the host name).
+    /// TLS over TCP, verified against `ca_file` and, when `system_roots`,
+    /// the platform's roots (and the host name); at least one of the two.
     Tls {
         /// Host name or IP literal (no brackets); also the server name.
         host: &'a str,
         /// Port.
         port: u16,
         /// The CA bundle the peer is verified against.
-        ca_file: &'a Path,
+        ca_file: Option<&'a Path>,
+        /// Also trust the platform's trust store.
+        system_roots: bool,
         /// Client certificate and key for mutual TLS.
         client_identity: Option<(&'a Path, &'a Path)>,
     },
@@ -242,6 +248,7 @@ pub struct Endpoint {
     explicit_port: bool,
     token: Option<Secret>,
     ca_file: Option<PathBuf>,
+    system_roots: bool,
     client_identity: Option<(PathBuf, PathBuf)>,
     unix_socket: Option<PathBuf>,
     budgets: Budgets,
@@ -309,7 +316,7 @@ impl Endpoint {
                 }
             }
             Scheme::Http => {
-                if config.ca_file.is_some() {
+                if config.ca_file.is_some() || config.system_roots {
                     return Err(Error::validation(
                         Operation::Config,
                         Reason::CaFileRequiresHttps,
@@ -356,6 +363,7 @@ impl Endpoint {
             explicit_port: url.explicit_port,
             token: config.token,
             ca_file: config.ca_file,
+            system_roots: config.system_roots,
             client_identity,
             unix_socket,
             budgets: config.budgets,
@@ -438,24 +446,25 @@ impl Endpoint {
         }
     }
 
-    /// How to connect. HTTPS needs a CA file: no system roots are
-    /// consulted.
+    /// How to connect. HTTPS needs a CA file or the system roots (or both);
+    /// the platform's roots are consulted only when `system_roots` is set.
     ///
     /// # Errors
     /// `unsupported_capability` (operation `config`, `not_dispatched`,
-    /// reason `tls_requires_ca_file`) for HTTPS without a CA file.
+    /// reason `tls_requires_ca_file`) for HTTPS with neither.
     pub fn connect_plan(&self) -> Result<ConnectPlan<'_>, Error> {
         match (self.target(), self.scheme) {
             (Target::Unix(path), _) => Ok(ConnectPlan::Unix(path)),
             (Target::Tcp { host, port }, Scheme::Http) => Ok(ConnectPlan::Tcp { host, port }),
             (Target::Tcp { host, port }, Scheme::Https) => match self.ca_file() {
-                Some(ca_file) => Ok(ConnectPlan::Tls {
+                ca_file if ca_file.is_some() || self.system_roots => Ok(ConnectPlan::Tls {
                     host,
                     port,
                     ca_file,
+                    system_roots: self.system_roots,
                     client_identity: self.client_identity(),
                 }),
-                None => Err(Error::unsupported_capability(
+                _ => Err(Error::unsupported_capability(
                     Operation::Config,
                     Reason::TlsRequiresCaFile,
                 )),
@@ -488,6 +497,19 @@ impl Endpoint {
     /// The budgets.
     pub const fn budgets(&self) -> &Budgets {
         &self.budgets
+    }
+
+    /// The deadlines of an operation starting at `start`: the operation
+    /// budget from `start`, the checkout budget from `start` capped by it,
+    /// and the connect budget.
+    pub fn deadlines(&self, start: Instant) -> OperationDeadlines {
+        let b = &self.budgets;
+        let operation = start + b.operation;
+        OperationDeadlines {
+            operation,
+            checkout: (start + b.pool_checkout).min(operation),
+            connect: b.connect,
+        }
     }
 
     /// The [`ExchangeConfig`] of one exchange with this endpoint: its Host
@@ -523,6 +545,56 @@ impl Endpoint {
         }
         c
     }
+
+    /// `call`'s request and its [`ExchangeConfig`]
+    /// ([`Self::exchange_config_for`]): what a shell sends, decided here.
+    ///
+    /// # Errors
+    /// The call's request errors (validation; nothing sent).
+    pub fn prepare<C: super::WorkerCall + ?Sized>(
+        &self,
+        call: &C,
+        deadline: Instant,
+    ) -> Result<(crate::http1::Request, ExchangeConfig), Error> {
+        Ok((call.request()?, self.exchange_config_for(call, deadline)))
+    }
+}
+
+/// The moments one operation must respect, fixed when it starts (C1.3: one
+/// overall deadline covers pool checkout, connect and the transfer). Built
+/// by [`Endpoint::deadlines`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OperationDeadlines {
+    /// The overall operation deadline.
+    pub operation: Instant,
+    /// Pool checkout must end by then (never after `operation`).
+    pub checkout: Instant,
+    /// Connect budget, counted from the moment the connect starts.
+    pub connect: Duration,
+}
+
+impl OperationDeadlines {
+    /// The moment a connect starting at `now` must end: its budget from
+    /// `now`, never after the operation deadline.
+    pub fn connect_by(&self, now: Instant) -> Instant {
+        (now + self.connect).min(self.operation)
+    }
+
+    /// A checkout or connect failure seen at `now`: a `transport` /
+    /// `not_dispatched` error gets reason `deadline` when it was the
+    /// operation deadline, not the checkout or connect budget, that ran
+    /// out; any other error is returned as it is.
+    #[must_use]
+    pub fn checkout_error(&self, e: Error, now: Instant) -> Error {
+        if e.category() == Category::Transport
+            && e.evidence() == Evidence::NotDispatched
+            && now >= self.operation
+        {
+            e.with_reason(Reason::Deadline)
+        } else {
+            e
+        }
+    }
 }
 
 impl fmt::Debug for Endpoint {
@@ -534,6 +606,7 @@ impl fmt::Debug for Endpoint {
             .field("port", &self.port)
             .field("has_token", &self.token.is_some())
             .field("ca_file", &self.ca_file)
+            .field("system_roots", &self.system_roots)
             .field("client_identity", &self.client_identity)
             .field("unix_socket", &self.unix_socket)
             .field("budgets", &self.budgets)

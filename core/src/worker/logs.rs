@@ -320,6 +320,20 @@ impl LogStream {
         self.ready.pop_front()
     }
 
+    /// Hands every ready followed line to `on_line`, in order; `false`
+    /// once `on_line` returned `false` (the reader wants no more).
+    pub fn deliver<F>(&mut self, on_line: &mut F) -> bool
+    where
+        F: FnMut(String) -> bool + ?Sized,
+    {
+        while let Some(line) = self.ready.pop_front() {
+            if !on_line(line) {
+                return false;
+            }
+        }
+        true
+    }
+
     /// Ends the stream: the snapshot lines (empty for a follow read).
     ///
     /// # Errors

@@ -52,8 +52,8 @@ pub mod workload;
 mod json;
 
 pub use endpoint::{
-    Budgets, ConnectPlan, Endpoint, EndpointConfig, Scheme, SocketFileFacts, Target, WorkerId,
-    check_unix_socket, plain_http_address_allowed,
+    Budgets, ConnectPlan, Endpoint, EndpointConfig, OperationDeadlines, Scheme, SocketFileFacts,
+    Target, WorkerId, check_unix_socket, plain_http_address_allowed,
 };
 pub use files::{
     Download, DownloadSink, FileBudget, GuestPath, PathPolicy, Upload, UploadReply,

@@ -7,8 +7,8 @@ use std::sync::mpsc;
 use smolbox_core::exec::{Command, ExecEvent};
 use smolbox_core::managed::RecordKey;
 use smolbox_core::managed::controller::{Outcome, Submit, WorkerResult};
-use smolbox_core::{Category, Error, Operation};
-use smolbox_store::runtime::stream::{STREAM_EVENTS, Streams, Tally, buffered_events};
+use smolbox_core::{Error, Operation};
+use smolbox_store::runtime::stream::{STREAM_EVENTS, Streams, Tally, hand_over, settled};
 use smolbox_store::runtime::{Command as Cmd, MAX_WAIT_MS, WAIT_POLL, stopped};
 
 use super::{Machines, Msg, Runtime};
@@ -63,10 +63,6 @@ impl Drop for Watch<'_> {
     }
 }
 
-fn is_wait_expired(e: &Error) -> bool {
-    e.category() == Category::Expired && e.operation() == Operation::Await
-}
-
 impl Watch<'_> {
     /// Hands every event to `on_event` until the record is terminal or
     /// `unknown`, then returns its outcome (an output that went out
@@ -80,32 +76,25 @@ impl Watch<'_> {
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
                 // Nothing streams (yet): maybe nothing ever will (an
                 // existing record, another controller, a refusal).
-                Err(mpsc::RecvTimeoutError::Timeout) => match self.rt.wait(&self.key, 0) {
-                    Ok(o) => return Ok(self.finish(o, on_event)),
-                    Err(e) if is_wait_expired(&e) => {}
-                    Err(e) => return Err(e),
-                },
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if let Some(r) = settled(self.rt.wait(&self.key, 0)) {
+                        return r.map(|o| self.finish(o, on_event));
+                    }
+                }
             }
         }
         loop {
-            match self.rt.wait(&self.key, MAX_WAIT_MS) {
-                Ok(o) => return Ok(self.finish(o, on_event)),
-                Err(e) if is_wait_expired(&e) => {}
-                Err(e) => return Err(e),
+            if let Some(r) = settled(self.rt.wait(&self.key, MAX_WAIT_MS)) {
+                return r.map(|o| self.finish(o, on_event));
             }
         }
     }
 
-    fn finish(&self, mut o: Outcome, on_event: &mut dyn FnMut(&ExecEvent)) -> Outcome {
+    fn finish(&self, o: Outcome, on_event: &mut dyn FnMut(&ExecEvent)) -> Outcome {
         while let Ok(event) = self.rx.try_recv() {
             on_event(&event);
         }
-        if let Some(out) = o.output.take() {
-            for event in buffered_events(&out) {
-                on_event(&event);
-            }
-        }
-        o
+        hand_over(o, on_event)
     }
 }
 

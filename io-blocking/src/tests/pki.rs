@@ -60,7 +60,8 @@ impl Pki {
     /// Client files: this CA, with or without the client identity.
     pub(crate) fn client_files(&self, with_identity: bool) -> TlsFiles {
         TlsFiles {
-            ca_file: self.path("ca.pem"),
+            ca_file: Some(self.path("ca.pem")),
+            system_roots: false,
             client_identity: with_identity
                 .then(|| (self.path("client.pem"), self.path("client.key"))),
         }

@@ -151,6 +151,7 @@ fn a_full_session_echo_resize_and_exit() {
         match t.next(wait).unwrap() {
             TerminalEvent::Output(b) => got.extend_from_slice(&b),
             TerminalEvent::Closed(outcome) => break outcome,
+            other => panic!("unexpected event: {other:?}"),
         }
     };
     assert_eq!(got, b"exit 7\r\n");
@@ -215,6 +216,7 @@ fn a_stalled_consumer_hits_the_output_limit() {
         match t.next(Duration::from_secs(5)).unwrap() {
             TerminalEvent::Output(b) => delivered += b.len(),
             TerminalEvent::Closed(outcome) => break outcome,
+            other => panic!("unexpected event: {other:?}"),
         }
     };
     let e = outcome.unwrap_err();

@@ -210,7 +210,8 @@ fn a_ca_file_without_certificates_is_refused() {
     let pki = Pki::new(&["127.0.0.1"]);
     std::fs::write(pki.path("empty.pem"), "").unwrap();
     let files = crate::TlsFiles {
-        ca_file: pki.path("empty.pem"),
+        ca_file: Some(pki.path("empty.pem")),
+        system_roots: false,
         client_identity: None,
     };
     let e = SocketTarget::tls("127.0.0.1", 1, &files).unwrap_err();
@@ -244,7 +245,8 @@ fn mutual_tls_server_refuses_a_client_without_certificate() {
 #[test]
 fn unreadable_tls_files_are_validation_errors() {
     let files = crate::TlsFiles {
-        ca_file: "/nonexistent/ca.pem".into(),
+        ca_file: Some("/nonexistent/ca.pem".into()),
+        system_roots: false,
         client_identity: None,
     };
     let e = SocketTarget::tls("127.0.0.1", 1, &files).unwrap_err();

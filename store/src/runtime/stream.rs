@@ -24,8 +24,8 @@ use std::sync::Mutex;
 use smolbox_core::exec::ExecEvent;
 use smolbox_core::managed::RecordKey;
 pub use smolbox_core::managed::controller::MAX_STREAMS;
-use smolbox_core::managed::controller::{WorkerReply, WorkerResult};
-use smolbox_core::{Error, Evidence, Operation, Reason};
+use smolbox_core::managed::controller::{Outcome, WorkerReply, WorkerResult};
+use smolbox_core::{Category, Error, Evidence, Operation, Reason};
 
 /// Output events queued per streamed execution between the worker read and
 /// the caller; the read waits while the queue is full.
@@ -115,6 +115,9 @@ impl Tally {
                 exit_code: *code,
                 output_bytes: self.output_bytes,
             })),
+            // An event kind this build does not know: neither output nor
+            // the exit; forwarded as it is.
+            _ => None,
         }
     }
 
@@ -148,6 +151,28 @@ pub fn buffered_events(out: &smolbox_core::exec::ExecOutput) -> Vec<ExecEvent> {
     events
 }
 
+/// A caller's wait, read for a followed stream: `Some` once the wait
+/// answered (the record settled, or the wait failed for another reason
+/// than its own expiry), `None` when only the wait expired (wait again).
+pub fn settled(wait: Result<Outcome, Error>) -> Option<Result<Outcome, Error>> {
+    match wait {
+        Err(e) if e.category() == Category::Expired && e.operation() == Operation::Await => None,
+        other => Some(other),
+    }
+}
+
+/// The end of a followed stream, after the sink's last events: the
+/// output that went out buffered is handed to `on_event` as events (see
+/// [`buffered_events`]); the outcome comes back with `output` `None`.
+pub fn hand_over(mut outcome: Outcome, on_event: &mut dyn FnMut(&ExecEvent)) -> Outcome {
+    if let Some(out) = outcome.output.take() {
+        for event in buffered_events(&out) {
+            on_event(&event);
+        }
+    }
+    outcome
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)] // test code
@@ -155,6 +180,42 @@ mod tests {
     use super::*;
     use smolbox_core::Category;
     use smolbox_core::managed::testkit;
+
+    #[test]
+    fn only_an_expired_wait_is_waited_again_and_buffered_output_is_handed_over() {
+        use smolbox_core::exec::{ExecOutput, OutputEncoding};
+        let key = testkit::key("s", "k");
+        let record = testkit::accepted(key, testkit::exec_spec("x"), 1);
+        let expired = Error::expired(Operation::Await, Evidence::NotDispatched, Reason::Deadline);
+        assert!(settled(Err(expired)).is_none());
+        let other = Error::expired(
+            Operation::ExecStream,
+            Evidence::DispatchUncertain,
+            Reason::Deadline,
+        );
+        assert_eq!(settled(Err(other)).map(Result::err), Some(Some(other)));
+        let mut out = ExecOutput::empty(OutputEncoding::Bytes);
+        out.stdout = b"out".to_vec();
+        out.stderr = b"err".to_vec();
+        let outcome = Outcome {
+            record,
+            output: Some(out),
+            error: None,
+        };
+        let Some(Ok(outcome)) = settled(Ok(outcome)) else {
+            panic!("a settled record was waited again");
+        };
+        let mut seen = Vec::new();
+        let outcome = hand_over(outcome, &mut |e: &ExecEvent| seen.push(e.clone()));
+        assert!(outcome.output.is_none());
+        assert_eq!(
+            seen,
+            [
+                ExecEvent::Stdout("out".into()),
+                ExecEvent::Stderr("err".into())
+            ]
+        );
+    }
 
     #[test]
     fn sinks_are_registered_up_to_the_limit_and_one_per_key() {

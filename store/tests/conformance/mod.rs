@@ -20,15 +20,20 @@ use smolbox_core::managed::testkit::{
 use smolbox_core::managed::{ExecPatch, ExecutionRecord, Guard, MachinePatch, RecordKey};
 use smolbox_core::{Category, Error};
 use smolbox_store::{
-    Accepted, Assigned, DEFAULT_LIST_PAGE, MAX_LIST_PAGE, Reserve, Store, Submitted,
+    Accepted, Assigned, DEFAULT_LIST_PAGE, MAX_DUE_PAGE, MAX_LIST_PAGE, Reserve, Store, Submitted,
 };
 
 mod intent;
 mod ops;
 mod release;
+// The TLS harness (postgres_tls.rs) expands the main suite only.
+#[allow(dead_code)]
+mod rollback;
 pub(crate) use intent::*;
 pub(crate) use ops::*;
 pub(crate) use release::*;
+#[allow(unused_imports)]
+pub(crate) use rollback::*;
 
 /// Wall-clock start of every test's timeline.
 pub(crate) const T0: u64 = 1_700_000_000_000;
@@ -63,6 +68,7 @@ macro_rules! conformance_tests {
             release_only_after_cleanup_and_absence,
             cancel_is_idempotent_and_makes_the_record_due,
             due_pages_are_keyset_ordered,
+            due_page_size_at_n_and_n_plus_one,
             ac_13_1_and_13_2_hold_through_the_store,
             machine_accept_slot_and_lifecycle,
             slot_race_has_one_winner,

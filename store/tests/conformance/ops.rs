@@ -841,3 +841,46 @@ pub(crate) fn claim_machine_version_refences_an_assigned_machine(h: &impl Harnes
         (MachineRecordState::Stopping, m.version + 1)
     );
 }
+
+/// The due page size (`MAX_DUE_PAGE`, 100), for both due scans: a page of
+/// 100 (N) holds 100 due records and a cursor to the rest; 101 (N + 1) and
+/// 0 are refused (`validation`, `due_limit`, with the limit).
+pub(crate) fn due_page_size_at_n_and_n_plus_one(h: &impl Harness) {
+    let s = h.store();
+    for i in 0..=MAX_DUE_PAGE {
+        s.accept(
+            &accepted(key("dp", &format!("p{i:03}")), exec_spec("x"), T0),
+            10_000,
+        )
+        .unwrap();
+    }
+    let page = s.due(T0 + 1, None, MAX_DUE_PAGE).unwrap();
+    assert_eq!(page.records.len(), 100);
+    assert!(page.next.is_some(), "a full page has a cursor");
+    let rest = h
+        .another()
+        .due(T0 + 1, page.next.as_ref(), MAX_DUE_PAGE)
+        .unwrap();
+    assert_eq!(rest.records.len(), 1);
+    assert!(rest.next.is_none());
+    assert!(s.due_machines(T0 + 1, None, MAX_DUE_PAGE).is_ok());
+    for limit in [0, MAX_DUE_PAGE + 1] {
+        for e in [
+            s.due(T0 + 1, None, limit).unwrap_err(),
+            s.due_machines(T0 + 1, None, limit).unwrap_err(),
+        ] {
+            assert_eq!(
+                (
+                    e.category(),
+                    e.reason(),
+                    e.limit().map(|l| (l.actual, l.max))
+                ),
+                (
+                    Category::Validation,
+                    Reason::DueLimit,
+                    Some((u64::from(limit), u64::from(MAX_DUE_PAGE)))
+                )
+            );
+        }
+    }
+}

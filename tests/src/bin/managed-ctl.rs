@@ -11,9 +11,12 @@
 //!
 //! With a sixth argument `retained`, the worker gets its admitted profile,
 //! the process creates and starts retained machine `boxes/kill` and submits
-//! the command into its slot under `boxes/ID` instead.
+//! the command into its slot under `boxes/ID` instead. With `terminal`, it
+//! opens a managed terminal `boxes/ID` on that machine instead, attaches,
+//! types `SCRIPT` and a newline into the shell, and reads its output until
+//! the session ends (exit 1) or the process is killed.
 //!
-//! Usage: `managed-ctl STORE URL TOKEN ID SCRIPT [retained]`.
+//! Usage: `managed-ctl STORE URL TOKEN ID SCRIPT [retained|terminal]`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +24,9 @@ use std::time::Duration;
 use smolbox_core::Secret;
 use smolbox_core::exec::Command;
 use smolbox_core::managed::controller::{RunTarget, Submit, spec_for};
+use smolbox_core::managed::spec::ManagedTerminalSpec;
 use smolbox_core::managed::{RecordKey, RetainedMachineSpec};
+use smolbox_core::terminal::TerminalEvent;
 use smolbox_core::worker::{Budgets, Endpoint, EndpointConfig};
 use smolbox_store::keys::load_or_create_keys;
 use smolbox_store::{PostgresStore, Sealer, SqliteStore, Store};
@@ -29,13 +34,13 @@ use smolbox_tests::kill::{KillPoint, KillStore};
 
 fn main() -> Result<(), smolbox_core::Error> {
     let args: Vec<String> = std::env::args().collect();
-    let (db, url, token, id, script, retained) = match args.as_slice() {
-        [_, db, url, token, id, script] => (db, url, token, id, script, false),
-        [_, db, url, token, id, script, mode] if mode == "retained" => {
-            (db, url, token, id, script, true)
+    let (db, url, token, id, script, mode) = match args.as_slice() {
+        [_, db, url, token, id, script] => (db, url, token, id, script, ""),
+        [_, db, url, token, id, script, mode] if mode == "retained" || mode == "terminal" => {
+            (db, url, token, id, script, mode.as_str())
         }
         _ => {
-            eprintln!("usage: managed-ctl STORE URL TOKEN ID SCRIPT [retained]");
+            eprintln!("usage: managed-ctl STORE URL TOKEN ID SCRIPT [retained|terminal]");
             std::process::exit(2);
         }
     };
@@ -79,7 +84,7 @@ fn main() -> Result<(), smolbox_core::Error> {
     })?;
     let client = smolbox_blocking::Client::new(endpoint)?;
     let command = Command::new(["sh", "-c", script.as_str()]).timeout_secs(60);
-    if retained {
+    if mode == "retained" || mode == "terminal" {
         let profile = client.admit(&[])?;
         let runtime = smolbox_blocking::Runtime::builder(store, key)
             .worker_with_profile("dev", client, profile)
@@ -103,6 +108,18 @@ fn main() -> Result<(), smolbox_core::Error> {
         m.start(&machine, rec.version)?;
         m.wait(&machine, 30_000)?;
         let key = RecordKey::new("boxes", id)?;
+        if mode == "terminal" {
+            let t = runtime.terminals();
+            t.open(key.clone(), machine, ManagedTerminalSpec::default())?;
+            let mut h = t.attach(&key, Duration::from_secs(10))?;
+            h.input(format!("{script}\n").as_bytes())?;
+            loop {
+                if let Ok(TerminalEvent::Closed(_)) = h.next(Duration::from_secs(60)) {
+                    // The session was to outlive this process.
+                    std::process::exit(1);
+                }
+            }
+        }
         m.submit(&machine, &key, &command)?;
         runtime.wait(&key, 60_000)?;
         return Ok(());

@@ -1123,6 +1123,11 @@ impl Sim {
                 self.violation("a streamed exec in the simulation".to_owned());
                 return;
             }
+            WorkerOp::Upload { .. } | WorkerOp::Download { .. } => {
+                // No simulated spec declares files (yet).
+                self.violation("a file transfer in the simulation".to_owned());
+                return;
+            }
         };
         if self.crash_point(h, "worker_before_send") {
             return;

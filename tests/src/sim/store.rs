@@ -871,8 +871,9 @@ impl Store for FaultStore {
         )
     }
 
-    /// Not logged as a commit: the simulation never shuts a controller
-    /// down, so no release reaches it (a crash releases nothing).
+    /// A record's claim ended (a settled terminal run releases its record
+    /// and machine claims): logged as a claim commit by no owner, so it
+    /// leaves nobody a fresh claim. A worker lease has no commit log.
     fn release_claim(
         &self,
         claimed: &smolbox_core::managed::controller::Claimed,
@@ -880,9 +881,29 @@ impl Store for FaultStore {
         generation: u64,
         now_ms: u64,
     ) -> Result<smolbox_store::Released, Error> {
-        self.mutation(Operation::StoreClaim, |s| {
-            s.release_claim(claimed, owner, generation, now_ms)
-        })
+        use smolbox_core::managed::controller::Claimed;
+        use smolbox_store::Released;
+        match claimed {
+            Claimed::Execution(key) => {
+                self.remember(key);
+                self.exec_mutation(Operation::StoreClaim, CommitKind::Claim, None, |s| match s
+                    .release_claim(claimed, owner, generation, now_ms)?
+                {
+                    Released::Execution(r) => Ok(*r),
+                    _ => s.fetch(key),
+                })
+                .map(|r| Released::Execution(Box::new(r)))
+            }
+            Claimed::Machine(key) => {
+                let t = touch(MachineCommitKind::Claim, None, key);
+                self.machine_mutation(Operation::StoreClaim, &t, |s| {
+                    s.release_claim(claimed, owner, generation, now_ms)
+                })
+            }
+            Claimed::Worker(_) => self.mutation(Operation::StoreClaim, |s| {
+                s.release_claim(claimed, owner, generation, now_ms)
+            }),
+        }
     }
 }
 

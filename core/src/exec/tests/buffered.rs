@@ -255,3 +255,29 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn a_launch_needs_a_background_command_and_an_acknowledgement() {
+    let fg = Command::new(["sleep", "1"]);
+    let e = fg.check_launch().unwrap_err();
+    assert_eq!(
+        (e.category(), e.evidence(), e.reason()),
+        (
+            Category::Validation,
+            Evidence::NotDispatched,
+            crate::Reason::LaunchRequiresBackground
+        )
+    );
+    assert!(fg.clone().background(true).check_launch().is_ok());
+    let launched = Launched { pid: 7 };
+    assert_eq!(
+        ExecOutcome::Launched(launched).into_launched(),
+        Ok(launched)
+    );
+    let exited = ExecOutcome::Exited(ExecOutput::empty(OutputEncoding::Bytes));
+    let e = exited.into_launched().unwrap_err();
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::Protocol, crate::Reason::LaunchWithoutAck)
+    );
+}

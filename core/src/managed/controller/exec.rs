@@ -24,6 +24,9 @@ use crate::worker::{MachineName, MachineSpec, MachineState, Observation};
 use crate::{Category, Error, Evidence, Operation};
 
 mod disposable;
+mod files;
+
+pub(super) use files::check_files;
 
 /// Consecutive `stale_version` refetches before an execution is given up.
 const MAX_REFETCHES: u32 = 16;
@@ -60,6 +63,8 @@ enum Observed {
     NotSent,
     /// May have reached the worker; outcome unknown.
     Uncertain,
+    /// A background launch was acknowledged (C5.4).
+    Launched,
 }
 
 /// Deadline slots with a monotonic bound (C13.4).
@@ -69,6 +74,7 @@ enum Deadline {
     Preparation = 1,
     Execution = 2,
     Cleanup = 3,
+    Collection = 4,
 }
 
 #[derive(Debug)]
@@ -92,7 +98,7 @@ pub(super) struct Exec {
     output: Option<ExecOutput>,
     exec_error: Option<Error>,
     /// Monotonic bound of each deadline, fixed when first seen.
-    mono: [Option<Instant>; 4],
+    mono: [Option<Instant>; 5],
     retry_at: Option<Instant>,
     failures: u32,
     /// Consecutive store failures of claim renewals while the exec is
@@ -119,6 +125,8 @@ pub(super) struct Exec {
     /// goes out as a streamed exec when it can be streamed (set by the
     /// controller before each step; read only before the exec is sent).
     stream: bool,
+    /// Staging and collection of the declared files.
+    files: files::FileSteps,
 }
 
 /// A machine operation of a disposable execution.
@@ -186,7 +194,7 @@ impl Exec {
             result_written: false,
             output: None,
             exec_error: None,
-            mono: [queue_bound, None, None, None],
+            mono: [queue_bound, None, None, None, None],
             retry_at: None,
             failures: 0,
             renew_failures: 0,
@@ -201,6 +209,7 @@ impl Exec {
             target: None,
             lease_gen: None,
             stream: false,
+            files: files::FileSteps::default(),
         };
         ex.bound_deadlines(now, now_ms);
         ex
@@ -233,6 +242,7 @@ impl Exec {
             (Deadline::Preparation, d.preparation_ms),
             (Deadline::Execution, d.execution_ms),
             (Deadline::Cleanup, d.cleanup_ms),
+            (Deadline::Collection, d.collection_ms),
         ] {
             if let (None, Some(w)) = (self.mono[slot as usize], wall) {
                 self.mono[slot as usize] =
@@ -248,6 +258,7 @@ impl Exec {
             Deadline::Preparation => d.preparation_ms,
             Deadline::Execution => d.execution_ms,
             Deadline::Cleanup => d.cleanup_ms,
+            Deadline::Collection => d.collection_ms,
         };
         wall.is_some_and(|w| now_ms >= w) || self.mono[slot as usize].is_some_and(|m| now >= m)
     }
@@ -258,6 +269,10 @@ impl Exec {
 
     pub(super) fn worker_sent(&mut self, id: OpId) {
         self.worker_op = Some(id);
+        if let Some(k) = self.files.pending.take() {
+            self.files.kind = Some(k);
+            return;
+        }
         match self.pending_kind.take() {
             Some(k) => {
                 self.machine.kind = Some(k);
@@ -343,6 +358,10 @@ impl Exec {
             // `step` does nothing before `retry_at`: an earlier wake (a
             // renewal or deadline already due) would make a driver spin.
             return Some(t);
+        }
+        if self.worker_op.is_some() && self.files.kind.is_some() {
+            // A transfer is out: only the claim renewal needs time.
+            return self.claim_at.map(|c| c + cfg.renew_every());
         }
         if self.worker_op.is_some() {
             let renew = self.claim_at.map(|c| c + cfg.renew_every());
@@ -539,6 +558,10 @@ impl Exec {
             // lease: wait for it (its own timer wakes this execution).
             return Step::Wait;
         }
+        if self.worker_op.is_some() && self.files.kind.is_some() {
+            // A transfer is out: renew while it runs.
+            return self.renew_or_wait(cfg, now, now_ms);
+        }
         if let Some(obs) = self.observed.clone()
             && !self.result_written
         {
@@ -619,6 +642,18 @@ impl Exec {
                 } else {
                     self.prepare()
                 };
+                // A caller's machine stages its inputs here; a disposable
+                // one did so before `ready` (`prepare_machine`).
+                let check = match check {
+                    Ok(()) if state == ExecState::Preparing => {
+                        match self.stage_inputs(cfg, now, now_ms) {
+                            Ok(Some(step)) => return step,
+                            Ok(None) => Ok(()),
+                            Err(e) => Err(e),
+                        }
+                    }
+                    other => other,
+                };
                 match check {
                     Err(e) => {
                         let patch = ExecPatch {
@@ -669,6 +704,9 @@ impl Exec {
                 self.finish()
             }
             ExecState::Collecting => {
+                if let Some(step) = self.collect_outputs(cfg, now, now_ms) {
+                    return step;
+                }
                 let patch = self.completion_patch(now_ms);
                 self.guarded(cfg, now, now_ms, Kind::Write, patch)
             }
@@ -684,24 +722,6 @@ impl Exec {
                 self.finish()
             }
             _ => self.finish(),
-        }
-    }
-
-    /// The write that ends `collecting`. Output collection is not part of
-    /// this slice: a record declaring outputs (only reachable from another
-    /// version) ends `collection_failed` with its exit kept.
-    fn completion_patch(&self, now_ms: u64) -> ExecPatch {
-        let (state, collection) = if self.rec.spec.outputs.is_empty() {
-            (ExecState::Completed, Collection::Complete)
-        } else {
-            (ExecState::CollectionFailed, Collection::Failed)
-        };
-        ExecPatch {
-            state: Some(state),
-            collection: Some(collection),
-            cleanup: Some(self.end_cleanup()),
-            next_due_at_ms: Some(self.end_due(now_ms)),
-            ..ExecPatch::default()
         }
     }
 
@@ -826,7 +846,9 @@ impl Exec {
     /// Pre-dispatch checks from the **stored** spec (also the re-check of a
     /// resumed `ready` record, C17.1).
     fn prepare(&self) -> Result<(), Error> {
-        if self.rec.spec.is_background() {
+        if self.rec.spec.is_background() && self.rec.spec.machine.is_none() {
+            // A launch leaves a process running: only on a retained machine
+            // (C5.4, AC-5.4.2), never on a disposable or a caller's one.
             return Err(Error::unsupported_capability(
                 Operation::Submit,
                 Reason::Background,
@@ -858,6 +880,20 @@ impl Exec {
                 evidence: Some(RecordEvidence::Exited),
                 result: Some(result.clone()),
                 next_due_at_ms: Some(Some(now_ms)),
+                last_error,
+                ..ExecPatch::default()
+            }),
+            // C13.2: launched evidence, the launch result, collection
+            // complete; a launch is terminal and collects nothing.
+            Observed::Launched if state.can_move_to(ExecState::Launched) => Some(ExecPatch {
+                state: Some(ExecState::Launched),
+                evidence: Some(RecordEvidence::Launched),
+                result: Some(ExecResult::Launched {
+                    launched_at_ms: now_ms.max(self.rec.updated_at_ms),
+                }),
+                collection: Some(Collection::Complete),
+                cleanup: Some(self.end_cleanup()),
+                next_due_at_ms: Some(self.end_due(now_ms)),
                 last_error,
                 ..ExecPatch::default()
             }),
@@ -1053,6 +1089,21 @@ impl Exec {
             Category::Validation if e.reason() == Reason::CancelRequested => {
                 self.need_fetch = true;
             }
+            Category::Validation if e.reason() == Reason::ClockBeforeUpdatedAt => {
+                // Another writer committed with a later `updated_at` than
+                // this op carries (its clock ahead, or its commit landing
+                // between our read and this op): a stale view, not a
+                // reason to stop renewing while the command runs (sim
+                // finding 8, seed 1291). Re-read; the next op is stamped
+                // at least at the stored `updated_at`. Bounded like
+                // `stale_version`.
+                self.refetches += 1;
+                if self.refetches > MAX_REFETCHES {
+                    self.fatal = Some(e);
+                } else {
+                    self.need_fetch = true;
+                }
+            }
             Category::Store | Category::Unknown | Category::Transport
                 if kind == Kind::Claim && self.exec_outstanding() =>
             {
@@ -1078,7 +1129,10 @@ impl Exec {
 
     /// The exec (not a machine op) was sent and has not been answered.
     fn exec_outstanding(&self) -> bool {
-        self.worker_op.is_some() && self.machine.kind.is_none() && self.dispatched
+        self.worker_op.is_some()
+            && self.machine.kind.is_none()
+            && self.files.kind.is_none()
+            && self.dispatched
     }
 
     /// This controller waits for the command's exit, or holds one not yet
@@ -1096,6 +1150,10 @@ impl Exec {
             return;
         }
         self.worker_op = None;
+        if let Some(k) = self.files.kind.take() {
+            self.files.reply = Some((k, result));
+            return;
+        }
         if let Some(k) = self.machine.kind.take() {
             self.machine.reply = Some((k, result));
             return;
@@ -1120,6 +1178,11 @@ impl Exec {
                 output_bytes,
                 truncated: false,
             }),
+            Ok(WorkerReply::Exec(ExecOutcome::Launched(_))) if self.rec.spec.is_background() => {
+                // The PID is evidence of the launch only (C5.4): never
+                // stored, never used to signal or adopt.
+                Observed::Launched
+            }
             Ok(_) => {
                 // A launch or machine reply to a foreground exec breaks the
                 // contract: the outcome is unknown.

@@ -14,7 +14,9 @@ use crate::managed::record::{ExecutionRecord, MachineRecord, Resources};
 use crate::managed::slot::{Disposition, Finish};
 use crate::managed::state::MachineOperation;
 use crate::managed::{ExecPatch, Guard, Lease, MachinePatch, RecordKey};
-use crate::worker::{LogsParams, MachineName, MachineSpec, Observation, Profile};
+use crate::worker::{
+    GuestPath, LogsParams, MachineName, MachineSpec, Observation, PathPolicy, Profile,
+};
 
 /// Identifies one outstanding operation; the answer names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -470,6 +472,59 @@ pub enum WorkerOp {
         /// The execution's record key: whose caller gets the events.
         key: RecordKey,
     },
+    /// Stages one declared input (C6.4): the driver reads `size` bytes of
+    /// `source` from its artifact store (`read(scope, source, size)`), then
+    /// `Client::upload(Upload::new(profile, policy, budget, name, path,
+    /// bytes, sha256))`, whose digest check runs before any I/O; the budget
+    /// is the client's (`FileBudget::new(per_file, endpoint budgets)`) →
+    /// [`WorkerReply::Uploaded`]. Never retried.
+    Upload {
+        /// Configured worker id.
+        worker_id: String,
+        /// The worker's admitted version profile.
+        profile: Box<Profile>,
+        /// Machine name.
+        name: MachineName,
+        /// The spec's guest-path policy.
+        policy: Box<PathPolicy>,
+        /// Guest path.
+        path: GuestPath,
+        /// Artifact-store scope (the record's).
+        scope: String,
+        /// Artifact-store reference of the bytes.
+        source: String,
+        /// Declared SHA-256 (lowercase hex).
+        sha256: String,
+        /// Declared size in bytes (also the read limit).
+        size: u64,
+        /// The profile's per-file budget (the client allowance).
+        per_file: u64,
+    },
+    /// Reads one guest file back (`Client::download(Download::new(profile,
+    /// policy, budget, name, path, max_bytes))`) → [`WorkerReply::Downloaded`]
+    /// with its size and SHA-256. With `store`, the bytes are put into the
+    /// artifact store under `(record key, destination)` first (a collected
+    /// output); without, they are digested and dropped (the re-check of a
+    /// staged input). The bytes never come back to the controller.
+    Download {
+        /// Configured worker id.
+        worker_id: String,
+        /// The worker's admitted version profile.
+        profile: Box<Profile>,
+        /// Machine name.
+        name: MachineName,
+        /// The spec's guest-path policy.
+        policy: Box<PathPolicy>,
+        /// Guest path.
+        path: GuestPath,
+        /// Largest accepted size in bytes.
+        max_bytes: u64,
+        /// The profile's per-file budget (the client allowance).
+        per_file: u64,
+        /// Where a collected output goes: the record key and the declared
+        /// destination reference.
+        store: Option<(RecordKey, String)>,
+    },
 }
 
 impl WorkerOp {
@@ -483,7 +538,9 @@ impl WorkerOp {
             | Self::Delete { worker_id, .. }
             | Self::Inspect { worker_id, .. }
             | Self::Logs { worker_id, .. }
-            | Self::ExecStream { worker_id, .. } => worker_id,
+            | Self::ExecStream { worker_id, .. }
+            | Self::Upload { worker_id, .. }
+            | Self::Download { worker_id, .. } => worker_id,
         }
     }
 }
@@ -506,6 +563,18 @@ pub enum WorkerReply {
         exit_code: i32,
         /// Bytes of output events read before the exit.
         output_bytes: u64,
+    },
+    /// The upload's verified reply ([`WorkerOp::Upload`]).
+    Uploaded {
+        /// Bytes the worker wrote.
+        size: u64,
+    },
+    /// What a [`WorkerOp::Download`] read (and, for an output, stored).
+    Downloaded {
+        /// Bytes read.
+        size: u64,
+        /// Their SHA-256, lowercase hex.
+        sha256: String,
     },
 }
 
@@ -558,6 +627,8 @@ impl WorkerOp {
             Self::Inspect { .. } => "inspect",
             Self::Logs { .. } => "logs",
             Self::ExecStream { .. } => "exec_stream",
+            Self::Upload { .. } => "upload",
+            Self::Download { .. } => "download",
         }
     }
 }

@@ -28,7 +28,17 @@
 //!    or `failed` when nothing was sent;
 //! 6. the slot: machine claim, `finish_command` — released for
 //!    a completed (or cancelled) record, kept with the machine `unknown`
-//!    otherwise (C14.3).
+//!    otherwise (C14.3);
+//! 7. the claims (C15): once settled and its slot finished, the run ends
+//!    the record claim and the machine claim it holds
+//!    ([`TermStoreOp::ReleaseClaim`], guarded by owner and generation, as
+//!    the controller's release at shutdown), so the next controller — the
+//!    next `smolbox` command on the machine, an operator's drain — takes
+//!    them over at once instead of waiting out the TTL. A refused release
+//!    is not retried (the claim lapses with its TTL); a run that gives up
+//!    early releases nothing. A worker lease the run took to re-fence its
+//!    machine is not released: the process's controller uses the same
+//!    lease for every record on that worker, and releases it at shutdown.
 //!
 //! Cancel (C16) before the intent: `cancelled`, nothing opened (the store
 //! also refuses the intent of a record with a cancel request). After it:
@@ -49,6 +59,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::OpId;
+use super::ops::Claimed;
 use crate::managed::claim::Guard;
 use crate::managed::patch::ExecPatch;
 use crate::managed::record::{Claim, ErrorEntry, ExecResult, ExecutionRecord, MachineRecord};
@@ -190,6 +201,21 @@ pub enum TermStoreOp {
         /// Wall-clock milliseconds.
         now_ms: u64,
     },
+    /// `release_claim(claimed, owner, generation, now_ms)` →
+    /// [`TermStoreReply::Record`] or [`TermStoreReply::Machine`] (a worker
+    /// lease, which a run never names, → [`TermStoreReply::Lease`]): ends
+    /// the run's claim at `generation` now (C15); never changes a state,
+    /// evidence or slot.
+    ReleaseClaim {
+        /// The record whose claim ends.
+        claimed: Claimed,
+        /// The releasing controller (the claim's owner).
+        owner: String,
+        /// The claim generation the run holds.
+        generation: u64,
+        /// Wall-clock milliseconds.
+        now_ms: u64,
+    },
 }
 
 impl TermStoreOp {
@@ -206,6 +232,7 @@ impl TermStoreOp {
             Self::ClaimMachine { .. } => "claim_machine",
             Self::ClaimMachineVersion { .. } => "claim_machine_version",
             Self::FinishCommand { .. } => "finish_command",
+            Self::ReleaseClaim { .. } => "release_claim",
         }
     }
 }
@@ -302,6 +329,7 @@ enum Kind {
     ClaimWorker,
     Refence,
     Finish,
+    Release,
 }
 
 /// A managed terminal run (see the module docs).
@@ -348,6 +376,8 @@ pub struct TerminalRun {
     lease: Option<Lease>,
     retry_at: Option<Instant>,
     need_fetch: bool,
+    /// The claims still to release once settled (`None`: not listed yet).
+    releases: Option<VecDeque<(Claimed, u64)>>,
 }
 
 impl TerminalRun {
@@ -440,6 +470,7 @@ impl TerminalRun {
             lease: None,
             retry_at: None,
             need_fetch: false,
+            releases: None,
         }
     }
 
@@ -636,6 +667,8 @@ impl TerminalRun {
                 self.rec = Some(*record);
                 self.slot_done = true;
             }
+            (Kind::Release, TermStoreReply::Record(r)) => self.rec = Some(*r),
+            (Kind::Release, TermStoreReply::Machine(m)) => self.machine = Some(*m),
             _ => {
                 let e = Error::protocol(Operation::StoreWrite, Reason::UnexpectedReply);
                 self.fail_or_refuse(e);
@@ -662,6 +695,10 @@ impl TerminalRun {
         match kind {
             // Before acceptance nothing is retried: the caller is told.
             Kind::FetchMachine | Kind::Submit => self.fail_or_refuse(e),
+            // A refused release (another controller took the claim over,
+            // the store failed) is not retried: the claim lapses with its
+            // TTL, as after a crash; the next one is tried.
+            Kind::Release => {}
             Kind::Finish if e.category() == Category::StaleVersion => {
                 self.machine_claimed = false;
             }
@@ -1002,7 +1039,7 @@ impl TerminalRun {
     /// takes the worker lease and re-fences the machine.
     fn settle_slot(&mut self, rec: &ExecutionRecord, now_ms: u64) {
         if self.slot_done {
-            return self.finish(None);
+            return self.release_then_finish(now_ms);
         }
         if self.fenced
             && let Some(m) = self.machine.clone()
@@ -1049,7 +1086,7 @@ impl TerminalRun {
         };
         if m.active_execution.as_ref() != Some(&rec.key) {
             // Already finished (by this or an earlier run).
-            return self.finish(None);
+            return self.release_then_finish(now_ms);
         }
         // No worker lease is taken here: the finish is fenced by the
         // machine claim and the generation the machine was assigned under
@@ -1063,6 +1100,35 @@ impl TerminalRun {
             now_ms: now_ms.max(m.updated_at_ms),
         };
         self.push(Kind::Finish, op);
+    }
+
+    /// Settled with the slot finished: releases the record claim and the
+    /// machine claim the run holds (live, this owner's), one store op at a
+    /// time, then done (module docs, step 7).
+    fn release_then_finish(&mut self, now_ms: u64) {
+        let owner = self.cfg.owner.as_str();
+        let mine = |c: Option<&Claim>| c.is_some_and(|c| c.owner == owner && c.until_ms > now_ms);
+        let rec = self.rec.as_ref();
+        let machine = self.machine.as_ref().filter(|_| self.machine_claimed);
+        let queue = self.releases.get_or_insert_with(|| {
+            let exec = rec
+                .filter(|r| mine(r.claim.as_ref()))
+                .map(|r| (Claimed::Execution(r.key.clone()), r.generation));
+            let mach = machine
+                .filter(|m| mine(m.claim.as_ref()))
+                .map(|m| (Claimed::Machine(m.key.clone()), m.generation));
+            exec.into_iter().chain(mach).collect()
+        });
+        let Some((claimed, generation)) = queue.pop_front() else {
+            return self.finish(None);
+        };
+        let op = TermStoreOp::ReleaseClaim {
+            claimed,
+            owner: self.cfg.owner.clone(),
+            generation,
+            now_ms,
+        };
+        self.push(Kind::Release, op);
     }
 }
 

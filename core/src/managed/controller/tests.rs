@@ -585,7 +585,7 @@ fn a_buffered_command_on_an_existing_machine_takes_three_commits() {
         .events
         .iter()
         .filter_map(|e| match e {
-            ControllerEvent::Telemetry(t) if t.key == key => Some(t.state),
+            ControllerEvent::Telemetry(t) if t.key == key => t.exec_state(),
             _ => None,
         })
         .collect();
@@ -1406,8 +1406,10 @@ fn debug_of_the_controller_mid_run_hides_secrets() {
 // acceptance.
 mod disposable;
 mod evidence;
+mod files;
 mod findings;
 mod machines;
 mod refence;
 mod release;
 mod stream;
+mod telemetry;

@@ -271,8 +271,13 @@ impl Exec {
                 },
             );
         }
-        match self.prepare() {
-            Ok(()) => {
+        // Inputs are staged on the started machine before `ready` (C6.4).
+        let staged = self
+            .prepare()
+            .and_then(|()| self.stage_inputs(cfg, now, now_ms));
+        match staged {
+            Ok(Some(step)) => step,
+            Ok(None) => {
                 let patch = ExecPatch {
                     state: Some(ExecState::Ready),
                     ..ExecPatch::default()

@@ -70,13 +70,10 @@ impl crate::managed::controller::Controller {
                 machine.validate()?;
                 key.validate()
                     .map_err(|e| e.with_operation(Operation::Submit))?;
+                // A background command launches in the slot (C5.4): its
+                // record ends `launched`, the slot is released, the machine
+                // keeps running it.
                 command.validate()?;
-                if command.is_background() {
-                    return Err(Error::unsupported_capability(
-                        Operation::Submit,
-                        Reason::Background,
-                    ));
-                }
                 None
             }
             MachineRequest::Resolve { key, quiesced, .. } => {

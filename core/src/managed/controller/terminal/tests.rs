@@ -211,6 +211,32 @@ impl Fake {
                     finish,
                 })
             }
+            TermStoreOp::ReleaseClaim {
+                claimed,
+                owner,
+                generation,
+                now_ms,
+            } => match claimed {
+                Claimed::Execution(k) => {
+                    let r = self.execs.get(k).ok_or_else(nf)?;
+                    let next = match claim::release_exec(r, owner, *generation, *now_ms)? {
+                        claim::Release::Ended(n) => n,
+                        claim::Release::Lapsed => r.clone(),
+                    };
+                    self.execs.insert(k.clone(), next.clone());
+                    Ok(TermStoreReply::Record(Box::new(next)))
+                }
+                Claimed::Machine(k) => {
+                    let m = self.machines.get(k).ok_or_else(nf)?;
+                    let next = match claim::release_machine(m, owner, *generation, *now_ms)? {
+                        claim::Release::Ended(n) => n,
+                        claim::Release::Lapsed => m.clone(),
+                    };
+                    self.machines.insert(k.clone(), next.clone());
+                    Ok(TermStoreReply::Machine(Box::new(next)))
+                }
+                Claimed::Worker(_) => Err(nf()),
+            },
         }
     }
 }
@@ -1111,3 +1137,4 @@ fn the_controller_hands_due_terminals_to_the_driver_and_never_drives_them() {
 
 // What an error that ends a run says about the terminal (issue 15).
 mod evidence;
+mod release;

@@ -177,6 +177,37 @@ fn renewals_failing_while_the_command_runs_are_never_given_up() {
     assert_eq!(s.finished(&key).unwrap().exit_code(), Some(7));
 }
 
+/// Sim finding 8 (retained seed 1291): while the command runs, another
+/// writer commits the record with a later `updated_at` than this
+/// controller's next renewal carries (there: another controller's slot
+/// finish, landing between this one's read and its renewal). The store
+/// refuses the renewal `validation: clock_before_updated_at`; that is a
+/// stale view, not a fatal error: the record is re-read, the claim renewed
+/// at its `updated_at`, and the late exit is stored.
+#[test]
+fn a_renewal_refused_for_a_later_updated_at_rereads_and_keeps_the_exit() {
+    let mut s = Sim::new(config());
+    let key = s.submit("later", &cmd());
+    s.settle();
+    assert_eq!(s.worker.len(), 1);
+    // A foreign commit, its clock 500 ms ahead; the claim stays ours.
+    let mut rec = s.record(&key).clone();
+    rec.version += 1;
+    rec.updated_at_ms = s.now_ms + 500;
+    s.store.records.insert(key.clone(), rec);
+    s.advance(3 * config().lease_ttl_ms);
+    let claim = s.record(&key).claim.clone().unwrap();
+    assert_eq!(claim.owner, OWNER);
+    assert!(claim.until_ms > s.now_ms, "the claim is still renewed");
+    assert!(
+        s.finished(&key).is_none(),
+        "given up while the command runs"
+    );
+    s.answer_exec(exited(3, ""));
+    assert_eq!(s.record(&key).state, ExecState::Completed);
+    assert_eq!(s.finished(&key).unwrap().exit_code(), Some(3));
+}
+
 /// Fuzz finding (`controller` target, docs/fuzzing.md): `shutdown` stopped
 /// the due scan's timer but not the machine due scan's, so with a command
 /// still running `poll_timeout` stayed in the past while `handle_timeout`

@@ -288,7 +288,7 @@ pub(super) fn mkey() -> RecordKey {
     RecordKey::new("s", "box-1").unwrap()
 }
 
-fn mspec() -> RetainedMachineSpec {
+pub(super) fn mspec() -> RetainedMachineSpec {
     let t = RunTarget::unverified();
     RetainedMachineSpec {
         artifact: t.artifact,
