@@ -452,4 +452,11 @@ mod managed_command {
 
     /// `Runtime::run` on the tokio shell, SQLite `synchronous = FULL`.
     #[divan::bench]
-    fn tokio_runtime(b: Bencher<'
+    fn tokio_runtime(b: Bencher<'_, '_>) {
+        let (_dir, store, fingerprint) = sqlite();
+        let rt = tokio_rt();
+        let runtime = super::tokio_runtime(&rt, store, fingerprint, false);
+        b.bench_local(|| rt.block_on(runtime.run(submit())).unwrap());
+        rt.block_on(runtime.shutdown());
+    }
+}
