@@ -17,10 +17,16 @@
 //! * wall time per command (divan), for reference: the managed figure is
 //!   bounded by the fsyncs of its commits, not by CPU.
 //!
-//! Both shells' runtimes are measured (`Runtime::run` = submit + wait).
-//! Printed before the divan run:
+//! Both shells' runtimes are measured (`Runtime::run` = submit + wait),
+//! on SQLite FULL and again on `synchronous = NORMAL` (an `ephemeral`
+//! runtime: the CPU comparison without fsync); the peer is measured first
+//! and again last (the load may change). Printed before the divan run:
 //!
 //! `cargo bench -p smolbox-benches --bench managed`
+//!
+//! For a profiler, `SMOLBOX_MANAGED_PROFILE=client|blocking|tokio` (or
+//! `blocking-normal`, `tokio-normal`) runs only that case
+//! `SMOLBOX_MANAGED_PROFILE_CALLS` times (default 2,000) and exits.
 
 #![allow(clippy::unwrap_used)] // benchmark set-up: a failure aborts the run
 #![allow(clippy::print_stdout)] // the CPU and commit figures are printed

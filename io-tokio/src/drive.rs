@@ -80,6 +80,43 @@ pub(crate) enum Io {
     Timer,
 }
 
+/// The write and read buffers of a [`Driver`], kept by the pool between
+/// exchanges so that a request does not allocate (and zero) 64 KiB.
+#[derive(Debug)]
+pub(crate) struct Buffers {
+    out: Vec<u8>,
+    rbuf: Box<[u8]>,
+}
+
+/// Largest write buffer kept for reuse: one grown past it by a large
+/// request is freed with its exchange, not kept by the pool.
+pub(crate) const KEEP_OUT: usize = 64 * 1024;
+
+impl Buffers {
+    /// True when the pool may keep these for the next exchange.
+    pub(crate) fn reusable(&self) -> bool {
+        self.out.capacity() <= KEEP_OUT && self.rbuf.len() == READ_CHUNK
+    }
+
+    /// Buffers whose write buffer holds `n` bytes of capacity (tests).
+    #[cfg(test)]
+    pub(crate) fn with_out_capacity(n: usize) -> Self {
+        Self {
+            out: Vec::with_capacity(n),
+            ..Self::default()
+        }
+    }
+}
+
+impl Default for Buffers {
+    fn default() -> Self {
+        Self {
+            out: Vec::with_capacity(4096),
+            rbuf: vec![0; READ_CHUNK].into_boxed_slice(),
+        }
+    }
+}
+
 /// A connection plus the write and read buffers of the loop.
 #[derive(Debug)]
 pub(crate) struct Driver {
@@ -94,25 +131,39 @@ pub(crate) struct Driver {
 
 impl Driver {
     pub(crate) fn new(conn: Connection) -> Self {
+        Self::with_buffers(conn, Buffers::default())
+    }
+
+    /// A driver over `conn` that reuses `buffers` (emptied; their memory
+    /// is kept).
+    pub(crate) fn with_buffers(conn: Connection, buffers: Buffers) -> Self {
+        let Buffers { mut out, rbuf } = buffers;
+        out.clear();
         Self {
             conn,
-            out: Vec::with_capacity(4096),
+            out,
             out_pos: 0,
             need_flush: false,
-            rbuf: vec![0; READ_CHUNK].into_boxed_slice(),
+            rbuf,
             eof: false,
             write_broken: false,
         }
     }
 
+    /// The connection and the buffers, for reuse by the next exchange.
+    pub(crate) fn into_parts(self) -> (Connection, Buffers) {
+        (
+            self.conn,
+            Buffers {
+                out: self.out,
+                rbuf: self.rbuf,
+            },
+        )
+    }
+
     /// True when every transmit pulled so far has been written and flushed.
     pub(crate) fn is_flushed(&self) -> bool {
         self.out_pos == self.out.len() && !self.need_flush
-    }
-
-    /// Gives the connection back (for pooling).
-    pub(crate) fn into_connection(self) -> Connection {
-        self.conn
     }
 
     /// One whole turn (see the module docs).

@@ -52,9 +52,10 @@ impl Exchange {
             .await
             .map_err(|e| deadlines.checkout_error(e, Instant::now()))?;
         let (conn, permit) = checkout.into_parts();
+        let buffers = pool.take_buffers();
         Ok(Self {
             pool,
-            driver: Some(Driver::new(conn)),
+            driver: Some(Driver::with_buffers(conn, buffers)),
             permit: Some(permit),
             core,
         })
@@ -157,7 +158,9 @@ impl Exchange {
             && self.driver.as_ref().is_some_and(Driver::is_flushed)
             && let (Some(permit), Some(driver)) = (self.permit.take(), self.driver.take())
         {
-            self.pool.give_back(driver.into_connection(), permit);
+            let (conn, buffers) = driver.into_parts();
+            self.pool.keep_buffers(buffers);
+            self.pool.give_back(conn, permit);
         }
     }
 }

@@ -11,6 +11,7 @@ use smolbox_core::{Error, Evidence, Operation};
 use std::time::Instant;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::drive::Buffers;
 use crate::transport::{Connection, SocketTarget};
 
 /// Largest number of connections one endpoint may have open (C1.2).
@@ -22,6 +23,8 @@ pub(crate) struct Pool {
     target: SocketTarget,
     permits: Arc<Semaphore>,
     idle: Mutex<Vec<Connection>>,
+    /// Drive buffers of finished exchanges (at most one per connection).
+    buffers: Mutex<Vec<Buffers>>,
 }
 
 /// A checked-out connection. Dropping it closes the connection and frees its
@@ -48,6 +51,7 @@ impl Pool {
             target,
             permits: Arc::new(Semaphore::new(max.clamp(1, MAX_CONNECTIONS))),
             idle: Mutex::new(Vec::new()),
+            buffers: Mutex::new(Vec::new()),
         }
     }
 
@@ -106,6 +110,34 @@ impl Pool {
         }
         // The permit drops here: the slot is free, the connection idles.
         drop(permit);
+    }
+
+    /// Drive buffers for an exchange: kept ones, or new.
+    pub(crate) fn take_buffers(&self) -> Buffers {
+        self.buffers
+            .lock()
+            .ok()
+            .and_then(|mut b| b.pop())
+            .unwrap_or_default()
+    }
+
+    /// Keeps an exchange's drive buffers for the next one (at most
+    /// [`MAX_CONNECTIONS`] sets; more are freed).
+    pub(crate) fn keep_buffers(&self, buffers: Buffers) {
+        if !buffers.reusable() {
+            return;
+        }
+        if let Ok(mut kept) = self.buffers.lock()
+            && kept.len() < MAX_CONNECTIONS
+        {
+            kept.push(buffers);
+        }
+    }
+
+    /// Number of kept drive buffer sets (tests).
+    #[cfg(test)]
+    pub(crate) fn kept_buffers(&self) -> usize {
+        self.buffers.lock().map(|v| v.len()).unwrap_or(0)
     }
 
     /// Number of idle connections (tests).

@@ -642,3 +642,30 @@ async fn callback_threads_are_bounded_per_client_and_a_refusal_sends_nothing() {
     assert!(matches!(last, Some(crate::ExecEvent::Exit(3))), "{last:?}");
     drop(release_tx);
 }
+
+/// The pool keeps the drive buffers of finished exchanges for the next
+/// ones (no 64 KiB allocated and zeroed per request), at most one set per
+/// connection slot (N kept, N+1 freed), and never a write buffer a large
+/// request grew.
+#[test]
+fn the_pool_keeps_at_most_one_buffer_set_per_connection_slot() {
+    use crate::drive::{Buffers, KEEP_OUT};
+    use crate::pool::MAX_CONNECTIONS;
+    let pool = Pool::new(SocketTarget::unix("/nonexistent"), 2);
+    for _ in 0..MAX_CONNECTIONS {
+        pool.keep_buffers(Buffers::default());
+    }
+    assert_eq!(pool.kept_buffers(), MAX_CONNECTIONS);
+    pool.keep_buffers(Buffers::default());
+    assert_eq!(pool.kept_buffers(), MAX_CONNECTIONS, "N+1 is freed");
+    let _taken = pool.take_buffers();
+    assert_eq!(pool.kept_buffers(), MAX_CONNECTIONS - 1);
+    pool.keep_buffers(Buffers::with_out_capacity(KEEP_OUT + 1));
+    assert_eq!(
+        pool.kept_buffers(),
+        MAX_CONNECTIONS - 1,
+        "a grown buffer is freed"
+    );
+    pool.keep_buffers(Buffers::with_out_capacity(KEEP_OUT));
+    assert_eq!(pool.kept_buffers(), MAX_CONNECTIONS);
+}
