@@ -40,7 +40,7 @@ use smolbox_core::managed::{ExecState, FingerprintKey, RecordKey};
 use smolbox_core::worker::{Budgets, Endpoint, EndpointConfig, MachineName, MachineSpec};
 use smolbox_devworker::DevWorker;
 use smolbox_store::keys::load_or_create_keys;
-use smolbox_store::{Sealer, SqliteStore, Store};
+use smolbox_store::{Sealer, SqliteOptions, SqliteStore, Store};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 
 /// Counts live heap bytes (for the memory per queued record).
@@ -57,9 +57,59 @@ fn main() {
         worker_child();
         return;
     }
+    if let Ok(which) = std::env::var(PROFILE) {
+        profile(&which);
+        return;
+    }
     report();
     report_queue_memory();
     divan::main();
+}
+
+/// Runs only one case in a loop (for `perf record` / `strace -c`), then
+/// exits: `client`, `blocking`, `tokio`, `blocking-normal`, `tokio-normal`.
+const PROFILE: &str = "SMOLBOX_MANAGED_PROFILE";
+
+fn profile(which: &str) {
+    let n: u32 = std::env::var("SMOLBOX_MANAGED_PROFILE_CALLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2_000);
+    let normal = which.ends_with("-normal");
+    let (_dir, store, fingerprint) = sqlite_with(normal);
+    let started = std::time::Instant::now();
+    let cpu = process_cpu();
+    match which.trim_end_matches("-normal") {
+        "client" => {
+            let client = smolbox_blocking::Client::new(endpoint(&world().base_url)).unwrap();
+            let cmd = command();
+            for _ in 0..n {
+                client.exec("m1", &cmd).unwrap();
+            }
+        }
+        "blocking" => {
+            let rt = blocking_runtime(store, fingerprint, normal);
+            for _ in 0..n {
+                rt.run(submit()).unwrap();
+            }
+            rt.shutdown();
+        }
+        "tokio" => {
+            let rt = tokio_rt();
+            let runtime = tokio_runtime(&rt, store, fingerprint, normal);
+            for _ in 0..n {
+                rt.block_on(runtime.run(submit())).unwrap();
+            }
+            rt.block_on(runtime.shutdown());
+        }
+        other => panic!("unknown {PROFILE} {other}"),
+    }
+    let cpu = process_cpu() - cpu;
+    println!(
+        "{which}: {n} calls, {:.1} µs CPU and {:.1} µs wall per call",
+        micros(cpu) / f64::from(n),
+        micros(started.elapsed()) / f64::from(n)
+    );
 }
 
 /// The devworker child: prints its base URL, serves until stdin closes.
@@ -129,11 +179,22 @@ fn command() -> Command {
 
 /// A fresh durable SQLite store in its own directory (kept alive with it).
 fn sqlite() -> (tempfile::TempDir, Arc<SqliteStore>, FingerprintKey) {
+    sqlite_with(false)
+}
+
+/// A fresh SQLite store, `synchronous = NORMAL` (non-durable) if `normal`.
+fn sqlite_with(normal: bool) -> (tempfile::TempDir, Arc<SqliteStore>, FingerprintKey) {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("smolbox.db");
     let (fingerprint, seal) = load_or_create_keys(&db).unwrap();
-    let store = Arc::new(SqliteStore::open(&db, Sealer::new(&seal, "bench").unwrap()).unwrap());
-    assert!(store.info().durable);
+    let options = SqliteOptions {
+        synchronous_normal: normal,
+        ..SqliteOptions::default()
+    };
+    let store = Arc::new(
+        SqliteStore::open_with(&db, Sealer::new(&seal, "bench").unwrap(), options).unwrap(),
+    );
+    assert_eq!(store.info().durable, !normal);
     (dir, store, fingerprint)
 }
 
@@ -174,10 +235,12 @@ fn cpu_per_call(mut f: impl FnMut()) -> Duration {
 fn blocking_runtime(
     store: Arc<SqliteStore>,
     fingerprint: FingerprintKey,
+    ephemeral: bool,
 ) -> smolbox_blocking::Runtime {
     let client = smolbox_blocking::Client::new(endpoint(&world().base_url)).unwrap();
     smolbox_blocking::Runtime::builder(store, fingerprint)
         .worker("dev", client)
+        .ephemeral(ephemeral)
         .build()
         .unwrap()
 }
@@ -186,11 +249,13 @@ fn tokio_runtime(
     rt: &tokio::runtime::Runtime,
     store: Arc<SqliteStore>,
     fingerprint: FingerprintKey,
+    ephemeral: bool,
 ) -> smolbox_tokio::Runtime {
     let _enter = rt.enter();
     let client = smolbox_tokio::Client::new(endpoint(&world().base_url)).unwrap();
     smolbox_tokio::Runtime::builder(store, fingerprint)
         .worker("dev", client)
+        .ephemeral(ephemeral)
         .build()
         .unwrap()
 }
@@ -202,20 +267,17 @@ fn tokio_rt() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-fn report() {
-    let w = world();
-    let client = smolbox_blocking::Client::new(endpoint(&w.base_url)).unwrap();
-    let cmd = command();
-    let low = cpu_per_call(|| {
-        let out = client.exec("m1", &cmd).unwrap();
-        assert!(matches!(
-            out,
-            smolbox_core::exec::ExecOutcome::Exited(ref o) if o.exit_code == 0
-        ));
-    });
+/// Client CPU and commits per command of both shells' `Runtime::run` on
+/// a fresh SQLite store (`synchronous = NORMAL` if `normal`, then the
+/// runtime is `ephemeral`), printed as ratios to `low`.
+fn report_runtimes(low: Duration, normal: bool) {
+    let sync = if normal { "NORMAL" } else { "FULL" };
+    // 20 warm-up calls are counted by the store too.
+    let calls = u64::from(CPU_CALLS) + 20;
+    let ratio = |d: Duration| d.as_secs_f64() / low.as_secs_f64();
 
-    let (_dir, store, fingerprint) = sqlite();
-    let blocking = blocking_runtime(Arc::clone(&store), fingerprint);
+    let (_dir, store, fingerprint) = sqlite_with(normal);
+    let blocking = blocking_runtime(Arc::clone(&store), fingerprint, normal);
     let commits_before = store.commits().unwrap();
     let managed_blocking = cpu_per_call(|| {
         let out = blocking.run(submit()).unwrap();
@@ -231,8 +293,8 @@ fn report() {
     let idle_dropped = idle_cpu();
 
     let rt = tokio_rt();
-    let (_dir2, store2, fingerprint2) = sqlite();
-    let tokio = tokio_runtime(&rt, Arc::clone(&store2), fingerprint2);
+    let (_dir2, store2, fingerprint2) = sqlite_with(normal);
+    let tokio = tokio_runtime(&rt, Arc::clone(&store2), fingerprint2, normal);
     let commits_before = store2.commits().unwrap();
     let managed_tokio = cpu_per_call(|| {
         let out = rt.block_on(tokio.run(submit())).unwrap();
@@ -241,30 +303,51 @@ fn report() {
     let tokio_commits = store2.commits().unwrap() - commits_before;
     let tokio_idle_alive = idle_cpu();
     rt.block_on(tokio.shutdown());
+    let tokio_idle_after_shutdown = idle_cpu();
     drop(tokio);
 
-    // 20 warm-up calls are counted by the store too.
-    let calls = u64::from(CPU_CALLS) + 20;
-    let ratio = |d: Duration| d.as_secs_f64() / low.as_secs_f64();
     println!(
-        "managed buffered command vs Client::exec, client CPU per command (this process, devworker in a child):"
-    );
-    println!("  Client::exec (blocking)        {:>9.1} µs", micros(low));
-    println!(
-        "  blocking Runtime::run          {:>9.1} µs  {:.2}×  commits/command {:.2}",
+        "  blocking Runtime::run, {sync:<6}  {:>9.1} µs  {:.2}×  commits/command {:.2}",
         micros(managed_blocking),
         ratio(managed_blocking),
         blocking_commits as f64 / calls as f64
     );
     println!(
-        "  tokio Runtime::run             {:>9.1} µs  {:.2}×  commits/command {:.2}",
+        "  tokio Runtime::run, {sync:<6}     {:>9.1} µs  {:.2}×  commits/command {:.2}",
         micros(managed_tokio),
         ratio(managed_tokio),
         tokio_commits as f64 / calls as f64
     );
     println!(
-        "  idle CPU (cores busy while nothing is submitted): blocking runtime alive {idle_alive:.2}, \
-         after shutdown {idle_after_shutdown:.2}, dropped {idle_dropped:.2}; tokio runtime alive {tokio_idle_alive:.2}"
+        "  idle CPU ({sync}; cores busy while nothing is submitted): blocking runtime alive {idle_alive:.2}, \
+         after shutdown {idle_after_shutdown:.2}, dropped {idle_dropped:.2}; tokio runtime alive \
+         {tokio_idle_alive:.2}, after shutdown {tokio_idle_after_shutdown:.2}"
+    );
+}
+
+fn report() {
+    let w = world();
+    let client = smolbox_blocking::Client::new(endpoint(&w.base_url)).unwrap();
+    let cmd = command();
+    let exec = || {
+        let out = client.exec("m1", &cmd).unwrap();
+        assert!(matches!(
+            out,
+            smolbox_core::exec::ExecOutcome::Exited(ref o) if o.exit_code == 0
+        ));
+    };
+    let low = cpu_per_call(exec);
+    println!(
+        "managed buffered command vs Client::exec, client CPU per command (this process, devworker in a child):"
+    );
+    println!("  Client::exec (blocking)          {:>9.1} µs", micros(low));
+    report_runtimes(low, false);
+    report_runtimes(low, true);
+    // The peer again, after: the load may have changed meanwhile.
+    let low_after = cpu_per_call(exec);
+    println!(
+        "  Client::exec (blocking), again   {:>9.1} µs",
+        micros(low_after)
     );
 }
 
@@ -356,7 +439,7 @@ mod managed_command {
     #[divan::bench]
     fn blocking_runtime(b: Bencher<'_, '_>) {
         let (_dir, store, fingerprint) = sqlite();
-        let rt = super::blocking_runtime(store, fingerprint);
+        let rt = super::blocking_runtime(store, fingerprint, false);
         b.bench_local(|| rt.run(submit()).unwrap());
         rt.shutdown();
     }
@@ -366,7 +449,7 @@ mod managed_command {
     fn tokio_runtime(b: Bencher<'_, '_>) {
         let (_dir, store, fingerprint) = sqlite();
         let rt = tokio_rt();
-        let runtime = super::tokio_runtime(&rt, store, fingerprint);
+        let runtime = super::tokio_runtime(&rt, store, fingerprint, false);
         b.bench_local(|| rt.block_on(runtime.run(submit())).unwrap());
         rt.block_on(runtime.shutdown());
     }

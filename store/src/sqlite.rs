@@ -18,6 +18,7 @@ use std::path::Path;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
+use rusqlite::config::DbConfig;
 use rusqlite::{
     Connection, OpenFlags, OptionalExtension, Row, Transaction, TransactionBehavior, params,
 };
@@ -156,6 +157,13 @@ impl SqliteStore {
         }
         let mut conn = Connection::open_with_flags(path, flags).map_err(|e| sql_error(op, &e))?;
         conn.busy_timeout(BUSY_TIMEOUT)
+            .map_err(|e| sql_error(op, &e))?;
+        // Query planner stability (QPSG): without it a statement whose plan
+        // might depend on a bound value (the due scan's `LIMIT ?`) is
+        // compiled again at every execution (issue 16: that re-prepare was
+        // a fifth of the store thread's work per command). Plans here never
+        // depend on values: every query has a fixed index.
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
             .map_err(|e| sql_error(op, &e))?;
         let sync = if options.synchronous_normal {
             "NORMAL"
@@ -804,6 +812,15 @@ impl Tx for SqliteTx<'_> {
 /// The first byte of a payload sealed in the current format.
 const CURRENT_SEALED: &[u8] = &[crate::seal::SEALED_V2];
 
+/// The due scan of `table` (`executions` or `machines`).
+fn due_sql(table: &str) -> String {
+    format!(
+        "SELECT {COLS}, scope, id FROM {table} WHERE partition = ?1 AND next_due_ms IS NOT NULL \
+         AND next_due_ms <= ?2 AND (next_due_ms, scope, id) > (?3, ?4, ?5) \
+         ORDER BY next_due_ms, scope, id LIMIT ?6"
+    )
+}
+
 /// A row of a scan: its key, sealed payload and projected columns.
 type ScanRow = (RecordKey, Vec<u8>, Projection);
 
@@ -842,13 +859,8 @@ impl SqliteTx<'_> {
         let (due, scope, id) = after.map_or((-1, "", ""), |c| {
             (int(c.due_at_ms), c.key.scope.as_str(), c.key.id.as_str())
         });
-        let sql = format!(
-            "SELECT {COLS}, scope, id FROM {table} WHERE partition = ?1 AND next_due_ms IS NOT NULL \
-             AND next_due_ms <= ?2 AND (next_due_ms, scope, id) > (?3, ?4, ?5) \
-             ORDER BY next_due_ms, scope, id LIMIT ?6"
-        );
         self.scan(
-            &sql,
+            &due_sql(table),
             params![self.partition(), int(now_ms), due, scope, id, limit],
         )
     }
@@ -905,4 +917,31 @@ fn sql_error(op: Operation, e: &rusqlite::Error) -> Error {
         _ => Reason::Sqlite,
     };
     Error::store(op, Evidence::Unknown, reason)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code
+
+    use rusqlite::StatementStatus;
+
+    use super::*;
+    use crate::Store;
+
+    /// Issue 16: the due scan runs as one compiled statement; new bound
+    /// values (the time, the cursor, the limit) never compile it again.
+    #[test]
+    fn the_due_scan_is_not_compiled_again_for_new_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("s.db");
+        let fp = smolbox_core::managed::testkit::fingerprint_key();
+        let key = crate::EncryptionKey::new([7; 32], &fp).unwrap();
+        let store = SqliteStore::open(&db, Sealer::new(&key, "p").unwrap()).unwrap();
+        for (now_ms, limit) in [(1_000, 10), (2_000, 10), (3_000, 20)] {
+            store.due(now_ms, None, limit).unwrap();
+        }
+        let conn = store.conn.lock().unwrap();
+        let stmt = conn.prepare_cached(&due_sql("executions")).unwrap();
+        assert_eq!(stmt.get_status(StatementStatus::RePrepare), 0);
+    }
 }

@@ -73,6 +73,7 @@ fn output(path: &str, destination: &str, max: u64) -> OutputFile {
 pub fn inputs_are_staged_and_outputs_collected_on_a_disposable_machine<M: ManagedShell>(
     kind: StoreKind,
 ) {
+    let capturing = crate::trace_capture::install();
     let Some(s) = setup(kind) else { return };
     let a = Arc::new(MemoryArtifacts::new());
     let rt: M = s.runtime(&options(&a));
@@ -120,7 +121,16 @@ pub fn inputs_are_staged_and_outputs_collected_on_a_disposable_machine<M: Manage
     assert_eq!(rec.cleanup, Cleanup::Complete);
     assert_eq!(w.request_count(Route::MachineDelete), 1);
     rt.shutdown();
-    // File bytes never reach the store's files (C0: sealed or absent).
+    // File bytes (the input, and the output that copies it) never reach
+    // a record's `Debug`, the tracing output or the store's files.
+    assert!(!format!("{rec:?}").contains(SENTINEL));
+    assert!(
+        capturing,
+        "the capturing subscriber is this binary's default"
+    );
+    let traced = crate::trace_capture::text();
+    assert!(traced.contains("id=f1"), "the run was traced: {traced}");
+    assert!(!traced.contains(SENTINEL), "file bytes reached tracing");
     let all = s.all_bytes();
     assert!(
         !all.windows(SENTINEL.len())

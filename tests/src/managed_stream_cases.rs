@@ -219,6 +219,111 @@ pub fn a_streamed_command_runs_in_a_retained_slot<M: ManagedShell>(kind: StoreKi
     rt.shutdown();
 }
 
+/// The stream limit through a running runtime (issue 15): with the one
+/// active slot held by a buffered command, 64 streamed runs
+/// ([`MAX_STREAMS`](smolbox_core::managed::controller::MAX_STREAMS)) wait
+/// at once, each registered before its submission; the 65th is refused
+/// `admission_exhausted` (`streams_exhausted`, with the limit) before
+/// anything is stored; once the slot frees, each of the 64 gets exactly its
+/// own output and exit.
+pub fn sixty_four_streams_wait_and_the_next_is_refused<M: ManagedShell + Sync>(kind: StoreKind) {
+    use smolbox_core::managed::controller::MAX_STREAMS;
+    use smolbox_core::{Category, Reason};
+    let Some(s) = setup(kind) else { return };
+    // The blocker's buffered exec sends nothing until it ends: the
+    // connection may stay idle for as long as the 64 take to be accepted.
+    let patient = smolbox_core::worker::Budgets {
+        operation: std::time::Duration::from_secs(60),
+        receive_idle: std::time::Duration::from_secs(60),
+        ..crate::Fixture::budgets()
+    };
+    let options = Options {
+        max_active: 1,
+        ..Options::default()
+    };
+    let rt = M::start(
+        Arc::clone(&s.store),
+        s.key.clone(),
+        s.fixture.endpoint(patient),
+        &options,
+    )
+    .unwrap();
+    let gate = s.gate("streams");
+    let blocker = submit_of("blocker", &crate::managed_cases::gated(&gate));
+    let blocker_key = blocker.key.clone();
+    rt.submit(blocker).unwrap();
+    let bounded = |what: &str, done: &dyn Fn() -> bool| {
+        for _ in 0..3_000 {
+            if done() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("never: {what}");
+    };
+    bounded("the blocker holds the active slot", &|| s.execs() == 1);
+    let echo = |i: usize| Command::new(["echo".to_owned(), format!("stream-{i}")]);
+    std::thread::scope(|t| {
+        let runs: Vec<_> = (0..MAX_STREAMS)
+            .map(|i| {
+                let (rt, echo) = (&rt, &echo);
+                t.spawn(move || {
+                    let mut seen = String::new();
+                    let out = rt.run_streamed(
+                        submit_of(&format!("st{i}"), &echo(i)),
+                        &mut |e: &ExecEvent| {
+                            if let ExecEvent::Stdout(x) = e {
+                                seen.push_str(x);
+                            }
+                        },
+                    );
+                    (out, seen)
+                })
+            })
+            .collect();
+        // Each run registers its stream before it submits: all 64 are
+        // registered once all 64 records are stored.
+        bounded("64 streamed runs accepted", &|| {
+            (0..MAX_STREAMS).all(|i| s.store.fetch(&key(&format!("st{i}"))).is_ok())
+        });
+        let over = rt.run_streamed(submit_of("st-over", &echo(99)), &mut |_: &ExecEvent| {});
+        let states: Vec<_> = (0..MAX_STREAMS)
+            .map(|i| s.store.fetch(&key(&format!("st{i}"))).unwrap().state)
+            .collect();
+        let e = over.map(|o| o.record).expect_err(&format!("{states:?}"));
+        assert_eq!(
+            (e.category(), e.reason()),
+            (Category::AdmissionExhausted, Reason::StreamsExhausted),
+            "{e:?}"
+        );
+        let limit = e.limit().unwrap();
+        assert_eq!((limit.actual, limit.max), (65, 64));
+        assert_eq!(
+            s.store.fetch(&key("st-over")).unwrap_err().category(),
+            Category::NotFound,
+            "refused before anything is stored"
+        );
+        crate::managed_cases::open(&gate);
+        for (i, run) in runs.into_iter().enumerate() {
+            let (out, seen) = run.join().unwrap();
+            let out = out.unwrap();
+            assert_eq!(out.exit_code(), Some(0), "st{i}: {:?}", out.error);
+            assert_eq!(seen, format!("stream-{i}\n"), "st{i}: its own output");
+        }
+    });
+    let b = rt.wait(&blocker_key, 30_000).unwrap();
+    assert_eq!(b.exit_code(), Some(0), "{:?} {:?}", b.record, b.error);
+    let w = &s.fixture.worker;
+    assert_eq!(
+        (
+            w.request_count(Route::ExecStream),
+            w.request_count(Route::Exec)
+        ),
+        (64, 1)
+    );
+    rt.shutdown();
+}
+
 /// Instantiates every streamed-run case for `$shell`, one `#[test]` per
 /// case and store (`mod stream_sqlite`, `mod stream_postgres`).
 #[macro_export]
@@ -236,6 +341,7 @@ macro_rules! managed_stream_suite {
             a_streamed_run_delivers_output_as_it_comes_and_records_its_exit,
             a_streamed_resubmission_runs_once_and_stdin_falls_back_to_buffered,
             a_streamed_command_runs_in_a_retained_slot,
+            sixty_four_streams_wait_and_the_next_is_refused,
         );
     };
     (@cases $shell:ty, $kind:expr, $($case:ident),* $(,)?) => {

@@ -1012,8 +1012,6 @@ reasons! {
     StoreThreadLost = "store_thread_lost",
     /// The CLI's exec stream ended without an exit event (`unknown`, CLI).
     StreamEndedWithoutExit = "stream_ended_without_exit",
-    /// `--stream` was asked on a managed machine, which runs commands buffered (`validation`, CLI).
-    StreamOnAManagedMachine = "stream_on_a_managed_machine",
     /// A streamed exec was asked for a background command (`unsupported_capability`, nothing sent).
     StreamWithBackground = "stream_with_background",
     /// A streamed exec was asked with stdin (`unsupported_capability`, nothing sent).

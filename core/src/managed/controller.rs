@@ -630,6 +630,12 @@ pub struct Controller {
     /// the store (no room): kept so a wall-clock step backwards cannot
     /// extend their queue budget before they are picked up (≤ max_pending).
     queue_bounds: BTreeMap<RecordKey, Instant>,
+    /// Records may be left due in the store for lack of room: an accept
+    /// while busy, a scan stopped or skipped for lack of room, or the start
+    /// (nothing scanned yet). Only then does a finished execution start a
+    /// due scan at once; otherwise the next one runs at the poll interval
+    /// (issue 16: no scan per command when nothing waits).
+    backlog: bool,
     leases: Leases,
     /// Largest wall clock seen (a step backwards never moves time back).
     now_ms: u64,
@@ -695,6 +701,7 @@ impl Controller {
             shutting_down: false,
             stopped_sent: false,
             queue_bounds: BTreeMap::new(),
+            backlog: true,
             leases: Leases::default(),
             now_ms,
             machs: BTreeMap::new(),
@@ -1191,6 +1198,7 @@ impl Controller {
             let ex = Exec::new(record, now, self.now_ms, None);
             self.execs.insert(key, ex);
         } else if record.state == ExecState::Accepted {
+            self.backlog = true;
             if self.queue_bounds.len() >= self.cfg.max_pending as usize {
                 self.queue_bounds.pop_first();
             }
@@ -1255,6 +1263,7 @@ impl Controller {
             }
             if self.busy() >= self.cfg.max_active {
                 full = true;
+                self.backlog = true;
                 break;
             }
             let key = rec.key.clone();
@@ -1277,6 +1286,10 @@ impl Controller {
                 self.scan_at = Some(now);
             }
             _ => {
+                if !full && !self.shutting_down {
+                    // Every due record of this page set was seen with room.
+                    self.backlog = false;
+                }
                 self.scan_cursor = None;
                 self.scan_at = if self.shutting_down {
                     None
@@ -1344,7 +1357,12 @@ impl Controller {
                 }
             }
         }
-        if freed && !self.shutting_down && !self.cfg.workers.is_empty() && self.scan_at.is_some() {
+        if freed
+            && self.backlog
+            && !self.shutting_down
+            && !self.cfg.workers.is_empty()
+            && self.scan_at.is_some()
+        {
             // Room again: pick up records left due in the store.
             self.scan_at = Some(now);
         }
@@ -1365,6 +1383,8 @@ impl Controller {
             && at <= now
             && self.busy() >= self.cfg.max_active
         {
+            // Skipped for lack of room: records may be left due.
+            self.backlog = true;
             self.scan_at = Some(now + self.cfg.poll());
         }
         self.pump_machines(now);

@@ -968,6 +968,52 @@ fn at_most_max_active_run_and_the_rest_wait_in_the_store() {
     assert!(s.worker.is_empty());
 }
 
+fn due_scans(s: &Sim) -> usize {
+    s.store_log
+        .iter()
+        .filter(|op| matches!(op, StoreOp::Due { .. }))
+        .count()
+}
+
+/// Issue 16: a finished command starts a due scan at once only when
+/// records may be waiting in the store for room; otherwise the scan runs
+/// at its interval (no store read per command).
+#[test]
+fn a_finished_command_scans_at_once_only_when_records_wait_for_room() {
+    let mut s = Sim::new(config());
+    s.settle();
+    let key = s.submit("alone", &cmd());
+    s.settle();
+    let scans = due_scans(&s);
+    s.answer_exec(exited(0, ""));
+    assert_eq!(s.record(&key).state, ExecState::Completed);
+    assert_eq!(due_scans(&s), scans, "nothing waited: no scan at once");
+    s.advance(config().poll_interval_ms);
+    assert_eq!(due_scans(&s), scans + 1, "the interval's scan still runs");
+
+    let mut cfg = config();
+    cfg.max_active = 1;
+    let mut s = Sim::new(cfg);
+    s.settle();
+    s.submit("busy", &cmd());
+    let queued = s.submit("queued", &cmd());
+    s.settle();
+    assert_eq!(s.record(&queued).state, ExecState::Accepted);
+    let scans = due_scans(&s);
+    s.answer_exec(exited(0, ""));
+    assert_eq!(due_scans(&s), scans + 1, "a record waited: scan at once");
+    assert_eq!(s.worker.len(), 1, "the queued one runs without waiting");
+    s.answer_exec(exited(0, ""));
+    assert_eq!(s.record(&queued).state, ExecState::Completed);
+    // Nothing waits any more: the next finish starts no scan at once.
+    let third = s.submit("third", &cmd());
+    s.settle();
+    let scans = due_scans(&s);
+    s.answer_exec(exited(0, ""));
+    assert_eq!(s.record(&third).state, ExecState::Completed);
+    assert_eq!(due_scans(&s), scans);
+}
+
 #[test]
 fn the_queue_deadline_expires_even_when_the_wall_clock_steps_back() {
     let mut cfg = config();
