@@ -10,8 +10,9 @@ span several lines) and `mod` lines are dropped, and runs of white space are
 folded to one space. This is the same normalisation the `duplicates` tool
 describes, restricted to identical (not "same shape") runs.
 
-Usage: python3 scripts/shell-dup.py [--runs] [--min N]
+Usage: python3 scripts/shell-dup.py [--runs] [--min N] [--root DIR]
   --runs   also print every run (tokio lines ~ blocking lines)
+  --root   measure another checkout (default: this one)
 Prints one line per pair and the total; exits 0.
 """
 import os
@@ -89,6 +90,9 @@ def runs(a, b, min_run):
 
 
 def main():
+    global ROOT
+    if "--root" in sys.argv:
+        ROOT = os.path.abspath(sys.argv[sys.argv.index("--root") + 1])
     show = "--runs" in sys.argv
     min_run = 6
     if "--min" in sys.argv:

@@ -8,13 +8,7 @@
 
 mod common;
 
-use std::process::Output;
-
-use common::{SHELLS, code, devworker, smolbox, stderr, stdout};
-
-fn json(o: &Output) -> serde_json::Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", stdout(o)))
-}
+use common::{SHELLS, code, devworker, json, smolbox, stderr, stdout};
 
 #[test]
 fn cp_and_logs_refuse_a_managed_machine_whose_name_another_incarnation_holds() {

@@ -11,11 +11,10 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{SHELLS, code, devworker, smolbox, stderr, stdout};
+use common::{SHELLS, code, devworker, json, lines, smolbox, stderr, stdout};
 use smolbox_devworker::BlockingDevWorker;
 
 /// The claim/lease TTL of every command of this test, ms.
@@ -33,14 +32,6 @@ fn sbx(w: &BlockingDevWorker, shell: &str, db: &str) -> Command {
         db,
     ]);
     c
-}
-
-fn json(o: &Output) -> serde_json::Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", stdout(o)))
-}
-
-fn lines(p: &Path) -> usize {
-    std::fs::read_to_string(p).map_or(0, |s| s.lines().count())
 }
 
 #[test]

@@ -10,15 +10,9 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{SHELLS, code, devworker, run, smolbox, stderr, stdout};
-
-fn json(o: &Output) -> serde_json::Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", stdout(o)))
-}
-
-fn lines(p: &Path) -> usize {
-    std::fs::read_to_string(p).map_or(0, |s| s.lines().count())
-}
+use common::{
+    SHELLS, assert_not_run_again, code, devworker, json, lines, run, smolbox, stderr, stdout,
+};
 
 #[test]
 fn run_with_an_id_runs_once_and_a_changed_command_is_a_conflict() {
@@ -36,15 +30,7 @@ fn run_with_an_id_runs_once_and_a_changed_command_is_a_conflict() {
         assert_eq!(stdout(&first), "out\n");
         assert_eq!(lines(&counter), 1);
         // Again: the recorded outcome, not a second run.
-        let again = run(&w, shell, &args);
-        assert_eq!(code(&again), 7, "{shell}: {}", stderr(&again));
-        assert!(
-            stderr(&again).contains("not run again"),
-            "{}",
-            stderr(&again)
-        );
-        assert_eq!(stdout(&again), "");
-        assert_eq!(lines(&counter), 1, "{shell}: the command ran twice");
+        assert_not_run_again(&w, shell, &args, 7, &counter);
         // --json says so too.
         let j = run(&w, shell, &[&["--json"], &args[..]].concat());
         assert_eq!(code(&j), 7);

@@ -10,17 +10,9 @@ mod common;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
-use std::process::{Output, Stdio};
+use std::process::Stdio;
 
-use common::{SHELLS, code, devworker, run, smolbox, stderr, stdout};
-
-fn json(o: &Output) -> serde_json::Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", stdout(o)))
-}
-
-fn lines(p: &Path) -> usize {
-    std::fs::read_to_string(p).map_or(0, |s| s.lines().count())
-}
+use common::{SHELLS, assert_not_run_again, code, devworker, json, run, smolbox, stderr, stdout};
 
 /// Prints `first`, waits (at most its 20 s timeout) for `gate`, prints
 /// `second`, exits 3: it can only exit 3 if `first` reached the reader
@@ -105,15 +97,7 @@ fn run_stream_with_an_id_twice_runs_once() {
         let first = run(&w, shell, &args);
         assert_eq!(code(&first), 6, "{shell}: {}", stderr(&first));
         assert_eq!(stdout(&first), "out\n");
-        let again = run(&w, shell, &args);
-        assert_eq!(code(&again), 6, "{shell}: {}", stderr(&again));
-        assert!(
-            stderr(&again).contains("not run again"),
-            "{}",
-            stderr(&again)
-        );
-        assert_eq!(stdout(&again), "");
-        assert_eq!(lines(&counter), 1, "{shell}: the command ran twice");
+        assert_not_run_again(&w, shell, &args, 6, &counter);
         // --json: one object per piece, then the exit line.
         let id2 = format!("json-{shell}");
         let j = run(

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+use std::path::Path;
 use std::process::{Command, Output};
 
 use smolbox_devworker::{BlockingDevWorker, DevWorker};
@@ -25,8 +26,8 @@ pub(crate) fn devworker(token: Option<&str>) -> BlockingDevWorker {
 /// neither the user's store nor a `smolbox dev up` of theirs is touched or
 /// used.
 pub(crate) fn smolbox() -> Command {
-    let home = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("cli-home-{}", std::process::id()));
+    let home =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cli-home-{}", std::process::id()));
     let mut c = Command::new(env!("CARGO_BIN_EXE_smolbox"));
     c.env_remove("SMOLBOX_WORKER")
         .env_remove("SMOLBOX_TOKEN")
@@ -58,6 +59,38 @@ pub(crate) fn stderr(o: &Output) -> String {
 /// The exit code (a signal death fails the test).
 pub(crate) fn code(o: &Output) -> i32 {
     o.status.code().expect("exited, not signalled")
+}
+
+/// stdout as one JSON value (a failed parse fails the test, showing it).
+pub(crate) fn json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", stdout(o)))
+}
+
+/// Lines in the file at `p` (0 when it does not exist): how often a test
+/// command that appends to it ran.
+pub(crate) fn lines(p: &Path) -> usize {
+    std::fs::read_to_string(p).map_or(0, |s| s.lines().count())
+}
+
+/// Runs `args` again after a first run with the same id: the recorded
+/// exit `code`, a note that the command was not run again, no output,
+/// and still one line in the command's `counter` file.
+pub(crate) fn assert_not_run_again(
+    worker: &BlockingDevWorker,
+    shell: &str,
+    args: &[&str],
+    exit: i32,
+    counter: &Path,
+) {
+    let again = run(worker, shell, args);
+    assert_eq!(code(&again), exit, "{shell}: {}", stderr(&again));
+    assert!(
+        stderr(&again).contains("not run again"),
+        "{}",
+        stderr(&again)
+    );
+    assert_eq!(stdout(&again), "");
+    assert_eq!(lines(counter), 1, "{shell}: the command ran twice");
 }
 
 /// The machine names `machine ls --json` reports.

@@ -485,41 +485,31 @@ trait Claimed: Clone {
     fn check(&self) -> Result<(), Error>;
 }
 
-impl Claimed for ExecutionRecord {
-    fn claim(&self) -> Option<&Claim> {
-        self.claim.as_ref()
-    }
-    fn claim_mut(&mut self) -> Option<&mut Claim> {
-        self.claim.as_mut()
-    }
-    fn generation(&self) -> u64 {
-        self.generation
-    }
-    fn updated_at_ms(&mut self) -> &mut u64 {
-        &mut self.updated_at_ms
-    }
-    fn check(&self) -> Result<(), Error> {
-        self.validate()
-    }
+/// Both stored records keep their claim, generation and update time in
+/// fields of the same names.
+macro_rules! impl_claimed {
+    ($($record:ty),*) => {$(
+        impl Claimed for $record {
+            fn claim(&self) -> Option<&Claim> {
+                self.claim.as_ref()
+            }
+            fn claim_mut(&mut self) -> Option<&mut Claim> {
+                self.claim.as_mut()
+            }
+            fn generation(&self) -> u64 {
+                self.generation
+            }
+            fn updated_at_ms(&mut self) -> &mut u64 {
+                &mut self.updated_at_ms
+            }
+            fn check(&self) -> Result<(), Error> {
+                self.validate()
+            }
+        }
+    )*};
 }
 
-impl Claimed for MachineRecord {
-    fn claim(&self) -> Option<&Claim> {
-        self.claim.as_ref()
-    }
-    fn claim_mut(&mut self) -> Option<&mut Claim> {
-        self.claim.as_mut()
-    }
-    fn generation(&self) -> u64 {
-        self.generation
-    }
-    fn updated_at_ms(&mut self) -> &mut u64 {
-        &mut self.updated_at_ms
-    }
-    fn check(&self) -> Result<(), Error> {
-        self.validate()
-    }
-}
+impl_claimed!(ExecutionRecord, MachineRecord);
 
 /// The one release of a record's claim: [`check_release`], then the claim
 /// ends now, `count` moves the record's write counter, and the record is
