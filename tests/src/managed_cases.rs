@@ -50,29 +50,30 @@ pub(crate) struct Setup {
     pub(crate) key: FingerprintKey,
 }
 
-/// The PostgreSQL URL, or `None` (the case is skipped, loudly; under
-/// `CI=true` it fails instead).
-fn pg_url() -> Option<String> {
+/// The PostgreSQL URL, or `None` (the case of `suite` is skipped, loudly;
+/// under `CI=true` it fails instead).
+pub(crate) fn pg_url(suite: &str) -> Option<String> {
     match std::env::var("SMOLBOX_PG_URL") {
         Ok(u) if !u.is_empty() => Some(u),
         _ if std::env::var("CI").is_ok_and(|v| v == "true") => {
             panic!("SMOLBOX_PG_URL is not set in CI: the PostgreSQL cases must run")
         }
         _ => {
-            eprintln!("managed suite on PostgreSQL SKIPPED: SMOLBOX_PG_URL is not set");
+            eprintln!("{suite} on PostgreSQL SKIPPED: SMOLBOX_PG_URL is not set");
             None
         }
     }
 }
 
-/// A partition name no other case uses: `m` + 9 base-36 digits.
-fn fresh_partition() -> String {
+/// A partition name no other case uses: `prefix` + 9 base-36 digits (each
+/// suite has its own prefix, so two suites' binaries never share one).
+pub(crate) fn fresh_partition(prefix: char) -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
     let mut v = (now_ms() % 36u64.pow(6)) * 1_000
         + u64::from(std::process::id() % 10) * 100
         + N.fetch_add(1, Ordering::Relaxed) % 100;
-    let mut s = String::from("m");
+    let mut s = String::from(prefix);
     while s.len() < 10 {
         s.push(char::from_digit((v % 36) as u32, 36).unwrap());
         v /= 36;
@@ -83,7 +84,7 @@ fn fresh_partition() -> String {
 pub(crate) fn setup(kind: StoreKind) -> Option<Setup> {
     let url = match kind {
         StoreKind::Sqlite => None,
-        StoreKind::Postgres => Some(pg_url()?),
+        StoreKind::Postgres => Some(pg_url("managed suite")?),
     };
     let fixture = Fixture::start(Transport::Tcp);
     let dir = tempfile::tempdir().unwrap();
@@ -92,7 +93,8 @@ pub(crate) fn setup(kind: StoreKind) -> Option<Setup> {
     let store: Arc<dyn Store> = match url {
         None => Arc::new(SqliteStore::open(&db, Sealer::new(&seal, "managed").unwrap()).unwrap()),
         Some(url) => Arc::new(
-            PostgresStore::connect(&url, Sealer::new(&seal, &fresh_partition()).unwrap()).unwrap(),
+            PostgresStore::connect(&url, Sealer::new(&seal, &fresh_partition('m')).unwrap())
+                .unwrap(),
         ),
     };
     let client = smolbox_blocking::Client::new(fixture.endpoint(Fixture::budgets())).unwrap();

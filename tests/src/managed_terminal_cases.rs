@@ -36,7 +36,7 @@ use smolbox_store::{PostgresStore, Reserve, Sealer, SqliteStore, Store};
 
 use crate::TerminalEvent;
 use crate::fixture::{Fixture, TOKEN_SENTINEL, Transport};
-use crate::managed_cases::StoreKind;
+use crate::managed_cases::{StoreKind, fresh_partition, pg_url};
 
 /// The controller id of every case's runtime (and of the machine record's
 /// claims, so the runtime may finish the slot it fences).
@@ -464,37 +464,6 @@ struct Setup {
     machine: RecordKey,
 }
 
-fn pg_url() -> Option<String> {
-    match std::env::var("SMOLBOX_PG_URL") {
-        Ok(u) if !u.is_empty() => Some(u),
-        _ if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!("SMOLBOX_PG_URL is not set in CI: the PostgreSQL cases must run")
-        }
-        _ => {
-            eprintln!("managed terminal suite on PostgreSQL SKIPPED: SMOLBOX_PG_URL is not set");
-            None
-        }
-    }
-}
-
-fn fresh_partition() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::time::{SystemTime, UNIX_EPOCH};
-    static N: AtomicU64 = AtomicU64::new(0);
-    let ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    let mut v = (ms % 36u64.pow(6)) * 1_000
-        + u64::from(std::process::id() % 10) * 100
-        + N.fetch_add(1, Ordering::Relaxed) % 100;
-    let mut s = String::from("t");
-    while s.len() < 10 {
-        s.push(char::from_digit((v % 36) as u32, 36).unwrap());
-        v /= 36;
-    }
-    s
-}
-
 fn now_ms() -> u64 {
     use std::time::{SystemTime, UNIX_EPOCH};
     SystemTime::now()
@@ -575,7 +544,7 @@ fn record_machine(s: &dyn Store, key: &FingerprintKey, k: &RecordKey) -> Machine
 fn setup(kind: StoreKind) -> Option<Setup> {
     let url = match kind {
         StoreKind::Sqlite => None,
-        StoreKind::Postgres => Some(pg_url()?),
+        StoreKind::Postgres => Some(pg_url("managed terminal suite")?),
     };
     let fixture = Fixture::start(Transport::Tcp);
     let dir = tempfile::tempdir().unwrap();
@@ -584,7 +553,8 @@ fn setup(kind: StoreKind) -> Option<Setup> {
     let store: Arc<dyn Store> = match url {
         None => Arc::new(SqliteStore::open(&db, Sealer::new(&seal, "term").unwrap()).unwrap()),
         Some(url) => Arc::new(
-            PostgresStore::connect(&url, Sealer::new(&seal, &fresh_partition()).unwrap()).unwrap(),
+            PostgresStore::connect(&url, Sealer::new(&seal, &fresh_partition('t')).unwrap())
+                .unwrap(),
         ),
     };
     let client = smolbox_blocking::Client::new(fixture.endpoint(Fixture::budgets())).unwrap();
