@@ -1019,6 +1019,15 @@ impl Exec {
                 };
                 if rec.version != ours {
                     self.machine.reserved_here = false;
+                    // The same for a verification before a delete (sim
+                    // finding 11): another writer may have verified and
+                    // sent its own delete meanwhile, so this process's
+                    // inspection (or its answer still held) no longer
+                    // speaks for the machine; it inspects again.
+                    self.machine.verified = false;
+                    if matches!(self.machine.reply, Some((MKind::Verify, _))) {
+                        self.machine.reply = None;
+                    }
                 }
                 self.rec = rec;
                 // Deadlines set by this write get their monotonic bound now.
