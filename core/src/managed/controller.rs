@@ -1410,6 +1410,7 @@ impl Controller {
         }
         self.pump_machines(now);
         self.release_idle();
+        self.release_unused_leases();
         if self.shutting_down
             && self.ops.is_empty()
             && self.execs.is_empty()
