@@ -74,6 +74,7 @@ fn replay_with_a_planted_bug() {
         .into_iter()
         .chain([Bug::ReleaseAfter404WithoutCreation])
         .chain(Bug::RETAINED)
+        .chain(Bug::FILES)
         .find(|b| format!("{b:?}") == name);
     assert!(bug.is_some(), "unknown bug {name}");
     if let Some(bug) = bug {
@@ -244,7 +245,12 @@ fn disposable_machines_keep_every_rule() {
         disposable: true,
         ..Options::DEFAULT
     };
-    let summary = sim::run_seeds(seeds(), opts, usize::MAX);
+    // The default range, then the soak's findings beyond it (regressions).
+    let summary = sim::run_seeds(
+        sim::seeds_with(&sim::DISPOSABLE_REGRESSIONS),
+        opts,
+        usize::MAX,
+    );
     eprint!("disposable: ");
     report(&summary, started);
     let bad: Vec<String> = summary
@@ -281,37 +287,28 @@ fn disposable_machines_keep_every_rule() {
     }
 }
 
-/// Open finding 10 (session 6, core not fixed): a controller crashes
-/// after sending an input's upload (its outcome uncertain); the next
-/// controller recovers the `preparing` record and uploads the input
-/// again, a mutation resent while an earlier one is uncertain (C6.1:
-/// never retried). With inputs on, the named run shows it within the
-/// default seed count (seed 18 when found; which seed moves with the
-/// schedule); the default runs leave inputs out until it is fixed. When
-/// the core stops re-staging, this test fails: turn it into the
-/// regression (0 violations) and turn `Options::inputs` on by default.
+/// Finding 10 (session 6; fixed in session 7): a controller crashed
+/// after sending an input's upload (its outcome uncertain) and the next
+/// controller recovered the `preparing` record and uploaded the input
+/// again, a mutation resent while an earlier one was uncertain (C6.1).
+/// The core now fails such a record `not_dispatched`
+/// (`staging_uncertain`), and inputs are on in the default runs, so
+/// `recovery_simulation` is the regression. Here the old behaviour is
+/// planted back (the core's test-only switch) and must be caught by the
+/// worker's resend rule within the default seed count.
 #[test]
-fn an_upload_restaged_by_a_recovering_controller_is_found() {
-    let opts = Options {
-        inputs: true,
-        ..Options::DEFAULT
-    };
-    let found = (0..DEFAULT_SEEDS).find_map(|seed| {
-        sim::run_seed(seed, opts)
-            .violations
-            .into_iter()
-            .find(|v| {
-                v.what.starts_with("Upload of ")
-                    && v.what
-                        .contains("sent again while an earlier one was uncertain")
-            })
-            .map(|v| (seed, v.what))
-    });
-    assert!(
-        found.is_some(),
-        "finding 10 not shown in {DEFAULT_SEEDS} seeds"
+fn an_upload_restaged_by_a_recovering_controller_is_caught() {
+    assert_caught(Options::DEFAULT, &[Bug::RestageResumedPreparing]);
+}
+
+/// The file rules can fail: an input uploaded again after the dispatch
+/// intent (while the command that read it runs) and an output digest
+/// recorded other than the one downloaded are each caught by their own
+/// symptom within the default seed count.
+#[test]
+fn every_planted_file_bug_is_caught() {
+    assert_caught(
+        Options::DEFAULT,
+        &[Bug::UploadAfterIntent, Bug::WrongOutputDigest],
     );
-    if let Some((seed, what)) = found {
-        eprintln!("finding 10: seed {seed}: {what}");
-    }
 }

@@ -984,6 +984,8 @@ reasons! {
     Stage = "stage",
     /// A staged input read back from the guest differs from its declared size or digest (`protocol`, nothing dispatched).
     StagedInputMismatch = "staged_input_mismatch",
+    /// A resumed preparation's input uploads may have been sent by another controller; never resent (`unknown`, nothing dispatched).
+    StagingUncertain = "staging_uncertain",
     /// A start call answered with something other than the started machine (`protocol`).
     StartReplyMismatch = "start_reply_mismatch",
     /// A disposable machine's start may have reached the worker but its result is not known (`unknown`).

@@ -294,6 +294,25 @@ pub struct ControllerConfig {
     /// specs with input or output files are accepted (C6.4). Default
     /// false: they are refused with `unsupported_capability`.
     pub artifacts: bool,
+    /// A bug planted on purpose, so the recovery simulation
+    /// (`tests/src/sim`) can show that it catches it; `None` everywhere
+    /// else. Only in `testkit` builds (never in a production build).
+    #[cfg(feature = "testkit")]
+    #[doc(hidden)]
+    pub planted: Option<Planted>,
+}
+
+/// Bugs the recovery simulation plants in the controller itself (the
+/// others live in its driver): each restores a behaviour that a finding
+/// removed. `testkit` builds only.
+#[cfg(feature = "testkit")]
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Planted {
+    /// A resumed `preparing` record whose inputs another controller may
+    /// have uploaded is staged again (the uploads resent while uncertain;
+    /// sim finding 10, fixed in session 7).
+    RestageResumedPreparing,
 }
 
 impl ControllerConfig {
@@ -310,6 +329,8 @@ impl ControllerConfig {
             telemetry_pending: DEFAULT_TELEMETRY_PENDING,
             claim_at_accept: true,
             artifacts: false,
+            #[cfg(feature = "testkit")]
+            planted: None,
         }
     }
 
@@ -1389,6 +1410,7 @@ impl Controller {
         }
         self.pump_machines(now);
         self.release_idle();
+        self.release_unused_leases();
         if self.shutting_down
             && self.ops.is_empty()
             && self.execs.is_empty()

@@ -324,7 +324,7 @@ impl Sim {
             probes: probes::Probes::new(seed),
             files: files::SimFiles::new(
                 seed,
-                opts.inputs || std::env::var_os("SMOLBOX_SIM_INPUTS").is_some(),
+                opts.inputs && std::env::var(super::INPUTS_VAR).map_or(true, |v| v.trim() != "0"),
             ),
         };
         sim.workload(&mut rng);
@@ -440,6 +440,9 @@ impl Sim {
         // The driver is the artifact store (`files`): specs with files.
         cfg.artifacts = true;
         cfg.poll_interval_ms = POLL_MS;
+        if self.opts.bug == Some(Bug::RestageResumedPreparing) {
+            cfg.planted = Some(smolbox_core::managed::controller::Planted::RestageResumedPreparing);
+        }
         let ctl = match Controller::new(
             cfg,
             testkit::fingerprint_key(),
@@ -955,9 +958,13 @@ impl Sim {
                 return;
             }
             let (n, w) = (self.clock.now(), self.clock.wall_ms());
+            let live = !self.hosts[h].terms.is_empty();
             let Some(ctl) = self.hosts[h].ctl.as_mut() else {
                 return;
             };
+            // As the shells' driver: the host's live terminal runs (they
+            // use its worker lease) are reported after every input.
+            ctl.set_terminals_live(n, live);
             if let Some((id, op)) = ctl.poll_store_op() {
                 self.store_op(h, id, op, n, w);
                 if self.hosts[h].ctl.is_none() {
@@ -997,6 +1004,7 @@ impl Sim {
         if self.opts.retained {
             self.plant_on_store_op(&op);
         }
+        self.plant_on_file_write(&mut op);
         // Planted: a machine without creation evidence (the create may have
         // been sent) is taken as absent, as after a 404 that proves nothing
         // (C0.4 rule 3): absence recorded, then the reservation released.
@@ -1193,6 +1201,7 @@ impl Sim {
         self.running.insert(key.clone(), (h, req));
         self.log(format!("{} sends exec {}", Self::owner(h), key.id));
         let now = self.now();
+        let on = machine.clone();
         let request = if command.is_background() {
             Request::Launch { machine, argv }
         } else {
@@ -1201,6 +1210,7 @@ impl Sim {
         if let Err(e) = self.worker.send(now, req, request) {
             self.at(now + 1, Ev::WorkerReply(h, id, req, Err(e)));
         }
+        self.plant_upload_after_intent(&key, &on);
         self.crash_point(h, "worker_after_send");
     }
 

@@ -58,6 +58,10 @@ pub const TRACE_END_VAR: &str = "SMOLBOX_SIM_TRACE_END";
 /// even once it has settled (to check that ending early changes nothing).
 pub const FULL_VAR: &str = "SMOLBOX_SIM_FULL";
 
+/// Set to `0` to leave input files out of every run (they are on by
+/// default: [`Options::inputs`]).
+pub const INPUTS_VAR: &str = "SMOLBOX_SIM_INPUTS";
+
 /// Trace lines kept per seed.
 pub fn trace_len() -> usize {
     std::env::var(TRACE_VAR)
@@ -68,6 +72,13 @@ pub fn trace_len() -> usize {
 
 /// Seeds run by default in the test command.
 pub const DEFAULT_SEEDS: u64 = 1_000;
+
+/// Disposable-run seeds beyond the default range that a soak found
+/// failing (each since fixed), run after the default range like
+/// [`RETAINED_REGRESSIONS`]. 4572: a paused controller deleted its machine
+/// on a verification from before its pause while another controller's
+/// delete was uncertain (finding 11).
+pub const DISPOSABLE_REGRESSIONS: [u64; 1] = [4572];
 
 /// Retained-run seeds beyond the default range that a soak found failing
 /// (each since fixed): run after the default range in the test command,
@@ -133,6 +144,17 @@ pub enum Bug {
     /// bytes must never reach logs, records or `Debug` output). Retained
     /// runs only.
     LogTerminalBytes,
+    /// A recovering controller stages the inputs of a `preparing` record
+    /// another controller began staging (the uploads resent while
+    /// uncertain): finding 10's old behaviour, restored by the core's
+    /// test-only switch (`ControllerConfig::planted`, `testkit` builds).
+    RestageResumedPreparing,
+    /// Each input is uploaded again when the exec goes out, after the
+    /// dispatch intent (a write into a running command's input).
+    UploadAfterIntent,
+    /// The completion write records an output digest other than the one
+    /// the download returned (not what the command wrote).
+    WrongOutputDigest,
 }
 
 impl Bug {
@@ -148,6 +170,13 @@ impl Bug {
 }
 
 impl Bug {
+    /// The planted bugs of the file rules (named runs, inputs on).
+    pub const FILES: [Self; 3] = [
+        Self::RestageResumedPreparing,
+        Self::UploadAfterIntent,
+        Self::WrongOutputDigest,
+    ];
+
     /// The planted bugs of the retained run.
     pub const RETAINED: [Self; 4] = [
         Self::SlotReleasedOnUnknown,
@@ -186,6 +215,12 @@ impl Bug {
             ],
             Self::ListSkipsDeleted => &["list left out a machine the store holds (deleted"],
             Self::LogTerminalBytes => &["terminal bytes typed into a managed terminal found in"],
+            Self::RestageResumedPreparing => &["sent again while an earlier one was uncertain"],
+            Self::UploadAfterIntent => &[
+                "which read it, runs (inputs are staged before the exec, never after)",
+                "sent again while an earlier one was uncertain",
+            ],
+            Self::WrongOutputDigest => &["is not what the command wrote"],
         }
     }
 }
@@ -206,10 +241,10 @@ pub struct Options {
     /// terminals in the slot, drain and resolve.
     pub retained: bool,
     /// Named and disposable jobs also declare input files (staged and
-    /// read back before the intent). Off by default: open finding 10 (an
+    /// read back before the intent). On by default since finding 10 (an
     /// upload re-staged by a recovering controller while the crashed one's
-    /// upload is uncertain) fails such seeds. `SMOLBOX_SIM_INPUTS=1` turns
-    /// it on in every run.
+    /// was uncertain) was fixed in session 7; `SMOLBOX_SIM_INPUTS=0` turns
+    /// it off in every run ([`INPUTS_VAR`]).
     pub inputs: bool,
 }
 
@@ -220,7 +255,7 @@ impl Options {
         strict: true,
         disposable: false,
         retained: false,
-        inputs: false,
+        inputs: true,
     };
 
     /// Retained machines, every rule.

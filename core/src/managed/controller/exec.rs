@@ -89,6 +89,12 @@ pub(super) struct Exec {
     fresh_claim: bool,
     /// This controller wrote the `dispatching` intent.
     intent_mine: bool,
+    /// This controller committed `accepted → preparing`: staging the
+    /// inputs is its own. Only the writer of `preparing` ever uploads, so a
+    /// `preparing` record with inputs that it did not write (another
+    /// controller may have sent uploads, their outcome unknown here) is
+    /// failed `not_dispatched`, never staged again (C6.1; sim finding 10).
+    preparing_mine: bool,
     /// The exec was emitted (or refused locally): never sent again.
     attempted: bool,
     /// The exec was emitted to the worker.
@@ -188,6 +194,7 @@ impl Exec {
             claim_at: None,
             fresh_claim: false,
             intent_mine: false,
+            preparing_mine: false,
             attempted: false,
             dispatched: false,
             observed: None,
@@ -645,6 +652,18 @@ impl Exec {
                 // A caller's machine stages its inputs here; a disposable
                 // one did so before `ready` (`prepare_machine`).
                 let check = match check {
+                    Ok(()) if state == ExecState::Preparing && self.staging_unowned(cfg) => {
+                        // Resumed mid-preparation (sim finding 10): another
+                        // controller wrote `preparing` and may have sent
+                        // uploads whose outcome is unknown here; an upload
+                        // is never resent (C6.1), so the preparation fails,
+                        // nothing dispatched.
+                        Err(Error::unknown(
+                            Operation::Upload,
+                            Evidence::DispatchUncertain,
+                            Reason::StagingUncertain,
+                        ))
+                    }
                     Ok(()) if state == ExecState::Preparing => {
                         match self.stage_inputs(cfg, now, now_ms) {
                             Ok(Some(step)) => return step,
@@ -990,6 +1009,14 @@ impl Exec {
                 }
                 let changed = rec.state != self.rec.state || rec.evidence != self.rec.evidence;
                 if kind == Kind::Write
+                    && self.rec.state == ExecState::Accepted
+                    && rec.state == ExecState::Preparing
+                {
+                    // Our own write moved it (a write applies only under
+                    // our guard): the staging that follows is ours.
+                    self.preparing_mine = true;
+                }
+                if kind == Kind::Write
                     && self.machine.reserved_here
                     && self.rec.state == ExecState::Accepted
                     && rec.state == ExecState::Preparing
@@ -1019,6 +1046,15 @@ impl Exec {
                 };
                 if rec.version != ours {
                     self.machine.reserved_here = false;
+                    // The same for a verification before a delete (sim
+                    // finding 11): another writer may have verified and
+                    // sent its own delete meanwhile, so this process's
+                    // inspection (or its answer still held) no longer
+                    // speaks for the machine; it inspects again.
+                    self.machine.verified = false;
+                    if matches!(self.machine.reply, Some((MKind::Verify, _))) {
+                        self.machine.reply = None;
+                    }
                 }
                 self.rec = rec;
                 // Deadlines set by this write get their monotonic bound now.

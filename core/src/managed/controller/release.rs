@@ -161,6 +161,65 @@ impl Controller {
         {
             st.lease = None;
             st.at = None;
+            st.inflight = false;
+        }
+    }
+
+    /// Nothing of this process uses a worker lease: nothing driven, no op
+    /// but releases and cancels outstanding, no live terminal run.
+    fn quiet(&self) -> bool {
+        self.execs.is_empty()
+            && self.accepting.is_empty()
+            && self.machs.is_empty()
+            && self.reqs.is_empty()
+            && self.slot_machines.is_empty()
+            && !self.terminals_live
+            && self
+                .ops
+                .values()
+                .all(|p| matches!(p, Purpose::Release(_) | Purpose::Cancel(_)))
+    }
+
+    /// While running: once nothing of this process uses them, the worker
+    /// leases it holds are released at once rather than left to lapse
+    /// (sim finding 14, disposable seed 966): an idle lease kept every
+    /// other controller's records on that worker waiting for up to a TTL
+    /// each, and with many controllers queued for it one paused with a
+    /// confirmed exit never got its turn. The lease counts as gone from
+    /// the moment the release is sent (no write uses it, no claim is sent
+    /// for that worker until the release is answered); a later need takes
+    /// it again (a new generation when another took it meanwhile; records
+    /// assigned under the old one are re-fenced as after any lapse).
+    pub(super) fn release_unused_leases(&mut self) {
+        if self.shutting_down || !self.quiet() {
+            return;
+        }
+        let now_ms = self.now_ms;
+        let mut out = Vec::new();
+        for (w, st) in &mut self.leases.map {
+            if st.inflight {
+                continue;
+            }
+            let Some(l) = st.lease.take() else {
+                continue;
+            };
+            st.at = None;
+            if l.owner != self.cfg.owner || l.until_ms <= now_ms {
+                continue;
+            }
+            st.inflight = true;
+            out.push((w.clone(), l.generation));
+        }
+        for (w, generation) in out {
+            let what = Claimed::Worker(w);
+            self.held.remove(&what);
+            let op = StoreOp::ReleaseClaim {
+                claimed: what.clone(),
+                owner: self.cfg.owner.clone(),
+                generation,
+                now_ms,
+            };
+            self.push_store(Purpose::Release(what), op);
         }
     }
 
@@ -173,16 +232,7 @@ impl Controller {
         // What needs nobody, or has lapsed, is not released: forgotten.
         self.held
             .retain(|_, h| h.releasing || (h.needed && h.until_ms > now_ms));
-        let quiet = self.execs.is_empty()
-            && self.accepting.is_empty()
-            && self.machs.is_empty()
-            && self.reqs.is_empty()
-            && self.slot_machines.is_empty()
-            && !self.terminals_live
-            && self
-                .ops
-                .values()
-                .all(|p| matches!(p, Purpose::Release(_) | Purpose::Cancel(_)));
+        let quiet = self.quiet();
         if quiet {
             for (w, st) in &self.leases.map {
                 if let Some(l) = &st.lease

@@ -27,9 +27,10 @@ use smolbox_core::{Category, Error, Evidence, Operation, Reason};
 use smolbox_store::Store;
 use std::collections::BTreeMap;
 
+use super::super::Bug;
 use super::super::rng::Rng;
 use super::super::worker::{self, Reply, Request, output_content, sha256_hex};
-use super::{OpId, ReqTo, Sim, WorkerOp};
+use super::{OpId, ReqTo, Sim, StoreOp, WorkerOp};
 
 /// The driver's files state.
 #[derive(Debug)]
@@ -189,6 +190,53 @@ impl Sim {
             self.at(now + 1, super::Ev::WorkerReply(h, id, req, Err(e)));
         }
         self.crash_point(h, "worker_after_send");
+    }
+
+    /// Planted [`Bug::UploadAfterIntent`]: when the exec of `key` goes out
+    /// (after its dispatch intent), each of its inputs is uploaded again
+    /// to `machine` (the reply goes nowhere). Caught when the upload lands
+    /// while the command, which read the path, runs.
+    pub(super) fn plant_upload_after_intent(&mut self, key: &RecordKey, machine: &str) {
+        if self.opts.bug != Some(Bug::UploadAfterIntent) {
+            return;
+        }
+        let Some(job) = self.jobs.iter().find(|j| j.key == *key) else {
+            return;
+        };
+        for i in job.spec.inputs.clone() {
+            let source = (key.scope.clone(), i.source.clone());
+            let Some(bytes) = self.files.sources.get(&source).cloned() else {
+                continue;
+            };
+            let req = self.next_req;
+            self.next_req += 1;
+            self.log(format!(
+                "planted: upload {machine}:{} after the intent",
+                i.path
+            ));
+            let request = Request::Upload {
+                machine: machine.to_owned(),
+                path: i.path,
+                bytes,
+            };
+            let now = self.now();
+            let _ = self.worker.send(now, req, request);
+        }
+    }
+
+    /// Planted [`Bug::WrongOutputDigest`]: a write that records collected
+    /// artifacts records the first one's digest with its first hex digit
+    /// changed.
+    pub(super) fn plant_on_file_write(&mut self, op: &mut StoreOp) {
+        if self.opts.bug != Some(Bug::WrongOutputDigest) {
+            return;
+        }
+        if let StoreOp::Write { patch, .. } = op
+            && let Some(a) = patch.artifacts.as_mut().and_then(|v| v.first_mut())
+        {
+            let digit = if a.sha256.starts_with('0') { "1" } else { "0" };
+            a.sha256.replace_range(0..1, digit);
+        }
     }
 
     /// A download that collects an output puts its bytes into the artifact

@@ -460,6 +460,15 @@ impl Exec {
             if self.machine.delete_sent {
                 return Step::Wait;
             }
+            if !self.claim_ok(cfg, now, now_ms) {
+                // The delete goes out under a live, fresh claim (sim
+                // finding 11): a controller paused since its verification
+                // finds out first whether another took the record over
+                // meanwhile (and may have sent its own delete); if so the
+                // claim's answer drops the verification (`on_stored`) and
+                // the machine is inspected again.
+                return self.claim_op(cfg, now_ms);
+            }
             return self.machine_op(
                 MKind::Delete,
                 WorkerOp::Delete {

@@ -11,7 +11,11 @@
 //! each input's size and digest, is the staging evidence. A staging answer
 //! that is not a verified success fails the preparation (`failed`,
 //! `not_dispatched`; a disposable machine is then deleted): an upload is
-//! never retried in this process (C6.1).
+//! never retried in this process (C6.1). Nor in another: only the process
+//! that wrote `preparing` stages, so a `preparing` record with inputs found
+//! by recovery (or taken over from a paused controller) fails
+//! `not_dispatched` with `staging_uncertain` instead of uploading again (a
+//! disposable one already fails at its start, `start_uncertain`).
 //!
 //! Collection: for each output, in path order, a disposable machine is
 //! re-observed running as the recorded incarnation ([`WorkerOp::Inspect`]),
@@ -171,6 +175,19 @@ impl Exec {
             .profile
             .clone()?;
         Some((worker, profile, MachineName::new(&name).ok()?))
+    }
+
+    /// A `preparing` record with inputs whose `preparing` this process did
+    /// not write (it was resumed from the store): another controller may
+    /// have sent its uploads, so none is sent again (sim finding 10).
+    pub(super) fn staging_unowned(&self, cfg: &ControllerConfig) -> bool {
+        #[cfg(feature = "testkit")]
+        if cfg.planted == Some(super::super::Planted::RestageResumedPreparing) {
+            return false;
+        }
+        #[cfg(not(feature = "testkit"))]
+        let _ = cfg;
+        !self.rec.spec.inputs.is_empty() && !self.preparing_mine
     }
 
     fn file_op(&mut self, kind: FKind, op: WorkerOp) -> Step {

@@ -465,6 +465,67 @@ fn a_crash_mid_staging_fails_and_deletes_without_another_upload() {
     assert_eq!(kinds, ["inspect"], "the cleanup's verify only");
 }
 
+/// Sim finding 10: a caller's machine, crash mid-staging (`preparing`,
+/// the first upload sent and unanswered: it may have landed). The rebuilt
+/// controller did not write `preparing`, so it never stages: no upload is
+/// resent while the first one's outcome is unknown (C6.1); the record
+/// fails `not_dispatched` with `staging_uncertain` and nothing runs. The
+/// crashed controller's process is gone; a paused one that comes back
+/// with its upload's answer sends nothing more either.
+#[test]
+fn a_callers_machine_resumed_mid_staging_fails_without_another_upload() {
+    let mut s = Sim::new(files_config());
+    let mut spec = two_in_two_out();
+    spec.worker_machine = Some(crate::managed::spec::WorkerMachine {
+        worker_id: WORKER.into(),
+        name: "m1".into(),
+    });
+    let key = s.submit_spec("f13", spec).unwrap();
+    assert_eq!(s.record(&key).state, ExecState::Preparing);
+    let kinds = |s: &Sim| -> Vec<&str> { s.worker.iter().map(|(_, op)| op.name()).collect() };
+    assert_eq!(kinds(&s), ["upload"]);
+    let mut t = restart(&mut s, "ctl-test-2", 2_500);
+    assert!(t.worker.is_empty(), "resent: {:?}", kinds(&t));
+    let rec = t.record(&key).clone();
+    assert_eq!(rec.state, ExecState::Failed);
+    assert_eq!(rec.evidence, RecordEvidence::NotDispatched);
+    assert_eq!(
+        rec.last_error.as_ref().unwrap().reason,
+        Reason::StagingUncertain.as_str()
+    );
+    let f = t.finished(&key).unwrap();
+    assert_eq!(f.error.as_ref().unwrap().reason(), Reason::StagingUncertain);
+    assert!(!f.dispatched);
+    // The first controller was only paused: its upload is answered now.
+    let gap = t.now_ms - s.now_ms;
+    s.store = std::mem::take(&mut t.store);
+    s.now += Duration::from_millis(gap);
+    s.now_ms += gap;
+    s.answer("upload", uploaded(5));
+    s.advance(3_000);
+    assert!(
+        s.worker
+            .iter()
+            .all(|(_, op)| !matches!(op, WorkerOp::Upload { .. } | WorkerOp::Exec { .. })),
+        "{:?}",
+        kinds(&s)
+    );
+    assert_eq!(s.record(&key).state, ExecState::Failed);
+}
+
+/// The same resumed record without inputs has nothing uncertain: it is
+/// prepared and dispatched once by the controller that finds it.
+#[test]
+fn a_callers_machine_resumed_in_preparing_without_inputs_runs_once() {
+    let mut s = Sim::new(files_config());
+    let key = foreign(&mut s, "f14", &[ExecState::Preparing], T0 - 5_000);
+    s.settle();
+    let kinds: Vec<&str> = s.worker.iter().map(|(_, op)| op.name()).collect();
+    assert_eq!(kinds, ["exec"]);
+    s.answer("exec", exited(0, ""));
+    assert_eq!(s.record(&key).state, ExecState::Completed);
+}
+
 #[test]
 fn the_collection_deadline_ends_collection_with_the_exit_kept() {
     let mut s = Sim::new(files_config());

@@ -265,3 +265,54 @@ fn a_paused_reserver_never_creates_under_another_controllers_intent() {
     assert_eq!(rec.state, ExecState::Failed);
     assert!(rec.reservation.is_some());
 }
+
+/// Sim finding 11 (disposable seed 4572): a controller inspects its
+/// finished run's machine (the verification before the delete) and is
+/// paused; another controller takes the record over, verifies, sends the
+/// delete and crashes (its outcome uncertain). The first one comes back
+/// with its old inspection's answer: it must not delete on it. The delete
+/// goes out only under a fresh claim, and a claim (or any answer) that
+/// finds the record moved by another writer drops the verification, so
+/// the machine is inspected again (here: gone, so absence is recorded).
+#[test]
+fn a_paused_controller_never_deletes_on_a_verification_from_before_its_pause() {
+    let mut s = Sim::new(disposable_config());
+    let key = s.submit_disposable("r7", &cmd());
+    s.settle();
+    let name = s.record(&key).assignment.clone().unwrap().machine_name;
+    let obs = |st| Ok(WorkerReply::Machine(observation(&name, st, 1_700_000_000)));
+    s.answer("create", obs(MachineState::Created));
+    s.answer("start", obs(MachineState::Running));
+    s.answer("exec", exited(0, ""));
+    assert_eq!(s.record(&key).state, ExecState::Completed);
+    // The verification is out when the first controller is paused.
+    assert_eq!(kinds(&s.worker), ["inspect"]);
+    let mut t = take_over(&mut s, 2_000);
+    assert!(refenced(&t, &key));
+    t.answer("inspect", obs(MachineState::Running));
+    assert_eq!(kinds(&t.worker), ["delete"], "the other one deletes");
+    // It crashes with its delete uncertain; its claim and lease lapse.
+    t.now_ms += 2_000;
+    let gap = t.now_ms - s.now_ms;
+    s.store = std::mem::take(&mut t.store);
+    s.now += Duration::from_millis(gap);
+    s.now_ms = t.now_ms;
+    // The first one's old inspection answers now: still running.
+    s.answer("inspect", obs(MachineState::Running));
+    s.advance(3_000);
+    assert!(
+        !s.worker
+            .iter()
+            .any(|(_, op)| matches!(op, WorkerOp::Delete { .. })),
+        "a delete on a verification from before the pause: {:?}",
+        kinds(&s.worker)
+    );
+    // It verifies again; the other's delete landed: absence, release.
+    s.answer("inspect", Err(not_found()));
+    let rec = s.record(&key);
+    assert!(rec.absence_at_ms.is_some());
+    assert_eq!(rec.cleanup, Cleanup::Complete);
+    assert_eq!(rec.reservation, None);
+    s.advance(3_000);
+    assert!(s.worker.is_empty(), "{:?}", kinds(&s.worker));
+}

@@ -135,6 +135,9 @@ fn a_record_left_due_is_released_at_once_and_a_driven_one_when_it_ends() {
 #[test]
 fn live_terminal_runs_keep_the_machine_claims_at_shutdown() {
     let mut s = machine_after_one_command();
+    // While running, with nothing driven, the worker lease was released.
+    assert_eq!(releases(&s), [Claimed::Worker(WORKER.into())]);
+    s.store_log.clear();
     s.ctl.set_terminals_live(s.now, true);
     s.ctl.shutdown(s.now, s.now_ms);
     s.settle();
@@ -164,4 +167,54 @@ fn a_refused_release_is_not_retried_and_changes_nothing() {
     s.ctl.handle_timeout(s.now, s.now_ms);
     s.settle();
     assert_eq!(releases(&s).len(), n, "never retried");
+}
+
+/// Sim finding 14 (disposable seed 966): a worker lease nothing of this
+/// process uses any more is released at once while the controller runs,
+/// not left to lapse (an idle lease kept other controllers' records on
+/// that worker waiting a TTL each); the next need takes it again.
+#[test]
+fn an_unused_worker_lease_is_released_while_running_and_taken_again() {
+    let mut s = Sim::new(disposable_config());
+    let key = s.submit_disposable("l1", &cmd());
+    s.settle();
+    let name = s.record(&key).assignment.clone().unwrap().machine_name;
+    let obs = |st| Ok(WorkerReply::Machine(observation(&name, st, 1_700_000_000)));
+    s.answer("create", obs(MachineState::Created));
+    s.answer("start", obs(MachineState::Running));
+    s.answer("exec", exited(0, ""));
+    assert!(releases(&s).is_empty(), "in use while the run is driven");
+    s.answer("inspect", obs(MachineState::Running));
+    s.answer("delete", Ok(WorkerReply::Deleted));
+    s.answer("inspect", Err(not_found()));
+    assert_eq!(s.record(&key).reservation, None);
+    assert_eq!(releases(&s), [Claimed::Worker(WORKER.into())]);
+    assert_eq!(s.store.leases[WORKER].until_ms, s.now_ms, "ended in place");
+    assert!(!stopped(&s));
+    // Another controller can take the worker at once; this one needs it
+    // again later and takes it (a new generation), then runs once more.
+    let taken = claim::take(Some(&s.store.leases[WORKER]), "ctl-other", s.now_ms, 1_000).unwrap();
+    s.store.leases.insert(WORKER.into(), taken);
+    s.advance(1_500);
+    let key = s.submit_disposable("l2", &cmd());
+    s.settle();
+    let a = s.record(&key).assignment.clone().unwrap();
+    assert_eq!(a.worker_generation, 3);
+    assert_eq!(
+        s.worker.iter().map(|(_, op)| op.name()).collect::<Vec<_>>(),
+        ["create"]
+    );
+}
+
+/// A live terminal run of this process (it uses the worker lease under
+/// the same owner) keeps the lease: nothing is released while running.
+#[test]
+fn a_live_terminal_run_keeps_the_worker_lease_while_running() {
+    let mut s = Sim::new(disposable_config());
+    s.ctl.set_terminals_live(s.now, true);
+    s.running_machine();
+    s.submit_to_slot("c1", &cmd()).unwrap();
+    s.answer("exec", exited(0, "one"));
+    s.advance(200);
+    assert!(releases(&s).is_empty(), "{:?}", releases(&s));
 }
