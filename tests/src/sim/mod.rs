@@ -74,8 +74,10 @@ pub const DEFAULT_SEEDS: u64 = 1_000;
 /// so each finding stays a regression. 1064: a delete of a machine the
 /// worker lost never ended (finding 9); 1291: a renewal refused
 /// `clock_before_updated_at` stopped the observation of a running command
-/// (finding 8).
-pub const RETAINED_REGRESSIONS: [u64; 2] = [1064, 1291];
+/// (finding 8); 672: a background launch "ran" on a machine a restart had
+/// deleted, in the simulated worker (finding 13; in the default range, so
+/// it runs after it only with `SMOLBOX_SIM_SEEDS` below 673).
+pub const RETAINED_REGRESSIONS: [u64; 3] = [672, 1064, 1291];
 
 /// The seeds of a run: `SMOLBOX_SIM_SEED` alone when set; else
 /// `0..SMOLBOX_SIM_SEEDS` (default [`DEFAULT_SEEDS`]) followed by each of
