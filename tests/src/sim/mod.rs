@@ -76,8 +76,10 @@ pub const DEFAULT_SEEDS: u64 = 1_000;
 /// `clock_before_updated_at` stopped the observation of a running command
 /// (finding 8); 672: a background launch "ran" on a machine a restart had
 /// deleted, in the simulated worker (finding 13; in the default range, so
-/// it runs after it only with `SMOLBOX_SIM_SEEDS` below 673).
-pub const RETAINED_REGRESSIONS: [u64; 3] = [672, 1064, 1291];
+/// it runs after it only with `SMOLBOX_SIM_SEEDS` below 673); 7961: a
+/// create's answer that arrived during the machine task's claim renewal
+/// was dropped and the machine stayed `creating` (finding 12).
+pub const RETAINED_REGRESSIONS: [u64; 4] = [672, 1064, 1291, 7961];
 
 /// The seeds of a run: `SMOLBOX_SIM_SEED` alone when set; else
 /// `0..SMOLBOX_SIM_SEEDS` (default [`DEFAULT_SEEDS`]) followed by each of

@@ -1056,8 +1056,13 @@ impl Mach {
         self.inflight = None;
         let kept = self.kept.take();
         let acted = result.is_ok() && !matches!(kind, SKind::Claim | SKind::Fetch);
-        if !acted {
+        if !acted && kept.is_some() {
             // Not written: the next step decides from the same answer.
+            // Only when this op acted on one: a claim renewal or fetch
+            // sent while a worker op was out carries none, and the worker
+            // answer that arrived meanwhile is kept (recovery sim seed
+            // 7961: overwriting it left the create's answer dropped and
+            // the record `creating` for good).
             self.reply = kept;
         }
         match result {
