@@ -1133,6 +1133,18 @@ impl Mach {
                         self.fenced_at.get_or_insert(now);
                         self.need_fetch = true;
                     }
+                    Category::StaleClaim
+                        if e.reason() == Reason::ClaimExpired
+                            && self.failures < MAX_STORE_RETRIES =>
+                    {
+                        // This owner's claim at this generation ended (a
+                        // settled terminal run of this process released it,
+                        // or it lapsed) and nobody claimed since (that would
+                        // move the generation: `claim_owner`): re-take it
+                        // and decide again from the record it returns.
+                        self.failures += 1;
+                        self.claim_at = None;
+                    }
                     Category::StaleClaim if !self.finishing.is_empty() && self.failures < 64 => {
                         // Another controller holds the machine's claim: the
                         // slot is finished once it lapses (within one TTL).

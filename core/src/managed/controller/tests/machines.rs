@@ -1446,3 +1446,4 @@ fn measurements_of_a_machine_never_created_are_refused_unsent() {
 mod delete;
 mod refence;
 mod renewal;
+mod released;
