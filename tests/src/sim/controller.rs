@@ -1434,6 +1434,16 @@ impl Sim {
                 encoding: OutputEncoding::Bytes,
             })));
         }
+        if self.opts.bug == Some(Bug::LaunchedAsExit)
+            && matches!(r, Ok(WorkerReply::Exec(ExecOutcome::Launched(_))))
+        {
+            r = Ok(WorkerReply::Exec(ExecOutcome::Exited(ExecOutput {
+                exit_code: 0,
+                stdout: Vec::new(),
+                stderr: Vec::new(),
+                encoding: OutputEncoding::Bytes,
+            })));
+        }
         let key = self.reqs.get(&req).and_then(|x| x.1.clone());
         let label = match &r {
             Ok(WorkerReply::Exec(ExecOutcome::Exited(o))) => {

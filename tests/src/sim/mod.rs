@@ -137,6 +137,11 @@ pub enum Bug {
     /// bytes must never reach logs, records or `Debug` output). Retained
     /// runs only.
     LogTerminalBytes,
+    /// A background launch's acknowledgement is handed to the controller
+    /// as the command's exit (exit 0): `launched` turned into a completed
+    /// exit (C13.2, C5.4: a launch never has an exit). Retained runs with
+    /// background launches (on unless `SMOLBOX_SIM_LAUNCHES=0`).
+    LaunchedAsExit,
 }
 
 impl Bug {
@@ -159,6 +164,10 @@ impl Bug {
         Self::ListSkipsDeleted,
         Self::LogTerminalBytes,
     ];
+
+    /// The planted bugs of the launch rule (retained runs with background
+    /// launches).
+    pub const LAUNCH: [Self; 1] = [Self::LaunchedAsExit];
 
     /// Text every violation this bug causes contains (what the planted-bug
     /// test looks for, so a bug is "caught" only by its own symptom).
@@ -190,6 +199,7 @@ impl Bug {
             ],
             Self::ListSkipsDeleted => &["list left out a machine the store holds (deleted"],
             Self::LogTerminalBytes => &["terminal bytes typed into a managed terminal found in"],
+            Self::LaunchedAsExit => &["a background launch became an exit"],
         }
     }
 }

@@ -257,14 +257,13 @@ impl Req {
                 // After the drain's stop was sent (a re-fence of the drain's
                 // write included), a store refusal does not mean nothing
                 // reached the worker.
-                let stop_sent =
-                    matches!(
-                        self.stage,
-                        Stage::DrainStop | Stage::DrainConfirm | Stage::DrainWrite
-                    ) || (matches!(
-                        self.stage,
-                        Stage::RefenceLease | Stage::RefenceClaim | Stage::Reclaim
-                    ) && matches!(self.write, Some((Stage::DrainWrite, _))));
+                let stop_sent = matches!(
+                    self.stage,
+                    Stage::DrainStop | Stage::DrainConfirm | Stage::DrainWrite
+                ) || (matches!(
+                    self.stage,
+                    Stage::RefenceLease | Stage::RefenceClaim | Stage::Reclaim
+                ) && matches!(self.write, Some((Stage::DrainWrite, _))));
                 if stop_sent && matches!(e.evidence(), Evidence::NotDispatched | Evidence::Unknown)
                 {
                     return RStep::Done(Err(e.with_evidence(Evidence::DispatchUncertain)));

@@ -54,10 +54,7 @@ fn a_stop_whose_claim_this_process_released_meanwhile_reclaims_and_is_sent() {
     );
     assert_eq!(m.generation, generation, "the same claim, re-taken");
     assert_eq!(s.worker.first().map(|(_, op)| op.name()), Some("stop"));
-    s.answer(
-        "stop",
-        Ok(WorkerReply::Machine(obs(MachineState::Stopped))),
-    );
+    s.answer("stop", Ok(WorkerReply::Machine(obs(MachineState::Stopped))));
     assert_eq!(s.machine().state, MS::Stopped);
 }
 
