@@ -75,13 +75,14 @@ fn replay_with_a_planted_bug() {
         .chain([Bug::ReleaseAfter404WithoutCreation])
         .chain(Bug::RETAINED)
         .chain(Bug::FILES)
+        .chain(Bug::LAUNCH)
         .find(|b| format!("{b:?}") == name);
     assert!(bug.is_some(), "unknown bug {name}");
     if let Some(bug) = bug {
         let started = Instant::now();
         let opts = Options {
             disposable: bug == Bug::ReleaseAfter404WithoutCreation,
-            retained: Bug::RETAINED.contains(&bug),
+            retained: Bug::RETAINED.contains(&bug) || Bug::LAUNCH.contains(&bug),
             ..Options::DEFAULT
         };
         let summary = sim::run_seeds(seeds(), opts.with_bug(bug), usize::MAX);
@@ -145,6 +146,15 @@ fn a_release_after_a_404_without_creation_evidence_is_caught() {
 #[test]
 fn every_planted_slot_bug_is_caught() {
     assert_caught(Options::RETAINED, &Bug::RETAINED);
+}
+
+/// Planted in the retained run with background launches (on by default):
+/// a launch acknowledgement handed to the controller as exit 0 — the
+/// launch rule's bug (`launched` turned into an exit) — is caught by the
+/// end-of-seed launch rule ("a background launch became an exit").
+#[test]
+fn a_launch_turned_into_an_exit_is_caught() {
+    assert_caught(Options::RETAINED, &Bug::LAUNCH);
 }
 
 /// Retained machines, 1,000 seeds: create/start/stop/delete with versioned

@@ -243,6 +243,15 @@ fn brief(r: &StoreResult) -> String {
         }
         Ok(StoreReply::Lease(_)) => "lease".to_owned(),
         Ok(StoreReply::Due { records, .. }) => format!("{} due", records.len()),
+        Ok(StoreReply::Machine(m) | StoreReply::MachineAccepted { record: m, .. }) => format!(
+            "machine {} v{} {} {:?}/{:?} due {:?}",
+            m.key.id,
+            m.version,
+            m.state.as_str(),
+            m.operation,
+            m.phase,
+            m.next_due_at_ms
+        ),
         Ok(_) => "machine reply".to_owned(),
         Err(e) => format!("{}:{}", e.category().as_str(), e.reason()),
     }
@@ -1427,6 +1436,16 @@ impl Sim {
             && r.as_ref()
                 .err()
                 .is_some_and(|e| e.evidence() == Evidence::DispatchUncertain)
+        {
+            r = Ok(WorkerReply::Exec(ExecOutcome::Exited(ExecOutput {
+                exit_code: 0,
+                stdout: Vec::new(),
+                stderr: Vec::new(),
+                encoding: OutputEncoding::Bytes,
+            })));
+        }
+        if self.opts.bug == Some(Bug::LaunchedAsExit)
+            && matches!(r, Ok(WorkerReply::Exec(ExecOutcome::Launched(_))))
         {
             r = Ok(WorkerReply::Exec(ExecOutcome::Exited(ExecOutput {
                 exit_code: 0,

@@ -85,8 +85,12 @@ pub const DISPOSABLE_REGRESSIONS: [u64; 1] = [4572];
 /// so each finding stays a regression. 1064: a delete of a machine the
 /// worker lost never ended (finding 9); 1291: a renewal refused
 /// `clock_before_updated_at` stopped the observation of a running command
-/// (finding 8).
-pub const RETAINED_REGRESSIONS: [u64; 2] = [1064, 1291];
+/// (finding 8); 672: a background launch "ran" on a machine a restart had
+/// deleted, in the simulated worker (finding 13; in the default range, so
+/// it runs after it only with `SMOLBOX_SIM_SEEDS` below 673); 7961: a
+/// create's answer that arrived during the machine task's claim renewal
+/// was dropped and the machine stayed `creating` (finding 12).
+pub const RETAINED_REGRESSIONS: [u64; 4] = [672, 1064, 1291, 7961];
 
 /// The seeds of a run: `SMOLBOX_SIM_SEED` alone when set; else
 /// `0..SMOLBOX_SIM_SEEDS` (default [`DEFAULT_SEEDS`]) followed by each of
@@ -155,6 +159,11 @@ pub enum Bug {
     /// The completion write records an output digest other than the one
     /// the download returned (not what the command wrote).
     WrongOutputDigest,
+    /// A background launch's acknowledgement is handed to the controller
+    /// as the command's exit (exit 0): `launched` turned into a completed
+    /// exit (C13.2, C5.4: a launch never has an exit). Retained runs with
+    /// background launches (on unless `SMOLBOX_SIM_LAUNCHES=0`).
+    LaunchedAsExit,
 }
 
 impl Bug {
@@ -184,6 +193,10 @@ impl Bug {
         Self::ListSkipsDeleted,
         Self::LogTerminalBytes,
     ];
+
+    /// The planted bugs of the launch rule (retained runs with background
+    /// launches).
+    pub const LAUNCH: [Self; 1] = [Self::LaunchedAsExit];
 
     /// Text every violation this bug causes contains (what the planted-bug
     /// test looks for, so a bug is "caught" only by its own symptom).
@@ -221,6 +234,7 @@ impl Bug {
                 "sent again while an earlier one was uncertain",
             ],
             Self::WrongOutputDigest => &["is not what the command wrote"],
+            Self::LaunchedAsExit => &["a background launch became an exit"],
         }
     }
 }

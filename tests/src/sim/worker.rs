@@ -1266,6 +1266,40 @@ mod tests {
         assert_eq!(w.received(Mutation::Terminal, "u"), 0);
     }
 
+    /// Finding 13 (retained seed 672 with launches on): a background launch
+    /// on a machine that is not running (here: deleted by a restart, and
+    /// created but never started) is refused `not_dispatched` like a
+    /// foreground exec, and nothing runs: before, it was acknowledged and
+    /// its program counted as running on a machine that did not exist.
+    #[test]
+    fn a_launch_on_a_machine_that_is_not_running_is_refused_and_runs_nothing() {
+        let mut w = quiet();
+        started(&mut w, "r");
+        w.send(0, 1, Request::Create { name: "c".into() }).unwrap();
+        w.take_replies(1_000);
+        w.restart(1_500);
+        assert!(!w.has_machine("r"));
+        for (req, (machine, id)) in [("r", "b1"), ("c", "b2")].into_iter().enumerate() {
+            w.send(
+                2_000,
+                10 + req as u64,
+                Request::Launch {
+                    machine: machine.into(),
+                    argv: sim_argv(id, 0, 10_000),
+                },
+            )
+            .unwrap();
+            let r = w.take_replies(3_000);
+            assert_eq!(
+                r[0].1.as_ref().unwrap_err().evidence(),
+                Evidence::NotDispatched,
+                "{r:?}"
+            );
+            assert!(!w.is_live(id), "{id} runs on {machine}");
+            assert_eq!(w.received(Mutation::Exec, id), 0);
+        }
+    }
+
     #[test]
     fn a_restart_deletes_running_machines_and_kills_running_commands() {
         let mut w = quiet();

@@ -1056,8 +1056,13 @@ impl Mach {
         self.inflight = None;
         let kept = self.kept.take();
         let acted = result.is_ok() && !matches!(kind, SKind::Claim | SKind::Fetch);
-        if !acted {
+        if !acted && kept.is_some() {
             // Not written: the next step decides from the same answer.
+            // Only when this op acted on one: a claim renewal or fetch
+            // sent while a worker op was out carries none, and the worker
+            // answer that arrived meanwhile is kept (recovery sim seed
+            // 7961: overwriting it left the create's answer dropped and
+            // the record `creating` for good).
             self.reply = kept;
         }
         match result {
@@ -1127,6 +1132,18 @@ impl Mach {
                         self.failures += 1;
                         self.fenced_at.get_or_insert(now);
                         self.need_fetch = true;
+                    }
+                    Category::StaleClaim
+                        if e.reason() == Reason::ClaimExpired
+                            && self.failures < MAX_STORE_RETRIES =>
+                    {
+                        // This owner's claim at this generation ended (a
+                        // settled terminal run of this process released it,
+                        // or it lapsed) and nobody claimed since (that would
+                        // move the generation: `claim_owner`): re-take it
+                        // and decide again from the record it returns.
+                        self.failures += 1;
+                        self.claim_at = None;
                     }
                     Category::StaleClaim if !self.finishing.is_empty() && self.failures < 64 => {
                         // Another controller holds the machine's claim: the

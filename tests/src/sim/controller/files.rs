@@ -105,17 +105,24 @@ impl SimFiles {
 
     /// Whether retained slot command `key` is a background launch (15 %,
     /// decided at its first submission and kept for every resubmission).
-    /// Off unless `SMOLBOX_SIM_LAUNCHES` is set: with launches on, seed 672
-    /// of the retained run frees a slot by `resolve` while its foreground
-    /// holder still runs (finding 13, open; tests/src/sim/README.md).
+    /// On by default since session 7 (finding 13 was the simulated
+    /// worker's: a launch on a machine that was not running "ran");
+    /// `SMOLBOX_SIM_LAUNCHES=0` turns launches off (the draw is not made
+    /// then, as before session 7).
     pub(super) fn background(&mut self, key: &RecordKey) -> bool {
         if let Some(b) = self.background.get(key) {
             return *b;
         }
-        let b = std::env::var_os("SMOLBOX_SIM_LAUNCHES").is_some() && self.rng.chance(150);
+        let b = launches_on() && self.rng.chance(150);
         self.background.insert(key.clone(), b);
         b
     }
+}
+
+/// Background launches in the retained run: on unless
+/// `SMOLBOX_SIM_LAUNCHES=0`.
+pub(super) fn launches_on() -> bool {
+    std::env::var("SMOLBOX_SIM_LAUNCHES").map_or(true, |v| v.trim() != "0")
 }
 
 impl Sim {

@@ -150,6 +150,21 @@ impl SimWorker {
         machine: &str,
         argv: &[String],
     ) -> (u64, Result<Reply, Error>) {
+        // As a foreground exec: a machine that is not running (absent,
+        // created, stopped) launches nothing (finding 13: a launch on a
+        // machine a restart had deleted "ran" there, so a resolve that
+        // verified the machine's absence looked like freeing the slot
+        // under a live program).
+        if !self.is_running(machine) {
+            return (
+                back,
+                Err(Error::not_found(
+                    Operation::Exec,
+                    Evidence::NotDispatched,
+                    Reason::MachineNotRunning,
+                )),
+            );
+        }
         let id = super::exec_identity(argv);
         let exit_code: i32 = argv.get(2).and_then(|s| s.parse().ok()).unwrap_or(127);
         let duration: u64 = argv.get(3).and_then(|s| s.parse().ok()).unwrap_or(0);

@@ -37,6 +37,10 @@ pub(in crate::managed::controller) enum Stage {
     /// Re-fencing the machine at the version read
     /// (`claim_machine_version`) before the write is made again.
     RefenceClaim,
+    /// The write found this owner's claim ended (`claim_expired`: a
+    /// settled terminal run of this process released it): re-taking it;
+    /// the write is made again only if nobody claimed or wrote since.
+    Reclaim,
 }
 
 /// Re-fencing rounds a flow makes before its write's `stale_claim` is
@@ -57,6 +61,7 @@ pub(in crate::managed::controller) struct Req {
     /// again after a re-fence.
     write: Option<(Stage, StoreOp)>,
     refences: u32,
+    reclaims: u32,
 }
 
 /// What a request flow wants next.
@@ -80,6 +85,7 @@ impl Req {
             command: None,
             write: None,
             refences: 0,
+            reclaims: 0,
         }
     }
 
@@ -214,23 +220,50 @@ impl Req {
         }))
     }
 
+    /// A machine write of `stop_for_drain` or `reconcile` answered
+    /// `stale_claim` / `claim_expired`: the claim is still this owner's at
+    /// the generation the write names (another claim would have moved it),
+    /// but ended — a settled terminal run of this process releases the
+    /// machine claim it holds under the same owner (issue 13, "same owner,
+    /// one window"). The flow re-takes the claim (once) and makes the same
+    /// write if the claim comes back at that generation and version.
+    /// `None` when the error is the answer.
+    fn reclaim(&mut self, cfg: &ControllerConfig, now_ms: u64, e: &Error) -> Option<RStep> {
+        let expired = e.category() == Category::StaleClaim && e.reason() == Reason::ClaimExpired;
+        let waiting = matches!(
+            self.stage,
+            Stage::DrainIntent | Stage::DrainWrite | Stage::ReconcileWrite
+        );
+        if !expired || !waiting || self.write.is_none() || self.reclaims >= 1 {
+            return None;
+        }
+        let op = self.claim(cfg, now_ms, self.machine.as_ref()?);
+        self.reclaims += 1;
+        self.stage = Stage::Reclaim;
+        Some(RStep::Store(op))
+    }
+
     #[allow(clippy::too_many_lines)]
     fn stored(&mut self, cfg: &ControllerConfig, now_ms: u64, result: StoreResult) -> RStep {
         let reply = match result {
             Ok(r) => r,
             Err(e) => {
+                if let Some(step) = self.reclaim(cfg, now_ms, &e) {
+                    return step;
+                }
                 if let Some(step) = self.refence(cfg, now_ms, &e) {
                     return step;
                 }
                 // After the drain's stop was sent (a re-fence of the drain's
                 // write included), a store refusal does not mean nothing
                 // reached the worker.
-                let stop_sent =
-                    matches!(
-                        self.stage,
-                        Stage::DrainStop | Stage::DrainConfirm | Stage::DrainWrite
-                    ) || (matches!(self.stage, Stage::RefenceLease | Stage::RefenceClaim)
-                        && matches!(self.write, Some((Stage::DrainWrite, _))));
+                let stop_sent = matches!(
+                    self.stage,
+                    Stage::DrainStop | Stage::DrainConfirm | Stage::DrainWrite
+                ) || (matches!(
+                    self.stage,
+                    Stage::RefenceLease | Stage::RefenceClaim | Stage::Reclaim
+                ) && matches!(self.write, Some((Stage::DrainWrite, _))));
                 if stop_sent && matches!(e.evidence(), Evidence::NotDispatched | Evidence::Unknown)
                 {
                     return RStep::Done(Err(e.with_evidence(Evidence::DispatchUncertain)));
@@ -270,6 +303,30 @@ impl Req {
                 let Some((stage, StoreOp::WriteMachine { patch, .. })) = self.write.take() else {
                     return RStep::Done(Err(Error::protocol(Operation::StoreWrite, Reason::Stage)));
                 };
+                let op = Self::write(cfg, now_ms, &m, patch);
+                self.machine = Some(m);
+                self.stage = stage;
+                RStep::Store(op)
+            }
+            (Stage::Reclaim, StoreReply::Machine(m)) => {
+                let Some((stage, StoreOp::WriteMachine { guard, patch, .. })) = self.write.take()
+                else {
+                    return RStep::Done(Err(Error::protocol(Operation::StoreWrite, Reason::Stage)));
+                };
+                if m.generation != guard.generation || m.version != guard.version {
+                    // Someone claimed or wrote since the flow read the
+                    // machine: what it inspected no longer speaks for it.
+                    let evidence = if matches!(stage, Stage::DrainWrite) {
+                        Evidence::DispatchUncertain
+                    } else {
+                        Evidence::NotDispatched
+                    };
+                    return RStep::Done(Err(Error::stale_claim(
+                        Operation::StoreWrite,
+                        evidence,
+                        Reason::ClaimOwner,
+                    )));
+                }
                 let op = Self::write(cfg, now_ms, &m, patch);
                 self.machine = Some(m);
                 self.stage = stage;

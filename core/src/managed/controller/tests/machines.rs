@@ -1445,3 +1445,5 @@ fn measurements_of_a_machine_never_created_are_refused_unsent() {
 
 mod delete;
 mod refence;
+mod released;
+mod renewal;
