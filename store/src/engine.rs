@@ -19,7 +19,7 @@ use smolbox_core::{Error, Evidence, Operation};
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 use crate::Sealer;
-use crate::watch::{Marks, run};
+use crate::watch::{self, Marks, run};
 use crate::{
     Accepted, Assigned, DueCursor, DuePage, MAX_DUE_PAGE, MAX_LIST_PAGE, MAX_PENDING, MIN_PENDING,
     Page, Released, Reserve, Resolved, StoreInfo, Submitted,
@@ -577,7 +577,7 @@ pub(crate) fn due_machines<B: Backend>(
             })
         });
         page.records
-            .retain(|r| !tx.behind(RecordKind::Machine, &r.key, r.version));
+            .retain(|r| !tx.behind(RecordKind::Machine, &r.key, watch::mark_of(r)));
         Ok(page)
     })
 }
