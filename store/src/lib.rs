@@ -727,7 +727,7 @@ macro_rules! impl_store {
                 $crate::engine::Backend::info(self)
             }
             fn commits(&self) -> Option<u64> {
-                Some(self.commits.load(std::sync::atomic::Ordering::Relaxed))
+                Some($crate::engine::Backend::handle(self).commits())
             }
         }
     };
