@@ -19,12 +19,14 @@ use smolbox_core::{Error, Evidence, Operation};
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 use crate::Sealer;
-use crate::watch::{Marks, run};
+use crate::watch::{self, Marks, run};
 use crate::{
     Accepted, Assigned, DueCursor, DuePage, MAX_DUE_PAGE, MAX_LIST_PAGE, MAX_PENDING, MIN_PENDING,
-    Page, Released, Reserve, Resolved, StoreInfo, Submitted,
+    Page, Released, Reserve, Resolved, SCHEMA, StoreInfo, Submitted,
 };
 use smolbox_core::managed::RecordKind;
+use smolbox_core::managed::envelope::Capabilities;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// How much a transaction locks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -156,20 +158,81 @@ pub(crate) fn prepare_partition(tx: &mut dyn Tx, sealer: &Sealer) -> Result<(), 
     tx.put_key_check(&sealer.key_check()?)
 }
 
+/// What every store handle carries beside its adapter's own state:
+/// whether its commits are durable, its rollback marks (`watch`) and its
+/// count of committed write transactions (`Store::commits`).
+#[derive(Debug)]
+pub(crate) struct Handle {
+    /// Whether a committed write survives an OS crash or power loss
+    /// ([`StoreInfo::durable`]).
+    durable: bool,
+    /// This handle's highest-seen write counters (rollback detection).
+    marks: Marks,
+    /// Write transactions committed.
+    commits: AtomicU64,
+}
+
+impl Handle {
+    /// A new handle's state: no marks, no commits.
+    pub(crate) fn new(durable: bool) -> Self {
+        Self {
+            durable,
+            marks: Marks::default(),
+            commits: AtomicU64::new(0),
+        }
+    }
+
+    /// Write transactions committed through [`Backend::transact`].
+    pub(crate) fn commits(&self) -> u64 {
+        self.commits.load(Ordering::Relaxed)
+    }
+}
+
 /// A store adapter: runs closures in its transactions.
 pub(crate) trait Backend {
-    fn info(&self) -> StoreInfo;
-    /// This handle's highest-seen versions (`watch`).
-    fn marks(&self) -> &Marks;
-    /// Runs `f` in one transaction and commits when it returns `Ok`;
-    /// rolls everything back otherwise. A backend may run `f` again after
-    /// a serialization failure, so `f` must not keep state between runs.
-    fn transact<R>(
+    /// This handle's durability, marks and commit count.
+    fn handle(&self) -> &Handle;
+    /// The adapter's transaction: runs `f` in one transaction and commits
+    /// when it returns `Ok`; rolls everything back otherwise. A backend may
+    /// run `f` again after a serialization failure, so `f` must not keep
+    /// state between runs. Called through [`Backend::transact`].
+    fn run_transaction<R>(
         &self,
         op: Operation,
         lock: Lock,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<R, Error>,
     ) -> Result<R, Error>;
+
+    /// What the adapter is: every adapter is atomic and has every
+    /// capability; only durability differs ([`Handle::new`]).
+    fn info(&self) -> StoreInfo {
+        StoreInfo {
+            schema: SCHEMA,
+            durable: self.handle().durable,
+            atomic: true,
+            capabilities: Capabilities::ALL,
+        }
+    }
+
+    /// This handle's highest-seen write counters (`watch`).
+    fn marks(&self) -> &Marks {
+        &self.handle().marks
+    }
+
+    /// [`Backend::run_transaction`], counting a committed write
+    /// transaction (a read is not counted).
+    fn transact<R>(
+        &self,
+        op: Operation,
+        lock: Lock,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<R, Error>,
+    ) -> Result<R, Error> {
+        let out = self.run_transaction(op, lock, f)?;
+        if lock != Lock::Read {
+            self.handle().commits.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(out)
+    }
 }
 
 pub(crate) fn accept<B: Backend>(
@@ -577,7 +640,7 @@ pub(crate) fn due_machines<B: Backend>(
             })
         });
         page.records
-            .retain(|r| !tx.behind(RecordKind::Machine, &r.key, r.version));
+            .retain(|r| !tx.behind(RecordKind::Machine, &r.key, watch::mark_of(r)));
         Ok(page)
     })
 }

@@ -28,8 +28,10 @@
 //! value, so a store opened with a missing or replaced key is refused at
 //! open (`key_mismatch`) instead of failing record by record. A whole row
 //! swapped back (its version column with its own sealed payload) is caught
-//! within a handle's life: each handle remembers the highest version it
-//! saw per key (bounded, [`MAX_WATCHED_KEYS`]), a read below it is `store`
+//! within a handle's life: each handle remembers the highest write counter
+//! it saw per key (an execution's version, a machine's revision, which a
+//! claim renewal moves too; bounded, [`MAX_WATCHED_KEYS`]), a read below it
+//! is `store`
 //! / `record_went_back`, and the due scans leave such a record out.
 //! Leases, claims and generations fence store writes only; they never fence
 //! HTTP already sent (C15).
@@ -725,7 +727,7 @@ macro_rules! impl_store {
                 $crate::engine::Backend::info(self)
             }
             fn commits(&self) -> Option<u64> {
-                Some(self.commits.load(std::sync::atomic::Ordering::Relaxed))
+                Some($crate::engine::Backend::handle(self).commits())
             }
         }
     };

@@ -14,15 +14,13 @@ use std::sync::{Mutex, PoisonError};
 
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "testkit"))]
 use smolbox_core::managed::RecordKind;
-use smolbox_core::managed::envelope::{
-    Capabilities, encode_exec_validated, encode_machine_validated,
-};
+use smolbox_core::managed::envelope::{encode_exec_validated, encode_machine_validated};
 use smolbox_core::managed::record::Resources;
 use smolbox_core::managed::{ExecutionRecord, Lease, MachineRecord, MachineRecordState, RecordKey};
 use smolbox_core::{Error, Operation};
 
-use crate::engine::{Backend, Lock, Tx};
-use crate::{Assigned, DueCursor, SCHEMA, StoreInfo, impl_store};
+use crate::engine::{Backend, Handle, Lock, Tx};
+use crate::{Assigned, DueCursor, impl_store};
 
 /// Default record bound (C18.2).
 pub const DEFAULT_MAX_RECORDS: usize = 256;
@@ -59,10 +57,8 @@ impl Default for MemoryConfig {
 pub struct MemoryStore {
     config: MemoryConfig,
     state: Mutex<MemState>,
-    /// Write transactions committed (`Store::commits`).
-    commits: std::sync::atomic::AtomicU64,
-    /// The highest version this handle saw per key (rollback detection).
-    marks: crate::watch::Marks,
+    /// Durability (none), rollback marks and commit count.
+    handle: Handle,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -92,8 +88,7 @@ impl MemoryStore {
         Ok(Self {
             config,
             state: Mutex::new(MemState::default()),
-            commits: std::sync::atomic::AtomicU64::new(0),
-            marks: crate::watch::Marks::default(),
+            handle: Handle::new(false),
         })
     }
 }
@@ -149,20 +144,11 @@ impl MemoryStore {
 }
 
 impl Backend for MemoryStore {
-    fn marks(&self) -> &crate::watch::Marks {
-        &self.marks
+    fn handle(&self) -> &Handle {
+        &self.handle
     }
 
-    fn info(&self) -> StoreInfo {
-        StoreInfo {
-            schema: SCHEMA,
-            durable: false,
-            atomic: true,
-            capabilities: Capabilities::ALL,
-        }
-    }
-
-    fn transact<R>(
+    fn run_transaction<R>(
         &self,
         _op: Operation,
         lock: Lock,
@@ -184,8 +170,6 @@ impl Backend for MemoryStore {
             config: self.config,
         })?;
         *guard = copy;
-        self.commits
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(out)
     }
 }

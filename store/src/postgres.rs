@@ -27,16 +27,15 @@ use std::sync::{Mutex, PoisonError};
 use postgres::error::SqlState;
 use postgres::types::ToSql;
 use postgres::{Client, Row, Statement, Transaction};
-use smolbox_core::managed::envelope::Capabilities;
 use smolbox_core::managed::record::Resources;
 use smolbox_core::managed::{ExecutionRecord, Lease, MachineRecord, RecordKey, RecordKind};
 use smolbox_core::{Error, Operation};
 
-use crate::engine::{Backend, Lock, Tx, assigned_parts, prepare_partition};
+use crate::engine::{Backend, Handle, Lock, Tx, assigned_parts, prepare_partition};
 use crate::pg_connect::{Connector, PostgresOptions, pg_error};
 use crate::row::{Projection, assigned_of, int, lease_of};
 use crate::seal::{KEY_ID, SEALED_V2};
-use crate::{Assigned, DueCursor, SCHEMA, Sealer, StoreInfo, impl_store};
+use crate::{Assigned, DueCursor, Sealer, impl_store};
 
 /// Schema version of the PostgreSQL layout: 2 adds the partitions'
 /// key-check values and the current sealed format (version-bound, with a
@@ -129,10 +128,8 @@ pub struct PostgresStore {
     connector: Connector,
     conn: Mutex<Option<Conn>>,
     sealer: Sealer,
-    /// Write transactions committed (`Store::commits`).
-    commits: std::sync::atomic::AtomicU64,
-    /// The highest version this handle saw per key (rollback detection).
-    marks: crate::watch::Marks,
+    /// Durability, rollback marks and commit count.
+    handle: Handle,
 }
 
 impl core::fmt::Debug for PostgresStore {
@@ -174,8 +171,7 @@ impl PostgresStore {
             connector: Connector::new(url, options)?,
             conn: Mutex::new(None),
             sealer,
-            commits: std::sync::atomic::AtomicU64::new(0),
-            marks: crate::watch::Marks::default(),
+            handle: Handle::new(true),
         };
         store.migrate()?;
         Ok(store)
@@ -404,31 +400,17 @@ impl PostgresStore {
 }
 
 impl Backend for PostgresStore {
-    fn marks(&self) -> &crate::watch::Marks {
-        &self.marks
+    fn handle(&self) -> &Handle {
+        &self.handle
     }
 
-    fn info(&self) -> StoreInfo {
-        StoreInfo {
-            schema: SCHEMA,
-            durable: true,
-            atomic: true,
-            capabilities: Capabilities::ALL,
-        }
-    }
-
-    fn transact<R>(
+    fn run_transaction<R>(
         &self,
         op: Operation,
         lock: Lock,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<R, Error>,
     ) -> Result<R, Error> {
-        let out = self.run(&self.sealer, op, lock, f)?;
-        if lock != Lock::Read {
-            self.commits
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        Ok(out)
+        self.run(&self.sealer, op, lock, f)
     }
 }
 

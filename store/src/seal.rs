@@ -200,6 +200,7 @@ impl Sealer {
     /// As [`Sealer::seal_exec`] for a record the caller has just validated
     /// (a store's own write), remembering it for the next read of these
     /// bytes.
+    #[cfg(any(feature = "sqlite", feature = "postgres", test))]
     pub(crate) fn seal_exec_cached(&self, rec: &ExecutionRecord) -> Result<Vec<u8>, Error> {
         let plain = envelope::encode_exec_validated(rec)?;
         let sealed = self.seal(RecordKind::Execution, &rec.key, rec.version, plain)?;
@@ -219,6 +220,7 @@ impl Sealer {
     }
 
     /// As [`Sealer::seal_machine`] for a validated record, remembering it.
+    #[cfg(any(feature = "sqlite", feature = "postgres", test))]
     pub(crate) fn seal_machine_cached(&self, rec: &MachineRecord) -> Result<Vec<u8>, Error> {
         let plain = envelope::encode_machine_validated(rec)?;
         let sealed = self.seal(RecordKind::Machine, &rec.key, rec.revision(), plain)?;

@@ -22,15 +22,14 @@ use rusqlite::config::DbConfig;
 use rusqlite::{
     Connection, OpenFlags, OptionalExtension, Row, Transaction, TransactionBehavior, params,
 };
-use smolbox_core::managed::envelope::Capabilities;
 use smolbox_core::managed::record::Resources;
 use smolbox_core::managed::{ExecutionRecord, Lease, MachineRecord, RecordKey, RecordKind};
 use smolbox_core::{Error, Operation};
 
-use crate::engine::{Backend, Lock, Tx, assigned_parts, prepare_partition};
+use crate::engine::{Backend, Handle, Lock, Tx, assigned_parts, prepare_partition};
 use crate::row::{Projection, assigned_of, int, lease_of};
 use crate::seal::KEY_ID;
-use crate::{Assigned, DueCursor, SCHEMA, Sealer, StoreInfo, impl_store};
+use crate::{Assigned, DueCursor, Sealer, impl_store};
 
 /// Schema version of the SQLite layout: 2 adds the partitions' key-check
 /// values and the current sealed format (version-bound, with a key id).
@@ -121,13 +120,10 @@ impl Default for SqliteOptions {
 pub struct SqliteStore {
     conn: Mutex<Connection>,
     sealer: Sealer,
-    /// False under `synchronous = NORMAL`: a committed write may be lost
-    /// to an OS crash or power loss.
-    durable: bool,
-    /// Write transactions committed (`Store::commits`).
-    commits: std::sync::atomic::AtomicU64,
-    /// The highest version this handle saw per key (rollback detection).
-    marks: crate::watch::Marks,
+    /// Durability (false under `synchronous = NORMAL`: a committed write
+    /// may be lost to an OS crash or power loss), rollback marks and
+    /// commit count.
+    handle: Handle,
 }
 
 impl SqliteStore {
@@ -260,9 +256,7 @@ impl SqliteStore {
         Ok(Self {
             conn: Mutex::new(conn),
             sealer,
-            durable: !options.synchronous_normal,
-            commits: std::sync::atomic::AtomicU64::new(0),
-            marks: crate::watch::Marks::default(),
+            handle: Handle::new(!options.synchronous_normal),
         })
     }
 }
@@ -346,20 +340,11 @@ impl SqliteStore {
 }
 
 impl Backend for SqliteStore {
-    fn marks(&self) -> &crate::watch::Marks {
-        &self.marks
+    fn handle(&self) -> &Handle {
+        &self.handle
     }
 
-    fn info(&self) -> StoreInfo {
-        StoreInfo {
-            schema: SCHEMA,
-            durable: self.durable,
-            atomic: true,
-            capabilities: Capabilities::ALL,
-        }
-    }
-
-    fn transact<R>(
+    fn run_transaction<R>(
         &self,
         op: Operation,
         lock: Lock,
@@ -381,10 +366,6 @@ impl Backend for SqliteStore {
             op,
         })?;
         tx.commit().map_err(|e| sql_error(op, &e))?;
-        if lock != Lock::Read {
-            self.commits
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
         Ok(out)
     }
 }

@@ -2,10 +2,14 @@
 //! item 4; docs/decisions/hardening.md, "Stored-data rollback: the
 //! per-process mark").
 //!
-//! A record's version only grows, and no record is ever deleted, so a row
-//! read back at a lower version than this handle already saw committed (or
-//! gone after it was seen) was rolled back: a whole row swapped back with
-//! its own sealed payload, which the payload's authentication cannot show.
+//! A record's write counter only grows, and no record is ever deleted, so a
+//! row read back at a lower counter than this handle already saw committed
+//! (or gone after it was seen) was rolled back: a whole row swapped back
+//! with its own sealed payload, which the payload's authentication cannot
+//! show. The counter is what every write moves: an execution's `version`,
+//! a machine's [`MachineRecord::revision`] (`version + claims`: a claim
+//! take or renewal moves `claims`, not `version`, so a mark on the version
+//! alone would miss a rolled-back renewal; [`mark_of`]).
 //! Every engine operation runs through [`run`], which wraps the adapter's
 //! transaction in [`Watched`]:
 //!
@@ -41,8 +45,8 @@ pub const MAX_WATCHED_KEYS: usize = 16_384;
 
 type Mark = (RecordKind, RecordKey);
 
-/// The highest committed version seen per key, least recently seen
-/// forgotten first.
+/// The highest committed write counter seen per key ([`mark_of`]), least
+/// recently seen forgotten first.
 #[derive(Debug)]
 struct HighWater {
     cap: usize,
@@ -160,6 +164,12 @@ struct Watched<'a, 'b> {
     op: Operation,
 }
 
+/// A machine record's mark: its revision, which every write moves (a
+/// claim renewal included), where its version stays put on a claim.
+pub(crate) const fn mark_of(rec: &MachineRecord) -> u64 {
+    rec.revision()
+}
+
 fn went_back(op: Operation) -> Error {
     Error::store(op, Evidence::Unknown, Reason::RecordWentBack)
 }
@@ -208,13 +218,13 @@ impl Tx for Watched<'_, '_> {
     }
     fn machine(&mut self, key: &RecordKey) -> Result<Option<MachineRecord>, Error> {
         let r = self.inner.machine(key)?;
-        self.check(RecordKind::Machine, key, r.as_ref().map(|r| r.version))?;
+        self.check(RecordKind::Machine, key, r.as_ref().map(mark_of))?;
         Ok(r)
     }
     fn put_machine(&mut self, rec: &MachineRecord, new: bool) -> Result<(), Error> {
         self.inner.put_machine(rec, new)?;
         self.seen
-            .push((RecordKind::Machine, rec.key.clone(), rec.version));
+            .push((RecordKind::Machine, rec.key.clone(), mark_of(rec)));
         Ok(())
     }
     fn lease(&mut self, worker_id: &str) -> Result<Option<Lease>, Error> {
@@ -264,7 +274,7 @@ impl Tx for Watched<'_, '_> {
     ) -> Result<Vec<MachineRecord>, Error> {
         let records = self.inner.due_machines(now_ms, after, limit)?;
         for r in &records {
-            self.scanned(RecordKind::Machine, &r.key, r.version);
+            self.scanned(RecordKind::Machine, &r.key, mark_of(r));
         }
         Ok(records)
     }
@@ -288,7 +298,7 @@ impl Tx for Watched<'_, '_> {
     ) -> Result<Vec<MachineRecord>, Error> {
         let records = self.inner.list_machines(scope, after, limit)?;
         for r in &records {
-            self.scanned(RecordKind::Machine, &r.key, r.version);
+            self.scanned(RecordKind::Machine, &r.key, mark_of(r));
         }
         Ok(records)
     }

@@ -4,114 +4,23 @@
 //! (devworker counter), on both shells.
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
+use std::os::unix::process::ExitStatusExt;
 use std::process::Command as Process;
 use std::sync::Arc;
 use std::time::Duration;
 
+use smolbox_core::managed::record::ExecResult;
 use smolbox_core::managed::{ExecState, RecordEvidence, RecordKey};
 use smolbox_core::worker::{MachineName, MachineSpec};
 use smolbox_devworker::Route;
 use smolbox_store::keys::load_or_create_keys;
-use smolbox_store::{Sealer, SqliteStore, Store};
+use smolbox_store::{PostgresStore, Sealer, SqliteStore, Store};
 use smolbox_tests::fixture::TOKEN_SENTINEL;
+use smolbox_tests::kill::{KILL_VAR, KillPoint};
 use smolbox_tests::managed::{BlockingManaged, ManagedShell, Options, TokioManaged};
 use smolbox_tests::{Fixture, Transport};
 
-fn killed_after_the_intent_then_recovered<M: ManagedShell>() {
-    let fixture = Fixture::start(Transport::Tcp);
-    let client = smolbox_blocking::Client::new(fixture.endpoint(Fixture::budgets())).unwrap();
-    let profile = client.admit(&[]).unwrap();
-    client
-        .create(
-            &profile,
-            MachineName::new("m1").unwrap(),
-            &MachineSpec::default(),
-        )
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("smolbox.db");
-    let gate = dir.path().join("gate");
-    let script = format!(
-        "while [ ! -e '{}' ]; do sleep 0.02; done; echo late",
-        gate.display()
-    );
-    let mut child = Process::new(env!("CARGO_BIN_EXE_managed-ctl"))
-        .args([
-            db.to_str().unwrap(),
-            &fixture.worker.base_url(),
-            TOKEN_SENTINEL,
-            "k1",
-            &script,
-        ])
-        .spawn()
-        .unwrap();
-    let key = RecordKey::new("suite", "k1").unwrap();
-    // Observe (bounded) the durable intent and the exec reaching the worker.
-    let mut store: Option<Arc<dyn Store>> = None;
-    let mut reached = false;
-    for _ in 0..2_000 {
-        if store.is_none() && std::fs::metadata(&db).is_ok() {
-            let (_, seal) = load_or_create_keys(&db).unwrap();
-            if let Ok(s) = SqliteStore::open(&db, Sealer::new(&seal, "managed").unwrap()) {
-                store = Some(Arc::new(s));
-            }
-        }
-        if let Some(s) = &store
-            && s.fetch(&key)
-                .is_ok_and(|r| r.state == ExecState::Dispatching)
-            && fixture.worker.request_count(Route::Exec) == 1
-        {
-            reached = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert!(reached, "the child never dispatched");
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
-    std::fs::write(&gate, b"").unwrap();
-
-    let (fingerprint_key, _) = load_or_create_keys(&db).unwrap();
-    let rt = M::start(
-        store.unwrap(),
-        fingerprint_key,
-        fixture.endpoint(Fixture::budgets()),
-        &Options {
-            lease_ttl_ms: 1_000,
-            ..Options::default()
-        },
-    )
-    .unwrap();
-    let out = rt.wait(&key, 30_000).unwrap();
-    assert_eq!(out.record.state, ExecState::Unknown);
-    assert_eq!(out.record.evidence, RecordEvidence::DispatchUncertain);
-    assert!(out.output.is_none());
-    rt.reconcile();
-    rt.shutdown();
-    assert_eq!(
-        fixture.worker.request_count(Route::Exec),
-        1,
-        "never re-sent after the restart"
-    );
-}
-
-#[test]
-fn blocking_recovers_a_killed_controller() {
-    killed_after_the_intent_then_recovered::<BlockingManaged>();
-}
-
-#[test]
-fn tokio_recovers_a_killed_controller() {
-    killed_after_the_intent_then_recovered::<TokioManaged>();
-}
-
-// ---- every durable boundary, on SQLite and PostgreSQL (issue 14 item 6) ----
-
-use std::os::unix::process::ExitStatusExt;
-
-use smolbox_core::managed::record::ExecResult;
-use smolbox_store::PostgresStore;
-use smolbox_tests::kill::{KILL_VAR, KillPoint};
+// ---- the kill/restart skeleton every test below shares ----
 
 /// The store a controller process and the test share.
 enum Db {
@@ -151,7 +60,232 @@ impl Db {
             ),
         }
     }
+
+    /// The store once the controller process has created it (its file
+    /// exists and opens), else `None`. SQLite only: the tests that watch
+    /// the store while the process runs use SQLite.
+    fn try_open(&self) -> Option<Arc<dyn Store>> {
+        let Self::Sqlite(p) = self else {
+            return Some(self.open());
+        };
+        if std::fs::metadata(p).is_err() {
+            return None;
+        }
+        let (_, seal) = load_or_create_keys(p).unwrap();
+        let s = SqliteStore::open(p, Sealer::new(&seal, "managed").unwrap()).ok()?;
+        Some(Arc::new(s))
+    }
 }
+
+/// The worker every test runs against, with machine `m1` for the
+/// disposable-less modes.
+fn worker_with_m1() -> Fixture {
+    let fixture = Fixture::start(Transport::Tcp);
+    let client = smolbox_blocking::Client::new(fixture.endpoint(Fixture::budgets())).unwrap();
+    let profile = client.admit(&[]).unwrap();
+    client
+        .create(
+            &profile,
+            MachineName::new("m1").unwrap(),
+            &MachineSpec::default(),
+        )
+        .unwrap();
+    fixture
+}
+
+/// What the controller process runs (`managed-ctl`'s last argument).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// A command on machine `m1` (key `suite/ID`).
+    Exec,
+    /// A command in a retained machine's slot (key `boxes/ID`).
+    Retained,
+    /// A managed terminal typing SCRIPT (key `boxes/ID`).
+    Terminal,
+    /// A command with declared files (key `suite/ID`).
+    Files,
+}
+
+/// The controller process (`managed-ctl`) on `db` for identity `id`.
+fn controller(fixture: &Fixture, db: &Db, id: &str, script: &str, mode: Mode) -> Process {
+    let mut p = Process::new(env!("CARGO_BIN_EXE_managed-ctl"));
+    p.args([
+        db.arg().as_str(),
+        &fixture.worker.base_url(),
+        TOKEN_SENTINEL,
+        id,
+        script,
+    ]);
+    match mode {
+        Mode::Exec => {}
+        Mode::Retained => {
+            p.arg("retained");
+        }
+        Mode::Terminal => {
+            p.arg("terminal");
+        }
+        Mode::Files => {
+            p.arg("files");
+        }
+    }
+    p
+}
+
+/// How the controller process dies.
+enum Death<'a> {
+    /// It SIGKILLs itself at a durable boundary (`KILL_VAR`).
+    At(KillPoint),
+    /// The test SIGKILLs it once the check holds (observed, bounded, the
+    /// process still running); the check may open the store it writes.
+    When(&'a mut dyn FnMut(&mut Watch<'_>) -> bool),
+}
+
+/// What a [`Death::When`] check sees: the store, opened once it exists.
+struct Watch<'a> {
+    db: &'a Db,
+    store: Option<Arc<dyn Store>>,
+}
+
+impl Watch<'_> {
+    fn store(&mut self) -> Option<&Arc<dyn Store>> {
+        if self.store.is_none() {
+            self.store = self.db.try_open();
+        }
+        self.store.as_ref()
+    }
+}
+
+/// Runs the controller process in `mode` and SIGKILLs it as `death` says
+/// (asserting it died of SIGKILL); returns the store it wrote.
+fn run_and_kill(
+    fixture: &Fixture,
+    db: &Db,
+    id: &str,
+    script: &str,
+    mode: Mode,
+    death: Death<'_>,
+) -> Arc<dyn Store> {
+    let mut p = controller(fixture, db, id, script, mode);
+    let what = match &death {
+        Death::At(point) => format!("{mode:?} at {point:?}"),
+        Death::When(_) => format!("{mode:?}"),
+    };
+    let (status, store) = match death {
+        Death::At(point) => (p.env(KILL_VAR, point.name()).status().unwrap(), None),
+        Death::When(check) => {
+            let mut child = p.spawn().unwrap();
+            let mut watch = Watch { db, store: None };
+            let mut held = false;
+            for _ in 0..3_000 {
+                if check(&mut watch) {
+                    held = true;
+                    break;
+                }
+                assert!(child.try_wait().unwrap().is_none(), "the controller ended");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            assert!(held, "{what}: the controller never got there");
+            child.kill().unwrap(); // SIGKILL
+            (child.wait().unwrap(), watch.store)
+        }
+    };
+    assert_eq!(
+        status.signal(),
+        Some(9),
+        "{what}: the controller did not die there of SIGKILL: {status:?}"
+    );
+    store.unwrap_or_else(|| db.open())
+}
+
+/// A new controller (shell `M`) on the same store, with claims that lapse
+/// after 1 s (the dead controller's too).
+fn restart<M: ManagedShell>(
+    fixture: &Fixture,
+    db: &Db,
+    store: &Arc<dyn Store>,
+    options: Options,
+) -> M {
+    let (fingerprint_key, _) = load_or_create_keys(db.key_path()).unwrap();
+    M::start(
+        store.clone(),
+        fingerprint_key,
+        fixture.endpoint(Fixture::budgets()),
+        &Options {
+            lease_ttl_ms: 1_000,
+            ..options
+        },
+    )
+    .unwrap()
+}
+
+/// Options for a restarted controller that also runs disposable machines.
+fn disposable() -> Options {
+    Options {
+        disposable: true,
+        ..Options::default()
+    }
+}
+
+/// The check of the tests that kill a command's controller by hand: the
+/// durable intent is there and the exec reached the worker.
+fn dispatched<'a>(
+    fixture: &'a Fixture,
+    key: &'a RecordKey,
+) -> impl FnMut(&mut Watch<'_>) -> bool + 'a {
+    move |w| {
+        w.store().is_some_and(|s| {
+            s.fetch(key)
+                .is_ok_and(|r| r.state == ExecState::Dispatching)
+        }) && fixture.worker.request_count(Route::Exec) == 1
+    }
+}
+
+fn killed_after_the_intent_then_recovered<M: ManagedShell>() {
+    let fixture = worker_with_m1();
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::Sqlite(dir.path().join("smolbox.db"));
+    let gate = dir.path().join("gate");
+    let script = format!(
+        "while [ ! -e '{}' ]; do sleep 0.02; done; echo late",
+        gate.display()
+    );
+    let key = RecordKey::new("suite", "k1").unwrap();
+    // Observe (bounded) the durable intent and the exec reaching the worker.
+    let store = run_and_kill(
+        &fixture,
+        &db,
+        "k1",
+        &script,
+        Mode::Exec,
+        Death::When(&mut dispatched(&fixture, &key)),
+    );
+    std::fs::write(&gate, b"").unwrap();
+
+    let rt = restart::<M>(&fixture, &db, &store, Options::default());
+    let out = rt.wait(&key, 30_000).unwrap();
+    assert_eq!(out.record.state, ExecState::Unknown);
+    assert_eq!(out.record.evidence, RecordEvidence::DispatchUncertain);
+    assert!(out.output.is_none());
+    rt.reconcile();
+    rt.shutdown();
+    assert_eq!(
+        fixture.worker.request_count(Route::Exec),
+        1,
+        "never re-sent after the restart"
+    );
+}
+
+#[test]
+fn blocking_recovers_a_killed_controller() {
+    killed_after_the_intent_then_recovered::<BlockingManaged>();
+}
+
+#[test]
+fn tokio_recovers_a_killed_controller() {
+    killed_after_the_intent_then_recovered::<TokioManaged>();
+}
+
+// ---- every durable boundary, on SQLite and PostgreSQL (issue 14 item 6) ----
 
 /// `SMOLBOX_PG_URL`, or `None` (loudly) outside CI.
 fn pg_url() -> Option<String> {
@@ -183,16 +317,7 @@ fn fresh_partition(n: usize) -> String {
 /// identity (devworker count), a stored exit never lost, an uncertain
 /// outcome `unknown`.
 fn killed_at(point: KillPoint, db: &Db, dir: &std::path::Path) {
-    let fixture = Fixture::start(Transport::Tcp);
-    let client = smolbox_blocking::Client::new(fixture.endpoint(Fixture::budgets())).unwrap();
-    let profile = client.admit(&[]).unwrap();
-    client
-        .create(
-            &profile,
-            MachineName::new("m1").unwrap(),
-            &MachineSpec::default(),
-        )
-        .unwrap();
+    let fixture = worker_with_m1();
     let marker = dir.join(format!("ran-{}", point.name()));
     let script = if point == KillPoint::AfterDispatch {
         // The command kills its controller while it runs: the exec has
@@ -204,23 +329,7 @@ fn killed_at(point: KillPoint, db: &Db, dir: &std::path::Path) {
     } else {
         format!("echo x >> '{}'; exit 3", marker.display())
     };
-    let status = Process::new(env!("CARGO_BIN_EXE_managed-ctl"))
-        .args([
-            db.arg().as_str(),
-            &fixture.worker.base_url(),
-            TOKEN_SENTINEL,
-            "k1",
-            &script,
-        ])
-        .env(KILL_VAR, point.name())
-        .status()
-        .unwrap();
-    assert_eq!(
-        status.signal(),
-        Some(9),
-        "{point:?}: the controller did not die there: {status:?}"
-    );
-    let store = db.open();
+    let store = run_and_kill(&fixture, db, "k1", &script, Mode::Exec, Death::At(point));
     let key = RecordKey::new("suite", "k1").unwrap();
     let sent = fixture.worker.request_count(Route::Exec);
     if point == KillPoint::BeforeIntent {
@@ -233,14 +342,7 @@ fn killed_at(point: KillPoint, db: &Db, dir: &std::path::Path) {
             (smolbox_core::Category::NotFound, 0),
             "{point:?} at death"
         );
-        let status = Process::new(env!("CARGO_BIN_EXE_managed-ctl"))
-            .args([
-                db.arg().as_str(),
-                &fixture.worker.base_url(),
-                TOKEN_SENTINEL,
-                "k1",
-                &script,
-            ])
+        let status = controller(&fixture, db, "k1", &script, Mode::Exec)
             .status()
             .unwrap();
         assert!(status.success(), "{point:?}: the retry failed: {status:?}");
@@ -258,17 +360,7 @@ fn killed_at(point: KillPoint, db: &Db, dir: &std::path::Path) {
         );
     }
 
-    let (fingerprint_key, _) = load_or_create_keys(db.key_path()).unwrap();
-    let rt = BlockingManaged::start(
-        store.clone(),
-        fingerprint_key,
-        fixture.endpoint(Fixture::budgets()),
-        &Options {
-            lease_ttl_ms: 1_000,
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let rt = restart::<BlockingManaged>(&fixture, db, &store, Options::default());
     let out = rt.wait(&key, 30_000).unwrap();
     rt.reconcile();
     rt.shutdown();
@@ -342,14 +434,11 @@ fn every_durable_boundary_on_postgres() {
 /// blocked; a verified drain stop and `resolve(quiesced = true, stopped)`
 /// free it; the program ran exactly once and its file is still there.
 fn a_killed_slot_holder_is_resolved<M: ManagedShell>() {
-    use smolbox_core::Category;
-    use smolbox_core::exec::Command;
-    use smolbox_core::managed::controller::Resolution;
-    use smolbox_core::managed::state::{MachineOperation, MachineRecordState};
+    use smolbox_core::managed::state::MachineRecordState;
 
     let fixture = Fixture::start(Transport::Tcp);
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("smolbox.db");
+    let db = Db::Sqlite(dir.path().join("smolbox.db"));
     let gate = dir.path().join("gate");
     let file = dir.path().join("written");
     let script = format!(
@@ -357,54 +446,17 @@ fn a_killed_slot_holder_is_resolved<M: ManagedShell>() {
         file.display(),
         gate.display()
     );
-    let mut child = Process::new(env!("CARGO_BIN_EXE_managed-ctl"))
-        .args([
-            db.to_str().unwrap(),
-            &fixture.worker.base_url(),
-            TOKEN_SENTINEL,
-            "k2",
-            &script,
-            "retained",
-        ])
-        .spawn()
-        .unwrap();
     let key = RecordKey::new("boxes", "k2").unwrap();
     let machine = RecordKey::new("boxes", "kill").unwrap();
-    let mut store: Option<Arc<dyn Store>> = None;
-    let mut reached = false;
-    for _ in 0..3_000 {
-        if store.is_none() && std::fs::metadata(&db).is_ok() {
-            let (_, seal) = load_or_create_keys(&db).unwrap();
-            if let Ok(s) = SqliteStore::open(&db, Sealer::new(&seal, "managed").unwrap()) {
-                store = Some(Arc::new(s));
-            }
-        }
-        if let Some(s) = &store
-            && s.fetch(&key)
-                .is_ok_and(|r| r.state == ExecState::Dispatching)
-            && fixture.worker.request_count(Route::Exec) == 1
-        {
-            reached = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert!(reached, "the child never dispatched");
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
-
-    let (fingerprint_key, _) = load_or_create_keys(&db).unwrap();
-    let rt = M::start(
-        store.unwrap(),
-        fingerprint_key,
-        fixture.endpoint(Fixture::budgets()),
-        &Options {
-            lease_ttl_ms: 1_000,
-            disposable: true,
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let store = run_and_kill(
+        &fixture,
+        &db,
+        "k2",
+        &script,
+        Mode::Retained,
+        Death::When(&mut dispatched(&fixture, &key)),
+    );
+    let rt = restart::<M>(&fixture, &db, &store, disposable());
     let out = rt.wait(&key, 30_000).unwrap();
     assert_eq!(out.record.state, ExecState::Unknown);
     let mut m = rt.m_inspect(&machine).unwrap();
@@ -415,34 +467,9 @@ fn a_killed_slot_holder_is_resolved<M: ManagedShell>() {
         std::thread::sleep(Duration::from_millis(10));
         m = rt.m_inspect(&machine).unwrap();
     }
-    assert_eq!(m.state, MachineRecordState::Unknown);
-    assert_eq!(m.active_execution, Some(key.clone()), "the slot is blocked");
-    let next = RecordKey::new("boxes", "after").unwrap();
-    let read = Command::new(["cat", file.to_str().unwrap()]);
-    assert_eq!(
-        rt.m_submit(&machine, &next, &read).unwrap_err().category(),
-        Category::AdmissionExhausted
-    );
-    std::fs::write(&gate, b"").unwrap();
-    let m = rt.m_stop_for_drain(&machine, m.version).unwrap();
-    let (m, command) = rt
-        .m_resolve(&machine, m.version, true, Resolution::Stopped)
-        .unwrap();
-    assert!(m.active_execution.is_none(), "the slot is free");
-    assert_eq!(command.unwrap().state, ExecState::Unknown);
-    rt.m_lifecycle(&machine, MachineOperation::Start, m.version)
-        .unwrap();
-    assert_eq!(
-        rt.m_wait(&machine, 30_000).unwrap().state,
-        MachineRecordState::Running
-    );
-    rt.m_submit(&machine, &next, &read).unwrap();
-    let out = rt.wait(&next, 30_000).unwrap();
-    assert_eq!(
-        out.output.map(|o| o.stdout),
-        Some(b"data\n".to_vec()),
-        "the file is still there"
-    );
+    free_the_slot_and_read_back(&rt, &m, &key, "after", &file, || {
+        std::fs::write(&gate, b"").unwrap();
+    });
     rt.reconcile();
     rt.shutdown();
     assert_eq!(
@@ -462,6 +489,62 @@ fn tokio_resolves_a_killed_slot_holder() {
     a_killed_slot_holder_is_resolved::<TokioManaged>();
 }
 
+/// The slot of a killed controller's `key` on machine `m` (recovered
+/// `unknown`) after the restart: blocked (a command refused); `drain` runs;
+/// a verified drain stop and `resolve(quiesced = true, stopped)` free it
+/// (without the operator's word that the machine is quiet it is refused);
+/// the command stays `unknown` (never guessed); the machine starts again
+/// and a command (`boxes/NEXT`) reads `file` back.
+fn free_the_slot_and_read_back<M: ManagedShell>(
+    rt: &M,
+    m: &smolbox_core::managed::MachineRecord,
+    key: &RecordKey,
+    next: &str,
+    file: &std::path::Path,
+    drain: impl FnOnce(),
+) {
+    use smolbox_core::Category;
+    use smolbox_core::exec::Command;
+    use smolbox_core::managed::controller::Resolution;
+    use smolbox_core::managed::state::{MachineOperation, MachineRecordState as MS};
+
+    let machine = &m.key;
+    assert_eq!(m.state, MS::Unknown);
+    assert_eq!(
+        m.active_execution.as_ref(),
+        Some(key),
+        "the slot is blocked"
+    );
+    let next = RecordKey::new("boxes", next).unwrap();
+    let read = Command::new(["cat", file.to_str().unwrap()]);
+    assert_eq!(
+        rt.m_submit(machine, &next, &read).unwrap_err().category(),
+        Category::AdmissionExhausted
+    );
+    drain();
+    let m = rt.m_stop_for_drain(machine, m.version).unwrap();
+    let e = rt
+        .m_resolve(machine, m.version, false, Resolution::Stopped)
+        .unwrap_err();
+    assert_eq!(e.category(), Category::Validation, "{e:?}");
+    let (m, command) = rt
+        .m_resolve(machine, m.version, true, Resolution::Stopped)
+        .unwrap();
+    assert!(m.active_execution.is_none(), "the slot is free");
+    assert_eq!(m.state, MS::Stopped);
+    assert_eq!(command.unwrap().state, ExecState::Unknown, "never guessed");
+    rt.m_lifecycle(machine, MachineOperation::Start, m.version)
+        .unwrap();
+    assert_eq!(rt.m_wait(machine, 30_000).unwrap().state, MS::Running);
+    rt.m_submit(machine, &next, &read).unwrap();
+    let out = rt.wait(&next, 30_000).unwrap();
+    assert_eq!(
+        out.output.map(|o| o.stdout),
+        Some(b"data\n".to_vec()),
+        "the file is still there"
+    );
+}
+
 // ---- issue 13's interrupt scenario with a managed terminal ----
 
 /// Issue 13's interrupt scenario: a controller process (`managed-ctl …
@@ -474,9 +557,6 @@ fn tokio_resolves_a_killed_slot_holder() {
 /// starts again, a command reads the file; the shell was launched exactly
 /// once (one upgrade, one line in its counter); the machine is deleted.
 fn a_killed_terminal_is_resolved<M: ManagedShell>(db: &Db, dir: &std::path::Path) {
-    use smolbox_core::Category;
-    use smolbox_core::exec::Command;
-    use smolbox_core::managed::controller::Resolution;
     use smolbox_core::managed::state::{MachineOperation, MachineRecordState as MS};
 
     let fixture = Fixture::start(Transport::Tcp);
@@ -488,50 +568,28 @@ fn a_killed_terminal_is_resolved<M: ManagedShell>(db: &Db, dir: &std::path::Path
         file.display(),
         counter.display()
     );
-    let mut child = Process::new(env!("CARGO_BIN_EXE_managed-ctl"))
-        .args([
-            db.arg().as_str(),
-            &fixture.worker.base_url(),
-            TOKEN_SENTINEL,
-            "t1",
-            &script,
-            "terminal",
-        ])
-        .spawn()
-        .unwrap();
     let key = RecordKey::new("boxes", "t1").unwrap();
     let machine = RecordKey::new("boxes", "kill").unwrap();
-    // Observed, not timed: the shell ran the input once the line is there.
-    let mut typed = false;
-    for _ in 0..3_000 {
-        if std::fs::read_to_string(&counter).is_ok_and(|s| s.lines().count() == 1)
-            && std::fs::metadata(&file).is_ok_and(|m| m.len() > 0)
-        {
-            typed = true;
-            break;
+    // Observed, not timed: the shell ran the input once the line is there;
+    // the terminal is recorded running then (checked before the kill).
+    let mut typed = |w: &mut Watch<'_>| {
+        let ran = std::fs::read_to_string(&counter).is_ok_and(|s| s.lines().count() == 1)
+            && std::fs::metadata(&file).is_ok_and(|m| m.len() > 0);
+        if ran {
+            let state = w.store().map(|s| s.fetch(&key).unwrap().state);
+            assert_eq!(state, Some(ExecState::Running));
         }
-        assert!(child.try_wait().unwrap().is_none(), "the controller ended");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert!(typed, "the shell never ran the input");
-    let store = db.open();
-    assert_eq!(store.fetch(&key).unwrap().state, ExecState::Running);
-    child.kill().unwrap(); // SIGKILL
-    let status = child.wait().unwrap();
-    assert_eq!(status.signal(), Some(9), "{status:?}");
-
-    let (fingerprint_key, _) = load_or_create_keys(db.key_path()).unwrap();
-    let rt = M::start(
-        store.clone(),
-        fingerprint_key,
-        fixture.endpoint(Fixture::budgets()),
-        &Options {
-            lease_ttl_ms: 1_000,
-            disposable: true,
-            ..Options::default()
-        },
-    )
-    .unwrap();
+        ran
+    };
+    let store = run_and_kill(
+        &fixture,
+        db,
+        "t1",
+        &script,
+        Mode::Terminal,
+        Death::When(&mut typed),
+    );
+    let rt = restart::<M>(&fixture, db, &store, disposable());
     // The dead controller's claims lapse (1 s); the scan recovers it.
     let mut seen = None;
     for _ in 0..3_000 {
@@ -550,35 +608,7 @@ fn a_killed_terminal_is_resolved<M: ManagedShell>(db: &Db, dir: &std::path::Path
         rec.last_error.as_ref().map(|e| e.reason.as_str()),
         Some("terminal_recovered")
     );
-    assert_eq!(m.active_execution, Some(key.clone()), "the slot is blocked");
-    let next = RecordKey::new("boxes", "after-term").unwrap();
-    let read = Command::new(["cat", file.to_str().unwrap()]);
-    assert_eq!(
-        rt.m_submit(&machine, &next, &read).unwrap_err().category(),
-        Category::AdmissionExhausted
-    );
-    // Resolution needs the operator's word that the machine is quiet.
-    let m = rt.m_stop_for_drain(&machine, m.version).unwrap();
-    let e = rt
-        .m_resolve(&machine, m.version, false, Resolution::Stopped)
-        .unwrap_err();
-    assert_eq!(e.category(), Category::Validation, "{e:?}");
-    let (m, command) = rt
-        .m_resolve(&machine, m.version, true, Resolution::Stopped)
-        .unwrap();
-    assert!(m.active_execution.is_none(), "the slot is free");
-    assert_eq!(m.state, MS::Stopped);
-    assert_eq!(command.unwrap().state, ExecState::Unknown, "never guessed");
-    rt.m_lifecycle(&machine, MachineOperation::Start, m.version)
-        .unwrap();
-    assert_eq!(rt.m_wait(&machine, 30_000).unwrap().state, MS::Running);
-    rt.m_submit(&machine, &next, &read).unwrap();
-    let out = rt.wait(&next, 30_000).unwrap();
-    assert_eq!(
-        out.output.map(|o| o.stdout),
-        Some(b"data\n".to_vec()),
-        "the file is still there"
-    );
+    free_the_slot_and_read_back(&rt, &m, &key, "after-term", &file, || {});
     assert_eq!(
         (
             fixture.worker.request_count(Route::Terminal),
@@ -633,33 +663,13 @@ fn blocking_resolves_a_killed_terminal_on_postgres() {
 /// kept, the input never staged again and the command never re-sent.
 fn killed_while_collecting_then_recovered<M: ManagedShell>() {
     use smolbox_store::artifacts::{MemoryArtifacts, sha256_hex};
-    let fixture = Fixture::start(Transport::Tcp);
-    let client = smolbox_blocking::Client::new(fixture.endpoint(Fixture::budgets())).unwrap();
-    let profile = client.admit(&[]).unwrap();
-    client
-        .create(
-            &profile,
-            MachineName::new("m1").unwrap(),
-            &MachineSpec::default(),
-        )
-        .unwrap();
+    let fixture = worker_with_m1();
     let dir = tempfile::tempdir().unwrap();
     let db = Db::Sqlite(dir.path().join("smolbox.db"));
     let script = "cat /workspace/in.txt > /workspace/out.txt; exit 3";
-    let status = Process::new(env!("CARGO_BIN_EXE_managed-ctl"))
-        .args([
-            db.arg().as_str(),
-            &fixture.worker.base_url(),
-            TOKEN_SENTINEL,
-            "kf",
-            script,
-            "files",
-        ])
-        .env(KILL_VAR, KillPoint::DuringFinish.name())
-        .status()
-        .unwrap();
-    assert_eq!(status.signal(), Some(9), "killed at the completion write");
-    let store = db.open();
+    // Killed at the completion write.
+    let death = Death::At(KillPoint::DuringFinish);
+    let store = run_and_kill(&fixture, &db, "kf", script, Mode::Files, death);
     let key = RecordKey::new("suite", "kf").unwrap();
     let at_death = store.fetch(&key).unwrap();
     assert_eq!(at_death.state, ExecState::Collecting);
@@ -673,20 +683,12 @@ fn killed_while_collecting_then_recovered<M: ManagedShell>() {
         (1, 2),
         "staged and read back once, the output downloaded once"
     );
-    let (fingerprint_key, _) = load_or_create_keys(db.key_path()).unwrap();
     let artifacts = Arc::new(MemoryArtifacts::new());
-    let rt = M::start(
-        store.clone(),
-        fingerprint_key,
-        fixture.endpoint(Fixture::budgets()),
-        &Options {
-            lease_ttl_ms: 1_000,
-            disposable: true,
-            artifacts: Some(Arc::clone(&artifacts)),
-            ..Options::default()
-        },
-    )
-    .unwrap();
+    let options = Options {
+        artifacts: Some(Arc::clone(&artifacts)),
+        ..disposable()
+    };
+    let rt = restart::<M>(&fixture, &db, &store, options);
     let out = rt.wait(&key, 30_000).unwrap();
     rt.shutdown();
     let rec = out.record;

@@ -35,6 +35,7 @@ macro_rules! rollback_conformance_tests {
             a_record_gone_after_it_was_seen_is_record_went_back_not_absent,
             a_rolled_back_record_still_due_is_not_picked_up_by_the_due_scan,
             a_rolled_back_machine_is_refused_and_left_out_of_the_machine_scan,
+            a_rolled_back_machine_claim_renewal_is_record_went_back,
         );
     };
     (@each $make:path; $($name:ident),* $(,)?) => {
@@ -184,4 +185,47 @@ pub(crate) fn a_rolled_back_machine_is_refused_and_left_out_of_the_machine_scan(
         WENT_BACK
     );
     assert_eq!(due(&*s), vec![other]);
+}
+
+/// A claim renewal moves a machine record's revision (`claims`), not its
+/// version: the mark is the revision, so a row put back to the write just
+/// before the renewal (same version, one revision lower) is refused, and
+/// the row at the renewal's own revision (the mark itself) is not.
+pub(crate) fn a_rolled_back_machine_claim_renewal_is_record_went_back(h: &impl Rollback) {
+    let s = h.store();
+    let k = key("rr", "m-renewed");
+    s.accept_machine(&accepted_machine(k.clone(), machine_spec(), T0), 100)
+        .unwrap();
+    let taken = s.claim_machine(&k, "ctl-a", T0, TTL).unwrap();
+    let before_renewal = h.snapshot(RecordKind::Machine, &k);
+    let renewed = s.claim_machine(&k, "ctl-a", T0 + 1, TTL).unwrap();
+    // The renewal: same version and generation, revision N + 1.
+    assert_eq!(renewed.version, taken.version);
+    assert_eq!(renewed.generation, taken.generation);
+    assert_eq!(renewed.revision(), taken.revision() + 1);
+    let at_renewal = h.snapshot(RecordKind::Machine, &k);
+    // At the mark (N + 1): read as it is.
+    assert_eq!(s.fetch_machine(&k).unwrap(), renewed);
+    // One below the mark (N, the renewal rolled back): refused, by reads,
+    // by a mutation reading it, and left out of the machine scan.
+    before_renewal.restore();
+    assert_eq!(went_back(s.fetch_machine(&k)), WENT_BACK);
+    assert_eq!(
+        went_back(s.claim_machine(&k, "ctl-a", T0 + 2, TTL)),
+        WENT_BACK
+    );
+    let due = s.due_machines(T0 + 10, None, 100).unwrap();
+    assert!(due.records.iter().all(|r| r.key != k), "{:?}", due.records);
+    match h.another().fetch_machine(&k) {
+        // A handle that never saw the renewal reads the row as it is: the
+        // refused renewal above wrote nothing.
+        Ok(r) => assert_eq!(r, taken),
+        // The memory adapter's "another" is the same handle.
+        Err(e) => assert_eq!((e.category(), e.reason()), WENT_BACK),
+    }
+    // Put forward to the renewal again, it reads as before and renews.
+    at_renewal.restore();
+    assert_eq!(s.fetch_machine(&k).unwrap(), renewed);
+    let again = s.claim_machine(&k, "ctl-a", T0 + 3, TTL).unwrap();
+    assert_eq!(again.revision(), renewed.revision() + 1);
 }
