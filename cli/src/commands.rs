@@ -292,7 +292,14 @@ pub(crate) fn run(
         location.describe()
     ));
     let opened = &crate::records::open_at(&location)?;
-    if args.detach || files.any() {
+    // A recorded disposable execution (a run with files, or detached) is
+    // resubmitted the same way: its spec names no machine.
+    let disposable = match &args.id {
+        Some(id) => crate::records::fetch_opt(opened.store.as_ref(), &crate::records::key(id)?)?
+            .is_some_and(|r| crate::records::is_disposable(&r)),
+        None => false,
+    };
+    if args.detach || files.any() || disposable {
         let at = crate::run_files::At {
             location: &location,
             opened,

@@ -675,6 +675,9 @@ pub(crate) fn accept_only(
     }
     // Left to whichever controller comes next (`wait`, `recover`): no claim.
     cfg.claim_at_accept = false;
+    // Declared files are accepted: the next controller has the store's
+    // artifact directory (`Rt::with_files`), where the inputs already are.
+    cfg.artifacts = !submit.spec.inputs.is_empty() || !submit.spec.outputs.is_empty();
     let mut ctl = Controller::new(cfg, opened.fingerprint_key.clone(), now, now_ms)?;
     let key = submit.key.clone();
     ctl.submit(now, now_ms, submit)?;
@@ -820,6 +823,7 @@ pub(crate) fn ls(
                 && machine.is_none_or(|m| {
                     r.spec.worker_machine.as_ref().is_some_and(|w| w.name == m)
                         || r.spec.machine.as_ref().is_some_and(|k| k.id == m)
+                        || r.assignment.as_ref().is_some_and(|a| a.machine_name == m)
                 })
         }));
         match page.next {

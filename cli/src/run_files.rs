@@ -447,6 +447,15 @@ fn finish(
             report::out(&o.stdout)?;
             report::err(&o.stderr);
         }
+        if out.output.is_none() && !stream && rec.state.ends_wait() {
+            report::note(&format!(
+                "execution {} is recorded as {} (evidence {}); it was not run again here and \
+                 its output is not stored",
+                rec.key.id,
+                rec.state.as_str(),
+                records::ev(rec.evidence)
+            ));
+        }
         for d in delivered {
             report::note(&format!(
                 "output {} -> {} ({} bytes, sha256 {})",

@@ -365,3 +365,166 @@ fn an_output_at_its_maximum_is_written_and_one_byte_more_is_not() {
     );
     assert_eq!(all_requests(&w), before);
 }
+
+#[test]
+fn a_detached_run_with_files_runs_at_wait_and_keeps_its_outputs_in_the_artifact_directory() {
+    let w = devworker(None);
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("x.db");
+    let db = db.to_str().unwrap();
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, b"detached input\n").unwrap();
+    let input_arg = format!("{}:/workspace/in.txt", input.display());
+    for shell in SHELLS {
+        // A local file for an output of a detached run: refused, nothing sent.
+        let before = all_requests(&w);
+        let o = run(
+            &w,
+            shell,
+            &[
+                "run",
+                "--detach",
+                "--store",
+                db,
+                "--output",
+                "/workspace/o:./o",
+                "--",
+                "true",
+            ],
+        );
+        assert_eq!(code(&o), 2, "{}", stderr(&o));
+        assert!(stderr(&o).contains("detach_output_local"), "{}", stderr(&o));
+        assert_eq!(all_requests(&w), before);
+
+        let id = format!("det-{shell}");
+        let d = run(
+            &w,
+            shell,
+            &[
+                "run",
+                "--detach",
+                "--store",
+                db,
+                "--id",
+                &id,
+                "--input",
+                &input_arg,
+                "--output",
+                "/workspace/copy.txt",
+                "--",
+                "sh",
+                "-c",
+                "cat in.txt; cp in.txt copy.txt",
+            ],
+        );
+        assert_eq!(code(&d), 0, "{}", stderr(&d));
+        assert_eq!(stdout(&d).trim(), id);
+        // The input is already in the artifact directory: changing the
+        // local file now changes nothing.
+        std::fs::write(&input, b"changed\n").unwrap();
+        let wt = run(&w, shell, &["--json", "wait", &id, "--store", db]);
+        assert_eq!(code(&wt), 0, "{}", stderr(&wt));
+        let v = json(&wt);
+        assert_eq!(v["stdout"], "detached input\n", "{v}");
+        assert_eq!(v["outputs"][0]["path"], "/workspace/copy.txt", "{v}");
+        assert_eq!(v["outputs"][0]["sha256"], hex(b"detached input\n"), "{v}");
+        assert_eq!(v["cleanup"], "complete", "{v}");
+        let kept = dir
+            .path()
+            .join("x.artifacts/outputs/cli")
+            .join(&id)
+            .join("out00");
+        assert_eq!(std::fs::read(&kept).unwrap(), b"detached input\n");
+        assert!(
+            machine_names(&w, shell).is_empty(),
+            "{shell}: a machine was left"
+        );
+        std::fs::write(&input, b"detached input\n").unwrap();
+    }
+}
+
+#[test]
+fn the_same_run_with_files_under_one_id_runs_once_and_delivers_again() {
+    let w = devworker(None);
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("x.db");
+    let db = db.to_str().unwrap();
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, b"once\n").unwrap();
+    let counter = dir.path().join("count");
+    let out = dir.path().join("out.txt");
+    let script = format!(
+        "echo ran >> {}; cp in.txt out.txt; exit 4",
+        counter.display()
+    );
+    let input_arg = format!("{}:/workspace/in.txt", input.display());
+    let output_arg = format!("/workspace/out.txt:{}", out.display());
+    let args = [
+        "run",
+        "--store",
+        db,
+        "--id",
+        "same-1",
+        "--input",
+        &input_arg,
+        "--output",
+        &output_arg,
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ];
+    let first = run(&w, "tokio", &args);
+    assert_eq!(code(&first), 4, "{}", stderr(&first));
+    assert_eq!(std::fs::read(&out).unwrap(), b"once\n");
+    std::fs::remove_file(&out).unwrap();
+    let again = run(&w, "blocking", &args);
+    assert_eq!(code(&again), 4, "{}", stderr(&again));
+    assert!(
+        stderr(&again).contains("not run again"),
+        "{}",
+        stderr(&again)
+    );
+    assert_eq!(common::lines(&counter), 1, "the command ran twice");
+    // Delivered again from the artifact directory, checked.
+    assert_eq!(std::fs::read(&out).unwrap(), b"once\n");
+    // Another input under the same id: another spec.
+    std::fs::write(&input, b"other\n").unwrap();
+    let changed = run(&w, "tokio", &args);
+    assert_eq!(code(&changed), 8, "{}", stderr(&changed));
+    assert!(
+        stderr(&changed).contains("identity_conflict"),
+        "{}",
+        stderr(&changed)
+    );
+    assert_eq!(common::lines(&counter), 1);
+}
+
+#[test]
+fn a_streamed_run_reads_its_input() {
+    let w = devworker(None);
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("x.db");
+    let db = db.to_str().unwrap();
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, b"streamed input\n").unwrap();
+    for shell in SHELLS {
+        let o = run(
+            &w,
+            shell,
+            &[
+                "run",
+                "--stream",
+                "--store",
+                db,
+                "--input",
+                &format!("{}:/workspace/in.txt", input.display()),
+                "--",
+                "cat",
+                "in.txt",
+            ],
+        );
+        assert_eq!(code(&o), 0, "{shell}: {}", stderr(&o));
+        assert_eq!(stdout(&o), "streamed input\n");
+    }
+}
