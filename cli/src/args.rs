@@ -348,11 +348,46 @@ pub(crate) struct RunArgs {
     /// Every run is recorded, `--stream` ones included (never its output).
     #[arg(long, value_name = "ID")]
     pub(crate) id: Option<String>,
-    /// Return once the execution is durably accepted and print its id
-    /// (the machine is kept); `smolbox wait ID` runs it and waits for its
-    /// end. Needs a persistent worker (--worker or `smolbox dev up`).
+    /// Return once the execution is durably accepted and print its id;
+    /// `smolbox wait ID` runs it on a disposable machine the runtime
+    /// creates, and deletes that machine once the record settles. Needs a
+    /// persistent worker (--worker or `smolbox dev up`).
     #[arg(long, conflicts_with_all = ["stream", "keep"])]
     pub(crate) detach: bool,
+    /// A local file copied into the guest before the command runs:
+    /// `LOCAL:GUEST_PATH` (split at the last `:`; the guest path absolute,
+    /// under /workspace). Repeatable: at most 32, each at most 1 MiB, all
+    /// together at most 4 MiB. Every file is read and its SHA-256 taken
+    /// before anything is sent (a missing or oversized file is refused
+    /// then), kept in the artifact directory beside the store, uploaded,
+    /// read back and checked before the command is sent. A run with files
+    /// goes on a disposable machine the runtime creates and deletes.
+    #[arg(
+        long = "input",
+        value_name = "LOCAL:GUEST_PATH",
+        conflicts_with = "keep"
+    )]
+    pub(crate) inputs: Vec<String>,
+    /// A guest file collected after the command exits: `GUEST_PATH[:LOCAL]`
+    /// (split at the first `:`; LOCAL defaults to the guest file's name in
+    /// the current directory, or inside LOCAL when it is a directory; an
+    /// existing LOCAL is replaced). Repeatable, at most 32. Collected into
+    /// the artifact directory with its SHA-256, then written to LOCAL only
+    /// after that digest is checked again, through a temporary file and a
+    /// rename. With --detach, outputs stay in the artifact directory
+    /// (`records show ID`) and a LOCAL is refused.
+    #[arg(
+        long = "output",
+        value_name = "GUEST_PATH[:LOCAL]",
+        conflicts_with = "keep"
+    )]
+    pub(crate) outputs: Vec<String>,
+    /// Largest size of each --output, bytes (1–1048576; default 1 MiB,
+    /// or an equal share of 4 MiB with more than 4 outputs; all outputs'
+    /// maxima together at most 4 MiB). A larger guest file fails the
+    /// collection (the exit code is kept and reported).
+    #[arg(long, value_name = "BYTES", requires = "outputs")]
+    pub(crate) output_max: Option<u64>,
     /// The command and its arguments (after `--`).
     #[arg(last = true, required = true, value_name = "ARGV")]
     pub(crate) argv: Vec<String>,

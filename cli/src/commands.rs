@@ -264,11 +264,13 @@ pub(crate) fn exec(
 
 /// `run -- ARGV…`: a fresh machine, the command, the machine removed
 /// (whatever the command's outcome). With `--id` of a recorded execution,
-/// the recorded one is used (nothing new is created or run); with
-/// `--detach`, the run is made durable and left due (its machine kept).
+/// the recorded one is used (nothing new is created or run); with files
+/// or `--detach`, on a disposable machine of the runtime
+/// ([`crate::run_files`]).
 pub(crate) fn run(
     b: &Backend,
     args: &RunArgs,
+    files: &crate::run_files::Files,
     store: Option<&Path>,
     json: bool,
     worker_id: &str,
@@ -290,6 +292,21 @@ pub(crate) fn run(
         location.describe()
     ));
     let opened = &crate::records::open_at(&location)?;
+    // A recorded disposable execution (a run with files, or detached) is
+    // resubmitted the same way: its spec names no machine.
+    let disposable = match &args.id {
+        Some(id) => crate::records::fetch_opt(opened.store.as_ref(), &crate::records::key(id)?)?
+            .is_some_and(|r| crate::records::is_disposable(&r)),
+        None => false,
+    };
+    if args.detach || files.any() || disposable {
+        let at = crate::run_files::At {
+            location: &location,
+            opened,
+            worker: worker_id,
+        };
+        return crate::run_files::run(b, args, &cmd, files, &at, json);
+    }
     let stream = args.opts.stream;
     if let Some(id) = &args.id {
         let key = crate::records::key(id)?;
@@ -306,24 +323,6 @@ pub(crate) fn run(
     let name = fresh_name()?;
     let id = args.id.clone().unwrap_or_else(|| name.as_str().to_owned());
     b.create(&profile, name.clone(), &MachineSpec::default())?;
-    if args.detach {
-        let submit =
-            crate::records::submit_for(crate::records::key(&id)?, &cmd, worker_id, name.as_str())?;
-        let existing = crate::records::accept_only(opened, worker_id, submit)?;
-        report::note(&format!(
-            "accepted execution {id} (machine {} is kept); `smolbox wait {id}` runs it and \
-             waits for its end",
-            name.as_str()
-        ));
-        if json {
-            report::line(
-                &json!({ "id": id, "machine": name.as_str(), "existing": existing }).to_string(),
-            )?;
-        } else {
-            report::line(&id)?;
-        }
-        return Ok(0);
-    }
     let guard = if args.keep {
         None
     } else {

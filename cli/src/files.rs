@@ -225,7 +225,7 @@ fn target_path(local: &Path, guest: &str) -> PathBuf {
 /// then renames it over `target`: an interrupted or failed write never
 /// leaves a partial file under the target's name (nor replaces an older
 /// one), and the temporary file is removed on failure.
-fn write_then_rename(target: &Path, data: &[u8]) -> Result<(), Failure> {
+pub(crate) fn write_then_rename(target: &Path, data: &[u8]) -> Result<(), Failure> {
     let doing = || format!("write {}", target.display());
     let dir = match target.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),

@@ -16,6 +16,7 @@ mod files;
 mod machines;
 mod records;
 mod report;
+mod run_files;
 mod shell;
 mod term;
 mod worker;
@@ -92,6 +93,12 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         }
         _ => {}
     }
+    // A run's declared files are read and checked before any worker is
+    // selected or started: a refusal there sends nothing.
+    let files = match &cli.command {
+        Cmd::Run(a) => run_files::prepare(a)?,
+        _ => run_files::Files::default(),
+    };
     let command_secs = match &cli.command {
         Cmd::Exec(a) => a.opts.timeout,
         Cmd::Run(a) => a.opts.timeout,
@@ -132,6 +139,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         Cmd::Run(a) => commands::run(
             &backend,
             &a,
+            &files,
             cli.global.store.as_deref(),
             json,
             &selected.worker_id,

@@ -32,6 +32,7 @@ use smolbox_core::managed::{
     RetainedMachineSpec,
 };
 use smolbox_core::{Category, Error, Evidence, Operation};
+use smolbox_store::artifacts::DirArtifacts;
 use smolbox_store::keys::load_or_create_keys;
 use smolbox_store::{
     DEFAULT_LIST_PAGE, PostgresOptions, PostgresStore, Sealer, SqliteStore, Store, apply_op,
@@ -232,6 +233,71 @@ fn postgres_options() -> Result<PostgresOptions, Failure> {
     Ok(options.allow_plaintext_remote(plain))
 }
 
+/// The artifact directory of the store at `location` (declared files of
+/// `run --input/--output`): `<name>.artifacts` beside the SQLite file
+/// (default `~/.local/share/smolbox/smolbox.artifacts`) or beside the
+/// PostgreSQL key files, created with mode 0700 when absent (an existing
+/// one with a wider mode is refused).
+pub(crate) fn artifacts_at(location: &Location) -> Result<Arc<DirArtifacts>, Failure> {
+    let anchor = match location {
+        Location::Sqlite(db) => db,
+        Location::Postgres { keys, .. } => keys,
+    };
+    let anchor = std::path::absolute(anchor)
+        .map_err(|e| Failure::local(format!("resolve {}", anchor.display()), &e))?;
+    let mut name = anchor.file_stem().unwrap_or_default().to_os_string();
+    name.push(".artifacts");
+    let root = anchor.with_file_name(name);
+    if let Some(dir) = root.parent() {
+        create_private_dir(dir)?;
+    }
+    Ok(Arc::new(DirArtifacts::create(&root)?))
+}
+
+/// Whether `rec` runs on a disposable machine the runtime owns (neither a
+/// caller-named nor a managed retained machine).
+pub(crate) fn is_disposable(rec: &ExecutionRecord) -> bool {
+    rec.spec.worker_machine.is_none() && rec.spec.machine.is_none()
+}
+
+/// How long a command waits, once a disposable record has its outcome, for
+/// the runtime to delete its machine and record the absence.
+const CLEANUP_MS: u64 = 60_000;
+
+/// Waits (while `rt` drives it, at most [`CLEANUP_MS`]) until disposable
+/// record `key` holds no reservation any more: its machine was deleted
+/// (the recorded incarnation verified first) and its absence observed
+/// before the release — the runtime's own cleanup path, so a command that
+/// settles a record does not leave its machine behind. The runtime has
+/// normally done so by the time its `wait` returns (this then reads the
+/// record once); the bounded wait covers a record settled earlier whose
+/// cleanup a killed process left unfinished. The last record read; a note
+/// when the cleanup is still going on.
+pub(crate) fn settle_cleanup(
+    rt: &Rt<'_>,
+    store: &dyn Store,
+    key: &RecordKey,
+) -> Result<ExecutionRecord, Failure> {
+    let deadline = Instant::now() + std::time::Duration::from_millis(CLEANUP_MS);
+    loop {
+        let rec = store.fetch(key)?;
+        if !is_disposable(&rec) || rec.reservation.is_none() {
+            return Ok(rec);
+        }
+        if Instant::now() >= deadline {
+            report::note(&format!(
+                "the machine of execution {} is not cleaned up yet (cleanup {}); \
+                 `smolbox recover` continues it",
+                key.id,
+                json!(rec.cleanup).as_str().unwrap_or("-")
+            ));
+            return Ok(rec);
+        }
+        rt.reconcile();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// The record key of an id the user typed.
 pub(crate) fn key(id: &str) -> Result<RecordKey, Failure> {
     Ok(RecordKey::new(SCOPE, id)?)
@@ -271,7 +337,20 @@ pub(crate) enum Rt<'a> {
 impl<'a> Rt<'a> {
     /// A runtime whose only worker is `worker` (the backend's client).
     pub(crate) fn new(b: &'a Backend, opened: &Opened, worker: &str) -> Result<Self, Failure> {
-        Self::build(b, opened, worker, false)
+        Self::build(b, opened, worker, false, None)
+    }
+
+    /// A runtime whose only worker is `worker`, admitted with its version
+    /// profile (so it can create and delete disposable machines), with the
+    /// store's artifact directory (declared files): what `run` with files
+    /// or `--detach`, `wait`, `cancel` and `recover` use.
+    pub(crate) fn with_files(
+        b: &'a Backend,
+        opened: &Opened,
+        worker: &str,
+        artifacts: Arc<DirArtifacts>,
+    ) -> Result<Self, Failure> {
+        Self::build(b, opened, worker, true, Some(artifacts))
     }
 
     /// A runtime whose only worker is `worker`, admitted with its version
@@ -282,7 +361,7 @@ impl<'a> Rt<'a> {
         opened: &Opened,
         worker: &str,
     ) -> Result<Self, Failure> {
-        Self::build(b, opened, worker, true)
+        Self::build(b, opened, worker, true, None)
     }
 
     fn build(
@@ -290,6 +369,7 @@ impl<'a> Rt<'a> {
         opened: &Opened,
         worker: &str,
         with_profile: bool,
+        artifacts: Option<Arc<DirArtifacts>>,
     ) -> Result<Self, Failure> {
         let store = Arc::clone(&opened.store);
         let fk = opened.fingerprint_key.clone();
@@ -310,6 +390,9 @@ impl<'a> Rt<'a> {
                     if let Some(ms) = ttl {
                         builder = builder.lease_ttl_ms(ms);
                     }
+                    if let Some(a) = artifacts {
+                        builder = builder.artifacts(a);
+                    }
                     builder.build()
                 })?;
                 Self::Tokio(rt, r)
@@ -324,6 +407,9 @@ impl<'a> Rt<'a> {
                 };
                 if let Some(ms) = ttl {
                     builder = builder.lease_ttl_ms(ms);
+                }
+                if let Some(a) = artifacts {
+                    builder = builder.artifacts(a);
                 }
                 Self::Blocking(builder.build()?)
             }
@@ -571,15 +657,27 @@ pub(crate) fn same_identity(
 /// runtime's), and nothing after the acceptance is performed — the record
 /// stays `accepted` and due, unclaimed, for the next controller (`wait`,
 /// `recover`) to dispatch from the stored spec. `Ok(existing)`.
-pub(crate) fn accept_only(opened: &Opened, worker: &str, submit: Submit) -> Result<bool, Failure> {
+pub(crate) fn accept_only(
+    opened: &Opened,
+    worker: &str,
+    profile: Option<smolbox_core::worker::Profile>,
+    submit: Submit,
+) -> Result<bool, Failure> {
     let (now, now_ms) = (Instant::now(), wall_ms());
     let mut cfg = ControllerConfig::new(&smolbox_tokio::runtime::default_owner());
-    cfg.workers.push(WorkerEntry::new(worker));
+    let entry = WorkerEntry::new(worker);
+    cfg.workers.push(match profile {
+        Some(p) => entry.with_profile(p),
+        None => entry,
+    });
     if let Some(ms) = lease_ttl_ms() {
         cfg.lease_ttl_ms = ms;
     }
     // Left to whichever controller comes next (`wait`, `recover`): no claim.
     cfg.claim_at_accept = false;
+    // Declared files are accepted: the next controller has the store's
+    // artifact directory (`Rt::with_files`), where the inputs already are.
+    cfg.artifacts = !submit.spec.inputs.is_empty() || !submit.spec.outputs.is_empty();
     let mut ctl = Controller::new(cfg, opened.fingerprint_key.clone(), now, now_ms)?;
     let key = submit.key.clone();
     ctl.submit(now, now_ms, submit)?;
@@ -683,6 +781,18 @@ pub(crate) fn record_json(r: &ExecutionRecord) -> serde_json::Value {
         "next_due_at_ms": r.next_due_at_ms,
         "cancel_requested_at_ms": r.cancel_requested_at_ms,
         "version": r.version,
+        "cleanup": json!(r.cleanup),
+        // Declared inputs and collected outputs: path, size, digest (never bytes).
+        "inputs": r.spec.inputs.iter().map(|i| json!({
+            "path": i.path,
+            "size": i.size,
+            "sha256": i.sha256,
+        })).collect::<Vec<_>>(),
+        "outputs": r.artifacts.iter().map(|a| json!({
+            "path": a.path,
+            "size": a.size,
+            "sha256": a.sha256,
+        })).collect::<Vec<_>>(),
         "last_error": r.last_error.as_ref().map(|e| json!({
             "category": e.category,
             "operation": e.operation,
@@ -713,6 +823,7 @@ pub(crate) fn ls(
                 && machine.is_none_or(|m| {
                     r.spec.worker_machine.as_ref().is_some_and(|w| w.name == m)
                         || r.spec.machine.as_ref().is_some_and(|k| k.id == m)
+                        || r.assignment.as_ref().is_some_and(|a| a.machine_name == m)
                 })
         }));
         match page.next {
@@ -726,8 +837,8 @@ pub(crate) fn ls(
         return Ok(0);
     }
     report::line(&format!(
-        "{:<28} {:<12} {:<20} {:>4} {:<18} {:<26} {}",
-        "ID", "STATE", "EVIDENCE", "EXIT", "WORKER", "MACHINE", "UPDATED_MS"
+        "{:<28} {:<12} {:<20} {:>4} {:<18} {:<26} {:<7} {}",
+        "ID", "STATE", "EVIDENCE", "EXIT", "WORKER", "MACHINE", "IN/OUT", "UPDATED_MS"
     ))?;
     let mut placed = std::collections::BTreeMap::new();
     for r in &all {
@@ -747,7 +858,7 @@ pub(crate) fn ls(
             _ => "-".into(),
         };
         report::line(&format!(
-            "{:<28} {:<12} {:<20} {:>4} {:<18} {:<26} {}",
+            "{:<28} {:<12} {:<20} {:>4} {:<18} {:<26} {:<7} {}",
             r.key.id,
             r.state.as_str(),
             ev(r.evidence),
@@ -757,7 +868,9 @@ pub(crate) fn ls(
                 .unwrap_or("-"),
             wm.map(|w| w.name.as_str())
                 .or(r.spec.machine.as_ref().map(|k| k.id.as_str()))
+                .or(r.assignment.as_ref().map(|a| a.machine_name.as_str()))
                 .unwrap_or("-"),
+            format!("{}/{}", r.spec.inputs.len(), r.artifacts.len()),
             r.updated_at_ms
         ))?;
     }
@@ -803,6 +916,21 @@ pub(crate) fn print_record(rec: &ExecutionRecord, json: bool) -> Result<(), Fail
 fn print_fields(v: &serde_json::Value) -> Result<(), Failure> {
     if let Some(o) = v.as_object() {
         for (k, val) in o {
+            // Files: one line each (`inputs: -` when none).
+            if let serde_json::Value::Array(files) = val {
+                if files.is_empty() {
+                    report::line(&format!("{k}: -"))?;
+                }
+                for f in files {
+                    report::line(&format!(
+                        "{k}: {} {} bytes sha256 {}",
+                        f["path"].as_str().unwrap_or("-"),
+                        f["size"],
+                        f["sha256"].as_str().unwrap_or("-")
+                    ))?;
+                }
+                continue;
+            }
             let text = match val {
                 serde_json::Value::Null => "-".to_owned(),
                 serde_json::Value::String(s) => s.clone(),
@@ -874,10 +1002,11 @@ pub(crate) fn wait(
     timeout: Option<u64>,
     json: bool,
 ) -> Result<i32, Failure> {
-    let opened = open(store)?;
+    let location = location(store)?;
+    let opened = open_at(&location)?;
     let key = key(id)?;
     let rec = opened.store.fetch(&key)?;
-    if rec.state.ends_wait() {
+    if rec.state.ends_wait() && !(is_disposable(&rec) && rec.reservation.is_some()) {
         let out = Outcome {
             record: rec,
             output: None,
@@ -885,7 +1014,7 @@ pub(crate) fn wait(
         };
         return print_outcome(&out, json);
     }
-    let rt = Rt::new(b, &opened, worker)?;
+    let rt = Rt::with_files(b, &opened, worker, artifacts_at(&location)?)?;
     let result = match timeout {
         Some(ms) => rt.wait(&key, ms),
         None => loop {
@@ -895,6 +1024,20 @@ pub(crate) fn wait(
                 other => break other,
             }
         },
+    };
+    // A settled disposable record's machine is deleted before leaving.
+    let result = match result {
+        Ok(mut out) if out.record.state.ends_wait() => {
+            match settle_cleanup(&rt, opened.store.as_ref(), &key) {
+                Ok(rec) => out.record = rec,
+                Err(f) => {
+                    rt.shutdown();
+                    return Err(f);
+                }
+            }
+            Ok(out)
+        }
+        other => other,
     };
     // A command this process sent is observed to its end.
     rt.shutdown();
@@ -910,9 +1053,10 @@ pub(crate) fn cancel(
     id: &str,
     json: bool,
 ) -> Result<i32, Failure> {
-    let opened = open(store)?;
+    let location = location(store)?;
+    let opened = open_at(&location)?;
     let key = key(id)?;
-    let rt = Rt::new(b, &opened, worker)?;
+    let rt = Rt::with_files(b, &opened, worker, artifacts_at(&location)?)?;
     let cancelled = rt.cancel(&key);
     let settled = match &cancelled {
         Ok(_) => {
@@ -921,12 +1065,20 @@ pub(crate) fn cancel(
         }
         Err(_) => Ok(opened.store.fetch(&key)?),
     };
+    // A settled disposable record's machine is deleted before leaving.
+    let cleaned = match (&cancelled, &settled) {
+        (Ok(_), Ok(r)) if r.state.ends_wait() => {
+            Some(settle_cleanup(&rt, opened.store.as_ref(), &key))
+        }
+        _ => None,
+    };
     rt.shutdown();
     cancelled?;
-    let rec = match settled {
-        Ok(r) => r,
-        Err(e) if e.category() == Category::Expired => opened.store.fetch(&key)?,
-        Err(e) => return Err(e.into()),
+    let rec = match (cleaned, settled) {
+        (Some(c), _) => c?,
+        (None, Ok(r)) => r,
+        (None, Err(e)) if e.category() == Category::Expired => opened.store.fetch(&key)?,
+        (None, Err(e)) => return Err(e.into()),
     };
     if !json {
         report::note(&format!(
@@ -949,7 +1101,8 @@ pub(crate) fn recover(
     worker: &str,
     json: bool,
 ) -> Result<i32, Failure> {
-    let opened = open(store)?;
+    let location = location(store)?;
+    let opened = open_at(&location)?;
     let mut before = Vec::new();
     let mut after: Option<String> = None;
     loop {
@@ -957,24 +1110,38 @@ pub(crate) fn recover(
             .store
             .list(SCOPE, after.as_deref(), DEFAULT_LIST_PAGE)?;
         before.extend(page.records.into_iter().filter(|r| {
-            !r.state.ends_wait()
-                && r.spec
-                    .worker_machine
-                    .as_ref()
-                    .is_some_and(|w| w.worker_id == worker)
+            let on_worker = r
+                .spec
+                .worker_machine
+                .as_ref()
+                .map(|w| w.worker_id.as_str())
+                .or(r.assignment.as_ref().map(|a| a.worker_id.as_str()))
+                .is_some_and(|w| w == worker);
+            // A disposable record not yet placed is this worker's (the
+            // only one in the catalog); a settled one whose machine still
+            // holds its reservation is not finished either.
+            let mine = on_worker || (is_disposable(r) && r.assignment.is_none());
+            let open = !r.state.ends_wait() || (is_disposable(r) && r.reservation.is_some());
+            mine && open
         }));
         match page.next {
             Some(n) => after = Some(n),
             None => break,
         }
     }
-    let rt = Rt::new(b, &opened, worker)?;
+    let rt = Rt::with_files(b, &opened, worker, artifacts_at(&location)?)?;
     rt.reconcile();
     let deadline = Instant::now() + std::time::Duration::from_millis(SETTLE_MS);
     for r in &before {
         let left = deadline.saturating_duration_since(Instant::now());
         let ms = u64::try_from(left.as_millis()).unwrap_or(SETTLE_MS);
         match rt.wait(&r.key, ms) {
+            Ok(o) if o.record.state.ends_wait() && is_disposable(&o.record) => {
+                if let Err(f) = settle_cleanup(&rt, opened.store.as_ref(), &r.key) {
+                    rt.shutdown();
+                    return Err(f);
+                }
+            }
             Ok(_) => {}
             Err(e) if e.category() == Category::Expired => {}
             Err(e) => {

@@ -268,7 +268,7 @@ fn detach_then_wait_and_cancel_on_the_dev_up_worker() {
         ]);
         assert_eq!(code(&d), 0, "{shell}: {}", stderr(&d));
         let id = stdout(&d).trim().to_owned();
-        assert!(id.starts_with("sb-"), "{id}");
+        assert!(id.starts_with("run-"), "{id}");
         // Durable and not yet run: nobody drives it after `run` returned.
         let shown = home.run(&["--json", "records", "show", &id]);
         assert_eq!(json(&shown)["state"], "accepted");
@@ -278,6 +278,18 @@ fn detach_then_wait_and_cancel_on_the_dev_up_worker() {
         assert_eq!(code(&w), 3, "{shell}: {}", stderr(&w));
         assert_eq!(stdout(&w), "hello\n");
         assert_eq!(lines(&counter), 1);
+        // The disposable machine it ran on is deleted once the record
+        // settles (the worker's own view: no machine left).
+        let raw = home.run(&["--json", "machine", "--raw", "ls"]);
+        assert_eq!(code(&raw), 0, "{}", stderr(&raw));
+        assert_eq!(
+            json(&raw),
+            serde_json::json!([]),
+            "{shell}: a machine was left"
+        );
+        let shown = json(&home.run(&["--json", "records", "show", &id]));
+        assert_eq!(shown["state"], "completed", "{shown}");
+        assert_eq!(shown["cleanup"], "complete", "{shown}");
         // Again: the record's code, the command not run again.
         let again = home.run(&["--shell", shell, "--json", "wait", &id]);
         assert_eq!(code(&again), 3);
@@ -297,6 +309,12 @@ fn detach_then_wait_and_cancel_on_the_dev_up_worker() {
         let w = home.run(&["--shell", shell, "wait", &id]);
         assert_eq!(code(&w), 8, "{}", stderr(&w));
         assert!(stderr(&w).contains("cancelled"), "{}", stderr(&w));
+        let raw = home.run(&["--json", "machine", "--raw", "ls"]);
+        assert_eq!(
+            json(&raw),
+            serde_json::json!([]),
+            "{shell}: a machine was left"
+        );
     }
     // `records ls --json` lists them all, with no devworker note.
     let ls = home.run(&["--json", "records", "ls"]);

@@ -7,6 +7,10 @@
 //! [`WorkerOp::Upload`]: smolbox_core::managed::controller::WorkerOp::Upload
 //! [`WorkerOp::Download`]: smolbox_core::managed::controller::WorkerOp::Download
 
+pub mod dir;
+
+pub use dir::DirArtifacts;
+
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -51,7 +55,8 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     s
 }
 
-/// An in-memory artifact store (tests, ephemeral runtimes): inputs put
+/// An in-memory artifact store (tests, ephemeral runtimes; the directory
+/// one is [`DirArtifacts`]): inputs put
 /// with [`MemoryArtifacts::insert`], outputs read back with
 /// [`MemoryArtifacts::output`]. `Debug` prints counts, never bytes.
 #[derive(Default)]

@@ -81,10 +81,24 @@ reasons! {
     ArgvTotalTooLong = "argv_total_too_long",
     /// An artifact-store put under an existing key brought other bytes than the stored ones (`identity_conflict`, original kept).
     ArtifactDigestConflict = "artifact_digest_conflict",
+    /// Bytes put into the artifact store do not have the SHA-256 given with them (`validation`, nothing stored).
+    ArtifactDigestMismatch = "artifact_digest_mismatch",
+    /// The directory artifact store's file system failed while reading or writing (`store`; never read as missing).
+    ArtifactIo = "artifact_io",
     /// The artifact store holds no bytes under an input's source reference (`not_found`).
     ArtifactMissing = "artifact_missing",
+    /// A path under the directory artifact store's root is a symbolic link or not the expected file type (`validation`, nothing read or written).
+    ArtifactNotRegular = "artifact_not_regular",
+    /// Bytes put into or read from the directory artifact store are over its per-file limit (`output_limit`).
+    ArtifactOverPerFile = "artifact_over_per_file",
+    /// The directory artifact store's per-file limit is outside 1 B to 16 MiB (`validation`, at open).
+    ArtifactPerFileOutOfRange = "artifact_per_file_out_of_range",
     /// An input's bytes in the artifact store are not exactly its declared size (`validation`, nothing sent).
     ArtifactReadSize = "artifact_read_size",
+    /// An artifact-store scope, reference or destination is not an identifier, so it names no file under the root (`validation`, nothing touched).
+    ArtifactReference = "artifact_reference",
+    /// The directory artifact store's root is not an absolute path of an existing directory of mode 0700 (`validation`, at open).
+    ArtifactRoot = "artifact_root",
     /// A recorded artifact is larger than the maximum size its declaration allows (`validation`, store write).
     ArtifactSize = "artifact_size",
     /// A recorded artifact's path or destination is not declared in the spec (`validation`, store write).
@@ -277,6 +291,8 @@ reasons! {
     DeletedState = "deleted_state",
     /// `--detach` was used with the in-process devworker, which ends with the command (`validation`, CLI).
     DetachNeedsPersistentWorker = "detach_needs_persistent_worker",
+    /// `run --detach` was given an `--output` with a local file: nobody is left to write it when the run ends (`validation`, nothing sent).
+    DetachOutputLocal = "detach_output_local",
     /// The streamed exec's handle was dropped while the reply body was still being read (`transport`, dispatch uncertain).
     Detached = "detached",
     /// A stored digest is not a lowercase hex SHA-256 (`validation`, store write).
@@ -371,6 +387,8 @@ reasons! {
     FileNotRegular = "file_not_regular",
     /// Two inputs share a source or two outputs share a destination reference (`validation`, C6.4).
     FileReferenceDuplicate = "file_reference_duplicate",
+    /// A `run --input` or `--output` value is not `LOCAL:GUEST_PATH` or `GUEST_PATH[:LOCAL]` (`validation`, nothing sent).
+    FileFlagSyntax = "file_flag_syntax",
     /// A managed submit has input or output files and the runtime has no artifact store to transfer them from or to (`unsupported_capability`).
     FileTransfer = "file_transfer",
     /// A stored spec's input or output files are not sorted by path without duplicates (`validation`, store write).
@@ -743,6 +761,8 @@ reasons! {
     OutputInvalidUtf8 = "output_invalid_utf8",
     /// A declared output's max size is 0 or above the profile's per-file budget (`validation`, C6.4).
     OutputMaxRange = "output_max_range",
+    /// Two `run --output` values name the same local file (`validation`, nothing sent).
+    OutputLocalDuplicate = "output_local_duplicate",
     /// Two mounts of a machine spec have the same or nested targets (`validation`).
     OverlappingMountTargets = "overlapping_mount_targets",
     /// A machine spec's overlay disk size is outside the allowed range (`validation`).
