@@ -466,11 +466,20 @@ fn finish(
             ));
         }
     }
-    let code = match records::exit_of(rec) {
+    // The guest's code when it exited; else what ended it (a staging
+    // failure, a cancel, an uncertain dispatch), as `run` reports it.
+    let code = match out.exit_code() {
         Some(c) => c,
-        None => match &out.error {
-            Some(e) => return Err(Failure::Core(*e)),
-            None => 3,
+        None => match (&out.error, records::exit_of(rec)) {
+            (Some(e), _) => return Err(Failure::Core(*e)),
+            (None, Some(c)) if rec.state != ExecState::Unknown => c,
+            (None, _) => {
+                return Err(Failure::Core(Error::unknown(
+                    Operation::Exec,
+                    Evidence::DispatchUncertain,
+                    Reason::Unspecified,
+                )));
+            }
         },
     };
     if collection_failed {
@@ -487,13 +496,6 @@ fn finish(
                 .unwrap_or_else(|| Error::protocol(Operation::Download, Reason::Unspecified));
             return Err(Failure::Core(e));
         }
-    }
-    if rec.state == ExecState::Unknown {
-        report::note(&format!(
-            "execution {} is unknown (evidence {}): the command may have run",
-            rec.key.id,
-            records::ev(rec.evidence)
-        ));
     }
     Ok(code)
 }

@@ -161,6 +161,32 @@ fn a_missing_input_is_refused_before_any_worker_request() {
         }
     }
     assert_eq!(all_requests(&w), 0, "the worker was asked something");
+    // A guest path outside the transfer root: refused by the runtime at
+    // submit, before any mutation (only the health read of admission).
+    let present = dir.path().join("present.txt");
+    std::fs::write(&present, b"x").unwrap();
+    for shell in SHELLS {
+        let o = run(
+            &w,
+            shell,
+            &[
+                "run",
+                "--store",
+                db,
+                "--input",
+                &format!("{}:/etc/x", present.display()),
+                "--",
+                "true",
+            ],
+        );
+        assert_eq!(code(&o), 2, "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("path_outside_upload_roots"),
+            "{}",
+            stderr(&o)
+        );
+    }
+    assert_eq!(mutations(&w), 0, "a mutation reached the worker");
     // Nothing was recorded either.
     let ls = run(&w, "tokio", &["--json", "records", "ls", "--store", db]);
     assert_eq!(json(&ls).as_array().unwrap().len(), 0);
