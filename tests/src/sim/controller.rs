@@ -28,6 +28,7 @@ use smolbox_store::Store;
 
 mod conn;
 mod files;
+pub use files::launches_on;
 mod probes;
 mod replies;
 mod retained;
