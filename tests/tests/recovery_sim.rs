@@ -221,6 +221,15 @@ fn retained_machines_keep_every_rule() {
             summary.probes
         );
     }
+    // Background launches reached the worker and were stored `launched`
+    // (on unless SMOLBOX_SIM_LAUNCHES=0).
+    if sim::controller::launches_on() {
+        assert!(
+            summary.probes.get("launched").is_some_and(|n| *n > 0),
+            "no background launch stored: {:?}",
+            summary.probes
+        );
+    }
 }
 
 /// The same seed gives the same run (replay is exact).

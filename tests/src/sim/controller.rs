@@ -14,7 +14,7 @@
 use smolbox_core::Reason;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use smolbox_core::exec::{ExecOutcome, ExecOutput, OutputEncoding};
+use smolbox_core::exec::ExecOutcome;
 use smolbox_core::managed::controller::{
     Controller, ControllerConfig, ControllerEvent, OpId, RunTarget, StoreOp, StoreReply,
     StoreResult, Submit, WorkerEntry, WorkerOp, WorkerReply, spec_for,
@@ -28,6 +28,7 @@ use smolbox_store::Store;
 
 mod conn;
 mod files;
+pub use files::launches_on;
 mod probes;
 mod replies;
 mod retained;
@@ -1431,29 +1432,7 @@ impl Sim {
             self.worker.settle_observed(&name);
         }
         let r = self.collected(req, r);
-        let mut r = self.to_worker_result(r);
-        if self.opts.bug == Some(Bug::UncertainAsExit)
-            && r.as_ref()
-                .err()
-                .is_some_and(|e| e.evidence() == Evidence::DispatchUncertain)
-        {
-            r = Ok(WorkerReply::Exec(ExecOutcome::Exited(ExecOutput {
-                exit_code: 0,
-                stdout: Vec::new(),
-                stderr: Vec::new(),
-                encoding: OutputEncoding::Bytes,
-            })));
-        }
-        if self.opts.bug == Some(Bug::LaunchedAsExit)
-            && matches!(r, Ok(WorkerReply::Exec(ExecOutcome::Launched(_))))
-        {
-            r = Ok(WorkerReply::Exec(ExecOutcome::Exited(ExecOutput {
-                exit_code: 0,
-                stdout: Vec::new(),
-                stderr: Vec::new(),
-                encoding: OutputEncoding::Bytes,
-            })));
-        }
+        let r = self.planted_exit(self.to_worker_result(r));
         let key = self.reqs.get(&req).and_then(|x| x.1.clone());
         let label = match &r {
             Ok(WorkerReply::Exec(ExecOutcome::Exited(o))) => {

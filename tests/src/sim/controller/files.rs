@@ -121,7 +121,7 @@ impl SimFiles {
 
 /// Background launches in the retained run: on unless
 /// `SMOLBOX_SIM_LAUNCHES=0`.
-pub(super) fn launches_on() -> bool {
+pub fn launches_on() -> bool {
     std::env::var("SMOLBOX_SIM_LAUNCHES").map_or(true, |v| v.trim() != "0")
 }
 

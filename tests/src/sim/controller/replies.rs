@@ -3,10 +3,12 @@
 //! reply as the controller's `WorkerResult`.
 
 use smolbox_core::Reason;
+use smolbox_core::exec::{ExecOutcome, ExecOutput, OutputEncoding};
 use smolbox_core::managed::controller::{WorkerReply, WorkerResult};
 use smolbox_core::worker::{Incarnation, MachineState as WState, Measurements, Observation};
 use smolbox_core::{Error, Evidence, Operation};
 
+use super::super::Bug;
 use super::super::worker::{self, Reply};
 use super::Sim;
 
@@ -38,6 +40,27 @@ impl Sim {
             branchable: None,
             measurements: Measurements::default(),
         }
+    }
+
+    /// The planted bugs that rewrite an exec reply as exit 0:
+    /// `UncertainAsExit` (an uncertain reply) and `LaunchedAsExit` (a
+    /// launch acknowledgement).
+    pub(super) fn planted_exit(&self, r: WorkerResult) -> WorkerResult {
+        let uncertain = self.opts.bug == Some(Bug::UncertainAsExit)
+            && r.as_ref()
+                .err()
+                .is_some_and(|e| e.evidence() == Evidence::DispatchUncertain);
+        let launched = self.opts.bug == Some(Bug::LaunchedAsExit)
+            && matches!(r, Ok(WorkerReply::Exec(ExecOutcome::Launched(_))));
+        if !uncertain && !launched {
+            return r;
+        }
+        Ok(WorkerReply::Exec(ExecOutcome::Exited(ExecOutput {
+            exit_code: 0,
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+            encoding: OutputEncoding::Bytes,
+        })))
     }
 
     /// A simulated reply as the controller gets it.
