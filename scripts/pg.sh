@@ -5,6 +5,14 @@
 # A second cluster on the next port requires TLS (SMOLBOX_PG_TLS_URL, its CA
 # in SMOLBOX_PG_TLS_CA).
 
+# Sourced again inside a run that already started its clusters (the variables
+# below are exported and the server answers): use them, start nothing.
+if [ -n "${SMOLBOX_PG_URL:-}" ] && [ -d "${SMOLBOX_PG_DATA:-/nonexistent}" ] &&
+    (exec 3<>"/dev/tcp/127.0.0.1/${SMOLBOX_PG_PORT:-0}") 2>/dev/null; then
+    echo "test: using this environment's PostgreSQL on 127.0.0.1:$SMOLBOX_PG_PORT"
+    return 0
+fi
+
 pg_bin_dir() {
     local d
     for d in /usr/lib/postgresql/*/bin; do
@@ -21,7 +29,19 @@ if ! PGBIN=$(pg_bin_dir); then
     PGBIN=$(pg_bin_dir)
 fi
 
-PG_PORT=${SMOLBOX_PG_PORT:-55439}
+# A free pair of ports (this cluster's and the TLS one's next to it): the
+# default 55439 unless something already listens there (a cluster of another
+# run on the same machine), then the next pairs. SMOLBOX_PG_PORT fixes it.
+pg_port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+if [ -n "${SMOLBOX_PG_PORT:-}" ]; then
+    PG_PORT=$SMOLBOX_PG_PORT
+else
+    PG_PORT=55439
+    while pg_port_busy "$PG_PORT" || pg_port_busy $((PG_PORT + 1)); do
+        PG_PORT=$((PG_PORT + 2))
+        [ "$PG_PORT" -lt 55539 ] || { echo "test: no free port pair for PostgreSQL in 55439-55538"; exit 1; }
+    done
+fi
 PG_DIR=$(mktemp -d /tmp/smolbox-pg.XXXXXX)
 PG_USER=$(id -un)
 if [ "$(id -u)" = 0 ]; then
