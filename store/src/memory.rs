@@ -206,6 +206,9 @@ struct MemTx<'a> {
 }
 
 /// The previous value of one entry a write changed.
+// A write journals a few entries; boxing the records would add an
+// allocation per entry for nothing.
+#[allow(clippy::large_enum_variant)]
 enum Undo {
     Exec(RecordKey, Option<(ExecutionRecord, usize)>),
     Machine(RecordKey, Option<(MachineRecord, usize)>),

@@ -20,7 +20,7 @@ pub(super) type Job<T> = Box<dyn FnOnce() -> T + Send>;
 /// no sender of its queue, so dropping the pool ends it).
 struct Task<T> {
     job: Job<T>,
-    me: mpsc::Sender<Task<T>>,
+    me: mpsc::Sender<Self>,
 }
 
 type Idle<T> = Mutex<Vec<mpsc::Sender<Task<T>>>>;
