@@ -352,13 +352,21 @@ fn report_cpu() {
     );
 }
 
-/// For `perf record`: 3,000 buffered execs on one client (`tokio`,
-/// `blocking` or `reqwest`, the last with the health preflight), nothing
-/// else. `SMOLBOX_SHELLS_PROFILE=tokio perf record -g target/release/deps/shells-…`
+/// For `perf record` or callgrind: 3,000 buffered execs on one client
+/// (`tokio`, `blocking` or `reqwest`, the last with the health preflight;
+/// `tokio-call`, `blocking-call`, `reqwest-exec`: one request each, the
+/// profile admitted once), nothing else. `SMOLBOX_SHELLS_PROFILE=tokio perf record -g target/release/deps/shells-…`
 fn profile_exec(which: &str) {
     let w = world();
     let rt = runtime();
     let cmd = exec_command();
+    // `SMOLBOX_SHELLS_PROFILE_CALLS` (default 3,000): two runs with
+    // different counts under callgrind (`--separate-threads=yes`, the
+    // calling thread's file) give instructions per call by difference.
+    let calls: u32 = std::env::var("SMOLBOX_SHELLS_PROFILE_CALLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3_000);
     let started = Instant::now();
     match which {
         "tokio-call" => {
@@ -366,28 +374,37 @@ fn profile_exec(which: &str) {
             let profile = rt.block_on(client.admit(&[])).unwrap();
             let call =
                 ExecCall::new(&profile, "m1", cmd.clone(), OutputAllowance::DEFAULT).unwrap();
-            for _ in 0..3_000 {
+            for _ in 0..calls {
                 rt.block_on(client.call(&call)).unwrap();
+            }
+        }
+        "blocking-call" => {
+            let client = smolbox_blocking::Client::new(endpoint(&w.worker.base_url())).unwrap();
+            let profile = client.admit(&[]).unwrap();
+            let call =
+                ExecCall::new(&profile, "m1", cmd.clone(), OutputAllowance::DEFAULT).unwrap();
+            for _ in 0..calls {
+                client.call(&call).unwrap();
             }
         }
         "reqwest-exec" => {
             let peer = reqwest::Client::new();
             let url = format!("{}/api/v1/machines/m1/exec", w.worker.base_url());
             let body = cmd.wire_body().unwrap();
-            for _ in 0..3_000 {
+            for _ in 0..calls {
                 rt.block_on(reqwest_exec(&peer, &url, &body));
             }
         }
         "tokio" => {
             let client = Client::new(endpoint(&w.worker.base_url())).unwrap();
-            for _ in 0..3_000 {
+            for _ in 0..calls {
                 rt.block_on(client.exec_with_allowance("m1", &cmd, OutputAllowance::DEFAULT))
                     .unwrap();
             }
         }
         "blocking" => {
             let client = smolbox_blocking::Client::new(endpoint(&w.worker.base_url())).unwrap();
-            for _ in 0..3_000 {
+            for _ in 0..calls {
                 client.exec("m1", &cmd).unwrap();
             }
         }
@@ -396,12 +413,12 @@ fn profile_exec(which: &str) {
             let url = format!("{}/api/v1/machines/m1/exec", w.worker.base_url());
             let health = format!("{}/health", w.worker.base_url());
             let body = cmd.wire_body().unwrap();
-            for _ in 0..3_000 {
+            for _ in 0..calls {
                 rt.block_on(reqwest_exec_with_preflight(&peer, &health, &url, &body));
             }
         }
     }
-    eprintln!("{which}: 3,000 execs in {:?}", started.elapsed());
+    eprintln!("{which}: {calls} execs in {:?}", started.elapsed());
 }
 
 // ---- peak memory of a stalled consumer ------------------------------------

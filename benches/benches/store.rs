@@ -23,9 +23,16 @@ use smolbox_core::managed::record::Claim;
 use smolbox_core::managed::state::ExecState;
 use smolbox_core::managed::testkit::{accepted, entry_patch, exec_spec, fingerprint_key, key};
 use smolbox_core::managed::{ExecutionRecord, Guard};
-use smolbox_store::{EncryptionKey, PostgresStore, Sealer, SqliteOptions, SqliteStore, Store};
+use smolbox_store::{
+    EncryptionKey, MemoryConfig, MemoryStore, PostgresStore, Sealer, SqliteOptions, SqliteStore,
+    Store,
+};
 
 fn main() {
+    if let Ok(which) = std::env::var("SMOLBOX_STORE_PROFILE") {
+        profile(&which);
+        return;
+    }
     divan::main();
 }
 
@@ -141,16 +148,35 @@ fn peer_raw_rusqlite_lifecycle(b: Bencher<'_, '_>) {
 /// An insert, then `updates` read + update transactions, on one row.
 fn raw_peer(b: Bencher<'_, '_>, updates: i64) {
     let dir = tempfile::tempdir().unwrap();
-    let c = rusqlite::Connection::open(dir.path().join("raw.db")).unwrap();
-    c.execute_batch(
-        "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;
-         CREATE TABLE t (id TEXT PRIMARY KEY, payload BLOB NOT NULL, state TEXT NOT NULL,
-                         version INTEGER NOT NULL) WITHOUT ROWID;",
-    )
-    .unwrap();
-    let payload = vec![0x5au8; record_len()];
-    let mut c = c;
-    b.counter(ItemsCount::new(1usize)).bench_local(|| {
+    let mut peer = RawPeer::open(&dir);
+    b.counter(ItemsCount::new(1usize))
+        .bench_local(|| peer.run(updates));
+}
+
+/// The raw rusqlite peer's connection and payload.
+struct RawPeer {
+    c: rusqlite::Connection,
+    payload: Vec<u8>,
+}
+
+impl RawPeer {
+    fn open(dir: &tempfile::TempDir) -> Self {
+        let c = rusqlite::Connection::open(dir.path().join("raw.db")).unwrap();
+        c.execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;
+             CREATE TABLE t (id TEXT PRIMARY KEY, payload BLOB NOT NULL, state TEXT NOT NULL,
+                             version INTEGER NOT NULL) WITHOUT ROWID;",
+        )
+        .unwrap();
+        Self {
+            c,
+            payload: vec![0x5au8; record_len()],
+        }
+    }
+
+    /// An insert, then `updates` read + update transactions, on one row.
+    fn run(&mut self, updates: i64) {
+        let (c, payload) = (&mut self.c, &self.payload);
         let id = format!("r{}", NEXT.fetch_add(1, Ordering::Relaxed));
         let tx = c
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
@@ -178,7 +204,76 @@ fn raw_peer(b: Bencher<'_, '_>, updates: i64) {
             .unwrap();
             tx.commit().unwrap();
         }
-    });
+    }
+}
+
+// ---- the in-memory store (the ephemeral default) ---------------------------
+
+fn memory() -> MemoryStore {
+    MemoryStore::new(MemoryConfig {
+        max_records: 10_000,
+        ..MemoryConfig::default()
+    })
+    .unwrap()
+}
+
+/// [`command`] (3 commits) on the in-memory store.
+#[divan::bench(sample_count = 20, sample_size = 100)]
+fn memory_command_3_commits(b: Bencher<'_, '_>) {
+    let s = memory();
+    b.counter(ItemsCount::new(1usize))
+        .bench_local(|| command(&s, "ctl"));
+}
+
+/// [`lifecycle`] (accept + 5 transitions) on the in-memory store.
+#[divan::bench(sample_count = 20, sample_size = 100)]
+fn memory_lifecycle(b: Bencher<'_, '_>) {
+    let s = memory();
+    b.counter(ItemsCount::new(1usize))
+        .bench_local(|| lifecycle(&s, "ctl"));
+}
+
+/// For an instruction counter (callgrind; the load does not move it):
+/// `SMOLBOX_STORE_PROFILE=<store>-<ops>` runs `SMOLBOX_STORE_PROFILE_OPS`
+/// (default 2,000) commands (`-command`, 3 commits) or lifecycles
+/// (`-lifecycle`, 6 commits) on `sqlite` (`synchronous = NORMAL`),
+/// `sqlite_full`, `memory` or `raw` (the rusqlite peer), then exits.
+/// Instructions per op = difference of two runs / difference of counts.
+#[allow(clippy::print_stdout)] // the profile's one line
+fn profile(which: &str) {
+    let n: u64 = std::env::var("SMOLBOX_STORE_PROFILE_OPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2_000);
+    let (store, ops) = which.rsplit_once('-').unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut run: Box<dyn FnMut()> = match (store, ops) {
+        ("raw", "command") => {
+            let mut p = RawPeer::open(&dir);
+            Box::new(move || p.run(2))
+        }
+        ("raw", "lifecycle") => {
+            let mut p = RawPeer::open(&dir);
+            Box::new(move || p.run(5))
+        }
+        (s, o) => {
+            let store: Box<dyn Store> = match s {
+                "sqlite" => Box::new(sqlite(&dir, true)),
+                "sqlite_full" => Box::new(sqlite(&dir, false)),
+                "memory" => Box::new(memory()),
+                other => panic!("unknown store {other}"),
+            };
+            match o {
+                "command" => Box::new(move || command(store.as_ref(), "ctl")),
+                "lifecycle" => Box::new(move || lifecycle(store.as_ref(), "ctl")),
+                other => panic!("unknown ops {other}"),
+            }
+        }
+    };
+    for _ in 0..n {
+        run();
+    }
+    println!("{which}: {n} ops");
 }
 
 fn record_len() -> usize {

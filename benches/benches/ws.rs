@@ -25,7 +25,142 @@ use smolbox_core::ws::{MAX_INPUT_CHUNK, WsClient, WsConfig, WsEvent, handshake};
 static ALLOC: divan::AllocProfiler = divan::AllocProfiler::system();
 
 fn main() {
+    if let Ok(which) = std::env::var("SMOLBOX_WS_PROFILE") {
+        profile(&which);
+        return;
+    }
     divan::main();
+}
+
+/// For an instruction counter (callgrind): one 16-byte-frame case over
+/// `SMOLBOX_WS_PROFILE_FRAMES` frames (default 409,600, in batches of
+/// 4,096), nothing else. Instructions per frame = the difference of two
+/// runs with different frame counts over the difference of the counts
+/// (the set-up is the same in both). Cases: `decode-smolbox` (`poll_event`),
+/// `decode-smolbox-batch` (`poll_binary_frames`), `decode-tungstenite`,
+/// `decode-fastwebsockets`, `encode-smolbox`, `encode-tungstenite`,
+/// `encode-fastwebsockets`, `memcpy` (the frames' bytes copied).
+///
+/// `SMOLBOX_WS_PROFILE=decode-smolbox-batch valgrind --tool=callgrind target/release/deps/ws-…`
+#[allow(clippy::print_stdout)] // the profile's one line
+fn profile(which: &str) {
+    const PAYLOAD: usize = 16;
+    const BATCH: usize = 4_096;
+    let frames: usize = std::env::var("SMOLBOX_WS_PROFILE_FRAMES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100 * BATCH);
+    let rounds = frames.div_ceil(BATCH);
+    let stream = stream_of(PAYLOAD, BATCH);
+    let t = now();
+    let mut sum = 0usize;
+    match which {
+        "memcpy" => {
+            let mut dst: Vec<u8> = Vec::with_capacity(2 * MAX_INPUT_CHUNK);
+            for _ in 0..rounds {
+                for chunk in black_box(&stream).chunks(MAX_INPUT_CHUNK) {
+                    dst.clear();
+                    dst.extend_from_slice(chunk);
+                    black_box(&mut dst);
+                }
+            }
+        }
+        "decode-smolbox" => {
+            let mut ws = open_client(1 << 20);
+            for _ in 0..rounds {
+                sum = sum.wrapping_add(smolbox_decode(&mut ws, black_box(&stream), t));
+            }
+        }
+        "decode-smolbox-batch" => {
+            let mut ws = open_client(1 << 20);
+            for _ in 0..rounds {
+                sum = sum.wrapping_add(smolbox_decode_batch(&mut ws, black_box(&stream), t));
+            }
+        }
+        "decode-tungstenite" => {
+            let mut ws = tungstenite::WebSocket::from_raw_socket(
+                MemStream::new(stream.clone()),
+                tungstenite::protocol::Role::Client,
+                Some(tungstenite_config()),
+            );
+            for _ in 0..rounds * BATCH {
+                if let Ok(tungstenite::Message::Binary(m)) = ws.read() {
+                    sum = sum
+                        .wrapping_add(m.len())
+                        .wrapping_add(usize::from(m[m.len() - 1]));
+                }
+            }
+        }
+        "decode-fastwebsockets" => {
+            let mut ws = fastwebsockets::WebSocket::after_handshake(
+                MemStream::new(stream.clone()),
+                fastwebsockets::Role::Client,
+            );
+            ws.set_max_message_size(1 << 20);
+            ready(async {
+                for _ in 0..rounds * BATCH {
+                    let f = ws.read_frame().await.expect("frame");
+                    sum = sum
+                        .wrapping_add(f.payload.len())
+                        .wrapping_add(usize::from(f.payload[f.payload.len() - 1]));
+                }
+            });
+        }
+        "encode-smolbox" => {
+            let mut ws = open_client(1 << 20);
+            let mut entropy = random_bytes(1 << 16);
+            let mut rng = rand::thread_rng();
+            let body = random_bytes(PAYLOAD);
+            for _ in 0..rounds {
+                for _ in 0..BATCH {
+                    let wanted = ws.entropy_wanted();
+                    if wanted > 0 {
+                        rng.fill_bytes(&mut entropy[..wanted]);
+                        ws.handle_entropy(&entropy[..wanted]);
+                    }
+                    ws.send_binary(t, black_box(&body)).expect("send");
+                }
+                let taken = black_box(ws.transmit_data()).len();
+                ws.consume_transmit(taken);
+            }
+        }
+        "encode-tungstenite" => {
+            let body = tungstenite::Bytes::from(random_bytes(PAYLOAD));
+            let mut ws = tungstenite::WebSocket::from_raw_socket(
+                MemStream::new(Vec::new()),
+                tungstenite::protocol::Role::Client,
+                Some(tungstenite_config()),
+            );
+            for _ in 0..rounds {
+                for _ in 0..BATCH {
+                    ws.write(tungstenite::Message::Binary(body.clone()))
+                        .expect("write");
+                }
+                ws.flush().expect("flush");
+            }
+        }
+        "encode-fastwebsockets" => {
+            let mut scratch = random_bytes(PAYLOAD);
+            let mut ws = fastwebsockets::WebSocket::after_handshake(
+                MemStream::new(Vec::new()),
+                fastwebsockets::Role::Client,
+            );
+            ws.set_writev(false);
+            ready(async {
+                for _ in 0..rounds * BATCH {
+                    let frame = fastwebsockets::Frame::binary(
+                        fastwebsockets::Payload::BorrowedMut(&mut scratch),
+                    );
+                    ws.write_frame(frame).await.expect("write");
+                }
+            });
+        }
+        other => panic!("unknown SMOLBOX_WS_PROFILE {other}"),
+    }
+    println!(
+        "{which}: {} frames of {PAYLOAD} B (checksum {sum})",
+        rounds * BATCH
+    );
 }
 
 const KEY: [u8; 16] = *b"the sample nonce";

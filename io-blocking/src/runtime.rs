@@ -5,7 +5,9 @@
 //! ([`smolbox_store::runtime::Host`], shared with the tokio shell). It
 //! performs the controller's store ops on one store thread through
 //! [`smolbox_store::apply_op`], its worker ops each on a thread of its own
-//! (at most one per execution, so at most `max_active`) through the
+//! while it runs (at most one per execution, so at most `max_active`;
+//! a finished op's thread waits for the next op, up to a few, see
+//! `runtime/worker_threads.rs`) through the
 //! configured workers' [`Client`]s, feeds every answer back, and wakes at
 //! the controller's `poll_timeout`. It makes no decision of its own:
 //! acceptance, dispatch, renewal, cancellation, deadlines and recovery are
@@ -51,6 +53,9 @@ use crate::Client;
 use crate::managed_terminal::ManagedTerminals;
 
 mod stream;
+mod worker_threads;
+
+use worker_threads::WorkerThreads;
 
 /// Options of a [`Runtime`] (C12.1); [`RuntimeBuilder::build`] checks them
 /// and starts the driver and store threads.
@@ -92,7 +97,7 @@ impl Build for Runtime {
             io: Io {
                 terminals: terminals.clone(),
                 clients: p.clients,
-                tx: tx.clone(),
+                workers: WorkerThreads::new(tx.clone()),
                 store_tx,
                 streams: Arc::clone(&streams),
                 artifacts: p.artifacts,
@@ -228,8 +233,17 @@ impl Runtime {
                 .with_limit(timeout_ms, MAX_WAIT_MS));
         }
         let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+        // The version this wait last read; after one read, a finished
+        // notice of a newer terminal record settles without another.
+        let mut seen: Option<u64> = None;
         loop {
+            if let Some(v) = seen
+                && let Some(o) = lock(&self.shared.notices).settle_on_notice(key, v)
+            {
+                return Ok(o);
+            }
             let record = self.fetch(key)?;
+            seen = Some(record.version);
             let n = lock(&self.shared.notices);
             if let Some(o) = n.settle(key, record) {
                 return Ok(o);
@@ -508,11 +522,11 @@ struct Driver {
 }
 
 /// What the driver starts for the controller: the store thread's queue
-/// and one thread per worker op.
+/// and a thread per running worker op.
 struct Io {
     terminals: ManagedTerminals,
     clients: BTreeMap<String, Client>,
-    tx: mpsc::Sender<Msg>,
+    workers: WorkerThreads<Msg>,
     store_tx: mpsc::Sender<(OpId, StoreOp)>,
     streams: Arc<stream::Sinks>,
     artifacts: Option<Arc<dyn Artifacts>>,
@@ -568,22 +582,19 @@ impl Perform for Io {
 
     fn worker(&mut self, id: OpId, op: WorkerOp) -> Result<(), Error> {
         let client = self.clients.get(op.worker_id()).cloned();
-        let tx = self.tx.clone();
         let sink = match &op {
             WorkerOp::ExecStream { key, .. } => self.streams.take(key),
             _ => None,
         };
         let artifacts = self.artifacts.clone();
-        std::thread::Builder::new()
-            .name("smolbox-worker-op".into())
-            .spawn(move || {
+        self.workers
+            .run(Box::new(move || {
                 let r = match client {
                     Some(c) => call(&c, op, sink, artifacts.as_deref()),
                     None => Err(Error::validation(Operation::Config, Reason::UnknownWorker)),
                 };
-                let _ = tx.send(Msg::Answer(Answer::Worker(id, r)));
-            })
-            .map(|_| ())
+                Msg::Answer(Answer::Worker(id, r))
+            }))
             // Nothing was sent: the op never started.
             .map_err(|_| THREAD_SPAWN.with_operation(Operation::Exec))
     }

@@ -188,9 +188,18 @@ impl Runtime {
                 .with_limit(timeout_ms, MAX_WAIT_MS));
         }
         let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout_ms);
+        // The version this wait last read; after one read, a finished
+        // notice of a newer terminal record settles without another.
+        let mut seen: Option<u64> = None;
         loop {
             let notified = self.shared.changed.notified();
+            if let Some(v) = seen
+                && let Some(o) = lock(&self.shared.notices).settle_on_notice(key, v)
+            {
+                return Ok(o);
+            }
             let record = self.fetch(key).await?;
+            seen = Some(record.version);
             if let Some(o) = lock(&self.shared.notices).settle(key, record) {
                 return Ok(o);
             }

@@ -154,31 +154,80 @@ impl Backend for MemoryStore {
         lock: Lock,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<R, Error>,
     ) -> Result<R, Error> {
-        // A poisoned lock means a panic mid-operation; the state it guards
-        // is only ever replaced whole, so it is still consistent.
+        // A poisoned lock means a panic mid-operation; a write's changes
+        // are undone when it fails or unwinds (`MemTx`'s drop), so the
+        // state it guards is still consistent.
         let mut guard = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if lock == Lock::Read {
-            let mut tx = MemTx {
-                s: &mut guard,
-                config: self.config,
-            };
-            return f(&mut tx);
-        }
-        let mut copy = guard.clone();
-        let out = f(&mut MemTx {
-            s: &mut copy,
+        let mut tx = MemTx {
+            s: &mut guard,
             config: self.config,
-        })?;
-        *guard = copy;
+            undo: Vec::new(),
+        };
+        if lock == Lock::Read {
+            // A read changes nothing; keep it as it ran.
+            let out = f(&mut tx);
+            tx.undo.clear();
+            return out;
+        }
+        let out = f(&mut tx)?;
+        // Committed (counted by `Backend::transact`): nothing to undo.
+        tx.undo.clear();
         Ok(out)
     }
 }
 
 impl_store!(MemoryStore);
 
+/// A transaction on the store's state. A write changes the state in place
+/// and journals the previous value of every entry it touches; unless it
+/// commits (the journal is emptied), dropping it puts them back, newest
+/// first, so a failed or panicking write changes nothing. A write costs
+/// what it touches, not a copy of every record (issue 16, session 7).
 struct MemTx<'a> {
     s: &'a mut MemState,
     config: MemoryConfig,
+    undo: Vec<Undo>,
+}
+
+/// The previous value of one entry a write changed.
+// A write journals a few entries; boxing the records would add an
+// allocation per entry for nothing.
+#[allow(clippy::large_enum_variant)]
+enum Undo {
+    Exec(RecordKey, Option<(ExecutionRecord, usize)>),
+    Machine(RecordKey, Option<(MachineRecord, usize)>),
+    Lease(String, Option<Lease>),
+    Assignment((String, String), Option<Assigned>),
+    Port((String, u16), Option<RecordKey>),
+    Bytes(usize),
+}
+
+/// Puts `old` back under `key` (or removes the entry when there was none).
+fn restore<K: Ord, V>(map: &mut BTreeMap<K, V>, key: K, old: Option<V>) {
+    match old {
+        Some(v) => {
+            map.insert(key, v);
+        }
+        None => {
+            map.remove(&key);
+        }
+    }
+}
+
+impl Drop for MemTx<'_> {
+    fn drop(&mut self) {
+        while let Some(u) = self.undo.pop() {
+            let s = &mut *self.s;
+            match u {
+                Undo::Exec(k, old) => restore(&mut s.execs, k, old),
+                Undo::Machine(k, old) => restore(&mut s.machines, k, old),
+                Undo::Lease(k, old) => restore(&mut s.leases, k, old),
+                Undo::Assignment(k, old) => restore(&mut s.assignments, k, old),
+                Undo::Port(k, old) => restore(&mut s.ports, k, old),
+                Undo::Bytes(b) => s.bytes = b,
+            }
+        }
+    }
 }
 
 impl MemTx<'_> {
@@ -194,6 +243,7 @@ impl MemTx<'_> {
             return Err(Error::admission_exhausted(op, Reason::MemoryBytes)
                 .with_limit(bytes as u64, self.config.max_bytes as u64));
         }
+        self.undo.push(Undo::Bytes(self.s.bytes));
         self.s.bytes = bytes;
         Ok(())
     }
@@ -208,7 +258,8 @@ impl Tx for MemTx<'_> {
         let size = encode_exec_validated(rec)?.len();
         let old = self.s.execs.get(&rec.key).map_or(0, |(_, n)| *n);
         self.admit(old, size, new)?;
-        self.s.execs.insert(rec.key.clone(), (rec.clone(), size));
+        let old = self.s.execs.insert(rec.key.clone(), (rec.clone(), size));
+        self.undo.push(Undo::Exec(rec.key.clone(), old));
         Ok(())
     }
 
@@ -229,7 +280,8 @@ impl Tx for MemTx<'_> {
         let size = encode_machine_validated(rec)?.len();
         let old = self.s.machines.get(&rec.key).map_or(0, |(_, n)| *n);
         self.admit(old, size, new)?;
-        self.s.machines.insert(rec.key.clone(), (rec.clone(), size));
+        let old = self.s.machines.insert(rec.key.clone(), (rec.clone(), size));
+        self.undo.push(Undo::Machine(rec.key.clone(), old));
         Ok(())
     }
 
@@ -244,7 +296,8 @@ impl Tx for MemTx<'_> {
                     .with_limit(self.s.leases.len() as u64 + 1, MAX_LEASES as u64),
             );
         }
-        self.s.leases.insert(worker_id.to_owned(), lease.clone());
+        let old = self.s.leases.insert(worker_id.to_owned(), lease.clone());
+        self.undo.push(Undo::Lease(worker_id.to_owned(), old));
         Ok(())
     }
 
@@ -257,9 +310,9 @@ impl Tx for MemTx<'_> {
     }
 
     fn put_assignment(&mut self, worker_id: &str, name: &str, who: &Assigned) -> Result<(), Error> {
-        self.s
-            .assignments
-            .insert((worker_id.to_owned(), name.to_owned()), who.clone());
+        let key = (worker_id.to_owned(), name.to_owned());
+        let old = self.s.assignments.insert(key.clone(), who.clone());
+        self.undo.push(Undo::Assignment(key, old));
         Ok(())
     }
 
@@ -268,14 +321,24 @@ impl Tx for MemTx<'_> {
     }
 
     fn put_port(&mut self, worker_id: &str, port: u16, owner: &RecordKey) -> Result<(), Error> {
-        self.s
-            .ports
-            .insert((worker_id.to_owned(), port), owner.clone());
+        let key = (worker_id.to_owned(), port);
+        let old = self.s.ports.insert(key.clone(), owner.clone());
+        self.undo.push(Undo::Port(key, old));
         Ok(())
     }
 
     fn delete_ports(&mut self, owner: &RecordKey) -> Result<(), Error> {
-        self.s.ports.retain(|_, k| k != owner);
+        let held: Vec<(String, u16)> = self
+            .s
+            .ports
+            .iter()
+            .filter(|(_, k)| *k == owner)
+            .map(|(p, _)| p.clone())
+            .collect();
+        for p in held {
+            let old = self.s.ports.remove(&p);
+            self.undo.push(Undo::Port(p, old));
+        }
         Ok(())
     }
 
@@ -409,4 +472,108 @@ fn page_of<T: Clone>(
         .take(limit as usize)
         .map(|(_, (r, _))| r.clone())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code
+
+    use smolbox_core::managed::testkit;
+    use smolbox_core::{Evidence, Reason};
+
+    use super::*;
+
+    /// The whole state (a panicked write poisons the lock; it is still read).
+    fn state(s: &MemoryStore) -> String {
+        format!(
+            "{:?}",
+            *s.state.lock().unwrap_or_else(PoisonError::into_inner)
+        )
+    }
+
+    /// Changes every kind of entry, then fails (or panics) at the end.
+    fn write_all(tx: &mut dyn Tx, fail: bool) -> Result<(), Error> {
+        let key = testkit::key("s", "a");
+        let rec = testkit::accepted(key.clone(), testkit::exec_spec("s"), 1);
+        tx.put_exec(&rec, false)?;
+        tx.put_exec(
+            &testkit::accepted(testkit::key("s", "new"), testkit::exec_spec("s"), 1),
+            true,
+        )?;
+        let lease = Lease {
+            owner: "other".into(),
+            generation: 2,
+            until_ms: 9,
+        };
+        tx.put_lease("w", &lease, false)?;
+        tx.put_assignment("w", "m2", &Assigned::Execution(key.clone()))?;
+        tx.put_port("w", 80, &testkit::key("s", "new"))?;
+        tx.delete_ports(&key)?;
+        tx.put_port("w", 81, &key)?;
+        if fail {
+            return Err(Error::store(
+                Operation::StoreWrite,
+                Evidence::NotDispatched,
+                Reason::StoreThreadLost,
+            ));
+        }
+        panic!("a panic mid-write");
+    }
+
+    #[test]
+    fn a_failed_or_panicking_write_changes_nothing_and_a_committed_one_everything() {
+        let s = MemoryStore::new(MemoryConfig::default()).unwrap();
+        let key = testkit::key("s", "a");
+        s.transact(Operation::StoreWrite, Lock::Record, &mut |tx| {
+            tx.put_exec(
+                &testkit::accepted(key.clone(), testkit::exec_spec("first"), 0),
+                true,
+            )?;
+            tx.put_lease(
+                "w",
+                &Lease {
+                    owner: "me".into(),
+                    generation: 1,
+                    until_ms: 5,
+                },
+                true,
+            )?;
+            tx.put_assignment("w", "m1", &Assigned::Execution(key.clone()))?;
+            tx.put_port("w", 80, &key)?;
+            tx.put_port("w", 90, &key)
+        })
+        .unwrap();
+        let before = state(&s);
+        let commits = s.handle.commits();
+        let failed = s.transact(Operation::StoreWrite, Lock::Record, &mut |tx| {
+            write_all(tx, true)
+        });
+        assert_eq!(failed.unwrap_err().reason(), Reason::StoreThreadLost);
+        assert_eq!(state(&s), before);
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            s.transact(Operation::StoreWrite, Lock::Record, &mut |tx| {
+                write_all(tx, false)
+            })
+        }));
+        assert!(panicked.is_err());
+        assert_eq!(state(&s), before);
+        assert_eq!(s.handle.commits(), commits);
+        // The same changes committed are all there (the check above could
+        // fail: the journal is what undid them).
+        s.transact(Operation::StoreWrite, Lock::Record, &mut |tx| {
+            let _ = write_all(tx, true);
+            Ok(())
+        })
+        .unwrap();
+        let after = state(&s);
+        assert_ne!(after, before);
+        let st = s.state.lock().unwrap_or_else(PoisonError::into_inner);
+        assert_eq!(st.execs.len(), 2);
+        assert_eq!(st.leases["w"].owner, "other");
+        assert_eq!(st.assignments.len(), 2);
+        assert_eq!(
+            st.ports.keys().cloned().collect::<Vec<_>>(),
+            [("w".to_owned(), 80), ("w".to_owned(), 81)]
+        );
+    }
 }

@@ -344,6 +344,35 @@ impl Notices {
         Outcome::settle(record, self.finished.get(key), self.driven.contains(key))
     }
 
+    /// The outcome this runtime's finished notice settles on its own,
+    /// without another store read, for a waiter that already read the
+    /// record at version `seen` during this wait: only when the notice
+    /// carries a record this controller had stored (a committed write's
+    /// answer) at a version above `seen`, in a terminal state, with no
+    /// error that ended it here, not held by another controller, and the
+    /// key is no longer driven. That record was durable at a moment after
+    /// the waiter's read, so it is what a read then would have returned;
+    /// in every other case the waiter reads the store again.
+    pub fn settle_on_notice(&self, key: &RecordKey, seen: u64) -> Option<Outcome> {
+        if self.driven.contains(key) {
+            return None;
+        }
+        let f = self.finished.get(key)?;
+        let record = f.record.as_ref()?;
+        if f.held_elsewhere
+            || f.error.is_some()
+            || record.version <= seen
+            || !record.state.is_terminal()
+        {
+            return None;
+        }
+        Some(Outcome {
+            record: record.clone(),
+            output: f.output.clone(),
+            error: None,
+        })
+    }
+
     /// Takes the telemetry delivered so far.
     pub fn take_telemetry(&mut self) -> Vec<Telemetry> {
         self.telemetry.drain(..).collect()
@@ -851,6 +880,65 @@ mod tests {
         assert_eq!(n.finished.len(), MAX_NOTICES);
         assert!(!n.finished.contains_key(&testkit::key("s", "f0")));
         assert!(n.finished.contains_key(&testkit::key("s", "last")));
+    }
+
+    #[test]
+    fn a_notice_settles_a_wait_without_a_read_only_when_its_record_is_newer_terminal_and_clean() {
+        let key = testkit::key("s", "w");
+        let done = testkit::exec_in(ExecState::Completed, key.clone(), 1_000).unwrap();
+        let v = done.version;
+        let notice = |f: &dyn Fn(&mut Finished)| {
+            let mut n = Notices::default();
+            let mut x = finished("w");
+            x.record = Some(done.clone());
+            x.output = Some(smolbox_core::exec::ExecOutput::empty(
+                smolbox_core::exec::OutputEncoding::Bytes,
+            ));
+            f(&mut x);
+            n.finished(x);
+            n
+        };
+        let clean = notice(&|_| {});
+        // Newer than the waiter's read (v - 1): settled, with the output,
+        // exactly as a read of the older version would have settled.
+        let o = clean.settle_on_notice(&key, v - 1).unwrap();
+        assert_eq!(o.record, done);
+        assert!(o.output.is_some() && o.error.is_none());
+        let mut older = done.clone();
+        older.version = v - 1;
+        assert_eq!(clean.settle(&key, older), Some(o));
+        // Not newer than what the waiter read (v): read the store again.
+        assert_eq!(clean.settle_on_notice(&key, v), None);
+        // Another key, or no notice: nothing.
+        assert_eq!(clean.settle_on_notice(&testkit::key("s", "x"), 0), None);
+        assert_eq!(Notices::default().settle_on_notice(&key, 0), None);
+        // Still driven here: not yet.
+        let mut driven = notice(&|_| {});
+        driven.driven.insert(key.clone());
+        assert_eq!(driven.settle_on_notice(&key, 0), None);
+        // Held elsewhere, ended with an error, without a stored record, or
+        // not terminal (`unknown`, `running`): the store decides.
+        for n in [
+            notice(&|f| f.held_elsewhere = true),
+            notice(&|f| {
+                f.error = Some(Error::store(
+                    Operation::StoreWrite,
+                    Evidence::Unknown,
+                    Reason::StoreThreadLost,
+                ));
+            }),
+            notice(&|f| f.record = None),
+            notice(&|f| {
+                if let Some(r) = f.record.as_mut() {
+                    r.state = ExecState::Unknown;
+                }
+            }),
+            notice(&|f| {
+                f.record = Some(testkit::exec_in(ExecState::Running, key.clone(), 1_000).unwrap());
+            }),
+        ] {
+            assert_eq!(n.settle_on_notice(&key, 0), None);
+        }
     }
 
     #[test]
