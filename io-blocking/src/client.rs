@@ -1,28 +1,27 @@
 //! [`Client`]: one verified worker operation per call.
 
-use smolbox_core::Reason;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
+use smolbox_core::Error;
 use smolbox_core::exec::{
     self, Command, ExecCall, ExecOutcome, ExecOutput, ExecStreamCall, OutputAllowance,
 };
 use smolbox_core::http1::Pulled;
 use smolbox_core::worker::{
-    Capacity, CapacityReply, ConnectPlan, Create, Delete, Endpoint, Get, Health, HealthReply, List,
-    MachineName, MachineSpec, Measure, Measurements, Metrics, Observation, OperationDeadlines,
-    Profile, Readyz, Start, Stop, WorkerCall,
+    Capacity, CapacityReply, Create, Delete, Endpoint, Get, Health, HealthReply, List, MachineName,
+    MachineSpec, Measure, Measurements, Metrics, Observation, OperationDeadlines, Profile, Readyz,
+    Start, Stop, WorkerCall,
 };
 use smolbox_core::worker::{Download, Logs, Upload, UploadReply, VolumeCreate, VolumeDelete};
-use smolbox_core::{Error, Operation};
 
 use crate::callback::CallbackPool;
 use crate::http::Exchange;
 use crate::pool::{MAX_CONNECTIONS, Pool};
 use crate::stream::{ExecEvent, ExecStream, run_with_callback};
-use crate::tls::TlsFiles;
 use crate::transport::SocketTarget;
+use smolbox_tls::SocketPlan;
 
 /// The blocking worker client. Cheap to clone (clones share one connection
 /// pool of at most [`MAX_CONNECTIONS`]); `Send + Sync`, so several threads
@@ -466,27 +465,9 @@ impl Client {
 }
 
 fn target_of(endpoint: &Endpoint) -> Result<SocketTarget, Error> {
-    match endpoint.connect_plan()? {
-        ConnectPlan::Unix(path) => Ok(SocketTarget::unix(path)),
-        ConnectPlan::Tcp { host, port } => Ok(SocketTarget::tcp(host, port)),
-        ConnectPlan::Tls {
-            host,
-            port,
-            ca_file,
-            system_roots,
-            client_identity,
-        } => {
-            let files = TlsFiles {
-                ca_file: ca_file.map(Path::to_path_buf),
-                system_roots,
-                client_identity: client_identity.map(|(c, k)| (c.to_path_buf(), k.to_path_buf())),
-            };
-            SocketTarget::tls(host, port, &files)
-        }
-        // A plan this shell does not know cannot be connected.
-        _ => Err(Error::unsupported_capability(
-            Operation::Config,
-            Reason::TransportNotSupported,
-        )),
+    match SocketPlan::of(endpoint)? {
+        SocketPlan::Unix(path) => Ok(SocketTarget::unix(path)),
+        SocketPlan::Tcp { host, port } => Ok(SocketTarget::tcp(host, port)),
+        SocketPlan::Tls { host, port, files } => SocketTarget::tls(host, port, &files),
     }
 }

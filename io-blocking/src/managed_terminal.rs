@@ -30,7 +30,7 @@ use smolbox_core::terminal::{MAX_NEXT_WAIT, TerminalExit};
 use smolbox_core::{Error, Operation};
 use smolbox_store::apply_terminal_op;
 use smolbox_store::runtime::Parts;
-use smolbox_store::terminals::{LiveConn, Terminals, lock};
+use smolbox_store::terminals::{self, LiveConn, Terminals, lock};
 
 use crate::{Client, Terminal, TerminalEvent};
 
@@ -66,6 +66,12 @@ struct Live {
 impl LiveConn for Live {
     fn send(&self, cmd: Cmd) -> bool {
         lock(&self.cmd).send(cmd).is_ok()
+    }
+    fn buffer(&self) -> &Mutex<OutputBuffer> {
+        &self.queue
+    }
+    fn wake_reader(&self) {
+        self.readable.notify_all();
     }
 }
 
@@ -358,11 +364,7 @@ impl Drop for ManagedTerminal {
 }
 
 /// The connection half of a run's thread.
-struct Conn {
-    term: Terminal,
-    live: Arc<Live>,
-    max_bytes: usize,
-}
+type Conn = terminals::Conn<Terminal, Arc<Live>>;
 
 /// One terminal's thread: performs the run's ops, owns the low-level
 /// terminal once opened, pulls its output into the bounded buffer.
@@ -392,14 +394,7 @@ fn drive_run(inner: &Inner, mut run: TerminalRun, mut accepted: OpenReply, owns_
                             readable: Condvar::new(),
                             cmd: Mutex::new(cmd_tx.clone()),
                         });
-                        inner
-                            .t
-                            .register(&key, Arc::clone(&live), spec.attach_wait)?;
-                        conn = Some(Conn {
-                            term,
-                            live,
-                            max_bytes: spec.max_buffer_bytes,
-                        });
+                        conn = Some(inner.t.connect(&key, term, live, &spec)?);
                         Ok(())
                     });
                     inner.changed.notify_all();
@@ -423,17 +418,12 @@ fn drive_run(inner: &Inner, mut run: TerminalRun, mut accepted: OpenReply, owns_
         match conn.as_mut() {
             Some(c) => match c.term.next(slice) {
                 Ok(TerminalEvent::Output(b)) => {
-                    let pushed = lock(&c.live.queue).push(b, c.max_bytes);
-                    c.live.readable.notify_all();
-                    if let Err(e) = pushed {
+                    if let Err(e) = inner.t.output(c, b) {
                         finish_conn(inner, &key, &mut run, &mut conn, Err(e));
                     }
                 }
                 Ok(TerminalEvent::Closed(outcome)) => {
-                    if let Some(c) = conn.take() {
-                        end_live(inner, &key, &c.live, outcome);
-                    }
-                    inner.t.closed(&mut run, &outcome);
+                    inner.t.peer_closed(&mut run, &key, &mut conn, outcome);
                 }
                 // The slice's own timeout, or an event kind this build does
                 // not know: the session keeps running.
@@ -485,10 +475,9 @@ fn finish_conn(
     conn: &mut Option<Conn>,
     outcome: Result<TerminalExit, Error>,
 ) {
-    inner.t.closed(run, &outcome);
-    if let Some(c) = conn.take() {
+    if let Some(c) = inner.t.verdict(run, conn, &outcome) {
         let _ = c.term.close();
-        end_live(inner, key, &c.live, outcome);
+        inner.t.ended(key, &c.live, outcome);
     }
 }
 
@@ -503,14 +492,5 @@ fn close_conn(
         return Err(ended(Operation::TerminalClose));
     };
     let outcome = c.term.close();
-    end_live(inner, key, &c.live, outcome);
-    inner.t.closed(run, &outcome);
-    outcome
-}
-
-/// Records the final event for the consumer and marks the buffer finished.
-fn end_live(inner: &Inner, key: &RecordKey, live: &Live, outcome: Result<TerminalExit, Error>) {
-    lock(&live.queue).close(outcome);
-    live.readable.notify_all();
-    inner.t.finished(key, &outcome);
+    inner.t.closed_on_request(run, key, &c.live, outcome)
 }

@@ -29,7 +29,7 @@ use smolbox_core::terminal::{MAX_NEXT_WAIT, TerminalExit};
 use smolbox_core::{Error, Evidence, Operation};
 use smolbox_store::apply_terminal_op;
 use smolbox_store::runtime::Parts;
-use smolbox_store::terminals::{LiveConn, Terminals, lock};
+use smolbox_store::terminals::{self, LiveConn, Terminals, lock};
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use crate::{Client, Terminal, TerminalEvent};
@@ -62,6 +62,12 @@ struct Live {
 impl LiveConn for Live {
     fn send(&self, cmd: Cmd) -> bool {
         self.cmd.send(cmd).is_ok()
+    }
+    fn buffer(&self) -> &Mutex<OutputBuffer> {
+        &self.queue
+    }
+    fn wake_reader(&self) {
+        self.readable.notify_one();
     }
 }
 
@@ -361,11 +367,7 @@ where
 }
 
 /// The connection half of a run's task.
-struct Conn {
-    term: Terminal,
-    live: Arc<Live>,
-    max_bytes: usize,
-}
+type Conn = terminals::Conn<Terminal, Arc<Live>>;
 
 /// One terminal's task: performs the run's ops, owns the low-level
 /// terminal once opened, pulls its output into the bounded buffer.
@@ -405,14 +407,7 @@ async fn drive_run(
                             readable: Notify::new(),
                             cmd: cmd_tx.clone(),
                         });
-                        inner
-                            .t
-                            .register(&key, Arc::clone(&live), spec.attach_wait)?;
-                        conn = Some(Conn {
-                            term,
-                            live,
-                            max_bytes: spec.max_buffer_bytes,
-                        });
+                        conn = Some(inner.t.connect(&key, term, live, &spec)?);
                         Ok(())
                     });
                     inner.changed.notify_waiters();
@@ -439,17 +434,12 @@ async fn drive_run(
             ev = next_of(conn.as_mut()) => match ev {
                 Some(Ok(TerminalEvent::Output(b))) => {
                     let Some(c) = conn.as_ref() else { continue };
-                    let pushed = lock(&c.live.queue).push(b, c.max_bytes);
-                    c.live.readable.notify_one();
-                    if let Err(e) = pushed {
+                    if let Err(e) = inner.t.output(c, b) {
                         finish_conn(&inner, &key, &mut run, &mut conn, Err(e)).await;
                     }
                 }
                 Some(Ok(TerminalEvent::Closed(outcome))) => {
-                    if let Some(c) = conn.take() {
-                        end_live(&inner, &key, &c.live, outcome);
-                    }
-                    inner.t.closed(&mut run, &outcome);
+                    inner.t.peer_closed(&mut run, &key, &mut conn, outcome);
                 }
                 // The pull's own timeout, or an event kind this build does
                 // not know: the session keeps running.
@@ -498,10 +488,9 @@ async fn finish_conn(
     conn: &mut Option<Conn>,
     outcome: Result<TerminalExit, Error>,
 ) {
-    inner.t.closed(run, &outcome);
-    if let Some(c) = conn.take() {
+    if let Some(c) = inner.t.verdict(run, conn, &outcome) {
         let _ = c.term.close().await;
-        end_live(inner, key, &c.live, outcome);
+        inner.t.ended(key, &c.live, outcome);
     }
 }
 
@@ -517,14 +506,5 @@ async fn close_conn(
         return Err(ended(Operation::TerminalClose));
     };
     let outcome = c.term.close().await;
-    end_live(inner, key, &c.live, outcome);
-    inner.t.closed(run, &outcome);
-    outcome
-}
-
-/// Records the final event for the consumer and marks the buffer finished.
-fn end_live(inner: &Inner, key: &RecordKey, live: &Live, outcome: Result<TerminalExit, Error>) {
-    lock(&live.queue).close(outcome);
-    live.readable.notify_one();
-    inner.t.finished(key, &outcome);
+    inner.t.closed_on_request(run, key, &c.live, outcome)
 }

@@ -13,26 +13,51 @@ use std::time::{Duration, Instant};
 use smolbox_core::Error;
 use smolbox_core::managed::controller::OpId;
 use smolbox_core::managed::controller::terminal::{TermConfig, TermStoreResult, TerminalRun};
-use smolbox_core::managed::live::{LiveSet, TermCommand, consumer_lost, unknown_worker};
+use smolbox_core::managed::live::{
+    LiveSet, OutputBuffer, TermCommand, consumer_lost, unknown_worker,
+};
 use smolbox_core::managed::spec::ManagedTerminalSpec;
 use smolbox_core::managed::terminal::ConsumerId;
 use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
-use smolbox_core::terminal::TerminalExit;
+use smolbox_core::terminal::{TerminalExit, TerminalSpec};
 
 use crate::Store;
 use crate::clock::Clock;
 
 /// A shell's handle on one live connection: how commands reach the task
-/// or thread that owns it.
+/// or thread that owns it, and the consumer's output buffer with how the
+/// shell wakes the consumer waiting on it.
 pub trait LiveConn {
     /// Hands `cmd` to the connection's task; false when it is gone.
     fn send(&self, cmd: TermCommand) -> bool;
+    /// The consumer's bounded output buffer.
+    fn buffer(&self) -> &Mutex<OutputBuffer>;
+    /// Wakes the consumer waiting for the buffer.
+    fn wake_reader(&self);
 }
 
 impl<T: LiveConn + ?Sized> LiveConn for Arc<T> {
     fn send(&self, cmd: TermCommand) -> bool {
         T::send(self, cmd)
     }
+    fn buffer(&self) -> &Mutex<OutputBuffer> {
+        T::buffer(self)
+    }
+    fn wake_reader(&self) {
+        T::wake_reader(self);
+    }
+}
+
+/// The open connection of a run's task or thread: the shell's low-level
+/// terminal `T`, its live handle, and the spec's buffer bound.
+#[derive(Debug)]
+pub struct Conn<T, L> {
+    /// The low-level terminal.
+    pub term: T,
+    /// What the consumer reads from.
+    pub live: L,
+    /// The spec's `buffer_bytes`.
+    pub max_bytes: usize,
 }
 
 /// Locks `m`; a poisoned lock is still read (the data is plain).
@@ -175,6 +200,94 @@ impl<L: LiveConn + Clone, C> Terminals<L, C> {
     pub fn register(&self, key: &RecordKey, live: L, attach_wait: Duration) -> Result<(), Error> {
         self.lock()
             .register(self.clock.now(), key.clone(), live, attach_wait)
+    }
+
+    /// The low-level terminal `term` of `key` just opened (for the
+    /// low-level `spec`): registers its live handle `live` (the spec's
+    /// attach wait) and returns the run's connection (the spec's buffer
+    /// bound).
+    ///
+    /// # Errors
+    /// As [`LiveSet::register`].
+    pub fn connect<T>(
+        &self,
+        key: &RecordKey,
+        term: T,
+        live: L,
+        spec: &TerminalSpec,
+    ) -> Result<Conn<T, L>, Error> {
+        self.register(key, live.clone(), spec.attach_wait)?;
+        Ok(Conn {
+            term,
+            live,
+            max_bytes: spec.max_buffer_bytes,
+        })
+    }
+
+    /// Output of `conn`: queued for the consumer (within the spec's
+    /// buffer), who is woken.
+    ///
+    /// # Errors
+    /// An overflow (`output_limit`, uncertain), which ends the session: the
+    /// shell ends the connection with it ([`Terminals::verdict`]).
+    pub fn output<T>(&self, conn: &Conn<T, L>, bytes: bytes::Bytes) -> Result<(), Error> {
+        let pushed = lock(conn.live.buffer()).push(bytes, conn.max_bytes);
+        conn.live.wake_reader();
+        pushed
+    }
+
+    /// The peer ended the session with `outcome` (the connection's
+    /// `Closed` event): the connection is gone, the consumer gets the final
+    /// event, then the run the outcome.
+    pub fn peer_closed<T>(
+        &self,
+        run: &mut TerminalRun,
+        key: &RecordKey,
+        conn: &mut Option<Conn<T, L>>,
+        outcome: Result<TerminalExit, Error>,
+    ) {
+        if let Some(c) = conn.take() {
+            self.ended(key, &c.live, outcome);
+        }
+        self.closed(run, &outcome);
+    }
+
+    /// The session ends with `outcome` decided here: the run gets it first
+    /// (it wins over whatever the close reports). Returns the connection,
+    /// which the shell closes and then hands to [`Terminals::ended`] with
+    /// the same `outcome`.
+    pub fn verdict<T>(
+        &self,
+        run: &mut TerminalRun,
+        conn: &mut Option<Conn<T, L>>,
+        outcome: &Result<TerminalExit, Error>,
+    ) -> Option<Conn<T, L>> {
+        self.closed(run, outcome);
+        conn.take()
+    }
+
+    /// The consumer's close of `live` ended with `outcome` (what the close
+    /// reported): the consumer's final event, then the run told; returns
+    /// the outcome, the consumer's answer.
+    pub fn closed_on_request(
+        &self,
+        run: &mut TerminalRun,
+        key: &RecordKey,
+        live: &L,
+        outcome: Result<TerminalExit, Error>,
+    ) -> Result<TerminalExit, Error> {
+        self.ended(key, live, outcome);
+        self.closed(run, &outcome);
+        outcome
+    }
+
+    /// The connection of `key` is gone with `outcome`: the final event is
+    /// queued for the consumer (the buffer finished), who is woken, and the
+    /// registry is told ([`Terminals::finished`]).
+    pub fn ended(&self, key: &RecordKey, live: &L, outcome: Result<TerminalExit, Error>) {
+        lock(live.buffer()).close(outcome);
+        live.wake_reader();
+        self.finished(key, &outcome);
     }
 
     /// When `run`'s task must wake next (its timers and the registry's).

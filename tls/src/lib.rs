@@ -27,6 +27,7 @@ use std::sync::Arc;
 use rustls::RootCertStore;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use smolbox_core::worker::{ConnectPlan, Endpoint};
 use smolbox_core::{Error, Operation, Reason};
 
 pub use rustls;
@@ -48,6 +49,71 @@ pub struct TlsFiles {
     pub system_roots: bool,
     /// PEM client certificate chain and PEM private key, for mutual TLS.
     pub client_identity: Option<(PathBuf, PathBuf)>,
+}
+
+/// How a shell connects to a worker endpoint, with the TLS files in the
+/// form [`ClientTlsBuilder::worker`] takes: the endpoint's
+/// [`ConnectPlan`] turned into owned values, the same for both shells.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SocketPlan {
+    /// A Unix domain socket.
+    Unix(PathBuf),
+    /// Plain TCP (loopback only, validated by the endpoint).
+    Tcp {
+        /// Host name or IP literal (no brackets).
+        host: String,
+        /// Port.
+        port: u16,
+    },
+    /// TLS over TCP, verified as `files` say (and against `host`).
+    Tls {
+        /// Host name or IP literal (no brackets); also the server name.
+        host: String,
+        /// Port.
+        port: u16,
+        /// The trust and the client identity.
+        files: TlsFiles,
+    },
+}
+
+impl SocketPlan {
+    /// The plan for `endpoint` ([`Endpoint::connect_plan`]).
+    ///
+    /// # Errors
+    /// The endpoint's (`unsupported_capability` / `tls_requires_ca_file`
+    /// for HTTPS with neither a CA file nor system roots);
+    /// `unsupported_capability` (`transport_not_supported`) for a plan
+    /// this build does not know.
+    pub fn of(endpoint: &Endpoint) -> Result<Self, Error> {
+        match endpoint.connect_plan()? {
+            ConnectPlan::Unix(path) => Ok(Self::Unix(path.to_path_buf())),
+            ConnectPlan::Tcp { host, port } => Ok(Self::Tcp {
+                host: host.to_owned(),
+                port,
+            }),
+            ConnectPlan::Tls {
+                host,
+                port,
+                ca_file,
+                system_roots,
+                client_identity,
+            } => Ok(Self::Tls {
+                host: host.to_owned(),
+                port,
+                files: TlsFiles {
+                    ca_file: ca_file.map(Path::to_path_buf),
+                    system_roots,
+                    client_identity: client_identity
+                        .map(|(c, k)| (c.to_path_buf(), k.to_path_buf())),
+                },
+            }),
+            // A plan this build does not know cannot be connected.
+            _ => Err(Error::unsupported_capability(
+                Operation::Config,
+                Reason::TransportNotSupported,
+            )),
+        }
+    }
 }
 
 impl TlsFiles {

@@ -316,3 +316,61 @@ fn the_worker_configuration_offers_http11_and_debug_shows_no_material() {
     let e = ClientTlsBuilder::worker(&TlsFiles::default()).unwrap_err();
     assert_eq!(e.reason(), Reason::TlsRequiresCaFile);
 }
+
+#[test]
+fn the_socket_plan_owns_what_the_endpoint_says() {
+    use smolbox_core::Secret;
+    use smolbox_core::worker::EndpointConfig;
+    let endpoint = |config: EndpointConfig| Endpoint::new(config).unwrap();
+    let tcp = endpoint(EndpointConfig {
+        id: "w1".into(),
+        base_url: "http://127.0.0.1:9000".into(),
+        allow_insecure_loopback: true,
+        ..EndpointConfig::default()
+    });
+    assert_eq!(
+        SocketPlan::of(&tcp),
+        Ok(SocketPlan::Tcp {
+            host: "127.0.0.1".into(),
+            port: 9000
+        })
+    );
+    let unix = endpoint(EndpointConfig {
+        id: "w1".into(),
+        base_url: "http://localhost".into(),
+        unix_socket: Some("/run/smolvm.sock".into()),
+        allow_insecure_loopback: true,
+        ..EndpointConfig::default()
+    });
+    assert_eq!(
+        SocketPlan::of(&unix),
+        Ok(SocketPlan::Unix("/run/smolvm.sock".into()))
+    );
+    let https = |ca_file: Option<PathBuf>, system_roots: bool| {
+        endpoint(EndpointConfig {
+            id: "w1".into(),
+            base_url: "https://worker.example:8443".into(),
+            token: Some(Secret::new("t0ken")),
+            ca_file,
+            system_roots,
+            client_cert: Some("/k/client.pem".into()),
+            client_key: Some("/k/client.key".into()),
+            ..EndpointConfig::default()
+        })
+    };
+    assert_eq!(
+        SocketPlan::of(&https(Some("/k/ca.pem".into()), true)),
+        Ok(SocketPlan::Tls {
+            host: "worker.example".into(),
+            port: 8443,
+            files: TlsFiles {
+                ca_file: Some("/k/ca.pem".into()),
+                system_roots: true,
+                client_identity: Some(("/k/client.pem".into(), "/k/client.key".into())),
+            },
+        })
+    );
+    // Neither a CA file nor system roots: the endpoint's refusal.
+    let e = SocketPlan::of(&https(None, false)).unwrap_err();
+    assert_eq!(e.reason(), Reason::TlsRequiresCaFile);
+}
