@@ -30,15 +30,13 @@ fn row_decode_seed_corpus_keeps_every_oracle() {
     replay("row_decode", smolbox_store::fuzzing::fuzz_row, 24);
 }
 
-/// Open finding 4 of the `controller` target (fuzz/README.md, session 7):
-/// an exec emitted for a record the oracle had already seen dispatched
-/// (`Seen { tainted: true, granted: false }`). Kept out of the replayed
-/// corpus until the controller is fixed; then the input moves to
-/// `fuzz/corpus/controller/` and this test loses its `ignore`.
+/// Finding 4 of the `controller` target (fuzz/README.md, session 7,
+/// fixed): a plain acceptance whose reply showed the new record
+/// `dispatching` was driven as this process's own intent and its command
+/// sent. The input is also in the replayed corpus; this names it.
 #[test]
-#[ignore = "open finding: the controller target's s7 input breaks the one-dispatch oracle"]
-fn controller_open_finding_s7_exec_after_dispatch() {
+fn controller_finding_s7_a_plain_acceptance_shown_dispatching_is_never_sent() {
     let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/findings/controller/s7-exec-tainted");
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/controller/s7-exec-tainted");
     smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
 }

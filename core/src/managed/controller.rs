@@ -949,7 +949,7 @@ impl Controller {
                 if intent {
                     self.intent_accepts = self.intent_accepts.saturating_sub(1);
                 }
-                self.on_accepted(now, key, result);
+                self.on_accepted(now, key, intent, result);
             }
             Purpose::Exec(key) => {
                 let changed = self
@@ -1174,7 +1174,9 @@ impl Controller {
         }
     }
 
-    fn on_accepted(&mut self, now: Instant, key: RecordKey, result: StoreResult) {
+    /// The answer to an acceptance; `intent` when it was the acceptance
+    /// that also commits the dispatch intent (`accept_dispatching`).
+    fn on_accepted(&mut self, now: Instant, key: RecordKey, intent: bool, result: StoreResult) {
         let (record, existing) = match result {
             Ok(StoreReply::Accepted { record, existing }) if record.key == key => {
                 (record, existing)
@@ -1199,11 +1201,15 @@ impl Controller {
         // A duplicate of an execution driven here joins it; otherwise the
         // record is driven now if there is room, else left due in the
         // store for the scan (bounded memory).
-        if !existing && record.state == ExecState::Dispatching {
+        if intent && !existing && record.state == ExecState::Dispatching {
             // This acceptance inserted the record with its intent (and its
             // claim, fresh in the same transaction): it is driven at once,
             // in the slot kept for it, also while shutting down (the
             // intent is durable; not sending would only make it `unknown`).
+            // Only an acceptance that asked for the intent can have
+            // written it: a plain acceptance's reply showing `dispatching`
+            // is not this process's intent (fuzz finding 4, session 7) and
+            // is driven below like any record found possibly dispatched.
             self.push_telemetry(&record);
             let ex = Exec::with_intent(record, now, self.now_ms);
             self.execs.insert(key, ex);
