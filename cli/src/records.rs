@@ -251,7 +251,16 @@ pub(crate) fn artifacts_at(location: &Location) -> Result<Arc<DirArtifacts>, Fai
     if let Some(dir) = root.parent() {
         create_private_dir(dir)?;
     }
-    Ok(Arc::new(DirArtifacts::create(&root)?))
+    let artifacts = DirArtifacts::create(&root)?;
+    // Temporary files a crashed put left (older than an hour; a put's own
+    // lives for one write): removed, best effort (a failure only leaves
+    // them, and is said).
+    if let Err(e) = artifacts.sweep_stale(std::time::Duration::from_secs(3600)) {
+        eprintln!(
+            "smolbox: note: stale temporary files in the artifact directory were not removed: {e}"
+        );
+    }
+    Ok(Arc::new(artifacts))
 }
 
 /// Whether `rec` runs on a disposable machine the runtime owns (neither a

@@ -146,6 +146,53 @@ impl DirArtifacts {
         Ok(self)
     }
 
+    /// Removes the temporary files (`.tmp-*`) a crashed put left behind
+    /// that are older than `max_age` by their modification time; the
+    /// number removed. A put's own temporary file lives for the time of
+    /// one write and fsync, so an age of minutes never touches one in use.
+    /// Only the directories a put writes into are visited (`inputs/<scope>`
+    /// and `outputs/<scope>/<id>`); symbolic links and other file types
+    /// are left alone, and nothing but a `.tmp-*` regular file is removed.
+    ///
+    /// # Errors
+    /// `store` (`artifact_io`) when a directory cannot be read or a stale
+    /// file cannot be removed.
+    pub fn sweep_stale(&self, max_age: std::time::Duration) -> Result<u64, Error> {
+        let op = Operation::Config;
+        let now = std::time::SystemTime::now();
+        let mut removed = 0;
+        // (directory, levels of subdirectories still to descend)
+        let mut stack = vec![(self.root.join(INPUTS), 1u8), (self.root.join(OUTPUTS), 2)];
+        while let Some((dir, depth)) = stack.pop() {
+            let entries = match fs::read_dir(&dir) {
+                Ok(e) => e,
+                Err(e) if e.kind() == ErrorKind::NotFound => continue,
+                Err(e) => return Err(io_error(op, &e)),
+            };
+            for entry in entries {
+                let entry = entry.map_err(|e| io_error(op, &e))?;
+                let meta = fs::symlink_metadata(entry.path()).map_err(|e| io_error(op, &e))?;
+                let stale_temp = entry.file_name().to_string_lossy().starts_with(".tmp-")
+                    && meta.file_type().is_file()
+                    && meta
+                        .modified()
+                        .ok()
+                        .and_then(|m| now.duration_since(m).ok())
+                        .is_some_and(|age| age > max_age);
+                if meta.is_dir() && depth > 0 {
+                    stack.push((entry.path(), depth - 1));
+                } else if stale_temp {
+                    match fs::remove_file(entry.path()) {
+                        Ok(()) => removed += 1,
+                        Err(e) if e.kind() == ErrorKind::NotFound => {}
+                        Err(e) => return Err(io_error(op, &e)),
+                    }
+                }
+            }
+        }
+        Ok(removed)
+    }
+
     /// The root directory.
     pub fn root(&self) -> &Path {
         &self.root
@@ -492,6 +539,55 @@ mod tests {
         assert_eq!((d.as_str(), &b[..]), (sha.as_str(), &b"half-written"[..]));
         // Only the stale temporary file and the key remain.
         assert_eq!(entries(&dir), vec![name, "out".to_owned()]);
+    }
+
+    /// The sweep removes a crashed put's temporary files older than the
+    /// age given (in an input directory and an output directory), keeps a
+    /// fresh one (a put in progress), the installed files, a `.tmp-` name
+    /// that is a directory, and anything outside the put directories.
+    #[test]
+    fn the_sweep_removes_only_stale_temporary_files() {
+        let (_t, a) = store();
+        let hour = std::time::Duration::from_secs(3600);
+        let old = std::time::SystemTime::now() - 2 * hour;
+        let inputs = a
+            .dir(&[INPUTS, "cli"], true, Operation::Upload)
+            .unwrap()
+            .unwrap();
+        let outputs = a
+            .dir(&[OUTPUTS, "cli", "run-1"], true, Operation::Download)
+            .unwrap()
+            .unwrap();
+        let stale_in = DirArtifacts::write_temp(&inputs, b"x", Operation::Upload).unwrap();
+        let stale_out = DirArtifacts::write_temp(&outputs, b"y", Operation::Download).unwrap();
+        for p in [&stale_in, &stale_out] {
+            File::options()
+                .write(true)
+                .open(p)
+                .unwrap()
+                .set_modified(old)
+                .unwrap();
+        }
+        let fresh = DirArtifacts::write_temp(&outputs, b"z", Operation::Download).unwrap();
+        a.insert("cli", "in0", b"kept").unwrap();
+        fs::create_dir(outputs.join(".tmp-dir")).unwrap();
+        // A stale temporary name at the root is no put's: left alone.
+        let outside = a.root().join(".tmp-outside");
+        fs::write(&outside, b"o").unwrap();
+        File::options()
+            .write(true)
+            .open(&outside)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        assert_eq!(a.sweep_stale(hour).unwrap(), 2);
+        assert!(!stale_in.exists() && !stale_out.exists());
+        assert!(fresh.exists() && outside.exists() && outputs.join(".tmp-dir").is_dir());
+        assert_eq!(&a.read("cli", "in0", 4).unwrap()[..], b"kept");
+        // Nothing left to remove; an age past the fresh file's removes it.
+        assert_eq!(a.sweep_stale(hour).unwrap(), 0);
+        assert_eq!(a.sweep_stale(std::time::Duration::ZERO).unwrap(), 1);
+        assert!(!fresh.exists());
     }
 
     /// A crash after the link and before the temporary name is removed:

@@ -310,3 +310,28 @@ fn a_record_read_back_before_dispatch_is_never_dispatched() {
     assert_eq!(e.category(), Category::Store);
     assert_eq!(e.reason(), Reason::RecordWentBack);
 }
+
+/// Fuzz finding 4 (`controller` target, session 7): a plain acceptance
+/// (no intent asked for) whose reply shows the new record `dispatching`
+/// is not this process's intent; the command is never sent on it.
+#[test]
+fn a_plain_acceptance_shown_dispatching_is_never_sent() {
+    let mut s = Sim::new(detached());
+    s.settle();
+    let key = s.submit("lied", &cmd());
+    let (id, op) = s.ctl.poll_store_op().unwrap();
+    assert!(matches!(&op, StoreOp::Accept { record, .. } if record.key == key));
+    let mut r = s.store.apply(&op);
+    s.store_log.push(op);
+    let Ok(StoreReply::Accepted { record, existing }) = &mut r else {
+        panic!("not an acceptance: {r:?}");
+    };
+    assert!(!*existing);
+    // The store holds it `accepted`; the reply says `dispatching`.
+    record.state = ExecState::Dispatching;
+    record.evidence = RecordEvidence::DispatchUncertain;
+    s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    s.settle();
+    assert_eq!(s.worker.len(), 0, "an exec went out on a reply's word");
+    assert!(s.record(&key).state.is_before_dispatch());
+}
