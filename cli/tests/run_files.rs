@@ -43,6 +43,19 @@ fn all_requests(w: &BlockingDevWorker) -> u64 {
     mutations(w) + w.request_count(Route::Health) + w.request_count(Route::MachinesList)
 }
 
+/// `smolbox run --store db ARGS…` through `shell`.
+fn run_in(w: &BlockingDevWorker, shell: &str, db: &str, args: &[&str]) -> std::process::Output {
+    let mut all = vec!["run", "--store", db];
+    all.extend_from_slice(args);
+    run(w, shell, &all)
+}
+
+/// `o` exited with `exit` and its stderr names `reason`.
+fn refused(o: &std::process::Output, exit: i32, reason: &str) {
+    assert_eq!(code(o), exit, "{}", stderr(o));
+    assert!(stderr(o).contains(reason), "{}", stderr(o));
+}
+
 #[test]
 fn the_command_reads_its_input_and_its_output_is_written_back() {
     let w = devworker(None);
@@ -132,13 +145,11 @@ fn a_missing_input_is_refused_before_any_worker_request() {
     let db = db.to_str().unwrap();
     let missing = dir.path().join("nope.txt");
     for shell in SHELLS {
-        let o = run(
+        let o = run_in(
             &w,
             shell,
+            db,
             &[
-                "run",
-                "--store",
-                db,
                 "--input",
                 &format!("{}:/workspace/x", missing.display()),
                 "--",
@@ -151,11 +162,7 @@ fn a_missing_input_is_refused_before_any_worker_request() {
         assert!(err.contains("nothing was sent"), "{err}");
         // A bad flag shape, a relative guest path: refused too (exit 2).
         for bad in ["no-colon", "in.txt:relative/path", ":/workspace/x"] {
-            let o = run(
-                &w,
-                shell,
-                &["run", "--store", db, "--input", bad, "--", "true"],
-            );
+            let o = run_in(&w, shell, db, &["--input", bad, "--", "true"]);
             assert_eq!(code(&o), 2, "{bad}: {}", stderr(&o));
             assert!(stderr(&o).contains("nothing was sent"), "{}", stderr(&o));
         }
@@ -166,25 +173,18 @@ fn a_missing_input_is_refused_before_any_worker_request() {
     let present = dir.path().join("present.txt");
     std::fs::write(&present, b"x").unwrap();
     for shell in SHELLS {
-        let o = run(
+        let o = run_in(
             &w,
             shell,
+            db,
             &[
-                "run",
-                "--store",
-                db,
                 "--input",
                 &format!("{}:/etc/x", present.display()),
                 "--",
                 "true",
             ],
         );
-        assert_eq!(code(&o), 2, "{}", stderr(&o));
-        assert!(
-            stderr(&o).contains("path_outside_upload_roots"),
-            "{}",
-            stderr(&o)
-        );
+        refused(&o, 2, "path_outside_upload_roots");
     }
     assert_eq!(mutations(&w), 0, "a mutation reached the worker");
     // Nothing was recorded either.
@@ -262,12 +262,7 @@ fn one_mib_per_file_and_four_mib_in_all_hold_at_n_and_refuse_n_plus_one() {
         format!("{}:/workspace/extra", extra.display()),
     ]);
     let o = run_with(&w, db, &n1, "true");
-    assert_eq!(code(&o), 2, "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("manifest_over_aggregate"),
-        "{}",
-        stderr(&o)
-    );
+    refused(&o, 2, "manifest_over_aggregate");
     // N + 1 for one file: 1 MiB + 1 byte.
     let big = dir.path().join("big");
     std::fs::write(&big, vec![0u8; MIB + 1]).unwrap();
@@ -343,19 +338,12 @@ fn an_output_at_its_maximum_is_written_and_one_byte_more_is_not() {
     args.extend(five.iter().map(String::as_str));
     args.extend(["--", "true"]);
     let o = run(&w, "tokio", &args);
-    assert_eq!(code(&o), 2, "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("manifest_over_aggregate"),
-        "{}",
-        stderr(&o)
-    );
-    let o = run(
+    refused(&o, 2, "manifest_over_aggregate");
+    let o = run_in(
         &w,
         "tokio",
+        db,
         &[
-            "run",
-            "--store",
-            db,
             "--output",
             "/workspace/o",
             "--output-max",
@@ -364,17 +352,14 @@ fn an_output_at_its_maximum_is_written_and_one_byte_more_is_not() {
             "true",
         ],
     );
-    assert_eq!(code(&o), 2, "{}", stderr(&o));
-    assert!(stderr(&o).contains("output_max_range"), "{}", stderr(&o));
+    refused(&o, 2, "output_max_range");
     // Two outputs to one local file.
     let same = dir.path().join("same").display().to_string();
-    let o = run(
+    let o = run_in(
         &w,
         "tokio",
+        db,
         &[
-            "run",
-            "--store",
-            db,
             "--output",
             &format!("/workspace/a:{same}"),
             "--output",
@@ -383,12 +368,7 @@ fn an_output_at_its_maximum_is_written_and_one_byte_more_is_not() {
             "true",
         ],
     );
-    assert_eq!(code(&o), 2, "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("output_local_duplicate"),
-        "{}",
-        stderr(&o)
-    );
+    refused(&o, 2, "output_local_duplicate");
     assert_eq!(all_requests(&w), before);
 }
 
@@ -418,8 +398,7 @@ fn a_detached_run_with_files_runs_at_wait_and_keeps_its_outputs_in_the_artifact_
                 "true",
             ],
         );
-        assert_eq!(code(&o), 2, "{}", stderr(&o));
-        assert!(stderr(&o).contains("detach_output_local"), "{}", stderr(&o));
+        refused(&o, 2, "detach_output_local");
         assert_eq!(all_requests(&w), before);
 
         let id = format!("det-{shell}");
@@ -505,24 +484,14 @@ fn the_same_run_with_files_under_one_id_runs_once_and_delivers_again() {
     assert_eq!(std::fs::read(&out).unwrap(), b"once\n");
     std::fs::remove_file(&out).unwrap();
     let again = run(&w, "blocking", &args);
-    assert_eq!(code(&again), 4, "{}", stderr(&again));
-    assert!(
-        stderr(&again).contains("not run again"),
-        "{}",
-        stderr(&again)
-    );
+    refused(&again, 4, "not run again");
     assert_eq!(common::lines(&counter), 1, "the command ran twice");
     // Delivered again from the artifact directory, checked.
     assert_eq!(std::fs::read(&out).unwrap(), b"once\n");
     // Another input under the same id: another spec.
     std::fs::write(&input, b"other\n").unwrap();
     let changed = run(&w, "tokio", &args);
-    assert_eq!(code(&changed), 8, "{}", stderr(&changed));
-    assert!(
-        stderr(&changed).contains("identity_conflict"),
-        "{}",
-        stderr(&changed)
-    );
+    refused(&changed, 8, "identity_conflict");
     assert_eq!(common::lines(&counter), 1);
 }
 
