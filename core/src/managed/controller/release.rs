@@ -213,13 +213,7 @@ impl Controller {
         for (w, generation) in out {
             let what = Claimed::Worker(w);
             self.held.remove(&what);
-            let op = StoreOp::ReleaseClaim {
-                claimed: what.clone(),
-                owner: self.cfg.owner.clone(),
-                generation,
-                now_ms,
-            };
-            self.push_store(Purpose::Release(what), op);
+            self.push_release(what, generation, now_ms);
         }
     }
 
@@ -269,13 +263,19 @@ impl Controller {
             }
         }
         for (what, generation) in out {
-            let op = StoreOp::ReleaseClaim {
-                claimed: what.clone(),
-                owner: self.cfg.owner.clone(),
-                generation,
-                now_ms,
-            };
-            self.push_store(Purpose::Release(what), op);
+            self.push_release(what, generation, now_ms);
         }
+    }
+
+    /// Sends the release of `what` at `generation`, guarded by this
+    /// controller's owner id.
+    fn push_release(&mut self, what: Claimed, generation: u64, now_ms: u64) {
+        let op = StoreOp::ReleaseClaim {
+            claimed: what.clone(),
+            owner: self.cfg.owner.clone(),
+            generation,
+            now_ms,
+        };
+        self.push_store(Purpose::Release(what), op);
     }
 }

@@ -28,6 +28,19 @@ fn hold_the_renewal(s: &mut Sim) -> (OpId, StoreOp) {
     panic!("no claim renewal while the create is out");
 }
 
+/// A controller whose retained machine's create is out at the worker.
+fn create_out() -> Sim {
+    let mut s = Sim::new(disposable_config());
+    s.settle();
+    s.request(MachineRequest::Create {
+        key: mkey(),
+        spec: mspec(),
+    })
+    .unwrap();
+    s.settle();
+    s
+}
+
 /// Recovery simulation, retained run, seed 7961 (finding 12): the
 /// machine's create is out; its claim renewal is sent; the create's
 /// answer arrives before the renewal's. The renewal's answer (not a
@@ -38,14 +51,7 @@ fn hold_the_renewal(s: &mut Sim) -> (OpId, StoreOp) {
 /// machine this controller drives). Now the answer is kept and written.
 #[test]
 fn a_create_answer_arriving_during_a_claim_renewal_is_written() {
-    let mut s = Sim::new(disposable_config());
-    s.settle();
-    s.request(MachineRequest::Create {
-        key: mkey(),
-        spec: mspec(),
-    })
-    .unwrap();
-    s.settle();
+    let mut s = create_out();
     assert_eq!(s.machine().operation, Op::Create);
     // The renewal falls due while the create is out; its answer is held.
     let (sid, sop) = hold_the_renewal(&mut s);
@@ -80,14 +86,7 @@ fn a_create_answer_arriving_during_a_claim_renewal_is_written() {
 /// `creating` forever; the create is never sent again.
 #[test]
 fn an_uncertain_create_answer_arriving_during_a_claim_renewal_is_recorded() {
-    let mut s = Sim::new(disposable_config());
-    s.settle();
-    s.request(MachineRequest::Create {
-        key: mkey(),
-        spec: mspec(),
-    })
-    .unwrap();
-    s.settle();
+    let mut s = create_out();
     let (sid, sop) = hold_the_renewal(&mut s);
     let (wid, _) = s.worker.remove(0);
     s.ctl.handle_worker(
