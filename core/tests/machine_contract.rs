@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use smolbox_core::http1::{ExchangeConfig, HttpEvent, HttpExchange, Method, Request};
 use smolbox_core::terminal::{
-    MAX_WRITE_WAIT, READ_GRACE, TerminalConfig, TerminalEvent, TerminalSession, TerminalSpec,
+    MAX_WRITE_WAIT, Next, READ_GRACE, TerminalConfig, TerminalEvent, TerminalSession, TerminalSpec,
     TerminalTimer,
 };
 use smolbox_core::{Category, Evidence, Machine, Operation, TransportFailure};
@@ -103,7 +103,7 @@ fn reading_pauses_for_a_live_consumer_only_within_the_grace() {
         ..TerminalSpec::new("/bin/sh")
     };
     let mut s = opened(&spec, now);
-    // Never pulled: a consumer that is not there does not pause reading.
+    // Not above half yet: reading goes on.
     Machine::handle_input(&mut s, now, &binary(&[b'a'; 100]));
     Machine::handle_input(&mut s, now, &binary(&[b'b'; 100]));
     let pulled = Machine::poll_event(&mut s).unwrap();
@@ -132,6 +132,92 @@ fn reading_pauses_for_a_live_consumer_only_within_the_grace() {
     // A pull pauses reading again only while still above half.
     let _ = Machine::poll_event(&mut s).unwrap();
     assert!(Machine::wants_read(&s));
+}
+
+/// The open counts as the consumer's first pull: output that floods in
+/// right after the 101, before the consumer's first `next`, pauses reading
+/// for the grace instead of finding the consumer already stalled (the
+/// flood bench's `output_limit`); a consumer that makes no pull within the
+/// grace after the open is stalled and the bound decides.
+#[test]
+fn the_open_counts_as_the_first_pull() {
+    let now = t0();
+    let spec = TerminalSpec {
+        max_buffer_bytes: 1_024,
+        ..TerminalSpec::new("/bin/sh")
+    };
+    let mut s = opened(&spec, now);
+    for _ in 0..6 {
+        Machine::handle_input(&mut s, now + ms(1), &binary(&[b'a'; 100]));
+    }
+    assert_eq!(s.unread_bytes(), 600);
+    assert!(
+        !Machine::wants_read(&s),
+        "paused for a consumer not yet pulling"
+    );
+    assert_eq!(
+        s.poll_timeout(),
+        Some((now + READ_GRACE, TerminalTimer::Throttle))
+    );
+    // The first pull within the grace: still live, still paused above half.
+    s.handle_timeout(now + READ_GRACE - ms(1));
+    assert!(!Machine::wants_read(&s));
+    let _ = Machine::poll_event(&mut s).unwrap();
+    assert!(Machine::wants_read(&s), "500 of 1,024: at half, reading");
+
+    // No pull within the grace after the open: stalled, reading goes on
+    // and the queue bound ends the session.
+    let mut t = opened(&spec, now);
+    for _ in 0..6 {
+        Machine::handle_input(&mut t, now, &binary(&[b'a'; 100]));
+    }
+    assert!(!Machine::wants_read(&t));
+    t.handle_timeout(now + READ_GRACE);
+    assert!(Machine::wants_read(&t), "silent past the grace: stalled");
+    for _ in 0..5 {
+        Machine::handle_input(&mut t, now + READ_GRACE, &binary(&[b'a'; 100]));
+    }
+    assert_eq!(
+        t.outcome().unwrap().unwrap_err().category(),
+        Category::OutputLimit
+    );
+}
+
+/// A consumer waiting in `next` is pulling: output that arrives in a burst
+/// after the wait began more than the grace ago pauses reading above half
+/// (before, the blocking shell read the whole burst within one turn and
+/// ended the session with `output_limit` while the consumer waited); once
+/// the wait has ended without a pull, the grace runs out as usual.
+#[test]
+fn a_consumer_waiting_in_next_is_pulling() {
+    let now = t0();
+    let spec = TerminalSpec {
+        max_buffer_bytes: 1_024,
+        ..TerminalSpec::new("/bin/sh")
+    };
+    let mut s = opened(&spec, now);
+    let until = now + ms(1_000);
+    assert!(matches!(s.next(now, until), Next::Pending(_)));
+    for _ in 0..6 {
+        Machine::handle_input(&mut s, now + ms(500), &binary(&[b'a'; 100]));
+    }
+    assert!(!Machine::wants_read(&s), "the waiting consumer is live");
+    s.handle_timeout(until);
+    assert!(!Machine::wants_read(&s), "live up to the wait's end");
+    s.handle_timeout(until + READ_GRACE);
+    assert!(
+        Machine::wants_read(&s),
+        "no pull within the grace after the wait ended: stalled"
+    );
+    // A pull ends the wait: from then on the grace counts from the pull.
+    let mut t = opened(&spec, now);
+    assert!(matches!(t.next(now, until), Next::Pending(_)));
+    Machine::handle_input(&mut t, now, &binary(&[b'a'; 100]));
+    assert!(matches!(t.next(now, until), Next::Output(_)));
+    for _ in 0..6 {
+        Machine::handle_input(&mut t, now + READ_GRACE, &binary(&[b'a'; 100]));
+    }
+    assert!(Machine::wants_read(&t), "pulled, not waiting: stalled");
 }
 
 #[test]

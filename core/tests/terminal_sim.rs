@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use smolbox_core::terminal::{
-    Next, TerminalConfig, TerminalExit, TerminalSession, TerminalSpec, TerminalTimer,
+    Next, READ_GRACE, TerminalConfig, TerminalExit, TerminalSession, TerminalSpec, TerminalTimer,
 };
 use smolbox_core::ws::frame::{Opcode, parse_any_header};
 use smolbox_core::ws::handshake;
@@ -268,6 +268,13 @@ impl Sim {
         }
     }
 
+    /// A consumer that does not pull for longer than the read grace (the
+    /// open counts as a pull) while everything in flight arrives.
+    fn stall(&mut self) {
+        let limit = self.now + READ_GRACE + self.latency * 4;
+        self.run_until(limit, false);
+    }
+
     /// Runs until nothing is in flight (and no timer is due before `limit`).
     fn settle(&mut self) {
         let limit = self.now + self.latency * 4;
@@ -390,7 +397,7 @@ fn stalled_consumer_unread_bytes_at_n_and_n_plus_one() {
         sim.worker.output(&[b'a'; 1_000]);
         sim.worker.output(&vec![b'b'; 24 + extra]);
         sim.worker.exit(0);
-        sim.settle(); // the consumer is stalled while all of it arrives
+        sim.stall(); // the consumer is stalled while all of it arrives
         let (out, outcome) = sim.read_to_end();
         if overflow {
             assert_eq!(out, vec![b'a'; 1_000], "queued output stays readable");
@@ -423,7 +430,7 @@ fn stalled_consumer_unread_chunks_at_n_and_n_plus_one() {
             sim.worker.output(b"x");
         }
         sim.worker.exit(3);
-        sim.settle();
+        sim.stall();
         assert_eq!(sim.client.unread_chunks(), chunks.min(1_024));
         let (out, outcome) = sim.read_to_end();
         assert_eq!(out.len(), chunks.min(1_024));

@@ -290,20 +290,21 @@ fn terminal_run(
     s.handle_entropy(&fixed_entropy(4_096));
     let mut out = Vec::new();
     let _ = s.poll_transmit(&mut out);
-    let mut all = reply_101("");
-    all.extend_from_slice(bytes);
-    let mut rest = &all[..];
+    s.handle_input(now, &reply_101("")).unwrap();
+    let mut rest = bytes;
     let mut i = 0;
-    // A stalled consumer: everything arrives before the first pull.
+    // A stalled consumer: everything arrives before the first pull, later
+    // than the read grace after the open (which counts as a pull).
+    let late = now + smolbox_core::terminal::READ_GRACE;
     while !rest.is_empty() {
         let n = sizes[i % sizes.len()].min(rest.len());
         i += 1;
-        s.handle_input(now, &rest[..n]).unwrap();
+        s.handle_input(late, &rest[..n]).unwrap();
         rest = &rest[n..];
     }
     let mut output = Vec::new();
     loop {
-        match s.next(now, now) {
+        match s.next(late, late) {
             Next::Output(b) => output.extend_from_slice(b),
             Next::Closed(r) => return (output, r),
             other => panic!("unexpected {other:?}"),

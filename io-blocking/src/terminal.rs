@@ -164,9 +164,11 @@ impl Terminal {
                 return;
             }
             self.conn.refresh_readiness();
-            let before = self.conn.received();
+            let before = (self.conn.received(), self.session.unread_chunks());
             self.step(Some(Instant::now()));
-            if self.conn.received() == before {
+            // Nothing read and nothing queued (a due timer may have moved
+            // frames the session held back, after which reading resumes).
+            if (self.conn.received(), self.session.unread_chunks()) == before {
                 return;
             }
         }

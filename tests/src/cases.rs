@@ -14,7 +14,9 @@ use std::time::Duration;
 use sha2::Digest;
 use smolbox_core::exec::{Command, ExecOutcome, ExecOutput, OutputAllowance};
 use smolbox_core::terminal::{TerminalExit, TerminalSpec};
-use smolbox_core::worker::{Budgets, MachineName, MachineSpec, MachineState, Profile};
+use smolbox_core::worker::{
+    Budgets, Endpoint, EndpointConfig, MachineName, MachineSpec, MachineState, Profile,
+};
 use smolbox_core::{Category, Error, Evidence, Operation};
 use smolbox_devworker::{Fault, MismatchField, Route};
 
@@ -900,4 +902,41 @@ pub fn unknown_version_is_refused_for_every_operation<S: Shell>(t: Transport) {
     for route in [Route::Exec, Route::ExecStream, Route::Terminal] {
         assert_eq!(fx.worker.request_count(route), 0, "{route:?} was sent");
     }
+}
+
+/// A consumer that pulls as fast as it can, from right after the open, of
+/// a worker that floods 8 MiB in 16 KiB frames from its first byte behind
+/// the 101 gets every byte and the confirmed exit: the unread queue (64 KiB)
+/// is never exceeded, so memory stays bounded by it, and the session never
+/// ends with `output_limit`. Not per transport: the peer is a plain TCP
+/// one. (Before the open counted as the first pull, the bytes that arrived
+/// before the first `next` were read without pause and overflowed the
+/// queue.)
+pub fn terminal_fast_consumer_of_a_flood_ends_cleanly<S: Shell>() {
+    const TOTAL: usize = 8 << 20;
+    let peer = crate::flood::FloodPeer::start(TOTAL, 16 << 10);
+    let endpoint = Endpoint::new(EndpointConfig {
+        id: "flood".into(),
+        base_url: peer.base_url(),
+        allow_insecure_loopback: true,
+        budgets: Fixture::budgets(),
+        ..EndpointConfig::default()
+    })
+    .unwrap();
+    let s = S::connect(endpoint).unwrap();
+    let mut spec = term_spec("/bin/sh");
+    spec.max_buffer_bytes = 64 << 10;
+    let mut term = s.terminal("m1", &spec).unwrap();
+    let mut delivered = 0usize;
+    let outcome = loop {
+        match term.next(Duration::from_secs(5)).unwrap() {
+            TerminalEvent::Output(b) => delivered += b.len(),
+            TerminalEvent::Closed(outcome) => break outcome,
+            other => panic!("unexpected event: {other:?}"),
+        }
+    };
+    assert_eq!(outcome.unwrap().code, 0);
+    assert_eq!(delivered, TOTAL);
+    drop(term);
+    peer.join();
 }

@@ -19,6 +19,7 @@
 pub mod blocking_shell;
 pub mod cases;
 pub mod fixture;
+pub mod flood;
 pub mod kill;
 pub mod managed;
 pub mod managed_cases;

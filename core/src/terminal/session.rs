@@ -29,8 +29,9 @@ pub const MAX_HANDSHAKE_TIMEOUT: Duration = Duration::from_millis(30_000);
 /// (features C7.2: min(connect budget, 1 s)).
 pub const MAX_WRITE_WAIT: Duration = Duration::from_millis(1_000);
 /// How long the session keeps reading paused, above half of either unread
-/// bound, after the consumer's last pull: a live consumer gets the chance to
-/// pull before the queue fills; a stalled one still overflows it.
+/// bound, after the consumer's last pull (the open counts as one): a live
+/// consumer gets the chance to pull before the queue fills; a stalled one
+/// still overflows it.
 pub const READ_GRACE: Duration = Duration::from_millis(20);
 
 /// What [`TerminalSession::poll_event`] yields and what the shells'
@@ -271,8 +272,17 @@ pub struct TerminalSession {
     abandoned: bool,
     /// A transport failure the commands report.
     transport_error: Option<Error>,
-    /// The last time the consumer pulled.
+    /// The last time the consumer pulled; the open (the 101) counts as
+    /// the first pull.
     last_pull: Option<Instant>,
+    /// The deadline of the consumer's `next` that is waiting (it returned
+    /// `Pending` and no pull ended it yet): the consumer counts as pulling
+    /// at every instant up to it.
+    pull_waiting_until: Option<Instant>,
+    /// Complete frames wait in the WebSocket's receive buffer because the
+    /// unread queue is above half for a live consumer; they move on at the
+    /// next pull (or once the consumer counts as stalled).
+    held: bool,
     /// `poll_event` reported the outcome.
     outcome_reported: bool,
     /// The peer ended the byte stream.
@@ -352,6 +362,8 @@ impl TerminalSession {
             abandoned: false,
             transport_error: None,
             last_pull: None,
+            pull_waiting_until: None,
+            held: false,
             outcome_reported: false,
             eof: false,
             peer_close: None,
@@ -607,6 +619,10 @@ impl TerminalSession {
         let now = self.touch(now);
         self.attached = true;
         self.last_pull = Some(now);
+        self.pull_waiting_until = None;
+        if self.held {
+            self.pump(now);
+        }
         if self.queue.chunks() > 0 {
             return self.queue.pop().map_or(Next::Pending(now), Next::Output);
         }
@@ -621,6 +637,8 @@ impl TerminalSession {
             );
             return Next::TimedOut(e);
         }
+        // The consumer waits in this call: it is live until the wait ends.
+        self.pull_waiting_until = Some(wait_until);
         let wake = self
             .poll_timeout()
             .map_or(wait_until, |(t, _)| t.min(wait_until));
@@ -633,6 +651,10 @@ impl TerminalSession {
     pub fn poll_event(&mut self) -> Option<TerminalEvent> {
         self.attached = true;
         self.last_pull = Some(self.last_now);
+        self.pull_waiting_until = None;
+        if self.held {
+            self.pump(self.last_now);
+        }
         if let Some(chunk) = self.queue.pop() {
             return Some(TerminalEvent::Output(Bytes::copy_from_slice(chunk)));
         }
@@ -675,17 +697,38 @@ impl TerminalSession {
     /// False while reading should pause: the transport is finished, or the
     /// unread output is above half of either bound and the consumer pulled
     /// within [`READ_GRACE`] (it is live and gets the chance to pull
-    /// first). A consumer that did not pull for longer counts as stalled and
-    /// reading goes on, so the queue bound decides.
+    /// first). The open counts as a pull, and a consumer waiting in
+    /// [`next`](Self::next) pulls at every instant up to its wait's end. A
+    /// consumer that did not pull for longer counts as stalled and reading
+    /// goes on, so the queue bound decides.
     pub fn wants_read(&self) -> bool {
         !self.is_transport_finished() && self.throttle_until().is_none()
     }
 
+    /// While reading pauses: until the consumer's grace ends. With frames
+    /// held back it stays set (possibly in the past, so the shell fires the
+    /// timer and the held frames move on).
     fn throttle_until(&self) -> Option<Instant> {
-        let above_half = self.queue.bytes() * 2 > self.queue.max_bytes()
-            || self.queue.chunks() * 2 > MAX_UNREAD_CHUNKS;
-        let until = self.last_pull? + READ_GRACE;
-        (above_half && self.outcome.is_none() && self.last_now < until).then_some(until)
+        if self.outcome.is_some() {
+            return None;
+        }
+        let until = self.live_until()?;
+        (self.held || (self.above_half() && self.last_now < until)).then_some(until)
+    }
+
+    /// The end of the consumer's grace: [`READ_GRACE`] after its last pull
+    /// (the open counts as one; a waiting `next` pulls up to its deadline).
+    fn live_until(&self) -> Option<Instant> {
+        let mut pulled = self.last_pull?;
+        if let Some(wait) = self.pull_waiting_until {
+            pulled = pulled.max(wait.min(self.last_now));
+        }
+        Some(pulled + READ_GRACE)
+    }
+
+    /// Unread output above half of either bound.
+    fn above_half(&self) -> bool {
+        above_half(&self.queue)
     }
 
     fn is_write_stalled(&self, now: Instant) -> bool {
@@ -865,15 +908,29 @@ impl TerminalSession {
         }
     }
 
-    /// Processes every pending WebSocket event.
+    /// Processes every pending WebSocket event, except that while the
+    /// consumer is live (pulled within the grace) processing stops once the
+    /// unread output is above half of either bound: the rest waits in the
+    /// receive buffer (at most one read) for the next pull, so a consumer
+    /// that keeps pulling never finds the queue overflowed by a read larger
+    /// than the room left.
     fn pump(&mut self, now: Instant) {
+        self.held = false;
         loop {
+            // A consumer that closed wants the outcome, not more output.
+            // (Checked every turn: the open, a pull, starts the grace.)
+            let live = !self.user_closed && self.live_until().is_some_and(|until| now < until);
+            if live && self.outcome.is_none() && self.above_half() {
+                self.held = self.ws.unprocessed_input() > 0;
+                break;
+            }
             // Output frames first, in one batch (the same frames and checks
             // as `poll_event`'s binary fast path); everything else below.
             if self.outcome.is_none() && self.exit_code.is_none() {
                 let queue = &mut self.queue;
                 let mut active = false;
                 let mut overflow = None;
+                let mut paused = false;
                 self.ws.poll_binary_frames(|bytes| {
                     // Only non-empty output is activity (as below).
                     if bytes.is_empty() {
@@ -881,6 +938,10 @@ impl TerminalSession {
                     }
                     active = true;
                     match queue.push(bytes) {
+                        Ok(()) if live && above_half(queue) => {
+                            paused = true;
+                            false
+                        }
                         Ok(()) => true,
                         Err(o) => {
                             overflow = Some(o);
@@ -895,12 +956,22 @@ impl TerminalSession {
                     let e = self.overflow(o);
                     self.finish(now, Err(e), CloseCode::POLICY_VIOLATION);
                 }
+                if paused {
+                    continue;
+                }
             }
             let Some(ev) = self.ws.poll_event() else {
                 break;
             };
             match ev {
-                WsEvent::Open => self.opened = true,
+                WsEvent::Open => {
+                    self.opened = true;
+                    // The consumer gets the grace from the open to make its
+                    // first pull: a peer that floods from its first byte
+                    // does not find a consumer that has not pulled yet
+                    // already stalled.
+                    self.last_pull.get_or_insert(now);
+                }
                 WsEvent::Binary(bytes) => {
                     if self.outcome.is_some() {
                         continue;
@@ -1007,6 +1078,11 @@ impl TerminalSession {
             e.with_operation(Operation::TerminalOutput)
         }
     }
+}
+
+/// Unread output above half of either bound of `queue`.
+fn above_half(queue: &OutputQueue) -> bool {
+    queue.bytes() * 2 > queue.max_bytes() || queue.chunks() * 2 > MAX_UNREAD_CHUNKS
 }
 
 impl Machine for TerminalSession {

@@ -211,6 +211,9 @@ fn a_stalled_consumer_hits_the_output_limit() {
     spec.max_buffer_bytes = 65_536;
     let mut t = tcp_client(port, budgets()).terminal("dev", &spec).unwrap();
     flooded_rx.recv().unwrap(); // 256 KiB sent while nobody read
+    // The consumer stays away longer than the read grace after the open
+    // (the open counts as its first pull): it is stalled.
+    thread::sleep(smolbox_core::terminal::READ_GRACE * 5);
     let mut delivered = 0usize;
     let outcome = loop {
         match t.next(Duration::from_secs(5)).unwrap() {

@@ -727,6 +727,12 @@ impl WsClient {
         self.sent_any
     }
 
+    /// Received bytes not yet returned as events (complete frames left
+    /// unpolled, or the start of an incomplete one).
+    pub fn unprocessed_input(&self) -> usize {
+        self.rx_end - self.rx_pos
+    }
+
     /// Bytes waiting for `poll_transmit`.
     pub fn pending_transmit(&self) -> usize {
         self.tx.len()
