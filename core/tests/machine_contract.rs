@@ -220,6 +220,35 @@ fn a_consumer_waiting_in_next_is_pulling() {
     assert!(Machine::wants_read(&t), "pulled, not waiting: stalled");
 }
 
+/// A consumer that enters `next` while live pulls for the whole call: the
+/// shell's own work in the call (reading what already arrived, which under
+/// a 50x slowdown took longer than the grace and ended the blocking flood
+/// bench with `output_limit`) does not make it stalled. One that enters
+/// after a silence longer than the grace is stalled for those reads.
+#[test]
+fn a_consumer_entering_next_while_live_pulls_for_the_whole_call() {
+    let now = t0();
+    let spec = TerminalSpec {
+        max_buffer_bytes: 1_024,
+        ..TerminalSpec::new("/bin/sh")
+    };
+    let mut s = opened(&spec, now);
+    assert!(Machine::poll_event(&mut s).is_none()); // a pull at `now`
+    s.begin_next(now + ms(10), ms(1_000)).unwrap();
+    for _ in 0..6 {
+        Machine::handle_input(&mut s, now + ms(40), &binary(&[b'a'; 100]));
+    }
+    assert!(!Machine::wants_read(&s), "pulling for the whole call");
+
+    let mut t = opened(&spec, now);
+    assert!(Machine::poll_event(&mut t).is_none());
+    t.begin_next(now + READ_GRACE, ms(1_000)).unwrap();
+    for _ in 0..6 {
+        Machine::handle_input(&mut t, now + READ_GRACE, &binary(&[b'a'; 100]));
+    }
+    assert!(Machine::wants_read(&t), "silent past the grace: stalled");
+}
+
 #[test]
 fn a_read_failure_decides_the_outcome_and_a_write_failure_keeps_reading() {
     let now = t0();

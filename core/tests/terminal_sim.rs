@@ -283,7 +283,7 @@ impl Sim {
 
     /// A shell's blocking `next(timeout)`, on virtual time.
     fn next(&mut self, timeout: Duration) -> Pulled {
-        let until = self.client.wait_deadline(self.now, timeout).unwrap();
+        let until = self.client.begin_next(self.now, timeout).unwrap();
         loop {
             self.flush();
             match self.client.next(self.now, until) {

@@ -122,7 +122,7 @@ impl Terminal {
     /// # Errors
     /// The wait's `expired` error, `validation` for a timeout over 900 s.
     pub fn next(&mut self, timeout: Duration) -> Result<TerminalEvent, Error> {
-        let until = self.session.wait_deadline(Instant::now(), timeout)?;
+        let until = self.session.begin_next(Instant::now(), timeout)?;
         self.drain_available();
         loop {
             match self.session.next(Instant::now(), until) {

@@ -130,8 +130,8 @@ impl Terminal {
     /// The wait's `expired` error, `validation` for a timeout over 900 s.
     pub async fn next(&mut self, timeout: Duration) -> Result<TerminalEvent, Error> {
         let until = {
-            let st = self.shared.lock();
-            st.session.wait_deadline(Instant::now(), timeout)?
+            let mut st = self.shared.lock();
+            st.session.begin_next(Instant::now(), timeout)?
         };
         loop {
             // Register interest before looking, so a wake in between is kept.

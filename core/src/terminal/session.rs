@@ -236,7 +236,7 @@ impl fmt::Debug for Next<'_> {
 ///
 /// Every input processes all frames it completes, so after any input or
 /// command the shell drains `poll_transmit`, then `poll_timeout`. A shell's
-/// blocking `next(timeout)` is: `let until = session.wait_deadline(now,
+/// blocking `next(timeout)` is: `let until = session.begin_next(now,
 /// timeout)?;` then loop on `session.next(now, until)`, flushing transmits,
 /// and on `Pending(at)` wait for readable-or-`at` and feed the result.
 /// Once [`is_transport_finished`](Self::is_transport_finished) the socket
@@ -610,6 +610,26 @@ impl TerminalSession {
             ));
         }
         Ok(now + timeout)
+    }
+
+    /// Starts a consumer's `next(timeout)` at `now`: returns the wait's
+    /// deadline (as [`wait_deadline`](Self::wait_deadline)) and, when the
+    /// consumer is live (it pulled within [`READ_GRACE`]), counts it as
+    /// pulling up to that deadline, so the shell's own work in this call
+    /// (reading what already arrived) never makes it look stalled. A
+    /// consumer that had been silent for longer stays stalled for those
+    /// reads: they queue what a continuously reading shell would have
+    /// queued while it was away. Shells call this first in `next`.
+    ///
+    /// # Errors
+    /// As [`wait_deadline`](Self::wait_deadline).
+    pub fn begin_next(&mut self, now: Instant, timeout: Duration) -> Result<Instant, Error> {
+        let until = self.wait_deadline(now, timeout)?;
+        let now = self.touch(now);
+        if self.live_until().is_some_and(|live| now < live) {
+            self.pull_waiting_until = Some(until);
+        }
+        Ok(until)
     }
 
     /// Pulls the next thing for the consumer (and marks it attached):
