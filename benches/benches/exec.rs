@@ -19,7 +19,40 @@ use smolbox_core::exec::{
 static ALLOC: divan::AllocProfiler = divan::AllocProfiler::system();
 
 fn main() {
+    if let Ok(which) = std::env::var("SMOLBOX_B64_PROFILE") {
+        profile(&which);
+        return;
+    }
     divan::main();
+}
+
+/// A profile mode for instruction counts (no divan): `which` is
+/// `smolbox-<len>` or `memcpy-<len>`; the operation runs
+/// `SMOLBOX_B64_PROFILE_CALLS` times (default 10,000). Run it twice with
+/// different counts under `valgrind --tool=callgrind` and divide the
+/// difference of the totals by the difference of the counts: set-up
+/// cancels, what is left is the cost of one call.
+///
+/// `SMOLBOX_B64_PROFILE=smolbox-4096 SMOLBOX_B64_PROFILE_CALLS=20000 valgrind --tool=callgrind target/release/deps/exec-…`
+fn profile(which: &str) {
+    let calls: usize = std::env::var("SMOLBOX_B64_PROFILE_CALLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    let (case, len) = which.rsplit_once('-').expect("case-len");
+    let len: usize = len.parse().expect("a length");
+    let input = encoded(len);
+    let mut out = Vec::with_capacity(len);
+    let mut dst = vec![0u8; input.len()];
+    for _ in 0..calls {
+        match case {
+            "smolbox" => assert!(decode_b64(black_box(input.as_bytes()), &mut out)),
+            "memcpy" => dst.copy_from_slice(black_box(input.as_bytes())),
+            other => panic!("unknown SMOLBOX_B64_PROFILE case {other}"),
+        }
+        black_box(&mut out);
+        black_box(&mut dst);
+    }
 }
 
 const SIZES: [usize; 2] = [4 * 1024, 64 * 1024];
