@@ -21,7 +21,7 @@ use smolbox_core::managed::controller::terminal::{TermOutput, TerminalRun};
 pub use smolbox_core::managed::live::TerminalOpened;
 use smolbox_core::managed::live::{
     OpenReply, OutputBuffer, Reply, TermCommand as Cmd, check_next_wait, next_expired,
-    not_live_here, run_wait_expired, task_ended as ended,
+    not_live_here, reply, run_wait_expired, task_ended as ended,
 };
 use smolbox_core::managed::spec::ManagedTerminalSpec;
 use smolbox_core::managed::terminal::{ConsumerId, Registry};
@@ -75,13 +75,6 @@ impl LiveConn for Live {
     }
 }
 
-/// A caller's reply over a channel.
-fn reply<T: Send + 'static>(tx: Sender<T>) -> Reply<T> {
-    Box::new(move |v| {
-        let _ = tx.send(v);
-    })
-}
-
 impl ManagedTerminals {
     /// True while this runtime drives any terminal run.
     pub(crate) fn any_running(&self) -> bool {
@@ -129,7 +122,7 @@ impl ManagedTerminals {
     ) -> Result<(), Error> {
         let inner = Arc::clone(&self.inner);
         let key = run.key().clone();
-        let accepted = OpenReply::new(reply(tx));
+        let accepted = OpenReply::new(reply(move |v| tx.send(v)));
         std::thread::Builder::new()
             .name("smolbox-terminal".into())
             .spawn(move || drive_run(&inner, run, accepted, owns_key))
@@ -271,7 +264,7 @@ impl ManagedTerminal {
     ) -> Result<T, Error> {
         self.inner.t.check(&self.key, self.who)?;
         let (tx, rx) = mpsc::channel();
-        if !self.live.send(make(reply(tx))) {
+        if !self.live.send(make(reply(move |v| tx.send(v)))) {
             return Err(ended(op));
         }
         rx.recv().map_err(|_| ended(op))?

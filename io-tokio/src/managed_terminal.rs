@@ -20,7 +20,7 @@ use smolbox_core::managed::controller::terminal::{TermOutput, TerminalRun};
 pub use smolbox_core::managed::live::TerminalOpened;
 use smolbox_core::managed::live::{
     OpenReply, OutputBuffer, Reply, TermCommand as Cmd, check_next_wait, next_expired,
-    not_live_here, run_wait_expired, task_ended as ended,
+    not_live_here, reply, run_wait_expired, task_ended as ended,
 };
 use smolbox_core::managed::spec::ManagedTerminalSpec;
 use smolbox_core::managed::terminal::{ConsumerId, Registry};
@@ -71,13 +71,6 @@ impl LiveConn for Live {
     }
 }
 
-/// A caller's reply over a oneshot channel.
-fn reply<T: Send + 'static>(tx: oneshot::Sender<T>) -> Reply<T> {
-    Box::new(move |v| {
-        let _ = tx.send(v);
-    })
-}
-
 impl ManagedTerminals {
     /// True while this runtime drives any terminal run.
     pub(crate) fn any_running(&self) -> bool {
@@ -116,7 +109,7 @@ impl ManagedTerminals {
     ) -> Result<TerminalOpened, Error> {
         let (run, drive) = self.inner.t.open_run(key, machine, spec)?;
         let (tx, rx) = oneshot::channel();
-        let accepted = OpenReply::new(reply(tx));
+        let accepted = OpenReply::new(reply(move |v| tx.send(v)));
         tokio::spawn(drive_run(Arc::clone(&self.inner), run, accepted, drive));
         rx.await.map_err(|_| ended(Operation::TerminalOpen))?
     }
@@ -195,7 +188,7 @@ impl ManagedTerminals {
         let fetched = self.fetch(key).await;
         let run = self.inner.t.resume_run(key, fetched)?;
         let (tx, rx) = oneshot::channel();
-        let accepted = OpenReply::new(reply(tx));
+        let accepted = OpenReply::new(reply(move |v| tx.send(v)));
         tokio::spawn(drive_run(Arc::clone(&self.inner), run, accepted, true));
         match rx.await {
             Ok(Ok(_)) | Err(_) => self.fetch(key).await,
@@ -257,7 +250,7 @@ impl ManagedTerminal {
     ) -> Result<T, Error> {
         self.inner.t.check(&self.key, self.who)?;
         let (tx, rx) = oneshot::channel();
-        if !self.live.send(make(reply(tx))) {
+        if !self.live.send(make(reply(move |v| tx.send(v)))) {
             return Err(ended(op));
         }
         rx.await.map_err(|_| ended(op))?
@@ -334,7 +327,7 @@ impl ManagedTerminal {
     pub async fn close(mut self) -> Result<TerminalExit, Error> {
         self.inner.t.check(&self.key, self.who)?;
         let (tx, rx) = oneshot::channel();
-        let outcome = if self.live.send(Cmd::Close(reply(tx))) {
+        let outcome = if self.live.send(Cmd::Close(reply(move |v| tx.send(v)))) {
             rx.await.map_err(|_| ended(Operation::TerminalClose))?
         } else {
             lock(&self.live.queue)

@@ -31,6 +31,9 @@ use smolbox_core::worker::{ConnectPlan, Endpoint};
 use smolbox_core::{Error, Operation, Reason};
 
 pub use rustls;
+pub use target::{Target, unix_socket_facts};
+
+mod target;
 
 /// Largest CA bundle accepted (PEM bytes): far above any real bundle, small
 /// enough that a wrong path (a disk image, a log) is refused, not read.
