@@ -34,6 +34,8 @@ pub use rustls;
 pub use target::{Target, unix_socket_facts};
 
 mod target;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 
 /// Largest CA bundle accepted (PEM bytes): far above any real bundle, small
 /// enough that a wrong path (a disk image, a log) is refused, not read.

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use smolbox_core::{Category, Evidence, Operation};
 
-use super::pki::Pki;
 use smolbox_core::{Machine, TransportFailure};
+use smolbox_tls::testkit::Pki;
 
 use crate::conn::Conn;
 use crate::errors::ConnectError;

@@ -1,5 +1,10 @@
-//! A throwaway PKI for TLS tests: a CA, a server certificate for
-//! `127.0.0.1`/`localhost`, a client certificate, all written as PEM files.
+//! A throwaway PKI for TLS tests (feature `testkit`; never in a production
+//! build): a CA, a server certificate for the given names and a client
+//! certificate, written as PEM files into a temporary directory, and the
+//! rustls server configuration a loopback peer presents. Both shells'
+//! transport tests use it.
+
+#![allow(clippy::unwrap_used, clippy::missing_panics_doc)] // test support
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -10,18 +15,34 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::TlsFiles;
 
-pub(crate) struct Pki {
-    pub(crate) dir: tempfile::TempDir,
-    pub(crate) ca_pem: String,
-    pub(crate) server_cert_pem: String,
-    pub(crate) server_key_pem: String,
-    pub(crate) client_cert_pem: String,
-    pub(crate) client_key_pem: String,
+/// A CA, a server certificate and a client certificate (PEM), the files
+/// `ca.pem`, `server.pem`, `server.key`, `client.pem` and `client.key` in
+/// [`Pki::path`]'s directory (removed on drop).
+pub struct Pki {
+    dir: tempfile::TempDir,
+    /// The CA certificate.
+    pub ca_pem: String,
+    /// The server certificate (signed by the CA).
+    pub server_cert_pem: String,
+    /// The server's private key.
+    pub server_key_pem: String,
+    /// The client certificate (signed by the CA).
+    pub client_cert_pem: String,
+    /// The client's private key.
+    pub client_key_pem: String,
+}
+
+impl std::fmt::Debug for Pki {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pki")
+            .field("dir", &self.dir.path())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Pki {
     /// A CA, a server certificate for `names`, and a client certificate.
-    pub(crate) fn new(names: &[&str]) -> Self {
+    pub fn new(names: &[&str]) -> Self {
         let ca_key = KeyPair::generate().unwrap();
         let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
         ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -38,39 +59,50 @@ impl Pki {
         let client_params = CertificateParams::new(vec!["client".to_owned()]).unwrap();
         let client_cert = client_params.signed_by(&client_key, &issuer).unwrap();
 
-        let dir = tempfile::tempdir().unwrap();
         let pki = Self {
-            dir,
+            dir: tempfile::tempdir().unwrap(),
             ca_pem: ca_cert.pem(),
             server_cert_pem: server_cert.pem(),
             server_key_pem: server_key.serialize_pem(),
             client_cert_pem: client_cert.pem(),
             client_key_pem: client_key.serialize_pem(),
         };
-        std::fs::write(pki.path("ca.pem"), &pki.ca_pem).unwrap();
-        std::fs::write(pki.path("client.pem"), &pki.client_cert_pem).unwrap();
-        std::fs::write(pki.path("client.key"), &pki.client_key_pem).unwrap();
+        for (name, text) in [
+            ("ca.pem", &pki.ca_pem),
+            ("server.pem", &pki.server_cert_pem),
+            ("server.key", &pki.server_key_pem),
+            ("client.pem", &pki.client_cert_pem),
+            ("client.key", &pki.client_key_pem),
+        ] {
+            std::fs::write(pki.path(name), text).unwrap();
+        }
         pki
     }
 
-    pub(crate) fn path(&self, name: &str) -> PathBuf {
+    /// A file in the PKI's directory.
+    pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
+    /// The client certificate and key files (mutual TLS).
+    pub fn client_identity(&self) -> (PathBuf, PathBuf) {
+        (self.path("client.pem"), self.path("client.key"))
+    }
+
     /// Client files: this CA, with or without the client identity.
-    pub(crate) fn client_files(&self, with_identity: bool) -> TlsFiles {
+    pub fn client_files(&self, with_identity: bool) -> TlsFiles {
         TlsFiles {
             ca_file: Some(self.path("ca.pem")),
             system_roots: false,
-            client_identity: with_identity
-                .then(|| (self.path("client.pem"), self.path("client.key"))),
+            client_identity: with_identity.then(|| self.client_identity()),
         }
     }
 
-    /// A rustls server config; `require_client` makes it mutual TLS.
-    pub(crate) fn server_config(&self, require_client: bool) -> Arc<rustls::ServerConfig> {
+    /// The server's rustls configuration (ALPN `h2`, `http/1.1`, as the
+    /// worker's listener offers); `require_client` makes it mutual TLS.
+    pub fn server_config(&self, require_client: bool) -> Arc<rustls::ServerConfig> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
             .with_safe_default_protocol_versions()
             .unwrap();
         let builder = if require_client {
