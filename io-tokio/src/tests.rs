@@ -11,7 +11,7 @@ use tokio::net::{TcpListener, UnixListener};
 
 use crate::pool::Pool;
 use crate::transport::{SocketTarget, TlsFiles};
-use smolbox_tls::testkit::Pki;
+use smolbox_tls::testkit::{Pki, REFUSED_SOCKET_MODES, SocketDir};
 
 /// A mutual-TLS echo server on 127.0.0.1; returns its port.
 async fn mtls_echo(pki: &Pki) -> u16 {
@@ -373,22 +373,10 @@ async fn plain_tcp_connects_only_to_loopback_addresses() {
 
 #[tokio::test]
 async fn a_unix_socket_others_could_replace_or_write_is_refused_unsent() {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("w.sock");
-    let _listener = UnixListener::bind(&path).unwrap();
-    let set = |p: &std::path::Path, mode| {
-        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
-    };
-    for (dir_mode, sock_mode, reason) in [
-        (0o777, 0o755, Reason::SocketDirWritableByOthers),
-        (0o1777, 0o755, Reason::SocketDirWritableByOthers),
-        (0o770, 0o755, Reason::SocketDirWritableByOthers),
-        (0o700, 0o777, Reason::SocketWritableByOthers),
-    ] {
-        set(dir.path(), dir_mode);
-        set(&path, sock_mode);
-        let e = SocketTarget::unix(&path)
+    let s = SocketDir::new();
+    for (dir_mode, sock_mode, reason) in REFUSED_SOCKET_MODES {
+        s.set_modes(dir_mode, sock_mode);
+        let e = SocketTarget::unix(s.socket())
             .connect(soon(), Operation::Health)
             .await
             .unwrap_err();
@@ -404,18 +392,15 @@ async fn a_unix_socket_others_could_replace_or_write_is_refused_unsent() {
         );
     }
     // A private directory and a socket others cannot write: accepted.
-    set(dir.path(), 0o700);
-    set(&path, 0o775);
+    s.set_modes(0o700, 0o775);
     assert!(
-        SocketTarget::unix(&path)
+        SocketTarget::unix(s.socket())
             .connect(soon(), Operation::Health)
             .await
             .is_ok()
     );
     // A regular file is not a socket.
-    let file = dir.path().join("f");
-    std::fs::write(&file, b"").unwrap();
-    let e = SocketTarget::unix(&file)
+    let e = SocketTarget::unix(s.regular_file())
         .connect(soon(), Operation::Health)
         .await
         .unwrap_err();

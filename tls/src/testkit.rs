@@ -127,3 +127,72 @@ impl Pki {
         Arc::new(config)
     }
 }
+
+/// The (directory mode, socket mode, reason) cases a connect to a Unix
+/// socket refuses before anything is sent: others could replace or write
+/// the socket (core's `check_unix_socket` on [`crate::unix_socket_facts`]).
+pub const REFUSED_SOCKET_MODES: [(u32, u32, smolbox_core::Reason); 4] = [
+    (
+        0o777,
+        0o755,
+        smolbox_core::Reason::SocketDirWritableByOthers,
+    ),
+    (
+        0o1777,
+        0o755,
+        smolbox_core::Reason::SocketDirWritableByOthers,
+    ),
+    (
+        0o770,
+        0o755,
+        smolbox_core::Reason::SocketDirWritableByOthers,
+    ),
+    (0o700, 0o777, smolbox_core::Reason::SocketWritableByOthers),
+];
+
+/// A listening Unix socket `w.sock` in a fresh directory whose modes a
+/// test sets, and a regular file `f` beside it.
+#[derive(Debug)]
+pub struct SocketDir {
+    dir: tempfile::TempDir,
+    _listener: std::os::unix::net::UnixListener,
+}
+
+impl SocketDir {
+    /// The directory, the listening socket and the regular file.
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = std::os::unix::net::UnixListener::bind(dir.path().join("w.sock")).unwrap();
+        std::fs::write(dir.path().join("f"), b"").unwrap();
+        Self {
+            dir,
+            _listener: listener,
+        }
+    }
+
+    /// The socket's path.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("w.sock")
+    }
+
+    /// A regular file beside the socket (not a socket).
+    pub fn regular_file(&self) -> PathBuf {
+        self.dir.path().join("f")
+    }
+
+    /// Sets the directory's and the socket's permission bits.
+    pub fn set_modes(&self, dir_mode: u32, socket_mode: u32) {
+        use std::os::unix::fs::PermissionsExt;
+        let set = |p: &std::path::Path, mode| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+        };
+        set(self.dir.path(), dir_mode);
+        set(&self.socket(), socket_mode);
+    }
+}
+
+impl Default for SocketDir {
+    fn default() -> Self {
+        Self::new()
+    }
+}
