@@ -122,7 +122,7 @@ impl ManagedTerminals {
     ) -> Result<(), Error> {
         let inner = Arc::clone(&self.inner);
         let key = run.key().clone();
-        let accepted = OpenReply::new(reply(move |v| tx.send(v)));
+        let accepted = OpenReply::new(reply(move |v| tx.send(v).is_ok()));
         std::thread::Builder::new()
             .name("smolbox-terminal".into())
             .spawn(move || drive_run(&inner, run, accepted, owns_key))
@@ -250,7 +250,7 @@ impl ManagedTerminal {
     ) -> Result<T, Error> {
         self.c.check()?;
         let (tx, rx) = mpsc::channel();
-        if !self.c.live().send(make(reply(move |v| tx.send(v)))) {
+        if !self.c.live().send(make(reply(move |v| tx.send(v).is_ok()))) {
             return Err(ended(op));
         }
         rx.recv().map_err(|_| ended(op))?

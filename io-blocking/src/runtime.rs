@@ -165,7 +165,7 @@ impl Runtime {
     ) -> Result<T, Error> {
         let (tx, rx) = mpsc::channel();
         self.cmd
-            .send(Input::Command(make(reply(move |v| tx.send(v)))))
+            .send(Input::Command(make(reply(move |v| tx.send(v).is_ok()))))
             .map_err(|_| stopped(op))?;
         rx.recv().map_err(|_| stopped(op))?
     }
@@ -262,7 +262,7 @@ impl Runtime {
         if self
             .cmd
             .send(Input::Command(Command::Shutdown(reply(move |v| {
-                tx.send(v)
+                tx.send(v).is_ok()
             }))))
             .is_ok()
         {

@@ -109,7 +109,7 @@ impl ManagedTerminals {
     ) -> Result<TerminalOpened, Error> {
         let (run, drive) = self.inner.t.open_run(key, machine, spec)?;
         let (tx, rx) = oneshot::channel();
-        let accepted = OpenReply::new(reply(move |v| tx.send(v)));
+        let accepted = OpenReply::new(reply(move |v| tx.send(v).is_ok()));
         tokio::spawn(drive_run(Arc::clone(&self.inner), run, accepted, drive));
         rx.await.map_err(|_| ended(Operation::TerminalOpen))?
     }
@@ -185,7 +185,7 @@ impl ManagedTerminals {
         let fetched = self.fetch(key).await;
         let run = self.inner.t.resume_run(key, fetched)?;
         let (tx, rx) = oneshot::channel();
-        let accepted = OpenReply::new(reply(move |v| tx.send(v)));
+        let accepted = OpenReply::new(reply(move |v| tx.send(v).is_ok()));
         tokio::spawn(drive_run(Arc::clone(&self.inner), run, accepted, true));
         match rx.await {
             Ok(Ok(_)) | Err(_) => self.fetch(key).await,
@@ -236,7 +236,7 @@ impl ManagedTerminal {
     ) -> Result<T, Error> {
         self.c.check()?;
         let (tx, rx) = oneshot::channel();
-        if !self.c.live().send(make(reply(move |v| tx.send(v)))) {
+        if !self.c.live().send(make(reply(move |v| tx.send(v).is_ok()))) {
             return Err(ended(op));
         }
         rx.await.map_err(|_| ended(op))?
@@ -307,7 +307,11 @@ impl ManagedTerminal {
     pub async fn close(mut self) -> Result<TerminalExit, Error> {
         self.c.check()?;
         let (tx, rx) = oneshot::channel();
-        let outcome = if self.c.live().send(Cmd::Close(reply(move |v| tx.send(v)))) {
+        let outcome = if self
+            .c
+            .live()
+            .send(Cmd::Close(reply(move |v| tx.send(v).is_ok())))
+        {
             rx.await.map_err(|_| ended(Operation::TerminalClose))?
         } else {
             lock(&self.c.live().queue)

@@ -139,7 +139,7 @@ impl Runtime {
     ) -> Result<T, Error> {
         let (tx, rx) = oneshot::channel();
         self.cmd
-            .send(make(reply(move |v| tx.send(v))))
+            .send(make(reply(move |v| tx.send(v).is_ok())))
             .map_err(|_| stopped(op))?;
         rx.await.map_err(|_| stopped(op))?
     }
@@ -235,7 +235,7 @@ impl Runtime {
         let (tx, rx) = oneshot::channel();
         if self
             .cmd
-            .send(Command::Shutdown(reply(move |v| tx.send(v))))
+            .send(Command::Shutdown(reply(move |v| tx.send(v).is_ok())))
             .is_ok()
         {
             let _ = rx.await;

@@ -28,12 +28,13 @@ use crate::{Error, Evidence, Operation};
 /// How a shell answers one waiting caller: a closure over its channel.
 pub type Reply<T> = Box<dyn FnOnce(T) + Send>;
 
-/// A [`Reply`] through `send`, a send on the shell's channel (for example
-/// `move |v| tx.send(v)`); a caller that stopped waiting is not an error,
-/// so the send's failure is ignored.
-pub fn reply<T, E>(send: impl FnOnce(T) -> Result<(), E> + Send + 'static) -> Reply<T> {
+/// A [`Reply`] through `send`, a send on the shell's channel that says
+/// whether the caller still waited (for example
+/// `move |v| tx.send(v).is_ok()`); a caller that stopped waiting is not an
+/// error, so the answer is ignored.
+pub fn reply<T>(send: impl FnOnce(T) -> bool + Send + 'static) -> Reply<T> {
     Box::new(move |v| {
-        let _ = send(v);
+        let _delivered = send(v);
     })
 }
 
@@ -446,12 +447,12 @@ mod tests {
     #[test]
     fn a_reply_delivers_through_its_send_and_ignores_a_gone_caller() {
         let (tx, rx) = std::sync::mpsc::channel();
-        reply(move |v| tx.send(v))(7_u32);
+        reply(move |v| tx.send(v).is_ok())(7_u32);
         assert_eq!(rx.recv(), Ok(7));
         let (tx, rx) = std::sync::mpsc::channel::<u32>();
         drop(rx);
         // The caller stopped waiting: answering it is not a failure.
-        reply(move |v| tx.send(v))(8);
+        reply(move |v| tx.send(v).is_ok())(8);
     }
 
     #[allow(clippy::disallowed_methods)] // an arbitrary origin; time is virtual after
