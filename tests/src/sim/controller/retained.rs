@@ -409,6 +409,7 @@ impl Sim {
                 machine,
                 key: job.key,
                 command,
+                files: smolbox_core::managed::CommandFiles::default(),
             },
         );
     }
