@@ -138,6 +138,17 @@ pub trait ManagedShell: Sized {
         key: &RecordKey,
         command: &Command,
     ) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error>;
+    /// `machines().submit_with_files`.
+    ///
+    /// # Errors
+    /// As the runtime's.
+    fn m_submit_files(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+        files: &smolbox_core::managed::CommandFiles,
+    ) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error>;
     /// `machines().stop_for_drain`.
     ///
     /// # Errors
@@ -285,6 +296,17 @@ impl ManagedShell for BlockingManaged {
         command: &Command,
     ) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error> {
         self.0.machines().submit(machine, key, command)
+    }
+    fn m_submit_files(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+        files: &smolbox_core::managed::CommandFiles,
+    ) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error> {
+        self.0
+            .machines()
+            .submit_with_files(machine, key, command, files)
     }
     fn m_stop_for_drain(&self, key: &RecordKey, version: u64) -> Result<MachineRecord, Error> {
         self.0.machines().stop_for_drain(key, version)
@@ -437,6 +459,19 @@ impl ManagedShell for TokioManaged {
     ) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error> {
         self.rt
             .block_on(self.runtime.machines().submit(machine, key, command))
+    }
+    fn m_submit_files(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+        files: &smolbox_core::managed::CommandFiles,
+    ) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error> {
+        self.rt.block_on(
+            self.runtime
+                .machines()
+                .submit_with_files(machine, key, command, files),
+        )
     }
     fn m_stop_for_drain(&self, key: &RecordKey, version: u64) -> Result<MachineRecord, Error> {
         self.rt
