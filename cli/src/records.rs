@@ -515,6 +515,18 @@ impl<'a> Rt<'a> {
         }
     }
 
+    /// Submits `command` with its declared files into the machine's slot
+    /// under `key`.
+    pub(crate) fn m_submit_files(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+        files: &smolbox_core::managed::CommandFiles,
+    ) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error> {
+        machines!(self, submit_with_files(machine, key, command, files))
+    }
+
     /// Submits `command` into the machine's slot under `key`.
     pub(crate) fn m_submit(
         &self,
