@@ -334,7 +334,7 @@ impl Sim {
             probes: probes::Probes::new(seed),
             files: files::SimFiles::new(
                 seed,
-                opts.inputs && std::env::var(super::INPUTS_VAR).map_or(true, |v| v.trim() != "0"),
+                opts.inputs && super::inputs_on(),
             ),
         };
         sim.workload(&mut rng);
