@@ -600,7 +600,11 @@ fn exec_into_a_managed_slot_stages_inputs_and_collects_outputs() {
         assert!(!big.exists());
         let next = sb(&["exec", &id, "--", "true"]);
         assert_eq!(code(&next), 8, "busy: {}", stderr(&next));
-        assert!(stderr(&next).contains("admission_exhausted"), "{}", stderr(&next));
+        assert!(
+            stderr(&next).contains("admission_exhausted"),
+            "{}",
+            stderr(&next)
+        );
         let m = sb(&["--json", "machine", "get", &id]);
         assert_eq!(json(&m)["state"], "unknown", "{}", stdout(&m));
     }
@@ -609,14 +613,24 @@ fn exec_into_a_managed_slot_stages_inputs_and_collects_outputs() {
     let o = run(
         &w,
         "tokio",
-        &["--store", db, "exec", "nosuch", "--input", &input, "--", "true"],
+        &[
+            "--store", db, "exec", "nosuch", "--input", &input, "--", "true",
+        ],
     );
     refused(&o, 2, "exec_files_need_managed_machine");
     let o = run(
         &w,
         "tokio",
         &[
-            "--store", db, "exec", "fbox-tokio", "--stream", "--input", &input, "--", "true",
+            "--store",
+            db,
+            "exec",
+            "fbox-tokio",
+            "--stream",
+            "--input",
+            &input,
+            "--",
+            "true",
         ],
     );
     refused(&o, 2, "exec_files_with_stream");

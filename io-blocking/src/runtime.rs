@@ -34,8 +34,8 @@ use smolbox_core::managed::controller::{
     OpId, StoreOp, Submit, WorkerOp, WorkerReply, WorkerResult,
 };
 use smolbox_core::managed::state::MachineOperation;
-use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
 use smolbox_core::managed::{CommandFiles, MachineRecord, RetainedMachineSpec};
+use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
 use smolbox_core::{Category, Error, Evidence, Operation};
 use smolbox_store::Page;
 use smolbox_store::Store;

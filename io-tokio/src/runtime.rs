@@ -29,8 +29,8 @@ use smolbox_core::managed::controller::{
     OpId, StoreOp, Submit, WorkerOp, WorkerReply, WorkerResult,
 };
 use smolbox_core::managed::state::MachineOperation;
-use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
 use smolbox_core::managed::{CommandFiles, MachineRecord, RetainedMachineSpec};
+use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
 use smolbox_core::{Category, Error, Evidence, Operation};
 use smolbox_store::Page;
 use smolbox_store::Store;
@@ -408,7 +408,8 @@ impl Machines<'_> {
         key: &RecordKey,
         command: &smolbox_core::exec::Command,
     ) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error> {
-        self.submit_with_files(machine, key, command, &CommandFiles::default()).await
+        self.submit_with_files(machine, key, command, &CommandFiles::default())
+            .await
     }
 
     /// [`Machines::submit`] with declared files (C6.4), by the rules of a
@@ -430,7 +431,8 @@ impl Machines<'_> {
         command: &smolbox_core::exec::Command,
         files: &CommandFiles,
     ) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error> {
-        self.call(machine_call::submit(machine, key, command, files)).await
+        self.call(machine_call::submit(machine, key, command, files))
+            .await
     }
 
     /// Observes the worker and records what it shows (C14.2).

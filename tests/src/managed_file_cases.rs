@@ -296,9 +296,7 @@ fn machine_when<M: ManagedShell>(
 /// sizes and digests recorded and equal to the bytes stored; the slot is
 /// released after the collection. The machine keeps the files: the next
 /// command (without files) reads the output back.
-pub fn slot_files_are_staged_and_collected_on_a_retained_machine<M: ManagedShell>(
-    kind: StoreKind,
-) {
+pub fn slot_files_are_staged_and_collected_on_a_retained_machine<M: ManagedShell>(kind: StoreKind) {
     let Some(s) = setup(kind) else { return };
     let a = Arc::new(MemoryArtifacts::new());
     let rt: M = s.runtime(&options(&a));
@@ -323,7 +321,12 @@ pub fn slot_files_are_staged_and_collected_on_a_retained_machine<M: ManagedShell
                   sha256sum /workspace/in.txt | cut -d' ' -f1 > /workspace/sum.txt; exit 6";
     let c = RecordKey::new("boxes", "sf1").unwrap();
     let (rec, _, existing) = rt
-        .m_submit_files(&box_key("fbox"), &c, &Command::new(["sh", "-c", script]), &files)
+        .m_submit_files(
+            &box_key("fbox"),
+            &c,
+            &Command::new(["sh", "-c", script]),
+            &files,
+        )
         .unwrap();
     assert!(!existing);
     assert_eq!(rec.spec.inputs.len(), 1);
@@ -347,7 +350,11 @@ pub fn slot_files_are_staged_and_collected_on_a_retained_machine<M: ManagedShell
     assert_eq!(rec.artifacts[1].sha256, sha256_hex(&sum.1));
     let w = &s.fixture.worker;
     assert_eq!(w.request_count(Route::FilesPut), 1, "the input once");
-    assert_eq!(w.request_count(Route::FilesGet), 3, "a read-back, two outputs");
+    assert_eq!(
+        w.request_count(Route::FilesGet),
+        3,
+        "a read-back, two outputs"
+    );
     assert_eq!(s.execs(), 1);
     let m = slot_empty(&rt, "fbox");
     assert_eq!(m.state, MS::Running);
@@ -392,15 +399,23 @@ pub fn an_oversized_slot_output_is_collection_failed_and_keeps_the_slot<M: Manag
     };
     let script = "printf 12345678 > /workspace/n.txt; printf 123456789 > /workspace/n1.txt; exit 2";
     let c = RecordKey::new("boxes", "so1").unwrap();
-    rt.m_submit_files(&box_key("obox"), &c, &Command::new(["sh", "-c", script]), &files)
-        .unwrap();
+    rt.m_submit_files(
+        &box_key("obox"),
+        &c,
+        &Command::new(["sh", "-c", script]),
+        &files,
+    )
+    .unwrap();
     let out = rt.wait(&c, 30_000).unwrap();
     let rec = &out.record;
     assert_eq!(rec.state, ExecState::CollectionFailed, "{:?}", out.error);
     assert_eq!(rec.collection, Collection::Partial);
     assert_eq!(rec.evidence, RecordEvidence::Exited);
     assert_eq!(out.exit_code(), Some(2));
-    assert_eq!(out.error.as_ref().map(smolbox_core::Error::category), Some(Category::OutputLimit));
+    assert_eq!(
+        out.error.as_ref().map(smolbox_core::Error::category),
+        Some(Category::OutputLimit)
+    );
     assert_eq!(rec.artifacts.len(), 1, "N collected");
     assert_eq!(&a.output(&c, "n").unwrap().1[..], b"12345678");
     assert!(a.output(&c, "n1").is_none(), "N + 1 not stored");
@@ -439,7 +454,12 @@ pub fn slot_files_without_an_artifact_store_are_refused<M: ManagedShell>(kind: S
     assert_eq!(e.category(), Category::UnsupportedCapability);
     assert_eq!(e.reason(), Reason::FileTransfer);
     assert_eq!(rt.fetch(&c).unwrap_err().category(), Category::NotFound);
-    assert!(rt.m_inspect(&box_key("nbox")).unwrap().active_execution.is_none());
+    assert!(
+        rt.m_inspect(&box_key("nbox"))
+            .unwrap()
+            .active_execution
+            .is_none()
+    );
     assert_eq!(s.execs(), 0);
     rt.shutdown();
 }

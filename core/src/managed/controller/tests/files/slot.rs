@@ -19,7 +19,11 @@ fn mname() -> String {
 /// The retained machine as the worker shows it: the incarnation the
 /// machine tests created (`created_at` 1,700,000,000) in `state`.
 fn seen(state: MachineState, created_at: u64) -> WorkerResult {
-    Ok(WorkerReply::Machine(observation(&mname(), state, created_at)))
+    Ok(WorkerReply::Machine(observation(
+        &mname(),
+        state,
+        created_at,
+    )))
 }
 
 fn running() -> WorkerResult {
@@ -56,8 +60,7 @@ fn stage(s: &mut Sim) {
 }
 
 #[test]
-fn inputs_are_staged_in_the_slot_before_the_intent_and_outputs_collected_before_the_slot_finish()
-{
+fn inputs_are_staged_in_the_slot_before_the_intent_and_outputs_collected_before_the_slot_finish() {
     let (mut s, key) = submitted("sf1", &one_in_one_out());
     // Accepted with the slot but without the intent: this controller
     // writes `preparing` and stages under it.
@@ -79,7 +82,10 @@ fn inputs_are_staged_in_the_slot_before_the_intent_and_outputs_collected_before_
     else {
         unreachable!()
     };
-    assert_eq!((worker_id.as_str(), name.as_str()), (WORKER, mname().as_str()));
+    assert_eq!(
+        (worker_id.as_str(), name.as_str()),
+        (WORKER, mname().as_str())
+    );
     assert_eq!((source.as_str(), sha256, size), ("in-a", sha(b"alpha"), 5));
     assert_eq!(per_file, PER_FILE);
     assert!(!dispatch_written(&s), "no intent before the read-back");
@@ -306,7 +312,9 @@ fn slot_files_it_cannot_transfer_are_refused_before_anything_is_stored() {
         inputs: vec![input("/etc/x", "a", b"")],
         outputs: Vec::new(),
     };
-    let e = s.submit_files_to_slot("sf11", &cmd(), &outside).unwrap_err();
+    let e = s
+        .submit_files_to_slot("sf11", &cmd(), &outside)
+        .unwrap_err();
     assert_eq!(e.reason(), Reason::PathOutsideUploadRoots);
     assert!(s.store.records.is_empty(), "nothing stored");
     assert!(s.machine().active_execution.is_none());
