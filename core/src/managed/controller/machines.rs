@@ -1217,7 +1217,7 @@ const fn operation_of(op: MachineOperation) -> Operation {
 /// The stored spec of `command` with `files` in the slot of `machine` (its
 /// scope, artifact and exact profile, C14.3). A command with files takes
 /// the machine's guest-path policy and is checked by the acceptance rules
-/// of a disposable command's files ([`super::exec::check_files`]); one
+/// of a disposable command's files (`exec::check_files`); one
 /// without files stores no policy (its identity is unchanged).
 ///
 /// # Errors
