@@ -342,3 +342,29 @@ fn the_same_files_join_and_other_files_conflict() {
     assert_eq!(kinds(&s), ["upload"], "one staging");
     assert_eq!(s.record(&key).state, ExecState::Preparing);
 }
+
+/// C14.3: a cancel during staging stops it before the next transfer (the
+/// upload out is answered, nothing more is sent, no exec); `cancelled`
+/// with inputs keeps the slot (some may be staged), the machine `unknown`.
+#[test]
+fn a_cancel_during_staging_sends_nothing_more_and_keeps_the_slot() {
+    let files = CommandFiles {
+        inputs: vec![
+            input("/workspace/a.txt", "in-a", b"alpha"),
+            input("/workspace/b.txt", "in-b", b"bravo!"),
+        ],
+        outputs: Vec::new(),
+    };
+    let (mut s, key) = submitted("sf14", &files);
+    assert_eq!(kinds(&s), ["upload"]);
+    s.ctl.cancel(s.now, s.now_ms, key.clone());
+    s.settle();
+    s.answer("upload", uploaded(5));
+    assert!(s.worker.is_empty(), "nothing more: {:?}", kinds(&s));
+    let rec = s.record(&key).clone();
+    assert_eq!(rec.state, ExecState::Cancelled);
+    assert_eq!(rec.evidence, RecordEvidence::NotDispatched);
+    assert_eq!(rec.cleanup, Cleanup::Failed);
+    assert_eq!(s.machine().active_execution.as_ref(), Some(&key));
+    assert_eq!(s.machine().state, MS::Unknown);
+}
