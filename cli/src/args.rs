@@ -333,7 +333,7 @@ pub(crate) struct ExecArgs {
     /// --input` (read and hashed before anything is sent, kept in the
     /// artifact directory, uploaded, read back and checked inside the
     /// machine's slot before the command is sent). Only into a managed
-    /// machine (`machine create`); not with --stream.
+    /// machine (`machine create`).
     #[arg(long = "input", value_name = "LOCAL:GUEST_PATH")]
     pub(crate) inputs: Vec<String>,
     /// A guest file collected from a managed machine after the command

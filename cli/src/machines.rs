@@ -431,7 +431,7 @@ pub(crate) fn exec(
         .replacen("sb-", "x-", 1);
     let key = records::key(&id)?;
     if files.any() {
-        return crate::run_files::in_slot(ctx, name, &key, cmd, files, json);
+        return crate::run_files::in_slot(ctx, name, &key, cmd, files, stream, json);
     }
     if stream {
         return with_rt(ctx, |rt| {

@@ -458,6 +458,21 @@ impl<'a> Rt<'a> {
         machines!(self, run_streamed(machine, key, command, on_event))
     }
 
+    /// [`Self::m_run_streamed`] with declared files.
+    pub(crate) fn m_run_streamed_files(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+        files: &smolbox_core::managed::CommandFiles,
+        on_event: &mut (dyn FnMut(&ExecEvent) + Send),
+    ) -> Result<Outcome, Error> {
+        machines!(
+            self,
+            run_streamed_with_files(machine, key, command, files, on_event)
+        )
+    }
+
     /// One wait of at most `ms` (≤ 900,000).
     pub(crate) fn wait(&self, key: &RecordKey, ms: u64) -> Result<Outcome, Error> {
         match self {

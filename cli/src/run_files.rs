@@ -168,22 +168,14 @@ pub(crate) struct Flags<'a> {
 /// the same checks, done before any worker request.
 ///
 /// # Errors
-/// As [`prepare`]; `validation` (`exec_files_with_stream`) for files with
-/// `--stream`.
+/// As [`prepare`].
 pub(crate) fn prepare_exec(args: &crate::args::ExecArgs) -> Result<Files, Failure> {
-    let files = prepare_flags(&Flags {
+    prepare_flags(&Flags {
         inputs: &args.inputs,
         outputs: &args.outputs,
         output_max: args.output_max,
         detach: false,
-    })?;
-    if files.any() && args.opts.stream {
-        return Err(refused(Error::validation(
-            Operation::Submit,
-            Reason::ExecFilesWithStream,
-        )));
-    }
-    Ok(files)
+    })
 }
 
 fn prepare_flags(args: &Flags<'_>) -> Result<Files, Failure> {
@@ -350,6 +342,7 @@ pub(crate) fn in_slot(
     key: &RecordKey,
     cmd: &Command,
     files: &Files,
+    stream: bool,
     json: bool,
 ) -> Result<i32, Failure> {
     let machine = records::key(name)?;
@@ -363,6 +356,20 @@ pub(crate) fn in_slot(
     let opened = records::open(ctx.store)?;
     let rt = Rt::with_files(ctx.backend, &opened, ctx.worker, Arc::clone(&artifacts))?;
     let out = (|| {
+        if stream {
+            report::note(&format!(
+                "execution {} into the slot of managed machine {name} (streamed)",
+                key.id
+            ));
+            let mut printer = crate::commands::Printer::new(json);
+            let out = rt
+                .m_run_streamed_files(&machine, key, cmd, &declared, &mut |e: &ExecEvent| {
+                    printer.event(e);
+                })
+                .map_err(|e| crate::machines::slot_note(e.into(), name));
+            printer.done()?;
+            return out;
+        }
         rt.m_submit_files(&machine, key, cmd, &declared)
             .map_err(|e| crate::machines::slot_note(e.into(), name))?;
         report::note(&format!(
@@ -381,7 +388,7 @@ pub(crate) fn in_slot(
     rt.shutdown();
     let out = out?;
     let delivered = deliver(&artifacts, &out.record, files)?;
-    finish(&out, &delivered, false, json)
+    finish(&out, &delivered, stream, json)
 }
 
 /// A fresh execution id for a run without `--id`: `run-` and 20 random

@@ -529,8 +529,9 @@ fn a_streamed_run_reads_its_input() {
 /// hashes it), the outputs come back with the right bytes, the guest's
 /// exit code is the CLI's; an output one byte over `--output-max` fails
 /// the collection with the exit kept and the slot kept (the next `exec`
-/// is refused as busy). Files into a machine that is not a managed one,
-/// and files with `--stream`, are refused before any worker request.
+/// is refused as busy); `--stream` streams the output and moves the files
+/// the same way. Files into a machine that is not a managed one are
+/// refused before any worker request.
 #[test]
 fn exec_into_a_managed_slot_stages_inputs_and_collects_outputs() {
     let w = devworker(None);
@@ -580,6 +581,25 @@ fn exec_into_a_managed_slot_stages_inputs_and_collects_outputs() {
             hex(b"slot bytes\n"),
             "the input arrived with its digest"
         );
+        // Streamed: the output as it comes, the files as buffered.
+        let back = dir.path().join(format!("back-{shell}"));
+        let o = sb(&[
+            "exec",
+            &id,
+            "--stream",
+            "--input",
+            &format!("{}:/workspace/in2.txt", local.display()),
+            "--output",
+            &format!("/workspace/in2.txt:{}", back.display()),
+            "--",
+            "sh",
+            "-c",
+            "cat in2.txt; exit 5",
+        ]);
+        assert_eq!(code(&o), 5, "{shell}: {}", stderr(&o));
+        assert_eq!(stdout(&o), "slot bytes\n");
+        assert!(stderr(&o).contains("(streamed)"), "{}", stderr(&o));
+        assert_eq!(std::fs::read(&back).unwrap(), b"slot bytes\n");
         // An output one byte over its maximum: the exit (0) is kept, the
         // collection failed, the slot stays held.
         let big = dir.path().join(format!("big-{shell}"));
@@ -618,21 +638,5 @@ fn exec_into_a_managed_slot_stages_inputs_and_collects_outputs() {
         ],
     );
     refused(&o, 2, "exec_files_need_managed_machine");
-    let o = run(
-        &w,
-        "tokio",
-        &[
-            "--store",
-            db,
-            "exec",
-            "fbox-tokio",
-            "--stream",
-            "--input",
-            &input,
-            "--",
-            "true",
-        ],
-    );
-    refused(&o, 2, "exec_files_with_stream");
     assert_eq!(mutations(&w), before, "nothing sent");
 }

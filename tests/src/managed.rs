@@ -198,6 +198,18 @@ pub trait ManagedShell: Sized {
         command: &Command,
         on_event: &mut OnEvent<'_>,
     ) -> Result<Outcome, Error>;
+    /// `machines().run_streamed_with_files`.
+    ///
+    /// # Errors
+    /// As the runtime's.
+    fn m_run_streamed_files(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+        files: &smolbox_core::managed::CommandFiles,
+        on_event: &mut OnEvent<'_>,
+    ) -> Result<Outcome, Error>;
 }
 
 /// A streamed run's event callback.
@@ -348,6 +360,18 @@ impl ManagedShell for BlockingManaged {
         self.0
             .machines()
             .run_streamed(machine, key, command, on_event)
+    }
+    fn m_run_streamed_files(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+        files: &smolbox_core::managed::CommandFiles,
+        on_event: &mut OnEvent<'_>,
+    ) -> Result<Outcome, Error> {
+        self.0
+            .machines()
+            .run_streamed_with_files(machine, key, command, files, on_event)
     }
 }
 
@@ -518,6 +542,20 @@ impl ManagedShell for TokioManaged {
             self.runtime
                 .machines()
                 .run_streamed(machine, key, command, on_event),
+        )
+    }
+    fn m_run_streamed_files(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+        files: &smolbox_core::managed::CommandFiles,
+        on_event: &mut OnEvent<'_>,
+    ) -> Result<Outcome, Error> {
+        self.rt.block_on(
+            self.runtime
+                .machines()
+                .run_streamed_with_files(machine, key, command, files, on_event),
         )
     }
 }

@@ -375,6 +375,33 @@ pub fn slot_files_are_staged_and_collected_on_a_retained_machine<M: ManagedShell
         out.output.as_ref().map(|o| o.stdout.as_slice()),
         Some(bytes.as_bytes())
     );
+    // Streamed with files: the input staged before the stream, the
+    // output as it comes, the collected file after the exit.
+    let c3 = RecordKey::new("boxes", "sf3").unwrap();
+    let files = smolbox_core::managed::CommandFiles {
+        inputs: files.inputs,
+        outputs: vec![output("/workspace/again.txt", "again", 1_024)],
+    };
+    let mut seen = Vec::new();
+    let script = "cat /workspace/in.txt | tee /workspace/again.txt; exit 1";
+    let out = rt
+        .m_run_streamed_files(
+            &box_key("fbox"),
+            &c3,
+            &Command::new(["sh", "-c", script]),
+            &files,
+            &mut |e: &smolbox_core::exec::ExecEvent| {
+                if let smolbox_core::exec::ExecEvent::Stdout(b) = e {
+                    seen.extend_from_slice(b.as_bytes());
+                }
+            },
+        )
+        .unwrap();
+    assert_eq!(out.record.state, ExecState::Completed, "{:?}", out.error);
+    assert_eq!(out.exit_code(), Some(1));
+    assert_eq!(seen, bytes.as_bytes());
+    assert_eq!(&a.output(&c3, "again").unwrap().1[..], bytes.as_bytes());
+    assert_eq!(s.fixture.worker.request_count(Route::ExecStream), 1);
     rt.shutdown();
 }
 

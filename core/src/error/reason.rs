@@ -361,8 +361,6 @@ reasons! {
     EvidenceState = "evidence_state",
     /// `exec --input`/`--output` named a machine that is not a managed machine of the store: files go only into a managed machine's slot (`validation`, nothing sent).
     ExecFilesNeedManagedMachine = "exec_files_need_managed_machine",
-    /// `exec --stream` was combined with `--input`/`--output` (`validation`, nothing sent).
-    ExecFilesWithStream = "exec_files_with_stream",
     /// A buffered exec reply's stdout or stderr is not valid base64 (`protocol`).
     ExecReplyBase64 = "exec_reply_base64",
     /// A buffered exec reply is not the expected JSON (`protocol`).
