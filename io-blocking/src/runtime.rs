@@ -34,8 +34,8 @@ use smolbox_core::managed::controller::{
     OpId, StoreOp, Submit, WorkerOp, WorkerReply, WorkerResult,
 };
 use smolbox_core::managed::state::MachineOperation;
+use smolbox_core::managed::{CommandFiles, MachineRecord, RetainedMachineSpec};
 use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
-use smolbox_core::managed::{MachineRecord, RetainedMachineSpec};
 use smolbox_core::{Category, Error, Evidence, Operation};
 use smolbox_store::Page;
 use smolbox_store::Store;
@@ -414,7 +414,29 @@ impl Machines<'_> {
         key: &RecordKey,
         command: &smolbox_core::exec::Command,
     ) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error> {
-        self.call(machine_call::submit(machine, key, command))
+        self.submit_with_files(machine, key, command, &CommandFiles::default())
+    }
+
+    /// [`Machines::submit`] with declared files (C6.4), by the rules of a
+    /// disposable command: each input is read from the runtime's artifact
+    /// store, uploaded and read back (size and SHA-256) inside the slot
+    /// before the dispatch intent; each output is downloaded after the
+    /// exit, with its declared maximum, into the artifact store under
+    /// `(key, destination)`. A failed collection ends `collection_failed`
+    /// with the exit kept and keeps the slot (C14.3).
+    ///
+    /// # Errors
+    /// As [`Machines::submit`]; `unsupported_capability` without an
+    /// artifact store; `validation` for a broken file rule (nothing
+    /// stored).
+    pub fn submit_with_files(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &smolbox_core::exec::Command,
+        files: &CommandFiles,
+    ) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error> {
+        self.call(machine_call::submit(machine, key, command, files))
     }
 
     /// Observes the worker and records what it shows (C14.2).

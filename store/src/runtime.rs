@@ -497,17 +497,19 @@ pub mod machine_call {
         }
     }
 
-    /// A command into the machine's slot.
+    /// A command with its declared files into the machine's slot.
     pub fn submit(
         machine: &RecordKey,
         key: &RecordKey,
         command: &smolbox_core::exec::Command,
+        files: &smolbox_core::managed::CommandFiles,
     ) -> MachineCall<(ExecutionRecord, Option<MachineRecord>, bool)> {
         MachineCall {
             request: MachineRequest::Submit {
                 machine: machine.clone(),
                 key: key.clone(),
                 command: command.clone(),
+                files: files.clone(),
             },
             read: MachineAnswer::into_submitted,
         }

@@ -5,8 +5,8 @@
 use std::sync::mpsc;
 
 use smolbox_core::exec::{Command, ExecEvent};
-use smolbox_core::managed::RecordKey;
 use smolbox_core::managed::controller::{Outcome, Submit, WorkerResult};
+use smolbox_core::managed::{CommandFiles, RecordKey};
 use smolbox_core::{Error, Operation};
 use smolbox_store::runtime::stream::{STREAM_EVENTS, Streams, Tally, hand_over, settled};
 use smolbox_store::runtime::{Command as Cmd, MAX_WAIT_MS, WAIT_POLL, stopped};
@@ -153,10 +153,27 @@ impl Machines<'_> {
         machine: &RecordKey,
         key: &RecordKey,
         command: &Command,
+        on_event: impl FnMut(&ExecEvent),
+    ) -> Result<Outcome, Error> {
+        self.run_streamed_with_files(machine, key, command, &CommandFiles::default(), on_event)
+    }
+
+    /// [`Machines::run_streamed`] with declared files, as
+    /// [`Machines::submit_with_files`]: the output is streamed once the
+    /// inputs are staged; the outputs are collected after the exit.
+    ///
+    /// # Errors
+    /// As [`Machines::submit_with_files`] and [`Runtime::run_streamed`].
+    pub fn run_streamed_with_files(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+        files: &CommandFiles,
         mut on_event: impl FnMut(&ExecEvent),
     ) -> Result<Outcome, Error> {
         let watch = self.rt.watch(key)?;
-        self.submit(machine, key, command)?;
+        self.submit_with_files(machine, key, command, files)?;
         watch.follow(&mut on_event)
     }
 }

@@ -794,3 +794,5 @@ fn a_launch_reply_to_a_foreground_command_is_unknown() {
     assert_eq!(rec.state, ExecState::Unknown);
     assert!(rec.result.is_none());
 }
+
+mod slot;

@@ -370,10 +370,20 @@ impl Sim {
         id: &str,
         command: &Command,
     ) -> Result<MachineAnswer, Error> {
+        self.submit_files_to_slot(id, command, &crate::managed::CommandFiles::default())
+    }
+
+    pub(super) fn submit_files_to_slot(
+        &mut self,
+        id: &str,
+        command: &Command,
+        files: &crate::managed::CommandFiles,
+    ) -> Result<MachineAnswer, Error> {
         self.request(MachineRequest::Submit {
             machine: mkey(),
             key: RecordKey::new("s", id).unwrap(),
             command: command.clone(),
+            files: files.clone(),
         })
     }
 }
