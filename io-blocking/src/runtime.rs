@@ -1,8 +1,9 @@
 //! The managed runtime (DESIGN.md §5a): a driver of one
 //! [`smolbox_core::managed::controller::Controller`] per runtime.
 //!
-//! The driver thread owns the controller's bookkeeping
-//! ([`smolbox_store::runtime::Host`], shared with the tokio shell). It
+//! The driver thread runs the shared driver's turns
+//! ([`smolbox_store::runtime::Driver`] over the controller's bookkeeping,
+//! written once with the tokio shell). It
 //! performs the controller's store ops on one store thread through
 //! [`smolbox_store::apply_op`], its worker ops each on a thread of its own
 //! while it runs (at most one per execution, so at most `max_active`;

@@ -1,8 +1,9 @@
 //! The managed runtime (DESIGN.md §5a): a driver of one
 //! [`smolbox_core::managed::controller::Controller`] per runtime.
 //!
-//! The driver task owns the controller's bookkeeping
-//! ([`smolbox_store::runtime::Host`], shared with the blocking shell). It
+//! The driver task runs the shared driver's turns
+//! ([`smolbox_store::runtime::Driver`] over the controller's bookkeeping,
+//! written once with the blocking shell). It
 //! performs the controller's store ops on tokio's blocking pool (at most
 //! `max_active + 2` at once) through [`smolbox_store::apply_op`], its worker
 //! ops through the configured workers' [`Client`]s, feeds every answer back,
