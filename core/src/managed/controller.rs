@@ -48,7 +48,10 @@
 //! `unknown` (never re-sent); `collecting` → `completed`; not yet
 //! dispatched → dispatched once from the stored spec (after re-checking
 //! it). A record another live controller holds (`stale_claim`) is left
-//! alone and retried after one claim TTL.
+//! alone and retried after one claim TTL. A due row of a record this
+//! controller already drives goes to its execution: one showing it past
+//! `ready` before this execution's own intent means the command is never
+//! sent from it (fuzz finding 5).
 //!
 //! Cancel (C16) persists the request; before dispatch the record becomes
 //! `cancelled` / `not_dispatched` (the store refuses the `dispatching`
@@ -89,8 +92,9 @@
 //! A spec with neither `worker_machine` nor a retained `machine` runs on a
 //! machine the controller creates, on a configured worker with an admitted
 //! profile ([`WorkerEntry::with_profile`]): claim → worker lease (taken and
-//! renewed every third of the TTL while needed; every write on an assigned
-//! record is fenced by it) → `reserve` (capacity and a machine name
+//! renewed every third of the TTL while needed; live only until its TTL
+//! counted on the monotonic clock from the request, whatever the wall
+//! clock says; every write on an assigned record is fenced by it) → `reserve` (capacity and a machine name
 //! `sbx-<hash of the key>` in one transaction) → `preparing` (the durable
 //! create intent) → [`WorkerOp::Create`] (the call itself matches the reply
 //! to the request) → creation evidence (incarnation token) →
@@ -237,7 +241,15 @@ pub(crate) struct Leases {
 #[derive(Debug, Default)]
 struct LeaseState {
     lease: Option<Lease>,
+    /// When the lease was last confirmed (monotonic).
     at: Option<Instant>,
+    /// The lease's monotonic end: its TTL counted from when the request
+    /// that took or renewed it was sent (C13.4's rule for budgets, applied
+    /// to the lease, issue 12): a wall clock stepped back never extends it.
+    until: Option<Instant>,
+    /// When the outstanding take or renewal was sent, and the wall-clock
+    /// time it carried.
+    sent: Option<(Instant, u64)>,
     inflight: bool,
     retry_at: Option<Instant>,
 }
@@ -252,11 +264,20 @@ impl Leases {
             .is_some_and(|l| l.until_ms > now_ms)
     }
 
-    /// The generation of a live, fresh lease on `worker`.
+    /// The monotonic end of the lease on `worker` (see [`Leases::live`]).
+    pub(crate) fn until(&self, worker: &str) -> Option<Instant> {
+        self.map.get(worker)?.until
+    }
+
+    /// The generation of a live, fresh lease on `worker`: unexpired by the
+    /// wall clock and by its monotonic bound, whichever ends first.
     pub(crate) fn live(&self, worker: &str, now: Instant, now_ms: u64) -> Option<u64> {
         let st = self.map.get(worker)?;
         let l = st.lease.as_ref()?;
-        (l.until_ms > now_ms && st.at.is_some_and(|at| now >= at)).then_some(l.generation)
+        (l.until_ms > now_ms
+            && st.at.is_some_and(|at| now >= at)
+            && st.until.is_some_and(|until| now < until))
+        .then_some(l.generation)
     }
 }
 
@@ -923,8 +944,15 @@ impl Controller {
             Purpose::Lease(worker) => {
                 let st = self.leases.map.entry(worker).or_default();
                 st.inflight = false;
+                let sent = st.sent.take();
                 match result {
                     Ok(StoreReply::Lease(l)) if l.owner == self.cfg.owner => {
+                        // Counted from the send, never longer than the TTL
+                        // asked for (a renewal never shortens the stored
+                        // lease, so `until_ms` may reach further).
+                        let (at, ms) = sent.unwrap_or((now, self.now_ms));
+                        let ttl = l.until_ms.saturating_sub(ms).min(self.cfg.lease_ttl_ms);
+                        st.until = Some(at + Duration::from_millis(ttl));
                         st.lease = Some(l);
                         st.at = Some(now);
                     }
@@ -933,6 +961,7 @@ impl Controller {
                     _ => {
                         st.lease = None;
                         st.at = None;
+                        st.until = None;
                         st.retry_at = Some(now + self.cfg.poll());
                     }
                 }
@@ -1048,6 +1077,7 @@ impl Controller {
             let fresh = st
                 .at
                 .is_some_and(|at| now.saturating_duration_since(at) < self.cfg.renew_every())
+                && st.until.is_some_and(|until| now < until)
                 && st.lease.as_ref().is_some_and(|l| l.until_ms > self.now_ms);
             let waiting = st.retry_at.is_some_and(|t| now < t);
             if fresh || st.inflight || waiting {
@@ -1055,6 +1085,7 @@ impl Controller {
             }
             st.inflight = true;
             st.retry_at = None;
+            st.sent = Some((now, self.now_ms));
             let op = StoreOp::ClaimWorker {
                 worker_id: w.clone(),
                 owner: self.cfg.owner.clone(),
@@ -1281,8 +1312,14 @@ impl Controller {
                 }
                 continue;
             }
-            if self.execs.contains_key(&rec.key)
-                || self.accepting.contains_key(&rec.key)
+            if let Some(ex) = self.execs.get_mut(&rec.key) {
+                // Driven here: the row goes to its execution, which never
+                // sends a command a row showed possibly sent by another
+                // controller (fuzz finding 5, session 8).
+                ex.on_scan_row(&rec, &self.cfg);
+                continue;
+            }
+            if self.accepting.contains_key(&rec.key)
                 || self.skip.contains_key(&rec.key)
                 || !self.owns(&rec)
             {

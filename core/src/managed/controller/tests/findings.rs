@@ -335,3 +335,103 @@ fn a_plain_acceptance_shown_dispatching_is_never_sent() {
     assert_eq!(s.worker.len(), 0, "an exec went out on a reply's word");
     assert!(s.record(&key).state.is_before_dispatch());
 }
+
+/// Performs store ops in order (truthfully) until `stop` matches one,
+/// which is returned unanswered; collects worker ops and events.
+fn run_until(s: &mut Sim, stop: impl Fn(&StoreOp) -> bool) -> (OpId, StoreOp) {
+    loop {
+        while let Some((id, op)) = s.ctl.poll_worker_op() {
+            s.worker.push((id, op));
+        }
+        while let Some(e) = s.ctl.poll_event() {
+            s.events.push(e);
+        }
+        let (id, op) = s.ctl.poll_store_op().expect("a store op is out");
+        if stop(&op) {
+            return (id, op);
+        }
+        let r = s.store.apply(&op);
+        s.store_log.push(op);
+        s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    }
+}
+
+/// Fuzz finding 5 (`controller` target, session 7, fixed in session 8):
+/// a due scan read the record of an execution driven here showing another
+/// controller's dispatching intent; the row was dropped. The store then
+/// went back to the accepted row (a rollback the store handle did not
+/// see), so this execution's own guarded writes and intent succeeded and
+/// it sent the command a second time. The row now goes to the execution:
+/// it re-reads the record, and a record shown possibly dispatched and then
+/// read back before dispatch is `record_went_back`, nothing sent.
+#[test]
+fn a_scan_row_showing_another_intent_is_never_followed_by_a_send() {
+    let mut s = Sim::new(detached());
+    // The start's due scan stays unanswered until the record is driven.
+    let (scan, _) = run_until(&mut s, |op| matches!(op, StoreOp::Due { .. }));
+    let key = s.submit("twice", &cmd());
+    let accept = |op: &StoreOp| matches!(op, StoreOp::Accept { record, .. } if record.key == key);
+    let (id, op) = run_until(&mut s, accept);
+    let r = s.store.apply(&op);
+    s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    assert!(s.ctl.is_active(&key), "driven here from its acceptance");
+    // The row as another controller wrote it: claimed, then its intent.
+    let mut row = claim::claim_exec(s.record(&key), "ctl-other", s.now_ms, 1_000).unwrap();
+    for st in crate::managed::testkit::path_to(ExecState::Dispatching) {
+        let patch = crate::managed::testkit::entry_patch(&row, *st);
+        row = apply_exec(&row, &patch, s.now_ms).unwrap();
+    }
+    let due = StoreReply::Due {
+        records: vec![row],
+        next: None,
+    };
+    s.ctl.handle_stored(s.now, s.now_ms, scan, Ok(due));
+    // The store still holds (went back to) the accepted row.
+    s.settle();
+    assert!(s.worker.is_empty(), "sent again: {:?}", s.worker);
+    assert!(s.record(&key).state.is_before_dispatch());
+    let f = s.finished(&key).expect("the execution ended here");
+    let e = f.error.as_ref().expect("with an error");
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::Store, Reason::RecordWentBack)
+    );
+    assert_eq!(
+        e.evidence(),
+        Evidence::DispatchUncertain,
+        "shown possibly sent"
+    );
+    assert!(!f.dispatched);
+}
+
+/// The race the fix of finding 5 must not mistake for another intent: the
+/// due scan reads this execution's own intent after it committed and
+/// before the write's answer arrives. The command is sent, once.
+#[test]
+fn a_scan_row_showing_its_own_intent_before_the_answer_still_sends_once() {
+    let mut s = Sim::new(detached());
+    s.settle();
+    let key = s.submit("race", &cmd());
+    let intent = |op: &StoreOp| {
+        matches!(op, StoreOp::Write { key: k, patch, .. }
+            if *k == key && patch.state == Some(ExecState::Dispatching))
+    };
+    let (id, op) = run_until(&mut s, intent);
+    let r = s.store.apply(&op);
+    s.store_log.push(op);
+    let committed = s.record(&key).clone();
+    assert_eq!(committed.state, ExecState::Dispatching);
+    // A scan now, answered with the committed intent before the write's answer.
+    s.ctl.reconcile(s.now, s.now_ms);
+    let (scan, _) = run_until(&mut s, |op| matches!(op, StoreOp::Due { .. }));
+    let due = StoreReply::Due {
+        records: vec![committed],
+        next: None,
+    };
+    s.ctl.handle_stored(s.now, s.now_ms, scan, Ok(due));
+    s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    s.settle();
+    assert_eq!(s.worker.len(), 1, "the command goes out once");
+    s.answer_exec(exited(0, ""));
+    assert_eq!(s.record(&key).state, ExecState::Completed);
+}
