@@ -137,6 +137,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 mod exec;
+mod leases;
 pub mod machines;
 pub mod ops;
 pub mod release;
@@ -157,8 +158,8 @@ pub use machines::{
 };
 
 use self::exec::{Exec, Step};
+use self::leases::Leases;
 use self::machines::{Mach, Req};
-use super::claim::Lease;
 use super::record::{Claim, ExecResult, ExecutionRecord, MachineRecord, Resources};
 use super::spec::{Action, ExecutionSpec};
 use super::state::{ExecState, RecordEvidence};
@@ -227,57 +228,6 @@ impl WorkerEntry {
     pub fn with_profile(mut self, profile: Profile) -> Self {
         self.profile = Some(Box::new(profile));
         self
-    }
-}
-
-/// The worker leases this controller holds (C15): taken when a disposable
-/// execution needs its worker, renewed every third of the TTL while any
-/// does. Every write on an assigned record is fenced by it.
-#[derive(Debug, Default)]
-pub(crate) struct Leases {
-    map: BTreeMap<String, LeaseState>,
-}
-
-#[derive(Debug, Default)]
-struct LeaseState {
-    lease: Option<Lease>,
-    /// When the lease was last confirmed (monotonic).
-    at: Option<Instant>,
-    /// The lease's monotonic end: its TTL counted from when the request
-    /// that took or renewed it was sent (C13.4's rule for budgets, applied
-    /// to the lease, issue 12): a wall clock stepped back never extends it.
-    until: Option<Instant>,
-    /// When the outstanding take or renewal was sent, and the wall-clock
-    /// time it carried.
-    sent: Option<(Instant, u64)>,
-    inflight: bool,
-    retry_at: Option<Instant>,
-}
-
-impl Leases {
-    /// True while this controller holds an unexpired lease on `worker` (by
-    /// the last wall-clock reading).
-    pub(crate) fn held(&self, worker: &str, now_ms: u64) -> bool {
-        self.map
-            .get(worker)
-            .and_then(|st| st.lease.as_ref())
-            .is_some_and(|l| l.until_ms > now_ms)
-    }
-
-    /// The monotonic end of the lease on `worker` (see [`Leases::live`]).
-    pub(crate) fn until(&self, worker: &str) -> Option<Instant> {
-        self.map.get(worker)?.until
-    }
-
-    /// The generation of a live, fresh lease on `worker`: unexpired by the
-    /// wall clock and by its monotonic bound, whichever ends first.
-    pub(crate) fn live(&self, worker: &str, now: Instant, now_ms: u64) -> Option<u64> {
-        let st = self.map.get(worker)?;
-        let l = st.lease.as_ref()?;
-        (l.until_ms > now_ms
-            && st.at.is_some_and(|at| now >= at)
-            && st.until.is_some_and(|until| now < until))
-        .then_some(l.generation)
     }
 }
 
@@ -1246,7 +1196,13 @@ impl Controller {
             self.execs.insert(key, ex);
             return;
         }
-        if self.execs.contains_key(&key) || self.shutting_down {
+        if let Some(ex) = self.execs.get_mut(&key) {
+            // A duplicate of an execution driven here: its row goes to it
+            // like a due scan's (never a send after another intent).
+            ex.on_row_read(&record, &self.cfg);
+            return;
+        }
+        if self.shutting_down {
             return;
         }
         if existing && !record.state.is_before_dispatch() && record.next_due_at_ms.is_none() {
@@ -1280,7 +1236,7 @@ impl Controller {
             Err(e) => Err(e),
         };
         if let (Ok(rec), Some(ex)) = (&result, self.execs.get_mut(&key)) {
-            ex.on_cancel_recorded(rec);
+            ex.on_cancel_recorded(rec, &self.cfg);
         }
         self.notices.push_back(ControllerEvent::CancelRecorded {
             key,
@@ -1316,7 +1272,7 @@ impl Controller {
                 // Driven here: the row goes to its execution, which never
                 // sends a command a row showed possibly sent by another
                 // controller (fuzz finding 5, session 8).
-                ex.on_scan_row(&rec, &self.cfg);
+                ex.on_row_read(&rec, &self.cfg);
                 continue;
             }
             if self.accepting.contains_key(&rec.key)

@@ -970,16 +970,18 @@ impl Exec {
         }
     }
 
-    /// A due-scan row of this record, read while this execution drives it
-    /// (fuzz finding 5, session 8). A row past `ready` before this
-    /// execution's own intent is another controller's intent (or a store
-    /// that went back): like a read showing the record possibly
-    /// dispatched, the command is never sent from here, and the record is
-    /// re-read. The scan may also have read this execution's own intent
-    /// before the write's answer arrived: that row is the intent write's
-    /// outcome (the version right after the one written at, the same claim
-    /// of this controller, `dispatching`) and shows nothing new.
-    pub(super) fn on_scan_row(&mut self, row: &ExecutionRecord, cfg: &ControllerConfig) {
+    /// A row of this record that another op of this controller read while
+    /// this execution drives it: a due scan's page, a duplicate
+    /// submission's acceptance reply, a cancel's reply (fuzz finding 5 and
+    /// the session-8 campaign). A row past `ready` before this execution's
+    /// own intent is another controller's intent (or a store that went
+    /// back): like a read showing the record possibly dispatched, the
+    /// command is never sent from here, and the record is re-read. The
+    /// read may also have seen this execution's own intent before the
+    /// write's answer arrived: that row is the intent write's outcome (the
+    /// version right after the one written at, the same claim of this
+    /// controller, `dispatching`) and shows nothing new.
+    pub(super) fn on_row_read(&mut self, row: &ExecutionRecord, cfg: &ControllerConfig) {
         if row.key != self.rec.key
             || row.state.is_before_dispatch()
             || self.intent_mine
@@ -1001,7 +1003,8 @@ impl Exec {
     }
 
     /// A cancel request was stored by this controller.
-    pub(super) fn on_cancel_recorded(&mut self, rec: &ExecutionRecord) {
+    pub(super) fn on_cancel_recorded(&mut self, rec: &ExecutionRecord, cfg: &ControllerConfig) {
+        self.on_row_read(rec, cfg);
         if self.inflight.is_none()
             && rec.version > self.rec.version
             && rec.generation == self.rec.generation

@@ -435,3 +435,45 @@ fn a_scan_row_showing_its_own_intent_before_the_answer_still_sends_once() {
     s.answer_exec(exited(0, ""));
     assert_eq!(s.record(&key).state, ExecState::Completed);
 }
+
+/// The `controller` fuzz campaign of session 8 (fuzz/README.md, finding
+/// 6): like a due scan's row, the reply to a duplicate submission of a
+/// record driven here was dropped. Showing another controller's intent,
+/// on a store that then went back, it was followed by this execution's
+/// own intent and a second send. The row now goes to the execution.
+#[test]
+fn a_duplicate_acceptance_showing_another_intent_is_never_followed_by_a_send() {
+    let mut s = Sim::new(detached());
+    s.settle();
+    let key = s.submit("dup", &cmd());
+    let (first, op) = run_until(&mut s, |op| matches!(op, StoreOp::Accept { .. }));
+    let r = s.store.apply(&op);
+    s.submit("dup", &cmd());
+    s.ctl.handle_stored(s.now, s.now_ms, first, r);
+    assert!(s.ctl.is_active(&key));
+    let (dup, op) = run_until(&mut s, |op| matches!(op, StoreOp::Accept { .. }));
+    // The duplicate's reply shows the row as another controller wrote it.
+    let mut row = claim::claim_exec(s.record(&key), "ctl-other", s.now_ms, 1_000).unwrap();
+    for st in crate::managed::testkit::path_to(ExecState::Dispatching) {
+        let patch = crate::managed::testkit::entry_patch(&row, *st);
+        row = apply_exec(&row, &patch, s.now_ms).unwrap();
+    }
+    let Ok(StoreReply::Accepted { existing, .. }) = s.store.apply(&op) else {
+        panic!("not an acceptance");
+    };
+    assert!(existing);
+    let reply = StoreReply::Accepted {
+        record: row,
+        existing: true,
+    };
+    s.ctl.handle_stored(s.now, s.now_ms, dup, Ok(reply));
+    s.settle();
+    assert!(s.worker.is_empty(), "sent again: {:?}", s.worker);
+    assert!(s.record(&key).state.is_before_dispatch());
+    let f = s.finished(&key).expect("the execution ended here");
+    let e = f.error.as_ref().expect("with an error");
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::Store, Reason::RecordWentBack)
+    );
+}
