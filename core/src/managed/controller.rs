@@ -1022,6 +1022,7 @@ impl Controller {
     /// Takes or renews each wanted worker lease that is missing or a third
     /// of its TTL old.
     fn renew_leases(&mut self, now: Instant) {
+        self.leases.now = Some(now);
         for w in self.wanted_workers() {
             let st = self.leases.map.entry(w.clone()).or_default();
             let fresh = st

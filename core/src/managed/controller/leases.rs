@@ -12,6 +12,9 @@ use crate::managed::claim::Lease;
 #[derive(Debug, Default)]
 pub(crate) struct Leases {
     pub(super) map: BTreeMap<String, LeaseState>,
+    /// The latest monotonic time the controller was given (set before every
+    /// pump), for [`Leases::held`], which callers without a `now` use.
+    pub(super) now: Option<Instant>,
 }
 
 #[derive(Debug, Default)]
@@ -31,13 +34,15 @@ pub(super) struct LeaseState {
 }
 
 impl Leases {
-    /// True while this controller holds an unexpired lease on `worker` (by
-    /// the last wall-clock reading).
+    /// True while this controller holds an unexpired lease on `worker`, by
+    /// the last wall-clock reading and the latest monotonic time given.
     pub(crate) fn held(&self, worker: &str, now_ms: u64) -> bool {
-        self.map
-            .get(worker)
-            .and_then(|st| st.lease.as_ref())
-            .is_some_and(|l| l.until_ms > now_ms)
+        self.map.get(worker).is_some_and(|st| {
+            st.lease.as_ref().is_some_and(|l| l.until_ms > now_ms)
+                && st
+                    .until
+                    .is_some_and(|until| self.now.is_none_or(|now| now < until))
+        })
     }
 
     /// The monotonic end of the lease on `worker` (see [`Leases::live`]).

@@ -358,6 +358,12 @@ fn a_wall_clock_step_backwards_does_not_extend_the_worker_lease() {
         .position(|(_, op)| matches!(op, StoreOp::ClaimWorker { .. }))
         .expect("the lease renewal is out");
     let (renewal, others) = (held.remove(renewal), held);
+    // Waiting for the renewal, with the create out: no timer in the past
+    // (`handle_timeout` would do nothing there; a driver would spin).
+    assert!(
+        s.ctl.poll_timeout().is_none_or(|t| t > s.now),
+        "a timer in the past while the lease has lapsed"
+    );
     // The create's answer arrives: still nothing is written before the
     // renewal answers.
     let (id, _) = s.worker.remove(0);
