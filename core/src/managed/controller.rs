@@ -608,6 +608,12 @@ pub struct Controller {
     execs: BTreeMap<RecordKey, Exec>,
     /// Keys submitted here whose acceptance is outstanding (how many).
     accepting: BTreeMap<RecordKey, u32>,
+    /// Rows past `ready` that replies (another acceptance, a cancel, a due
+    /// scan) showed for a key whose acceptance is still out while no
+    /// execution drove it: handed to the execution a later acceptance
+    /// starts (fuzz campaign of session 8). Dropped with the last
+    /// acceptance of the key.
+    accept_rows: BTreeMap<RecordKey, Vec<ExecutionRecord>>,
     /// Acceptances with their dispatch intent outstanding: each keeps one
     /// of the `max_active` slots, so its answer is always driven at once.
     intent_accepts: usize,
@@ -685,6 +691,7 @@ impl Controller {
             lifecycle_ops: telemetry::LifecycleOps::default(),
             execs: BTreeMap::new(),
             accepting: BTreeMap::new(),
+            accept_rows: BTreeMap::new(),
             intent_accepts: 0,
             skip: BTreeMap::new(),
             scan_at,
@@ -1159,6 +1166,13 @@ impl Controller {
     /// The answer to an acceptance; `intent` when it was the acceptance
     /// that also commits the dispatch intent (`accept_dispatching`).
     fn on_accepted(&mut self, now: Instant, key: RecordKey, intent: bool, result: StoreResult) {
+        // Rows past `ready` shown while this key was accepted and not
+        // driven (dropped with its last acceptance, whatever the answer).
+        let earlier = if self.accepting.contains_key(&key) {
+            self.accept_rows.get(&key).cloned().unwrap_or_default()
+        } else {
+            self.accept_rows.remove(&key).unwrap_or_default()
+        };
         let (record, existing) = match result {
             Ok(StoreReply::Accepted { record, existing }) if record.key == key => {
                 (record, existing)
@@ -1180,6 +1194,9 @@ impl Controller {
             existing,
             record: Box::new(record.clone()),
         });
+        // Kept for a later acceptance of the key (dropped below if this
+        // one starts its execution).
+        self.note_undriven_row(&record);
         // A duplicate of an execution driven here joins it; otherwise the
         // record is driven now if there is room, else left due in the
         // store for the scan (bounded memory).
@@ -1193,7 +1210,11 @@ impl Controller {
             // is not this process's intent (fuzz finding 4, session 7) and
             // is driven below like any record found possibly dispatched.
             self.push_telemetry(&record);
-            let ex = Exec::with_intent(record, now, self.now_ms);
+            let mut ex = Exec::with_intent(record, now, self.now_ms);
+            for row in &earlier {
+                ex.on_row_before_intent(row);
+            }
+            self.accept_rows.remove(&key);
             self.execs.insert(key, ex);
             return;
         }
@@ -1210,7 +1231,11 @@ impl Controller {
             return;
         }
         if self.busy() < self.cfg.max_active {
-            let ex = Exec::new(record, now, self.now_ms, None);
+            let mut ex = Exec::new(record, now, self.now_ms, None);
+            for row in &earlier {
+                ex.on_row_read(row, &self.cfg);
+            }
+            self.accept_rows.remove(&key);
             self.execs.insert(key, ex);
         } else if record.state == ExecState::Accepted {
             self.backlog = true;
@@ -1227,6 +1252,24 @@ impl Controller {
         }
     }
 
+    /// A row of a key whose acceptance is still out and that no execution
+    /// drives: kept (past `ready` only) for the execution a later
+    /// acceptance starts.
+    fn note_undriven_row(&mut self, rec: &ExecutionRecord) {
+        if !rec.state.is_before_dispatch()
+            && self.accepting.contains_key(&rec.key)
+            && !self.execs.contains_key(&rec.key)
+        {
+            let rows = self.accept_rows.entry(rec.key.clone()).or_default();
+            if rows.len() < 8 {
+                rows.push(rec.clone());
+            } else {
+                // Bounded; any one such row already forbids a send.
+                rows[7] = rec.clone();
+            }
+        }
+    }
+
     fn on_cancel(&mut self, key: RecordKey, result: StoreResult) {
         let result = match result {
             Ok(StoreReply::Record(rec)) => Ok(rec),
@@ -1238,6 +1281,10 @@ impl Controller {
         };
         if let (Ok(rec), Some(ex)) = (&result, self.execs.get_mut(&key)) {
             ex.on_cancel_recorded(rec, &self.cfg);
+        } else if let Ok(rec) = &result
+            && rec.key == key
+        {
+            self.note_undriven_row(rec);
         }
         self.notices.push_back(ControllerEvent::CancelRecorded {
             key,
@@ -1276,10 +1323,11 @@ impl Controller {
                 ex.on_row_read(&rec, &self.cfg);
                 continue;
             }
-            if self.accepting.contains_key(&rec.key)
-                || self.skip.contains_key(&rec.key)
-                || !self.owns(&rec)
-            {
+            if self.accepting.contains_key(&rec.key) {
+                self.note_undriven_row(&rec);
+                continue;
+            }
+            if self.skip.contains_key(&rec.key) || !self.owns(&rec) {
                 continue;
             }
             if self.busy() >= self.cfg.max_active {

@@ -1002,6 +1002,22 @@ impl Exec {
         self.need_fetch = true;
     }
 
+    /// A row past `ready` that another reply showed before this
+    /// execution's own acceptance with intent answered (while no execution
+    /// drove the key): unless it is that very intent (same state, version,
+    /// generation and claim as the record inserted), another controller's
+    /// intent may be out there, so the command is never sent from here
+    /// (the record is marked `unknown`).
+    pub(super) fn on_row_before_intent(&mut self, row: &ExecutionRecord) {
+        let own = row.state == self.rec.state
+            && row.version == self.rec.version
+            && row.generation == self.rec.generation
+            && row.claim == self.rec.claim;
+        if !own && !row.state.is_before_dispatch() && !self.attempted {
+            self.shown_dispatched = true;
+        }
+    }
+
     /// A cancel request was stored by this controller.
     pub(super) fn on_cancel_recorded(&mut self, rec: &ExecutionRecord, cfg: &ControllerConfig) {
         self.on_row_read(rec, cfg);

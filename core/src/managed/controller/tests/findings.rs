@@ -477,3 +477,54 @@ fn a_duplicate_acceptance_showing_another_intent_is_never_followed_by_a_send() {
         (Category::Store, Reason::RecordWentBack)
     );
 }
+
+/// The `controller` fuzz campaign of session 8 (fuzz/README.md, finding
+/// 7): a submission with its intent and a duplicate of it are both out;
+/// the duplicate's reply, answered first, shows another controller's
+/// intent while no execution drives the key (no room: the intent's
+/// acceptance keeps the one slot). The row was dropped; the acceptance
+/// then found the record `accepted` (a store gone back) and its execution
+/// sent the command. The row is now kept for that execution: re-read,
+/// `record_went_back`, nothing sent.
+#[test]
+fn a_row_shown_while_the_key_is_only_being_accepted_is_never_followed_by_a_send() {
+    let mut cfg = config();
+    cfg.max_active = 1;
+    let mut s = Sim::new(cfg);
+    s.settle();
+    let key = s.submit("both", &cmd());
+    s.submit("both", &cmd());
+    let (with_intent, first) = s.ctl.poll_store_op().unwrap();
+    assert!(matches!(first, StoreOp::AcceptDispatching { .. }));
+    let (dup, op) = s.ctl.poll_store_op().unwrap();
+    assert!(matches!(op, StoreOp::Accept { .. }));
+    // The duplicate lands first (the record accepted); its reply shows the
+    // row as another controller wrote it.
+    let Ok(StoreReply::Accepted { record, .. }) = s.store.apply(&op) else {
+        panic!("not an acceptance");
+    };
+    let later = s.now_ms + 2_000; // the submitter's claim lapsed
+    let mut row = claim::claim_exec(&record, "ctl-other", later, 1_000).unwrap();
+    for st in crate::managed::testkit::path_to(ExecState::Dispatching) {
+        let patch = crate::managed::testkit::entry_patch(&row, *st);
+        row = apply_exec(&row, &patch, later).unwrap();
+    }
+    let reply = StoreReply::Accepted {
+        record: row,
+        existing: false,
+    };
+    s.ctl.handle_stored(s.now, s.now_ms, dup, Ok(reply));
+    assert!(!s.ctl.execs.contains_key(&key), "no room: not driven");
+    // The acceptance with intent finds the record `accepted`.
+    let r = s.store.apply(&first);
+    s.ctl.handle_stored(s.now, s.now_ms, with_intent, r);
+    s.settle();
+    assert!(s.worker.is_empty(), "sent: {:?}", s.worker);
+    assert!(s.record(&key).state.is_before_dispatch());
+    let f = s.finished(&key).expect("the execution ended here");
+    let e = f.error.as_ref().expect("with an error");
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::Store, Reason::RecordWentBack)
+    );
+}
