@@ -1303,8 +1303,17 @@ impl Controller {
         };
         let mut full = false;
         for rec in records {
+            if let Some(ex) = self.execs.get_mut(&rec.key) {
+                // Driven here: the row goes to its execution, which never
+                // sends a command a row showed possibly sent by another
+                // controller (fuzz finding 5, session 8). Also after the
+                // page ran out of room or shutdown began (campaign of
+                // session 8, finding 8).
+                ex.on_row_read(&rec, &self.cfg);
+                continue;
+            }
             if self.shutting_down {
-                break;
+                continue;
             }
             if matches!(rec.spec.action, Action::Terminal(_)) {
                 // Terminals belong to the driver's terminal module.
@@ -1316,13 +1325,6 @@ impl Controller {
                 }
                 continue;
             }
-            if let Some(ex) = self.execs.get_mut(&rec.key) {
-                // Driven here: the row goes to its execution, which never
-                // sends a command a row showed possibly sent by another
-                // controller (fuzz finding 5, session 8).
-                ex.on_row_read(&rec, &self.cfg);
-                continue;
-            }
             if self.accepting.contains_key(&rec.key) {
                 self.note_undriven_row(&rec);
                 continue;
@@ -1331,9 +1333,11 @@ impl Controller {
                 continue;
             }
             if self.busy() >= self.cfg.max_active {
+                // No room: later rows start nothing, but those of
+                // executions driven here still go to them.
                 full = true;
                 self.backlog = true;
-                break;
+                continue;
             }
             let key = rec.key.clone();
             if let Some(m) = rec.spec.machine.clone() {
