@@ -41,17 +41,15 @@ fn controller_finding_s7_a_plain_acceptance_shown_dispatching_is_never_sent() {
     smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
 }
 
-/// Open finding 5 of the `controller` target (fuzz/README.md, session 7):
-/// a plain acceptance of `k0`, then a due scan whose (mutated) reply shows
-/// `k0` `dispatching` with evidence `not_dispatched`; an exec for `k0`
-/// follows with no dispatching intent of the controller's own observed.
-/// Not diagnosed; kept out of the replayed corpus until it is, then the
-/// input moves to `fuzz/corpus/controller/` and this test loses its
-/// `ignore`.
+/// Finding 5 of the `controller` target (fuzz/README.md, session 7, fixed
+/// in session 8): a plain acceptance of `k0`, then a due scan whose
+/// (mutated) reply shows `k0` `dispatching`; the scan dropped the row of a
+/// record driven here and the execution went on to its own intent and
+/// sent. The row now goes to the execution, which never sends after it.
+/// The input is also in the replayed corpus; this names it.
 #[test]
-#[ignore = "open finding: the controller target's s7 due-scan input breaks the one-dispatch oracle"]
-fn controller_open_finding_s7_due_reply_shows_dispatching() {
+fn controller_finding_s7_due_reply_shows_dispatching() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fuzz/findings/controller/s7-due-shows-dispatching");
+        .join("../fuzz/corpus/controller/s7-due-shows-dispatching");
     smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
 }

@@ -48,7 +48,10 @@
 //! `unknown` (never re-sent); `collecting` → `completed`; not yet
 //! dispatched → dispatched once from the stored spec (after re-checking
 //! it). A record another live controller holds (`stale_claim`) is left
-//! alone and retried after one claim TTL.
+//! alone and retried after one claim TTL. A due row of a record this
+//! controller already drives goes to its execution: one showing it past
+//! `ready` before this execution's own intent means the command is never
+//! sent from it (fuzz finding 5).
 //!
 //! Cancel (C16) persists the request; before dispatch the record becomes
 //! `cancelled` / `not_dispatched` (the store refuses the `dispatching`
@@ -89,8 +92,9 @@
 //! A spec with neither `worker_machine` nor a retained `machine` runs on a
 //! machine the controller creates, on a configured worker with an admitted
 //! profile ([`WorkerEntry::with_profile`]): claim → worker lease (taken and
-//! renewed every third of the TTL while needed; every write on an assigned
-//! record is fenced by it) → `reserve` (capacity and a machine name
+//! renewed every third of the TTL while needed; live only until its TTL
+//! counted on the monotonic clock from the request, whatever the wall
+//! clock says; every write on an assigned record is fenced by it) → `reserve` (capacity and a machine name
 //! `sbx-<hash of the key>` in one transaction) → `preparing` (the durable
 //! create intent) → [`WorkerOp::Create`] (the call itself matches the reply
 //! to the request) → creation evidence (incarnation token) →
@@ -133,6 +137,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 mod exec;
+mod leases;
 pub mod machines;
 pub mod ops;
 pub mod release;
@@ -153,8 +158,8 @@ pub use machines::{
 };
 
 use self::exec::{Exec, Step};
+use self::leases::Leases;
 use self::machines::{Mach, Req};
-use super::claim::Lease;
 use super::record::{Claim, ExecResult, ExecutionRecord, MachineRecord, Resources};
 use super::spec::{Action, ExecutionSpec};
 use super::state::{ExecState, RecordEvidence};
@@ -223,40 +228,6 @@ impl WorkerEntry {
     pub fn with_profile(mut self, profile: Profile) -> Self {
         self.profile = Some(Box::new(profile));
         self
-    }
-}
-
-/// The worker leases this controller holds (C15): taken when a disposable
-/// execution needs its worker, renewed every third of the TTL while any
-/// does. Every write on an assigned record is fenced by it.
-#[derive(Debug, Default)]
-pub(crate) struct Leases {
-    map: BTreeMap<String, LeaseState>,
-}
-
-#[derive(Debug, Default)]
-struct LeaseState {
-    lease: Option<Lease>,
-    at: Option<Instant>,
-    inflight: bool,
-    retry_at: Option<Instant>,
-}
-
-impl Leases {
-    /// True while this controller holds an unexpired lease on `worker` (by
-    /// the last wall-clock reading).
-    pub(crate) fn held(&self, worker: &str, now_ms: u64) -> bool {
-        self.map
-            .get(worker)
-            .and_then(|st| st.lease.as_ref())
-            .is_some_and(|l| l.until_ms > now_ms)
-    }
-
-    /// The generation of a live, fresh lease on `worker`.
-    pub(crate) fn live(&self, worker: &str, now: Instant, now_ms: u64) -> Option<u64> {
-        let st = self.map.get(worker)?;
-        let l = st.lease.as_ref()?;
-        (l.until_ms > now_ms && st.at.is_some_and(|at| now >= at)).then_some(l.generation)
     }
 }
 
@@ -637,6 +608,12 @@ pub struct Controller {
     execs: BTreeMap<RecordKey, Exec>,
     /// Keys submitted here whose acceptance is outstanding (how many).
     accepting: BTreeMap<RecordKey, u32>,
+    /// Rows past `ready` that replies (another acceptance, a cancel, a due
+    /// scan) showed for a key whose acceptance is still out while no
+    /// execution drove it: handed to the execution a later acceptance
+    /// starts (fuzz campaign of session 8). Dropped with the last
+    /// acceptance of the key.
+    accept_rows: BTreeMap<RecordKey, Vec<ExecutionRecord>>,
     /// Acceptances with their dispatch intent outstanding: each keeps one
     /// of the `max_active` slots, so its answer is always driven at once.
     intent_accepts: usize,
@@ -714,6 +691,7 @@ impl Controller {
             lifecycle_ops: telemetry::LifecycleOps::default(),
             execs: BTreeMap::new(),
             accepting: BTreeMap::new(),
+            accept_rows: BTreeMap::new(),
             intent_accepts: 0,
             skip: BTreeMap::new(),
             scan_at,
@@ -923,8 +901,15 @@ impl Controller {
             Purpose::Lease(worker) => {
                 let st = self.leases.map.entry(worker).or_default();
                 st.inflight = false;
+                let sent = st.sent.take();
                 match result {
                     Ok(StoreReply::Lease(l)) if l.owner == self.cfg.owner => {
+                        // Counted from the send, never longer than the TTL
+                        // asked for (a renewal never shortens the stored
+                        // lease, so `until_ms` may reach further).
+                        let (at, ms) = sent.unwrap_or((now, self.now_ms));
+                        let ttl = l.until_ms.saturating_sub(ms).min(self.cfg.lease_ttl_ms);
+                        st.until = Some(at + Duration::from_millis(ttl));
                         st.lease = Some(l);
                         st.at = Some(now);
                     }
@@ -933,6 +918,7 @@ impl Controller {
                     _ => {
                         st.lease = None;
                         st.at = None;
+                        st.until = None;
                         st.retry_at = Some(now + self.cfg.poll());
                     }
                 }
@@ -1043,11 +1029,13 @@ impl Controller {
     /// Takes or renews each wanted worker lease that is missing or a third
     /// of its TTL old.
     fn renew_leases(&mut self, now: Instant) {
+        self.leases.now = Some(now);
         for w in self.wanted_workers() {
             let st = self.leases.map.entry(w.clone()).or_default();
             let fresh = st
                 .at
                 .is_some_and(|at| now.saturating_duration_since(at) < self.cfg.renew_every())
+                && st.until.is_some_and(|until| now < until)
                 && st.lease.as_ref().is_some_and(|l| l.until_ms > self.now_ms);
             let waiting = st.retry_at.is_some_and(|t| now < t);
             if fresh || st.inflight || waiting {
@@ -1055,6 +1043,7 @@ impl Controller {
             }
             st.inflight = true;
             st.retry_at = None;
+            st.sent = Some((now, self.now_ms));
             let op = StoreOp::ClaimWorker {
                 worker_id: w.clone(),
                 owner: self.cfg.owner.clone(),
@@ -1177,6 +1166,13 @@ impl Controller {
     /// The answer to an acceptance; `intent` when it was the acceptance
     /// that also commits the dispatch intent (`accept_dispatching`).
     fn on_accepted(&mut self, now: Instant, key: RecordKey, intent: bool, result: StoreResult) {
+        // Rows past `ready` shown while this key was accepted and not
+        // driven (dropped with its last acceptance, whatever the answer).
+        let earlier = if self.accepting.contains_key(&key) {
+            self.accept_rows.get(&key).cloned().unwrap_or_default()
+        } else {
+            self.accept_rows.remove(&key).unwrap_or_default()
+        };
         let (record, existing) = match result {
             Ok(StoreReply::Accepted { record, existing }) if record.key == key => {
                 (record, existing)
@@ -1198,6 +1194,9 @@ impl Controller {
             existing,
             record: Box::new(record.clone()),
         });
+        // Kept for a later acceptance of the key (dropped below if this
+        // one starts its execution).
+        self.note_undriven_row(&record);
         // A duplicate of an execution driven here joins it; otherwise the
         // record is driven now if there is room, else left due in the
         // store for the scan (bounded memory).
@@ -1211,18 +1210,32 @@ impl Controller {
             // is not this process's intent (fuzz finding 4, session 7) and
             // is driven below like any record found possibly dispatched.
             self.push_telemetry(&record);
-            let ex = Exec::with_intent(record, now, self.now_ms);
+            let mut ex = Exec::with_intent(record, now, self.now_ms);
+            for row in &earlier {
+                ex.on_row_before_intent(row);
+            }
+            self.accept_rows.remove(&key);
             self.execs.insert(key, ex);
             return;
         }
-        if self.execs.contains_key(&key) || self.shutting_down {
+        if let Some(ex) = self.execs.get_mut(&key) {
+            // A duplicate of an execution driven here: its row goes to it
+            // like a due scan's (never a send after another intent).
+            ex.on_row_read(&record, &self.cfg);
+            return;
+        }
+        if self.shutting_down {
             return;
         }
         if existing && !record.state.is_before_dispatch() && record.next_due_at_ms.is_none() {
             return;
         }
         if self.busy() < self.cfg.max_active {
-            let ex = Exec::new(record, now, self.now_ms, None);
+            let mut ex = Exec::new(record, now, self.now_ms, None);
+            for row in &earlier {
+                ex.on_row_read(row, &self.cfg);
+            }
+            self.accept_rows.remove(&key);
             self.execs.insert(key, ex);
         } else if record.state == ExecState::Accepted {
             self.backlog = true;
@@ -1239,6 +1252,24 @@ impl Controller {
         }
     }
 
+    /// A row of a key whose acceptance is still out and that no execution
+    /// drives: kept (past `ready` only) for the execution a later
+    /// acceptance starts.
+    fn note_undriven_row(&mut self, rec: &ExecutionRecord) {
+        if !rec.state.is_before_dispatch()
+            && self.accepting.contains_key(&rec.key)
+            && !self.execs.contains_key(&rec.key)
+        {
+            let rows = self.accept_rows.entry(rec.key.clone()).or_default();
+            if rows.len() < 8 {
+                rows.push(rec.clone());
+            } else {
+                // Bounded; any one such row already forbids a send.
+                rows[7] = rec.clone();
+            }
+        }
+    }
+
     fn on_cancel(&mut self, key: RecordKey, result: StoreResult) {
         let result = match result {
             Ok(StoreReply::Record(rec)) => Ok(rec),
@@ -1249,7 +1280,11 @@ impl Controller {
             Err(e) => Err(e),
         };
         if let (Ok(rec), Some(ex)) = (&result, self.execs.get_mut(&key)) {
-            ex.on_cancel_recorded(rec);
+            ex.on_cancel_recorded(rec, &self.cfg);
+        } else if let Ok(rec) = &result
+            && rec.key == key
+        {
+            self.note_undriven_row(rec);
         }
         self.notices.push_back(ControllerEvent::CancelRecorded {
             key,
@@ -1268,8 +1303,17 @@ impl Controller {
         };
         let mut full = false;
         for rec in records {
+            if let Some(ex) = self.execs.get_mut(&rec.key) {
+                // Driven here: the row goes to its execution, which never
+                // sends a command a row showed possibly sent by another
+                // controller (fuzz finding 5, session 8). Also after the
+                // page ran out of room or shutdown began (campaign of
+                // session 8, finding 8).
+                ex.on_row_read(&rec, &self.cfg);
+                continue;
+            }
             if self.shutting_down {
-                break;
+                continue;
             }
             if matches!(rec.spec.action, Action::Terminal(_)) {
                 // Terminals belong to the driver's terminal module.
@@ -1281,17 +1325,19 @@ impl Controller {
                 }
                 continue;
             }
-            if self.execs.contains_key(&rec.key)
-                || self.accepting.contains_key(&rec.key)
-                || self.skip.contains_key(&rec.key)
-                || !self.owns(&rec)
-            {
+            if self.accepting.contains_key(&rec.key) {
+                self.note_undriven_row(&rec);
+                continue;
+            }
+            if self.skip.contains_key(&rec.key) || !self.owns(&rec) {
                 continue;
             }
             if self.busy() >= self.cfg.max_active {
+                // No room: later rows start nothing, but those of
+                // executions driven here still go to them.
                 full = true;
                 self.backlog = true;
-                break;
+                continue;
             }
             let key = rec.key.clone();
             if let Some(m) = rec.spec.machine.clone() {

@@ -22,8 +22,10 @@
 //!   intent, once, and never for a record that a store reply had shown
 //!   possibly dispatched or finished (any state after `ready`) while the
 //!   controller was driving it. What the controller forgets (a record it no
-//!   longer drives) is out of scope: a store that rolls a whole row back is
-//!   the store's to detect (docs/decisions.md, "Stored data").
+//!   longer drives, or an execution of it that ended, even while an
+//!   acceptance of the key is still out) is out of scope: a store that
+//!   rolls a whole row back is the store's to detect (docs/decisions.md,
+//!   "Stored data").
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -329,6 +331,11 @@ impl Harness {
             if let Some(e) = self.ctl.poll_event() {
                 if let ControllerEvent::Finished(f) = &e {
                     assert!(!format!("{f:?}").contains("ctl-fuzz-secret"));
+                    // That execution ended: what it saw is forgotten with
+                    // it, also while an acceptance of the key is still out
+                    // (which keeps the key in `active_keys`); a later
+                    // execution of the key needs its own intent's grant.
+                    self.seen.remove(&f.key.id);
                 }
                 got = true;
             }

@@ -89,6 +89,14 @@ pub(super) struct Exec {
     fresh_claim: bool,
     /// This controller wrote the `dispatching` intent.
     intent_mine: bool,
+    /// A due-scan row showed the record past `ready` while this execution
+    /// had neither written nor was writing its own intent (fuzz finding 5,
+    /// session 8): another controller's intent may be out there. The
+    /// command is never sent from here, even if this execution's own
+    /// intent write later succeeds (a rollback the store handle did not
+    /// see), and a later read showing the record before dispatch is
+    /// `record_went_back`.
+    shown_dispatched: bool,
     /// This controller committed `accepted → preparing`: staging the
     /// inputs is its own. Only the writer of `preparing` ever uploads, so a
     /// `preparing` record with inputs that it did not write (another
@@ -197,6 +205,7 @@ impl Exec {
             claim_at: None,
             fresh_claim: false,
             intent_mine: false,
+            shown_dispatched: false,
             preparing_mine: false,
             attempted: false,
             dispatched: false,
@@ -360,14 +369,22 @@ impl Exec {
         if self.inflight.is_some() {
             return None;
         }
-        if self.is_disposable()
-            && self
-                .worker_of(cfg)
-                .is_some_and(|w| !leases.held(&w, now_ms))
-        {
+        let worker = self.worker_of(cfg).filter(|_| self.is_disposable());
+        if worker.as_ref().is_some_and(|w| !leases.held(w, now_ms)) {
             // `step` waits for the worker lease, whose own timer wakes us.
             return None;
         }
+        let at = self.wake_at_leased(cfg);
+        match worker.and_then(|w| leases.until(&w)) {
+            // From the lease's monotonic end on, `step` waits for the
+            // worker lease too (its renewal is out or due by then).
+            Some(end) => at.filter(|t| *t < end),
+            None => at,
+        }
+    }
+
+    /// [`Exec::wake_at`] while the worker lease (if any) is live.
+    fn wake_at_leased(&self, cfg: &ControllerConfig) -> Option<Instant> {
         if self.fatal.is_some() || self.held_elsewhere {
             // `step` waits for the worker's answer only: no timer moves it.
             return None;
@@ -524,6 +541,9 @@ impl Exec {
                 }
                 _ => e.with_evidence(Evidence::DispatchUncertain),
             }
+        } else if self.shown_dispatched && self.rec.state.is_before_dispatch() {
+            // Not sent from here, but a due scan showed it possibly sent.
+            e.with_evidence(Evidence::DispatchUncertain)
         } else if self.rec.state.is_before_dispatch() {
             e.with_evidence(Evidence::NotDispatched)
         } else {
@@ -757,9 +777,13 @@ impl Exec {
 
     /// `dispatching`, `running` or `cancelling`.
     fn after_dispatch(&mut self, cfg: &ControllerConfig, now: Instant, now_ms: u64) -> Step {
-        if !self.intent_mine {
+        if !self.intent_mine || (self.shown_dispatched && !self.attempted) {
             // Found possibly dispatched, not by this controller, no saved
-            // exit: `unknown`, never re-sent (C17.1).
+            // exit: `unknown`, never re-sent (C17.1). Also when this
+            // controller's intent committed after a due scan had shown
+            // another intent (`shown_dispatched`): the store took the
+            // intent only because it went back, so the other controller
+            // may have sent the command.
             let patch = ExecPatch {
                 state: Some(ExecState::Unknown),
                 next_due_at_ms: Some(self.unknown_due(now_ms)),
@@ -957,8 +981,57 @@ impl Exec {
         }
     }
 
+    /// A row of this record that another op of this controller read while
+    /// this execution drives it: a due scan's page, a duplicate
+    /// submission's acceptance reply, a cancel's reply (fuzz finding 5 and
+    /// the session-8 campaign). A row past `ready` before this execution's
+    /// own intent is another controller's intent (or a store that went
+    /// back): like a read showing the record possibly dispatched, the
+    /// command is never sent from here, and the record is re-read. The
+    /// read may also have seen this execution's own intent before the
+    /// write's answer arrived: that row is the intent write's outcome (the
+    /// version right after the one written at, the same claim of this
+    /// controller, `dispatching`) and shows nothing new.
+    pub(super) fn on_row_read(&mut self, row: &ExecutionRecord, cfg: &ControllerConfig) {
+        if row.key != self.rec.key
+            || row.state.is_before_dispatch()
+            || self.intent_mine
+            || self.attempted
+        {
+            return;
+        }
+        let own_intent = matches!(self.inflight, Some((_, Kind::Intent)))
+            && row.state == ExecState::Dispatching
+            && row.version == self.rec.version.saturating_add(1)
+            && row.generation == self.rec.generation
+            && row.claim == self.rec.claim
+            && row.claim.as_ref().is_some_and(|c| c.owner == cfg.owner);
+        if own_intent {
+            return;
+        }
+        self.shown_dispatched = true;
+        self.need_fetch = true;
+    }
+
+    /// A row past `ready` that another reply showed before this
+    /// execution's own acceptance with intent answered (while no execution
+    /// drove the key): unless it is that very intent (same state, version,
+    /// generation and claim as the record inserted), another controller's
+    /// intent may be out there, so the command is never sent from here
+    /// (the record is marked `unknown`).
+    pub(super) fn on_row_before_intent(&mut self, row: &ExecutionRecord) {
+        let own = row.state == self.rec.state
+            && row.version == self.rec.version
+            && row.generation == self.rec.generation
+            && row.claim == self.rec.claim;
+        if !own && !row.state.is_before_dispatch() && !self.attempted {
+            self.shown_dispatched = true;
+        }
+    }
+
     /// A cancel request was stored by this controller.
-    pub(super) fn on_cancel_recorded(&mut self, rec: &ExecutionRecord) {
+    pub(super) fn on_cancel_recorded(&mut self, rec: &ExecutionRecord, cfg: &ControllerConfig) {
+        self.on_row_read(rec, cfg);
         if self.inflight.is_none()
             && rec.version > self.rec.version
             && rec.generation == self.rec.generation
@@ -988,7 +1061,7 @@ impl Exec {
         match result {
             Ok(StoreReply::Record(rec))
                 if rec.key == self.rec.key
-                    && !self.rec.state.is_before_dispatch()
+                    && (!self.rec.state.is_before_dispatch() || self.shown_dispatched)
                     && rec.state.is_before_dispatch() =>
             {
                 // No transition leads back before dispatch: the store handed

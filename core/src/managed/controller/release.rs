@@ -161,6 +161,7 @@ impl Controller {
         {
             st.lease = None;
             st.at = None;
+            st.until = None;
             st.inflight = false;
         }
     }
@@ -204,6 +205,7 @@ impl Controller {
                 continue;
             };
             st.at = None;
+            st.until = None;
             if l.owner != self.cfg.owner || l.until_ms <= now_ms {
                 continue;
             }

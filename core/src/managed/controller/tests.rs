@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::exec::{Command, ExecOutcome, OutputEncoding};
-use crate::managed::claim::{self, Fence};
+use crate::managed::claim::{self, Fence, Lease};
 use crate::managed::patch::{ExecPatch, apply_exec};
 use crate::managed::state::Cleanup;
 use crate::managed::testkit::fingerprint_key;

@@ -267,6 +267,10 @@ impl crate::managed::controller::Controller {
                             snap.1 = Some(now);
                         }
                     }
+                } else if let Some(ex) = self.execs.get_mut(&execution.key) {
+                    // A duplicate of a command driven here: its row goes to
+                    // its execution (never a send after another intent).
+                    ex.on_row_read(execution, &self.cfg);
                 }
             }
             MachineAnswer::Submitted { .. }

@@ -317,3 +317,64 @@ fn a_create_past_the_preparation_deadline_fails_and_deletes_the_machine() {
     s.answer("inspect", Err(not_found()));
     assert_eq!(s.record(&key).reservation, None);
 }
+
+/// Issue 12: the worker lease is bounded by the monotonic clock as well as
+/// the wall clock. With the wall clock stepped back, the controller's wall
+/// time stands still, so a lease whose renewal is not answered looked live
+/// (by `until_ms`) long past its TTL, and writes on its record went on
+/// under it. Past the TTL counted from its request, the lease is not live:
+/// nothing is written on the record until the renewal answers.
+#[test]
+fn a_wall_clock_step_backwards_does_not_extend_the_worker_lease() {
+    let mut s = Sim::new(disposable_config());
+    let key = s.submit_disposable("wall", &cmd());
+    s.settle();
+    assert_eq!(s.record(&key).state, ExecState::Preparing);
+    assert_eq!(s.worker.len(), 1, "the create is out");
+    let ttl = disposable_config().lease_ttl_ms;
+    // Two TTLs pass; the wall clock was stepped back by a minute.
+    s.now += Duration::from_millis(2 * ttl);
+    s.now_ms -= 60_000;
+    s.ctl.handle_timeout(s.now, s.now_ms);
+    let mut held = Vec::new();
+    while let Some((id, op)) = s.ctl.poll_store_op() {
+        held.push((id, op));
+    }
+    let on_record = |op: &StoreOp| {
+        matches!(op, StoreOp::Claim { key: k, .. } | StoreOp::ClaimVersion { key: k, .. }
+            | StoreOp::Write { key: k, .. } | StoreOp::WriteSteps { key: k, .. } if *k == key)
+    };
+    assert!(
+        !held.iter().any(|(_, op)| on_record(op)),
+        "written under a lapsed lease: {held:?}"
+    );
+    let renewal = held
+        .iter()
+        .position(|(_, op)| matches!(op, StoreOp::ClaimWorker { .. }))
+        .expect("the lease renewal is out");
+    let (renewal, others) = (held.remove(renewal), held);
+    // Waiting for the renewal, with the create out: no timer in the past
+    // (`handle_timeout` would do nothing there; a driver would spin).
+    assert!(
+        s.ctl.poll_timeout().is_none_or(|t| t > s.now),
+        "a timer in the past while the lease has lapsed"
+    );
+    // The create's answer arrives: still nothing is written before the
+    // renewal answers.
+    let (id, _) = s.worker.remove(0);
+    let name = s.record(&key).assignment.clone().unwrap().machine_name;
+    let created = observation(&name, MachineState::Created, 1_700_000_000);
+    s.ctl
+        .handle_worker(s.now, s.now_ms, id, Ok(WorkerReply::Machine(created)));
+    while let Some((_, op)) = s.ctl.poll_store_op() {
+        assert!(!on_record(&op), "written under a lapsed lease: {op:?}");
+    }
+    assert!(s.ctl.poll_timeout().is_none_or(|t| t > s.now), "no spin");
+    // The renewal answers: the creation evidence follows under the lease.
+    for (id, op) in others.into_iter().chain([renewal]) {
+        let r = s.store.apply(&op);
+        s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    }
+    s.settle();
+    assert!(s.record(&key).creation.is_some());
+}

@@ -335,3 +335,196 @@ fn a_plain_acceptance_shown_dispatching_is_never_sent() {
     assert_eq!(s.worker.len(), 0, "an exec went out on a reply's word");
     assert!(s.record(&key).state.is_before_dispatch());
 }
+
+/// Performs store ops in order (truthfully) until `stop` matches one,
+/// which is returned unanswered; collects worker ops and events.
+fn run_until(s: &mut Sim, stop: impl Fn(&StoreOp) -> bool) -> (OpId, StoreOp) {
+    loop {
+        while let Some((id, op)) = s.ctl.poll_worker_op() {
+            s.worker.push((id, op));
+        }
+        while let Some(e) = s.ctl.poll_event() {
+            s.events.push(e);
+        }
+        let (id, op) = s.ctl.poll_store_op().expect("a store op is out");
+        if stop(&op) {
+            return (id, op);
+        }
+        let r = s.store.apply(&op);
+        s.store_log.push(op);
+        s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    }
+}
+
+/// Fuzz finding 5 (`controller` target, session 7, fixed in session 8):
+/// a due scan read the record of an execution driven here showing another
+/// controller's dispatching intent; the row was dropped. The store then
+/// went back to the accepted row (a rollback the store handle did not
+/// see), so this execution's own guarded writes and intent succeeded and
+/// it sent the command a second time. The row now goes to the execution:
+/// it re-reads the record, and a record shown possibly dispatched and then
+/// read back before dispatch is `record_went_back`, nothing sent.
+#[test]
+fn a_scan_row_showing_another_intent_is_never_followed_by_a_send() {
+    let mut s = Sim::new(detached());
+    // The start's due scan stays unanswered until the record is driven.
+    let (scan, _) = run_until(&mut s, |op| matches!(op, StoreOp::Due { .. }));
+    let key = s.submit("twice", &cmd());
+    let accept = |op: &StoreOp| matches!(op, StoreOp::Accept { record, .. } if record.key == key);
+    let (id, op) = run_until(&mut s, accept);
+    let r = s.store.apply(&op);
+    s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    assert!(s.ctl.is_active(&key), "driven here from its acceptance");
+    // The row as another controller wrote it: claimed, then its intent.
+    let mut row = claim::claim_exec(s.record(&key), "ctl-other", s.now_ms, 1_000).unwrap();
+    for st in crate::managed::testkit::path_to(ExecState::Dispatching) {
+        let patch = crate::managed::testkit::entry_patch(&row, *st);
+        row = apply_exec(&row, &patch, s.now_ms).unwrap();
+    }
+    let due = StoreReply::Due {
+        records: vec![row],
+        next: None,
+    };
+    s.ctl.handle_stored(s.now, s.now_ms, scan, Ok(due));
+    // The store still holds (went back to) the accepted row.
+    s.settle();
+    assert!(s.worker.is_empty(), "sent again: {:?}", s.worker);
+    assert!(s.record(&key).state.is_before_dispatch());
+    let f = s.finished(&key).expect("the execution ended here");
+    let e = f.error.as_ref().expect("with an error");
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::Store, Reason::RecordWentBack)
+    );
+    assert_eq!(
+        e.evidence(),
+        Evidence::DispatchUncertain,
+        "shown possibly sent"
+    );
+    assert!(!f.dispatched);
+}
+
+/// The race the fix of finding 5 must not mistake for another intent: the
+/// due scan reads this execution's own intent after it committed and
+/// before the write's answer arrives. The command is sent, once.
+#[test]
+fn a_scan_row_showing_its_own_intent_before_the_answer_still_sends_once() {
+    let mut s = Sim::new(detached());
+    s.settle();
+    let key = s.submit("race", &cmd());
+    let intent = |op: &StoreOp| {
+        matches!(op, StoreOp::Write { key: k, patch, .. }
+            if *k == key && patch.state == Some(ExecState::Dispatching))
+    };
+    let (id, op) = run_until(&mut s, intent);
+    let r = s.store.apply(&op);
+    s.store_log.push(op);
+    let committed = s.record(&key).clone();
+    assert_eq!(committed.state, ExecState::Dispatching);
+    // A scan now, answered with the committed intent before the write's answer.
+    s.ctl.reconcile(s.now, s.now_ms);
+    let (scan, _) = run_until(&mut s, |op| matches!(op, StoreOp::Due { .. }));
+    let due = StoreReply::Due {
+        records: vec![committed],
+        next: None,
+    };
+    s.ctl.handle_stored(s.now, s.now_ms, scan, Ok(due));
+    s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    s.settle();
+    assert_eq!(s.worker.len(), 1, "the command goes out once");
+    s.answer_exec(exited(0, ""));
+    assert_eq!(s.record(&key).state, ExecState::Completed);
+}
+
+/// The `controller` fuzz campaign of session 8 (fuzz/README.md, finding
+/// 6): like a due scan's row, the reply to a duplicate submission of a
+/// record driven here was dropped. Showing another controller's intent,
+/// on a store that then went back, it was followed by this execution's
+/// own intent and a second send. The row now goes to the execution.
+#[test]
+fn a_duplicate_acceptance_showing_another_intent_is_never_followed_by_a_send() {
+    let mut s = Sim::new(detached());
+    s.settle();
+    let key = s.submit("dup", &cmd());
+    let (first, op) = run_until(&mut s, |op| matches!(op, StoreOp::Accept { .. }));
+    let r = s.store.apply(&op);
+    s.submit("dup", &cmd());
+    s.ctl.handle_stored(s.now, s.now_ms, first, r);
+    assert!(s.ctl.is_active(&key));
+    let (dup, op) = run_until(&mut s, |op| matches!(op, StoreOp::Accept { .. }));
+    // The duplicate's reply shows the row as another controller wrote it.
+    let mut row = claim::claim_exec(s.record(&key), "ctl-other", s.now_ms, 1_000).unwrap();
+    for st in crate::managed::testkit::path_to(ExecState::Dispatching) {
+        let patch = crate::managed::testkit::entry_patch(&row, *st);
+        row = apply_exec(&row, &patch, s.now_ms).unwrap();
+    }
+    let Ok(StoreReply::Accepted { existing, .. }) = s.store.apply(&op) else {
+        panic!("not an acceptance");
+    };
+    assert!(existing);
+    let reply = StoreReply::Accepted {
+        record: row,
+        existing: true,
+    };
+    s.ctl.handle_stored(s.now, s.now_ms, dup, Ok(reply));
+    s.settle();
+    assert!(s.worker.is_empty(), "sent again: {:?}", s.worker);
+    assert!(s.record(&key).state.is_before_dispatch());
+    let f = s.finished(&key).expect("the execution ended here");
+    let e = f.error.as_ref().expect("with an error");
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::Store, Reason::RecordWentBack)
+    );
+}
+
+/// The `controller` fuzz campaign of session 8 (fuzz/README.md, finding
+/// 7): a submission with its intent and a duplicate of it are both out;
+/// the duplicate's reply, answered first, shows another controller's
+/// intent while no execution drives the key (no room: the intent's
+/// acceptance keeps the one slot). The row was dropped; the acceptance
+/// then found the record `accepted` (a store gone back) and its execution
+/// sent the command. The row is now kept for that execution: re-read,
+/// `record_went_back`, nothing sent.
+#[test]
+fn a_row_shown_while_the_key_is_only_being_accepted_is_never_followed_by_a_send() {
+    let mut cfg = config();
+    cfg.max_active = 1;
+    let mut s = Sim::new(cfg);
+    s.settle();
+    let key = s.submit("both", &cmd());
+    s.submit("both", &cmd());
+    let (with_intent, first) = s.ctl.poll_store_op().unwrap();
+    assert!(matches!(first, StoreOp::AcceptDispatching { .. }));
+    let (dup, op) = s.ctl.poll_store_op().unwrap();
+    assert!(matches!(op, StoreOp::Accept { .. }));
+    // The duplicate lands first (the record accepted); its reply shows the
+    // row as another controller wrote it.
+    let Ok(StoreReply::Accepted { record, .. }) = s.store.apply(&op) else {
+        panic!("not an acceptance");
+    };
+    let later = s.now_ms + 2_000; // the submitter's claim lapsed
+    let mut row = claim::claim_exec(&record, "ctl-other", later, 1_000).unwrap();
+    for st in crate::managed::testkit::path_to(ExecState::Dispatching) {
+        let patch = crate::managed::testkit::entry_patch(&row, *st);
+        row = apply_exec(&row, &patch, later).unwrap();
+    }
+    let reply = StoreReply::Accepted {
+        record: row,
+        existing: false,
+    };
+    s.ctl.handle_stored(s.now, s.now_ms, dup, Ok(reply));
+    assert!(!s.ctl.execs.contains_key(&key), "no room: not driven");
+    // The acceptance with intent finds the record `accepted`.
+    let r = s.store.apply(&first);
+    s.ctl.handle_stored(s.now, s.now_ms, with_intent, r);
+    s.settle();
+    assert!(s.worker.is_empty(), "sent: {:?}", s.worker);
+    assert!(s.record(&key).state.is_before_dispatch());
+    let f = s.finished(&key).expect("the execution ended here");
+    let e = f.error.as_ref().expect("with an error");
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::Store, Reason::RecordWentBack)
+    );
+}
