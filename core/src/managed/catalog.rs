@@ -247,6 +247,38 @@ impl Catalog {
         }
     }
 
+    /// The smallest valid catalog holding exactly `artifact` (an image at
+    /// `path`, or a checkpoint approval) and one revision of `profile` (its
+    /// budgets and per-file size; the other fields C12.3's defaults), on
+    /// `platform` and the artifact's architecture, with the lowest floor.
+    /// For a worker that runs one known target (tests, examples).
+    pub fn holding(
+        platform: Platform,
+        artifact: &ArtifactRef,
+        profile: &ProfileRef,
+        path: &str,
+    ) -> Self {
+        let architecture = if artifact.architecture == "aarch64" {
+            Architecture::Aarch64
+        } else {
+            Architecture::X86_64
+        };
+        let floor = Floor {
+            storage_gb: 1,
+            overlay_gb: 1,
+            host_overhead_mb: 128,
+        };
+        let mut revision = ProfileRevision::new(&profile.id);
+        revision.budgets = profile.budgets;
+        revision.per_file_max = profile.per_file_max;
+        revision.per_direction_max = revision.per_direction_max.max(profile.per_file_max);
+        let c = Self::new(platform, architecture, floor).with_profile(revision);
+        match artifact.kind {
+            ArtifactKind::Image => c.with_image(&artifact.id, &artifact.sha256, path),
+            ArtifactKind::Checkpoint => c.with_checkpoint(&artifact.id, &artifact.sha256),
+        }
+    }
+
     /// Adds an image artifact of the catalog's architecture.
     #[must_use]
     pub fn with_image(mut self, id: &str, sha256: &str, path: &str) -> Self {

@@ -1164,7 +1164,11 @@ impl Controller {
         match (&rec.spec.worker_machine, &rec.assignment) {
             (Some(w), _) => configured(&w.worker_id, false),
             (None, Some(a)) => configured(&a.worker_id, true),
-            (None, None) => self.cfg.workers.iter().any(|x| x.profile.is_some()),
+            // Unassigned: a worker that may create it (its catalog, C12.4).
+            (None, None) => self
+                .cfg
+                .creating_worker(&rec.spec.artifact, &rec.spec.profile)
+                .is_ok(),
         }
     }
 

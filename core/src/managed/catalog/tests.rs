@@ -323,3 +323,28 @@ fn a_profile_below_the_floor_is_unsupported_and_at_it_is_not() {
         Reason::ProfileBelowFloor
     );
 }
+
+#[test]
+fn holding_builds_a_valid_catalog_of_exactly_one_target() {
+    let mut profile = ProfileRevision::new("fitted").reference();
+    profile.budgets.execution_ms = 125_000;
+    profile.per_file_max = 8_000_000;
+    let c = Catalog::holding(Platform::Linux, &artifact(), &profile, "/a.smolmachine");
+    c.validate(Some("1.22.0")).unwrap();
+    c.supports(&artifact(), &profile).unwrap();
+    let mut other = artifact();
+    other.id = "other".to_owned();
+    assert_eq!(
+        reason(c.supports(&other, &profile)),
+        Reason::ArtifactNotInCatalog
+    );
+    let mut cp = artifact();
+    cp.kind = ArtifactKind::Checkpoint;
+    let c = Catalog::holding(Platform::Linux, &cp, &profile, "/unused.smolmachine");
+    c.validate(None).unwrap();
+    c.supports(&cp, &profile).unwrap();
+    assert_eq!(
+        reason(c.supports(&artifact(), &profile)),
+        Reason::ArtifactNotInCatalog
+    );
+}

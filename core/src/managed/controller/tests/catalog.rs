@@ -179,3 +179,19 @@ fn an_invalid_catalog_is_refused_by_the_config_check() {
     c.workers[0].profile = Some(Box::new(Profile::admit("1.14.1", &[]).unwrap()));
     c.validate().unwrap();
 }
+
+#[test]
+fn a_stored_record_no_catalog_holds_is_left_alone() {
+    // Accepted earlier (another controller's configuration), unassigned.
+    let mut s = Sim::new(with_catalog(catalog()));
+    let mut spec = disposable_spec();
+    spec.profile.budgets.cleanup_ms += 1;
+    let key = RecordKey::new("s", "elsewhere").unwrap();
+    let fp = s.ctl.fingerprint(&spec);
+    let rec = ExecutionRecord::accepted(key.clone(), fp, spec, s.now_ms).unwrap();
+    s.store.records.insert(key.clone(), rec.clone());
+    s.ctl.reconcile(s.now, s.now_ms);
+    s.advance(2_000);
+    assert_eq!(s.record(&key), &rec, "not driven, not changed");
+    assert!(s.worker.is_empty(), "nothing sent: {:?}", s.worker);
+}
