@@ -11,7 +11,9 @@ use smolbox_core::{Error, Operation};
 use smolbox_store::runtime::stream::{STREAM_EVENTS, Streams, Tally, hand_over, settled};
 use smolbox_store::runtime::{Command as Cmd, MAX_WAIT_MS, WAIT_POLL, stopped};
 
-use super::{Machines, Msg, Runtime};
+use smolbox_store::runtime::Input;
+
+use super::{Machines, Runtime};
 use crate::Client;
 
 /// Where a streamed exec's events go: the waiting caller's channel.
@@ -59,7 +61,7 @@ impl Drop for Watch<'_> {
         let _ = self
             .rt
             .cmd
-            .send(Msg::Command(Cmd::Stream(self.key.clone(), false)));
+            .send(Input::Command(Cmd::Stream(self.key.clone(), false)));
     }
 }
 
@@ -110,7 +112,7 @@ impl Runtime {
             rx,
         };
         self.cmd
-            .send(Msg::Command(Cmd::Stream(key.clone(), true)))
+            .send(Input::Command(Cmd::Stream(key.clone(), true)))
             .map_err(|_| stopped(Operation::Submit))?;
         Ok(watch)
     }

@@ -807,14 +807,7 @@ fn an_observation_is_not_written_when_the_record_changed_since_it_began() {
 
 #[test]
 fn a_create_intent_found_after_a_crash_is_never_sent_again() {
-    let mut s = Sim::new(disposable_config());
-    s.settle();
-    s.request(MachineRequest::Create {
-        key: mkey(),
-        spec: mspec(),
-    })
-    .unwrap();
-    s.settle();
+    let mut s = create_out();
     assert_eq!(s.worker.len(), 1);
     // The controller dies with the create out; a new one (another owner)
     // recovers from the store after the claim lapsed.
@@ -1436,14 +1429,7 @@ fn logs_and_measurements_read_the_recorded_incarnation_only() {
 /// no worker call.
 #[test]
 fn measurements_of_a_machine_never_created_are_refused_unsent() {
-    let mut s = Sim::new(disposable_config());
-    s.settle();
-    s.request(MachineRequest::Create {
-        key: mkey(),
-        spec: mspec(),
-    })
-    .unwrap();
-    s.settle();
+    let mut s = create_out();
     s.worker.clear();
     let id = s.request_async(MachineRequest::Measurements { key: mkey() });
     let e = s.answer_of(id).unwrap_err();
@@ -1452,6 +1438,19 @@ fn measurements_of_a_machine_never_created_are_refused_unsent() {
         (Reason::NoCreationEvidence, Evidence::NotDispatched)
     );
     assert!(s.worker.is_empty());
+}
+
+/// A controller whose retained machine's create is out at the worker.
+fn create_out() -> Sim {
+    let mut s = Sim::new(disposable_config());
+    s.settle();
+    s.request(MachineRequest::Create {
+        key: mkey(),
+        spec: mspec(),
+    })
+    .unwrap();
+    s.settle();
+    s
 }
 
 mod delete;
