@@ -143,6 +143,18 @@ impl<R: Build> Builder<R> {
         self
     }
 
+    /// Adds a configured worker as a whole [`WorkerEntry`] (capacity,
+    /// admitted version profile, catalog, C12.2): with a catalog, a
+    /// disposable execution or retained machine is accepted on it only
+    /// with the catalog's exact artifact and profile revision (C12.4).
+    /// The entry is checked by [`Builder::build`].
+    #[must_use]
+    pub fn worker_entry(mut self, entry: WorkerEntry, client: R::Client) -> Self {
+        self.clients.insert(entry.id.clone(), client);
+        self.config.workers.push(entry);
+        self
+    }
+
     /// `max_pending` of `accept` (1–10,000; default 128).
     #[must_use]
     pub fn max_pending(mut self, n: u32) -> Self {

@@ -8,7 +8,10 @@ use std::sync::Arc;
 
 use smolbox_core::Error;
 use smolbox_core::exec::Command;
-use smolbox_core::managed::controller::{Outcome, Resolution, Submission, Submit, Telemetry};
+use smolbox_core::managed::catalog::Catalog;
+use smolbox_core::managed::controller::{
+    Outcome, Resolution, Submission, Submit, Telemetry, WorkerEntry,
+};
 use smolbox_core::managed::state::MachineOperation;
 use smolbox_core::managed::{
     ExecutionRecord, FingerprintKey, MachineRecord, RecordKey, RetainedMachineSpec,
@@ -30,6 +33,9 @@ pub struct Options {
     pub max_active: usize,
     /// The worker also runs disposable machines (its profile is admitted).
     pub disposable: bool,
+    /// The worker's catalog (C12.2), with `disposable`; `None`: an
+    /// uncatalogued entry.
+    pub catalog: Option<Catalog>,
     /// The artifact store declared files go through (none: specs with
     /// files are refused).
     pub artifacts: Option<Arc<smolbox_store::artifacts::MemoryArtifacts>>,
@@ -43,6 +49,7 @@ impl Default for Options {
             poll_interval_ms: 100,
             max_active: 4,
             disposable: false,
+            catalog: None,
             artifacts: None,
         }
     }
@@ -230,7 +237,11 @@ impl ManagedShell for BlockingManaged {
         let b = smolbox_blocking::Runtime::builder(store, key);
         let b = if o.disposable {
             let profile = client.admit(&[])?;
-            b.worker_with_profile(WORKER, client, profile)
+            let entry = WorkerEntry::new(WORKER).with_profile(profile);
+            match &o.catalog {
+                Some(c) => b.worker_entry(entry.with_catalog(c.clone()), client),
+                None => b.worker_entry(entry, client),
+            }
         } else {
             b.worker(WORKER, client)
         };
@@ -398,7 +409,11 @@ impl ManagedShell for TokioManaged {
         let b = smolbox_tokio::Runtime::builder(store, key);
         let b = if o.disposable {
             let profile = rt.block_on(client.admit(&[]))?;
-            b.worker_with_profile(WORKER, client, profile)
+            let entry = WorkerEntry::new(WORKER).with_profile(profile);
+            match &o.catalog {
+                Some(c) => b.worker_entry(entry.with_catalog(c.clone()), client),
+                None => b.worker_entry(entry, client),
+            }
         } else {
             b.worker(WORKER, client)
         };
@@ -588,6 +603,7 @@ macro_rules! managed_suite {
             a_live_claim_of_another_controller_is_respected,
             sentinels_never_reach_the_database_files,
             a_disposable_machine_is_created_used_deleted_and_released,
+            a_spec_outside_the_workers_catalog_is_refused_before_anything_is_stored,
             two_runtimes_on_one_store_dispatch_each_command_once,
         );
     };

@@ -620,6 +620,76 @@ pub fn a_disposable_machine_is_created_used_deleted_and_released<M: ManagedShell
     rt.shutdown();
 }
 
+/// C12.4 through the runtime: a worker whose catalog lacks the spec's
+/// artifact refuses a disposable submit with `unsupported_capability`
+/// (`not_dispatched`) before anything is stored or sent; a catalog holding
+/// the exact artifact and profile revision runs it.
+pub fn a_spec_outside_the_workers_catalog_is_refused_before_anything_is_stored<M: ManagedShell>(
+    kind: StoreKind,
+) {
+    use smolbox_core::managed::catalog::{Architecture, Catalog, Floor, Platform, ProfileRevision};
+    let Some(s) = setup(kind) else { return };
+    let cmd = Command::new(["sh", "-c", "echo in-vm; exit 5"]);
+    let mut sub = submit_of("cat", &cmd);
+    sub.spec.worker_machine = None;
+    let floor = Floor {
+        storage_gb: 1,
+        overlay_gb: 1,
+        host_overhead_mb: 128,
+    };
+    let mut revision = ProfileRevision::new(&sub.spec.profile.id);
+    revision.budgets = sub.spec.profile.budgets;
+    revision.per_file_max = sub.spec.profile.per_file_max;
+    // The devworker reports 1.22.0: Linux x86_64 or macOS aarch64 (C12.2).
+    let platform = if cfg!(target_arch = "aarch64") {
+        Platform::Macos
+    } else {
+        Platform::Linux
+    };
+    let holding = Catalog::new(platform, Architecture::host(), floor)
+        .with_image(
+            &sub.spec.artifact.id,
+            &sub.spec.artifact.sha256,
+            "/images/a.smolmachine",
+        )
+        .with_profile(revision);
+    let mut lacking = holding.clone();
+    lacking.images[0].sha256 = "1".repeat(64);
+    let (creates, execs) = (
+        s.fixture.worker.request_count(Route::MachinesCreate),
+        s.execs(),
+    );
+    let rt: M = s.runtime(&Options {
+        disposable: true,
+        catalog: Some(lacking),
+        ..Options::default()
+    });
+    let e = rt.submit(sub.clone()).unwrap_err();
+    assert_eq!(e.category(), Category::UnsupportedCapability, "{e:?}");
+    assert_eq!(e.evidence(), Evidence::NotDispatched);
+    assert_eq!(e.reason(), smolbox_core::Reason::ArtifactNotInCatalog);
+    assert_eq!(
+        rt.fetch(&sub.key).unwrap_err().category(),
+        Category::NotFound,
+        "nothing stored"
+    );
+    assert_eq!(
+        s.fixture.worker.request_count(Route::MachinesCreate),
+        creates
+    );
+    assert_eq!(s.execs(), execs, "nothing sent");
+    rt.shutdown();
+    let rt: M = s.runtime(&Options {
+        disposable: true,
+        catalog: Some(holding),
+        ..Options::default()
+    });
+    let k = rt.submit(sub).unwrap().key;
+    let out = rt.wait(&k, 30_000).unwrap();
+    assert_eq!(out.exit_code(), Some(5), "{:?}", out.error);
+    rt.shutdown();
+}
+
 /// Two runtimes (two controllers) on one SQLite file, both submitting and
 /// reconciling the same commands: each is dispatched exactly once.
 pub fn two_runtimes_on_one_store_dispatch_each_command_once<M: ManagedShell>(kind: StoreKind) {

@@ -87,6 +87,8 @@ reasons! {
     ArtifactIo = "artifact_io",
     /// The artifact store holds no bytes under an input's source reference (`not_found`).
     ArtifactMissing = "artifact_missing",
+    /// No configured worker's catalog holds the spec's exact artifact (id, digest and architecture), so nothing is stored (`unsupported_capability`).
+    ArtifactNotInCatalog = "artifact_not_in_catalog",
     /// A path under the directory artifact store's root is a symbolic link or not the expected file type (`validation`, nothing read or written).
     ArtifactNotRegular = "artifact_not_regular",
     /// Bytes put into or read from the directory artifact store are over its per-file limit (`output_limit`).
@@ -155,6 +157,26 @@ reasons! {
     CapacityBootIdTooLong = "capacity_boot_id_too_long",
     /// The worker's capacity reply has a used-CPU count that is negative or not finite (`protocol`).
     CapacityUsedCpusInvalid = "capacity_used_cpus_invalid",
+    /// A worker catalog lists more checkpoint approvals than the limit of 32 (`validation`, config).
+    CatalogCheckpoints = "catalog_checkpoints",
+    /// A worker catalog lists two images, two checkpoints or two profiles under one id (`validation`, config).
+    CatalogDuplicate = "catalog_duplicate",
+    /// A worker catalog's allocation floor has a storage, overlay or host overhead value out of its range (`validation`, config).
+    CatalogFloor = "catalog_floor",
+    /// A worker catalog's image or checkpoint has a bad identifier or a digest that is not 64 lowercase hex characters (`validation`, config).
+    CatalogImage = "catalog_image",
+    /// A worker catalog's image artifact has an architecture other than the worker's (`validation`, config).
+    CatalogImageArchitecture = "catalog_image_architecture",
+    /// A worker catalog's image path is not an absolute path ending `.smolmachine` (`validation`, config).
+    CatalogImagePath = "catalog_image_path",
+    /// A worker catalog lists more image artifacts than the limit of 32 (`validation`, config).
+    CatalogImages = "catalog_images",
+    /// A worker catalog has neither an image artifact nor a checkpoint approval (`validation`, config).
+    CatalogNoArtifact = "catalog_no_artifact",
+    /// A worker catalog pairs macOS with x86_64, or a runtime version other than 1.14.1 with a platform other than Linux x86_64 or macOS aarch64 (`validation`, config).
+    CatalogPlatform = "catalog_platform",
+    /// A worker catalog lists no profile or more than the limit of 32 profiles (`validation`, config).
+    CatalogProfiles = "catalog_profiles",
     /// A resubmitted named execution's spec differs from the one stored under that name (`identity_conflict`, CLI).
     ChangedSpec = "changed_spec",
     /// A machine created from a checkpoint also sets resources, ports, mounts or a workload (`validation`).
@@ -831,12 +853,20 @@ reasons! {
     PreparationDeadline = "preparation_deadline",
     /// A resolve-as-absent found the machine still present on the worker (`identity_conflict`).
     Present = "present",
+    /// The spec's profile revision is below its worker's allocation floor, so nothing is stored (`unsupported_capability`).
+    ProfileBelowFloor = "profile_below_floor",
     /// A stored spec's budgets exceed its version profile's (`validation`, store write).
     ProfileBudget = "profile_budget",
+    /// A catalog profile revision's id is not an identifier of at most 128 bytes (`validation`, config).
+    ProfileId = "profile_id",
+    /// No configured worker's catalog holds the spec's exact profile revision with its budgets, so nothing is stored (`unsupported_capability`).
+    ProfileNotInCatalog = "profile_not_in_catalog",
     /// A version profile's per-direction file budget is 0 or above the maximum (`validation`, config).
     ProfilePerDirectionOutOfRange = "profile_per_direction_out_of_range",
     /// A version profile's per-file size is 0 or above the file allowance maximum (`validation`, config).
     ProfilePerFileOutOfRange = "profile_per_file_out_of_range",
+    /// A catalog profile revision has a field outside its range of C12.3 (`validation`, config).
+    ProfileRange = "profile_range",
     /// A terminal's program is empty or longer than the limit (`validation`).
     ProgramLength = "program_length",
     /// A terminal's program contains a NUL byte (`validation`).
@@ -1236,6 +1266,8 @@ reasons! {
     WorkerBadRequest = "worker_bad_request",
     /// The worker's reserved capacity plus this machine would exceed its limit (`admission_exhausted`).
     WorkerCapacity = "worker_capacity",
+    /// Every worker whose catalog could run the spec is marked draining, so nothing is stored (`unsupported_capability`).
+    WorkerDraining = "worker_draining",
     /// The worker's handler answered with an error code not classified otherwise (`protocol`).
     WorkerError = "worker_error",
     /// A streamed exec's reply sent an `error` event (`protocol`).

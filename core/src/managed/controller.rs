@@ -144,9 +144,11 @@ pub mod release;
 mod target;
 mod telemetry;
 pub mod terminal;
+mod worker;
 
 pub use target::{RunTarget, command_of, spec_for};
 pub use telemetry::{Lifecycle, Telemetry};
+pub use worker::WorkerEntry;
 
 pub use ops::{
     Claimed, DueAfter, OpId, Reservation, StoreOp, StoreReply, StoreResult, WorkerOp, WorkerReply,
@@ -160,12 +162,11 @@ pub use machines::{
 use self::exec::{Exec, Step};
 use self::leases::Leases;
 use self::machines::{Mach, Req};
-use super::record::{Claim, ExecResult, ExecutionRecord, MachineRecord, Resources};
-use super::spec::{Action, ExecutionSpec};
+use super::record::{Claim, ExecResult, ExecutionRecord, MachineRecord};
+use super::spec::{Action, ArtifactRef, ExecutionSpec, ProfileRef};
 use super::state::{ExecState, RecordEvidence};
 use super::{FingerprintKey, RecordKey, check_identifier, check_worker_id, fingerprint};
 use crate::exec::ExecOutput;
-use crate::worker::Profile;
 use crate::{Error, Operation};
 
 /// Default `max_pending` (C12.1).
@@ -193,43 +194,6 @@ pub const MAX_STORE_RETRIES: u32 = 5;
 /// Keys whose output callers of one controller may want streamed at once
 /// ([`Controller::stream_output`]).
 pub const MAX_STREAMS: usize = 64;
-
-/// One configured worker (C12.2, the part this slice needs).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WorkerEntry {
-    /// Worker id (≤64 bytes, `^[A-Za-z0-9][A-Za-z0-9._-]*$`).
-    pub id: String,
-    /// Total capacity `{slots, cpus, memory_mb, disk_gb}`.
-    pub capacity: Resources,
-    /// The worker's admitted version profile. Needed for disposable
-    /// machines (create, start, stop, inspect); without it the worker only
-    /// runs commands on machines the caller names.
-    pub profile: Option<Box<Profile>>,
-}
-
-impl WorkerEntry {
-    /// A worker with the given id and a capacity of 64 slots, 64 CPUs,
-    /// 64 GiB of memory and 1 TiB of disk.
-    pub fn new(id: &str) -> Self {
-        Self {
-            id: id.to_owned(),
-            capacity: Resources {
-                slots: 64,
-                cpus: 64,
-                memory_mb: 65_536,
-                disk_gb: 1_024,
-            },
-            profile: None,
-        }
-    }
-
-    /// The same worker, able to create disposable machines with `profile`.
-    #[must_use]
-    pub fn with_profile(mut self, profile: Profile) -> Self {
-        self.profile = Some(Box::new(profile));
-        self
-    }
-}
 
 /// Controller options (C12.1) with their ranges, checked by
 /// [`ControllerConfig::validate`].
@@ -334,6 +298,9 @@ impl ControllerConfig {
             {
                 return bad(Reason::WorkerCapacity);
             }
+            if let Some(cat) = &w.catalog {
+                cat.validate(w.profile.as_ref().map(|p| p.version_text()))?;
+            }
         }
         if !(1..=10_000).contains(&self.max_pending) {
             return Err(Error::validation(Operation::Config, Reason::MaxPending)
@@ -366,6 +333,33 @@ impl ControllerConfig {
             );
         }
         Ok(())
+    }
+
+    /// The worker a new disposable execution or retained machine of
+    /// `artifact` and `profile` goes to: the first configured worker that
+    /// [`WorkerEntry::can_create`] them (C12.4).
+    ///
+    /// # Errors
+    /// `unsupported_capability`: the first candidate's refusal
+    /// (`disposable_machines` when no worker has a version profile).
+    pub fn creating_worker(
+        &self,
+        artifact: &ArtifactRef,
+        profile: &ProfileRef,
+    ) -> Result<&WorkerEntry, Error> {
+        let mut first = None;
+        for w in &self.workers {
+            match w.can_create(artifact, profile) {
+                Ok(()) => return Ok(w),
+                Err(e) if w.profile.is_some() => {
+                    first.get_or_insert(e);
+                }
+                Err(_) => {}
+            }
+        }
+        Err(first.unwrap_or_else(|| {
+            Error::unsupported_capability(Operation::Submit, Reason::DisposableMachines)
+        }))
     }
 
     fn poll(&self) -> Duration {
@@ -1107,17 +1101,17 @@ impl Controller {
             Some(w) if !self.cfg.workers.iter().any(|x| x.id == w.worker_id) => {
                 return unsupported(Reason::UnknownWorker);
             }
-            None if !self.cfg.workers.iter().any(|x| x.profile.is_some()) => {
-                return unsupported(Reason::DisposableMachines);
+            None => {
+                self.cfg.creating_worker(&spec.artifact, &spec.profile)?;
             }
-            _ => {}
+            Some(_) => {}
         }
         if !spec.inputs.is_empty() || !spec.outputs.is_empty() {
             // Transfers go with the worker's admitted profile, bytes from
             // and to the runtime's artifact store (C6.4).
             let worker = match &spec.worker_machine {
                 Some(w) => self.cfg.workers.iter().find(|x| x.id == w.worker_id),
-                None => self.cfg.workers.iter().find(|x| x.profile.is_some()),
+                None => self.cfg.creating_worker(&spec.artifact, &spec.profile).ok(),
             };
             if !self.cfg.artifacts || worker.is_none_or(|w| w.profile.is_none()) {
                 return unsupported(Reason::FileTransfer);
@@ -1159,7 +1153,11 @@ impl Controller {
         match (&rec.spec.worker_machine, &rec.assignment) {
             (Some(w), _) => configured(&w.worker_id, false),
             (None, Some(a)) => configured(&a.worker_id, true),
-            (None, None) => self.cfg.workers.iter().any(|x| x.profile.is_some()),
+            // Unassigned: a worker that may create it (its catalog, C12.4).
+            (None, None) => self
+                .cfg
+                .creating_worker(&rec.spec.artifact, &rec.spec.profile)
+                .is_ok(),
         }
     }
 

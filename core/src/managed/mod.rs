@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Error, Operation};
 
+pub mod catalog;
 pub mod claim;
 pub mod controller;
 pub mod envelope;

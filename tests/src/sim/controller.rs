@@ -441,7 +441,11 @@ impl Sim {
         let mut cfg = ControllerConfig::new(&Self::owner(h));
         cfg.workers = WORKER_IDS
             .iter()
-            .map(|w| WorkerEntry::new(w).with_profile(Profile::known(Version::V1_9_2)))
+            .map(|w| {
+                WorkerEntry::new(w)
+                    .with_profile(Profile::known(Version::V1_9_2))
+                    .with_catalog(sim_catalog())
+            })
             .collect();
         cfg.lease_ttl_ms = TTL_MS;
         // The driver is the artifact store (`files`): specs with files.
@@ -1462,4 +1466,30 @@ impl Sim {
         }
         self.drain(h);
     }
+}
+
+/// Each simulated worker's catalog (C12.2): exactly the artifacts and
+/// profile revisions of the sim's specs (`RunTarget::unverified` for
+/// commands, `testkit::machine_spec` for retained machines), so every
+/// submission passes the acceptance check of C12.4. 1.9.2 runs on Linux
+/// x86_64 or macOS aarch64 only.
+fn sim_catalog() -> smolbox_core::managed::catalog::Catalog {
+    use smolbox_core::managed::catalog::{Catalog, Platform, ProfileRevision};
+    let t = RunTarget::unverified();
+    let platform = if t.artifact.architecture == "aarch64" {
+        Platform::Macos
+    } else {
+        Platform::Linux
+    };
+    let mut c = Catalog::holding(platform, &t.artifact, &t.profile, "/images/sim.smolmachine");
+    let m = testkit::machine_spec();
+    if m.artifact.architecture == t.artifact.architecture {
+        let mut r = ProfileRevision::new(&m.profile.id);
+        r.budgets = m.profile.budgets;
+        r.per_file_max = m.profile.per_file_max;
+        c = c
+            .with_image(&m.artifact.id, &m.artifact.sha256, "/images/m.smolmachine")
+            .with_profile(r);
+    }
+    c
 }

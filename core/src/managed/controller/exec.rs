@@ -352,9 +352,8 @@ impl Exec {
         if let Some(a) = &self.rec.assignment {
             return Some(a.worker_id.clone());
         }
-        cfg.workers
-            .iter()
-            .find(|w| w.profile.is_some())
+        cfg.creating_worker(&self.rec.spec.artifact, &self.rec.spec.profile)
+            .ok()
             .map(|w| w.id.clone())
     }
 

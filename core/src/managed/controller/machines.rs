@@ -347,9 +347,8 @@ impl Mach {
         if !creating {
             return None;
         }
-        cfg.workers
-            .iter()
-            .find(|w| w.profile.is_some())
+        cfg.creating_worker(&self.rec.spec.artifact, &self.rec.spec.profile)
+            .ok()
             .map(|w| w.id.clone())
     }
 
@@ -695,9 +694,8 @@ impl Mach {
             .as_ref()
             .map(|a| a.worker_id.clone())
             .or_else(|| {
-                cfg.workers
-                    .iter()
-                    .find(|w| w.profile.is_some())
+                cfg.creating_worker(&self.rec.spec.artifact, &self.rec.spec.profile)
+                    .ok()
                     .map(|w| w.id.clone())
             });
         let entry = worker

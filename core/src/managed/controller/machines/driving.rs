@@ -43,6 +43,11 @@ impl crate::managed::controller::Controller {
                     .map_err(|e| e.with_operation(Operation::Create))?;
                 spec.validate()
                     .map_err(|e| e.with_operation(Operation::Create))?;
+                // C12.4: a worker whose catalog holds the exact artifact
+                // and profile revision, before anything is stored.
+                self.cfg
+                    .creating_worker(&spec.artifact, &spec.profile)
+                    .map_err(|e| e.with_operation(Operation::Create))?;
                 let fp =
                     crate::managed::fingerprint::machine_fingerprint(&self.fingerprint_key, spec);
                 let rec = MachineRecord::accepted(key.clone(), fp, spec.clone(), self.now_ms)

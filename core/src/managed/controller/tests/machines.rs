@@ -7,6 +7,7 @@ use crate::Reason;
 use crate::managed::RetainedMachineSpec;
 use crate::managed::claim::Guard;
 use crate::managed::patch::apply_machine;
+use crate::managed::record::Resources;
 use crate::managed::slot;
 use crate::managed::state::MachinePhase;
 use crate::managed::state::{MachineOperation as Op, MachineRecordState as MS};
@@ -306,7 +307,7 @@ fn machine_name() -> String {
 }
 
 impl Sim {
-    fn request(&mut self, r: MachineRequest) -> Result<MachineAnswer, Error> {
+    pub(super) fn request(&mut self, r: MachineRequest) -> Result<MachineAnswer, Error> {
         let id = self.ctl.machine(self.now, self.now_ms, r)?;
         self.settle();
         self.answer_of(id)
