@@ -299,7 +299,8 @@ impl crate::Client {
     /// Opens an interactive terminal on `machine` running `spec.program`:
     /// admits the worker's version (a `GET /health` preflight), checks the
     /// spec and the version gate (terminals from 1.17.0) with the core's
-    /// [`TerminalCall`], connects (outside the request pool: the connection
+    /// [`TerminalCall`], inspects the machine (it must be a plain image
+    /// machine: C7.4), connects (outside the request pool: the connection
     /// becomes the WebSocket), sends the upgrade and returns once the 101
     /// was read — all inside one operation deadline. The handshake must
     /// complete within min(operation budget, 30 s, connect budget); socket
@@ -316,6 +317,7 @@ impl crate::Client {
         let deadlines = self.deadlines(Instant::now());
         let profile = self.preflight(deadlines).await?;
         let call = TerminalCall::new(&profile, machine, spec)?;
+        self.image_preflight(call.image_check(), deadlines).await?;
         let connect_deadline = deadlines.connect_by(Instant::now());
         let conn = self
             .pool()
