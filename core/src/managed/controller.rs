@@ -160,7 +160,7 @@ use super::spec::{Action, ExecutionSpec};
 use super::state::{ExecState, RecordEvidence};
 use super::{FingerprintKey, RecordKey, check_identifier, check_worker_id, fingerprint};
 use crate::exec::ExecOutput;
-use crate::worker::Profile;
+use crate::worker::{MachineSpec, Profile, Source};
 use crate::{Error, Operation};
 
 /// Default `max_pending` (C12.1).
@@ -200,6 +200,14 @@ pub struct WorkerEntry {
     /// machines (create, start, stop, inspect); without it the worker only
     /// runs commands on machines the caller names.
     pub profile: Option<Box<Profile>>,
+    /// What the machines the controller creates on this worker (disposable
+    /// and retained) are created from. `None`: imageless machines
+    /// ([`Source::Bare`]), on which the worker-side image preflight
+    /// refuses terminals, extended or background commands and large or
+    /// out-of-root files (C5.4, C6.1, C7.4); an image source
+    /// ([`Source::Oci`] from 1.19.0, or [`Source::Image`]) makes them
+    /// image machines.
+    pub machine_source: Option<Source>,
 }
 
 impl WorkerEntry {
@@ -215,6 +223,27 @@ impl WorkerEntry {
                 disk_gb: 1_024,
             },
             profile: None,
+            machine_source: None,
+        }
+    }
+
+    /// The same worker, creating its machines from `source` (see
+    /// [`Self::machine_source`]).
+    #[must_use]
+    pub fn with_machine_source(mut self, source: Source) -> Self {
+        self.machine_source = Some(source);
+        self
+    }
+
+    /// The worker spec of a machine this controller creates here: `base`
+    /// with this worker's [`Self::machine_source`].
+    pub(crate) fn machine_spec(&self, base: MachineSpec) -> MachineSpec {
+        match &self.machine_source {
+            Some(source) => MachineSpec {
+                source: source.clone(),
+                ..base
+            },
+            None => base,
         }
     }
 
