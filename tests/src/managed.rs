@@ -208,6 +208,7 @@ impl ManagedShell for BlockingManaged {
         let b = if o.disposable {
             let profile = client.admit(&[])?;
             b.worker_with_profile(WORKER, client, profile)
+                .machine_source(WORKER, crate::cases::image_spec().source)
         } else {
             b.worker(WORKER, client)
         };
@@ -353,6 +354,7 @@ impl ManagedShell for TokioManaged {
         let b = if o.disposable {
             let profile = rt.block_on(client.admit(&[]))?;
             b.worker_with_profile(WORKER, client, profile)
+                .machine_source(WORKER, crate::cases::image_spec().source)
         } else {
             b.worker(WORKER, client)
         };
