@@ -306,7 +306,7 @@ impl Sim {
                 }
                 inspect @ TermOutput::Inspect { .. } => {
                     self.seen.push(inspect);
-                    run.handle_inspected(self.now, self.now_ms, self.inspect.clone());
+                    run.handle_inspected(self.now, self.now_ms, self.inspect);
                 }
                 other => self.seen.push(other),
             }
