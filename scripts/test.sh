@@ -37,5 +37,8 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps -q
 echo "test: dependency directions"
 bash scripts/check-deps.sh
 
+echo "test: no public type name twice in core"
+python3 scripts/core-type-names.py
+
 echo "test: cargo test (unit, property, integration, doc, fuzz seed replay)"
 cargo test --workspace --no-fail-fast

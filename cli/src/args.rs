@@ -336,6 +336,24 @@ pub(crate) struct ExecArgs {
     pub(crate) machine: String,
     #[command(flatten)]
     pub(crate) opts: CommandOpts,
+    /// A local file copied into a managed machine before the command
+    /// runs: `LOCAL:GUEST_PATH`, with the limits and checks of `run
+    /// --input` (read and hashed before anything is sent, kept in the
+    /// artifact directory, uploaded, read back and checked inside the
+    /// machine's slot before the command is sent). Only into a managed
+    /// machine (`machine create`).
+    #[arg(long = "input", value_name = "LOCAL:GUEST_PATH")]
+    pub(crate) inputs: Vec<String>,
+    /// A guest file collected from a managed machine after the command
+    /// exits: `GUEST_PATH[:LOCAL]`, as `run --output` (checked against its
+    /// recorded SHA-256, written through a temporary file and a rename).
+    /// A failed collection keeps the exit code and keeps the machine's
+    /// slot (the machine becomes `unknown`; `resolve` frees it).
+    #[arg(long = "output", value_name = "GUEST_PATH[:LOCAL]")]
+    pub(crate) outputs: Vec<String>,
+    /// Largest size of each --output, bytes, as `run --output-max`.
+    #[arg(long, value_name = "BYTES", requires = "outputs")]
+    pub(crate) output_max: Option<u64>,
     /// The command and its arguments (after `--`).
     #[arg(last = true, required = true, value_name = "ARGV")]
     pub(crate) argv: Vec<String>,

@@ -412,13 +412,15 @@ pub(crate) fn lookup(store: Option<&Path>, name: &str) -> Result<Option<MachineR
     }
 }
 
-/// `exec MACHINE -- ARGV…` on a managed machine: the command goes into its
-/// slot under a fresh execution id (printed on stderr) and is waited for;
-/// exits with the guest's code (3 when unknown).
+/// `exec MACHINE -- ARGV…` on a managed machine: the command (with its
+/// declared `files`, [`crate::run_files::in_slot`]) goes into its slot
+/// under a fresh execution id (printed on stderr) and is waited for; exits
+/// with the guest's code (3 when unknown).
 pub(crate) fn exec(
     ctx: &Ctx<'_>,
     name: &str,
     cmd: &Command,
+    files: &crate::run_files::Files,
     stream: bool,
     json: bool,
 ) -> Result<i32, Failure> {
@@ -428,6 +430,9 @@ pub(crate) fn exec(
         .as_str()
         .replacen("sb-", "x-", 1);
     let key = records::key(&id)?;
+    if files.any() {
+        return crate::run_files::in_slot(ctx, name, &key, cmd, files, stream, json);
+    }
     if stream {
         return with_rt(ctx, |rt| {
             report::note(&format!(

@@ -97,6 +97,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
     // selected or started: a refusal there sends nothing.
     let files = match &cli.command {
         Cmd::Run(a) => run_files::prepare(a)?,
+        Cmd::Exec(a) => run_files::prepare_exec(a)?,
         _ => run_files::Files::default(),
     };
     let command_secs = match &cli.command {
@@ -132,8 +133,11 @@ fn run(cli: Cli) -> Result<i32, Failure> {
             machines::resolve(&ctx, &machine, quiesced, disposition, json)
         }
         Cmd::Exec(a) => match machines::lookup(ctx.store, &a.machine) {
-            Ok(Some(_)) => commands::command(&a.opts, a.argv)
-                .and_then(|cmd| machines::exec(&ctx, &a.machine, &cmd, a.opts.stream, json)),
+            Ok(Some(_)) => commands::command(&a.opts, a.argv).and_then(|cmd| {
+                machines::exec(&ctx, &a.machine, &cmd, &files, a.opts.stream, json)
+            }),
+            // Files go only into a managed machine's slot (issue 12).
+            Ok(None) if files.any() => Err(run_files::not_managed()),
             Ok(None) => commands::exec(&backend, &a.machine, &a.opts, a.argv, json),
             Err(f) => Err(f),
         },

@@ -464,6 +464,21 @@ impl<'a> Rt<'a> {
         machines!(self, run_streamed(machine, key, command, on_event))
     }
 
+    /// [`Self::m_run_streamed`] with declared files.
+    pub(crate) fn m_run_streamed_files(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+        files: &smolbox_core::managed::CommandFiles,
+        on_event: &mut (dyn FnMut(&ExecEvent) + Send),
+    ) -> Result<Outcome, Error> {
+        machines!(
+            self,
+            run_streamed_with_files(machine, key, command, files, on_event)
+        )
+    }
+
     /// One wait of at most `ms` (≤ 900,000).
     pub(crate) fn wait(&self, key: &RecordKey, ms: u64) -> Result<Outcome, Error> {
         match self {
@@ -519,6 +534,18 @@ impl<'a> Rt<'a> {
             MachineOperation::Stop => machines!(self, stop(key, version)),
             _ => machines!(self, delete(key, version)),
         }
+    }
+
+    /// Submits `command` with its declared files into the machine's slot
+    /// under `key`.
+    pub(crate) fn m_submit_files(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+        files: &smolbox_core::managed::CommandFiles,
+    ) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error> {
+        machines!(self, submit_with_files(machine, key, command, files))
     }
 
     /// Submits `command` into the machine's slot under `key`.

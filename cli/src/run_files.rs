@@ -73,6 +73,15 @@ fn refused(e: Error) -> Failure {
     Failure::Core(e)
 }
 
+/// `exec --input/--output` on a machine that is not a managed one: files
+/// go only into a managed machine's slot (nothing was sent).
+pub(crate) fn not_managed() -> Failure {
+    refused(Error::validation(
+        Operation::Submit,
+        Reason::ExecFilesNeedManagedMachine,
+    ))
+}
+
 fn syntax() -> Failure {
     refused(Error::validation(Operation::Submit, Reason::FileFlagSyntax))
 }
@@ -135,6 +144,41 @@ fn local_target(guest: &str, local: Option<&str>) -> Result<PathBuf, Failure> {
 /// guest or local path, a local output with `--detach`); a local failure
 /// (exit 1) for an input that cannot be read. Each says nothing was sent.
 pub(crate) fn prepare(args: &RunArgs) -> Result<Files, Failure> {
+    prepare_flags(&Flags {
+        inputs: &args.inputs,
+        outputs: &args.outputs,
+        output_max: args.output_max,
+        detach: args.detach,
+    })
+}
+
+/// The file flags of `run` or `exec`.
+pub(crate) struct Flags<'a> {
+    /// `--input` values.
+    pub(crate) inputs: &'a [String],
+    /// `--output` values.
+    pub(crate) outputs: &'a [String],
+    /// `--output-max`.
+    pub(crate) output_max: Option<u64>,
+    /// `--detach` (outputs stay in the artifact directory).
+    pub(crate) detach: bool,
+}
+
+/// [`prepare`] for `exec MACHINE` with files (a managed machine's slot):
+/// the same checks, done before any worker request.
+///
+/// # Errors
+/// As [`prepare`].
+pub(crate) fn prepare_exec(args: &crate::args::ExecArgs) -> Result<Files, Failure> {
+    prepare_flags(&Flags {
+        inputs: &args.inputs,
+        outputs: &args.outputs,
+        output_max: args.output_max,
+        detach: false,
+    })
+}
+
+fn prepare_flags(args: &Flags<'_>) -> Result<Files, Failure> {
     let too_many = |n: usize| {
         refused(
             Error::validation(Operation::Submit, Reason::TooManyFiles)
@@ -148,7 +192,7 @@ pub(crate) fn prepare(args: &RunArgs) -> Result<Files, Failure> {
         return Err(too_many(args.outputs.len()));
     }
     let mut parsed = Vec::new();
-    for raw in &args.inputs {
+    for raw in args.inputs {
         let Some((local, path)) = raw.rsplit_once(':') else {
             return Err(syntax());
         };
@@ -203,7 +247,7 @@ pub(crate) fn prepare(args: &RunArgs) -> Result<Files, Failure> {
         ));
     }
     let mut outs = Vec::new();
-    for raw in &args.outputs {
+    for raw in args.outputs {
         let (path, local) = match raw.split_once(':') {
             Some((p, l)) if !l.is_empty() => (p, Some(l)),
             Some(_) => return Err(syntax()),
@@ -264,6 +308,14 @@ fn submit_of(
     // The machine name is a placeholder: a disposable spec names none.
     let mut spec = spec_for(cmd, &RunTarget::unverified().fitting(cmd), worker, "x")?;
     spec.worker_machine = None;
+    keep_inputs(files, artifacts)?;
+    spec.inputs = files.inputs.iter().map(|i| i.file.clone()).collect();
+    spec.outputs = files.outputs.iter().map(|o| o.file.clone()).collect();
+    Ok(Submit { key, spec })
+}
+
+/// Puts every input into `artifacts` (a local write: nothing is sent).
+fn keep_inputs(files: &Files, artifacts: &DirArtifacts) -> Result<(), Failure> {
     for i in &files.inputs {
         artifacts
             .insert(SCOPE, &i.file.source, &i.bytes)
@@ -275,9 +327,68 @@ fn submit_of(
                 Failure::Core(e)
             })?;
     }
-    spec.inputs = files.inputs.iter().map(|i| i.file.clone()).collect();
-    spec.outputs = files.outputs.iter().map(|o| o.file.clone()).collect();
-    Ok(Submit { key, spec })
+    Ok(())
+}
+
+/// `exec MACHINE` with files on a managed machine: the command and its
+/// declared files go into the machine's slot under `key` (the runtime
+/// stages the inputs inside the slot before the dispatch intent and
+/// collects the outputs after the exit, issue 12); waited for; each
+/// collected output is written to its local file as for `run`. Exits with
+/// the guest's code (a failed collection keeps it).
+pub(crate) fn in_slot(
+    ctx: &crate::machines::Ctx<'_>,
+    name: &str,
+    key: &RecordKey,
+    cmd: &Command,
+    files: &Files,
+    stream: bool,
+    json: bool,
+) -> Result<i32, Failure> {
+    let machine = records::key(name)?;
+    let location = records::location(ctx.store)?;
+    let artifacts = records::artifacts_at(&location)?;
+    keep_inputs(files, &artifacts)?;
+    let declared = smolbox_core::managed::CommandFiles {
+        inputs: files.inputs.iter().map(|i| i.file.clone()).collect(),
+        outputs: files.outputs.iter().map(|o| o.file.clone()).collect(),
+    };
+    let opened = records::open(ctx.store)?;
+    let rt = Rt::with_files(ctx.backend, &opened, ctx.worker, Arc::clone(&artifacts))?;
+    let out = (|| {
+        if stream {
+            report::note(&format!(
+                "execution {} into the slot of managed machine {name} (streamed)",
+                key.id
+            ));
+            let mut printer = crate::commands::Printer::new(json);
+            let out = rt
+                .m_run_streamed_files(&machine, key, cmd, &declared, &mut |e: &ExecEvent| {
+                    printer.event(e);
+                })
+                .map_err(|e| crate::machines::slot_note(e.into(), name));
+            printer.done()?;
+            return out;
+        }
+        rt.m_submit_files(&machine, key, cmd, &declared)
+            .map_err(|e| crate::machines::slot_note(e.into(), name))?;
+        report::note(&format!(
+            "execution {} in the slot of managed machine {name}",
+            key.id
+        ));
+        loop {
+            match rt.wait(key, records::MAX_WAIT_MS) {
+                Err(e)
+                    if e.category() == smolbox_core::Category::Expired
+                        && e.operation() == Operation::Await => {}
+                other => break other.map_err(Failure::from),
+            }
+        }
+    })();
+    rt.shutdown();
+    let out = out?;
+    let delivered = deliver(&artifacts, &out.record, files)?;
+    finish(&out, &delivered, stream, json)
 }
 
 /// A fresh execution id for a run without `--id`: `run-` and 20 random

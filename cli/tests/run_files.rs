@@ -523,3 +523,120 @@ fn a_streamed_run_reads_its_input() {
         assert_eq!(stdout(&o), "streamed input\n");
     }
 }
+
+/// Issue 12: `exec MACHINE --input/--output` into a managed machine's
+/// slot, as a user would: the input arrives with its digest (the command
+/// hashes it), the outputs come back with the right bytes, the guest's
+/// exit code is the CLI's; an output one byte over `--output-max` fails
+/// the collection with the exit kept and the slot kept (the next `exec`
+/// is refused as busy); `--stream` streams the output and moves the files
+/// the same way. Files into a machine that is not a managed one are
+/// refused before any worker request.
+#[test]
+fn exec_into_a_managed_slot_stages_inputs_and_collects_outputs() {
+    let w = devworker(None);
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("slot.db");
+    let db = db.to_str().unwrap();
+    let local = dir.path().join("in.txt");
+    std::fs::write(&local, b"slot bytes\n").unwrap();
+    let input = format!("{}:/workspace/in.txt", local.display());
+    for shell in SHELLS {
+        let sb = |args: &[&str]| {
+            let mut all = vec!["--store", db];
+            all.extend_from_slice(args);
+            let mut c = common::smolbox();
+            c.env("SMOLBOX_LEASE_TTL_MS", "1000")
+                .args(["--worker", &w.base_url(), "--shell", shell])
+                .args(&all);
+            c.output().unwrap()
+        };
+        let id = format!("fbox-{shell}");
+        let c = sb(&["machine", "create", &id]);
+        assert_eq!(code(&c), 0, "{shell}: {}", stderr(&c));
+        let copy = dir.path().join(format!("copy-{shell}"));
+        let sum = dir.path().join(format!("sum-{shell}"));
+        let o = sb(&[
+            "--json",
+            "exec",
+            &id,
+            "--input",
+            &input,
+            "--output",
+            &format!("/workspace/copy.txt:{}", copy.display()),
+            "--output",
+            &format!("/workspace/sum.txt:{}", sum.display()),
+            "--",
+            "sh",
+            "-c",
+            "cp in.txt copy.txt; sha256sum in.txt | cut -d' ' -f1 > sum.txt; echo ran; exit 4",
+        ]);
+        assert_eq!(code(&o), 4, "{shell}: {}", stderr(&o));
+        let v = json(&o);
+        assert_eq!(v["state"], "completed", "{v}");
+        assert_eq!(v["stdout"], "ran\n", "{v}");
+        assert_eq!(std::fs::read(&copy).unwrap(), b"slot bytes\n");
+        assert_eq!(
+            std::fs::read_to_string(&sum).unwrap().trim(),
+            hex(b"slot bytes\n"),
+            "the input arrived with its digest"
+        );
+        // Streamed: the output as it comes, the files as buffered.
+        let back = dir.path().join(format!("back-{shell}"));
+        let o = sb(&[
+            "exec",
+            &id,
+            "--stream",
+            "--input",
+            &format!("{}:/workspace/in2.txt", local.display()),
+            "--output",
+            &format!("/workspace/in2.txt:{}", back.display()),
+            "--",
+            "sh",
+            "-c",
+            "cat in2.txt; exit 5",
+        ]);
+        assert_eq!(code(&o), 5, "{shell}: {}", stderr(&o));
+        assert_eq!(stdout(&o), "slot bytes\n");
+        assert!(stderr(&o).contains("(streamed)"), "{}", stderr(&o));
+        assert_eq!(std::fs::read(&back).unwrap(), b"slot bytes\n");
+        // An output one byte over its maximum: the exit (0) is kept, the
+        // collection failed, the slot stays held.
+        let big = dir.path().join(format!("big-{shell}"));
+        let o = sb(&[
+            "exec",
+            &id,
+            "--output",
+            &format!("/workspace/big:{}", big.display()),
+            "--output-max",
+            "4",
+            "--",
+            "sh",
+            "-c",
+            "printf 12345 > big",
+        ]);
+        assert_ne!(code(&o), 0, "{}", stderr(&o));
+        assert!(stderr(&o).contains("not all collected"), "{}", stderr(&o));
+        assert!(!big.exists());
+        let next = sb(&["exec", &id, "--", "true"]);
+        assert_eq!(code(&next), 8, "busy: {}", stderr(&next));
+        assert!(
+            stderr(&next).contains("admission_exhausted"),
+            "{}",
+            stderr(&next)
+        );
+        let m = sb(&["--json", "machine", "get", &id]);
+        assert_eq!(json(&m)["state"], "unknown", "{}", stdout(&m));
+    }
+    // Refusals before any worker request.
+    let before = mutations(&w);
+    let o = run(
+        &w,
+        "tokio",
+        &[
+            "--store", db, "exec", "nosuch", "--input", &input, "--", "true",
+        ],
+    );
+    refused(&o, 2, "exec_files_need_managed_machine");
+    assert_eq!(mutations(&w), before, "nothing sent");
+}

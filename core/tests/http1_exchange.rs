@@ -560,3 +560,28 @@ fn body_written_counts_request_body_bytes_the_socket_took() {
     ex.handle_written(now, 60);
     assert_eq!(ex.body_written(), 100);
 }
+
+/// An upload's progress is reported once per change of the body count,
+/// the first time even at 0.
+#[test]
+fn body_progress_is_reported_once_per_change() {
+    let now = t0();
+    let req = Request::new(
+        Operation::Upload,
+        Method::Put,
+        "/api/v1/machines/m/files/f".into(),
+    )
+    .body("application/octet-stream", vec![b'x'; 100]);
+    let mut ex = HttpExchange::new(&req, &config(now), now).unwrap();
+    assert_eq!(ex.poll_body_progress(), Some(0));
+    assert_eq!(ex.poll_body_progress(), None);
+    let mut out = Vec::new();
+    assert!(ex.poll_transmit(&mut out));
+    ex.handle_written(now, out.len() - 100);
+    assert_eq!(ex.poll_body_progress(), None, "only the head went");
+    ex.handle_written(now, 40);
+    assert_eq!(ex.poll_body_progress(), Some(40));
+    assert_eq!(ex.poll_body_progress(), None);
+    ex.handle_written(now, 60);
+    assert_eq!(ex.poll_body_progress(), Some(100));
+}

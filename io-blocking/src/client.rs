@@ -1,6 +1,5 @@
 //! [`Client`]: one verified worker operation per call.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -23,7 +22,6 @@ use crate::http::Exchange;
 use crate::pool::{MAX_CONNECTIONS, Pool};
 use crate::stream::{ExecEvent, ExecStream, run_with_callback};
 use crate::transport::SocketTarget;
-use smolbox_tls::SocketPlan;
 
 /// The blocking worker client. Cheap to clone (clones share one connection
 /// pool of at most [`MAX_CONNECTIONS`]); `Send + Sync`, so several threads
@@ -57,8 +55,7 @@ impl Client {
     /// regular file, or cannot be parsed; `unsupported_capability` for HTTPS
     /// without a CA file (no system roots are consulted).
     pub fn new(endpoint: Endpoint) -> Result<Self, Error> {
-        endpoint.check_files(Path::is_file)?;
-        let target = target_of(&endpoint)?;
+        let target = SocketTarget::of(&endpoint)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 endpoint,
@@ -478,13 +475,5 @@ impl Client {
     /// The endpoint's pool.
     pub(crate) fn pool(&self) -> &Arc<Pool> {
         &self.inner.pool
-    }
-}
-
-fn target_of(endpoint: &Endpoint) -> Result<SocketTarget, Error> {
-    match SocketPlan::of(endpoint)? {
-        SocketPlan::Unix(path) => Ok(SocketTarget::unix(path)),
-        SocketPlan::Tcp { host, port } => Ok(SocketTarget::tcp(host, port)),
-        SocketPlan::Tls { host, port, files } => SocketTarget::tls(host, port, &files),
     }
 }

@@ -35,7 +35,8 @@ use mio::{Events, Interest, Poll, Token};
 use smolbox_core::{Error, Machine, TransportFailure};
 
 use crate::errors::ConnectError;
-use crate::transport::{Kind, SocketTarget, Stream};
+use crate::transport::{SocketTarget, Stream};
+use smolbox_tls::{Target, unix_socket_facts};
 
 /// Size of the per-connection read buffer.
 pub(crate) const READ_CHUNK: usize = 16 * 1024;
@@ -71,14 +72,19 @@ impl Conn {
     /// Connects (and completes the TLS handshake) before `deadline`.
     pub(crate) fn connect(target: &SocketTarget, deadline: Instant) -> Result<Self, ConnectError> {
         let (host, port, tls) = match &target.kind {
-            Kind::Unix { path } => {
+            Target::Unix { path } => {
                 let facts = unix_socket_facts(path).map_err(|_| ConnectError::Refused)?;
                 smolbox_core::worker::check_unix_socket(facts).map_err(ConnectError::Unsafe)?;
                 let stream = Stream::unix(path).map_err(|_| ConnectError::Refused)?;
                 return Self::establish(stream, deadline);
             }
-            Kind::Tcp { host, port } => (host, *port, None),
-            Kind::Tls { host, port, setup } => (host, *port, Some(setup)),
+            Target::Tcp { host, port } => (host, *port, None),
+            Target::Tls {
+                host,
+                port,
+                name,
+                connector,
+            } => (host, *port, Some((connector, name))),
         };
         let host = host.trim_start_matches('[').trim_end_matches(']');
         let mut addrs = resolve(host, port, deadline)?;
@@ -99,7 +105,9 @@ impl Conn {
                 continue;
             };
             let stream = match tls {
-                Some(setup) => Stream::tls(sock, setup).map_err(|_| ConnectError::Tls)?,
+                Some((config, name)) => {
+                    Stream::tls(sock, config, name).map_err(|_| ConnectError::Tls)?
+                }
                 None => Stream::Tcp(sock),
             };
             match Self::establish(stream, deadline) {
@@ -560,25 +568,6 @@ fn resolve_with(
         }
         Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(ConnectError::Timeout),
     }
-}
-
-/// What `stat` says about a Unix socket path and its parent directory
-/// (the decision is core's [`check_unix_socket`](smolbox_core::worker::check_unix_socket)).
-fn unix_socket_facts(path: &std::path::Path) -> io::Result<smolbox_core::worker::SocketFileFacts> {
-    use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    let socket = std::fs::metadata(path)?;
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."));
-    let dir = std::fs::metadata(dir)?;
-    Ok(smolbox_core::worker::SocketFileFacts {
-        socket_mode: socket.mode() & 0o7777,
-        is_socket: socket.file_type().is_socket(),
-        socket_uid: socket.uid(),
-        dir_mode: dir.mode() & 0o7777,
-        dir_uid: dir.uid(),
-    })
 }
 
 /// One byte stream to a worker (or any peer), for raw use such as the

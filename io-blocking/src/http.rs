@@ -100,12 +100,9 @@ impl Exchange {
         progress: &mut dyn FnMut(u64),
     ) -> Result<ResponseHead, Error> {
         let mut no_body = |_: &[u8]| Ok(());
-        let mut reported = None;
         loop {
             let step = self.poll_step(&mut no_body)?;
-            let sent = self.core.body_written();
-            if reported != Some(sent) {
-                reported = Some(sent);
+            if let Some(sent) = self.core.poll_body_progress() {
                 progress(sent);
             }
             if let Some(Pulled::Head(h)) = step {

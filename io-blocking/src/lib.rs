@@ -46,7 +46,6 @@ mod pool;
 pub mod runtime;
 mod stream;
 mod terminal;
-mod tls;
 pub mod transport;
 
 pub use callback::MAX_DELIVERY_THREADS;
@@ -58,8 +57,7 @@ pub use runtime::Runtime;
 pub use smolbox_core::terminal::{MAX_WRITE_WAIT, TerminalEvent};
 pub use stream::{ExecEvent, ExecStream};
 pub use terminal::Terminal;
-pub use tls::TlsFiles;
-pub use transport::SocketTarget;
+pub use transport::{SocketTarget, TlsFiles};
 
 #[cfg(test)]
 mod tests;

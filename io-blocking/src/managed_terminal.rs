@@ -21,16 +21,16 @@ use smolbox_core::managed::controller::terminal::{TermOutput, TerminalRun};
 pub use smolbox_core::managed::live::TerminalOpened;
 use smolbox_core::managed::live::{
     OpenReply, OutputBuffer, Reply, TermCommand as Cmd, check_next_wait, next_expired,
-    not_live_here, run_wait_expired, task_ended as ended,
+    not_live_here, reply, run_wait_expired, task_ended as ended,
 };
 use smolbox_core::managed::spec::ManagedTerminalSpec;
-use smolbox_core::managed::terminal::{ConsumerId, Registry};
+use smolbox_core::managed::terminal::Registry;
 use smolbox_core::managed::{ExecutionRecord, RecordKey};
 use smolbox_core::terminal::{MAX_NEXT_WAIT, TerminalExit};
 use smolbox_core::{Error, Operation};
 use smolbox_store::apply_terminal_op;
 use smolbox_store::runtime::Parts;
-use smolbox_store::terminals::{self, LiveConn, Terminals, lock};
+use smolbox_store::terminals::{self, Consumer, LiveConn, Terminals, lock};
 
 use crate::{Client, Terminal, TerminalEvent};
 
@@ -51,7 +51,7 @@ impl std::fmt::Debug for ManagedTerminals {
 }
 
 struct Inner {
-    t: Terminals<Arc<Live>, Client>,
+    t: Arc<Terminals<Arc<Live>, Client>>,
     /// Registrations, ends of runs.
     changed: Condvar,
 }
@@ -75,13 +75,6 @@ impl LiveConn for Live {
     }
 }
 
-/// A caller's reply over a channel.
-fn reply<T: Send + 'static>(tx: Sender<T>) -> Reply<T> {
-    Box::new(move |v| {
-        let _ = tx.send(v);
-    })
-}
-
 impl ManagedTerminals {
     /// True while this runtime drives any terminal run.
     pub(crate) fn any_running(&self) -> bool {
@@ -96,7 +89,7 @@ impl ManagedTerminals {
     pub(crate) fn new(parts: &Parts<Client>) -> Result<Self, Error> {
         Ok(Self {
             inner: Arc::new(Inner {
-                t: parts.terminals()?,
+                t: Arc::new(parts.terminals()?),
                 changed: Condvar::new(),
             }),
         })
@@ -129,7 +122,7 @@ impl ManagedTerminals {
     ) -> Result<(), Error> {
         let inner = Arc::clone(&self.inner);
         let key = run.key().clone();
-        let accepted = OpenReply::new(reply(tx));
+        let accepted = OpenReply::new(reply(move |v| tx.send(v).is_ok()));
         std::thread::Builder::new()
             .name("smolbox-terminal".into())
             .spawn(move || drive_run(&inner, run, accepted, owns_key))
@@ -152,13 +145,10 @@ impl ManagedTerminals {
         let deadline = Registry::<()>::attach_deadline(Instant::now(), wait)?;
         let mut st = self.inner.t.lock();
         loop {
-            if let Some((who, live)) = self.inner.t.attach(&mut st, key)? {
+            if let Some(bound) = self.inner.t.attach(&mut st, key)? {
+                let t = Arc::clone(&self.inner.t);
                 return Ok(ManagedTerminal {
-                    inner: Arc::clone(&self.inner),
-                    key: key.clone(),
-                    who,
-                    live,
-                    done: false,
+                    c: Consumer::new(t, key.clone(), bound),
                 });
             }
             let now = Instant::now();
@@ -241,26 +231,15 @@ impl ManagedTerminals {
 /// The one consumer's handle on a managed terminal (C7.3). Not `Clone`;
 /// never persisted; dropping it ends the session (`terminal_consumer`)
 /// unless it already ended.
+#[derive(Debug)]
 pub struct ManagedTerminal {
-    inner: Arc<Inner>,
-    key: RecordKey,
-    who: ConsumerId,
-    live: Arc<Live>,
-    done: bool,
-}
-
-impl std::fmt::Debug for ManagedTerminal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ManagedTerminal")
-            .field("key", &self.key)
-            .finish_non_exhaustive()
-    }
+    c: Consumer<Arc<Live>, Client>,
 }
 
 impl ManagedTerminal {
     /// The terminal's record key.
     pub fn key(&self) -> &RecordKey {
-        &self.key
+        self.c.key()
     }
 
     /// Sends one command to the run's thread and waits for its answer.
@@ -269,9 +248,9 @@ impl ManagedTerminal {
         op: Operation,
         make: impl FnOnce(Reply<Result<T, Error>>) -> Cmd,
     ) -> Result<T, Error> {
-        self.inner.t.check(&self.key, self.who)?;
+        self.c.check()?;
         let (tx, rx) = mpsc::channel();
-        if !self.live.send(make(reply(tx))) {
+        if !self.c.live().send(make(reply(move |v| tx.send(v).is_ok()))) {
             return Err(ended(op));
         }
         rx.recv().map_err(|_| ended(op))?
@@ -306,15 +285,15 @@ impl ManagedTerminal {
     /// `not_found` when this handle no longer holds the session.
     pub fn next(&mut self, timeout: Duration) -> Result<TerminalEvent, Error> {
         check_next_wait(timeout)?;
-        self.inner.t.check(&self.key, self.who)?;
+        self.c.check()?;
         let deadline = Instant::now() + timeout;
-        let live = Arc::clone(&self.live);
+        let live = Arc::clone(self.c.live());
         let mut q = lock(&live.queue);
         loop {
             if let Some(ev) = q.pop() {
                 drop(q);
                 if matches!(ev, TerminalEvent::Closed(_)) {
-                    self.final_read();
+                    self.c.final_read();
                 }
                 return Ok(ev);
             }
@@ -330,12 +309,6 @@ impl ManagedTerminal {
         }
     }
 
-    /// The final event was read: the buffer retires.
-    fn final_read(&mut self) {
-        self.done = true;
-        self.inner.t.final_read(&self.key, self.who);
-    }
-
     /// Closes the session: a close frame, then the close wait for the
     /// worker's. Returns the outcome (uncertain without an exit first).
     ///
@@ -345,21 +318,12 @@ impl ManagedTerminal {
     pub fn close(mut self) -> Result<TerminalExit, Error> {
         let outcome = match self.call(Operation::TerminalClose, Cmd::Close) {
             Err(e) if e.reason() == Reason::TerminalTaskEnded => {
-                lock(&self.live.queue).outcome().unwrap_or(Err(e))
+                lock(&self.c.live().queue).outcome().unwrap_or(Err(e))
             }
             other => other,
         };
-        self.final_read();
+        self.c.final_read();
         outcome
-    }
-}
-
-impl Drop for ManagedTerminal {
-    fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        self.inner.t.lost(&self.key, self.who, &self.live);
     }
 }
 

@@ -1,8 +1,9 @@
 //! The managed runtime (DESIGN.md §5a): a driver of one
 //! [`smolbox_core::managed::controller::Controller`] per runtime.
 //!
-//! The driver thread owns the controller's bookkeeping
-//! ([`smolbox_store::runtime::Host`], shared with the tokio shell). It
+//! The driver thread runs the shared driver's turns
+//! ([`smolbox_store::runtime::Driver`] over the controller's bookkeeping,
+//! written once with the tokio shell). It
 //! performs the controller's store ops on one store thread through
 //! [`smolbox_store::apply_op`], its worker ops each on a thread of its own
 //! while it runs (at most one per execution, so at most `max_active`;
@@ -22,7 +23,7 @@
 use smolbox_core::Reason;
 use std::collections::BTreeMap;
 use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, PoisonError};
 use std::time::{Duration, Instant};
 
 use smolbox_core::managed::controller::machine_settled;
@@ -34,16 +35,16 @@ use smolbox_core::managed::controller::{
     OpId, StoreOp, Submit, WorkerOp, WorkerReply, WorkerResult,
 };
 use smolbox_core::managed::state::MachineOperation;
+use smolbox_core::managed::{CommandFiles, MachineRecord, RetainedMachineSpec};
 use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
-use smolbox_core::managed::{MachineRecord, RetainedMachineSpec};
 use smolbox_core::{Category, Error, Evidence, Operation};
 use smolbox_store::Page;
 use smolbox_store::Store;
 use smolbox_store::artifacts::Artifacts;
 pub use smolbox_store::keys::{key_file, load_or_create_keys};
 use smolbox_store::runtime::{
-    Answer, Build, Builder, Command, Host, MachineCall, Notices, Perform, Reply, files, lock,
-    machine_call, stopped, wait_expired,
+    Answer, Build, Builder, Command, Driver, Input, MachineCall, Perform, Reply, Shared, Turn,
+    files, lock, machine_call, reply, stopped, wait_expired,
 };
 pub use smolbox_store::runtime::{
     Clock, MAX_NOTICES, MAX_WAIT_MS, SystemClock, WAIT_POLL, default_owner,
@@ -67,11 +68,8 @@ impl Build for Runtime {
     fn build(builder: RuntimeBuilder) -> Result<Self, Error> {
         let p = builder.into_parts()?;
         let terminals = ManagedTerminals::new(&p)?;
-        let shared = Arc::new(Shared {
-            notices: Mutex::new(p.notices),
-            changed: Condvar::new(),
-        });
-        let (tx, rx) = mpsc::channel::<Msg>();
+        let shared = Arc::new(Shared::new(p.notices));
+        let (tx, rx) = mpsc::channel::<Input>();
         let (store_tx, store_rx) = mpsc::channel::<(OpId, StoreOp)>();
         let store = Arc::clone(&p.store);
         let answers = tx.clone();
@@ -81,7 +79,7 @@ impl Build for Runtime {
                 for (id, op) in store_rx {
                     let r = smolbox_store::apply_op(store.as_ref(), &op);
                     if answers
-                        .send(Msg::Answer(Answer::Stored(id, Box::new(r))))
+                        .send(Input::Answer(Answer::Stored(id, Box::new(r))))
                         .is_err()
                     {
                         return;
@@ -90,26 +88,21 @@ impl Build for Runtime {
             })
             .map_err(|_| THREAD_SPAWN)?;
         let streams = Arc::new(stream::Sinks::default());
-        let driver = Driver {
-            host: p.host,
-            clock: Arc::clone(&p.clock),
-            shared: Arc::clone(&shared),
-            io: Io {
-                terminals: terminals.clone(),
-                clients: p.clients,
-                workers: WorkerThreads::new(tx.clone()),
-                store_tx,
-                streams: Arc::clone(&streams),
-                artifacts: p.artifacts,
-            },
-            closed: false,
+        let io = Io {
+            terminals: terminals.clone(),
+            clients: p.clients,
+            workers: WorkerThreads::new(tx.clone()),
+            store_tx,
+            streams: Arc::clone(&streams),
+            artifacts: p.artifacts,
         };
+        let driver = Driver::new(p.host, Arc::clone(&shared), io);
         let span = p.span;
         std::thread::Builder::new()
             .name("smolbox-runtime".into())
             .spawn(move || {
                 let _entered = span.enter();
-                driver.run(&rx);
+                drive(driver, &rx);
             })
             .map_err(|_| THREAD_SPAWN)?;
         Ok(Self {
@@ -122,21 +115,6 @@ impl Build for Runtime {
     }
 }
 
-/// The driver's notices, shared with waiters.
-#[derive(Debug)]
-struct Shared {
-    notices: Mutex<Notices>,
-    changed: Condvar,
-}
-
-/// What the driver thread receives.
-enum Msg {
-    Command(Command),
-    Answer(Answer),
-    /// The last handle was dropped.
-    Close,
-}
-
 /// A thread of the runtime could not be started: nothing was sent.
 const THREAD_SPAWN: Error = Error::unknown(
     Operation::Config,
@@ -147,8 +125,8 @@ const THREAD_SPAWN: Error = Error::unknown(
 /// Runs managed commands through a controller over a durable store.
 pub struct Runtime {
     store: Arc<dyn Store>,
-    cmd: mpsc::Sender<Msg>,
-    shared: Arc<Shared>,
+    cmd: mpsc::Sender<Input>,
+    shared: Arc<Shared<Condvar>>,
     terminals: ManagedTerminals,
     /// Sinks of the streamed executions callers wait for.
     streams: Arc<stream::Sinks>,
@@ -157,7 +135,7 @@ pub struct Runtime {
 impl Drop for Runtime {
     fn drop(&mut self) {
         // The driver finishes what is in flight, then exits.
-        let _ = self.cmd.send(Msg::Close);
+        let _ = self.cmd.send(Input::Close);
     }
 }
 
@@ -165,13 +143,6 @@ impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Runtime").finish_non_exhaustive()
     }
-}
-
-/// A waiter's reply over a channel.
-fn reply<T: Send + 'static>(tx: mpsc::Sender<T>) -> Reply<T> {
-    Box::new(move |v| {
-        let _ = tx.send(v);
-    })
 }
 
 impl Runtime {
@@ -195,7 +166,7 @@ impl Runtime {
     ) -> Result<T, Error> {
         let (tx, rx) = mpsc::channel();
         self.cmd
-            .send(Msg::Command(make(reply(tx))))
+            .send(Input::Command(make(reply(move |v| tx.send(v).is_ok()))))
             .map_err(|_| stopped(op))?;
         rx.recv().map_err(|_| stopped(op))?
     }
@@ -279,7 +250,7 @@ impl Runtime {
 
     /// Schedules a due scan now (observation only; never a replay).
     pub fn reconcile(&self) {
-        let _ = self.cmd.send(Msg::Command(Command::Reconcile));
+        let _ = self.cmd.send(Input::Command(Command::Reconcile));
     }
 
     /// Stops taking work and returns once nothing is outstanding
@@ -291,7 +262,9 @@ impl Runtime {
         let (tx, rx) = mpsc::channel();
         if self
             .cmd
-            .send(Msg::Command(Command::Shutdown(reply(tx))))
+            .send(Input::Command(Command::Shutdown(reply(move |v| {
+                tx.send(v).is_ok()
+            }))))
             .is_ok()
         {
             let _ = rx.recv();
@@ -442,7 +415,29 @@ impl Machines<'_> {
         key: &RecordKey,
         command: &smolbox_core::exec::Command,
     ) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error> {
-        self.call(machine_call::submit(machine, key, command))
+        self.submit_with_files(machine, key, command, &CommandFiles::default())
+    }
+
+    /// [`Machines::submit`] with declared files (C6.4), by the rules of a
+    /// disposable command: each input is read from the runtime's artifact
+    /// store, uploaded and read back (size and SHA-256) inside the slot
+    /// before the dispatch intent; each output is downloaded after the
+    /// exit, with its declared maximum, into the artifact store under
+    /// `(key, destination)`. A failed collection ends `collection_failed`
+    /// with the exit kept and keeps the slot (C14.3).
+    ///
+    /// # Errors
+    /// As [`Machines::submit`]; `unsupported_capability` without an
+    /// artifact store; `validation` for a broken file rule (nothing
+    /// stored).
+    pub fn submit_with_files(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &smolbox_core::exec::Command,
+        files: &CommandFiles,
+    ) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error> {
+        self.call(machine_call::submit(machine, key, command, files))
     }
 
     /// Observes the worker and records what it shows (C14.2).
@@ -512,59 +507,34 @@ impl Runtime {
     }
 }
 
-/// The driver thread: the shared bookkeeping plus this shell's waiting.
-struct Driver {
-    host: Host,
-    clock: Arc<dyn Clock>,
-    shared: Arc<Shared>,
-    io: Io,
-    closed: bool,
-}
-
 /// What the driver starts for the controller: the store thread's queue
 /// and a thread per running worker op.
 struct Io {
     terminals: ManagedTerminals,
     clients: BTreeMap<String, Client>,
-    workers: WorkerThreads<Msg>,
+    workers: WorkerThreads<Input>,
     store_tx: mpsc::Sender<(OpId, StoreOp)>,
     streams: Arc<stream::Sinks>,
     artifacts: Option<Arc<dyn Artifacts>>,
 }
 
-impl Driver {
-    fn run(mut self, rx: &mpsc::Receiver<Msg>) {
-        loop {
-            if self.host.drain(&self.shared.notices, &mut self.io) {
-                self.shared.changed.notify_all();
-            }
-            if self.host.is_stopped() && self.closed {
-                return;
-            }
-            let msg = match self.host.poll_timeout() {
-                Some(at) => {
-                    let left = at.saturating_duration_since(self.clock.now());
-                    match rx.recv_timeout(left) {
-                        Ok(m) => Some(m),
-                        Err(mpsc::RecvTimeoutError::Timeout) => None,
-                        Err(mpsc::RecvTimeoutError::Disconnected) => return,
-                    }
-                }
-                None => match rx.recv() {
-                    Ok(m) => Some(m),
-                    Err(_) => return,
-                },
-            };
-            match msg {
-                None => self.host.handle_timeout(),
-                Some(Msg::Answer(a)) => self.host.handle_answer(a),
-                Some(Msg::Command(c)) => self.host.command(c),
-                Some(Msg::Close) => {
-                    self.closed = true;
-                    self.host.close();
-                }
-            }
-        }
+/// The driver thread: the shared [`Driver`]'s turns, waiting in between
+/// for a command, an answer, the last handle's drop or the controller's
+/// next timer.
+fn drive(mut driver: Driver<Condvar, Io>, rx: &mpsc::Receiver<Input>) {
+    while let Turn::Wait(left) = driver.turn() {
+        let input = match left {
+            Some(left) => match rx.recv_timeout(left) {
+                Ok(input) => input,
+                Err(mpsc::RecvTimeoutError::Timeout) => Input::Timeout,
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            },
+            None => match rx.recv() {
+                Ok(input) => input,
+                Err(_) => return,
+            },
+        };
+        driver.handle(input);
     }
 }
 
@@ -593,7 +563,7 @@ impl Perform for Io {
                     Some(c) => call(&c, op, sink, artifacts.as_deref()),
                     None => Err(Error::validation(Operation::Config, Reason::UnknownWorker)),
                 };
-                Msg::Answer(Answer::Worker(id, r))
+                Input::Answer(Answer::Worker(id, r))
             }))
             // Nothing was sent: the op never started.
             .map_err(|_| THREAD_SPAWN.with_operation(Operation::Exec))

@@ -31,6 +31,7 @@ use smolbox_core::terminal::{
     Next, TerminalCall, TerminalConfig, TerminalEvent, TerminalExit, TerminalSession, TerminalSpec,
 };
 use smolbox_core::{Error, Evidence, Operation, TransportFailure};
+use smolbox_store::entropy;
 
 use crate::conn::Conn;
 
@@ -62,10 +63,7 @@ impl Terminal {
         spec: &TerminalSpec,
         config: TerminalConfig,
     ) -> Result<Self, Error> {
-        let mut key = [0u8; 16];
-        random(&mut key)?;
-        let mut session = TerminalSession::new(spec, config, key, Instant::now())?;
-        feed_entropy(&mut session)?;
+        let session = entropy::terminal_session(spec, config, Instant::now())?;
         let mut terminal = Self { conn, session };
         loop {
             if terminal.session.is_open() {
@@ -190,7 +188,7 @@ impl Terminal {
 
     /// Tops up masking randomness; without any nothing more can be sent.
     fn top_up(&mut self) {
-        if feed_entropy(&mut self.session).is_err() {
+        if entropy::top_up(&mut self.session).is_err() {
             self.session
                 .handle_transport_error(Instant::now(), TransportFailure::Write);
         }
@@ -205,27 +203,6 @@ impl Drop for Terminal {
         self.conn.flush_or_fail(&mut self.session);
         self.conn.shutdown();
     }
-}
-
-/// Tops up the session's masking randomness when it asks for more.
-fn feed_entropy(session: &mut TerminalSession) -> Result<(), Error> {
-    let wanted = session.entropy_wanted();
-    if wanted > 0 {
-        let mut buf = vec![0u8; wanted];
-        random(&mut buf)?;
-        session.handle_entropy(&buf);
-    }
-    Ok(())
-}
-
-fn random(buf: &mut [u8]) -> Result<(), Error> {
-    getrandom::getrandom(buf).map_err(|_| {
-        Error::transport(
-            Operation::TerminalOpen,
-            Evidence::NotDispatched,
-            Reason::NoRandomness,
-        )
-    })
 }
 
 impl crate::Client {

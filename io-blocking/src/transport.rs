@@ -1,6 +1,12 @@
 //! Non-blocking byte streams on mio: TCP, Unix socket, and TLS over TCP by
 //! driving `rustls::ClientConnection` directly.
 //!
+//! The TLS configuration is `smolbox_tls::ClientTlsBuilder::worker`'s, the
+//! one builder both shells and the PostgreSQL store use: peer and host-name
+//! verification are always on (no setting turns them off), trust is the CA
+//! file and, only when asked, the platform's roots beside it, and the only
+//! ALPN protocol offered is `http/1.1` (the WebSocket upgrade needs it).
+//!
 //! Every method here is non-blocking: it returns `WouldBlock` instead of
 //! waiting. Waiting is the job of the connection loop, which owns the
 //! `mio::Poll` the stream is registered with.
@@ -8,12 +14,19 @@
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use mio::net::{TcpStream, UnixStream};
 
 use smolbox_core::Error;
 
-use crate::tls::{TlsFiles, TlsSetup};
+use rustls::pki_types::ServerName;
+use smolbox_core::worker::Endpoint;
+use smolbox_tls::Target;
+
+/// Files that configure TLS (one definition, in `smolbox-tls`, shared with
+/// the tokio shell).
+pub use smolbox_tls::TlsFiles;
 
 /// Plaintext that rustls may hold for sending before `write` refuses more.
 /// Bytes past it stay parked in the connection's own buffer.
@@ -23,71 +36,49 @@ const TLS_SEND_BUFFER: usize = 64 * 1024;
 /// connecting does no file I/O.
 #[derive(Clone)]
 pub struct SocketTarget {
-    pub(crate) kind: Kind,
-}
-
-#[derive(Clone)]
-pub(crate) enum Kind {
-    Tcp {
-        host: String,
-        port: u16,
-    },
-    Tls {
-        host: String,
-        port: u16,
-        setup: TlsSetup,
-    },
-    Unix {
-        path: PathBuf,
-    },
+    pub(crate) kind: Target<Arc<rustls::ClientConfig>>,
 }
 
 impl std::fmt::Debug for SocketTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.kind {
-            Kind::Tcp { host, port } => write!(f, "SocketTarget(tcp {host}:{port})"),
-            Kind::Tls { host, port, .. } => write!(f, "SocketTarget(tls {host}:{port})"),
-            Kind::Unix { path } => write!(f, "SocketTarget(unix {})", path.display()),
-        }
+        self.kind.fmt(f)
     }
 }
 
 impl SocketTarget {
+    /// The target of `endpoint` ([`Target::of`]).
+    pub(crate) fn of(endpoint: &Endpoint) -> Result<Self, Error> {
+        Target::of(endpoint).map(|kind| Self { kind })
+    }
+
     /// Plain TCP. The caller (endpoint validation) is responsible for only
     /// asking for this on loopback with insecure loopback allowed.
     pub fn tcp(host: impl Into<String>, port: u16) -> Self {
         Self {
-            kind: Kind::Tcp {
-                host: host.into(),
-                port,
-            },
+            kind: Target::tcp(host, port),
         }
     }
 
     /// A Unix domain socket.
     pub fn unix(path: impl Into<PathBuf>) -> Self {
         Self {
-            kind: Kind::Unix { path: path.into() },
+            kind: Target::unix(path),
         }
     }
 
-    /// TLS over TCP, verifying the chain against `files.ca_file` and the
-    /// certificate against `host`; presents the client identity when given.
+    /// TLS over TCP ([`Target::tls`]: the one client configuration, from
+    /// which each connection's `rustls::ClientConnection` is made).
     ///
     /// # Errors
     /// `validation` (operation `config`) when a file cannot be read or parsed,
     /// or the host is not a valid server name.
     pub fn tls(host: impl Into<String>, port: u16, files: &TlsFiles) -> Result<Self, Error> {
-        let host = host.into();
-        let setup = TlsSetup::new(&host, files)?;
-        Ok(Self {
-            kind: Kind::Tls { host, port, setup },
-        })
+        Target::tls(host, port, files).map(|kind| Self { kind })
     }
 
     /// True for TLS targets (WebSocket URLs use `wss`).
     pub fn is_tls(&self) -> bool {
-        matches!(self.kind, Kind::Tls { .. })
+        self.kind.is_tls()
     }
 }
 
@@ -130,10 +121,13 @@ impl Stream {
 
     /// Wraps a connected TCP socket in a TLS client (the handshake runs as
     /// the connection is driven).
-    pub(crate) fn tls(sock: TcpStream, setup: &TlsSetup) -> io::Result<Self> {
-        let mut tls =
-            rustls::ClientConnection::new(setup.config.clone(), setup.server_name.clone())
-                .map_err(io::Error::other)?;
+    pub(crate) fn tls(
+        sock: TcpStream,
+        config: &Arc<rustls::ClientConfig>,
+        name: &ServerName<'static>,
+    ) -> io::Result<Self> {
+        let mut tls = rustls::ClientConnection::new(Arc::clone(config), name.clone())
+            .map_err(io::Error::other)?;
         tls.set_buffer_limit(Some(TLS_SEND_BUFFER));
         Ok(Self::Tls(Box::new(TlsStream {
             sock,

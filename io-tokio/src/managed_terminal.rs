@@ -20,16 +20,16 @@ use smolbox_core::managed::controller::terminal::{TermOutput, TerminalRun};
 pub use smolbox_core::managed::live::TerminalOpened;
 use smolbox_core::managed::live::{
     OpenReply, OutputBuffer, Reply, TermCommand as Cmd, check_next_wait, next_expired,
-    not_live_here, run_wait_expired, task_ended as ended,
+    not_live_here, reply, run_wait_expired, task_ended as ended,
 };
 use smolbox_core::managed::spec::ManagedTerminalSpec;
-use smolbox_core::managed::terminal::{ConsumerId, Registry};
+use smolbox_core::managed::terminal::Registry;
 use smolbox_core::managed::{ExecutionRecord, RecordKey};
 use smolbox_core::terminal::{MAX_NEXT_WAIT, TerminalExit};
 use smolbox_core::{Error, Evidence, Operation};
 use smolbox_store::apply_terminal_op;
 use smolbox_store::runtime::Parts;
-use smolbox_store::terminals::{self, LiveConn, Terminals, lock};
+use smolbox_store::terminals::{self, Consumer, LiveConn, Terminals, lock};
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use crate::{Client, Terminal, TerminalEvent};
@@ -47,7 +47,7 @@ impl std::fmt::Debug for ManagedTerminals {
 }
 
 struct Inner {
-    t: Terminals<Arc<Live>, Client>,
+    t: Arc<Terminals<Arc<Live>, Client>>,
     /// Registrations, ends of runs.
     changed: Notify,
 }
@@ -71,13 +71,6 @@ impl LiveConn for Live {
     }
 }
 
-/// A caller's reply over a oneshot channel.
-fn reply<T: Send + 'static>(tx: oneshot::Sender<T>) -> Reply<T> {
-    Box::new(move |v| {
-        let _ = tx.send(v);
-    })
-}
-
 impl ManagedTerminals {
     /// True while this runtime drives any terminal run.
     pub(crate) fn any_running(&self) -> bool {
@@ -92,7 +85,7 @@ impl ManagedTerminals {
     pub(crate) fn new(parts: &Parts<Client>) -> Result<Self, Error> {
         Ok(Self {
             inner: Arc::new(Inner {
-                t: parts.terminals()?,
+                t: Arc::new(parts.terminals()?),
                 changed: Notify::new(),
             }),
         })
@@ -116,7 +109,7 @@ impl ManagedTerminals {
     ) -> Result<TerminalOpened, Error> {
         let (run, drive) = self.inner.t.open_run(key, machine, spec)?;
         let (tx, rx) = oneshot::channel();
-        let accepted = OpenReply::new(reply(tx));
+        let accepted = OpenReply::new(reply(move |v| tx.send(v).is_ok()));
         tokio::spawn(drive_run(Arc::clone(&self.inner), run, accepted, drive));
         rx.await.map_err(|_| ended(Operation::TerminalOpen))?
     }
@@ -136,13 +129,10 @@ impl ManagedTerminals {
         loop {
             let notified = self.inner.changed.notified();
             let bound = self.inner.t.attach(&mut self.inner.t.lock(), key)?;
-            if let Some((who, live)) = bound {
+            if let Some(bound) = bound {
+                let t = Arc::clone(&self.inner.t);
                 return Ok(ManagedTerminal {
-                    inner: Arc::clone(&self.inner),
-                    key: key.clone(),
-                    who,
-                    live,
-                    done: false,
+                    c: Consumer::new(t, key.clone(), bound),
                 });
             }
             tokio::select! {
@@ -195,7 +185,7 @@ impl ManagedTerminals {
         let fetched = self.fetch(key).await;
         let run = self.inner.t.resume_run(key, fetched)?;
         let (tx, rx) = oneshot::channel();
-        let accepted = OpenReply::new(reply(tx));
+        let accepted = OpenReply::new(reply(move |v| tx.send(v).is_ok()));
         tokio::spawn(drive_run(Arc::clone(&self.inner), run, accepted, true));
         match rx.await {
             Ok(Ok(_)) | Err(_) => self.fetch(key).await,
@@ -227,26 +217,15 @@ impl ManagedTerminals {
 /// The one consumer's handle on a managed terminal (C7.3). Not `Clone`;
 /// never persisted; dropping it ends the session (`terminal_consumer`)
 /// unless it already ended.
+#[derive(Debug)]
 pub struct ManagedTerminal {
-    inner: Arc<Inner>,
-    key: RecordKey,
-    who: ConsumerId,
-    live: Arc<Live>,
-    done: bool,
-}
-
-impl std::fmt::Debug for ManagedTerminal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ManagedTerminal")
-            .field("key", &self.key)
-            .finish_non_exhaustive()
-    }
+    c: Consumer<Arc<Live>, Client>,
 }
 
 impl ManagedTerminal {
     /// The terminal's record key.
     pub fn key(&self) -> &RecordKey {
-        &self.key
+        self.c.key()
     }
 
     /// Sends one command to the run's task and waits for its answer.
@@ -255,9 +234,9 @@ impl ManagedTerminal {
         op: Operation,
         make: impl FnOnce(Reply<Result<T, Error>>) -> Cmd,
     ) -> Result<T, Error> {
-        self.inner.t.check(&self.key, self.who)?;
+        self.c.check()?;
         let (tx, rx) = oneshot::channel();
-        if !self.live.send(make(reply(tx))) {
+        if !self.c.live().send(make(reply(move |v| tx.send(v).is_ok()))) {
             return Err(ended(op));
         }
         rx.await.map_err(|_| ended(op))?
@@ -294,9 +273,9 @@ impl ManagedTerminal {
     /// `not_found` when this handle no longer holds the session.
     pub async fn next(&mut self, timeout: Duration) -> Result<TerminalEvent, Error> {
         check_next_wait(timeout)?;
-        self.inner.t.check(&self.key, self.who)?;
+        self.c.check()?;
         let deadline = tokio::time::Instant::now() + timeout;
-        let live = Arc::clone(&self.live);
+        let live = Arc::clone(self.c.live());
         loop {
             let notified = live.readable.notified();
             if let Some(ev) = self.pop() {
@@ -312,17 +291,11 @@ impl ManagedTerminal {
     }
 
     fn pop(&mut self) -> Option<TerminalEvent> {
-        let ev = lock(&self.live.queue).pop()?;
+        let ev = lock(&self.c.live().queue).pop()?;
         if matches!(ev, TerminalEvent::Closed(_)) {
-            self.final_read();
+            self.c.final_read();
         }
         Some(ev)
-    }
-
-    /// The final event was read: the buffer retires.
-    fn final_read(&mut self) {
-        self.done = true;
-        self.inner.t.final_read(&self.key, self.who);
     }
 
     /// Closes the session: a close frame, then the close wait for the
@@ -332,26 +305,21 @@ impl ManagedTerminal {
     /// The uncertain outcome; `authentication` / `not_found` when this
     /// handle no longer holds the session.
     pub async fn close(mut self) -> Result<TerminalExit, Error> {
-        self.inner.t.check(&self.key, self.who)?;
+        self.c.check()?;
         let (tx, rx) = oneshot::channel();
-        let outcome = if self.live.send(Cmd::Close(reply(tx))) {
+        let outcome = if self
+            .c
+            .live()
+            .send(Cmd::Close(reply(move |v| tx.send(v).is_ok())))
+        {
             rx.await.map_err(|_| ended(Operation::TerminalClose))?
         } else {
-            lock(&self.live.queue)
+            lock(&self.c.live().queue)
                 .outcome()
                 .unwrap_or(Err(ended(Operation::TerminalClose)))
         };
-        self.final_read();
+        self.c.final_read();
         outcome
-    }
-}
-
-impl Drop for ManagedTerminal {
-    fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        self.inner.t.lost(&self.key, self.who, &self.live);
     }
 }
 

@@ -1,8 +1,9 @@
 //! The managed runtime (DESIGN.md §5a): a driver of one
 //! [`smolbox_core::managed::controller::Controller`] per runtime.
 //!
-//! The driver task owns the controller's bookkeeping
-//! ([`smolbox_store::runtime::Host`], shared with the blocking shell). It
+//! The driver task runs the shared driver's turns
+//! ([`smolbox_store::runtime::Driver`] over the controller's bookkeeping,
+//! written once with the blocking shell). It
 //! performs the controller's store ops on tokio's blocking pool (at most
 //! `max_active + 2` at once) through [`smolbox_store::apply_op`], its worker
 //! ops through the configured workers' [`Client`]s, feeds every answer back,
@@ -17,7 +18,7 @@
 //! [`Runtime::shutdown`] and [`Runtime::run`] (submit + wait).
 
 use smolbox_core::Reason;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use smolbox_core::managed::controller::machine_settled;
@@ -29,16 +30,16 @@ use smolbox_core::managed::controller::{
     OpId, StoreOp, Submit, WorkerOp, WorkerReply, WorkerResult,
 };
 use smolbox_core::managed::state::MachineOperation;
+use smolbox_core::managed::{CommandFiles, MachineRecord, RetainedMachineSpec};
 use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
-use smolbox_core::managed::{MachineRecord, RetainedMachineSpec};
 use smolbox_core::{Category, Error, Evidence, Operation};
 use smolbox_store::Page;
 use smolbox_store::Store;
 use smolbox_store::artifacts::Artifacts;
 pub use smolbox_store::keys::{key_file, load_or_create_keys};
 use smolbox_store::runtime::{
-    Answer, Build, Builder, Command, Host, MachineCall, Notices, Perform, Reply, files, lock,
-    machine_call, stopped, wait_expired,
+    Answer, Build, Builder, Command, Driver, Input, MachineCall, Perform, Reply, Shared, Turn,
+    Wake, files, lock, machine_call, reply, stopped, wait_expired,
 };
 pub use smolbox_store::runtime::{
     Clock, MAX_NOTICES, MAX_WAIT_MS, SystemClock, WAIT_POLL, default_owner,
@@ -63,29 +64,22 @@ impl Build for Runtime {
             .map_err(|_| Error::validation(Operation::Config, Reason::NoTokioRuntime))?;
         let p = builder.into_parts()?;
         let terminals = ManagedTerminals::new(&p)?;
-        let shared = Arc::new(Shared {
-            notices: Mutex::new(p.notices),
-            changed: Notify::new(),
-        });
+        let shared = Arc::new(Shared::new(p.notices));
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
         let (res_tx, res_rx) = mpsc::unbounded_channel();
         let streams = Arc::new(stream::Sinks::default());
-        let driver = Driver {
-            host: p.host,
-            clock: Arc::clone(&p.clock),
-            shared: Arc::clone(&shared),
-            io: Io {
-                terminals: terminals.clone(),
-                store: Arc::clone(&p.store),
-                clients: p.clients,
-                res_tx,
-                pool: Arc::new(Semaphore::new(p.max_active + 2)),
-                streams: Arc::clone(&streams),
-                artifacts: p.artifacts,
-            },
+        let io = Io {
+            terminals: terminals.clone(),
+            store: Arc::clone(&p.store),
+            clients: p.clients,
+            res_tx,
+            pool: Arc::new(Semaphore::new(p.max_active + 2)),
+            streams: Arc::clone(&streams),
+            artifacts: p.artifacts,
         };
+        let driver = Driver::new(p.host, Arc::clone(&shared), io);
         handle.spawn(tracing::Instrument::instrument(
-            driver.run(cmd_rx, res_rx),
+            drive(driver, cmd_rx, res_rx),
             p.span,
         ));
         Ok(Self {
@@ -98,18 +92,22 @@ impl Build for Runtime {
     }
 }
 
-/// The driver's notices, shared with waiters.
-#[derive(Debug)]
-struct Shared {
-    notices: Mutex<Notices>,
-    changed: Notify,
+/// Wakes the runtime's waiters: a tokio `Notify` ([`Wake`] for the
+/// shared driver).
+#[derive(Debug, Default)]
+struct Changed(Notify);
+
+impl Wake for Changed {
+    fn wake_all(&self) {
+        self.0.notify_waiters();
+    }
 }
 
 /// Runs managed commands through a controller over a durable store.
 pub struct Runtime {
     store: Arc<dyn Store>,
     cmd: mpsc::UnboundedSender<Command>,
-    shared: Arc<Shared>,
+    shared: Arc<Shared<Changed>>,
     terminals: ManagedTerminals,
     /// Sinks of the streamed executions callers wait for.
     streams: Arc<stream::Sinks>,
@@ -119,13 +117,6 @@ impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Runtime").finish_non_exhaustive()
     }
-}
-
-/// A waiter's reply over a oneshot channel.
-fn reply<T: Send + 'static>(tx: oneshot::Sender<T>) -> Reply<T> {
-    Box::new(move |v| {
-        let _ = tx.send(v);
-    })
 }
 
 impl Runtime {
@@ -148,7 +139,9 @@ impl Runtime {
         make: impl FnOnce(Reply<Result<T, Error>>) -> Command,
     ) -> Result<T, Error> {
         let (tx, rx) = oneshot::channel();
-        self.cmd.send(make(reply(tx))).map_err(|_| stopped(op))?;
+        self.cmd
+            .send(make(reply(move |v| tx.send(v).is_ok())))
+            .map_err(|_| stopped(op))?;
         rx.await.map_err(|_| stopped(op))?
     }
 
@@ -192,7 +185,7 @@ impl Runtime {
         // notice of a newer terminal record settles without another.
         let mut seen: Option<u64> = None;
         loop {
-            let notified = self.shared.changed.notified();
+            let notified = self.shared.changed.0.notified();
             if let Some(v) = seen
                 && let Some(o) = lock(&self.shared.notices).settle_on_notice(key, v)
             {
@@ -241,7 +234,11 @@ impl Runtime {
     /// runtime starts the same shutdown without waiting for it.
     pub async fn shutdown(&self) {
         let (tx, rx) = oneshot::channel();
-        if self.cmd.send(Command::Shutdown(reply(tx))).is_ok() {
+        if self
+            .cmd
+            .send(Command::Shutdown(reply(move |v| tx.send(v).is_ok())))
+            .is_ok()
+        {
             let _ = rx.await;
         }
     }
@@ -344,7 +341,7 @@ impl Machines<'_> {
         check_wait_ms(timeout_ms)?;
         let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout_ms);
         loop {
-            let notified = self.rt.shared.changed.notified();
+            let notified = self.rt.shared.changed.0.notified();
             let rec = self.inspect(key).await?;
             if machine_settled(&rec) {
                 return Ok(rec);
@@ -408,7 +405,31 @@ impl Machines<'_> {
         key: &RecordKey,
         command: &smolbox_core::exec::Command,
     ) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error> {
-        self.call(machine_call::submit(machine, key, command)).await
+        self.submit_with_files(machine, key, command, &CommandFiles::default())
+            .await
+    }
+
+    /// [`Machines::submit`] with declared files (C6.4), by the rules of a
+    /// disposable command: each input is read from the runtime's artifact
+    /// store, uploaded and read back (size and SHA-256) inside the slot
+    /// before the dispatch intent; each output is downloaded after the
+    /// exit, with its declared maximum, into the artifact store under
+    /// `(key, destination)`. A failed collection ends `collection_failed`
+    /// with the exit kept and keeps the slot (C14.3).
+    ///
+    /// # Errors
+    /// As [`Machines::submit`]; `unsupported_capability` without an
+    /// artifact store; `validation` for a broken file rule (nothing
+    /// stored).
+    pub async fn submit_with_files(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &smolbox_core::exec::Command,
+        files: &CommandFiles,
+    ) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error> {
+        self.call(machine_call::submit(machine, key, command, files))
+            .await
     }
 
     /// Observes the worker and records what it shows (C14.2).
@@ -483,14 +504,6 @@ impl Runtime {
     }
 }
 
-/// The driver task: the shared bookkeeping plus this shell's waiting.
-struct Driver {
-    host: Host,
-    clock: Arc<dyn Clock>,
-    shared: Arc<Shared>,
-    io: Io,
-}
-
 /// What the driver starts for the controller: tasks.
 struct Io {
     terminals: ManagedTerminals,
@@ -502,37 +515,26 @@ struct Io {
     artifacts: Option<Arc<dyn Artifacts>>,
 }
 
-impl Driver {
-    async fn run(
-        mut self,
-        mut cmds: mpsc::UnboundedReceiver<Command>,
-        mut answers: mpsc::UnboundedReceiver<Answer>,
-    ) {
-        let mut cmds_open = true;
-        loop {
-            if self.host.drain(&self.shared.notices, &mut self.io) {
-                self.shared.changed.notify_waiters();
-            }
-            if self.host.is_stopped() && !cmds_open {
-                return;
-            }
-            let sleep = self.host.poll_timeout().map(|at| {
-                let left = at.saturating_duration_since(self.clock.now());
-                tokio::time::Instant::now() + left
-            });
-            tokio::select! {
-                cmd = cmds.recv(), if cmds_open => match cmd {
-                    Some(cmd) => self.host.command(cmd),
-                    None => {
-                        // Every handle is gone: finish what is in flight.
-                        cmds_open = false;
-                        self.host.close();
-                    }
-                },
-                Some(answer) = answers.recv() => self.host.handle_answer(answer),
-                () = sleep_until(sleep) => self.host.handle_timeout(),
-            }
-        }
+/// The driver task: the shared [`Driver`]'s turns, waiting in between
+/// for a command, an answer or the controller's next timer.
+async fn drive(
+    mut driver: Driver<Changed, Io>,
+    mut cmds: mpsc::UnboundedReceiver<Command>,
+    mut answers: mpsc::UnboundedReceiver<Answer>,
+) {
+    let mut cmds_open = true;
+    while let Turn::Wait(left) = driver.turn() {
+        let sleep = left.map(|left| tokio::time::Instant::now() + left);
+        let input = tokio::select! {
+            cmd = cmds.recv(), if cmds_open => cmd.map_or_else(|| {
+                // Every handle is gone: finish what is in flight.
+                cmds_open = false;
+                Input::Close
+            }, Input::Command),
+            Some(answer) = answers.recv() => Input::Answer(answer),
+            () = sleep_until(sleep) => Input::Timeout,
+        };
+        driver.handle(input);
     }
 }
 

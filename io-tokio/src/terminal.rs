@@ -21,6 +21,7 @@ use smolbox_core::terminal::{
     Next, TerminalCall, TerminalConfig, TerminalEvent, TerminalExit, TerminalSession, TerminalSpec,
 };
 use smolbox_core::{Error, Evidence, Operation, TransportFailure};
+use smolbox_store::entropy;
 use tokio::sync::Notify;
 
 use crate::drive::Driver;
@@ -64,10 +65,7 @@ impl Terminal {
         spec: &TerminalSpec,
         config: TerminalConfig,
     ) -> Result<Self, Error> {
-        let mut key = [0u8; 16];
-        random(&mut key)?;
-        let mut session = TerminalSession::new(spec, config, key, Instant::now())?;
-        feed_entropy(&mut session)?;
+        let session = entropy::terminal_session(spec, config, Instant::now())?;
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 session,
@@ -102,7 +100,7 @@ impl Terminal {
         {
             let mut st = self.shared.lock();
             st.session.input(Instant::now(), bytes)?;
-            feed_entropy(&mut st.session)?;
+            entropy::top_up(&mut st.session)?;
         }
         self.shared.to_task.notify_one();
         Ok(())
@@ -116,7 +114,7 @@ impl Terminal {
         {
             let mut st = self.shared.lock();
             st.session.resize(Instant::now(), cols, rows)?;
-            feed_entropy(&mut st.session)?;
+            entropy::top_up(&mut st.session)?;
         }
         self.shared.to_task.notify_one();
         Ok(())
@@ -255,7 +253,7 @@ async fn drive(shared: Arc<Shared>, mut driver: Driver) {
         if let Some(io) = io {
             driver.apply(&mut st.session, io, Instant::now());
         }
-        if feed_entropy(&mut st.session).is_err() {
+        if entropy::top_up(&mut st.session).is_err() {
             // No randomness for masks: nothing more can be sent.
             st.session
                 .handle_transport_error(Instant::now(), TransportFailure::Write);
@@ -272,27 +270,6 @@ async fn drive(shared: Arc<Shared>, mut driver: Driver) {
     }
     drop(st);
     shared.to_consumer.notify_one();
-}
-
-/// Tops up the session's masking randomness when it asks for more.
-fn feed_entropy(session: &mut TerminalSession) -> Result<(), Error> {
-    let wanted = session.entropy_wanted();
-    if wanted > 0 {
-        let mut buf = vec![0u8; wanted];
-        random(&mut buf)?;
-        session.handle_entropy(&buf);
-    }
-    Ok(())
-}
-
-fn random(buf: &mut [u8]) -> Result<(), Error> {
-    getrandom::getrandom(buf).map_err(|_| {
-        Error::transport(
-            Operation::TerminalOpen,
-            Evidence::NotDispatched,
-            Reason::NoRandomness,
-        )
-    })
 }
 
 impl crate::Client {

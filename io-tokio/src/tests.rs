@@ -1,87 +1,21 @@
 //! Transport and pool tests on loopback (TCP, mutual TLS, Unix socket).
 
 use smolbox_core::Reason;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use smolbox_core::{Category, Evidence, Operation};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, UnixListener};
 
 use crate::pool::Pool;
 use crate::transport::{SocketTarget, TlsFiles};
-
-/// A CA, a server certificate for `server_names` and a client certificate,
-/// written as PEM files into `dir`.
-pub(crate) struct Pki {
-    pub(crate) ca: PathBuf,
-    pub(crate) server_cert: PathBuf,
-    pub(crate) server_key: PathBuf,
-    pub(crate) client_cert: PathBuf,
-    pub(crate) client_key: PathBuf,
-}
-
-pub(crate) fn make_pki(dir: &std::path::Path, server_names: &[&str]) -> Pki {
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca_params, ca_key);
-    let server_key = KeyPair::generate().unwrap();
-    let names: Vec<String> = server_names.iter().map(|s| (*s).to_owned()).collect();
-    let server = CertificateParams::new(names)
-        .unwrap()
-        .signed_by(&server_key, &issuer)
-        .unwrap();
-    let client_key = KeyPair::generate().unwrap();
-    let client = CertificateParams::new(vec!["client".to_owned()])
-        .unwrap()
-        .signed_by(&client_key, &issuer)
-        .unwrap();
-    let w = |name: &str, text: String| {
-        let p = dir.join(name);
-        std::fs::write(&p, text).unwrap();
-        p
-    };
-    Pki {
-        ca: w("ca.pem", ca_cert.pem()),
-        server_cert: w("server.pem", server.pem()),
-        server_key: w("server.key", server_key.serialize_pem()),
-        client_cert: w("client.pem", client.pem()),
-        client_key: w("client.key", client_key.serialize_pem()),
-    }
-}
+use smolbox_tls::testkit::{Pki, REFUSED_SOCKET_MODES, SocketDir};
 
 /// A mutual-TLS echo server on 127.0.0.1; returns its port.
 async fn mtls_echo(pki: &Pki) -> u16 {
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&pki.server_cert)
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    let key = PrivateKeyDer::from_pem_file(&pki.server_key).unwrap();
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_file_iter(&pki.ca).unwrap() {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-        Arc::new(roots),
-        provider.clone(),
-    )
-    .build()
-    .unwrap();
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(certs, key)
-        .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let acceptor = tokio_rustls::TlsAcceptor::from(pki.server_config(true));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     tokio::spawn(async move {
@@ -110,14 +44,9 @@ fn soon() -> Instant {
 
 #[tokio::test]
 async fn mutual_tls_connects_and_carries_bytes() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = make_pki(dir.path(), &["localhost"]);
+    let pki = Pki::new(&["localhost"]);
     let port = mtls_echo(&pki).await;
-    let files = TlsFiles {
-        ca_file: Some(pki.ca.clone()),
-        system_roots: false,
-        client_identity: Some((pki.client_cert.clone(), pki.client_key.clone())),
-    };
+    let files = pki.client_files(true);
     let target = SocketTarget::tls("localhost", port, &files).unwrap();
     let mut conn = target.connect(soon(), Operation::Health).await.unwrap();
     conn.write_all(b"ping").await.unwrap();
@@ -129,16 +58,14 @@ async fn mutual_tls_connects_and_carries_bytes() {
 
 #[tokio::test]
 async fn tls_refuses_an_unknown_ca_and_a_wrong_host_name() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = make_pki(dir.path(), &["localhost"]);
-    let other_dir = tempfile::tempdir().unwrap();
-    let other = make_pki(other_dir.path(), &["localhost"]);
+    let pki = Pki::new(&["localhost"]);
+    let other = Pki::new(&["localhost"]);
     let port = mtls_echo(&pki).await;
     // A CA that did not sign the server.
     let files = TlsFiles {
-        ca_file: Some(other.ca.clone()),
+        ca_file: Some(other.path("ca.pem")),
         system_roots: false,
-        client_identity: Some((pki.client_cert.clone(), pki.client_key.clone())),
+        client_identity: Some(pki.client_identity()),
     };
     let e = SocketTarget::tls("localhost", port, &files)
         .unwrap()
@@ -154,11 +81,7 @@ async fn tls_refuses_an_unknown_ca_and_a_wrong_host_name() {
         )
     );
     // The right CA, but the certificate does not name 127.0.0.1.
-    let files = TlsFiles {
-        ca_file: Some(pki.ca.clone()),
-        system_roots: false,
-        client_identity: Some((pki.client_cert.clone(), pki.client_key.clone())),
-    };
+    let files = pki.client_files(true);
     let e = SocketTarget::tls("127.0.0.1", port, &files)
         .unwrap()
         .connect(soon(), Operation::Health)
@@ -169,10 +92,9 @@ async fn tls_refuses_an_unknown_ca_and_a_wrong_host_name() {
 
 #[tokio::test]
 async fn system_roots_add_trust_beside_the_ca_file_and_never_replace_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let pki = make_pki(dir.path(), &["localhost"]);
+    let pki = Pki::new(&["localhost"]);
     let port = mtls_echo(&pki).await;
-    let identity = Some((pki.client_cert.clone(), pki.client_key.clone()));
+    let identity = Some(pki.client_identity());
     // The server's CA is in the file only: the platform's roots alone do
     // not anchor it (or, on a machine without a trust store, the
     // configuration is refused before any connection).
@@ -193,7 +115,7 @@ async fn system_roots_add_trust_beside_the_ca_file_and_never_replace_it() {
     }
     // Beside the file the same server is accepted and carries bytes.
     let files = TlsFiles {
-        ca_file: Some(pki.ca.clone()),
+        ca_file: Some(pki.path("ca.pem")),
         system_roots: true,
         client_identity: identity,
     };
@@ -371,29 +293,7 @@ async fn pool_drops_an_idle_connection_the_peer_closed() {
 /// A mutual-TLS server on 127.0.0.1 that completes one handshake and then
 /// resets the TCP connection (SO_LINGER 0); `reset` fires after the reset.
 async fn tls_resetting_server(pki: &Pki) -> (u16, tokio::sync::oneshot::Receiver<()>) {
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&pki.server_cert)
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    let key = PrivateKeyDer::from_pem_file(&pki.server_key).unwrap();
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_file_iter(&pki.ca).unwrap() {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-        Arc::new(roots),
-        provider.clone(),
-    )
-    .build()
-    .unwrap();
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(certs, key)
-        .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let acceptor = tokio_rustls::TlsAcceptor::from(pki.server_config(true));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let (tx, rx) = tokio::sync::oneshot::channel();
@@ -414,14 +314,9 @@ async fn a_tls_reset_before_the_first_record_is_dispatch_uncertain() {
 
     use crate::transport::Connection;
 
-    let dir = tempfile::tempdir().unwrap();
-    let pki = make_pki(dir.path(), &["localhost"]);
+    let pki = Pki::new(&["localhost"]);
     let (port, reset) = tls_resetting_server(&pki).await;
-    let files = TlsFiles {
-        ca_file: Some(pki.ca.clone()),
-        system_roots: false,
-        client_identity: Some((pki.client_cert.clone(), pki.client_key.clone())),
-    };
+    let files = pki.client_files(true);
     let target = SocketTarget::tls("localhost", port, &files).unwrap();
     let conn = target.connect(soon(), Operation::Health).await.unwrap();
     reset.await.unwrap();
@@ -478,22 +373,10 @@ async fn plain_tcp_connects_only_to_loopback_addresses() {
 
 #[tokio::test]
 async fn a_unix_socket_others_could_replace_or_write_is_refused_unsent() {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("w.sock");
-    let _listener = UnixListener::bind(&path).unwrap();
-    let set = |p: &std::path::Path, mode| {
-        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
-    };
-    for (dir_mode, sock_mode, reason) in [
-        (0o777, 0o755, Reason::SocketDirWritableByOthers),
-        (0o1777, 0o755, Reason::SocketDirWritableByOthers),
-        (0o770, 0o755, Reason::SocketDirWritableByOthers),
-        (0o700, 0o777, Reason::SocketWritableByOthers),
-    ] {
-        set(dir.path(), dir_mode);
-        set(&path, sock_mode);
-        let e = SocketTarget::unix(&path)
+    let s = SocketDir::new();
+    for (dir_mode, sock_mode, reason) in REFUSED_SOCKET_MODES {
+        s.set_modes(dir_mode, sock_mode);
+        let e = SocketTarget::unix(s.socket())
             .connect(soon(), Operation::Health)
             .await
             .unwrap_err();
@@ -509,18 +392,15 @@ async fn a_unix_socket_others_could_replace_or_write_is_refused_unsent() {
         );
     }
     // A private directory and a socket others cannot write: accepted.
-    set(dir.path(), 0o700);
-    set(&path, 0o775);
+    s.set_modes(0o700, 0o775);
     assert!(
-        SocketTarget::unix(&path)
+        SocketTarget::unix(s.socket())
             .connect(soon(), Operation::Health)
             .await
             .is_ok()
     );
     // A regular file is not a socket.
-    let file = dir.path().join("f");
-    std::fs::write(&file, b"").unwrap();
-    let e = SocketTarget::unix(&file)
+    let e = SocketTarget::unix(s.regular_file())
         .connect(soon(), Operation::Health)
         .await
         .unwrap_err();

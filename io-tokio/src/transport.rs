@@ -7,13 +7,13 @@
 
 use smolbox_core::Reason;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use rustls_pki_types::ServerName;
+use smolbox_core::worker::Endpoint;
 use smolbox_core::{Error, Evidence, Operation};
+use smolbox_tls::{Target, unix_socket_facts};
 use std::time::Instant;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
@@ -28,81 +28,49 @@ pub use smolbox_tls::TlsFiles;
 /// connecting does no file I/O.
 #[derive(Clone)]
 pub struct SocketTarget {
-    kind: Kind,
-}
-
-#[derive(Clone)]
-enum Kind {
-    Tcp {
-        host: String,
-        port: u16,
-    },
-    Tls {
-        host: String,
-        port: u16,
-        name: ServerName<'static>,
-        connector: TlsConnector,
-    },
-    Unix {
-        path: PathBuf,
-    },
+    kind: Target<TlsConnector>,
 }
 
 impl std::fmt::Debug for SocketTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.kind {
-            Kind::Tcp { host, port } => write!(f, "SocketTarget(tcp {host}:{port})"),
-            Kind::Tls { host, port, .. } => write!(f, "SocketTarget(tls {host}:{port})"),
-            Kind::Unix { path } => write!(f, "SocketTarget(unix {})", path.display()),
-        }
+        self.kind.fmt(f)
     }
 }
 
 impl SocketTarget {
+    /// The target of `endpoint` ([`Target::of`]).
+    pub(crate) fn of(endpoint: &Endpoint) -> Result<Self, Error> {
+        Target::of(endpoint).map(|kind| Self { kind })
+    }
+
     /// Plain TCP. The caller (endpoint validation) is responsible for only
     /// asking for this on loopback with insecure loopback allowed.
     pub fn tcp(host: impl Into<String>, port: u16) -> Self {
         Self {
-            kind: Kind::Tcp {
-                host: host.into(),
-                port,
-            },
+            kind: Target::tcp(host, port),
         }
     }
 
     /// A Unix domain socket.
     pub fn unix(path: impl Into<PathBuf>) -> Self {
         Self {
-            kind: Kind::Unix { path: path.into() },
+            kind: Target::unix(path),
         }
     }
 
-    /// TLS over TCP, verifying the chain against `files.ca_file` (and the
-    /// platform's roots when `files.system_roots`) and the certificate
-    /// against `host`; presents the client identity when given. The
-    /// configuration is `smolbox_tls::ClientTlsBuilder::worker`'s, the same
-    /// as the blocking shell's.
+    /// TLS over TCP ([`Target::tls`]: the one client configuration, in a
+    /// `tokio_rustls::TlsConnector`).
     ///
     /// # Errors
     /// `validation` (operation `config`) when a file cannot be read or parsed,
     /// or the host is not a valid server name.
     pub fn tls(host: impl Into<String>, port: u16, files: &TlsFiles) -> Result<Self, Error> {
-        let host = host.into();
-        let config = smolbox_tls::ClientTlsBuilder::worker(files)?;
-        let name = smolbox_tls::server_name(&host)?;
-        Ok(Self {
-            kind: Kind::Tls {
-                host,
-                port,
-                name,
-                connector: TlsConnector::from(Arc::new(config)),
-            },
-        })
+        Target::tls(host, port, files).map(|kind| Self { kind })
     }
 
     /// True for TLS targets (WebSocket URLs use `wss`).
     pub fn is_tls(&self) -> bool {
-        matches!(self.kind, Kind::Tls { .. })
+        self.kind.is_tls()
     }
 
     /// Opens a connection before `deadline`. Nothing of a request has been
@@ -119,7 +87,7 @@ impl SocketTarget {
         let fail = |reason| Error::transport(operation, Evidence::NotDispatched, reason);
         let attempt = async {
             match &self.kind {
-                Kind::Tcp { host, port } => {
+                Target::Tcp { host, port } => {
                     let host = host.trim_start_matches('[').trim_end_matches(']');
                     let mut addrs = resolve(host, *port)
                         .await
@@ -136,7 +104,7 @@ impl SocketTarget {
                     let _ = s.set_nodelay(true);
                     Ok(Connection::Tcp(s))
                 }
-                Kind::Unix { path } => {
+                Target::Unix { path } => {
                     let facts = unix_socket_facts(path).map_err(|_| fail(Reason::ConnectFailed))?;
                     smolbox_core::worker::check_unix_socket(facts)
                         .map_err(|e| e.with_operation(operation))?;
@@ -145,7 +113,7 @@ impl SocketTarget {
                         .map(Connection::Unix)
                         .map_err(|_| fail(Reason::ConnectFailed))
                 }
-                Kind::Tls {
+                Target::Tls {
                     host,
                     port,
                     name,
@@ -187,25 +155,6 @@ async fn resolve(host: &str, port: u16) -> io::Result<Vec<std::net::SocketAddr>>
         ]);
     }
     Ok(tokio::net::lookup_host((host, port)).await?.collect())
-}
-
-/// What `stat` says about a Unix socket path and its parent directory
-/// (the decision is core's [`check_unix_socket`](smolbox_core::worker::check_unix_socket)).
-fn unix_socket_facts(path: &Path) -> io::Result<smolbox_core::worker::SocketFileFacts> {
-    use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    let socket = std::fs::metadata(path)?;
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let dir = std::fs::metadata(dir)?;
-    Ok(smolbox_core::worker::SocketFileFacts {
-        socket_mode: socket.mode() & 0o7777,
-        is_socket: socket.file_type().is_socket(),
-        socket_uid: socket.uid(),
-        dir_mode: dir.mode() & 0o7777,
-        dir_uid: dir.uid(),
-    })
 }
 
 /// One byte stream to a worker.

@@ -46,6 +46,7 @@ use smolbox_core::managed::{Capabilities, ExecPatch, Guard, Lease, MachinePatch,
 pub mod artifacts;
 mod clock;
 mod engine;
+pub mod entropy;
 #[cfg(feature = "testkit")]
 pub mod fuzzing;
 pub mod keys;

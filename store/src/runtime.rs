@@ -5,12 +5,14 @@
 //! and telemetry kept for waiters, and the order in which the controller's
 //! store ops, worker ops and events are taken.
 //!
-//! Nothing here waits, spawns or touches a socket. A shell owns a [`Host`]
-//! on its driver task or thread, hands it [`Command`]s and [`Answer`]s with
-//! [`Host::command`] and [`Host::handle_answer`], wakes it at
-//! [`Host::poll_timeout`], and after every input calls [`Host::drain`] with
-//! its [`Perform`] (which starts the ops on its own tasks or threads). A
-//! waiter's reply is a [`Reply`], a closure over the shell's channel.
+//! Nothing here waits, spawns or touches a socket. A shell owns a
+//! [`Driver`] (the [`Host`], the [`Shared`] notices and its [`Perform`],
+//! which starts the ops on its own tasks or threads) on its driver task or
+//! thread, and loops: [`Driver::turn`] drains the controller and says how
+//! long to wait; the shell waits for an [`Input`] — a [`Command`], an
+//! [`Answer`], the time, the last handle's drop — and hands it to
+//! [`Driver::handle`]. A waiter's reply is a [`Reply`], a closure over the
+//! shell's channel.
 
 use smolbox_core::Reason;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -32,8 +34,11 @@ use crate::artifacts::Artifacts;
 use crate::terminals::{LiveConn, Terminals};
 use crate::{Store, trace};
 
+mod driver;
 pub mod files;
 pub mod stream;
+
+pub use driver::{Driver, Input, Shared, Turn, Wake};
 
 /// Longest single wait (C16).
 pub const MAX_WAIT_MS: u64 = 900_000;
@@ -418,8 +423,9 @@ pub fn lock(notices: &Mutex<Notices>) -> MutexGuard<'_, Notices> {
     notices.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// How a shell answers one waiter: a closure over its channel's sender.
-pub type Reply<T> = Box<dyn FnOnce(T) + Send>;
+/// How a shell answers one waiter (a closure over its channel's sender),
+/// and one built from a send.
+pub use smolbox_core::managed::live::{Reply, reply};
 
 /// A request of a runtime handle to its driver.
 pub enum Command {
@@ -506,17 +512,19 @@ pub mod machine_call {
         }
     }
 
-    /// A command into the machine's slot.
+    /// A command with its declared files into the machine's slot.
     pub fn submit(
         machine: &RecordKey,
         key: &RecordKey,
         command: &smolbox_core::exec::Command,
+        files: &smolbox_core::managed::CommandFiles,
     ) -> MachineCall<(ExecutionRecord, Option<MachineRecord>, bool)> {
         MachineCall {
             request: MachineRequest::Submit {
                 machine: machine.clone(),
                 key: key.clone(),
                 command: command.clone(),
+                files: files.clone(),
             },
             read: MachineAnswer::into_submitted,
         }
@@ -1036,5 +1044,94 @@ mod tests {
         let e = answer.unwrap_err();
         assert_eq!(e.category(), Category::Store, "{e:?} {:?}", io.store_ops);
         assert!(!host.is_stopped());
+    }
+
+    /// Counts the driver's wake-ups.
+    #[derive(Default)]
+    struct Count(std::sync::atomic::AtomicUsize);
+
+    impl Wake for Count {
+        fn wake_all(&self) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// Performs store ops at once on a memory store and keeps the answers
+    /// for the test to hand back; no worker op can start.
+    struct Inline {
+        store: Arc<dyn Store>,
+        answers: Arc<Mutex<Vec<Answer>>>,
+    }
+
+    impl Perform for Inline {
+        fn store(&mut self, id: OpId, op: StoreOp) -> Result<(), Error> {
+            let r = crate::apply_op(self.store.as_ref(), &op);
+            self.answers
+                .lock()
+                .unwrap()
+                .push(Answer::Stored(id, Box::new(r)));
+            Ok(())
+        }
+        fn worker(&mut self, _: OpId, _: WorkerOp) -> Result<(), Error> {
+            Err(Error::validation(Operation::Config, Reason::UnknownWorker))
+        }
+        fn recover_terminal(&mut self, _: RecordKey) {}
+        fn terminals_live(&self) -> bool {
+            false
+        }
+    }
+
+    #[test]
+    fn the_driver_wakes_waiters_on_a_delivery_and_stops_only_once_closed() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new(MemoryConfig::default()).unwrap());
+        let p = Builder::<Inert>::new(Arc::clone(&store), testkit::fingerprint_key())
+            .ephemeral(true)
+            .worker("w1", ())
+            .into_parts()
+            .unwrap();
+        let shared = Arc::new(Shared::<Count>::new(p.notices));
+        let woken = || shared.changed.0.load(std::sync::atomic::Ordering::SeqCst);
+        let answers = Arc::new(Mutex::new(Vec::new()));
+        let performed = Arc::new(Mutex::new(Vec::new()));
+        let io = Inline {
+            store,
+            answers: Arc::clone(&performed),
+        };
+        let mut driver = Driver::new(p.host, Arc::clone(&shared), io);
+        // One turn and the answers it produced, handed back.
+        let step = |driver: &mut Driver<Count, Inline>| {
+            let turn = driver.turn();
+            let done = std::mem::take(&mut *performed.lock().unwrap());
+            for a in done {
+                driver.handle(Input::Answer(a));
+            }
+            turn
+        };
+        assert!(matches!(step(&mut driver), Turn::Wait(_)));
+        let before = woken();
+        let got = Arc::clone(&answers);
+        let command = smolbox_core::exec::Command::new(["true"]);
+        let target = smolbox_core::managed::controller::RunTarget::unverified();
+        let spec =
+            smolbox_core::managed::controller::spec_for(&command, &target, "w1", "m1").unwrap();
+        let submit = Submit {
+            key: testkit::key("s", "e1"),
+            spec,
+        };
+        driver.handle(Input::Command(Command::Submit(
+            Box::new(submit),
+            Box::new(move |r| got.lock().unwrap().push(r)),
+        )));
+        for _ in 0..8 {
+            // Never stopped while a handle may still send.
+            assert_ne!(step(&mut driver), Turn::Stop);
+        }
+        assert!(answers.lock().unwrap().pop().unwrap().is_ok());
+        assert!(woken() > before, "the acceptance wakes the waiters");
+        driver.handle(Input::Close);
+        let turns = (0..16)
+            .take_while(|_| step(&mut driver) != Turn::Stop)
+            .count();
+        assert!(turns < 16, "a closed driver with nothing in flight stops");
     }
 }

@@ -370,7 +370,154 @@ impl<L: LiveConn + Clone, C> Terminals<L, C> {
     }
 }
 
+/// The one consumer's hold on a managed terminal, behind each shell's
+/// `ManagedTerminal`: the key, the consumer id and the live connection it
+/// was bound to ([`Terminals::attach`]), and whether it read the final
+/// event. Dropped before that, it detaches the consumer and ends the
+/// session ([`Terminals::lost`]: `consumer_lost`).
+pub struct Consumer<L: LiveConn + Clone, C> {
+    terminals: Arc<Terminals<L, C>>,
+    key: RecordKey,
+    who: ConsumerId,
+    live: L,
+    done: bool,
+}
+
+impl<L: LiveConn + Clone, C> std::fmt::Debug for Consumer<L, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<L: LiveConn + Clone, C> Consumer<L, C> {
+    /// Consumer `who` of `key`, bound to `live` by [`Terminals::attach`].
+    pub fn new(
+        terminals: Arc<Terminals<L, C>>,
+        key: RecordKey,
+        (who, live): (ConsumerId, L),
+    ) -> Self {
+        Self {
+            terminals,
+            key,
+            who,
+            live,
+            done: false,
+        }
+    }
+
+    /// The terminal's record key.
+    pub fn key(&self) -> &RecordKey {
+        &self.key
+    }
+
+    /// The live connection: its commands and its output buffer.
+    pub fn live(&self) -> &L {
+        &self.live
+    }
+
+    /// Checks that this consumer still holds the session.
+    ///
+    /// # Errors
+    /// `authentication` / `not_found` when it no longer does.
+    pub fn check(&self) -> Result<(), Error> {
+        self.terminals.check(&self.key, self.who)
+    }
+
+    /// The final event was read (or the session closed): the buffer
+    /// retires and a later drop changes nothing.
+    pub fn final_read(&mut self) {
+        self.done = true;
+        self.terminals.final_read(&self.key, self.who);
+    }
+}
+
+impl<L: LiveConn + Clone, C> Drop for Consumer<L, C> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.terminals.lost(&self.key, self.who, &self.live);
+        }
+    }
+}
+
 /// Ends a live connection with `e` (the registry's expiry).
 fn end<L: LiveConn>(live: &L, e: Error) {
     live.send(TermCommand::End(e));
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code
+
+    use smolbox_core::Reason;
+    use smolbox_core::managed::testkit;
+
+    use super::*;
+    use crate::clock::SystemClock;
+    use crate::{MemoryConfig, MemoryStore};
+
+    /// A live connection that keeps the reasons of the `End` commands it
+    /// was handed.
+    #[derive(Default)]
+    struct Recorder {
+        ended: Mutex<Vec<Reason>>,
+        queue: Mutex<OutputBuffer>,
+    }
+
+    impl LiveConn for Recorder {
+        fn send(&self, cmd: TermCommand) -> bool {
+            if let TermCommand::End(e) = cmd {
+                lock(&self.ended).push(e.reason());
+            }
+            true
+        }
+        fn buffer(&self) -> &Mutex<OutputBuffer> {
+            &self.queue
+        }
+        fn wake_reader(&self) {}
+    }
+
+    /// A consumer bound to a registered connection, and that connection.
+    fn bound() -> (Consumer<Arc<Recorder>, ()>, Arc<Recorder>) {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new(MemoryConfig::default()).unwrap());
+        let cfg = TermConfig {
+            owner: "ctl-test".into(),
+            lease_ttl_ms: 30_000,
+            poll_interval_ms: 25,
+            max_pending: 4,
+        };
+        let t = Terminals::new(
+            store,
+            testkit::fingerprint_key(),
+            cfg,
+            BTreeMap::new(),
+            Arc::new(SystemClock),
+            4,
+        )
+        .unwrap();
+        let t = Arc::new(t);
+        let key = testkit::key("s", "t1");
+        let live = Arc::new(Recorder::default());
+        t.register(&key, Arc::clone(&live), Duration::from_secs(30))
+            .unwrap();
+        let who = t.attach(&mut t.lock(), &key).unwrap().unwrap();
+        (Consumer::new(Arc::clone(&t), key, who), live)
+    }
+
+    #[test]
+    fn a_consumer_dropped_before_the_final_event_ends_the_session_as_lost() {
+        let (c, live) = bound();
+        assert!(c.check().is_ok());
+        drop(c);
+        assert_eq!(*lock(&live.ended), [Reason::ConsumerLost]);
+    }
+
+    #[test]
+    fn a_consumer_that_read_the_final_event_ends_nothing_when_dropped() {
+        let (mut c, live) = bound();
+        c.final_read();
+        drop(c);
+        assert!(lock(&live.ended).is_empty());
+    }
 }

@@ -138,6 +138,17 @@ pub trait ManagedShell: Sized {
         key: &RecordKey,
         command: &Command,
     ) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error>;
+    /// `machines().submit_with_files`.
+    ///
+    /// # Errors
+    /// As the runtime's.
+    fn m_submit_files(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+        files: &smolbox_core::managed::CommandFiles,
+    ) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error>;
     /// `machines().stop_for_drain`.
     ///
     /// # Errors
@@ -185,6 +196,18 @@ pub trait ManagedShell: Sized {
         machine: &RecordKey,
         key: &RecordKey,
         command: &Command,
+        on_event: &mut OnEvent<'_>,
+    ) -> Result<Outcome, Error>;
+    /// `machines().run_streamed_with_files`.
+    ///
+    /// # Errors
+    /// As the runtime's.
+    fn m_run_streamed_files(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+        files: &smolbox_core::managed::CommandFiles,
         on_event: &mut OnEvent<'_>,
     ) -> Result<Outcome, Error>;
 }
@@ -287,6 +310,17 @@ impl ManagedShell for BlockingManaged {
     ) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error> {
         self.0.machines().submit(machine, key, command)
     }
+    fn m_submit_files(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+        files: &smolbox_core::managed::CommandFiles,
+    ) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error> {
+        self.0
+            .machines()
+            .submit_with_files(machine, key, command, files)
+    }
     fn m_stop_for_drain(&self, key: &RecordKey, version: u64) -> Result<MachineRecord, Error> {
         self.0.machines().stop_for_drain(key, version)
     }
@@ -327,6 +361,18 @@ impl ManagedShell for BlockingManaged {
         self.0
             .machines()
             .run_streamed(machine, key, command, on_event)
+    }
+    fn m_run_streamed_files(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+        files: &smolbox_core::managed::CommandFiles,
+        on_event: &mut OnEvent<'_>,
+    ) -> Result<Outcome, Error> {
+        self.0
+            .machines()
+            .run_streamed_with_files(machine, key, command, files, on_event)
     }
 }
 
@@ -440,6 +486,19 @@ impl ManagedShell for TokioManaged {
         self.rt
             .block_on(self.runtime.machines().submit(machine, key, command))
     }
+    fn m_submit_files(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+        files: &smolbox_core::managed::CommandFiles,
+    ) -> Result<(ExecutionRecord, Option<MachineRecord>, bool), Error> {
+        self.rt.block_on(
+            self.runtime
+                .machines()
+                .submit_with_files(machine, key, command, files),
+        )
+    }
     fn m_stop_for_drain(&self, key: &RecordKey, version: u64) -> Result<MachineRecord, Error> {
         self.rt
             .block_on(self.runtime.machines().stop_for_drain(key, version))
@@ -485,6 +544,20 @@ impl ManagedShell for TokioManaged {
             self.runtime
                 .machines()
                 .run_streamed(machine, key, command, on_event),
+        )
+    }
+    fn m_run_streamed_files(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+        files: &smolbox_core::managed::CommandFiles,
+        on_event: &mut OnEvent<'_>,
+    ) -> Result<Outcome, Error> {
+        self.rt.block_on(
+            self.runtime
+                .machines()
+                .run_streamed_with_files(machine, key, command, files, on_event),
         )
     }
 }

@@ -271,6 +271,226 @@ pub fn a_background_command_on_a_retained_machine_is_launched<M: ManagedShell>(k
     rt.shutdown();
 }
 
+/// The machine record once `check` holds (polled: a slot finish follows
+/// the command's terminal write, AC-14.3.2).
+fn machine_when<M: ManagedShell>(
+    rt: &M,
+    id: &str,
+    check: impl Fn(&smolbox_core::managed::MachineRecord) -> bool,
+) -> smolbox_core::managed::MachineRecord {
+    let mut m = rt.m_inspect(&box_key(id)).unwrap();
+    for _ in 0..3_000 {
+        if check(&m) {
+            return m;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        m = rt.m_inspect(&box_key(id)).unwrap();
+    }
+    panic!("the machine never got there: {m:?}");
+}
+
+/// Issue 12: a command in a retained machine's slot with declared files.
+/// The input is staged inside the slot (uploaded, read back) before the
+/// one exec and arrives with its declared digest (the command hashes it);
+/// the outputs are collected after the exit into the artifact store, their
+/// sizes and digests recorded and equal to the bytes stored; the slot is
+/// released after the collection. The machine keeps the files: the next
+/// command (without files) reads the output back.
+pub fn slot_files_are_staged_and_collected_on_a_retained_machine<M: ManagedShell>(kind: StoreKind) {
+    let Some(s) = setup(kind) else { return };
+    let a = Arc::new(MemoryArtifacts::new());
+    let rt: M = s.runtime(&options(&a));
+    running(&rt, "fbox");
+    let bytes = format!("slot input {SENTINEL}\n");
+    // Inputs are read under the command's scope (`boxes`).
+    let sha = a.insert("boxes", "in", bytes.as_bytes().to_vec());
+    let inp = InputFile {
+        path: "/workspace/in.txt".into(),
+        source: "in".into(),
+        sha256: sha.clone(),
+        size: bytes.len() as u64,
+    };
+    let files = smolbox_core::managed::CommandFiles {
+        inputs: vec![inp],
+        outputs: vec![
+            output("/workspace/copy.txt", "copy", 1_024),
+            output("/workspace/sum.txt", "sum", 128),
+        ],
+    };
+    let script = "cp /workspace/in.txt /workspace/copy.txt; \
+                  sha256sum /workspace/in.txt | cut -d' ' -f1 > /workspace/sum.txt; exit 6";
+    let c = RecordKey::new("boxes", "sf1").unwrap();
+    let (rec, _, existing) = rt
+        .m_submit_files(
+            &box_key("fbox"),
+            &c,
+            &Command::new(["sh", "-c", script]),
+            &files,
+        )
+        .unwrap();
+    assert!(!existing);
+    assert_eq!(rec.spec.inputs.len(), 1);
+    let out = rt.wait(&c, 30_000).unwrap();
+    let rec = &out.record;
+    assert_eq!(rec.state, ExecState::Completed, "{:?}", out.error);
+    assert_eq!(out.exit_code(), Some(6));
+    assert_eq!(rec.collection, Collection::Complete);
+    let sum = a.output(&c, "sum").unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&sum.1).trim(),
+        sha,
+        "the input arrived with its declared digest"
+    );
+    let copy = a.output(&c, "copy").unwrap();
+    assert_eq!(&copy.1[..], bytes.as_bytes());
+    assert_eq!(rec.artifacts.len(), 2);
+    assert_eq!(rec.artifacts[0].destination, "copy");
+    assert_eq!(rec.artifacts[0].sha256, sha256_hex(&copy.1));
+    assert_eq!(rec.artifacts[0].size, copy.1.len() as u64);
+    assert_eq!(rec.artifacts[1].sha256, sha256_hex(&sum.1));
+    let w = &s.fixture.worker;
+    assert_eq!(w.request_count(Route::FilesPut), 1, "the input once");
+    assert_eq!(
+        w.request_count(Route::FilesGet),
+        3,
+        "a read-back, two outputs"
+    );
+    assert_eq!(s.execs(), 1);
+    let m = slot_empty(&rt, "fbox");
+    assert_eq!(m.state, MS::Running);
+    let rec = rt.fetch(&c).unwrap();
+    assert_eq!(rec.cleanup, Cleanup::Complete);
+    assert!(!format!("{rec:?}").contains(SENTINEL));
+    // The next command, without files, finds the files on the machine.
+    let c2 = RecordKey::new("boxes", "sf2").unwrap();
+    rt.m_submit(
+        &box_key("fbox"),
+        &c2,
+        &Command::new(["cat", "/workspace/copy.txt"]),
+    )
+    .unwrap();
+    let out = rt.wait(&c2, 30_000).unwrap();
+    assert_eq!(out.record.state, ExecState::Completed);
+    assert_eq!(
+        out.output.as_ref().map(|o| o.stdout.as_slice()),
+        Some(bytes.as_bytes())
+    );
+    // Streamed with files: the input staged before the stream, the
+    // output as it comes, the collected file after the exit.
+    let c3 = RecordKey::new("boxes", "sf3").unwrap();
+    let files = smolbox_core::managed::CommandFiles {
+        inputs: files.inputs,
+        outputs: vec![output("/workspace/again.txt", "again", 1_024)],
+    };
+    let mut seen = Vec::new();
+    let script = "cat /workspace/in.txt | tee /workspace/again.txt; exit 1";
+    let out = rt
+        .m_run_streamed_files(
+            &box_key("fbox"),
+            &c3,
+            &Command::new(["sh", "-c", script]),
+            &files,
+            &mut |e: &smolbox_core::exec::ExecEvent| {
+                if let smolbox_core::exec::ExecEvent::Stdout(b) = e {
+                    seen.extend_from_slice(b.as_bytes());
+                }
+            },
+        )
+        .unwrap();
+    assert_eq!(out.record.state, ExecState::Completed, "{:?}", out.error);
+    assert_eq!(out.exit_code(), Some(1));
+    assert_eq!(seen, bytes.as_bytes());
+    assert_eq!(&a.output(&c3, "again").unwrap().1[..], bytes.as_bytes());
+    assert_eq!(s.fixture.worker.request_count(Route::ExecStream), 1);
+    rt.shutdown();
+}
+
+/// Issue 12, C14.3: an output over its declared maximum fails the
+/// collection: `collection_failed` with the exit kept and the output not
+/// stored; failed collection keeps the slot (the machine `unknown`, the
+/// command's cleanup `failed`), so the next command is refused. The output
+/// at its maximum (N) is collected; one byte more (N + 1) is not.
+pub fn an_oversized_slot_output_is_collection_failed_and_keeps_the_slot<M: ManagedShell>(
+    kind: StoreKind,
+) {
+    let Some(s) = setup(kind) else { return };
+    let a = Arc::new(MemoryArtifacts::new());
+    let rt: M = s.runtime(&options(&a));
+    running(&rt, "obox");
+    let files = smolbox_core::managed::CommandFiles {
+        inputs: Vec::new(),
+        outputs: vec![
+            output("/workspace/n.txt", "n", 8),
+            output("/workspace/n1.txt", "n1", 8),
+        ],
+    };
+    let script = "printf 12345678 > /workspace/n.txt; printf 123456789 > /workspace/n1.txt; exit 2";
+    let c = RecordKey::new("boxes", "so1").unwrap();
+    rt.m_submit_files(
+        &box_key("obox"),
+        &c,
+        &Command::new(["sh", "-c", script]),
+        &files,
+    )
+    .unwrap();
+    let out = rt.wait(&c, 30_000).unwrap();
+    let rec = &out.record;
+    assert_eq!(rec.state, ExecState::CollectionFailed, "{:?}", out.error);
+    assert_eq!(rec.collection, Collection::Partial);
+    assert_eq!(rec.evidence, RecordEvidence::Exited);
+    assert_eq!(out.exit_code(), Some(2));
+    assert_eq!(
+        out.error.as_ref().map(smolbox_core::Error::category),
+        Some(Category::OutputLimit)
+    );
+    assert_eq!(rec.artifacts.len(), 1, "N collected");
+    assert_eq!(&a.output(&c, "n").unwrap().1[..], b"12345678");
+    assert!(a.output(&c, "n1").is_none(), "N + 1 not stored");
+    let m = machine_when(&rt, "obox", |m| m.state == MS::Unknown);
+    assert_eq!(m.active_execution.as_ref(), Some(&c), "the slot is kept");
+    assert_eq!(rt.fetch(&c).unwrap().cleanup, Cleanup::Failed);
+    let e = rt
+        .m_submit(
+            &box_key("obox"),
+            &RecordKey::new("boxes", "so2").unwrap(),
+            &Command::new(["true"]),
+        )
+        .unwrap_err();
+    assert_eq!(e.category(), Category::AdmissionExhausted);
+    assert_eq!(s.execs(), 1);
+    rt.shutdown();
+}
+
+/// Files into a slot without an artifact store are refused before
+/// anything is stored (`unsupported_capability`), and the slot stays free.
+pub fn slot_files_without_an_artifact_store_are_refused<M: ManagedShell>(kind: StoreKind) {
+    let Some(s) = setup(kind) else { return };
+    let rt: M = s.runtime(&Options {
+        disposable: true,
+        ..Options::default()
+    });
+    running(&rt, "nbox");
+    let files = smolbox_core::managed::CommandFiles {
+        inputs: Vec::new(),
+        outputs: vec![output("/workspace/o", "o", 1)],
+    };
+    let c = RecordKey::new("boxes", "sn1").unwrap();
+    let e = rt
+        .m_submit_files(&box_key("nbox"), &c, &Command::new(["true"]), &files)
+        .unwrap_err();
+    assert_eq!(e.category(), Category::UnsupportedCapability);
+    assert_eq!(e.reason(), Reason::FileTransfer);
+    assert_eq!(rt.fetch(&c).unwrap_err().category(), Category::NotFound);
+    assert!(
+        rt.m_inspect(&box_key("nbox"))
+            .unwrap()
+            .active_execution
+            .is_none()
+    );
+    assert_eq!(s.execs(), 0);
+    rt.shutdown();
+}
+
 /// Instantiates every file case for `$shell` (a [`ManagedShell`]), one
 /// `#[test]` per case and store, against the devworker.
 ///
@@ -291,6 +511,9 @@ macro_rules! managed_file_suite {
             a_failed_transfer_keeps_the_exit_or_fails_before_dispatch,
             files_without_an_artifact_store_and_disposable_background_are_refused,
             a_background_command_on_a_retained_machine_is_launched,
+            slot_files_are_staged_and_collected_on_a_retained_machine,
+            an_oversized_slot_output_is_collection_failed_and_keeps_the_slot,
+            slot_files_without_an_artifact_store_are_refused,
         );
     };
     (@cases $shell:ty, $kind:expr, $($case:ident),* $(,)?) => {

@@ -104,6 +104,9 @@ enum Mode {
     Terminal,
     /// A command with declared files (key `suite/ID`).
     Files,
+    /// A command with declared files in a retained machine's slot (key
+    /// `boxes/ID`).
+    RetainedFiles,
 }
 
 /// The controller process (`managed-ctl`) on `db` for identity `id`.
@@ -126,6 +129,9 @@ fn controller(fixture: &Fixture, db: &Db, id: &str, script: &str, mode: Mode) ->
         }
         Mode::Files => {
             p.arg("files");
+        }
+        Mode::RetainedFiles => {
+            p.arg("retained-files");
         }
     }
     p
@@ -713,4 +719,77 @@ fn blocking_finishes_the_collection_of_a_killed_controller() {
 #[test]
 fn tokio_finishes_the_collection_of_a_killed_controller() {
     killed_while_collecting_then_recovered::<TokioManaged>();
+}
+
+/// Issue 12: the same kill in a retained machine's slot. The controller
+/// process stages the input inside the slot, runs the command and is
+/// SIGKILLed after `collecting` committed; a new controller's due scan
+/// finds the `collecting` command holding the slot, collects again from
+/// the first output (never re-staging, never re-sending), writes
+/// `completed` and then finishes the slot (released, cleanup complete).
+fn killed_while_collecting_in_a_slot_then_recovered<M: ManagedShell>() {
+    use smolbox_core::managed::state::{Cleanup, MachineRecordState};
+    use smolbox_store::artifacts::{MemoryArtifacts, sha256_hex};
+    let fixture = Fixture::start(Transport::Tcp);
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::Sqlite(dir.path().join("smolbox.db"));
+    let script = "cat /workspace/in.txt > /workspace/out.txt; exit 5";
+    let death = Death::At(KillPoint::DuringFinish);
+    let store = run_and_kill(&fixture, &db, "kr", script, Mode::RetainedFiles, death);
+    let key = RecordKey::new("boxes", "kr").unwrap();
+    let machine = RecordKey::new("boxes", "kill").unwrap();
+    let at_death = store.fetch(&key).unwrap();
+    assert_eq!(at_death.state, ExecState::Collecting);
+    assert!(at_death.artifacts.is_empty());
+    let w = &fixture.worker;
+    assert_eq!(
+        (
+            w.request_count(Route::FilesPut),
+            w.request_count(Route::FilesGet)
+        ),
+        (1, 2),
+        "staged and read back once, the output downloaded once"
+    );
+    let artifacts = Arc::new(MemoryArtifacts::new());
+    let options = Options {
+        artifacts: Some(Arc::clone(&artifacts)),
+        ..disposable()
+    };
+    let rt = restart::<M>(&fixture, &db, &store, options);
+    let out = rt.wait(&key, 30_000).unwrap();
+    let rec = out.record;
+    assert_eq!(rec.state, ExecState::Completed, "{:?}", out.error);
+    assert!(matches!(
+        rec.result,
+        Some(ExecResult::Exited { exit_code: 5, .. })
+    ));
+    assert_eq!(rec.artifacts.len(), 1);
+    assert_eq!(rec.artifacts[0].sha256, sha256_hex(b"in-bytes"));
+    assert_eq!(&artifacts.output(&key, "out").unwrap().1[..], b"in-bytes");
+    // The slot finish follows the completion (AC-14.3.2).
+    let mut m = rt.m_inspect(&machine).unwrap();
+    for _ in 0..3_000 {
+        if m.active_execution.is_none() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+        m = rt.m_inspect(&machine).unwrap();
+    }
+    assert!(m.active_execution.is_none(), "{m:?}");
+    assert_eq!(m.state, MachineRecordState::Running);
+    assert_eq!(rt.fetch(&key).unwrap().cleanup, Cleanup::Complete);
+    rt.shutdown();
+    assert_eq!(w.request_count(Route::Exec), 1, "never re-sent");
+    assert_eq!(w.request_count(Route::FilesPut), 1, "never re-staged");
+    assert_eq!(w.request_count(Route::FilesGet), 3, "collected again");
+}
+
+#[test]
+fn blocking_finishes_a_killed_slot_collection() {
+    killed_while_collecting_in_a_slot_then_recovered::<BlockingManaged>();
+}
+
+#[test]
+fn tokio_finishes_a_killed_slot_collection() {
+    killed_while_collecting_in_a_slot_then_recovered::<TokioManaged>();
 }

@@ -221,6 +221,19 @@ fn retained_machines_keep_every_rule() {
             summary.probes
         );
     }
+    // Slot commands with files (issue 12): inputs staged, outputs
+    // collected, a collection failed with its exit kept (inputs unless
+    // SMOLBOX_SIM_INPUTS=0).
+    for probe in ["outputs_completed", "collection_failed"]
+        .into_iter()
+        .chain(sim::inputs_on().then_some("upload"))
+    {
+        assert!(
+            summary.probes.get(probe).is_some_and(|n| *n > 0),
+            "{probe} never exercised in a slot: {:?}",
+            summary.probes
+        );
+    }
     // Background launches reached the worker and were stored `launched`
     // (on unless SMOLBOX_SIM_LAUNCHES=0).
     if sim::controller::launches_on() {
@@ -329,5 +342,21 @@ fn every_planted_file_bug_is_caught() {
     assert_caught(
         Options::DEFAULT,
         &[Bug::UploadAfterIntent, Bug::WrongOutputDigest],
+    );
+}
+
+/// The same file rules in retained machines' slots (issue 12): an input
+/// uploaded again after the intent, an output digest recorded other than
+/// the one downloaded, and a resumed `preparing` slot command staged again
+/// are each caught within the default seed count.
+#[test]
+fn every_planted_file_bug_is_caught_in_the_retained_run() {
+    assert_caught(
+        Options::RETAINED,
+        &[
+            Bug::UploadAfterIntent,
+            Bug::WrongOutputDigest,
+            Bug::RestageResumedPreparing,
+        ],
     );
 }

@@ -20,6 +20,12 @@
 //! Errors are `validation` (operation `config`) with a reason chosen by the
 //! [`Peer`] the configuration is for, so the worker's and the store's
 //! existing reasons stay what their callers and documents say.
+//!
+//! Beside the builder, what both shells need to connect and no socket
+//! does: [`SocketPlan`] (the endpoint's plan as owned values), [`Target`]
+//! (that plan with the configuration built, in the shell's connector type)
+//! and [`unix_socket_facts`] (what `stat` says about a Unix socket, for
+//! core's check). The `testkit` feature adds the shells' test PKI.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -31,6 +37,11 @@ use smolbox_core::worker::{ConnectPlan, Endpoint};
 use smolbox_core::{Error, Operation, Reason};
 
 pub use rustls;
+pub use target::{Target, unix_socket_facts};
+
+mod target;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 
 /// Largest CA bundle accepted (PEM bytes): far above any real bundle, small
 /// enough that a wrong path (a disk image, a log) is refused, not read.

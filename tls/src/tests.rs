@@ -374,3 +374,44 @@ fn the_socket_plan_owns_what_the_endpoint_says() {
     let e = SocketPlan::of(&https(None, false)).unwrap_err();
     assert_eq!(e.reason(), Reason::TlsRequiresCaFile);
 }
+
+#[test]
+fn a_target_checks_the_files_then_builds_the_plan() {
+    use smolbox_core::worker::EndpointConfig;
+    type T = Target<Arc<rustls::ClientConfig>>;
+    let endpoint = |config: EndpointConfig| Endpoint::new(config).unwrap();
+    let unix = endpoint(EndpointConfig {
+        id: "w1".into(),
+        base_url: "http://localhost".into(),
+        unix_socket: Some("/run/smolvm.sock".into()),
+        allow_insecure_loopback: true,
+        ..EndpointConfig::default()
+    });
+    let t = T::of(&unix).unwrap();
+    assert!(!t.is_tls());
+    assert_eq!(format!("{t:?}"), "SocketTarget(unix /run/smolvm.sock)");
+    // A CA file that does not exist: refused before any plan is built.
+    let dir = tempfile::tempdir().unwrap();
+    let https = endpoint(EndpointConfig {
+        id: "w1".into(),
+        base_url: "https://localhost:8443".into(),
+        token: Some(smolbox_core::Secret::new("t0ken")),
+        ca_file: Some(dir.path().join("missing.pem")),
+        ..EndpointConfig::default()
+    });
+    let e = T::of(&https).unwrap_err();
+    assert_eq!(e.category(), smolbox_core::Category::Validation);
+    // The CA file present: a TLS target for the endpoint's host.
+    let ca = ca("test CA");
+    std::fs::write(dir.path().join("ca.pem"), &ca.pem).unwrap();
+    let https = endpoint(EndpointConfig {
+        id: "w1".into(),
+        base_url: "https://localhost:8443".into(),
+        token: Some(smolbox_core::Secret::new("t0ken")),
+        ca_file: Some(dir.path().join("ca.pem")),
+        ..EndpointConfig::default()
+    });
+    let t = T::of(&https).unwrap();
+    assert!(t.is_tls());
+    assert_eq!(format!("{t:?}"), "SocketTarget(tls localhost:8443)");
+}

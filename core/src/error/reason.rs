@@ -359,6 +359,8 @@ reasons! {
     ErrorHistory = "error_history",
     /// A record's evidence is not one its execution state allows (`validation`, store write).
     EvidenceState = "evidence_state",
+    /// `exec --input`/`--output` named a machine that is not a managed machine of the store: files go only into a managed machine's slot (`validation`, nothing sent).
+    ExecFilesNeedManagedMachine = "exec_files_need_managed_machine",
     /// A buffered exec reply's stdout or stderr is not valid base64 (`protocol`).
     ExecReplyBase64 = "exec_reply_base64",
     /// A buffered exec reply is not the expected JSON (`protocol`).

@@ -122,6 +122,8 @@ pub struct HttpExchange {
     failure_reported: bool,
     /// Request bytes the socket took (`handle_written`).
     written: u64,
+    /// The body count [`HttpExchange::poll_body_progress`] last reported.
+    progress_reported: Option<u64>,
     /// Length of the encoded request head (for [`Self::body_written`]).
     head_len: u64,
     /// A read failure, reported after the events of the bytes before it.
@@ -194,6 +196,7 @@ impl HttpExchange {
             error: None,
             failure_reported: false,
             written: 0,
+            progress_reported: None,
             read_failure: None,
         })
     }
@@ -318,6 +321,19 @@ impl HttpExchange {
     /// [`handle_written`](Self::handle_written) past the encoded head.
     pub fn body_written(&self) -> u64 {
         self.written.saturating_sub(self.head_len)
+    }
+
+    /// [`body_written`](Self::body_written) when it moved since the last
+    /// call (the first call reports it, even 0): what an upload's progress
+    /// callback is handed, once per change.
+    #[must_use]
+    pub fn poll_body_progress(&mut self) -> Option<u64> {
+        let sent = self.body_written();
+        if self.progress_reported == Some(sent) {
+            return None;
+        }
+        self.progress_reported = Some(sent);
+        Some(sent)
     }
 
     /// The socket took `n` more request bytes.

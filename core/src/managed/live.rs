@@ -28,6 +28,16 @@ use crate::{Error, Evidence, Operation};
 /// How a shell answers one waiting caller: a closure over its channel.
 pub type Reply<T> = Box<dyn FnOnce(T) + Send>;
 
+/// A [`Reply`] through `send`, a send on the shell's channel that says
+/// whether the caller still waited (for example
+/// `move |v| tx.send(v).is_ok()`); a caller that stopped waiting is not an
+/// error, so the answer is ignored.
+pub fn reply<T>(send: impl FnOnce(T) -> bool + Send + 'static) -> Reply<T> {
+    Box::new(move |v| {
+        let _delivered = send(v);
+    })
+}
+
 /// What `open` returns at durable acceptance (not readiness).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TerminalOpened {
@@ -433,6 +443,17 @@ mod tests {
 
     use super::*;
     use crate::Category;
+
+    #[test]
+    fn a_reply_delivers_through_its_send_and_ignores_a_gone_caller() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        reply(move |v| tx.send(v).is_ok())(7_u32);
+        assert_eq!(rx.recv(), Ok(7));
+        let (tx, rx) = std::sync::mpsc::channel::<u32>();
+        drop(rx);
+        // The caller stopped waiting: answering it is not a failure.
+        reply(move |v| tx.send(v).is_ok())(8);
+    }
 
     #[allow(clippy::disallowed_methods)] // an arbitrary origin; time is virtual after
     fn origin() -> Instant {

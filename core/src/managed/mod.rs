@@ -46,7 +46,7 @@ pub use envelope::{Capabilities, RecordFeature, RecordKind};
 pub use fingerprint::FingerprintKey;
 pub use patch::{ExecPatch, MachinePatch};
 pub use record::{ExecutionRecord, MachineRecord};
-pub use spec::{ExecutionSpec, RetainedMachineSpec};
+pub use spec::{CommandFiles, ExecutionSpec, RetainedMachineSpec};
 pub use state::{Cleanup, Collection, ExecState, MachineRecordState, RecordEvidence};
 
 /// Largest wall-clock timestamp in milliseconds (C0.1).

@@ -294,6 +294,24 @@ pub struct OutputFile {
     pub max_size: u64,
 }
 
+/// The declared files of a command submitted into a retained machine's
+/// slot (C6.4, C14.3): the same manifests a disposable spec carries, each
+/// sorted by path. Empty (the default) for a command without files.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CommandFiles {
+    /// Inputs staged before the dispatch intent, sorted by path.
+    pub inputs: Vec<InputFile>,
+    /// Outputs collected after the exit, sorted by path.
+    pub outputs: Vec<OutputFile>,
+}
+
+impl CommandFiles {
+    /// True when neither direction declares a file.
+    pub fn is_empty(&self) -> bool {
+        self.inputs.is_empty() && self.outputs.is_empty()
+    }
+}
+
 /// A metadata value (C12.4).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]

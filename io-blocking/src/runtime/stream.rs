@@ -5,13 +5,15 @@
 use std::sync::mpsc;
 
 use smolbox_core::exec::{Command, ExecEvent};
-use smolbox_core::managed::RecordKey;
 use smolbox_core::managed::controller::{Outcome, Submit, WorkerResult};
+use smolbox_core::managed::{CommandFiles, RecordKey};
 use smolbox_core::{Error, Operation};
 use smolbox_store::runtime::stream::{STREAM_EVENTS, Streams, Tally, hand_over, settled};
 use smolbox_store::runtime::{Command as Cmd, MAX_WAIT_MS, WAIT_POLL, stopped};
 
-use super::{Machines, Msg, Runtime};
+use smolbox_store::runtime::Input;
+
+use super::{Machines, Runtime};
 use crate::Client;
 
 /// Where a streamed exec's events go: the waiting caller's channel.
@@ -59,7 +61,7 @@ impl Drop for Watch<'_> {
         let _ = self
             .rt
             .cmd
-            .send(Msg::Command(Cmd::Stream(self.key.clone(), false)));
+            .send(Input::Command(Cmd::Stream(self.key.clone(), false)));
     }
 }
 
@@ -110,7 +112,7 @@ impl Runtime {
             rx,
         };
         self.cmd
-            .send(Msg::Command(Cmd::Stream(key.clone(), true)))
+            .send(Input::Command(Cmd::Stream(key.clone(), true)))
             .map_err(|_| stopped(Operation::Submit))?;
         Ok(watch)
     }
@@ -151,10 +153,27 @@ impl Machines<'_> {
         machine: &RecordKey,
         key: &RecordKey,
         command: &Command,
+        on_event: impl FnMut(&ExecEvent),
+    ) -> Result<Outcome, Error> {
+        self.run_streamed_with_files(machine, key, command, &CommandFiles::default(), on_event)
+    }
+
+    /// [`Machines::run_streamed`] with declared files, as
+    /// [`Machines::submit_with_files`]: the output is streamed once the
+    /// inputs are staged; the outputs are collected after the exit.
+    ///
+    /// # Errors
+    /// As [`Machines::submit_with_files`] and [`Runtime::run_streamed`].
+    pub fn run_streamed_with_files(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+        files: &CommandFiles,
         mut on_event: impl FnMut(&ExecEvent),
     ) -> Result<Outcome, Error> {
         let watch = self.rt.watch(key)?;
-        self.submit(machine, key, command)?;
+        self.submit_with_files(machine, key, command, files)?;
         watch.follow(&mut on_event)
     }
 }

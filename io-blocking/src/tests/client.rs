@@ -13,8 +13,8 @@ use std::time::Duration;
 use smolbox_core::worker::{Budgets, Endpoint, EndpointConfig, Health, Readyz};
 use smolbox_core::{Category, Evidence, Operation, Secret};
 
-use super::pki::Pki;
 use crate::Client;
+use smolbox_tls::testkit::Pki;
 
 const HEALTH: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 33\r\n\r\n{\"status\":\"ok\",\"version\":\"1.9.2\"}";
 

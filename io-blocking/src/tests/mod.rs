@@ -2,6 +2,5 @@
 
 mod client;
 mod exec;
-mod pki;
 mod terminal;
 mod transport;

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use smolbox_core::{Category, Evidence, Operation};
 
-use super::pki::Pki;
 use smolbox_core::{Machine, TransportFailure};
+use smolbox_tls::testkit::{Pki, REFUSED_SOCKET_MODES, SocketDir};
 
 use crate::conn::Conn;
 use crate::errors::ConnectError;
@@ -546,22 +546,10 @@ fn plain_tcp_connects_only_to_loopback_addresses() {
 
 #[test]
 fn a_unix_socket_others_could_replace_or_write_is_refused_unsent() {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("w.sock");
-    let _listener = UnixListener::bind(&path).unwrap();
-    let set = |p: &std::path::Path, mode| {
-        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
-    };
-    for (dir_mode, sock_mode, reason) in [
-        (0o777, 0o755, Reason::SocketDirWritableByOthers),
-        (0o1777, 0o755, Reason::SocketDirWritableByOthers),
-        (0o770, 0o755, Reason::SocketDirWritableByOthers),
-        (0o700, 0o777, Reason::SocketWritableByOthers),
-    ] {
-        set(dir.path(), dir_mode);
-        set(&path, sock_mode);
-        let e = SocketTarget::unix(&path)
+    let s = SocketDir::new();
+    for (dir_mode, sock_mode, reason) in REFUSED_SOCKET_MODES {
+        s.set_modes(dir_mode, sock_mode);
+        let e = SocketTarget::unix(s.socket())
             .connect(soon(), Operation::Health)
             .unwrap_err();
         assert_eq!(
@@ -575,16 +563,15 @@ fn a_unix_socket_others_could_replace_or_write_is_refused_unsent() {
             "{dir_mode:o} {sock_mode:o}"
         );
     }
-    set(dir.path(), 0o700);
-    set(&path, 0o775);
+    // A private directory and a socket others cannot write: accepted.
+    s.set_modes(0o700, 0o775);
     assert!(
-        SocketTarget::unix(&path)
+        SocketTarget::unix(s.socket())
             .connect(soon(), Operation::Health)
             .is_ok()
     );
-    let file = dir.path().join("f");
-    std::fs::write(&file, b"").unwrap();
-    let e = SocketTarget::unix(&file)
+    // A regular file is not a socket.
+    let e = SocketTarget::unix(s.regular_file())
         .connect(soon(), Operation::Health)
         .unwrap_err();
     assert_eq!(e.reason(), Reason::SocketNotASocket);

@@ -3,8 +3,8 @@
 //! `smolbox_store::runtime::stream` for the rules both shells share).
 
 use smolbox_core::exec::{Command, ExecEvent};
-use smolbox_core::managed::RecordKey;
 use smolbox_core::managed::controller::{Outcome, Submit, WorkerResult};
+use smolbox_core::managed::{CommandFiles, RecordKey};
 use smolbox_core::{Error, Operation};
 use smolbox_store::runtime::stream::{STREAM_EVENTS, Streams, Tally, hand_over, settled};
 use smolbox_store::runtime::{Command as Cmd, MAX_WAIT_MS, WAIT_POLL, stopped};
@@ -150,10 +150,28 @@ impl Machines<'_> {
         machine: &RecordKey,
         key: &RecordKey,
         command: &Command,
+        on_event: impl FnMut(&ExecEvent) + Send,
+    ) -> Result<Outcome, Error> {
+        self.run_streamed_with_files(machine, key, command, &CommandFiles::default(), on_event)
+            .await
+    }
+
+    /// [`Machines::run_streamed`] with declared files, as
+    /// [`Machines::submit_with_files`]: the output is streamed once the
+    /// inputs are staged; the outputs are collected after the exit.
+    ///
+    /// # Errors
+    /// As [`Machines::submit_with_files`] and [`Runtime::run_streamed`].
+    pub async fn run_streamed_with_files(
+        &self,
+        machine: &RecordKey,
+        key: &RecordKey,
+        command: &Command,
+        files: &CommandFiles,
         mut on_event: impl FnMut(&ExecEvent) + Send,
     ) -> Result<Outcome, Error> {
         let mut watch = self.rt.watch(key)?;
-        self.submit(machine, key, command).await?;
+        self.submit_with_files(machine, key, command, files).await?;
         watch.follow(&mut on_event).await
     }
 }

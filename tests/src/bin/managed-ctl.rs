@@ -21,7 +21,11 @@
 //! command on `m1` declares input `/workspace/in.txt` and output
 //! `/workspace/out.txt` (destination `out`, at most 64 bytes).
 //!
-//! Usage: `managed-ctl STORE URL TOKEN ID SCRIPT [retained|terminal|files]`.
+//! With `retained-files`, the command goes into the retained machine's
+//! slot (as `retained`) with that input and output declared (issue 12).
+//!
+//! Usage: `managed-ctl STORE URL TOKEN ID SCRIPT
+//! [retained|terminal|files|retained-files]`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,12 +46,15 @@ fn main() -> Result<(), smolbox_core::Error> {
     let (db, url, token, id, script, mode) = match args.as_slice() {
         [_, db, url, token, id, script] => (db, url, token, id, script, ""),
         [_, db, url, token, id, script, mode]
-            if mode == "retained" || mode == "terminal" || mode == "files" =>
+            if ["retained", "terminal", "files", "retained-files"].contains(&mode.as_str()) =>
         {
             (db, url, token, id, script, mode.as_str())
         }
         _ => {
-            eprintln!("usage: managed-ctl STORE URL TOKEN ID SCRIPT [retained|terminal]");
+            eprintln!(
+                "usage: managed-ctl STORE URL TOKEN ID SCRIPT \
+                 [retained|terminal|files|retained-files]"
+            );
             std::process::exit(2);
         }
     };
@@ -91,11 +98,31 @@ fn main() -> Result<(), smolbox_core::Error> {
     })?;
     let client = smolbox_blocking::Client::new(endpoint)?;
     let command = Command::new(["sh", "-c", script.as_str()]).timeout_secs(60);
-    if mode == "files" {
+    // The declared files of `files` and `retained-files` (input `in` of
+    // scope `scope`, in the artifact store).
+    let files = |scope: &str| {
         use smolbox_core::managed::spec::{InputFile, OutputFile};
-        use smolbox_store::artifacts::{Artifacts, MemoryArtifacts};
+        use smolbox_store::artifacts::MemoryArtifacts;
         let artifacts = Arc::new(MemoryArtifacts::new());
-        let sha256 = artifacts.insert("suite", "in", &b"in-bytes"[..]);
+        let sha256 = artifacts.insert(scope, "in", &b"in-bytes"[..]);
+        let files = smolbox_core::managed::CommandFiles {
+            inputs: vec![InputFile {
+                path: "/workspace/in.txt".into(),
+                source: "in".into(),
+                sha256,
+                size: 8,
+            }],
+            outputs: vec![OutputFile {
+                path: "/workspace/out.txt".into(),
+                destination: "out".into(),
+                max_size: 64,
+            }],
+        };
+        (artifacts, files)
+    };
+    if mode == "files" {
+        use smolbox_store::artifacts::Artifacts;
+        let (artifacts, files) = files("suite");
         let profile = client.admit(&[])?;
         let runtime = smolbox_blocking::Runtime::builder(store, key)
             .worker_with_profile("dev", client, profile)
@@ -110,29 +137,24 @@ fn main() -> Result<(), smolbox_core::Error> {
             "dev",
             "m1",
         )?;
-        spec.inputs = vec![InputFile {
-            path: "/workspace/in.txt".into(),
-            source: "in".into(),
-            sha256,
-            size: 8,
-        }];
-        spec.outputs = vec![OutputFile {
-            path: "/workspace/out.txt".into(),
-            destination: "out".into(),
-            max_size: 64,
-        }];
+        spec.inputs = files.inputs;
+        spec.outputs = files.outputs;
         let key = RecordKey::new("suite", id)?;
         runtime.run(Submit { key, spec })?;
         return Ok(());
     }
-    if mode == "retained" || mode == "terminal" {
+    if mode == "retained" || mode == "terminal" || mode == "retained-files" {
         let profile = client.admit(&[])?;
-        let runtime = smolbox_blocking::Runtime::builder(store, key)
+        let (artifacts, files) = files("boxes");
+        let mut builder = smolbox_blocking::Runtime::builder(store, key)
             .worker_with_profile("dev", client, profile)
             .machine_source("dev", smolbox_tests::cases::image_spec().source)
             .lease_ttl_ms(1_000)
-            .poll_interval_ms(100)
-            .build()?;
+            .poll_interval_ms(100);
+        if mode == "retained-files" {
+            builder = builder.artifacts(artifacts as Arc<dyn smolbox_store::artifacts::Artifacts>);
+        }
+        let runtime = builder.build()?;
         let target = RunTarget::unverified().fitting(&command);
         let spec = RetainedMachineSpec {
             artifact: target.artifact,
@@ -162,7 +184,11 @@ fn main() -> Result<(), smolbox_core::Error> {
                 }
             }
         }
-        m.submit(&machine, &key, &command)?;
+        if mode == "retained-files" {
+            m.submit_with_files(&machine, &key, &command, &files)?;
+        } else {
+            m.submit(&machine, &key, &command)?;
+        }
         runtime.wait(&key, 60_000)?;
         return Ok(());
     }

@@ -332,10 +332,7 @@ impl Sim {
             lease_gen: 0,
             absent_cancels: BTreeSet::new(),
             probes: probes::Probes::new(seed),
-            files: files::SimFiles::new(
-                seed,
-                opts.inputs && std::env::var(super::INPUTS_VAR).map_or(true, |v| v.trim() != "0"),
-            ),
+            files: files::SimFiles::new(seed, opts.inputs && super::inputs_on()),
         };
         sim.workload(&mut rng);
         // One or two controllers share the store from the start.

@@ -62,6 +62,11 @@ pub const FULL_VAR: &str = "SMOLBOX_SIM_FULL";
 /// default: [`Options::inputs`]).
 pub const INPUTS_VAR: &str = "SMOLBOX_SIM_INPUTS";
 
+/// Whether runs may declare input files (unless [`INPUTS_VAR`] is `0`).
+pub fn inputs_on() -> bool {
+    std::env::var(INPUTS_VAR).map_or(true, |v| v.trim() != "0")
+}
+
 /// Trace lines kept per seed.
 pub fn trace_len() -> usize {
     std::env::var(TRACE_VAR)

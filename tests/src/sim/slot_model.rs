@@ -8,7 +8,7 @@
 //! - the slot holds at most one command or terminal at a time: it passes
 //!   from one holder to another only through an empty slot;
 //! - a slot is freed only by a confirmed finish (`completed`, `launched`,
-//!   `cancelled`, `expired`: `finish_command`) or by an operator's
+//!   `cancelled` or `expired` without inputs: `finish_command`) or by an operator's
 //!   quiescent resolve after a verified stop or deletion: the worker shows
 //!   the machine not running (or gone) and the holder's program no longer
 //!   runs; so a command or terminal whose outcome is unknown keeps the
@@ -45,13 +45,15 @@ pub struct SlotModel {
     machines: BTreeMap<RecordKey, Seen>,
 }
 
-/// A confirmed finish: the only holder states `finish_command` may free the
-/// slot for (C14.3).
-const fn confirmed(s: ExecState) -> bool {
-    matches!(
-        s,
-        ExecState::Completed | ExecState::Launched | ExecState::Cancelled | ExecState::Expired
-    )
+/// A confirmed finish: the only holders `finish_command` may free the slot
+/// for (C14.3): completed, launched, or cancelled / expired without inputs
+/// (a command with inputs may have staged some before it was cancelled).
+fn confirmed(r: &ExecutionRecord) -> bool {
+    match r.state {
+        ExecState::Completed | ExecState::Launched => true,
+        ExecState::Cancelled | ExecState::Expired => r.spec.inputs.is_empty(),
+        _ => false,
+    }
 }
 
 impl SlotModel {
@@ -219,7 +221,7 @@ fn check_step(
             let holder = exec(x);
             let state = holder.as_ref().map(|r| r.state);
             match c.kind {
-                MachineCommitKind::Finish if state.is_some_and(confirmed) => {}
+                MachineCommitKind::Finish if holder.as_ref().is_some_and(confirmed) => {}
                 MachineCommitKind::Finish => v(format!(
                     "slot released while its holder {} is {} (an unknown or unconfirmed outcome keeps the slot until resolve)",
                     x.id,

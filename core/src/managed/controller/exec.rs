@@ -124,6 +124,9 @@ pub(super) struct Exec {
     /// A command on a retained machine: the machine's worker and name,
     /// read from its record (the controller sets it before the first step).
     target: Option<(String, String)>,
+    /// The retained machine's recorded incarnation (its creation
+    /// evidence), which it must show running before each output download.
+    target_incarnation: Option<String>,
     /// The generation of this controller's live lease on the execution's
     /// worker, read at the start of each `step` (disposable only).
     lease_gen: Option<u64>,
@@ -214,6 +217,7 @@ impl Exec {
             pending_kind: None,
             machine: MachineSteps::default(),
             target: None,
+            target_incarnation: None,
             lease_gen: None,
             stream: false,
             files: files::FileSteps::default(),
@@ -300,9 +304,16 @@ impl Exec {
         }
     }
 
-    /// Sets the worker and machine name of a retained machine's command.
-    pub(super) fn set_target(&mut self, worker_id: String, machine: String) {
+    /// Sets the worker, machine name and recorded incarnation of a
+    /// retained machine's command.
+    pub(super) fn set_target(
+        &mut self,
+        worker_id: String,
+        machine: String,
+        incarnation: Option<String>,
+    ) {
         self.target = Some((worker_id, machine));
+        self.target_incarnation = incarnation;
     }
 
     /// Whether a caller of this process wants the output as it comes.

@@ -1223,14 +1223,18 @@ const fn operation_of(op: MachineOperation) -> Operation {
     }
 }
 
-/// The stored spec of `command` in the slot of `machine` (its scope,
-/// artifact and exact profile, C14.3).
+/// The stored spec of `command` with `files` in the slot of `machine` (its
+/// scope, artifact and exact profile, C14.3). A command with files takes
+/// the machine's guest-path policy and is checked by the acceptance rules
+/// of a disposable command's files (`exec::check_files`); one
+/// without files stores no policy (its identity is unchanged).
 ///
 /// # Errors
-/// `validation` when the spec breaks a stored-shape rule or the command's
-/// timeout exceeds the profile's execution budget.
+/// `validation` when the spec breaks a stored-shape rule, a file rule, or
+/// the command's timeout exceeds the profile's execution budget.
 pub fn command_spec(
     command: &crate::exec::Command,
+    files: &crate::managed::CommandFiles,
     machine: &MachineRecord,
 ) -> Result<crate::managed::ExecutionSpec, Error> {
     let target = super::RunTarget {
@@ -1240,6 +1244,11 @@ pub fn command_spec(
     let mut spec = super::spec_for(command, &target, "w", "m")?;
     spec.worker_machine = None;
     spec.machine = Some(machine.key.clone());
+    if !files.is_empty() {
+        spec.inputs.clone_from(&files.inputs);
+        spec.outputs.clone_from(&files.outputs);
+        spec.guest_paths.clone_from(&machine.spec.guest_paths);
+    }
     if let Some(t) = command.effective_timeout_secs() {
         let ms = u64::from(t) * 1_000;
         if ms > spec.profile.budgets.execution_ms {
@@ -1250,6 +1259,9 @@ pub fn command_spec(
         }
     }
     spec.validate()?;
+    if !files.is_empty() {
+        super::exec::check_files(&spec)?;
+    }
     Ok(spec)
 }
 

@@ -1368,6 +1368,20 @@ impl Sim {
         key
     }
 
+    /// The name of the machine assigned to `key`.
+    fn machine_of(&self, key: &RecordKey) -> String {
+        self.record(key).assignment.clone().unwrap().machine_name
+    }
+
+    /// Create and start answered: the machine runs; its name.
+    fn started(&mut self, key: &RecordKey) -> String {
+        let name = self.machine_of(key);
+        let obs = |st| Ok(WorkerReply::Machine(observation(&name, st, 1_700_000_000)));
+        self.answer("create", obs(MachineState::Created));
+        self.answer("start", obs(MachineState::Running));
+        name
+    }
+
     /// Takes the next worker op (asserting its kind by name) and answers it.
     fn answer(&mut self, kind: &str, result: WorkerResult) -> WorkerOp {
         assert!(!self.worker.is_empty(), "expected a {kind} op");

@@ -127,9 +127,9 @@ pub fn launches_on() -> bool {
 
 impl Sim {
     /// A retained slot command, in the background when the plan says so.
-    pub(super) fn slot_command(&mut self, key: &RecordKey, exit: i32, dur: u64) -> Command {
+    pub(super) fn slot_command(&mut self, key: &RecordKey, argv: Vec<String>) -> Command {
         let bg = self.files.background(key);
-        Command::new(worker::sim_argv(&key.id, exit, dur)).background(bg)
+        Command::new(argv).background(bg)
     }
 
     /// Sends an `Upload` or `Download` op of controller `h` to the worker.

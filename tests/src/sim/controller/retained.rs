@@ -81,6 +81,10 @@ pub(super) struct SlotJob {
     lost: bool,
     /// Index in `Sim::jobs` (commands: exit bookkeeping and end checks).
     job: usize,
+    /// The command's argv (with the output paths it writes, if any).
+    argv: Vec<String>,
+    /// Its declared files (issue 12; none for a terminal or a launch).
+    files: smolbox_core::managed::CommandFiles,
 }
 
 /// One caller's retained machine.
@@ -138,9 +142,22 @@ impl Sim {
                 let id = format!("{}{m}{j}", if terminal { 't' } else { 'c' });
                 let exit = rng.range(0, 3) as i32;
                 let dur = rng.range(0, if terminal { 25_000 } else { 3 * TTL_MS });
-                let cmd = Command::new(worker::sim_argv(&id, exit, dur));
-                let spec = smolbox_core::managed::controller::spec_for(&cmd, &target, "w1", "m0")
-                    .unwrap_or_else(|e| unreachable!("a valid spec: {e:?}"));
+                let mut argv = worker::sim_argv(&id, exit, dur);
+                let key = testkit::key("sim", &id);
+                // A slot command (not a launch) may declare files, by the
+                // named run's plan (the files' own random stream).
+                let files = if terminal || self.files.background(&key) {
+                    smolbox_core::managed::CommandFiles::default()
+                } else {
+                    let (inputs, outputs) = self.files.plan(&id, &mut argv);
+                    smolbox_core::managed::CommandFiles { inputs, outputs }
+                };
+                let cmd = Command::new(argv.clone());
+                let mut spec =
+                    smolbox_core::managed::controller::spec_for(&cmd, &target, "w1", "m0")
+                        .unwrap_or_else(|e| unreachable!("a valid spec: {e:?}"));
+                spec.inputs.clone_from(&files.inputs);
+                spec.outputs.clone_from(&files.outputs);
                 let job = self.jobs.len();
                 self.jobs.push(Job {
                     key: testkit::key("sim", &id),
@@ -157,6 +174,8 @@ impl Sim {
                     dur,
                     lost: terminal && rng.chance(150),
                     job,
+                    argv,
+                    files,
                 });
                 jobs.push(sj);
                 if rng.chance(200) {
@@ -400,7 +419,7 @@ impl Sim {
         if job.terminal {
             return self.open_terminal(h, sj);
         }
-        let command = self.slot_command(&job.key, job.exit, job.dur);
+        let command = self.slot_command(&job.key, job.argv);
         self.request(
             h,
             m,
@@ -409,6 +428,7 @@ impl Sim {
                 machine,
                 key: job.key,
                 command,
+                files: job.files,
             },
         );
     }

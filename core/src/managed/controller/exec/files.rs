@@ -17,8 +17,15 @@
 //! `not_dispatched` with `staging_uncertain` instead of uploading again (a
 //! disposable one already fails at its start, `start_uncertain`).
 //!
-//! Collection: for each output, in path order, a disposable machine is
-//! re-observed running as the recorded incarnation ([`WorkerOp::Inspect`]),
+//! A retained machine's command (issue 12) takes the same steps inside its
+//! slot: it is accepted without the dispatch intent when it has inputs, so
+//! the process that writes `preparing` stages them; the slot finish (with
+//! the cleanup) follows the completion write, so a failed collection or an
+//! interrupted preparation keeps the slot (C14.3).
+//!
+//! Collection: for each output, in path order, an owned machine
+//! (disposable, or the retained machine of the slot) is re-observed
+//! running as the recorded incarnation ([`WorkerOp::Inspect`]),
 //! then [`WorkerOp::Download`] with the declared maximum puts the bytes into
 //! the artifact store under `(record key, destination)`; only the size and
 //! digest come back, and only they are recorded (`artifacts`). All
@@ -166,7 +173,8 @@ impl Exec {
         let (worker, name) = match (&self.rec.spec.worker_machine, &self.rec.assignment) {
             (Some(w), _) => (w.worker_id.clone(), w.name.clone()),
             (None, Some(a)) => (a.worker_id.clone(), a.machine_name.clone()),
-            (None, None) => return None,
+            // A retained machine's command: the machine its slot is on.
+            (None, None) => self.target.clone()?,
         };
         let profile = cfg
             .workers
@@ -175,6 +183,21 @@ impl Exec {
             .profile
             .clone()?;
         Some((worker, profile, MachineName::new(&name).ok()?))
+    }
+
+    /// True for a machine this runtime owns (disposable or retained), as
+    /// opposed to a caller-named one whose identity it never recorded.
+    fn owned_machine(&self) -> bool {
+        self.rec.spec.worker_machine.is_none()
+    }
+
+    /// The recorded incarnation of the owned machine: the execution's own
+    /// creation evidence (disposable) or its retained machine's.
+    fn owned_incarnation(&self) -> Option<String> {
+        match &self.rec.creation {
+            Some(c) => Some(c.incarnation.clone()),
+            None => self.target_incarnation.clone(),
+        }
     }
 
     /// A `preparing` record with inputs whose `preparing` this process did
@@ -323,11 +346,7 @@ impl Exec {
             let failure = match (kind, result, next) {
                 (FKind::Observe, Ok(WorkerReply::Machine(obs)), _)
                     if obs.state == MachineState::Running
-                        && self
-                            .rec
-                            .creation
-                            .as_ref()
-                            .is_some_and(|c| c.incarnation == incarnation_token(&obs)) =>
+                        && self.owned_incarnation() == Some(incarnation_token(&obs)) =>
                 {
                     self.files.observed = true;
                     None
@@ -384,9 +403,10 @@ impl Exec {
             ));
             return None;
         };
-        if self.is_disposable() && !self.files.observed {
-            // C6.4: the owned machine is re-observed running (the recorded
-            // incarnation) before each output download.
+        if self.owned_machine() && !self.files.observed {
+            // C6.4: the owned machine (disposable or retained) is
+            // re-observed running (the recorded incarnation) before each
+            // output download.
             return Some(self.file_op(
                 FKind::Observe,
                 WorkerOp::Inspect {

@@ -47,6 +47,10 @@ pub enum MachineRequest {
         key: RecordKey,
         /// The command.
         command: crate::exec::Command,
+        /// Its declared files (C6.4): inputs staged inside the slot before
+        /// the dispatch intent, outputs collected after the exit, both by
+        /// the rules of a disposable command.
+        files: crate::managed::CommandFiles,
     },
     /// Observe the worker and record what it shows (C14.2).
     Reconcile {

@@ -66,6 +66,7 @@ impl crate::managed::controller::Controller {
                 machine,
                 key,
                 command,
+                files,
             } => {
                 machine.validate()?;
                 key.validate()
@@ -74,6 +75,15 @@ impl crate::managed::controller::Controller {
                 // record ends `launched`, the slot is released, the machine
                 // keeps running it.
                 command.validate()?;
+                if !files.is_empty() && !self.cfg.artifacts {
+                    // Bytes come from and go to the runtime's artifact
+                    // store (C6.4): without one, refused before anything
+                    // is read or stored (as for a disposable command).
+                    return Err(Error::unsupported_capability(
+                        Operation::Submit,
+                        Reason::FileTransfer,
+                    ));
+                }
                 None
             }
             MachineRequest::Resolve { key, quiesced, .. } => {
@@ -156,10 +166,16 @@ impl crate::managed::controller::Controller {
                 self.worker_out.push_back((oid, op));
             }
             RStep::NeedCommand(m) => {
-                let MachineRequest::Submit { key, command, .. } = req.request.clone() else {
+                let MachineRequest::Submit {
+                    key,
+                    command,
+                    files,
+                    ..
+                } = req.request.clone()
+                else {
                     return;
                 };
-                let built = command_spec(&command, &m).and_then(|spec| {
+                let built = command_spec(&command, &files, &m).and_then(|spec| {
                     let fp = self.fingerprint(&spec);
                     ExecutionRecord::accepted(key, fp, spec, self.now_ms.max(m.updated_at_ms))
                         .map_err(|e| e.with_operation(Operation::Submit))
@@ -176,8 +192,11 @@ impl crate::managed::controller::Controller {
                         req.command = Some(rec.clone());
                         // Issue 16: the slot, the claim and the intent in
                         // one commit (a command holding the slot is driven
-                        // at once, whatever `max_active`).
-                        let intent = self.cfg.claim_at_accept;
+                        // at once, whatever `max_active`). A command with
+                        // inputs stages them first (C6.4: verified before
+                        // the intent), so it is accepted with the slot and
+                        // the claim only, and writes `preparing` itself.
+                        let intent = self.cfg.claim_at_accept && rec.spec.inputs.is_empty();
                         let op = req.submit_op(rec, self.cfg.max_pending, intent);
                         let id = req.id;
                         self.accepting.entry(key_of(&op)).or_insert(0);
@@ -277,7 +296,8 @@ impl crate::managed::controller::Controller {
         }
         let key = rec.key.clone();
         let mut ex = Exec::new(rec, now, self.now_ms, None);
-        ex.set_target(a.worker_id, a.machine_name);
+        let incarnation = machine.creation.as_ref().map(|c| c.incarnation.clone());
+        ex.set_target(a.worker_id, a.machine_name, incarnation);
         if refetch {
             ex.refetch();
         }

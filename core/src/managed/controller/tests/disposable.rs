@@ -106,10 +106,7 @@ fn the_cleanup_deadline_ends_cleanup_without_a_delete() {
     let mut s = Sim::new(cfg);
     let key = s.submit_disposable("cd1", &cmd());
     s.settle();
-    let name = s.record(&key).assignment.clone().unwrap().machine_name;
-    let obs = |st| Ok(WorkerReply::Machine(observation(&name, st, 1_700_000_000)));
-    s.answer("create", obs(MachineState::Created));
-    s.answer("start", obs(MachineState::Running));
+    s.started(&key);
     s.answer("exec", exited(0, "hi"));
     let rec = s.record(&key).clone();
     assert_eq!(rec.cleanup, Cleanup::InProgress);
@@ -252,10 +249,8 @@ fn an_unknown_disposable_run_is_stopped_and_kept_within_retention() {
     let mut s = Sim::new(disposable_config());
     let key = s.submit_disposable("p6", &cmd());
     s.settle();
-    let name = s.record(&key).assignment.clone().unwrap().machine_name;
+    let name = s.started(&key);
     let obs = |st| Ok(WorkerReply::Machine(observation(&name, st, 1_700_000_000)));
-    s.answer("create", obs(MachineState::Created));
-    s.answer("start", obs(MachineState::Running));
     s.answer(
         "exec",
         Err(Error::transport(

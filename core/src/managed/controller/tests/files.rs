@@ -84,19 +84,6 @@ impl Sim {
         Ok(key)
     }
 
-    fn machine_of(&self, key: &RecordKey) -> String {
-        self.record(key).assignment.clone().unwrap().machine_name
-    }
-
-    /// Create and start answered: the machine runs.
-    fn started(&mut self, key: &RecordKey) -> String {
-        let name = self.machine_of(key);
-        let obs = |st| Ok(WorkerReply::Machine(observation(&name, st, 1_700_000_000)));
-        self.answer("create", obs(MachineState::Created));
-        self.answer("start", obs(MachineState::Running));
-        name
-    }
-
     fn running(&self, name: &str) -> WorkerResult {
         Ok(WorkerReply::Machine(observation(
             name,
@@ -807,3 +794,5 @@ fn a_launch_reply_to_a_foreground_command_is_unknown() {
     assert_eq!(rec.state, ExecState::Unknown);
     assert!(rec.result.is_none());
 }
+
+mod slot;

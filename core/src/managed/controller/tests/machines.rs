@@ -370,10 +370,20 @@ impl Sim {
         id: &str,
         command: &Command,
     ) -> Result<MachineAnswer, Error> {
+        self.submit_files_to_slot(id, command, &crate::managed::CommandFiles::default())
+    }
+
+    pub(super) fn submit_files_to_slot(
+        &mut self,
+        id: &str,
+        command: &Command,
+        files: &crate::managed::CommandFiles,
+    ) -> Result<MachineAnswer, Error> {
         self.request(MachineRequest::Submit {
             machine: mkey(),
             key: RecordKey::new("s", id).unwrap(),
             command: command.clone(),
+            files: files.clone(),
         })
     }
 }
@@ -796,14 +806,7 @@ fn an_observation_is_not_written_when_the_record_changed_since_it_began() {
 
 #[test]
 fn a_create_intent_found_after_a_crash_is_never_sent_again() {
-    let mut s = Sim::new(disposable_config());
-    s.settle();
-    s.request(MachineRequest::Create {
-        key: mkey(),
-        spec: mspec(),
-    })
-    .unwrap();
-    s.settle();
+    let mut s = create_out();
     assert_eq!(s.worker.len(), 1);
     // The controller dies with the create out; a new one (another owner)
     // recovers from the store after the claim lapsed.
@@ -1425,14 +1428,7 @@ fn logs_and_measurements_read_the_recorded_incarnation_only() {
 /// no worker call.
 #[test]
 fn measurements_of_a_machine_never_created_are_refused_unsent() {
-    let mut s = Sim::new(disposable_config());
-    s.settle();
-    s.request(MachineRequest::Create {
-        key: mkey(),
-        spec: mspec(),
-    })
-    .unwrap();
-    s.settle();
+    let mut s = create_out();
     s.worker.clear();
     let id = s.request_async(MachineRequest::Measurements { key: mkey() });
     let e = s.answer_of(id).unwrap_err();
@@ -1441,6 +1437,19 @@ fn measurements_of_a_machine_never_created_are_refused_unsent() {
         (Reason::NoCreationEvidence, Evidence::NotDispatched)
     );
     assert!(s.worker.is_empty());
+}
+
+/// A controller whose retained machine's create is out at the worker.
+fn create_out() -> Sim {
+    let mut s = Sim::new(disposable_config());
+    s.settle();
+    s.request(MachineRequest::Create {
+        key: mkey(),
+        spec: mspec(),
+    })
+    .unwrap();
+    s.settle();
+    s
 }
 
 mod delete;

@@ -83,10 +83,8 @@ fn a_record_left_dispatching_is_refenced_and_never_resent() {
     let mut s = Sim::new(disposable_config());
     let key = s.submit_disposable("r2", &cmd());
     s.settle();
-    let name = s.record(&key).assignment.clone().unwrap().machine_name;
+    let name = s.started(&key);
     let obs = |st| Ok(WorkerReply::Machine(observation(&name, st, 1_700_000_000)));
-    s.answer("create", obs(MachineState::Created));
-    s.answer("start", obs(MachineState::Running));
     assert_eq!(kinds(&s.worker), ["exec"]);
     assert_eq!(s.record(&key).state, ExecState::Dispatching);
     let mut t = take_over(&mut s, 2_000);
@@ -110,10 +108,8 @@ fn a_paused_controllers_late_exit_is_stored_under_a_later_worker_lease() {
     let mut s = Sim::new(disposable_config());
     let key = s.submit_disposable("r3", &cmd());
     s.settle();
-    let name = s.record(&key).assignment.clone().unwrap().machine_name;
+    let name = s.started(&key);
     let obs = |st| Ok(WorkerReply::Machine(observation(&name, st, 1_700_000_000)));
-    s.answer("create", obs(MachineState::Created));
-    s.answer("start", obs(MachineState::Running));
     assert_eq!(kinds(&s.worker), ["exec"]);
     // Paused: another controller takes the worker and the record.
     let mut t = take_over(&mut s, 2_000);
@@ -279,10 +275,8 @@ fn a_paused_controller_never_deletes_on_a_verification_from_before_its_pause() {
     let mut s = Sim::new(disposable_config());
     let key = s.submit_disposable("r7", &cmd());
     s.settle();
-    let name = s.record(&key).assignment.clone().unwrap().machine_name;
+    let name = s.started(&key);
     let obs = |st| Ok(WorkerReply::Machine(observation(&name, st, 1_700_000_000)));
-    s.answer("create", obs(MachineState::Created));
-    s.answer("start", obs(MachineState::Running));
     s.answer("exec", exited(0, ""));
     assert_eq!(s.record(&key).state, ExecState::Completed);
     // The verification is out when the first controller is paused.

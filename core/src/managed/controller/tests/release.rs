@@ -178,10 +178,8 @@ fn an_unused_worker_lease_is_released_while_running_and_taken_again() {
     let mut s = Sim::new(disposable_config());
     let key = s.submit_disposable("l1", &cmd());
     s.settle();
-    let name = s.record(&key).assignment.clone().unwrap().machine_name;
+    let name = s.started(&key);
     let obs = |st| Ok(WorkerReply::Machine(observation(&name, st, 1_700_000_000)));
-    s.answer("create", obs(MachineState::Created));
-    s.answer("start", obs(MachineState::Running));
     s.answer("exec", exited(0, ""));
     assert!(releases(&s).is_empty(), "in use while the run is driven");
     s.answer("inspect", obs(MachineState::Running));

@@ -28,19 +28,6 @@ fn hold_the_renewal(s: &mut Sim) -> (OpId, StoreOp) {
     panic!("no claim renewal while the create is out");
 }
 
-/// A controller whose retained machine's create is out at the worker.
-fn create_out() -> Sim {
-    let mut s = Sim::new(disposable_config());
-    s.settle();
-    s.request(MachineRequest::Create {
-        key: mkey(),
-        spec: mspec(),
-    })
-    .unwrap();
-    s.settle();
-    s
-}
-
 /// Recovery simulation, retained run, seed 7961 (finding 12): the
 /// machine's create is out; its claim renewal is sent; the create's
 /// answer arrives before the renewal's. The renewal's answer (not a
