@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use smolbox_blocking::{Client, Terminal, TerminalEvent};
 use smolbox_core::terminal::TerminalSpec;
-use smolbox_core::worker::{MachineName, MachineSpec};
+use smolbox_core::worker::{MachineName, MachineSpec, Source};
 use smolbox_examples::{Failure, local_worker};
 
 /// Reads output until `needle` appears; the whole wait is bounded.
@@ -35,7 +35,7 @@ fn main() -> Result<(), Failure> {
     let (_worker, endpoint) = local_worker()?;
     let client = Client::new(endpoint)?;
     let profile = client.admit(&[])?;
-    client.create(&profile, MachineName::new("demo")?, &MachineSpec::default())?;
+    client.create(&profile, MachineName::new("demo")?, &image_machine())?;
 
     // Every budget of the session is in the spec and checked before
     // anything is sent (session and idle budgets, buffer and input caps).
@@ -64,4 +64,16 @@ fn main() -> Result<(), Failure> {
     }
     client.delete(MachineName::new("demo")?)?;
     Ok(())
+}
+
+/// Terminals need a plain image machine (C7.4): the client inspects the
+/// machine before it connects. The devworker reports the reference as the
+/// machine's image and pulls nothing; a real worker pulls it at start.
+fn image_machine() -> MachineSpec {
+    MachineSpec {
+        source: Source::Oci {
+            reference: "alpine:3.19".into(),
+        },
+        ..MachineSpec::default()
+    }
 }

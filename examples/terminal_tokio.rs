@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use smolbox_core::terminal::TerminalSpec;
-use smolbox_core::worker::{Endpoint, MachineName, MachineSpec};
+use smolbox_core::worker::{Endpoint, MachineName, MachineSpec, Source};
 use smolbox_examples::{Failure, local_worker};
 use smolbox_tokio::{Client, Terminal, TerminalEvent};
 
@@ -43,7 +43,7 @@ async fn run(endpoint: Endpoint) -> Result<(), Failure> {
     let client = Client::new(endpoint)?;
     let profile = client.admit(&[]).await?;
     client
-        .create(&profile, MachineName::new("demo")?, &MachineSpec::default())
+        .create(&profile, MachineName::new("demo")?, &image_machine())
         .await?;
 
     let mut spec = TerminalSpec::new("/bin/sh");
@@ -69,4 +69,16 @@ async fn run(endpoint: Endpoint) -> Result<(), Failure> {
     }
     client.delete(MachineName::new("demo")?).await?;
     Ok(())
+}
+
+/// Terminals need a plain image machine (C7.4): the client inspects the
+/// machine before it connects. The devworker reports the reference as the
+/// machine's image and pulls nothing; a real worker pulls it at start.
+fn image_machine() -> MachineSpec {
+    MachineSpec {
+        source: Source::Oci {
+            reference: "alpine:3.19".into(),
+        },
+        ..MachineSpec::default()
+    }
 }

@@ -65,8 +65,8 @@ fn server() -> SocketAddr {
     })
 }
 
-/// One connection: health requests (keep-alive) until an upgrade, then
-/// the flood.
+/// One connection: health and machine requests (keep-alive) until an
+/// upgrade, then the flood.
 fn serve(mut conn: TcpStream) {
     conn.set_nodelay(true).unwrap();
     let mut buf = Vec::with_capacity(8192);
@@ -76,6 +76,18 @@ fn serve(mut conn: TcpStream) {
         };
         if head.starts_with("GET /health ") {
             let body = r#"{"status":"ok","version":"1.22.0","machines":{"total":1,"running":1},"uptime_seconds":5}"#;
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            if conn.write_all(reply.as_bytes()).is_err() {
+                return;
+            }
+            continue;
+        }
+        if head.starts_with("GET /api/v1/machines/m1 ") {
+            // The terminal's image preflight: a plain image machine.
+            let body = r#"{"name":"m1","image":"alpine:3.19","state":"running","cpus":1,"memoryMb":256,"pid":7,"mounts":[],"ports":[],"network":false,"gpu":false,"cuda":false,"storageGb":1,"overlayGb":1,"branchable":false,"forkable":false,"createdAt":1}"#;
             let reply = format!(
                 "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
                 body.len()

@@ -40,6 +40,14 @@ pub(crate) struct Global {
     /// Bearer token for the worker (never printed).
     #[arg(long, global = true, env = "SMOLBOX_TOKEN", hide_env_values = true)]
     pub(crate) token: Option<String>,
+    /// OCI image reference the machines smolbox creates (raw and managed)
+    /// are made from (1.19.0+ workers). Terminals, commands over 300 s, in
+    /// the background or outside /workspace, and files over 1 MiB or
+    /// outside /workspace need an image machine. Default: `alpine:3.19` on
+    /// the local devworker (which pulls nothing); none (imageless machines)
+    /// on a named worker.
+    #[arg(long, global = true, env = "SMOLBOX_IMAGE")]
+    pub(crate) image: Option<String>,
     /// CA certificate file (PEM) for an https worker.
     #[arg(long, global = true)]
     pub(crate) ca: Option<PathBuf>,

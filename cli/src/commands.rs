@@ -58,11 +58,11 @@ pub(crate) fn machine(b: &Backend, cmd: MachineCmd, json: bool) -> Result<i32, F
             name, cpus, memory, ..
         } => {
             let d = MachineSpec::default();
-            let spec = MachineSpec {
+            let spec = crate::worker::machine_spec(MachineSpec {
                 cpus: cpus.unwrap_or(d.cpus),
                 memory_mb: memory.unwrap_or(d.memory_mb),
                 ..d
-            };
+            });
             let obs = b.create(&profile, MachineName::new(&name)?, &spec)?;
             print_observation(&obs, json)?;
         }
@@ -322,7 +322,11 @@ pub(crate) fn run(
     let profile = b.admit()?;
     let name = fresh_name()?;
     let id = args.id.clone().unwrap_or_else(|| name.as_str().to_owned());
-    b.create(&profile, name.clone(), &MachineSpec::default())?;
+    b.create(
+        &profile,
+        name.clone(),
+        &crate::worker::machine_spec(MachineSpec::default()),
+    )?;
     let guard = if args.keep {
         None
     } else {

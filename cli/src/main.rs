@@ -106,6 +106,7 @@ fn run(cli: Cli) -> Result<i32, Failure> {
         _ => None,
     };
     let selected = worker::select(&cli.global, worker::budgets(command_secs))?;
+    worker::set_machine_image(cli.global.image.as_deref(), &selected);
     let backend = Backend::new(cli.global.shell, selected.endpoint)?;
     let ctx = machines::Ctx {
         backend: &backend,

@@ -396,6 +396,9 @@ impl<'a> Rt<'a> {
                         Some(p) => builder.worker_with_profile(worker, client.clone(), p),
                         None => builder.worker(worker, client.clone()),
                     };
+                    if let Some(source) = crate::worker::machine_source() {
+                        builder = builder.machine_source(worker, source);
+                    }
                     if let Some(ms) = ttl {
                         builder = builder.lease_ttl_ms(ms);
                     }
@@ -414,6 +417,9 @@ impl<'a> Rt<'a> {
                 } else {
                     builder.worker(worker, client.clone())
                 };
+                if let Some(source) = crate::worker::machine_source() {
+                    builder = builder.machine_source(worker, source);
+                }
                 if let Some(ms) = ttl {
                     builder = builder.lease_ttl_ms(ms);
                 }
@@ -701,7 +707,8 @@ pub(crate) fn accept_only(
 ) -> Result<bool, Failure> {
     let (now, now_ms) = (Instant::now(), wall_ms());
     let mut cfg = ControllerConfig::new(&smolbox_tokio::runtime::default_owner());
-    let entry = WorkerEntry::new(worker);
+    let mut entry = WorkerEntry::new(worker);
+    entry.machine_source = crate::worker::machine_source();
     cfg.workers.push(match profile {
         Some(p) => entry.with_profile(p),
         None => entry,

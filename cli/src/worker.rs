@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use smolbox_core::Secret;
 use smolbox_core::worker::files::{MAX_DIRECTION_BUDGET, MAX_FILE_ALLOWANCE};
-use smolbox_core::worker::{Budgets, Endpoint, EndpointConfig};
+use smolbox_core::worker::{Budgets, Endpoint, EndpointConfig, MachineSpec, Source};
 use smolbox_devworker::{BlockingDevWorker, DevWorker};
 
 use crate::args::Global;
@@ -30,6 +30,46 @@ pub(crate) struct Selected {
     /// an id derived from their address ([`named_worker_id`]), so records
     /// of two different workers never share an id.
     pub(crate) worker_id: String,
+    /// The local devworker (in-process or `smolbox dev up`): its machines
+    /// are image machines by default ([`DEV_IMAGE`]).
+    pub(crate) local: bool,
+}
+
+/// The image reference of the machines smolbox creates on the local
+/// devworker when `--image` is not given. The devworker reports it as the
+/// machine's `image` and pulls nothing.
+pub(crate) const DEV_IMAGE: &str = "alpine:3.19";
+
+/// `--image`, or [`DEV_IMAGE`] on the local devworker; set once by `main`.
+static MACHINE_IMAGE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Sets the image of the machines this process creates (once; `main`).
+pub(crate) fn set_machine_image(explicit: Option<&str>, selected: &Selected) {
+    let image = explicit
+        .filter(|i| !i.is_empty())
+        .map(str::to_owned)
+        .or_else(|| selected.local.then(|| DEV_IMAGE.to_owned()));
+    if let Some(image) = image {
+        let _ = MACHINE_IMAGE.set(image);
+    }
+}
+
+/// What the machines this process creates (raw and managed) are made
+/// from: an OCI image ([`set_machine_image`]), so terminals, extended
+/// commands and large or out-of-root files can run on them (C5.4, C6.1,
+/// C7.4); `None`: imageless.
+pub(crate) fn machine_source() -> Option<Source> {
+    MACHINE_IMAGE.get().map(|reference| Source::Oci {
+        reference: reference.clone(),
+    })
+}
+
+/// `base` made from [`machine_source`] when there is one.
+pub(crate) fn machine_spec(base: MachineSpec) -> MachineSpec {
+    match machine_source() {
+        Some(source) => MachineSpec { source, ..base },
+        None => base,
+    }
 }
 
 /// Budgets the command runs under. `command_secs` is the longest guest
@@ -78,6 +118,7 @@ pub(crate) fn select(global: &Global, budgets: Budgets) -> Result<Selected, Fail
         endpoint: Endpoint::new(config)?,
         dev: None,
         worker_id,
+        local: false,
     })
 }
 
@@ -122,6 +163,7 @@ fn local(budgets: Budgets) -> Result<Selected, Failure> {
                     "http://localhost",
                     Some(&r.paths.sock.to_string_lossy()),
                 ),
+                local: true,
             });
         }
         DevState::Stale(pid) => report::note(&format!(
@@ -164,6 +206,7 @@ fn startdev(budgets: Budgets) -> Result<Selected, Failure> {
         endpoint,
         dev: Some(dev),
         worker_id: format!("local-{}-{}", std::process::id(), &nonce[..12]),
+        local: true,
     })
 }
 

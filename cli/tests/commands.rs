@@ -822,3 +822,44 @@ fn concurrent_runs_on_one_store_keep_to_their_own_records() {
         }
     }
 }
+
+/// Without `--image` (or `SMOLBOX_IMAGE`) a named worker gets imageless
+/// machines: a command over 300 s on one is refused before it is sent
+/// (the worker-side image preflight, C5.4) and says why; with `--image`
+/// the same command runs.
+#[test]
+fn a_named_worker_without_an_image_gets_imageless_machines() {
+    let w = devworker(None);
+    let bare = |args: &[&str]| {
+        smolbox()
+            .env_remove("SMOLBOX_IMAGE")
+            .args(["--worker", &w.base_url(), "--shell", "blocking"])
+            .args(args)
+            .output()
+            .expect("smolbox runs")
+    };
+    assert_eq!(code(&bare(&["machine", "--raw", "create", "plain"])), 0);
+    let o = bare(&["exec", "plain", "--timeout", "301", "--", "true"]);
+    assert_ne!(code(&o), 0);
+    assert!(
+        stderr(&o).contains("needs_plain_image_machine"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(
+        w.request_count(smolbox_devworker::Route::Exec),
+        0,
+        "nothing sent"
+    );
+    let o = bare(&[
+        "--image",
+        "alpine:3.19",
+        "machine",
+        "--raw",
+        "create",
+        "img",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = bare(&["exec", "img", "--timeout", "301", "--", "true"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}

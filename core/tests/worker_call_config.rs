@@ -177,6 +177,13 @@ fn the_terminal_call_gates_the_version_and_derives_its_config() {
         )
     );
     let call = TerminalCall::new(&Profile::known(Version::V1_17_0), "m", &spec).unwrap();
+    // Every terminal inspects its machine first (C7.4): a plain image machine.
+    let check = call.image_check();
+    assert_eq!(check.operation(), Operation::TerminalOpen);
+    assert_eq!(
+        check.inspect().request().unwrap().target,
+        "/api/v1/machines/m"
+    );
     let ep = endpoint("http://127.0.0.1:8080", None);
     let config = call.config(&ep);
     // Connect budget 1 s by default: write wait min(connect, 1 s), the

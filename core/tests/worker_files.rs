@@ -369,6 +369,59 @@ fn guest_path_policy_c6_2() {
     );
 }
 
+/// C6.1: a file over 1 MiB or outside `/workspace` needs an image machine:
+/// on 1.17.0+ the call carries the inspect (attributed to its own
+/// operation); a small file under `/workspace` carries none.
+#[test]
+fn large_or_out_of_root_files_carry_the_image_preflight() {
+    let wide = PathPolicy::new(vec![p("/")], vec![p("/")], vec![p("/")]).unwrap();
+    let budgets = Budgets {
+        max_request_body: 2 * 1_048_576,
+        ..Budgets::default()
+    };
+    let big = FileBudget::new(2 * 1_048_576, &budgets).unwrap();
+    let mib = 1_048_576usize;
+    let up = |path: &str, data: Bytes| {
+        let sha = sha256_hex(&data);
+        Upload::new(&v122(), &wide, &big, dev(), p(path), data, &sha).unwrap()
+    };
+    let small = up("/workspace/a", Bytes::from_static(b"hello\n"));
+    assert!(small.image_check().is_none());
+    let at_limit = up("/workspace/a", Bytes::from(vec![0u8; mib]));
+    assert!(at_limit.image_check().is_none(), "1 MiB is small");
+    let over = up("/workspace/a", Bytes::from(vec![0u8; mib + 1]));
+    assert_eq!(over.image_check().unwrap().operation(), Operation::Upload);
+    let out = up("/etc/a", Bytes::from_static(b"hello\n"));
+    assert_eq!(out.image_check().unwrap().operation(), Operation::Upload);
+    let down =
+        |path: &str, max: u64| Download::new(&v122(), &wide, &big, dev(), p(path), max).unwrap();
+    assert!(down("/workspace/a", 1_048_576).image_check().is_none());
+    let check = down("/workspace/a", 1_048_577);
+    assert_eq!(
+        check.image_check().unwrap().operation(),
+        Operation::Download
+    );
+    assert_eq!(
+        check
+            .image_check()
+            .unwrap()
+            .inspect()
+            .request()
+            .unwrap()
+            .target,
+        "/api/v1/machines/dev"
+    );
+    assert!(down("/etc/a", 5).image_check().is_some());
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 #[test]
 fn byte_budgets_c6_3() {
     use smolbox_core::worker::check_byte_budgets;

@@ -24,7 +24,12 @@ pub type Failure = Box<dyn std::error::Error + Send + Sync>;
 /// When the devworker cannot start or the endpoint is refused.
 pub fn local_worker() -> Result<(BlockingDevWorker, Endpoint), Failure> {
     let token = random_token()?;
-    let worker = DevWorker::start_blocking(DevWorker::builder().token(Some(&token)).quiet(true))?;
+    let worker = DevWorker::start_blocking(
+        DevWorker::builder()
+            .version("1.22.0")
+            .token(Some(&token))
+            .quiet(true),
+    )?;
     let endpoint = endpoint(&worker.base_url(), &token)?;
     Ok((worker, endpoint))
 }
@@ -134,8 +139,12 @@ pub mod crash {
         /// When it cannot start.
         pub fn new() -> Result<Self, Failure> {
             let token = random_token()?;
-            let worker =
-                DevWorker::start_blocking(DevWorker::builder().token(Some(&token)).quiet(true))?;
+            let worker = DevWorker::start_blocking(
+                DevWorker::builder()
+                    .version("1.22.0")
+                    .token(Some(&token))
+                    .quiet(true),
+            )?;
             let endpoint = endpoint(&worker.base_url(), &token)?;
             let dir = tempfile::tempdir()?;
             Ok(Self {

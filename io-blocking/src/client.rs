@@ -13,7 +13,9 @@ use smolbox_core::worker::{
     MachineSpec, Measure, Measurements, Metrics, Observation, OperationDeadlines, Profile, Readyz,
     Start, Stop, WorkerCall,
 };
-use smolbox_core::worker::{Download, Logs, Upload, UploadReply, VolumeCreate, VolumeDelete};
+use smolbox_core::worker::{
+    Download, ImageCheck, Logs, Upload, UploadReply, VolumeCreate, VolumeDelete,
+};
 
 use crate::callback::CallbackPool;
 use crate::http::Exchange;
@@ -92,14 +94,29 @@ impl Client {
     }
 
     /// Sends `call`'s request on a pooled connection, configured by core
-    /// for that call and this endpoint.
+    /// for that call and this endpoint. A call that needs an image machine
+    /// (core's [`WorkerCall::image_check`]) first inspects it within the
+    /// same deadlines; the call is sent only when core admits the result.
     fn send<C: WorkerCall + ?Sized>(
         &self,
         call: &C,
         deadlines: OperationDeadlines,
     ) -> Result<Exchange, Error> {
+        if let Some(check) = call.image_check() {
+            self.image_preflight(check, deadlines)?;
+        }
         let (request, config) = self.inner.endpoint.prepare(call, deadlines.operation)?;
         Exchange::start(&self.inner.pool, &request, &config, deadlines)
+    }
+
+    /// Performs `check`'s inspect within `deadlines` and returns core's
+    /// verdict on it (C5.4, C6.1, C7.4).
+    pub(crate) fn image_preflight(
+        &self,
+        check: &ImageCheck,
+        deadlines: OperationDeadlines,
+    ) -> Result<(), Error> {
+        check.admit(self.call_within(check.inspect(), deadlines))
     }
 
     /// The worker's version profile, from a `GET /health` preflight inside

@@ -343,6 +343,17 @@ fn drive_run(inner: &Inner, mut run: TerminalRun, mut accepted: OpenReply, owns_
                     let r = apply_terminal_op(&**inner.t.store(), &op);
                     inner.t.stored(&mut run, id, r);
                 }
+                TermOutput::Inspect {
+                    worker_id,
+                    machine,
+                    spec,
+                } => {
+                    let r = inner
+                        .t
+                        .client(&worker_id)
+                        .and_then(|c| c.terminal_preflight(&machine, &spec));
+                    inner.t.inspected(&mut run, r);
+                }
                 TermOutput::Open {
                     worker_id,
                     machine,

@@ -211,7 +211,8 @@ impl crate::Client {
     /// Opens an interactive terminal on `machine` running `spec.program`:
     /// admits the worker's version (a `GET /health` preflight), checks the
     /// spec and the version gate (terminals from 1.17.0) with the core's
-    /// [`TerminalCall`], connects (outside the request pool: the connection
+    /// [`TerminalCall`], inspects the machine (it must be a plain image
+    /// machine: C7.4), connects (outside the request pool: the connection
     /// becomes the WebSocket), sends the upgrade and returns once the 101
     /// was read — all inside one operation deadline. The handshake must
     /// complete within min(operation budget, 30 s, connect budget); socket
@@ -224,14 +225,41 @@ impl crate::Client {
     /// (`authentication`) and any other status (`protocol`); handshake
     /// timeout.
     pub fn terminal(&self, machine: &str, spec: &TerminalSpec) -> Result<Terminal, Error> {
-        spec.validate()?;
         let deadlines = self.deadlines(Instant::now());
-        let profile = self.preflight(deadlines)?;
-        let call = TerminalCall::new(&profile, machine, spec)?;
+        let call = self.terminal_call(machine, spec, deadlines)?;
         let connect_deadline = deadlines.connect_by(Instant::now());
         let conn = self
             .pool()
             .connect_dedicated(Operation::TerminalOpen, connect_deadline)?;
         Terminal::open(conn, call.spec(), call.config(self.endpoint()))
+    }
+
+    /// Everything [`terminal`](Self::terminal) checks before it connects
+    /// — the health preflight, the core's [`TerminalCall`] gates and its
+    /// image-machine inspect — inside one operation deadline, opening
+    /// nothing. The managed runtime asks it before accepting a terminal
+    /// (C7.4).
+    ///
+    /// # Errors
+    /// As [`terminal`](Self::terminal) before connecting; a machine that
+    /// is not a plain image machine is `unsupported_capability`
+    /// (`needs_plain_image_machine`), evidence `not_dispatched`.
+    pub fn terminal_preflight(&self, machine: &str, spec: &TerminalSpec) -> Result<(), Error> {
+        self.terminal_call(machine, spec, self.deadlines(Instant::now()))
+            .map(|_| ())
+    }
+
+    /// The checked terminal call: version, gates, image machine.
+    fn terminal_call(
+        &self,
+        machine: &str,
+        spec: &TerminalSpec,
+        deadlines: smolbox_core::worker::OperationDeadlines,
+    ) -> Result<TerminalCall, Error> {
+        spec.validate()?;
+        let profile = self.preflight(deadlines)?;
+        let call = TerminalCall::new(&profile, machine, spec)?;
+        self.image_preflight(call.image_check(), deadlines)?;
+        Ok(call)
     }
 }

@@ -9,9 +9,9 @@ use smolbox_core::exec::{
 };
 use smolbox_core::http1::Pulled;
 use smolbox_core::worker::{
-    Capacity, CapacityReply, Create, Delete, Get, Health, HealthReply, List, MachineName,
-    MachineSpec, Measure, Measurements, Metrics, Observation, OperationDeadlines, Profile, Readyz,
-    Start, Stop, WorkerCall,
+    Capacity, CapacityReply, Create, Delete, Get, Health, HealthReply, ImageCheck, List,
+    MachineName, MachineSpec, Measure, Measurements, Metrics, Observation, OperationDeadlines,
+    Profile, Readyz, Start, Stop, WorkerCall,
 };
 use smolbox_core::worker::{
     Download, Endpoint, Logs, Upload, UploadReply, VolumeCreate, VolumeDelete,
@@ -94,14 +94,47 @@ impl Client {
     }
 
     /// Sends `call`'s request on a pooled connection, configured by core
-    /// for that call and this endpoint.
+    /// for that call and this endpoint. A call that needs an image machine
+    /// (core's [`WorkerCall::image_check`]) first inspects it within the
+    /// same deadlines; the call is sent only when core admits the result.
     async fn send<C: WorkerCall + ?Sized>(
+        &self,
+        call: &C,
+        deadlines: OperationDeadlines,
+    ) -> Result<Exchange, Error> {
+        if let Some(check) = call.image_check() {
+            self.image_preflight(check, deadlines).await?;
+        }
+        self.send_unchecked(call, deadlines).await
+    }
+
+    /// [`send`](Self::send) without the image preflight.
+    async fn send_unchecked<C: WorkerCall + ?Sized>(
         &self,
         call: &C,
         deadlines: OperationDeadlines,
     ) -> Result<Exchange, Error> {
         let (request, config) = self.inner.endpoint.prepare(call, deadlines.operation)?;
         Exchange::start(Arc::clone(&self.inner.pool), &request, &config, deadlines).await
+    }
+
+    /// Performs `check`'s inspect within `deadlines` and returns core's
+    /// verdict on it (C5.4, C6.1, C7.4).
+    pub(crate) async fn image_preflight(
+        &self,
+        check: &ImageCheck,
+        deadlines: OperationDeadlines,
+    ) -> Result<(), Error> {
+        let get = check.inspect();
+        let inspected = async {
+            let mut exchange = self.send_unchecked(get, deadlines).await?;
+            let head = exchange.head().await?;
+            let mut body = Vec::new();
+            exchange.read_body(&mut body).await?;
+            get.decode(&head, &body)
+        }
+        .await;
+        check.admit(inspected)
     }
 
     /// The worker's version profile, from a `GET /health` preflight inside

@@ -360,6 +360,17 @@ async fn drive_run(
                     .await;
                     inner.t.stored(&mut run, id, r);
                 }
+                TermOutput::Inspect {
+                    worker_id,
+                    machine,
+                    spec,
+                } => {
+                    let r = match inner.t.client(&worker_id) {
+                        Err(e) => Err(e),
+                        Ok(c) => c.terminal_preflight(&machine, &spec).await,
+                    };
+                    inner.t.inspected(&mut run, r);
+                }
                 TermOutput::Open {
                     worker_id,
                     machine,

@@ -27,7 +27,7 @@ use smolbox_core::managed::controller::{
     WorkerResult, owner_id,
 };
 use smolbox_core::managed::{ExecutionRecord, FingerprintKey, RecordKey};
-use smolbox_core::worker::Profile;
+use smolbox_core::worker::{Profile, Source};
 use smolbox_core::{Error, Evidence, Operation};
 
 use crate::artifacts::Artifacts;
@@ -152,6 +152,21 @@ impl<R: Build> Builder<R> {
     pub fn worker_entry(mut self, entry: WorkerEntry, client: R::Client) -> Self {
         self.clients.insert(entry.id.clone(), client);
         self.config.workers.push(entry);
+        self
+    }
+
+    /// The machines this runtime creates on worker `id` (added before),
+    /// disposable and retained, are created from `source`: an image
+    /// ([`Source::Oci`] from 1.19.0, or a `.smolmachine` [`Source::Image`])
+    /// makes them image machines, which terminals, extended and background
+    /// commands and large or out-of-root files need (C5.4, C6.1, C7.4).
+    /// Without it they are imageless ([`Source::Bare`]). A source the
+    /// worker's profile lacks refuses the create before it is sent.
+    #[must_use]
+    pub fn machine_source(mut self, id: &str, source: Source) -> Self {
+        if let Some(w) = self.config.workers.iter_mut().find(|w| w.id == id) {
+            w.machine_source = Some(source);
+        }
         self
     }
 

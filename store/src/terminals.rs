@@ -307,6 +307,11 @@ impl<L: LiveConn + Clone, C> Terminals<L, C> {
         run.handle_stored(self.clock.now(), self.clock.now_ms(), id, r);
     }
 
+    /// Feeds `run` the image preflight's result.
+    pub fn inspected(&self, run: &mut TerminalRun, r: Result<(), Error>) {
+        run.handle_inspected(self.clock.now(), self.clock.now_ms(), r);
+    }
+
     /// Feeds `run` the open's result.
     pub fn opened(&self, run: &mut TerminalRun, r: Result<(), Error>) {
         run.handle_opened(self.clock.now(), self.clock.now_ms(), r);

@@ -84,6 +84,8 @@ fn drive(s: &dyn Store, run: &mut TerminalRun, now: Instant, now_ms: u64) -> Vec
                 let r = apply_terminal_op(s, &op);
                 run.handle_stored(now, now_ms, id, r);
             }
+            // The image preflight passes (the worker side is not modelled).
+            TermOutput::Inspect { .. } => run.handle_inspected(now, now_ms, Ok(())),
             other => seen.push(other),
         }
     }

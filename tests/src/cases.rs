@@ -15,7 +15,8 @@ use sha2::Digest;
 use smolbox_core::exec::{Command, ExecOutcome, ExecOutput, OutputAllowance};
 use smolbox_core::terminal::{TerminalExit, TerminalSpec};
 use smolbox_core::worker::{
-    Budgets, Endpoint, EndpointConfig, MachineName, MachineSpec, MachineState, Profile,
+    Budgets, Endpoint, EndpointConfig, Feature, MachineName, MachineSpec, MachineState, Profile,
+    Source,
 };
 use smolbox_core::{Category, Error, Evidence, Operation};
 use smolbox_devworker::{Fault, MismatchField, Route};
@@ -30,11 +31,29 @@ fn name(s: &str) -> MachineName {
     MachineName::new(s).unwrap()
 }
 
-/// Admits the worker and creates machine `m1`.
+/// The spec of a plain image machine (an OCI reference, 1.19.0+): what
+/// terminals, extended and background commands and large or out-of-root
+/// files need (C5.4, C6.1, C7.4). The devworker reports the reference as
+/// the machine's `image` and pulls nothing.
+pub fn image_spec() -> MachineSpec {
+    MachineSpec {
+        source: Source::Oci {
+            reference: "alpine:3.19".into(),
+        },
+        ..MachineSpec::default()
+    }
+}
+
+/// Admits the worker and creates machine `m1`: an image machine where the
+/// version has image sources, else an imageless one.
 fn machine<S: Shell>(s: &S) -> Profile {
     let profile = s.admit().unwrap();
-    s.create(&profile, name("m1"), &MachineSpec::default())
-        .unwrap();
+    let spec = if profile.allows(Feature::RegistrySources) {
+        image_spec()
+    } else {
+        MachineSpec::default()
+    };
+    s.create(&profile, name("m1"), &spec).unwrap();
     profile
 }
 
@@ -939,4 +958,150 @@ pub fn terminal_fast_consumer_of_a_flood_ends_cleanly<S: Shell>() {
     assert_eq!(delivered, TOTAL);
     drop(term);
     peer.join();
+}
+
+/// C5.4, C6.1, C7.4: on a 1.17.0+ worker an extended exec (stream too), a
+/// background launch, a large or out-of-root file and a terminal inspect
+/// the machine first; an imageless machine refuses each with
+/// `unsupported_capability` / `needs_plain_image_machine` / `not_dispatched`
+/// and the worker sees none of them (one inspect each); an absent machine
+/// is the inspect's `not_found`, still `not_dispatched`. Ordinary commands
+/// and small `/workspace` files on the same machine are not inspected.
+/// The same calls on an image machine run.
+pub fn image_preflight_refuses_imageless_machines<S: Shell>(t: Transport) {
+    use smolbox_core::worker::{FileBudget, GuestPath, PathPolicy, Upload};
+    let fx = Fixture::start(t);
+    let s: S = fx.shell();
+    let profile = machine(&s);
+    s.create(&profile, name("bare"), &MachineSpec::default())
+        .unwrap();
+    let gets = || fx.worker.request_count(Route::MachineGet);
+    let refused = |e: Error, op: Operation| {
+        assert_err(&e, Category::UnsupportedCapability, Evidence::NotDispatched);
+        assert_eq!(
+            (e.reason(), e.operation()),
+            (Reason::NeedsPlainImageMachine, op),
+            "{e:?}"
+        );
+    };
+    let before = gets();
+    let ext = sh("echo ext").timeout_secs(301);
+    refused(
+        s.exec("bare", &ext, OutputAllowance::DEFAULT).unwrap_err(),
+        Operation::Exec,
+    );
+    refused(
+        s.exec("bare", &sh("pwd").workdir("/tmp"), OutputAllowance::DEFAULT)
+            .unwrap_err(),
+        Operation::Exec,
+    );
+    refused(
+        s.exec_stream("bare", &ext, OutputAllowance::DEFAULT)
+            .map(|_| ())
+            .unwrap_err(),
+        Operation::ExecStream,
+    );
+    refused(
+        s.launch("bare", &sh("sleep 1").background(true))
+            .unwrap_err(),
+        Operation::Launch,
+    );
+    refused(
+        s.terminal("bare", &term_spec("/bin/sh"))
+            .map(|_| ())
+            .unwrap_err(),
+        Operation::TerminalOpen,
+    );
+    let wide = PathPolicy::new(
+        vec![GuestPath::new("/").unwrap()],
+        vec![GuestPath::new("/").unwrap()],
+        vec![GuestPath::new("/").unwrap()],
+    )
+    .unwrap();
+    let budget = FileBudget::new(1 << 20, &Fixture::budgets()).unwrap();
+    let data = bytes::Bytes::from_static(b"x\n");
+    let digest: String = sha2::Sha256::digest(&data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let upload = |machine: &str, path: &str| {
+        Upload::new(
+            &profile,
+            &wide,
+            &budget,
+            name(machine),
+            GuestPath::new(path).unwrap(),
+            data.clone(),
+            &digest,
+        )
+        .unwrap()
+    };
+    refused(
+        s.upload(&upload("bare", "/etc/x")).unwrap_err(),
+        Operation::Upload,
+    );
+    assert_eq!(gets(), before + 6, "one inspect per gated call");
+    for route in [
+        Route::Exec,
+        Route::ExecStream,
+        Route::Terminal,
+        Route::FilesPut,
+    ] {
+        assert_eq!(fx.worker.request_count(route), 0, "{route:?} was sent");
+    }
+    // An absent machine: the inspect's 404, nothing else sent.
+    let e = s.exec("nope", &ext, OutputAllowance::DEFAULT).unwrap_err();
+    assert_err(&e, Category::NotFound, Evidence::NotDispatched);
+    assert_eq!(e.operation(), Operation::Get);
+    assert_eq!(fx.worker.request_count(Route::Exec), 0);
+    // Ordinary work on the imageless machine is not inspected.
+    let before = gets();
+    let out = exited(
+        s.exec("bare", &sh("echo hi"), OutputAllowance::DEFAULT)
+            .unwrap(),
+    );
+    assert_eq!(out.stdout, b"hi\n");
+    s.upload(&upload("bare", "/workspace/x")).unwrap();
+    assert_eq!(gets(), before);
+    // The image machine runs every one of them.
+    let out = exited(s.exec("m1", &ext, OutputAllowance::DEFAULT).unwrap());
+    assert_eq!(out.stdout, b"ext\n");
+    s.launch("m1", &sh("sleep 1").background(true)).unwrap();
+    s.upload(&upload("m1", "/etc/x")).unwrap();
+    drop(s.terminal("m1", &term_spec("/bin/sh")).unwrap());
+    assert_eq!(gets(), before + 4);
+    assert_eq!(fx.worker.request_count(Route::Exec), 3);
+    assert_eq!(fx.worker.request_count(Route::FilesPut), 2);
+    assert_eq!(fx.worker.request_count(Route::Terminal), 1);
+}
+
+/// C5.4: the inspect runs inside the gated call's one operation deadline:
+/// an inspect reply later than the operation budget (but within the
+/// receive-idle budget) ends the call at the deadline, `not_dispatched`,
+/// and the exec is never sent.
+pub fn image_preflight_is_inside_the_operation_deadline<S: Shell>(t: Transport) {
+    let fx = Fixture::start(t);
+    machine(&fx.shell::<S>());
+    let s: S = fx.shell_with(Budgets {
+        operation: Duration::from_millis(400),
+        receive_idle: Duration::from_secs(5),
+        ..Fixture::budgets()
+    });
+    fx.worker
+        .faults()
+        .once(Route::MachineGet, Fault::Delay { ms: 3_000 });
+    let e = s
+        .exec(
+            "m1",
+            &sh("true").timeout_secs(301),
+            OutputAllowance::DEFAULT,
+        )
+        .unwrap_err();
+    assert_err(&e, Category::Transport, Evidence::NotDispatched);
+    assert_eq!(
+        (e.reason(), e.operation()),
+        (Reason::Deadline, Operation::Get)
+    );
+    assert_eq!(fx.worker.request_count(Route::MachineGet), 1);
+    assert_eq!(fx.worker.request_count(Route::Exec), 0);
 }

@@ -1,5 +1,5 @@
 //! A hand-written worker that floods a terminal from its first byte: it
-//! answers the version preflight and the upgrade, then writes `total`
+//! answers the version and image preflights and the upgrade, then writes `total`
 //! bytes of output in binary frames of `frame` bytes right behind the 101
 //! (before the consumer could pull), then the exit frame (code 0) and a
 //! close. What the client sends is read and dropped.
@@ -11,6 +11,9 @@ use std::thread::JoinHandle;
 /// The preflight's reply: a 1.22.0 worker.
 const HEALTH: &str =
     r#"{"status":"ok","version":"1.22.0","machines":{"total":1,"running":1},"uptime_seconds":5}"#;
+
+/// The image preflight's reply: `m1`, a running plain image machine.
+const MACHINE: &str = r#"{"name":"m1","image":"alpine:3.19","state":"running","cpus":1,"memoryMb":256,"pid":7,"mounts":[],"ports":[],"network":false,"gpu":false,"cuda":false,"storageGb":1,"overlayGb":1,"branchable":false,"forkable":false,"createdAt":1}"#;
 
 /// A flooding worker on a loopback port, serving one terminal.
 #[derive(Debug)]
@@ -83,6 +86,17 @@ fn serve(mut conn: TcpStream, total: usize, frame: usize) -> bool {
             let reply = format!(
                 "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{HEALTH}",
                 HEALTH.len()
+            );
+            if conn.write_all(reply.as_bytes()).is_err() {
+                return false;
+            }
+            continue;
+        }
+        if head.starts_with("GET /api/v1/machines/m1 ") {
+            // The terminal's image preflight (C7.4): a plain image machine.
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{MACHINE}",
+                MACHINE.len()
             );
             if conn.write_all(reply.as_bytes()).is_err() {
                 return false;

@@ -80,6 +80,8 @@ macro_rules! e2e_suite {
                 gated_features_are_refused_unsent_on_1_9_2,
                 gated_features_run_on_1_22_0,
                 unknown_version_is_refused_for_every_operation,
+                image_preflight_refuses_imageless_machines,
+                image_preflight_is_inside_the_operation_deadline,
             );
         }
     };

@@ -237,7 +237,9 @@ impl ManagedShell for BlockingManaged {
         let b = smolbox_blocking::Runtime::builder(store, key);
         let b = if o.disposable {
             let profile = client.admit(&[])?;
-            let entry = WorkerEntry::new(WORKER).with_profile(profile);
+            let entry = WorkerEntry::new(WORKER)
+                .with_profile(profile)
+                .with_machine_source(crate::cases::image_spec().source);
             match &o.catalog {
                 Some(c) => b.worker_entry(entry.with_catalog(c.clone()), client),
                 None => b.worker_entry(entry, client),
@@ -409,7 +411,9 @@ impl ManagedShell for TokioManaged {
         let b = smolbox_tokio::Runtime::builder(store, key);
         let b = if o.disposable {
             let profile = rt.block_on(client.admit(&[]))?;
-            let entry = WorkerEntry::new(WORKER).with_profile(profile);
+            let entry = WorkerEntry::new(WORKER)
+                .with_profile(profile)
+                .with_machine_source(crate::cases::image_spec().source);
             match &o.catalog {
                 Some(c) => b.worker_entry(entry.with_catalog(c.clone()), client),
                 None => b.worker_entry(entry, client),

@@ -28,7 +28,7 @@ use smolbox_core::managed::{
     ExecState, ExecutionRecord, FingerprintKey, MachineRecord, RecordEvidence, RecordKey,
 };
 use smolbox_core::terminal::TerminalExit;
-use smolbox_core::worker::{Endpoint, MachineName, MachineSpec};
+use smolbox_core::worker::{Endpoint, MachineName};
 use smolbox_core::{Category, Error};
 use smolbox_devworker::Route;
 use smolbox_store::keys::load_or_create_keys;
@@ -207,6 +207,7 @@ impl TermShell for BlockingTerm {
         let b = if machines {
             let profile = client.admit(&[])?;
             b.worker_with_profile(WORKER, client, profile)
+                .machine_source(WORKER, crate::cases::image_spec().source)
         } else {
             b.worker(WORKER, client)
         };
@@ -335,6 +336,7 @@ impl TermShell for TokioTerm {
         let b = if machines {
             let profile = rt.block_on(client.admit(&[]))?;
             b.worker_with_profile(WORKER, client, profile)
+                .machine_source(WORKER, crate::cases::image_spec().source)
         } else {
             b.worker(WORKER, client)
         };
@@ -563,7 +565,7 @@ fn setup(kind: StoreKind) -> Option<Setup> {
         .create(
             &profile,
             MachineName::new(MACHINE).unwrap(),
-            &MachineSpec::default(),
+            &crate::cases::image_spec(),
         )
         .unwrap();
     let machine = RecordKey::new("suite", "machine-1").unwrap();
@@ -727,6 +729,56 @@ pub fn seed_scenario_open_attach_exit_7<T: TermShell>(kind: StoreKind) {
     assert_eq!(out.exit_code(), Some(0));
     assert_eq!(out.output.unwrap().stdout, b"TERMFILE-OK\n");
     assert_eq!(s.upgrades(), 1, "exactly one upgrade");
+}
+
+/// C7.4: a managed terminal on a machine whose worker machine is not an
+/// image machine is refused before acceptance (`unsupported_capability`,
+/// `needs_plain_image_machine`, `not_dispatched`): no record, the slot
+/// free, no upgrade; the worker saw only the inspect. The slot then takes
+/// an ordinary command.
+pub fn a_terminal_on_an_imageless_machine_is_refused_unsent<T: TermShell>(kind: StoreKind) {
+    let Some(s) = setup(kind) else { return };
+    let client = smolbox_blocking::Client::new(s.fixture.endpoint(Fixture::budgets())).unwrap();
+    let profile = client.admit(&[]).unwrap();
+    let name = MachineName::new(MACHINE).unwrap();
+    client.delete(name.clone()).unwrap();
+    client
+        .create(
+            &profile,
+            name,
+            &smolbox_core::worker::MachineSpec::default(),
+        )
+        .unwrap();
+    let rt: T = s.runtime();
+    let k = key("term-bare");
+    let gets = s.fixture.worker.request_count(Route::MachineGet);
+    let e = rt
+        .open(&k, &s.machine, ManagedTerminalSpec::default())
+        .unwrap_err();
+    assert_eq!(
+        (e.category(), e.reason(), e.evidence()),
+        (
+            Category::UnsupportedCapability,
+            Reason::NeedsPlainImageMachine,
+            smolbox_core::Evidence::NotDispatched
+        ),
+        "{e:?}"
+    );
+    assert!(s.fixture.worker.request_count(Route::MachineGet) > gets);
+    assert_eq!(s.upgrades(), 0, "nothing opened");
+    assert!(s.store.fetch(&k).is_err(), "nothing accepted");
+    assert_eq!(s.machine().active_execution, None, "the slot untouched");
+    let sub = Submit {
+        key: key("after-bare"),
+        spec: spec_for(
+            &Command::new(["true"]),
+            &RunTarget::unverified(),
+            WORKER,
+            MACHINE,
+        )
+        .unwrap(),
+    };
+    assert_eq!(rt.run(sub).unwrap().exit_code(), Some(0));
 }
 
 /// The seed scenario through the retained-machine API: a machine created
@@ -1194,6 +1246,10 @@ fn crashed_session(s: &Setup, id: &str, exit: Option<i32>) -> RecordKey {
                 run.handle_stored(t0, now_ms(), id, r);
             }
             TermOutput::Store(..) => break,
+            TermOutput::Inspect { machine, spec, .. } => {
+                let r = client.terminal_preflight(&machine, &spec);
+                run.handle_inspected(t0, now_ms(), r);
+            }
             TermOutput::Open { machine, spec, .. } => {
                 let mut t = client.terminal(&machine, &spec).unwrap();
                 t.input(b"echo crash-marker >> crash.log\n").unwrap();
@@ -1378,6 +1434,7 @@ macro_rules! managed_terminal_suite {
             recovery_never_reopens_a_possibly_dispatched_session,
             recovery_keeps_a_recorded_exit_and_releases_the_slot,
             another_controller_takes_the_machine_at_once_after_a_terminal_ends,
+            a_terminal_on_an_imageless_machine_is_refused_unsent,
         );
     };
     (@cases $shell:ty, $kind:expr, $($case:ident),* $(,)?) => {

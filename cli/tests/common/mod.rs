@@ -24,7 +24,9 @@ pub(crate) fn devworker(token: Option<&str>) -> BlockingDevWorker {
 /// The `smolbox` binary with a clean environment for worker selection and
 /// a data directory of this test process (under the target directory), so
 /// neither the user's store nor a `smolbox dev up` of theirs is touched or
-/// used.
+/// used. The machines it creates on the test's devworker (a named worker,
+/// so no default image) are image machines, as a user of a real worker
+/// gets with `--image` (terminals, long commands and large files need one).
 pub(crate) fn smolbox() -> Command {
     let home =
         Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cli-home-{}", std::process::id()));
@@ -32,6 +34,7 @@ pub(crate) fn smolbox() -> Command {
     c.env_remove("SMOLBOX_WORKER")
         .env_remove("SMOLBOX_TOKEN")
         .env_remove("SMOLBOX_STORE")
+        .env("SMOLBOX_IMAGE", "alpine:3.19")
         .env("HOME", &home)
         .env("XDG_DATA_HOME", home.join("data"));
     c

@@ -9,7 +9,9 @@ use crate::Reason;
 use crate::error::{Error, Operation};
 use crate::http1::{Request, ResponseHead};
 use crate::worker::status::{check_media_type, check_status};
-use crate::worker::{APPLICATION_JSON, Feature, Profile, TEXT_EVENT_STREAM, Version, WorkerCall};
+use crate::worker::{
+    APPLICATION_JSON, Feature, ImageCheck, Profile, TEXT_EVENT_STREAM, Version, WorkerCall,
+};
 
 /// Reply cap of a launch acknowledgement (a few dozen bytes in practice).
 const LAUNCH_REPLY_CAP: u64 = 65_536;
@@ -20,13 +22,15 @@ const LAUNCH_REPLY_CAP: u64 = 65_536;
 /// Decoding a 200 gives [`ExecOutcome::Exited`] for a foreground command and
 /// [`ExecOutcome::Launched`] for a background one; other statuses map as
 /// C1.2 (404 `not_found`, 408 `unknown`: the command may still be running).
-/// The image-machine inspection an extended command needs (C5.4) is the
-/// caller's, within the same operation deadline.
+/// An extended command (C5.4) carries an [`ImageCheck`]
+/// ([`WorkerCall::image_check`]): the shell inspects the machine within the
+/// same operation deadline and sends the exec only to a plain image machine.
 #[derive(Clone, Debug)]
 pub struct ExecCall {
     machine: String,
     command: Command,
     allowance: OutputAllowance,
+    check: Option<ImageCheck>,
 }
 
 impl ExecCall {
@@ -44,13 +48,15 @@ impl ExecCall {
     ) -> Result<Self, Error> {
         let operation = operation_of(&command);
         check_command(profile, &command, operation)?;
-        let call = Self {
-            machine: machine.into(),
+        let machine = machine.into();
+        exec_request(&machine, &command)?;
+        let check = image_check(profile, &machine, &command, operation)?;
+        Ok(Self {
+            machine,
             command,
             allowance,
-        };
-        exec_request(&call.machine, &call.command)?;
-        Ok(call)
+            check,
+        })
     }
 
     /// The command.
@@ -93,6 +99,10 @@ impl WorkerCall for ExecCall {
     fn uses_receive_idle(&self) -> bool {
         !self.command.is_extended()
     }
+
+    fn image_check(&self) -> Option<&ImageCheck> {
+        self.check.as_ref()
+    }
 }
 
 /// Streamed exec, `POST /api/v1/machines/{name}/exec/stream` (C5.3).
@@ -106,6 +116,7 @@ pub struct ExecStreamCall {
     machine: String,
     command: Command,
     allowance: OutputAllowance,
+    check: Option<ImageCheck>,
 }
 
 impl ExecStreamCall {
@@ -120,14 +131,16 @@ impl ExecStreamCall {
         command: Command,
         allowance: OutputAllowance,
     ) -> Result<Self, Error> {
-        let call = Self {
-            machine: machine.into(),
+        let machine = machine.into();
+        exec_stream_request(&machine, &command)?;
+        check_command(profile, &command, Operation::ExecStream)?;
+        let check = image_check(profile, &machine, &command, Operation::ExecStream)?;
+        Ok(Self {
+            machine,
             command,
             allowance,
-        };
-        exec_stream_request(&call.machine, &call.command)?;
-        check_command(profile, &call.command, Operation::ExecStream)?;
-        Ok(call)
+            check,
+        })
     }
 
     /// The request.
@@ -184,6 +197,10 @@ impl WorkerCall for ExecStreamCall {
         !self.command.is_extended()
     }
 
+    fn image_check(&self) -> Option<&ImageCheck> {
+        self.check.as_ref()
+    }
+
     fn decode(&self, head: &ResponseHead, body: &[u8]) -> Result<ExecOutput, Error> {
         if !self.check_head(head)? {
             return Err(self.decode_error(head, body));
@@ -204,6 +221,21 @@ fn operation_of(command: &Command) -> Operation {
         Operation::Launch
     } else {
         Operation::Exec
+    }
+}
+
+/// The image-machine preflight of an extended command (C5.4), `None` for
+/// any other.
+fn image_check(
+    profile: &Profile,
+    machine: &str,
+    command: &Command,
+    operation: Operation,
+) -> Result<Option<ImageCheck>, Error> {
+    if command.is_extended() {
+        ImageCheck::new(profile, machine, operation).map(Some)
+    } else {
+        Ok(None)
     }
 }
 

@@ -122,11 +122,15 @@ impl fmt::Debug for TerminalConfig {
 }
 
 /// Opening a terminal as a checked call: the spec's bounds and the
-/// version gate (terminals from 1.17.0), decided before anything is sent.
+/// version gate (terminals from 1.17.0), decided before anything is sent,
+/// and the image-machine preflight a terminal always needs (C7.4,
+/// worker-api.md §8.5): the shell performs [`Self::image_check`]'s inspect
+/// inside the open's operation deadline and connects only when it admits.
 #[derive(Clone, Debug)]
 pub struct TerminalCall {
     machine: String,
     spec: TerminalSpec,
+    check: crate::worker::ImageCheck,
 }
 
 impl TerminalCall {
@@ -146,10 +150,17 @@ impl TerminalCall {
         let machine = machine.into();
         spec.upgrade_target(&machine)?;
         profile.require(crate::worker::Feature::Terminals, Operation::TerminalOpen)?;
+        let check = crate::worker::ImageCheck::new(profile, &machine, Operation::TerminalOpen)?;
         Ok(Self {
             machine,
             spec: spec.clone(),
+            check,
         })
+    }
+
+    /// The image-machine preflight to perform before connecting.
+    pub fn image_check(&self) -> &crate::worker::ImageCheck {
+        &self.check
     }
 
     /// The spec.

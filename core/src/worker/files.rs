@@ -6,7 +6,7 @@ use bytes::{Bytes, BytesMut};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use super::machines::MachineName;
+use super::machines::{ImageCheck, MachineName};
 use super::profile::{Feature, Profile};
 use super::status::{check_media_type, status_error};
 use super::{APPLICATION_JSON, APPLICATION_OCTET_STREAM, WorkerCall, machine_target};
@@ -281,6 +281,7 @@ pub struct Upload {
     name: MachineName,
     path: GuestPath,
     data: Bytes,
+    check: Option<ImageCheck>,
 }
 
 /// A verified upload reply.
@@ -328,10 +329,18 @@ impl Upload {
                     .with_limit(size, budget.max_request_body),
             );
         }
-        if size > SMALL_FILE_MAX || outside_default_root(&path) {
+        let check = if size > SMALL_FILE_MAX || outside_default_root(&path) {
             profile.require(Feature::LargeFiles, op)?;
-        }
-        Ok(Self { name, path, data })
+            Some(ImageCheck::new(profile, name.as_str(), op)?)
+        } else {
+            None
+        };
+        Ok(Self {
+            name,
+            path,
+            data,
+            check,
+        })
     }
 }
 
@@ -357,6 +366,12 @@ impl WorkerCall for Upload {
         Ok(Request::new(Operation::Upload, Method::Put, target)
             .accept(APPLICATION_JSON)
             .body(APPLICATION_OCTET_STREAM, self.data.clone()))
+    }
+
+    /// A file over 1 MiB or outside `/workspace` needs a plain image
+    /// machine (C6.1).
+    fn image_check(&self) -> Option<&ImageCheck> {
+        self.check.as_ref()
     }
 
     fn decode(&self, head: &ResponseHead, body: &[u8]) -> Result<UploadReply, Error> {
@@ -397,6 +412,7 @@ pub struct Download {
     path: GuestPath,
     cap: u64,
     max_response_bytes: u64,
+    check: Option<ImageCheck>,
 }
 
 impl Download {
@@ -420,14 +436,18 @@ impl Download {
             return Err(Error::validation(op, Reason::DownloadLimitOutOfRange)
                 .with_limit(max_bytes, budget.allowance));
         }
-        if max_bytes > SMALL_FILE_MAX || outside_default_root(&path) {
+        let check = if max_bytes > SMALL_FILE_MAX || outside_default_root(&path) {
             profile.require(Feature::LargeFiles, op)?;
-        }
+            Some(ImageCheck::new(profile, name.as_str(), op)?)
+        } else {
+            None
+        };
         Ok(Self {
             name,
             path,
             cap: max_bytes.min(budget.max_response_bytes),
             max_response_bytes: budget.max_response_bytes,
+            check,
         })
     }
 
@@ -459,6 +479,11 @@ impl WorkerCall for Download {
             &format!("/files/{}", self.path.encoded()),
         );
         Ok(Request::new(Operation::Download, Method::Get, target).accept(APPLICATION_OCTET_STREAM))
+    }
+
+    /// As for [`Upload`]: a large or out-of-root file (C6.1).
+    fn image_check(&self) -> Option<&ImageCheck> {
+        self.check.as_ref()
     }
 
     fn decode(&self, head: &ResponseHead, body: &[u8]) -> Result<Bytes, Error> {

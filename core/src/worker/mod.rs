@@ -61,8 +61,8 @@ pub use files::{
 };
 pub use logs::{LogLines, LogStream, Logs, LogsParams};
 pub use machines::{
-    Create, Delete, Get, Incarnation, List, MachineName, MachineSpec, MachineState, Measure,
-    Namespace, Observation, Source, Start, Stop, same_incarnation,
+    Create, Delete, Get, ImageCheck, Incarnation, List, MachineName, MachineSpec, MachineState,
+    Measure, Namespace, Observation, Source, Start, Stop, same_incarnation,
 };
 pub use mounts::Mount;
 pub use network::{Cidr, Hostname, NetworkPolicy, PortMapping};
@@ -108,6 +108,15 @@ pub trait WorkerCall {
     /// operation deadline does): extended exec.
     fn uses_receive_idle(&self) -> bool {
         true
+    }
+
+    /// The image-machine preflight this operation needs (C5.4, C6.1): an
+    /// extended command, a launch, a large or out-of-root file. A shell
+    /// performs [`ImageCheck::inspect`] inside this operation's deadlines
+    /// and sends the operation only when [`ImageCheck::admit`] accepts the
+    /// inspect's result. `None` (the default): send at once.
+    fn image_check(&self) -> Option<&ImageCheck> {
+        None
     }
 }
 

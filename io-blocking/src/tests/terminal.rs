@@ -17,21 +17,34 @@ use crate::TerminalEvent;
 
 const GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 
+/// The image preflight's reply: `dev` is a plain image machine.
+const IMAGE_MACHINE: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 217\r\n\r\n{\"name\":\"dev\",\"image\":\"alpine:3\",\"state\":\"running\",\"cpus\":1,\"memoryMb\":256,\"mounts\":[],\"ports\":[],\"network\":false,\"gpu\":false,\"cuda\":false,\"storageGb\":1,\"overlayGb\":1,\"branchable\":false,\"forkable\":false,\"createdAt\":1}";
+
+fn read_head(s: &mut TcpStream) -> Vec<u8> {
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut b).unwrap();
+        head.push(b[0]);
+    }
+    head
+}
+
 /// Accepts connections until one carries a request other than the
-/// version preflight `GET /health` (answered as a 1.22.0 worker); returns
-/// that connection and its request head.
+/// version preflight `GET /health` (answered as a 1.22.0 worker) and the
+/// image preflight that follows it on the same pooled connection
+/// (answered with a plain image machine); returns that connection and its
+/// request head.
 fn accept_after_preflight(l: &TcpListener) -> (TcpStream, Vec<u8>) {
     loop {
         let (mut s, _) = l.accept().unwrap();
-        let mut head = Vec::new();
-        let mut b = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            s.read_exact(&mut b).unwrap();
-            head.push(b[0]);
-        }
+        let head = read_head(&mut s);
         if head.starts_with(b"GET /health ") {
             s.write_all(super::client::HEALTH_1_22).unwrap();
-            // The preflight's connection stays pooled; keep it open.
+            let next = read_head(&mut s);
+            assert!(next.starts_with(b"GET /api/v1/machines/dev "), "{next:?}");
+            s.write_all(IMAGE_MACHINE).unwrap();
+            // The preflights' connection stays pooled; keep it open.
             std::mem::forget(s);
             continue;
         }

@@ -126,6 +126,7 @@ fn main() -> Result<(), smolbox_core::Error> {
         let profile = client.admit(&[])?;
         let runtime = smolbox_blocking::Runtime::builder(store, key)
             .worker_with_profile("dev", client, profile)
+            .machine_source("dev", smolbox_tests::cases::image_spec().source)
             .artifacts(artifacts as Arc<dyn Artifacts>)
             .lease_ttl_ms(1_000)
             .poll_interval_ms(100)
@@ -147,6 +148,7 @@ fn main() -> Result<(), smolbox_core::Error> {
         let (artifacts, files) = files("boxes");
         let mut builder = smolbox_blocking::Runtime::builder(store, key)
             .worker_with_profile("dev", client, profile)
+            .machine_source("dev", smolbox_tests::cases::image_spec().source)
             .lease_ttl_ms(1_000)
             .poll_interval_ms(100);
         if mode == "retained-files" {

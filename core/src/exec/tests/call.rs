@@ -189,3 +189,47 @@ fn stream_call_checks_head_and_decodes_the_body() {
         );
     }
 }
+
+/// C5.4: an extended command (timeout > 300 s, background, workdir outside
+/// `/workspace`) carries the image-machine preflight, on the same operation;
+/// an ordinary one does not (nothing extra is sent for it).
+#[test]
+fn extended_commands_carry_the_image_preflight() {
+    let profile = p(Version::V1_22_0);
+    let plain = Command::new(["true"]);
+    let extended = [
+        (Command::new(["true"]).timeout_secs(301), Operation::Exec),
+        (Command::new(["true"]).background(true), Operation::Launch),
+        (Command::new(["true"]).workdir("/tmp"), Operation::Exec),
+    ];
+    let call = ExecCall::new(&profile, "dev", plain.clone(), OutputAllowance::DEFAULT).unwrap();
+    assert!(call.image_check().is_none());
+    let call = ExecCall::new(
+        &profile,
+        "dev",
+        Command::new(["true"]).timeout_secs(300),
+        OutputAllowance::DEFAULT,
+    )
+    .unwrap();
+    assert!(call.image_check().is_none(), "300 s is not extended");
+    let stream = ExecStreamCall::new(&profile, "dev", plain, OutputAllowance::DEFAULT).unwrap();
+    assert!(stream.image_check().is_none());
+    for (command, op) in extended {
+        let call =
+            ExecCall::new(&profile, "dev", command.clone(), OutputAllowance::DEFAULT).unwrap();
+        let check = call.image_check().expect("extended exec inspects first");
+        assert_eq!(check.operation(), op);
+        assert_eq!(
+            check.inspect().request().unwrap().target,
+            "/api/v1/machines/dev"
+        );
+        if !command.is_background() {
+            let stream =
+                ExecStreamCall::new(&profile, "dev", command, OutputAllowance::DEFAULT).unwrap();
+            let check = stream
+                .image_check()
+                .expect("extended stream inspects first");
+            assert_eq!(check.operation(), Operation::ExecStream);
+        }
+    }
+}

@@ -121,23 +121,29 @@ pub fn slot_free(rec: &MachineRecord) -> bool {
 }
 
 /// The worker machine spec of a retained machine: the worker's default
-/// sizes (the retained spec carries none yet) and the spec's port
+/// sizes (the retained spec carries none yet), the worker entry's machine
+/// source (an image machine when configured) and the spec's port
 /// mappings, which the store reserved with the assignment (sent offline:
 /// the create names `virtio-net` with empty allow-lists, C9.2).
 ///
 /// # Errors
 /// `validation` (not dispatched) for a port the worker spec refuses.
-pub(super) fn worker_spec(spec: &RetainedMachineSpec) -> Result<MachineSpec, Error> {
+pub(super) fn worker_spec(
+    spec: &RetainedMachineSpec,
+    worker: Option<&super::WorkerEntry>,
+) -> Result<MachineSpec, Error> {
     let ports = spec
         .ports
         .iter()
         .map(|p| crate::worker::PortMapping::new(p.host, p.guest))
         .collect::<Result<Vec<_>, _>>()?;
-    MachineSpec {
+    let base = MachineSpec {
         ports,
         ..MachineSpec::default()
-    }
-    .validate()
+    };
+    worker
+        .map_or(base.clone(), |w| w.machine_spec(base))
+        .validate()
 }
 
 /// The machine name of a retained machine: `smb-` and 24 hex digits of
@@ -824,7 +830,10 @@ impl Mach {
                         self.uncertain(cfg, now, now_ms, &e)
                     }
                     None if self.sent => MStep::Wait,
-                    None if self.intent_mine => match worker_spec(&self.rec.spec) {
+                    None if self.intent_mine => match worker_spec(
+                        &self.rec.spec,
+                        cfg.workers.iter().find(|w| w.id == *worker_id),
+                    ) {
                         Ok(spec) => {
                             self.pending_w = Some(WKind::Create);
                             MStep::Worker(WorkerOp::Create {

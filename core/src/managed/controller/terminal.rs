@@ -11,25 +11,33 @@
 //! 1. the machine record is read: it must be running with recorded creation
 //!    evidence (an owned machine); the execution spec takes its artifact and
 //!    exact profile and the terminal settings;
-//! 2. `submit`: acceptance and the machine's command slot in one
+//! 2. the image preflight (C7.4): [`TermOutput::Inspect`] — the driver
+//!    inspects the worker machine with the same checks the upgrade makes
+//!    (version, then a plain image machine) and answers
+//!    [`TerminalRun::handle_inspected`]; a refusal ends the run with
+//!    [`TermEvent::Refused`] before acceptance: no record, no slot, nothing
+//!    sent (a record `failed` after the intent would keep the slot and
+//!    mark the machine `unknown`, C14.3). Not for a deleted machine's
+//!    duplicate nor an identity check;
+//! 3. `submit`: acceptance and the machine's command slot in one
 //!    transaction, the claim written with it ([`TermOutput::Event`]
 //!    `Accepted` — durable acceptance, not readiness). A duplicate with the
 //!    same spec returns the same identity, a changed spec is
 //!    `identity_conflict`, a held slot `admission_exhausted`;
-//! 3. `preparing` → `ready` → claim → `dispatching` (the dispatch intent,
+//! 4. `preparing` → `ready` → claim → `dispatching` (the dispatch intent,
 //!    written right after the claim is refreshed (C15), durable
 //!    before the upgrade; its write fixes the execution deadline, from which
 //!    the session deadline is derived: `dispatch + session_ms`, never reset);
-//! 4. [`TermOutput::Open`] with the remaining session budget; the driver
+//! 5. [`TermOutput::Open`] with the remaining session budget; the driver
 //!    answers [`TerminalRun::handle_opened`] (the 101 was read → `running`)
 //!    and later [`TerminalRun::handle_closed`] with the session's outcome;
 //!    the claim is renewed every third of the TTL meanwhile;
-//! 5. the verdict ([`Verdict`]): `completed` with a terminal result, `unknown`,
+//! 6. the verdict ([`Verdict`]): `completed` with a terminal result, `unknown`,
 //!    or `failed` when nothing was sent;
-//! 6. the slot: machine claim, `finish_command` — released for
+//! 7. the slot: machine claim, `finish_command` — released for
 //!    a completed (or cancelled) record, kept with the machine `unknown`
 //!    otherwise (C14.3);
-//! 7. the claims (C15): once settled and its slot finished, the run ends
+//! 8. the claims (C15): once settled and its slot finished, the run ends
 //!    the record claim and the machine claim it holds
 //!    ([`TermStoreOp::ReleaseClaim`], guarded by owner and generation, as
 //!    the controller's release at shutdown), so the next controller — the
@@ -274,6 +282,19 @@ pub type TermStoreResult = Result<TermStoreReply, Error>;
 pub enum TermOutput {
     /// Perform this store op and answer with [`TerminalRun::handle_stored`].
     Store(OpId, Box<TermStoreOp>),
+    /// Before acceptance: perform everything the upgrade of `spec` on
+    /// `machine` checks before connecting — the health preflight, the
+    /// core's terminal call gates and its image-machine inspect
+    /// (`TerminalCall::image_check`) — without opening anything, and answer
+    /// with [`TerminalRun::handle_inspected`].
+    Inspect {
+        /// Worker id of the machine.
+        worker_id: String,
+        /// Machine name on that worker.
+        machine: String,
+        /// The low-level spec the terminal would open with.
+        spec: Box<TerminalSpec>,
+    },
     /// Open the terminal: the dispatch intent is durable. Answer with
     /// [`TerminalRun::handle_opened`], then [`TerminalRun::handle_closed`].
     Open {
@@ -350,6 +371,8 @@ pub struct TerminalRun {
     claim_at: Option<Instant>,
     /// This run wrote the dispatch intent (only then may it open).
     intent_mine: bool,
+    /// A [`TermOutput::Inspect`] is out; its answer decides the submit.
+    inspecting: bool,
     /// The last store answer was this run's own claim: the dispatch intent
     /// is written only then (C15: refreshed immediately before it).
     claim_fresh_now: bool,
@@ -454,6 +477,7 @@ impl TerminalRun {
             out: VecDeque::new(),
             claim_at: None,
             intent_mine: false,
+            inspecting: false,
             claim_fresh_now: false,
             open_sent: false,
             opened: false,
@@ -545,6 +569,25 @@ impl TerminalRun {
     ) {
         if self.verdict.is_none() {
             self.verdict = Some(Verdict::of(outcome));
+        }
+        self.pump(now, now_ms);
+    }
+
+    /// The answer to [`TermOutput::Inspect`]: `Ok` submits the terminal;
+    /// an error refuses it ([`TermEvent::Refused`], evidence
+    /// `not_dispatched`: the inspect mutates nothing and nothing else was
+    /// sent).
+    pub fn handle_inspected(&mut self, now: Instant, now_ms: u64, result: Result<(), Error>) {
+        if !self.inspecting {
+            return;
+        }
+        self.inspecting = false;
+        match (result, self.machine.take()) {
+            (Ok(()), Some(m)) => self.submit(m, now_ms),
+            (Ok(()), None) => {
+                self.fail_or_refuse(Error::validation(Operation::TerminalOpen, Reason::NoSpec))
+            }
+            (Err(e), _) => self.fail_or_refuse(e.with_evidence(Evidence::NotDispatched)),
         }
         self.pump(now, now_ms);
     }
@@ -780,6 +823,34 @@ impl TerminalRun {
         } else if m.creation.is_none() || m.assignment.is_none() {
             return self.fail_or_refuse(refuse(Reason::MachineNotOwned));
         }
+        if self.drive
+            && m.state != MachineRecordState::Deleted
+            && let Some(a) = m.assignment.as_ref()
+        {
+            // C7.4: only a plain image machine takes a terminal; asked of
+            // the worker before anything is stored.
+            let t = match spec.terminal_spec() {
+                Ok(t) => t,
+                Err(e) => return self.fail_or_refuse(e.with_operation(Operation::TerminalOpen)),
+            };
+            self.out.push_back(TermOutput::Inspect {
+                worker_id: a.worker_id.clone(),
+                machine: a.machine_name.clone(),
+                spec: Box::new(t),
+            });
+            self.inspecting = true;
+            self.machine = Some(m);
+            return;
+        }
+        self.submit(m, now_ms);
+    }
+
+    /// Builds the terminal's record on machine `m` and submits it
+    /// (acceptance and the slot in one transaction).
+    fn submit(&mut self, m: MachineRecord, now_ms: u64) {
+        let Some(spec) = self.tspec.clone() else {
+            return self.fail_or_refuse(Error::validation(Operation::TerminalOpen, Reason::NoSpec));
+        };
         let exec = ExecutionSpec {
             artifact: m.spec.artifact.clone(),
             profile: m.spec.profile.clone(),

@@ -4,7 +4,7 @@
 use crate::managed::catalog::Catalog;
 use crate::managed::record::Resources;
 use crate::managed::spec::{ArtifactRef, ProfileRef};
-use crate::worker::Profile;
+use crate::worker::{MachineSpec, Profile, Source};
 use crate::{Error, Operation, Reason};
 
 /// One configured worker (C12.2). Build it with [`WorkerEntry::new`] and
@@ -24,6 +24,14 @@ pub struct WorkerEntry {
     /// is an uncatalogued (development) entry that checks neither; see
     /// docs/decisions/runtime.md, "Worker catalogs".
     pub catalog: Option<Box<Catalog>>,
+    /// What the machines the controller creates on this worker (disposable
+    /// and retained) are created from. `None`: imageless machines
+    /// ([`Source::Bare`]), on which the worker-side image preflight
+    /// refuses terminals, extended or background commands and large or
+    /// out-of-root files (C5.4, C6.1, C7.4); an image source
+    /// ([`Source::Oci`] from 1.19.0, or [`Source::Image`]) makes them
+    /// image machines.
+    pub machine_source: Option<Source>,
 }
 
 impl WorkerEntry {
@@ -40,6 +48,27 @@ impl WorkerEntry {
             },
             profile: None,
             catalog: None,
+            machine_source: None,
+        }
+    }
+
+    /// The same worker, creating its machines from `source` (see
+    /// [`Self::machine_source`]).
+    #[must_use]
+    pub fn with_machine_source(mut self, source: Source) -> Self {
+        self.machine_source = Some(source);
+        self
+    }
+
+    /// The worker spec of a machine this controller creates here: `base`
+    /// with this worker's [`Self::machine_source`].
+    pub(crate) fn machine_spec(&self, base: MachineSpec) -> MachineSpec {
+        match &self.machine_source {
+            Some(source) => MachineSpec {
+                source: source.clone(),
+                ..base
+            },
+            None => base,
         }
     }
 

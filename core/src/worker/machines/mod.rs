@@ -7,6 +7,7 @@ mod matching;
 mod name;
 mod observation;
 mod ops;
+mod preflight;
 mod spec;
 mod wire;
 
@@ -17,4 +18,5 @@ pub use name::{
 };
 pub use observation::{MAX_CREATED_AT, MachineState, Observation, decode_observation};
 pub use ops::{Create, Delete, Get, List, MAX_LIST_ENTRIES, Measure, Start, Stop};
+pub use preflight::ImageCheck;
 pub use spec::{CPUS, DISK_GB, MAX_SOURCE_LEN, MEMORY_MB, MachineSpec, Source};

@@ -564,6 +564,16 @@ impl Sim {
                         return;
                     }
                 }
+                TermOutput::Inspect { .. } => {
+                    // The image preflight: the simulated worker's machines
+                    // all take terminals (the preflight itself is covered
+                    // by the core and shell suites). Answered at once; it
+                    // mutates nothing, so no crash point belongs here.
+                    let (n, w) = (self.clock.now(), self.clock.wall_ms());
+                    if let Some(t) = self.hosts[h].terms.get_mut(key) {
+                        t.run.handle_inspected(n, w, Ok(()));
+                    }
+                }
                 TermOutput::Close => {
                     // Cancel after dispatch: the connection is closed; the
                     // worker hangs up the program; observation ends.

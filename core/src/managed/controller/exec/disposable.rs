@@ -191,7 +191,13 @@ impl Exec {
                     return self.claim_op(cfg, now_ms);
                 }
                 _ if self.machine.create_intent_mine => {
-                    let spec = MachineSpec::default();
+                    let spec = cfg
+                        .workers
+                        .iter()
+                        .find(|w| w.id == a.worker_id)
+                        .map_or_else(MachineSpec::default, |w| {
+                            w.machine_spec(MachineSpec::default())
+                        });
                     return self.machine_op(
                         MKind::Create,
                         WorkerOp::Create {

@@ -249,6 +249,8 @@ struct Sim {
     now_ms: u64,
     /// Non-store outputs, in order.
     seen: Vec<TermOutput>,
+    /// The answer to an image preflight ([`TermOutput::Inspect`]).
+    inspect: Result<(), Error>,
 }
 
 fn cfg() -> TermConfig {
@@ -270,6 +272,7 @@ impl Sim {
             now: Instant::now(),
             now_ms: T0 + 10,
             seen: Vec::new(),
+            inspect: Ok(()),
         }
     }
 
@@ -300,6 +303,10 @@ impl Sim {
                     // Put it back: the test performs it later.
                     self.seen.push(TermOutput::Store(id, op));
                     return;
+                }
+                inspect @ TermOutput::Inspect { .. } => {
+                    self.seen.push(inspect);
+                    run.handle_inspected(self.now, self.now_ms, self.inspect);
                 }
                 other => self.seen.push(other),
             }
@@ -1036,6 +1043,50 @@ fn a_refused_upgrade_sent_nothing_and_fails() {
         (rec.state, rec.evidence),
         (ExecState::Failed, RecordEvidence::NotDispatched)
     );
+}
+
+/// C7.4: the worker machine is inspected before acceptance, with the
+/// machine's assignment and the terminal's own spec; a machine that is not
+/// a plain image machine refuses the terminal then: no record, the slot
+/// untouched, nothing opened.
+#[test]
+fn a_terminal_on_a_machine_that_is_no_image_machine_is_refused_before_acceptance() {
+    let mut sim = Sim::new();
+    sim.inspect = Err(Error::unsupported_capability(
+        Operation::TerminalOpen,
+        Reason::NeedsPlainImageMachine,
+    ));
+    let run = sim.open("t1", ManagedTerminalSpec::default());
+    assert!(run.is_done());
+    let Some(TermOutput::Inspect {
+        worker_id, machine, ..
+    }) = sim.seen.first()
+    else {
+        panic!("no inspect first: {:?}", sim.seen);
+    };
+    let a = sim.machine().assignment.clone().unwrap();
+    assert_eq!((worker_id, machine), (&a.worker_id, &a.machine_name));
+    let refused = sim.events();
+    assert!(
+        matches!(refused[..], [TermEvent::Refused(e)] if e.reason() == Reason::NeedsPlainImageMachine
+            && e.evidence() == Evidence::NotDispatched),
+        "{refused:?}"
+    );
+    assert!(sim.fake.execs.is_empty(), "nothing accepted");
+    assert_eq!(sim.machine().active_execution, None, "the slot untouched");
+    assert_eq!(sim.opens(), 0);
+    // An inspect that fails (the worker unreachable, the machine gone) is
+    // the same refusal, never an uncertain record.
+    let mut sim = Sim::new();
+    sim.inspect = Err(Error::not_found(
+        Operation::Get,
+        Evidence::DispatchUncertain,
+        Reason::MachineNotFound,
+    ));
+    let _ = sim.open("t1", ManagedTerminalSpec::default());
+    assert!(matches!(sim.events()[..], [TermEvent::Refused(e)]
+        if e.category() == Category::NotFound && e.evidence() == Evidence::NotDispatched));
+    assert!(sim.fake.execs.is_empty());
 }
 
 #[test]
