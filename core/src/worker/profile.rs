@@ -343,7 +343,7 @@ mod tests {
         let uncertain = Error::transport(
             Operation::Health,
             Evidence::DispatchUncertain,
-            crate::Reason::Closed,
+            Reason::Closed,
         );
         let e = Profile::preflight(Err(uncertain)).unwrap_err();
         assert_eq!(e.evidence(), Evidence::NotDispatched);
