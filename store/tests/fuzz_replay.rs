@@ -54,16 +54,15 @@ fn controller_finding_s7_due_reply_shows_dispatching() {
     smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
 }
 
-/// Open finding 9 of the `controller` target (fuzz/README.md, session 8):
-/// a 26-byte input after which an exec for `k0` follows without this
-/// controller's own fresh intent (oracle: `Seen { tainted: true, granted:
-/// false }`). Kept out of the replayed corpus until it is fixed or the
-/// oracle is shown too strict; then the input moves to
-/// `fuzz/corpus/controller/` and this test loses its `ignore`.
+/// Finding 9 of the `controller` target (fuzz/README.md, session 8,
+/// fixed): a due row of another record under the key `k0`, shown while
+/// `k0`'s acceptance with intent was out, matched that acceptance's state,
+/// version, generation and claim and was taken for its own intent; the
+/// command was sent. Only a row identical to the inserted record is now
+/// that intent. The input is also in the replayed corpus; this names it.
 #[test]
-#[ignore = "open finding 9: the controller target's s8 input breaks the one-dispatch oracle"]
-fn controller_open_finding_s8_exec_tainted_k0() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fuzz/findings/controller/s8-exec-tainted-k0");
+fn controller_finding_s8_another_records_row_is_not_the_own_intent() {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/controller/s8-exec-tainted-k0");
     smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
 }
