@@ -123,8 +123,7 @@ impl Client {
     /// the caller's operation deadline (an unknown version is refused:
     /// `unsupported_capability`, nothing else sent).
     pub(crate) fn preflight(&self, deadlines: OperationDeadlines) -> Result<Profile, Error> {
-        let health = self.call_within(&Health::new(), deadlines)?;
-        Profile::admit(&health.version, &[])
+        Profile::preflight(self.call_within(&Health::new(), deadlines))
     }
 
     /// `GET /health`.

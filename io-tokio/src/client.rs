@@ -141,8 +141,7 @@ impl Client {
     /// the caller's operation deadline (an unknown version is refused:
     /// `unsupported_capability`, nothing else sent).
     pub(crate) async fn preflight(&self, deadlines: OperationDeadlines) -> Result<Profile, Error> {
-        let health = self.call_within(&Health::new(), deadlines).await?;
-        Profile::admit(&health.version, &[])
+        Profile::preflight(self.call_within(&Health::new(), deadlines).await)
     }
 
     /// `GET /health`.

@@ -553,6 +553,31 @@ pub fn connection_is_reused<S: Shell>(t: Transport) {
     assert_eq!(fx.worker.request_count(Route::Health), 22);
 }
 
+/// C0.3: a gated call whose health preflight fails uncertainly (the
+/// connection dropped mid-reply) is refused with evidence
+/// `not_dispatched`: the exec itself never left (the devworker counts
+/// none), so a managed runtime records it as not sent, never `unknown`.
+pub fn a_failed_health_preflight_leaves_the_gated_call_unsent<S: Shell>(t: Transport) {
+    let fx = Fixture::start(t);
+    let s: S = fx.shell();
+    machine(&s);
+    fx.worker
+        .faults()
+        .once(Route::Health, Fault::DropAfter { bytes: 5 });
+    let e = s
+        .exec("m1", &sh("exit 0"), OutputAllowance::DEFAULT)
+        .unwrap_err();
+    assert_eq!(e.evidence(), Evidence::NotDispatched, "{e}");
+    assert_eq!(e.operation(), Operation::Health);
+    assert_eq!(fx.worker.request_count(Route::Exec), 0);
+    // The next call's preflight answers, and the exec runs once.
+    exited(
+        s.exec("m1", &sh("exit 0"), OutputAllowance::DEFAULT)
+            .unwrap(),
+    );
+    assert_eq!(fx.worker.request_count(Route::Exec), 1);
+}
+
 /// Token and payload sentinels never appear in errors.
 pub fn sentinels_never_appear_in_errors<S: Shell>(t: Transport) {
     let fx = Fixture::start(t);

@@ -68,6 +68,7 @@ macro_rules! e2e_suite {
                 request_byte_cap_at_n_and_n_plus_1,
                 output_allowance_at_n_and_n_plus_1,
                 connection_is_reused,
+                a_failed_health_preflight_leaves_the_gated_call_unsent,
                 sentinels_never_appear_in_errors,
                 files_launch_and_logs,
                 terminal_echo_and_exit_code,

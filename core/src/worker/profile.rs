@@ -15,8 +15,9 @@
 //! timeout answers 408, and the image-machine proof needs fields 1.9.2 does
 //! not return), not large or out-of-root files (same proof).
 
+use super::HealthReply;
 use crate::Reason;
-use crate::error::{Error, Operation};
+use crate::error::{Error, Evidence, Operation};
 
 /// A worker version this library has a profile for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -249,6 +250,22 @@ impl Profile {
         })
     }
 
+    /// The verdict of the health preflight that precedes a gated call
+    /// (C0.3): the reply's version admitted as by [`Profile::admit`] with
+    /// no supplied profiles. The gated request is sent only after this
+    /// returns `Ok`, so every refusal carries evidence `not_dispatched`,
+    /// also when the health read itself failed in a way that leaves the
+    /// read uncertain (a dropped connection, a 5xx): the read mutates
+    /// nothing and the gated request never left this process.
+    ///
+    /// # Errors
+    /// The health read's own error (category, reason and operation kept)
+    /// with evidence `not_dispatched`; else as [`Profile::admit`].
+    pub fn preflight(health: Result<HealthReply, Error>) -> Result<Self, Error> {
+        let health = health.map_err(|e| e.with_evidence(Evidence::NotDispatched))?;
+        Self::admit(&health.version, &[])
+    }
+
     /// The exact version text this profile admits.
     pub fn version_text(&self) -> &str {
         &self.version_text
@@ -316,6 +333,37 @@ impl Profile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Category;
+
+    #[test]
+    fn a_failed_health_preflight_is_not_dispatched_for_the_gated_call() {
+        // A read left uncertain (the connection dropped mid-reply): the
+        // gated request never left, so the verdict says not_dispatched,
+        // keeping the read's category and operation.
+        let uncertain = Error::transport(
+            Operation::Health,
+            Evidence::DispatchUncertain,
+            crate::Reason::Closed,
+        );
+        let e = Profile::preflight(Err(uncertain)).unwrap_err();
+        assert_eq!(e.evidence(), Evidence::NotDispatched);
+        assert_eq!(e.category(), Category::Transport);
+        assert_eq!(e.operation(), Operation::Health);
+        // A known version is admitted; an unknown one refused unsent.
+        let reply = |v: &str| HealthReply {
+            version: v.into(),
+            total: None,
+            running: None,
+            uptime_seconds: None,
+        };
+        assert_eq!(
+            Profile::preflight(Ok(reply("1.22.0"))).unwrap().base(),
+            Version::V1_22_0
+        );
+        let e = Profile::preflight(Ok(reply("1.21.1"))).unwrap_err();
+        assert_eq!(e.category(), Category::UnsupportedCapability);
+        assert_eq!(e.evidence(), Evidence::NotDispatched);
+    }
 
     #[test]
     fn minimum_versions_follow_the_table() {
