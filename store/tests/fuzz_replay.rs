@@ -53,3 +53,16 @@ fn controller_finding_s7_due_reply_shows_dispatching() {
         .join("../fuzz/corpus/controller/s7-due-shows-dispatching");
     smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
 }
+
+/// Finding 9 of the `controller` target (fuzz/README.md, session 8,
+/// fixed): a due row of another record under the key `k0`, shown while
+/// `k0`'s acceptance with intent was out, matched that acceptance's state,
+/// version, generation and claim and was taken for its own intent; the
+/// command was sent. Only a row identical to the inserted record is now
+/// that intent. The input is also in the replayed corpus; this names it.
+#[test]
+fn controller_finding_s8_another_records_row_is_not_the_own_intent() {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/controller/s8-exec-tainted-k0");
+    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+}

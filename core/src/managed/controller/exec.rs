@@ -1014,15 +1014,14 @@ impl Exec {
 
     /// A row past `ready` that another reply showed before this
     /// execution's own acceptance with intent answered (while no execution
-    /// drove the key): unless it is that very intent (same state, version,
-    /// generation and claim as the record inserted), another controller's
-    /// intent may be out there, so the command is never sent from here
-    /// (the record is marked `unknown`).
+    /// drove the key): unless it is that very intent (the row identical to
+    /// the record inserted: nothing writes it without a new version),
+    /// another controller's intent may be out there, so the command is
+    /// never sent from here (the record is marked `unknown`). Matching only
+    /// state, version, generation and claim took another record's row
+    /// under this key for the intent (fuzz finding 9, session 8).
     pub(super) fn on_row_before_intent(&mut self, row: &ExecutionRecord) {
-        let own = row.state == self.rec.state
-            && row.version == self.rec.version
-            && row.generation == self.rec.generation
-            && row.claim == self.rec.claim;
+        let own = *row == self.rec;
         if !own && !row.state.is_before_dispatch() && !self.attempted {
             self.shown_dispatched = true;
         }

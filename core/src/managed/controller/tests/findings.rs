@@ -528,3 +528,66 @@ fn a_row_shown_while_the_key_is_only_being_accepted_is_never_followed_by_a_send(
         (Category::Store, Reason::RecordWentBack)
     );
 }
+
+/// Fuzz finding 9 (`controller` target, session 8): while an acceptance
+/// with intent was out, a due scan showed a row of the key at the very
+/// state, version, generation and claim that acceptance then inserted,
+/// but with another fingerprint (another record's row under this key, a
+/// lie no read of this acceptance's own row can show). It was taken for
+/// the acceptance's own intent read early and the command was sent. Only
+/// a row identical to the inserted record is that intent; any other row
+/// past `ready` means the command is never sent from here (`unknown`).
+#[test]
+fn a_row_like_the_acceptances_own_intent_but_of_another_record_is_never_followed_by_a_send() {
+    let mut s = Sim::new(config());
+    s.settle();
+    let key = s.submit("own", &cmd());
+    let (acc, op) = run_until(&mut s, |op| matches!(op, StoreOp::AcceptDispatching { .. }));
+    let r = s.store.apply(&op);
+    s.store_log.push(op);
+    let Ok(StoreReply::Accepted { record, .. }) = &r else {
+        panic!("not an acceptance");
+    };
+    assert_eq!(record.state, ExecState::Dispatching);
+    let mut lie = record.clone();
+    lie.fingerprint = lie.fingerprint.chars().rev().collect();
+    assert_ne!(lie.fingerprint, record.fingerprint);
+    s.ctl.reconcile(s.now, s.now_ms);
+    let (scan, _) = run_until(&mut s, |op| matches!(op, StoreOp::Due { .. }));
+    let due = StoreReply::Due {
+        records: vec![lie],
+        next: None,
+    };
+    s.ctl.handle_stored(s.now, s.now_ms, scan, Ok(due));
+    s.ctl.handle_stored(s.now, s.now_ms, acc, r);
+    s.settle();
+    assert!(s.worker.is_empty(), "sent: {:?}", s.worker);
+    assert_eq!(s.record(&key).state, ExecState::Unknown);
+}
+
+/// The race the fix of finding 9 must still allow: a due scan reads the
+/// acceptance's own intent (the row it inserted, identical) before the
+/// acceptance's answer arrives. The command is sent, once.
+#[test]
+fn a_scan_row_showing_the_acceptances_own_intent_before_its_answer_still_sends_once() {
+    let mut s = Sim::new(config());
+    s.settle();
+    let key = s.submit("own", &cmd());
+    let (acc, op) = run_until(&mut s, |op| matches!(op, StoreOp::AcceptDispatching { .. }));
+    let r = s.store.apply(&op);
+    s.store_log.push(op);
+    let committed = s.record(&key).clone();
+    assert_eq!(committed.state, ExecState::Dispatching);
+    s.ctl.reconcile(s.now, s.now_ms);
+    let (scan, _) = run_until(&mut s, |op| matches!(op, StoreOp::Due { .. }));
+    let due = StoreReply::Due {
+        records: vec![committed],
+        next: None,
+    };
+    s.ctl.handle_stored(s.now, s.now_ms, scan, Ok(due));
+    s.ctl.handle_stored(s.now, s.now_ms, acc, r);
+    s.settle();
+    assert_eq!(s.worker.len(), 1, "the command goes out once");
+    s.answer_exec(exited(0, ""));
+    assert_eq!(s.record(&key).state, ExecState::Completed);
+}
