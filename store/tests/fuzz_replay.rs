@@ -66,3 +66,18 @@ fn controller_finding_s8_another_records_row_is_not_the_own_intent() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/controller/s8-exec-tainted-k0");
     smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
 }
+
+/// Open finding 10 of the `controller` target (fuzz/README.md, session 8):
+/// found by a 600 s run after the fix of finding 9, after about 1,000
+/// executions; an exec for `k0` follows without this controller's own
+/// fresh intent (oracle: `Seen { tainted: true, granted: false }`). Not
+/// yet traced or minimized. Kept out of the replayed corpus until it is
+/// fixed or the oracle is shown too strict; then the input moves to
+/// `fuzz/corpus/controller/` and this test loses its `ignore`.
+#[test]
+#[ignore = "open finding 10: the controller target's s8-after-f9 input breaks the one-dispatch oracle"]
+fn controller_open_finding_s8_after_f9() {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/findings/controller/s8-after-f9");
+    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+}
