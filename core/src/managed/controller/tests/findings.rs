@@ -335,6 +335,30 @@ fn a_plain_acceptance_shown_dispatching_is_never_sent() {
     assert_eq!(s.worker.len(), 0, "an exec went out on a reply's word");
     assert!(s.record(&key).state.is_before_dispatch());
 }
+/// `rec` as another controller leaves it: claimed by `ctl-other` at
+/// `at_ms`, then moved to its dispatch intent.
+fn dispatched_by_other(rec: &ExecutionRecord, at_ms: u64) -> ExecutionRecord {
+    let mut row = claim::claim_exec(rec, "ctl-other", at_ms, 1_000).unwrap();
+    for st in crate::managed::testkit::path_to(ExecState::Dispatching) {
+        let patch = crate::managed::testkit::entry_patch(&row, *st);
+        row = apply_exec(&row, &patch, at_ms).unwrap();
+    }
+    row
+}
+
+/// Nothing was sent, the record is still before dispatch, and the
+/// execution ended with `store` / `record_went_back`; returns that error.
+fn unsent_and_went_back(s: &Sim, key: &RecordKey) -> Error {
+    assert!(s.worker.is_empty(), "sent: {:?}", s.worker);
+    assert!(s.record(key).state.is_before_dispatch());
+    let f = s.finished(key).expect("the execution ended here");
+    let e = *f.error.as_ref().expect("with an error");
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::Store, Reason::RecordWentBack)
+    );
+    e
+}
 
 /// Performs store ops in order (truthfully) until `stop` matches one,
 /// which is returned unanswered; collects worker ops and events.
@@ -376,11 +400,7 @@ fn a_scan_row_showing_another_intent_is_never_followed_by_a_send() {
     s.ctl.handle_stored(s.now, s.now_ms, id, r);
     assert!(s.ctl.is_active(&key), "driven here from its acceptance");
     // The row as another controller wrote it: claimed, then its intent.
-    let mut row = claim::claim_exec(s.record(&key), "ctl-other", s.now_ms, 1_000).unwrap();
-    for st in crate::managed::testkit::path_to(ExecState::Dispatching) {
-        let patch = crate::managed::testkit::entry_patch(&row, *st);
-        row = apply_exec(&row, &patch, s.now_ms).unwrap();
-    }
+    let row = dispatched_by_other(s.record(&key), s.now_ms);
     let due = StoreReply::Due {
         records: vec![row],
         next: None,
@@ -388,20 +408,13 @@ fn a_scan_row_showing_another_intent_is_never_followed_by_a_send() {
     s.ctl.handle_stored(s.now, s.now_ms, scan, Ok(due));
     // The store still holds (went back to) the accepted row.
     s.settle();
-    assert!(s.worker.is_empty(), "sent again: {:?}", s.worker);
-    assert!(s.record(&key).state.is_before_dispatch());
-    let f = s.finished(&key).expect("the execution ended here");
-    let e = f.error.as_ref().expect("with an error");
-    assert_eq!(
-        (e.category(), e.reason()),
-        (Category::Store, Reason::RecordWentBack)
-    );
+    let e = unsent_and_went_back(&s, &key);
     assert_eq!(
         e.evidence(),
         Evidence::DispatchUncertain,
         "shown possibly sent"
     );
-    assert!(!f.dispatched);
+    assert!(!s.finished(&key).unwrap().dispatched);
 }
 
 /// The race the fix of finding 5 must not mistake for another intent: the
@@ -453,11 +466,7 @@ fn a_duplicate_acceptance_showing_another_intent_is_never_followed_by_a_send() {
     assert!(s.ctl.is_active(&key));
     let (dup, op) = run_until(&mut s, |op| matches!(op, StoreOp::Accept { .. }));
     // The duplicate's reply shows the row as another controller wrote it.
-    let mut row = claim::claim_exec(s.record(&key), "ctl-other", s.now_ms, 1_000).unwrap();
-    for st in crate::managed::testkit::path_to(ExecState::Dispatching) {
-        let patch = crate::managed::testkit::entry_patch(&row, *st);
-        row = apply_exec(&row, &patch, s.now_ms).unwrap();
-    }
+    let row = dispatched_by_other(s.record(&key), s.now_ms);
     let Ok(StoreReply::Accepted { existing, .. }) = s.store.apply(&op) else {
         panic!("not an acceptance");
     };
@@ -468,14 +477,7 @@ fn a_duplicate_acceptance_showing_another_intent_is_never_followed_by_a_send() {
     };
     s.ctl.handle_stored(s.now, s.now_ms, dup, Ok(reply));
     s.settle();
-    assert!(s.worker.is_empty(), "sent again: {:?}", s.worker);
-    assert!(s.record(&key).state.is_before_dispatch());
-    let f = s.finished(&key).expect("the execution ended here");
-    let e = f.error.as_ref().expect("with an error");
-    assert_eq!(
-        (e.category(), e.reason()),
-        (Category::Store, Reason::RecordWentBack)
-    );
+    unsent_and_went_back(&s, &key);
 }
 
 /// The `controller` fuzz campaign of session 8 (fuzz/README.md, finding
@@ -504,11 +506,7 @@ fn a_row_shown_while_the_key_is_only_being_accepted_is_never_followed_by_a_send(
         panic!("not an acceptance");
     };
     let later = s.now_ms + 2_000; // the submitter's claim lapsed
-    let mut row = claim::claim_exec(&record, "ctl-other", later, 1_000).unwrap();
-    for st in crate::managed::testkit::path_to(ExecState::Dispatching) {
-        let patch = crate::managed::testkit::entry_patch(&row, *st);
-        row = apply_exec(&row, &patch, later).unwrap();
-    }
+    let row = dispatched_by_other(&record, later);
     let reply = StoreReply::Accepted {
         record: row,
         existing: false,
@@ -519,14 +517,7 @@ fn a_row_shown_while_the_key_is_only_being_accepted_is_never_followed_by_a_send(
     let r = s.store.apply(&first);
     s.ctl.handle_stored(s.now, s.now_ms, with_intent, r);
     s.settle();
-    assert!(s.worker.is_empty(), "sent: {:?}", s.worker);
-    assert!(s.record(&key).state.is_before_dispatch());
-    let f = s.finished(&key).expect("the execution ended here");
-    let e = f.error.as_ref().expect("with an error");
-    assert_eq!(
-        (e.category(), e.reason()),
-        (Category::Store, Reason::RecordWentBack)
-    );
+    unsent_and_went_back(&s, &key);
 }
 
 /// Fuzz finding 9 (`controller` target, session 8): while an acceptance
