@@ -335,6 +335,33 @@ fn a_plain_acceptance_shown_dispatching_is_never_sent() {
     assert_eq!(s.worker.len(), 0, "an exec went out on a reply's word");
     assert!(s.record(&key).state.is_before_dispatch());
 }
+/// The intent write `stop` names commits; a due scan answered with the
+/// committed row arrives before the write's own answer. The command then
+/// goes out once and completes.
+fn own_intent_scanned_before_its_answer(
+    s: &mut Sim,
+    key: &RecordKey,
+    stop: impl Fn(&StoreOp) -> bool,
+) {
+    let (id, op) = run_until(s, stop);
+    let r = s.store.apply(&op);
+    s.store_log.push(op);
+    let committed = s.record(key).clone();
+    assert_eq!(committed.state, ExecState::Dispatching);
+    s.ctl.reconcile(s.now, s.now_ms);
+    let (scan, _) = run_until(s, |op| matches!(op, StoreOp::Due { .. }));
+    let due = StoreReply::Due {
+        records: vec![committed],
+        next: None,
+    };
+    s.ctl.handle_stored(s.now, s.now_ms, scan, Ok(due));
+    s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    s.settle();
+    assert_eq!(s.worker.len(), 1, "the command goes out once");
+    s.answer_exec(exited(0, ""));
+    assert_eq!(s.record(key).state, ExecState::Completed);
+}
+
 /// `rec` as another controller leaves it: claimed by `ctl-other` at
 /// `at_ms`, then moved to its dispatch intent.
 fn dispatched_by_other(rec: &ExecutionRecord, at_ms: u64) -> ExecutionRecord {
@@ -429,24 +456,7 @@ fn a_scan_row_showing_its_own_intent_before_the_answer_still_sends_once() {
         matches!(op, StoreOp::Write { key: k, patch, .. }
             if *k == key && patch.state == Some(ExecState::Dispatching))
     };
-    let (id, op) = run_until(&mut s, intent);
-    let r = s.store.apply(&op);
-    s.store_log.push(op);
-    let committed = s.record(&key).clone();
-    assert_eq!(committed.state, ExecState::Dispatching);
-    // A scan now, answered with the committed intent before the write's answer.
-    s.ctl.reconcile(s.now, s.now_ms);
-    let (scan, _) = run_until(&mut s, |op| matches!(op, StoreOp::Due { .. }));
-    let due = StoreReply::Due {
-        records: vec![committed],
-        next: None,
-    };
-    s.ctl.handle_stored(s.now, s.now_ms, scan, Ok(due));
-    s.ctl.handle_stored(s.now, s.now_ms, id, r);
-    s.settle();
-    assert_eq!(s.worker.len(), 1, "the command goes out once");
-    s.answer_exec(exited(0, ""));
-    assert_eq!(s.record(&key).state, ExecState::Completed);
+    own_intent_scanned_before_its_answer(&mut s, &key, intent);
 }
 
 /// The `controller` fuzz campaign of session 8 (fuzz/README.md, finding
@@ -564,21 +574,7 @@ fn a_scan_row_showing_the_acceptances_own_intent_before_its_answer_still_sends_o
     let mut s = Sim::new(config());
     s.settle();
     let key = s.submit("own", &cmd());
-    let (acc, op) = run_until(&mut s, |op| matches!(op, StoreOp::AcceptDispatching { .. }));
-    let r = s.store.apply(&op);
-    s.store_log.push(op);
-    let committed = s.record(&key).clone();
-    assert_eq!(committed.state, ExecState::Dispatching);
-    s.ctl.reconcile(s.now, s.now_ms);
-    let (scan, _) = run_until(&mut s, |op| matches!(op, StoreOp::Due { .. }));
-    let due = StoreReply::Due {
-        records: vec![committed],
-        next: None,
-    };
-    s.ctl.handle_stored(s.now, s.now_ms, scan, Ok(due));
-    s.ctl.handle_stored(s.now, s.now_ms, acc, r);
-    s.settle();
-    assert_eq!(s.worker.len(), 1, "the command goes out once");
-    s.answer_exec(exited(0, ""));
-    assert_eq!(s.record(&key).state, ExecState::Completed);
+    own_intent_scanned_before_its_answer(&mut s, &key, |op| {
+        matches!(op, StoreOp::AcceptDispatching { .. })
+    });
 }
