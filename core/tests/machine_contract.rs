@@ -35,6 +35,15 @@ fn opened(spec: &TerminalSpec, now: Instant) -> TerminalSession {
     s
 }
 
+/// A terminal spec whose unread queue holds 1,024 bytes (read pacing
+/// pauses above 512).
+fn small_queue() -> TerminalSpec {
+    TerminalSpec {
+        max_buffer_bytes: 1_024,
+        ..TerminalSpec::new("/bin/sh")
+    }
+}
+
 fn binary(payload: &[u8]) -> Vec<u8> {
     let mut f = vec![0x82, payload.len() as u8];
     f.extend_from_slice(payload);
@@ -98,10 +107,7 @@ fn a_written_transmit_sets_no_write_timer() {
 #[test]
 fn reading_pauses_for_a_live_consumer_only_within_the_grace() {
     let now = t0();
-    let spec = TerminalSpec {
-        max_buffer_bytes: 1_024,
-        ..TerminalSpec::new("/bin/sh")
-    };
+    let spec = small_queue();
     let mut s = opened(&spec, now);
     // Not above half yet: reading goes on.
     Machine::handle_input(&mut s, now, &binary(&[b'a'; 100]));
@@ -142,10 +148,7 @@ fn reading_pauses_for_a_live_consumer_only_within_the_grace() {
 #[test]
 fn the_open_counts_as_the_first_pull() {
     let now = t0();
-    let spec = TerminalSpec {
-        max_buffer_bytes: 1_024,
-        ..TerminalSpec::new("/bin/sh")
-    };
+    let spec = small_queue();
     let mut s = opened(&spec, now);
     for _ in 0..6 {
         Machine::handle_input(&mut s, now + ms(1), &binary(&[b'a'; 100]));
@@ -191,10 +194,7 @@ fn the_open_counts_as_the_first_pull() {
 #[test]
 fn a_consumer_waiting_in_next_is_pulling() {
     let now = t0();
-    let spec = TerminalSpec {
-        max_buffer_bytes: 1_024,
-        ..TerminalSpec::new("/bin/sh")
-    };
+    let spec = small_queue();
     let mut s = opened(&spec, now);
     let until = now + ms(1_000);
     assert!(matches!(s.next(now, until), Next::Pending(_)));
@@ -228,10 +228,7 @@ fn a_consumer_waiting_in_next_is_pulling() {
 #[test]
 fn a_consumer_entering_next_while_live_pulls_for_the_whole_call() {
     let now = t0();
-    let spec = TerminalSpec {
-        max_buffer_bytes: 1_024,
-        ..TerminalSpec::new("/bin/sh")
-    };
+    let spec = small_queue();
     let mut s = opened(&spec, now);
     assert!(Machine::poll_event(&mut s).is_none()); // a pull at `now`
     s.begin_next(now + ms(10), ms(1_000)).unwrap();
@@ -259,10 +256,7 @@ fn a_consumer_entering_next_while_live_pulls_for_the_whole_call() {
 #[test]
 fn a_consumer_away_for_99_ms_is_live_and_for_100_ms_stalled() {
     let now = t0();
-    let spec = TerminalSpec {
-        max_buffer_bytes: 1_024,
-        ..TerminalSpec::new("/bin/sh")
-    };
+    let spec = small_queue();
     let flood = |s: &mut TerminalSession, at: Instant| {
         for _ in 0..6 {
             Machine::handle_input(s, at, &binary(&[b'a'; 100]));
