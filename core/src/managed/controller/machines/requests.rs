@@ -67,7 +67,7 @@ pub(in crate::managed::controller) struct Req {
     reclaims: u32,
     /// The image-machine preflight a slot command waits for
     /// ([`Stage::SubmitInspect`]).
-    pub(super) check: Option<crate::worker::ImageCheck>,
+    check: Option<crate::worker::ImageCheck>,
 }
 
 /// What a request flow wants next.
