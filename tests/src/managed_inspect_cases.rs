@@ -2,7 +2,8 @@
 //! C14.3; issue 12) through both shells' `Runtime::machines()`, against
 //! the devworker on SQLite and PostgreSQL. An extended command (here a
 //! workdir outside `/workspace`), a background launch and a streamed
-//! extended command on an imageless retained machine are refused
+//! extended command, and a declared output outside `/workspace`, on an
+//! imageless retained machine are refused
 //! `unsupported_capability` / `needs_plain_image_machine` /
 //! `not_dispatched` before anything is stored: no record, no exec, the
 //! slot free and the machine record unchanged, so the next ordinary
@@ -11,11 +12,16 @@
 //! [`managed_inspect_suite!`](crate::managed_inspect_suite).
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
+use std::sync::Arc;
+
 use smolbox_core::exec::{Command, ExecEvent};
-use smolbox_core::managed::state::MachineRecordState as MS;
-use smolbox_core::managed::{ExecState, RecordKey};
+use smolbox_core::managed::controller::RunTarget;
+use smolbox_core::managed::spec::{GuestPathPolicy, OutputFile};
+use smolbox_core::managed::state::{MachineOperation as Op, MachineRecordState as MS};
+use smolbox_core::managed::{CommandFiles, ExecState, RecordKey, RetainedMachineSpec};
 use smolbox_core::{Category, Error, Evidence, Operation, Reason};
 use smolbox_devworker::Route;
+use smolbox_store::artifacts::MemoryArtifacts;
 
 use crate::managed::{ManagedShell, Options};
 use crate::managed_cases::{StoreKind, setup};
@@ -30,6 +36,7 @@ fn options(imageless: bool) -> Options {
         disposable: true,
         lease_ttl_ms: 2_000,
         imageless,
+        artifacts: Some(Arc::new(MemoryArtifacts::new())),
         ..Options::default()
     }
 }
@@ -58,7 +65,8 @@ fn refused(e: &Error, op: Operation) {
 
 /// An imageless retained machine refuses each gated slot command before
 /// its acceptance; the devworker saw only the inspects; then the slot
-/// takes an ordinary command.
+/// takes an ordinary command. A machine whose path policy takes `/srv`
+/// refuses an output declared there (C6.1) the same way.
 pub fn an_imageless_machine_refuses_gated_slot_commands_before_acceptance<M: ManagedShell>(
     kind: StoreKind,
 ) {
@@ -104,6 +112,51 @@ pub fn an_imageless_machine_refuses_gated_slot_commands_before_acceptance<M: Man
     assert_eq!(s.execs(), 1);
     assert_eq!(s.fixture.worker.request_count(Route::MachineGet), gets);
     slot_empty(&rt, "bare");
+    // A declared output outside `/workspace` (download of a large or
+    // out-of-root file, C6.1).
+    let t = RunTarget::unverified();
+    let wide = RetainedMachineSpec {
+        artifact: t.artifact,
+        profile: t.profile,
+        ports: Vec::new(),
+        workload: None,
+        checkpointable: false,
+        network: None,
+        guest_paths: Some(GuestPathPolicy {
+            roots: vec!["/workspace".into(), "/srv".into()],
+            workdir_roots: vec!["/workspace".into()],
+        }),
+    };
+    rt.m_create(&box_key("bare-files"), &wide).unwrap();
+    let m = rt.m_wait(&box_key("bare-files"), 30_000).unwrap();
+    rt.m_lifecycle(&box_key("bare-files"), Op::Start, m.version)
+        .unwrap();
+    let before = rt.m_wait(&box_key("bare-files"), 30_000).unwrap();
+    assert_eq!(before.state, MS::Running, "{:?}", before.last_error);
+    let files = CommandFiles {
+        inputs: Vec::new(),
+        outputs: vec![OutputFile {
+            path: "/srv/out".into(),
+            destination: "out".into(),
+            max_size: 64,
+        }],
+    };
+    let e = rt
+        .m_submit_files(
+            &box_key("bare-files"),
+            &key("x-files"),
+            &Command::new(["true"]),
+            &files,
+        )
+        .unwrap_err();
+    refused(&e, Operation::Download);
+    assert!(s.store.fetch(&key("x-files")).is_err());
+    let m = rt.m_inspect(&box_key("bare-files")).unwrap();
+    assert_eq!(
+        (m.active_execution.clone(), m.version),
+        (None, before.version)
+    );
+    assert_eq!(s.execs(), 1);
     rt.shutdown();
 }
 
