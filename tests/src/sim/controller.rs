@@ -16,8 +16,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use smolbox_core::exec::ExecOutcome;
 use smolbox_core::managed::controller::{
-    Controller, ControllerConfig, ControllerEvent, OpId, RunTarget, StoreOp, StoreReply,
-    StoreResult, Submit, WorkerEntry, WorkerOp, WorkerReply, spec_for,
+    Controller, ControllerConfig, ControllerEvent, OpId, StoreOp, StoreReply, StoreResult, Submit,
+    WorkerEntry, WorkerOp, WorkerReply, spec_for,
 };
 use smolbox_core::managed::record::{Claim, ExecResult, ExecutionRecord};
 use smolbox_core::managed::state::Cleanup;
@@ -352,7 +352,7 @@ impl Sim {
             return;
         }
         let n = rng.range(1, 4) as usize;
-        let target = RunTarget::unverified();
+        let target = catalog::command_target(catalog::SIM_ARCH);
         for i in 0..n {
             let id = format!("k{i}");
             let exit = rng.range(0, 3) as i32;

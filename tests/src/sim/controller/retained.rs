@@ -133,7 +133,7 @@ impl Sim {
     pub(super) fn retained_workload(&mut self, rng: &mut super::super::rng::Rng) {
         self.worker.stop_kills = true;
         let n = if rng.chance(300) { 2 } else { 1 };
-        let target = smolbox_core::managed::controller::RunTarget::unverified();
+        let target = super::catalog::command_target(super::catalog::SIM_ARCH);
         for m in 0..n {
             let key = testkit::key("sim", &format!("mk{m}"));
             let mut jobs = Vec::new();
@@ -268,7 +268,7 @@ impl Sim {
                 What::Create,
                 MachineRequest::Create {
                     key,
-                    spec: testkit::machine_spec(),
+                    spec: super::catalog::machine_spec(super::catalog::SIM_ARCH),
                 },
             );
             return self.caller_again(m);
