@@ -336,6 +336,9 @@ impl Sim {
             probes: probes::Probes::new(seed),
             files: files::SimFiles::new(seed, opts.inputs && super::inputs_on()),
         };
+        if opts.bug == Some(Bug::SlotFreedAfterFailedCollection) {
+            sim.store.plant_free_after_failed_collection();
+        }
         sim.workload(&mut rng);
         // One or two controllers share the store from the start.
         sim.new_host();

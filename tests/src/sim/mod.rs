@@ -169,6 +169,12 @@ pub enum Bug {
     /// exit (C13.2, C5.4: a launch never has an exit). Retained runs with
     /// background launches (on unless `SMOLBOX_SIM_LAUNCHES=0`).
     LaunchedAsExit,
+    /// The store's `finish_command` frees the slot of a holder whose
+    /// collection failed (`collection_failed` is not a confirmed finish,
+    /// C14.3: the slot is kept and the machine becomes `unknown`). Planted
+    /// in the simulated store ([`store::FaultStore::plant_free_after_failed_collection`]),
+    /// since the rule lives in the store. Retained runs only.
+    SlotFreedAfterFailedCollection,
 }
 
 impl Bug {
@@ -202,6 +208,9 @@ impl Bug {
     /// The planted bugs of the launch rule (retained runs with background
     /// launches).
     pub const LAUNCH: [Self; 1] = [Self::LaunchedAsExit];
+
+    /// The planted bugs of the store's slot rules (retained runs).
+    pub const STORE: [Self; 1] = [Self::SlotFreedAfterFailedCollection];
 
     /// Text every violation this bug causes contains (what the planted-bug
     /// test looks for, so a bug is "caught" only by its own symptom).
@@ -240,6 +249,9 @@ impl Bug {
             ],
             Self::WrongOutputDigest => &["is not what the command wrote"],
             Self::LaunchedAsExit => &["a background launch became an exit"],
+            Self::SlotFreedAfterFailedCollection => &[
+                "is collection_failed (an unknown or unconfirmed outcome keeps the slot until resolve)",
+            ],
         }
     }
 }
