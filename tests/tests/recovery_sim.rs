@@ -248,6 +248,24 @@ fn retained_machines_keep_every_rule() {
             summary.probes
         );
     }
+    // Crash points hit slot commands with files at their durable
+    // boundaries (session 9): staging, the intent (the exec in flight),
+    // collection, and ended before the slot's finish. (`ready` is hit
+    // rarely, once in the default range; a buffered slot command stays
+    // `dispatching` until its result. The kill tests cover each boundary
+    // deterministically.)
+    for probe in [
+        "crash_slot_files_preparing",
+        "crash_slot_files_dispatching",
+        "crash_slot_files_collecting",
+        "crash_slot_files_before_finish",
+    ] {
+        assert!(
+            summary.probes.get(probe).is_some_and(|n| *n > 0),
+            "{probe} never exercised: {:?}",
+            summary.probes
+        );
+    }
     // Background launches reached the worker and were stored `launched`
     // (on unless SMOLBOX_SIM_LAUNCHES=0).
     if sim::controller::launches_on() {

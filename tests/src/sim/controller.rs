@@ -574,6 +574,9 @@ impl Sim {
             self.at(until, Ev::Timer(h, until));
             self.log(format!("{} paused until {until}ms", Self::owner(h)));
         } else {
+            if self.opts.retained {
+                self.count_slot_file_crash();
+            }
             self.hosts[h].ctl = None;
             self.drop_terms(h);
             self.log(format!("{} crashes ({kind})", Self::owner(h)));
