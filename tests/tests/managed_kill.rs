@@ -865,7 +865,11 @@ fn slot_files_killed_at<M: ManagedShell>(point: KillPoint, db: &Db, dir: &std::p
         "{what}: the command holds the slot at death"
     );
 
+    // The restarted controller's artifact store holds the input too (as a
+    // durable one would): nothing but the staging rule keeps it from
+    // uploading it again.
     let artifacts = Arc::new(MemoryArtifacts::new());
+    artifacts.insert("boxes", "in", &b"in-bytes"[..]);
     let options = Options {
         artifacts: Some(Arc::clone(&artifacts)),
         ..disposable()
