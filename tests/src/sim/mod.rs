@@ -27,8 +27,11 @@
 //! The subject is `managed::controller::Controller`, hosted by
 //! [`controller`]: a simulated controller process is one `Controller`
 //! under its own owner, recovering by its own due scan. Planted bugs
-//! ([`Bug`]) live in that driver only. (The one-command `managed::run::Run`
-//! and its driver were removed with it in session 3.)
+//! ([`Bug`]) live in that driver, but for one in the core's test-only
+//! switch (`RestageResumedPreparing`) and one in the simulated store
+//! (`SlotFreedAfterFailedCollection`, [`store::FaultStore`]). (The
+//! one-command `managed::run::Run` and its driver were removed with it in
+//! session 3.)
 
 pub mod clock;
 pub mod controller;
