@@ -163,7 +163,7 @@ use self::exec::{Exec, Step};
 use self::leases::Leases;
 use self::machines::{Mach, Req};
 use super::record::{Claim, ExecResult, ExecutionRecord, MachineRecord};
-use super::spec::{Action, ArtifactRef, ExecutionSpec, ProfileRef};
+use super::spec::{Action, ExecutionSpec};
 use super::state::{ExecState, RecordEvidence};
 use super::{FingerprintKey, RecordKey, check_identifier, check_worker_id, fingerprint};
 use crate::exec::ExecOutput;
@@ -333,33 +333,6 @@ impl ControllerConfig {
             );
         }
         Ok(())
-    }
-
-    /// The worker a new disposable execution or retained machine of
-    /// `artifact` and `profile` goes to: the first configured worker that
-    /// [`WorkerEntry::can_create`] them (C12.4).
-    ///
-    /// # Errors
-    /// `unsupported_capability`: the first candidate's refusal
-    /// (`disposable_machines` when no worker has a version profile).
-    pub fn creating_worker(
-        &self,
-        artifact: &ArtifactRef,
-        profile: &ProfileRef,
-    ) -> Result<&WorkerEntry, Error> {
-        let mut first = None;
-        for w in &self.workers {
-            match w.can_create(artifact, profile) {
-                Ok(()) => return Ok(w),
-                Err(e) if w.profile.is_some() => {
-                    first.get_or_insert(e);
-                }
-                Err(_) => {}
-            }
-        }
-        Err(first.unwrap_or_else(|| {
-            Error::unsupported_capability(Operation::Submit, Reason::DisposableMachines)
-        }))
     }
 
     fn poll(&self) -> Duration {
@@ -1102,7 +1075,8 @@ impl Controller {
                 return unsupported(Reason::UnknownWorker);
             }
             None => {
-                self.cfg.creating_worker(&spec.artifact, &spec.profile)?;
+                self.cfg
+                    .accepting_worker(&spec.artifact, &spec.profile, spec.network.as_ref())?;
             }
             Some(_) => {}
         }
@@ -1111,7 +1085,10 @@ impl Controller {
             // and to the runtime's artifact store (C6.4).
             let worker = match &spec.worker_machine {
                 Some(w) => self.cfg.workers.iter().find(|x| x.id == w.worker_id),
-                None => self.cfg.creating_worker(&spec.artifact, &spec.profile).ok(),
+                None => self
+                    .cfg
+                    .accepting_worker(&spec.artifact, &spec.profile, spec.network.as_ref())
+                    .ok(),
             };
             if !self.cfg.artifacts || worker.is_none_or(|w| w.profile.is_none()) {
                 return unsupported(Reason::FileTransfer);
@@ -1153,11 +1130,9 @@ impl Controller {
         match (&rec.spec.worker_machine, &rec.assignment) {
             (Some(w), _) => configured(&w.worker_id, false),
             (None, Some(a)) => configured(&a.worker_id, true),
-            // Unassigned: a worker that may create it (its catalog, C12.4).
-            (None, None) => self
-                .cfg
-                .creating_worker(&rec.spec.artifact, &rec.spec.profile)
-                .is_ok(),
+            // Unassigned: a worker that may create it (its catalog, C12.4),
+            // else to expire it once its queue deadline passed.
+            (None, None) => self.creating_or_lapsed(rec),
         }
     }
 

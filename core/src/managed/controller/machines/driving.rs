@@ -46,7 +46,7 @@ impl crate::managed::controller::Controller {
                 // C12.4: a worker whose catalog holds the exact artifact
                 // and profile revision, before anything is stored.
                 self.cfg
-                    .creating_worker(&spec.artifact, &spec.profile)
+                    .accepting_worker(&spec.artifact, &spec.profile, spec.network.as_ref())
                     .map_err(|e| e.with_operation(Operation::Create))?;
                 let fp =
                     crate::managed::fingerprint::machine_fingerprint(&self.fingerprint_key, spec);
