@@ -4,7 +4,7 @@
 use super::ControllerConfig;
 use crate::managed::catalog::Catalog;
 use crate::managed::record::Resources;
-use crate::managed::spec::{ArtifactRef, ProfileNetwork, ProfileRef};
+use crate::managed::spec::{ArtifactKind, ArtifactRef, ProfileNetwork, ProfileRef};
 use crate::worker::{Cidr, Feature, Hostname, MachineSpec, NetworkPolicy, Profile, Source};
 use crate::{Error, Operation, Reason};
 
@@ -68,13 +68,16 @@ impl WorkerEntry {
     /// workload none. With a catalog: from the catalog's path of the image
     /// artifact (so the source follows the spec, and thus its
     /// fingerprint), sized by the catalog's revision (CPUs, memory, and
-    /// storage and overlay at least the floor's). Without one (a
-    /// development entry): the worker's default sizes, from
+    /// storage and overlay at least the floor's); a checkpoint artifact,
+    /// whose approval carries no path, from [`Self::machine_source`].
+    /// Without one (a development entry): the worker's default sizes, from
     /// [`Self::machine_source`]. The spec's network policy either way.
     ///
     /// # Errors
-    /// `validation` (operation `machine_spec`, not dispatched) for a
-    /// network policy the worker spec refuses (C9.1).
+    /// `validation` (operation `machine_spec`) for a network policy the
+    /// worker spec refuses (C9.1); `unsupported_capability` (operation
+    /// `create`) when the catalog no longer holds the image or revision.
+    /// Both not dispatched.
     pub(crate) fn create_spec(
         &self,
         artifact: &ArtifactRef,
@@ -83,26 +86,29 @@ impl WorkerEntry {
     ) -> Result<MachineSpec, Error> {
         let mut spec = MachineSpec {
             network: network_policy(network)?,
+            source: self.machine_source.clone().unwrap_or(Source::Bare),
             ..MachineSpec::default()
         };
-        let from_entry = self.machine_source.clone();
         let Some(c) = &self.catalog else {
-            spec.source = from_entry.unwrap_or(Source::Bare);
             return Ok(spec);
         };
-        if let Some(rev) = c.revision(profile) {
-            let (storage_gb, overlay_gb) = c.floor.disks(rev);
-            spec.cpus = u8::try_from(rev.cpus).unwrap_or(u8::MAX);
-            spec.memory_mb = rev.memory_mb;
-            spec.storage_gb = storage_gb;
-            spec.overlay_gb = overlay_gb;
+        let no = |reason| Error::unsupported_capability(Operation::Create, reason);
+        let rev = c
+            .revision(profile)
+            .ok_or_else(|| no(Reason::ProfileNotInCatalog))?;
+        let (storage_gb, overlay_gb) = c.floor.disks(rev);
+        spec.cpus = u8::try_from(rev.cpus).unwrap_or(u8::MAX);
+        spec.memory_mb = rev.memory_mb;
+        spec.storage_gb = storage_gb;
+        spec.overlay_gb = overlay_gb;
+        if artifact.kind == ArtifactKind::Image {
+            let image = c
+                .image(artifact)
+                .ok_or_else(|| no(Reason::ArtifactNotInCatalog))?;
+            spec.source = Source::Image {
+                path: image.path.clone(),
+            };
         }
-        spec.source = match c.image(artifact) {
-            Some(i) => Source::Image {
-                path: i.path.clone(),
-            },
-            None => from_entry.unwrap_or(Source::Bare),
-        };
         Ok(spec)
     }
 

@@ -525,3 +525,29 @@ fn a_background_command_on_a_catalogued_worker_is_unsupported() {
     c.timeout_s = None;
     assert_eq!(refused(&mut s, spec).reason(), Reason::Background);
 }
+
+#[test]
+fn a_create_spec_needs_the_image_and_revision_still_in_the_catalog() {
+    // Reached only if a catalog lost the spec between reservation and
+    // create: refused (not dispatched), never created from another source.
+    let t = RunTarget::unverified();
+    let entry = |cat: Catalog| WorkerEntry::new("w").with_catalog(cat);
+    let ok = entry(catalog()).create_spec(&t.artifact, &t.profile, None);
+    assert!(ok.is_ok(), "{ok:?}");
+    let mut lacking = catalog();
+    lacking.images[0].sha256 = "1".repeat(64);
+    let e = entry(lacking)
+        .create_spec(&t.artifact, &t.profile, None)
+        .unwrap_err();
+    assert_eq!(e.reason(), Reason::ArtifactNotInCatalog);
+    assert_eq!(e.evidence(), Evidence::NotDispatched);
+    let mut lacking = catalog();
+    lacking.profiles[0].per_file_max += 1;
+    let e = entry(lacking)
+        .create_spec(&t.artifact, &t.profile, None)
+        .unwrap_err();
+    assert_eq!(e.reason(), Reason::ProfileNotInCatalog);
+    // A development entry creates from its source at the default size.
+    let dev = WorkerEntry::new("w").create_spec(&t.artifact, &t.profile, None);
+    assert_eq!(dev.unwrap(), crate::worker::MachineSpec::default());
+}
