@@ -225,6 +225,12 @@ fn a_stored_record_no_catalog_holds_expires_at_its_queue_deadline_unsent() {
         Some("queue_deadline")
     );
     assert!(s.worker.is_empty(), "nothing sent: {:?}", s.worker);
+    let f = s.finished(&key).expect("its execution ended here");
+    assert!(!f.dispatched);
+    assert_eq!(
+        f.error.as_ref().map(Error::category),
+        Some(Category::Expired)
+    );
     assert!(
         !s.store_log.iter().any(|op| op.name() == "reserve"),
         "{:?}",
@@ -246,7 +252,9 @@ fn a_cancelled_record_no_catalog_holds_ends_cancelled_without_waiting() {
     let rec = s.record(&key);
     assert_eq!(rec.state, ExecState::Cancelled);
     assert_eq!(rec.evidence, RecordEvidence::NotDispatched);
+    assert_eq!(rec.next_due_at_ms, None);
     assert!(s.worker.is_empty(), "nothing sent: {:?}", s.worker);
+    assert!(s.finished(&key).is_some_and(|f| !f.dispatched));
 }
 
 fn allowlist() -> Option<ProfileNetwork> {
