@@ -141,6 +141,7 @@ mod leases;
 pub mod machines;
 pub mod ops;
 pub mod release;
+mod resolve;
 mod target;
 mod telemetry;
 pub mod terminal;
@@ -552,6 +553,8 @@ enum Purpose {
     MachineScan,
     /// A claim release at shutdown.
     Release(Claimed),
+    /// A submission this configuration refuses, looked up (AC-12.5.2).
+    Resolve(Box<resolve::Refused>),
 }
 
 /// The managed controller (see the module docs for inputs, outputs and
@@ -729,10 +732,12 @@ impl Controller {
     /// stored), fingerprints it and asks the store to accept it. The answer
     /// is [`ControllerEvent::Accepted`] (also for a duplicate, `existing: true`) or
     /// [`ControllerEvent::Refused`]. A duplicate of an execution driven here joins it.
+    /// A refusal of this configuration's workers and catalogs comes as
+    /// `Refused` after a store read, unless the key is stored (AC-12.5.2).
     ///
     /// # Errors
     /// `validation` for a bad key, spec or time; `unsupported_capability`
-    /// for what this controller cannot run; `admission_exhausted` after
+    /// for what this controller cannot run (but see above); `admission_exhausted` after
     /// [`Controller::shutdown`]. Nothing is stored on error.
     pub fn submit(&mut self, now: Instant, now_ms: u64, submit: Submit) -> Result<(), Error> {
         let _ = now;
@@ -751,7 +756,9 @@ impl Controller {
             .spec
             .validate()
             .map_err(|e| e.with_operation(Operation::Submit))?;
-        self.check_catalog(&submit.spec)?;
+        if let Err(e) = self.check_catalog(&submit.spec) {
+            return self.resolve_refused(submit, e);
+        }
         command_of(&submit.spec)?.validate()?;
         let fp = self.fingerprint(&submit.spec);
         let mut record =
@@ -926,6 +933,7 @@ impl Controller {
             Purpose::Adopt(rec) => self.on_adopt(now, *rec, result),
             Purpose::MachineScan => self.on_machine_scan(now, result),
             Purpose::Release(what) => self.on_released(&what),
+            Purpose::Resolve(r) => self.on_resolved(*r, result),
         }
         self.pump(now);
     }

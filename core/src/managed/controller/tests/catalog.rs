@@ -36,25 +36,43 @@ fn with_catalog(catalog: Catalog) -> ControllerConfig {
 }
 
 fn refused(s: &mut Sim, spec: ExecutionSpec) -> Error {
-    // The start-up scan first; then the submit must add no store op.
+    // The start-up scan first; then the submit must store nothing.
     s.settle();
     s.store_log.clear();
     let key = RecordKey::new("s", "refused").unwrap();
-    let e = s
-        .ctl
-        .submit(s.now, s.now_ms, Submit { key, spec })
-        .unwrap_err();
-    s.settle();
+    let e = refusal(s, key, spec);
     assert_eq!(e.category(), Category::UnsupportedCapability, "{e:?}");
     assert_eq!(e.evidence(), Evidence::NotDispatched);
     assert!(
-        s.store_log.iter().all(|op| op.name().starts_with("due")),
+        s.store_log
+            .iter()
+            .all(|op| op.name().starts_with("due") || op.name() == "fetch"),
         "nothing stored: {:?}",
         s.store_log
     );
     assert!(s.store.records.is_empty());
     assert!(s.worker.is_empty(), "nothing sent");
     e
+}
+
+/// The refusal of a submission: returned at once, or (a refusal of the
+/// configuration, AC-12.5.2) as the `Refused` notice after the store read.
+pub(super) fn refusal(s: &mut Sim, key: RecordKey, spec: ExecutionSpec) -> Error {
+    let submit = Submit {
+        key: key.clone(),
+        spec,
+    };
+    if let Err(e) = s.ctl.submit(s.now, s.now_ms, submit) {
+        return e;
+    }
+    s.settle();
+    s.events
+        .iter()
+        .find_map(|e| match e {
+            ControllerEvent::Refused { key: k, error } if *k == key => Some(error.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no refusal: {:?}", s.events))
 }
 
 fn disposable_spec() -> ExecutionSpec {
@@ -563,4 +581,99 @@ fn a_create_spec_needs_the_image_and_revision_still_in_the_catalog() {
     // A development entry creates from its source at the default size.
     let dev = WorkerEntry::new("w").create_spec(&t.artifact, &t.profile, None);
     assert_eq!(dev.unwrap(), crate::worker::MachineSpec::default());
+}
+
+/// AC-12.5.2: the accepted event of `key`, if any.
+fn accepted_event(s: &Sim, key: &RecordKey) -> Option<(bool, ExecutionRecord)> {
+    s.events.iter().find_map(|e| match e {
+        ControllerEvent::Accepted {
+            key: k,
+            existing,
+            record,
+        } if k == key => Some((*existing, (**record).clone())),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_duplicate_resolves_after_the_catalog_no_longer_holds_its_spec() {
+    let mut s = Sim::new(with_catalog(catalog()));
+    let (key, rec) = stored_elsewhere(&mut s, 60_000);
+    s.settle();
+    s.store_log.clear();
+    let spec = rec.spec.clone();
+    s.ctl
+        .submit(
+            s.now,
+            s.now_ms,
+            Submit {
+                key: key.clone(),
+                spec,
+            },
+        )
+        .unwrap();
+    s.settle();
+    let (existing, got) = accepted_event(&s, &key).expect("resolved as a duplicate");
+    assert!(existing);
+    assert_eq!(got, rec);
+    assert_eq!(s.record(&key), &rec, "nothing written");
+    assert!(
+        s.store_log
+            .iter()
+            .all(|op| op.name().starts_with("due") || op.name() == "fetch"),
+        "{:?}",
+        s.store_log
+    );
+    assert!(s.worker.is_empty());
+    // A changed spec under the same key conflicts.
+    let mut other = rec.spec.clone();
+    other.queue_budget_ms += 1;
+    let e = refusal(&mut s, key, other);
+    assert_eq!(e.category(), Category::IdentityConflict);
+    assert_eq!(e.evidence(), Evidence::NotDispatched);
+}
+
+#[test]
+fn a_duplicate_resolves_on_a_draining_worker_and_a_new_key_is_refused() {
+    // Accepted while the worker took new work; it now drains.
+    let mut s = Sim::new(with_catalog(catalog()));
+    let key = s.submit_disposable("before", &cmd());
+    s.settle();
+    let rec = s.record(&key).clone();
+    let mut d = Sim::new(with_catalog(catalog().draining(true)));
+    d.store.records.insert(key.clone(), rec.clone());
+    d.settle();
+    d.ctl
+        .submit(
+            d.now,
+            d.now_ms,
+            Submit {
+                key: key.clone(),
+                spec: rec.spec.clone(),
+            },
+        )
+        .unwrap();
+    d.settle();
+    assert!(accepted_event(&d, &key).is_some_and(|(existing, _)| existing));
+    let e = refusal(
+        &mut d,
+        RecordKey::new("s", "new").unwrap(),
+        rec.spec.clone(),
+    );
+    assert_eq!(e.reason(), Reason::WorkerDraining);
+    assert!(
+        !d.store
+            .records
+            .contains_key(&RecordKey::new("s", "new").unwrap())
+    );
+}
+
+#[test]
+fn a_store_failure_while_resolving_a_refusal_is_not_read_as_absence() {
+    let mut s = Sim::new(with_catalog(catalog().draining(true)));
+    s.settle();
+    s.store.fail_next = 1;
+    let e = refusal(&mut s, RecordKey::new("s", "x").unwrap(), disposable_spec());
+    assert_eq!(e.category(), Category::Store, "{e:?}");
+    assert!(s.store.records.is_empty());
 }
