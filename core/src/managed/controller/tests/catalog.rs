@@ -69,7 +69,7 @@ pub(super) fn refusal(s: &mut Sim, key: RecordKey, spec: ExecutionSpec) -> Error
     s.events
         .iter()
         .find_map(|e| match e {
-            ControllerEvent::Refused { key: k, error } if *k == key => Some(error.clone()),
+            ControllerEvent::Refused { key: k, error } if *k == key => Some(*error),
             _ => None,
         })
         .unwrap_or_else(|| panic!("no refusal: {:?}", s.events))
