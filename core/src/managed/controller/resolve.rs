@@ -22,7 +22,7 @@ pub(super) struct Refused {
 
 /// True for the refusals that depend only on which workers, versions and
 /// catalogs are configured (C12.4): a stored duplicate resolves past them.
-fn configuration_refusal(e: &Error) -> bool {
+pub(super) fn configuration_refusal(e: &Error) -> bool {
     e.category() == Category::UnsupportedCapability
         && matches!(
             e.reason(),
@@ -100,5 +100,33 @@ impl Controller {
             },
         };
         self.notices.push_back(notice);
+    }
+}
+
+/// The store's answer for a retained machine's create this configuration
+/// refused: the stored machine when its fingerprint is the spec's.
+///
+/// # Errors
+/// `identity_conflict` when another spec holds the key; `refusal` when
+/// nothing is stored; the store's error when it could not answer.
+pub(super) fn stored_machine(
+    key: &RecordKey,
+    fingerprint: &str,
+    refusal: Error,
+    result: StoreResult,
+) -> Result<crate::managed::MachineRecord, Error> {
+    match result {
+        Ok(StoreReply::Machine(m)) if m.key == *key && m.fingerprint == fingerprint => Ok(m),
+        Ok(StoreReply::Machine(m)) if m.key == *key => Err(Error::identity_conflict(
+            Operation::Create,
+            Evidence::NotDispatched,
+            Reason::FingerprintDiffers,
+        )),
+        Err(e) if e.category() == Category::NotFound => Err(refusal),
+        Err(e) => Err(e),
+        Ok(_) => Err(Error::protocol(
+            Operation::StoreFetch,
+            Reason::UnexpectedReply,
+        )),
     }
 }

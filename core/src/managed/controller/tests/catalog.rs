@@ -155,22 +155,23 @@ fn a_retained_machine_outside_the_catalog_is_refused_before_anything_is_stored()
     let mut s = Sim::new(with_catalog(cat));
     s.settle();
     s.store_log.clear();
+    // Answered after one read of the key (AC-12.5.2), nothing stored.
     let e = s
-        .ctl
-        .machine(
-            s.now,
-            s.now_ms,
-            MachineRequest::Create {
-                key: mkey(),
-                spec: mspec(),
-            },
-        )
+        .request(MachineRequest::Create {
+            key: mkey(),
+            spec: mspec(),
+        })
         .unwrap_err();
-    s.settle();
     assert_eq!(e.category(), Category::UnsupportedCapability);
     assert_eq!(e.evidence(), Evidence::NotDispatched);
     assert_eq!(e.reason(), Reason::ArtifactNotInCatalog);
-    assert!(s.store_log.iter().all(|op| op.name().starts_with("due")));
+    assert!(
+        s.store_log
+            .iter()
+            .all(|op| op.name().starts_with("due") || op.name() == "fetch_machine"),
+        "{:?}",
+        s.store_log
+    );
     assert!(s.store.machines.is_empty());
     assert!(s.worker.is_empty());
     // With the artifact in the catalog the same request is accepted.
@@ -338,14 +339,8 @@ fn a_retained_machine_with_an_allowlist_on_a_version_without_it_is_refused() {
     let mut spec = mspec();
     spec.network = allowlist();
     let e = s
-        .ctl
-        .machine(
-            s.now,
-            s.now_ms,
-            MachineRequest::Create { key: mkey(), spec },
-        )
+        .request(MachineRequest::Create { key: mkey(), spec })
         .unwrap_err();
-    s.settle();
     assert_eq!(e.category(), Category::UnsupportedCapability);
     assert_eq!(e.evidence(), Evidence::NotDispatched);
     assert_eq!(e.reason(), Reason::NetworkPolicyNotInVersion);
@@ -676,4 +671,46 @@ fn a_store_failure_while_resolving_a_refusal_is_not_read_as_absence() {
     let e = refusal(&mut s, RecordKey::new("s", "x").unwrap(), disposable_spec());
     assert_eq!(e.category(), Category::Store, "{e:?}");
     assert!(s.store.records.is_empty());
+}
+
+#[test]
+fn a_retained_machine_duplicate_resolves_after_the_catalog_no_longer_holds_it() {
+    // Created under a catalog holding its artifact; the next configuration
+    // lacks it.
+    let mut s = Sim::new(with_catalog(catalog()));
+    s.request(MachineRequest::Create {
+        key: mkey(),
+        spec: mspec(),
+    })
+    .unwrap();
+    let stored = s.store.machines[&mkey()].clone();
+    let mut lacking = catalog();
+    lacking.images[0].id = "alpine".to_owned();
+    let mut d = Sim::new(with_catalog(lacking));
+    d.store.machines.insert(mkey(), stored.clone());
+    d.settle();
+    let answer = d
+        .request(MachineRequest::Create {
+            key: mkey(),
+            spec: mspec(),
+        })
+        .unwrap();
+    let MachineAnswer::Machine { record, existing } = answer else {
+        panic!("{answer:?}")
+    };
+    assert!(existing);
+    assert_eq!(record.key, mkey());
+    assert_eq!(record.fingerprint, stored.fingerprint);
+    assert!(d.worker.is_empty(), "{:?}", d.worker);
+    // Another spec under the key conflicts.
+    let mut other = mspec();
+    other.checkpointable = true;
+    let e = d
+        .request(MachineRequest::Create {
+            key: mkey(),
+            spec: other,
+        })
+        .unwrap_err();
+    assert_eq!(e.category(), Category::IdentityConflict);
+    assert_eq!(e.evidence(), Evidence::NotDispatched);
 }
