@@ -82,6 +82,7 @@ macro_rules! conformance_tests {
             submit_accepts_and_takes_the_slot_in_one_transaction,
             submit_race_has_one_winner,
             finish_command_sets_cleanup_with_the_slot,
+            finish_command_keeps_the_slot_of_every_unconfirmed_holder,
             machine_pending_limit_at_n_and_n_plus_one,
             resolve_stopped_clears_the_slot_and_keeps_unknown,
             resolve_deleted_releases_capacity_and_ports,

@@ -49,6 +49,7 @@ use crate::managed::record::Claim;
 
 mod api;
 mod driving;
+pub(in crate::managed::controller) mod preinspect;
 mod requests;
 pub use api::{MachineAnswer, MachineDone, MachineRequest, RequestId, Resolution};
 pub(super) use requests::Req;
