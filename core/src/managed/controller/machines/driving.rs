@@ -37,25 +37,38 @@ impl crate::managed::controller::Controller {
                 Reason::RetainedMachines,
             ));
         }
+        let mut refused = None;
         let req_op = match &request {
             MachineRequest::Create { key, spec } => {
                 key.validate()
                     .map_err(|e| e.with_operation(Operation::Create))?;
                 spec.validate()
                     .map_err(|e| e.with_operation(Operation::Create))?;
-                // C12.4: a worker whose catalog holds the exact artifact
-                // and profile revision, before anything is stored.
-                self.cfg
-                    .creating_worker(&spec.artifact, &spec.profile)
-                    .map_err(|e| e.with_operation(Operation::Create))?;
                 let fp =
                     crate::managed::fingerprint::machine_fingerprint(&self.fingerprint_key, spec);
-                let rec = MachineRecord::accepted(key.clone(), fp, spec.clone(), self.now_ms)
-                    .map_err(|e| e.with_operation(Operation::Create))?;
-                Some(StoreOp::AcceptMachine {
-                    record: Box::new(rec),
-                    max_pending: self.cfg.max_pending,
-                })
+                // C12.4: a worker whose catalog holds the exact artifact
+                // and profile revision, before anything is stored; past a
+                // refusal of this configuration, a stored duplicate still
+                // resolves (AC-12.5.2): the key is read, nothing stored.
+                let worker =
+                    self.cfg
+                        .accepting_worker(&spec.artifact, &spec.profile, spec.network.as_ref());
+                match worker {
+                    Ok(_) => {
+                        let rec =
+                            MachineRecord::accepted(key.clone(), fp, spec.clone(), self.now_ms)
+                                .map_err(|e| e.with_operation(Operation::Create))?;
+                        Some(StoreOp::AcceptMachine {
+                            record: Box::new(rec),
+                            max_pending: self.cfg.max_pending,
+                        })
+                    }
+                    Err(e) if crate::managed::controller::resolve::configuration_refusal(&e) => {
+                        refused = Some((fp, e.with_operation(Operation::Create)));
+                        Some(StoreOp::FetchMachine { key: key.clone() })
+                    }
+                    Err(e) => return Err(e.with_operation(Operation::Create)),
+                }
             }
             MachineRequest::Lifecycle { key, action, .. } => {
                 key.validate()?;
@@ -120,7 +133,8 @@ impl crate::managed::controller::Controller {
         };
         let id = RequestId(self.next_req);
         self.next_req += 1;
-        let req = Req::new(id, request);
+        let mut req = Req::new(id, request);
+        req.refused = refused;
         let op = match req_op {
             Some(op) => op,
             None => match req.initial_op(self.now_ms) {

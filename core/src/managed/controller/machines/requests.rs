@@ -65,6 +65,9 @@ pub(in crate::managed::controller) struct Req {
     write: Option<(Stage, StoreOp)>,
     refences: u32,
     reclaims: u32,
+    /// A create this configuration refuses, with its spec's fingerprint:
+    /// the store's answer for the key resolves it (AC-12.5.2).
+    pub(super) refused: Option<(String, Error)>,
     /// The image-machine preflight a slot command waits for
     /// ([`Stage::SubmitInspect`]).
     check: Option<crate::worker::ImageCheck>,
@@ -95,6 +98,7 @@ impl Req {
             write: None,
             refences: 0,
             reclaims: 0,
+            refused: None,
             check: None,
         }
     }
@@ -184,6 +188,21 @@ impl Req {
         now_ms: u64,
         result: StoreResult,
     ) -> RStep {
+        if let Some((fingerprint, refusal)) = self.refused.take() {
+            let key = self.key().clone();
+            return RStep::Done(
+                crate::managed::controller::resolve::stored_machine(
+                    &key,
+                    &fingerprint,
+                    refusal,
+                    result,
+                )
+                .map(|record| MachineAnswer::Machine {
+                    record: Box::new(record),
+                    existing: true,
+                }),
+            );
+        }
         let step = self.stored(cfg, now_ms, result);
         self.track(step)
     }
