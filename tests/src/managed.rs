@@ -619,6 +619,7 @@ macro_rules! managed_suite {
             sentinels_never_reach_the_database_files,
             a_disposable_machine_is_created_used_deleted_and_released,
             a_spec_outside_the_workers_catalog_is_refused_before_anything_is_stored,
+            a_create_the_worker_refuses_fails_and_releases_the_reservation,
             two_runtimes_on_one_store_dispatch_each_command_once,
         );
     };

@@ -627,36 +627,15 @@ pub fn a_disposable_machine_is_created_used_deleted_and_released<M: ManagedShell
 pub fn a_spec_outside_the_workers_catalog_is_refused_before_anything_is_stored<M: ManagedShell>(
     kind: StoreKind,
 ) {
-    use smolbox_core::managed::catalog::{Architecture, Catalog, Floor, Platform, ProfileRevision};
     let Some(s) = setup(kind) else { return };
     let cmd = Command::new(["sh", "-c", "echo in-vm; exit 5"]);
     let mut sub = submit_of("cat", &cmd);
     sub.spec.worker_machine = None;
-    let floor = Floor {
-        storage_gb: 1,
-        overlay_gb: 1,
-        host_overhead_mb: 128,
-    };
-    let mut revision = ProfileRevision::new(&sub.spec.profile.id);
-    revision.budgets = sub.spec.profile.budgets;
-    revision.per_file_max = sub.spec.profile.per_file_max;
-    // The devworker reports 1.22.0: Linux x86_64 or macOS aarch64 (C12.2).
-    let platform = if cfg!(target_arch = "aarch64") {
-        Platform::Macos
-    } else {
-        Platform::Linux
-    };
     // The machine is created from the catalog's image path (C12.2), which
     // the worker requires to exist on its host (the devworker runs here).
     let image = s.dir.path().join("a.smolmachine");
     std::fs::write(&image, b"").unwrap();
-    let holding = Catalog::new(platform, Architecture::host(), floor)
-        .with_image(
-            &sub.spec.artifact.id,
-            &sub.spec.artifact.sha256,
-            image.to_str().unwrap(),
-        )
-        .with_profile(revision);
+    let holding = catalog_holding(&sub, &image);
     let mut lacking = holding.clone();
     lacking.images[0].sha256 = "1".repeat(64);
     let (creates, execs) = (
@@ -691,6 +670,73 @@ pub fn a_spec_outside_the_workers_catalog_is_refused_before_anything_is_stored<M
     let k = rt.submit(sub).unwrap().key;
     let out = rt.wait(&k, 30_000).unwrap();
     assert_eq!(out.exit_code(), Some(5), "{:?}", out.error);
+    rt.shutdown();
+}
+
+/// A catalog (C12.2) holding exactly `sub`'s artifact, at `image`, and its
+/// profile revision, for the platform the devworker reports (1.22.0: Linux
+/// x86_64 or macOS aarch64).
+fn catalog_holding(sub: &Submit, image: &Path) -> smolbox_core::managed::catalog::Catalog {
+    use smolbox_core::managed::catalog::{Architecture, Catalog, Floor, Platform, ProfileRevision};
+    let floor = Floor {
+        storage_gb: 1,
+        overlay_gb: 1,
+        host_overhead_mb: 128,
+    };
+    let mut revision = ProfileRevision::new(&sub.spec.profile.id);
+    revision.budgets = sub.spec.profile.budgets;
+    revision.per_file_max = sub.spec.profile.per_file_max;
+    let platform = if cfg!(target_arch = "aarch64") {
+        Platform::Macos
+    } else {
+        Platform::Linux
+    };
+    Catalog::new(platform, Architecture::host(), floor)
+        .with_image(
+            &sub.spec.artifact.id,
+            &sub.spec.artifact.sha256,
+            image.to_str().unwrap(),
+        )
+        .with_profile(revision)
+}
+
+/// A create the worker refuses with its error envelope (400 `BAD_REQUEST`
+/// "sidecar file not found", worker-api.md §5.1 / TV8: the catalog's image
+/// path does not exist on the worker host) made nothing: the record fails
+/// with absence recorded, cleanup `complete`, the reservation released
+/// with no operator, and the create is sent once, never again.
+pub fn a_create_the_worker_refuses_fails_and_releases_the_reservation<M: ManagedShell>(
+    kind: StoreKind,
+) {
+    let Some(s) = setup(kind) else { return };
+    let cmd = Command::new(["echo", "never"]);
+    let mut sub = submit_of("refused", &cmd);
+    sub.spec.worker_machine = None;
+    let image = s.dir.path().join("missing.smolmachine");
+    let w = &s.fixture.worker;
+    let (creates, execs) = (w.request_count(Route::MachinesCreate), s.execs());
+    let rt: M = s.runtime(&Options {
+        disposable: true,
+        catalog: Some(catalog_holding(&sub, &image)),
+        ..Options::default()
+    });
+    let k = rt.submit(sub).unwrap().key;
+    let out = rt.wait(&k, 30_000).unwrap();
+    assert_eq!(out.record.state, ExecState::Failed, "{:?}", out.error);
+    assert_eq!(out.record.evidence, RecordEvidence::NotDispatched);
+    let e = out.error.unwrap();
+    assert_eq!(e.operation(), smolbox_core::Operation::Create, "{e:?}");
+    assert_eq!(e.reason(), smolbox_core::Reason::WorkerBadRequest, "{e:?}");
+    let rec = eventually(&rt, &k, |r| r.reservation.is_none());
+    assert!(rec.absence_at_ms.is_some(), "{rec:?}");
+    assert_eq!(rec.cleanup, smolbox_core::managed::Cleanup::Complete);
+    assert_eq!(rec.next_due_at_ms, None, "nothing left to do");
+    let last = rec.last_error.unwrap();
+    assert_eq!(last.reason, "worker_bad_request");
+    // Sent once (not due any more, so no scan sends it again).
+    assert_eq!(w.request_count(Route::MachinesCreate), creates + 1);
+    assert_eq!(w.request_count(Route::MachineDelete), 0);
+    assert_eq!(s.execs(), execs, "nothing run");
     rt.shutdown();
 }
 

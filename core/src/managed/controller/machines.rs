@@ -525,7 +525,8 @@ impl Mach {
         self.guarded(cfg, now, now_ms, p)
     }
 
-    /// A create that never left the process: no machine, absence known.
+    /// A create that never left the process, or that the worker's create
+    /// handler refused (`Create::refused`): no machine, absence known.
     fn create_not_sent(
         &mut self,
         cfg: &ControllerConfig,
@@ -822,7 +823,12 @@ impl Mach {
                         };
                         self.settle(cfg, now, now_ms, to, extra)
                     }
-                    Some((WKind::Create, Err(e))) if e.evidence() == Evidence::NotDispatched => {
+                    // Never sent, or refused by the worker's create handler
+                    // (a 400 envelope): this machine's one create made nothing.
+                    Some((WKind::Create, Err(e)))
+                        if e.evidence() == Evidence::NotDispatched
+                            || crate::worker::Create::refused(&e) =>
+                    {
                         self.create_not_sent(cfg, now, now_ms, &e)
                     }
                     Some((_, r)) => {

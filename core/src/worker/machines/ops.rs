@@ -56,6 +56,28 @@ impl Create {
     pub const fn spec(&self) -> &MachineSpec {
         &self.spec
     }
+
+    /// Whether `e`, the error of a create, is the worker's create handler
+    /// refusing the request: status 400 with the JSON error envelope
+    /// `{"error", "code": "BAD_REQUEST"}` (worker-api.md §2.1, §5.1, TV8:
+    /// names, sizes, ports, CIDRs, a missing `.smolmachine` sidecar, …).
+    /// The handler validates before it makes anything, so that request
+    /// created no machine. The error itself keeps `protocol` /
+    /// `dispatch_uncertain` (C1.2: the request reached the worker); what
+    /// the refusal proves about the machine is the caller's to decide (the
+    /// managed controller sends each create once; docs/decisions/runtime.md,
+    /// "A create the worker refuses (session 9, issue 12)").
+    ///
+    /// Not a refusal: any other status (a 409 says the name is taken, a
+    /// 5xx or 408 may have acted), a framework rejection (`text/plain`), an
+    /// empty or malformed body, another envelope code, or a reply that
+    /// does not match the request.
+    pub fn refused(e: &Error) -> bool {
+        e.operation() == Operation::Create
+            && e.category() == crate::Category::Protocol
+            && e.status() == Some(400)
+            && e.reason() == Reason::WorkerBadRequest
+    }
 }
 
 impl WorkerCall for Create {

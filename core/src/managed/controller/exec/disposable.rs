@@ -167,7 +167,12 @@ impl Exec {
                     };
                     return self.guarded(cfg, now, now_ms, Kind::Write, patch);
                 }
-                Some((MKind::Create, Err(e))) if e.evidence() == Evidence::NotDispatched => {
+                // Never sent, or refused by the worker's create handler (a
+                // 400 envelope): the one create of this record made nothing.
+                Some((MKind::Create, Err(e)))
+                    if e.evidence() == Evidence::NotDispatched
+                        || crate::worker::Create::refused(&e) =>
+                {
                     return self.not_created(cfg, now, now_ms, e);
                 }
                 Some((_, r)) if self.machine.create_sent => {
@@ -297,8 +302,10 @@ impl Exec {
     }
 
     /// A create that never left the process (refused before sending, or
-    /// its spec refused here): no machine, so absence is known and the
-    /// record fails with the reservation released afterwards.
+    /// its spec refused here) or that the worker's create handler refused
+    /// (`Create::refused`; this record's only create, never resent): no
+    /// machine, so absence is known and the record fails with the
+    /// reservation released afterwards.
     fn not_created(&mut self, cfg: &ControllerConfig, now: Instant, now_ms: u64, e: Error) -> Step {
         let patch = ExecPatch {
             state: Some(ExecState::Failed),

@@ -378,3 +378,5 @@ fn a_wall_clock_step_backwards_does_not_extend_the_worker_lease() {
     s.settle();
     assert!(s.record(&key).creation.is_some());
 }
+
+mod refused_create;
