@@ -460,6 +460,8 @@ fn run_recorded(
     let out = crate::records::run_recorded(b, opened, worker_id, submit, None)?;
     if let Some(output) = &out.output {
         print_output(output, json)?;
+    } else if let Some(code) = crate::records::output_over_allowance(&out, json) {
+        return Ok(code);
     } else if out.record.state.ends_wait() {
         report::note(&format!(
             "execution {} ended as {} before this process observed it: its output is not \

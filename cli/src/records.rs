@@ -293,6 +293,19 @@ pub(crate) fn settle_cleanup(
         if !is_disposable(&rec) || rec.reservation.is_none() {
             return Ok(rec);
         }
+        // Not due again within this wait: an `unknown` outcome's machine is
+        // stopped and kept, disks and all, for the retention (C17.2), and
+        // no controller acts on it before then.
+        if let Some(due) = rec.next_due_at_ms.filter(|d| *d > wall_ms() + CLEANUP_MS) {
+            report::note(&format!(
+                "the machine of execution {} is kept for its retention (an uncertain \
+                 outcome's machine keeps its disks) and is due again in {} s; \
+                 `smolbox recover` after that deletes it",
+                key.id,
+                (due - wall_ms()) / 1_000
+            ));
+            return Ok(rec);
+        }
         if Instant::now() >= deadline {
             report::note(&format!(
                 "the machine of execution {} is not cleaned up yet (cleanup {}); \
@@ -1000,9 +1013,37 @@ pub(crate) const MAX_WAIT_MS: u64 = 900_000;
 /// How long `cancel` and `recover` watch the records they moved settle.
 const SETTLE_MS: u64 = 60_000;
 
+/// A confirmed exit whose output went over the allowance (AC-5.2.1: the
+/// exec's `output_limit`, evidence `exited`, kept as the outcome's error
+/// while the record completes with the exit): the error is printed as any
+/// failure is (stderr, `--json` too), and the exit code is the guest's own,
+/// or the output limit's (7) when the guest exited 0, as for an output
+/// file over its maximum (docs/decisions/cli.md). `None` for any other
+/// outcome.
+pub(crate) fn output_over_allowance(out: &Outcome, json: bool) -> Option<i32> {
+    let e = out.error.filter(|e| {
+        out.output.is_none()
+            && e.category() == Category::OutputLimit
+            && e.evidence() == Evidence::Exited
+    })?;
+    let f = Failure::Core(e);
+    if json {
+        f.print_json();
+    } else {
+        f.print();
+    }
+    Some(match out.exit_code() {
+        Some(0) | None => f.exit_code(),
+        Some(code) => code,
+    })
+}
+
 /// Prints what a wait found: the output this process observed (never
 /// stored), then the record; returns the exit code it means.
 pub(crate) fn print_outcome(out: &Outcome, json: bool) -> Result<i32, Failure> {
+    if !json && let Some(code) = output_over_allowance(out, json) {
+        return Ok(code);
+    }
     let code = match out.exit_code() {
         Some(c) => c,
         None => match &out.error {
@@ -1017,6 +1058,9 @@ pub(crate) fn print_outcome(out: &Outcome, json: bool) -> Result<i32, Failure> {
             v["stderr"] = json!(String::from_utf8_lossy(&o.stderr));
         }
         report::line(&v.to_string())?;
+        if let Some(over) = output_over_allowance(out, json) {
+            return Ok(over);
+        }
     } else {
         match &out.output {
             Some(o) => {

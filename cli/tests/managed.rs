@@ -7,11 +7,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Output;
 
 use common::{
-    SHELLS, assert_not_run_again, code, devworker, json, lines, run, smolbox, stderr, stdout,
+    Home, SHELLS, assert_not_run_again, code, devworker, json, lines, run, smolbox, stderr, stdout,
 };
 
 #[test]
@@ -206,43 +206,6 @@ fn records_ls_follows_the_pages() {
         .output()
         .unwrap();
     assert_eq!(json(&o).as_array().unwrap().len(), 21);
-}
-
-/// A fresh HOME (and XDG directories) for one user.
-struct Home {
-    dir: tempfile::TempDir,
-}
-
-impl Home {
-    fn new() -> Self {
-        Self {
-            dir: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn data(&self) -> PathBuf {
-        self.dir.path().join("data")
-    }
-
-    fn cmd(&self) -> Command {
-        let mut c = smolbox();
-        c.env("HOME", self.dir.path())
-            .env("XDG_DATA_HOME", self.data())
-            .env("XDG_RUNTIME_DIR", self.dir.path().join("run"))
-            .env("XDG_CONFIG_HOME", self.dir.path().join("config"));
-        c
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.cmd().args(args).output().unwrap()
-    }
-}
-
-impl Drop for Home {
-    fn drop(&mut self) {
-        // A failed test must not leave the background devworker running.
-        let _ = self.run(&["dev", "down"]);
-    }
 }
 
 #[test]

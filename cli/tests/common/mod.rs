@@ -2,7 +2,7 @@
 
 #![allow(dead_code)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use smolbox_devworker::{BlockingDevWorker, DevWorker};
@@ -122,4 +122,41 @@ pub(crate) fn fresh_partition(prefix: char) -> String {
         v /= 36;
     }
     partition
+}
+
+/// A fresh HOME (and XDG directories) for one user.
+pub(crate) struct Home {
+    pub(crate) dir: tempfile::TempDir,
+}
+
+impl Home {
+    pub(crate) fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    pub(crate) fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    pub(crate) fn cmd(&self) -> Command {
+        let mut c = smolbox();
+        c.env("HOME", self.dir.path())
+            .env("XDG_DATA_HOME", self.data())
+            .env("XDG_RUNTIME_DIR", self.dir.path().join("run"))
+            .env("XDG_CONFIG_HOME", self.dir.path().join("config"));
+        c
+    }
+
+    pub(crate) fn run(&self, args: &[&str]) -> Output {
+        self.cmd().args(args).output().unwrap()
+    }
+}
+
+impl Drop for Home {
+    fn drop(&mut self) {
+        // A failed test must not leave the background devworker running.
+        let _ = self.run(&["dev", "down"]);
+    }
 }
