@@ -95,7 +95,7 @@ impl Failure {
                     "limit": e.limit().map(|l| serde_json::json!({"actual": l.actual, "max": l.max})),
                     "guest_exit_code": e.exit_code(),
                     "worker_answered": definite.is_some(),
-                    "effect_uncertain": definite.is_none() && e.evidence().may_have_reached_worker(),
+                    "effect_uncertain": definite.is_none() && effect_uncertain(e.evidence()),
                     "outcome": outcome(e),
                     "exit_code": exit_code(e),
                 }})
@@ -163,6 +163,16 @@ fn status_words(status: u16) -> &'static str {
         429 => "too many requests: the worker refused it for now",
         _ => "refused by the worker",
     }
+}
+
+/// Whether the effect of a request that reached the worker is unknown: not
+/// when nothing was sent, and not when the command's exit or the guest's
+/// stop was observed.
+const fn effect_uncertain(evidence: Evidence) -> bool {
+    matches!(
+        evidence,
+        Evidence::DispatchUncertain | Evidence::RunningObserved | Evidence::Unknown
+    )
 }
 
 /// One sentence on what is known of the request's effect.

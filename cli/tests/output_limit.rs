@@ -100,6 +100,8 @@ fn output_at_the_allowance_is_printed_and_one_byte_over_is_output_limit_with_the
         let v: serde_json::Value = serde_json::from_str(&line).unwrap();
         assert_eq!(v["error"]["category"], "output_limit", "{v}");
         assert_eq!(v["error"]["guest_exit_code"], 0, "{v}");
+        // The exit was observed: the effect is known.
+        assert_eq!(v["error"]["effect_uncertain"], false, "{v}");
     }
 }
 
