@@ -67,17 +67,15 @@ fn controller_finding_s8_another_records_row_is_not_the_own_intent() {
     smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
 }
 
-/// Open finding 10 of the `controller` target (fuzz/README.md, session 8):
-/// found by a 600 s run after the fix of finding 9, after about 1,000
-/// executions; an exec for `k0` follows without this controller's own
-/// fresh intent (oracle: `Seen { tainted: true, granted: false }`). Not
-/// yet traced or minimized. Kept out of the replayed corpus until it is
-/// fixed or the oracle is shown too strict; then the input moves to
-/// `fuzz/corpus/controller/` and this test loses its `ignore`.
+/// Finding 10 of the `controller` target (fuzz/README.md, session 8,
+/// fixed in session 9): `k0`'s acceptance with intent out, `shutdown`, then
+/// a due scan whose (mutated) reply shows a row of `k0` past `ready`; the
+/// scan skipped every undriven row after shutdown instead of keeping it
+/// for that acceptance (finding 7), which then sent the command. The row is
+/// now kept during shutdown too. The input is also in the replayed corpus;
+/// this names it.
 #[test]
-#[ignore = "open finding 10: the controller target's s8-after-f9 input breaks the one-dispatch oracle"]
-fn controller_open_finding_s8_after_f9() {
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/findings/controller/s8-after-f9");
+fn controller_finding_s8_a_row_shown_during_shutdown_is_kept_for_the_acceptance() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/controller/s8-after-f9");
     smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
 }

@@ -578,3 +578,44 @@ fn a_scan_row_showing_the_acceptances_own_intent_before_its_answer_still_sends_o
         matches!(op, StoreOp::AcceptDispatching { .. })
     });
 }
+
+/// Fuzz finding 10 (`controller` target, session 8, fixed in session 9):
+/// finding 7's rule (a row past `ready` shown for a key that is only being
+/// accepted is kept for the execution that acceptance starts) did not hold
+/// after `shutdown`: the due scan skipped every row of an undriven key
+/// before keeping it. An acceptance with intent is still driven at once
+/// after shutdown, so a row of another controller's intent read while it
+/// was out was forgotten and the command sent. The row is now kept during
+/// shutdown too: nothing is sent, the record is marked `unknown`.
+#[test]
+fn a_row_shown_during_shutdown_while_the_key_is_being_accepted_is_never_followed_by_a_send() {
+    let mut s = Sim::new(config());
+    s.settle();
+    let key = s.submit("late", &cmd());
+    let (acc, op) = run_until(&mut s, |op| matches!(op, StoreOp::AcceptDispatching { .. }));
+    s.ctl.reconcile(s.now, s.now_ms);
+    let (scan, _) = run_until(&mut s, |op| matches!(op, StoreOp::Due { .. }));
+    let StoreOp::AcceptDispatching { record, .. } = &op else {
+        panic!("not an acceptance with intent");
+    };
+    // The scan shows the key as another controller's intent, taken after
+    // the submitter's claim lapsed (a row the store then lost: the
+    // acceptance inserts it afresh).
+    let row = dispatched_by_other(record, s.now_ms + 2_000);
+    let r = s.store.apply(&op);
+    s.store_log.push(op);
+    let Ok(StoreReply::Accepted { record, existing }) = &r else {
+        panic!("not an acceptance");
+    };
+    assert!(!*existing && record.state == ExecState::Dispatching);
+    s.ctl.shutdown(s.now, s.now_ms);
+    let due = StoreReply::Due {
+        records: vec![row],
+        next: None,
+    };
+    s.ctl.handle_stored(s.now, s.now_ms, scan, Ok(due));
+    s.ctl.handle_stored(s.now, s.now_ms, acc, r);
+    s.settle();
+    assert!(s.worker.is_empty(), "sent: {:?}", s.worker);
+    assert_eq!(s.record(&key).state, ExecState::Unknown);
+}
