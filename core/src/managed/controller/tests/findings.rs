@@ -619,3 +619,5 @@ fn a_row_shown_during_shutdown_while_the_key_is_being_accepted_is_never_followed
     assert!(s.worker.is_empty(), "sent: {:?}", s.worker);
     assert_eq!(s.record(&key).state, ExecState::Unknown);
 }
+
+mod slot;
