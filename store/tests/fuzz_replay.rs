@@ -79,3 +79,16 @@ fn controller_finding_s8_a_row_shown_during_shutdown_is_kept_for_the_acceptance(
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/controller/s8-after-f9");
     smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
 }
+
+/// Finding 11 of the `controller` target (fuzz/README.md, session 9,
+/// fixed): `k0`'s own intent write (detached submitter) was answered with
+/// a row showing `k0` `accepted` under another controller's claim; the
+/// execution took the answered write as its intent and, the next read
+/// showing `dispatching`, sent. Only the write's own outcome is now that
+/// intent. The input is also in the replayed corpus; this names it.
+#[test]
+fn controller_finding_s9_an_intent_reply_that_is_not_the_intent() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/corpus/controller/s9-intent-reply-lied");
+    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+}

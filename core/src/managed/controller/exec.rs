@@ -91,7 +91,9 @@ pub(super) struct Exec {
     intent_mine: bool,
     /// A due-scan row showed the record past `ready` while this execution
     /// had neither written nor was writing its own intent (fuzz finding 5,
-    /// session 8): another controller's intent may be out there. The
+    /// session 8): another controller's intent may be out there. Also set
+    /// when its own intent write was answered with a row that is not that
+    /// intent (fuzz finding 11, session 9). The
     /// command is never sent from here, even if this execution's own
     /// intent write later succeeds (a rollback the store handle did not
     /// see), and a later read showing the record before dispatch is
@@ -1138,6 +1140,15 @@ impl Exec {
                         self.machine.reply = None;
                     }
                 }
+                // Only the write's own outcome is this execution's intent:
+                // `dispatching` at the next version, the same generation
+                // and claim, this controller's (fuzz finding 11, session 9).
+                let own_intent = kind == Kind::Intent
+                    && rec.state == ExecState::Dispatching
+                    && rec.version == self.rec.version.saturating_add(1)
+                    && rec.generation == self.rec.generation
+                    && rec.claim == self.rec.claim
+                    && rec.claim.as_ref().is_some_and(|c| c.owner == cfg.owner);
                 self.rec = rec;
                 // Deadlines set by this write get their monotonic bound now.
                 let now_ms = self.rec.updated_at_ms;
@@ -1157,7 +1168,13 @@ impl Exec {
                             self.machine.reserved_here = true;
                         }
                     }
-                    Kind::Intent => self.intent_mine = true,
+                    Kind::Intent if own_intent => self.intent_mine = true,
+                    // Answered with another row: the intent may have
+                    // committed (uncertain), but nothing read proves it is
+                    // this controller's. Never sent from here: `unknown`
+                    // once read dispatched, `record_went_back` if read
+                    // before dispatch.
+                    Kind::Intent => self.shown_dispatched = true,
                     Kind::Result => self.result_written = true,
                     Kind::Fetch | Kind::Write => {}
                 }

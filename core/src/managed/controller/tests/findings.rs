@@ -621,3 +621,38 @@ fn a_row_shown_during_shutdown_while_the_key_is_being_accepted_is_never_followed
 }
 
 mod slot;
+
+/// Fuzz finding 11 (`controller` target, session 9): the reply to this
+/// execution's own intent write (`ready` → `dispatching`) showed the
+/// record `accepted` under another controller's claim, a row that is not
+/// that intent. The execution took any answered intent write as its own;
+/// the next read showed the record `dispatching` (the intent had in fact
+/// committed, the reply lied) and the command was sent, though nothing it
+/// read proved that intent was its own. Only a reply that is the write's
+/// outcome (`dispatching` at the next version, same generation and claim
+/// of this controller) is; otherwise the intent is uncertain and the
+/// command is never sent from here (`unknown`).
+#[test]
+fn an_intent_write_answered_with_another_row_is_never_followed_by_a_send() {
+    let mut s = Sim::new(detached());
+    s.settle();
+    let key = s.submit("lied", &cmd());
+    let intent = |op: &StoreOp| matches!(op, StoreOp::Write { patch, .. } if patch.state == Some(ExecState::Dispatching));
+    let (id, op) = run_until(&mut s, intent);
+    let mut r = s.store.apply(&op);
+    s.store_log.push(op);
+    let Ok(StoreReply::Record(rec)) = &mut r else {
+        panic!("not a record: {r:?}");
+    };
+    assert_eq!(rec.state, ExecState::Dispatching, "committed");
+    rec.state = ExecState::Accepted;
+    rec.evidence = RecordEvidence::NotDispatched;
+    rec.claim = Some(Claim {
+        owner: "ctl-other".into(),
+        until_ms: s.now_ms,
+    });
+    s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    s.settle();
+    assert!(s.worker.is_empty(), "sent: {:?}", s.worker);
+    assert_eq!(s.record(&key).state, ExecState::Unknown);
+}
