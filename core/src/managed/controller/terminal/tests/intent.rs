@@ -31,7 +31,7 @@ fn open_with(
                 run.handle_stored(sim.now, sim.now_ms, op_id, r);
             }
             TermOutput::Inspect { .. } => {
-                run.handle_inspected(sim.now, sim.now_ms, sim.inspect.clone());
+                run.handle_inspected(sim.now, sim.now_ms, sim.inspect);
             }
             other => sim.seen.push(other),
         }
@@ -90,7 +90,7 @@ fn done_error(sim: &Sim) -> Error {
         .events()
         .into_iter()
         .find_map(|e| match e {
-            TermEvent::Done { error, .. } => Some(error.clone()),
+            TermEvent::Done { error, .. } => Some(*error),
             _ => None,
         })
         .expect("the run ended");
