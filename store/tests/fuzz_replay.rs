@@ -92,3 +92,14 @@ fn controller_finding_s9_an_intent_reply_that_is_not_the_intent() {
         .join("../fuzz/corpus/controller/s9-intent-reply-lied");
     smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
 }
+
+/// Finding 12 of the `controller` target (fuzz/README.md, session 9,
+/// fixed): a store reply at version `u64::MAX` followed by a write's reply
+/// overflowed the execution's `version + 1` (a panic on peer input with
+/// overflow checks on). The input is also in the replayed corpus.
+#[test]
+fn controller_finding_s9_a_reply_at_the_largest_version_does_not_panic() {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/controller/s9-version-overflow");
+    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+}

@@ -1126,7 +1126,7 @@ impl Exec {
                 let ours = if kind == Kind::Fetch {
                     self.rec.version
                 } else {
-                    self.rec.version + 1
+                    self.rec.version.saturating_add(1)
                 };
                 if rec.version != ours {
                     self.machine.reserved_here = false;

@@ -656,3 +656,39 @@ fn an_intent_write_answered_with_another_row_is_never_followed_by_a_send() {
     assert!(s.worker.is_empty(), "sent: {:?}", s.worker);
     assert_eq!(s.record(&key).state, ExecState::Unknown);
 }
+
+/// Fuzz finding 12 (`controller` target, session 9): a store reply carrying
+/// the largest version, followed by the reply to a write, overflowed the
+/// execution's "the version this write moved to" (`version + 1`): a panic
+/// on peer input in a build with overflow checks. The version is now
+/// compared saturating; the lie is only a record that moved elsewhere.
+#[test]
+fn a_reply_at_the_largest_version_does_not_panic() {
+    let mut s = Sim::new(detached());
+    s.settle();
+    let key = s.submit("max", &cmd());
+    let claim = |op: &StoreOp| matches!(op, StoreOp::Claim { .. });
+    let (id, op) = run_until(&mut s, claim);
+    let mut r = s.store.apply(&op);
+    s.store_log.push(op);
+    let Ok(StoreReply::Record(rec)) = &mut r else {
+        panic!("not a record: {r:?}");
+    };
+    rec.version = u64::MAX;
+    let row = rec.clone();
+    s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    // The next write (its guard at that version) answered with a row.
+    let write = |op: &StoreOp| matches!(op, StoreOp::Write { .. });
+    let (id, _) = run_until(&mut s, write);
+    s.ctl
+        .handle_stored(s.now, s.now_ms, id, Ok(StoreReply::Record(row)));
+    s.settle();
+    // Then the truthful store: the row never showed the record past
+    // `ready`, so this execution's own intent (answered truthfully) may
+    // send, once.
+    assert!(s.worker.len() <= 1, "sent: {:?}", s.worker);
+    if s.worker.len() == 1 {
+        s.answer_exec(exited(0, ""));
+        assert_eq!(s.record(&key).state, ExecState::Completed);
+    }
+}
