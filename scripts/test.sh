@@ -40,5 +40,8 @@ bash scripts/check-deps.sh
 echo "test: no public type name twice in core"
 python3 scripts/core-type-names.py
 
+echo "test: every decision listed in docs/decisions.md"
+python3 scripts/decisions-index.py
+
 echo "test: cargo test (unit, property, integration, doc, fuzz seed replay)"
 cargo test --workspace --no-fail-fast

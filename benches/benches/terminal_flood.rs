@@ -1,9 +1,9 @@
 //! Terminal output throughput on a stream that is not PTY-bound (issue 16
-//! item 6): a WebSocket server in this bench answers the health preflight
-//! and the terminal upgrade, then sends 64 KiB binary frames as fast as the
-//! socket takes them (one prebuilt buffer written again and again) once the
-//! client sent its first frame, then the exit frame and a close. In the
-//! same run:
+//! item 6): the end-to-end suite's flood peer (`smolbox_tests::flood`)
+//! answers the health and image preflights and the terminal upgrade, then
+//! sends 64 KiB binary frames as fast as the socket takes them (one
+//! prebuilt 1 MiB buffer written again and again) once the client sent its
+//! first frame, then the exit frame and a close. In the same run:
 //!
 //! * `Terminal::next` on the tokio shell (current-thread runtime);
 //! * `Terminal::next` on the blocking shell;
@@ -23,8 +23,7 @@
 
 #![allow(clippy::unwrap_used)] // benchmark set-up: a failure aborts the run
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -34,6 +33,7 @@ use futures_util::{SinkExt, StreamExt};
 use smolbox_core::Secret;
 use smolbox_core::terminal::TerminalSpec;
 use smolbox_core::worker::{Budgets, Endpoint, EndpointConfig};
+use smolbox_tests::flood::{Flood, FloodPeer, FloodStart};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
@@ -41,8 +41,6 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 const FLOOD: usize = 64 << 20;
 /// Payload of each binary frame the server sends.
 const FRAME: usize = 64 << 10;
-/// Frames per prebuilt write.
-const FRAMES_PER_WRITE: usize = 16;
 
 fn main() {
     divan::main();
@@ -50,127 +48,19 @@ fn main() {
 
 // ---- the flood server -------------------------------------------------------
 
+/// The end-to-end suite's flood peer (`smolbox_tests::flood`), started once
+/// for the whole run (it keeps serving after its handle is dropped):
+/// `FLOOD` bytes in `FRAME`-byte frames from the client's first frame on.
 fn server() -> SocketAddr {
     static ADDR: OnceLock<SocketAddr> = OnceLock::new();
     *ADDR.get_or_init(|| {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(conn) = conn else { continue };
-                std::thread::spawn(move || serve(conn));
-            }
-        });
-        addr
+        FloodPeer::with(Flood {
+            total: FLOOD,
+            frame: FRAME,
+            start: FloodStart::AfterFirstFrame,
+        })
+        .addr()
     })
-}
-
-/// One connection: health and machine requests (keep-alive) until an
-/// upgrade, then the flood.
-fn serve(mut conn: TcpStream) {
-    conn.set_nodelay(true).unwrap();
-    let mut buf = Vec::with_capacity(8192);
-    loop {
-        let Some(head) = read_head(&mut conn, &mut buf) else {
-            return;
-        };
-        if head.starts_with("GET /health ") {
-            let body = r#"{"status":"ok","version":"1.22.0","machines":{"total":1,"running":1},"uptime_seconds":5}"#;
-            let reply = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-                body.len()
-            );
-            if conn.write_all(reply.as_bytes()).is_err() {
-                return;
-            }
-            continue;
-        }
-        if head.starts_with("GET /api/v1/machines/m1 ") {
-            // The terminal's image preflight: a plain image machine.
-            let body = r#"{"name":"m1","image":"alpine:3.19","state":"running","cpus":1,"memoryMb":256,"pid":7,"mounts":[],"ports":[],"network":false,"gpu":false,"cuda":false,"storageGb":1,"overlayGb":1,"branchable":false,"forkable":false,"createdAt":1}"#;
-            let reply = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-                body.len()
-            );
-            if conn.write_all(reply.as_bytes()).is_err() {
-                return;
-            }
-            continue;
-        }
-        let key = head
-            .lines()
-            .find_map(|l| {
-                let (name, value) = l.split_once(':')?;
-                name.trim()
-                    .eq_ignore_ascii_case("sec-websocket-key")
-                    .then(|| value.trim().to_owned())
-            })
-            .unwrap();
-        let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
-        let reply = format!(
-            "HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\nsec-websocket-accept: {accept}\r\n\r\n"
-        );
-        conn.write_all(reply.as_bytes()).unwrap();
-        flood(conn);
-        return;
-    }
-}
-
-/// Reads one request head (up to the blank line) into a string; bytes
-/// after it stay in `buf`. `None` at the end of the stream.
-fn read_head(conn: &mut TcpStream, buf: &mut Vec<u8>) -> Option<String> {
-    loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-            buf.drain(..end + 4);
-            return Some(head);
-        }
-        let mut chunk = [0u8; 4096];
-        match conn.read(&mut chunk) {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-    }
-}
-
-/// Sends `FLOOD` bytes of output in 64 KiB binary frames, then the exit
-/// frame and a close; a second thread drains what the client sends.
-fn flood(mut conn: TcpStream) {
-    let mut reader = conn.try_clone().unwrap();
-    let (started, start) = std::sync::mpsc::channel();
-    let drain = std::thread::spawn(move || {
-        let mut sink = vec![0u8; 16 << 10];
-        let mut first = Some(started);
-        while matches!(reader.read(&mut sink), Ok(n) if n > 0) {
-            if let Some(s) = first.take() {
-                let _ = s.send(());
-            }
-        }
-    });
-    // The flood starts with the client's first frame.
-    if start.recv().is_err() {
-        return;
-    }
-    let mut frame = Vec::with_capacity(FRAMES_PER_WRITE * (FRAME + 10));
-    for _ in 0..FRAMES_PER_WRITE {
-        frame.extend_from_slice(&[0x82, 127]);
-        frame.extend_from_slice(&(FRAME as u64).to_be_bytes());
-        frame.extend((0..FRAME).map(|i| b'a' + (i % 26) as u8));
-    }
-    let mut sent = 0;
-    while sent < FLOOD {
-        if conn.write_all(&frame).is_err() {
-            return;
-        }
-        sent += FRAMES_PER_WRITE * FRAME;
-    }
-    let exit = br#"{"type":"exit","code":0}"#;
-    let mut tail = vec![0x81, exit.len() as u8];
-    tail.extend_from_slice(exit);
-    tail.extend_from_slice(&[0x88, 2, 0x03, 0xe8]);
-    let _ = conn.write_all(&tail);
-    // The client's close echo ends the drain; then the socket closes.
-    let _ = drain.join();
 }
 
 // ---- clients ------------------------------------------------------------

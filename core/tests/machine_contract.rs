@@ -35,6 +35,15 @@ fn opened(spec: &TerminalSpec, now: Instant) -> TerminalSession {
     s
 }
 
+/// A terminal spec whose unread queue holds 1,024 bytes (read pacing
+/// pauses above 512).
+fn small_queue() -> TerminalSpec {
+    TerminalSpec {
+        max_buffer_bytes: 1_024,
+        ..TerminalSpec::new("/bin/sh")
+    }
+}
+
 fn binary(payload: &[u8]) -> Vec<u8> {
     let mut f = vec![0x82, payload.len() as u8];
     f.extend_from_slice(payload);
@@ -98,10 +107,7 @@ fn a_written_transmit_sets_no_write_timer() {
 #[test]
 fn reading_pauses_for_a_live_consumer_only_within_the_grace() {
     let now = t0();
-    let spec = TerminalSpec {
-        max_buffer_bytes: 1_024,
-        ..TerminalSpec::new("/bin/sh")
-    };
+    let spec = small_queue();
     let mut s = opened(&spec, now);
     // Not above half yet: reading goes on.
     Machine::handle_input(&mut s, now, &binary(&[b'a'; 100]));
@@ -142,10 +148,7 @@ fn reading_pauses_for_a_live_consumer_only_within_the_grace() {
 #[test]
 fn the_open_counts_as_the_first_pull() {
     let now = t0();
-    let spec = TerminalSpec {
-        max_buffer_bytes: 1_024,
-        ..TerminalSpec::new("/bin/sh")
-    };
+    let spec = small_queue();
     let mut s = opened(&spec, now);
     for _ in 0..6 {
         Machine::handle_input(&mut s, now + ms(1), &binary(&[b'a'; 100]));
@@ -191,10 +194,7 @@ fn the_open_counts_as_the_first_pull() {
 #[test]
 fn a_consumer_waiting_in_next_is_pulling() {
     let now = t0();
-    let spec = TerminalSpec {
-        max_buffer_bytes: 1_024,
-        ..TerminalSpec::new("/bin/sh")
-    };
+    let spec = small_queue();
     let mut s = opened(&spec, now);
     let until = now + ms(1_000);
     assert!(matches!(s.next(now, until), Next::Pending(_)));
@@ -228,10 +228,7 @@ fn a_consumer_waiting_in_next_is_pulling() {
 #[test]
 fn a_consumer_entering_next_while_live_pulls_for_the_whole_call() {
     let now = t0();
-    let spec = TerminalSpec {
-        max_buffer_bytes: 1_024,
-        ..TerminalSpec::new("/bin/sh")
-    };
+    let spec = small_queue();
     let mut s = opened(&spec, now);
     assert!(Machine::poll_event(&mut s).is_none()); // a pull at `now`
     s.begin_next(now + ms(10), ms(1_000)).unwrap();
@@ -247,6 +244,60 @@ fn a_consumer_entering_next_while_live_pulls_for_the_whole_call() {
         Machine::handle_input(&mut t, now + READ_GRACE, &binary(&[b'a'; 100]));
     }
     assert!(Machine::wants_read(&t), "silent past the grace: stalled");
+}
+
+/// The grace is 100 ms (session 9; it was 20 ms): a consumer away for 99 ms
+/// — as one whose thread a loaded host did not schedule can be — is still
+/// live: reading stays paused above half and it gets every byte when it
+/// comes back; away for 100 ms it is stalled and the bound decides
+/// (AC-7.3.1). Both shells' views: the throttle timer firing while the
+/// consumer is away (tokio's reading task), and a `next` entered after the
+/// absence (the blocking shell's catch-up reads).
+#[test]
+fn a_consumer_away_for_99_ms_is_live_and_for_100_ms_stalled() {
+    let now = t0();
+    let spec = small_queue();
+    let flood = |s: &mut TerminalSession, at: Instant| {
+        for _ in 0..6 {
+            Machine::handle_input(s, at, &binary(&[b'a'; 100]));
+        }
+    };
+    // The timer fires at 99 ms: still paused; the consumer then drains
+    // everything and the session goes on.
+    let mut s = opened(&spec, now);
+    assert!(Machine::poll_event(&mut s).is_none()); // a pull at `now`
+    flood(&mut s, now + ms(1));
+    assert_eq!(
+        s.poll_timeout(),
+        Some((now + ms(100), TerminalTimer::Throttle))
+    );
+    s.handle_timeout(now + ms(99));
+    assert!(!Machine::wants_read(&s), "away for 99 ms: live");
+    let mut delivered = 0;
+    while let Some(TerminalEvent::Output(b)) = Machine::poll_event(&mut s) {
+        delivered += b.len();
+    }
+    assert_eq!((delivered, s.outcome()), (600, None));
+    // The timer fires at 100 ms: stalled, reading goes on and overflows.
+    let mut t = opened(&spec, now);
+    assert!(Machine::poll_event(&mut t).is_none());
+    flood(&mut t, now + ms(1));
+    t.handle_timeout(now + ms(100));
+    assert!(Machine::wants_read(&t), "away for 100 ms: stalled");
+    flood(&mut t, now + ms(100));
+    assert_eq!(
+        t.outcome().unwrap().unwrap_err().category(),
+        Category::OutputLimit
+    );
+    // `next` entered after 99 ms of silence pulls for the whole call; after
+    // 100 ms its catch-up reads find the consumer stalled.
+    for (away, live) in [(ms(99), true), (ms(100), false)] {
+        let mut u = opened(&spec, now);
+        assert!(Machine::poll_event(&mut u).is_none());
+        u.begin_next(now + away, ms(1_000)).unwrap();
+        flood(&mut u, now + away);
+        assert_eq!(Machine::wants_read(&u), !live, "away for {away:?}");
+    }
 }
 
 #[test]

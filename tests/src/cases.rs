@@ -808,8 +808,9 @@ pub fn terminal_stalled_consumer_hits_output_limit<S: Shell>(t: Transport) {
     let mut term = s.terminal("m1", &spec).unwrap();
     term.input(b"head -c 200000 /dev/zero | tr '\\0' x; sleep 5\n")
         .unwrap();
-    // Do not read: the driver keeps reading and the queue overflows.
-    std::thread::sleep(Duration::from_millis(500));
+    // Do not read for longer than the read grace: the consumer is stalled,
+    // the driver keeps reading and the queue overflows.
+    std::thread::sleep(smolbox_core::terminal::READ_GRACE * 5);
     let e = outcome_of(&mut term).unwrap_err();
     assert_err(&e, Category::OutputLimit, Evidence::Unknown);
 }

@@ -34,6 +34,9 @@ use smolbox_devworker::Route;
 use smolbox_store::keys::load_or_create_keys;
 use smolbox_store::{PostgresStore, Reserve, Sealer, SqliteStore, Store};
 
+mod round_trips;
+pub use round_trips::a_managed_terminal_checks_the_worker_before_acceptance_and_at_the_open;
+
 use crate::TerminalEvent;
 use crate::fixture::{Fixture, TOKEN_SENTINEL, Transport};
 use crate::managed_cases::{StoreKind, fresh_partition, pg_url};
@@ -1435,6 +1438,7 @@ macro_rules! managed_terminal_suite {
             recovery_keeps_a_recorded_exit_and_releases_the_slot,
             another_controller_takes_the_machine_at_once_after_a_terminal_ends,
             a_terminal_on_an_imageless_machine_is_refused_unsent,
+            a_managed_terminal_checks_the_worker_before_acceptance_and_at_the_open,
         );
     };
     (@cases $shell:ty, $kind:expr, $($case:ident),* $(,)?) => {

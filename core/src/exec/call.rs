@@ -146,7 +146,7 @@ impl ExecStreamCall {
     /// The request.
     ///
     /// # Errors
-    /// As [`exec_stream_request`] (never, once constructed).
+    /// As [`Self::new`] (never, once constructed).
     pub fn request(&self) -> Result<Request, Error> {
         exec_stream_request(&self.machine, &self.command)
     }

@@ -4,10 +4,15 @@
 //! stream decoder.
 //!
 //! ```
-//! use smolbox_core::exec::{self, Command, ExecStreamDecoder, ExecStreamEvent, OutputAllowance};
+//! use smolbox_core::exec::{
+//!     Command, ExecStreamCall, ExecStreamDecoder, ExecStreamEvent, OutputAllowance,
+//! };
+//! use smolbox_core::worker::{Profile, Version};
 //!
+//! let profile = Profile::known(Version::DEFAULT);
 //! let cmd = Command::new(["echo", "hi"]);
-//! let req = exec::exec_stream_request("dev", &cmd).unwrap();
+//! let call = ExecStreamCall::new(&profile, "dev", cmd, OutputAllowance::DEFAULT).unwrap();
+//! let req = call.request().unwrap();
 //! assert_eq!(req.target, "/api/v1/machines/dev/exec/stream");
 //!
 //! let mut dec = ExecStreamDecoder::new(OutputAllowance::DEFAULT);
@@ -16,6 +21,21 @@
 //! assert_eq!(dec.poll_event().unwrap(), Some(ExecStreamEvent::Exit(0)));
 //! assert_eq!(dec.poll_event().unwrap(), None);
 //! assert_eq!(dec.finish().unwrap(), 0);
+//! ```
+//!
+//! A request is built only through the gated calls ([`ExecCall`],
+//! [`ExecStreamCall`]): they apply the version gates and carry the image
+//! preflight ([`crate::worker::WorkerCall::image_check`]) the shells
+//! perform before sending. The request builders themselves are not public:
+//!
+//! ```compile_fail
+//! use smolbox_core::exec::{Command, exec_request};
+//! let _ = exec_request("dev", &Command::new(["echo", "hi"]));
+//! ```
+//!
+//! ```compile_fail
+//! use smolbox_core::exec::{Command, exec_stream_request};
+//! let _ = exec_stream_request("dev", &Command::new(["echo", "hi"]));
 //! ```
 
 mod buffered;
@@ -44,7 +64,8 @@ pub use command::{
 #[cfg(feature = "testkit")]
 pub use fuzz::fuzz_exec_stream;
 pub use reader::ExecStreamReader;
-pub use request::{EVENT_STREAM, JSON, exec_request, exec_stream_request};
+pub use request::{EVENT_STREAM, JSON};
+pub(crate) use request::{exec_request, exec_stream_request};
 pub use stream::{
     ExecEvent, ExecStreamDecoder, ExecStreamEvent, MAX_STREAM_CHUNK_LEN, MAX_STREAM_FRAME_LEN,
 };

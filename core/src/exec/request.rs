@@ -16,10 +16,14 @@ pub const EVENT_STREAM: &str = "text/event-stream";
 /// percent-encoded as one path segment. A background command's request is
 /// attributed to [`Operation::Launch`], any other to [`Operation::Exec`].
 ///
+/// Crate-private: outside core a request is built only through the gated
+/// [`super::ExecCall`], so no caller can skip the version gates or the
+/// image preflight the call carries.
+///
 /// # Errors
 /// `validation` / `not_dispatched`: an empty machine name, or any C5.1 bound
 /// of the command (see [`Command::validate`]).
-pub fn exec_request(machine_name: &str, command: &Command) -> Result<Request, Error> {
+pub(crate) fn exec_request(machine_name: &str, command: &Command) -> Result<Request, Error> {
     let operation = if command.is_background() {
         Operation::Launch
     } else {
@@ -30,12 +34,14 @@ pub fn exec_request(machine_name: &str, command: &Command) -> Result<Request, Er
 
 /// The request for `POST /api/v1/machines/{name}/exec/stream` (reply:
 /// `text/event-stream`, decoded by [`super::ExecStreamDecoder`]).
+/// Crate-private like [`exec_request`]; outside core through
+/// [`super::ExecStreamCall`].
 ///
 /// # Errors
 /// `unsupported_capability` / `exec_stream` / `not_dispatched` when the
 /// command has stdin or is a background command (the worker would ignore
 /// both); otherwise as [`exec_request`].
-pub fn exec_stream_request(machine_name: &str, command: &Command) -> Result<Request, Error> {
+pub(crate) fn exec_stream_request(machine_name: &str, command: &Command) -> Result<Request, Error> {
     let unsupported = |reason| Error::unsupported_capability(Operation::ExecStream, reason);
     if command.stdin_text().is_some() {
         return Err(unsupported(Reason::StreamWithStdin));

@@ -9,7 +9,7 @@ use bytes::Bytes;
 
 use super::exit::{TerminalExit, classify_exit, parse_exit_frame};
 use super::queue::{MAX_UNREAD_CHUNKS, OutputQueue, Overflow};
-use super::spec::TerminalSpec;
+use super::spec::{MIN_IDLE_BUDGET, TerminalSpec};
 use crate::error::{Category, Error, Evidence, Operation};
 use crate::machine::{Machine, TransportFailure};
 use crate::secret::Secret;
@@ -32,7 +32,15 @@ pub const MAX_WRITE_WAIT: Duration = Duration::from_millis(1_000);
 /// bound, after the consumer's last pull (the open counts as one): a live
 /// consumer gets the chance to pull before the queue fills; a stalled one
 /// still overflows it.
-pub const READ_GRACE: Duration = Duration::from_millis(20);
+///
+/// 100 ms: several scheduler periods, so a consumer whose thread was only
+/// not scheduled (a loaded host) is not taken for a stalled one, and under
+/// half of [`MIN_IDLE_BUDGET`] (the first liveness
+/// ping), so a pause never looks like a silent peer. A pause holds at most
+/// one read in the receive buffer and reads nothing more, so the grace
+/// costs no memory; a stalled consumer meets `output_limit` that much later.
+pub const READ_GRACE: Duration = Duration::from_millis(100);
+const _: () = assert!(READ_GRACE.as_millis() * 2 < MIN_IDLE_BUDGET.as_millis());
 
 /// What [`TerminalSession::poll_event`] yields and what the shells'
 /// `Terminal::next` returns.
