@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use smolbox_core::exec::{Command, ExecOutcome, ExecOutput, OutputEncoding};
 use smolbox_core::managed::controller::{
-    Controller, ControllerConfig, ControllerEvent, OpId, RunTarget, StoreOp, StoreReply,
+    Claimed, Controller, ControllerConfig, ControllerEvent, OpId, RunTarget, StoreOp, StoreReply,
     StoreResult, Submit, WorkerEntry, WorkerOp, WorkerReply, WorkerResult, spec_for,
 };
 use smolbox_core::managed::envelope::decode_exec;
@@ -230,7 +230,10 @@ fn intent_key(op: &StoreOp) -> Option<&RecordKey> {
 /// The one execution record an op is about, for ops about one record: a
 /// reply of such an op carrying another key's record is a lie the
 /// controller refuses by key (`UnexpectedReply`, or the execution's
-/// key check), so it shows nothing about that other record.
+/// key check), so it shows nothing about that other record. A release of
+/// an execution's claim is one too: the controller reads nothing of its
+/// reply but that it was answered (session 9, finding 13: the oracle was
+/// too strict).
 fn exec_key_of(op: &StoreOp) -> Option<&RecordKey> {
     match op {
         StoreOp::Accept { record, .. }
@@ -244,7 +247,11 @@ fn exec_key_of(op: &StoreOp) -> Option<&RecordKey> {
         | StoreOp::WriteSteps { key, .. }
         | StoreOp::Reserve { key, .. }
         | StoreOp::Release { key, .. }
-        | StoreOp::Cancel { key, .. } => Some(key),
+        | StoreOp::Cancel { key, .. }
+        | StoreOp::ReleaseClaim {
+            claimed: Claimed::Execution(key),
+            ..
+        } => Some(key),
         _ => None,
     }
 }
