@@ -116,3 +116,15 @@ fn controller_finding_s9_a_release_reply_shows_nothing_of_another_key() {
         .join("../fuzz/corpus/controller/s9-release-reply-other-key");
     smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
 }
+
+/// Finding 14 of the `controller` target (fuzz/README.md, session 9): the
+/// oracle was too strict. A disposable `k2`'s own intent was answered (the
+/// grant); while its exec waited for the lapsed worker lease, a due scan
+/// read that same row again, unchanged, and the oracle counted it as
+/// showing `k2` past `ready`. The input is also in the replayed corpus.
+#[test]
+fn controller_finding_s9_the_own_intent_read_again_shows_nothing_new() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/corpus/controller/s9-own-intent-scanned-again");
+    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+}

@@ -21,7 +21,8 @@
 //!   only emitted after the reply to this controller's own dispatching
 //!   intent, once, and never for a record that a store reply had shown
 //!   possibly dispatched or finished (any state after `ready`) while the
-//!   controller was driving it. What the controller forgets (a record it no
+//!   controller was driving it (its own intent's row read again unchanged
+//!   excepted: it shows nothing new). What the controller forgets (a record it no
 //!   longer drives, or an execution of it that ended, even while an
 //!   acceptance of the key is still out) is out of scope: a store that
 //!   rolls a whole row back is the store's to detect (docs/decisions.md,
@@ -89,6 +90,10 @@ struct Seen {
     tainted: bool,
     /// The reply to this controller's own intent: one exec may follow.
     granted: bool,
+    /// That reply's row: the same row read again (nothing written since,
+    /// e.g. by a due scan while the exec waits for the worker lease) shows
+    /// nothing new (session 9, finding 14: the oracle was too strict).
+    intent_row: Option<ExecutionRecord>,
 }
 
 struct Harness {
@@ -385,6 +390,7 @@ impl Harness {
              (or after the record was shown possibly dispatched): {seen:?}"
         );
         seen.granted = false;
+        seen.intent_row = None;
         seen.tainted = true;
     }
 
@@ -409,6 +415,9 @@ impl Harness {
                 );
             if own && !seen.tainted {
                 seen.granted = true;
+                seen.intent_row = Some(rec.clone());
+            } else if seen.granted && seen.intent_row.as_ref() == Some(&*rec) {
+                // This controller's own intent, read again unchanged.
             } else if !rec.state.is_before_dispatch() {
                 seen.tainted = true;
             }
