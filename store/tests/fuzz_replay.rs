@@ -128,3 +128,17 @@ fn controller_finding_s9_the_own_intent_read_again_shows_nothing_new() {
         .join("../fuzz/corpus/controller/s9-own-intent-scanned-again");
     smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
 }
+
+/// Finding 15 of the `controller` target (fuzz/README.md, session 9): the
+/// oracle was too strict. A disposable `k2`'s own intent was answered (the
+/// grant); while its exec waited for the lapsed worker lease, this
+/// controller's own cancel of `k2` was recorded on top of the intent
+/// (`dispatching`, the next version, the same claim generation), and the
+/// oracle counted that row as showing `k2` past `ready`. The input is also
+/// in the replayed corpus.
+#[test]
+fn controller_finding_s9_the_own_cancel_on_the_own_intent_shows_no_other_intent() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/corpus/controller/s9-own-cancel-on-intent");
+    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+}

@@ -90,9 +90,14 @@ struct Seen {
     tainted: bool,
     /// The reply to this controller's own intent: one exec may follow.
     granted: bool,
-    /// That reply's row: the same row read again (nothing written since,
-    /// e.g. by a due scan while the exec waits for the worker lease) shows
-    /// nothing new (session 9, finding 14: the oracle was too strict).
+    /// That reply's row. A later row of the same record under the same
+    /// claim generation of this controller, at that version or later,
+    /// descends from this controller's own intent (no other intent can
+    /// follow `dispatching`, and another claimer moves the generation) and
+    /// shows no other intent: the same row read again by a due scan while
+    /// the exec waits for the worker lease (session 9, finding 14), or this
+    /// controller's own cancel recorded on top of it (finding 15). The
+    /// oracle was too strict in both.
     intent_row: Option<ExecutionRecord>,
 }
 
@@ -280,6 +285,17 @@ fn records_mut(reply: &mut StoreReply) -> Vec<(&mut ExecutionRecord, bool)> {
     }
 }
 
+/// `row` is `intent` or a later row of the same record written under the
+/// same claim generation of this controller.
+fn descends(intent: &ExecutionRecord, row: &ExecutionRecord) -> bool {
+    row.key == intent.key
+        && row.fingerprint == intent.fingerprint
+        && row.spec == intent.spec
+        && row.generation == intent.generation
+        && row.claim.as_ref().is_some_and(|c| c.owner == OWNER)
+        && row.version >= intent.version
+}
+
 fn mutate(rec: &mut ExecutionRecord, input: &mut Input<'_>) {
     let what = input.u8();
     let v = input.u8();
@@ -416,8 +432,8 @@ impl Harness {
             if own && !seen.tainted {
                 seen.granted = true;
                 seen.intent_row = Some(rec.clone());
-            } else if seen.granted && seen.intent_row.as_ref() == Some(&*rec) {
-                // This controller's own intent, read again unchanged.
+            } else if seen.granted && seen.intent_row.as_ref().is_some_and(|i| descends(i, rec)) {
+                // This controller's own intent, or what it wrote on top.
             } else if !rec.state.is_before_dispatch() {
                 seen.tainted = true;
             }
