@@ -21,8 +21,9 @@
 //!   only emitted after the reply to this controller's own dispatching
 //!   intent, once, and never for a record that a store reply had shown
 //!   possibly dispatched or finished (any state after `ready`) while the
-//!   controller was driving it (its own intent's row read again unchanged
-//!   excepted: it shows nothing new). What the controller forgets (a record it no
+//!   controller was driving it (after its own intent's reply, rows that
+//!   descend from that intent excepted: the same record under the same
+//!   claim generation of this controller, at that version or later). What the controller forgets (a record it no
 //!   longer drives, or an execution of it that ended, even while an
 //!   acceptance of the key is still out) is out of scope: a store that
 //!   rolls a whole row back is the store's to detect (docs/decisions.md,
