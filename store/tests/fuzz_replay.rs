@@ -142,3 +142,27 @@ fn controller_finding_s9_the_own_cancel_on_the_own_intent_shows_no_other_intent(
         .join("../fuzz/corpus/controller/s9-own-cancel-on-intent");
     smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
 }
+
+/// Finding 16 of the `controller` target (fuzz/README.md, session 9,
+/// fixed): after `k2`'s own intent was answered and while its exec waited
+/// for the worker lease, a due scan showed `k2` at the intent's version
+/// under another claim generation; the row was ignored and the command
+/// sent. The input is also in the replayed corpus.
+#[test]
+fn controller_finding_s9_a_row_after_the_own_intent_from_another_history() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/corpus/controller/s9-row-after-own-intent");
+    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+}
+
+/// Open finding 17 of the `controller` target (fuzz/README.md, session 9):
+/// found by run 6 with `poll_timeout names a past time at which
+/// handle_timeout does nothing`; not minimized or traced (the session ran
+/// out), kept out of the replayed corpus until fixed.
+#[test]
+#[ignore = "open finding 17: a timer in the past (a driver would spin); not traced"]
+fn controller_open_finding_s9_17() {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/findings/controller/s9-finding-17");
+    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+}

@@ -994,11 +994,27 @@ impl Exec {
     /// version right after the one written at, the same claim of this
     /// controller, `dispatching`) and shows nothing new.
     pub(super) fn on_row_read(&mut self, row: &ExecutionRecord, cfg: &ControllerConfig) {
-        if row.key != self.rec.key
-            || row.state.is_before_dispatch()
-            || self.intent_mine
-            || self.attempted
-        {
+        if row.key != self.rec.key || self.attempted {
+            return;
+        }
+        if self.intent_mine {
+            // After its own intent and before the send (the exec waits for
+            // the worker lease): a row that does not descend from that
+            // intent (the same record under the same claim generation of
+            // this controller, at its version or later, past `ready`) shows
+            // a history without it, so another intent may be out there: the
+            // command is never sent from here (fuzz finding 16, session 9).
+            let descends = !row.state.is_before_dispatch()
+                && row.fingerprint == self.rec.fingerprint
+                && row.generation == self.rec.generation
+                && row.version >= self.rec.version
+                && row.claim.as_ref().is_some_and(|c| c.owner == cfg.owner);
+            if !descends {
+                self.shown_dispatched = true;
+            }
+            return;
+        }
+        if row.state.is_before_dispatch() {
             return;
         }
         let own_intent = matches!(self.inflight, Some((_, Kind::Intent)))

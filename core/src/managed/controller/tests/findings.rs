@@ -692,3 +692,85 @@ fn a_reply_at_the_largest_version_does_not_panic() {
         assert_eq!(s.record(&key).state, ExecState::Completed);
     }
 }
+
+/// Fuzz finding 16 (`controller` target, session 9): after this
+/// execution's own intent was answered, while the exec waited for the
+/// lapsed worker lease, a due scan showed the record at the intent's
+/// version under another claim generation, a history without that intent
+/// (a store gone back: another controller's claim and intent possible).
+/// Rows were ignored once the intent was this execution's, and the command
+/// was sent when the lease came back. A row that does not descend from
+/// the own intent now forbids the send (`unknown`).
+#[test]
+fn a_row_after_the_own_intent_from_another_history_is_never_followed_by_a_send() {
+    let mut s = Sim::new(disposable_config());
+    let key = s.submit_disposable("diverged", &cmd());
+    let intent = |op: &StoreOp| matches!(op, StoreOp::Write { patch, .. } if patch.state == Some(ExecState::Dispatching));
+    let (id, op) = loop {
+        while let Some(w) = s.ctl.poll_worker_op() {
+            s.worker.push(w);
+        }
+        while let Some(e) = s.ctl.poll_event() {
+            s.events.push(e);
+        }
+        if let Some((id, op)) = s.ctl.poll_store_op() {
+            if intent(&op) {
+                break (id, op);
+            }
+            let r = s.store.apply(&op);
+            s.store_log.push(op);
+            s.ctl.handle_stored(s.now, s.now_ms, id, r);
+            continue;
+        }
+        // Answer the machine ops (create, start) as they come.
+        let (wid, wop) = s.worker.remove(0);
+        let name = s.record(&key).assignment.clone().unwrap().machine_name;
+        let state = if wop.name() == "create" {
+            MachineState::Created
+        } else {
+            MachineState::Running
+        };
+        let o = observation(&name, state, 1_700_000_000);
+        s.ctl
+            .handle_worker(s.now, s.now_ms, wid, Ok(WorkerReply::Machine(o)));
+    };
+    let r = s.store.apply(&op);
+    s.store_log.push(op);
+    let Ok(StoreReply::Record(rec)) = &r else {
+        panic!("not a record: {r:?}");
+    };
+    let mut other = rec.clone();
+    other.generation += 1;
+    // The worker lease lapses before the intent's answer arrives: the
+    // exec waits for its renewal.
+    let ttl = disposable_config().lease_ttl_ms;
+    s.now += Duration::from_millis(2 * ttl);
+    s.now_ms += 2 * ttl;
+    s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    assert!(s.ctl.poll_worker_op().is_none(), "no exec before the lease");
+    s.ctl.reconcile(s.now, s.now_ms);
+    // The due scan answers before the lease renewal (held meanwhile).
+    let mut held = Vec::new();
+    while let Some(x) = s.ctl.poll_store_op() {
+        held.push(x);
+    }
+    let scan = held
+        .iter()
+        .position(|(_, op)| matches!(op, StoreOp::Due { .. }))
+        .expect("the due scan is out");
+    let (scan, _) = held.remove(scan);
+    let due = StoreReply::Due {
+        records: vec![other],
+        next: None,
+    };
+    s.ctl.handle_stored(s.now, s.now_ms, scan, Ok(due));
+    for (id, op) in held {
+        let r = s.store.apply(&op);
+        s.store_log.push(op);
+        s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    }
+    s.settle();
+    let sent = s.worker.iter().any(|(_, op)| op.name() == "exec");
+    assert!(!sent, "sent: {:?}", s.worker);
+    assert_eq!(s.record(&key).state, ExecState::Unknown);
+}
