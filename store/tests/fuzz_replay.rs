@@ -155,14 +155,14 @@ fn controller_finding_s9_a_row_after_the_own_intent_from_another_history() {
     smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
 }
 
-/// Open finding 17 of the `controller` target (fuzz/README.md, session 9):
-/// found by run 6 with `poll_timeout names a past time at which
-/// handle_timeout does nothing`; not minimized or traced (the session ran
-/// out), kept out of the replayed corpus until fixed.
+/// Finding 17 of the `controller` target (fuzz/README.md, session 9,
+/// fixed): a disposable `k2` never sent (finding 16's rule) waited for the
+/// inspect of its machine with its execution deadline long past;
+/// `poll_timeout` named that deadline while `handle_timeout` did nothing
+/// (a driver would spin). The input is also in the replayed corpus.
 #[test]
-#[ignore = "open finding 17: a timer in the past (a driver would spin); not traced"]
-fn controller_open_finding_s9_17() {
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/findings/controller/s9-finding-17");
+fn controller_finding_s9_no_timer_in_the_past_while_a_machine_op_is_out() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/corpus/controller/s9-inspect-past-deadline");
     smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
 }

@@ -401,7 +401,11 @@ impl Exec {
         }
         if self.worker_op.is_some() {
             let renew = self.claim_at.map(|c| c + cfg.renew_every());
-            let deadline = if self.rec.state.ends_wait() {
+            // The execution deadline moves `step` only while the exec
+            // itself is out: with a machine op out (a disposable's inspect
+            // or stop) `step` waits for that answer, so a deadline already
+            // past would make a driver spin (fuzz finding 17, session 9).
+            let deadline = if self.rec.state.ends_wait() || !self.exec_outstanding() {
                 None
             } else {
                 self.mono[Deadline::Execution as usize]

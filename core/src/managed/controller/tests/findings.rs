@@ -693,17 +693,9 @@ fn a_reply_at_the_largest_version_does_not_panic() {
     }
 }
 
-/// Fuzz finding 16 (`controller` target, session 9): after this
-/// execution's own intent was answered, while the exec waited for the
-/// lapsed worker lease, a due scan showed the record at the intent's
-/// version under another claim generation, a history without that intent
-/// (a store gone back: another controller's claim and intent possible).
-/// Rows were ignored once the intent was this execution's, and the command
-/// was sent when the lease came back. A row that does not descend from
-/// the own intent now forbids the send (`unknown`).
-#[test]
-fn a_row_after_the_own_intent_from_another_history_is_never_followed_by_a_send() {
-    let mut s = Sim::new(disposable_config());
+/// A disposable execution whose own intent was answered while its worker
+/// lease had lapsed, then a due row of another history (finding 16).
+fn own_intent_then_another_history(s: &mut Sim) -> RecordKey {
     let key = s.submit_disposable("diverged", &cmd());
     let intent = |op: &StoreOp| matches!(op, StoreOp::Write { patch, .. } if patch.state == Some(ExecState::Dispatching));
     let (id, op) = loop {
@@ -769,6 +761,21 @@ fn a_row_after_the_own_intent_from_another_history_is_never_followed_by_a_send()
         s.store_log.push(op);
         s.ctl.handle_stored(s.now, s.now_ms, id, r);
     }
+    key
+}
+
+/// Fuzz finding 16 (`controller` target, session 9): after this
+/// execution's own intent was answered, while the exec waited for the
+/// lapsed worker lease, a due scan showed the record at the intent's
+/// version under another claim generation, a history without that intent
+/// (a store gone back: another controller's claim and intent possible).
+/// Rows were ignored once the intent was this execution's, and the command
+/// was sent when the lease came back. A row that does not descend from
+/// the own intent now forbids the send (`unknown`).
+#[test]
+fn a_row_after_the_own_intent_from_another_history_is_never_followed_by_a_send() {
+    let mut s = Sim::new(disposable_config());
+    let key = own_intent_then_another_history(&mut s);
     s.settle();
     let sent = s.worker.iter().any(|(_, op)| op.name() == "exec");
     assert!(!sent, "sent: {:?}", s.worker);
