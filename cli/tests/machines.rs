@@ -254,3 +254,48 @@ fn the_lease_ttl_is_bounded_by_c12_1() {
         }
     }
 }
+
+/// On a named worker without `--image` a managed machine is imageless: an
+/// `exec` into its slot that needs a plain image machine (a workdir
+/// outside `/workspace`, C5.4) is refused before its acceptance — nothing
+/// sent, no record, the slot free and the machine `running` — so the next
+/// ordinary command runs at once (no `resolve`).
+#[test]
+fn an_imageless_managed_machine_refuses_an_extended_exec_before_acceptance() {
+    let w = devworker(None);
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("m.db");
+    let db = db.to_str().unwrap();
+    for shell in SHELLS {
+        let id = format!("bare-{shell}");
+        let id = id.as_str();
+        let sb = |args: &[&str]| {
+            sbx(&w, shell, db)
+                .env_remove("SMOLBOX_IMAGE")
+                .args(args)
+                .output()
+                .unwrap()
+        };
+        let c = sb(&["machine", "create", id]);
+        assert_eq!(code(&c), 0, "{shell}: {}", stderr(&c));
+        let execs = w.request_count(smolbox_devworker::Route::Exec);
+        let o = sb(&["exec", id, "--workdir", "/", "--", "true"]);
+        assert_ne!(code(&o), 0, "{shell}");
+        assert!(
+            stderr(&o).contains("needs_plain_image_machine"),
+            "{shell}: {}",
+            stderr(&o)
+        );
+        assert_eq!(
+            w.request_count(smolbox_devworker::Route::Exec),
+            execs,
+            "{shell}: nothing sent"
+        );
+        let g = json(&sb(&["--json", "machine", "get", id]));
+        assert!(g["active_execution"].is_null(), "{shell}: {g}");
+        assert_eq!(g["state"], "running", "{shell}: {g}");
+        let next = sb(&["exec", id, "--", "sh", "-c", "echo hi; exit 4"]);
+        assert_eq!(code(&next), 4, "{shell}: {}", stderr(&next));
+        assert_eq!(stdout(&next), "hi\n");
+    }
+}

@@ -300,6 +300,32 @@ fn a_consumer_away_for_99_ms_is_live_and_for_100_ms_stalled() {
     }
 }
 
+/// A managed run that holds output for its own live consumer takes
+/// nothing from the session but keeps it live (`keep_live`): the pause
+/// lasts the grace after the last keep-alive, not after the last pull; a
+/// run that stops calling it is stalled after the grace as before.
+#[test]
+fn keep_live_pauses_reading_for_the_grace_without_taking_output() {
+    let now = t0();
+    let spec = small_queue();
+    let mut s = opened(&spec, now);
+    assert!(Machine::poll_event(&mut s).is_none()); // a pull at `now`
+    for _ in 0..6 {
+        Machine::handle_input(&mut s, now + ms(1), &binary(&[b'a'; 100]));
+    }
+    assert!(!Machine::wants_read(&s));
+    // Kept live at 90 ms: still paused at 189 ms, nothing was taken.
+    s.keep_live(now + ms(90));
+    s.handle_timeout(now + ms(189));
+    assert!(!Machine::wants_read(&s), "kept live 99 ms ago: paused");
+    assert!(s.unread_bytes() > 0);
+    let unread = s.unread_bytes();
+    // At 190 ms (the grace after the keep-alive) the run is stalled.
+    s.handle_timeout(now + ms(190));
+    assert!(Machine::wants_read(&s), "kept live 100 ms ago: stalled");
+    assert!(s.unread_bytes() >= unread, "keep_live took nothing");
+}
+
 #[test]
 fn a_read_failure_decides_the_outcome_and_a_write_failure_keeps_reading() {
     let now = t0();

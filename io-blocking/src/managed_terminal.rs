@@ -6,11 +6,15 @@
 //!
 //! Every decision is the core's. One thread per terminal performs the
 //! run's store ops, opens the low-level [`Terminal`], pulls its output into
-//! a bounded buffer (the spec's `buffer_bytes` and 1,024 chunks; overflow
-//! ends the session with an uncertain `output_limit`), forwards input and
-//! resizes, and renews the claim. The thread pulls in slices of at most
-//! [`PULL_SLICE`] so the consumer's commands are served between pulls.
-//! Terminal bytes are held in memory only.
+//! a bounded buffer (the spec's `buffer_bytes` and 1,024 chunks), forwards
+//! input and resizes, and renews the claim. The thread pulls in slices of
+//! at most [`PULL_SLICE`] so the consumer's commands are served between
+//! pulls. The buffer paces the thread as in the tokio shell (the core's
+//! `Pace`): while the consumer is live and the buffer full, the thread
+//! pulls nothing (the low-level terminal, kept live, reads nothing) and
+//! waits for the consumer's read, at most a slice at a time; a consumer
+//! that has not read for the grace is stalled and the session ends with an
+//! uncertain `output_limit`. Terminal bytes are held in memory only.
 
 use smolbox_core::Reason;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -20,7 +24,7 @@ use std::time::{Duration, Instant};
 use smolbox_core::managed::controller::terminal::{TermOutput, TerminalRun};
 pub use smolbox_core::managed::live::TerminalOpened;
 use smolbox_core::managed::live::{
-    OpenReply, OutputBuffer, Reply, TermCommand as Cmd, check_next_wait, next_expired,
+    OpenReply, OutputBuffer, Pace, Reply, TermCommand as Cmd, check_next_wait, next_expired,
     not_live_here, reply, run_wait_expired, task_ended as ended,
 };
 use smolbox_core::managed::spec::ManagedTerminalSpec;
@@ -60,6 +64,8 @@ struct Inner {
 struct Live {
     queue: Mutex<OutputBuffer>,
     readable: Condvar,
+    /// The consumer read output: a run holding for room looks again.
+    room: Condvar,
     cmd: Mutex<Sender<Cmd>>,
 }
 
@@ -289,11 +295,15 @@ impl ManagedTerminal {
         let deadline = Instant::now() + timeout;
         let live = Arc::clone(self.c.live());
         let mut q = lock(&live.queue);
+        let now = self.c.now();
+        q.begin_wait(now, now + timeout);
         loop {
-            if let Some(ev) = q.pop() {
+            if let Some(ev) = q.pop(self.c.now()) {
                 drop(q);
                 if matches!(ev, TerminalEvent::Closed(_)) {
                     self.c.final_read();
+                } else {
+                    live.room.notify_all();
                 }
                 return Ok(ev);
             }
@@ -307,6 +317,12 @@ impl ManagedTerminal {
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
+    }
+
+    /// Unread output bytes waiting for this consumer (at most the spec's
+    /// `buffer_bytes` while it reads; one more chunk may be held back).
+    pub fn unread_bytes(&self) -> usize {
+        lock(&self.c.live().queue).unread_bytes()
     }
 
     /// Closes the session: a close frame, then the close wait for the
@@ -365,8 +381,9 @@ fn drive_run(inner: &Inner, mut run: TerminalRun, mut accepted: OpenReply, owns_
                         .and_then(|c| c.terminal(&machine, &spec));
                     let opened = opened.and_then(|term| {
                         let live = Arc::new(Live {
-                            queue: Mutex::new(OutputBuffer::default()),
+                            queue: Mutex::new(inner.t.buffer(&spec)),
                             readable: Condvar::new(),
+                            room: Condvar::new(),
                             cmd: Mutex::new(cmd_tx.clone()),
                         });
                         conn = Some(inner.t.connect(&key, term, live, &spec)?);
@@ -390,8 +407,19 @@ fn drive_run(inner: &Inner, mut run: TerminalRun, mut accepted: OpenReply, owns_
         let slice = wake.map_or(PULL_SLICE, |w| {
             w.saturating_duration_since(now).min(PULL_SLICE)
         });
-        match conn.as_mut() {
-            Some(c) => match c.term.next(slice) {
+        match conn.as_mut().map(|c| (inner.t.pace(c), c)) {
+            Some((Err(e), _)) => finish_conn(inner, &key, &mut run, &mut conn, Err(e)),
+            Some((Ok(Pace::Hold(until)), c)) => {
+                // The consumer is live: so is the low-level terminal's
+                // (this thread), which reads nothing meanwhile.
+                c.term.keep_live();
+                let left = until.saturating_duration_since(inner.t.now());
+                let q = lock(&c.live.queue);
+                if q.holds() {
+                    drop(c.live.room.wait_timeout(q, left.min(slice)));
+                }
+            }
+            Some((Ok(_), c)) => match c.term.next(slice) {
                 Ok(TerminalEvent::Output(b)) => {
                     if let Err(e) = inner.t.output(c, b) {
                         finish_conn(inner, &key, &mut run, &mut conn, Err(e));

@@ -406,9 +406,18 @@ impl Machines<'_> {
     /// Submits `command` into the machine's slot under `key`; returns at
     /// durable acceptance (wait on `key` with [`Runtime::wait`]).
     ///
+    /// A command that needs a plain image machine (an extended or
+    /// background command, a file over 1 MiB or outside `/workspace`) is
+    /// asked of the worker first: the machine is inspected before anything
+    /// is stored.
+    ///
     /// # Errors
     /// `admission_exhausted` when the slot is held or the machine not idle
-    /// and running (no queue); `identity_conflict`; the store's error.
+    /// and running (no queue); `identity_conflict`; the store's error;
+    /// before acceptance (nothing stored, no slot taken, `not_dispatched`):
+    /// `unsupported_capability` (`needs_plain_image_machine`) when the
+    /// machine is not a plain image machine, the inspect's own error when it
+    /// fails.
     pub fn submit(
         &self,
         machine: &RecordKey,

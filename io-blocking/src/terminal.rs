@@ -134,6 +134,14 @@ impl Terminal {
         }
     }
 
+    /// The consumer is live although it pulls nothing now: a managed
+    /// terminal's run holding output for its own live consumer. Reads
+    /// nothing; the next call's reads stay paced as for a live consumer
+    /// within the grace (`TerminalSession::keep_live`).
+    pub(crate) fn keep_live(&mut self) {
+        self.session.keep_live(Instant::now());
+    }
+
     /// Closes the session: sends a close frame and waits (the close wait)
     /// for the worker's. Returns the outcome: without an exit frame first it
     /// is uncertain.

@@ -29,7 +29,7 @@
 //! ManagedTerminals::open(key, machine, ManagedTerminalSpec) -> TerminalOpened   // durable acceptance
 //! ManagedTerminals::attach(key, wait) -> ManagedTerminal   // one consumer; others: authentication
 //! ManagedTerminals::fetch / cancel / recover / wait(key, …) -> ExecutionRecord
-//! ManagedTerminal::input(&[u8]), resize(cols, rows), next(Duration) -> TerminalEvent, close(self)
+//! ManagedTerminal::input(&[u8]), resize(cols, rows), next(Duration) -> TerminalEvent, unread_bytes(), close(self)
 //! transport::{SocketTarget, Connection, TlsFiles}, MAX_CONNECTIONS (= 4)
 //! ```
 //!

@@ -8,9 +8,14 @@
 //! retire. This module performs store ops on tokio's blocking pool, opens
 //! the low-level [`Terminal`] through the worker's [`Client`], and runs one
 //! task per terminal that pulls the session's output into a bounded buffer
-//! (the spec's `buffer_bytes` and 1,024 chunks; overflow ends the session
-//! with an uncertain `output_limit`), forwards the consumer's input and
-//! resizes, and renews the claim. Terminal bytes are held in memory only.
+//! (the spec's `buffer_bytes` and 1,024 chunks), forwards the consumer's
+//! input and resizes, and renews the claim. The buffer paces the task as
+//! the low-level terminal paces its reads (the core's `Pace`): while the
+//! consumer is live and the buffer full, the task pulls nothing (the
+//! low-level terminal, kept live, holds its frames and stops reading the
+//! socket) until the consumer reads; a consumer that has not read for the
+//! grace is stalled and the session ends with an uncertain `output_limit`.
+//! Terminal bytes are held in memory only.
 
 use smolbox_core::Reason;
 use std::sync::{Arc, Mutex};
@@ -19,7 +24,7 @@ use std::time::{Duration, Instant};
 use smolbox_core::managed::controller::terminal::{TermOutput, TerminalRun};
 pub use smolbox_core::managed::live::TerminalOpened;
 use smolbox_core::managed::live::{
-    OpenReply, OutputBuffer, Reply, TermCommand as Cmd, check_next_wait, next_expired,
+    OpenReply, OutputBuffer, Pace, Reply, TermCommand as Cmd, check_next_wait, next_expired,
     not_live_here, reply, run_wait_expired, task_ended as ended,
 };
 use smolbox_core::managed::spec::ManagedTerminalSpec;
@@ -56,6 +61,8 @@ struct Inner {
 struct Live {
     queue: Mutex<OutputBuffer>,
     readable: Notify,
+    /// The consumer read output: a run holding for room looks again.
+    room: Notify,
     cmd: mpsc::UnboundedSender<Cmd>,
 }
 
@@ -276,6 +283,8 @@ impl ManagedTerminal {
         self.c.check()?;
         let deadline = tokio::time::Instant::now() + timeout;
         let live = Arc::clone(self.c.live());
+        let now = self.c.now();
+        lock(&live.queue).begin_wait(now, now + timeout);
         loop {
             let notified = live.readable.notified();
             if let Some(ev) = self.pop() {
@@ -291,11 +300,19 @@ impl ManagedTerminal {
     }
 
     fn pop(&mut self) -> Option<TerminalEvent> {
-        let ev = lock(&self.c.live().queue).pop()?;
+        let ev = lock(&self.c.live().queue).pop(self.c.now())?;
         if matches!(ev, TerminalEvent::Closed(_)) {
             self.c.final_read();
+        } else {
+            self.c.live().room.notify_one();
         }
         Some(ev)
+    }
+
+    /// Unread output bytes waiting for this consumer (at most the spec's
+    /// `buffer_bytes` while it reads; one more chunk may be held back).
+    pub fn unread_bytes(&self) -> usize {
+        lock(&self.c.live().queue).unread_bytes()
     }
 
     /// Closes the session: a close frame, then the close wait for the
@@ -382,8 +399,9 @@ async fn drive_run(
                     };
                     let opened = opened.and_then(|term| {
                         let live = Arc::new(Live {
-                            queue: Mutex::new(OutputBuffer::default()),
+                            queue: Mutex::new(inner.t.buffer(&spec)),
                             readable: Notify::new(),
+                            room: Notify::new(),
                             cmd: cmd_tx.clone(),
                         });
                         conn = Some(inner.t.connect(&key, term, live, &spec)?);
@@ -402,6 +420,20 @@ async fn drive_run(
         if run.is_done() && conn.is_none() {
             break;
         }
+        let hold = match conn.as_mut().map(|c| (inner.t.pace(c), c)) {
+            Some((Err(e), _)) => {
+                finish_conn(&inner, &key, &mut run, &mut conn, Err(e)).await;
+                continue;
+            }
+            Some((Ok(Pace::Hold(until)), c)) => {
+                // The consumer is live: so is the low-level terminal's
+                // (the run), which holds its frames meanwhile.
+                c.term.keep_live();
+                Some((until, Arc::clone(&c.live)))
+            }
+            Some((Ok(_), _)) | None => None,
+        };
+        let held = hold.is_some();
         let wake = inner.t.wake(&run);
         let sleep = async {
             match wake {
@@ -410,7 +442,7 @@ async fn drive_run(
             }
         };
         tokio::select! {
-            ev = next_of(conn.as_mut()) => match ev {
+            ev = next_of(conn.as_mut().filter(|_| !held)) => match ev {
                 Some(Ok(TerminalEvent::Output(b))) => {
                     let Some(c) = conn.as_ref() else { continue };
                     if let Err(e) = inner.t.output(c, b) {
@@ -441,6 +473,7 @@ async fn drive_run(
                     (cmd, None) => cmd.refuse(),
                 }
             }
+            () = room(hold) => {}
             () = sleep => inner.t.tick(&mut run),
         }
     }
@@ -448,6 +481,18 @@ async fn drive_run(
         inner.t.end_run(&key);
     }
     inner.changed.notify_waiters();
+}
+
+/// The consumer's next read, or the end of its grace (then the run asks
+/// again); never without a hold.
+async fn room(hold: Option<(Instant, Arc<Live>)>) {
+    match hold {
+        Some((until, live)) => tokio::select! {
+            () = live.room.notified() => {}
+            () = tokio::time::sleep_until(until.into()) => {}
+        },
+        None => std::future::pending().await,
+    }
 }
 
 /// The next event of the connection, or never without one.

@@ -162,6 +162,17 @@ impl Terminal {
         }
     }
 
+    /// The consumer is live although it pulls nothing now: a managed
+    /// terminal's run holding output for its own live consumer. The
+    /// session keeps pausing its reads for the grace
+    /// (`TerminalSession::keep_live`).
+    pub(crate) fn keep_live(&mut self) {
+        self.shared.lock().session.keep_live(Instant::now());
+        // The reading task plans again (it may have been reading for a
+        // consumer it took for stalled).
+        self.shared.to_task.notify_one();
+    }
+
     /// Closes the session: sends a close frame and waits (the close wait)
     /// for the worker's. Returns the outcome: without an exit frame first it
     /// is uncertain.

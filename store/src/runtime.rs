@@ -161,7 +161,10 @@ impl<R: Build> Builder<R> {
     /// makes them image machines, which terminals, extended and background
     /// commands and large or out-of-root files need (C5.4, C6.1, C7.4).
     /// Without it they are imageless ([`Source::Bare`]). A source the
-    /// worker's profile lacks refuses the create before it is sent.
+    /// worker's profile lacks refuses the create before it is sent. For an
+    /// uncatalogued (development) worker only: on a worker with a catalog
+    /// the spec's image artifact decides the source (its catalog path),
+    /// and this is used only for a checkpoint artifact.
     #[must_use]
     pub fn machine_source(mut self, id: &str, source: Source) -> Self {
         if let Some(w) = self.config.workers.iter_mut().find(|w| w.id == id) {

@@ -14,7 +14,7 @@ use smolbox_core::Error;
 use smolbox_core::managed::controller::OpId;
 use smolbox_core::managed::controller::terminal::{TermConfig, TermStoreResult, TerminalRun};
 use smolbox_core::managed::live::{
-    LiveSet, OutputBuffer, TermCommand, consumer_lost, unknown_worker,
+    LiveSet, OutputBuffer, Pace, TermCommand, consumer_lost, unknown_worker,
 };
 use smolbox_core::managed::spec::ManagedTerminalSpec;
 use smolbox_core::managed::terminal::ConsumerId;
@@ -49,15 +49,13 @@ impl<T: LiveConn + ?Sized> LiveConn for Arc<T> {
 }
 
 /// The open connection of a run's task or thread: the shell's low-level
-/// terminal `T`, its live handle, and the spec's buffer bound.
+/// terminal `T` and its live handle (whose buffer holds the spec's bound).
 #[derive(Debug)]
 pub struct Conn<T, L> {
     /// The low-level terminal.
     pub term: T,
     /// What the consumer reads from.
     pub live: L,
-    /// The spec's `buffer_bytes`.
-    pub max_bytes: usize,
 }
 
 /// Locks `m`; a poisoned lock is still read (the data is plain).
@@ -115,6 +113,11 @@ impl<L: LiveConn + Clone, C> Terminals<L, C> {
     /// The clock's wall-clock milliseconds.
     pub fn now_ms(&self) -> u64 {
         self.clock.now_ms()
+    }
+
+    /// The clock's monotonic now (the time of the output buffers' pacing).
+    pub fn now(&self) -> Instant {
+        self.clock.now()
     }
 
     /// The runs and connections, for a shell that waits on their lock.
@@ -204,8 +207,8 @@ impl<L: LiveConn + Clone, C> Terminals<L, C> {
 
     /// The low-level terminal `term` of `key` just opened (for the
     /// low-level `spec`): registers its live handle `live` (the spec's
-    /// attach wait) and returns the run's connection (the spec's buffer
-    /// bound).
+    /// attach wait; its buffer was made with [`Terminals::buffer`]) and
+    /// returns the run's connection.
     ///
     /// # Errors
     /// As [`LiveSet::register`].
@@ -217,23 +220,38 @@ impl<L: LiveConn + Clone, C> Terminals<L, C> {
         spec: &TerminalSpec,
     ) -> Result<Conn<T, L>, Error> {
         self.register(key, live.clone(), spec.attach_wait)?;
-        Ok(Conn {
-            term,
-            live,
-            max_bytes: spec.max_buffer_bytes,
-        })
+        Ok(Conn { term, live })
+    }
+
+    /// The consumer's output buffer for the low-level `spec` (its buffer
+    /// bound), opened now.
+    pub fn buffer(&self, spec: &TerminalSpec) -> OutputBuffer {
+        OutputBuffer::new(spec.max_buffer_bytes, self.clock.now())
     }
 
     /// Output of `conn`: queued for the consumer (within the spec's
-    /// buffer), who is woken.
+    /// buffer) or held while the consumer is live; the consumer is woken.
     ///
     /// # Errors
-    /// An overflow (`output_limit`, uncertain), which ends the session: the
-    /// shell ends the connection with it ([`Terminals::verdict`]).
+    /// An overflow for a stalled consumer (`output_limit`, uncertain),
+    /// which ends the session: the shell ends the connection with it
+    /// ([`Terminals::verdict`]).
     pub fn output<T>(&self, conn: &Conn<T, L>, bytes: bytes::Bytes) -> Result<(), Error> {
-        let pushed = lock(conn.live.buffer()).push(bytes, conn.max_bytes);
+        let pushed = lock(conn.live.buffer()).push(self.clock.now(), bytes);
         conn.live.wake_reader();
         pushed
+    }
+
+    /// Whether `conn`'s run pulls its low-level terminal now or holds for
+    /// its live consumer ([`OutputBuffer::pace`]). On [`Pace::Hold`] the
+    /// shell keeps the low-level terminal's consumer live and waits for the
+    /// consumer's next read or the instant given.
+    ///
+    /// # Errors
+    /// `output_limit` (uncertain) once the consumer stalled with output
+    /// held: the shell ends the connection with it ([`Terminals::verdict`]).
+    pub fn pace<T>(&self, conn: &Conn<T, L>) -> Result<Pace, Error> {
+        lock(conn.live.buffer()).pace(self.clock.now())
     }
 
     /// The peer ended the session with `outcome` (the connection's
@@ -398,6 +416,7 @@ impl<L: LiveConn + Clone, C> Consumer<L, C> {
         key: RecordKey,
         (who, live): (ConsumerId, L),
     ) -> Self {
+        lock(live.buffer()).attached(terminals.now());
         Self {
             terminals,
             key,
@@ -415,6 +434,12 @@ impl<L: LiveConn + Clone, C> Consumer<L, C> {
     /// The live connection: its commands and its output buffer.
     pub fn live(&self) -> &L {
         &self.live
+    }
+
+    /// The runtime clock's monotonic now, the time of this consumer's
+    /// reads ([`OutputBuffer::pop`], [`OutputBuffer::begin_wait`]).
+    pub fn now(&self) -> Instant {
+        self.terminals.now()
     }
 
     /// Checks that this consumer still holds the session.
@@ -459,10 +484,18 @@ mod tests {
 
     /// A live connection that keeps the reasons of the `End` commands it
     /// was handed.
-    #[derive(Default)]
     struct Recorder {
         ended: Mutex<Vec<Reason>>,
         queue: Mutex<OutputBuffer>,
+    }
+
+    impl Default for Recorder {
+        fn default() -> Self {
+            Self {
+                ended: Mutex::default(),
+                queue: Mutex::new(OutputBuffer::new(1_024, SystemClock.now())),
+            }
+        }
     }
 
     impl LiveConn for Recorder {

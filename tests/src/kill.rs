@@ -12,6 +12,15 @@
 //! | `after_dispatch` | while the exec runs (the command itself kills the controller: `{CTL_PID}` in the script) |
 //! | `after_reply` | after the exit came back, before the `collecting` result is written |
 //! | `during_finish` | after `collecting` committed, before `completed` is written |
+//!
+//! Three more points of a command with declared files in a retained
+//! machine's slot ([`KillPoint::SLOT_FILES`], session 9):
+//!
+//! | point | where the process dies |
+//! |---|---|
+//! | `after_preparing` | right after `preparing` committed, before any upload |
+//! | `before_ready` | the inputs uploaded and read back, as `ready` is about to be written |
+//! | `before_slot_finish` | after `completed` committed, as the slot's finish (`finish_command`) is about to run |
 
 use std::sync::Arc;
 
@@ -43,16 +52,38 @@ pub enum KillPoint {
     AfterReply,
     /// After the result (`collecting`), before `completed`.
     DuringFinish,
+    /// Right after `preparing` committed (nothing uploaded yet).
+    AfterPreparing,
+    /// Staging done (inputs uploaded and read back), before `ready`.
+    BeforeReady,
+    /// After `completed`, before the slot's finish (`finish_command`).
+    BeforeSlotFinish,
 }
 
 impl KillPoint {
-    /// Every kill point, in the order the runtime crosses them.
+    /// The kill points of a command on a caller's machine, in the order
+    /// the runtime crosses them.
     pub const ALL: [Self; 5] = [
         Self::BeforeIntent,
         Self::AfterIntent,
         Self::AfterDispatch,
         Self::AfterReply,
         Self::DuringFinish,
+    ];
+
+    /// Every durable boundary of a command with declared files in a
+    /// retained machine's slot, in the order the runtime crosses them:
+    /// staging (`preparing`, inputs uploaded), the intent, the exec, the
+    /// result, the completion and the slot's finish.
+    pub const SLOT_FILES: [Self; 8] = [
+        Self::AfterPreparing,
+        Self::BeforeReady,
+        Self::BeforeIntent,
+        Self::AfterIntent,
+        Self::AfterDispatch,
+        Self::AfterReply,
+        Self::DuringFinish,
+        Self::BeforeSlotFinish,
     ];
 
     /// The name used in [`KILL_VAR`].
@@ -63,12 +94,15 @@ impl KillPoint {
             Self::AfterDispatch => "after_dispatch",
             Self::AfterReply => "after_reply",
             Self::DuringFinish => "during_finish",
+            Self::AfterPreparing => "after_preparing",
+            Self::BeforeReady => "before_ready",
+            Self::BeforeSlotFinish => "before_slot_finish",
         }
     }
 
     /// The kill point named `name`.
     pub fn parse(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|p| p.name() == name)
+        Self::SLOT_FILES.into_iter().find(|p| p.name() == name)
     }
 
     /// The kill point named by [`KILL_VAR`], if any.
@@ -108,6 +142,7 @@ impl KillStore {
             Some(KillPoint::BeforeIntent) => patch.state == Some(ExecState::Dispatching),
             Some(KillPoint::AfterReply) => patch.state == Some(ExecState::Collecting),
             Some(KillPoint::DuringFinish) => patch.state == Some(ExecState::Completed),
+            Some(KillPoint::BeforeReady) => patch.state == Some(ExecState::Ready),
             _ => false,
         };
         if die_here {
@@ -147,8 +182,6 @@ impl Store for KillStore {
             -> Result<MachineRecord, Error>;
         fn acquire_slot(&self, machine: &RecordKey, guard: &Guard, exec: &RecordKey, now_ms: u64)
             -> Result<MachineRecord, Error>;
-        fn finish_slot(&self, machine: &RecordKey, guard: &Guard, exec: &RecordKey, now_ms: u64)
-            -> Result<(MachineRecord, Finish), Error>;
         fn list(&self, scope: &str, after: Option<&str>, limit: u32)
             -> Result<Page<ExecutionRecord>, Error>;
         fn list_machines(&self, scope: &str, after: Option<&str>, limit: u32)
@@ -161,8 +194,6 @@ impl Store for KillStore {
             -> Result<MachineRecord, Error>;
         fn submit(&self, record: &ExecutionRecord, max_pending: u32)
             -> Result<Accepted<Submitted>, Error>;
-        fn finish_command(&self, machine: &RecordKey, guard: &Guard, exec: &RecordKey, now_ms: u64)
-            -> Result<(MachineRecord, ExecutionRecord, Finish), Error>;
         fn resolve_machine(&self, key: &RecordKey, version: u64, quiesced: bool, disposition: &Disposition, now_ms: u64)
             -> Result<Resolved, Error>;
         fn release_claim(&self, claimed: &Claimed, owner: &str, generation: u64, now_ms: u64)
@@ -177,14 +208,43 @@ impl Store for KillStore {
         patch: &ExecPatch,
         now_ms: u64,
     ) -> Result<ExecutionRecord, Error> {
-        let dispatching = self.kill == Some(KillPoint::AfterIntent)
-            && patch.state == Some(ExecState::Dispatching);
+        let die_after = match self.kill {
+            Some(KillPoint::AfterIntent) => patch.state == Some(ExecState::Dispatching),
+            Some(KillPoint::AfterPreparing) => patch.state == Some(ExecState::Preparing),
+            _ => false,
+        };
         self.before_write(patch);
         let r = self.inner.write(key, guard, patch, now_ms);
-        if dispatching && r.is_ok() {
+        if die_after && r.is_ok() {
             die();
         }
         r
+    }
+
+    fn finish_command(
+        &self,
+        machine: &RecordKey,
+        guard: &Guard,
+        exec: &RecordKey,
+        now_ms: u64,
+    ) -> Result<(MachineRecord, ExecutionRecord, Finish), Error> {
+        if self.kill == Some(KillPoint::BeforeSlotFinish) {
+            die();
+        }
+        self.inner.finish_command(machine, guard, exec, now_ms)
+    }
+
+    fn finish_slot(
+        &self,
+        machine: &RecordKey,
+        guard: &Guard,
+        exec: &RecordKey,
+        now_ms: u64,
+    ) -> Result<(MachineRecord, Finish), Error> {
+        if self.kill == Some(KillPoint::BeforeSlotFinish) {
+            die();
+        }
+        self.inner.finish_slot(machine, guard, exec, now_ms)
     }
 
     fn accept_dispatching(

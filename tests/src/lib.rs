@@ -24,6 +24,7 @@ pub mod kill;
 pub mod managed;
 pub mod managed_cases;
 pub mod managed_file_cases;
+pub mod managed_inspect_cases;
 pub mod managed_machine_cases;
 pub mod managed_stream_cases;
 pub mod managed_terminal_cases;

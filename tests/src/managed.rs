@@ -39,6 +39,10 @@ pub struct Options {
     /// The artifact store declared files go through (none: specs with
     /// files are refused).
     pub artifacts: Option<Arc<smolbox_store::artifacts::MemoryArtifacts>>,
+    /// With `disposable`: the machines the runtime creates get no image
+    /// source (imageless machines, which refuse what needs a plain image
+    /// machine).
+    pub imageless: bool,
 }
 
 impl Default for Options {
@@ -51,6 +55,7 @@ impl Default for Options {
             disposable: false,
             catalog: None,
             artifacts: None,
+            imageless: false,
         }
     }
 }
@@ -237,9 +242,12 @@ impl ManagedShell for BlockingManaged {
         let b = smolbox_blocking::Runtime::builder(store, key);
         let b = if o.disposable {
             let profile = client.admit(&[])?;
-            let entry = WorkerEntry::new(WORKER)
-                .with_profile(profile)
-                .with_machine_source(crate::cases::image_spec().source);
+            let entry = WorkerEntry::new(WORKER).with_profile(profile);
+            let entry = if o.imageless {
+                entry
+            } else {
+                entry.with_machine_source(crate::cases::image_spec().source)
+            };
             match &o.catalog {
                 Some(c) => b.worker_entry(entry.with_catalog(c.clone()), client),
                 None => b.worker_entry(entry, client),
@@ -411,9 +419,12 @@ impl ManagedShell for TokioManaged {
         let b = smolbox_tokio::Runtime::builder(store, key);
         let b = if o.disposable {
             let profile = rt.block_on(client.admit(&[]))?;
-            let entry = WorkerEntry::new(WORKER)
-                .with_profile(profile)
-                .with_machine_source(crate::cases::image_spec().source);
+            let entry = WorkerEntry::new(WORKER).with_profile(profile);
+            let entry = if o.imageless {
+                entry
+            } else {
+                entry.with_machine_source(crate::cases::image_spec().source)
+            };
             match &o.catalog {
                 Some(c) => b.worker_entry(entry.with_catalog(c.clone()), client),
                 None => b.worker_entry(entry, client),

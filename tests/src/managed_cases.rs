@@ -646,11 +646,15 @@ pub fn a_spec_outside_the_workers_catalog_is_refused_before_anything_is_stored<M
     } else {
         Platform::Linux
     };
+    // The machine is created from the catalog's image path (C12.2), which
+    // the worker requires to exist on its host (the devworker runs here).
+    let image = s.dir.path().join("a.smolmachine");
+    std::fs::write(&image, b"").unwrap();
     let holding = Catalog::new(platform, Architecture::host(), floor)
         .with_image(
             &sub.spec.artifact.id,
             &sub.spec.artifact.sha256,
-            "/images/a.smolmachine",
+            image.to_str().unwrap(),
         )
         .with_profile(revision);
     let mut lacking = holding.clone();

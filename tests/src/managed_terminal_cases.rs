@@ -34,7 +34,12 @@ use smolbox_devworker::Route;
 use smolbox_store::keys::load_or_create_keys;
 use smolbox_store::{PostgresStore, Reserve, Sealer, SqliteStore, Store};
 
+mod pacing;
 mod round_trips;
+pub use pacing::{
+    a_consumer_that_stops_reading_gets_output_limit,
+    a_slow_live_consumer_gets_every_byte_and_the_exit,
+};
 pub use round_trips::a_managed_terminal_checks_the_worker_before_acceptance_and_at_the_open;
 
 use crate::TerminalEvent;
@@ -185,6 +190,8 @@ pub trait TermHandle: std::fmt::Debug {
     /// # Errors
     /// As the handle's.
     fn next(&mut self, timeout: Duration) -> Result<TerminalEvent, Error>;
+    /// `unread_bytes`.
+    fn unread_bytes(&self) -> usize;
 }
 
 fn builder_parts(endpoint: Endpoint) -> Result<smolbox_blocking::Client, Error> {
@@ -302,6 +309,9 @@ impl TermHandle for smolbox_blocking::ManagedTerminal {
     }
     fn next(&mut self, timeout: Duration) -> Result<TerminalEvent, Error> {
         Self::next(self, timeout)
+    }
+    fn unread_bytes(&self) -> usize {
+        Self::unread_bytes(self)
     }
 }
 
@@ -456,6 +466,9 @@ impl TermHandle for TokioHandle {
     }
     fn next(&mut self, timeout: Duration) -> Result<TerminalEvent, Error> {
         self.rt.block_on(self.h.next(timeout))
+    }
+    fn unread_bytes(&self) -> usize {
+        self.h.unread_bytes()
     }
 }
 
@@ -1439,6 +1452,8 @@ macro_rules! managed_terminal_suite {
             another_controller_takes_the_machine_at_once_after_a_terminal_ends,
             a_terminal_on_an_imageless_machine_is_refused_unsent,
             a_managed_terminal_checks_the_worker_before_acceptance_and_at_the_open,
+            a_slow_live_consumer_gets_every_byte_and_the_exit,
+            a_consumer_that_stops_reading_gets_output_limit,
         );
     };
     (@cases $shell:ty, $kind:expr, $($case:ident),* $(,)?) => {

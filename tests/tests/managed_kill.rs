@@ -390,6 +390,7 @@ fn killed_at(point: KillPoint, db: &Db, dir: &std::path::Path) {
             assert_eq!(rec.state, ExecState::Completed, "{point:?}");
             assert!(exit3, "{point:?}: {:?}", rec.result);
         }
+        other => panic!("{other:?}: not a boundary of a command on a caller's machine"),
     }
     let runs = std::fs::read_to_string(&marker).map_or(0, |s| s.lines().count() as u64);
     let sent = fixture.worker.request_count(Route::Exec);
@@ -792,4 +793,211 @@ fn blocking_finishes_a_killed_slot_collection() {
 #[test]
 fn tokio_finishes_a_killed_slot_collection() {
     killed_while_collecting_in_a_slot_then_recovered::<TokioManaged>();
+}
+
+// ---- a slot command with files at every durable boundary (session 9) ----
+
+/// The controller process runs a command with an input and an output in a
+/// retained machine's slot and SIGKILLs itself at `point`; a new
+/// controller (`M`) on the same store recovers it. At every boundary: no
+/// upload and no exec sent twice (devworker counters and the command's own
+/// marker file), the right final state, the output's digest when the
+/// command completes, and the slot freed only by a confirmed finish
+/// (`completed`); a failed or unknown holder keeps it, the machine
+/// `unknown` and the command's cleanup `failed` (C14.3), until an
+/// operator's resolve.
+fn slot_files_killed_at<M: ManagedShell>(point: KillPoint, db: &Db, dir: &std::path::Path) {
+    use smolbox_core::Reason;
+    use smolbox_core::managed::state::{Cleanup, MachineRecordState};
+    use smolbox_store::artifacts::{MemoryArtifacts, sha256_hex};
+    let fixture = Fixture::start(Transport::Tcp);
+    let marker = dir.join(format!("ran-{}", point.name()));
+    let body = format!(
+        "echo x >> '{}'; cat /workspace/in.txt > /workspace/out.txt; exit 5",
+        marker.display()
+    );
+    let script = if point == KillPoint::AfterDispatch {
+        // The command kills its controller while it runs.
+        format!("kill -KILL {{CTL_PID}}; {body}")
+    } else {
+        body
+    };
+    let what = format!("{point:?}");
+    let store = run_and_kill(
+        &fixture,
+        db,
+        "ks",
+        &script,
+        Mode::RetainedFiles,
+        Death::At(point),
+    );
+    let key = RecordKey::new("boxes", "ks").unwrap();
+    let machine = RecordKey::new("boxes", "kill").unwrap();
+    let w = &fixture.worker;
+    let counts = || {
+        (
+            w.request_count(Route::FilesPut),
+            w.request_count(Route::FilesGet),
+            w.request_count(Route::Exec),
+        )
+    };
+    // What was durable and sent when the process died: (state, uploads,
+    // downloads (read-backs and outputs), execs).
+    let at_death = store.fetch(&key).unwrap();
+    let expected = match point {
+        KillPoint::AfterPreparing => (ExecState::Preparing, 0, 0, 0),
+        KillPoint::BeforeReady => (ExecState::Preparing, 1, 1, 0),
+        KillPoint::BeforeIntent => (ExecState::Ready, 1, 1, 0),
+        KillPoint::AfterIntent => (ExecState::Dispatching, 1, 1, 0),
+        KillPoint::AfterDispatch | KillPoint::AfterReply => (ExecState::Dispatching, 1, 1, 1),
+        KillPoint::DuringFinish => (ExecState::Collecting, 1, 2, 1),
+        KillPoint::BeforeSlotFinish => (ExecState::Completed, 1, 2, 1),
+    };
+    let (put, get, exec) = counts();
+    assert_eq!(
+        (at_death.state, put, get, exec),
+        expected,
+        "{what} at death"
+    );
+    assert_eq!(
+        store.fetch_machine(&machine).unwrap().active_execution,
+        Some(key.clone()),
+        "{what}: the command holds the slot at death"
+    );
+
+    // The restarted controller's artifact store holds the input too (as a
+    // durable one would): nothing but the staging rule keeps it from
+    // uploading it again.
+    let artifacts = Arc::new(MemoryArtifacts::new());
+    artifacts.insert("boxes", "in", &b"in-bytes"[..]);
+    let options = Options {
+        artifacts: Some(Arc::clone(&artifacts)),
+        ..disposable()
+    };
+    let rt = restart::<M>(&fixture, db, &store, options);
+    let out = rt.wait(&key, 30_000).unwrap();
+    let rec = out.record;
+    // The slot's finish follows the command's end (observed, bounded).
+    let mut m = rt.m_inspect(&machine).unwrap();
+    for _ in 0..3_000 {
+        if m.active_execution.is_none() || m.state == MachineRecordState::Unknown {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+        m = rt.m_inspect(&machine).unwrap();
+    }
+    let cleanup = rt.fetch(&key).unwrap().cleanup;
+    rt.reconcile();
+    rt.shutdown();
+    let completed = matches!(
+        point,
+        KillPoint::BeforeIntent | KillPoint::DuringFinish | KillPoint::BeforeSlotFinish
+    );
+    if completed {
+        // The exit was stored, or nothing was sent: it completes with its
+        // output's digest, and the confirmed finish frees the slot.
+        assert_eq!(rec.state, ExecState::Completed, "{what}: {:?}", out.error);
+        assert!(
+            matches!(rec.result, Some(ExecResult::Exited { exit_code: 5, .. })),
+            "{what}: {:?}",
+            rec.result
+        );
+        assert_eq!(rec.artifacts.len(), 1, "{what}");
+        assert_eq!(rec.artifacts[0].sha256, sha256_hex(b"in-bytes"), "{what}");
+        if point != KillPoint::BeforeSlotFinish {
+            // Collected by the new controller (the old one's download
+            // was not recorded).
+            assert_eq!(
+                &artifacts.output(&key, "out").unwrap().1[..],
+                b"in-bytes",
+                "{what}"
+            );
+        }
+        assert!(m.active_execution.is_none(), "{what}: {m:?}");
+        assert_eq!(m.state, MachineRecordState::Running, "{what}");
+        assert_eq!(cleanup, Cleanup::Complete, "{what}");
+    } else {
+        match point {
+            // Staging began under the dead controller: uploads may have
+            // been sent, never resent; nothing dispatched.
+            KillPoint::AfterPreparing | KillPoint::BeforeReady => {
+                assert_eq!(rec.state, ExecState::Failed, "{what}");
+                assert_eq!(rec.evidence, RecordEvidence::NotDispatched, "{what}");
+                assert_eq!(
+                    out.error.as_ref().map(smolbox_core::Error::reason),
+                    Some(Reason::StagingUncertain),
+                    "{what}: {:?}",
+                    out.error
+                );
+            }
+            // Possibly dispatched, no stored exit: `unknown`, never resent.
+            _ => {
+                assert_eq!(rec.state, ExecState::Unknown, "{what}");
+                assert_eq!(rec.evidence, RecordEvidence::DispatchUncertain, "{what}");
+                assert!(rec.result.is_none(), "{what}");
+                assert!(rec.artifacts.is_empty(), "{what}");
+            }
+        }
+        // Not a confirmed finish: the slot stays held, the machine
+        // `unknown`, the command's cleanup failed.
+        assert_eq!(m.active_execution.as_ref(), Some(&key), "{what}: {m:?}");
+        assert_eq!(m.state, MachineRecordState::Unknown, "{what}");
+        assert_eq!(cleanup, Cleanup::Failed, "{what}");
+    }
+    // Nothing sent twice: uploads and execs as at death, except a `ready`
+    // command's first (and only) exec; downloads: an output collected
+    // again only when its first download was not recorded.
+    let (put_after, get_after, exec_after) = counts();
+    let exec_expected = exec + u64::from(point == KillPoint::BeforeIntent);
+    let get_expected = get
+        + u64::from(matches!(
+            point,
+            KillPoint::BeforeIntent | KillPoint::DuringFinish
+        ));
+    assert_eq!(
+        (put_after, get_after, exec_after),
+        (put, get_expected, exec_expected),
+        "{what}: uploads, downloads, execs after recovery"
+    );
+    let runs = std::fs::read_to_string(&marker).map_or(0, |s| s.lines().count() as u64);
+    assert_eq!(runs, exec_expected, "{what}: runs of the command");
+    assert_eq!(
+        store.fetch(&key).unwrap().state,
+        rec.state,
+        "{what}: nothing moved after the wait"
+    );
+}
+
+#[test]
+fn every_durable_boundary_of_a_slot_command_with_files_on_sqlite() {
+    for (i, point) in KillPoint::SLOT_FILES.into_iter().enumerate() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::Sqlite(dir.path().join(format!("smolbox-{i}.db")));
+        slot_files_killed_at::<BlockingManaged>(point, &db, dir.path());
+    }
+}
+
+#[test]
+fn every_durable_boundary_of_a_slot_command_with_files_on_sqlite_tokio() {
+    for (i, point) in KillPoint::SLOT_FILES.into_iter().enumerate() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::Sqlite(dir.path().join(format!("smolbox-{i}.db")));
+        slot_files_killed_at::<TokioManaged>(point, &db, dir.path());
+    }
+}
+
+#[test]
+fn every_durable_boundary_of_a_slot_command_with_files_on_postgres() {
+    let Some(url) = pg_url() else {
+        return;
+    };
+    for (i, point) in KillPoint::SLOT_FILES.into_iter().enumerate() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::Postgres {
+            url: url.clone(),
+            partition: fresh_partition(i),
+            keys: dir.path().join("pg"),
+        };
+        slot_files_killed_at::<BlockingManaged>(point, &db, dir.path());
+    }
 }

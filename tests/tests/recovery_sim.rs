@@ -76,13 +76,16 @@ fn replay_with_a_planted_bug() {
         .chain(Bug::RETAINED)
         .chain(Bug::FILES)
         .chain(Bug::LAUNCH)
+        .chain(Bug::STORE)
         .find(|b| format!("{b:?}") == name);
     assert!(bug.is_some(), "unknown bug {name}");
     if let Some(bug) = bug {
         let started = Instant::now();
         let opts = Options {
             disposable: bug == Bug::ReleaseAfter404WithoutCreation,
-            retained: Bug::RETAINED.contains(&bug) || Bug::LAUNCH.contains(&bug),
+            retained: Bug::RETAINED.contains(&bug)
+                || Bug::LAUNCH.contains(&bug)
+                || Bug::STORE.contains(&bug),
             ..Options::DEFAULT
         };
         let summary = sim::run_seeds(seeds(), opts.with_bug(bug), usize::MAX);
@@ -155,6 +158,17 @@ fn every_planted_slot_bug_is_caught() {
 #[test]
 fn a_launch_turned_into_an_exit_is_caught() {
     assert_caught(Options::RETAINED, &Bug::LAUNCH);
+}
+
+/// Planted in the simulated store (session 9): `finish_command` frees the
+/// slot of a command whose collection failed (C14.3: `collection_failed`
+/// keeps the slot and the machine becomes `unknown`). The rule lives in the
+/// store, which the driver does not control; the slot model's rule for a
+/// `Finish` commit ("slot released while its holder … is
+/// collection_failed") catches it within the default seed count.
+#[test]
+fn a_slot_freed_after_a_failed_collection_is_caught() {
+    assert_caught(Options::RETAINED, &Bug::STORE);
 }
 
 /// Retained machines, 1,000 seeds: create/start/stop/delete with versioned
@@ -231,6 +245,24 @@ fn retained_machines_keep_every_rule() {
         assert!(
             summary.probes.get(probe).is_some_and(|n| *n > 0),
             "{probe} never exercised in a slot: {:?}",
+            summary.probes
+        );
+    }
+    // Crash points hit slot commands with files at their durable
+    // boundaries (session 9): staging, the intent (the exec in flight),
+    // collection, and ended before the slot's finish. (`ready` is hit
+    // rarely, once in the default range; a buffered slot command stays
+    // `dispatching` until its result. The kill tests cover each boundary
+    // deterministically.)
+    for probe in [
+        "crash_slot_files_preparing",
+        "crash_slot_files_dispatching",
+        "crash_slot_files_collecting",
+        "crash_slot_files_before_finish",
+    ] {
+        assert!(
+            summary.probes.get(probe).is_some_and(|n| *n > 0),
+            "{probe} never exercised: {:?}",
             summary.probes
         );
     }

@@ -715,6 +715,8 @@ reasons! {
     MetricsNotUtf8 = "metrics_not_utf8",
     /// The operation needs a machine created from a plain image and this one is not (`unsupported_capability`).
     NeedsPlainImageMachine = "needs_plain_image_machine",
+    /// The spec asks for an outbound allowlist and no configured worker's admitted version allows network policies, so nothing is stored (`unsupported_capability`).
+    NetworkPolicyNotInVersion = "network_policy_not_in_version",
     /// The worker reports an open network where the spec asked for an allow-list or none (`unsupported_network_policy`).
     NetworkWithoutAllowlist = "network_without_allowlist",
     /// A terminal consumer's `next` found no output and no end within its wait (`expired`; the session keeps running).

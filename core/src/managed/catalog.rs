@@ -12,6 +12,7 @@
 
 use std::collections::BTreeSet;
 
+use super::record::Resources;
 use super::spec::{ArtifactKind, ArtifactRef, ProfileBudgets, ProfileRef};
 use super::{check_digest, check_identifier};
 use crate::{Error, Operation, Reason};
@@ -209,6 +210,31 @@ impl Floor {
         p.storage_gb >= self.storage_gb
             && p.overlay_gb >= self.overlay_gb
             && p.host_overhead_mb >= self.host_overhead_mb
+    }
+
+    /// What a machine of `p` reserves on its worker (C12.4): `{slots 1,
+    /// cpus, memory + host overhead, storage + overlay}`, each of storage,
+    /// overlay and host overhead at least the floor's. (A revision below
+    /// the floor is refused at acceptance; the floor is applied here too
+    /// so that no reservation is ever smaller than it.)
+    pub fn reservation(self, p: &ProfileRevision) -> Resources {
+        let (storage, overlay) = self.disks(p);
+        Resources {
+            slots: 1,
+            cpus: p.cpus.into(),
+            memory_mb: u64::from(p.memory_mb)
+                + u64::from(p.host_overhead_mb.max(self.host_overhead_mb)),
+            disk_gb: u64::from(storage) + u64::from(overlay),
+        }
+    }
+
+    /// The storage and overlay GiB a machine of `p` is created with: the
+    /// revision's, at least the floor's.
+    pub fn disks(self, p: &ProfileRevision) -> (u32, u32) {
+        (
+            p.storage_gb.max(self.storage_gb),
+            p.overlay_gb.max(self.overlay_gb),
+        )
     }
 }
 
@@ -422,13 +448,33 @@ impl Catalog {
         if !(arch && found) {
             return no(Reason::ArtifactNotInCatalog);
         }
-        let Some(rev) = self.profiles.iter().find(|p| p.reference() == *profile) else {
+        let Some(rev) = self.revision(profile) else {
             return no(Reason::ProfileNotInCatalog);
         };
         if !self.floor.fits(rev) {
             return no(Reason::ProfileBelowFloor);
         }
         Ok(())
+    }
+
+    /// The revision `profile` names exactly (same id, budgets and per-file
+    /// size), if the catalog holds it.
+    pub fn revision(&self, profile: &ProfileRef) -> Option<&ProfileRevision> {
+        self.profiles.iter().find(|p| p.reference() == *profile)
+    }
+
+    /// The image artifact `artifact` names exactly (an image reference of
+    /// the catalog's architecture with the same id and digest): its path
+    /// is the source of the machines created for it (C12.2).
+    pub fn image(&self, artifact: &ArtifactRef) -> Option<&ImageArtifact> {
+        if artifact.kind != ArtifactKind::Image
+            || artifact.architecture != self.architecture.as_str()
+        {
+            return None;
+        }
+        self.images
+            .iter()
+            .find(|i| i.id == artifact.id && i.sha256 == artifact.sha256)
     }
 }
 

@@ -141,6 +141,7 @@ mod leases;
 pub mod machines;
 pub mod ops;
 pub mod release;
+mod resolve;
 mod target;
 mod telemetry;
 pub mod terminal;
@@ -163,7 +164,7 @@ use self::exec::{Exec, Step};
 use self::leases::Leases;
 use self::machines::{Mach, Req};
 use super::record::{Claim, ExecResult, ExecutionRecord, MachineRecord};
-use super::spec::{Action, ArtifactRef, ExecutionSpec, ProfileRef};
+use super::spec::{Action, ExecutionSpec};
 use super::state::{ExecState, RecordEvidence};
 use super::{FingerprintKey, RecordKey, check_identifier, check_worker_id, fingerprint};
 use crate::exec::ExecOutput;
@@ -333,33 +334,6 @@ impl ControllerConfig {
             );
         }
         Ok(())
-    }
-
-    /// The worker a new disposable execution or retained machine of
-    /// `artifact` and `profile` goes to: the first configured worker that
-    /// [`WorkerEntry::can_create`] them (C12.4).
-    ///
-    /// # Errors
-    /// `unsupported_capability`: the first candidate's refusal
-    /// (`disposable_machines` when no worker has a version profile).
-    pub fn creating_worker(
-        &self,
-        artifact: &ArtifactRef,
-        profile: &ProfileRef,
-    ) -> Result<&WorkerEntry, Error> {
-        let mut first = None;
-        for w in &self.workers {
-            match w.can_create(artifact, profile) {
-                Ok(()) => return Ok(w),
-                Err(e) if w.profile.is_some() => {
-                    first.get_or_insert(e);
-                }
-                Err(_) => {}
-            }
-        }
-        Err(first.unwrap_or_else(|| {
-            Error::unsupported_capability(Operation::Submit, Reason::DisposableMachines)
-        }))
     }
 
     fn poll(&self) -> Duration {
@@ -579,6 +553,8 @@ enum Purpose {
     MachineScan,
     /// A claim release at shutdown.
     Release(Claimed),
+    /// A submission this configuration refuses, looked up (AC-12.5.2).
+    Resolve(Box<resolve::Refused>),
 }
 
 /// The managed controller (see the module docs for inputs, outputs and
@@ -756,10 +732,12 @@ impl Controller {
     /// stored), fingerprints it and asks the store to accept it. The answer
     /// is [`ControllerEvent::Accepted`] (also for a duplicate, `existing: true`) or
     /// [`ControllerEvent::Refused`]. A duplicate of an execution driven here joins it.
+    /// A refusal of this configuration's workers and catalogs comes as
+    /// `Refused` after a store read, unless the key is stored (AC-12.5.2).
     ///
     /// # Errors
     /// `validation` for a bad key, spec or time; `unsupported_capability`
-    /// for what this controller cannot run; `admission_exhausted` after
+    /// for what this controller cannot run (but see above); `admission_exhausted` after
     /// [`Controller::shutdown`]. Nothing is stored on error.
     pub fn submit(&mut self, now: Instant, now_ms: u64, submit: Submit) -> Result<(), Error> {
         let _ = now;
@@ -778,7 +756,9 @@ impl Controller {
             .spec
             .validate()
             .map_err(|e| e.with_operation(Operation::Submit))?;
-        self.check_catalog(&submit.spec)?;
+        if let Err(e) = self.check_catalog(&submit.spec) {
+            return self.resolve_refused(submit, e);
+        }
         command_of(&submit.spec)?.validate()?;
         let fp = self.fingerprint(&submit.spec);
         let mut record =
@@ -953,6 +933,7 @@ impl Controller {
             Purpose::Adopt(rec) => self.on_adopt(now, *rec, result),
             Purpose::MachineScan => self.on_machine_scan(now, result),
             Purpose::Release(what) => self.on_released(&what),
+            Purpose::Resolve(r) => self.on_resolved(*r, result),
         }
         self.pump(now);
     }
@@ -1102,7 +1083,8 @@ impl Controller {
                 return unsupported(Reason::UnknownWorker);
             }
             None => {
-                self.cfg.creating_worker(&spec.artifact, &spec.profile)?;
+                self.cfg
+                    .accepting_worker(&spec.artifact, &spec.profile, spec.network.as_ref())?;
             }
             Some(_) => {}
         }
@@ -1111,7 +1093,10 @@ impl Controller {
             // and to the runtime's artifact store (C6.4).
             let worker = match &spec.worker_machine {
                 Some(w) => self.cfg.workers.iter().find(|x| x.id == w.worker_id),
-                None => self.cfg.creating_worker(&spec.artifact, &spec.profile).ok(),
+                None => self
+                    .cfg
+                    .accepting_worker(&spec.artifact, &spec.profile, spec.network.as_ref())
+                    .ok(),
             };
             if !self.cfg.artifacts || worker.is_none_or(|w| w.profile.is_none()) {
                 return unsupported(Reason::FileTransfer);
@@ -1153,11 +1138,9 @@ impl Controller {
         match (&rec.spec.worker_machine, &rec.assignment) {
             (Some(w), _) => configured(&w.worker_id, false),
             (None, Some(a)) => configured(&a.worker_id, true),
-            // Unassigned: a worker that may create it (its catalog, C12.4).
-            (None, None) => self
-                .cfg
-                .creating_worker(&rec.spec.artifact, &rec.spec.profile)
-                .is_ok(),
+            // Unassigned: a worker that may create it (its catalog, C12.4),
+            // else to expire it once its queue deadline passed.
+            (None, None) => self.creating_or_lapsed(rec),
         }
     }
 

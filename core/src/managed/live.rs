@@ -1,7 +1,7 @@
 //! The live side of managed terminals (features C7.3, C7.4), written once
 //! for both shells: which runs this runtime drives and which connections it
 //! holds ([`LiveSet`], over the [`Registry`]), the consumer's bounded output
-//! buffer ([`OutputBuffer`]), the consumer's requests to a run's task
+//! buffer and its read pacing ([`OutputBuffer`], [`Pace`]), the consumer's requests to a run's task
 //! ([`TermCommand`]), what `open` answers ([`OpenReply`]), and the errors
 //! a shell reports for them.
 //!
@@ -10,11 +10,9 @@
 //! [`OutputBuffer`] and [`TermCommand::Input`] only, and neither prints them.
 
 use crate::Reason;
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::time::{Duration, Instant};
-
-use bytes::Bytes;
 
 use super::RecordKey;
 use super::controller::terminal::{TermConfig, TermEvent, TerminalRun};
@@ -22,8 +20,11 @@ use super::fingerprint::FingerprintKey;
 use super::record::ExecutionRecord;
 use super::spec::{Action, ManagedTerminalSpec};
 use super::terminal::{ConsumerId, Registry, attach_expired};
-use crate::terminal::{MAX_NEXT_WAIT, MAX_UNREAD_CHUNKS, TerminalEvent, TerminalExit};
+use crate::terminal::{MAX_NEXT_WAIT, TerminalExit};
 use crate::{Error, Evidence, Operation};
+
+mod output;
+pub use output::{OutputBuffer, Pace};
 
 /// How a shell answers one waiting caller: a closure over its channel.
 pub type Reply<T> = Box<dyn FnOnce(T) + Send>;
@@ -149,68 +150,6 @@ pub const fn consumer_lost() -> Error {
 /// The run's machine is on a worker this runtime has no client for.
 pub const fn unknown_worker() -> Error {
     Error::unsupported_capability(Operation::TerminalOpen, Reason::UnknownWorker)
-}
-
-/// The consumer's output buffer, bounded by the spec's `buffer_bytes` and
-/// [`MAX_UNREAD_CHUNKS`]; then the session's outcome.
-#[derive(Default)]
-pub struct OutputBuffer {
-    chunks: VecDeque<Bytes>,
-    bytes: usize,
-    closed: Option<Result<TerminalExit, Error>>,
-}
-
-impl fmt::Debug for OutputBuffer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Counts only: terminal bytes are never printed.
-        f.debug_struct("OutputBuffer")
-            .field("chunks", &self.chunks.len())
-            .field("bytes", &self.bytes)
-            .field("closed", &self.closed)
-            .finish()
-    }
-}
-
-impl OutputBuffer {
-    /// Appends a chunk of output.
-    ///
-    /// # Errors
-    /// `output_limit` (`unread_output`, evidence unknown: never a
-    /// fabricated exit, AC-7.3.1) once more than `max_bytes` or
-    /// [`MAX_UNREAD_CHUNKS`] are unread; the chunk is kept, and the shell
-    /// ends the session with this error.
-    pub fn push(&mut self, chunk: Bytes, max_bytes: usize) -> Result<(), Error> {
-        self.bytes += chunk.len();
-        self.chunks.push_back(chunk);
-        if self.bytes > max_bytes || self.chunks.len() > MAX_UNREAD_CHUNKS {
-            return Err(Error::output_limit(
-                Operation::TerminalOutput,
-                Evidence::Unknown,
-                Reason::UnreadOutput,
-            ));
-        }
-        Ok(())
-    }
-
-    /// Records the session's outcome (the first one stays).
-    pub fn close(&mut self, outcome: Result<TerminalExit, Error>) {
-        self.closed.get_or_insert(outcome);
-    }
-
-    /// The session's outcome, once recorded.
-    pub fn outcome(&self) -> Option<Result<TerminalExit, Error>> {
-        self.closed
-    }
-
-    /// The next event for the consumer: unread output first, then (and
-    /// again on every later call) the outcome; `None` while neither.
-    pub fn pop(&mut self) -> Option<TerminalEvent> {
-        if let Some(b) = self.chunks.pop_front() {
-            self.bytes -= b.len();
-            return Some(TerminalEvent::Output(b));
-        }
-        self.closed.map(TerminalEvent::Closed)
-    }
 }
 
 /// The runs this runtime drives and the live connections it holds (the
@@ -462,46 +401,6 @@ mod tests {
 
     fn key(id: &str) -> RecordKey {
         RecordKey::new("s", id).unwrap()
-    }
-
-    #[test]
-    fn output_buffer_bytes_at_n_accepted_and_n_plus_1_refused() {
-        let mut b = OutputBuffer::default();
-        assert!(b.push(Bytes::from_static(b"abc"), 4).is_ok());
-        assert!(b.push(Bytes::from_static(b"d"), 4).is_ok());
-        let e = b.push(Bytes::from_static(b"e"), 4).unwrap_err();
-        assert_eq!(e.category(), Category::OutputLimit);
-        assert_eq!(e.evidence(), Evidence::Unknown);
-        assert_eq!(e.reason(), Reason::UnreadOutput);
-    }
-
-    #[test]
-    fn output_buffer_chunks_at_n_accepted_and_n_plus_1_refused() {
-        let mut b = OutputBuffer::default();
-        for _ in 0..MAX_UNREAD_CHUNKS {
-            b.push(Bytes::from_static(b"x"), usize::MAX).unwrap();
-        }
-        let e = b.push(Bytes::from_static(b"x"), usize::MAX).unwrap_err();
-        assert_eq!(e.category(), Category::OutputLimit);
-    }
-
-    #[test]
-    fn output_buffer_gives_output_first_then_the_outcome_again_and_again() {
-        let mut b = OutputBuffer::default();
-        assert!(b.pop().is_none());
-        b.push(Bytes::from_static(b"hi"), 10).unwrap();
-        b.close(Ok(TerminalExit { code: 3 }));
-        b.close(Err(consumer_lost()));
-        assert_eq!(
-            b.pop(),
-            Some(TerminalEvent::Output(Bytes::from_static(b"hi")))
-        );
-        let closed = Some(TerminalEvent::Closed(Ok(TerminalExit { code: 3 })));
-        assert_eq!(b.pop(), closed);
-        assert_eq!(b.pop(), closed);
-        assert_eq!(b.outcome(), Some(Ok(TerminalExit { code: 3 })));
-        // Freed bytes count again: the bound is on unread output.
-        b.push(Bytes::from_static(b"0123456789"), 10).unwrap();
     }
 
     #[test]

@@ -684,6 +684,16 @@ impl TerminalSession {
         Next::Pending(wake)
     }
 
+    /// The consumer is live at `now` although it takes nothing: a managed
+    /// terminal's run calls this while it holds output back for its own
+    /// live consumer (`managed::live::Pace::Hold`), so this session keeps
+    /// pausing its reads too (frames wait in the socket) instead of taking
+    /// the run for a stalled consumer. Counts as a pull for the grace.
+    pub fn keep_live(&mut self, now: Instant) {
+        let now = self.touch(now);
+        self.last_pull = Some(now);
+    }
+
     /// The next event for a consumer (and marks it attached): the oldest
     /// unread output chunk, then the outcome once (the last event).
     #[must_use]

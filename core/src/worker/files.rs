@@ -192,6 +192,15 @@ fn outside_default_root(path: &GuestPath) -> bool {
     !GuestPath(DEFAULT_ROOT.into()).covers(path)
 }
 
+/// True when a transfer of up to `bytes` at `path` needs a plain image
+/// machine (C6.1): over [`SMALL_FILE_MAX`] or outside `/workspace`. Such
+/// an [`Upload`] or [`Download`] carries an [`ImageCheck`]; the managed
+/// runtime asks the same question of a slot command's declared files
+/// before accepting it.
+pub fn needs_image_machine(bytes: u64, path: &GuestPath) -> bool {
+    bytes > SMALL_FILE_MAX || outside_default_root(path)
+}
+
 /// The byte budgets a transfer runs under (C6.3): the client's per-file
 /// allowance (1 B–16 MiB, default 1 MiB) and the endpoint's body caps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -329,7 +338,7 @@ impl Upload {
                     .with_limit(size, budget.max_request_body),
             );
         }
-        let check = if size > SMALL_FILE_MAX || outside_default_root(&path) {
+        let check = if needs_image_machine(size, &path) {
             profile.require(Feature::LargeFiles, op)?;
             Some(ImageCheck::new(profile, name.as_str(), op)?)
         } else {
@@ -436,7 +445,7 @@ impl Download {
             return Err(Error::validation(op, Reason::DownloadLimitOutOfRange)
                 .with_limit(max_bytes, budget.allowance));
         }
-        let check = if max_bytes > SMALL_FILE_MAX || outside_default_root(&path) {
+        let check = if needs_image_machine(max_bytes, &path) {
             profile.require(Feature::LargeFiles, op)?;
             Some(ImageCheck::new(profile, name.as_str(), op)?)
         } else {

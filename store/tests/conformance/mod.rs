@@ -65,6 +65,7 @@ macro_rules! conformance_tests {
             ac_15_1_two_controllers_race_for_the_last_slot,
             ac_15_1_one_owner_two_threads_race_for_the_last_slot,
             reserve_checks_deadline_name_and_totals,
+            a_catalog_reservation_counts_the_host_overhead_at_n_and_n_plus_one,
             release_only_after_cleanup_and_absence,
             cancel_is_idempotent_and_makes_the_record_due,
             due_pages_are_keyset_ordered,
@@ -81,6 +82,7 @@ macro_rules! conformance_tests {
             submit_accepts_and_takes_the_slot_in_one_transaction,
             submit_race_has_one_winner,
             finish_command_sets_cleanup_with_the_slot,
+            finish_command_keeps_the_slot_of_every_unconfirmed_holder,
             machine_pending_limit_at_n_and_n_plus_one,
             resolve_stopped_clears_the_slot_and_keeps_unknown,
             resolve_deleted_releases_capacity_and_ports,
@@ -465,6 +467,54 @@ pub(crate) fn ac_15_1_one_owner_two_threads_race_for_the_last_slot(h: &impl Harn
         let loser = results.iter().find_map(|r| r.as_ref().err()).unwrap();
         assert_eq!(loser.category(), Category::AdmissionExhausted);
         assert_eq!(h.store().usage(&worker).unwrap().slots, 1);
+    }
+}
+
+/// C12.4: a disposable reservation from a catalog revision is `{1, cpus,
+/// memory + host overhead, storage + overlay}`; the store's totals admit
+/// N of them in a capacity of exactly N and refuse the N + 1st, and a
+/// capacity of N × guest memory alone (no overhead) admits only N − 1.
+pub(crate) fn a_catalog_reservation_counts_the_host_overhead_at_n_and_n_plus_one(h: &impl Harness) {
+    use smolbox_core::managed::catalog::{Floor, ProfileRevision};
+    let mut rev = ProfileRevision::new("sized");
+    rev.cpus = 2;
+    rev.memory_mb = 1_000;
+    rev.host_overhead_mb = 200;
+    rev.storage_gb = 3;
+    rev.overlay_gb = 2;
+    let floor = Floor {
+        storage_gb: 1,
+        overlay_gb: 1,
+        host_overhead_mb: 128,
+    };
+    let r = floor.reservation(&rev);
+    assert_eq!((r.slots, r.cpus, r.memory_mb, r.disk_gb), (1, 2, 1_200, 5));
+    let n = 2;
+    for (worker, memory_mb, fits) in [("wc1", n * r.memory_mb, n), ("wc2", n * 1_000, n - 1)] {
+        let s = h.store();
+        s.claim_worker(worker, "ctl-a", T0, 10 * TTL).unwrap();
+        let limit = Resources {
+            slots: 64,
+            cpus: 64,
+            memory_mb,
+            disk_gb: 1 << 20,
+        };
+        for i in 0..=n {
+            let rec = claimed(&*s, key(worker, &format!("c{i}")), "ctl-a", T0);
+            let req = Reserve {
+                worker_id: worker.into(),
+                machine_name: format!("m{i}"),
+                capacity: r,
+                limit,
+            };
+            let got = s.reserve(&rec.key, &owner_guard(&rec, "ctl-a"), &req, T0 + 1);
+            if i < fits {
+                got.unwrap();
+            } else {
+                assert_eq!(cat(got), Category::AdmissionExhausted, "{worker} #{i}");
+            }
+        }
+        assert_eq!(s.usage(worker).unwrap().memory_mb, fits * r.memory_mb);
     }
 }
 

@@ -511,6 +511,51 @@ pub(crate) fn finish_command_sets_cleanup_with_the_slot(h: &impl Harness) {
     assert_eq!(s.fetch(&c.key).unwrap(), before);
 }
 
+/// C14.3 (session 9): only a confirmed finish frees the slot. A holder
+/// whose collection failed (the exit kept, an output missing), that
+/// failed, or whose outcome is unknown keeps it: the machine becomes
+/// `unknown`, the command's cleanup `failed`, capacity stays, and a second
+/// finish by the same holder still keeps it.
+pub(crate) fn finish_command_keeps_the_slot_of_every_unconfirmed_holder(h: &impl Harness) {
+    let s = h.store();
+    for (i, state) in [
+        ExecState::CollectionFailed,
+        ExecState::Failed,
+        ExecState::Unknown,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (scope, worker) = (format!("fk{i}"), format!("wfk{i}"));
+        let (m, c) = held_by(&*s, &scope, &worker, Vec::new(), state);
+        let (m2, c2, fin) = s
+            .finish_command(&m.key, &Guard::for_machine(&m, "ctl-a"), &c.key, T0 + 30)
+            .unwrap();
+        assert_eq!(fin, Finish::Kept, "{state:?}");
+        assert_eq!(
+            (m2.state, m2.active_execution.as_ref()),
+            (MachineRecordState::Unknown, Some(&c.key)),
+            "{state:?}"
+        );
+        assert_eq!(
+            (c2.state, c2.cleanup),
+            (state, Cleanup::Failed),
+            "{state:?}"
+        );
+        assert_eq!(h.another().fetch_machine(&m.key).unwrap(), m2, "{state:?}");
+        assert_eq!(
+            s.usage(&worker).unwrap().slots,
+            1,
+            "{state:?}: capacity stays"
+        );
+        let (m3, _, fin) = s
+            .finish_command(&m2.key, &Guard::for_machine(&m2, "ctl-a"), &c.key, T0 + 31)
+            .unwrap();
+        assert_eq!(fin, Finish::Kept, "{state:?}: again");
+        assert_eq!(m3.active_execution.as_ref(), Some(&c.key), "{state:?}");
+    }
+}
+
 pub(crate) fn machine_pending_limit_at_n_and_n_plus_one(h: &impl Harness) {
     let s = h.store();
     for i in 0..3 {

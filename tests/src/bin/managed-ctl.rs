@@ -22,7 +22,9 @@
 //! `/workspace/out.txt` (destination `out`, at most 64 bytes).
 //!
 //! With `retained-files`, the command goes into the retained machine's
-//! slot (as `retained`) with that input and output declared (issue 12).
+//! slot (as `retained`) with that input and output declared (issue 12),
+//! and the process stays up after the wait until the slot's finish (freed,
+//! or kept with the machine `unknown`).
 //!
 //! Usage: `managed-ctl STORE URL TOKEN ID SCRIPT
 //! [retained|terminal|files|retained-files]`.
@@ -190,6 +192,20 @@ fn main() -> Result<(), smolbox_core::Error> {
             m.submit(&machine, &key, &command)?;
         }
         runtime.wait(&key, 60_000)?;
+        if mode == "retained-files" {
+            // Stay up until the slot's finish (the kill point after
+            // `completed`): the slot freed, or kept with the machine
+            // `unknown` (bounded, observed).
+            for _ in 0..3_000 {
+                let r = m.inspect(&machine)?;
+                if r.active_execution.as_ref() != Some(&key)
+                    || r.state == smolbox_core::managed::state::MachineRecordState::Unknown
+                {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
         return Ok(());
     }
     let runtime = smolbox_blocking::Runtime::builder(store, key)

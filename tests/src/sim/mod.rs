@@ -27,8 +27,11 @@
 //! The subject is `managed::controller::Controller`, hosted by
 //! [`controller`]: a simulated controller process is one `Controller`
 //! under its own owner, recovering by its own due scan. Planted bugs
-//! ([`Bug`]) live in that driver only. (The one-command `managed::run::Run`
-//! and its driver were removed with it in session 3.)
+//! ([`Bug`]) live in that driver, but for one in the core's test-only
+//! switch (`RestageResumedPreparing`) and one in the simulated store
+//! (`SlotFreedAfterFailedCollection`, [`store::FaultStore`]). (The
+//! one-command `managed::run::Run` and its driver were removed with it in
+//! session 3.)
 
 pub mod clock;
 pub mod controller;
@@ -169,6 +172,12 @@ pub enum Bug {
     /// exit (C13.2, C5.4: a launch never has an exit). Retained runs with
     /// background launches (on unless `SMOLBOX_SIM_LAUNCHES=0`).
     LaunchedAsExit,
+    /// The store's `finish_command` frees the slot of a holder whose
+    /// collection failed (`collection_failed` is not a confirmed finish,
+    /// C14.3: the slot is kept and the machine becomes `unknown`). Planted
+    /// in the simulated store ([`store::FaultStore::plant_free_after_failed_collection`]),
+    /// since the rule lives in the store. Retained runs only.
+    SlotFreedAfterFailedCollection,
 }
 
 impl Bug {
@@ -202,6 +211,9 @@ impl Bug {
     /// The planted bugs of the launch rule (retained runs with background
     /// launches).
     pub const LAUNCH: [Self; 1] = [Self::LaunchedAsExit];
+
+    /// The planted bugs of the store's slot rules (retained runs).
+    pub const STORE: [Self; 1] = [Self::SlotFreedAfterFailedCollection];
 
     /// Text every violation this bug causes contains (what the planted-bug
     /// test looks for, so a bug is "caught" only by its own symptom).
@@ -240,6 +252,9 @@ impl Bug {
             ],
             Self::WrongOutputDigest => &["is not what the command wrote"],
             Self::LaunchedAsExit => &["a background launch became an exit"],
+            Self::SlotFreedAfterFailedCollection => &[
+                "is collection_failed (an unknown or unconfirmed outcome keeps the slot until resolve)",
+            ],
         }
     }
 }

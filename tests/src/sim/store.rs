@@ -13,7 +13,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use smolbox_core::managed::record::{ExecutionRecord, MachineRecord, Resources};
 use smolbox_core::managed::slot::{Disposition, Finish};
-use smolbox_core::managed::state::MachineOperation;
+use smolbox_core::managed::state::{ExecState, MachineOperation, MachineRecordState};
 use smolbox_core::managed::{ExecPatch, Guard, Lease, MachinePatch, RecordKey};
 use smolbox_core::{Error, Evidence, Operation};
 use smolbox_store::{
@@ -135,6 +135,9 @@ struct State {
     /// machine record.
     machine_versions: BTreeMap<RecordKey, (u64, u64)>,
     previous: BTreeMap<RecordKey, ExecutionRecord>,
+    /// Planted `SlotFreedAfterFailedCollection`: `finish_command` frees
+    /// the slot of a `collection_failed` holder.
+    free_failed_collection: bool,
 }
 
 /// What a fault decision said.
@@ -175,6 +178,7 @@ impl FaultStore {
                 machine_commits: Vec::new(),
                 machine_versions: BTreeMap::new(),
                 previous: BTreeMap::new(),
+                free_failed_collection: false,
             }),
         }
     }
@@ -193,6 +197,18 @@ impl FaultStore {
         if faults == StoreFaults::NONE {
             s.outage_left = 0;
         }
+    }
+
+    /// Plants a store bug (`Bug::SlotFreedAfterFailedCollection`): from
+    /// now on `finish_command` frees the slot of a holder in
+    /// `collection_failed` and answers `Released`, as a store whose finish
+    /// rule took a failed collection for a confirmed finish would. The rule
+    /// lives in the store (C14.3), out of the driver's reach, so the plant
+    /// is here: the inner store finishes the command (kept, as the rule
+    /// says), then frees the slot in the same logged commit with a quiesced
+    /// resolve of the recorded incarnation. Nothing else changes.
+    pub fn plant_free_after_failed_collection(&self) {
+        self.lock().free_failed_collection = true;
     }
 
     /// Faults injected so far.
@@ -775,8 +791,31 @@ impl Store for FaultStore {
             exec: Some(exec.clone()),
             ..touch(MachineCommitKind::Finish, Some(&guard.owner), machine)
         };
+        let planted = self.lock().free_failed_collection
+            && self
+                .inner
+                .fetch(exec)
+                .is_ok_and(|r| r.state == ExecState::CollectionFailed);
         self.machine_mutation(Operation::StoreSlot, &t, |s| {
-            s.finish_command(machine, guard, exec, now_ms)
+            let (m, c, finish) = s.finish_command(machine, guard, exec, now_ms)?;
+            if !planted || finish != Finish::Kept {
+                return Ok((m, c, finish));
+            }
+            // The planted store bug: the slot of a failed collection freed.
+            let Some(incarnation) = m.creation.as_ref().map(|e| e.incarnation.clone()) else {
+                return Ok((m, c, finish));
+            };
+            let d = Disposition::Stopped {
+                observed: MachineRecordState::Stopped,
+                incarnation,
+            };
+            match s.resolve_machine(machine, m.version, true, &d, now_ms) {
+                Ok(r) => {
+                    let c = r.command.unwrap_or(c);
+                    Ok((r.machine, c, Finish::Released))
+                }
+                Err(_) => Ok((m, c, finish)),
+            }
         })
     }
 

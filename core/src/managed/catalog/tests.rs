@@ -348,3 +348,121 @@ fn holding_builds_a_valid_catalog_of_exactly_one_target() {
         Reason::ArtifactNotInCatalog
     );
 }
+
+#[test]
+fn the_reservation_counts_memory_plus_overhead_and_storage_plus_overlay() {
+    let mut p = ProfileRevision::new("sized");
+    p.cpus = 3;
+    p.memory_mb = 1_000;
+    p.host_overhead_mb = 200;
+    p.storage_gb = 4;
+    p.overlay_gb = 2;
+    let r = floor().reservation(&p);
+    assert_eq!(
+        r,
+        Resources {
+            slots: 1,
+            cpus: 3,
+            memory_mb: 1_200,
+            disk_gb: 6,
+        }
+    );
+    // The defaults of C12.3: 1 CPU, 256 + 256 MiB, 1 + 1 GiB.
+    let d = floor().reservation(&ProfileRevision::new("d"));
+    assert_eq!(
+        d,
+        Resources {
+            slots: 1,
+            cpus: 1,
+            memory_mb: 512,
+            disk_gb: 2,
+        }
+    );
+}
+
+#[test]
+fn the_reservation_is_never_below_the_floor() {
+    // A revision below the floor is refused at acceptance; the reservation
+    // still applies the floor in each of its three dimensions.
+    let f = Floor {
+        storage_gb: 5,
+        overlay_gb: 3,
+        host_overhead_mb: 1_024,
+    };
+    let p = ProfileRevision::new("small");
+    assert!(!f.fits(&p));
+    let r = f.reservation(&p);
+    assert_eq!(r.memory_mb, 256 + 1_024);
+    assert_eq!(r.disk_gb, 5 + 3);
+    assert_eq!(f.disks(&p), (5, 3));
+    // At the floor exactly, the revision's own values.
+    let mut at = p.clone();
+    at.storage_gb = 5;
+    at.overlay_gb = 3;
+    at.host_overhead_mb = 1_024;
+    assert!(f.fits(&at));
+    assert_eq!(f.reservation(&at), r);
+}
+
+#[test]
+fn n_reservations_fit_a_capacity_of_n_and_n_plus_1_do_not() {
+    let mut p = ProfileRevision::new("sized");
+    p.memory_mb = 1_000;
+    p.host_overhead_mb = 200;
+    let r = floor().reservation(&p);
+    let n = 3;
+    let exact = Resources {
+        slots: n,
+        cpus: n * r.cpus,
+        memory_mb: n * r.memory_mb,
+        disk_gb: n * r.disk_gb,
+    };
+    let used = |k: u64| (0..k).fold(Resources::default(), |u, _| u.plus(r));
+    assert!(used(n).fits(exact));
+    assert!(!used(n + 1).fits(exact));
+    // One short in any dimension: the N-th does not fit. Memory counts the
+    // host overhead (N × guest memory alone is not enough).
+    for short in [
+        Resources {
+            slots: n - 1,
+            ..exact
+        },
+        Resources {
+            cpus: exact.cpus - 1,
+            ..exact
+        },
+        Resources {
+            memory_mb: exact.memory_mb - 1,
+            ..exact
+        },
+        Resources {
+            memory_mb: n * u64::from(p.memory_mb),
+            ..exact
+        },
+        Resources {
+            disk_gb: exact.disk_gb - 1,
+            ..exact
+        },
+    ] {
+        assert!(used(n - 1).fits(short), "{short:?}");
+        assert!(!used(n).fits(short), "{short:?}");
+    }
+}
+
+#[test]
+fn the_image_of_an_artifact_is_found_by_kind_id_digest_and_architecture() {
+    let c = catalog();
+    assert_eq!(
+        c.image(&artifact()).map(|i| i.path.as_str()),
+        Some("/images/alpine.smolmachine")
+    );
+    let mut a = artifact();
+    a.architecture = "aarch64".to_owned();
+    assert!(c.image(&a).is_none());
+    let mut a = artifact();
+    a.kind = ArtifactKind::Checkpoint;
+    assert!(c.image(&a).is_none());
+    let mut a = artifact();
+    a.sha256 = "b".repeat(64);
+    assert!(c.image(&a).is_none());
+}

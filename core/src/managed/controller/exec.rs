@@ -354,7 +354,8 @@ impl Exec {
         if let Some(a) = &self.rec.assignment {
             return Some(a.worker_id.clone());
         }
-        cfg.creating_worker(&self.rec.spec.artifact, &self.rec.spec.profile)
+        let s = &self.rec.spec;
+        cfg.creating_worker(&s.artifact, &s.profile, s.network.as_ref())
             .ok()
             .map(|w| w.id.clone())
     }

@@ -49,6 +49,7 @@ use crate::managed::record::Claim;
 
 mod api;
 mod driving;
+pub(in crate::managed::controller) mod preinspect;
 mod requests;
 pub use api::{MachineAnswer, MachineDone, MachineRequest, RequestId, Resolution};
 pub(super) use requests::Req;
@@ -120,14 +121,17 @@ pub fn slot_free(rec: &MachineRecord) -> bool {
         && rec.active_execution.is_none()
 }
 
-/// The worker machine spec of a retained machine: the worker's default
-/// sizes (the retained spec carries none yet), the worker entry's machine
-/// source (an image machine when configured) and the spec's port
-/// mappings, which the store reserved with the assignment (sent offline:
-/// the create names `virtio-net` with empty allow-lists, C9.2).
+/// The worker machine spec of a retained machine: as the worker entry
+/// creates the spec's artifact and profile revision
+/// ([`WorkerEntry::create_spec`](super::WorkerEntry): the catalog's image
+/// path and revision sizes, else the entry's machine source and the
+/// default sizes), the spec's network policy, and the spec's port
+/// mappings, which the store reserved with the assignment (offline with
+/// ports: the create names `virtio-net` with empty allow-lists, C9.2).
 ///
 /// # Errors
-/// `validation` (not dispatched) for a port the worker spec refuses.
+/// `validation` (not dispatched) for a port or network policy the worker
+/// spec refuses.
 pub(super) fn worker_spec(
     spec: &RetainedMachineSpec,
     worker: Option<&super::WorkerEntry>,
@@ -137,13 +141,11 @@ pub(super) fn worker_spec(
         .iter()
         .map(|p| crate::worker::PortMapping::new(p.host, p.guest))
         .collect::<Result<Vec<_>, _>>()?;
-    let base = MachineSpec {
-        ports,
-        ..MachineSpec::default()
+    let base = match worker {
+        Some(w) => w.create_spec(&spec.artifact, &spec.profile, spec.network.as_ref())?,
+        None => MachineSpec::default(),
     };
-    worker
-        .map_or(base.clone(), |w| w.machine_spec(base))
-        .validate()
+    MachineSpec { ports, ..base }.validate()
 }
 
 /// The machine name of a retained machine: `smb-` and 24 hex digits of
@@ -353,7 +355,8 @@ impl Mach {
         if !creating {
             return None;
         }
-        cfg.creating_worker(&self.rec.spec.artifact, &self.rec.spec.profile)
+        let s = &self.rec.spec;
+        cfg.creating_worker(&s.artifact, &s.profile, s.network.as_ref())
             .ok()
             .map(|w| w.id.clone())
     }
@@ -700,7 +703,8 @@ impl Mach {
             .as_ref()
             .map(|a| a.worker_id.clone())
             .or_else(|| {
-                cfg.creating_worker(&self.rec.spec.artifact, &self.rec.spec.profile)
+                let s = &self.rec.spec;
+                cfg.creating_worker(&s.artifact, &s.profile, s.network.as_ref())
                     .ok()
                     .map(|w| w.id.clone())
             });
@@ -788,7 +792,8 @@ impl Mach {
                         reservation: Reservation {
                             worker_id: entry.id.clone(),
                             machine_name: machine_name_for(&self.rec.key),
-                            capacity: RETAINED_RESERVATION,
+                            capacity: entry
+                                .reservation(&self.rec.spec.profile, RETAINED_RESERVATION),
                             limit: entry.capacity,
                         },
                         now_ms: now_ms.max(self.rec.updated_at_ms),

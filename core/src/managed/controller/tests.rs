@@ -1137,10 +1137,7 @@ fn submissions_it_cannot_run_are_refused_before_anything_is_stored() {
     let mut s = Sim::new(config());
     let key = RecordKey::new("s", "n1").unwrap();
     let spec = spec_for(&cmd(), &RunTarget::unverified(), "other-worker", "m1").unwrap();
-    let e = s
-        .ctl
-        .submit(s.now, s.now_ms, Submit { key, spec })
-        .unwrap_err();
+    let e = catalog::refusal(&mut s, key, spec);
     assert_eq!(e.category(), Category::UnsupportedCapability);
     assert_eq!(e.evidence(), Evidence::NotDispatched);
     let key = RecordKey::new("s", "n2").unwrap();

@@ -29,7 +29,9 @@ impl Sim {
                 allowlists_present: false,
                 ports: spec.ports.clone(),
                 mounts: spec.mounts.clone(),
-                image: None,
+                // Plain image machines: a slot launch is inspected before
+                // its acceptance and goes out only to one.
+                image: Some("sim:1".to_owned()),
             },
             state: match v.state {
                 worker::MachineState::Created => WState::Created,
@@ -37,7 +39,7 @@ impl Sim {
                 worker::MachineState::Stopped => WState::Stopped,
             },
             pid: None,
-            branchable: None,
+            branchable: Some(false),
             measurements: Measurements::default(),
         }
     }

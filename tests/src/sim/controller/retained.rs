@@ -26,7 +26,7 @@ use smolbox_core::managed::controller::{
 use smolbox_core::managed::record::{ExecutionRecord, MachineRecord};
 use smolbox_core::managed::slot::Disposition;
 use smolbox_core::managed::spec::ManagedTerminalSpec;
-use smolbox_core::managed::state::{ExecState, MachineOperation, MachineRecordState};
+use smolbox_core::managed::state::{Cleanup, ExecState, MachineOperation, MachineRecordState};
 use smolbox_core::managed::terminal::{Registry, attach_expired};
 use smolbox_core::managed::{RecordKey, testkit};
 use smolbox_core::terminal::TerminalExit;
@@ -133,7 +133,7 @@ impl Sim {
     pub(super) fn retained_workload(&mut self, rng: &mut super::super::rng::Rng) {
         self.worker.stop_kills = true;
         let n = if rng.chance(300) { 2 } else { 1 };
-        let target = smolbox_core::managed::controller::RunTarget::unverified();
+        let target = super::catalog::command_target(super::catalog::SIM_ARCH);
         for m in 0..n {
             let key = testkit::key("sim", &format!("mk{m}"));
             let mut jobs = Vec::new();
@@ -268,7 +268,7 @@ impl Sim {
                 What::Create,
                 MachineRequest::Create {
                     key,
-                    spec: testkit::machine_spec(),
+                    spec: super::catalog::machine_spec(super::catalog::SIM_ARCH),
                 },
             );
             return self.caller_again(m);
@@ -1055,6 +1055,47 @@ impl Sim {
     /// End-of-run rules of retained machines: every machine's wait ended
     /// (no lifecycle operation left in progress after the quiescent
     /// window) and no slot is left held by a finished holder.
+    /// Probe (session 9): a controller crashed while a slot command with
+    /// declared files was at a durable boundary: its record `preparing`,
+    /// `ready`, `dispatching`, `running` or `collecting`, or ended (or
+    /// `unknown`) while it still held the slot and before the slot's finish
+    /// set its cleanup.
+    pub(super) fn count_slot_file_crash(&mut self) {
+        let mut hits = Vec::new();
+        for j in &self.ret.slot_jobs {
+            if j.files.inputs.is_empty() && j.files.outputs.is_empty() {
+                continue;
+            }
+            let Some(rec) = self.model.last(&j.key) else {
+                continue;
+            };
+            let machine = &self.ret.machines[j.machine].key;
+            let holds = self
+                .slot_model
+                .last(machine)
+                .is_some_and(|m| m.active_execution.as_ref() == Some(&j.key));
+            hits.push(match rec.state {
+                ExecState::Preparing => "crash_slot_files_preparing",
+                ExecState::Ready => "crash_slot_files_ready",
+                ExecState::Dispatching => "crash_slot_files_dispatching",
+                ExecState::Running => "crash_slot_files_running",
+                ExecState::Collecting => "crash_slot_files_collecting",
+                // Not finished yet: a finish sets the cleanup (complete or
+                // failed) in the same transaction.
+                s if holds
+                    && (s.is_terminal() || s == ExecState::Unknown)
+                    && !matches!(rec.cleanup, Cleanup::Complete | Cleanup::Failed) =>
+                {
+                    "crash_slot_files_before_finish"
+                }
+                _ => continue,
+            });
+        }
+        for probe in hits {
+            *self.files.counts.entry(probe).or_insert(0) += 1;
+        }
+    }
+
     pub(super) fn finish_retained(&mut self) {
         self.check_terminal_bytes();
         let recs: Vec<MachineRecord> = self.slot_model.all().cloned().collect();

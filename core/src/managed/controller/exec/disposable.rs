@@ -58,7 +58,15 @@ impl Exec {
             // A machine op is out: renew while it runs.
             return Some(self.renew_or_wait(cfg, now, now_ms));
         }
-        let worker = self.worker_of(cfg)?;
+        let Some(worker) = self.worker_of(cfg) else {
+            // No configured worker may create it (a later configuration's
+            // catalog lacks it): it is never prepared here; only a cancel
+            // or its queue deadline ends it (the common steps).
+            let ends = self.rec.cancel_requested_at_ms.is_some()
+                || self.past(Deadline::Queue, now, now_ms);
+            let unprepared = self.rec.state == ExecState::Accepted && self.rec.assignment.is_none();
+            return (unprepared && !ends).then(|| self.finish());
+        };
         let entry = cfg.workers.iter().find(|w| w.id == worker)?;
         let profile = entry.profile.clone()?;
         // Every write on an assigned record is fenced by the worker lease.
@@ -95,7 +103,7 @@ impl Exec {
                     reservation: Reservation {
                         worker_id: worker,
                         machine_name: machine_name_for(&self.rec),
-                        capacity: DISPOSABLE_RESERVATION,
+                        capacity: entry.reservation(&self.rec.spec.profile, DISPOSABLE_RESERVATION),
                         limit: entry.capacity,
                     },
                     now_ms: now_ms.max(self.rec.updated_at_ms),
@@ -160,17 +168,7 @@ impl Exec {
                     return self.guarded(cfg, now, now_ms, Kind::Write, patch);
                 }
                 Some((MKind::Create, Err(e))) if e.evidence() == Evidence::NotDispatched => {
-                    // Nothing left the process: no machine; absence is known.
-                    let patch = ExecPatch {
-                        state: Some(ExecState::Failed),
-                        absence_at_ms: Some(now_ms),
-                        cleanup: Some(Cleanup::Complete),
-                        next_due_at_ms: Some(Some(now_ms)),
-                        last_error: Some(ErrorEntry::from_error(&e, now_ms)),
-                        ..ExecPatch::default()
-                    };
-                    self.exec_error = Some(e);
-                    return self.guarded(cfg, now, now_ms, Kind::Write, patch);
+                    return self.not_created(cfg, now, now_ms, e);
                 }
                 Some((_, r)) if self.machine.create_sent => {
                     // Uncertain creation (or a reply that does not match):
@@ -191,13 +189,17 @@ impl Exec {
                     return self.claim_op(cfg, now_ms);
                 }
                 _ if self.machine.create_intent_mine => {
-                    let spec = cfg
-                        .workers
-                        .iter()
-                        .find(|w| w.id == a.worker_id)
-                        .map_or_else(MachineSpec::default, |w| {
-                            w.machine_spec(MachineSpec::default())
-                        });
+                    // From the spec's artifact as the worker's catalog
+                    // resolves it, sized by its profile revision (C12.4).
+                    let s = &self.rec.spec;
+                    let spec = match cfg.workers.iter().find(|w| w.id == a.worker_id) {
+                        Some(w) => w.create_spec(&s.artifact, &s.profile, s.network.as_ref()),
+                        None => Ok(MachineSpec::default()),
+                    };
+                    let spec = match spec {
+                        Ok(spec) => spec,
+                        Err(e) => return self.not_created(cfg, now, now_ms, e),
+                    };
                     return self.machine_op(
                         MKind::Create,
                         WorkerOp::Create {
@@ -292,6 +294,22 @@ impl Exec {
             }
             Err(e) => fail(self, e, Cleanup::InProgress),
         }
+    }
+
+    /// A create that never left the process (refused before sending, or
+    /// its spec refused here): no machine, so absence is known and the
+    /// record fails with the reservation released afterwards.
+    fn not_created(&mut self, cfg: &ControllerConfig, now: Instant, now_ms: u64, e: Error) -> Step {
+        let patch = ExecPatch {
+            state: Some(ExecState::Failed),
+            absence_at_ms: Some(now_ms),
+            cleanup: Some(Cleanup::Complete),
+            next_due_at_ms: Some(Some(now_ms)),
+            last_error: Some(ErrorEntry::from_error(&e, now_ms)),
+            ..ExecPatch::default()
+        };
+        self.exec_error = Some(e);
+        self.guarded(cfg, now, now_ms, Kind::Write, patch)
     }
 
     /// The cleanup decision of C17.2, chosen before mutating: a finished

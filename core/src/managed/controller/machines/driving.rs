@@ -37,25 +37,38 @@ impl crate::managed::controller::Controller {
                 Reason::RetainedMachines,
             ));
         }
+        let mut refused = None;
         let req_op = match &request {
             MachineRequest::Create { key, spec } => {
                 key.validate()
                     .map_err(|e| e.with_operation(Operation::Create))?;
                 spec.validate()
                     .map_err(|e| e.with_operation(Operation::Create))?;
-                // C12.4: a worker whose catalog holds the exact artifact
-                // and profile revision, before anything is stored.
-                self.cfg
-                    .creating_worker(&spec.artifact, &spec.profile)
-                    .map_err(|e| e.with_operation(Operation::Create))?;
                 let fp =
                     crate::managed::fingerprint::machine_fingerprint(&self.fingerprint_key, spec);
-                let rec = MachineRecord::accepted(key.clone(), fp, spec.clone(), self.now_ms)
-                    .map_err(|e| e.with_operation(Operation::Create))?;
-                Some(StoreOp::AcceptMachine {
-                    record: Box::new(rec),
-                    max_pending: self.cfg.max_pending,
-                })
+                // C12.4: a worker whose catalog holds the exact artifact
+                // and profile revision, before anything is stored; past a
+                // refusal of this configuration, a stored duplicate still
+                // resolves (AC-12.5.2): the key is read, nothing stored.
+                let worker =
+                    self.cfg
+                        .accepting_worker(&spec.artifact, &spec.profile, spec.network.as_ref());
+                match worker {
+                    Ok(_) => {
+                        let rec =
+                            MachineRecord::accepted(key.clone(), fp, spec.clone(), self.now_ms)
+                                .map_err(|e| e.with_operation(Operation::Create))?;
+                        Some(StoreOp::AcceptMachine {
+                            record: Box::new(rec),
+                            max_pending: self.cfg.max_pending,
+                        })
+                    }
+                    Err(e) if crate::managed::controller::resolve::configuration_refusal(&e) => {
+                        refused = Some((fp, e.with_operation(Operation::Create)));
+                        Some(StoreOp::FetchMachine { key: key.clone() })
+                    }
+                    Err(e) => return Err(e.with_operation(Operation::Create)),
+                }
             }
             MachineRequest::Lifecycle { key, action, .. } => {
                 key.validate()?;
@@ -120,7 +133,8 @@ impl crate::managed::controller::Controller {
         };
         let id = RequestId(self.next_req);
         self.next_req += 1;
-        let req = Req::new(id, request);
+        let mut req = Req::new(id, request);
+        req.refused = refused;
         let op = match req_op {
             Some(op) => op,
             None => match req.initial_op(self.now_ms) {
@@ -157,7 +171,7 @@ impl crate::managed::controller::Controller {
     }
 
     /// Continues a request flow with its next step.
-    pub(in crate::managed::controller) fn req_step(&mut self, mut req: Req, step: RStep) {
+    pub(in crate::managed::controller) fn req_step(&mut self, req: Req, step: RStep) {
         match step {
             RStep::Store(op) => {
                 let id = req.id;
@@ -171,47 +185,8 @@ impl crate::managed::controller::Controller {
                 self.ops.insert(oid, Purpose::Req(id));
                 self.worker_out.push_back((oid, op));
             }
-            RStep::NeedCommand(m) => {
-                let MachineRequest::Submit {
-                    key,
-                    command,
-                    files,
-                    ..
-                } = req.request.clone()
-                else {
-                    return;
-                };
-                let built = command_spec(&command, &files, &m).and_then(|spec| {
-                    let fp = self.fingerprint(&spec);
-                    ExecutionRecord::accepted(key, fp, spec, self.now_ms.max(m.updated_at_ms))
-                        .map_err(|e| e.with_operation(Operation::Submit))
-                });
-                match built {
-                    Ok(mut rec) => {
-                        if self.cfg.claim_at_accept {
-                            rec.claim = Some(Claim {
-                                owner: self.cfg.owner.clone(),
-                                until_ms: rec.accepted_at_ms.saturating_add(self.cfg.lease_ttl_ms),
-                            });
-                            rec.generation = 1;
-                        }
-                        req.command = Some(rec.clone());
-                        // Issue 16: the slot, the claim and the intent in
-                        // one commit (a command holding the slot is driven
-                        // at once, whatever `max_active`). A command with
-                        // inputs stages them first (C6.4: verified before
-                        // the intent), so it is accepted with the slot and
-                        // the claim only, and writes `preparing` itself.
-                        let intent = self.cfg.claim_at_accept && rec.spec.inputs.is_empty();
-                        let op = req.submit_op(rec, self.cfg.max_pending, intent);
-                        let id = req.id;
-                        *self.accepting.entry(key_of(&op)).or_insert(0) += 1;
-                        self.reqs.insert(id, req);
-                        self.push_store(Purpose::Req(id), op);
-                    }
-                    Err(e) => self.done(req.id, Err(e)),
-                }
-            }
+            RStep::NeedCommand(m) => self.command_for(req, *m, false),
+            RStep::Inspected(m) => self.command_for(req, *m, true),
             RStep::Done(result) => {
                 if let Some(c) = &req.command
                     && let Some(n) = self.accepting.get_mut(&c.key)

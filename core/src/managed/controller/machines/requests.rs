@@ -26,6 +26,9 @@ pub(in crate::managed::controller) enum Stage {
     ReconcileWrite,
     /// Accepting a command into the slot.
     SubmitAccept,
+    /// Inspecting the machine before a slot command's acceptance (the
+    /// image-machine preflight, `preinspect.rs`).
+    SubmitInspect,
     /// Inspecting the recorded incarnation before a read (logs,
     /// measurements).
     ReadVerify,
@@ -65,6 +68,12 @@ pub(in crate::managed::controller) struct Req {
     write: Option<(Stage, StoreOp)>,
     refences: u32,
     reclaims: u32,
+    /// A create this configuration refuses, with its spec's fingerprint:
+    /// the store's answer for the key resolves it (AC-12.5.2).
+    pub(super) refused: Option<(String, Error)>,
+    /// The image-machine preflight a slot command waits for
+    /// ([`Stage::SubmitInspect`]).
+    check: Option<crate::worker::ImageCheck>,
 }
 
 /// What a request flow wants next.
@@ -74,6 +83,9 @@ pub(in crate::managed::controller) enum RStep {
     Worker(WorkerOp),
     /// A submit read its machine: the controller builds the command.
     NeedCommand(Box<MachineRecord>),
+    /// The machine passed the image-machine preflight: the controller
+    /// builds the command again (at the current time) and submits it.
+    Inspected(Box<MachineRecord>),
     Done(Result<MachineAnswer, Error>),
 }
 
@@ -90,6 +102,8 @@ impl Req {
             write: None,
             refences: 0,
             reclaims: 0,
+            refused: None,
+            check: None,
         }
     }
 
@@ -183,6 +197,21 @@ impl Req {
         now_ms: u64,
         result: StoreResult,
     ) -> RStep {
+        if let Some((fingerprint, refusal)) = self.refused.take() {
+            let key = self.key().clone();
+            return RStep::Done(
+                crate::managed::controller::resolve::stored_machine(
+                    &key,
+                    &fingerprint,
+                    refusal,
+                    result,
+                )
+                .map(|record| MachineAnswer::Machine {
+                    record: Box::new(record),
+                    existing: true,
+                }),
+            );
+        }
         let step = self.stored(cfg, now_ms, result);
         self.track(step)
     }
@@ -570,8 +599,38 @@ impl Req {
         now_ms: u64,
         result: WorkerResult,
     ) -> RStep {
+        if matches!(self.stage, Stage::SubmitInspect) {
+            return self.inspected(result);
+        }
         let step = self.worker_answer(cfg, now_ms, result);
         self.track(step)
+    }
+
+    /// Waits for the image-machine preflight `check` before the command is
+    /// accepted.
+    pub(in crate::managed::controller) fn inspect_first(
+        &mut self,
+        check: crate::worker::ImageCheck,
+    ) {
+        self.stage = Stage::SubmitInspect;
+        self.check = Some(check);
+    }
+
+    /// The preflight's inspect answered: core's verdict
+    /// ([`crate::worker::ImageCheck::admit`]) admits the command or ends
+    /// the request unaccepted (evidence `not_dispatched`).
+    fn inspected(&mut self, result: WorkerResult) -> RStep {
+        let (Some(check), Some(m)) = (self.check.take(), self.machine.clone()) else {
+            return RStep::Done(Err(Error::protocol(Operation::Submit, Reason::Stage)));
+        };
+        let observed = result.and_then(|r| match r {
+            WorkerReply::Machine(obs) => Ok(*obs),
+            _ => Err(Error::protocol(Operation::Get, Reason::UnexpectedReply)),
+        });
+        match check.admit(observed) {
+            Ok(()) => RStep::Inspected(Box::new(m)),
+            Err(e) => RStep::Done(Err(e.with_evidence(Evidence::NotDispatched))),
+        }
     }
 
     #[allow(clippy::too_many_lines)]

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::exec::Launched;
+use crate::managed::CommandFiles;
 use crate::managed::fingerprint;
 use crate::managed::spec::{InputFile, OutputFile};
 
@@ -737,7 +738,10 @@ fn a_background_command_in_a_retained_slot_is_launched_and_frees_the_slot() {
     let mut s = Sim::new(files_config());
     s.running_machine();
     let bg = Command::new(["sh", "-c", "sleep 100"]).background(true);
-    s.submit_to_slot("bg1", &bg).unwrap();
+    // A launch needs a plain image machine: asked before its acceptance.
+    let id = preinspect::submit_async(&mut s, "bg1", &bg, &CommandFiles::default());
+    s.answer("inspect", preinspect::inspected(Some("alpine:3.19")));
+    assert!(s.answer_of(id).is_ok());
     let k = RecordKey::new("s", "bg1").unwrap();
     assert_eq!(s.record(&k).state, ExecState::Dispatching);
     let op = s.answer(
@@ -795,4 +799,5 @@ fn a_launch_reply_to_a_foreground_command_is_unknown() {
     assert!(rec.result.is_none());
 }
 
+mod preinspect;
 mod slot;
