@@ -67,17 +67,102 @@ fn controller_finding_s8_another_records_row_is_not_the_own_intent() {
     smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
 }
 
-/// Open finding 10 of the `controller` target (fuzz/README.md, session 8):
-/// found by a 600 s run after the fix of finding 9, after about 1,000
-/// executions; an exec for `k0` follows without this controller's own
-/// fresh intent (oracle: `Seen { tainted: true, granted: false }`). Not
-/// yet traced or minimized. Kept out of the replayed corpus until it is
-/// fixed or the oracle is shown too strict; then the input moves to
-/// `fuzz/corpus/controller/` and this test loses its `ignore`.
+/// Finding 10 of the `controller` target (fuzz/README.md, session 8,
+/// fixed in session 9): `k0`'s acceptance with intent out, `shutdown`, then
+/// a due scan whose (mutated) reply shows a row of `k0` past `ready`; the
+/// scan skipped every undriven row after shutdown instead of keeping it
+/// for that acceptance (finding 7), which then sent the command. The row is
+/// now kept during shutdown too. The input is also in the replayed corpus;
+/// this names it.
 #[test]
-#[ignore = "open finding 10: the controller target's s8-after-f9 input breaks the one-dispatch oracle"]
-fn controller_open_finding_s8_after_f9() {
+fn controller_finding_s8_a_row_shown_during_shutdown_is_kept_for_the_acceptance() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/controller/s8-after-f9");
+    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+}
+
+/// Finding 11 of the `controller` target (fuzz/README.md, session 9,
+/// fixed): `k0`'s own intent write (detached submitter) was answered with
+/// a row showing `k0` `accepted` under another controller's claim; the
+/// execution took the answered write as its intent and, the next read
+/// showing `dispatching`, sent. Only the write's own outcome is now that
+/// intent. The input is also in the replayed corpus; this names it.
+#[test]
+fn controller_finding_s9_an_intent_reply_that_is_not_the_intent() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/corpus/controller/s9-intent-reply-lied");
+    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+}
+
+/// Finding 12 of the `controller` target (fuzz/README.md, session 9,
+/// fixed): a store reply at version `u64::MAX` followed by a write's reply
+/// overflowed the execution's `version + 1` (a panic on peer input with
+/// overflow checks on). The input is also in the replayed corpus.
+#[test]
+fn controller_finding_s9_a_reply_at_the_largest_version_does_not_panic() {
     let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/findings/controller/s8-after-f9");
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/controller/s9-version-overflow");
+    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+}
+
+/// Finding 13 of the `controller` target (fuzz/README.md, session 9): the
+/// oracle was too strict. The reply to the shutdown's release of `k0`'s
+/// claim, mutated to carry a row of `k2` (being accepted with its intent),
+/// was counted as showing `k2` past `ready`; the controller reads nothing
+/// of a release's reply, and a reply about `k0` shows nothing about `k2`.
+/// The input is also in the replayed corpus; this names it.
+#[test]
+fn controller_finding_s9_a_release_reply_shows_nothing_of_another_key() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/corpus/controller/s9-release-reply-other-key");
+    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+}
+
+/// Finding 14 of the `controller` target (fuzz/README.md, session 9): the
+/// oracle was too strict. A disposable `k2`'s own intent was answered (the
+/// grant); while its exec waited for the lapsed worker lease, a due scan
+/// read that same row again, unchanged, and the oracle counted it as
+/// showing `k2` past `ready`. The input is also in the replayed corpus.
+#[test]
+fn controller_finding_s9_the_own_intent_read_again_shows_nothing_new() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/corpus/controller/s9-own-intent-scanned-again");
+    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+}
+
+/// Finding 15 of the `controller` target (fuzz/README.md, session 9): the
+/// oracle was too strict. A disposable `k2`'s own intent was answered (the
+/// grant); while its exec waited for the lapsed worker lease, this
+/// controller's own cancel of `k2` was recorded on top of the intent
+/// (`dispatching`, the next version, the same claim generation), and the
+/// oracle counted that row as showing `k2` past `ready`. The input is also
+/// in the replayed corpus.
+#[test]
+fn controller_finding_s9_the_own_cancel_on_the_own_intent_shows_no_other_intent() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/corpus/controller/s9-own-cancel-on-intent");
+    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+}
+
+/// Finding 16 of the `controller` target (fuzz/README.md, session 9,
+/// fixed): after `k2`'s own intent was answered and while its exec waited
+/// for the worker lease, a due scan showed `k2` at the intent's version
+/// under another claim generation; the row was ignored and the command
+/// sent. The input is also in the replayed corpus.
+#[test]
+fn controller_finding_s9_a_row_after_the_own_intent_from_another_history() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/corpus/controller/s9-row-after-own-intent");
+    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+}
+
+/// Finding 17 of the `controller` target (fuzz/README.md, session 9,
+/// fixed): a disposable `k2` never sent (finding 16's rule) waited for the
+/// inspect of its machine with its execution deadline long past;
+/// `poll_timeout` named that deadline while `handle_timeout` did nothing
+/// (a driver would spin). The input is also in the replayed corpus.
+#[test]
+fn controller_finding_s9_no_timer_in_the_past_while_a_machine_op_is_out() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/corpus/controller/s9-inspect-past-deadline");
     smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
 }

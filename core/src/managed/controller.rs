@@ -1287,12 +1287,13 @@ impl Controller {
             if let Some(ex) = self.execs.get_mut(&rec.key) {
                 // Driven here: the row goes to its execution, which never
                 // sends a command a row showed possibly sent by another
-                // controller (fuzz finding 5, session 8). Also after the
-                // page ran out of room or shutdown began (campaign of
-                // session 8, finding 8).
+                // controller (fuzz finding 5), also after the page ran out
+                // of room or shutdown began (finding 8).
                 ex.on_row_read(&rec, &self.cfg);
                 continue;
             }
+            // Kept for an acceptance still out, also after shutdown (finding 10).
+            self.note_undriven_row(&rec);
             if self.shutting_down {
                 continue;
             }
@@ -1307,7 +1308,6 @@ impl Controller {
                 continue;
             }
             if self.accepting.contains_key(&rec.key) {
-                self.note_undriven_row(&rec);
                 continue;
             }
             if self.skip.contains_key(&rec.key) || !self.owns(&rec) {

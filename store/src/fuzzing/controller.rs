@@ -21,7 +21,9 @@
 //!   only emitted after the reply to this controller's own dispatching
 //!   intent, once, and never for a record that a store reply had shown
 //!   possibly dispatched or finished (any state after `ready`) while the
-//!   controller was driving it. What the controller forgets (a record it no
+//!   controller was driving it (after its own intent's reply, rows that
+//!   descend from that intent excepted: the same record under the same
+//!   claim generation of this controller, at that version or later). What the controller forgets (a record it no
 //!   longer drives, or an execution of it that ended, even while an
 //!   acceptance of the key is still out) is out of scope: a store that
 //!   rolls a whole row back is the store's to detect (docs/decisions.md,
@@ -32,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use smolbox_core::exec::{Command, ExecOutcome, ExecOutput, OutputEncoding};
 use smolbox_core::managed::controller::{
-    Controller, ControllerConfig, ControllerEvent, OpId, RunTarget, StoreOp, StoreReply,
+    Claimed, Controller, ControllerConfig, ControllerEvent, OpId, RunTarget, StoreOp, StoreReply,
     StoreResult, Submit, WorkerEntry, WorkerOp, WorkerReply, WorkerResult, spec_for,
 };
 use smolbox_core::managed::envelope::decode_exec;
@@ -89,6 +91,15 @@ struct Seen {
     tainted: bool,
     /// The reply to this controller's own intent: one exec may follow.
     granted: bool,
+    /// That reply's row. A later row of the same record under the same
+    /// claim generation of this controller, at that version or later,
+    /// descends from this controller's own intent (no other intent can
+    /// follow `dispatching`, and another claimer moves the generation) and
+    /// shows no other intent: the same row read again by a due scan while
+    /// the exec waits for the worker lease (session 9, finding 14), or this
+    /// controller's own cancel recorded on top of it (finding 15). The
+    /// oracle was too strict in both.
+    intent_row: Option<ExecutionRecord>,
 }
 
 struct Harness {
@@ -230,7 +241,10 @@ fn intent_key(op: &StoreOp) -> Option<&RecordKey> {
 /// The one execution record an op is about, for ops about one record: a
 /// reply of such an op carrying another key's record is a lie the
 /// controller refuses by key (`UnexpectedReply`, or the execution's
-/// key check), so it shows nothing about that other record.
+/// key check), so it shows nothing about that other record. A release of
+/// an execution's claim is one too: the controller reads nothing of its
+/// reply but that it was answered (session 9, finding 13: the oracle was
+/// too strict).
 fn exec_key_of(op: &StoreOp) -> Option<&RecordKey> {
     match op {
         StoreOp::Accept { record, .. }
@@ -244,7 +258,11 @@ fn exec_key_of(op: &StoreOp) -> Option<&RecordKey> {
         | StoreOp::WriteSteps { key, .. }
         | StoreOp::Reserve { key, .. }
         | StoreOp::Release { key, .. }
-        | StoreOp::Cancel { key, .. } => Some(key),
+        | StoreOp::Cancel { key, .. }
+        | StoreOp::ReleaseClaim {
+            claimed: Claimed::Execution(key),
+            ..
+        } => Some(key),
         _ => None,
     }
 }
@@ -266,6 +284,17 @@ fn records_mut(reply: &mut StoreReply) -> Vec<(&mut ExecutionRecord, bool)> {
         } => vec![(c, false)],
         _ => Vec::new(),
     }
+}
+
+/// `row` is `intent` or a later row of the same record written under the
+/// same claim generation of this controller.
+fn descends(intent: &ExecutionRecord, row: &ExecutionRecord) -> bool {
+    row.key == intent.key
+        && row.fingerprint == intent.fingerprint
+        && row.spec == intent.spec
+        && row.generation == intent.generation
+        && row.claim.as_ref().is_some_and(|c| c.owner == OWNER)
+        && row.version >= intent.version
 }
 
 fn mutate(rec: &mut ExecutionRecord, input: &mut Input<'_>) {
@@ -378,6 +407,7 @@ impl Harness {
              (or after the record was shown possibly dispatched): {seen:?}"
         );
         seen.granted = false;
+        seen.intent_row = None;
         seen.tainted = true;
     }
 
@@ -402,6 +432,9 @@ impl Harness {
                 );
             if own && !seen.tainted {
                 seen.granted = true;
+                seen.intent_row = Some(rec.clone());
+            } else if seen.granted && seen.intent_row.as_ref().is_some_and(|i| descends(i, rec)) {
+                // This controller's own intent, or what it wrote on top.
             } else if !rec.state.is_before_dispatch() {
                 seen.tainted = true;
             }

@@ -91,7 +91,9 @@ pub(super) struct Exec {
     intent_mine: bool,
     /// A due-scan row showed the record past `ready` while this execution
     /// had neither written nor was writing its own intent (fuzz finding 5,
-    /// session 8): another controller's intent may be out there. The
+    /// session 8): another controller's intent may be out there. Also set
+    /// when its own intent write was answered with a row that is not that
+    /// intent (fuzz finding 11, session 9). The
     /// command is never sent from here, even if this execution's own
     /// intent write later succeeds (a rollback the store handle did not
     /// see), and a later read showing the record before dispatch is
@@ -400,7 +402,11 @@ impl Exec {
         }
         if self.worker_op.is_some() {
             let renew = self.claim_at.map(|c| c + cfg.renew_every());
-            let deadline = if self.rec.state.ends_wait() {
+            // The execution deadline moves `step` only while the exec
+            // itself is out: with a machine op out (a disposable's inspect
+            // or stop) `step` waits for that answer, so a deadline already
+            // past would make a driver spin (fuzz finding 17, session 9).
+            let deadline = if self.rec.state.ends_wait() || !self.exec_outstanding() {
                 None
             } else {
                 self.mono[Deadline::Execution as usize]
@@ -993,11 +999,27 @@ impl Exec {
     /// version right after the one written at, the same claim of this
     /// controller, `dispatching`) and shows nothing new.
     pub(super) fn on_row_read(&mut self, row: &ExecutionRecord, cfg: &ControllerConfig) {
-        if row.key != self.rec.key
-            || row.state.is_before_dispatch()
-            || self.intent_mine
-            || self.attempted
-        {
+        if row.key != self.rec.key || self.attempted {
+            return;
+        }
+        if self.intent_mine {
+            // After its own intent and before the send (the exec waits for
+            // the worker lease): a row that does not descend from that
+            // intent (the same record under the same claim generation of
+            // this controller, at its version or later, past `ready`) shows
+            // a history without it, so another intent may be out there: the
+            // command is never sent from here (fuzz finding 16, session 9).
+            let descends = !row.state.is_before_dispatch()
+                && row.fingerprint == self.rec.fingerprint
+                && row.generation == self.rec.generation
+                && row.version >= self.rec.version
+                && row.claim.as_ref().is_some_and(|c| c.owner == cfg.owner);
+            if !descends {
+                self.shown_dispatched = true;
+            }
+            return;
+        }
+        if row.state.is_before_dispatch() {
             return;
         }
         let own_intent = matches!(self.inflight, Some((_, Kind::Intent)))
@@ -1125,7 +1147,7 @@ impl Exec {
                 let ours = if kind == Kind::Fetch {
                     self.rec.version
                 } else {
-                    self.rec.version + 1
+                    self.rec.version.saturating_add(1)
                 };
                 if rec.version != ours {
                     self.machine.reserved_here = false;
@@ -1139,6 +1161,15 @@ impl Exec {
                         self.machine.reply = None;
                     }
                 }
+                // Only the write's own outcome is this execution's intent:
+                // `dispatching` at the next version, the same generation
+                // and claim, this controller's (fuzz finding 11, session 9).
+                let own_intent = kind == Kind::Intent
+                    && rec.state == ExecState::Dispatching
+                    && rec.version == self.rec.version.saturating_add(1)
+                    && rec.generation == self.rec.generation
+                    && rec.claim == self.rec.claim
+                    && rec.claim.as_ref().is_some_and(|c| c.owner == cfg.owner);
                 self.rec = rec;
                 // Deadlines set by this write get their monotonic bound now.
                 let now_ms = self.rec.updated_at_ms;
@@ -1158,7 +1189,13 @@ impl Exec {
                             self.machine.reserved_here = true;
                         }
                     }
-                    Kind::Intent => self.intent_mine = true,
+                    Kind::Intent if own_intent => self.intent_mine = true,
+                    // Answered with another row: the intent may have
+                    // committed (uncertain), but nothing read proves it is
+                    // this controller's. Never sent from here: `unknown`
+                    // once read dispatched, `record_went_back` if read
+                    // before dispatch.
+                    Kind::Intent => self.shown_dispatched = true,
                     Kind::Result => self.result_written = true,
                     Kind::Fetch | Kind::Write => {}
                 }

@@ -371,6 +371,14 @@ pub struct TerminalRun {
     claim_at: Option<Instant>,
     /// This run wrote the dispatch intent (only then may it open).
     intent_mine: bool,
+    /// The outstanding write is the dispatch intent: only its reply can
+    /// show this run's own intent (not any write's reply that says
+    /// `dispatching`; the session-9 audit, fuzz finding 4's class).
+    intent_out: bool,
+    /// A reply showed the record past `ready` before this run's own intent
+    /// (another run's intent, or a lie): never opened from here, and a
+    /// later read showing it before dispatch is `record_went_back`.
+    shown_dispatched: bool,
     /// A [`TermOutput::Inspect`] is out; its answer decides the submit.
     inspecting: bool,
     /// The last store answer was this run's own claim: the dispatch intent
@@ -477,6 +485,8 @@ impl TerminalRun {
             out: VecDeque::new(),
             claim_at: None,
             intent_mine: false,
+            intent_out: false,
+            shown_dispatched: false,
             inspecting: false,
             claim_fresh_now: false,
             open_sent: false,
@@ -601,12 +611,13 @@ impl TerminalRun {
             return;
         }
         self.inflight = None;
+        let intent = std::mem::take(&mut self.intent_out);
         self.claim_fresh_now = kind == Kind::Claim && result.is_ok();
         match result {
             Ok(reply) => {
                 self.failures = 0;
                 self.retry_at = None;
-                self.on_reply(now, now_ms, kind, reply);
+                self.on_reply(now, now_ms, (kind, intent), reply);
             }
             Err(e) => self.on_error(now, kind, e),
         }
@@ -637,7 +648,32 @@ impl TerminalRun {
         }
     }
 
-    fn on_reply(&mut self, now: Instant, now_ms: u64, kind: Kind, reply: TermStoreReply) {
+    /// `intent`: the reply is the dispatch intent write's.
+    fn on_reply(&mut self, now: Instant, now_ms: u64, op: (Kind, bool), reply: TermStoreReply) {
+        let (kind, intent) = op;
+        if let TermStoreReply::Record(r)
+        | TermStoreReply::Submitted { record: r, .. }
+        | TermStoreReply::Finished { record: r, .. } = &reply
+        {
+            if r.key != self.key {
+                // A reply about another record: a lie, never driven here.
+                let e = Error::protocol(Operation::StoreWrite, Reason::UnexpectedReply);
+                return self.fail_or_refuse(e);
+            }
+            if self.shown_dispatched && r.state.is_before_dispatch() {
+                // No transition leads back before dispatch: the store
+                // handed back an older row. Nothing opens from that read.
+                return self.finish(Some(Error::store(
+                    Operation::StoreFetch,
+                    Evidence::DispatchUncertain,
+                    Reason::RecordWentBack,
+                )));
+            }
+            let own = kind == Kind::Write && intent && r.state == ExecState::Dispatching;
+            if !own && !self.intent_mine && !r.state.is_before_dispatch() {
+                self.shown_dispatched = true;
+            }
+        }
         match (kind, reply) {
             (Kind::FetchMachine, TermStoreReply::Machine(m)) => self.on_machine(*m, now_ms),
             (
@@ -675,7 +711,11 @@ impl TerminalRun {
                 self.rec = Some(*r);
             }
             (Kind::Fetch | Kind::Write | Kind::Cancel, TermStoreReply::Record(r)) => {
-                if kind == Kind::Write && r.state == ExecState::Dispatching {
+                if kind == Kind::Write
+                    && intent
+                    && r.state == ExecState::Dispatching
+                    && !self.shown_dispatched
+                {
                     self.intent_mine = true;
                 }
                 if kind == Kind::Cancel {
@@ -912,6 +952,7 @@ impl TerminalRun {
     }
 
     fn write(&mut self, rec: &ExecutionRecord, patch: ExecPatch, now_ms: u64) {
+        let intent = patch.state == Some(ExecState::Dispatching);
         let op = TermStoreOp::Write {
             key: rec.key.clone(),
             guard: self.guard(rec),
@@ -919,6 +960,7 @@ impl TerminalRun {
             now_ms: now_ms.max(rec.updated_at_ms),
         };
         self.push(Kind::Write, op);
+        self.intent_out = intent;
     }
 
     /// Moves the run forward while no store op is outstanding.
@@ -985,7 +1027,11 @@ impl TerminalRun {
             self.write(&rec, patch, now_ms);
             return;
         }
-        if rec.state == ExecState::Dispatching && self.intent_mine && !self.open_sent {
+        if rec.state == ExecState::Dispatching
+            && self.intent_mine
+            && !self.shown_dispatched
+            && !self.open_sent
+        {
             self.open_sent = true;
             match self.live_spec(&rec, now_ms) {
                 Ok(spec) => {

@@ -162,9 +162,10 @@ impl crate::managed::controller::Controller {
         let Some(mut req) = self.reqs.remove(&rid) else {
             return;
         };
+        let intent = req.asked_intent();
         let step = req.on_stored(&self.cfg, self.now_ms, result);
         if let RStep::Done(Ok(answer)) = &step {
-            self.after_answer(now, answer);
+            self.after_answer(now, answer, intent);
         }
         self.req_step(req, step);
     }
@@ -187,8 +188,16 @@ impl crate::managed::controller::Controller {
             RStep::NeedCommand(m) => self.command_for(req, *m, false),
             RStep::Inspected(m) => self.command_for(req, *m, true),
             RStep::Done(result) => {
-                if let Some(c) = &req.command {
-                    self.accepting.remove(&c.key);
+                if let Some(c) = &req.command
+                    && let Some(n) = self.accepting.get_mut(&c.key)
+                {
+                    // Counted like an exec acceptance; the rows kept for
+                    // the key go with its last acceptance.
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        self.accepting.remove(&c.key);
+                        self.accept_rows.remove(&c.key);
+                    }
                 }
                 self.done(req.id, result);
             }
@@ -206,11 +215,13 @@ impl crate::managed::controller::Controller {
             ));
     }
 
-    /// After a durable answer: drive what it made due.
+    /// After a durable answer: drive what it made due. `intent`: the
+    /// answer is a command submission's that asked for the dispatch intent.
     pub(in crate::managed::controller) fn after_answer(
         &mut self,
         now: Instant,
         answer: &MachineAnswer,
+        intent: bool,
     ) {
         match answer {
             MachineAnswer::Machine { record, .. } => {
@@ -228,16 +239,36 @@ impl crate::managed::controller::Controller {
                 existing,
             } => {
                 let held = machine.active_execution.as_ref() == Some(&execution.key);
+                // Rows past `ready` a due scan or a cancel showed while this
+                // submission was out (kept as for an exec acceptance,
+                // findings 7 and 10; dropped with the key's last one).
+                let earlier = self
+                    .accept_rows
+                    .get(&execution.key)
+                    .cloned()
+                    .unwrap_or_default();
                 if held && !self.execs.contains_key(&execution.key) {
                     self.start_command(now, (**execution).clone(), (**machine).clone(), false);
-                    if !*existing
-                        && execution.state == crate::managed::ExecState::Dispatching
-                        && let Some(ex) = self.execs.get_mut(&execution.key)
-                    {
+                    let own = intent
+                        && !*existing
+                        && execution.state == crate::managed::ExecState::Dispatching;
+                    if !own && let Some(ex) = self.execs.get_mut(&execution.key) {
+                        // Not this submission's intent (a plain submission
+                        // cannot have written one: finding 4's rule).
+                        for row in &earlier {
+                            ex.on_row_read(row, &self.cfg);
+                        }
+                    }
+                    if own && let Some(ex) = self.execs.get_mut(&execution.key) {
                         // Inserted by this submission with its intent; the
                         // machine claimed for this controller in the same
-                        // commit (when no other one held it).
+                        // commit (when no other one held it). An earlier row
+                        // other than that very record forbids the send
+                        // (finding 9's rule).
                         ex.intent_committed(now);
+                        for row in &earlier {
+                            ex.on_row_before_intent(row);
+                        }
                         if machine
                             .claim
                             .as_ref()

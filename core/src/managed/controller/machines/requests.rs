@@ -60,6 +60,9 @@ pub(in crate::managed::controller) struct Req {
     snap: Option<Snap>,
     /// The command record to submit (built once the machine was read).
     pub(super) command: Option<ExecutionRecord>,
+    /// The submission asked for the dispatch intent (`submit_dispatching`):
+    /// only then can its reply show this controller's own intent.
+    intent: bool,
     /// The last machine write sent, and the stage its answer goes to: made
     /// again after a re-fence.
     write: Option<(Stage, StoreOp)>,
@@ -95,12 +98,18 @@ impl Req {
             machine: None,
             snap: None,
             command: None,
+            intent: false,
             write: None,
             refences: 0,
             reclaims: 0,
             refused: None,
             check: None,
         }
+    }
+
+    /// The submission asked for the dispatch intent (see [`Self::submit_op`]).
+    pub(in crate::managed::controller) fn asked_intent(&self) -> bool {
+        self.intent
     }
 
     pub(in crate::managed::controller) fn key(&self) -> &RecordKey {
@@ -513,6 +522,8 @@ impl Req {
                     command: command.map(Box::new),
                 }))
             }
+            // The reply of a submission is about the command it submitted:
+            // another record's is a lie (refused, never driven from here).
             (
                 Stage::SubmitAccept,
                 StoreReply::Submitted {
@@ -520,11 +531,17 @@ impl Req {
                     machine,
                     existing,
                 },
-            ) => RStep::Done(Ok(MachineAnswer::Submitted {
-                execution: Box::new(execution),
-                machine: machine.map(Box::new),
-                existing,
-            })),
+            ) if self
+                .command
+                .as_ref()
+                .is_some_and(|c| c.key == execution.key) =>
+            {
+                RStep::Done(Ok(MachineAnswer::Submitted {
+                    execution: Box::new(execution),
+                    machine: machine.map(Box::new),
+                    existing,
+                }))
+            }
             _ => RStep::Done(Err(Error::protocol(
                 Operation::StoreFetch,
                 Reason::UnexpectedReply,
@@ -560,6 +577,7 @@ impl Req {
         intent: bool,
     ) -> StoreOp {
         self.stage = Stage::SubmitAccept;
+        self.intent = intent;
         let record = Box::new(record);
         if intent {
             StoreOp::SubmitDispatching {

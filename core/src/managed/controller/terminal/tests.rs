@@ -1188,4 +1188,5 @@ fn the_controller_hands_due_terminals_to_the_driver_and_never_drives_them() {
 
 // What an error that ends a run says about the terminal (issue 15).
 mod evidence;
+mod intent;
 mod release;

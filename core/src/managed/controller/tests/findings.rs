@@ -578,3 +578,206 @@ fn a_scan_row_showing_the_acceptances_own_intent_before_its_answer_still_sends_o
         matches!(op, StoreOp::AcceptDispatching { .. })
     });
 }
+
+/// Fuzz finding 10 (`controller` target, session 8, fixed in session 9):
+/// finding 7's rule (a row past `ready` shown for a key that is only being
+/// accepted is kept for the execution that acceptance starts) did not hold
+/// after `shutdown`: the due scan skipped every row of an undriven key
+/// before keeping it. An acceptance with intent is still driven at once
+/// after shutdown, so a row of another controller's intent read while it
+/// was out was forgotten and the command sent. The row is now kept during
+/// shutdown too: nothing is sent, the record is marked `unknown`.
+#[test]
+fn a_row_shown_during_shutdown_while_the_key_is_being_accepted_is_never_followed_by_a_send() {
+    let mut s = Sim::new(config());
+    s.settle();
+    let key = s.submit("late", &cmd());
+    let (acc, op) = run_until(&mut s, |op| matches!(op, StoreOp::AcceptDispatching { .. }));
+    s.ctl.reconcile(s.now, s.now_ms);
+    let (scan, _) = run_until(&mut s, |op| matches!(op, StoreOp::Due { .. }));
+    let StoreOp::AcceptDispatching { record, .. } = &op else {
+        panic!("not an acceptance with intent");
+    };
+    // The scan shows the key as another controller's intent, taken after
+    // the submitter's claim lapsed (a row the store then lost: the
+    // acceptance inserts it afresh).
+    let row = dispatched_by_other(record, s.now_ms + 2_000);
+    let r = s.store.apply(&op);
+    s.store_log.push(op);
+    let Ok(StoreReply::Accepted { record, existing }) = &r else {
+        panic!("not an acceptance");
+    };
+    assert!(!*existing && record.state == ExecState::Dispatching);
+    s.ctl.shutdown(s.now, s.now_ms);
+    let due = StoreReply::Due {
+        records: vec![row],
+        next: None,
+    };
+    s.ctl.handle_stored(s.now, s.now_ms, scan, Ok(due));
+    s.ctl.handle_stored(s.now, s.now_ms, acc, r);
+    s.settle();
+    assert!(s.worker.is_empty(), "sent: {:?}", s.worker);
+    assert_eq!(s.record(&key).state, ExecState::Unknown);
+}
+
+mod slot;
+
+/// Fuzz finding 11 (`controller` target, session 9): the reply to this
+/// execution's own intent write (`ready` → `dispatching`) showed the
+/// record `accepted` under another controller's claim, a row that is not
+/// that intent. The execution took any answered intent write as its own;
+/// the next read showed the record `dispatching` (the intent had in fact
+/// committed, the reply lied) and the command was sent, though nothing it
+/// read proved that intent was its own. Only a reply that is the write's
+/// outcome (`dispatching` at the next version, same generation and claim
+/// of this controller) is; otherwise the intent is uncertain and the
+/// command is never sent from here (`unknown`).
+#[test]
+fn an_intent_write_answered_with_another_row_is_never_followed_by_a_send() {
+    let mut s = Sim::new(detached());
+    s.settle();
+    let key = s.submit("lied", &cmd());
+    let intent = |op: &StoreOp| matches!(op, StoreOp::Write { patch, .. } if patch.state == Some(ExecState::Dispatching));
+    let (id, op) = run_until(&mut s, intent);
+    let mut r = s.store.apply(&op);
+    s.store_log.push(op);
+    let Ok(StoreReply::Record(rec)) = &mut r else {
+        panic!("not a record: {r:?}");
+    };
+    assert_eq!(rec.state, ExecState::Dispatching, "committed");
+    rec.state = ExecState::Accepted;
+    rec.evidence = RecordEvidence::NotDispatched;
+    rec.claim = Some(Claim {
+        owner: "ctl-other".into(),
+        until_ms: s.now_ms,
+    });
+    s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    s.settle();
+    assert!(s.worker.is_empty(), "sent: {:?}", s.worker);
+    assert_eq!(s.record(&key).state, ExecState::Unknown);
+}
+
+/// Fuzz finding 12 (`controller` target, session 9): a store reply carrying
+/// the largest version, followed by the reply to a write, overflowed the
+/// execution's "the version this write moved to" (`version + 1`): a panic
+/// on peer input in a build with overflow checks. The version is now
+/// compared saturating; the lie is only a record that moved elsewhere.
+#[test]
+fn a_reply_at_the_largest_version_does_not_panic() {
+    let mut s = Sim::new(detached());
+    s.settle();
+    let key = s.submit("max", &cmd());
+    let claim = |op: &StoreOp| matches!(op, StoreOp::Claim { .. });
+    let (id, op) = run_until(&mut s, claim);
+    let mut r = s.store.apply(&op);
+    s.store_log.push(op);
+    let Ok(StoreReply::Record(rec)) = &mut r else {
+        panic!("not a record: {r:?}");
+    };
+    rec.version = u64::MAX;
+    let row = rec.clone();
+    s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    // The next write (its guard at that version) answered with a row.
+    let write = |op: &StoreOp| matches!(op, StoreOp::Write { .. });
+    let (id, _) = run_until(&mut s, write);
+    s.ctl
+        .handle_stored(s.now, s.now_ms, id, Ok(StoreReply::Record(row)));
+    s.settle();
+    // Then the truthful store: the row never showed the record past
+    // `ready`, so this execution's own intent (answered truthfully) may
+    // send, once.
+    assert!(s.worker.len() <= 1, "sent: {:?}", s.worker);
+    if s.worker.len() == 1 {
+        s.answer_exec(exited(0, ""));
+        assert_eq!(s.record(&key).state, ExecState::Completed);
+    }
+}
+
+/// A disposable execution whose own intent was answered while its worker
+/// lease had lapsed, then a due row of another history (finding 16).
+fn own_intent_then_another_history(s: &mut Sim) -> RecordKey {
+    let key = s.submit_disposable("diverged", &cmd());
+    let intent = |op: &StoreOp| matches!(op, StoreOp::Write { patch, .. } if patch.state == Some(ExecState::Dispatching));
+    let (id, op) = loop {
+        while let Some(w) = s.ctl.poll_worker_op() {
+            s.worker.push(w);
+        }
+        while let Some(e) = s.ctl.poll_event() {
+            s.events.push(e);
+        }
+        if let Some((id, op)) = s.ctl.poll_store_op() {
+            if intent(&op) {
+                break (id, op);
+            }
+            let r = s.store.apply(&op);
+            s.store_log.push(op);
+            s.ctl.handle_stored(s.now, s.now_ms, id, r);
+            continue;
+        }
+        // Answer the machine ops (create, start) as they come.
+        let (wid, wop) = s.worker.remove(0);
+        let name = s.record(&key).assignment.clone().unwrap().machine_name;
+        let state = if wop.name() == "create" {
+            MachineState::Created
+        } else {
+            MachineState::Running
+        };
+        let o = observation(&name, state, 1_700_000_000);
+        s.ctl
+            .handle_worker(s.now, s.now_ms, wid, Ok(WorkerReply::Machine(o)));
+    };
+    let r = s.store.apply(&op);
+    s.store_log.push(op);
+    let Ok(StoreReply::Record(rec)) = &r else {
+        panic!("not a record: {r:?}");
+    };
+    let mut other = rec.clone();
+    other.generation += 1;
+    // The worker lease lapses before the intent's answer arrives: the
+    // exec waits for its renewal.
+    let ttl = disposable_config().lease_ttl_ms;
+    s.now += Duration::from_millis(2 * ttl);
+    s.now_ms += 2 * ttl;
+    s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    assert!(s.ctl.poll_worker_op().is_none(), "no exec before the lease");
+    s.ctl.reconcile(s.now, s.now_ms);
+    // The due scan answers before the lease renewal (held meanwhile).
+    let mut held = Vec::new();
+    while let Some(x) = s.ctl.poll_store_op() {
+        held.push(x);
+    }
+    let scan = held
+        .iter()
+        .position(|(_, op)| matches!(op, StoreOp::Due { .. }))
+        .expect("the due scan is out");
+    let (scan, _) = held.remove(scan);
+    let due = StoreReply::Due {
+        records: vec![other],
+        next: None,
+    };
+    s.ctl.handle_stored(s.now, s.now_ms, scan, Ok(due));
+    for (id, op) in held {
+        let r = s.store.apply(&op);
+        s.store_log.push(op);
+        s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    }
+    key
+}
+
+/// Fuzz finding 16 (`controller` target, session 9): after this
+/// execution's own intent was answered, while the exec waited for the
+/// lapsed worker lease, a due scan showed the record at the intent's
+/// version under another claim generation, a history without that intent
+/// (a store gone back: another controller's claim and intent possible).
+/// Rows were ignored once the intent was this execution's, and the command
+/// was sent when the lease came back. A row that does not descend from
+/// the own intent now forbids the send (`unknown`).
+#[test]
+fn a_row_after_the_own_intent_from_another_history_is_never_followed_by_a_send() {
+    let mut s = Sim::new(disposable_config());
+    let key = own_intent_then_another_history(&mut s);
+    s.settle();
+    let sent = s.worker.iter().any(|(_, op)| op.name() == "exec");
+    assert!(!sent, "sent: {:?}", s.worker);
+    assert_eq!(s.record(&key).state, ExecState::Unknown);
+}

@@ -1,0 +1,122 @@
+//! Only the run's own intent opens (the session-9 audit of the terminal
+//! run against the class of `controller` fuzz findings 4, 5 and 9: a store
+//! reply taken for the run's own dispatch intent when it was not).
+
+use super::*;
+
+/// Opens a run, performing every store op; `lie` may rewrite the reply to
+/// the first op it matches (given the op, the true reply).
+fn open_with(
+    sim: &mut Sim,
+    id: &str,
+    lie: impl Fn(&TermStoreOp, &mut TermStoreResult) -> bool,
+) -> TerminalRun {
+    let mut run = TerminalRun::open(
+        cfg(),
+        fingerprint_key(),
+        key("s", id),
+        sim.machine.clone(),
+        ManagedTerminalSpec::default(),
+        true,
+    )
+    .unwrap();
+    let mut lied = false;
+    while let Some(o) = run.poll_output() {
+        match o {
+            TermOutput::Store(op_id, op) => {
+                let mut r = sim.fake.apply(&op);
+                if !lied {
+                    lied = lie(&op, &mut r);
+                }
+                run.handle_stored(sim.now, sim.now_ms, op_id, r);
+            }
+            TermOutput::Inspect { .. } => {
+                run.handle_inspected(sim.now, sim.now_ms, sim.inspect);
+            }
+            other => sim.seen.push(other),
+        }
+    }
+    assert!(lied, "the lie was told");
+    run
+}
+
+fn write_to(op: &TermStoreOp, to: ExecState) -> bool {
+    matches!(op, TermStoreOp::Write { patch, .. } if patch.state == Some(to))
+}
+
+/// The reply to a write that did not ask for the intent (`accepted` →
+/// `preparing`) shows the record `dispatching`: any write's reply showing
+/// `dispatching` was taken for the run's own intent and the terminal
+/// opened. Only the intent write's reply is that intent; a record shown
+/// past `ready` otherwise is never opened from this run, and a later read
+/// showing it before dispatch ends the run (`record_went_back`), as for a
+/// command (fuzz findings 3 and 5).
+#[test]
+fn a_write_reply_showing_dispatching_is_not_the_runs_intent() {
+    let mut sim = Sim::new();
+    let _run = open_with(&mut sim, "t1", |op, r| {
+        if !write_to(op, ExecState::Preparing) {
+            return false;
+        }
+        let Ok(TermStoreReply::Record(rec)) = r else {
+            return false;
+        };
+        // As the store would show it after `ready` and the intent (its
+        // execution deadline set): only its origin is a lie.
+        for st in [ExecState::Ready, ExecState::Dispatching] {
+            let patch = crate::managed::testkit::entry_patch(rec, st);
+            **rec = apply_exec(rec, &patch, rec.updated_at_ms).unwrap();
+        }
+        assert!(rec.deadlines.execution_ms.is_some());
+        true
+    });
+    assert_eq!(sim.opens(), 0, "opened on a reply's word");
+    // Marked `unknown` under the lie's version (refused), re-read: the
+    // store still holds `preparing`, so the run ends `record_went_back`.
+    let e = done_error(&sim);
+    assert_eq!(
+        (e.category(), e.reason(), e.evidence()),
+        (
+            Category::Store,
+            Reason::RecordWentBack,
+            Evidence::DispatchUncertain
+        )
+    );
+    assert_eq!(sim.exec("t1").state, ExecState::Preparing);
+}
+
+fn done_error(sim: &Sim) -> Error {
+    let done = sim
+        .events()
+        .into_iter()
+        .find_map(|e| match e {
+            TermEvent::Done { error, .. } => Some(*error),
+            _ => None,
+        })
+        .expect("the run ended");
+    done.expect("with an error")
+}
+
+/// The reply to the run's intent write carries another record (another
+/// key): it was taken for this run's intent and that record's terminal
+/// opened. A reply about another record is refused; nothing opens.
+#[test]
+fn an_intent_reply_about_another_record_never_opens() {
+    let mut sim = Sim::new();
+    let _run = open_with(&mut sim, "t1", |op, r| {
+        if !write_to(op, ExecState::Dispatching) {
+            return false;
+        }
+        let Ok(TermStoreReply::Record(rec)) = r else {
+            return false;
+        };
+        rec.key = key("s", "t2");
+        true
+    });
+    assert_eq!(sim.opens(), 0, "opened for another record");
+    let e = done_error(&sim);
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::Protocol, Reason::UnexpectedReply)
+    );
+}
