@@ -26,31 +26,24 @@ fn output_at_the_allowance_is_printed_and_one_byte_over_is_output_limit_with_the
     let db = dir.path().join("x.db");
     let db = db.to_str().unwrap();
     for shell in SHELLS {
+        // `[--json] run --store DB -- sh -c SCRIPT` printing `n` bytes.
+        let sh = |json: bool, n: usize, exit: i32| {
+            let script = print(n, exit);
+            let mut args = vec!["run", "--store", db, "--", "sh", "-c", &script];
+            if json {
+                args.insert(0, "--json");
+            }
+            run(&w, shell, &args)
+        };
         // N: every byte printed, the guest's code.
-        let at = run(
-            &w,
-            shell,
-            &["run", "--store", db, "--", "sh", "-c", &print(ALLOWANCE, 0)],
-        );
+        let at = sh(false, ALLOWANCE, 0);
         assert_eq!(code(&at), 0, "{shell}: {}", stderr(&at));
         assert_eq!(stdout(&at).len(), ALLOWANCE);
         assert!(!stderr(&at).contains("output_limit"), "{}", stderr(&at));
 
         // N + 1 with exit 0: the limit's code (7), nothing printed, and the
         // error says the command exited and with which code.
-        let over = run(
-            &w,
-            shell,
-            &[
-                "run",
-                "--store",
-                db,
-                "--",
-                "sh",
-                "-c",
-                &print(ALLOWANCE + 1, 0),
-            ],
-        );
+        let over = sh(false, ALLOWANCE + 1, 0);
         assert_eq!(code(&over), 7, "{shell}: {}", stderr(&over));
         assert!(stdout(&over).is_empty());
         let err = stderr(&over);
@@ -60,37 +53,12 @@ fn output_at_the_allowance_is_printed_and_one_byte_over_is_output_limit_with_the
         assert!(!err.contains("before this process observed it"), "{err}");
 
         // N + 1 with exit 5: the guest's own code wins, the error is printed.
-        let five = run(
-            &w,
-            shell,
-            &[
-                "run",
-                "--store",
-                db,
-                "--",
-                "sh",
-                "-c",
-                &print(ALLOWANCE + 1, 5),
-            ],
-        );
+        let five = sh(false, ALLOWANCE + 1, 5);
         assert_eq!(code(&five), 5, "{shell}: {}", stderr(&five));
         assert!(stderr(&five).contains("exit_code=5"), "{}", stderr(&five));
 
         // --json: the error object on stderr carries the guest's code.
-        let j = run(
-            &w,
-            shell,
-            &[
-                "--json",
-                "run",
-                "--store",
-                db,
-                "--",
-                "sh",
-                "-c",
-                &print(ALLOWANCE + 1, 0),
-            ],
-        );
+        let j = sh(true, ALLOWANCE + 1, 0);
         assert_eq!(code(&j), 7);
         let line = stderr(&j)
             .lines()

@@ -166,3 +166,17 @@ fn controller_finding_s9_no_timer_in_the_past_while_a_machine_op_is_out() {
         .join("../fuzz/corpus/controller/s9-inspect-past-deadline");
     smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
 }
+
+/// Controller fuzz finding 18 (session 9): a submission refused by the
+/// configuration reads its key (AC-12.5.2); that read showed the key's
+/// record `running` while this controller drove its own acceptance of it,
+/// and the controller took no notice and sent. Fails before the fix.
+#[test]
+fn controller_finding_s9_a_refused_duplicates_read_counts_like_any_read() {
+    for name in ["s9-resolve-row-running", "s9-resolve-row-running-2"] {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../fuzz/corpus/controller")
+            .join(name);
+        smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+    }
+}

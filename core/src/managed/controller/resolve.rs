@@ -68,6 +68,19 @@ impl Controller {
             fingerprint,
             refusal,
         } = r;
+        if let Ok(StoreReply::Record(record)) = &result
+            && record.key == key
+        {
+            // What this read shows of the key counts as any other read of
+            // it does: an execution driven here takes the row (it never
+            // sends after a row showed the record possibly sent), and an
+            // acceptance still out keeps it (fuzz finding 18, session 9).
+            if let Some(ex) = self.execs.get_mut(&record.key) {
+                ex.on_row_read(record, &self.cfg);
+            } else {
+                self.note_undriven_row(record);
+            }
+        }
         let notice = match result {
             Ok(StoreReply::Record(record)) if record.key == key => {
                 if record.fingerprint == fingerprint {
