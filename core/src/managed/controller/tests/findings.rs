@@ -781,3 +781,49 @@ fn a_row_after_the_own_intent_from_another_history_is_never_followed_by_a_send()
     assert!(!sent, "sent: {:?}", s.worker);
     assert_eq!(s.record(&key).state, ExecState::Unknown);
 }
+
+/// Fuzz finding 18 (`controller` target, session 9): a submission this
+/// configuration refuses reads its key to resolve as a duplicate
+/// (AC-12.5.2). That read showed the key's record dispatched by another
+/// controller while this controller drove its own acceptance of the key;
+/// the row was used only to compare fingerprints, and the execution went
+/// on through its own intent and sent. The row now counts as any read of
+/// the key does: a record shown possibly dispatched and then read back
+/// before dispatch is `record_went_back`, nothing sent.
+#[test]
+fn a_refused_duplicates_read_showing_another_intent_is_never_followed_by_a_send() {
+    let mut s = Sim::new(detached());
+    s.settle();
+    let key = s.submit("dup", &cmd());
+    let (acc, op) = run_until(&mut s, |op| matches!(op, StoreOp::Accept { .. }));
+    let r = s.store.apply(&op);
+    s.store_log.push(op);
+    s.ctl.handle_stored(s.now, s.now_ms, acc, r);
+    // The same key for a disposable machine, which no worker here
+    // creates: refused by the configuration, so the key is read first.
+    let mut spec = spec_for(&cmd(), &RunTarget::unverified(), WORKER, "x").unwrap();
+    spec.worker_machine = None;
+    let submit = Submit {
+        key: key.clone(),
+        spec,
+    };
+    s.ctl.submit(s.now, s.now_ms, submit).unwrap();
+    let (fetch, op) = run_until(&mut s, |op| matches!(op, StoreOp::Fetch { .. }));
+    assert!(s.worker.is_empty());
+    // Taken by another controller once this one's claim lapsed (a row
+    // the store then lost).
+    let rec = s.record(&key).clone();
+    let lapsed = rec.claim.as_ref().map_or(s.now_ms, |c| c.until_ms + 1);
+    let row = dispatched_by_other(&rec, lapsed);
+    s.store_log.push(op);
+    s.ctl
+        .handle_stored(s.now, s.now_ms, fetch, Ok(StoreReply::Record(row)));
+    s.settle();
+    assert!(
+        s.events.iter().any(|e| matches!(e,
+            ControllerEvent::Refused { key: k, error } if *k == key
+                && error.category() == Category::IdentityConflict)),
+        "the duplicate is answered"
+    );
+    unsent_and_went_back(&s, &key);
+}
