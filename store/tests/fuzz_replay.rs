@@ -186,7 +186,7 @@ fn controller_finding_s9_a_refused_duplicates_read_counts_like_any_read() {
 #[test]
 #[ignore = "open: fuzz finding 19, not yet fixed (fuzz/README.md)"]
 fn controller_open_finding_s9_lead_after_f18() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fuzz/findings/controller/s9-lead-after-f18");
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/findings/controller/s9-lead-after-f18");
     smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
 }
