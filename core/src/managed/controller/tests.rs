@@ -1352,6 +1352,12 @@ impl Sim {
         let key = RecordKey::new("s", id).unwrap();
         let mut spec = spec_for(command, &RunTarget::unverified(), WORKER, "x").unwrap();
         spec.worker_machine = None;
+        self.submit_keyed(&key, spec);
+        key
+    }
+
+    /// Submits `spec` under `key`; the submit itself must not fail.
+    fn submit_keyed(&mut self, key: &RecordKey, spec: ExecutionSpec) {
         self.ctl
             .submit(
                 self.now,
@@ -1362,7 +1368,6 @@ impl Sim {
                 },
             )
             .unwrap();
-        key
     }
 
     /// The name of the machine assigned to `key`.

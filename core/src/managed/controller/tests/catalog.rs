@@ -317,16 +317,7 @@ fn an_allowlist_on_a_version_without_network_policies_is_refused_before_anything
     let mut spec = disposable_spec();
     spec.network = allowlist();
     let key = RecordKey::new("s", "net").unwrap();
-    s.ctl
-        .submit(
-            s.now,
-            s.now_ms,
-            Submit {
-                key: key.clone(),
-                spec,
-            },
-        )
-        .unwrap();
+    s.submit_keyed(&key, spec);
     s.settle();
     assert!(s.store.records.contains_key(&key));
 }
@@ -360,16 +351,7 @@ fn the_worker_whose_version_allows_the_allowlist_is_chosen_and_its_create_carrie
     let mut spec = disposable_spec();
     spec.network = allowlist();
     let key = RecordKey::new("s", "net").unwrap();
-    s.ctl
-        .submit(
-            s.now,
-            s.now_ms,
-            Submit {
-                key: key.clone(),
-                spec,
-            },
-        )
-        .unwrap();
+    s.submit_keyed(&key, spec);
     s.settle();
     assert_eq!(s.record(&key).assignment.clone().unwrap().worker_id, "w2");
     let Some((
@@ -597,16 +579,7 @@ fn a_duplicate_resolves_after_the_catalog_no_longer_holds_its_spec() {
     s.settle();
     s.store_log.clear();
     let spec = rec.spec.clone();
-    s.ctl
-        .submit(
-            s.now,
-            s.now_ms,
-            Submit {
-                key: key.clone(),
-                spec,
-            },
-        )
-        .unwrap();
+    s.submit_keyed(&key, spec);
     s.settle();
     let (existing, got) = accepted_event(&s, &key).expect("resolved as a duplicate");
     assert!(existing);
@@ -638,16 +611,7 @@ fn a_duplicate_resolves_on_a_draining_worker_and_a_new_key_is_refused() {
     let mut d = Sim::new(with_catalog(catalog().draining(true)));
     d.store.records.insert(key.clone(), rec.clone());
     d.settle();
-    d.ctl
-        .submit(
-            d.now,
-            d.now_ms,
-            Submit {
-                key: key.clone(),
-                spec: rec.spec.clone(),
-            },
-        )
-        .unwrap();
+    d.submit_keyed(&key, rec.spec.clone());
     d.settle();
     assert!(accepted_event(&d, &key).is_some_and(|(existing, _)| existing));
     let e = refusal(
