@@ -997,7 +997,8 @@ impl Exec {
     /// read may also have seen this execution's own intent before the
     /// write's answer arrived: that row is the intent write's outcome (the
     /// version right after the one written at, the same claim of this
-    /// controller, `dispatching`) and shows nothing new.
+    /// controller, `dispatching`, the same fingerprint and spec) and shows
+    /// nothing new.
     pub(super) fn on_row_read(&mut self, row: &ExecutionRecord, cfg: &ControllerConfig) {
         if row.key != self.rec.key || self.attempted {
             return;
@@ -1011,6 +1012,7 @@ impl Exec {
             // command is never sent from here (fuzz finding 16, session 9).
             let descends = !row.state.is_before_dispatch()
                 && row.fingerprint == self.rec.fingerprint
+                && row.spec == self.rec.spec
                 && row.generation == self.rec.generation
                 && row.version >= self.rec.version
                 && row.claim.as_ref().is_some_and(|c| c.owner == cfg.owner);
@@ -1022,7 +1024,11 @@ impl Exec {
         if row.state.is_before_dispatch() {
             return;
         }
+        // The same record: another record's row under this key (another
+        // spec) is never this execution's intent (fuzz finding 19).
         let own_intent = matches!(self.inflight, Some((_, Kind::Intent)))
+            && row.fingerprint == self.rec.fingerprint
+            && row.spec == self.rec.spec
             && row.state == ExecState::Dispatching
             && row.version == self.rec.version.saturating_add(1)
             && row.generation == self.rec.generation
@@ -1163,8 +1169,11 @@ impl Exec {
                 }
                 // Only the write's own outcome is this execution's intent:
                 // `dispatching` at the next version, the same generation
-                // and claim, this controller's (fuzz finding 11, session 9).
+                // and claim, this controller's (fuzz finding 11, session 9),
+                // of the same record (fingerprint and spec, finding 19).
                 let own_intent = kind == Kind::Intent
+                    && rec.fingerprint == self.rec.fingerprint
+                    && rec.spec == self.rec.spec
                     && rec.state == ExecState::Dispatching
                     && rec.version == self.rec.version.saturating_add(1)
                     && rec.generation == self.rec.generation

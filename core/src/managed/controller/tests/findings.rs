@@ -459,6 +459,44 @@ fn a_scan_row_showing_its_own_intent_before_the_answer_still_sends_once() {
     own_intent_scanned_before_its_answer(&mut s, &key, intent);
 }
 
+/// The `controller` fuzz campaign of session 9 (fuzz/README.md, finding
+/// 19): while the intent write is out, a due scan's page shows, under this
+/// key, a row that matches the intent's outcome in state, version,
+/// generation and claim but is another record (another spec and
+/// fingerprint: another submission's row under this key). It was taken as
+/// the early read of the own intent and the command went out. Only a row
+/// of this very record is that read; any other row past `ready` forbids
+/// the send: the record ends `unknown`, nothing sent.
+#[test]
+fn a_scan_row_of_another_record_at_the_intents_version_is_never_followed_by_a_send() {
+    let mut s = Sim::new(detached());
+    s.settle();
+    let key = s.submit("other", &cmd());
+    let intent = |op: &StoreOp| {
+        matches!(op, StoreOp::Write { key: k, patch, .. }
+            if *k == key && patch.state == Some(ExecState::Dispatching))
+    };
+    let (id, op) = run_until(&mut s, intent);
+    let r = s.store.apply(&op);
+    s.store_log.push(op);
+    let mut foreign = s.record(&key).clone();
+    assert_eq!(foreign.state, ExecState::Dispatching);
+    foreign.fingerprint = "f".repeat(64);
+    foreign.spec.queue_budget_ms += 1;
+    s.ctl.reconcile(s.now, s.now_ms);
+    let (scan, _) = run_until(&mut s, |op| matches!(op, StoreOp::Due { .. }));
+    let due = StoreReply::Due {
+        records: vec![foreign],
+        next: None,
+    };
+    s.ctl.handle_stored(s.now, s.now_ms, scan, Ok(due));
+    s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    s.settle();
+    assert!(s.worker.is_empty(), "sent: {:?}", s.worker);
+    assert_eq!(s.record(&key).state, ExecState::Unknown);
+    assert!(!s.finished(&key).expect("ended here").dispatched);
+}
+
 /// The `controller` fuzz campaign of session 8 (fuzz/README.md, finding
 /// 6): like a due scan's row, the reply to a duplicate submission of a
 /// record driven here was dropped. Showing another controller's intent,
