@@ -829,8 +829,13 @@ pub(crate) fn record_json(r: &ExecutionRecord) -> serde_json::Value {
         "exit_code": exit_code,
         "output_bytes": output_bytes,
         "output_truncated": truncated,
-        "worker": wm.map(|w| w.worker_id.clone()),
-        "machine": wm.map(|w| w.name.clone()),
+        // The caller's machine, else the disposable machine assigned to it.
+        "worker": wm
+            .map(|w| w.worker_id.clone())
+            .or_else(|| r.assignment.as_ref().map(|a| a.worker_id.clone())),
+        "machine": wm
+            .map(|w| w.name.clone())
+            .or_else(|| r.assignment.as_ref().map(|a| a.machine_name.clone())),
         "managed_machine": r.spec.machine.as_ref().map(|k| k.id.clone()),
         "accepted_at_ms": r.accepted_at_ms,
         "updated_at_ms": r.updated_at_ms,
@@ -921,6 +926,7 @@ pub(crate) fn ls(
             exit,
             wm.map(|w| w.worker_id.as_str())
                 .or(slot_worker.as_deref())
+                .or(r.assignment.as_ref().map(|a| a.worker_id.as_str()))
                 .unwrap_or("-"),
             wm.map(|w| w.name.as_str())
                 .or(r.spec.machine.as_ref().map(|k| k.id.as_str()))

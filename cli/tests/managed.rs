@@ -253,6 +253,14 @@ fn detach_then_wait_and_cancel_on_the_dev_up_worker() {
         let shown = json(&home.run(&["--json", "records", "show", &id]));
         assert_eq!(shown["state"], "completed", "{shown}");
         assert_eq!(shown["cleanup"], "complete", "{shown}");
+        // Where it ran: the disposable machine assigned to it.
+        assert!(
+            shown["machine"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("sbx-")),
+            "{shown}"
+        );
+        assert!(shown["worker"].as_str().is_some(), "{shown}");
         // Again: the record's code, the command not run again.
         let again = home.run(&["--shell", shell, "--json", "wait", &id]);
         assert_eq!(code(&again), 3);
