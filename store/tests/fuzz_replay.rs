@@ -192,3 +192,15 @@ fn controller_finding_s9_another_records_row_at_the_intents_version_is_not_the_i
         .join("../fuzz/corpus/controller/s9-another-record-at-intent-version");
     smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
 }
+
+/// Controller fuzz finding 20 (session 10): after its own intent, while
+/// the exec waited for the lapsed worker lease, the execution's own read of
+/// its record was answered with a row of another history (`completed`, no
+/// claim); a later read showed the intent again and the command went out.
+/// See fuzz/README.md.
+#[test]
+fn controller_finding_s10_the_executions_own_read_of_another_history_forbids_the_send() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/corpus/controller/s10-own-read-of-another-history");
+    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+}

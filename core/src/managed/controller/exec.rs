@@ -1010,13 +1010,7 @@ impl Exec {
             // this controller, at its version or later, past `ready`) shows
             // a history without it, so another intent may be out there: the
             // command is never sent from here (fuzz finding 16, session 9).
-            let descends = !row.state.is_before_dispatch()
-                && row.fingerprint == self.rec.fingerprint
-                && row.spec == self.rec.spec
-                && row.generation == self.rec.generation
-                && row.version >= self.rec.version
-                && row.claim.as_ref().is_some_and(|c| c.owner == cfg.owner);
-            if !descends {
+            if !self.descends_from_intent(row, cfg) {
                 self.shown_dispatched = true;
             }
             return;
@@ -1039,6 +1033,19 @@ impl Exec {
         }
         self.shown_dispatched = true;
         self.need_fetch = true;
+    }
+
+    /// `row` is this execution's own intent or a later row of the same
+    /// record written under the same claim generation of this controller
+    /// (no other intent can follow `dispatching`, and another claimer
+    /// moves the generation).
+    fn descends_from_intent(&self, row: &ExecutionRecord, cfg: &ControllerConfig) -> bool {
+        !row.state.is_before_dispatch()
+            && row.fingerprint == self.rec.fingerprint
+            && row.spec == self.rec.spec
+            && row.generation == self.rec.generation
+            && row.version >= self.rec.version
+            && row.claim.as_ref().is_some_and(|c| c.owner == cfg.owner)
     }
 
     /// A row past `ready` that another reply showed before this
@@ -1102,6 +1109,15 @@ impl Exec {
                 None
             }
             Ok(StoreReply::Record(rec)) if rec.key == self.rec.key => {
+                if self.intent_mine && !self.attempted && !self.descends_from_intent(&rec, cfg) {
+                    // After its own intent and before the send, this
+                    // execution's own read (or write) answered with a row
+                    // of another history (here: another record's outcome,
+                    // its claim gone): as for any other read (finding 16),
+                    // the command is never sent from here, even if a later
+                    // read shows the intent again (fuzz finding 20).
+                    self.shown_dispatched = true;
+                }
                 self.failures = 0;
                 self.renew_failures = 0;
                 if kind == Kind::Fetch && std::mem::take(&mut self.foreign_wait) {
