@@ -14,7 +14,7 @@ use smolbox_core::Error;
 use smolbox_core::managed::controller::OpId;
 use smolbox_core::managed::controller::terminal::{TermConfig, TermStoreResult, TerminalRun};
 use smolbox_core::managed::live::{
-    LiveSet, OutputBuffer, Pace, TermCommand, consumer_lost, unknown_worker,
+    DueRow, LiveSet, OutputBuffer, Pace, TermCommand, consumer_lost, unknown_worker,
 };
 use smolbox_core::managed::spec::ManagedTerminalSpec;
 use smolbox_core::managed::terminal::ConsumerId;
@@ -181,6 +181,17 @@ impl<L: LiveConn + Clone, C> Terminals<L, C> {
         st.attach(self.clock.now(), key, end)
     }
 
+    /// A due-scan row of a managed terminal (`ControllerEvent::TerminalDue`):
+    /// the core decides ([`LiveSet::due_row`]); `Some(key)` when the shell
+    /// is to recover the key (no run of it here), `None` when a live run
+    /// here takes the row at its next input.
+    pub fn due(&self, row: ExecutionRecord) -> Option<RecordKey> {
+        match self.lock().due_row(row) {
+            DueRow::Recover(key) => Some(key),
+            DueRow::Kept => None,
+        }
+    }
+
     /// A cancel of `key` was persisted: its run here (if any) acts on it.
     pub fn cancelled(&self, key: &RecordKey) {
         if let Some(live) = self.lock().owner_get(key) {
@@ -314,34 +325,42 @@ impl<L: LiveConn + Clone, C> Terminals<L, C> {
         [run.poll_timeout(), registry].into_iter().flatten().min()
     }
 
-    /// The timers: the registry's expiries, then `run`'s.
+    /// The timers: the registry's expiries, then `run`'s. Each input
+    /// below first hands the run the due-scan rows kept for it
+    /// ([`LiveSet::feed_rows`]).
     pub fn tick(&self, run: &mut TerminalRun) {
+        self.lock().feed_rows(run);
         self.lock().expire(self.clock.now(), end);
         run.handle_timeout(self.clock.now(), self.clock.now_ms());
     }
 
     /// Feeds `run` a store op's result.
     pub fn stored(&self, run: &mut TerminalRun, id: OpId, r: TermStoreResult) {
+        self.lock().feed_rows(run);
         run.handle_stored(self.clock.now(), self.clock.now_ms(), id, r);
     }
 
     /// Feeds `run` the image preflight's result.
     pub fn inspected(&self, run: &mut TerminalRun, r: Result<(), Error>) {
+        self.lock().feed_rows(run);
         run.handle_inspected(self.clock.now(), self.clock.now_ms(), r);
     }
 
     /// Feeds `run` the open's result.
     pub fn opened(&self, run: &mut TerminalRun, r: Result<(), Error>) {
+        self.lock().feed_rows(run);
         run.handle_opened(self.clock.now(), self.clock.now_ms(), r);
     }
 
     /// Feeds `run` the session's outcome.
     pub fn closed(&self, run: &mut TerminalRun, outcome: &Result<TerminalExit, Error>) {
+        self.lock().feed_rows(run);
         run.handle_closed(self.clock.now(), self.clock.now_ms(), outcome);
     }
 
     /// Feeds `run` a persisted cancel.
     pub fn cancel(&self, run: &mut TerminalRun) {
+        self.lock().feed_rows(run);
         run.cancel(self.clock.now(), self.clock.now_ms());
     }
 
