@@ -557,6 +557,57 @@ mod tests {
         (Consumer::new(Arc::clone(&t), key, who), live)
     }
 
+    /// A due-scan row of a key this runtime drives is kept for its run
+    /// (the core decides) and handed over by the run's next input, here
+    /// a store answer and a timer; a key driven by no run is recovered.
+    #[test]
+    fn a_due_row_goes_to_the_live_run_at_its_next_input() {
+        use smolbox_core::managed::state::ExecState;
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new(MemoryConfig::default()).unwrap());
+        let cfg = TermConfig {
+            owner: "ctl-test".into(),
+            lease_ttl_ms: 30_000,
+            poll_interval_ms: 25,
+            max_pending: 4,
+        };
+        let t: Terminals<Arc<Recorder>, ()> = Terminals::new(
+            store,
+            testkit::fingerprint_key(),
+            cfg,
+            BTreeMap::new(),
+            Arc::new(SystemClock),
+            4,
+        )
+        .unwrap();
+        let key = testkit::key("s", "t1");
+        let row = |k: &RecordKey| testkit::exec_in(ExecState::Dispatching, k.clone(), 1).unwrap();
+        assert_eq!(t.due(row(&key)), Some(key.clone()), "no run: recover");
+        let machine = testkit::key("s", "m1");
+        let (mut run, drives) = t
+            .open_run(key.clone(), machine, ManagedTerminalSpec::default())
+            .unwrap();
+        assert!(drives);
+        let Some(smolbox_core::managed::controller::terminal::TermOutput::Store(id, _)) =
+            run.poll_output()
+        else {
+            panic!("the machine is read first");
+        };
+        assert_eq!(t.due(row(&key)), None, "the live run takes it");
+        assert_eq!(t.lock().rows_kept(&key), 1);
+        let absent: TermStoreResult = Err(Error::not_found(
+            smolbox_core::Operation::StoreFetch,
+            smolbox_core::Evidence::NotDispatched,
+            Reason::Unspecified,
+        ));
+        t.stored(&mut run, id, absent);
+        assert_eq!(t.lock().rows_kept(&key), 0, "handed over with the answer");
+        assert_eq!(t.due(row(&key)), None);
+        t.tick(&mut run);
+        assert_eq!(t.lock().rows_kept(&key), 0, "handed over with the timer");
+        t.end_run(&key);
+        assert_eq!(t.due(row(&key)), Some(key), "run over: recover");
+    }
+
     #[test]
     fn a_consumer_dropped_before_the_final_event_ends_the_session_as_lost() {
         let (c, live) = bound();

@@ -253,6 +253,12 @@ impl<L: Clone> LiveSet<L> {
         DueRow::Kept
     }
 
+    /// How many due-scan rows wait for the run of `key` (dropped ones not
+    /// counted).
+    pub fn rows_kept(&self, key: &RecordKey) -> usize {
+        self.rows.get(key).map_or(0, |k| k.rows.len())
+    }
+
     /// Hands `run` the rows kept for its key ([`LiveSet::due_row`]) if it
     /// drives the key; a shell calls it before each input it feeds the run.
     pub fn feed_rows(&mut self, run: &mut TerminalRun) {
