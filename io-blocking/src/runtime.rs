@@ -582,7 +582,11 @@ impl Perform for Io {
         self.terminals.any_running()
     }
 
-    fn recover_terminal(&mut self, key: RecordKey) {
+    fn terminal_due(&mut self, row: ExecutionRecord) {
+        // The core decides: a live run here takes the row; else recover.
+        let Some(key) = self.terminals.due(row) else {
+            return;
+        };
         // Off the driver thread: it waits for the run's first step.
         let terminals = self.terminals.clone();
         let _ = std::thread::Builder::new()

@@ -79,6 +79,13 @@ impl LiveConn for Live {
 }
 
 impl ManagedTerminals {
+    /// A due-scan row of a managed terminal: `Some(key)` when the key is
+    /// to be recovered here (the core's `LiveSet::due_row` decides; a live
+    /// run of the key takes the row instead).
+    pub(crate) fn due(&self, row: ExecutionRecord) -> Option<RecordKey> {
+        self.inner.t.due(row)
+    }
+
     /// True while this runtime drives any terminal run.
     pub(crate) fn any_running(&self) -> bool {
         self.inner.t.any_running()

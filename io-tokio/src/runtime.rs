@@ -586,7 +586,11 @@ impl Perform for Io {
         self.terminals.any_running()
     }
 
-    fn recover_terminal(&mut self, key: RecordKey) {
+    fn terminal_due(&mut self, row: ExecutionRecord) {
+        // The core decides: a live run here takes the row; else recover.
+        let Some(key) = self.terminals.due(row) else {
+            return;
+        };
         let terminals = self.terminals.clone();
         tokio::spawn(async move {
             let _ = terminals.recover(&key).await;

@@ -634,9 +634,12 @@ pub trait Perform {
     /// The op could not be started.
     fn worker(&mut self, id: OpId, op: WorkerOp) -> Result<(), Error>;
 
-    /// Recovers managed terminal `key`, found due and not driven here
-    /// (C7.4), off the driver (it waits for the run's first step).
-    fn recover_terminal(&mut self, key: RecordKey);
+    /// A managed terminal's record found due by the controller's scan
+    /// (`ControllerEvent::TerminalDue`): handed to the runtime's terminals
+    /// (`Terminals::due`, the core's `LiveSet::due_row` decides), which
+    /// give it to a live run of its key; otherwise the shell recovers the
+    /// key (C7.4), off the driver (it waits for the run's first step).
+    fn terminal_due(&mut self, row: ExecutionRecord);
 
     /// True while a managed terminal run of this runtime is live: they
     /// take claims under the controller's owner, so a shutdown keeps the
@@ -819,7 +822,7 @@ impl Host {
                 true
             }
             ControllerEvent::TerminalDue(rec) => {
-                io.recover_terminal(rec.key);
+                io.terminal_due(*rec);
                 false
             }
             ControllerEvent::Stopped => {
@@ -1020,7 +1023,7 @@ mod tests {
         fn worker(&mut self, _: OpId, _: WorkerOp) -> Result<(), Error> {
             unreachable!("nothing is dispatched without a durable record")
         }
-        fn recover_terminal(&mut self, _: RecordKey) {}
+        fn terminal_due(&mut self, _: ExecutionRecord) {}
         fn terminals_live(&self) -> bool {
             false
         }
@@ -1090,7 +1093,7 @@ mod tests {
         fn worker(&mut self, _: OpId, _: WorkerOp) -> Result<(), Error> {
             Err(Error::validation(Operation::Config, Reason::UnknownWorker))
         }
-        fn recover_terminal(&mut self, _: RecordKey) {}
+        fn terminal_due(&mut self, _: ExecutionRecord) {}
         fn terminals_live(&self) -> bool {
             false
         }

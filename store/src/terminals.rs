@@ -14,7 +14,7 @@ use smolbox_core::Error;
 use smolbox_core::managed::controller::OpId;
 use smolbox_core::managed::controller::terminal::{TermConfig, TermStoreResult, TerminalRun};
 use smolbox_core::managed::live::{
-    LiveSet, OutputBuffer, Pace, TermCommand, consumer_lost, unknown_worker,
+    DueRow, LiveSet, OutputBuffer, Pace, TermCommand, consumer_lost, unknown_worker,
 };
 use smolbox_core::managed::spec::ManagedTerminalSpec;
 use smolbox_core::managed::terminal::ConsumerId;
@@ -181,6 +181,17 @@ impl<L: LiveConn + Clone, C> Terminals<L, C> {
         st.attach(self.clock.now(), key, end)
     }
 
+    /// A due-scan row of a managed terminal (`ControllerEvent::TerminalDue`):
+    /// the core decides ([`LiveSet::due_row`]); `Some(key)` when the shell
+    /// is to recover the key (no run of it here), `None` when a live run
+    /// here takes the row at its next input.
+    pub fn due(&self, row: ExecutionRecord) -> Option<RecordKey> {
+        match self.lock().due_row(row) {
+            DueRow::Recover(key) => Some(key),
+            DueRow::Kept => None,
+        }
+    }
+
     /// A cancel of `key` was persisted: its run here (if any) acts on it.
     pub fn cancelled(&self, key: &RecordKey) {
         if let Some(live) = self.lock().owner_get(key) {
@@ -314,34 +325,42 @@ impl<L: LiveConn + Clone, C> Terminals<L, C> {
         [run.poll_timeout(), registry].into_iter().flatten().min()
     }
 
-    /// The timers: the registry's expiries, then `run`'s.
+    /// The timers: the registry's expiries, then `run`'s. Each input
+    /// below first hands the run the due-scan rows kept for it
+    /// ([`LiveSet::feed_rows`]).
     pub fn tick(&self, run: &mut TerminalRun) {
+        self.lock().feed_rows(run);
         self.lock().expire(self.clock.now(), end);
         run.handle_timeout(self.clock.now(), self.clock.now_ms());
     }
 
     /// Feeds `run` a store op's result.
     pub fn stored(&self, run: &mut TerminalRun, id: OpId, r: TermStoreResult) {
+        self.lock().feed_rows(run);
         run.handle_stored(self.clock.now(), self.clock.now_ms(), id, r);
     }
 
     /// Feeds `run` the image preflight's result.
     pub fn inspected(&self, run: &mut TerminalRun, r: Result<(), Error>) {
+        self.lock().feed_rows(run);
         run.handle_inspected(self.clock.now(), self.clock.now_ms(), r);
     }
 
     /// Feeds `run` the open's result.
     pub fn opened(&self, run: &mut TerminalRun, r: Result<(), Error>) {
+        self.lock().feed_rows(run);
         run.handle_opened(self.clock.now(), self.clock.now_ms(), r);
     }
 
     /// Feeds `run` the session's outcome.
     pub fn closed(&self, run: &mut TerminalRun, outcome: &Result<TerminalExit, Error>) {
+        self.lock().feed_rows(run);
         run.handle_closed(self.clock.now(), self.clock.now_ms(), outcome);
     }
 
     /// Feeds `run` a persisted cancel.
     pub fn cancel(&self, run: &mut TerminalRun) {
+        self.lock().feed_rows(run);
         run.cancel(self.clock.now(), self.clock.now_ms());
     }
 
@@ -536,6 +555,57 @@ mod tests {
             .unwrap();
         let who = t.attach(&mut t.lock(), &key).unwrap().unwrap();
         (Consumer::new(Arc::clone(&t), key, who), live)
+    }
+
+    /// A due-scan row of a key this runtime drives is kept for its run
+    /// (the core decides) and handed over by the run's next input, here
+    /// a store answer and a timer; a key driven by no run is recovered.
+    #[test]
+    fn a_due_row_goes_to_the_live_run_at_its_next_input() {
+        use smolbox_core::managed::state::ExecState;
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new(MemoryConfig::default()).unwrap());
+        let cfg = TermConfig {
+            owner: "ctl-test".into(),
+            lease_ttl_ms: 30_000,
+            poll_interval_ms: 25,
+            max_pending: 4,
+        };
+        let t: Terminals<Arc<Recorder>, ()> = Terminals::new(
+            store,
+            testkit::fingerprint_key(),
+            cfg,
+            BTreeMap::new(),
+            Arc::new(SystemClock),
+            4,
+        )
+        .unwrap();
+        let key = testkit::key("s", "t1");
+        let row = |k: &RecordKey| testkit::exec_in(ExecState::Dispatching, k.clone(), 1).unwrap();
+        assert_eq!(t.due(row(&key)), Some(key.clone()), "no run: recover");
+        let machine = testkit::key("s", "m1");
+        let (mut run, drives) = t
+            .open_run(key.clone(), machine, ManagedTerminalSpec::default())
+            .unwrap();
+        assert!(drives);
+        let Some(smolbox_core::managed::controller::terminal::TermOutput::Store(id, _)) =
+            run.poll_output()
+        else {
+            panic!("the machine is read first");
+        };
+        assert_eq!(t.due(row(&key)), None, "the live run takes it");
+        assert_eq!(t.lock().rows_kept(&key), 1);
+        let absent: TermStoreResult = Err(Error::not_found(
+            smolbox_core::Operation::StoreFetch,
+            smolbox_core::Evidence::NotDispatched,
+            Reason::Unspecified,
+        ));
+        t.stored(&mut run, id, absent);
+        assert_eq!(t.lock().rows_kept(&key), 0, "handed over with the answer");
+        assert_eq!(t.due(row(&key)), None);
+        t.tick(&mut run);
+        assert_eq!(t.lock().rows_kept(&key), 0, "handed over with the timer");
+        t.end_run(&key);
+        assert_eq!(t.due(row(&key)), Some(key), "run over: recover");
     }
 
     #[test]

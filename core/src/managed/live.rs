@@ -10,7 +10,7 @@
 //! [`OutputBuffer`] and [`TermCommand::Input`] only, and neither prints them.
 
 use crate::Reason;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -152,11 +152,35 @@ pub const fn unknown_worker() -> Error {
     Error::unsupported_capability(Operation::TerminalOpen, Reason::UnknownWorker)
 }
 
+/// Most due-scan rows kept for one live run between two of its inputs;
+/// past that the run is told rows were dropped (it then never opens).
+pub const MAX_KEPT_ROWS: usize = 8;
+
+/// What the shell does with a due-scan row of a managed terminal
+/// ([`LiveSet::due_row`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DueRow {
+    /// A run of the key is live here: the row is its (kept until the
+    /// run's next input, [`LiveSet::feed_rows`]); nothing to start.
+    Kept,
+    /// No run of the key here: recover it (`recover`, C7.4).
+    Recover(RecordKey),
+}
+
+/// Rows kept for one live run.
+#[derive(Debug, Default)]
+struct KeptRows {
+    rows: Vec<ExecutionRecord>,
+    dropped: bool,
+}
+
 /// The runs this runtime drives and the live connections it holds (the
 /// shell's connection handle `L`, cheap to clone).
 pub struct LiveSet<L> {
     registry: Registry<L>,
     runs: BTreeSet<RecordKey>,
+    /// Due-scan rows of live runs' keys, until the run's next input.
+    rows: BTreeMap<RecordKey, KeptRows>,
 }
 
 impl<L> fmt::Debug for LiveSet<L> {
@@ -164,6 +188,7 @@ impl<L> fmt::Debug for LiveSet<L> {
         f.debug_struct("LiveSet")
             .field("registry", &self.registry)
             .field("runs", &self.runs.len())
+            .field("rows", &self.rows.len())
             .finish()
     }
 }
@@ -177,6 +202,7 @@ impl<L: Clone> LiveSet<L> {
         Ok(Self {
             registry: Registry::new(limit)?,
             runs: BTreeSet::new(),
+            rows: BTreeMap::new(),
         })
     }
 
@@ -203,6 +229,51 @@ impl<L: Clone> LiveSet<L> {
     /// The run of `key` is over here.
     pub fn end_run(&mut self, key: &RecordKey) {
         self.runs.remove(key);
+        self.rows.remove(key);
+    }
+
+    /// A row of a managed terminal's record that the controller's due scan
+    /// read (`ControllerEvent::TerminalDue`). While this runtime drives a
+    /// run of its key, the row is that run's (fuzz finding 5's case for
+    /// terminals): it is kept for the run's next input (a row before
+    /// dispatch shows the run nothing and is not kept). Otherwise the key
+    /// is recovered. The shell only acts on the answer.
+    pub fn due_row(&mut self, row: ExecutionRecord) -> DueRow {
+        if !self.runs.contains(&row.key) {
+            return DueRow::Recover(row.key);
+        }
+        if !row.state.is_before_dispatch() {
+            let kept = self.rows.entry(row.key.clone()).or_default();
+            if kept.rows.len() < MAX_KEPT_ROWS {
+                kept.rows.push(row);
+            } else {
+                kept.dropped = true;
+            }
+        }
+        DueRow::Kept
+    }
+
+    /// How many due-scan rows wait for the run of `key` (dropped ones not
+    /// counted).
+    pub fn rows_kept(&self, key: &RecordKey) -> usize {
+        self.rows.get(key).map_or(0, |k| k.rows.len())
+    }
+
+    /// Hands `run` the rows kept for its key ([`LiveSet::due_row`]) if it
+    /// drives the key; a shell calls it before each input it feeds the run.
+    pub fn feed_rows(&mut self, run: &mut TerminalRun) {
+        if !run.drives() {
+            return;
+        }
+        let Some(kept) = self.rows.remove(run.key()) else {
+            return;
+        };
+        for row in &kept.rows {
+            run.handle_row(row);
+        }
+        if kept.dropped {
+            run.handle_rows_dropped();
+        }
     }
 
     /// A new run for `open` (C7.4). It drives the key unless another run
@@ -256,10 +327,17 @@ impl<L: Clone> LiveSet<L> {
             }
             TerminalRun::resume(cfg, fp_key, rec, now, now_ms)
         });
-        if run.is_err() {
-            self.end_run(key);
+        match run {
+            Ok(mut run) => {
+                // Rows read while the record was being fetched.
+                self.feed_rows(&mut run);
+                Ok(run)
+            }
+            Err(e) => {
+                self.end_run(key);
+                Err(e)
+            }
         }
-        run
     }
 
     /// The registry's timers: each connection nobody attached to in time

@@ -60,16 +60,21 @@ impl ExecState {
     /// The allowed next states (C13.1). A state is never its own successor
     /// here; a patch that keeps the state is not a transition.
     ///
-    /// One move is added to the table of C13.1: `dispatching → failed`, for
-    /// an exec refused with evidence `not_dispatched` after the intent was
-    /// durable (nothing left the process; docs/decisions.md).
+    /// Two moves are added to the table of C13.1, both with evidence
+    /// `not_dispatched` only (C13.2: `failed` and `cancelled` carry
+    /// nothing else): `dispatching → failed`, for an exec refused after the
+    /// intent was durable (nothing left the process), and `dispatching →
+    /// cancelled`, for a cancel recorded after the intent and before the
+    /// send, which this process then never makes (docs/decisions.md).
     pub const fn next(self) -> &'static [Self] {
         use ExecState::*;
         match self {
             Accepted => &[Preparing, Cancelled, Expired],
             Preparing => &[Ready, Failed, Cancelled],
             Ready => &[Dispatching, Cancelled, Failed],
-            Dispatching => &[Launched, Running, Collecting, Unknown, Cancelling, Failed],
+            Dispatching => &[
+                Launched, Running, Collecting, Unknown, Cancelling, Failed, Cancelled,
+            ],
             Running => &[Collecting, Unknown, Cancelling],
             Cancelling => &[Collecting, Unknown],
             Unknown => &[Collecting, Cancelling],
@@ -425,6 +430,27 @@ mod tests {
         assert!(!ExecState::Running.can_move_to(ExecState::Failed));
         assert!(!ExecState::Unknown.can_move_to(ExecState::Failed));
         assert!(!ExecState::Cancelling.can_move_to(ExecState::Failed));
+    }
+
+    #[test]
+    fn dispatching_may_be_cancelled_only_with_nothing_sent() {
+        // The second move added to C13.1 (docs/decisions.md): a cancel
+        // recorded after the intent, before the send.
+        assert!(ExecState::Dispatching.can_move_to(ExecState::Cancelled));
+        assert_eq!(
+            ExecState::Cancelled.allowed_evidence(),
+            &[RecordEvidence::NotDispatched]
+        );
+        // Once possibly sent and seen so, never `cancelled`: the
+        // observation ends (`cancelling`, `unknown`) instead (C16).
+        for from in [
+            ExecState::Running,
+            ExecState::Cancelling,
+            ExecState::Unknown,
+            ExecState::Collecting,
+        ] {
+            assert!(!from.can_move_to(ExecState::Cancelled), "{from:?}");
+        }
     }
 
     #[test]

@@ -24,9 +24,10 @@ pub struct Violation {
     pub what: String,
 }
 
-/// C13.1, from the spec's table. `dispatching → failed` is allowed only
-/// with evidence `not_dispatched` (issue 12: an exec refused before any byte
-/// left after the intent was durable).
+/// C13.1, from the spec's table. `dispatching → failed` and `dispatching →
+/// cancelled` are allowed only with evidence `not_dispatched` (issue 12: an
+/// exec refused before any byte left after the intent was durable; a cancel
+/// recorded after the intent and before the send, session 10).
 fn allowed(from: ExecState, to: ExecState) -> bool {
     use ExecState as S;
     matches!(
@@ -36,7 +37,13 @@ fn allowed(from: ExecState, to: ExecState) -> bool {
             | (S::Ready, S::Dispatching | S::Cancelled | S::Failed)
             | (
                 S::Dispatching,
-                S::Launched | S::Running | S::Collecting | S::Unknown | S::Cancelling | S::Failed
+                S::Launched
+                    | S::Running
+                    | S::Collecting
+                    | S::Unknown
+                    | S::Cancelling
+                    | S::Failed
+                    | S::Cancelled
             )
             | (S::Running, S::Collecting | S::Unknown | S::Cancelling)
             | (S::Cancelling, S::Collecting | S::Unknown)

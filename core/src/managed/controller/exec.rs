@@ -25,6 +25,7 @@ use crate::{Category, Error, Evidence, Operation};
 
 mod disposable;
 mod files;
+mod intent;
 
 pub(super) use files::check_files;
 
@@ -798,6 +799,9 @@ impl Exec {
             return self.guarded(cfg, now, now_ms, Kind::Write, patch);
         }
         if !self.attempted {
+            if let Some(step) = self.before_send(cfg, now, now_ms) {
+                return step;
+            }
             let target = match (&self.rec.spec.worker_machine, &self.rec.assignment) {
                 (Some(w), _) => Some((w.worker_id.clone(), w.name.clone())),
                 (None, Some(a)) => Some((a.worker_id.clone(), a.machine_name.clone())),
@@ -987,96 +991,6 @@ impl Exec {
         }
     }
 
-    /// A row of this record that another op of this controller read while
-    /// this execution drives it: a due scan's page, a duplicate
-    /// submission's acceptance reply, a cancel's reply (fuzz finding 5 and
-    /// the session-8 campaign). A row past `ready` before this execution's
-    /// own intent is another controller's intent (or a store that went
-    /// back): like a read showing the record possibly dispatched, the
-    /// command is never sent from here, and the record is re-read. The
-    /// read may also have seen this execution's own intent before the
-    /// write's answer arrived: that row is the intent write's outcome (the
-    /// version right after the one written at, the same claim of this
-    /// controller, `dispatching`, the same fingerprint and spec) and shows
-    /// nothing new.
-    pub(super) fn on_row_read(&mut self, row: &ExecutionRecord, cfg: &ControllerConfig) {
-        if row.key != self.rec.key || self.attempted {
-            return;
-        }
-        if self.intent_mine {
-            // After its own intent and before the send (the exec waits for
-            // the worker lease): a row that does not descend from that
-            // intent (the same record under the same claim generation of
-            // this controller, at its version or later, past `ready`) shows
-            // a history without it, so another intent may be out there: the
-            // command is never sent from here (fuzz finding 16, session 9).
-            if !self.descends_from_intent(row, cfg) {
-                self.shown_dispatched = true;
-            }
-            return;
-        }
-        if row.state.is_before_dispatch() {
-            return;
-        }
-        // The same record: another record's row under this key (another
-        // spec) is never this execution's intent (fuzz finding 19).
-        let own_intent = matches!(self.inflight, Some((_, Kind::Intent)))
-            && row.fingerprint == self.rec.fingerprint
-            && row.spec == self.rec.spec
-            && row.state == ExecState::Dispatching
-            && row.version == self.rec.version.saturating_add(1)
-            && row.generation == self.rec.generation
-            && row.claim == self.rec.claim
-            && row.claim.as_ref().is_some_and(|c| c.owner == cfg.owner);
-        if own_intent {
-            return;
-        }
-        self.shown_dispatched = true;
-        self.need_fetch = true;
-    }
-
-    /// `row` is this execution's own intent or a later row of the same
-    /// record written under the same claim generation of this controller
-    /// (no other intent can follow `dispatching`, and another claimer
-    /// moves the generation).
-    fn descends_from_intent(&self, row: &ExecutionRecord, cfg: &ControllerConfig) -> bool {
-        !row.state.is_before_dispatch()
-            && row.fingerprint == self.rec.fingerprint
-            && row.spec == self.rec.spec
-            && row.generation == self.rec.generation
-            && row.version >= self.rec.version
-            && row.claim.as_ref().is_some_and(|c| c.owner == cfg.owner)
-    }
-
-    /// A row past `ready` that another reply showed before this
-    /// execution's own acceptance with intent answered (while no execution
-    /// drove the key): unless it is that very intent (the row identical to
-    /// the record inserted: nothing writes it without a new version),
-    /// another controller's intent may be out there, so the command is
-    /// never sent from here (the record is marked `unknown`). Matching only
-    /// state, version, generation and claim took another record's row
-    /// under this key for the intent (fuzz finding 9, session 8).
-    pub(super) fn on_row_before_intent(&mut self, row: &ExecutionRecord) {
-        let own = *row == self.rec;
-        if !own && !row.state.is_before_dispatch() && !self.attempted {
-            self.shown_dispatched = true;
-        }
-    }
-
-    /// A cancel request was stored by this controller.
-    pub(super) fn on_cancel_recorded(&mut self, rec: &ExecutionRecord, cfg: &ControllerConfig) {
-        self.on_row_read(rec, cfg);
-        if self.inflight.is_none()
-            && rec.version > self.rec.version
-            && rec.generation == self.rec.generation
-            && rec.claim == self.rec.claim
-        {
-            self.rec = rec.clone();
-        } else {
-            self.cancel_seen = true;
-        }
-    }
-
     /// The answer to this execution's store op; returns the new record when
     /// its state or evidence changed (for telemetry).
     pub(super) fn on_stored(
@@ -1109,15 +1023,6 @@ impl Exec {
                 None
             }
             Ok(StoreReply::Record(rec)) if rec.key == self.rec.key => {
-                if self.intent_mine && !self.attempted && !self.descends_from_intent(&rec, cfg) {
-                    // After its own intent and before the send, this
-                    // execution's own read (or write) answered with a row
-                    // of another history (here: another record's outcome,
-                    // its claim gone): as for any other read (finding 16),
-                    // the command is never sent from here, even if a later
-                    // read shows the intent again (fuzz finding 20).
-                    self.shown_dispatched = true;
-                }
                 self.failures = 0;
                 self.renew_failures = 0;
                 if kind == Kind::Fetch && std::mem::take(&mut self.foreign_wait) {
@@ -1187,6 +1092,11 @@ impl Exec {
                 // `dispatching` at the next version, the same generation
                 // and claim, this controller's (fuzz finding 11, session 9),
                 // of the same record (fingerprint and spec, finding 19).
+                // After the own intent and before the send, every reply
+                // must descend from that intent (C15: the claim renewed
+                // before the send; fuzz finding 16's rule for rows, finding
+                // 20 for the execution's own reads).
+                self.on_reply_after_intent(&rec, cfg);
                 let own_intent = kind == Kind::Intent
                     && rec.fingerprint == self.rec.fingerprint
                     && rec.spec == self.rec.spec

@@ -518,6 +518,67 @@ impl TerminalRun {
         self.rec.as_ref()
     }
 
+    /// True when this run drives its key (not only an identity check).
+    pub fn drives(&self) -> bool {
+        self.drive
+    }
+
+    /// A row of this run's record read elsewhere while the run is live:
+    /// the controller's due scan (`ControllerEvent::TerminalDue`), handed
+    /// over by [`LiveSet::due_row`](crate::managed::live::LiveSet::due_row).
+    /// Fuzz finding 5's rule for terminals: before the open, a row past
+    /// `ready` that is neither this run's own intent read before the
+    /// write's answer (`dispatching` at the next version, the same
+    /// generation and claim of this controller, while the intent write is
+    /// out) nor, after that intent, a row descending from it (the same
+    /// record and claim generation of this controller, that version or
+    /// later) shows another history: the run never opens (the record is
+    /// marked `unknown`), and a later read showing the record before
+    /// dispatch ends the run with `record_went_back`. Takes effect at the
+    /// run's next step: feed rows before the run's next input.
+    pub fn handle_row(&mut self, row: &ExecutionRecord) {
+        if row.key != self.key || !self.drive || self.open_sent || self.done {
+            return;
+        }
+        if row.state.is_before_dispatch() {
+            return;
+        }
+        let owner = self.cfg.owner.as_str();
+        let ours = |r: &ExecutionRecord| r.claim.as_ref().is_some_and(|c| c.owner == owner);
+        let shows_other = match &self.rec {
+            // Before acceptance: nothing of this run's is stored yet.
+            None => true,
+            Some(rec) if self.intent_mine => {
+                let descends = row.fingerprint == rec.fingerprint
+                    && row.generation == rec.generation
+                    && row.version >= rec.version
+                    && ours(row);
+                !descends
+            }
+            Some(rec) => {
+                let own_intent = self.intent_out
+                    && row.state == ExecState::Dispatching
+                    && row.version == rec.version.saturating_add(1)
+                    && row.generation == rec.generation
+                    && row.claim == rec.claim
+                    && ours(row);
+                !own_intent
+            }
+        };
+        if shows_other {
+            self.shown_dispatched = true;
+        }
+    }
+
+    /// Rows of this run's record were read elsewhere but not kept (more
+    /// than [`LiveSet`](crate::managed::live::LiveSet) holds): any of them
+    /// may have shown another history, so the run never opens.
+    pub fn handle_rows_dropped(&mut self) {
+        if self.drive && !self.open_sent && !self.done {
+            self.shown_dispatched = true;
+        }
+    }
+
     /// True once the run is over ([`TermEvent::Done`] was emitted).
     pub fn is_done(&self) -> bool {
         self.done
@@ -1094,10 +1155,11 @@ impl TerminalRun {
                     .and_then(|p| p.into_iter().next())
             }
             ExecState::Dispatching | ExecState::Running | ExecState::Cancelling
-                if !self.intent_mine =>
+                if !self.intent_mine || (self.shown_dispatched && !self.open_sent) =>
             {
                 // Possibly dispatched by a run that is gone: never reopened,
-                // no input replayed (C7.4).
+                // no input replayed (C7.4). Also after this run's own intent
+                // when a row read before the open showed another history.
                 Some(ExecPatch {
                     state: Some(ExecState::Unknown),
                     next_due_at_ms: Some(None),

@@ -1425,6 +1425,7 @@ mod disposable;
 mod evidence;
 mod files;
 mod findings;
+mod intent;
 mod machines;
 mod refence;
 mod release;

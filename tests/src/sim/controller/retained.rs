@@ -483,7 +483,10 @@ impl Sim {
 
     /// The due scan found a terminal not driven here: resumed (C7.4).
     pub(super) fn terminal_due(&mut self, h: usize, rec: ExecutionRecord) {
-        if self.hosts[h].terms.contains_key(&rec.key) {
+        if let Some(t) = self.hosts[h].terms.get_mut(&rec.key) {
+            // A live run of the key takes the row (as `LiveSet::due_row`
+            // and `feed_rows` hand it over in the shells).
+            t.run.handle_row(&rec);
             return;
         }
         let Some(ctl) = self.hosts[h].ctl.as_ref() else {

@@ -1186,6 +1186,8 @@ fn the_controller_hands_due_terminals_to_the_driver_and_never_drives_them() {
     );
 }
 
+// A due-scan row of a live run's key goes to that run (session 10).
+mod due;
 // What an error that ends a run says about the terminal (issue 15).
 mod evidence;
 mod intent;
