@@ -1454,6 +1454,7 @@ fn create_out() -> Sim {
 }
 
 mod delete;
+mod uncreatable;
 mod refence;
 mod released;
 mod renewal;
