@@ -143,3 +143,39 @@ pub(super) fn stored_machine(
         )),
     }
 }
+
+/// The store's answer for a slot command this configuration refused (no
+/// worker here drives machines): the stored command when its fingerprint
+/// is the spec's, with `machine` as read before it.
+///
+/// # Errors
+/// `identity_conflict` when another spec holds the key; `refusal` when
+/// nothing is stored; the store's error when it could not answer.
+pub(super) fn stored_command(
+    key: &RecordKey,
+    fingerprint: &str,
+    refusal: Error,
+    result: StoreResult,
+    machine: &crate::managed::MachineRecord,
+) -> Result<super::MachineAnswer, Error> {
+    match result {
+        Ok(StoreReply::Record(r)) if r.key == *key && r.fingerprint == fingerprint => {
+            Ok(super::MachineAnswer::Submitted {
+                execution: Box::new(r),
+                machine: Some(Box::new(machine.clone())),
+                existing: true,
+            })
+        }
+        Ok(StoreReply::Record(r)) if r.key == *key => Err(Error::identity_conflict(
+            Operation::Submit,
+            Evidence::NotDispatched,
+            Reason::FingerprintDiffers,
+        )),
+        Err(e) if e.category() == Category::NotFound => Err(refusal),
+        Err(e) => Err(e),
+        Ok(_) => Err(Error::protocol(
+            Operation::StoreFetch,
+            Reason::UnexpectedReply,
+        )),
+    }
+}

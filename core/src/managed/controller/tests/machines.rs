@@ -1454,7 +1454,8 @@ fn create_out() -> Sim {
 }
 
 mod delete;
-mod uncreatable;
 mod refence;
 mod released;
 mod renewal;
+mod unconfigured;
+mod uncreatable;

@@ -52,11 +52,20 @@ fn a_machine_no_worker_may_create_records_why_and_waits_one_claim_ttl() {
     let e = m.last_error.as_ref().expect("the refusal is recorded");
     assert_eq!(
         (e.category.as_str(), e.reason.as_str(), e.operation.as_str()),
-        ("unsupported_capability", "artifact_not_in_catalog", "create"),
+        (
+            "unsupported_capability",
+            "artifact_not_in_catalog",
+            "create"
+        ),
         "{e:?}"
     );
-    let due = m.next_due_at_ms.expect("still due: a later configuration may create it");
-    assert!(due >= before.accepted_at_ms + 1_000, "one claim TTL later: {m:#?}");
+    let due = m
+        .next_due_at_ms
+        .expect("still due: a later configuration may create it");
+    assert!(
+        due >= before.accepted_at_ms + 1_000,
+        "one claim TTL later: {m:#?}"
+    );
     assert!(m.assignment.is_none() && m.reservation.is_none());
     assert!(s.worker.is_empty(), "no worker request: {:?}", s.worker);
     // Not written again before it is due: the scans read it, nothing more.
@@ -103,8 +112,8 @@ fn machines_no_worker_may_create_do_not_starve_the_machine_scan() {
     let fp = fingerprint::machine_fingerprint(&fingerprint_key(), &other);
     for i in 0..4 {
         let key = RecordKey::new("a", &format!("stuck-{i}")).unwrap();
-        let rec = MachineRecord::accepted(key.clone(), fp.clone(), other.clone(), s.now_ms)
-            .unwrap();
+        let rec =
+            MachineRecord::accepted(key.clone(), fp.clone(), other.clone(), s.now_ms).unwrap();
         s.store.machines.insert(key, rec);
     }
     s.now_ms += 1;
