@@ -49,6 +49,13 @@ impl Controller {
             return Err(refusal);
         }
         command_of(&submit.spec)?.validate()?;
+        self.resolve_stored(submit, refusal);
+        Ok(())
+    }
+
+    /// Answers `submit` from the store (nothing written): the stored
+    /// record, `identity_conflict`, or `refusal` when nothing is stored.
+    pub(super) fn resolve_stored(&mut self, submit: Submit, refusal: Error) {
         let fingerprint = self.fingerprint(&submit.spec);
         let key = submit.key;
         let op = StoreOp::Fetch { key: key.clone() };
@@ -58,7 +65,6 @@ impl Controller {
             refusal,
         };
         self.push_store(Purpose::Resolve(Box::new(waiting)), op);
-        Ok(())
     }
 
     /// The store's answer for a refused submission.

@@ -1426,6 +1426,7 @@ mod evidence;
 mod files;
 mod findings;
 mod machines;
+mod named;
 mod refence;
 mod release;
 mod stream;
