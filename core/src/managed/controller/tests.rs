@@ -1421,6 +1421,7 @@ fn debug_of_the_controller_mid_run_hides_secrets() {
 // The regressions of the recovery simulation's findings and the claim at
 // acceptance.
 mod catalog;
+mod checkpoint;
 mod disposable;
 mod evidence;
 mod files;

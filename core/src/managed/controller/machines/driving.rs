@@ -65,7 +65,16 @@ impl crate::managed::controller::Controller {
                 let worker = if drives {
                     self.cfg
                         .accepting_worker(&spec.artifact, &spec.profile, spec.network.as_ref())
-                        .map(|_| ())
+                        .and_then(|w| {
+                            // From an approved checkpoint (C11.1): no
+                            // ports either; refused before it is stored.
+                            if spec.artifact.kind == crate::managed::spec::ArtifactKind::Checkpoint
+                                && w.catalog.is_some()
+                            {
+                                worker_spec(spec, Some(w))?;
+                            }
+                            Ok(())
+                        })
                 } else {
                     Err(no_machines())
                 };
