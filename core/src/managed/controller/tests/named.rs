@@ -20,7 +20,7 @@ fn m1(image: Option<&str>) -> WorkerResult {
 
 fn refused(s: &Sim, key: &RecordKey) -> Option<Error> {
     s.events.iter().find_map(|e| match e {
-        ControllerEvent::Refused { key: k, error } if k == key => Some(error.clone()),
+        ControllerEvent::Refused { key: k, error } if k == key => Some(*error),
         _ => None,
     })
 }
