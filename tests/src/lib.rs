@@ -23,6 +23,7 @@ pub mod flood;
 pub mod kill;
 pub mod managed;
 pub mod managed_cases;
+pub mod managed_config_cases;
 pub mod managed_file_cases;
 pub mod managed_inspect_cases;
 pub mod managed_machine_cases;

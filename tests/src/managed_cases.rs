@@ -200,7 +200,7 @@ pub(crate) fn eventually<M: ManagedShell>(
     panic!("condition never held for {k:?}: {last:?}");
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()

@@ -157,6 +157,8 @@ reasons! {
     CapacityBootIdTooLong = "capacity_boot_id_too_long",
     /// The worker's capacity reply has a used-CPU count that is negative or not finite (`protocol`).
     CapacityUsedCpusInvalid = "capacity_used_cpus_invalid",
+    /// A worker catalog's checkpoint approval has a worker path that is not an absolute path ending `.smolcheckpoint` or `.checkpoint` (`validation`, config).
+    CatalogCheckpointPath = "catalog_checkpoint_path",
     /// A worker catalog lists more checkpoint approvals than the limit of 32 (`validation`, config).
     CatalogCheckpoints = "catalog_checkpoints",
     /// A worker catalog lists two images, two checkpoints or two profiles under one id (`validation`, config).

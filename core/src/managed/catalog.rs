@@ -78,13 +78,17 @@ pub struct ImageArtifact {
     pub path: String,
 }
 
-/// An approved checkpoint (C12.2): referenced with `kind: checkpoint`.
+/// An approved checkpoint (C12.2, C11.1): referenced with `kind:
+/// checkpoint`; the machines created for it boot from `path`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CheckpointApproval {
     /// Catalog identifier (unique among approvals).
     pub id: String,
     /// SHA-256, 64 lowercase hex characters.
     pub sha256: String,
+    /// Absolute path on the worker host ending `.smolcheckpoint` or
+    /// `.checkpoint` (C11.1's worker path).
+    pub path: String,
 }
 
 /// A profile as an immutable revision (C12.3). [`ProfileRevision::new`]
@@ -273,8 +277,8 @@ impl Catalog {
         }
     }
 
-    /// The smallest valid catalog holding exactly `artifact` (an image at
-    /// `path`, or a checkpoint approval) and one revision of `profile` (its
+    /// The smallest valid catalog holding exactly `artifact` (an image or
+    /// a checkpoint approval at `path`) and one revision of `profile` (its
     /// budgets and per-file size; the other fields C12.3's defaults), on
     /// `platform` and the artifact's architecture, with the lowest floor.
     /// For a worker that runs one known target (tests, examples).
@@ -301,7 +305,7 @@ impl Catalog {
         let c = Self::new(platform, architecture, floor).with_profile(revision);
         match artifact.kind {
             ArtifactKind::Image => c.with_image(&artifact.id, &artifact.sha256, path),
-            ArtifactKind::Checkpoint => c.with_checkpoint(&artifact.id, &artifact.sha256),
+            ArtifactKind::Checkpoint => c.with_checkpoint(&artifact.id, &artifact.sha256, path),
         }
     }
 
@@ -317,12 +321,13 @@ impl Catalog {
         self
     }
 
-    /// Adds a checkpoint approval.
+    /// Adds a checkpoint approval whose worker path is `path`.
     #[must_use]
-    pub fn with_checkpoint(mut self, id: &str, sha256: &str) -> Self {
+    pub fn with_checkpoint(mut self, id: &str, sha256: &str, path: &str) -> Self {
         self.checkpoints.push(CheckpointApproval {
             id: id.to_owned(),
             sha256: sha256.to_owned(),
+            path: path.to_owned(),
         });
         self
     }
@@ -380,13 +385,7 @@ impl Catalog {
             if check_identifier(&i.id).is_err() || check_digest(&i.sha256).is_err() {
                 return bad(Reason::CatalogImage);
             }
-            let b = i.path.as_bytes();
-            if !i.path.starts_with('/')
-                || !i.path.ends_with(".smolmachine")
-                || i.path.len() <= ".smolmachine".len() + 1
-                || i.path.split('/').any(|c| c == "..")
-                || b.iter().any(|c| c.is_ascii_control())
-            {
+            if !worker_file(&i.path, &[".smolmachine"]) {
                 return bad(Reason::CatalogImagePath);
             }
             if i.architecture != a {
@@ -400,6 +399,9 @@ impl Catalog {
         for c in &self.checkpoints {
             if check_identifier(&c.id).is_err() || check_digest(&c.sha256).is_err() {
                 return bad(Reason::CatalogImage);
+            }
+            if !worker_file(&c.path, &[".smolcheckpoint", ".checkpoint"]) {
+                return bad(Reason::CatalogCheckpointPath);
             }
             if !ids.insert(c.id.as_str()) {
                 return bad(Reason::CatalogDuplicate);
@@ -476,6 +478,31 @@ impl Catalog {
             .iter()
             .find(|i| i.id == artifact.id && i.sha256 == artifact.sha256)
     }
+
+    /// The checkpoint approval `artifact` names exactly (a checkpoint
+    /// reference of the catalog's architecture with the same id and
+    /// digest): its path is the source of the machines created for it.
+    pub fn checkpoint(&self, artifact: &ArtifactRef) -> Option<&CheckpointApproval> {
+        if artifact.kind != ArtifactKind::Checkpoint
+            || artifact.architecture != self.architecture.as_str()
+        {
+            return None;
+        }
+        self.checkpoints
+            .iter()
+            .find(|c| c.id == artifact.id && c.sha256 == artifact.sha256)
+    }
+}
+
+/// An absolute worker-host path with a file name before one of
+/// `suffixes`, no `..` component and no control character.
+fn worker_file(path: &str, suffixes: &[&str]) -> bool {
+    path.starts_with('/')
+        && suffixes
+            .iter()
+            .any(|x| path.ends_with(x) && path.len() > x.len() + 1)
+        && !path.split('/').any(|c| c == "..")
+        && !path.bytes().any(|c| c.is_ascii_control())
 }
 
 #[cfg(test)]

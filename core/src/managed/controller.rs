@@ -136,6 +136,7 @@ use crate::Reason;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
+mod accept;
 mod exec;
 mod leases;
 pub mod machines;
@@ -555,6 +556,8 @@ enum Purpose {
     Release(Claimed),
     /// A submission this configuration refuses, looked up (AC-12.5.2).
     Resolve(Box<resolve::Refused>),
+    /// The inspect of a caller-named machine before an acceptance.
+    Preflight(Box<accept::Preflight>),
 }
 
 /// The managed controller (see the module docs for inputs, outputs and
@@ -734,6 +737,9 @@ impl Controller {
     /// [`ControllerEvent::Refused`]. A duplicate of an execution driven here joins it.
     /// A refusal of this configuration's workers and catalogs comes as
     /// `Refused` after a store read, unless the key is stored (AC-12.5.2).
+    /// A command on a caller-named machine that needs a plain image
+    /// machine is inspected first (`accept.rs`): its refusal, too, comes
+    /// as `Refused` unless the key is stored.
     ///
     /// # Errors
     /// `validation` for a bad key, spec or time; `unsupported_capability`
@@ -760,46 +766,12 @@ impl Controller {
             return self.resolve_refused(submit, e);
         }
         command_of(&submit.spec)?.validate()?;
-        let fp = self.fingerprint(&submit.spec);
-        let mut record =
-            ExecutionRecord::accepted(submit.key.clone(), fp, submit.spec, self.now_ms)
-                .map_err(|e| e.with_operation(Operation::Submit))?;
-        if self.cfg.claim_at_accept {
-            // Generation 1: the record's first claim (C15).
-            record.claim = Some(Claim {
-                owner: self.cfg.owner.clone(),
-                until_ms: self.now_ms.saturating_add(self.cfg.lease_ttl_ms),
-            });
-            record.generation = 1;
+        if let Some((op, check)) = self.named_preflight(&submit)? {
+            // Asked of the worker first (`accept.rs`); accepted after.
+            self.preflight(submit, op, check);
+            return Ok(());
         }
-        // Issue 16: on a machine that needs nothing staged (the caller's),
-        // the claim and the dispatch intent commit with the acceptance when
-        // the command can be driven at once; otherwise it is accepted only
-        // and moves through `preparing` and `ready` (the due scan, a
-        // detached submitter, a duplicate of a key in flight here).
-        let intent = self.cfg.claim_at_accept
-            && record.spec.worker_machine.is_some()
-            && record.spec.inputs.is_empty()
-            && !self.execs.contains_key(&submit.key)
-            && !self.accepting.contains_key(&submit.key)
-            && self.busy() < self.cfg.max_active;
-        *self.accepting.entry(submit.key.clone()).or_insert(0) += 1;
-        let record = Box::new(record);
-        let max_pending = self.cfg.max_pending;
-        let op = if intent {
-            self.intent_accepts += 1;
-            StoreOp::AcceptDispatching {
-                record,
-                max_pending,
-            }
-        } else {
-            StoreOp::Accept {
-                record,
-                max_pending,
-            }
-        };
-        self.push_store(Purpose::Accept(submit.key, intent), op);
-        Ok(())
+        self.accept(submit)
     }
 
     /// A caller of this process wants (`on`) or no longer wants the output
@@ -934,6 +906,8 @@ impl Controller {
             Purpose::MachineScan => self.on_machine_scan(now, result),
             Purpose::Release(what) => self.on_released(&what),
             Purpose::Resolve(r) => self.on_resolved(*r, result),
+            // A worker op's purpose; never a store op's.
+            Purpose::Preflight(_) => {}
         }
         self.pump(now);
     }
@@ -958,6 +932,7 @@ impl Controller {
                     self.req_step(req, step);
                 }
             }
+            Some(Purpose::Preflight(p)) => self.on_preflight(*p, result),
             _ => return,
         }
         self.pump(now);

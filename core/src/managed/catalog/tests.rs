@@ -147,12 +147,15 @@ fn counts_of_images_checkpoints_and_profiles() {
     );
     // Zero images is fine with a checkpoint; neither is refused.
     assert_eq!(reason(images(0).validate(None)), Reason::CatalogNoArtifact);
-    images(0).with_checkpoint("cp", SHA).validate(None).unwrap();
+    images(0)
+        .with_checkpoint("cp", SHA, "/c/cp.smolcheckpoint")
+        .validate(None)
+        .unwrap();
 
     let checkpoints = |n: usize| {
         let mut c = catalog();
         for i in 0..n {
-            c = c.with_checkpoint(&format!("c{i}"), SHA);
+            c = c.with_checkpoint(&format!("c{i}"), SHA, "/c/x.checkpoint");
         }
         c
     };
@@ -187,8 +190,8 @@ fn duplicate_ids_are_refused() {
     let dup_image = catalog().with_image("alpine", SHA, "/b.smolmachine");
     assert_eq!(reason(dup_image.validate(None)), Reason::CatalogDuplicate);
     let dup_cp = catalog()
-        .with_checkpoint("cp", SHA)
-        .with_checkpoint("cp", SHA);
+        .with_checkpoint("cp", SHA, "/c/cp.smolcheckpoint")
+        .with_checkpoint("cp", SHA, "/c/cp.smolcheckpoint");
     assert_eq!(reason(dup_cp.validate(None)), Reason::CatalogDuplicate);
     let dup_profile = catalog().with_profile(ProfileRevision::new("small"));
     assert_eq!(reason(dup_profile.validate(None)), Reason::CatalogDuplicate);
@@ -210,6 +213,32 @@ fn image_paths_must_be_absolute_smolmachine_files() {
     let mut c = catalog();
     c.images[0].sha256 = "A".repeat(64);
     assert_eq!(reason(c.validate(None)), Reason::CatalogImage);
+}
+
+#[test]
+fn checkpoint_paths_must_be_absolute_checkpoint_files() {
+    for good in ["/c/a.smolcheckpoint", "/c/a.checkpoint", "/a.checkpoint"] {
+        catalog()
+            .with_checkpoint("cp", SHA, good)
+            .validate(None)
+            .unwrap();
+    }
+    for bad in [
+        "c/a.smolcheckpoint",
+        "/c/a.smolmachine",
+        "/.checkpoint",
+        "/.smolcheckpoint",
+        "/a/../b.checkpoint",
+        "/a\n.checkpoint",
+        "",
+    ] {
+        let c = catalog().with_checkpoint("cp", SHA, bad);
+        assert_eq!(
+            reason(c.validate(None)),
+            Reason::CatalogCheckpointPath,
+            "{bad}"
+        );
+    }
 }
 
 #[test]
@@ -277,7 +306,7 @@ fn supports_needs_the_exact_artifact_and_revision() {
         Reason::ArtifactNotInCatalog
     );
     c.clone()
-        .with_checkpoint("alpine", SHA)
+        .with_checkpoint("alpine", SHA, "/c/alpine.smolcheckpoint")
         .supports(&a, &small)
         .unwrap();
     // Same id, another revision's budgets: not the exact revision.
@@ -340,7 +369,8 @@ fn holding_builds_a_valid_catalog_of_exactly_one_target() {
     );
     let mut cp = artifact();
     cp.kind = ArtifactKind::Checkpoint;
-    let c = Catalog::holding(Platform::Linux, &cp, &profile, "/unused.smolmachine");
+    let c = Catalog::holding(Platform::Linux, &cp, &profile, "/cp.smolcheckpoint");
+    assert_eq!(c.checkpoint(&cp).unwrap().path, "/cp.smolcheckpoint");
     c.validate(None).unwrap();
     c.supports(&cp, &profile).unwrap();
     assert_eq!(

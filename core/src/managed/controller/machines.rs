@@ -51,6 +51,7 @@ mod api;
 mod driving;
 pub(in crate::managed::controller) mod preinspect;
 mod requests;
+mod uncreatable;
 pub use api::{MachineAnswer, MachineDone, MachineRequest, RequestId, Resolution};
 pub(super) use requests::Req;
 #[allow(clippy::wildcard_imports)]
@@ -713,8 +714,9 @@ impl Mach {
             .as_ref()
             .and_then(|w| cfg.workers.iter().find(|x| &x.id == w));
         let Some(profile) = entry.and_then(|e| e.profile.clone()) else {
-            // Not a worker this controller can drive: leave it as stored.
-            return MStep::Done;
+            // Not a worker this controller can drive: an unassigned one is
+            // still ended by its owner's delete (`uncreatable.rs`).
+            return self.without_worker(cfg, now, now_ms);
         };
         let name = self
             .rec

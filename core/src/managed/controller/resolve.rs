@@ -49,6 +49,13 @@ impl Controller {
             return Err(refusal);
         }
         command_of(&submit.spec)?.validate()?;
+        self.resolve_stored(submit, refusal);
+        Ok(())
+    }
+
+    /// Answers `submit` from the store (nothing written): the stored
+    /// record, `identity_conflict`, or `refusal` when nothing is stored.
+    pub(super) fn resolve_stored(&mut self, submit: Submit, refusal: Error) {
         let fingerprint = self.fingerprint(&submit.spec);
         let key = submit.key;
         let op = StoreOp::Fetch { key: key.clone() };
@@ -58,7 +65,6 @@ impl Controller {
             refusal,
         };
         self.push_store(Purpose::Resolve(Box::new(waiting)), op);
-        Ok(())
     }
 
     /// The store's answer for a refused submission.
@@ -132,6 +138,42 @@ pub(super) fn stored_machine(
         Ok(StoreReply::Machine(m)) if m.key == *key && m.fingerprint == fingerprint => Ok(m),
         Ok(StoreReply::Machine(m)) if m.key == *key => Err(Error::identity_conflict(
             Operation::Create,
+            Evidence::NotDispatched,
+            Reason::FingerprintDiffers,
+        )),
+        Err(e) if e.category() == Category::NotFound => Err(refusal),
+        Err(e) => Err(e),
+        Ok(_) => Err(Error::protocol(
+            Operation::StoreFetch,
+            Reason::UnexpectedReply,
+        )),
+    }
+}
+
+/// The store's answer for a slot command this configuration refused (no
+/// worker here drives machines): the stored command when its fingerprint
+/// is the spec's, with `machine` as read before it.
+///
+/// # Errors
+/// `identity_conflict` when another spec holds the key; `refusal` when
+/// nothing is stored; the store's error when it could not answer.
+pub(super) fn stored_command(
+    key: &RecordKey,
+    fingerprint: &str,
+    refusal: Error,
+    result: StoreResult,
+    machine: &crate::managed::MachineRecord,
+) -> Result<super::MachineAnswer, Error> {
+    match result {
+        Ok(StoreReply::Record(r)) if r.key == *key && r.fingerprint == fingerprint => {
+            Ok(super::MachineAnswer::Submitted {
+                execution: Box::new(r),
+                machine: Some(Box::new(machine.clone())),
+                existing: true,
+            })
+        }
+        Ok(StoreReply::Record(r)) if r.key == *key => Err(Error::identity_conflict(
+            Operation::Submit,
             Evidence::NotDispatched,
             Reason::FingerprintDiffers,
         )),

@@ -1421,12 +1421,14 @@ fn debug_of_the_controller_mid_run_hides_secrets() {
 // The regressions of the recovery simulation's findings and the claim at
 // acceptance.
 mod catalog;
+mod checkpoint;
 mod disposable;
 mod evidence;
 mod files;
 mod findings;
 mod intent;
 mod machines;
+mod named;
 mod refence;
 mod release;
 mod stream;

@@ -68,15 +68,15 @@ impl WorkerEntry {
     /// workload none. With a catalog: from the catalog's path of the image
     /// artifact (so the source follows the spec, and thus its
     /// fingerprint), sized by the catalog's revision (CPUs, memory, and
-    /// storage and overlay at least the floor's); a checkpoint artifact,
-    /// whose approval carries no path, from [`Self::machine_source`].
-    /// Without one (a development entry): the worker's default sizes, from
+    /// storage and overlay at least the floor's); a checkpoint artifact
+    /// from its approval's worker path (C11.1). Without one (a development entry): the worker's default sizes, from
     /// [`Self::machine_source`]. The spec's network policy either way.
     ///
     /// # Errors
     /// `validation` (operation `machine_spec`) for a network policy the
     /// worker spec refuses (C9.1); `unsupported_capability` (operation
-    /// `create`) when the catalog no longer holds the image or revision.
+    /// `create`) when the catalog no longer holds the image, approval or
+    /// revision.
     /// Both not dispatched.
     pub(crate) fn create_spec(
         &self,
@@ -101,14 +101,24 @@ impl WorkerEntry {
         spec.memory_mb = rev.memory_mb;
         spec.storage_gb = storage_gb;
         spec.overlay_gb = overlay_gb;
-        if artifact.kind == ArtifactKind::Image {
-            let image = c
-                .image(artifact)
-                .ok_or_else(|| no(Reason::ArtifactNotInCatalog))?;
-            spec.source = Source::Image {
-                path: image.path.clone(),
-            };
-        }
+        spec.source = match artifact.kind {
+            ArtifactKind::Image => Source::Image {
+                path: c
+                    .image(artifact)
+                    .ok_or_else(|| no(Reason::ArtifactNotInCatalog))?
+                    .path
+                    .clone(),
+            },
+            // C11.1: the approval's worker path (offline, no ports,
+            // mounts or workload: the worker spec's own check).
+            ArtifactKind::Checkpoint => Source::Checkpoint {
+                path: c
+                    .checkpoint(artifact)
+                    .ok_or_else(|| no(Reason::ArtifactNotInCatalog))?
+                    .path
+                    .clone(),
+            },
+        };
         Ok(spec)
     }
 
@@ -245,6 +255,13 @@ impl ControllerConfig {
     ) -> Result<&WorkerEntry, Error> {
         let w = self.creating_worker(artifact, profile, network)?;
         network_policy(network).map_err(|e| e.with_operation(Operation::Submit))?;
+        if artifact.kind == ArtifactKind::Checkpoint && w.catalog.is_some() {
+            // Created from the approved checkpoint (C11.1): offline, so
+            // the create the worker spec would refuse is refused now.
+            w.create_spec(artifact, profile, network)?
+                .validate()
+                .map_err(|e| e.with_operation(Operation::Submit))?;
+        }
         Ok(w)
     }
 }

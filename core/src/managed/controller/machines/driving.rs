@@ -16,7 +16,9 @@ impl crate::managed::controller::Controller {
     /// `validation` for a bad key, spec or command, for a resolve without
     /// `quiesced = true` (`not_quiesced`, nothing read or sent); for
     /// `start`/`stop`/`delete` with the action `none`;
-    /// `unsupported_capability` without a worker able to create machines;
+    /// `unsupported_capability` (`retained_machines`) without a worker
+    /// able to create machines (a create or a slot command whose key is
+    /// stored is answered from the store instead, AC-12.5.2);
     /// `admission_exhausted` after shutdown.
     pub fn machine(
         &mut self,
@@ -31,13 +33,23 @@ impl crate::managed::controller::Controller {
                 Reason::ShuttingDown,
             ));
         }
-        if !self.cfg.workers.iter().any(|w| w.profile.is_some()) {
-            return Err(Error::unsupported_capability(
-                Operation::Submit,
-                Reason::RetainedMachines,
-            ));
+        // No worker here may create or drive machines: a create or a slot
+        // command is still answered from the store for a key stored under
+        // an earlier configuration (AC-12.5.2, `resolve.rs`); every other
+        // request is refused at once.
+        let drives = self.drives_machines();
+        let no_machines =
+            || Error::unsupported_capability(Operation::Submit, Reason::RetainedMachines);
+        if !drives
+            && !matches!(
+                request,
+                MachineRequest::Create { .. } | MachineRequest::Submit { .. }
+            )
+        {
+            return Err(no_machines());
         }
         let mut refused = None;
+        let mut unstored = None;
         let req_op = match &request {
             MachineRequest::Create { key, spec } => {
                 key.validate()
@@ -50,9 +62,22 @@ impl crate::managed::controller::Controller {
                 // and profile revision, before anything is stored; past a
                 // refusal of this configuration, a stored duplicate still
                 // resolves (AC-12.5.2): the key is read, nothing stored.
-                let worker =
+                let worker = if drives {
                     self.cfg
-                        .accepting_worker(&spec.artifact, &spec.profile, spec.network.as_ref());
+                        .accepting_worker(&spec.artifact, &spec.profile, spec.network.as_ref())
+                        .and_then(|w| {
+                            // From an approved checkpoint (C11.1): no
+                            // ports either; refused before it is stored.
+                            if spec.artifact.kind == crate::managed::spec::ArtifactKind::Checkpoint
+                                && w.catalog.is_some()
+                            {
+                                worker_spec(spec, Some(w))?;
+                            }
+                            Ok(())
+                        })
+                } else {
+                    Err(no_machines())
+                };
                 match worker {
                     Ok(_) => {
                         let rec =
@@ -62,6 +87,10 @@ impl crate::managed::controller::Controller {
                             record: Box::new(rec),
                             max_pending: self.cfg.max_pending,
                         })
+                    }
+                    Err(e) if !drives => {
+                        refused = Some((fp, e));
+                        Some(StoreOp::FetchMachine { key: key.clone() })
                     }
                     Err(e) if crate::managed::controller::resolve::configuration_refusal(&e) => {
                         refused = Some((fp, e.with_operation(Operation::Create)));
@@ -102,6 +131,11 @@ impl crate::managed::controller::Controller {
                         Reason::FileTransfer,
                     ));
                 }
+                if !drives {
+                    // The command's key is read once its machine was
+                    // (its fingerprint names the machine's spec).
+                    unstored = Some(no_machines());
+                }
                 None
             }
             MachineRequest::Resolve { key, quiesced, .. } => {
@@ -135,6 +169,7 @@ impl crate::managed::controller::Controller {
         self.next_req += 1;
         let mut req = Req::new(id, request);
         req.refused = refused;
+        req.unstored = unstored;
         let op = match req_op {
             Some(op) => op,
             None => match req.initial_op(self.now_ms) {
@@ -146,6 +181,12 @@ impl crate::managed::controller::Controller {
         self.push_store(Purpose::Req(id), op);
         self.pump(now);
         Ok(id)
+    }
+
+    /// True when a configured worker has an admitted version profile:
+    /// only then are retained machines created and driven here.
+    pub(in crate::managed::controller) fn drives_machines(&self) -> bool {
+        self.cfg.workers.iter().any(|w| w.profile.is_some())
     }
 
     /// Retained machines driven here right now.
@@ -162,6 +203,15 @@ impl crate::managed::controller::Controller {
         let Some(mut req) = self.reqs.remove(&rid) else {
             return;
         };
+        if let (Some(_), Ok(StoreReply::Record(rec))) = (&req.refused, &result) {
+            // A refused slot command's key, read: counted as any read of
+            // the key (fuzz finding 18's rule, as `on_resolved`).
+            if let Some(ex) = self.execs.get_mut(&rec.key) {
+                ex.on_row_read(rec, &self.cfg);
+            } else {
+                self.note_undriven_row(rec);
+            }
+        }
         let intent = req.asked_intent();
         let step = req.on_stored(&self.cfg, self.now_ms, result);
         if let RStep::Done(Ok(answer)) = &step {
@@ -238,7 +288,10 @@ impl crate::managed::controller::Controller {
                 machine: Some(machine),
                 existing,
             } => {
-                let held = machine.active_execution.as_ref() == Some(&execution.key);
+                // Not driven by a configuration that drives no machines
+                // (its due scan does not adopt slot commands either).
+                let held = machine.active_execution.as_ref() == Some(&execution.key)
+                    && self.drives_machines();
                 // Rows past `ready` a due scan or a cancel showed while this
                 // submission was out (kept as for an exec acceptance,
                 // findings 7 and 10; dropped with the key's last one).

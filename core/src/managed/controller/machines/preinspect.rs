@@ -84,6 +84,12 @@ impl crate::managed::controller::Controller {
             Ok(rec) => rec,
             Err(e) => return self.done(req.id, Err(e)),
         };
+        if let Some(refusal) = req.unstored.take() {
+            // Nothing is submitted: the stored command, if any, answers.
+            req.refused = Some((rec.fingerprint.clone(), refusal));
+            let op = StoreOp::Fetch { key: rec.key };
+            return self.req_step(req, RStep::Store(op));
+        }
         if !inspected {
             match self.image_preflight(&command, &files, &rec, &m) {
                 Ok(Some((op, check))) => {

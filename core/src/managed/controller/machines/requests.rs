@@ -71,6 +71,10 @@ pub(in crate::managed::controller) struct Req {
     /// A create this configuration refuses, with its spec's fingerprint:
     /// the store's answer for the key resolves it (AC-12.5.2).
     pub(super) refused: Option<(String, Error)>,
+    /// A slot command this configuration refuses (it drives no machines):
+    /// once the machine is read, the command's key is read instead of
+    /// submitted, and the stored command answers (AC-12.5.2).
+    pub(super) unstored: Option<Error>,
     /// The image-machine preflight a slot command waits for
     /// ([`Stage::SubmitInspect`]).
     check: Option<crate::worker::ImageCheck>,
@@ -103,6 +107,7 @@ impl Req {
             refences: 0,
             reclaims: 0,
             refused: None,
+            unstored: None,
             check: None,
         }
     }
@@ -198,6 +203,15 @@ impl Req {
         result: StoreResult,
     ) -> RStep {
         if let Some((fingerprint, refusal)) = self.refused.take() {
+            if let (MachineRequest::Submit { key, .. }, Some(m)) = (&self.request, &self.machine) {
+                return RStep::Done(crate::managed::controller::resolve::stored_command(
+                    key,
+                    &fingerprint,
+                    refusal,
+                    result,
+                    m,
+                ));
+            }
             let key = self.key().clone();
             return RStep::Done(
                 crate::managed::controller::resolve::stored_machine(

@@ -1457,3 +1457,5 @@ mod delete;
 mod refence;
 mod released;
 mod renewal;
+mod unconfigured;
+mod uncreatable;
