@@ -152,3 +152,23 @@ fn an_ordinary_command_or_an_unprofiled_worker_is_not_inspected() {
     s.settle();
     assert_eq!(s.worker.first().map(|(_, op)| op.name()), Some("exec"));
 }
+
+#[test]
+fn an_inspect_answered_after_shutdown_began_accepts_nothing() {
+    let mut s = Sim::new(disposable_config());
+    s.settle();
+    s.store_log.clear();
+    let key = s.submit("x1", &extended());
+    s.settle();
+    s.ctl.shutdown(s.now, s.now_ms);
+    s.settle();
+    s.answer("inspect", m1(Some("alpine")));
+    let e = refused(&s, &key).expect("refused");
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::AdmissionExhausted, Reason::ShuttingDown),
+        "{e:?}"
+    );
+    assert_eq!(writes(&s), Vec::<&str>::new(), "nothing stored");
+    assert!(s.worker.is_empty());
+}
