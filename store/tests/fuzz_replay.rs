@@ -204,3 +204,14 @@ fn controller_finding_s10_the_executions_own_read_of_another_history_forbids_the
         .join("../fuzz/corpus/controller/s10-own-read-of-another-history");
     smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
 }
+
+/// Controller fuzz finding 21 (session 10): this controller's cancel of a
+/// record it drove was answered with another key's row at a later version;
+/// the execution took it for its own record and sent after rows of other
+/// histories (which it no longer matched to its key). See fuzz/README.md.
+#[test]
+fn controller_finding_s10_a_cancel_answered_with_another_key_is_not_the_record() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/corpus/controller/s10-cancel-answered-with-another-key");
+    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+}

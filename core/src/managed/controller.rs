@@ -1228,7 +1228,11 @@ impl Controller {
 
     fn on_cancel(&mut self, key: RecordKey, result: StoreResult) {
         let result = match result {
-            Ok(StoreReply::Record(rec)) => Ok(rec),
+            // Only a row of the cancelled key answers the cancel: another
+            // record's row is a lie, never handed to the key's execution,
+            // which took it for its own record and ignored every later row
+            // of its key (fuzz finding 21, session 10).
+            Ok(StoreReply::Record(rec)) if rec.key == key => Ok(rec),
             Ok(_) => Err(Error::protocol(
                 Operation::StoreCancel,
                 Reason::UnexpectedReply,
@@ -1237,9 +1241,7 @@ impl Controller {
         };
         if let (Ok(rec), Some(ex)) = (&result, self.execs.get_mut(&key)) {
             ex.on_cancel_recorded(rec, &self.cfg);
-        } else if let Ok(rec) = &result
-            && rec.key == key
-        {
+        } else if let Ok(rec) = &result {
             self.note_undriven_row(rec);
         }
         self.notices.push_back(ControllerEvent::CancelRecorded {

@@ -143,6 +143,9 @@ impl Exec {
     ) {
         self.on_row_read(rec, cfg);
         if self.inflight.is_none()
+            && rec.key == self.rec.key
+            && rec.fingerprint == self.rec.fingerprint
+            && rec.spec == self.rec.spec
             && rec.version > self.rec.version
             && rec.generation == self.rec.generation
             && rec.claim == self.rec.claim

@@ -865,3 +865,60 @@ fn a_refused_duplicates_read_showing_another_intent_is_never_followed_by_a_send(
     );
     unsent_and_went_back(&s, &key);
 }
+
+/// Fuzz finding 21 (`controller` target, session 10): this controller's
+/// cancel of a record it drives was answered with another record's row
+/// (another key, a later version, the same claim and generation). The
+/// execution took that row for its own record, ignored every later row of
+/// its key (they no longer matched the key it held) and wrote under the
+/// other key. A cancel is answered only by a row of the cancelled key:
+/// anything else is `protocol` / `unexpected_reply`, and the execution
+/// goes on with its own record.
+#[test]
+fn a_cancel_answered_with_another_records_row_is_a_protocol_error_not_the_record() {
+    let mut s = Sim::new(detached());
+    s.settle();
+    let other = s.submit("other", &cmd());
+    s.settle();
+    s.answer_exec(exited(0, "other"));
+    assert_eq!(s.record(&other).state, ExecState::Completed);
+    let key = s.submit("mine", &cmd());
+    s.settle();
+    assert_eq!(s.worker.len(), 1, "this key's command is out");
+    s.ctl.cancel(s.now, s.now_ms, key.clone());
+    let (id, op) = s.ctl.poll_store_op().expect("the cancel is out");
+    assert!(matches!(&op, StoreOp::Cancel { key: k, .. } if *k == key));
+    // Another record's row: a later version, this record's claim.
+    let mut lie = s.record(&other).clone();
+    lie.version += 100;
+    lie.claim = s.record(&key).claim.clone();
+    lie.generation = s.record(&key).generation;
+    s.ctl
+        .handle_stored(s.now, s.now_ms, id, Ok(StoreReply::Record(lie)));
+    s.settle();
+    let answer = s.events.iter().find_map(|e| match e {
+        ControllerEvent::CancelRecorded { key: k, result } if *k == key => Some(result),
+        _ => None,
+    });
+    let e = answer
+        .expect("the cancel is answered")
+        .as_ref()
+        .unwrap_err();
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::Protocol, Reason::UnexpectedReply)
+    );
+    let other_before = s.record(&other).clone();
+    s.answer_exec(exited(0, "mine"));
+    let mine = s.record(&key);
+    assert_eq!(mine.state, ExecState::Completed, "{mine:?}");
+    assert!(matches!(
+        mine.result,
+        Some(ExecResult::Exited { exit_code: 0, .. })
+    ));
+    assert_eq!(
+        *s.record(&other),
+        other_before,
+        "the other record untouched"
+    );
+}
