@@ -77,15 +77,19 @@ fn replay_with_a_planted_bug() {
         .chain(Bug::FILES)
         .chain(Bug::LAUNCH)
         .chain(Bug::STORE)
+        .chain(Bug::REFUSED_CREATE)
+        .chain(Bug::IMAGE)
         .find(|b| format!("{b:?}") == name);
     assert!(bug.is_some(), "unknown bug {name}");
     if let Some(bug) = bug {
         let started = Instant::now();
         let opts = Options {
-            disposable: bug == Bug::ReleaseAfter404WithoutCreation,
+            disposable: bug == Bug::ReleaseAfter404WithoutCreation
+                || Bug::REFUSED_CREATE.contains(&bug),
             retained: Bug::RETAINED.contains(&bug)
                 || Bug::LAUNCH.contains(&bug)
-                || Bug::STORE.contains(&bug),
+                || Bug::STORE.contains(&bug)
+                || Bug::IMAGE.contains(&bug),
             ..Options::DEFAULT
         };
         let summary = sim::run_seeds(seeds(), opts.with_bug(bug), usize::MAX);
@@ -169,6 +173,31 @@ fn a_launch_turned_into_an_exit_is_caught() {
 #[test]
 fn a_slot_freed_after_a_failed_collection_is_caught() {
     assert_caught(Options::RETAINED, &Bug::STORE);
+}
+
+/// Planted in the core (session 10, its test-only switch): a create the
+/// worker's create handler refused (400 `BAD_REQUEST` envelope, nothing
+/// made) is taken for a passing failure and sent again. The simulated
+/// worker refuses creates (its own random stream) and reports a create
+/// that arrives again for a refused name, within the default seed count.
+#[test]
+fn a_refused_create_sent_again_is_caught() {
+    assert_caught(
+        Options {
+            disposable: true,
+            ..Options::DEFAULT
+        },
+        &Bug::REFUSED_CREATE,
+    );
+}
+
+/// Planted in the driver (session 10): the image preflight of a background
+/// launch or a terminal takes every machine for a plain image machine, so
+/// they are accepted on imageless machines and reach them; the simulated
+/// worker reports it within the default seed count.
+#[test]
+fn a_launch_or_terminal_admitted_on_an_imageless_machine_is_caught() {
+    assert_caught(Options::RETAINED, &Bug::IMAGE);
 }
 
 /// Retained machines, 1,000 seeds: create/start/stop/delete with versioned
@@ -267,11 +296,30 @@ fn retained_machines_keep_every_rule() {
         );
     }
     // Background launches reached the worker and were stored `launched`
-    // (on unless SMOLBOX_SIM_LAUNCHES=0).
+    // (on unless SMOLBOX_SIM_LAUNCHES=0); on imageless machines they were
+    // refused at acceptance (session 10).
     if sim::controller::launches_on() {
+        for probe in ["launched", "imageless_refused_launch"] {
+            assert!(
+                summary.probes.get(probe).is_some_and(|n| *n > 0),
+                "{probe} never exercised: {:?}",
+                summary.probes
+            );
+        }
+    }
+    // Session 10: a create the worker refused, its hearer's write of a
+    // create that made nothing (`unknown`, absence recorded), the owner's
+    // delete of such a machine (no worker call), and terminals refused on
+    // imageless machines.
+    for probe in [
+        "create_refused",
+        "create_refused_absent",
+        "owner_deletes_absent",
+        "imageless_refused_terminal",
+    ] {
         assert!(
-            summary.probes.get("launched").is_some_and(|n| *n > 0),
-            "no background launch stored: {:?}",
+            summary.probes.get(probe).is_some_and(|n| *n > 0),
+            "{probe} never exercised: {:?}",
             summary.probes
         );
     }
@@ -347,6 +395,19 @@ fn disposable_machines_keep_every_rule() {
         assert!(
             summary.mutations.get(&kind).is_some_and(|n| *n > 0),
             "{kind:?} never exercised"
+        );
+    }
+    // Session 10: creates the worker refused, recorded by their hearer as
+    // creates that made nothing, and their reservations released.
+    for probe in [
+        "create_refused",
+        "create_refused_failed",
+        "create_refused_released",
+    ] {
+        assert!(
+            summary.probes.get(probe).is_some_and(|n| *n > 0),
+            "{probe} never exercised: {:?}",
+            summary.probes
         );
     }
 }
