@@ -199,25 +199,15 @@ pub fn an_image_machine_runs_gated_slot_commands<M: ManagedShell>(kind: StoreKin
 #[macro_export]
 macro_rules! managed_inspect_suite {
     ($shell:ty) => {
-        mod inspect_sqlite {
-            $crate::managed_inspect_suite!(@store $shell, $crate::managed_cases::StoreKind::Sqlite);
-        }
-        mod inspect_postgres {
-            $crate::managed_inspect_suite!(@store $shell, $crate::managed_cases::StoreKind::Postgres);
-        }
-    };
-    (@store $shell:ty, $kind:expr) => {
-        $crate::managed_inspect_suite!(@cases $shell, $kind,
-            an_imageless_machine_refuses_gated_slot_commands_before_acceptance,
-            an_image_machine_runs_gated_slot_commands,
+        $crate::store_suite!(
+            $shell,
+            managed_inspect_cases,
+            inspect_sqlite,
+            inspect_postgres,
+            [
+                an_imageless_machine_refuses_gated_slot_commands_before_acceptance,
+                an_image_machine_runs_gated_slot_commands,
+            ]
         );
-    };
-    (@cases $shell:ty, $kind:expr, $($case:ident),* $(,)?) => {
-        $(
-            #[test]
-            fn $case() {
-                $crate::managed_inspect_cases::$case::<$shell>($kind);
-            }
-        )*
     };
 }

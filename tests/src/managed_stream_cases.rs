@@ -329,27 +329,17 @@ pub fn sixty_four_streams_wait_and_the_next_is_refused<M: ManagedShell + Sync>(k
 #[macro_export]
 macro_rules! managed_stream_suite {
     ($shell:ty) => {
-        mod stream_sqlite {
-            $crate::managed_stream_suite!(@store $shell, $crate::managed_cases::StoreKind::Sqlite);
-        }
-        mod stream_postgres {
-            $crate::managed_stream_suite!(@store $shell, $crate::managed_cases::StoreKind::Postgres);
-        }
-    };
-    (@store $shell:ty, $kind:expr) => {
-        $crate::managed_stream_suite!(@cases $shell, $kind,
-            a_streamed_run_delivers_output_as_it_comes_and_records_its_exit,
-            a_streamed_resubmission_runs_once_and_stdin_falls_back_to_buffered,
-            a_streamed_command_runs_in_a_retained_slot,
-            sixty_four_streams_wait_and_the_next_is_refused,
+        $crate::store_suite!(
+            $shell,
+            managed_stream_cases,
+            stream_sqlite,
+            stream_postgres,
+            [
+                a_streamed_run_delivers_output_as_it_comes_and_records_its_exit,
+                a_streamed_resubmission_runs_once_and_stdin_falls_back_to_buffered,
+                a_streamed_command_runs_in_a_retained_slot,
+                sixty_four_streams_wait_and_the_next_is_refused,
+            ]
         );
-    };
-    (@cases $shell:ty, $kind:expr, $($case:ident),* $(,)?) => {
-        $(
-            #[test]
-            fn $case() {
-                $crate::managed_stream_cases::$case::<$shell>($kind);
-            }
-        )*
     };
 }

@@ -97,6 +97,42 @@ fn replay_with_a_planted_bug() {
     }
 }
 
+/// Each of `probes` ran (or its checked outcome was seen) in `summary`.
+/// (`place`: where, for the message.)
+fn assert_exercised<'a>(
+    summary: &sim::Summary,
+    probes: impl IntoIterator<Item = &'a str>,
+    place: &str,
+) {
+    for probe in probes {
+        assert!(
+            summary.probes.get(probe).is_some_and(|n| *n > 0),
+            "{probe} never exercised{place}: {:?}",
+            summary.probes
+        );
+    }
+}
+
+/// The machine lifecycle and the exec: what the disposable and retained
+/// runs must both have sent.
+const MACHINE_MUTATIONS: [Mutation; 5] = [
+    Mutation::Create,
+    Mutation::Start,
+    Mutation::Stop,
+    Mutation::Delete,
+    Mutation::Exec,
+];
+
+/// Each of `kinds` of worker mutation arrived in `summary`.
+fn assert_mutated(summary: &sim::Summary, kinds: &[Mutation]) {
+    for kind in kinds {
+        assert!(
+            summary.mutations.get(kind).is_some_and(|n| *n > 0),
+            "{kind:?} never exercised"
+        );
+    }
+}
+
 /// Each bug is caught by its own symptom (not by a known finding) within
 /// the default seed count.
 fn assert_caught(opts: Options, bugs: &[Bug]) {
@@ -236,93 +272,67 @@ fn retained_machines_keep_every_rule() {
         }
         return;
     }
-    for kind in [
-        Mutation::Create,
-        Mutation::Start,
-        Mutation::Stop,
-        Mutation::Delete,
-        Mutation::Exec,
-        Mutation::Terminal,
-    ] {
-        assert!(
-            summary.mutations.get(&kind).is_some_and(|n| *n > 0),
-            "{kind:?} never exercised"
-        );
-    }
+    assert_mutated(&summary, &MACHINE_MUTATIONS);
+    assert_mutated(&summary, &[Mutation::Terminal]);
     // Reconcile, complete listings, a drain while a live holder has the
     // slot, and a careless operator's resolve refused as identity_conflict.
-    for probe in [
-        "reconcile_ok",
-        "list",
-        "maintenance_drained",
-        "careless_refused",
-        "terminal_bytes_typed",
-    ] {
-        assert!(
-            summary.probes.get(probe).is_some_and(|n| *n > 0),
-            "{probe} never exercised: {:?}",
-            summary.probes
-        );
-    }
+    assert_exercised(
+        &summary,
+        [
+            "reconcile_ok",
+            "list",
+            "maintenance_drained",
+            "careless_refused",
+            "terminal_bytes_typed",
+        ],
+        "",
+    );
     // Slot commands with files (issue 12): inputs staged, outputs
     // collected, a collection failed with its exit kept (inputs unless
     // SMOLBOX_SIM_INPUTS=0).
-    for probe in ["outputs_completed", "collection_failed"]
-        .into_iter()
-        .chain(sim::inputs_on().then_some("upload"))
-    {
-        assert!(
-            summary.probes.get(probe).is_some_and(|n| *n > 0),
-            "{probe} never exercised in a slot: {:?}",
-            summary.probes
-        );
-    }
+    assert_exercised(
+        &summary,
+        ["outputs_completed", "collection_failed"]
+            .into_iter()
+            .chain(sim::inputs_on().then_some("upload")),
+        " in a slot",
+    );
     // Crash points hit slot commands with files at their durable
     // boundaries (session 9): staging, the intent (the exec in flight),
     // collection, and ended before the slot's finish. (`ready` is hit
     // rarely, once in the default range; a buffered slot command stays
     // `dispatching` until its result. The kill tests cover each boundary
     // deterministically.)
-    for probe in [
-        "crash_slot_files_preparing",
-        "crash_slot_files_dispatching",
-        "crash_slot_files_collecting",
-        "crash_slot_files_before_finish",
-    ] {
-        assert!(
-            summary.probes.get(probe).is_some_and(|n| *n > 0),
-            "{probe} never exercised: {:?}",
-            summary.probes
-        );
-    }
+    assert_exercised(
+        &summary,
+        [
+            "crash_slot_files_preparing",
+            "crash_slot_files_dispatching",
+            "crash_slot_files_collecting",
+            "crash_slot_files_before_finish",
+        ],
+        "",
+    );
     // Background launches reached the worker and were stored `launched`
     // (on unless SMOLBOX_SIM_LAUNCHES=0); on imageless machines they were
     // refused at acceptance (session 10).
     if sim::controller::launches_on() {
-        for probe in ["launched", "imageless_refused_launch"] {
-            assert!(
-                summary.probes.get(probe).is_some_and(|n| *n > 0),
-                "{probe} never exercised: {:?}",
-                summary.probes
-            );
-        }
+        assert_exercised(&summary, ["launched", "imageless_refused_launch"], "");
     }
     // Session 10: a create the worker refused, its hearer's write of a
     // create that made nothing (`unknown`, absence recorded), the owner's
     // delete of such a machine (no worker call), and terminals refused on
     // imageless machines.
-    for probe in [
-        "create_refused",
-        "create_refused_absent",
-        "owner_deletes_absent",
-        "imageless_refused_terminal",
-    ] {
-        assert!(
-            summary.probes.get(probe).is_some_and(|n| *n > 0),
-            "{probe} never exercised: {:?}",
-            summary.probes
-        );
-    }
+    assert_exercised(
+        &summary,
+        [
+            "create_refused",
+            "create_refused_absent",
+            "owner_deletes_absent",
+            "imageless_refused_terminal",
+        ],
+        "",
+    );
 }
 
 /// The same seed gives the same run (replay is exact).
@@ -385,31 +395,18 @@ fn disposable_machines_keep_every_rule() {
             summary.probes
         );
     }
-    for kind in [
-        Mutation::Create,
-        Mutation::Start,
-        Mutation::Stop,
-        Mutation::Delete,
-        Mutation::Exec,
-    ] {
-        assert!(
-            summary.mutations.get(&kind).is_some_and(|n| *n > 0),
-            "{kind:?} never exercised"
-        );
-    }
+    assert_mutated(&summary, &MACHINE_MUTATIONS);
     // Session 10: creates the worker refused, recorded by their hearer as
     // creates that made nothing, and their reservations released.
-    for probe in [
-        "create_refused",
-        "create_refused_failed",
-        "create_refused_released",
-    ] {
-        assert!(
-            summary.probes.get(probe).is_some_and(|n| *n > 0),
-            "{probe} never exercised: {:?}",
-            summary.probes
-        );
-    }
+    assert_exercised(
+        &summary,
+        [
+            "create_refused",
+            "create_refused_failed",
+            "create_refused_released",
+        ],
+        "",
+    );
 }
 
 /// Finding 10 (session 6; fixed in session 7): a controller crashed

@@ -47,6 +47,20 @@ use super::Sim;
 /// Per mille of the machines a create makes that are imageless.
 pub(super) const IMAGELESS: u32 = 250;
 
+/// A commit, as the hearer's-write rule reads it.
+struct Written {
+    /// A guarded write (not a claim, acceptance, reservation, …).
+    write: bool,
+    owner: Option<String>,
+    /// The machine name of its assignment.
+    name: Option<String>,
+    /// It records a create that made nothing.
+    ok: bool,
+    probe: &'static str,
+    /// The violation when it does not.
+    what: String,
+}
+
 /// The driver's refusal bookkeeping.
 #[derive(Debug)]
 pub(super) struct Refusals {
@@ -241,85 +255,68 @@ impl Sim {
         if self.refusals.heard.is_empty() {
             return;
         }
-        for c in commits {
-            let Some(name) = self.hearers_write(
-                c.kind == CommitKind::Write,
-                &c.owner,
-                c.record
-                    .assignment
-                    .as_ref()
-                    .map(|a| a.machine_name.as_str()),
-            ) else {
-                continue;
-            };
+        let name_of = |a: Option<&str>| a.map(str::to_owned);
+        let exec = commits.iter().map(|c| {
             let r = &c.record;
-            let ok = r.state == ExecState::Failed
-                && r.evidence == RecordEvidence::NotDispatched
-                && r.creation.is_none()
-                && r.absence_at_ms.is_some()
-                && r.cleanup == Cleanup::Complete;
-            self.refusal_outcome(
-                ok,
-                "create_refused_failed",
-                format!(
-                    "{}/{}: the worker refused the create of {name}, yet its hearer wrote {} / {:?}, absence {:?}, cleanup {:?} (a refused create made nothing: failed, not_dispatched, absence recorded, cleanup complete)",
-                    r.key.scope, r.key.id, r.state.as_str(), r.evidence, r.absence_at_ms, r.cleanup
+            let name = name_of(r.assignment.as_ref().map(|a| a.machine_name.as_str()));
+            Written {
+                write: c.kind == CommitKind::Write,
+                owner: c.owner.clone(),
+                ok: r.state == ExecState::Failed
+                    && r.evidence == RecordEvidence::NotDispatched
+                    && r.creation.is_none()
+                    && r.absence_at_ms.is_some()
+                    && r.cleanup == Cleanup::Complete,
+                probe: "create_refused_failed",
+                what: format!(
+                    "{}/{}: the worker refused the create of {}, yet its hearer wrote {} / {:?}, absence {:?}, cleanup {:?} (a refused create made nothing: failed, not_dispatched, absence recorded, cleanup complete)",
+                    r.key.scope, r.key.id, name.as_deref().unwrap_or_default(), r.state.as_str(), r.evidence, r.absence_at_ms, r.cleanup
                 ),
-            );
-        }
-        for c in mcommits {
-            let Some(name) = self.hearers_write(
-                c.kind == MachineCommitKind::Write,
-                &c.owner,
-                c.record
-                    .assignment
-                    .as_ref()
-                    .map(|a| a.machine_name.as_str()),
-            ) else {
-                continue;
-            };
+                name,
+            }
+        });
+        let machine = mcommits.iter().map(|c| {
             let r = &c.record;
-            let ok = r.state == MachineRecordState::Unknown
-                && r.creation.is_none()
-                && r.absence_at_ms.is_some()
-                && r.operation == MachineOperation::None;
-            self.refusal_outcome(
-                ok,
-                "create_refused_absent",
-                format!(
-                    "{}/{}: the worker refused the create of {name}, yet its hearer wrote {} with {:?}, creation {}, absence {:?} (a refused create made nothing: unknown with absence recorded)",
-                    r.key.scope, r.key.id, r.state.as_str(), r.operation, r.creation.is_some(), r.absence_at_ms
+            let name = name_of(r.assignment.as_ref().map(|a| a.machine_name.as_str()));
+            Written {
+                write: c.kind == MachineCommitKind::Write,
+                owner: c.owner.clone(),
+                ok: r.state == MachineRecordState::Unknown
+                    && r.creation.is_none()
+                    && r.absence_at_ms.is_some()
+                    && r.operation == MachineOperation::None,
+                probe: "create_refused_absent",
+                what: format!(
+                    "{}/{}: the worker refused the create of {}, yet its hearer wrote {} with {:?}, creation {}, absence {:?} (a refused create made nothing: unknown with absence recorded)",
+                    r.key.scope, r.key.id, name.as_deref().unwrap_or_default(), r.state.as_str(), r.operation, r.creation.is_some(), r.absence_at_ms
                 ),
-            );
+                name,
+            }
+        });
+        let written: Vec<Written> = exec.chain(machine).collect();
+        for w in written {
+            if !w.write || !self.hearers_write(w.owner.as_deref(), w.name.as_deref()) {
+                continue;
+            }
+            if w.ok {
+                *self.files.counts.entry(w.probe).or_insert(0) += 1;
+            } else {
+                self.violation(w.what);
+            }
         }
     }
 
-    /// The machine name of a write (`write`) by a controller that heard the
-    /// refusal of that name's create and has not written it since (then
-    /// no longer pending).
-    fn hearers_write(
-        &mut self,
-        write: bool,
-        owner: &Option<String>,
-        name: Option<&str>,
-    ) -> Option<String> {
-        let name = name?;
-        let h = *self.refusals.heard.get(name)?;
-        if !write
-            || owner.as_deref() != Some(Self::owner(h).as_str())
-            || !self.refusals.pending.remove(name)
-        {
-            return None;
-        }
-        Some(name.to_owned())
-    }
-
-    fn refusal_outcome(&mut self, ok: bool, probe: &'static str, what: String) {
-        if ok {
-            *self.files.counts.entry(probe).or_insert(0) += 1;
-        } else {
-            self.violation(what);
-        }
+    /// Whether a write by `owner` of machine `name`'s record is the first
+    /// since that owner heard the refusal of `name`'s create (then no
+    /// longer pending).
+    fn hearers_write(&mut self, owner: Option<&str>, name: Option<&str>) -> bool {
+        let Some(name) = name else {
+            return false;
+        };
+        let Some(h) = self.refusals.heard.get(name).copied() else {
+            return false;
+        };
+        owner == Some(Self::owner(h).as_str()) && self.refusals.pending.remove(name)
     }
 
     /// End of seed: no machine exists under a refused name, and a record
