@@ -22,7 +22,9 @@ pub(crate) fn key(id: &str) -> RecordKey {
     RecordKey::new("boxes", id).unwrap()
 }
 
-fn spec() -> RetainedMachineSpec {
+/// A retained machine of the devworker's catalog (the unverified run
+/// target's artifact and profile), nothing else declared.
+pub(crate) fn spec() -> RetainedMachineSpec {
     let t = RunTarget::unverified();
     RetainedMachineSpec {
         artifact: t.artifact,

@@ -41,12 +41,9 @@ fn report(summary: &sim::Summary, started: Instant) {
     }
 }
 
-#[test]
-fn recovery_simulation() {
-    let started = Instant::now();
-    let summary = sim::run_seeds(seeds(), Options::DEFAULT, usize::MAX);
-    report(&summary, started);
-    let new: Vec<String> = summary
+/// Every violation of `summary`, one line each (seed, step, what).
+fn violations(summary: &sim::Summary) -> Vec<String> {
+    summary
         .failed
         .iter()
         .flat_map(|r| {
@@ -54,7 +51,15 @@ fn recovery_simulation() {
                 .iter()
                 .map(move |v| format!("seed {} step {}: {}", r.seed, v.step, v.what))
         })
-        .collect();
+        .collect()
+}
+
+#[test]
+fn recovery_simulation() {
+    let started = Instant::now();
+    let summary = sim::run_seeds(seeds(), Options::DEFAULT, usize::MAX);
+    report(&summary, started);
+    let new = violations(&summary);
     // No known-findings filter: any violation fails.
     assert!(
         new.is_empty(),
@@ -253,15 +258,7 @@ fn retained_machines_keep_every_rule() {
     );
     eprint!("retained: ");
     report(&summary, started);
-    let bad: Vec<String> = summary
-        .failed
-        .iter()
-        .flat_map(|r| {
-            r.violations
-                .iter()
-                .map(move |v| format!("seed {} step {}: {}", r.seed, v.step, v.what))
-        })
-        .collect();
+    let bad = violations(&summary);
     assert!(bad.is_empty(), "{:#?}", &bad[..bad.len().min(10)]);
     eprintln!("retained: worker mutations {:?}", summary.mutations);
     eprintln!("retained: probes {:?}", summary.probes);
@@ -375,15 +372,7 @@ fn disposable_machines_keep_every_rule() {
     );
     eprint!("disposable: ");
     report(&summary, started);
-    let bad: Vec<String> = summary
-        .failed
-        .iter()
-        .flat_map(|r| {
-            r.violations
-                .iter()
-                .map(move |v| format!("seed {} step {}: {}", r.seed, v.step, v.what))
-        })
-        .collect();
+    let bad = violations(&summary);
     assert!(bad.is_empty(), "{:#?}", &bad[..bad.len().min(10)]);
     eprintln!("disposable: worker mutations {:?}", summary.mutations);
     eprintln!("disposable: commands by worker {:?}", summary.probes);
