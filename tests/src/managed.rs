@@ -590,45 +590,60 @@ impl ManagedShell for TokioManaged {
     }
 }
 
+/// One `#[test]` per case of `$cases` (a module of this crate whose case
+/// functions take the shell as a type and the store kind) for `$shell`,
+/// per store: `mod $sqlite` and `mod $postgres` (the latter needs
+/// `SMOLBOX_PG_URL`). What every managed suite macro expands to.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! store_suite {
+    ($shell:ty, $cases:ident, $sqlite:ident, $postgres:ident, [$($case:ident),* $(,)?]) => {
+        mod $sqlite {
+            $crate::store_suite!(@cases $shell, $crate::managed_cases::StoreKind::Sqlite, $cases, $($case),*);
+        }
+        mod $postgres {
+            $crate::store_suite!(@cases $shell, $crate::managed_cases::StoreKind::Postgres, $cases, $($case),*);
+        }
+    };
+    (@cases $shell:ty, $kind:expr, $cases:ident, $($case:ident),*) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::$cases::$case::<$shell>($kind);
+            }
+        )*
+    };
+}
+
 /// Instantiates every managed case for `$shell` (a [`ManagedShell`]), one
 /// `#[test]` per case and store, against the devworker: `mod sqlite` and
 /// `mod postgres` (the latter needs `SMOLBOX_PG_URL`).
 #[macro_export]
 macro_rules! managed_suite {
     ($shell:ty) => {
-        mod sqlite {
-            $crate::managed_suite!(@store $shell, $crate::managed_cases::StoreKind::Sqlite);
-        }
-        mod postgres {
-            $crate::managed_suite!(@store $shell, $crate::managed_cases::StoreKind::Postgres);
-        }
-    };
-    (@store $shell:ty, $kind:expr) => {
-        $crate::managed_suite!(@cases $shell, $kind,
-            submit_returns_at_acceptance_and_wait_returns_the_outcome,
-            a_buffered_command_takes_three_commits,
-            a_run_past_three_claim_ttls_keeps_its_exit,
-            cancel_before_dispatch_sends_nothing,
-            cancel_after_dispatch_ends_the_wait_and_a_late_exit_wins,
-            duplicates_resolve_to_one_exec_and_a_changed_spec_conflicts,
-            an_uncertain_dispatch_is_unknown_and_never_resent,
-            the_queue_deadline_expires_a_waiting_record,
-            recovery_marks_a_crashed_dispatch_unknown_and_sends_nothing,
-            recovery_dispatches_a_ready_record_once_from_its_stored_spec,
-            a_live_claim_of_another_controller_is_respected,
-            sentinels_never_reach_the_database_files,
-            a_disposable_machine_is_created_used_deleted_and_released,
-            a_spec_outside_the_workers_catalog_is_refused_before_anything_is_stored,
-            a_create_the_worker_refuses_fails_and_releases_the_reservation,
-            two_runtimes_on_one_store_dispatch_each_command_once,
+        $crate::store_suite!(
+            $shell,
+            managed_cases,
+            sqlite,
+            postgres,
+            [
+                submit_returns_at_acceptance_and_wait_returns_the_outcome,
+                a_buffered_command_takes_three_commits,
+                a_run_past_three_claim_ttls_keeps_its_exit,
+                cancel_before_dispatch_sends_nothing,
+                cancel_after_dispatch_ends_the_wait_and_a_late_exit_wins,
+                duplicates_resolve_to_one_exec_and_a_changed_spec_conflicts,
+                an_uncertain_dispatch_is_unknown_and_never_resent,
+                the_queue_deadline_expires_a_waiting_record,
+                recovery_marks_a_crashed_dispatch_unknown_and_sends_nothing,
+                recovery_dispatches_a_ready_record_once_from_its_stored_spec,
+                a_live_claim_of_another_controller_is_respected,
+                sentinels_never_reach_the_database_files,
+                a_disposable_machine_is_created_used_deleted_and_released,
+                a_spec_outside_the_workers_catalog_is_refused_before_anything_is_stored,
+                a_create_the_worker_refuses_fails_and_releases_the_reservation,
+                two_runtimes_on_one_store_dispatch_each_command_once,
+            ]
         );
-    };
-    (@cases $shell:ty, $kind:expr, $($case:ident),* $(,)?) => {
-        $(
-            #[test]
-            fn $case() {
-                $crate::managed_cases::$case::<$shell>($kind);
-            }
-        )*
     };
 }

@@ -148,11 +148,14 @@ impl Setup {
     }
 }
 
-fn key(id: &str) -> RecordKey {
+/// Key `suite/<id>`.
+pub(crate) fn key(id: &str) -> RecordKey {
     RecordKey::new("suite", id).unwrap()
 }
 
-fn submit_of(id: &str, command: &Command) -> Submit {
+/// A submission of `command` as `suite/<id>` on the devworker's machine
+/// `m1` (the caller's machine).
+pub(crate) fn submit_of(id: &str, command: &Command) -> Submit {
     Submit {
         key: key(id),
         spec: spec_for(

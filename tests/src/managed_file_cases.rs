@@ -498,30 +498,20 @@ pub fn slot_files_without_an_artifact_store_are_refused<M: ManagedShell>(kind: S
 #[macro_export]
 macro_rules! managed_file_suite {
     ($shell:ty) => {
-        mod files_sqlite {
-            $crate::managed_file_suite!(@store $shell, $crate::managed_cases::StoreKind::Sqlite);
-        }
-        mod files_postgres {
-            $crate::managed_file_suite!(@store $shell, $crate::managed_cases::StoreKind::Postgres);
-        }
-    };
-    (@store $shell:ty, $kind:expr) => {
-        $crate::managed_file_suite!(@cases $shell, $kind,
-            inputs_are_staged_and_outputs_collected_on_a_disposable_machine,
-            a_failed_transfer_keeps_the_exit_or_fails_before_dispatch,
-            files_without_an_artifact_store_and_disposable_background_are_refused,
-            a_background_command_on_a_retained_machine_is_launched,
-            slot_files_are_staged_and_collected_on_a_retained_machine,
-            an_oversized_slot_output_is_collection_failed_and_keeps_the_slot,
-            slot_files_without_an_artifact_store_are_refused,
+        $crate::store_suite!(
+            $shell,
+            managed_file_cases,
+            files_sqlite,
+            files_postgres,
+            [
+                inputs_are_staged_and_outputs_collected_on_a_disposable_machine,
+                a_failed_transfer_keeps_the_exit_or_fails_before_dispatch,
+                files_without_an_artifact_store_and_disposable_background_are_refused,
+                a_background_command_on_a_retained_machine_is_launched,
+                slot_files_are_staged_and_collected_on_a_retained_machine,
+                an_oversized_slot_output_is_collection_failed_and_keeps_the_slot,
+                slot_files_without_an_artifact_store_are_refused,
+            ]
         );
-    };
-    (@cases $shell:ty, $kind:expr, $($case:ident),* $(,)?) => {
-        $(
-            #[test]
-            fn $case() {
-                $crate::managed_file_cases::$case::<$shell>($kind);
-            }
-        )*
     };
 }

@@ -15,7 +15,6 @@
 use std::sync::Arc;
 
 use smolbox_core::exec::{Command, ExecEvent};
-use smolbox_core::managed::controller::RunTarget;
 use smolbox_core::managed::spec::{GuestPathPolicy, OutputFile};
 use smolbox_core::managed::state::{MachineOperation as Op, MachineRecordState as MS};
 use smolbox_core::managed::{CommandFiles, ExecState, RecordKey, RetainedMachineSpec};
@@ -114,18 +113,12 @@ pub fn an_imageless_machine_refuses_gated_slot_commands_before_acceptance<M: Man
     slot_empty(&rt, "bare");
     // A declared output outside `/workspace` (download of a large or
     // out-of-root file, C6.1).
-    let t = RunTarget::unverified();
     let wide = RetainedMachineSpec {
-        artifact: t.artifact,
-        profile: t.profile,
-        ports: Vec::new(),
-        workload: None,
-        checkpointable: false,
-        network: None,
         guest_paths: Some(GuestPathPolicy {
             roots: vec!["/workspace".into(), "/srv".into()],
             workdir_roots: vec!["/workspace".into()],
         }),
+        ..crate::managed_machine_cases::spec()
     };
     rt.m_create(&box_key("bare-files"), &wide).unwrap();
     let m = rt.m_wait(&box_key("bare-files"), 30_000).unwrap();
@@ -199,25 +192,15 @@ pub fn an_image_machine_runs_gated_slot_commands<M: ManagedShell>(kind: StoreKin
 #[macro_export]
 macro_rules! managed_inspect_suite {
     ($shell:ty) => {
-        mod inspect_sqlite {
-            $crate::managed_inspect_suite!(@store $shell, $crate::managed_cases::StoreKind::Sqlite);
-        }
-        mod inspect_postgres {
-            $crate::managed_inspect_suite!(@store $shell, $crate::managed_cases::StoreKind::Postgres);
-        }
-    };
-    (@store $shell:ty, $kind:expr) => {
-        $crate::managed_inspect_suite!(@cases $shell, $kind,
-            an_imageless_machine_refuses_gated_slot_commands_before_acceptance,
-            an_image_machine_runs_gated_slot_commands,
+        $crate::store_suite!(
+            $shell,
+            managed_inspect_cases,
+            inspect_sqlite,
+            inspect_postgres,
+            [
+                an_imageless_machine_refuses_gated_slot_commands_before_acceptance,
+                an_image_machine_runs_gated_slot_commands,
+            ]
         );
-    };
-    (@cases $shell:ty, $kind:expr, $($case:ident),* $(,)?) => {
-        $(
-            #[test]
-            fn $case() {
-                $crate::managed_inspect_cases::$case::<$shell>($kind);
-            }
-        )*
     };
 }

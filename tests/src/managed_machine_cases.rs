@@ -22,7 +22,9 @@ pub(crate) fn key(id: &str) -> RecordKey {
     RecordKey::new("boxes", id).unwrap()
 }
 
-fn spec() -> RetainedMachineSpec {
+/// A retained machine of the devworker's catalog (the unverified run
+/// target's artifact and profile), nothing else declared.
+pub(crate) fn spec() -> RetainedMachineSpec {
     let t = RunTarget::unverified();
     RetainedMachineSpec {
         artifact: t.artifact,
@@ -430,29 +432,19 @@ pub fn a_new_runtime_takes_over_at_once_after_a_shutdown<M: ManagedShell>(kind: 
 #[macro_export]
 macro_rules! managed_machine_suite {
     ($shell:ty) => {
-        mod machines_sqlite {
-            $crate::managed_machine_suite!(@store $shell, $crate::managed_cases::StoreKind::Sqlite);
-        }
-        mod machines_postgres {
-            $crate::managed_machine_suite!(@store $shell, $crate::managed_cases::StoreKind::Postgres);
-        }
-    };
-    (@store $shell:ty, $kind:expr) => {
-        $crate::managed_machine_suite!(@cases $shell, $kind,
-            a_retained_machine_runs_one_command_at_a_time,
-            resolve_after_an_unknown_command_frees_the_slot,
-            two_controllers_race_for_the_slot,
-            a_machines_ports_reach_the_worker,
-            logs_and_measurements_of_a_retained_machine,
-            a_new_runtime_takes_over_at_once_after_a_shutdown,
+        $crate::store_suite!(
+            $shell,
+            managed_machine_cases,
+            machines_sqlite,
+            machines_postgres,
+            [
+                a_retained_machine_runs_one_command_at_a_time,
+                resolve_after_an_unknown_command_frees_the_slot,
+                two_controllers_race_for_the_slot,
+                a_machines_ports_reach_the_worker,
+                logs_and_measurements_of_a_retained_machine,
+                a_new_runtime_takes_over_at_once_after_a_shutdown,
+            ]
         );
-    };
-    (@cases $shell:ty, $kind:expr, $($case:ident),* $(,)?) => {
-        $(
-            #[test]
-            fn $case() {
-                $crate::managed_machine_cases::$case::<$shell>($kind);
-            }
-        )*
     };
 }

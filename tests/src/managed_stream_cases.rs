@@ -9,33 +9,15 @@
 use std::sync::{Arc, Mutex};
 
 use smolbox_core::exec::{Command, ExecEvent};
-use smolbox_core::managed::controller::{RunTarget, Submit, spec_for};
 use smolbox_core::managed::record::ExecResult;
 use smolbox_core::managed::state::{MachineOperation as Op, MachineRecordState as MS};
-use smolbox_core::managed::{ExecState, RecordEvidence, RecordKey, RetainedMachineSpec};
+use smolbox_core::managed::{ExecState, RecordEvidence, RecordKey};
 use smolbox_devworker::Route;
 
-use crate::managed::{ManagedShell, Options, WORKER};
-use crate::managed_cases::{StoreKind, setup};
+use crate::managed::{ManagedShell, Options};
+use crate::managed_cases::{StoreKind, key, setup, submit_of};
 
 const SENTINEL: &str = "SENTINEL-STREAM-91c3";
-
-fn key(id: &str) -> RecordKey {
-    RecordKey::new("suite", id).unwrap()
-}
-
-fn submit_of(id: &str, command: &Command) -> Submit {
-    Submit {
-        key: key(id),
-        spec: spec_for(
-            command,
-            &RunTarget::unverified().fitting(command),
-            WORKER,
-            "m1",
-        )
-        .unwrap(),
-    }
-}
 
 /// Prints `first` (and the sentinel), waits for `gate`, prints `second`
 /// on stderr, exits 3.
@@ -180,16 +162,7 @@ pub fn a_streamed_command_runs_in_a_retained_slot<M: ManagedShell>(kind: StoreKi
         ..Options::default()
     };
     let rt: M = s.runtime(&options);
-    let t = RunTarget::unverified();
-    let spec = RetainedMachineSpec {
-        artifact: t.artifact,
-        profile: t.profile,
-        ports: Vec::new(),
-        workload: None,
-        checkpointable: false,
-        network: None,
-        guest_paths: None,
-    };
+    let spec = crate::managed_machine_cases::spec();
     let mk = RecordKey::new("boxes", "sbox").unwrap();
     rt.m_create(&mk, &spec).unwrap();
     let m = rt.m_wait(&mk, 30_000).unwrap();
@@ -329,27 +302,17 @@ pub fn sixty_four_streams_wait_and_the_next_is_refused<M: ManagedShell + Sync>(k
 #[macro_export]
 macro_rules! managed_stream_suite {
     ($shell:ty) => {
-        mod stream_sqlite {
-            $crate::managed_stream_suite!(@store $shell, $crate::managed_cases::StoreKind::Sqlite);
-        }
-        mod stream_postgres {
-            $crate::managed_stream_suite!(@store $shell, $crate::managed_cases::StoreKind::Postgres);
-        }
-    };
-    (@store $shell:ty, $kind:expr) => {
-        $crate::managed_stream_suite!(@cases $shell, $kind,
-            a_streamed_run_delivers_output_as_it_comes_and_records_its_exit,
-            a_streamed_resubmission_runs_once_and_stdin_falls_back_to_buffered,
-            a_streamed_command_runs_in_a_retained_slot,
-            sixty_four_streams_wait_and_the_next_is_refused,
+        $crate::store_suite!(
+            $shell,
+            managed_stream_cases,
+            stream_sqlite,
+            stream_postgres,
+            [
+                a_streamed_run_delivers_output_as_it_comes_and_records_its_exit,
+                a_streamed_resubmission_runs_once_and_stdin_falls_back_to_buffered,
+                a_streamed_command_runs_in_a_retained_slot,
+                sixty_four_streams_wait_and_the_next_is_refused,
+            ]
         );
-    };
-    (@cases $shell:ty, $kind:expr, $($case:ident),* $(,)?) => {
-        $(
-            #[test]
-            fn $case() {
-                $crate::managed_stream_cases::$case::<$shell>($kind);
-            }
-        )*
     };
 }

@@ -1426,42 +1426,32 @@ pub fn another_controller_takes_the_machine_at_once_after_a_terminal_ends<T: Ter
 #[macro_export]
 macro_rules! managed_terminal_suite {
     ($shell:ty) => {
-        mod sqlite {
-            $crate::managed_terminal_suite!(@store $shell, $crate::managed_cases::StoreKind::Sqlite);
-        }
-        mod postgres {
-            $crate::managed_terminal_suite!(@store $shell, $crate::managed_cases::StoreKind::Postgres);
-        }
-    };
-    (@store $shell:ty, $kind:expr) => {
-        $crate::managed_terminal_suite!(@cases $shell, $kind,
-            seed_scenario_open_attach_exit_7,
-            seed_scenario_on_a_created_machine,
-            duplicate_open_keeps_one_identity_and_one_upgrade,
-            a_second_consumer_is_refused,
-            attach_after_attach_ms_is_expired,
-            the_terminal_holds_the_slot_until_it_completes,
-            terminal_bytes_never_leave_memory,
-            a_stalled_consumer_hits_output_limit,
-            cancel_after_dispatch_keeps_uncertainty,
-            managed_bounds_at_n_and_n_plus_1,
-            another_controller_never_takes_over,
-            a_terminal_and_a_command_race_for_one_slot,
-            recovery_never_reopens_a_possibly_dispatched_session,
-            recovery_keeps_a_recorded_exit_and_releases_the_slot,
-            another_controller_takes_the_machine_at_once_after_a_terminal_ends,
-            a_terminal_on_an_imageless_machine_is_refused_unsent,
-            a_managed_terminal_checks_the_worker_before_acceptance_and_at_the_open,
-            a_slow_live_consumer_gets_every_byte_and_the_exit,
-            a_consumer_that_stops_reading_gets_output_limit,
+        $crate::store_suite!(
+            $shell,
+            managed_terminal_cases,
+            sqlite,
+            postgres,
+            [
+                seed_scenario_open_attach_exit_7,
+                seed_scenario_on_a_created_machine,
+                duplicate_open_keeps_one_identity_and_one_upgrade,
+                a_second_consumer_is_refused,
+                attach_after_attach_ms_is_expired,
+                the_terminal_holds_the_slot_until_it_completes,
+                terminal_bytes_never_leave_memory,
+                a_stalled_consumer_hits_output_limit,
+                cancel_after_dispatch_keeps_uncertainty,
+                managed_bounds_at_n_and_n_plus_1,
+                another_controller_never_takes_over,
+                a_terminal_and_a_command_race_for_one_slot,
+                recovery_never_reopens_a_possibly_dispatched_session,
+                recovery_keeps_a_recorded_exit_and_releases_the_slot,
+                another_controller_takes_the_machine_at_once_after_a_terminal_ends,
+                a_terminal_on_an_imageless_machine_is_refused_unsent,
+                a_managed_terminal_checks_the_worker_before_acceptance_and_at_the_open,
+                a_slow_live_consumer_gets_every_byte_and_the_exit,
+                a_consumer_that_stops_reading_gets_output_limit,
+            ]
         );
-    };
-    (@cases $shell:ty, $kind:expr, $($case:ident),* $(,)?) => {
-        $(
-            #[test]
-            fn $case() {
-                $crate::managed_terminal_cases::$case::<$shell>($kind);
-            }
-        )*
     };
 }

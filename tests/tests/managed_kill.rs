@@ -232,6 +232,58 @@ fn disposable() -> Options {
     }
 }
 
+/// Runs `case` once per kill point, each on a fresh SQLite file.
+fn at_each_point_on_sqlite(
+    points: impl IntoIterator<Item = KillPoint>,
+    case: impl Fn(KillPoint, &Db, &std::path::Path),
+) {
+    for (i, point) in points.into_iter().enumerate() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::Sqlite(dir.path().join(format!("smolbox-{i}.db")));
+        case(point, &db, dir.path());
+    }
+}
+
+/// Runs `case` once per kill point, each in a fresh PostgreSQL partition;
+/// nothing without a database ([`pg_url`]).
+fn at_each_point_on_postgres(
+    points: impl IntoIterator<Item = KillPoint>,
+    case: impl Fn(KillPoint, &Db, &std::path::Path),
+) {
+    let Some(url) = pg_url() else {
+        return;
+    };
+    for (i, point) in points.into_iter().enumerate() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::Postgres {
+            url: url.clone(),
+            partition: fresh_partition(i),
+            keys: dir.path().join("pg"),
+        };
+        case(point, &db, dir.path());
+    }
+}
+
+/// Machine `machine` as `rt` shows it once `until` holds, polled every
+/// 10 ms at most `tries` times (then as last read: the caller's asserts
+/// say what was expected).
+fn machine_once<M: ManagedShell>(
+    rt: &M,
+    machine: &RecordKey,
+    tries: u32,
+    until: impl Fn(&smolbox_core::managed::record::MachineRecord) -> bool,
+) -> smolbox_core::managed::record::MachineRecord {
+    let mut m = rt.m_inspect(machine).unwrap();
+    for _ in 0..tries {
+        if until(&m) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+        m = rt.m_inspect(machine).unwrap();
+    }
+    m
+}
+
 /// The check of the tests that kill a command's controller by hand: the
 /// durable intent is there and the exec reached the worker.
 fn dispatched<'a>(
@@ -412,27 +464,12 @@ fn killed_at(point: KillPoint, db: &Db, dir: &std::path::Path) {
 
 #[test]
 fn every_durable_boundary_on_sqlite() {
-    for (i, point) in KillPoint::ALL.into_iter().enumerate() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::Sqlite(dir.path().join(format!("smolbox-{i}.db")));
-        killed_at(point, &db, dir.path());
-    }
+    at_each_point_on_sqlite(KillPoint::ALL, killed_at);
 }
 
 #[test]
 fn every_durable_boundary_on_postgres() {
-    let Some(url) = pg_url() else {
-        return;
-    };
-    for (i, point) in KillPoint::ALL.into_iter().enumerate() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::Postgres {
-            url: url.clone(),
-            partition: fresh_partition(i),
-            keys: dir.path().join("pg"),
-        };
-        killed_at(point, &db, dir.path());
-    }
+    at_each_point_on_postgres(KillPoint::ALL, killed_at);
 }
 
 /// The interrupt scenario on a retained machine, without the terminal: the
@@ -466,14 +503,9 @@ fn a_killed_slot_holder_is_resolved<M: ManagedShell>() {
     let rt = restart::<M>(&fixture, &db, &store, disposable());
     let out = rt.wait(&key, 30_000).unwrap();
     assert_eq!(out.record.state, ExecState::Unknown);
-    let mut m = rt.m_inspect(&machine).unwrap();
-    for _ in 0..1_000 {
-        if m.state == MachineRecordState::Unknown {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-        m = rt.m_inspect(&machine).unwrap();
-    }
+    let m = machine_once(&rt, &machine, 1_000, |m| {
+        m.state == MachineRecordState::Unknown
+    });
     free_the_slot_and_read_back(&rt, &m, &key, "after", &file, || {
         std::fs::write(&gate, b"").unwrap();
     });
@@ -663,22 +695,26 @@ fn blocking_resolves_a_killed_terminal_on_postgres() {
 
 // ---- declared files across a kill (issue 12 item 2, C17.1) ----
 
-/// The controller process stages an input, runs the command and is
-/// SIGKILLed after `collecting` committed (the exit durable, the output
-/// downloaded but not recorded); a new controller on the same store
-/// finishes collection: `completed` with the output's digest, the exit
-/// kept, the input never staged again and the command never re-sent.
-fn killed_while_collecting_then_recovered<M: ManagedShell>() {
+/// The collection of `key` killed and recovered: the controller process
+/// (`mode`) stages an input, runs `script` and is SIGKILLed at the
+/// completion write (`collecting` committed, the output downloaded but not
+/// recorded; checked with the worker's counts at the death); a new
+/// controller (`M`, with an artifact store) on the same store collects
+/// again from the first output: `completed` with `exit` and the output's
+/// digest. Returns the new controller (still running) for the caller's
+/// own checks; then [`assert_collected_once`].
+fn recovered_collection<M: ManagedShell>(
+    fixture: &Fixture,
+    db: &Db,
+    key: &RecordKey,
+    script: &str,
+    mode: Mode,
+    exit: i32,
+) -> M {
     use smolbox_store::artifacts::{MemoryArtifacts, sha256_hex};
-    let fixture = worker_with_m1();
-    let dir = tempfile::tempdir().unwrap();
-    let db = Db::Sqlite(dir.path().join("smolbox.db"));
-    let script = "cat /workspace/in.txt > /workspace/out.txt; exit 3";
-    // Killed at the completion write.
     let death = Death::At(KillPoint::DuringFinish);
-    let store = run_and_kill(&fixture, &db, "kf", script, Mode::Files, death);
-    let key = RecordKey::new("suite", "kf").unwrap();
-    let at_death = store.fetch(&key).unwrap();
+    let store = run_and_kill(fixture, db, &key.id, script, mode, death);
+    let at_death = store.fetch(key).unwrap();
     assert_eq!(at_death.state, ExecState::Collecting);
     assert!(at_death.artifacts.is_empty());
     let w = &fixture.worker;
@@ -695,21 +731,43 @@ fn killed_while_collecting_then_recovered<M: ManagedShell>() {
         artifacts: Some(Arc::clone(&artifacts)),
         ..disposable()
     };
-    let rt = restart::<M>(&fixture, &db, &store, options);
-    let out = rt.wait(&key, 30_000).unwrap();
-    rt.shutdown();
+    let rt = restart::<M>(fixture, db, &store, options);
+    let out = rt.wait(key, 30_000).unwrap();
     let rec = out.record;
     assert_eq!(rec.state, ExecState::Completed, "{:?}", out.error);
     assert!(matches!(
         rec.result,
-        Some(ExecResult::Exited { exit_code: 3, .. })
+        Some(ExecResult::Exited { exit_code, .. }) if exit_code == exit
     ));
     assert_eq!(rec.artifacts.len(), 1);
     assert_eq!(rec.artifacts[0].sha256, sha256_hex(b"in-bytes"));
-    assert_eq!(&artifacts.output(&key, "out").unwrap().1[..], b"in-bytes");
+    assert_eq!(&artifacts.output(key, "out").unwrap().1[..], b"in-bytes");
+    rt
+}
+
+/// After [`recovered_collection`]: the command was sent once, its input
+/// staged once, and the output collected again.
+fn assert_collected_once(fixture: &Fixture) {
+    let w = &fixture.worker;
     assert_eq!(w.request_count(Route::Exec), 1, "never re-sent");
     assert_eq!(w.request_count(Route::FilesPut), 1, "never re-staged");
     assert_eq!(w.request_count(Route::FilesGet), 3, "collected again");
+}
+
+/// The controller process stages an input, runs the command and is
+/// SIGKILLed after `collecting` committed (the exit durable, the output
+/// downloaded but not recorded); a new controller on the same store
+/// finishes collection: `completed` with the output's digest, the exit
+/// kept, the input never staged again and the command never re-sent.
+fn killed_while_collecting_then_recovered<M: ManagedShell>() {
+    let fixture = worker_with_m1();
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::Sqlite(dir.path().join("smolbox.db"));
+    let script = "cat /workspace/in.txt > /workspace/out.txt; exit 3";
+    let key = RecordKey::new("suite", "kf").unwrap();
+    let rt = recovered_collection::<M>(&fixture, &db, &key, script, Mode::Files, 3);
+    rt.shutdown();
+    assert_collected_once(&fixture);
 }
 
 #[test]
@@ -730,59 +788,20 @@ fn tokio_finishes_the_collection_of_a_killed_controller() {
 /// `completed` and then finishes the slot (released, cleanup complete).
 fn killed_while_collecting_in_a_slot_then_recovered<M: ManagedShell>() {
     use smolbox_core::managed::state::{Cleanup, MachineRecordState};
-    use smolbox_store::artifacts::{MemoryArtifacts, sha256_hex};
     let fixture = Fixture::start(Transport::Tcp);
     let dir = tempfile::tempdir().unwrap();
     let db = Db::Sqlite(dir.path().join("smolbox.db"));
     let script = "cat /workspace/in.txt > /workspace/out.txt; exit 5";
-    let death = Death::At(KillPoint::DuringFinish);
-    let store = run_and_kill(&fixture, &db, "kr", script, Mode::RetainedFiles, death);
     let key = RecordKey::new("boxes", "kr").unwrap();
     let machine = RecordKey::new("boxes", "kill").unwrap();
-    let at_death = store.fetch(&key).unwrap();
-    assert_eq!(at_death.state, ExecState::Collecting);
-    assert!(at_death.artifacts.is_empty());
-    let w = &fixture.worker;
-    assert_eq!(
-        (
-            w.request_count(Route::FilesPut),
-            w.request_count(Route::FilesGet)
-        ),
-        (1, 2),
-        "staged and read back once, the output downloaded once"
-    );
-    let artifacts = Arc::new(MemoryArtifacts::new());
-    let options = Options {
-        artifacts: Some(Arc::clone(&artifacts)),
-        ..disposable()
-    };
-    let rt = restart::<M>(&fixture, &db, &store, options);
-    let out = rt.wait(&key, 30_000).unwrap();
-    let rec = out.record;
-    assert_eq!(rec.state, ExecState::Completed, "{:?}", out.error);
-    assert!(matches!(
-        rec.result,
-        Some(ExecResult::Exited { exit_code: 5, .. })
-    ));
-    assert_eq!(rec.artifacts.len(), 1);
-    assert_eq!(rec.artifacts[0].sha256, sha256_hex(b"in-bytes"));
-    assert_eq!(&artifacts.output(&key, "out").unwrap().1[..], b"in-bytes");
+    let rt = recovered_collection::<M>(&fixture, &db, &key, script, Mode::RetainedFiles, 5);
     // The slot finish follows the completion (AC-14.3.2).
-    let mut m = rt.m_inspect(&machine).unwrap();
-    for _ in 0..3_000 {
-        if m.active_execution.is_none() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-        m = rt.m_inspect(&machine).unwrap();
-    }
+    let m = machine_once(&rt, &machine, 3_000, |m| m.active_execution.is_none());
     assert!(m.active_execution.is_none(), "{m:?}");
     assert_eq!(m.state, MachineRecordState::Running);
     assert_eq!(rt.fetch(&key).unwrap().cleanup, Cleanup::Complete);
     rt.shutdown();
-    assert_eq!(w.request_count(Route::Exec), 1, "never re-sent");
-    assert_eq!(w.request_count(Route::FilesPut), 1, "never re-staged");
-    assert_eq!(w.request_count(Route::FilesGet), 3, "collected again");
+    assert_collected_once(&fixture);
 }
 
 #[test]
@@ -878,14 +897,9 @@ fn slot_files_killed_at<M: ManagedShell>(point: KillPoint, db: &Db, dir: &std::p
     let out = rt.wait(&key, 30_000).unwrap();
     let rec = out.record;
     // The slot's finish follows the command's end (observed, bounded).
-    let mut m = rt.m_inspect(&machine).unwrap();
-    for _ in 0..3_000 {
-        if m.active_execution.is_none() || m.state == MachineRecordState::Unknown {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-        m = rt.m_inspect(&machine).unwrap();
-    }
+    let m = machine_once(&rt, &machine, 3_000, |m| {
+        m.active_execution.is_none() || m.state == MachineRecordState::Unknown
+    });
     let cleanup = rt.fetch(&key).unwrap().cleanup;
     rt.reconcile();
     rt.shutdown();
@@ -970,34 +984,21 @@ fn slot_files_killed_at<M: ManagedShell>(point: KillPoint, db: &Db, dir: &std::p
 
 #[test]
 fn every_durable_boundary_of_a_slot_command_with_files_on_sqlite() {
-    for (i, point) in KillPoint::SLOT_FILES.into_iter().enumerate() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::Sqlite(dir.path().join(format!("smolbox-{i}.db")));
-        slot_files_killed_at::<BlockingManaged>(point, &db, dir.path());
-    }
+    at_each_point_on_sqlite(
+        KillPoint::SLOT_FILES,
+        slot_files_killed_at::<BlockingManaged>,
+    );
 }
 
 #[test]
 fn every_durable_boundary_of_a_slot_command_with_files_on_sqlite_tokio() {
-    for (i, point) in KillPoint::SLOT_FILES.into_iter().enumerate() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::Sqlite(dir.path().join(format!("smolbox-{i}.db")));
-        slot_files_killed_at::<TokioManaged>(point, &db, dir.path());
-    }
+    at_each_point_on_sqlite(KillPoint::SLOT_FILES, slot_files_killed_at::<TokioManaged>);
 }
 
 #[test]
 fn every_durable_boundary_of_a_slot_command_with_files_on_postgres() {
-    let Some(url) = pg_url() else {
-        return;
-    };
-    for (i, point) in KillPoint::SLOT_FILES.into_iter().enumerate() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Db::Postgres {
-            url: url.clone(),
-            partition: fresh_partition(i),
-            keys: dir.path().join("pg"),
-        };
-        slot_files_killed_at::<BlockingManaged>(point, &db, dir.path());
-    }
+    at_each_point_on_postgres(
+        KillPoint::SLOT_FILES,
+        slot_files_killed_at::<BlockingManaged>,
+    );
 }

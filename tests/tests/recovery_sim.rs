@@ -41,12 +41,9 @@ fn report(summary: &sim::Summary, started: Instant) {
     }
 }
 
-#[test]
-fn recovery_simulation() {
-    let started = Instant::now();
-    let summary = sim::run_seeds(seeds(), Options::DEFAULT, usize::MAX);
-    report(&summary, started);
-    let new: Vec<String> = summary
+/// Every violation of `summary`, one line each (seed, step, what).
+fn violations(summary: &sim::Summary) -> Vec<String> {
+    summary
         .failed
         .iter()
         .flat_map(|r| {
@@ -54,7 +51,15 @@ fn recovery_simulation() {
                 .iter()
                 .map(move |v| format!("seed {} step {}: {}", r.seed, v.step, v.what))
         })
-        .collect();
+        .collect()
+}
+
+#[test]
+fn recovery_simulation() {
+    let started = Instant::now();
+    let summary = sim::run_seeds(seeds(), Options::DEFAULT, usize::MAX);
+    report(&summary, started);
+    let new = violations(&summary);
     // No known-findings filter: any violation fails.
     assert!(
         new.is_empty(),
@@ -77,19 +82,59 @@ fn replay_with_a_planted_bug() {
         .chain(Bug::FILES)
         .chain(Bug::LAUNCH)
         .chain(Bug::STORE)
+        .chain(Bug::REFUSED_CREATE)
+        .chain(Bug::IMAGE)
         .find(|b| format!("{b:?}") == name);
     assert!(bug.is_some(), "unknown bug {name}");
     if let Some(bug) = bug {
         let started = Instant::now();
         let opts = Options {
-            disposable: bug == Bug::ReleaseAfter404WithoutCreation,
+            disposable: bug == Bug::ReleaseAfter404WithoutCreation
+                || Bug::REFUSED_CREATE.contains(&bug),
             retained: Bug::RETAINED.contains(&bug)
                 || Bug::LAUNCH.contains(&bug)
-                || Bug::STORE.contains(&bug),
+                || Bug::STORE.contains(&bug)
+                || Bug::IMAGE.contains(&bug),
             ..Options::DEFAULT
         };
         let summary = sim::run_seeds(seeds(), opts.with_bug(bug), usize::MAX);
         report(&summary, started);
+    }
+}
+
+/// Each of `probes` ran (or its checked outcome was seen) in `summary`.
+/// (`place`: where, for the message.)
+fn assert_exercised<'a>(
+    summary: &sim::Summary,
+    probes: impl IntoIterator<Item = &'a str>,
+    place: &str,
+) {
+    for probe in probes {
+        assert!(
+            summary.probes.get(probe).is_some_and(|n| *n > 0),
+            "{probe} never exercised{place}: {:?}",
+            summary.probes
+        );
+    }
+}
+
+/// The machine lifecycle and the exec: what the disposable and retained
+/// runs must both have sent.
+const MACHINE_MUTATIONS: [Mutation; 5] = [
+    Mutation::Create,
+    Mutation::Start,
+    Mutation::Stop,
+    Mutation::Delete,
+    Mutation::Exec,
+];
+
+/// Each of `kinds` of worker mutation arrived in `summary`.
+fn assert_mutated(summary: &sim::Summary, kinds: &[Mutation]) {
+    for kind in kinds {
+        assert!(
+            summary.mutations.get(kind).is_some_and(|n| *n > 0),
+            "{kind:?} never exercised"
+        );
     }
 }
 
@@ -171,6 +216,31 @@ fn a_slot_freed_after_a_failed_collection_is_caught() {
     assert_caught(Options::RETAINED, &Bug::STORE);
 }
 
+/// Planted in the core (session 10, its test-only switch): a create the
+/// worker's create handler refused (400 `BAD_REQUEST` envelope, nothing
+/// made) is taken for a passing failure and sent again. The simulated
+/// worker refuses creates (its own random stream) and reports a create
+/// that arrives again for a refused name, within the default seed count.
+#[test]
+fn a_refused_create_sent_again_is_caught() {
+    assert_caught(
+        Options {
+            disposable: true,
+            ..Options::DEFAULT
+        },
+        &Bug::REFUSED_CREATE,
+    );
+}
+
+/// Planted in the driver (session 10): the image preflight of a background
+/// launch or a terminal takes every machine for a plain image machine, so
+/// they are accepted on imageless machines and reach them; the simulated
+/// worker reports it within the default seed count.
+#[test]
+fn a_launch_or_terminal_admitted_on_an_imageless_machine_is_caught() {
+    assert_caught(Options::RETAINED, &Bug::IMAGE);
+}
+
 /// Retained machines, 1,000 seeds: create/start/stop/delete with versioned
 /// requests, commands and terminals in the slot (a second submission while
 /// it is held), cancels, crashes while a command or a terminal holds the
@@ -188,15 +258,7 @@ fn retained_machines_keep_every_rule() {
     );
     eprint!("retained: ");
     report(&summary, started);
-    let bad: Vec<String> = summary
-        .failed
-        .iter()
-        .flat_map(|r| {
-            r.violations
-                .iter()
-                .map(move |v| format!("seed {} step {}: {}", r.seed, v.step, v.what))
-        })
-        .collect();
+    let bad = violations(&summary);
     assert!(bad.is_empty(), "{:#?}", &bad[..bad.len().min(10)]);
     eprintln!("retained: worker mutations {:?}", summary.mutations);
     eprintln!("retained: probes {:?}", summary.probes);
@@ -207,74 +269,67 @@ fn retained_machines_keep_every_rule() {
         }
         return;
     }
-    for kind in [
-        Mutation::Create,
-        Mutation::Start,
-        Mutation::Stop,
-        Mutation::Delete,
-        Mutation::Exec,
-        Mutation::Terminal,
-    ] {
-        assert!(
-            summary.mutations.get(&kind).is_some_and(|n| *n > 0),
-            "{kind:?} never exercised"
-        );
-    }
+    assert_mutated(&summary, &MACHINE_MUTATIONS);
+    assert_mutated(&summary, &[Mutation::Terminal]);
     // Reconcile, complete listings, a drain while a live holder has the
     // slot, and a careless operator's resolve refused as identity_conflict.
-    for probe in [
-        "reconcile_ok",
-        "list",
-        "maintenance_drained",
-        "careless_refused",
-        "terminal_bytes_typed",
-    ] {
-        assert!(
-            summary.probes.get(probe).is_some_and(|n| *n > 0),
-            "{probe} never exercised: {:?}",
-            summary.probes
-        );
-    }
+    assert_exercised(
+        &summary,
+        [
+            "reconcile_ok",
+            "list",
+            "maintenance_drained",
+            "careless_refused",
+            "terminal_bytes_typed",
+        ],
+        "",
+    );
     // Slot commands with files (issue 12): inputs staged, outputs
     // collected, a collection failed with its exit kept (inputs unless
     // SMOLBOX_SIM_INPUTS=0).
-    for probe in ["outputs_completed", "collection_failed"]
-        .into_iter()
-        .chain(sim::inputs_on().then_some("upload"))
-    {
-        assert!(
-            summary.probes.get(probe).is_some_and(|n| *n > 0),
-            "{probe} never exercised in a slot: {:?}",
-            summary.probes
-        );
-    }
+    assert_exercised(
+        &summary,
+        ["outputs_completed", "collection_failed"]
+            .into_iter()
+            .chain(sim::inputs_on().then_some("upload")),
+        " in a slot",
+    );
     // Crash points hit slot commands with files at their durable
     // boundaries (session 9): staging, the intent (the exec in flight),
     // collection, and ended before the slot's finish. (`ready` is hit
     // rarely, once in the default range; a buffered slot command stays
     // `dispatching` until its result. The kill tests cover each boundary
     // deterministically.)
-    for probe in [
-        "crash_slot_files_preparing",
-        "crash_slot_files_dispatching",
-        "crash_slot_files_collecting",
-        "crash_slot_files_before_finish",
-    ] {
-        assert!(
-            summary.probes.get(probe).is_some_and(|n| *n > 0),
-            "{probe} never exercised: {:?}",
-            summary.probes
-        );
-    }
+    assert_exercised(
+        &summary,
+        [
+            "crash_slot_files_preparing",
+            "crash_slot_files_dispatching",
+            "crash_slot_files_collecting",
+            "crash_slot_files_before_finish",
+        ],
+        "",
+    );
     // Background launches reached the worker and were stored `launched`
-    // (on unless SMOLBOX_SIM_LAUNCHES=0).
+    // (on unless SMOLBOX_SIM_LAUNCHES=0); on imageless machines they were
+    // refused at acceptance (session 10).
     if sim::controller::launches_on() {
-        assert!(
-            summary.probes.get("launched").is_some_and(|n| *n > 0),
-            "no background launch stored: {:?}",
-            summary.probes
-        );
+        assert_exercised(&summary, ["launched", "imageless_refused_launch"], "");
     }
+    // Session 10: a create the worker refused, its hearer's write of a
+    // create that made nothing (`unknown`, absence recorded), the owner's
+    // delete of such a machine (no worker call), and terminals refused on
+    // imageless machines.
+    assert_exercised(
+        &summary,
+        [
+            "create_refused",
+            "create_refused_absent",
+            "owner_deletes_absent",
+            "imageless_refused_terminal",
+        ],
+        "",
+    );
 }
 
 /// The same seed gives the same run (replay is exact).
@@ -317,15 +372,7 @@ fn disposable_machines_keep_every_rule() {
     );
     eprint!("disposable: ");
     report(&summary, started);
-    let bad: Vec<String> = summary
-        .failed
-        .iter()
-        .flat_map(|r| {
-            r.violations
-                .iter()
-                .map(move |v| format!("seed {} step {}: {}", r.seed, v.step, v.what))
-        })
-        .collect();
+    let bad = violations(&summary);
     assert!(bad.is_empty(), "{:#?}", &bad[..bad.len().min(10)]);
     eprintln!("disposable: worker mutations {:?}", summary.mutations);
     eprintln!("disposable: commands by worker {:?}", summary.probes);
@@ -337,18 +384,18 @@ fn disposable_machines_keep_every_rule() {
             summary.probes
         );
     }
-    for kind in [
-        Mutation::Create,
-        Mutation::Start,
-        Mutation::Stop,
-        Mutation::Delete,
-        Mutation::Exec,
-    ] {
-        assert!(
-            summary.mutations.get(&kind).is_some_and(|n| *n > 0),
-            "{kind:?} never exercised"
-        );
-    }
+    assert_mutated(&summary, &MACHINE_MUTATIONS);
+    // Session 10: creates the worker refused, recorded by their hearer as
+    // creates that made nothing, and their reservations released.
+    assert_exercised(
+        &summary,
+        [
+            "create_refused",
+            "create_refused_failed",
+            "create_refused_released",
+        ],
+        "",
+    );
 }
 
 /// Finding 10 (session 6; fixed in session 7): a controller crashed

@@ -250,6 +250,10 @@ pub enum Planted {
     /// have uploaded is staged again (the uploads resent while uncertain;
     /// sim finding 10, fixed in session 7).
     RestageResumedPreparing,
+    /// A create the worker's create handler refused (400 `BAD_REQUEST`
+    /// envelope) is taken for a passing failure and sent again (the one
+    /// create of a disposable machine resent; session 10).
+    ResendRefusedCreate,
 }
 
 impl ControllerConfig {

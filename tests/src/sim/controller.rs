@@ -32,6 +32,7 @@ mod conn;
 mod files;
 pub use files::launches_on;
 mod probes;
+mod refusals;
 mod replies;
 mod retained;
 
@@ -82,6 +83,7 @@ const WORKER_FAULTS: WorkerFaults = WorkerFaults {
     timeout_408: 40,
     late_create: 100,
     late_stop: 100,
+    refuse_create: 50,
 };
 
 #[derive(Debug)]
@@ -206,6 +208,8 @@ struct Sim {
     /// (retained runs).
     probes: probes::Probes,
     files: files::SimFiles,
+    /// Refused creates and imageless machines (session 10).
+    refusals: refusals::Refusals,
 }
 
 /// Runs one seed against the `Controller` and checks it.
@@ -302,6 +306,7 @@ impl Sim {
         let mut worker = SimWorker::new(Rng::fork(seed, 12), WORKER_FAULTS, MACHINE);
         worker.latency_ms = 100;
         worker.timeout_ms = 20_000;
+        worker.set_side(Rng::fork(seed, 22), refusals::IMAGELESS);
         let mut sim = Self {
             opts,
             rng: Rng::fork(seed, 13),
@@ -335,6 +340,7 @@ impl Sim {
             absent_cancels: BTreeSet::new(),
             probes: probes::Probes::new(seed),
             files: files::SimFiles::new(seed, opts.inputs && super::inputs_on()),
+            refusals: refusals::Refusals::new(seed),
         };
         if opts.bug == Some(Bug::SlotFreedAfterFailedCollection) {
             sim.store.plant_free_after_failed_collection();
@@ -458,6 +464,9 @@ impl Sim {
         cfg.poll_interval_ms = POLL_MS;
         if self.opts.bug == Some(Bug::RestageResumedPreparing) {
             cfg.planted = Some(smolbox_core::managed::controller::Planted::RestageResumedPreparing);
+        }
+        if self.opts.bug == Some(Bug::ResendRefusedCreate) {
+            cfg.planted = Some(smolbox_core::managed::controller::Planted::ResendRefusedCreate);
         }
         let ctl = match Controller::new(
             cfg,
@@ -923,6 +932,9 @@ impl Sim {
         if let Request::Inspect { name } = &request {
             self.ret.inspects.insert(req, name.clone());
         }
+        if let Request::Create { name } = &request {
+            self.refusals.create_sent(req, name);
+        }
         self.log(format!("{} sends {request:?}", Self::owner(h)));
         let _ = key;
         let now = self.now();
@@ -1172,6 +1184,7 @@ impl Sim {
         if self.crash_point(h, "worker_after_effect") {
             return;
         }
+        self.note_create_reply(h, req, &r);
         if r.is_ok() {
             self.worker.settle(req);
         }

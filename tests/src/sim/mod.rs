@@ -29,7 +29,10 @@
 //! under its own owner, recovering by its own due scan. Planted bugs
 //! ([`Bug`]) live in that driver, but for one in the core's test-only
 //! switch (`RestageResumedPreparing`) and one in the simulated store
-//! (`SlotFreedAfterFailedCollection`, [`store::FaultStore`]). (The
+//! (`SlotFreedAfterFailedCollection`, [`store::FaultStore`]); the
+//! worker's definite refusals (a create's 400, imageless machines) have
+//! theirs in the core (`ResendRefusedCreate`) and the driver
+//! (`ImagelessAdmitted`). (The
 //! one-command `managed::run::Run` and its driver were removed with it in
 //! session 3.)
 
@@ -178,6 +181,16 @@ pub enum Bug {
     /// in the simulated store ([`store::FaultStore::plant_free_after_failed_collection`]),
     /// since the rule lives in the store. Retained runs only.
     SlotFreedAfterFailedCollection,
+    /// A create the worker's create handler refused (400 `BAD_REQUEST`
+    /// envelope: nothing made) is sent again, as if the refusal were a
+    /// passing failure: the core's test-only switch
+    /// (`Planted::ResendRefusedCreate`). Disposable runs only.
+    ResendRefusedCreate,
+    /// The image preflight of a background launch or a terminal takes every
+    /// machine for a plain image machine (the driver answers the launch's
+    /// inspect with an image and the terminal's preflight with `Ok`), so
+    /// they reach imageless machines. Retained runs only.
+    ImagelessAdmitted,
 }
 
 impl Bug {
@@ -214,6 +227,12 @@ impl Bug {
 
     /// The planted bugs of the store's slot rules (retained runs).
     pub const STORE: [Self; 1] = [Self::SlotFreedAfterFailedCollection];
+
+    /// The planted bug of the create handler's refusal (disposable runs).
+    pub const REFUSED_CREATE: [Self; 1] = [Self::ResendRefusedCreate];
+
+    /// The planted bug of the image rule (retained runs).
+    pub const IMAGE: [Self; 1] = [Self::ImagelessAdmitted];
 
     /// Text every violation this bug causes contains (what the planted-bug
     /// test looks for, so a bug is "caught" only by its own symptom).
@@ -252,6 +271,8 @@ impl Bug {
             ],
             Self::WrongOutputDigest => &["is not what the command wrote"],
             Self::LaunchedAsExit => &["a background launch became an exit"],
+            Self::ResendRefusedCreate => &["arrived again after the worker refused it"],
+            Self::ImagelessAdmitted => &["reached imageless machine"],
             Self::SlotFreedAfterFailedCollection => &[
                 "is collection_failed (an unknown or unconfirmed outcome keeps the slot until resolve)",
             ],

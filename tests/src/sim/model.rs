@@ -164,6 +164,18 @@ impl Model {
                             a.machine_name
                         ),
                     );
+                } else if newly && r.creation.is_none() && worker.create_made(&a.machine_name) {
+                    // Without creation evidence only a create that never
+                    // left or that the worker refused proves nothing was
+                    // made (session 10).
+                    self.violate(
+                        step,
+                        &r.key,
+                        format!(
+                            "absence of {} recorded without creation evidence although a create of it made the machine",
+                            a.machine_name
+                        ),
+                    );
                 } else if newly && worker.create_may_still_land(&a.machine_name) {
                     self.violate(
                         step,

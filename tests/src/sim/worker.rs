@@ -9,7 +9,9 @@
 //! - a stop that takes effect late (the reply is lost, the machine stops
 //!   after a while);
 //! - a serve restart that deletes formerly running machines (§5.8) and
-//!   forgets running commands.
+//!   forgets running commands;
+//! - a create its handler refuses (400 `BAD_REQUEST` envelope: nothing
+//!   made), and imageless machines (`worker/refusals.rs`, session 10).
 //!
 //! Requests travel: [`SimWorker::send`] (the request leaves the client) →
 //! arrival after a network delay (the effect happens, the mutation is
@@ -37,8 +39,10 @@ use smolbox_core::{Error, Evidence, Operation};
 use super::rng::Rng;
 
 mod files;
+mod refusals;
 
 pub use files::{ExecFiles, output_content, sha256_hex};
+pub use refusals::create_refusal;
 
 /// Kinds of worker mutation, counted per identity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -208,6 +212,9 @@ pub struct MachineView {
     pub incarnation: u64,
     /// State.
     pub state: MachineState,
+    /// No `image` (created from a `.smolmachine`): not a plain image
+    /// machine (`worker/refusals.rs`).
+    pub imageless: bool,
 }
 
 /// A successful reply.
@@ -250,6 +257,10 @@ pub struct WorkerFaults {
     pub late_create: u32,
     /// A stop's reply is lost; it takes effect later.
     pub late_stop: u32,
+    /// A create is refused by its handler (400 `BAD_REQUEST` envelope,
+    /// nothing made), drawn from the worker's second stream
+    /// ([`SimWorker::set_side`]).
+    pub refuse_create: u32,
 }
 
 impl WorkerFaults {
@@ -260,6 +271,7 @@ impl WorkerFaults {
         timeout_408: 0,
         late_create: 0,
         late_stop: 0,
+        refuse_create: 0,
     };
 }
 
@@ -344,6 +356,8 @@ pub struct SimWorker {
     exec_machine: BTreeMap<String, String>,
     /// Files on machines, what each command read and writes (`worker/files.rs`).
     files: files::Files,
+    /// Refused creates and imageless machines (`worker/refusals.rs`).
+    side: refusals::Side,
     /// A stop, delete or restart kills what runs on the machine (retained
     /// runs; the older subjects let a command run to its exit).
     pub stop_kills: bool,
@@ -378,6 +392,7 @@ impl SimWorker {
             sessions: BTreeMap::new(),
             exec_machine: BTreeMap::new(),
             files: files::Files::default(),
+            side: refusals::Side::default(),
             stop_kills: false,
             latency_ms: 50,
             timeout_ms: 30_000,
@@ -468,6 +483,9 @@ impl SimWorker {
                 Pending::Appear(name) => {
                     let inc = self.next_incarnation;
                     self.next_incarnation += 1;
+                    if !self.machines.contains_key(&name) {
+                        self.machine_made(&name);
+                    }
                     self.machines.entry(name).or_insert(Machine {
                         incarnation: inc,
                         state: MachineState::Created,
@@ -575,6 +593,15 @@ impl SimWorker {
                 ));
             }
             self.uncertain.insert(m.clone());
+            if matches!(request, Request::Launch { .. } | Request::Terminal { .. }) {
+                let on = match &request {
+                    Request::Launch { machine, .. } | Request::Terminal { machine, .. } => {
+                        machine.clone()
+                    }
+                    _ => String::new(),
+                };
+                self.check_plain_image(m.0, &m.1, &on);
+            }
             self.arrivals.push(m);
         }
         let op = request.operation();
@@ -589,9 +616,13 @@ impl SimWorker {
         let reply: (u64, Result<Reply, Error>) = match request {
             Request::Create { name } => {
                 if fate == Fate::Late {
+                    self.create_arrives(&name, false);
                     let later = at + self.rng.range(1, 5_000);
                     self.push(later, Pending::Appear(name));
                     (at + self.timeout_ms, lost())
+                } else if self.create_arrives(&name, true) {
+                    // The handler validates before it makes anything.
+                    (back, Err(create_refusal()))
                 } else if self.machines.contains_key(&name) {
                     (
                         back,
@@ -604,6 +635,7 @@ impl SimWorker {
                 } else {
                     let inc = self.next_incarnation;
                     self.next_incarnation += 1;
+                    self.machine_made(&name);
                     self.machines.insert(
                         name.clone(),
                         Machine {
@@ -781,6 +813,7 @@ impl SimWorker {
                 name: name.to_owned(),
                 incarnation: m.incarnation,
                 state: m.state,
+                imageless: self.is_imageless(name),
             })
         })
     }

@@ -116,8 +116,9 @@ impl Sim {
             self.last_commit_ms = self.now();
         }
         self.model.check_absence(self.step, &commits, &self.worker);
-        self.model.observe_commits(self.step, commits);
         let mcommits = self.store.take_machine_commits();
+        self.check_refusal_commits(&commits, &mcommits);
+        self.model.observe_commits(self.step, commits);
         if !mcommits.is_empty() {
             self.last_commit_ms = self.now();
             let mut out = Vec::new();
@@ -133,6 +134,13 @@ impl Sim {
             self.model.violations.extend(out);
         }
         self.check_renewal();
+        for (m, id) in arrivals {
+            if *m == Mutation::Delete && self.refusals.delete_forbidden(id) {
+                self.violation(format!(
+                    "Delete of {id} reached the worker after its owner asked to delete it with its absence recorded (that delete settles without a worker call)"
+                ));
+            }
+        }
         self.model
             .check_worker(self.step, &self.worker, arrivals, |k| k.id.clone());
         for v in self.worker.take_violations() {
@@ -214,6 +222,7 @@ impl Sim {
             self.finish_retained();
         }
         self.check_files();
+        self.check_refused_creates();
         for j in 0..self.jobs.len() {
             let key = self.jobs[j].key.clone();
             let stored = match self.store.inner().fetch(&key) {

@@ -29,9 +29,12 @@ impl Sim {
                 allowlists_present: false,
                 ports: spec.ports.clone(),
                 mounts: spec.mounts.clone(),
-                // Plain image machines: a slot launch is inspected before
-                // its acceptance and goes out only to one.
-                image: Some("sim:1".to_owned()),
+                // A slot launch is inspected before its acceptance and goes
+                // out only to a plain image machine; imageless ones (a
+                // `.smolmachine`) show none (planted `ImagelessAdmitted`:
+                // every machine shows one).
+                image: (!v.imageless || self.opts.bug == Some(Bug::ImagelessAdmitted))
+                    .then(|| "sim:1".to_owned()),
             },
             state: match v.state {
                 worker::MachineState::Created => WState::Created,

@@ -304,7 +304,7 @@ impl Sim {
             || self
                 .holder_state(r)
                 .is_some_and(|s| s == ExecState::Unknown);
-        if self.probe(h, m, r) {
+        if self.probe(h, m, r) || self.owner_deletes_absent(h, m, r) {
             return;
         }
         if r.state == S::Deleted {
@@ -567,14 +567,15 @@ impl Sim {
                         return;
                     }
                 }
-                TermOutput::Inspect { .. } => {
-                    // The image preflight: the simulated worker's machines
-                    // all take terminals (the preflight itself is covered
-                    // by the core and shell suites). Answered at once; it
-                    // mutates nothing, so no crash point belongs here.
+                TermOutput::Inspect { machine, .. } => {
+                    // The image preflight: core's verdict on the machine as
+                    // the worker shows it (imageless ones are refused).
+                    // Answered at once; it mutates nothing, so no crash
+                    // point belongs here.
+                    let verdict = self.terminal_image_verdict(&machine);
                     let (n, w) = (self.clock.now(), self.clock.wall_ms());
                     if let Some(t) = self.hosts[h].terms.get_mut(key) {
-                        t.run.handle_inspected(n, w, Ok(()));
+                        t.run.handle_inspected(n, w, verdict);
                     }
                 }
                 TermOutput::Close => {
@@ -617,6 +618,7 @@ impl Sim {
                     ));
                     if let Some(m) = self.job_machine(key) {
                         self.ret.machines[m].busy_until = 0;
+                        self.on_slot_refusal(m, key, &e);
                     }
                 }
                 TermOutput::Event(TermEvent::Done { record, error, .. }) => {
@@ -666,6 +668,19 @@ impl Sim {
             .iter()
             .find(|j| j.key == *key)
             .map(|j| j.machine)
+    }
+
+    /// Slot job `key` was refused for good (its machine is imageless): the
+    /// caller moves on to its next job.
+    pub(super) fn job_refused(&mut self, key: &RecordKey) {
+        let Some(sj) = self.ret.slot_jobs.iter().position(|j| j.key == *key) else {
+            return;
+        };
+        let rm = &mut self.ret.machines[self.ret.slot_jobs[sj].machine];
+        rm.busy_until = 0;
+        if rm.jobs.get(rm.next_job) == Some(&sj) {
+            rm.next_job += 1;
+        }
     }
 
     fn job_accepted(&mut self, key: &RecordKey) {
@@ -942,6 +957,10 @@ impl Sim {
                 let k = execution.key.clone();
                 let _ = sj;
                 self.job_accepted(&k);
+            }
+            (What::Submit(sj), Err(e)) if e.reason() == Reason::NeedsPlainImageMachine => {
+                let k = self.ret.slot_jobs[sj].key.clone();
+                self.on_slot_refusal(m, &k, &e);
             }
             (What::Resolve, Ok(MachineAnswer::Resolved { .. })) => {
                 self.ret.machines[m].drain_tried = false;

@@ -173,6 +173,14 @@ impl Exec {
                     if e.evidence() == Evidence::NotDispatched
                         || crate::worker::Create::refused(&e) =>
                 {
+                    #[cfg(feature = "testkit")]
+                    if cfg.planted == Some(super::super::Planted::ResendRefusedCreate)
+                        && crate::worker::Create::refused(&e)
+                    {
+                        self.machine.create_sent = false;
+                        self.machine.reply = None;
+                        return self.prepare_machine(cfg, profile, None, now, now_ms);
+                    }
                     return self.not_created(cfg, now, now_ms, e);
                 }
                 Some((_, r)) if self.machine.create_sent => {

@@ -370,6 +370,8 @@ fn store_failures_at_the_new_steps_are_retried_without_a_second_transfer() {
     assert_eq!(s.count("accept"), 1);
 }
 
+/// A new controller `owner` (files configuration) on `s`'s store, `ms`
+/// later: what a crash of `s` leaves to the next one.
 fn restart(s: &mut Sim, owner: &str, ms: u64) -> Sim {
     let mut cfg = files_config();
     cfg.owner = owner.into();

@@ -225,16 +225,6 @@ fn a_staged_input_that_reads_back_differently_fails_unsent_and_keeps_the_slot() 
     assert!(!s.finished(&key).unwrap().dispatched);
 }
 
-fn restart(s: &mut Sim, ms: u64) -> Sim {
-    let mut cfg = files_config();
-    cfg.owner = "ctl-test-2".into();
-    let mut t = Sim::new(cfg);
-    t.store = std::mem::take(&mut s.store);
-    t.now_ms = s.now_ms;
-    t.advance(ms);
-    t
-}
-
 /// Sim finding 10's rule in the slot: a crash mid-staging (an upload out,
 /// its outcome unknown) is failed by the controller that finds it,
 /// `staging_uncertain`, with no upload resent and no exec; the slot is
@@ -243,7 +233,7 @@ fn restart(s: &mut Sim, ms: u64) -> Sim {
 fn a_crash_mid_staging_fails_without_another_upload_and_keeps_the_slot() {
     let (mut s, key) = submitted("sf6", &one_in_one_out());
     assert_eq!(kinds(&s), ["upload"]);
-    let t = restart(&mut s, 2_500);
+    let t = restart(&mut s, "ctl-test-2", 2_500);
     assert!(t.worker.is_empty(), "resent: {:?}", kinds(&t));
     let rec = t.record(&key).clone();
     assert_eq!(rec.state, ExecState::Failed);
@@ -268,7 +258,7 @@ fn a_crash_mid_collection_is_collected_again_without_a_second_exec() {
     s.answer("exec", exited(9, ""));
     s.answer("inspect", running());
     assert_eq!(kinds(&s), ["download"]);
-    let mut t = restart(&mut s, 2_500);
+    let mut t = restart(&mut s, "ctl-test-2", 2_500);
     assert_eq!(kinds(&t), ["inspect"], "{:#?}", t.store_log);
     t.answer("inspect", running());
     t.answer("download", downloaded(b"x"));
