@@ -215,3 +215,15 @@ fn controller_finding_s10_a_cancel_answered_with_another_key_is_not_the_record()
         .join("../fuzz/corpus/controller/s10-cancel-answered-with-another-key");
     smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
 }
+
+/// The `gaps` helper's controller run of session 10 (one job, 719,944
+/// executions): the signature of finding 19 on `k3`; it fails on the
+/// branch point `c4c58fe` as well (not a regression of that branch).
+/// Finding 19's case: it passes with finding 19's fix and fails with that
+/// fix's same-record check removed; see fuzz/README.md.
+#[test]
+fn controller_finding_s10_gaps_k3_unanswered_intent() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/corpus/controller/s10-gaps-k3-unanswered-intent");
+    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+}
