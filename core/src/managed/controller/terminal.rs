@@ -712,6 +712,7 @@ impl TerminalRun {
     /// `intent`: the reply is the dispatch intent write's.
     fn on_reply(&mut self, now: Instant, now_ms: u64, op: (Kind, bool), reply: TermStoreReply) {
         let (kind, intent) = op;
+        let mut own = false;
         if let TermStoreReply::Record(r)
         | TermStoreReply::Submitted { record: r, .. }
         | TermStoreReply::Finished { record: r, .. } = &reply
@@ -730,7 +731,21 @@ impl TerminalRun {
                     Reason::RecordWentBack,
                 )));
             }
-            let own = kind == Kind::Write && intent && r.state == ExecState::Dispatching;
+            // Only the intent write's own outcome is this run's intent:
+            // `dispatching` at the next version of the same record (key,
+            // fingerprint, spec), the same generation and claim of this
+            // controller (the command's rule, fuzz findings 11 and 19).
+            own = kind == Kind::Write
+                && intent
+                && r.state == ExecState::Dispatching
+                && self.rec.as_ref().is_some_and(|p| {
+                    r.version == p.version.saturating_add(1)
+                        && r.generation == p.generation
+                        && r.claim == p.claim
+                        && r.fingerprint == p.fingerprint
+                        && r.spec == p.spec
+                })
+                && r.claim.as_ref().is_some_and(|c| c.owner == self.cfg.owner);
             if !own && !self.intent_mine && !r.state.is_before_dispatch() {
                 self.shown_dispatched = true;
             }
@@ -772,11 +787,7 @@ impl TerminalRun {
                 self.rec = Some(*r);
             }
             (Kind::Fetch | Kind::Write | Kind::Cancel, TermStoreReply::Record(r)) => {
-                if kind == Kind::Write
-                    && intent
-                    && r.state == ExecState::Dispatching
-                    && !self.shown_dispatched
-                {
+                if own && !self.shown_dispatched {
                     self.intent_mine = true;
                 }
                 if kind == Kind::Cancel {

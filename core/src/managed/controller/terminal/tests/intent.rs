@@ -120,3 +120,30 @@ fn an_intent_reply_about_another_record_never_opens() {
         (Category::Protocol, Reason::UnexpectedReply)
     );
 }
+
+/// The reply to the run's intent write shows the record `dispatching`, but
+/// under another claim generation and owner: not the write's own outcome
+/// (the command's rule, fuzz finding 11). It was taken for the run's
+/// intent and the terminal opened. Only the outcome (the next version of
+/// the same record, the same generation and claim of this controller)
+/// makes the intent the run's own; nothing opens, the record ends
+/// `unknown`.
+#[test]
+fn an_intent_reply_under_another_claim_never_opens() {
+    let mut sim = Sim::new();
+    let _run = open_with(&mut sim, "t1", |op, r| {
+        if !write_to(op, ExecState::Dispatching) {
+            return false;
+        }
+        let Ok(TermStoreReply::Record(rec)) = r else {
+            return false;
+        };
+        rec.generation += 1;
+        if let Some(c) = rec.claim.as_mut() {
+            c.owner = "ctl-other".into();
+        }
+        true
+    });
+    assert_eq!(sim.opens(), 0, "opened on another claim's intent");
+    assert_eq!(sim.exec("t1").state, ExecState::Unknown);
+}
