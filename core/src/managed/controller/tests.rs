@@ -629,96 +629,6 @@ fn with_no_room_a_submission_is_accepted_without_its_intent() {
 }
 
 #[test]
-fn a_cancel_before_dispatch_sends_nothing() {
-    let mut s = Sim::new(detached());
-    let key = s.submit("c1", &cmd());
-    // Perform only the accept, then cancel.
-    let (id, op) = s.ctl.poll_store_op().unwrap();
-    let r = s.store.apply(&op);
-    s.ctl.handle_stored(s.now, s.now_ms, id, r);
-    s.ctl.cancel(s.now, s.now_ms, key.clone());
-    s.settle();
-    assert!(s.worker.is_empty(), "nothing dispatched");
-    let rec = s.record(&key);
-    assert_eq!(rec.state, ExecState::Cancelled);
-    assert_eq!(rec.evidence, RecordEvidence::NotDispatched);
-    assert!(
-        s.events
-            .iter()
-            .any(|e| matches!(e, ControllerEvent::CancelRecorded { result: Ok(_), .. }))
-    );
-    assert!(s.finished(&key).is_some());
-}
-
-#[test]
-fn a_cancel_landing_just_before_the_intent_makes_the_intent_fail() {
-    let mut s = Sim::new(detached());
-    let key = s.submit("c2", &cmd());
-    loop {
-        let (id, op) = s.ctl.poll_store_op().unwrap();
-        let is_intent = matches!(&op, StoreOp::Write { patch, .. }
-            if patch.state == Some(ExecState::Dispatching));
-        if is_intent {
-            // Another process cancels between the claim and the intent.
-            s.store
-                .apply(&StoreOp::Cancel {
-                    key: key.clone(),
-                    now_ms: s.now_ms,
-                })
-                .unwrap();
-        }
-        let r = s.store.apply(&op);
-        if is_intent {
-            assert!(r.is_err(), "the intent is refused");
-        }
-        s.ctl.handle_stored(s.now, s.now_ms, id, r);
-        if is_intent {
-            break;
-        }
-    }
-    s.settle();
-    assert!(s.worker.is_empty(), "nothing dispatched");
-    assert_eq!(s.record(&key).state, ExecState::Cancelled);
-    assert_eq!(s.record(&key).evidence, RecordEvidence::NotDispatched);
-}
-
-#[test]
-fn a_cancel_after_dispatch_ends_observation_but_a_late_exit_wins() {
-    let mut s = Sim::new(config());
-    let key = s.submit("c3", &cmd());
-    s.settle();
-    assert_eq!(s.worker.len(), 1);
-    s.ctl.cancel(s.now, s.now_ms, key.clone());
-    s.settle();
-    assert_eq!(s.record(&key).state, ExecState::Unknown);
-    assert!(s.record(&key).cancel_requested_at_ms.is_some());
-    let states: Vec<_> = s
-        .store_log
-        .iter()
-        .filter_map(|op| match op {
-            StoreOp::Write { patch, .. } => patch.state,
-            _ => None,
-        })
-        .collect();
-    assert!(states.ends_with(&[ExecState::Cancelling, ExecState::Unknown]));
-    s.answer_exec(exited(0, ""));
-    assert_eq!(s.record(&key).state, ExecState::Completed);
-    assert_eq!(s.record(&key).evidence, RecordEvidence::Exited);
-}
-
-#[test]
-fn cancelling_a_completed_record_changes_nothing() {
-    let mut s = Sim::new(config());
-    let key = s.submit("c4", &cmd());
-    s.settle();
-    s.answer_exec(exited(0, ""));
-    let before = s.record(&key).clone();
-    s.ctl.cancel(s.now, s.now_ms, key.clone());
-    s.settle();
-    assert_eq!(s.record(&key), &before);
-}
-
-#[test]
 fn a_duplicate_submit_joins_and_a_changed_spec_conflicts() {
     let mut s = Sim::new(config());
     let key = s.submit("d1", &cmd());
@@ -835,115 +745,6 @@ fn foreign(s: &mut Sim, id: &str, to: &[ExecState], claim_until: u64) -> RecordK
     }
     s.store.records.insert(key.clone(), rec);
     key
-}
-
-#[test]
-fn recovery_marks_possibly_dispatched_records_unknown_and_never_resends() {
-    let mut s = Sim::new(config());
-    let key = foreign(
-        &mut s,
-        "x1",
-        &[
-            ExecState::Preparing,
-            ExecState::Ready,
-            ExecState::Dispatching,
-        ],
-        T0 - 5_000,
-    );
-    s.settle();
-    assert!(s.worker.is_empty());
-    assert_eq!(s.record(&key).state, ExecState::Unknown);
-    assert_eq!(s.record(&key).evidence, RecordEvidence::DispatchUncertain);
-    assert_eq!(s.record(&key).next_due_at_ms, None);
-}
-
-#[test]
-fn recovery_finishes_collection() {
-    let mut s = Sim::new(config());
-    let key = foreign(
-        &mut s,
-        "x2",
-        &[
-            ExecState::Preparing,
-            ExecState::Ready,
-            ExecState::Dispatching,
-            ExecState::Collecting,
-        ],
-        T0 - 5_000,
-    );
-    s.settle();
-    assert_eq!(s.record(&key).state, ExecState::Completed);
-    assert!(matches!(
-        s.record(&key).result,
-        Some(ExecResult::Exited { exit_code: 3, .. })
-    ));
-}
-
-#[test]
-fn a_resumed_ready_record_dispatches_its_stored_spec_once() {
-    let mut s = Sim::new(config());
-    let key = foreign(
-        &mut s,
-        "x3",
-        &[ExecState::Preparing, ExecState::Ready],
-        T0 - 5_000,
-    );
-    s.settle();
-    assert_eq!(s.worker.len(), 1);
-    let WorkerOp::Exec { command, .. } = &s.worker[0].1 else {
-        panic!("exec expected");
-    };
-    assert_eq!(command.argv(), cmd().argv());
-    s.answer_exec(exited(0, ""));
-    assert_eq!(s.record(&key).state, ExecState::Completed);
-    // Another scan finds nothing to do.
-    s.advance(500);
-    assert!(s.worker.is_empty());
-}
-
-#[test]
-fn a_record_held_by_a_live_controller_is_left_alone() {
-    let mut s = Sim::new(config());
-    let key = foreign(
-        &mut s,
-        "x4",
-        &[
-            ExecState::Preparing,
-            ExecState::Ready,
-            ExecState::Dispatching,
-        ],
-        T0 + 60_000,
-    );
-    let before = s.record(&key).clone();
-    s.settle();
-    s.advance(300);
-    assert_eq!(s.record(&key), &before, "never marked unknown");
-    assert!(s.worker.is_empty());
-    let f = s.finished(&key).unwrap();
-    assert!(f.held_elsewhere);
-    // Retried only after one claim TTL: a single attempt so far.
-    let claims = s
-        .store_log
-        .iter()
-        .filter(|op| matches!(op, StoreOp::Claim { key: k, .. } if *k == key))
-        .count();
-    assert_eq!(claims, 1);
-}
-
-#[test]
-fn a_submit_of_a_key_another_live_controller_runs_waits_for_it() {
-    let mut s = Sim::new(config());
-    let key = foreign(&mut s, "d2", &[ExecState::Preparing], T0 + 60_000);
-    s.submit("d2", &cmd());
-    s.settle();
-    assert!(
-        s.events
-            .iter()
-            .any(|e| matches!(e, ControllerEvent::Accepted { existing: true, .. }))
-    );
-    assert!(s.worker.is_empty());
-    assert_eq!(s.record(&key).state, ExecState::Preparing);
-    assert!(s.finished(&key).unwrap().held_elsewhere);
 }
 
 #[test]
@@ -1420,6 +1221,7 @@ fn debug_of_the_controller_mid_run_hides_secrets() {
 
 // The regressions of the recovery simulation's findings and the claim at
 // acceptance.
+mod cancel;
 mod catalog;
 mod checkpoint;
 mod disposable;
@@ -1429,6 +1231,7 @@ mod findings;
 mod intent;
 mod machines;
 mod named;
+mod recovery;
 mod refence;
 mod release;
 mod stream;
