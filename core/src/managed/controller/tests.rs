@@ -1176,6 +1176,41 @@ impl Sim {
         self.record(key).assignment.clone().unwrap().machine_name
     }
 
+    /// Drives the disposable execution of `key` up to its own dispatch
+    /// intent, performing every store op before it and answering the
+    /// machine's create and start as they come; returns the intent's store
+    /// op, not yet performed.
+    fn until_intent(&mut self, key: &RecordKey) -> (OpId, StoreOp) {
+        let intent = |op: &StoreOp| matches!(op, StoreOp::Write { patch, .. } if patch.state == Some(ExecState::Dispatching));
+        loop {
+            while let Some(w) = self.ctl.poll_worker_op() {
+                self.worker.push(w);
+            }
+            while let Some(e) = self.ctl.poll_event() {
+                self.events.push(e);
+            }
+            if let Some((id, op)) = self.ctl.poll_store_op() {
+                if intent(&op) {
+                    return (id, op);
+                }
+                let r = self.store.apply(&op);
+                self.store_log.push(op);
+                self.ctl.handle_stored(self.now, self.now_ms, id, r);
+                continue;
+            }
+            let (wid, wop) = self.worker.remove(0);
+            let name = self.machine_of(key);
+            let state = if wop.name() == "create" {
+                MachineState::Created
+            } else {
+                MachineState::Running
+            };
+            let o = observation(&name, state, 1_700_000_000);
+            self.ctl
+                .handle_worker(self.now, self.now_ms, wid, Ok(WorkerReply::Machine(o)));
+        }
+    }
+
     /// Create and start answered: the machine runs; its name.
     fn started(&mut self, key: &RecordKey) -> String {
         let name = self.machine_of(key);

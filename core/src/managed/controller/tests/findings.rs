@@ -343,9 +343,7 @@ fn own_intent_scanned_before_its_answer(
     key: &RecordKey,
     stop: impl Fn(&StoreOp) -> bool,
 ) {
-    let (id, op) = run_until(s, stop);
-    let r = s.store.apply(&op);
-    s.store_log.push(op);
+    let (id, r) = perform_until(s, stop);
     let committed = s.record(key).clone();
     assert_eq!(committed.state, ExecState::Dispatching);
     s.ctl.reconcile(s.now, s.now_ms);
@@ -405,6 +403,15 @@ fn run_until(s: &mut Sim, stop: impl Fn(&StoreOp) -> bool) -> (OpId, StoreOp) {
         s.store_log.push(op);
         s.ctl.handle_stored(s.now, s.now_ms, id, r);
     }
+}
+
+/// [`run_until`], then performs the op it stopped at (applied and logged);
+/// its id and the store's answer, not yet handed to the controller.
+fn perform_until(s: &mut Sim, stop: impl Fn(&StoreOp) -> bool) -> (OpId, StoreResult) {
+    let (id, op) = run_until(s, stop);
+    let r = s.store.apply(&op);
+    s.store_log.push(op);
+    (id, r)
 }
 
 /// Fuzz finding 5 (`controller` target, session 7, fixed in session 8):
@@ -476,9 +483,7 @@ fn a_scan_row_of_another_record_at_the_intents_version_is_never_followed_by_a_se
         matches!(op, StoreOp::Write { key: k, patch, .. }
             if *k == key && patch.state == Some(ExecState::Dispatching))
     };
-    let (id, op) = run_until(&mut s, intent);
-    let r = s.store.apply(&op);
-    s.store_log.push(op);
+    let (id, r) = perform_until(&mut s, intent);
     let mut foreign = s.record(&key).clone();
     assert_eq!(foreign.state, ExecState::Dispatching);
     foreign.fingerprint = "f".repeat(64);
@@ -581,9 +586,7 @@ fn a_row_like_the_acceptances_own_intent_but_of_another_record_is_never_followed
     let mut s = Sim::new(config());
     s.settle();
     let key = s.submit("own", &cmd());
-    let (acc, op) = run_until(&mut s, |op| matches!(op, StoreOp::AcceptDispatching { .. }));
-    let r = s.store.apply(&op);
-    s.store_log.push(op);
+    let (acc, r) = perform_until(&mut s, |op| matches!(op, StoreOp::AcceptDispatching { .. }));
     let Ok(StoreReply::Accepted { record, .. }) = &r else {
         panic!("not an acceptance");
     };
@@ -676,9 +679,7 @@ fn an_intent_write_answered_with_another_row_is_never_followed_by_a_send() {
     s.settle();
     let key = s.submit("lied", &cmd());
     let intent = |op: &StoreOp| matches!(op, StoreOp::Write { patch, .. } if patch.state == Some(ExecState::Dispatching));
-    let (id, op) = run_until(&mut s, intent);
-    let mut r = s.store.apply(&op);
-    s.store_log.push(op);
+    let (id, mut r) = perform_until(&mut s, intent);
     let Ok(StoreReply::Record(rec)) = &mut r else {
         panic!("not a record: {r:?}");
     };
@@ -706,9 +707,7 @@ fn a_reply_at_the_largest_version_does_not_panic() {
     s.settle();
     let key = s.submit("max", &cmd());
     let claim = |op: &StoreOp| matches!(op, StoreOp::Claim { .. });
-    let (id, op) = run_until(&mut s, claim);
-    let mut r = s.store.apply(&op);
-    s.store_log.push(op);
+    let (id, mut r) = perform_until(&mut s, claim);
     let Ok(StoreReply::Record(rec)) = &mut r else {
         panic!("not a record: {r:?}");
     };
@@ -735,35 +734,7 @@ fn a_reply_at_the_largest_version_does_not_panic() {
 /// lease had lapsed, then a due row of another history (finding 16).
 fn own_intent_then_another_history(s: &mut Sim) -> RecordKey {
     let key = s.submit_disposable("diverged", &cmd());
-    let intent = |op: &StoreOp| matches!(op, StoreOp::Write { patch, .. } if patch.state == Some(ExecState::Dispatching));
-    let (id, op) = loop {
-        while let Some(w) = s.ctl.poll_worker_op() {
-            s.worker.push(w);
-        }
-        while let Some(e) = s.ctl.poll_event() {
-            s.events.push(e);
-        }
-        if let Some((id, op)) = s.ctl.poll_store_op() {
-            if intent(&op) {
-                break (id, op);
-            }
-            let r = s.store.apply(&op);
-            s.store_log.push(op);
-            s.ctl.handle_stored(s.now, s.now_ms, id, r);
-            continue;
-        }
-        // Answer the machine ops (create, start) as they come.
-        let (wid, wop) = s.worker.remove(0);
-        let name = s.record(&key).assignment.clone().unwrap().machine_name;
-        let state = if wop.name() == "create" {
-            MachineState::Created
-        } else {
-            MachineState::Running
-        };
-        let o = observation(&name, state, 1_700_000_000);
-        s.ctl
-            .handle_worker(s.now, s.now_ms, wid, Ok(WorkerReply::Machine(o)));
-    };
+    let (id, op) = s.until_intent(&key);
     let r = s.store.apply(&op);
     s.store_log.push(op);
     let Ok(StoreReply::Record(rec)) = &r else {
@@ -833,9 +804,7 @@ fn a_refused_duplicates_read_showing_another_intent_is_never_followed_by_a_send(
     let mut s = Sim::new(detached());
     s.settle();
     let key = s.submit("dup", &cmd());
-    let (acc, op) = run_until(&mut s, |op| matches!(op, StoreOp::Accept { .. }));
-    let r = s.store.apply(&op);
-    s.store_log.push(op);
+    let (acc, r) = perform_until(&mut s, |op| matches!(op, StoreOp::Accept { .. }));
     s.ctl.handle_stored(s.now, s.now_ms, acc, r);
     // The same key for a disposable machine, which no worker here
     // creates: refused by the configuration, so the key is read first.

@@ -12,35 +12,7 @@ use super::*;
 /// this returns except the lease renewal (not yet performed).
 fn own_intent_then_lapse(s: &mut Sim, id: &str) -> RecordKey {
     let key = s.submit_disposable(id, &cmd());
-    let intent = |op: &StoreOp| matches!(op, StoreOp::Write { patch, .. } if patch.state == Some(ExecState::Dispatching));
-    let (id, op) = loop {
-        while let Some(w) = s.ctl.poll_worker_op() {
-            s.worker.push(w);
-        }
-        while let Some(e) = s.ctl.poll_event() {
-            s.events.push(e);
-        }
-        if let Some((id, op)) = s.ctl.poll_store_op() {
-            if intent(&op) {
-                break (id, op);
-            }
-            let r = s.store.apply(&op);
-            s.store_log.push(op);
-            s.ctl.handle_stored(s.now, s.now_ms, id, r);
-            continue;
-        }
-        // Create and start, answered as they come.
-        let (wid, wop) = s.worker.remove(0);
-        let name = s.machine_of(&key);
-        let state = if wop.name() == "create" {
-            MachineState::Created
-        } else {
-            MachineState::Running
-        };
-        let o = observation(&name, state, 1_700_000_000);
-        s.ctl
-            .handle_worker(s.now, s.now_ms, wid, Ok(WorkerReply::Machine(o)));
-    };
+    let (id, op) = s.until_intent(&key);
     let r = s.store.apply(&op);
     s.store_log.push(op);
     assert!(r.is_ok(), "{r:?}");
@@ -130,32 +102,7 @@ fn the_claim_is_renewed_before_the_send_from_a_third_of_the_ttl_on() {
     for (gap, renewed) in [(ttl / 3 - 1, false), (ttl / 3, true)] {
         let mut s = Sim::new(disposable_config());
         let key = s.submit_disposable("third", &cmd());
-        let intent = |op: &StoreOp| matches!(op, StoreOp::Write { patch, .. } if patch.state == Some(ExecState::Dispatching));
-        // Drive to the intent write with the machine running.
-        let (id, op) = loop {
-            while let Some(w) = s.ctl.poll_worker_op() {
-                s.worker.push(w);
-            }
-            if let Some((id, op)) = s.ctl.poll_store_op() {
-                if intent(&op) {
-                    break (id, op);
-                }
-                let r = s.store.apply(&op);
-                s.store_log.push(op);
-                s.ctl.handle_stored(s.now, s.now_ms, id, r);
-                continue;
-            }
-            let (wid, wop) = s.worker.remove(0);
-            let name = s.machine_of(&key);
-            let state = if wop.name() == "create" {
-                MachineState::Created
-            } else {
-                MachineState::Running
-            };
-            let o = observation(&name, state, 1_700_000_000);
-            s.ctl
-                .handle_worker(s.now, s.now_ms, wid, Ok(WorkerReply::Machine(o)));
-        };
+        let (id, op) = s.until_intent(&key);
         let r = s.store.apply(&op);
         s.store_log.push(op);
         // The intent's answer arrives `gap` ms after the claim before it.

@@ -40,9 +40,7 @@ fn a_plain_slot_submission_shown_dispatching_is_never_sent() {
     let mut s = Sim::new(cfg);
     s.running_machine();
     let key = submit_to_slot_async(&mut s, "plain");
-    let (id, op) = run_until(&mut s, |op| matches!(op, StoreOp::SubmitCommand { .. }));
-    let mut r = s.store.apply(&op);
-    s.store_log.push(op);
+    let (id, mut r) = perform_until(&mut s, |op| matches!(op, StoreOp::SubmitCommand { .. }));
     let Ok(StoreReply::Submitted {
         execution,
         existing,
@@ -69,9 +67,7 @@ fn a_slot_submission_answered_with_another_record_is_never_sent() {
     let mut s = Sim::new(disposable_config());
     s.running_machine();
     let key = submit_to_slot_async(&mut s, "mine");
-    let (id, op) = run_until(&mut s, |op| matches!(op, StoreOp::SubmitDispatching { .. }));
-    let mut r = s.store.apply(&op);
-    s.store_log.push(op);
+    let (id, mut r) = perform_until(&mut s, |op| matches!(op, StoreOp::SubmitDispatching { .. }));
     let Ok(StoreReply::Submitted {
         execution,
         machine: Some(machine),
