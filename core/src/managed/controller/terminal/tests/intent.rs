@@ -44,6 +44,26 @@ fn write_to(op: &TermStoreOp, to: ExecState) -> bool {
     matches!(op, TermStoreOp::Write { patch, .. } if patch.state == Some(to))
 }
 
+/// [`open_with`], `lie` rewriting the record in the reply to the first
+/// write to `to`.
+fn open_lying_about(
+    sim: &mut Sim,
+    id: &str,
+    to: ExecState,
+    lie: impl Fn(&mut ExecutionRecord),
+) -> TerminalRun {
+    open_with(sim, id, |op, r| {
+        if !write_to(op, to) {
+            return false;
+        }
+        let Ok(TermStoreReply::Record(rec)) = r else {
+            return false;
+        };
+        lie(rec);
+        true
+    })
+}
+
 /// The reply to a write that did not ask for the intent (`accepted` →
 /// `preparing`) shows the record `dispatching`: any write's reply showing
 /// `dispatching` was taken for the run's own intent and the terminal
@@ -54,21 +74,14 @@ fn write_to(op: &TermStoreOp, to: ExecState) -> bool {
 #[test]
 fn a_write_reply_showing_dispatching_is_not_the_runs_intent() {
     let mut sim = Sim::new();
-    let _run = open_with(&mut sim, "t1", |op, r| {
-        if !write_to(op, ExecState::Preparing) {
-            return false;
-        }
-        let Ok(TermStoreReply::Record(rec)) = r else {
-            return false;
-        };
+    let _run = open_lying_about(&mut sim, "t1", ExecState::Preparing, |rec| {
         // As the store would show it after `ready` and the intent (its
         // execution deadline set): only its origin is a lie.
         for st in [ExecState::Ready, ExecState::Dispatching] {
             let patch = crate::managed::testkit::entry_patch(rec, st);
-            **rec = apply_exec(rec, &patch, rec.updated_at_ms).unwrap();
+            *rec = apply_exec(rec, &patch, rec.updated_at_ms).unwrap();
         }
         assert!(rec.deadlines.execution_ms.is_some());
-        true
     });
     assert_eq!(sim.opens(), 0, "opened on a reply's word");
     // Marked `unknown` under the lie's version (refused), re-read: the
@@ -103,15 +116,8 @@ fn done_error(sim: &Sim) -> Error {
 #[test]
 fn an_intent_reply_about_another_record_never_opens() {
     let mut sim = Sim::new();
-    let _run = open_with(&mut sim, "t1", |op, r| {
-        if !write_to(op, ExecState::Dispatching) {
-            return false;
-        }
-        let Ok(TermStoreReply::Record(rec)) = r else {
-            return false;
-        };
+    let _run = open_lying_about(&mut sim, "t1", ExecState::Dispatching, |rec| {
         rec.key = key("s", "t2");
-        true
     });
     assert_eq!(sim.opens(), 0, "opened for another record");
     let e = done_error(&sim);
@@ -131,18 +137,11 @@ fn an_intent_reply_about_another_record_never_opens() {
 #[test]
 fn an_intent_reply_under_another_claim_never_opens() {
     let mut sim = Sim::new();
-    let _run = open_with(&mut sim, "t1", |op, r| {
-        if !write_to(op, ExecState::Dispatching) {
-            return false;
-        }
-        let Ok(TermStoreReply::Record(rec)) = r else {
-            return false;
-        };
+    let _run = open_lying_about(&mut sim, "t1", ExecState::Dispatching, |rec| {
         rec.generation += 1;
         if let Some(c) = rec.claim.as_mut() {
             c.owner = "ctl-other".into();
         }
-        true
     });
     assert_eq!(sim.opens(), 0, "opened on another claim's intent");
     assert_eq!(sim.exec("t1").state, ExecState::Unknown);
