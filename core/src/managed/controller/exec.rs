@@ -27,6 +27,8 @@ mod disposable;
 mod files;
 mod intent;
 
+pub(super) use intent::intent_outcome;
+
 pub(super) use files::check_files;
 
 /// Consecutive `stale_version` refetches before an execution is given up.
@@ -1097,14 +1099,8 @@ impl Exec {
                 // before the send; fuzz finding 16's rule for rows, finding
                 // 20 for the execution's own reads).
                 self.on_reply_after_intent(&rec, cfg);
-                let own_intent = kind == Kind::Intent
-                    && rec.fingerprint == self.rec.fingerprint
-                    && rec.spec == self.rec.spec
-                    && rec.state == ExecState::Dispatching
-                    && rec.version == self.rec.version.saturating_add(1)
-                    && rec.generation == self.rec.generation
-                    && rec.claim == self.rec.claim
-                    && rec.claim.as_ref().is_some_and(|c| c.owner == cfg.owner);
+                let own_intent =
+                    kind == Kind::Intent && intent_outcome(&self.rec, &rec, &cfg.owner);
                 self.rec = rec;
                 // Deadlines set by this write get their monotonic bound now.
                 let now_ms = self.rec.updated_at_ms;

@@ -67,6 +67,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::OpId;
+use super::exec::intent_outcome;
 use super::ops::Claimed;
 use crate::managed::claim::Guard;
 use crate::managed::patch::ExecPatch;
@@ -737,15 +738,10 @@ impl TerminalRun {
             // controller (the command's rule, fuzz findings 11 and 19).
             own = kind == Kind::Write
                 && intent
-                && r.state == ExecState::Dispatching
-                && self.rec.as_ref().is_some_and(|p| {
-                    r.version == p.version.saturating_add(1)
-                        && r.generation == p.generation
-                        && r.claim == p.claim
-                        && r.fingerprint == p.fingerprint
-                        && r.spec == p.spec
-                })
-                && r.claim.as_ref().is_some_and(|c| c.owner == self.cfg.owner);
+                && self
+                    .rec
+                    .as_ref()
+                    .is_some_and(|p| intent_outcome(p, r, &self.cfg.owner));
             if !own && !self.intent_mine && !r.state.is_before_dispatch() {
                 self.shown_dispatched = true;
             }

@@ -7,6 +7,26 @@
 #[allow(clippy::wildcard_imports)] // the parent's vocabulary, one module
 use super::*;
 
+/// Whether `row` is the outcome of an intent write on `base` by this
+/// controller (`owner`): `dispatching` at the next version of the same
+/// record (fingerprint and spec), under the same generation and claim,
+/// that claim `owner`'s (fuzz findings 11 and 19). The caller checks that
+/// the answered write was the intent, and the key. A command's execution
+/// and a managed terminal's run apply the same rule.
+pub(in crate::managed::controller) fn intent_outcome(
+    base: &ExecutionRecord,
+    row: &ExecutionRecord,
+    owner: &str,
+) -> bool {
+    row.state == ExecState::Dispatching
+        && row.version == base.version.saturating_add(1)
+        && row.generation == base.generation
+        && row.claim == base.claim
+        && row.fingerprint == base.fingerprint
+        && row.spec == base.spec
+        && row.claim.as_ref().is_some_and(|c| c.owner == owner)
+}
+
 impl Exec {
     /// True when `row` descends from this execution's own intent as last
     /// held (`self.rec`): the same record (fingerprint and spec) under the same
@@ -106,13 +126,7 @@ impl Exec {
         // The same record: another record's row under this key (another
         // spec) is never this execution's intent (fuzz finding 19).
         let own_intent = matches!(self.inflight, Some((_, Kind::Intent)))
-            && row.fingerprint == self.rec.fingerprint
-            && row.spec == self.rec.spec
-            && row.state == ExecState::Dispatching
-            && row.version == self.rec.version.saturating_add(1)
-            && row.generation == self.rec.generation
-            && row.claim == self.rec.claim
-            && row.claim.as_ref().is_some_and(|c| c.owner == cfg.owner);
+            && intent_outcome(&self.rec, row, &cfg.owner);
         if own_intent {
             return;
         }
