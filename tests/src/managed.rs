@@ -3,7 +3,6 @@
 //! tokio one wrapped in `block_on`). [`managed_suite!`](crate::managed_suite)
 //! instantiates every case of [`crate::managed_cases`] for one shell.
 
-use smolbox_core::Reason;
 use std::sync::Arc;
 
 use smolbox_core::Error;
@@ -227,6 +226,43 @@ pub trait ManagedShell: Sized {
 /// A streamed run's event callback.
 pub type OnEvent<'a> = dyn FnMut(&smolbox_core::exec::ExecEvent) + Send + 'a;
 
+/// A shell's runtime builder `$b` configured from the [`Options`] `$o`: the
+/// worker with `$client` (for disposable machines, the profile `$admit`
+/// returns, the image source unless imageless, the catalog if any), the
+/// lease TTL, poll interval, capacity, owner and artifacts. A macro: the
+/// two shells' builders and clients share no trait.
+macro_rules! configured {
+    ($b:expr, $client:expr, $o:expr, $admit:expr) => {{
+        let o: &Options = $o;
+        let b = $b;
+        let b = if o.disposable {
+            let entry = WorkerEntry::new(WORKER).with_profile($admit?);
+            let entry = if o.imageless {
+                entry
+            } else {
+                entry.with_machine_source(crate::cases::image_spec().source)
+            };
+            match &o.catalog {
+                Some(c) => b.worker_entry(entry.with_catalog(c.clone()), $client),
+                None => b.worker_entry(entry, $client),
+            }
+        } else {
+            b.worker(WORKER, $client)
+        };
+        let mut b = b
+            .lease_ttl_ms(o.lease_ttl_ms)
+            .poll_interval_ms(o.poll_interval_ms)
+            .max_active(o.max_active);
+        if let Some(owner) = &o.owner {
+            b = b.owner(owner);
+        }
+        if let Some(a) = &o.artifacts {
+            b = b.artifacts(Arc::clone(a) as Arc<dyn smolbox_store::artifacts::Artifacts>);
+        }
+        b
+    }};
+}
+
 /// `smolbox_blocking::Runtime` as a [`ManagedShell`].
 #[derive(Debug)]
 pub struct BlockingManaged(smolbox_blocking::Runtime);
@@ -240,31 +276,7 @@ impl ManagedShell for BlockingManaged {
     ) -> Result<Self, Error> {
         let client = smolbox_blocking::Client::new(endpoint)?;
         let b = smolbox_blocking::Runtime::builder(store, key);
-        let b = if o.disposable {
-            let profile = client.admit(&[])?;
-            let entry = WorkerEntry::new(WORKER).with_profile(profile);
-            let entry = if o.imageless {
-                entry
-            } else {
-                entry.with_machine_source(crate::cases::image_spec().source)
-            };
-            match &o.catalog {
-                Some(c) => b.worker_entry(entry.with_catalog(c.clone()), client),
-                None => b.worker_entry(entry, client),
-            }
-        } else {
-            b.worker(WORKER, client)
-        };
-        let mut b = b
-            .lease_ttl_ms(o.lease_ttl_ms)
-            .poll_interval_ms(o.poll_interval_ms)
-            .max_active(o.max_active);
-        if let Some(owner) = &o.owner {
-            b = b.owner(owner);
-        }
-        if let Some(a) = &o.artifacts {
-            b = b.artifacts(Arc::clone(a) as Arc<dyn smolbox_store::artifacts::Artifacts>);
-        }
+        let b = configured!(b, client, o, client.admit(&[]));
         Ok(Self(b.build()?))
     }
     fn submit(&self, submit: Submit) -> Result<Submission, Error> {
@@ -410,38 +422,10 @@ impl ManagedShell for TokioManaged {
         endpoint: Endpoint,
         o: &Options,
     ) -> Result<Self, Error> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .map_err(|_| Error::validation(smolbox_core::Operation::Config, Reason::ThreadSpawn))?;
+        let rt = crate::tokio_shell::runtime(2)?;
         let client = smolbox_tokio::Client::new(endpoint)?;
         let b = smolbox_tokio::Runtime::builder(store, key);
-        let b = if o.disposable {
-            let profile = rt.block_on(client.admit(&[]))?;
-            let entry = WorkerEntry::new(WORKER).with_profile(profile);
-            let entry = if o.imageless {
-                entry
-            } else {
-                entry.with_machine_source(crate::cases::image_spec().source)
-            };
-            match &o.catalog {
-                Some(c) => b.worker_entry(entry.with_catalog(c.clone()), client),
-                None => b.worker_entry(entry, client),
-            }
-        } else {
-            b.worker(WORKER, client)
-        };
-        let mut b = b
-            .lease_ttl_ms(o.lease_ttl_ms)
-            .poll_interval_ms(o.poll_interval_ms)
-            .max_active(o.max_active);
-        if let Some(owner) = &o.owner {
-            b = b.owner(owner);
-        }
-        if let Some(a) = &o.artifacts {
-            b = b.artifacts(Arc::clone(a) as Arc<dyn smolbox_store::artifacts::Artifacts>);
-        }
+        let b = configured!(b, client, o, rt.block_on(client.admit(&[])));
         let runtime = {
             let _guard = rt.enter();
             b.build()?

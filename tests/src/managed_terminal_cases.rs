@@ -200,6 +200,28 @@ pub trait TermHandle: std::fmt::Debug {
     fn unread_bytes(&self) -> usize;
 }
 
+/// A shell's runtime builder `$b` with the worker `$client` (when
+/// `$machines`, the profile `$admit` returns and the image source), owner
+/// `$owner`, a 100 ms poll and, if given, the lease TTL `$ttl`. A macro:
+/// the two shells' builders and clients share no trait.
+macro_rules! configured {
+    ($b:expr, $client:expr, $machines:expr, $owner:expr, $ttl:expr, $admit:expr) => {{
+        let b = $b;
+        let b = if $machines {
+            let profile = $admit?;
+            b.worker_with_profile(WORKER, $client, profile)
+                .machine_source(WORKER, crate::cases::image_spec().source)
+        } else {
+            b.worker(WORKER, $client)
+        };
+        let b = b.owner($owner).poll_interval_ms(100);
+        match $ttl {
+            Some(ttl) => b.lease_ttl_ms(ttl),
+            None => b,
+        }
+    }};
+}
+
 fn builder_parts(endpoint: Endpoint) -> Result<smolbox_blocking::Client, Error> {
     smolbox_blocking::Client::new(endpoint)
 }
@@ -220,18 +242,7 @@ impl TermShell for BlockingTerm {
     ) -> Result<Self, Error> {
         let client = builder_parts(endpoint)?;
         let b = smolbox_blocking::Runtime::builder(store, key);
-        let b = if machines {
-            let profile = client.admit(&[])?;
-            b.worker_with_profile(WORKER, client, profile)
-                .machine_source(WORKER, crate::cases::image_spec().source)
-        } else {
-            b.worker(WORKER, client)
-        };
-        let b = b.owner(owner).poll_interval_ms(100);
-        let b = match ttl_ms {
-            Some(ttl) => b.lease_ttl_ms(ttl),
-            None => b,
-        };
+        let b = configured!(b, client, machines, owner, ttl_ms, client.admit(&[]));
         Ok(Self(b.build()?))
     }
     fn cancel(&self, key: &RecordKey) -> Result<ExecutionRecord, Error> {
@@ -345,25 +356,17 @@ impl TermShell for TokioTerm {
         owner: &str,
         ttl_ms: Option<u64>,
     ) -> Result<Self, Error> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .map_err(|_| Error::validation(smolbox_core::Operation::Config, Reason::ThreadSpawn))?;
+        let rt = crate::tokio_shell::runtime(2)?;
         let client = smolbox_tokio::Client::new(endpoint)?;
         let b = smolbox_tokio::Runtime::builder(store, key);
-        let b = if machines {
-            let profile = rt.block_on(client.admit(&[]))?;
-            b.worker_with_profile(WORKER, client, profile)
-                .machine_source(WORKER, crate::cases::image_spec().source)
-        } else {
-            b.worker(WORKER, client)
-        };
-        let b = b.owner(owner).poll_interval_ms(100);
-        let b = match ttl_ms {
-            Some(ttl) => b.lease_ttl_ms(ttl),
-            None => b,
-        };
+        let b = configured!(
+            b,
+            client,
+            machines,
+            owner,
+            ttl_ms,
+            rt.block_on(client.admit(&[]))
+        );
         let runtime = {
             let _guard = rt.enter();
             b.build()?

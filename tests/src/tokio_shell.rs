@@ -74,16 +74,26 @@ impl TerminalHandle for TokioTerminal {
     }
 }
 
+/// A multi-threaded tokio runtime of `threads` workers for a synchronous
+/// face over a tokio shell; failing to start one is `validation` /
+/// `thread_spawn`.
+///
+/// # Errors
+/// `validation` when the runtime's threads cannot be started.
+pub fn runtime(threads: usize) -> Result<Runtime, Error> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .map_err(|_| Error::validation(smolbox_core::Operation::Config, Reason::ThreadSpawn))
+}
+
 impl Shell for TokioShell {
     type Stream = TokioStream;
     type Terminal = TokioTerminal;
 
     fn connect(endpoint: Endpoint) -> Result<Self, Error> {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .map_err(|_| Error::validation(smolbox_core::Operation::Config, Reason::ThreadSpawn))?;
+        let rt = runtime(1)?;
         let client = Client::new(endpoint)?;
         Ok(Self {
             rt: Arc::new(rt),
