@@ -647,13 +647,7 @@ impl Exec {
         let cancel = self.rec.cancel_requested_at_ms.is_some();
         match state {
             ExecState::Accepted | ExecState::Preparing | ExecState::Ready if cancel => {
-                let patch = ExecPatch {
-                    state: Some(ExecState::Cancelled),
-                    evidence: Some(RecordEvidence::NotDispatched),
-                    cleanup: Some(self.end_cleanup()),
-                    next_due_at_ms: Some(self.end_due(now_ms)),
-                    ..ExecPatch::default()
-                };
+                let patch = self.cancelled_unsent(now_ms);
                 self.guarded(cfg, now, now_ms, Kind::Write, patch)
             }
             ExecState::Accepted if self.past(Deadline::Queue, now, now_ms) => {

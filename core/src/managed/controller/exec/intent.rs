@@ -28,6 +28,19 @@ pub(in crate::managed::controller) fn intent_outcome(
 }
 
 impl Exec {
+    /// The write that ends this execution `cancelled` with nothing sent
+    /// (`not_dispatched`): a cancel recorded before the send, before or
+    /// after the own intent; its cleanup and when that cleanup is due.
+    pub(super) fn cancelled_unsent(&self, now_ms: u64) -> ExecPatch {
+        ExecPatch {
+            state: Some(ExecState::Cancelled),
+            evidence: Some(RecordEvidence::NotDispatched),
+            cleanup: Some(self.end_cleanup()),
+            next_due_at_ms: Some(self.end_due(now_ms)),
+            ..ExecPatch::default()
+        }
+    }
+
     /// True when `row` descends from this execution's own intent as last
     /// held (`self.rec`): the same record (fingerprint and spec) under the same
     /// claim generation of this controller, at that version or later,
@@ -79,13 +92,7 @@ impl Exec {
         now_ms: u64,
     ) -> Option<Step> {
         if self.rec.cancel_requested_at_ms.is_some() && self.rec.state == ExecState::Dispatching {
-            let patch = ExecPatch {
-                state: Some(ExecState::Cancelled),
-                evidence: Some(RecordEvidence::NotDispatched),
-                cleanup: Some(self.end_cleanup()),
-                next_due_at_ms: Some(self.end_due(now_ms)),
-                ..ExecPatch::default()
-            };
+            let patch = self.cancelled_unsent(now_ms);
             return Some(self.guarded(cfg, now, now_ms, Kind::Write, patch));
         }
         (!self.claim_ok(cfg, now, now_ms)).then(|| self.claim_op(cfg, now_ms))
