@@ -21,7 +21,7 @@ use smolbox_devworker::Route;
 use crate::fixture::Fixture;
 use crate::managed::{ManagedShell, Options, WORKER};
 use crate::managed_cases::{StoreKind, now_ms, setup};
-use crate::managed_machine_cases::{key, running, slot_empty};
+use crate::managed_machine_cases::{key, running, slot_empty, spec};
 
 /// Outside `/workspace`: an extended command (C5.4).
 fn extended() -> Command {
@@ -99,19 +99,6 @@ pub fn a_named_machine_refuses_an_extended_command_before_acceptance<M: ManagedS
     assert_eq!(out.output.unwrap().stdout, b"ext\n");
     assert_eq!(s.execs(), 1);
     rt.shutdown();
-}
-
-fn spec() -> RetainedMachineSpec {
-    let t = RunTarget::unverified();
-    RetainedMachineSpec {
-        artifact: t.artifact,
-        profile: t.profile,
-        ports: Vec::new(),
-        workload: None,
-        checkpointable: false,
-        network: None,
-        guest_paths: None,
-    }
 }
 
 /// A runtime whose worker has no admitted profile creates no machines,

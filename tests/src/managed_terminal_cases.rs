@@ -605,6 +605,21 @@ fn setup(kind: StoreKind) -> Option<Setup> {
 }
 
 impl Setup {
+    /// The machine once its slot is empty, polled (bounded, at most 30 s):
+    /// a slot's finish runs in a runtime's background with no waiter of
+    /// its own. The last read if it never emptied.
+    fn slot_emptied(&self) -> MachineRecord {
+        let mut m = self.machine();
+        for _ in 0..3_000 {
+            if m.active_execution.is_none() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+            m = self.machine();
+        }
+        m
+    }
+
     fn runtime<T: TermShell>(&self) -> T {
         T::start(
             Arc::clone(&self.store),
@@ -1221,14 +1236,7 @@ pub fn a_terminal_and_a_command_race_for_one_slot<T: TermShell + Sync>(kind: Sto
         }
         other => panic!("exactly one must hold the slot: {other:?}"),
     }
-    let mut m = s.machine();
-    for _ in 0..3_000 {
-        if m.active_execution.is_none() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-        m = s.machine();
-    }
+    let m = s.slot_emptied();
     assert_eq!(
         m.active_execution, None,
         "the slot empties after the winner"

@@ -198,14 +198,7 @@ pub fn another_controller_takes_the_machine_at_once_after_a_terminal_ends<T: Ter
         .unwrap();
     assert_eq!(out.exit_code(), Some(0), "{:?}", out.error);
     assert_eq!(out.output.unwrap().stdout, b"two\n");
-    let mut m = s.machine();
-    for _ in 0..3_000 {
-        if m.active_execution.is_none() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-        m = s.machine();
-    }
+    let m = s.slot_emptied();
     assert_eq!(m.active_execution, None, "the slot finished at once");
     assert_eq!(m.claim.unwrap().owner, "ctl-term-next", "taken over");
     assert_eq!(
