@@ -350,6 +350,15 @@ impl ControllerConfig {
     fn renew_every(&self) -> Duration {
         Duration::from_millis(self.lease_ttl_ms / 3)
     }
+
+    /// The admitted version profile of the configured worker `worker_id`
+    /// (`None`: not configured here, or configured without a profile).
+    fn profile_of(&self, worker_id: &str) -> Option<Box<crate::worker::Profile>> {
+        self.workers
+            .iter()
+            .find(|w| w.id == worker_id)
+            .and_then(|w| w.profile.clone())
+    }
 }
 
 /// A command to run: its record key and spec (C12.4).

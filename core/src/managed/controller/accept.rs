@@ -63,13 +63,7 @@ impl Controller {
         let Some(operation) = gated_operation(&command, &files, streamed) else {
             return Ok(None);
         };
-        let Some(profile) = self
-            .cfg
-            .workers
-            .iter()
-            .find(|x| x.id == w.worker_id)
-            .and_then(|x| x.profile.clone())
-        else {
+        let Some(profile) = self.cfg.profile_of(&w.worker_id) else {
             return Ok(None);
         };
         let check = ImageCheck::new(&profile, &w.name, operation)?;

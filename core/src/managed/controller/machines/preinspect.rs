@@ -147,13 +147,7 @@ impl crate::managed::controller::Controller {
         let Some(a) = m.assignment.as_ref() else {
             return Ok(None);
         };
-        let Some(profile) = self
-            .cfg
-            .workers
-            .iter()
-            .find(|w| w.id == a.worker_id)
-            .and_then(|w| w.profile.clone())
-        else {
+        let Some(profile) = self.cfg.profile_of(&a.worker_id) else {
             return Ok(None);
         };
         let check = ImageCheck::new(&profile, &a.machine_name, operation)?;

@@ -145,10 +145,7 @@ impl Req {
             Reason::NotAssigned,
         ))?;
         let profile = cfg
-            .workers
-            .iter()
-            .find(|w| w.id == a.worker_id)
-            .and_then(|w| w.profile.clone())
+            .profile_of(&a.worker_id)
             .ok_or(Error::unsupported_capability(
                 Operation::Resolve,
                 Reason::UnknownWorker,
@@ -510,11 +507,7 @@ impl Req {
                         Reason::NotAssigned,
                     )));
                 };
-                let profile = cfg
-                    .workers
-                    .iter()
-                    .find(|w| w.id == a.worker_id)
-                    .and_then(|w| w.profile.clone());
+                let profile = cfg.profile_of(&a.worker_id);
                 let (Some(profile), Ok(name)) = (profile, MachineName::new(&a.machine_name)) else {
                     return RStep::Done(Err(Error::protocol(
                         Operation::Stop,
