@@ -530,8 +530,8 @@ mod tests {
         fn wake_reader(&self) {}
     }
 
-    /// A consumer bound to a registered connection, and that connection.
-    fn bound() -> (Consumer<Arc<Recorder>, ()>, Arc<Recorder>) {
+    /// Terminals over a fresh memory store, recording connections.
+    fn terminals() -> Terminals<Arc<Recorder>, ()> {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new(MemoryConfig::default()).unwrap());
         let cfg = TermConfig {
             owner: "ctl-test".into(),
@@ -539,7 +539,7 @@ mod tests {
             poll_interval_ms: 25,
             max_pending: 4,
         };
-        let t = Terminals::new(
+        Terminals::new(
             store,
             testkit::fingerprint_key(),
             cfg,
@@ -547,7 +547,12 @@ mod tests {
             Arc::new(SystemClock),
             4,
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    /// A consumer bound to a registered connection, and that connection.
+    fn bound() -> (Consumer<Arc<Recorder>, ()>, Arc<Recorder>) {
+        let t = terminals();
         let t = Arc::new(t);
         let key = testkit::key("s", "t1");
         let live = Arc::new(Recorder::default());
@@ -563,22 +568,7 @@ mod tests {
     #[test]
     fn a_due_row_goes_to_the_live_run_at_its_next_input() {
         use smolbox_core::managed::state::ExecState;
-        let store: Arc<dyn Store> = Arc::new(MemoryStore::new(MemoryConfig::default()).unwrap());
-        let cfg = TermConfig {
-            owner: "ctl-test".into(),
-            lease_ttl_ms: 30_000,
-            poll_interval_ms: 25,
-            max_pending: 4,
-        };
-        let t: Terminals<Arc<Recorder>, ()> = Terminals::new(
-            store,
-            testkit::fingerprint_key(),
-            cfg,
-            BTreeMap::new(),
-            Arc::new(SystemClock),
-            4,
-        )
-        .unwrap();
+        let t = terminals();
         let key = testkit::key("s", "t1");
         let row = |k: &RecordKey| testkit::exec_in(ExecState::Dispatching, k.clone(), 1).unwrap();
         assert_eq!(t.due(row(&key)), Some(key.clone()), "no run: recover");
