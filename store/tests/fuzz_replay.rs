@@ -20,6 +20,14 @@ fn replay(target: &str, body: fn(&[u8]), min: usize) {
     assert!(seeds >= min, "{target} corpus has {seeds} seeds");
 }
 
+/// Runs the `controller` corpus input `name` (a named finding) once.
+fn finding(name: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/corpus/controller")
+        .join(name);
+    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+}
+
 #[test]
 fn controller_seed_corpus_keeps_every_oracle() {
     replay("controller", smolbox_store::fuzzing::fuzz_controller, 7);
@@ -36,9 +44,7 @@ fn row_decode_seed_corpus_keeps_every_oracle() {
 /// sent. The input is also in the replayed corpus; this names it.
 #[test]
 fn controller_finding_s7_a_plain_acceptance_shown_dispatching_is_never_sent() {
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/controller/s7-exec-tainted");
-    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+    finding("s7-exec-tainted");
 }
 
 /// Finding 5 of the `controller` target (fuzz/README.md, session 7, fixed
@@ -49,9 +55,7 @@ fn controller_finding_s7_a_plain_acceptance_shown_dispatching_is_never_sent() {
 /// The input is also in the replayed corpus; this names it.
 #[test]
 fn controller_finding_s7_due_reply_shows_dispatching() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fuzz/corpus/controller/s7-due-shows-dispatching");
-    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+    finding("s7-due-shows-dispatching");
 }
 
 /// Finding 9 of the `controller` target (fuzz/README.md, session 8,
@@ -62,9 +66,7 @@ fn controller_finding_s7_due_reply_shows_dispatching() {
 /// that intent. The input is also in the replayed corpus; this names it.
 #[test]
 fn controller_finding_s8_another_records_row_is_not_the_own_intent() {
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/controller/s8-exec-tainted-k0");
-    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+    finding("s8-exec-tainted-k0");
 }
 
 /// Finding 10 of the `controller` target (fuzz/README.md, session 8,
@@ -76,8 +78,7 @@ fn controller_finding_s8_another_records_row_is_not_the_own_intent() {
 /// this names it.
 #[test]
 fn controller_finding_s8_a_row_shown_during_shutdown_is_kept_for_the_acceptance() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/controller/s8-after-f9");
-    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+    finding("s8-after-f9");
 }
 
 /// Finding 11 of the `controller` target (fuzz/README.md, session 9,
@@ -88,9 +89,7 @@ fn controller_finding_s8_a_row_shown_during_shutdown_is_kept_for_the_acceptance(
 /// intent. The input is also in the replayed corpus; this names it.
 #[test]
 fn controller_finding_s9_an_intent_reply_that_is_not_the_intent() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fuzz/corpus/controller/s9-intent-reply-lied");
-    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+    finding("s9-intent-reply-lied");
 }
 
 /// Finding 12 of the `controller` target (fuzz/README.md, session 9,
@@ -99,9 +98,7 @@ fn controller_finding_s9_an_intent_reply_that_is_not_the_intent() {
 /// overflow checks on). The input is also in the replayed corpus.
 #[test]
 fn controller_finding_s9_a_reply_at_the_largest_version_does_not_panic() {
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/controller/s9-version-overflow");
-    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+    finding("s9-version-overflow");
 }
 
 /// Finding 13 of the `controller` target (fuzz/README.md, session 9): the
@@ -112,9 +109,7 @@ fn controller_finding_s9_a_reply_at_the_largest_version_does_not_panic() {
 /// The input is also in the replayed corpus; this names it.
 #[test]
 fn controller_finding_s9_a_release_reply_shows_nothing_of_another_key() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fuzz/corpus/controller/s9-release-reply-other-key");
-    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+    finding("s9-release-reply-other-key");
 }
 
 /// Finding 14 of the `controller` target (fuzz/README.md, session 9): the
@@ -124,9 +119,7 @@ fn controller_finding_s9_a_release_reply_shows_nothing_of_another_key() {
 /// showing `k2` past `ready`. The input is also in the replayed corpus.
 #[test]
 fn controller_finding_s9_the_own_intent_read_again_shows_nothing_new() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fuzz/corpus/controller/s9-own-intent-scanned-again");
-    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+    finding("s9-own-intent-scanned-again");
 }
 
 /// Finding 15 of the `controller` target (fuzz/README.md, session 9): the
@@ -138,9 +131,7 @@ fn controller_finding_s9_the_own_intent_read_again_shows_nothing_new() {
 /// in the replayed corpus.
 #[test]
 fn controller_finding_s9_the_own_cancel_on_the_own_intent_shows_no_other_intent() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fuzz/corpus/controller/s9-own-cancel-on-intent");
-    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+    finding("s9-own-cancel-on-intent");
 }
 
 /// Finding 16 of the `controller` target (fuzz/README.md, session 9,
@@ -150,9 +141,7 @@ fn controller_finding_s9_the_own_cancel_on_the_own_intent_shows_no_other_intent(
 /// sent. The input is also in the replayed corpus.
 #[test]
 fn controller_finding_s9_a_row_after_the_own_intent_from_another_history() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fuzz/corpus/controller/s9-row-after-own-intent");
-    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+    finding("s9-row-after-own-intent");
 }
 
 /// Finding 17 of the `controller` target (fuzz/README.md, session 9,
@@ -162,9 +151,7 @@ fn controller_finding_s9_a_row_after_the_own_intent_from_another_history() {
 /// (a driver would spin). The input is also in the replayed corpus.
 #[test]
 fn controller_finding_s9_no_timer_in_the_past_while_a_machine_op_is_out() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fuzz/corpus/controller/s9-inspect-past-deadline");
-    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+    finding("s9-inspect-past-deadline");
 }
 
 /// Controller fuzz finding 18 (session 9): a submission refused by the
@@ -174,10 +161,7 @@ fn controller_finding_s9_no_timer_in_the_past_while_a_machine_op_is_out() {
 #[test]
 fn controller_finding_s9_a_refused_duplicates_read_counts_like_any_read() {
     for name in ["s9-resolve-row-running", "s9-resolve-row-running-2"] {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../fuzz/corpus/controller")
-            .join(name);
-        smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+        finding(name);
     }
 }
 
@@ -188,9 +172,7 @@ fn controller_finding_s9_a_refused_duplicates_read_counts_like_any_read() {
 /// the own intent and the command was sent. See fuzz/README.md.
 #[test]
 fn controller_finding_s9_another_records_row_at_the_intents_version_is_not_the_intent() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fuzz/corpus/controller/s9-another-record-at-intent-version");
-    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+    finding("s9-another-record-at-intent-version");
 }
 
 /// Controller fuzz finding 20 (session 10): after its own intent, while
@@ -200,9 +182,7 @@ fn controller_finding_s9_another_records_row_at_the_intents_version_is_not_the_i
 /// See fuzz/README.md.
 #[test]
 fn controller_finding_s10_the_executions_own_read_of_another_history_forbids_the_send() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fuzz/corpus/controller/s10-own-read-of-another-history");
-    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+    finding("s10-own-read-of-another-history");
 }
 
 /// Controller fuzz finding 21 (session 10): this controller's cancel of a
@@ -211,9 +191,7 @@ fn controller_finding_s10_the_executions_own_read_of_another_history_forbids_the
 /// histories (which it no longer matched to its key). See fuzz/README.md.
 #[test]
 fn controller_finding_s10_a_cancel_answered_with_another_key_is_not_the_record() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fuzz/corpus/controller/s10-cancel-answered-with-another-key");
-    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+    finding("s10-cancel-answered-with-another-key");
 }
 
 /// The `gaps` helper's controller run of session 10 (one job, 719,944
@@ -223,7 +201,5 @@ fn controller_finding_s10_a_cancel_answered_with_another_key_is_not_the_record()
 /// fix's same-record check removed; see fuzz/README.md.
 #[test]
 fn controller_finding_s10_gaps_k3_unanswered_intent() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fuzz/corpus/controller/s10-gaps-k3-unanswered-intent");
-    smolbox_store::fuzzing::fuzz_controller(&std::fs::read(path).expect("finding input"));
+    finding("s10-gaps-k3-unanswered-intent");
 }
