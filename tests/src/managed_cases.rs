@@ -81,22 +81,39 @@ pub(crate) fn fresh_partition(prefix: char) -> String {
     s
 }
 
-pub(crate) fn setup(kind: StoreKind) -> Option<Setup> {
+/// A fresh store of `kind` with its host keys: SQLite in a temp dir, or a
+/// fresh PostgreSQL partition (tagged `partition`) when `SMOLBOX_PG_URL`
+/// is set (`None` otherwise: `suite` says which suite skipped), sealed
+/// under `scope`.
+pub(crate) fn fresh_store(
+    kind: StoreKind,
+    suite: &str,
+    scope: &str,
+    partition: char,
+) -> Option<(tempfile::TempDir, FingerprintKey, Arc<dyn Store>)> {
     let url = match kind {
         StoreKind::Sqlite => None,
-        StoreKind::Postgres => Some(pg_url("managed suite")?),
+        StoreKind::Postgres => Some(pg_url(suite)?),
     };
-    let fixture = Fixture::start(Transport::Tcp);
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("smolbox.db");
     let (key, seal) = load_or_create_keys(&db).unwrap();
     let store: Arc<dyn Store> = match url {
-        None => Arc::new(SqliteStore::open(&db, Sealer::new(&seal, "managed").unwrap()).unwrap()),
+        None => Arc::new(SqliteStore::open(&db, Sealer::new(&seal, scope).unwrap()).unwrap()),
         Some(url) => Arc::new(
-            PostgresStore::connect(&url, Sealer::new(&seal, &fresh_partition('m')).unwrap())
-                .unwrap(),
+            PostgresStore::connect(
+                &url,
+                Sealer::new(&seal, &fresh_partition(partition)).unwrap(),
+            )
+            .unwrap(),
         ),
     };
+    Some((dir, key, store))
+}
+
+pub(crate) fn setup(kind: StoreKind) -> Option<Setup> {
+    let (dir, key, store) = fresh_store(kind, "managed suite", "managed", 'm')?;
+    let fixture = Fixture::start(Transport::Tcp);
     let client = smolbox_blocking::Client::new(fixture.endpoint(Fixture::budgets())).unwrap();
     let profile = client.admit(&[]).unwrap();
     client

@@ -31,8 +31,7 @@ use smolbox_core::terminal::TerminalExit;
 use smolbox_core::worker::{Endpoint, MachineName};
 use smolbox_core::{Category, Error};
 use smolbox_devworker::Route;
-use smolbox_store::keys::load_or_create_keys;
-use smolbox_store::{PostgresStore, Reserve, Sealer, SqliteStore, Store};
+use smolbox_store::{Reserve, Store};
 
 mod pacing;
 mod recovery;
@@ -50,7 +49,7 @@ pub use round_trips::a_managed_terminal_checks_the_worker_before_acceptance_and_
 
 use crate::TerminalEvent;
 use crate::fixture::{Fixture, TOKEN_SENTINEL, Transport};
-use crate::managed_cases::{StoreKind, fresh_partition, pg_url};
+use crate::managed_cases::{StoreKind, fresh_store};
 
 /// The controller id of every case's runtime (and of the machine record's
 /// claims, so the runtime may finish the slot it fences).
@@ -569,21 +568,8 @@ fn record_machine(s: &dyn Store, key: &FingerprintKey, k: &RecordKey) -> Machine
 }
 
 fn setup(kind: StoreKind) -> Option<Setup> {
-    let url = match kind {
-        StoreKind::Sqlite => None,
-        StoreKind::Postgres => Some(pg_url("managed terminal suite")?),
-    };
+    let (dir, key, store) = fresh_store(kind, "managed terminal suite", "term", 't')?;
     let fixture = Fixture::start(Transport::Tcp);
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("smolbox.db");
-    let (key, seal) = load_or_create_keys(&db).unwrap();
-    let store: Arc<dyn Store> = match url {
-        None => Arc::new(SqliteStore::open(&db, Sealer::new(&seal, "term").unwrap()).unwrap()),
-        Some(url) => Arc::new(
-            PostgresStore::connect(&url, Sealer::new(&seal, &fresh_partition('t')).unwrap())
-                .unwrap(),
-        ),
-    };
     let client = smolbox_blocking::Client::new(fixture.endpoint(Fixture::budgets())).unwrap();
     let profile = client.admit(&[]).unwrap();
     client
