@@ -27,7 +27,7 @@ mod disposable;
 mod files;
 mod intent;
 
-pub(super) use intent::intent_outcome;
+pub(super) use intent::{descends_from, intent_outcome};
 
 pub(super) use files::check_files;
 

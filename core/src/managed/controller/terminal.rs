@@ -67,7 +67,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::OpId;
-use super::exec::intent_outcome;
+use super::exec::{descends_from, intent_outcome};
 use super::ops::Claimed;
 use crate::managed::claim::Guard;
 use crate::managed::patch::ExecPatch;
@@ -545,26 +545,13 @@ impl TerminalRun {
             return;
         }
         let owner = self.cfg.owner.as_str();
-        let ours = |r: &ExecutionRecord| r.claim.as_ref().is_some_and(|c| c.owner == owner);
+        // The command's rules, the same record included (fingerprint and
+        // spec: fuzz finding 19).
         let shows_other = match &self.rec {
             // Before acceptance: nothing of this run's is stored yet.
             None => true,
-            Some(rec) if self.intent_mine => {
-                let descends = row.fingerprint == rec.fingerprint
-                    && row.generation == rec.generation
-                    && row.version >= rec.version
-                    && ours(row);
-                !descends
-            }
-            Some(rec) => {
-                let own_intent = self.intent_out
-                    && row.state == ExecState::Dispatching
-                    && row.version == rec.version.saturating_add(1)
-                    && row.generation == rec.generation
-                    && row.claim == rec.claim
-                    && ours(row);
-                !own_intent
-            }
+            Some(rec) if self.intent_mine => !descends_from(rec, row, owner),
+            Some(rec) => !(self.intent_out && intent_outcome(rec, row, owner)),
         };
         if shows_other {
             self.shown_dispatched = true;

@@ -27,6 +27,27 @@ pub(in crate::managed::controller) fn intent_outcome(
         && row.claim.as_ref().is_some_and(|c| c.owner == owner)
 }
 
+/// Whether `row` descends from the own intent as last held (`base`): the
+/// same record (key, fingerprint, spec) under the same claim generation of
+/// this controller (`owner`), at that version or later, past `ready`.
+/// Another controller writing meanwhile would have had to claim the
+/// record, which moves the generation; a store gone back shows an older
+/// version or another generation (fuzz findings 14–16, 19). A command's
+/// execution and a managed terminal's run apply the same rule.
+pub(in crate::managed::controller) fn descends_from(
+    base: &ExecutionRecord,
+    row: &ExecutionRecord,
+    owner: &str,
+) -> bool {
+    !row.state.is_before_dispatch()
+        && row.key == base.key
+        && row.fingerprint == base.fingerprint
+        && row.spec == base.spec
+        && row.generation == base.generation
+        && row.version >= base.version
+        && row.claim.as_ref().is_some_and(|c| c.owner == owner)
+}
+
 impl Exec {
     /// The write that ends this execution `cancelled` with nothing sent
     /// (`not_dispatched`): a cancel recorded before the send, before or
@@ -49,13 +70,7 @@ impl Exec {
     /// shows an older version or another generation (fuzz findings 14–16,
     /// session 9).
     fn descends_from_intent(&self, row: &ExecutionRecord, cfg: &ControllerConfig) -> bool {
-        !row.state.is_before_dispatch()
-            && row.key == self.rec.key
-            && row.fingerprint == self.rec.fingerprint
-            && row.spec == self.rec.spec
-            && row.generation == self.rec.generation
-            && row.version >= self.rec.version
-            && row.claim.as_ref().is_some_and(|c| c.owner == cfg.owner)
+        descends_from(&self.rec, row, &cfg.owner)
     }
 
     /// A reply to this execution's own store op (a claim renewal, a write,

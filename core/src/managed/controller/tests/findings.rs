@@ -696,6 +696,29 @@ fn an_intent_write_answered_with_another_row_is_never_followed_by_a_send() {
     assert_eq!(s.record(&key).state, ExecState::Unknown);
 }
 
+/// The same with a reply that is `dispatching` at the outcome's version,
+/// generation and claim but of another record (another spec under this
+/// key, finding 19's rule on the reply path): not this write's outcome,
+/// never sent.
+#[test]
+fn an_intent_write_answered_with_another_records_row_is_never_followed_by_a_send() {
+    let mut s = Sim::new(detached());
+    s.settle();
+    let key = s.submit("lied", &cmd());
+    let intent = |op: &StoreOp| matches!(op, StoreOp::Write { patch, .. } if patch.state == Some(ExecState::Dispatching));
+    let (id, mut r) = perform_until(&mut s, intent);
+    let Ok(StoreReply::Record(rec)) = &mut r else {
+        panic!("not a record: {r:?}");
+    };
+    assert_eq!(rec.state, ExecState::Dispatching, "committed");
+    rec.fingerprint = "f".repeat(64);
+    rec.spec.queue_budget_ms += 1;
+    s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    s.settle();
+    assert!(s.worker.is_empty(), "sent: {:?}", s.worker);
+    assert_eq!(s.record(&key).state, ExecState::Unknown);
+}
+
 /// Fuzz finding 12 (`controller` target, session 9): a store reply carrying
 /// the largest version, followed by the reply to a write, overflowed the
 /// execution's "the version this write moved to" (`version + 1`): a panic

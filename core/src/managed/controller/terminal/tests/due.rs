@@ -102,6 +102,28 @@ fn a_due_row_of_its_own_intent_before_the_answer_still_opens_once() {
     assert_eq!(sim.opens(), 1);
 }
 
+/// Fuzz finding 19's case for terminals: the due scan's row matches the
+/// intent write's outcome in state, version, generation and claim but is
+/// another record (another spec and fingerprint under this key). It was
+/// taken for the early read of the run's own intent and the terminal
+/// opened; only a row of the same record is that read: never opened.
+#[test]
+fn a_due_row_of_another_record_at_the_intents_version_never_opens() {
+    let mut sim = Sim::new();
+    let mut set = LiveSet::<u32>::new(4).unwrap();
+    let (mut run, id, r, _) = up_to_the_intent(&mut sim, &mut set, "t1");
+    let mut foreign = sim.exec("t1").clone();
+    assert_eq!(foreign.state, ExecState::Dispatching);
+    foreign.fingerprint = "f".repeat(64);
+    foreign.spec.queue_budget_ms += 1;
+    assert_eq!(set.due_row(foreign), DueRow::Kept);
+    set.feed_rows(&mut run);
+    run.handle_stored(sim.now, sim.now_ms, id, r);
+    sim.settle(&mut run);
+    assert_eq!(sim.opens(), 0, "opened after another record's row");
+    assert_eq!(sim.exec("t1").state, ExecState::Unknown);
+}
+
 /// The rows kept for a run are bounded: at `MAX_KEPT_ROWS` rows (here all
 /// the run's own intent) the run still opens; one more is dropped, and a
 /// dropped row may have shown anything, so the run never opens.
