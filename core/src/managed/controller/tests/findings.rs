@@ -346,18 +346,23 @@ fn own_intent_scanned_before_its_answer(
     let (id, r) = perform_until(s, stop);
     let committed = s.record(key).clone();
     assert_eq!(committed.state, ExecState::Dispatching);
-    s.ctl.reconcile(s.now, s.now_ms);
-    let (scan, _) = run_until(s, |op| matches!(op, StoreOp::Due { .. }));
-    let due = StoreReply::Due {
-        records: vec![committed],
-        next: None,
-    };
-    s.ctl.handle_stored(s.now, s.now_ms, scan, Ok(due));
+    scan_shows(s, committed);
     s.ctl.handle_stored(s.now, s.now_ms, id, r);
     s.settle();
     assert_eq!(s.worker.len(), 1, "the command goes out once");
     s.answer_exec(exited(0, ""));
     assert_eq!(s.record(key).state, ExecState::Completed);
+}
+
+/// Starts a due scan and answers it with the one row `row`.
+fn scan_shows(s: &mut Sim, row: ExecutionRecord) {
+    s.ctl.reconcile(s.now, s.now_ms);
+    let (scan, _) = run_until(s, |op| matches!(op, StoreOp::Due { .. }));
+    let due = StoreReply::Due {
+        records: vec![row],
+        next: None,
+    };
+    s.ctl.handle_stored(s.now, s.now_ms, scan, Ok(due));
 }
 
 /// `rec` as another controller leaves it: claimed by `ctl-other` at
@@ -488,13 +493,7 @@ fn a_scan_row_of_another_record_at_the_intents_version_is_never_followed_by_a_se
     assert_eq!(foreign.state, ExecState::Dispatching);
     foreign.fingerprint = "f".repeat(64);
     foreign.spec.queue_budget_ms += 1;
-    s.ctl.reconcile(s.now, s.now_ms);
-    let (scan, _) = run_until(&mut s, |op| matches!(op, StoreOp::Due { .. }));
-    let due = StoreReply::Due {
-        records: vec![foreign],
-        next: None,
-    };
-    s.ctl.handle_stored(s.now, s.now_ms, scan, Ok(due));
+    scan_shows(&mut s, foreign);
     s.ctl.handle_stored(s.now, s.now_ms, id, r);
     s.settle();
     assert!(s.worker.is_empty(), "sent: {:?}", s.worker);
@@ -594,13 +593,7 @@ fn a_row_like_the_acceptances_own_intent_but_of_another_record_is_never_followed
     let mut lie = record.clone();
     lie.fingerprint = lie.fingerprint.chars().rev().collect();
     assert_ne!(lie.fingerprint, record.fingerprint);
-    s.ctl.reconcile(s.now, s.now_ms);
-    let (scan, _) = run_until(&mut s, |op| matches!(op, StoreOp::Due { .. }));
-    let due = StoreReply::Due {
-        records: vec![lie],
-        next: None,
-    };
-    s.ctl.handle_stored(s.now, s.now_ms, scan, Ok(due));
+    scan_shows(&mut s, lie);
     s.ctl.handle_stored(s.now, s.now_ms, acc, r);
     s.settle();
     assert!(s.worker.is_empty(), "sent: {:?}", s.worker);
