@@ -668,25 +668,14 @@ mod slot;
 /// command is never sent from here (`unknown`).
 #[test]
 fn an_intent_write_answered_with_another_row_is_never_followed_by_a_send() {
-    let mut s = Sim::new(detached());
-    s.settle();
-    let key = s.submit("lied", &cmd());
-    let intent = |op: &StoreOp| matches!(op, StoreOp::Write { patch, .. } if patch.state == Some(ExecState::Dispatching));
-    let (id, mut r) = perform_until(&mut s, intent);
-    let Ok(StoreReply::Record(rec)) = &mut r else {
-        panic!("not a record: {r:?}");
-    };
-    assert_eq!(rec.state, ExecState::Dispatching, "committed");
-    rec.state = ExecState::Accepted;
-    rec.evidence = RecordEvidence::NotDispatched;
-    rec.claim = Some(Claim {
-        owner: "ctl-other".into(),
-        until_ms: s.now_ms,
+    intent_answered_with(|rec, now_ms| {
+        rec.state = ExecState::Accepted;
+        rec.evidence = RecordEvidence::NotDispatched;
+        rec.claim = Some(Claim {
+            owner: "ctl-other".into(),
+            until_ms: now_ms,
+        });
     });
-    s.ctl.handle_stored(s.now, s.now_ms, id, r);
-    s.settle();
-    assert!(s.worker.is_empty(), "sent: {:?}", s.worker);
-    assert_eq!(s.record(&key).state, ExecState::Unknown);
 }
 
 /// The same with a reply that is `dispatching` at the outcome's version,
@@ -695,6 +684,16 @@ fn an_intent_write_answered_with_another_row_is_never_followed_by_a_send() {
 /// never sent.
 #[test]
 fn an_intent_write_answered_with_another_records_row_is_never_followed_by_a_send() {
+    intent_answered_with(|rec, _| {
+        rec.fingerprint = "f".repeat(64);
+        rec.spec.queue_budget_ms += 1;
+    });
+}
+
+/// A command's intent write, committed, answered with its true row as
+/// `lie` rewrites it (given the wall clock): nothing is sent, the record
+/// ends `unknown`.
+fn intent_answered_with(lie: impl FnOnce(&mut ExecutionRecord, u64)) {
     let mut s = Sim::new(detached());
     s.settle();
     let key = s.submit("lied", &cmd());
@@ -704,8 +703,7 @@ fn an_intent_write_answered_with_another_records_row_is_never_followed_by_a_send
         panic!("not a record: {r:?}");
     };
     assert_eq!(rec.state, ExecState::Dispatching, "committed");
-    rec.fingerprint = "f".repeat(64);
-    rec.spec.queue_budget_ms += 1;
+    lie(rec, s.now_ms);
     s.ctl.handle_stored(s.now, s.now_ms, id, r);
     s.settle();
     assert!(s.worker.is_empty(), "sent: {:?}", s.worker);
