@@ -11,7 +11,7 @@
 //! | `after_intent` | right after the intent committed (with the acceptance on a caller's machine), before the exec is sent |
 //! | `after_dispatch` | while the exec runs (the command itself kills the controller: `{CTL_PID}` in the script) |
 //! | `after_reply` | after the exit came back, before the `collecting` result is written |
-//! | `during_finish` | after `collecting` committed, before `completed` is written |
+//! | `during_finish` | after `collecting` committed, before `completed` is written: only a command with declared outputs (with nothing to collect the result is stored with `completed` in one commit, session 11), so not in [`KillPoint::ALL`] |
 //!
 //! Three more points of a command with declared files in a retained
 //! machine's slot ([`KillPoint::SLOT_FILES`], session 9):
@@ -61,14 +61,14 @@ pub enum KillPoint {
 }
 
 impl KillPoint {
-    /// The kill points of a command on a caller's machine, in the order
-    /// the runtime crosses them.
-    pub const ALL: [Self; 5] = [
+    /// The kill points of a command on a caller's machine with nothing to
+    /// collect, in the order the runtime crosses them (its result and
+    /// `completed` are one commit: no `during_finish`).
+    pub const ALL: [Self; 4] = [
         Self::BeforeIntent,
         Self::AfterIntent,
         Self::AfterDispatch,
         Self::AfterReply,
-        Self::DuringFinish,
     ];
 
     /// Every durable boundary of a command with declared files in a

@@ -89,7 +89,7 @@ pub fn a_streamed_run_delivers_output_as_it_comes_and_records_its_exit<M: Manage
         })
     );
     assert!(out.output.is_none());
-    assert_eq!(s.store.commits().unwrap() - before, 3, "as a buffered run");
+    assert_eq!(s.store.commits().unwrap() - before, 2, "as a buffered run");
     let w = &s.fixture.worker;
     assert_eq!(w.request_count(Route::ExecStream), 1);
     assert_eq!(w.request_count(Route::Exec), 0);

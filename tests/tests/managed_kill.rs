@@ -406,10 +406,7 @@ fn killed_at(point: KillPoint, db: &Db, dir: &std::path::Path) {
         assert!(status.success(), "{point:?}: the retry failed: {status:?}");
     } else {
         let at_death = store.fetch(&key).unwrap();
-        let state = match point {
-            KillPoint::DuringFinish => ExecState::Collecting,
-            _ => ExecState::Dispatching,
-        };
+        let state = ExecState::Dispatching;
         let sent_expected = u64::from(point != KillPoint::AfterIntent);
         assert_eq!(
             (at_death.state, sent),
@@ -436,11 +433,6 @@ fn killed_at(point: KillPoint, db: &Db, dir: &std::path::Path) {
             assert_eq!(rec.state, ExecState::Unknown, "{point:?}");
             assert_eq!(rec.evidence, RecordEvidence::DispatchUncertain, "{point:?}");
             assert!(rec.result.is_none(), "{point:?}");
-        }
-        // The exit was stored: it is kept and the record completes.
-        KillPoint::DuringFinish => {
-            assert_eq!(rec.state, ExecState::Completed, "{point:?}");
-            assert!(exit3, "{point:?}: {:?}", rec.result);
         }
         other => panic!("{other:?}: not a boundary of a command on a caller's machine"),
     }

@@ -614,13 +614,15 @@ impl Exec {
         {
             if let Some(patch) = self.result_patch(&obs, now_ms) {
                 if patch.state == Some(ExecState::Collecting)
-                    && self.rec.spec.machine.is_some()
+                    && !self.is_disposable()
                     && self.rec.spec.outputs.is_empty()
                 {
-                    // A retained machine's command has nothing to collect
-                    // and its slot finish is a commit of its own: the
-                    // result and `completed` are one commit (issue 16:
-                    // submission with intent, result, slot finish).
+                    // Nothing to collect and no machine to clean up (a
+                    // retained machine's slot finish is a commit of its
+                    // own): the result and `completed` are one commit.
+                    // A caller's machine: acceptance with intent, then
+                    // this; a retained slot: submission with intent, this,
+                    // the slot finish (issues 12 and 16).
                     let done = self.completion_patch(now_ms);
                     return self.guarded_steps(cfg, now, now_ms, vec![patch, done]);
                 }

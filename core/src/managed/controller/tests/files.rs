@@ -567,6 +567,47 @@ fn a_callers_machine_stages_and_collects_through_the_same_steps() {
     assert_eq!(rec.cleanup, Cleanup::Complete);
 }
 
+/// Sim finding 3 (seeds 348, 385), with outputs: a late exit after
+/// `unknown` (which clears `next_due_at_ms`) writes `collecting`; a
+/// controller that crashes right after must leave the record due, so the
+/// next one finishes the collection (and never sends the exec again).
+#[test]
+fn a_late_exit_after_unknown_left_collecting_by_a_crash_is_recovered() {
+    let mut s = Sim::new(files_config());
+    let mut spec = disposable_spec(Vec::new(), vec![output("/workspace/o", "out-o", 64)]);
+    spec.worker_machine = Some(crate::managed::spec::WorkerMachine {
+        worker_id: WORKER.into(),
+        name: "m1".into(),
+    });
+    let key = s.submit_spec("late", spec).unwrap();
+    s.settle();
+    assert_eq!(s.record(&key).state, ExecState::Dispatching);
+    assert_eq!(s.worker.len(), 1);
+    s.ctl.cancel(s.now, s.now_ms, key.clone());
+    s.settle();
+    assert_eq!(s.record(&key).state, ExecState::Unknown);
+    assert_eq!(s.record(&key).next_due_at_ms, None);
+    // The late exit arrives; perform store ops only until `collecting` is
+    // committed, then the controller "crashes".
+    let (id, _) = s.worker.remove(0);
+    s.ctl.handle_worker(s.now, s.now_ms, id, exited(3, ""));
+    while s.record(&key).state != ExecState::Collecting {
+        let (id, op) = s.ctl.poll_store_op().unwrap();
+        let r = s.store.apply(&op);
+        s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    }
+    assert!(s.record(&key).next_due_at_ms.is_some(), "left due");
+    let mut t = restart(&mut s, "ctl-test-2", 3_000);
+    t.answer("download", downloaded(b"o"));
+    let rec = t.record(&key);
+    assert_eq!(rec.state, ExecState::Completed);
+    assert_eq!(rec.result.as_ref().and_then(ExecResult::exit_code), Some(3));
+    assert!(
+        t.worker.iter().all(|(_, op)| op.name() != "exec"),
+        "never a second exec"
+    );
+}
+
 fn refused(cfg: ControllerConfig, spec: ExecutionSpec) -> Option<Reason> {
     let mut s = Sim::new(cfg);
     match s.submit_spec("r", spec) {

@@ -62,7 +62,7 @@ fn a_streamed_command_goes_out_as_a_stream_and_its_exit_is_recorded_like_a_buffe
         .map(StoreOp::name)
         .filter(|n| !n.starts_with("fetch") && !n.starts_with("due"))
         .collect();
-    assert_eq!(writes, ["accept_dispatching", "write", "write"]);
+    assert_eq!(writes, ["accept_dispatching", "write_steps"]);
 }
 
 #[test]
