@@ -199,25 +199,42 @@ impl Runtime {
     /// `validation` for a bad timeout; `expired` (operation `await`) when
     /// the time ran out; the store's error.
     pub fn wait(&self, key: &RecordKey, timeout_ms: u64) -> Result<Outcome, Error> {
+        self.wait_from(key, timeout_ms, None)
+    }
+
+    /// [`Runtime::wait`] by a waiter that already saw the record at
+    /// version `seen` (its submission's acceptance).
+    fn wait_from(
+        &self,
+        key: &RecordKey,
+        timeout_ms: u64,
+        mut seen: Option<u64>,
+    ) -> Result<Outcome, Error> {
         if timeout_ms > MAX_WAIT_MS {
             return Err(Error::validation(Operation::Await, Reason::WaitTimeout)
                 .with_limit(timeout_ms, MAX_WAIT_MS));
         }
-        let deadline = Instant::now() + Duration::from_millis(timeout_ms);
-        // The version this wait last read; after one read, a finished
-        // notice of a newer terminal record settles without another.
-        let mut seen: Option<u64> = None;
+        let mut read_at = Instant::now();
+        let deadline = read_at + Duration::from_millis(timeout_ms);
+        // `seen`: the version this wait last saw; a finished notice of a
+        // newer terminal record settles without another read, and while
+        // this runtime drives the key the notice is waited for.
         loop {
+            let mut n = lock(&self.shared.notices);
             if let Some(v) = seen
-                && let Some(o) = lock(&self.shared.notices).settle_on_notice(key, v)
+                && let Some(o) = n.settle_on_notice(key, v)
             {
                 return Ok(o);
             }
-            let record = self.fetch(key)?;
-            seen = Some(record.version);
-            let n = lock(&self.shared.notices);
-            if let Some(o) = n.settle(key, record) {
-                return Ok(o);
+            if n.needs_read(key, seen, read_at.elapsed()) {
+                drop(n);
+                let record = self.fetch(key)?;
+                read_at = Instant::now();
+                seen = Some(record.version);
+                n = lock(&self.shared.notices);
+                if let Some(o) = n.settle(key, record) {
+                    return Ok(o);
+                }
             }
             let now = Instant::now();
             if now >= deadline {
@@ -279,7 +296,7 @@ impl Runtime {
     pub fn run(&self, submit: Submit) -> Result<Outcome, Error> {
         let s = self.submit(submit)?;
         loop {
-            match self.wait(&s.key, MAX_WAIT_MS) {
+            match self.wait_from(&s.key, MAX_WAIT_MS, Some(s.version)) {
                 Err(e)
                     if e.category() == Category::Expired && e.operation() == Operation::Await => {}
                 other => return other,

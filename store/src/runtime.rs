@@ -42,8 +42,13 @@ pub use driver::{Driver, Input, Shared, Turn, Wake};
 
 /// Longest single wait (C16).
 pub const MAX_WAIT_MS: u64 = 900_000;
-/// How often a wait re-reads the store (C16: about 25 ms).
+/// How often a wait looks again (C16: about 25 ms): it re-reads the store
+/// then unless this runtime drives the key ([`Notices::needs_read`]).
 pub const WAIT_POLL: Duration = Duration::from_millis(25);
+/// While this runtime drives the key, how often a wait re-reads the store
+/// anyway (1 s): the finished notice is what ends such a wait; this read
+/// is only a safety net.
+pub const DRIVEN_POLL: Duration = Duration::from_secs(1);
 /// Finished notices kept for waiters (oldest dropped first).
 pub const MAX_NOTICES: usize = 64;
 
@@ -408,6 +413,18 @@ impl Notices {
         })
     }
 
+    /// Whether a waiter must read the store now, having last seen the
+    /// record at version `seen` (`None`: not yet during this wait) `since`
+    /// ago (or since the wait began). A waiter with no version reads; so
+    /// does one whose key this runtime does not drive (another controller,
+    /// or a due scan, may move it: C16's cadence). While this runtime
+    /// drives the key, its finished notice is what ends the wait
+    /// ([`Notices::settle_on_notice`]), so the waiter reads only every
+    /// [`DRIVEN_POLL`] (issue 12: a wait read the store at every wake).
+    pub fn needs_read(&self, key: &RecordKey, seen: Option<u64>, since: Duration) -> bool {
+        seen.is_none() || !self.driven.contains(key) || since >= DRIVEN_POLL
+    }
+
     /// Takes the telemetry delivered so far.
     pub fn take_telemetry(&mut self) -> Vec<Telemetry> {
         self.telemetry.drain(..).collect()
@@ -767,15 +784,19 @@ impl Host {
                 self.controller.handle_worker(now, now_ms, id, Err(e));
             }
         }
+        // The driven keys first: a submitter answered below may wait at
+        // once, and a key it sees driven needs no store read.
         let mut changed = false;
+        {
+            let mut n = lock(notices);
+            let driven: BTreeSet<RecordKey> = self.controller.active_keys().cloned().collect();
+            if driven != n.driven {
+                n.driven = driven;
+                changed = true;
+            }
+        }
         while let Some(event) = self.controller.poll_event() {
             changed |= self.deliver(notices, io, event);
-        }
-        let mut n = lock(notices);
-        let driven: BTreeSet<RecordKey> = self.controller.active_keys().cloned().collect();
-        if driven != n.driven {
-            n.driven = driven;
-            changed = true;
         }
         changed
     }
@@ -789,9 +810,17 @@ impl Host {
     ) -> bool {
         trace::event(&event);
         match event {
-            ControllerEvent::Accepted { key, existing, .. } => {
+            ControllerEvent::Accepted {
+                key,
+                existing,
+                record,
+            } => {
                 if let Some(reply) = pop(&mut self.accept_waiters, &key) {
-                    reply(Ok(Submission { key, existing }));
+                    reply(Ok(Submission {
+                        key,
+                        existing,
+                        version: record.version,
+                    }));
                 }
                 true
             }
@@ -980,6 +1009,24 @@ mod tests {
         ] {
             assert_eq!(n.settle_on_notice(&key, 0), None);
         }
+    }
+
+    #[test]
+    fn a_waiter_reads_unless_this_runtime_drives_the_key_within_the_driven_poll() {
+        let key = testkit::key("s", "w");
+        let mut n = Notices::default();
+        let just_under = DRIVEN_POLL - Duration::from_millis(1);
+        // Not driven here: read (another controller may move it).
+        assert!(n.needs_read(&key, Some(1), Duration::ZERO));
+        n.driven.insert(key.clone());
+        // Nothing seen yet during this wait: read.
+        assert!(n.needs_read(&key, None, Duration::ZERO));
+        // Driven, seen: the notice ends the wait; read only at the poll.
+        assert!(!n.needs_read(&key, Some(1), Duration::ZERO));
+        assert!(!n.needs_read(&key, Some(1), just_under));
+        assert!(n.needs_read(&key, Some(1), DRIVEN_POLL));
+        // Another key is not driven.
+        assert!(n.needs_read(&testkit::key("s", "x"), Some(1), Duration::ZERO));
     }
 
     #[test]

@@ -23,6 +23,7 @@
 //! | `before_slot_finish` | after `completed` committed, as the slot's finish (`finish_command`) is about to run |
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use smolbox_core::Error;
 use smolbox_core::managed::controller::Claimed;
@@ -125,16 +126,28 @@ pub fn die() -> ! {
     }
 }
 
-/// The inner store, and the process dies at `kill`.
+/// The inner store, and the process dies at `kill`. It also counts the
+/// single-record reads (`fetch`) made through it, for the cases that pin
+/// how often a waiter reads the store.
 pub struct KillStore {
     inner: Arc<dyn Store>,
     kill: Option<KillPoint>,
+    fetches: AtomicU64,
 }
 
 impl KillStore {
     /// Wraps `inner`; `kill` is the boundary to die at (none: a plain store).
     pub fn new(inner: Arc<dyn Store>, kill: Option<KillPoint>) -> Self {
-        Self { inner, kill }
+        Self {
+            inner,
+            kill,
+            fetches: AtomicU64::new(0),
+        }
+    }
+
+    /// How many `fetch` calls went through this store so far.
+    pub fn fetches(&self) -> u64 {
+        self.fetches.load(Ordering::Relaxed)
     }
 
     fn before_write(&self, patch: &ExecPatch) {
@@ -156,7 +169,6 @@ impl Store for KillStore {
         fn info(&self) -> StoreInfo;
         fn accept(&self, record: &ExecutionRecord, max_pending: u32)
             -> Result<Accepted<ExecutionRecord>, Error>;
-        fn fetch(&self, key: &RecordKey) -> Result<ExecutionRecord, Error>;
         fn find_machine(&self, worker_id: &str, name: &str) -> Result<Assigned, Error>;
         fn claim_worker(&self, worker_id: &str, owner: &str, now_ms: u64, ttl_ms: u64)
             -> Result<Lease, Error>;
@@ -199,6 +211,11 @@ impl Store for KillStore {
         fn release_claim(&self, claimed: &Claimed, owner: &str, generation: u64, now_ms: u64)
             -> Result<Released, Error>;
         fn commits(&self) -> Option<u64>;
+    }
+
+    fn fetch(&self, key: &RecordKey) -> Result<ExecutionRecord, Error> {
+        self.fetches.fetch_add(1, Ordering::Relaxed);
+        self.inner.fetch(key)
     }
 
     fn write(

@@ -89,6 +89,11 @@ pub trait ManagedShell: Sized {
     /// # Errors
     /// As the runtime's.
     fn wait(&self, key: &RecordKey, timeout_ms: u64) -> Result<Outcome, Error>;
+    /// `Runtime::run` (submit, then wait from the acceptance).
+    ///
+    /// # Errors
+    /// As the runtime's.
+    fn run(&self, submit: Submit) -> Result<Outcome, Error>;
     /// `Runtime::cancel`.
     ///
     /// # Errors
@@ -288,6 +293,9 @@ impl ManagedShell for BlockingManaged {
     fn wait(&self, key: &RecordKey, timeout_ms: u64) -> Result<Outcome, Error> {
         self.0.wait(key, timeout_ms)
     }
+    fn run(&self, submit: Submit) -> Result<Outcome, Error> {
+        self.0.run(submit)
+    }
     fn cancel(&self, key: &RecordKey) -> Result<ExecutionRecord, Error> {
         self.0.cancel(key)
     }
@@ -440,6 +448,9 @@ impl ManagedShell for TokioManaged {
     }
     fn wait(&self, key: &RecordKey, timeout_ms: u64) -> Result<Outcome, Error> {
         self.rt.block_on(self.runtime.wait(key, timeout_ms))
+    }
+    fn run(&self, submit: Submit) -> Result<Outcome, Error> {
+        self.rt.block_on(self.runtime.run(submit))
     }
     fn cancel(&self, key: &RecordKey) -> Result<ExecutionRecord, Error> {
         self.rt.block_on(self.runtime.cancel(key))
@@ -613,6 +624,7 @@ macro_rules! managed_suite {
             [
                 submit_returns_at_acceptance_and_wait_returns_the_outcome,
                 a_buffered_command_takes_two_commits,
+                a_waiter_reads_the_store_only_when_its_runtime_does_not_drive_the_key,
                 a_run_past_three_claim_ttls_keeps_its_exit,
                 cancel_before_dispatch_sends_nothing,
                 cancel_after_dispatch_ends_the_wait_and_a_late_exit_wins,

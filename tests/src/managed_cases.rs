@@ -292,6 +292,47 @@ pub fn a_buffered_command_takes_two_commits<M: ManagedShell>(kind: StoreKind) {
     rt.shutdown();
 }
 
+/// Issue 12 (benchmark): a waiter reads the store only when it must. A
+/// `run` waits from its acceptance, so while this runtime drives the key
+/// the finished notice ends it without any read; a separate `wait` reads
+/// once, then not again while the key is driven here (it used to re-read
+/// about every 25 ms). Counted by a forwarding store.
+pub fn a_waiter_reads_the_store_only_when_its_runtime_does_not_drive_the_key<M: ManagedShell>(
+    kind: StoreKind,
+) {
+    let Some(s) = setup(kind) else { return };
+    let counting = Arc::new(crate::kill::KillStore::new(Arc::clone(&s.store), None));
+    let rt = M::start(
+        Arc::clone(&counting) as Arc<dyn Store>,
+        s.key.clone(),
+        s.fixture.endpoint(Fixture::budgets()),
+        &Options::default(),
+    )
+    .unwrap();
+    let out = rt
+        .run(submit_of("r1", &Command::new(["echo", "ok"])))
+        .unwrap();
+    assert_eq!(out.record.state, ExecState::Completed, "{:?}", out.error);
+    assert_eq!(out.output.as_ref().unwrap().stdout, b"ok\n");
+    assert_eq!(counting.fetches(), 0, "a run reads nothing itself");
+    // A wait of 300 ms on a command that cannot finish yet: one read.
+    let gate = s.gate("g-reads");
+    let sub = rt.submit(submit_of("r2", &gated(&gate))).unwrap();
+    let e = rt.wait(&sub.key, 300).unwrap_err();
+    assert_eq!(e.category(), Category::Expired);
+    assert_eq!(
+        counting.fetches(),
+        1,
+        "one read, then the notice is awaited"
+    );
+    open(&gate);
+    let out = rt.wait(&sub.key, 30_000).unwrap();
+    assert_eq!(out.record.state, ExecState::Completed, "{:?}", out.error);
+    // The same outcome as the store holds.
+    assert_eq!(rt.fetch(&sub.key).unwrap(), out.record);
+    rt.shutdown();
+}
+
 /// A command running 3.5 × a 1 s claim TTL completes with its exit stored
 /// and its output returned (the claim is renewed while it runs).
 pub fn a_run_past_three_claim_ttls_keeps_its_exit<M: ManagedShell>(kind: StoreKind) {

@@ -435,6 +435,10 @@ pub struct Submission {
     pub key: RecordKey,
     /// True when the record already existed with the same identity.
     pub existing: bool,
+    /// The record's version as the acceptance read or wrote it (a wait
+    /// that starts from it needs no first store read while this runtime
+    /// drives the key).
+    pub version: u64,
 }
 
 /// What a caller's wait returns: the record once terminal or `unknown`
