@@ -4,8 +4,11 @@
 //! The driver thread runs the shared driver's turns
 //! ([`smolbox_store::runtime::Driver`] over the controller's bookkeeping,
 //! written once with the tokio shell). It
-//! performs the controller's store ops on one store thread through
-//! [`smolbox_store::apply_op`], its worker ops each on a thread of its own
+//! performs the controller's store ops itself, one after another, through
+//! [`smolbox_store::apply_op`] (a store op is a blocking call either way,
+//! and the controller's ops were serialised on one store thread before;
+//! performing them on the driver thread saves two thread hand-offs per op,
+//! docs/decisions/performance.md, session 11), its worker ops each on a thread of its own
 //! while it runs (at most one per execution, so at most `max_active`;
 //! a finished op's thread waits for the next op, up to a few, see
 //! `runtime/worker_threads.rs`) through the
@@ -21,7 +24,8 @@
 //! [`Runtime::shutdown`] and [`Runtime::run`] (submit + wait).
 
 use smolbox_core::Reason;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
+use std::panic::AssertUnwindSafe;
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, PoisonError};
 use std::time::{Duration, Instant};
@@ -59,7 +63,7 @@ mod worker_threads;
 use worker_threads::WorkerThreads;
 
 /// Options of a [`Runtime`] (C12.1); [`RuntimeBuilder::build`] checks them
-/// and starts the driver and store threads.
+/// and starts the driver thread.
 pub type RuntimeBuilder = Builder<Runtime>;
 
 impl Build for Runtime {
@@ -70,29 +74,13 @@ impl Build for Runtime {
         let terminals = ManagedTerminals::new(&p)?;
         let shared = Arc::new(Shared::new(p.notices));
         let (tx, rx) = mpsc::channel::<Input>();
-        let (store_tx, store_rx) = mpsc::channel::<(OpId, StoreOp)>();
-        let store = Arc::clone(&p.store);
-        let answers = tx.clone();
-        std::thread::Builder::new()
-            .name("smolbox-store".into())
-            .spawn(move || {
-                for (id, op) in store_rx {
-                    let r = smolbox_store::apply_op(store.as_ref(), &op);
-                    if answers
-                        .send(Input::Answer(Answer::Stored(id, Box::new(r))))
-                        .is_err()
-                    {
-                        return;
-                    }
-                }
-            })
-            .map_err(|_| THREAD_SPAWN)?;
         let streams = Arc::new(stream::Sinks::default());
         let io = Io {
             terminals: terminals.clone(),
             clients: p.clients,
             workers: WorkerThreads::new(tx.clone()),
-            store_tx,
+            store: Arc::clone(&p.store),
+            stored: VecDeque::new(),
             streams: Arc::clone(&streams),
             artifacts: p.artifacts,
         };
@@ -533,13 +521,17 @@ impl Runtime {
     }
 }
 
-/// What the driver starts for the controller: the store thread's queue
-/// and a thread per running worker op.
+/// What the driver performs for the controller: its store ops on the
+/// driver thread (their answers queued until the turn ends) and a thread
+/// per running worker op.
 struct Io {
     terminals: ManagedTerminals,
     clients: BTreeMap<String, Client>,
     workers: WorkerThreads<Input>,
-    store_tx: mpsc::Sender<(OpId, StoreOp)>,
+    store: Arc<dyn Store>,
+    /// Answers of store ops performed during the current turn, handed to
+    /// the controller before anything else is waited for.
+    stored: VecDeque<Answer>,
     streams: Arc<stream::Sinks>,
     artifacts: Option<Arc<dyn Artifacts>>,
 }
@@ -549,6 +541,10 @@ struct Io {
 /// next timer.
 fn drive(mut driver: Driver<Condvar, Io>, rx: &mpsc::Receiver<Input>) {
     while let Turn::Wait(left) = driver.turn() {
+        if let Some(answer) = driver.io_mut().stored.pop_front() {
+            driver.handle(Input::Answer(answer));
+            continue;
+        }
         let input = match left {
             Some(left) => match rx.recv_timeout(left) {
                 Ok(input) => input,
@@ -566,14 +562,20 @@ fn drive(mut driver: Driver<Condvar, Io>, rx: &mpsc::Receiver<Input>) {
 
 impl Perform for Io {
     fn store(&mut self, id: OpId, op: StoreOp) -> Result<(), Error> {
-        self.store_tx.send((id, op)).map_err(|_| {
-            // The store thread is gone: a store failure, never absence.
-            Error::store(
+        // A panic inside the store (a bug) ends this op, not the runtime:
+        // a store failure whose outcome is unknown, never absence.
+        let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            smolbox_store::apply_op(self.store.as_ref(), &op)
+        }))
+        .unwrap_or_else(|_| {
+            Err(Error::store(
                 Operation::StoreWrite,
                 Evidence::Unknown,
                 Reason::StoreThreadLost,
-            )
-        })
+            ))
+        });
+        self.stored.push_back(Answer::Stored(id, Box::new(r)));
+        Ok(())
     }
 
     fn worker(&mut self, id: OpId, op: WorkerOp) -> Result<(), Error> {

@@ -128,11 +128,16 @@ pub fn die() -> ! {
 
 /// The inner store, and the process dies at `kill`. It also counts the
 /// single-record reads (`fetch`) made through it, for the cases that pin
-/// how often a waiter reads the store.
+/// how often a waiter reads the store, and can panic in its first due
+/// scans (a planted store bug: the runtime must go on).
 pub struct KillStore {
     inner: Arc<dyn Store>,
     kill: Option<KillPoint>,
     fetches: AtomicU64,
+    /// Due scans still to panic in.
+    due_panics: AtomicU64,
+    /// Due scans that panicked.
+    panicked: AtomicU64,
 }
 
 impl KillStore {
@@ -142,7 +147,21 @@ impl KillStore {
             inner,
             kill,
             fetches: AtomicU64::new(0),
+            due_panics: AtomicU64::new(0),
+            panicked: AtomicU64::new(0),
         }
+    }
+
+    /// The first `n` due scans through this store panic.
+    #[must_use]
+    pub fn panicking_in_due(self, n: u64) -> Self {
+        self.due_panics.store(n, Ordering::Relaxed);
+        self
+    }
+
+    /// How many due scans panicked so far.
+    pub fn panicked(&self) -> u64 {
+        self.panicked.load(Ordering::Relaxed)
     }
 
     /// How many `fetch` calls went through this store so far.
@@ -179,7 +198,6 @@ impl Store for KillStore {
         fn release(&self, key: &RecordKey, guard: &Guard, now_ms: u64)
             -> Result<ExecutionRecord, Error>;
         fn cancel(&self, key: &RecordKey, now_ms: u64) -> Result<ExecutionRecord, Error>;
-        fn due(&self, now_ms: u64, after: Option<&DueCursor>, limit: u32) -> Result<DuePage, Error>;
         fn usage(&self, worker_id: &str) -> Result<Resources, Error>;
         fn accept_machine(&self, record: &MachineRecord, max_pending: u32)
             -> Result<Accepted<MachineRecord>, Error>;
@@ -216,6 +234,18 @@ impl Store for KillStore {
     fn fetch(&self, key: &RecordKey) -> Result<ExecutionRecord, Error> {
         self.fetches.fetch_add(1, Ordering::Relaxed);
         self.inner.fetch(key)
+    }
+
+    fn due(&self, now_ms: u64, after: Option<&DueCursor>, limit: u32) -> Result<DuePage, Error> {
+        let planted = self
+            .due_panics
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok();
+        if planted {
+            self.panicked.fetch_add(1, Ordering::Relaxed);
+            panic!("a planted panic in the store's due scan");
+        }
+        self.inner.due(now_ms, after, limit)
     }
 
     fn write(

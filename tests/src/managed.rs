@@ -625,6 +625,7 @@ macro_rules! managed_suite {
                 submit_returns_at_acceptance_and_wait_returns_the_outcome,
                 a_buffered_command_takes_two_commits,
                 a_waiter_reads_the_store_only_when_its_runtime_does_not_drive_the_key,
+                a_panicking_store_op_fails_only_itself,
                 a_run_past_three_claim_ttls_keeps_its_exit,
                 cancel_before_dispatch_sends_nothing,
                 cancel_after_dispatch_ends_the_wait_and_a_late_exit_wins,

@@ -333,6 +333,35 @@ pub fn a_waiter_reads_the_store_only_when_its_runtime_does_not_drive_the_key<M: 
     rt.shutdown();
 }
 
+/// A store op that panics (a store bug, planted in the first due scan)
+/// fails that op only: the runtime goes on and runs the next command (the
+/// blocking shell performs store ops on its driver thread since session
+/// 11, where an uncaught panic would end the runtime).
+pub fn a_panicking_store_op_fails_only_itself<M: ManagedShell>(kind: StoreKind) {
+    let Some(s) = setup(kind) else { return };
+    let planted =
+        Arc::new(crate::kill::KillStore::new(Arc::clone(&s.store), None).panicking_in_due(1));
+    let rt = M::start(
+        Arc::clone(&planted) as Arc<dyn Store>,
+        s.key.clone(),
+        s.fixture.endpoint(Fixture::budgets()),
+        &Options::default(),
+    )
+    .unwrap();
+    // The first due scan runs before the first command is taken.
+    let out = rt
+        .run(submit_of("p1", &Command::new(["echo", "ok"])))
+        .unwrap();
+    assert_eq!(out.record.state, ExecState::Completed, "{:?}", out.error);
+    assert_eq!(planted.panicked(), 1, "the planted panic happened");
+    let out = rt
+        .run(submit_of("p2", &Command::new(["echo", "ok"])))
+        .unwrap();
+    assert_eq!(out.record.state, ExecState::Completed, "{:?}", out.error);
+    assert_eq!(s.execs(), 2);
+    rt.shutdown();
+}
+
 /// A command running 3.5 × a 1 s claim TTL completes with its exit stored
 /// and its output returned (the claim is renewed while it runs).
 pub fn a_run_past_three_claim_ttls_keeps_its_exit<M: ManagedShell>(kind: StoreKind) {

@@ -1066,7 +1066,7 @@ reasons! {
     StoreNotDurable = "store_not_durable",
     /// The tokio shell's blocking store task ended without an answer (`store`).
     StoreTaskLost = "store_task_lost",
-    /// The blocking shell's store thread is gone (`store`, never read as absence).
+    /// The blocking shell's store op ended without an answer (it panicked; `store`, outcome unknown, never read as absence).
     StoreThreadLost = "store_thread_lost",
     /// The CLI's exec stream ended without an exit event (`unknown`, CLI).
     StreamEndedWithoutExit = "stream_ended_without_exit",

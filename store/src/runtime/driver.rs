@@ -125,6 +125,12 @@ impl<W: Wake, P: Perform> Driver<W, P> {
         )
     }
 
+    /// The shell's [`Perform`] (a shell that performs ops on the driver
+    /// itself keeps their answers there until the turn ends).
+    pub fn io_mut(&mut self) -> &mut P {
+        &mut self.io
+    }
+
     /// Hands what the wait brought to the bookkeeping.
     pub fn handle(&mut self, input: Input) {
         match input {
