@@ -20,12 +20,18 @@
 //! Both shells' runtimes are measured (`Runtime::run` = submit + wait),
 //! on SQLite FULL and again on `synchronous = NORMAL` (an `ephemeral`
 //! runtime: the CPU comparison without fsync); the peer is measured first
-//! and again last (the load may change). Printed before the divan run:
+//! and again last (the load may change). Beside them, the **floor** of
+//! each sync mode: `Client::exec` plus the same number of commits as
+//! bare rusqlite statements (an insert, then a select + update, of one
+//! row with a payload the size of the sealed record, WAL, same sync) —
+//! what any durable managed command costs at least with this store, so
+//! the runtime's ratio to it is its own overhead. Printed before the
+//! divan run:
 //!
 //! `cargo bench -p smolbox-benches --bench managed`
 //!
-//! For a profiler, `SMOLBOX_MANAGED_PROFILE=client|blocking|tokio` (or
-//! `blocking-normal`, `tokio-normal`) runs only that case
+//! For a profiler, `SMOLBOX_MANAGED_PROFILE=client|blocking|tokio|floor` (or
+//! `blocking-normal`, `tokio-normal`, `floor-normal`) runs only that case
 //! `SMOLBOX_MANAGED_PROFILE_CALLS` times (default 2,000) and exits.
 
 #![allow(clippy::unwrap_used)] // benchmark set-up: a failure aborts the run
@@ -91,6 +97,15 @@ fn profile(which: &str) {
             let cmd = command();
             for _ in 0..n {
                 client.exec("m1", &cmd).unwrap();
+            }
+        }
+        "floor" => {
+            let client = smolbox_blocking::Client::new(endpoint(&world().base_url)).unwrap();
+            let mut raw = RawCommits::open(normal, sealed_record_len());
+            let cmd = command();
+            for _ in 0..n {
+                client.exec("m1", &cmd).unwrap();
+                raw.command(COMMITS_PER_RUN);
             }
         }
         "blocking" => {
@@ -273,14 +288,106 @@ fn tokio_rt() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// Commits of a buffered `Runtime::run` on a caller's machine (asserted
+/// below from the store's own counter): the floor peer makes as many.
+const COMMITS_PER_RUN: u32 = 2;
+
+/// The floor's store half: the same commits as bare rusqlite statements
+/// on one row per command, WAL, the runtime's sync mode.
+struct RawCommits {
+    _dir: tempfile::TempDir,
+    c: rusqlite::Connection,
+    payload: Vec<u8>,
+    next: u64,
+}
+
+impl RawCommits {
+    fn open(normal: bool, payload_len: usize) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let c = rusqlite::Connection::open(dir.path().join("raw.db")).unwrap();
+        let sync = if normal { "NORMAL" } else { "FULL" };
+        c.execute_batch(&format!(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = {sync};
+             CREATE TABLE t (id TEXT PRIMARY KEY, payload BLOB NOT NULL, state TEXT NOT NULL,
+                             version INTEGER NOT NULL) WITHOUT ROWID;"
+        ))
+        .unwrap();
+        Self {
+            _dir: dir,
+            c,
+            payload: vec![0x5a; payload_len],
+            next: 0,
+        }
+    }
+
+    /// One command's `commits`: an insert, then read + update transactions.
+    fn command(&mut self, commits: u32) {
+        self.next += 1;
+        let id = format!("r{}", self.next);
+        let tx = self
+            .c
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .unwrap();
+        tx.prepare_cached("INSERT INTO t VALUES (?1, ?2, 'accepted', 1)")
+            .unwrap()
+            .execute(rusqlite::params![id, self.payload])
+            .unwrap();
+        tx.commit().unwrap();
+        for v in 2..=i64::from(commits) {
+            let tx = self
+                .c
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .unwrap();
+            let read: (Vec<u8>, String) = tx
+                .prepare_cached("SELECT payload, state FROM t WHERE id = ?1")
+                .unwrap()
+                .query_row([&id], |r| Ok((r.get(0)?, r.get(1)?)))
+                .unwrap();
+            divan::black_box(read);
+            tx.prepare_cached(
+                "UPDATE t SET payload = ?2, state = 'next', version = ?3 WHERE id = ?1",
+            )
+            .unwrap()
+            .execute(rusqlite::params![id, self.payload, v])
+            .unwrap();
+            tx.commit().unwrap();
+        }
+    }
+}
+
+/// The size of a sealed, completed record of this benchmark's command.
+fn sealed_record_len() -> usize {
+    let (dir, store, fingerprint) = sqlite_with(true);
+    let rt = blocking_runtime(store, fingerprint, true);
+    let out = rt.run(submit()).unwrap();
+    rt.shutdown();
+    let (_, seal) = load_or_create_keys(&dir.path().join("smolbox.db")).unwrap();
+    Sealer::new(&seal, "bench")
+        .unwrap()
+        .seal_exec(&out.record)
+        .unwrap()
+        .len()
+}
+
 /// Client CPU and commits per command of both shells' `Runtime::run` on
 /// a fresh SQLite store (`synchronous = NORMAL` if `normal`, then the
-/// runtime is `ephemeral`), printed as ratios to `low`.
+/// runtime is `ephemeral`), printed as ratios to `low`, and the floor of
+/// that sync mode (`Client::exec` + the same commits as bare statements).
 fn report_runtimes(low: Duration, normal: bool) {
     let sync = if normal { "NORMAL" } else { "FULL" };
     // 20 warm-up calls are counted by the store too.
     let calls = u64::from(CPU_CALLS) + 20;
     let ratio = |d: Duration| d.as_secs_f64() / low.as_secs_f64();
+
+    let floor = {
+        let client = smolbox_blocking::Client::new(endpoint(&world().base_url)).unwrap();
+        let mut raw = RawCommits::open(normal, sealed_record_len());
+        let cmd = command();
+        cpu_per_call(|| {
+            client.exec("m1", &cmd).unwrap();
+            raw.command(COMMITS_PER_RUN);
+        })
+    };
 
     let (_dir, store, fingerprint) = sqlite_with(normal);
     let blocking = blocking_runtime(Arc::clone(&store), fingerprint, normal);
@@ -312,16 +419,26 @@ fn report_runtimes(low: Duration, normal: bool) {
     let tokio_idle_after_shutdown = idle_cpu();
     drop(tokio);
 
+    assert_eq!(blocking_commits, calls * u64::from(COMMITS_PER_RUN));
+    assert_eq!(tokio_commits, calls * u64::from(COMMITS_PER_RUN));
+    let over_floor = |d: Duration| d.as_secs_f64() / floor.as_secs_f64();
     println!(
-        "  blocking Runtime::run, {sync:<6}  {:>9.1} µs  {:.2}×  commits/command {:.2}",
+        "  floor: exec + {COMMITS_PER_RUN} bare commits, {sync:<6} {:>9.1} µs  {:.2}×",
+        micros(floor),
+        ratio(floor),
+    );
+    println!(
+        "  blocking Runtime::run, {sync:<6}  {:>9.1} µs  {:.2}×  ({:.2}× the floor)  commits/command {:.2}",
         micros(managed_blocking),
         ratio(managed_blocking),
+        over_floor(managed_blocking),
         blocking_commits as f64 / calls as f64
     );
     println!(
-        "  tokio Runtime::run, {sync:<6}     {:>9.1} µs  {:.2}×  commits/command {:.2}",
+        "  tokio Runtime::run, {sync:<6}     {:>9.1} µs  {:.2}×  ({:.2}× the floor)  commits/command {:.2}",
         micros(managed_tokio),
         ratio(managed_tokio),
+        over_floor(managed_tokio),
         tokio_commits as f64 / calls as f64
     );
     println!(
