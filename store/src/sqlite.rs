@@ -51,7 +51,7 @@ CREATE TABLE IF NOT EXISTS executions (
     slots INTEGER NOT NULL CHECK (slots >= 0), cpus INTEGER NOT NULL CHECK (cpus >= 0),
     memory_mb INTEGER NOT NULL CHECK (memory_mb >= 0), disk_gb INTEGER NOT NULL CHECK (disk_gb >= 0),
     managed_machine TEXT,
-    PRIMARY KEY (partition, scope, id)) WITHOUT ROWID;
+    PRIMARY KEY (partition, scope, id));
 CREATE INDEX IF NOT EXISTS executions_due ON executions (partition, next_due_ms, scope, id)
     WHERE next_due_ms IS NOT NULL;
 CREATE INDEX IF NOT EXISTS executions_pending ON executions (partition) WHERE pending = 1;
@@ -65,7 +65,7 @@ CREATE TABLE IF NOT EXISTS machines (
     slots INTEGER NOT NULL CHECK (slots >= 0), cpus INTEGER NOT NULL CHECK (cpus >= 0),
     memory_mb INTEGER NOT NULL CHECK (memory_mb >= 0), disk_gb INTEGER NOT NULL CHECK (disk_gb >= 0),
     managed_machine TEXT,
-    PRIMARY KEY (partition, scope, id)) WITHOUT ROWID;
+    PRIMARY KEY (partition, scope, id));
 CREATE INDEX IF NOT EXISTS machines_worker ON machines (partition, worker_id)
     WHERE worker_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS machines_due ON machines (partition, next_due_ms, scope, id)
@@ -176,8 +176,10 @@ impl SqliteStore {
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(|e| sql_error(op, &e))?;
+            let moved = move_aside_without_rowid(&tx).map_err(|e| sql_error(op, &e))?;
             tx.execute_batch(SCHEMA_SQL)
                 .map_err(|e| sql_error(op, &e))?;
+            copy_back(&tx, &moved).map_err(|e| sql_error(op, &e))?;
             match read_layout(&tx)? {
                 None => {
                     tx.execute(
@@ -259,6 +261,59 @@ impl SqliteStore {
             handle: Handle::new(!options.synchronous_normal),
         })
     }
+}
+
+/// The tables holding sealed records, with their indexes. They are rowid
+/// tables (session 11): a sealed record of a command is about 1.3 KB, over
+/// the most a `WITHOUT ROWID` table keeps in its b-tree cell on a 4 KiB
+/// page (about 1 KB), so every such row had an overflow page of its own,
+/// and every update freed it and allocated another (the freelist trunk and
+/// the header page written too): 5–8 WAL frames per commit instead of 2–3.
+/// A rowid table keeps up to about 4 KB in the cell. Every statement of
+/// this module is the same on both shapes; the layout version does not
+/// change (a binary of layout 2 reads and writes either shape).
+const RECORD_TABLES: [(&str, &[&str]); 2] = [
+    (
+        "executions",
+        &["executions_due", "executions_pending", "executions_worker"],
+    ),
+    ("machines", &["machines_worker", "machines_due"]),
+];
+
+/// Renames each record table still made `WITHOUT ROWID` (a file created
+/// before session 11) to `<table>_old` and drops its indexes, so the schema
+/// creates the rowid table and its indexes; [`copy_back`] then moves the
+/// rows, all in the open's one transaction. Returns the tables moved.
+fn move_aside_without_rowid(tx: &Transaction<'_>) -> rusqlite::Result<Vec<&'static str>> {
+    let mut moved = Vec::new();
+    for (table, indexes) in RECORD_TABLES {
+        let sql: Option<String> = tx
+            .query_row(
+                "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                [table],
+                |r| r.get(0),
+            )
+            .optional()?;
+        if sql.is_some_and(|s| s.to_ascii_uppercase().contains("WITHOUT ROWID")) {
+            for index in indexes {
+                tx.execute_batch(&format!("DROP INDEX IF EXISTS {index};"))?;
+            }
+            tx.execute_batch(&format!("ALTER TABLE {table} RENAME TO {table}_old;"))?;
+            moved.push(table);
+        }
+    }
+    Ok(moved)
+}
+
+/// Copies the rows of each table [`move_aside_without_rowid`] moved into
+/// the new table of the same columns, and drops the old one.
+fn copy_back(tx: &Transaction<'_>, moved: &[&str]) -> rusqlite::Result<()> {
+    for table in moved {
+        tx.execute_batch(&format!(
+            "INSERT INTO {table} SELECT * FROM {table}_old; DROP TABLE {table}_old;"
+        ))?;
+    }
+    Ok(())
 }
 
 fn read_layout(tx: &Transaction<'_>) -> Result<Option<i64>, Error> {
@@ -352,16 +407,14 @@ impl Backend for SqliteStore {
     ) -> Result<R, Error> {
         // The connection has no state a panic could leave half-written
         // outside a transaction, which rolls back when dropped.
-        let mut conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
-        let behavior = match lock {
-            Lock::Read => TransactionBehavior::Deferred,
-            Lock::Record | Lock::Partition => TransactionBehavior::Immediate,
+        let conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+        let begin = match lock {
+            Lock::Read => BEGIN_DEFERRED,
+            Lock::Record | Lock::Partition => BEGIN_IMMEDIATE,
         };
-        let tx = conn
-            .transaction_with_behavior(behavior)
-            .map_err(|e| sql_error(op, &e))?;
+        let tx = Open::begin(&conn, begin).map_err(|e| sql_error(op, &e))?;
         let out = f(&mut SqliteTx {
-            tx: &tx,
+            tx: &conn,
             sealer: &self.sealer,
             op,
         })?;
@@ -372,8 +425,52 @@ impl Backend for SqliteStore {
 
 impl_store!(SqliteStore);
 
+/// `BEGIN` of a read: its snapshot is taken at the first read.
+const BEGIN_DEFERRED: &str = "BEGIN DEFERRED";
+/// `BEGIN` of a write: takes SQLite's write lock up front (the module docs).
+const BEGIN_IMMEDIATE: &str = "BEGIN IMMEDIATE";
+
+/// One open transaction on the connection, begun and committed through the
+/// connection's statement cache (session 11: rusqlite's `Transaction`
+/// compiles `BEGIN` and `COMMIT` again at every transaction, about 15 k
+/// instructions per buffered command). Dropped without [`Open::commit`]
+/// (an error, a panic, a failed `COMMIT`) it rolls back, as rusqlite's does.
+struct Open<'a> {
+    conn: &'a Connection,
+    committed: bool,
+}
+
+impl<'a> Open<'a> {
+    fn begin(conn: &'a Connection, begin: &'static str) -> rusqlite::Result<Self> {
+        conn.prepare_cached(begin)?.execute([])?;
+        Ok(Self {
+            conn,
+            committed: false,
+        })
+    }
+
+    fn commit(mut self) -> rusqlite::Result<()> {
+        self.conn.prepare_cached("COMMIT")?.execute([])?;
+        self.committed = true;
+        Ok(())
+    }
+}
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        // SQLite may have rolled back already (some errors end the
+        // transaction); a second ROLLBACK would only fail.
+        if !self.committed && !self.conn.is_autocommit() {
+            // Nothing to report to: the operation already failed. A failed
+            // rollback leaves the transaction open, and the next BEGIN on
+            // this connection then fails loudly (never a silent nest).
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+    }
+}
+
 struct SqliteTx<'a> {
-    tx: &'a Transaction<'a>,
+    tx: &'a Connection,
     sealer: &'a Sealer,
     op: Operation,
 }
@@ -924,5 +1021,68 @@ mod tests {
         let conn = store.conn.lock().unwrap();
         let stmt = conn.prepare_cached(&due_sql("executions")).unwrap();
         assert_eq!(stmt.get_status(StatementStatus::RePrepare), 0);
+    }
+
+    fn store_at(dir: &tempfile::TempDir) -> SqliteStore {
+        let fp = smolbox_core::managed::testkit::fingerprint_key();
+        let key = crate::EncryptionKey::new([7; 32], &fp).unwrap();
+        SqliteStore::open(&dir.path().join("s.db"), Sealer::new(&key, "p").unwrap()).unwrap()
+    }
+
+    fn record(id: &str) -> ExecutionRecord {
+        use smolbox_core::managed::testkit::{accepted, exec_spec, key};
+        accepted(key("s", id), exec_spec("x"), 1_000)
+    }
+
+    /// Session 11: `BEGIN` and `COMMIT` run as the connection's cached
+    /// statements, not compiled again per transaction.
+    #[test]
+    fn begin_and_commit_are_cached_statements() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store_at(&dir);
+        store.accept(&record("a"), 10).unwrap();
+        store.fetch(&record("a").key).unwrap();
+        store.fetch(&record("a").key).unwrap();
+        let conn = store.conn.lock().unwrap();
+        let run = |sql: &str| {
+            let stmt = conn.prepare_cached(sql).unwrap();
+            stmt.get_status(StatementStatus::Run)
+        };
+        assert!(run(BEGIN_IMMEDIATE) >= 1);
+        assert!(run(BEGIN_DEFERRED) >= 2);
+        assert!(run("COMMIT") >= 3);
+    }
+
+    /// A closure that fails or panics leaves nothing written and the
+    /// connection outside any transaction (the next one begins).
+    #[test]
+    fn a_failed_or_panicking_transaction_rolls_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store_at(&dir);
+        let op = Operation::StoreAccept;
+        let failed: Result<(), Error> = store.run_transaction(op, Lock::Record, &mut |tx| {
+            tx.put_exec(&record("failed"), true)?;
+            Err(Error::store(op, Evidence::Unknown, Reason::Sqlite))
+        });
+        assert_eq!(failed.unwrap_err().reason(), Reason::Sqlite);
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _: Result<(), Error> = store.run_transaction(op, Lock::Record, &mut |tx| {
+                tx.put_exec(&record("panicked"), true)?;
+                panic!("inside the transaction");
+            });
+        }));
+        assert!(panicked.is_err());
+        assert!(
+            store
+                .conn
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .is_autocommit()
+        );
+        for id in ["failed", "panicked"] {
+            let e = store.fetch(&record(id).key).unwrap_err();
+            assert_eq!(e.category(), smolbox_core::Category::NotFound);
+        }
+        store.accept(&record("after"), 10).unwrap();
     }
 }

@@ -588,3 +588,106 @@ fn first_format_rows_migrate_and_keep_decoding() {
         (Category::Store, Reason::LegacySealedVersion)
     );
 }
+
+/// Whether `table` of the file at `path` is a `WITHOUT ROWID` table.
+fn without_rowid(path: &Path, table: &str) -> bool {
+    let sql: String = raw(path)
+        .query_row(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?1",
+            [table],
+            |r| r.get(0),
+        )
+        .unwrap();
+    sql.to_ascii_uppercase().contains("WITHOUT ROWID")
+}
+
+/// Remakes the record tables of `path` as a file made before session 11
+/// had them: `WITHOUT ROWID`, same columns, indexes and rows.
+fn make_without_rowid(path: &Path) {
+    let mut c = raw(path);
+    let tx = c.transaction().unwrap();
+    for table in ["executions", "machines"] {
+        let ddl: Vec<String> = {
+            let mut stmt = tx
+                .prepare(
+                    "SELECT sql FROM sqlite_master WHERE tbl_name = ?1 AND sql IS NOT NULL \
+                     ORDER BY type = 'index'",
+                )
+                .unwrap();
+            stmt.query_map([table], |r| r.get(0))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect()
+        };
+        tx.execute_batch(&format!("ALTER TABLE {table} RENAME TO moved;"))
+            .unwrap();
+        let indexes: Vec<String> = tx
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'moved' AND sql IS NOT NULL")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        for index in indexes {
+            tx.execute_batch(&format!("DROP INDEX {index};")).unwrap();
+        }
+        let (create, index_ddl) = ddl.split_first().unwrap();
+        tx.execute_batch(&format!("{create} WITHOUT ROWID;"))
+            .unwrap();
+        tx.execute_batch(&format!(
+            "INSERT INTO {table} SELECT * FROM moved; DROP TABLE moved;"
+        ))
+        .unwrap();
+        for index in index_ddl {
+            tx.execute_batch(&format!("{index};")).unwrap();
+        }
+    }
+    tx.commit().unwrap();
+}
+
+/// Session 11: the record tables are rowid tables (a sealed command record
+/// overflows a `WITHOUT ROWID` cell on a 4 KiB page); a file made with
+/// them `WITHOUT ROWID` is read as it is by a read-only open and rebuilt at
+/// a read-write open, every record unchanged.
+#[test]
+fn record_tables_are_rowid_tables_and_older_files_are_rebuilt_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    let (exec, machine) = {
+        let s = open(&path);
+        let rec = accepted(key("s", "e"), exec_spec("x"), 1);
+        s.accept(&rec, 10).unwrap();
+        let rec = s.claim(&rec.key, "ctl", 2, 1_000).unwrap();
+        let m = accepted_machine(key("s", "m"), machine_spec(), 1);
+        s.accept_machine(&m, 10).unwrap();
+        let m = s.claim_machine(&m.key, "ctl", 2, 1_000).unwrap();
+        (rec, m)
+    };
+    assert!(!without_rowid(&path, "executions") && !without_rowid(&path, "machines"));
+    make_without_rowid(&path);
+    assert!(without_rowid(&path, "executions") && without_rowid(&path, "machines"));
+    let ro = SqliteOptions {
+        mode: SqliteMode::ReadOnly,
+        ..SqliteOptions::default()
+    };
+    {
+        let s = SqliteStore::open_with(&path, sealer("test"), ro).unwrap();
+        assert_eq!(s.fetch(&exec.key).unwrap(), exec);
+        assert!(without_rowid(&path, "executions"));
+    }
+    let s = open(&path);
+    assert!(!without_rowid(&path, "executions") && !without_rowid(&path, "machines"));
+    assert_eq!(s.fetch(&exec.key).unwrap(), exec);
+    assert_eq!(s.fetch_machine(&machine.key).unwrap(), machine);
+    let next = s.cancel(&exec.key, 3).unwrap();
+    assert_eq!(next.version, exec.version + 1);
+    assert_eq!(s.fetch(&exec.key).unwrap(), next);
+    let leftovers: i64 = raw(&path)
+        .query_row(
+            "SELECT COUNT(*) FROM sqlite_master WHERE name LIKE '%_old' OR name = 'moved'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(leftovers, 0);
+}
