@@ -554,8 +554,9 @@ pub enum ControllerEvent {
 enum Purpose {
     Lease(String),
     /// An acceptance; `true` when it carries the dispatch intent (a slot
-    /// of `max_active` is kept for it until the answer).
-    Accept(RecordKey, bool),
+    /// of `max_active` is kept for it until the answer); when it was asked
+    /// (the claim it carries counts from then, C15).
+    Accept(RecordKey, bool, Instant),
     Exec(RecordKey),
     Scan,
     Cancel(RecordKey),
@@ -624,6 +625,9 @@ pub struct Controller {
     leases: Leases,
     /// Largest wall clock seen (a step backwards never moves time back).
     now_ms: u64,
+    /// Latest monotonic time given (every input sets it): when an op
+    /// handed out outside a pump was asked.
+    now: Instant,
     /// Retained machines driven here (≤ max_active once started).
     machs: BTreeMap<RecordKey, Mach>,
     /// Caller requests in flight.
@@ -690,6 +694,7 @@ impl Controller {
             backlog: true,
             leases: Leases::default(),
             now_ms,
+            now,
             machs: BTreeMap::new(),
             reqs: BTreeMap::new(),
             next_req: 1,
@@ -760,8 +765,7 @@ impl Controller {
     /// for what this controller cannot run (but see above); `admission_exhausted` after
     /// [`Controller::shutdown`]. Nothing is stored on error.
     pub fn submit(&mut self, now: Instant, now_ms: u64, submit: Submit) -> Result<(), Error> {
-        let _ = now;
-        self.observe_clock(now_ms);
+        self.observe_clock(now, now_ms);
         if self.shutting_down {
             return Err(Error::admission_exhausted(
                 Operation::Submit,
@@ -811,8 +815,7 @@ impl Controller {
     /// [`ControllerEvent::CancelRecorded`]. The execution then moves as the module
     /// docs say. Cancelling a finished record changes nothing.
     pub fn cancel(&mut self, now: Instant, now_ms: u64, key: RecordKey) {
-        let _ = now;
-        self.observe_clock(now_ms);
+        self.observe_clock(now, now_ms);
         let op = StoreOp::Cancel {
             key: key.clone(),
             now_ms: self.now_ms,
@@ -823,7 +826,7 @@ impl Controller {
     /// Schedules a due scan now (C16 reconcile): observation only, never a
     /// replay, never a budget reset.
     pub fn reconcile(&mut self, now: Instant, now_ms: u64) {
-        self.observe_clock(now_ms);
+        self.observe_clock(now, now_ms);
         if !self.shutting_down && !self.cfg.workers.is_empty() {
             self.scan_at = Some(now);
             self.mscan_at = Some(now);
@@ -839,7 +842,7 @@ impl Controller {
     /// controller need not wait out the TTL ([`release`]).
     /// [`ControllerEvent::Stopped`] follows once nothing is outstanding.
     pub fn shutdown(&mut self, now: Instant, now_ms: u64) {
-        self.observe_clock(now_ms);
+        self.observe_clock(now, now_ms);
         self.shutting_down = true;
         // Neither due scan runs any more: no timer of theirs may stay behind
         // (one left in the past, with nothing to do, would make a driver
@@ -851,7 +854,7 @@ impl Controller {
 
     /// The answer to store op `id`.
     pub fn handle_stored(&mut self, now: Instant, now_ms: u64, id: OpId, result: StoreResult) {
-        self.observe_clock(now_ms);
+        self.observe_clock(now, now_ms);
         let Some(purpose) = self.ops.remove(&id) else {
             return;
         };
@@ -885,7 +888,7 @@ impl Controller {
             }
             Purpose::Scan => self.on_scan(now, result),
             Purpose::Cancel(key) => self.on_cancel(key, result),
-            Purpose::Accept(key, intent) => {
+            Purpose::Accept(key, intent, asked) => {
                 if let Some(n) = self.accepting.get_mut(&key) {
                     *n -= 1;
                     if *n == 0 {
@@ -895,7 +898,7 @@ impl Controller {
                 if intent {
                     self.intent_accepts = self.intent_accepts.saturating_sub(1);
                 }
-                self.on_accepted(now, key, intent, result);
+                self.on_accepted(now, asked, key, intent, result);
             }
             Purpose::Exec(key) => {
                 let changed = self
@@ -928,7 +931,7 @@ impl Controller {
 
     /// The answer to worker op `id`.
     pub fn handle_worker(&mut self, now: Instant, now_ms: u64, id: OpId, result: WorkerResult) {
-        self.observe_clock(now_ms);
+        self.observe_clock(now, now_ms);
         match self.ops.remove(&id) {
             Some(Purpose::Exec(key)) => {
                 if let Some(ex) = self.execs.get_mut(&key) {
@@ -954,7 +957,7 @@ impl Controller {
 
     /// Time passed: due scans, claim renewals, deadlines, retries.
     pub fn handle_timeout(&mut self, now: Instant, now_ms: u64) {
-        self.observe_clock(now_ms);
+        self.observe_clock(now, now_ms);
         self.skip.retain(|_, until| *until > now);
         self.pump(now);
     }
@@ -1044,8 +1047,9 @@ impl Controller {
         Some(ControllerEvent::Telemetry(t))
     }
 
-    fn observe_clock(&mut self, now_ms: u64) {
+    fn observe_clock(&mut self, now: Instant, now_ms: u64) {
         self.now_ms = self.now_ms.max(now_ms);
+        self.now = self.now.max(now);
     }
 
     fn op_id(&mut self) -> OpId {
@@ -1128,7 +1132,7 @@ impl Controller {
                         let id = OpId(self.next_op);
                         self.next_op += 1;
                         self.ops.insert(id, Purpose::Exec(key.clone()));
-                        ex.store_sent(id);
+                        ex.store_sent(id, now);
                         self.store_out.push_back((id, op));
                         break;
                     }

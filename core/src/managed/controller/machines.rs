@@ -235,7 +235,11 @@ pub(super) struct Mach {
     /// from the same answer (it is never lost with a failed write).
     kept: Option<(WKind, WorkerResult, Snap)>,
     began: Option<Snap>,
+    /// When the claim this controller last got confirmed was asked for
+    /// (monotonic): fresh from the request, not the answer (C15).
     claim_at: Option<Instant>,
+    /// When the outstanding store op was handed out (monotonic).
+    asked_at: Option<Instant>,
     fresh_claim: bool,
     /// This process wrote the current `dispatching` intent.
     intent_mine: bool,
@@ -277,6 +281,7 @@ impl Mach {
             kept: None,
             began: None,
             claim_at: None,
+            asked_at: None,
             fresh_claim: false,
             intent_mine: false,
             sent: false,
@@ -362,8 +367,10 @@ impl Mach {
             .map(|w| w.id.clone())
     }
 
-    pub(super) fn store_sent(&mut self, id: OpId) {
+    /// Store op `id` (the last `step`'s) was handed out at `now`.
+    pub(super) fn store_sent(&mut self, id: OpId, now: Instant) {
         self.inflight = Some((id, self.next_kind));
+        self.asked_at = Some(now);
     }
 
     pub(super) fn worker_sent(&mut self, id: OpId) {
@@ -1094,7 +1101,7 @@ impl Mach {
                 self.rec = rec;
                 self.fresh_claim = kind == SKind::Claim;
                 match kind {
-                    SKind::Claim => self.claim_at = Some(now),
+                    SKind::Claim => self.claim_at = Some(self.asked_at.unwrap_or(now)),
                     SKind::Intent => {
                         self.intent_mine = true;
                         self.sent = false;

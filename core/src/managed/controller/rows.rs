@@ -36,11 +36,13 @@ impl Controller {
         }
     }
 
-    /// The answer to an acceptance; `intent` when it was the acceptance
-    /// that also commits the dispatch intent (`accept_dispatching`).
+    /// The answer to an acceptance asked at `asked`; `intent` when it was
+    /// the acceptance that also commits the dispatch intent
+    /// (`accept_dispatching`).
     pub(super) fn on_accepted(
         &mut self,
         now: Instant,
+        asked: Instant,
         key: RecordKey,
         intent: bool,
         result: StoreResult,
@@ -89,7 +91,7 @@ impl Controller {
             // is not this process's intent (fuzz finding 4, session 7) and
             // is driven below like any record found possibly dispatched.
             self.push_telemetry(&record);
-            let mut ex = Exec::with_intent(record, now, self.now_ms);
+            let mut ex = Exec::with_intent(record, now, asked, self.now_ms);
             for row in &earlier {
                 ex.on_row_before_intent(row);
             }

@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
+use super::machines::mkey;
 use super::*;
 
 /// A disposable execution whose own intent committed, answered after two
@@ -239,4 +240,99 @@ fn a_cancel_read_by_the_renewal_before_the_send_sends_nothing() {
     let f = s.finished(&key).unwrap();
     assert!(!f.dispatched);
     assert_eq!(f.error, None);
+}
+
+/// The store ops between the controller's next op and the exec's send
+/// (or the end when it never went out), after `first` was answered `gap`
+/// ms after it was asked; `first` is the first op `pick` chooses.
+fn claims_before_the_send(
+    s: &mut Sim,
+    key: &RecordKey,
+    gap: u64,
+    pick: impl Fn(&Sim, &StoreOp) -> bool,
+) -> usize {
+    let (id, op) = loop {
+        let (id, op) = s.ctl.poll_store_op().expect("a store op");
+        if pick(s, &op) {
+            break (id, op);
+        }
+        let r = s.store.apply(&op);
+        s.store_log.push(op);
+        s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    };
+    let r = s.store.apply(&op);
+    s.store_log.push(op);
+    // The answer arrives `gap` ms after the request (a slow store).
+    s.now += Duration::from_millis(gap);
+    s.now_ms += gap;
+    s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    let before = s.store_log.len();
+    let (_, sent_at) = settle_watching_the_exec(s, key).expect("sent");
+    s.store_log[before..sent_at]
+        .iter()
+        .filter(|op| matches!(op, StoreOp::Claim { .. }))
+        .count()
+}
+
+/// C15 (session 11): a claim's freshness counts from when it was asked,
+/// not from when its answer arrived (as the worker lease's monotonic end).
+/// The claim right before the intent is answered `gap` ms late and the
+/// intent at once: from a third of the TTL on, counted from the request,
+/// the claim is renewed before the send; below it, it is not.
+#[test]
+fn a_claim_answered_late_counts_from_its_request() {
+    let ttl = detached().lease_ttl_ms;
+    for (gap, renewals) in [(ttl / 3 - 1, 0), (ttl / 3, 1)] {
+        let mut s = Sim::new(detached());
+        s.settle();
+        let key = s.submit("late", &cmd());
+        // The claim before the intent (the record is `ready` then).
+        let pick = |s: &Sim, op: &StoreOp| matches!(op, StoreOp::Claim { key: k, .. } if s.record(k).state == ExecState::Ready);
+        let n = claims_before_the_send(&mut s, &key, gap, pick);
+        assert_eq!(n, renewals, "gap {gap} ms");
+        s.answer_exec(exited(0, ""));
+        assert_eq!(s.record(&key).state, ExecState::Completed);
+    }
+}
+
+/// The same for the claim an acceptance with its intent writes (the CLI's
+/// run on its machine): an acceptance answered a third of the TTL after it
+/// was asked leaves the claim due for renewal before the send.
+#[test]
+fn an_acceptance_answered_late_counts_its_claim_from_the_request() {
+    let ttl = config().lease_ttl_ms;
+    for (gap, renewals) in [(ttl / 3 - 1, 0), (ttl / 3, 1)] {
+        let mut s = Sim::new(config());
+        s.settle();
+        let key = s.submit("late-accept", &cmd());
+        let pick = |_: &Sim, op: &StoreOp| matches!(op, StoreOp::AcceptDispatching { .. });
+        let n = claims_before_the_send(&mut s, &key, gap, pick);
+        assert_eq!(n, renewals, "gap {gap} ms");
+        s.answer_exec(exited(0, ""));
+        assert_eq!(s.record(&key).state, ExecState::Completed);
+    }
+}
+
+/// The same for a command submitted to a retained machine's slot with its
+/// claim and intent (`submit_dispatching`) answered late.
+#[test]
+fn a_slot_submission_answered_late_counts_its_claim_from_the_request() {
+    let ttl = disposable_config().lease_ttl_ms;
+    for (gap, renewals) in [(ttl / 3 - 1, 0), (ttl / 3, 1)] {
+        let mut s = Sim::new(disposable_config());
+        s.running_machine();
+        let key = RecordKey::new("s", "late-slot").unwrap();
+        let request = MachineRequest::Submit {
+            machine: mkey(),
+            key: key.clone(),
+            command: cmd(),
+            files: crate::managed::CommandFiles::default(),
+        };
+        s.ctl.machine(s.now, s.now_ms, request).unwrap();
+        let pick = |_: &Sim, op: &StoreOp| op.name() == "submit_dispatching";
+        let n = claims_before_the_send(&mut s, &key, gap, pick);
+        assert_eq!(n, renewals, "gap {gap} ms");
+        s.answer("exec", exited(0, ""));
+        assert_eq!(s.record(&key).state, ExecState::Completed);
+    }
 }
