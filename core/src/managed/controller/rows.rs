@@ -15,8 +15,14 @@ use crate::{Error, Operation, Reason};
 
 impl Controller {
     /// True when this controller may drive `rec` (its namespace: a machine
-    /// on one of its workers).
+    /// on one of its workers). A record with declared files needs an
+    /// artifact store to stage or collect them: a controller without one
+    /// leaves it to one that has it (as it refuses such specs at
+    /// acceptance), never fails it for lack of one.
     pub(super) fn owns(&self, rec: &ExecutionRecord) -> bool {
+        if !self.cfg.artifacts && (!rec.spec.inputs.is_empty() || !rec.spec.outputs.is_empty()) {
+            return false;
+        }
         if rec.spec.machine.is_some() {
             // Decided once its machine is read (`on_adopt`).
             return self.cfg.workers.iter().any(|x| x.profile.is_some());

@@ -803,3 +803,4 @@ fn a_launch_reply_to_a_foreground_command_is_unknown() {
 
 mod preinspect;
 mod slot;
+mod unowned;
