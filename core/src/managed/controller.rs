@@ -351,6 +351,11 @@ impl ControllerConfig {
         Duration::from_millis(self.lease_ttl_ms / 3)
     }
 
+    /// See [`claim_fresh`].
+    fn claim_fresh(&self, asked: Option<Instant>, just: bool, now: Instant) -> bool {
+        asked.is_some_and(|at| claim_fresh(at, just, now, self.lease_ttl_ms))
+    }
+
     /// The admitted version profile of the configured worker `worker_id`
     /// (`None`: not configured here, or configured without a profile).
     fn profile_of(&self, worker_id: &str) -> Option<Box<crate::worker::Profile>> {
@@ -359,6 +364,19 @@ impl ControllerConfig {
             .find(|w| w.id == worker_id)
             .and_then(|w| w.profile.clone())
     }
+}
+
+/// True while a claim of this controller asked at `at` (monotonic) is
+/// fresh enough to write or send under without renewing it first (C15):
+/// less than a third of the TTL has passed since it was **asked** (not
+/// since its answer arrived: a slow answer leaves it less fresh), or
+/// `just` — its answer was the last store answer, so the op that follows
+/// it goes out under it — while its whole TTL counted from the request
+/// has not run out. The second rule keeps a store slower than a third of
+/// the TTL moving (each renewal would otherwise be stale on arrival).
+pub(crate) fn claim_fresh(at: Instant, just: bool, now: Instant, ttl_ms: u64) -> bool {
+    let age = now.saturating_duration_since(at);
+    age < Duration::from_millis(ttl_ms / 3) || (just && age < Duration::from_millis(ttl_ms))
 }
 
 /// A command to run: its record key and spec (C12.4).

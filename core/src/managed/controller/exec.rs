@@ -435,18 +435,23 @@ impl Exec {
     }
 
     /// True while the claim this controller holds is live and fresh enough
-    /// not to need renewal (and, on an assigned disposable record, under
-    /// the generation of this controller's live worker lease).
+    /// not to need renewal before the next op (and, on an assigned
+    /// disposable record, under the generation of this controller's live
+    /// worker lease); see [`super::claim_fresh`].
     fn claim_ok(&self, cfg: &ControllerConfig, now: Instant, now_ms: u64) -> bool {
+        self.claim_ok_with(cfg, now, now_ms, self.fresh_claim)
+    }
+
+    /// [`Exec::claim_ok`]; `just`: the claim's answer was the last one and
+    /// an op follows it (while only waiting, a third of the TTL since the
+    /// request makes the renewal due, as `wake_at` names it).
+    fn claim_ok_with(&self, cfg: &ControllerConfig, now: Instant, now_ms: u64, just: bool) -> bool {
         let ours = self
             .rec
             .claim
             .as_ref()
             .is_some_and(|c| c.owner == cfg.owner && c.until_ms > now_ms);
-        ours && !self.needs_refence()
-            && self
-                .claim_at
-                .is_some_and(|at| now.saturating_duration_since(at) < cfg.renew_every())
+        ours && !self.needs_refence() && cfg.claim_fresh(self.claim_at, just, now)
     }
 
     /// An assigned disposable record under another worker-lease generation
@@ -911,7 +916,7 @@ impl Exec {
 
     /// While the command runs: renew the claim every third of the TTL.
     fn renew_or_wait(&mut self, cfg: &ControllerConfig, now: Instant, now_ms: u64) -> Step {
-        if self.claim_ok(cfg, now, now_ms) {
+        if self.claim_ok_with(cfg, now, now_ms, false) {
             Step::Wait
         } else {
             self.claim_op(cfg, now_ms)

@@ -408,16 +408,21 @@ impl Mach {
             .is_some_and(|a| self.lease_gen.is_some_and(|g| g != a.worker_generation))
     }
 
+    /// True while this controller's claim needs no renewal before the next
+    /// op (see [`super::claim_fresh`]).
     fn claim_ok(&self, cfg: &ControllerConfig, now: Instant, now_ms: u64) -> bool {
+        self.claim_ok_with(cfg, now, now_ms, self.fresh_claim)
+    }
+
+    /// [`Mach::claim_ok`]; `just` false while only waiting (the renewal is
+    /// due a third of the TTL after the request, as `wake_at` names it).
+    fn claim_ok_with(&self, cfg: &ControllerConfig, now: Instant, now_ms: u64, just: bool) -> bool {
         let ours = self
             .rec
             .claim
             .as_ref()
             .is_some_and(|c| c.owner == cfg.owner && c.until_ms > now_ms);
-        ours && !self.needs_refence()
-            && self
-                .claim_at
-                .is_some_and(|at| now.saturating_duration_since(at) < cfg.renew_every())
+        ours && !self.needs_refence() && cfg.claim_fresh(self.claim_at, just, now)
     }
 
     fn claim_op(&mut self, cfg: &ControllerConfig, now_ms: u64) -> MStep {
@@ -666,7 +671,7 @@ impl Mach {
             });
         }
         if self.worker_op.is_some() {
-            return if self.claim_ok(cfg, now, now_ms) {
+            return if self.claim_ok_with(cfg, now, now_ms, false) {
                 MStep::Wait
             } else {
                 self.claim_op(cfg, now_ms)

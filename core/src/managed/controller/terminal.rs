@@ -1024,9 +1024,12 @@ impl TerminalRun {
             .claim
             .as_ref()
             .is_some_and(|c| c.owner == self.cfg.owner && c.until_ms > now_ms);
+        // While the session is live the run only waits between renewals
+        // (`poll_timeout` names the next one): no op follows the answer.
+        let just = self.claim_fresh_now && !(self.open_sent && self.verdict.is_none());
         mine && self
             .claim_at
-            .is_some_and(|at| now < at + self.renew_every())
+            .is_some_and(|at| super::claim_fresh(at, just, now, self.cfg.lease_ttl_ms))
     }
 
     fn write(&mut self, rec: &ExecutionRecord, patch: ExecPatch, now_ms: u64) {

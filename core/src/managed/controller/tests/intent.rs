@@ -336,3 +336,75 @@ fn a_slot_submission_answered_late_counts_its_claim_from_the_request() {
         assert_eq!(s.record(&key).state, ExecState::Completed);
     }
 }
+
+/// A store whose every answer arrives a third of the TTL (+1 ms) after the
+/// request: no claim is ever fresh by its request time when it arrives.
+/// The op right after a claim's answer still goes out under it while its
+/// whole TTL has not run out, so the command is sent after one renewal
+/// (the acceptance's claim is a third of the TTL old at the intent's
+/// answer), never held back by renewal after renewal.
+#[test]
+fn a_store_slower_than_a_third_of_the_ttl_still_sends_after_one_renewal() {
+    let late = config().lease_ttl_ms / 3 + 1;
+    let mut s = Sim::new(config());
+    s.settle();
+    let key = s.submit("slow", &cmd());
+    let mut performed = Vec::new();
+    while s.ctl.poll_worker_op().is_none() {
+        let (id, op) = s.ctl.poll_store_op().expect("a store op, or the send");
+        assert!(performed.len() < 10, "never sent: {performed:?}");
+        let r = s.store.apply(&op);
+        performed.push(op.name());
+        s.now += Duration::from_millis(late);
+        s.now_ms += late;
+        s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    }
+    assert_eq!(performed, ["accept_dispatching", "claim"]);
+    assert_eq!(s.record(&key).state, ExecState::Dispatching);
+}
+
+/// With the exec out, a renewal answered a third of the TTL late is due
+/// again at once (counted from its request): the next renewal goes out
+/// with the answer, and no timer is left in the past (a driver would spin
+/// on it).
+#[test]
+fn a_late_renewal_while_the_exec_runs_renews_again_without_a_past_timer() {
+    let ttl = config().lease_ttl_ms;
+    let mut s = Sim::new(config());
+    s.settle();
+    let key = s.submit("late-renewal", &cmd());
+    s.settle();
+    assert!(sent(&s));
+    // Timers fire (due scans performed) until the renewal goes out.
+    let (id, op) = 'renewal: loop {
+        let due = s.ctl.poll_timeout().expect("a timer");
+        let step = u64::try_from(due.saturating_duration_since(s.now).as_millis()).unwrap();
+        s.now = due.max(s.now);
+        s.now_ms += step;
+        s.ctl.handle_timeout(s.now, s.now_ms);
+        while let Some((id, op)) = s.ctl.poll_store_op() {
+            if matches!(op, StoreOp::Claim { .. }) {
+                break 'renewal (id, op);
+            }
+            let r = s.store.apply(&op);
+            s.ctl.handle_stored(s.now, s.now_ms, id, r);
+        }
+    };
+    let r = s.store.apply(&op);
+    s.now += Duration::from_millis(ttl / 3);
+    s.now_ms += ttl / 3;
+    s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    let next = s.ctl.poll_store_op();
+    assert!(
+        matches!(next, Some((_, StoreOp::Claim { .. }))),
+        "renewed again at once: {next:?}"
+    );
+    assert!(s.ctl.poll_timeout().is_none_or(|t| t > s.now));
+    let (id, op) = next.unwrap();
+    let r = s.store.apply(&op);
+    s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    s.settle();
+    assert!(s.ctl.poll_timeout().is_some_and(|t| t > s.now));
+    s.answer_exec(exited(0, ""));
+    assert_eq!(s.record(&key).state, ExecState::Completed);
+}

@@ -176,3 +176,40 @@ fn a_renewal_answered_late_counts_from_its_request() {
     );
     assert_eq!(sim.opens(), 1);
 }
+
+/// A store whose every answer arrives a third of the TTL (+1 ms) after
+/// the request: a claim is never fresh by its request time when it
+/// arrives, yet the op right after it goes out under it (its whole TTL
+/// has not run out), so the run still reaches the open.
+#[test]
+fn a_store_slower_than_a_third_of_the_ttl_still_opens() {
+    let late = TTL / 3 + 1;
+    let mut sim = Sim::new();
+    let mut run = TerminalRun::open(
+        cfg(),
+        fingerprint_key(),
+        key("s", "slow"),
+        sim.machine.clone(),
+        ManagedTerminalSpec::default(),
+        true,
+    )
+    .unwrap();
+    let mut ops = 0;
+    while sim.opens() == 0 {
+        match run.poll_output() {
+            Some(TermOutput::Store(id, op)) => {
+                ops += 1;
+                assert!(ops < 20, "never opened");
+                let r = sim.fake.apply(&op);
+                sim.advance(late);
+                run.handle_stored(sim.now, sim.now_ms, id, r);
+            }
+            Some(TermOutput::Inspect { .. }) => {
+                run.handle_inspected(sim.now, sim.now_ms, sim.inspect);
+            }
+            Some(other) => sim.seen.push(other),
+            None => panic!("stalled after {ops} store ops"),
+        }
+    }
+    assert_eq!(sim.exec("slow").state, ExecState::Dispatching);
+}
