@@ -13,7 +13,7 @@ use smolbox_core::exec::{Command, ExecEvent, ExecOutcome, ExecOutput};
 use smolbox_core::managed::ExecutionRecord;
 use smolbox_core::managed::controller::{Outcome, Submit};
 use smolbox_core::worker::{
-    Logs, LogsParams, MachineName, MachineSpec, MachineState, Namespace, Observation,
+    Logs, LogsParams, MachineName, MachineSpec, MachineState, Namespace, Observation, Profile,
 };
 use smolbox_core::{Category, Error, Evidence, Operation};
 
@@ -334,7 +334,12 @@ pub(crate) fn run(
     };
     let outcome = crate::records::key(&id)
         .and_then(|key| crate::records::submit_for(key, &cmd, worker_id, name.as_str()))
-        .and_then(|submit| run_recorded(b, opened, submit, json, worker_id, stream));
+        .and_then(|submit| {
+            // The profile admitted for the create goes to the runtime: an
+            // extended command's machine is inspected before acceptance.
+            let at = (worker_id, Some(profile));
+            run_recorded(b, opened, submit, json, at, stream)
+        });
     if let Some((handle, fired)) = guard {
         handle.close();
         if fired.load(Ordering::SeqCst) {
@@ -431,33 +436,38 @@ fn run_existing(
         }
         return Ok(0);
     }
-    run_recorded(b, opened, submit, json, worker_id, stream)
+    // A duplicate: its stored record answers whatever the machine is now,
+    // so no profile is admitted for an inspect.
+    run_recorded(b, opened, submit, json, (worker_id, None), stream)
 }
 
 /// A `run` through the durable record (see [`crate::records`]), buffered
 /// or streamed: the guest's exit code when observed; an uncertain outcome
-/// is reported as such (exit 3), never guessed.
+/// is reported as such (exit 3), never guessed. `at`: the worker and, when
+/// the caller admitted it, its version profile.
 fn run_recorded(
     b: &Backend,
     opened: &crate::records::Opened,
     submit: Submit,
     json: bool,
-    worker_id: &str,
+    at: (&str, Option<Profile>),
     stream: bool,
 ) -> Result<i32, Failure> {
+    let (worker_id, profile) = at;
     if stream {
         let mut printer = Printer::new(json);
         let out = crate::records::run_recorded(
             b,
             opened,
             worker_id,
+            profile,
             submit,
             Some(&mut |e: &ExecEvent| printer.event(e)),
         )?;
         printer.done()?;
         return streamed_exit(&out, json);
     }
-    let out = crate::records::run_recorded(b, opened, worker_id, submit, None)?;
+    let out = crate::records::run_recorded(b, opened, worker_id, profile, submit, None)?;
     if let Some(output) = &out.output {
         print_output(output, json)?;
     } else if let Some(code) = crate::records::output_over_allowance(&out, json) {
@@ -668,7 +678,7 @@ const MAX_EMPTY_READS: u32 = 3;
 /// command with it.
 fn follow_logs(
     b: &Backend,
-    profile: &smolbox_core::worker::Profile,
+    profile: &Profile,
     name: &MachineName,
     first_tail: u32,
     json: bool,

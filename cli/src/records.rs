@@ -31,6 +31,7 @@ use smolbox_core::managed::{
     ExecState, ExecutionRecord, FingerprintKey, MachineRecord, RecordEvidence, RecordKey,
     RetainedMachineSpec,
 };
+use smolbox_core::worker::Profile;
 use smolbox_core::{Category, Error, Evidence, Operation};
 use smolbox_store::artifacts::DirArtifacts;
 use smolbox_store::keys::load_or_create_keys;
@@ -357,9 +358,19 @@ pub(crate) enum Rt<'a> {
 }
 
 impl<'a> Rt<'a> {
-    /// A runtime whose only worker is `worker` (the backend's client).
-    pub(crate) fn new(b: &'a Backend, opened: &Opened, worker: &str) -> Result<Self, Failure> {
-        Self::build(b, opened, worker, false, None)
+    /// A runtime whose only worker is `worker` (the backend's client),
+    /// with the version profile the caller admitted when it has one (the
+    /// plain `run`, which admitted it for its machine's create): then a
+    /// command that needs a plain image machine is inspected before its
+    /// acceptance (docs/decisions/cli.md, "The plain run's runtime carries
+    /// the admitted profile").
+    pub(crate) fn new(
+        b: &'a Backend,
+        opened: &Opened,
+        worker: &str,
+        profile: Option<Profile>,
+    ) -> Result<Self, Failure> {
+        Self::build(b, opened, worker, profile, None)
     }
 
     /// A runtime whose only worker is `worker`, admitted with its version
@@ -372,7 +383,7 @@ impl<'a> Rt<'a> {
         worker: &str,
         artifacts: Arc<DirArtifacts>,
     ) -> Result<Self, Failure> {
-        Self::build(b, opened, worker, true, Some(artifacts))
+        Self::build(b, opened, worker, Some(b.admit()?), Some(artifacts))
     }
 
     /// A runtime whose only worker is `worker`, admitted with its version
@@ -383,14 +394,14 @@ impl<'a> Rt<'a> {
         opened: &Opened,
         worker: &str,
     ) -> Result<Self, Failure> {
-        Self::build(b, opened, worker, true, None)
+        Self::build(b, opened, worker, Some(b.admit()?), None)
     }
 
     fn build(
         b: &'a Backend,
         opened: &Opened,
         worker: &str,
-        with_profile: bool,
+        profile: Option<Profile>,
         artifacts: Option<Arc<DirArtifacts>>,
     ) -> Result<Self, Failure> {
         let store = Arc::clone(&opened.store);
@@ -398,11 +409,6 @@ impl<'a> Rt<'a> {
         let ttl = lease_ttl_ms();
         Ok(match b {
             Backend::Tokio { rt, client } => {
-                let profile = if with_profile {
-                    Some(rt.block_on(client.admit(&[]))?)
-                } else {
-                    None
-                };
                 let r = rt.block_on(async {
                     let mut builder = smolbox_tokio::Runtime::builder(store, fk);
                     builder = match profile {
@@ -424,11 +430,9 @@ impl<'a> Rt<'a> {
             }
             Backend::Blocking(client) => {
                 let mut builder = smolbox_blocking::Runtime::builder(store, fk);
-                builder = if with_profile {
-                    let p = client.admit(&[])?;
-                    builder.worker_with_profile(worker, client.clone(), p)
-                } else {
-                    builder.worker(worker, client.clone())
+                builder = match profile {
+                    Some(p) => builder.worker_with_profile(worker, client.clone(), p),
+                    None => builder.worker(worker, client.clone()),
                 };
                 if let Some(source) = crate::worker::machine_source() {
                     builder = builder.machine_source(worker, source);
@@ -665,15 +669,18 @@ pub(crate) fn submit_for(
 }
 
 /// Runs `submit` through the managed runtime, to its end; with
-/// `on_event`, streamed (the output to it as it comes, never stored).
+/// `on_event`, streamed (the output to it as it comes, never stored). With
+/// `profile` (the worker's, admitted by the caller) the runtime's worker
+/// carries it ([`Rt::new`]).
 pub(crate) fn run_recorded(
     b: &Backend,
     opened: &Opened,
     worker: &str,
+    profile: Option<Profile>,
     submit: Submit,
     on_event: Option<&mut (dyn FnMut(&ExecEvent) + Send)>,
 ) -> Result<Outcome, Failure> {
-    let rt = Rt::new(b, opened, worker)?;
+    let rt = Rt::new(b, opened, worker, profile)?;
     let out = match on_event {
         Some(f) => rt.run_streamed(submit, f),
         None => rt.run(submit),
@@ -715,7 +722,7 @@ pub(crate) fn same_identity(
 pub(crate) fn accept_only(
     opened: &Opened,
     worker: &str,
-    profile: Option<smolbox_core::worker::Profile>,
+    profile: Option<Profile>,
     submit: Submit,
 ) -> Result<bool, Failure> {
     let (now, now_ms) = (Instant::now(), wall_ms());

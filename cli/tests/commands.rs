@@ -863,3 +863,60 @@ fn a_named_worker_without_an_image_gets_imageless_machines() {
     let o = bare(&["exec", "img", "--timeout", "301", "--", "true"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
 }
+
+/// A plain `run` on a named worker without `--image` creates an imageless
+/// machine. A command that needs a plain image machine there (a timeout
+/// over 300 s, C5.4) is refused before its acceptance (session 11: the
+/// run's runtime carries the version profile admitted for the create, so
+/// the controller inspects the machine first): exit 2,
+/// `unsupported_capability` / `needs_plain_image_machine`, nothing sent,
+/// no record under its id, and the machine removed. Before, it was stored
+/// and failed at dispatch (`failed` / `not_dispatched`).
+#[test]
+fn a_plain_run_needing_an_image_machine_is_refused_before_anything_is_stored() {
+    let w = devworker(None);
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("r.db");
+    let db = db.to_str().unwrap();
+    for shell in SHELLS {
+        let sb = |args: &[&str]| {
+            smolbox()
+                .env_remove("SMOLBOX_IMAGE")
+                .args(["--worker", &w.base_url(), "--shell", shell])
+                .args(args)
+                .output()
+                .expect("smolbox runs")
+        };
+        let id = format!("ext-{shell}");
+        let execs = w.request_count(smolbox_devworker::Route::Exec);
+        let o = sb(&[
+            "run",
+            "--store",
+            db,
+            "--id",
+            &id,
+            "--timeout",
+            "301",
+            "--",
+            "true",
+        ]);
+        assert_eq!(code(&o), 2, "{shell}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert!(
+            err.contains("unsupported_capability") && err.contains("needs_plain_image_machine"),
+            "{shell}: {err}"
+        );
+        assert_eq!(
+            w.request_count(smolbox_devworker::Route::Exec),
+            execs,
+            "{shell}: nothing sent"
+        );
+        let shown = sb(&["--store", db, "records", "show", &id]);
+        assert_eq!(code(&shown), 5, "{shell}: {}", stderr(&shown));
+        assert_eq!(machine_names(&w, shell), Vec::<String>::new(), "{shell}");
+        // An ordinary command on the same kind of machine still runs.
+        let ok = sb(&["run", "--store", db, "--", "sh", "-c", "echo hi; exit 4"]);
+        assert_eq!(code(&ok), 4, "{shell}: {}", stderr(&ok));
+        assert_eq!(stdout(&ok), "hi\n", "{shell}");
+    }
+}

@@ -640,3 +640,54 @@ fn exec_into_a_managed_slot_stages_inputs_and_collects_outputs() {
     refused(&o, 2, "exec_files_need_managed_machine");
     assert_eq!(mutations(&w), before, "nothing sent");
 }
+
+/// A plain `run` (no files) carries the worker's profile since session 11,
+/// so its controller's due scan may drive disposable records of the store
+/// — but never one with declared files: it has no artifact directory to
+/// stage them from. A detached run with an input stays `accepted` through
+/// a plain `run` on the same store and worker (no create or upload for
+/// it), and `wait` then runs it.
+#[test]
+fn a_plain_run_leaves_a_detached_run_with_files_to_wait() {
+    let w = devworker(None);
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("p.db");
+    let db = db.to_str().unwrap();
+    let input = dir.path().join("in.txt");
+    std::fs::write(&input, b"left for wait\n").unwrap();
+    let input_arg = format!("{}:/workspace/in.txt", input.display());
+    for shell in SHELLS {
+        let id = format!("left-{shell}");
+        let d = run_in(
+            &w,
+            shell,
+            db,
+            &[
+                "--detach", "--id", &id, "--input", &input_arg, "--", "cat", "in.txt",
+            ],
+        );
+        assert_eq!(code(&d), 0, "{shell}: {}", stderr(&d));
+        let (creates, puts) = (
+            w.request_count(Route::MachinesCreate),
+            w.request_count(Route::FilesPut),
+        );
+        let p = run_in(&w, shell, db, &["--", "echo", "plain"]);
+        assert_eq!(code(&p), 0, "{shell}: {}", stderr(&p));
+        assert_eq!(stdout(&p), "plain\n", "{shell}");
+        assert_eq!(
+            w.request_count(Route::MachinesCreate),
+            creates + 1,
+            "{shell}: only the plain run's own machine"
+        );
+        assert_eq!(w.request_count(Route::FilesPut), puts, "{shell}");
+        let shown = run(
+            &w,
+            shell,
+            &["--json", "--store", db, "records", "show", &id],
+        );
+        assert_eq!(json(&shown)["state"], "accepted", "{shell}");
+        let wt = run(&w, shell, &["--json", "wait", &id, "--store", db]);
+        assert_eq!(code(&wt), 0, "{shell}: {}", stderr(&wt));
+        assert_eq!(json(&wt)["stdout"], "left for wait\n", "{shell}");
+    }
+}

@@ -351,6 +351,11 @@ impl ControllerConfig {
         Duration::from_millis(self.lease_ttl_ms / 3)
     }
 
+    /// See [`claim_fresh`].
+    fn claim_fresh(&self, asked: Option<Instant>, just: bool, now: Instant) -> bool {
+        asked.is_some_and(|at| claim_fresh(at, just, now, self.lease_ttl_ms))
+    }
+
     /// The admitted version profile of the configured worker `worker_id`
     /// (`None`: not configured here, or configured without a profile).
     fn profile_of(&self, worker_id: &str) -> Option<Box<crate::worker::Profile>> {
@@ -359,6 +364,19 @@ impl ControllerConfig {
             .find(|w| w.id == worker_id)
             .and_then(|w| w.profile.clone())
     }
+}
+
+/// True while a claim of this controller asked at `at` (monotonic) is
+/// fresh enough to write or send under without renewing it first (C15):
+/// less than a third of the TTL has passed since it was **asked** (not
+/// since its answer arrived: a slow answer leaves it less fresh), or
+/// `just` — its answer was the last store answer, so the op that follows
+/// it goes out under it — while its whole TTL counted from the request
+/// has not run out. The second rule keeps a store slower than a third of
+/// the TTL moving (each renewal would otherwise be stale on arrival).
+pub(crate) fn claim_fresh(at: Instant, just: bool, now: Instant, ttl_ms: u64) -> bool {
+    let age = now.saturating_duration_since(at);
+    age < Duration::from_millis(ttl_ms / 3) || (just && age < Duration::from_millis(ttl_ms))
 }
 
 /// A command to run: its record key and spec (C12.4).
@@ -558,8 +576,9 @@ pub enum ControllerEvent {
 enum Purpose {
     Lease(String),
     /// An acceptance; `true` when it carries the dispatch intent (a slot
-    /// of `max_active` is kept for it until the answer).
-    Accept(RecordKey, bool),
+    /// of `max_active` is kept for it until the answer); when it was asked
+    /// (the claim it carries counts from then, C15).
+    Accept(RecordKey, bool, Instant),
     Exec(RecordKey),
     Scan,
     Cancel(RecordKey),
@@ -628,6 +647,9 @@ pub struct Controller {
     leases: Leases,
     /// Largest wall clock seen (a step backwards never moves time back).
     now_ms: u64,
+    /// Latest monotonic time given (every input sets it): when an op
+    /// handed out outside a pump was asked.
+    now: Instant,
     /// Retained machines driven here (≤ max_active once started).
     machs: BTreeMap<RecordKey, Mach>,
     /// Caller requests in flight.
@@ -694,6 +716,7 @@ impl Controller {
             backlog: true,
             leases: Leases::default(),
             now_ms,
+            now,
             machs: BTreeMap::new(),
             reqs: BTreeMap::new(),
             next_req: 1,
@@ -764,8 +787,7 @@ impl Controller {
     /// for what this controller cannot run (but see above); `admission_exhausted` after
     /// [`Controller::shutdown`]. Nothing is stored on error.
     pub fn submit(&mut self, now: Instant, now_ms: u64, submit: Submit) -> Result<(), Error> {
-        let _ = now;
-        self.observe_clock(now_ms);
+        self.observe_clock(now, now_ms);
         if self.shutting_down {
             return Err(Error::admission_exhausted(
                 Operation::Submit,
@@ -815,8 +837,7 @@ impl Controller {
     /// [`ControllerEvent::CancelRecorded`]. The execution then moves as the module
     /// docs say. Cancelling a finished record changes nothing.
     pub fn cancel(&mut self, now: Instant, now_ms: u64, key: RecordKey) {
-        let _ = now;
-        self.observe_clock(now_ms);
+        self.observe_clock(now, now_ms);
         let op = StoreOp::Cancel {
             key: key.clone(),
             now_ms: self.now_ms,
@@ -827,7 +848,7 @@ impl Controller {
     /// Schedules a due scan now (C16 reconcile): observation only, never a
     /// replay, never a budget reset.
     pub fn reconcile(&mut self, now: Instant, now_ms: u64) {
-        self.observe_clock(now_ms);
+        self.observe_clock(now, now_ms);
         if !self.shutting_down && !self.cfg.workers.is_empty() {
             self.scan_at = Some(now);
             self.mscan_at = Some(now);
@@ -843,7 +864,7 @@ impl Controller {
     /// controller need not wait out the TTL ([`release`]).
     /// [`ControllerEvent::Stopped`] follows once nothing is outstanding.
     pub fn shutdown(&mut self, now: Instant, now_ms: u64) {
-        self.observe_clock(now_ms);
+        self.observe_clock(now, now_ms);
         self.shutting_down = true;
         // Neither due scan runs any more: no timer of theirs may stay behind
         // (one left in the past, with nothing to do, would make a driver
@@ -855,7 +876,7 @@ impl Controller {
 
     /// The answer to store op `id`.
     pub fn handle_stored(&mut self, now: Instant, now_ms: u64, id: OpId, result: StoreResult) {
-        self.observe_clock(now_ms);
+        self.observe_clock(now, now_ms);
         let Some(purpose) = self.ops.remove(&id) else {
             return;
         };
@@ -889,7 +910,7 @@ impl Controller {
             }
             Purpose::Scan => self.on_scan(now, result),
             Purpose::Cancel(key) => self.on_cancel(key, result),
-            Purpose::Accept(key, intent) => {
+            Purpose::Accept(key, intent, asked) => {
                 if let Some(n) = self.accepting.get_mut(&key) {
                     *n -= 1;
                     if *n == 0 {
@@ -899,7 +920,7 @@ impl Controller {
                 if intent {
                     self.intent_accepts = self.intent_accepts.saturating_sub(1);
                 }
-                self.on_accepted(now, key, intent, result);
+                self.on_accepted(now, asked, key, intent, result);
             }
             Purpose::Exec(key) => {
                 let changed = self
@@ -932,7 +953,7 @@ impl Controller {
 
     /// The answer to worker op `id`.
     pub fn handle_worker(&mut self, now: Instant, now_ms: u64, id: OpId, result: WorkerResult) {
-        self.observe_clock(now_ms);
+        self.observe_clock(now, now_ms);
         match self.ops.remove(&id) {
             Some(Purpose::Exec(key)) => {
                 if let Some(ex) = self.execs.get_mut(&key) {
@@ -958,7 +979,7 @@ impl Controller {
 
     /// Time passed: due scans, claim renewals, deadlines, retries.
     pub fn handle_timeout(&mut self, now: Instant, now_ms: u64) {
-        self.observe_clock(now_ms);
+        self.observe_clock(now, now_ms);
         self.skip.retain(|_, until| *until > now);
         self.pump(now);
     }
@@ -1048,8 +1069,9 @@ impl Controller {
         Some(ControllerEvent::Telemetry(t))
     }
 
-    fn observe_clock(&mut self, now_ms: u64) {
+    fn observe_clock(&mut self, now: Instant, now_ms: u64) {
         self.now_ms = self.now_ms.max(now_ms);
+        self.now = self.now.max(now);
     }
 
     fn op_id(&mut self) -> OpId {
@@ -1132,7 +1154,7 @@ impl Controller {
                         let id = OpId(self.next_op);
                         self.next_op += 1;
                         self.ops.insert(id, Purpose::Exec(key.clone()));
-                        ex.store_sent(id);
+                        ex.store_sent(id, now);
                         self.store_out.push_back((id, op));
                         break;
                     }

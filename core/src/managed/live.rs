@@ -156,6 +156,12 @@ pub const fn unknown_worker() -> Error {
 /// past that the run is told rows were dropped (it then never opens).
 pub const MAX_KEPT_ROWS: usize = 8;
 
+/// Most keys with due-scan rows kept while no run of theirs is live here
+/// (answered [`DueRow::Recover`], for whichever run of the key begins
+/// next); past that a row of another such key is not kept (as before
+/// session 11).
+pub const MAX_UNDRIVEN_KEYS: usize = 64;
+
 /// What the shell does with a due-scan row of a managed terminal
 /// ([`LiveSet::due_row`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -179,7 +185,10 @@ struct KeptRows {
 pub struct LiveSet<L> {
     registry: Registry<L>,
     runs: BTreeSet<RecordKey>,
-    /// Due-scan rows of live runs' keys, until the run's next input.
+    /// Due-scan rows of live runs' keys, until the run's next input; and
+    /// rows past `ready` of keys answered [`DueRow::Recover`], until the
+    /// next run of the key begins here (the recovery, or an `open` that
+    /// raced it) and takes them at its first input.
     rows: BTreeMap<RecordKey, KeptRows>,
 }
 
@@ -237,20 +246,33 @@ impl<L: Clone> LiveSet<L> {
     /// run of its key, the row is that run's (fuzz finding 5's case for
     /// terminals): it is kept for the run's next input (a row before
     /// dispatch shows the run nothing and is not kept). Otherwise the key
-    /// is recovered. The shell only acts on the answer.
+    /// is recovered, and a row past `ready` is kept too (at most
+    /// [`MAX_UNDRIVEN_KEYS`] such keys): an `open` of the key may begin its
+    /// run before the recovery does (the recovery then finds the key driven
+    /// and returns), and that run takes the row like any row read while it
+    /// is live; otherwise the recovery's run takes it. The shell only acts
+    /// on the answer.
     pub fn due_row(&mut self, row: ExecutionRecord) -> DueRow {
-        if !self.runs.contains(&row.key) {
-            return DueRow::Recover(row.key);
-        }
-        if !row.state.is_before_dispatch() {
+        let driven = self.runs.contains(&row.key);
+        if !row.state.is_before_dispatch() && (driven || self.room_for(&row.key)) {
             let kept = self.rows.entry(row.key.clone()).or_default();
             if kept.rows.len() < MAX_KEPT_ROWS {
-                kept.rows.push(row);
+                kept.rows.push(row.clone());
             } else {
                 kept.dropped = true;
             }
         }
-        DueRow::Kept
+        if driven {
+            DueRow::Kept
+        } else {
+            DueRow::Recover(row.key)
+        }
+    }
+
+    /// True when rows of `key`, driven by no run here, may be kept.
+    fn room_for(&self, key: &RecordKey) -> bool {
+        self.rows.contains_key(key)
+            || self.rows.keys().filter(|k| !self.runs.contains(*k)).count() < MAX_UNDRIVEN_KEYS
     }
 
     /// How many due-scan rows wait for the run of `key` (dropped ones not
@@ -295,7 +317,8 @@ impl<L: Clone> LiveSet<L> {
             Ok(run) => Ok((run, drives)),
             Err(e) => {
                 if drives {
-                    self.end_run(&key);
+                    // Rows kept for the key stay for its next run.
+                    self.runs.remove(&key);
                 }
                 Err(e)
             }

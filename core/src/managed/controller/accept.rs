@@ -153,7 +153,8 @@ impl Controller {
                 max_pending,
             }
         };
-        self.push_store(Purpose::Accept(submit.key, intent), op);
+        let asked = self.now;
+        self.push_store(Purpose::Accept(submit.key, intent, asked), op);
         Ok(())
     }
 }

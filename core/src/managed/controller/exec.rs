@@ -86,8 +86,13 @@ pub(super) struct Exec {
     inflight: Option<(OpId, Kind)>,
     next_kind: Kind,
     worker_op: Option<OpId>,
-    /// When this controller last got its claim confirmed (monotonic).
+    /// When the claim this controller last got confirmed was asked for
+    /// (monotonic): its freshness counts from the request, not from the
+    /// answer (C15, as the worker lease's monotonic end), so a slow answer
+    /// leaves it less fresh.
     claim_at: Option<Instant>,
+    /// When the outstanding store op was handed out (monotonic).
+    asked_at: Option<Instant>,
     /// The last store answer was a claim (fresh for the intent).
     fresh_claim: bool,
     /// This controller wrote the `dispatching` intent.
@@ -208,6 +213,7 @@ impl Exec {
             next_kind: Kind::Write,
             worker_op: None,
             claim_at: None,
+            asked_at: None,
             fresh_claim: false,
             intent_mine: false,
             shown_dispatched: false,
@@ -242,19 +248,26 @@ impl Exec {
 
     /// An execution over `rec`, inserted by this controller's own
     /// acceptance together with its claim and dispatch intent (issue 16):
-    /// the intent is this controller's and the claim was confirmed now.
-    pub(super) fn with_intent(rec: ExecutionRecord, now: Instant, now_ms: u64) -> Self {
+    /// the intent is this controller's and the claim was confirmed by an
+    /// acceptance asked at `asked`.
+    pub(super) fn with_intent(
+        rec: ExecutionRecord,
+        now: Instant,
+        asked: Instant,
+        now_ms: u64,
+    ) -> Self {
         let mut ex = Self::new(rec, now, now_ms, None);
-        ex.intent_committed(now);
+        ex.intent_committed(asked);
         ex
     }
 
     /// The record this execution holds was stored by this controller with
-    /// its dispatch intent and a fresh claim (an acceptance or a command
-    /// submission with the intent): the exec is sent next.
-    pub(super) fn intent_committed(&mut self, now: Instant) {
+    /// its dispatch intent and a claim (an acceptance or a command
+    /// submission with the intent, asked at `asked`): the exec is sent
+    /// next, after a renewal when the claim is no longer fresh.
+    pub(super) fn intent_committed(&mut self, asked: Instant) {
         self.intent_mine = true;
-        self.claim_at = Some(now);
+        self.claim_at = Some(asked);
     }
 
     /// Fixes the monotonic bound of every deadline the record carries and
@@ -288,8 +301,10 @@ impl Exec {
         wall.is_some_and(|w| now_ms >= w) || self.mono[slot as usize].is_some_and(|m| now >= m)
     }
 
-    pub(super) fn store_sent(&mut self, id: OpId) {
+    /// Store op `id` (the last `step`'s) was handed out at `now`.
+    pub(super) fn store_sent(&mut self, id: OpId, now: Instant) {
         self.inflight = Some((id, self.next_kind));
+        self.asked_at = Some(now);
     }
 
     pub(super) fn worker_sent(&mut self, id: OpId) {
@@ -420,18 +435,23 @@ impl Exec {
     }
 
     /// True while the claim this controller holds is live and fresh enough
-    /// not to need renewal (and, on an assigned disposable record, under
-    /// the generation of this controller's live worker lease).
+    /// not to need renewal before the next op (and, on an assigned
+    /// disposable record, under the generation of this controller's live
+    /// worker lease); see [`super::claim_fresh`].
     fn claim_ok(&self, cfg: &ControllerConfig, now: Instant, now_ms: u64) -> bool {
+        self.claim_ok_with(cfg, now, now_ms, self.fresh_claim)
+    }
+
+    /// [`Exec::claim_ok`]; `just`: the claim's answer was the last one and
+    /// an op follows it (while only waiting, a third of the TTL since the
+    /// request makes the renewal due, as `wake_at` names it).
+    fn claim_ok_with(&self, cfg: &ControllerConfig, now: Instant, now_ms: u64, just: bool) -> bool {
         let ours = self
             .rec
             .claim
             .as_ref()
             .is_some_and(|c| c.owner == cfg.owner && c.until_ms > now_ms);
-        ours && !self.needs_refence()
-            && self
-                .claim_at
-                .is_some_and(|at| now.saturating_duration_since(at) < cfg.renew_every())
+        ours && !self.needs_refence() && cfg.claim_fresh(self.claim_at, just, now)
     }
 
     /// An assigned disposable record under another worker-lease generation
@@ -898,7 +918,7 @@ impl Exec {
 
     /// While the command runs: renew the claim every third of the TTL.
     fn renew_or_wait(&mut self, cfg: &ControllerConfig, now: Instant, now_ms: u64) -> Step {
-        if self.claim_ok(cfg, now, now_ms) {
+        if self.claim_ok_with(cfg, now, now_ms, false) {
             Step::Wait
         } else {
             self.claim_op(cfg, now_ms)
@@ -1104,7 +1124,8 @@ impl Exec {
                 self.fresh_claim = kind == Kind::Claim;
                 match kind {
                     Kind::Claim => {
-                        self.claim_at = Some(now);
+                        // Fresh from when it was asked (C15).
+                        self.claim_at = Some(self.asked_at.unwrap_or(now));
                         if self.rec.state == ExecState::Accepted
                             && self.rec.assignment.is_some()
                             && self.rec.creation.is_none()

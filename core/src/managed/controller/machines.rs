@@ -235,7 +235,11 @@ pub(super) struct Mach {
     /// from the same answer (it is never lost with a failed write).
     kept: Option<(WKind, WorkerResult, Snap)>,
     began: Option<Snap>,
+    /// When the claim this controller last got confirmed was asked for
+    /// (monotonic): fresh from the request, not the answer (C15).
     claim_at: Option<Instant>,
+    /// When the outstanding store op was handed out (monotonic).
+    asked_at: Option<Instant>,
     fresh_claim: bool,
     /// This process wrote the current `dispatching` intent.
     intent_mine: bool,
@@ -277,6 +281,7 @@ impl Mach {
             kept: None,
             began: None,
             claim_at: None,
+            asked_at: None,
             fresh_claim: false,
             intent_mine: false,
             sent: false,
@@ -362,8 +367,10 @@ impl Mach {
             .map(|w| w.id.clone())
     }
 
-    pub(super) fn store_sent(&mut self, id: OpId) {
+    /// Store op `id` (the last `step`'s) was handed out at `now`.
+    pub(super) fn store_sent(&mut self, id: OpId, now: Instant) {
         self.inflight = Some((id, self.next_kind));
+        self.asked_at = Some(now);
     }
 
     pub(super) fn worker_sent(&mut self, id: OpId) {
@@ -401,16 +408,21 @@ impl Mach {
             .is_some_and(|a| self.lease_gen.is_some_and(|g| g != a.worker_generation))
     }
 
+    /// True while this controller's claim needs no renewal before the next
+    /// op (see [`super::claim_fresh`]).
     fn claim_ok(&self, cfg: &ControllerConfig, now: Instant, now_ms: u64) -> bool {
+        self.claim_ok_with(cfg, now, now_ms, self.fresh_claim)
+    }
+
+    /// [`Mach::claim_ok`]; `just` false while only waiting (the renewal is
+    /// due a third of the TTL after the request, as `wake_at` names it).
+    fn claim_ok_with(&self, cfg: &ControllerConfig, now: Instant, now_ms: u64, just: bool) -> bool {
         let ours = self
             .rec
             .claim
             .as_ref()
             .is_some_and(|c| c.owner == cfg.owner && c.until_ms > now_ms);
-        ours && !self.needs_refence()
-            && self
-                .claim_at
-                .is_some_and(|at| now.saturating_duration_since(at) < cfg.renew_every())
+        ours && !self.needs_refence() && cfg.claim_fresh(self.claim_at, just, now)
     }
 
     fn claim_op(&mut self, cfg: &ControllerConfig, now_ms: u64) -> MStep {
@@ -659,7 +671,7 @@ impl Mach {
             });
         }
         if self.worker_op.is_some() {
-            return if self.claim_ok(cfg, now, now_ms) {
+            return if self.claim_ok_with(cfg, now, now_ms, false) {
                 MStep::Wait
             } else {
                 self.claim_op(cfg, now_ms)
@@ -1094,7 +1106,7 @@ impl Mach {
                 self.rec = rec;
                 self.fresh_claim = kind == SKind::Claim;
                 match kind {
-                    SKind::Claim => self.claim_at = Some(now),
+                    SKind::Claim => self.claim_at = Some(self.asked_at.unwrap_or(now)),
                     SKind::Intent => {
                         self.intent_mine = true;
                         self.sent = false;

@@ -15,8 +15,14 @@ use crate::{Error, Operation, Reason};
 
 impl Controller {
     /// True when this controller may drive `rec` (its namespace: a machine
-    /// on one of its workers).
+    /// on one of its workers). A record with declared files needs an
+    /// artifact store to stage or collect them: a controller without one
+    /// leaves it to one that has it (as it refuses such specs at
+    /// acceptance), never fails it for lack of one.
     pub(super) fn owns(&self, rec: &ExecutionRecord) -> bool {
+        if !self.cfg.artifacts && (!rec.spec.inputs.is_empty() || !rec.spec.outputs.is_empty()) {
+            return false;
+        }
         if rec.spec.machine.is_some() {
             // Decided once its machine is read (`on_adopt`).
             return self.cfg.workers.iter().any(|x| x.profile.is_some());
@@ -36,11 +42,13 @@ impl Controller {
         }
     }
 
-    /// The answer to an acceptance; `intent` when it was the acceptance
-    /// that also commits the dispatch intent (`accept_dispatching`).
+    /// The answer to an acceptance asked at `asked`; `intent` when it was
+    /// the acceptance that also commits the dispatch intent
+    /// (`accept_dispatching`).
     pub(super) fn on_accepted(
         &mut self,
         now: Instant,
+        asked: Instant,
         key: RecordKey,
         intent: bool,
         result: StoreResult,
@@ -89,7 +97,7 @@ impl Controller {
             // is not this process's intent (fuzz finding 4, session 7) and
             // is driven below like any record found possibly dispatched.
             self.push_telemetry(&record);
-            let mut ex = Exec::with_intent(record, now, self.now_ms);
+            let mut ex = Exec::with_intent(record, now, asked, self.now_ms);
             for row in &earlier {
                 ex.on_row_before_intent(row);
             }

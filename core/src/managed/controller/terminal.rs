@@ -369,7 +369,14 @@ pub struct TerminalRun {
     inflight: Option<(OpId, Kind)>,
     next_op: u64,
     out: VecDeque<TermOutput>,
+    /// When the claim this run last got confirmed was asked for
+    /// (monotonic): fresh from the request, not the answer (C15).
     claim_at: Option<Instant>,
+    /// The latest monotonic time given (every input with a time sets it).
+    now: Option<Instant>,
+    /// When the outstanding store op was handed out (the latest time
+    /// given then).
+    asked_at: Option<Instant>,
     /// This run wrote the dispatch intent (only then may it open).
     intent_mine: bool,
     /// The outstanding write is the dispatch intent: only its reply can
@@ -461,6 +468,7 @@ impl TerminalRun {
         };
         let mut run = Self::empty(cfg, fp_key, rec.key.clone(), machine, true);
         run.rec = Some(rec);
+        run.observe(now);
         run.pump(now, now_ms);
         Ok(run)
     }
@@ -485,6 +493,8 @@ impl TerminalRun {
             next_op: 1,
             out: VecDeque::new(),
             claim_at: None,
+            now: None,
+            asked_at: None,
             intent_mine: false,
             intent_out: false,
             shown_dispatched: false,
@@ -599,18 +609,21 @@ impl TerminalRun {
 
     /// Requests cancellation (C16): persisted first, then acted on.
     pub fn cancel(&mut self, now: Instant, now_ms: u64) {
+        self.observe(now);
         self.cancel_wanted = true;
         self.pump(now, now_ms);
     }
 
     /// Time passed: claim renewal, retries.
     pub fn handle_timeout(&mut self, now: Instant, now_ms: u64) {
+        self.observe(now);
         self.pump(now, now_ms);
     }
 
     /// The upgrade's answer: `Ok` once the 101 was read; an error of the
     /// open itself (its evidence says whether anything was sent).
     pub fn handle_opened(&mut self, now: Instant, now_ms: u64, result: Result<(), Error>) {
+        self.observe(now);
         match result {
             Ok(()) => self.opened = true,
             Err(e) => self.verdict = Some(Verdict::of(&Err(e))),
@@ -626,6 +639,7 @@ impl TerminalRun {
         now_ms: u64,
         outcome: &Result<TerminalExit, Error>,
     ) {
+        self.observe(now);
         if self.verdict.is_none() {
             self.verdict = Some(Verdict::of(outcome));
         }
@@ -637,6 +651,7 @@ impl TerminalRun {
     /// `not_dispatched`: the inspect mutates nothing and nothing else was
     /// sent).
     pub fn handle_inspected(&mut self, now: Instant, now_ms: u64, result: Result<(), Error>) {
+        self.observe(now);
         if !self.inspecting {
             return;
         }
@@ -653,6 +668,7 @@ impl TerminalRun {
 
     /// The answer to store op `id`.
     pub fn handle_stored(&mut self, now: Instant, now_ms: u64, id: OpId, result: TermStoreResult) {
+        self.observe(now);
         let Some((want, kind)) = self.inflight else {
             return;
         };
@@ -673,6 +689,11 @@ impl TerminalRun {
         self.pump(now, now_ms);
     }
 
+    /// Notes the monotonic time an input gave (never moved back).
+    fn observe(&mut self, now: Instant) {
+        self.now = Some(self.now.map_or(now, |t| t.max(now)));
+    }
+
     fn renew_every(&self) -> Duration {
         Duration::from_millis(self.cfg.lease_ttl_ms / 3)
     }
@@ -681,6 +702,7 @@ impl TerminalRun {
         let id = OpId(self.next_op);
         self.next_op += 1;
         self.inflight = Some((id, kind));
+        self.asked_at = self.now;
         self.out.push_back(TermOutput::Store(id, Box::new(op)));
     }
 
@@ -744,8 +766,9 @@ impl TerminalRun {
                 },
             ) => {
                 if !existing {
-                    // The claim was written with the acceptance.
-                    self.claim_at = Some(now);
+                    // The claim was written with the acceptance (fresh
+                    // from when it was asked, C15).
+                    self.claim_at = Some(self.asked_at.unwrap_or(now));
                 }
                 self.out.push_back(TermOutput::Event(TermEvent::Accepted {
                     record: record.clone(),
@@ -766,7 +789,7 @@ impl TerminalRun {
                 }
             }
             (Kind::Claim, TermStoreReply::Record(r)) => {
-                self.claim_at = Some(now);
+                self.claim_at = Some(self.asked_at.unwrap_or(now));
                 self.rec = Some(*r);
             }
             (Kind::Fetch | Kind::Write | Kind::Cancel, TermStoreReply::Record(r)) => {
@@ -1001,9 +1024,12 @@ impl TerminalRun {
             .claim
             .as_ref()
             .is_some_and(|c| c.owner == self.cfg.owner && c.until_ms > now_ms);
+        // While the session is live the run only waits between renewals
+        // (`poll_timeout` names the next one): no op follows the answer.
+        let just = self.claim_fresh_now && !(self.open_sent && self.verdict.is_none());
         mine && self
             .claim_at
-            .is_some_and(|at| now < at + self.renew_every())
+            .is_some_and(|at| super::claim_fresh(at, just, now, self.cfg.lease_ttl_ms))
     }
 
     fn write(&mut self, rec: &ExecutionRecord, patch: ExecPatch, now_ms: u64) {

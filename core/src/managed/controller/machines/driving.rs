@@ -26,7 +26,7 @@ impl crate::managed::controller::Controller {
         now_ms: u64,
         request: MachineRequest,
     ) -> Result<RequestId, Error> {
-        self.observe_clock(now_ms);
+        self.observe_clock(now, now_ms);
         if self.shutting_down {
             return Err(Error::admission_exhausted(
                 Operation::Submit,
@@ -177,8 +177,7 @@ impl crate::managed::controller::Controller {
                 None => return Err(Error::protocol(Operation::Submit, Reason::NoInitialOp)),
             },
         };
-        self.reqs.insert(id, req);
-        self.push_store(Purpose::Req(id), op);
+        self.push_req(req, op);
         self.pump(now);
         Ok(id)
     }
@@ -213,21 +212,27 @@ impl crate::managed::controller::Controller {
             }
         }
         let intent = req.asked_intent();
+        let asked = req.asked_at.unwrap_or(now);
         let step = req.on_stored(&self.cfg, self.now_ms, result);
         if let RStep::Done(Ok(answer)) = &step {
-            self.after_answer(now, answer, intent);
+            self.after_answer(now, asked, answer, intent);
         }
         self.req_step(req, step);
+    }
+
+    /// Hands out a request flow's store op, noting when it was asked (a
+    /// claim the op takes counts from then, C15).
+    pub(in crate::managed::controller) fn push_req(&mut self, mut req: Req, op: StoreOp) {
+        let id = req.id;
+        req.asked_at = Some(self.now);
+        self.reqs.insert(id, req);
+        self.push_store(Purpose::Req(id), op);
     }
 
     /// Continues a request flow with its next step.
     pub(in crate::managed::controller) fn req_step(&mut self, req: Req, step: RStep) {
         match step {
-            RStep::Store(op) => {
-                let id = req.id;
-                self.reqs.insert(id, req);
-                self.push_store(Purpose::Req(id), op);
-            }
+            RStep::Store(op) => self.push_req(req, op),
             RStep::Worker(op) => {
                 let id = req.id;
                 self.reqs.insert(id, req);
@@ -265,11 +270,13 @@ impl crate::managed::controller::Controller {
             ));
     }
 
-    /// After a durable answer: drive what it made due. `intent`: the
-    /// answer is a command submission's that asked for the dispatch intent.
+    /// After a durable answer to a store op asked at `asked`: drive what
+    /// it made due. `intent`: the answer is a command submission's that
+    /// asked for the dispatch intent.
     pub(in crate::managed::controller) fn after_answer(
         &mut self,
         now: Instant,
+        asked: Instant,
         answer: &MachineAnswer,
         intent: bool,
     ) {
@@ -318,7 +325,7 @@ impl crate::managed::controller::Controller {
                         // commit (when no other one held it). An earlier row
                         // other than that very record forbids the send
                         // (finding 9's rule).
-                        ex.intent_committed(now);
+                        ex.intent_committed(asked);
                         for row in &earlier {
                             ex.on_row_before_intent(row);
                         }
@@ -328,7 +335,7 @@ impl crate::managed::controller::Controller {
                             .is_some_and(|c| c.owner == self.cfg.owner)
                             && let Some(snap) = self.slot_machines.get_mut(&execution.key)
                         {
-                            snap.1 = Some(now);
+                            snap.1 = Some(asked);
                         }
                     }
                 } else if let Some(ex) = self.execs.get_mut(&execution.key) {
@@ -495,7 +502,7 @@ impl crate::managed::controller::Controller {
                         let id = OpId(self.next_op);
                         self.next_op += 1;
                         self.ops.insert(id, Purpose::Mach(key.clone()));
-                        m.store_sent(id);
+                        m.store_sent(id, now);
                         self.store_out.push_back((id, op));
                         break;
                     }

@@ -115,10 +115,8 @@ impl crate::managed::controller::Controller {
         // the claim only, and writes `preparing` itself.
         let intent = self.cfg.claim_at_accept && rec.spec.inputs.is_empty();
         let op = req.submit_op(rec, self.cfg.max_pending, intent);
-        let id = req.id;
         *self.accepting.entry(key_of(&op)).or_insert(0) += 1;
-        self.reqs.insert(id, req);
-        self.push_store(Purpose::Req(id), op);
+        self.push_req(req, op);
     }
 
     /// The inspect (and its verdict) a slot command needs before its

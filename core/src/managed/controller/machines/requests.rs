@@ -78,6 +78,9 @@ pub(in crate::managed::controller) struct Req {
     /// The image-machine preflight a slot command waits for
     /// ([`Stage::SubmitInspect`]).
     check: Option<crate::worker::ImageCheck>,
+    /// When the outstanding store op was handed out (monotonic): a claim
+    /// a submission takes counts from then (C15).
+    pub(super) asked_at: Option<Instant>,
 }
 
 /// What a request flow wants next.
@@ -109,6 +112,7 @@ impl Req {
             refused: None,
             unstored: None,
             check: None,
+            asked_at: None,
         }
     }
 

@@ -844,3 +844,4 @@ fn a_launch_reply_to_a_foreground_command_is_unknown() {
 
 mod preinspect;
 mod slot;
+mod unowned;

@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used)] // tests: a panic is the failure report
 
+use super::machines::mkey;
 use super::*;
 
 /// A disposable execution whose own intent committed, answered after two
@@ -239,4 +240,171 @@ fn a_cancel_read_by_the_renewal_before_the_send_sends_nothing() {
     let f = s.finished(&key).unwrap();
     assert!(!f.dispatched);
     assert_eq!(f.error, None);
+}
+
+/// The store ops between the controller's next op and the exec's send
+/// (or the end when it never went out), after `first` was answered `gap`
+/// ms after it was asked; `first` is the first op `pick` chooses.
+fn claims_before_the_send(
+    s: &mut Sim,
+    key: &RecordKey,
+    gap: u64,
+    pick: impl Fn(&Sim, &StoreOp) -> bool,
+) -> usize {
+    let (id, op) = loop {
+        let (id, op) = s.ctl.poll_store_op().expect("a store op");
+        if pick(s, &op) {
+            break (id, op);
+        }
+        let r = s.store.apply(&op);
+        s.store_log.push(op);
+        s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    };
+    let r = s.store.apply(&op);
+    s.store_log.push(op);
+    // The answer arrives `gap` ms after the request (a slow store).
+    s.now += Duration::from_millis(gap);
+    s.now_ms += gap;
+    s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    let before = s.store_log.len();
+    let (_, sent_at) = settle_watching_the_exec(s, key).expect("sent");
+    s.store_log[before..sent_at]
+        .iter()
+        .filter(|op| matches!(op, StoreOp::Claim { .. }))
+        .count()
+}
+
+/// C15 (session 11): a claim's freshness counts from when it was asked,
+/// not from when its answer arrived (as the worker lease's monotonic end).
+/// The claim right before the intent is answered `gap` ms late and the
+/// intent at once: from a third of the TTL on, counted from the request,
+/// the claim is renewed before the send; below it, it is not.
+#[test]
+fn a_claim_answered_late_counts_from_its_request() {
+    let ttl = detached().lease_ttl_ms;
+    for (gap, renewals) in [(ttl / 3 - 1, 0), (ttl / 3, 1)] {
+        let mut s = Sim::new(detached());
+        s.settle();
+        let key = s.submit("late", &cmd());
+        // The claim before the intent (the record is `ready` then).
+        let pick = |s: &Sim, op: &StoreOp| matches!(op, StoreOp::Claim { key: k, .. } if s.record(k).state == ExecState::Ready);
+        let n = claims_before_the_send(&mut s, &key, gap, pick);
+        assert_eq!(n, renewals, "gap {gap} ms");
+        s.answer_exec(exited(0, ""));
+        assert_eq!(s.record(&key).state, ExecState::Completed);
+    }
+}
+
+/// The same for the claim an acceptance with its intent writes (the CLI's
+/// run on its machine): an acceptance answered a third of the TTL after it
+/// was asked leaves the claim due for renewal before the send.
+#[test]
+fn an_acceptance_answered_late_counts_its_claim_from_the_request() {
+    let ttl = config().lease_ttl_ms;
+    for (gap, renewals) in [(ttl / 3 - 1, 0), (ttl / 3, 1)] {
+        let mut s = Sim::new(config());
+        s.settle();
+        let key = s.submit("late-accept", &cmd());
+        let pick = |_: &Sim, op: &StoreOp| matches!(op, StoreOp::AcceptDispatching { .. });
+        let n = claims_before_the_send(&mut s, &key, gap, pick);
+        assert_eq!(n, renewals, "gap {gap} ms");
+        s.answer_exec(exited(0, ""));
+        assert_eq!(s.record(&key).state, ExecState::Completed);
+    }
+}
+
+/// The same for a command submitted to a retained machine's slot with its
+/// claim and intent (`submit_dispatching`) answered late.
+#[test]
+fn a_slot_submission_answered_late_counts_its_claim_from_the_request() {
+    let ttl = disposable_config().lease_ttl_ms;
+    for (gap, renewals) in [(ttl / 3 - 1, 0), (ttl / 3, 1)] {
+        let mut s = Sim::new(disposable_config());
+        s.running_machine();
+        let key = RecordKey::new("s", "late-slot").unwrap();
+        let request = MachineRequest::Submit {
+            machine: mkey(),
+            key: key.clone(),
+            command: cmd(),
+            files: crate::managed::CommandFiles::default(),
+        };
+        s.ctl.machine(s.now, s.now_ms, request).unwrap();
+        let pick = |_: &Sim, op: &StoreOp| op.name() == "submit_dispatching";
+        let n = claims_before_the_send(&mut s, &key, gap, pick);
+        assert_eq!(n, renewals, "gap {gap} ms");
+        s.answer("exec", exited(0, ""));
+        assert_eq!(s.record(&key).state, ExecState::Completed);
+    }
+}
+
+/// A store whose every answer arrives a third of the TTL (+1 ms) after the
+/// request: no claim is ever fresh by its request time when it arrives.
+/// The op right after a claim's answer still goes out under it while its
+/// whole TTL has not run out, so the command is sent after one renewal
+/// (the acceptance's claim is a third of the TTL old at the intent's
+/// answer), never held back by renewal after renewal.
+#[test]
+fn a_store_slower_than_a_third_of_the_ttl_still_sends_after_one_renewal() {
+    let late = config().lease_ttl_ms / 3 + 1;
+    let mut s = Sim::new(config());
+    s.settle();
+    let key = s.submit("slow", &cmd());
+    let mut performed = Vec::new();
+    while s.ctl.poll_worker_op().is_none() {
+        let (id, op) = s.ctl.poll_store_op().expect("a store op, or the send");
+        assert!(performed.len() < 10, "never sent: {performed:?}");
+        let r = s.store.apply(&op);
+        performed.push(op.name());
+        s.now += Duration::from_millis(late);
+        s.now_ms += late;
+        s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    }
+    assert_eq!(performed, ["accept_dispatching", "claim"]);
+    assert_eq!(s.record(&key).state, ExecState::Dispatching);
+}
+
+/// With the exec out, a renewal answered a third of the TTL late is due
+/// again at once (counted from its request): the next renewal goes out
+/// with the answer, and no timer is left in the past (a driver would spin
+/// on it).
+#[test]
+fn a_late_renewal_while_the_exec_runs_renews_again_without_a_past_timer() {
+    let ttl = config().lease_ttl_ms;
+    let mut s = Sim::new(config());
+    s.settle();
+    let key = s.submit("late-renewal", &cmd());
+    s.settle();
+    assert!(sent(&s));
+    // Timers fire (due scans performed) until the renewal goes out.
+    let (id, op) = 'renewal: loop {
+        let due = s.ctl.poll_timeout().expect("a timer");
+        let step = u64::try_from(due.saturating_duration_since(s.now).as_millis()).unwrap();
+        s.now = due.max(s.now);
+        s.now_ms += step;
+        s.ctl.handle_timeout(s.now, s.now_ms);
+        while let Some((id, op)) = s.ctl.poll_store_op() {
+            if matches!(op, StoreOp::Claim { .. }) {
+                break 'renewal (id, op);
+            }
+            let r = s.store.apply(&op);
+            s.ctl.handle_stored(s.now, s.now_ms, id, r);
+        }
+    };
+    let r = s.store.apply(&op);
+    s.now += Duration::from_millis(ttl / 3);
+    s.now_ms += ttl / 3;
+    s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    let next = s.ctl.poll_store_op();
+    assert!(
+        matches!(next, Some((_, StoreOp::Claim { .. }))),
+        "renewed again at once: {next:?}"
+    );
+    assert!(s.ctl.poll_timeout().is_none_or(|t| t > s.now));
+    let (id, op) = next.unwrap();
+    let r = s.store.apply(&op);
+    s.ctl.handle_stored(s.now, s.now_ms, id, r);
+    s.settle();
+    assert!(s.ctl.poll_timeout().is_some_and(|t| t > s.now));
+    s.answer_exec(exited(0, ""));
+    assert_eq!(s.record(&key).state, ExecState::Completed);
 }

@@ -178,3 +178,79 @@ fn due_rows_go_to_the_driving_run_else_the_key_is_recovered() {
     let row = sim.exec("t1").clone();
     assert_eq!(set.due_row(row), DueRow::Recover(key("s", "t1")));
 }
+
+/// `ready` of `id`, stored by a run of `set` that then ended here (its
+/// intent write was never performed): the store as it is after it went
+/// back from another run's intent. Returns that record.
+fn ready_left_behind(sim: &mut Sim, set: &mut LiveSet<u32>, id: &str) -> ExecutionRecord {
+    let (run, _, _, ready) = up_to_the_intent(sim, set, id);
+    assert_eq!(ready.state, ExecState::Ready);
+    drop(run);
+    set.end_run(&key("s", id));
+    sim.fake.execs.insert(key("s", id), ready.clone());
+    ready
+}
+
+/// The race left open in session 10 (runtime.md): a due row showing
+/// another run's intent is answered `Recover` (no run of the key here),
+/// and an `open` of the same key begins its run before the recovery does;
+/// the recovery then finds the key driven and returns. The row now goes
+/// to the open's run at its first input: the store went back (the record
+/// reads `ready` again), so the run never opens and writes nothing.
+#[test]
+fn a_recovered_row_goes_to_an_open_that_raced_the_recovery() {
+    let mut sim = Sim::new();
+    let mut set = LiveSet::<u32>::new(4).unwrap();
+    let ready = ready_left_behind(&mut sim, &mut set, "t1");
+    let k = key("s", "t1");
+    assert_eq!(
+        set.due_row(intent_of_another(&ready)),
+        DueRow::Recover(k.clone())
+    );
+    let (mut run, drives) = set
+        .open_run(
+            cfg(),
+            fingerprint_key(),
+            k.clone(),
+            sim.machine.clone(),
+            ManagedTerminalSpec::default(),
+        )
+        .unwrap();
+    assert!(drives);
+    assert!(!set.begin_run(&k), "the recovery finds the key driven");
+    set.feed_rows(&mut run);
+    sim.settle(&mut run);
+    assert_eq!(sim.opens(), 0, "opened after another intent was read");
+    assert_eq!(sim.exec("t1"), &ready, "written after the row");
+    assert!(run.is_done());
+}
+
+/// Rows of keys driven by no run here are kept for at most
+/// `MAX_UNDRIVEN_KEYS` keys: a row of one more such key is not kept (the
+/// key is still recovered), and a key already holding rows keeps taking
+/// them.
+#[test]
+fn rows_of_undriven_keys_are_bounded() {
+    use crate::managed::live::MAX_UNDRIVEN_KEYS;
+    let mut sim = Sim::new();
+    let mut set = LiveSet::<u32>::new(4).unwrap();
+    let ready = ready_left_behind(&mut sim, &mut set, "t1");
+    let row = intent_of_another(&ready);
+    let of = |i: usize| {
+        let mut r = row.clone();
+        r.key = key("s", &format!("u{i}"));
+        r
+    };
+    for i in 0..MAX_UNDRIVEN_KEYS {
+        assert_eq!(set.due_row(of(i)), DueRow::Recover(of(i).key));
+        assert_eq!(set.rows_kept(&of(i).key), 1, "key {i}");
+    }
+    let extra = of(MAX_UNDRIVEN_KEYS);
+    assert_eq!(
+        set.due_row(extra.clone()),
+        DueRow::Recover(extra.key.clone())
+    );
+    assert_eq!(set.rows_kept(&extra.key), 0, "one key too many");
+    assert_eq!(set.due_row(of(0)), DueRow::Recover(of(0).key));
+    assert_eq!(set.rows_kept(&of(0).key), 2);
+}

@@ -146,3 +146,70 @@ fn an_intent_reply_under_another_claim_never_opens() {
     assert_eq!(sim.opens(), 0, "opened on another claim's intent");
     assert_eq!(sim.exec("t1").state, ExecState::Unknown);
 }
+
+/// C15 (session 11): a live session's claim counts from when its renewal
+/// was asked, not from when the answer arrived: answered `gap` ms late,
+/// the next renewal is due a third of the TTL after the request.
+#[test]
+fn a_renewal_answered_late_counts_from_its_request() {
+    let gap = TTL / 6;
+    let mut sim = Sim::new();
+    let mut run = sim.open("late", ManagedTerminalSpec::default());
+    run.handle_opened(sim.now, sim.now_ms, Ok(()));
+    sim.settle(&mut run);
+    let due = run.poll_timeout().expect("a renewal is due");
+    sim.advance(due.duration_since(sim.now).as_millis() as u64);
+    run.handle_timeout(sim.now, sim.now_ms);
+    let asked = sim.now;
+    let Some(TermOutput::Store(id, op)) = run.poll_output() else {
+        unreachable!("the renewal is a store op")
+    };
+    assert!(matches!(*op, TermStoreOp::Claim { .. }), "{op:?}");
+    let r = sim.fake.apply(&op);
+    sim.advance(gap);
+    run.handle_stored(sim.now, sim.now_ms, id, r);
+    sim.settle(&mut run);
+    assert_eq!(
+        run.poll_timeout(),
+        Some(asked + Duration::from_millis(TTL / 3)),
+        "the next renewal counts from the request"
+    );
+    assert_eq!(sim.opens(), 1);
+}
+
+/// A store whose every answer arrives a third of the TTL (+1 ms) after
+/// the request: a claim is never fresh by its request time when it
+/// arrives, yet the op right after it goes out under it (its whole TTL
+/// has not run out), so the run still reaches the open.
+#[test]
+fn a_store_slower_than_a_third_of_the_ttl_still_opens() {
+    let late = TTL / 3 + 1;
+    let mut sim = Sim::new();
+    let mut run = TerminalRun::open(
+        cfg(),
+        fingerprint_key(),
+        key("s", "slow"),
+        sim.machine.clone(),
+        ManagedTerminalSpec::default(),
+        true,
+    )
+    .unwrap();
+    let mut ops = 0;
+    while sim.opens() == 0 {
+        match run.poll_output() {
+            Some(TermOutput::Store(id, op)) => {
+                ops += 1;
+                assert!(ops < 20, "never opened");
+                let r = sim.fake.apply(&op);
+                sim.advance(late);
+                run.handle_stored(sim.now, sim.now_ms, id, r);
+            }
+            Some(TermOutput::Inspect { .. }) => {
+                run.handle_inspected(sim.now, sim.now_ms, sim.inspect);
+            }
+            Some(other) => sim.seen.push(other),
+            None => panic!("stalled after {ops} store ops"),
+        }
+    }
+    assert_eq!(sim.exec("slow").state, ExecState::Dispatching);
+}

@@ -104,3 +104,22 @@ fn an_uncertain_create_answer_arriving_during_a_claim_renewal_is_recorded() {
         "never a second create"
     );
 }
+
+/// C15 (session 11): the machine task's claim counts from when its renewal
+/// was asked, not from when the answer arrived: answered a sixth of the
+/// TTL late, the next renewal goes out a third of the TTL after the
+/// request (after the answer before).
+#[test]
+fn a_renewal_answered_late_counts_from_its_request() {
+    let ttl = disposable_config().lease_ttl_ms;
+    let mut s = create_out();
+    let (sid, sop) = hold_the_renewal(&mut s);
+    let asked = s.now;
+    let r = s.store.apply(&sop);
+    s.now += Duration::from_millis(ttl / 6);
+    s.now_ms += ttl / 6;
+    s.ctl.handle_stored(s.now, s.now_ms, sid, r);
+    s.settle();
+    let _ = hold_the_renewal(&mut s);
+    assert_eq!(s.now, asked + Duration::from_millis(ttl / 3));
+}
