@@ -18,6 +18,7 @@
 //! [`Runtime::shutdown`] and [`Runtime::run`] (submit + wait).
 
 use smolbox_core::Reason;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -571,6 +572,26 @@ impl Perform for Io {
         let store = Arc::clone(&self.store);
         let pool = Arc::clone(&self.pool);
         let tx = self.res_tx.clone();
+        if let Ok(permit) = Arc::clone(&pool).try_acquire_owned() {
+            // A free slot of the bounded pool: straight onto the blocking
+            // pool, answering the driver from there (no task in between;
+            // session 11). A panic inside the store (a bug) still answers.
+            tokio::task::spawn_blocking(move || {
+                let _permit = permit;
+                let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    smolbox_store::apply_op(store.as_ref(), &op)
+                }))
+                .unwrap_or_else(|_| {
+                    Err(Error::store(
+                        Operation::StoreWrite,
+                        Evidence::Unknown,
+                        Reason::StoreTaskLost,
+                    ))
+                });
+                let _ = tx.send(Answer::Stored(id, Box::new(r)));
+            });
+            return Ok(());
+        }
         tokio::spawn(async move {
             // The semaphore is never closed; a failed acquire still runs.
             let _permit = pool.acquire_owned().await.ok();

@@ -22,8 +22,9 @@
 //! | `before_ready` | the inputs uploaded and read back, as `ready` is about to be written |
 //! | `before_slot_finish` | after `completed` committed, as the slot's finish (`finish_command`) is about to run |
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use smolbox_core::Error;
 use smolbox_core::managed::controller::Claimed;
@@ -138,6 +139,9 @@ pub struct KillStore {
     due_panics: AtomicU64,
     /// Due scans that panicked.
     panicked: AtomicU64,
+    /// Due scans asked of this store (panicked or not), and their signal.
+    dues: Mutex<u64>,
+    due_asked: Condvar,
 }
 
 impl KillStore {
@@ -149,7 +153,28 @@ impl KillStore {
             fetches: AtomicU64::new(0),
             due_panics: AtomicU64::new(0),
             panicked: AtomicU64::new(0),
+            dues: Mutex::new(0),
+            due_asked: Condvar::new(),
         }
+    }
+
+    /// Waits until at least `n` due scans were asked of this store, at
+    /// most `timeout`; returns how many were.
+    pub fn wait_for_dues(&self, n: u64, timeout: Duration) -> u64 {
+        let deadline = Instant::now() + timeout;
+        let mut dues = self.dues.lock().unwrap_or_else(PoisonError::into_inner);
+        while *dues < n {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            dues = self
+                .due_asked
+                .wait_timeout(dues, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        *dues
     }
 
     /// The first `n` due scans through this store panic.
@@ -237,6 +262,8 @@ impl Store for KillStore {
     }
 
     fn due(&self, now_ms: u64, after: Option<&DueCursor>, limit: u32) -> Result<DuePage, Error> {
+        *self.dues.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+        self.due_asked.notify_all();
         let planted = self
             .due_panics
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))

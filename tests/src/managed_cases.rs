@@ -359,6 +359,13 @@ pub fn a_panicking_store_op_fails_only_itself<M: ManagedShell>(kind: StoreKind) 
         .unwrap();
     assert_eq!(out.record.state, ExecState::Completed, "{:?}", out.error);
     assert_eq!(s.execs(), 2);
+    // The failed scan was answered: the next ones run (a lost answer would
+    // leave the first scan outstanding and no other would start).
+    rt.reconcile();
+    assert!(
+        planted.wait_for_dues(2, Duration::from_secs(30)) >= 2,
+        "no due scan after the panicked one"
+    );
     rt.shutdown();
 }
 
