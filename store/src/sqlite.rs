@@ -31,12 +31,16 @@ use crate::row::{Projection, assigned_of, int, lease_of};
 use crate::seal::KEY_ID;
 use crate::{Assigned, DueCursor, Sealer, impl_store};
 
+mod columns;
 mod written;
+use columns::{Indexed, Table};
 use written::{Pending, Written};
 
 /// Schema version of the SQLite layout: 2 adds the partitions' key-check
 /// values and the current sealed format (version-bound, with a key id).
 const LAYOUT_VERSION: i64 = 2;
+/// Compiled statements kept per connection.
+const STATEMENT_CACHE: usize = 64;
 /// How long a writer waits for another process's write lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -159,6 +163,10 @@ impl SqliteStore {
         let mut conn = Connection::open_with_flags(path, flags).map_err(|e| sql_error(op, &e))?;
         conn.busy_timeout(BUSY_TIMEOUT)
             .map_err(|e| sql_error(op, &e))?;
+        // Room for every statement of this module (the updates have up to
+        // eight forms per table, `columns`): a statement pushed out of the
+        // cache is compiled again at its next use.
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         // Query planner stability (QPSG): without it a statement whose plan
         // might depend on a bound value (the due scan's `LIMIT ?`) is
         // compiled again at every execution (issue 16: that re-prepare was
@@ -219,6 +227,7 @@ impl SqliteStore {
                     op,
                     written: None,
                     pending: Pending::default(),
+                    indexed: Vec::new(),
                 },
                 &legacy,
             )?;
@@ -429,6 +438,7 @@ impl Backend for SqliteStore {
             op,
             written: trusted.then_some(&self.written),
             pending: Pending::default(),
+            indexed: Vec::new(),
         };
         let out = f(&mut stx).and_then(|out| {
             tx.commit().map_err(|e| sql_error(op, &e))?;
@@ -518,6 +528,9 @@ struct SqliteTx<'a> {
     written: Option<&'a Mutex<Written>>,
     /// What this transaction wrote.
     pending: Pending,
+    /// The indexed columns of each record row this transaction read or
+    /// wrote, as the row holds them now ([`Indexed`]).
+    indexed: Vec<(Table, RecordKey, Indexed)>,
 }
 
 fn read_row(row: &Row<'_>) -> rusqlite::Result<(Vec<u8>, Projection)> {
@@ -563,27 +576,28 @@ impl SqliteTx<'_> {
     }
 
     fn put_row(
-        &self,
-        table: &str,
+        &mut self,
+        table: Table,
         key: &RecordKey,
         payload: &[u8],
         p: &Projection,
         new: bool,
     ) -> Result<(), Error> {
+        let now = Indexed::of(p);
         let sql = if new {
-            format!(
-                "INSERT INTO {table} (partition, scope, id, {COLS}) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
-            )
+            table.insert_sql()
         } else {
-            format!(
-                "UPDATE {table} SET payload = ?4, fingerprint = ?5, state = ?6, version = ?7, \
-                 next_due_ms = ?8, pending = ?9, worker_id = ?10, machine_name = ?11, slots = ?12, \
-                 cpus = ?13, memory_mb = ?14, disk_gb = ?15, managed_machine = ?16 \
-                 WHERE partition = ?1 AND scope = ?2 AND id = ?3"
-            )
+            let changed = match self
+                .indexed
+                .iter()
+                .find(|(t, k, _)| *t == table && k == key)
+            {
+                Some((_, _, before)) => before.changed(&now),
+                None => Indexed::ALL,
+            };
+            table.update_sql(changed)
         };
-        let mut stmt = self.tx.prepare_cached(&sql).map_err(|e| self.err(&e))?;
+        let mut stmt = self.tx.prepare_cached(sql).map_err(|e| self.err(&e))?;
         let n = stmt
             .execute(params![
                 self.partition(),
@@ -605,6 +619,7 @@ impl SqliteTx<'_> {
             ])
             .map_err(|e| self.err(&e))?;
         if n == 1 {
+            self.know(table, key, now);
             Ok(())
         } else {
             Err(Error::store(
@@ -622,6 +637,19 @@ impl SqliteTx<'_> {
         p: &Projection,
     ) -> Result<ExecutionRecord, Error> {
         crate::row::open_exec_row(self.sealer, key, payload, p, self.op)
+    }
+
+    /// Notes the indexed columns a row of `table` holds now (as read, or
+    /// as this transaction wrote them).
+    fn know(&mut self, table: Table, key: &RecordKey, now: Indexed) {
+        match self
+            .indexed
+            .iter_mut()
+            .find(|(t, k, _)| *t == table && k == key)
+        {
+            Some((_, _, before)) => *before = now,
+            None => self.indexed.push((table, key.clone(), now)),
+        }
     }
 
     /// When the data version says this handle's last written records
@@ -647,19 +675,23 @@ impl SqliteTx<'_> {
 
 impl Tx for SqliteTx<'_> {
     fn exec(&mut self, key: &RecordKey) -> Result<Option<ExecutionRecord>, Error> {
-        if let Some(rec) = self.written_exec(key) {
-            return Ok(Some(rec));
+        let rec = match self.written_exec(key) {
+            Some(rec) => Some(rec),
+            None => match self.get_row("executions", key)? {
+                None => None,
+                Some((payload, p)) => Some(self.open_exec(key, &payload, &p)?),
+            },
+        };
+        if let Some(r) = &rec {
+            self.know(Table::Executions, key, Indexed::of_exec(r));
         }
-        match self.get_row("executions", key)? {
-            None => Ok(None),
-            Some((payload, p)) => self.open_exec(key, &payload, &p).map(Some),
-        }
+        Ok(rec)
     }
 
     fn put_exec(&mut self, rec: &ExecutionRecord, new: bool) -> Result<(), Error> {
         let payload = self.sealer.seal_exec_cached(rec)?;
         self.put_row(
-            "executions",
+            Table::Executions,
             &rec.key,
             &payload,
             &Projection::of_exec(rec),
@@ -681,19 +713,23 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn machine(&mut self, key: &RecordKey) -> Result<Option<MachineRecord>, Error> {
-        if let Some(rec) = self.written_machine(key) {
-            return Ok(Some(rec));
+        let rec = match self.written_machine(key) {
+            Some(rec) => Some(rec),
+            None => match self.get_row("machines", key)? {
+                None => None,
+                Some((payload, p)) => Some(self.open_machine(key, &payload, &p)?),
+            },
+        };
+        if let Some(r) = &rec {
+            self.know(Table::Machines, key, Indexed::of_machine(r));
         }
-        match self.get_row("machines", key)? {
-            None => Ok(None),
-            Some((payload, p)) => self.open_machine(key, &payload, &p).map(Some),
-        }
+        Ok(rec)
     }
 
     fn put_machine(&mut self, rec: &MachineRecord, new: bool) -> Result<(), Error> {
         let payload = self.sealer.seal_machine_cached(rec)?;
         self.put_row(
-            "machines",
+            Table::Machines,
             &rec.key,
             &payload,
             &Projection::of_machine(rec),
@@ -1194,6 +1230,40 @@ mod tests {
         assert!(failed.is_err());
         assert_eq!(store.fetch(&rec.key).unwrap(), rec);
         assert_eq!(store.written().len(), 0);
+    }
+
+    /// Session 11 (`columns`): an update leaves the indexed columns it does
+    /// not change unnamed (no index entry rewritten), and the indexes still
+    /// answer as before.
+    #[test]
+    fn an_update_names_only_the_indexed_columns_it_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store_at(&dir);
+        let rec = store.accept(&record("a"), 10).unwrap().into_record();
+        let op = Operation::StoreWrite;
+        let next = store
+            .run_transaction(op, Lock::Record, &mut |tx| {
+                let mut next = tx.exec(&rec.key)?.unwrap();
+                next.version += 1;
+                next.updated_at_ms += 1;
+                tx.put_exec(&next, false)?;
+                Ok(next)
+            })
+            .unwrap();
+        let runs = |sql: &str| {
+            let conn = store.conn.lock().unwrap();
+            conn.prepare_cached(sql)
+                .unwrap()
+                .get_status(StatementStatus::Run)
+        };
+        assert_eq!(runs(Table::Executions.update_sql(0)), 1);
+        assert_eq!(runs(Table::Executions.update_sql(Indexed::ALL)), 0);
+        // A change of the due time names it, and the due scan sees it.
+        let cancelled = store.cancel(&rec.key, 5_000).unwrap();
+        assert_ne!(cancelled.next_due_at_ms, next.next_due_at_ms);
+        assert_eq!(runs(Table::Executions.update_sql(1)), 1);
+        let due = store.due(5_000, None, 10).unwrap();
+        assert_eq!(due.records, vec![cancelled]);
     }
 
     /// A closure that fails or panics leaves nothing written and the
