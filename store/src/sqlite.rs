@@ -658,7 +658,7 @@ impl SqliteTx<'_> {
     fn written_exec(&self, key: &RecordKey) -> Option<ExecutionRecord> {
         let written = self.written?;
         if let Some(rec) = self.pending.execs.iter().rev().find(|r| &r.key == key) {
-            return Some(rec.clone());
+            return Some(ExecutionRecord::clone(rec));
         }
         lock_written(written).exec(key)
     }
@@ -667,7 +667,7 @@ impl SqliteTx<'_> {
     fn written_machine(&self, key: &RecordKey) -> Option<MachineRecord> {
         let written = self.written?;
         if let Some(rec) = self.pending.machines.iter().rev().find(|r| &r.key == key) {
-            return Some(rec.clone());
+            return Some(MachineRecord::clone(rec));
         }
         lock_written(written).machine(key)
     }
@@ -689,7 +689,7 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn put_exec(&mut self, rec: &ExecutionRecord, new: bool) -> Result<(), Error> {
-        let payload = self.sealer.seal_exec_cached(rec)?;
+        let (payload, shared) = self.sealer.seal_exec_shared(rec)?;
         self.put_row(
             Table::Executions,
             &rec.key,
@@ -697,7 +697,7 @@ impl Tx for SqliteTx<'_> {
             &Projection::of_exec(rec),
             new,
         )?;
-        self.pending.execs.push(rec.clone());
+        self.pending.execs.push(shared);
         Ok(())
     }
 
@@ -727,7 +727,7 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn put_machine(&mut self, rec: &MachineRecord, new: bool) -> Result<(), Error> {
-        let payload = self.sealer.seal_machine_cached(rec)?;
+        let (payload, shared) = self.sealer.seal_machine_shared(rec)?;
         self.put_row(
             Table::Machines,
             &rec.key,
@@ -735,7 +735,7 @@ impl Tx for SqliteTx<'_> {
             &Projection::of_machine(rec),
             new,
         )?;
-        self.pending.machines.push(rec.clone());
+        self.pending.machines.push(shared);
         Ok(())
     }
 

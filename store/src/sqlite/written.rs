@@ -17,6 +17,7 @@
 //! the entries, and every read takes the full path.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use smolbox_core::managed::{ExecutionRecord, MachineRecord, RecordKey};
 
@@ -29,15 +30,15 @@ pub(super) struct Written {
     /// `PRAGMA data_version` of this handle's last committed write; `None`
     /// trusts nothing.
     data_version: Option<i64>,
-    execs: HashMap<RecordKey, ExecutionRecord>,
-    machines: HashMap<RecordKey, MachineRecord>,
+    execs: HashMap<RecordKey, Arc<ExecutionRecord>>,
+    machines: HashMap<RecordKey, Arc<MachineRecord>>,
 }
 
 /// What one transaction wrote, applied to [`Written`] only once it committed.
 #[derive(Debug, Default)]
 pub(super) struct Pending {
-    pub(super) execs: Vec<ExecutionRecord>,
-    pub(super) machines: Vec<MachineRecord>,
+    pub(super) execs: Vec<Arc<ExecutionRecord>>,
+    pub(super) machines: Vec<Arc<MachineRecord>>,
 }
 
 impl Written {
@@ -61,11 +62,11 @@ impl Written {
     }
 
     pub(super) fn exec(&self, key: &RecordKey) -> Option<ExecutionRecord> {
-        self.execs.get(key).cloned()
+        self.execs.get(key).map(|r| ExecutionRecord::clone(r))
     }
 
     pub(super) fn machine(&self, key: &RecordKey) -> Option<MachineRecord> {
-        self.machines.get(key).cloned()
+        self.machines.get(key).map(|r| MachineRecord::clone(r))
     }
 
     /// After a write transaction begun at `data_version` committed: its
