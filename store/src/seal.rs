@@ -200,12 +200,23 @@ impl Sealer {
     /// As [`Sealer::seal_exec`] for a record the caller has just validated
     /// (a store's own write), remembering it for the next read of these
     /// bytes.
-    #[cfg(any(feature = "sqlite", feature = "postgres", test))]
+    #[cfg(any(feature = "postgres", test))]
     pub(crate) fn seal_exec_cached(&self, rec: &ExecutionRecord) -> Result<Vec<u8>, Error> {
+        self.seal_exec_shared(rec).map(|(sealed, _)| sealed)
+    }
+
+    /// As [`Sealer::seal_exec_cached`], also handing out the one copy of
+    /// the record the cache keeps (an adapter keeping it too shares it).
+    #[cfg(any(feature = "sqlite", feature = "postgres", test))]
+    pub(crate) fn seal_exec_shared(
+        &self,
+        rec: &ExecutionRecord,
+    ) -> Result<(Vec<u8>, Arc<ExecutionRecord>), Error> {
         let plain = envelope::encode_exec_validated(rec)?;
         let sealed = self.seal(RecordKind::Execution, &rec.key, rec.version, plain)?;
-        self.cache().put_exec(&sealed, rec);
-        Ok(sealed)
+        let shared = Arc::new(rec.clone());
+        self.cache().put_exec(&sealed, Arc::clone(&shared));
+        Ok((sealed, shared))
     }
 
     /// Encodes and seals a machine record, binding its revision (its write
@@ -220,12 +231,22 @@ impl Sealer {
     }
 
     /// As [`Sealer::seal_machine`] for a validated record, remembering it.
-    #[cfg(any(feature = "sqlite", feature = "postgres", test))]
+    #[cfg(any(feature = "postgres", test))]
     pub(crate) fn seal_machine_cached(&self, rec: &MachineRecord) -> Result<Vec<u8>, Error> {
+        self.seal_machine_shared(rec).map(|(sealed, _)| sealed)
+    }
+
+    /// As [`Sealer::seal_exec_shared`] for a machine record.
+    #[cfg(any(feature = "sqlite", feature = "postgres", test))]
+    pub(crate) fn seal_machine_shared(
+        &self,
+        rec: &MachineRecord,
+    ) -> Result<(Vec<u8>, Arc<MachineRecord>), Error> {
         let plain = envelope::encode_machine_validated(rec)?;
         let sealed = self.seal(RecordKind::Machine, &rec.key, rec.revision(), plain)?;
-        self.cache().put_machine(&sealed, rec);
-        Ok(sealed)
+        let shared = Arc::new(rec.clone());
+        self.cache().put_machine(&sealed, Arc::clone(&shared));
+        Ok((sealed, shared))
     }
 
     /// Opens, decodes and checks an execution record stored at `key` whose
@@ -245,7 +266,7 @@ impl Sealer {
         let plain = self.open(RecordKind::Execution, key, version, sealed)?;
         let rec = envelope::decode_exec(&plain)?;
         check_identity(&rec.key, rec.version, key, version)?;
-        self.cache().put_exec(sealed, &rec);
+        self.cache().put_exec(sealed, Arc::new(rec.clone()));
         Ok(rec)
     }
 
@@ -266,7 +287,7 @@ impl Sealer {
         let plain = self.open(RecordKind::Machine, key, version, sealed)?;
         let rec = envelope::decode_machine(&plain)?;
         check_identity(&rec.key, rec.revision(), key, version)?;
-        self.cache().put_machine(sealed, &rec);
+        self.cache().put_machine(sealed, Arc::new(rec.clone()));
         Ok(rec)
     }
 
@@ -445,39 +466,42 @@ const CACHE_ENTRIES: usize = 256;
 /// emptied.
 #[derive(Default)]
 struct Decoded {
-    execs: HashMap<RecordKey, (Vec<u8>, ExecutionRecord)>,
-    machines: HashMap<RecordKey, (Vec<u8>, MachineRecord)>,
+    execs: HashMap<RecordKey, (Vec<u8>, Arc<ExecutionRecord>)>,
+    machines: HashMap<RecordKey, (Vec<u8>, Arc<MachineRecord>)>,
 }
 
 impl Decoded {
     fn exec(&self, key: &RecordKey, version: u64, sealed: &[u8]) -> Option<ExecutionRecord> {
         match self.execs.get(key) {
-            Some((bytes, rec)) if rec.version == version && bytes == sealed => Some(rec.clone()),
+            Some((bytes, rec)) if rec.version == version && bytes == sealed => {
+                Some(ExecutionRecord::clone(rec))
+            }
             _ => None,
         }
     }
 
     fn machine(&self, key: &RecordKey, version: u64, sealed: &[u8]) -> Option<MachineRecord> {
         match self.machines.get(key) {
-            Some((bytes, rec)) if rec.revision() == version && bytes == sealed => Some(rec.clone()),
+            Some((bytes, rec)) if rec.revision() == version && bytes == sealed => {
+                Some(MachineRecord::clone(rec))
+            }
             _ => None,
         }
     }
 
-    fn put_exec(&mut self, sealed: &[u8], rec: &ExecutionRecord) {
+    fn put_exec(&mut self, sealed: &[u8], rec: Arc<ExecutionRecord>) {
         if self.execs.len() >= CACHE_ENTRIES && !self.execs.contains_key(&rec.key) {
             self.execs.clear();
         }
-        self.execs
-            .insert(rec.key.clone(), (sealed.to_vec(), rec.clone()));
+        self.execs.insert(rec.key.clone(), (sealed.to_vec(), rec));
     }
 
-    fn put_machine(&mut self, sealed: &[u8], rec: &MachineRecord) {
+    fn put_machine(&mut self, sealed: &[u8], rec: Arc<MachineRecord>) {
         if self.machines.len() >= CACHE_ENTRIES && !self.machines.contains_key(&rec.key) {
             self.machines.clear();
         }
         self.machines
-            .insert(rec.key.clone(), (sealed.to_vec(), rec.clone()));
+            .insert(rec.key.clone(), (sealed.to_vec(), rec));
     }
 }
 

@@ -31,9 +31,16 @@ use crate::row::{Projection, assigned_of, int, lease_of};
 use crate::seal::KEY_ID;
 use crate::{Assigned, DueCursor, Sealer, impl_store};
 
+mod columns;
+mod written;
+use columns::{Indexed, Table};
+use written::{Pending, Written};
+
 /// Schema version of the SQLite layout: 2 adds the partitions' key-check
 /// values and the current sealed format (version-bound, with a key id).
 const LAYOUT_VERSION: i64 = 2;
+/// Compiled statements kept per connection.
+const STATEMENT_CACHE: usize = 64;
 /// How long a writer waits for another process's write lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -120,6 +127,8 @@ impl Default for SqliteOptions {
 pub struct SqliteStore {
     conn: Mutex<Connection>,
     sealer: Sealer,
+    /// The records this handle committed last ([`written`]).
+    written: Mutex<Written>,
     /// Durability (false under `synchronous = NORMAL`: a committed write
     /// may be lost to an OS crash or power loss), rollback marks and
     /// commit count.
@@ -154,6 +163,10 @@ impl SqliteStore {
         let mut conn = Connection::open_with_flags(path, flags).map_err(|e| sql_error(op, &e))?;
         conn.busy_timeout(BUSY_TIMEOUT)
             .map_err(|e| sql_error(op, &e))?;
+        // Room for every statement of this module (the updates have up to
+        // eight forms per table, `columns`): a statement pushed out of the
+        // cache is compiled again at its next use.
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         // Query planner stability (QPSG): without it a statement whose plan
         // might depend on a bound value (the due scan's `LIMIT ?`) is
         // compiled again at every execution (issue 16: that re-prepare was
@@ -212,6 +225,9 @@ impl SqliteStore {
                     tx: &tx,
                     sealer: &legacy,
                     op,
+                    written: None,
+                    pending: Pending::default(),
+                    indexed: Vec::new(),
                 },
                 &legacy,
             )?;
@@ -258,6 +274,7 @@ impl SqliteStore {
         Ok(Self {
             conn: Mutex::new(conn),
             sealer,
+            written: Mutex::default(),
             handle: Handle::new(!options.synchronous_normal),
         })
     }
@@ -413,17 +430,50 @@ impl Backend for SqliteStore {
             Lock::Record | Lock::Partition => BEGIN_IMMEDIATE,
         };
         let tx = Open::begin(&conn, begin).map_err(|e| sql_error(op, &e))?;
-        let out = f(&mut SqliteTx {
+        let data_version = data_version(&conn).map_err(|e| sql_error(op, &e))?;
+        let trusted = self.written().begin(data_version);
+        let mut stx = SqliteTx {
             tx: &conn,
             sealer: &self.sealer,
             op,
-        })?;
-        tx.commit().map_err(|e| sql_error(op, &e))?;
-        Ok(out)
+            written: trusted.then_some(&self.written),
+            pending: Pending::default(),
+            indexed: Vec::new(),
+        };
+        let out = f(&mut stx).and_then(|out| {
+            tx.commit().map_err(|e| sql_error(op, &e))?;
+            Ok(out)
+        });
+        let pending = stx.pending;
+        match &out {
+            Ok(_) if lock != Lock::Read => self.written().committed(data_version, pending),
+            Ok(_) => {}
+            Err(_) => self.written().forget(),
+        }
+        out
     }
 }
 
 impl_store!(SqliteStore);
+
+impl SqliteStore {
+    fn written(&self) -> std::sync::MutexGuard<'_, Written> {
+        lock_written(&self.written)
+    }
+}
+
+fn lock_written(w: &Mutex<Written>) -> std::sync::MutexGuard<'_, Written> {
+    // Every update leaves the entries consistent (and a panic inside a
+    // transaction never reaches `committed`).
+    w.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The connection's `PRAGMA data_version` inside an open transaction
+/// (the pragma reads it at the transaction's snapshot).
+fn data_version(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.prepare_cached("PRAGMA data_version")?
+        .query_row([], |r| r.get(0))
+}
 
 /// `BEGIN` of a read: its snapshot is taken at the first read.
 const BEGIN_DEFERRED: &str = "BEGIN DEFERRED";
@@ -473,6 +523,14 @@ struct SqliteTx<'a> {
     tx: &'a Connection,
     sealer: &'a Sealer,
     op: Operation,
+    /// The handle's last written records, when this transaction's data
+    /// version says they still hold ([`written`]).
+    written: Option<&'a Mutex<Written>>,
+    /// What this transaction wrote.
+    pending: Pending,
+    /// The indexed columns of each record row this transaction read or
+    /// wrote, as the row holds them now ([`Indexed`]).
+    indexed: Vec<(Table, RecordKey, Indexed)>,
 }
 
 fn read_row(row: &Row<'_>) -> rusqlite::Result<(Vec<u8>, Projection)> {
@@ -518,27 +576,28 @@ impl SqliteTx<'_> {
     }
 
     fn put_row(
-        &self,
-        table: &str,
+        &mut self,
+        table: Table,
         key: &RecordKey,
         payload: &[u8],
         p: &Projection,
         new: bool,
     ) -> Result<(), Error> {
+        let now = Indexed::of(p);
         let sql = if new {
-            format!(
-                "INSERT INTO {table} (partition, scope, id, {COLS}) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
-            )
+            table.insert_sql()
         } else {
-            format!(
-                "UPDATE {table} SET payload = ?4, fingerprint = ?5, state = ?6, version = ?7, \
-                 next_due_ms = ?8, pending = ?9, worker_id = ?10, machine_name = ?11, slots = ?12, \
-                 cpus = ?13, memory_mb = ?14, disk_gb = ?15, managed_machine = ?16 \
-                 WHERE partition = ?1 AND scope = ?2 AND id = ?3"
-            )
+            let changed = match self
+                .indexed
+                .iter()
+                .find(|(t, k, _)| *t == table && k == key)
+            {
+                Some((_, _, before)) => before.changed(&now),
+                None => Indexed::ALL,
+            };
+            table.update_sql(changed)
         };
-        let mut stmt = self.tx.prepare_cached(&sql).map_err(|e| self.err(&e))?;
+        let mut stmt = self.tx.prepare_cached(sql).map_err(|e| self.err(&e))?;
         let n = stmt
             .execute(params![
                 self.partition(),
@@ -560,6 +619,7 @@ impl SqliteTx<'_> {
             ])
             .map_err(|e| self.err(&e))?;
         if n == 1 {
+            self.know(table, key, now);
             Ok(())
         } else {
             Err(Error::store(
@@ -578,25 +638,67 @@ impl SqliteTx<'_> {
     ) -> Result<ExecutionRecord, Error> {
         crate::row::open_exec_row(self.sealer, key, payload, p, self.op)
     }
+
+    /// Notes the indexed columns a row of `table` holds now (as read, or
+    /// as this transaction wrote them).
+    fn know(&mut self, table: Table, key: &RecordKey, now: Indexed) {
+        match self
+            .indexed
+            .iter_mut()
+            .find(|(t, k, _)| *t == table && k == key)
+        {
+            Some((_, _, before)) => *before = now,
+            None => self.indexed.push((table, key.clone(), now)),
+        }
+    }
+
+    /// When the data version says this handle's last written records
+    /// still hold ([`written`]): the execution record this transaction
+    /// wrote last, else the one of the handle's last commit.
+    fn written_exec(&self, key: &RecordKey) -> Option<ExecutionRecord> {
+        let written = self.written?;
+        if let Some(rec) = self.pending.execs.iter().rev().find(|r| &r.key == key) {
+            return Some(ExecutionRecord::clone(rec));
+        }
+        lock_written(written).exec(key)
+    }
+
+    /// As [`SqliteTx::written_exec`] for a machine record.
+    fn written_machine(&self, key: &RecordKey) -> Option<MachineRecord> {
+        let written = self.written?;
+        if let Some(rec) = self.pending.machines.iter().rev().find(|r| &r.key == key) {
+            return Some(MachineRecord::clone(rec));
+        }
+        lock_written(written).machine(key)
+    }
 }
 
 impl Tx for SqliteTx<'_> {
     fn exec(&mut self, key: &RecordKey) -> Result<Option<ExecutionRecord>, Error> {
-        match self.get_row("executions", key)? {
-            None => Ok(None),
-            Some((payload, p)) => self.open_exec(key, &payload, &p).map(Some),
+        let rec = match self.written_exec(key) {
+            Some(rec) => Some(rec),
+            None => match self.get_row("executions", key)? {
+                None => None,
+                Some((payload, p)) => Some(self.open_exec(key, &payload, &p)?),
+            },
+        };
+        if let Some(r) = &rec {
+            self.know(Table::Executions, key, Indexed::of_exec(r));
         }
+        Ok(rec)
     }
 
     fn put_exec(&mut self, rec: &ExecutionRecord, new: bool) -> Result<(), Error> {
-        let payload = self.sealer.seal_exec_cached(rec)?;
+        let (payload, shared) = self.sealer.seal_exec_shared(rec)?;
         self.put_row(
-            "executions",
+            Table::Executions,
             &rec.key,
             &payload,
             &Projection::of_exec(rec),
             new,
-        )
+        )?;
+        self.pending.execs.push(shared);
+        Ok(())
     }
 
     fn pending_count(&mut self) -> Result<u64, Error> {
@@ -611,21 +713,30 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn machine(&mut self, key: &RecordKey) -> Result<Option<MachineRecord>, Error> {
-        match self.get_row("machines", key)? {
-            None => Ok(None),
-            Some((payload, p)) => self.open_machine(key, &payload, &p).map(Some),
+        let rec = match self.written_machine(key) {
+            Some(rec) => Some(rec),
+            None => match self.get_row("machines", key)? {
+                None => None,
+                Some((payload, p)) => Some(self.open_machine(key, &payload, &p)?),
+            },
+        };
+        if let Some(r) = &rec {
+            self.know(Table::Machines, key, Indexed::of_machine(r));
         }
+        Ok(rec)
     }
 
     fn put_machine(&mut self, rec: &MachineRecord, new: bool) -> Result<(), Error> {
-        let payload = self.sealer.seal_machine_cached(rec)?;
+        let (payload, shared) = self.sealer.seal_machine_shared(rec)?;
         self.put_row(
-            "machines",
+            Table::Machines,
             &rec.key,
             &payload,
             &Projection::of_machine(rec),
             new,
-        )
+        )?;
+        self.pending.machines.push(shared);
+        Ok(())
     }
 
     fn lease(&mut self, worker_id: &str) -> Result<Option<Lease>, Error> {
@@ -1051,6 +1162,108 @@ mod tests {
         assert!(run(BEGIN_IMMEDIATE) >= 1);
         assert!(run(BEGIN_DEFERRED) >= 2);
         assert!(run("COMMIT") >= 3);
+    }
+
+    /// Session 11 (`written`): a write's guard read of a record this
+    /// handle wrote last, with no other commit since, runs no select.
+    #[test]
+    fn a_handles_own_last_write_is_not_read_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store_at(&dir);
+        let selects = || {
+            let conn = store.conn.lock().unwrap();
+            let sql = format!(
+                "SELECT {COLS} FROM executions WHERE partition = ?1 AND scope = ?2 AND id = ?3"
+            );
+            conn.prepare_cached(&sql)
+                .unwrap()
+                .get_status(StatementStatus::Run)
+        };
+        let rec = store.accept(&record("a"), 10).unwrap().into_record();
+        let after_accept = selects();
+        let first = store.cancel(&rec.key, 2_000).unwrap();
+        let second = store.cancel(&rec.key, 3_000).unwrap();
+        assert_eq!((first.version, second.version), (2, 3));
+        assert_eq!(store.fetch(&rec.key).unwrap(), second);
+        assert_eq!(selects(), after_accept);
+        assert!(store.written().len() >= 1);
+    }
+
+    /// Another handle's commit changes the data version: the next
+    /// transaction reads the row (never the handle's older record, which
+    /// would lose the other write).
+    #[test]
+    fn another_handles_write_is_read_from_the_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = store_at(&dir);
+        let b = store_at(&dir);
+        let rec = a.accept(&record("a"), 10).unwrap().into_record();
+        a.fetch(&rec.key).unwrap();
+        let by_b = b.cancel(&rec.key, 2_000).unwrap();
+        assert_eq!(by_b.version, 2);
+        assert_eq!(a.fetch(&rec.key).unwrap(), by_b);
+        let rec2 = a.accept(&record("b"), 10).unwrap().into_record();
+        let by_b = b.cancel(&rec2.key, 2_000).unwrap();
+        // A write (not only a read) after the other handle's commit.
+        let e = a
+            .claim_version(&rec2.key, "ctl", rec2.version, 2_500, 1_000)
+            .unwrap_err();
+        assert_eq!(e.category(), smolbox_core::Category::StaleVersion);
+        assert_eq!(a.fetch(&rec2.key).unwrap(), by_b);
+    }
+
+    /// A transaction that wrote and then failed leaves no entry: the next
+    /// read answers the committed record.
+    #[test]
+    fn a_failed_write_leaves_no_written_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store_at(&dir);
+        let rec = store.accept(&record("a"), 10).unwrap().into_record();
+        let op = Operation::StoreWrite;
+        let mut next = rec.clone();
+        next.version = 2;
+        next.updated_at_ms = 2_000;
+        let failed: Result<(), Error> = store.run_transaction(op, Lock::Record, &mut |tx| {
+            tx.put_exec(&next, false)?;
+            Err(Error::store(op, Evidence::Unknown, Reason::Sqlite))
+        });
+        assert!(failed.is_err());
+        assert_eq!(store.fetch(&rec.key).unwrap(), rec);
+        assert_eq!(store.written().len(), 0);
+    }
+
+    /// Session 11 (`columns`): an update leaves the indexed columns it does
+    /// not change unnamed (no index entry rewritten), and the indexes still
+    /// answer as before.
+    #[test]
+    fn an_update_names_only_the_indexed_columns_it_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store_at(&dir);
+        let rec = store.accept(&record("a"), 10).unwrap().into_record();
+        let op = Operation::StoreWrite;
+        let next = store
+            .run_transaction(op, Lock::Record, &mut |tx| {
+                let mut next = tx.exec(&rec.key)?.unwrap();
+                next.version += 1;
+                next.updated_at_ms += 1;
+                tx.put_exec(&next, false)?;
+                Ok(next)
+            })
+            .unwrap();
+        let runs = |sql: &str| {
+            let conn = store.conn.lock().unwrap();
+            conn.prepare_cached(sql)
+                .unwrap()
+                .get_status(StatementStatus::Run)
+        };
+        assert_eq!(runs(Table::Executions.update_sql(0)), 1);
+        assert_eq!(runs(Table::Executions.update_sql(Indexed::ALL)), 0);
+        // A change of the due time names it, and the due scan sees it.
+        let cancelled = store.cancel(&rec.key, 5_000).unwrap();
+        assert_ne!(cancelled.next_due_at_ms, next.next_due_at_ms);
+        assert_eq!(runs(Table::Executions.update_sql(1)), 1);
+        let due = store.due(5_000, None, 10).unwrap();
+        assert_eq!(due.records, vec![cancelled]);
     }
 
     /// A closure that fails or panics leaves nothing written and the
