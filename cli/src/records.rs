@@ -362,8 +362,8 @@ impl<'a> Rt<'a> {
     /// with the version profile the caller admitted when it has one (the
     /// plain `run`, which admitted it for its machine's create): then a
     /// command that needs a plain image machine is inspected before its
-    /// acceptance (docs/decisions/cli.md, "The plain run's runtime carries
-    /// the admitted profile").
+    /// acceptance (docs/decisions.md, "CLI: the plain run's runtime carries
+    /// the admitted profile (session 11, issue 12)").
     pub(crate) fn new(
         b: &'a Backend,
         opened: &Opened,
