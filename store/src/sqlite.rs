@@ -11,6 +11,14 @@
 //! consistent either way). A store opened that way reports
 //! `durable: false` in [`StoreInfo`], so a durable runtime refuses it
 //! unless its ephemeral mode is explicit.
+//!
+//! Cost per write (session 11, docs/decisions/store.md "Store: SQLite cost
+//! per command"): `BEGIN` / `COMMIT` are cached statements ([`Open`]); the
+//! record tables are rowid tables (a sealed record overflowed a `WITHOUT
+//! ROWID` cell); an update names an indexed column only when it changes
+//! (`columns`); a handle answers reads of the records it committed last
+//! while the file's data version says no other connection committed since
+//! (`written`).
 
 use smolbox_core::Evidence;
 use smolbox_core::Reason;
