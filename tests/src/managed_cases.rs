@@ -133,7 +133,15 @@ pub(crate) fn setup(kind: StoreKind) -> Option<Setup> {
 
 impl Setup {
     pub(crate) fn runtime<M: ManagedShell>(&self, options: &Options) -> M {
-        let store = Arc::clone(&self.store);
+        self.runtime_on(Arc::clone(&self.store), options)
+    }
+
+    /// A runtime over `store` (e.g. a forwarding store around this one).
+    pub(crate) fn runtime_on<M: ManagedShell>(
+        &self,
+        store: Arc<dyn Store>,
+        options: &Options,
+    ) -> M {
         M::start(
             store,
             self.key.clone(),
@@ -302,13 +310,7 @@ pub fn a_waiter_reads_the_store_only_when_its_runtime_does_not_drive_the_key<M: 
 ) {
     let Some(s) = setup(kind) else { return };
     let counting = Arc::new(crate::kill::KillStore::new(Arc::clone(&s.store), None));
-    let rt = M::start(
-        Arc::clone(&counting) as Arc<dyn Store>,
-        s.key.clone(),
-        s.fixture.endpoint(Fixture::budgets()),
-        &Options::default(),
-    )
-    .unwrap();
+    let rt: M = s.runtime_on(Arc::clone(&counting) as Arc<dyn Store>, &Options::default());
     let out = rt
         .run(submit_of("r1", &Command::new(["echo", "ok"])))
         .unwrap();
@@ -341,13 +343,7 @@ pub fn a_panicking_store_op_fails_only_itself<M: ManagedShell>(kind: StoreKind) 
     let Some(s) = setup(kind) else { return };
     let planted =
         Arc::new(crate::kill::KillStore::new(Arc::clone(&s.store), None).panicking_in_due(1));
-    let rt = M::start(
-        Arc::clone(&planted) as Arc<dyn Store>,
-        s.key.clone(),
-        s.fixture.endpoint(Fixture::budgets()),
-        &Options::default(),
-    )
-    .unwrap();
+    let rt: M = s.runtime_on(Arc::clone(&planted) as Arc<dyn Store>, &Options::default());
     // The first due scan runs before the first command is taken.
     let out = rt
         .run(submit_of("p1", &Command::new(["echo", "ok"])))
