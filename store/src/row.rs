@@ -46,16 +46,36 @@ pub(crate) fn joined(k: &RecordKey) -> String {
     format!("{}/{}", k.scope, k.id)
 }
 
+/// The projected columns an index of the adapters holds (due time, pending
+/// flag, worker) of an execution record, as [`Projection::of_exec`] has them.
+pub(crate) fn exec_indexed(r: &ExecutionRecord) -> (Option<i64>, bool, Option<&str>) {
+    (
+        r.next_due_at_ms.map(int),
+        r.state.is_pending(),
+        r.assignment.as_ref().map(|a| a.worker_id.as_str()),
+    )
+}
+
+/// As [`exec_indexed`] for a machine record ([`Projection::of_machine`]).
+pub(crate) fn machine_indexed(r: &MachineRecord) -> (Option<i64>, bool, Option<&str>) {
+    (
+        r.next_due_at_ms.map(int),
+        r.state != smolbox_core::managed::MachineRecordState::Deleted,
+        r.assignment.as_ref().map(|a| a.worker_id.as_str()),
+    )
+}
+
 impl Projection {
     pub(crate) fn of_exec(r: &ExecutionRecord) -> Self {
         let [slots, cpus, memory_mb, disk_gb] = reserved(r.reservation);
+        let (next_due_ms, pending, worker_id) = exec_indexed(r);
         Self {
             fingerprint: r.fingerprint.clone(),
             state: r.state.as_str().to_owned(),
             version: int(r.version),
-            next_due_ms: r.next_due_at_ms.map(int),
-            pending: r.state.is_pending(),
-            worker_id: r.assignment.as_ref().map(|a| a.worker_id.clone()),
+            next_due_ms,
+            pending,
+            worker_id: worker_id.map(str::to_owned),
             machine_name: r.assignment.as_ref().map(|a| a.machine_name.clone()),
             slots,
             cpus,
@@ -67,15 +87,16 @@ impl Projection {
 
     pub(crate) fn of_machine(r: &MachineRecord) -> Self {
         let [slots, cpus, memory_mb, disk_gb] = reserved(r.reservation);
+        let (next_due_ms, pending, worker_id) = machine_indexed(r);
         Self {
             fingerprint: r.fingerprint.clone(),
             state: r.state.as_str().to_owned(),
             // The row's write counter (a claim moves it, not the version),
             // which the sealed payload is bound to.
             version: int(r.revision()),
-            next_due_ms: r.next_due_at_ms.map(int),
-            pending: r.state != smolbox_core::managed::MachineRecordState::Deleted,
-            worker_id: r.assignment.as_ref().map(|a| a.worker_id.clone()),
+            next_due_ms,
+            pending,
+            worker_id: worker_id.map(str::to_owned),
             machine_name: r.assignment.as_ref().map(|a| a.machine_name.clone()),
             slots,
             cpus,

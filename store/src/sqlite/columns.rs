@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 
 use smolbox_core::managed::{ExecutionRecord, MachineRecord};
 
-use crate::row::Projection;
+use crate::row::{Projection, exec_indexed, machine_indexed};
 
 /// A record table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,11 +109,19 @@ impl Indexed {
     }
 
     pub(super) fn of_exec(r: &ExecutionRecord) -> Self {
-        Self::of(&Projection::of_exec(r))
+        Self::of_parts(exec_indexed(r))
     }
 
     pub(super) fn of_machine(r: &MachineRecord) -> Self {
-        Self::of(&Projection::of_machine(r))
+        Self::of_parts(machine_indexed(r))
+    }
+
+    fn of_parts((next_due_ms, pending, worker_id): (Option<i64>, bool, Option<&str>)) -> Self {
+        Self {
+            next_due_ms,
+            pending,
+            worker_id: worker_id.map(str::to_owned),
+        }
     }
 
     /// The indexed columns whose value `now` changes.
