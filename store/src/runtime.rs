@@ -784,19 +784,21 @@ impl Host {
                 self.controller.handle_worker(now, now_ms, id, Err(e));
             }
         }
-        // The driven keys first: a submitter answered below may wait at
-        // once, and a key it sees driven needs no store read.
+        // Keys leave the driven set only after the events are delivered:
+        // a waiter that sees its key undriven also sees its finished notice
+        // (with the output), or it would settle on the stored record
+        // without it. A key being accepted is driven from its submission
+        // (`active_keys` includes it), so a submitter answered here already
+        // sees it driven.
         let mut changed = false;
-        {
-            let mut n = lock(notices);
-            let driven: BTreeSet<RecordKey> = self.controller.active_keys().cloned().collect();
-            if driven != n.driven {
-                n.driven = driven;
-                changed = true;
-            }
-        }
         while let Some(event) = self.controller.poll_event() {
             changed |= self.deliver(notices, io, event);
+        }
+        let mut n = lock(notices);
+        let driven: BTreeSet<RecordKey> = self.controller.active_keys().cloned().collect();
+        if driven != n.driven {
+            n.driven = driven;
+            changed = true;
         }
         changed
     }
@@ -1144,6 +1146,65 @@ mod tests {
         fn terminals_live(&self) -> bool {
             false
         }
+    }
+
+    /// A submitter answered during a turn sees its key driven at once (a
+    /// `run` then waits for the notice without a store read), and the key
+    /// leaves the driven set only with its finished notice in place.
+    #[test]
+    fn a_submitter_sees_its_key_driven_when_answered_and_undriven_only_with_its_notice() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new(MemoryConfig::default()).unwrap());
+        let p = Builder::<Inert>::new(Arc::clone(&store), testkit::fingerprint_key())
+            .ephemeral(true)
+            .worker("w1", ())
+            .into_parts()
+            .unwrap();
+        let mut host = p.host;
+        let notices = Arc::new(Mutex::new(p.notices));
+        let key = testkit::key("s", "d1");
+        let seen = Arc::new(Mutex::new(None));
+        let (n, k, s) = (Arc::clone(&notices), key.clone(), Arc::clone(&seen));
+        let command = smolbox_core::exec::Command::new(["true"]);
+        let target = smolbox_core::managed::controller::RunTarget::unverified();
+        let spec =
+            smolbox_core::managed::controller::spec_for(&command, &target, "w1", "m1").unwrap();
+        host.command(Command::Submit(
+            Box::new(Submit {
+                key: key.clone(),
+                spec,
+            }),
+            Box::new(move |r| {
+                let driven = lock(&n).driven.contains(&k);
+                *s.lock().unwrap() = Some((r.is_ok(), driven));
+            }),
+        ));
+        let performed = Arc::new(Mutex::new(Vec::new()));
+        let mut io = Inline {
+            store,
+            answers: Arc::clone(&performed),
+        };
+        for _ in 0..16 {
+            host.drain(&notices, &mut io);
+            // Between turns: never undriven without the finished notice.
+            {
+                let n = lock(&notices);
+                if seen.lock().unwrap().is_some() && !n.driven.contains(&key) {
+                    assert!(n.finished.contains_key(&key), "undriven before its notice");
+                }
+            }
+            for a in std::mem::take(&mut *performed.lock().unwrap()) {
+                host.handle_answer(a);
+            }
+        }
+        assert_eq!(
+            *seen.lock().unwrap(),
+            Some((true, true)),
+            "answered, and driven when answered"
+        );
+        // The exec could not start here: the execution ended, noticed.
+        let n = lock(&notices);
+        assert!(!n.driven.contains(&key));
+        assert!(n.finished.contains_key(&key));
     }
 
     #[test]
