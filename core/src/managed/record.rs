@@ -342,17 +342,38 @@ impl ExecutionRecord {
     /// # Errors
     /// `validation` naming the first broken rule.
     pub fn validate(&self) -> Result<(), Error> {
+        self.check(true)
+    }
+
+    /// [`Self::validate`] without the rules that read only fields no patch
+    /// writes — the key, the fingerprint, the spec, `managed_machine`
+    /// against the spec, the claim (with the generation) and the
+    /// assignment — for [`super::patch::apply_exec_steps`]: its later steps
+    /// start from a record whose first step passed the whole
+    /// [`Self::validate`], and a step ([`super::patch::ExecPatch`]) writes
+    /// none of those fields, so those rules hold again and skipping them
+    /// neither accepts a record [`Self::validate`] refuses nor changes the
+    /// first broken rule it names (every other rule runs in the same order).
+    pub(crate) fn validate_after_patch(&self) -> Result<(), Error> {
+        self.check(false)
+    }
+
+    /// Every rule of [`Self::validate`] in order; `patch_fixed` false
+    /// skips the ones [`Self::validate_after_patch`] names.
+    fn check(&self, patch_fixed: bool) -> Result<(), Error> {
         if self.schema != SCHEMA {
             return Err(Error::validation(Operation::StoreWrite, Reason::Schema));
         }
-        self.key.validate()?;
-        check_digest(&self.fingerprint)?;
-        self.spec.validate()?;
-        if self.managed_machine != self.spec.machine {
-            return Err(Error::validation(
-                Operation::StoreWrite,
-                Reason::ManagedMachine,
-            ));
+        if patch_fixed {
+            self.key.validate()?;
+            check_digest(&self.fingerprint)?;
+            self.spec.validate()?;
+            if self.managed_machine != self.spec.machine {
+                return Err(Error::validation(
+                    Operation::StoreWrite,
+                    Reason::ManagedMachine,
+                ));
+            }
         }
         for t in [self.accepted_at_ms, self.updated_at_ms] {
             check_time(t)?;
@@ -373,18 +394,20 @@ impl ExecutionRecord {
         if self.version == 0 || self.version > MAX_COUNTER || self.generation > MAX_COUNTER {
             return Err(Error::validation(Operation::StoreWrite, Reason::Version));
         }
-        if let Some(c) = &self.claim {
-            check_identifier(&c.owner)?;
-            check_time(c.until_ms)?;
-            if self.generation == 0 {
-                return Err(Error::validation(
-                    Operation::StoreWrite,
-                    Reason::ClaimGeneration,
-                ));
+        if patch_fixed {
+            if let Some(c) = &self.claim {
+                check_identifier(&c.owner)?;
+                check_time(c.until_ms)?;
+                if self.generation == 0 {
+                    return Err(Error::validation(
+                        Operation::StoreWrite,
+                        Reason::ClaimGeneration,
+                    ));
+                }
             }
-        }
-        if let Some(a) = &self.assignment {
-            check_assignment(a)?;
+            if let Some(a) = &self.assignment {
+                check_assignment(a)?;
+            }
         }
         if self.deadlines.queue_ms.is_none() {
             return Err(Error::validation(
