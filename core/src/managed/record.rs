@@ -6,7 +6,7 @@ use crate::Operation;
 use crate::Reason;
 use serde::{Deserialize, Serialize};
 
-use super::spec::{Action, ExecutionSpec, RetainedMachineSpec};
+use super::spec::{Action, ExecutionSpec, RetainedMachineSpec, SharedSpec};
 use super::state::{
     Cleanup, Collection, ExecState, MachineOperation, MachinePhase, MachineRecordState,
     RecordEvidence,
@@ -221,7 +221,7 @@ pub struct Deadlines {
 }
 
 /// An execution record (C13.3).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExecutionRecord {
     /// Always [`SCHEMA`].
@@ -230,8 +230,8 @@ pub struct ExecutionRecord {
     pub key: RecordKey,
     /// Spec fingerprint (64 lowercase hex).
     pub fingerprint: String,
-    /// The accepted spec.
-    pub spec: ExecutionSpec,
+    /// The accepted spec, shared by the record's copies.
+    pub spec: SharedSpec,
     /// Acceptance time.
     pub accepted_at_ms: u64,
     /// Last write time; never decreases.
@@ -290,6 +290,40 @@ pub struct ExecutionRecord {
     pub errors: Vec<ErrorEntry>,
 }
 
+/// Every field copied; the spec shared ([`SharedSpec::share`]), not copied.
+impl Clone for ExecutionRecord {
+    fn clone(&self) -> Self {
+        Self {
+            schema: self.schema,
+            key: self.key.clone(),
+            fingerprint: self.fingerprint.clone(),
+            spec: self.spec.share(),
+            accepted_at_ms: self.accepted_at_ms,
+            updated_at_ms: self.updated_at_ms,
+            next_due_at_ms: self.next_due_at_ms,
+            managed_machine: self.managed_machine.clone(),
+            assignment: self.assignment.clone(),
+            creation: self.creation.clone(),
+            result: self.result.clone(),
+            last_error: self.last_error.clone(),
+            cancel_requested_at_ms: self.cancel_requested_at_ms,
+            claim: self.claim.clone(),
+            absence_at_ms: self.absence_at_ms,
+            version: self.version,
+            generation: self.generation,
+            state: self.state,
+            evidence: self.evidence,
+            collection: self.collection,
+            cleanup: self.cleanup,
+            cleanup_attempts: self.cleanup_attempts,
+            reservation: self.reservation,
+            deadlines: self.deadlines,
+            artifacts: self.artifacts.clone(),
+            errors: self.errors.clone(),
+        }
+    }
+}
+
 impl ExecutionRecord {
     /// A fresh `accepted` record: version 1, generation 0, queue deadline
     /// fixed at acceptance (C13.4), due now.
@@ -311,7 +345,7 @@ impl ExecutionRecord {
             },
             key,
             fingerprint,
-            spec,
+            spec: SharedSpec::new(spec),
             accepted_at_ms: now_ms,
             updated_at_ms: now_ms,
             next_due_at_ms: Some(now_ms),
