@@ -110,3 +110,65 @@ fn steps_are_bounded_at_n_and_n_plus_one_and_each_is_checked() {
         Reason::ForbiddenTransition
     );
 }
+
+#[test]
+fn a_middle_step_that_breaks_an_invariant_refuses_the_fold_though_a_later_step_mends_it() {
+    let mut cur = claimed();
+    for st in [
+        ExecState::Preparing,
+        ExecState::Ready,
+        ExecState::Dispatching,
+    ] {
+        cur = apply_exec(&cur, &entry_patch(&cur, st), T0).unwrap();
+    }
+    // `collecting` with its result is one valid move; split into the move
+    // without the result (no result in `collecting`: an invariant broken)
+    // and the result alone, the end record would be the valid one.
+    let whole = entry_patch(&cur, ExecState::Collecting);
+    assert!(whole.result.is_some());
+    assert!(apply_exec(&cur, &whole, T0).is_ok());
+    let bare = ExecPatch {
+        result: None,
+        ..whole.clone()
+    };
+    let mend = ExecPatch {
+        result: whole.result.clone(),
+        ..ExecPatch::default()
+    };
+    assert_eq!(
+        apply_exec(&cur, &bare, T0).unwrap_err().reason(),
+        Reason::ResultState
+    );
+    let e = apply_exec_steps(&cur, &[bare.clone(), mend.clone()], T0).unwrap_err();
+    assert_eq!(
+        (e.category(), e.reason()),
+        (Category::Validation, Reason::ResultState)
+    );
+    // The same in the third of three steps (a later step's validation,
+    // not only the first's).
+    let noop = ExecPatch::default();
+    let e = apply_exec_steps(&cur, &[noop.clone(), bare, mend], T0).unwrap_err();
+    assert_eq!(e.reason(), Reason::ResultState);
+    // And a rule of a step against the value before it, in a middle step:
+    // cleanup attempts never decrease.
+    let up = ExecPatch {
+        cleanup_attempts: Some(2),
+        ..ExecPatch::default()
+    };
+    let down = ExecPatch {
+        cleanup_attempts: Some(1),
+        ..ExecPatch::default()
+    };
+    assert_eq!(
+        apply_exec_steps(&cur, &[noop.clone(), up.clone(), down, up.clone()], T0)
+            .unwrap_err()
+            .reason(),
+        Reason::CleanupAttemptsDecrease
+    );
+    assert_eq!(
+        apply_exec_steps(&cur, &[noop, up.clone(), up], T0)
+            .unwrap()
+            .cleanup_attempts,
+        2
+    );
+}

@@ -274,6 +274,7 @@ pub fn machine_requirements(rec: &MachineRecord) -> Requirements {
 /// payload would exceed 16 MiB.
 pub fn encode_exec(rec: &ExecutionRecord) -> Result<Vec<u8>, Error> {
     rec.validate()?;
+    rec.spec.cache_json();
     encode(RecordKind::Execution, exec_requirements(rec).version, rec)
 }
 
@@ -295,6 +296,7 @@ pub fn encode_machine(rec: &MachineRecord) -> Result<Vec<u8>, Error> {
 /// # Errors
 /// `store` when the payload would exceed 16 MiB.
 pub fn encode_exec_validated(rec: &ExecutionRecord) -> Result<Vec<u8>, Error> {
+    rec.spec.cache_json();
     encode(RecordKind::Execution, exec_requirements(rec).version, rec)
 }
 

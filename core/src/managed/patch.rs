@@ -89,7 +89,40 @@ pub fn apply_exec(
         ));
     }
     let mut next = rec.clone();
-    if let Some(to) = patch.state
+    step_exec(&mut next, patch, now_ms)?;
+    next.validate()?;
+    Ok(next)
+}
+
+/// Applies `patch` to `rec` in place — every rule of [`apply_exec`] but the
+/// final [`ExecutionRecord::validate`], which the caller runs. On an error
+/// `rec` may be half changed: callers apply to a copy they drop on error.
+/// The rules compare against the values the fields had before this patch,
+/// read before each field is written.
+fn step_exec(rec: &mut ExecutionRecord, patch: &ExecPatch, now_ms: u64) -> Result<(), Error> {
+    // Every field by name: a new patch field must be handled here, and
+    // checked against what `ExecutionRecord::validate_after_patch` skips
+    // (the fields no patch writes).
+    let ExecPatch {
+        state,
+        evidence,
+        result,
+        collection,
+        cleanup,
+        creation,
+        next_due_at_ms,
+        artifacts,
+        last_error,
+        cleanup_attempts,
+        absence_at_ms,
+    } = patch;
+    if now_ms < rec.updated_at_ms {
+        return Err(Error::validation(
+            Operation::StoreWrite,
+            Reason::ClockBeforeUpdatedAt,
+        ));
+    }
+    if let Some(to) = *state
         && to != rec.state
     {
         if !rec.state.can_move_to(to) {
@@ -106,78 +139,88 @@ pub fn apply_exec(
                 Reason::CancelRequested,
             ));
         }
-        next.state = to;
-        enter_state(&mut next, now_ms);
+        rec.state = to;
+        enter_state(rec, now_ms);
     }
-    if let Some(ev) = patch.evidence {
+    if let Some(ev) = *evidence {
         if !rec.evidence.can_move_to(ev) {
             return Err(Error::validation(
                 Operation::StoreWrite,
                 Reason::ForbiddenEvidence,
             ));
         }
-        next.evidence = ev;
+        rec.evidence = ev;
     }
-    set_once(&mut next.result, &patch.result, Reason::ResultWriteOnce)?;
+    set_once(&mut rec.result, result, Reason::ResultWriteOnce)?;
+    set_once(&mut rec.creation, creation, Reason::CreationWriteOnce)?;
     set_once(
-        &mut next.creation,
-        &patch.creation,
-        Reason::CreationWriteOnce,
-    )?;
-    set_once(
-        &mut next.absence_at_ms,
-        &patch.absence_at_ms,
+        &mut rec.absence_at_ms,
+        absence_at_ms,
         Reason::AbsenceWriteOnce,
     )?;
-    if let Some(c) = patch.collection {
-        next.collection = c;
+    if let Some(c) = *collection {
+        rec.collection = c;
     }
-    if let Some(c) = patch.cleanup {
+    if let Some(c) = *cleanup {
         if rec.cleanup == Cleanup::Complete && c != Cleanup::Complete {
             return Err(Error::validation(
                 Operation::StoreWrite,
                 Reason::CleanupCompletePermanent,
             ));
         }
-        next.cleanup = c;
+        rec.cleanup = c;
     }
-    if let Some(due) = patch.next_due_at_ms {
-        next.next_due_at_ms = due;
+    if let Some(due) = *next_due_at_ms {
+        rec.next_due_at_ms = due;
     }
-    if let Some(a) = &patch.artifacts {
-        next.artifacts.clone_from(a);
+    if let Some(a) = artifacts {
+        rec.artifacts.clone_from(a);
     }
-    if let Some(n) = patch.cleanup_attempts {
+    if let Some(n) = *cleanup_attempts {
         if n < rec.cleanup_attempts {
             return Err(Error::validation(
                 Operation::StoreWrite,
                 Reason::CleanupAttemptsDecrease,
             ));
         }
-        next.cleanup_attempts = n;
+        rec.cleanup_attempts = n;
     }
-    if let Some(e) = &patch.last_error {
-        next.last_error = Some(e.clone());
-        next.errors.push(e.clone());
-        if next.errors.len() > MAX_ERROR_HISTORY {
-            let extra = next.errors.len() - MAX_ERROR_HISTORY;
-            next.errors.drain(..extra);
+    if let Some(e) = last_error {
+        rec.last_error = Some(e.clone());
+        rec.errors.push(e.clone());
+        if rec.errors.len() > MAX_ERROR_HISTORY {
+            let extra = rec.errors.len() - MAX_ERROR_HISTORY;
+            rec.errors.drain(..extra);
         }
     }
-    next.version = rec.version + 1;
-    next.updated_at_ms = now_ms;
-    next.validate()?;
-    Ok(next)
+    rec.version += 1;
+    rec.updated_at_ms = now_ms;
+    Ok(())
 }
 
 /// Most patches one [`apply_exec_steps`] applies (one transaction).
 pub const MAX_STEPS: usize = 4;
 
-/// Applies `patches` in order, each by [`apply_exec`] (transition table,
-/// evidence coupling, write-once fields, deadlines on entry), so several
-/// guarded moves become one commit (issue 16). Like every write, the commit
-/// moves the version by exactly one. The caller checks the guard once,
-/// against `rec`.
+/// Applies `patches` in order, each as [`apply_exec`] would (transition
+/// table, evidence coupling, write-once fields, deadlines on entry, the
+/// record's invariants after the step), so several guarded moves become one
+/// commit (issue 16). Like every write, the commit moves the version by
+/// exactly one. The caller checks the guard once, against `rec`.
+///
+/// The steps change one owned copy of `rec` in place (no copy per step)
+/// and give what [`apply_exec`] step by step gives, refusing the same
+/// folds with the same reason:
+/// - each step runs every rule of [`apply_exec`] but the final validation
+///   (`step_exec`, the one body both share), against the values the
+///   fields had before that step;
+/// - the first step's result then passes the whole
+///   [`ExecutionRecord::validate`], and every later step's result passes
+///   `validate_after_patch`: the same rules in the same order but those
+///   reading only fields no patch writes (key, fingerprint, spec, managed
+///   machine, claim and generation, assignment). Those fields are the
+///   first step's, which passed them, so they would pass again: a broken
+///   invariant in a middle step still refuses the fold there, with the
+///   reason `validate` names, even if a later step would mend it.
 ///
 /// # Errors
 /// `validation` (`steps`) for 0 or more than [`MAX_STEPS`] patches; the
@@ -191,8 +234,13 @@ pub fn apply_exec_steps(
         return Err(Error::validation(Operation::StoreWrite, Reason::Steps));
     }
     let mut next = rec.clone();
-    for p in patches {
-        next = apply_exec(&next, p, now_ms)?;
+    for (i, p) in patches.iter().enumerate() {
+        step_exec(&mut next, p, now_ms)?;
+        if i == 0 {
+            next.validate()?;
+        } else {
+            next.validate_after_patch()?;
+        }
     }
     next.version = rec.version + 1;
     Ok(next)

@@ -6,7 +6,7 @@ use crate::Operation;
 use crate::Reason;
 use serde::{Deserialize, Serialize};
 
-use super::spec::{Action, ExecutionSpec, RetainedMachineSpec};
+use super::spec::{Action, ExecutionSpec, RetainedMachineSpec, SharedSpec};
 use super::state::{
     Cleanup, Collection, ExecState, MachineOperation, MachinePhase, MachineRecordState,
     RecordEvidence,
@@ -221,7 +221,7 @@ pub struct Deadlines {
 }
 
 /// An execution record (C13.3).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExecutionRecord {
     /// Always [`SCHEMA`].
@@ -230,8 +230,8 @@ pub struct ExecutionRecord {
     pub key: RecordKey,
     /// Spec fingerprint (64 lowercase hex).
     pub fingerprint: String,
-    /// The accepted spec.
-    pub spec: ExecutionSpec,
+    /// The accepted spec, shared by the record's copies.
+    pub spec: SharedSpec,
     /// Acceptance time.
     pub accepted_at_ms: u64,
     /// Last write time; never decreases.
@@ -290,6 +290,40 @@ pub struct ExecutionRecord {
     pub errors: Vec<ErrorEntry>,
 }
 
+/// Every field copied; the spec shared ([`SharedSpec::share`]), not copied.
+impl Clone for ExecutionRecord {
+    fn clone(&self) -> Self {
+        Self {
+            schema: self.schema,
+            key: self.key.clone(),
+            fingerprint: self.fingerprint.clone(),
+            spec: self.spec.share(),
+            accepted_at_ms: self.accepted_at_ms,
+            updated_at_ms: self.updated_at_ms,
+            next_due_at_ms: self.next_due_at_ms,
+            managed_machine: self.managed_machine.clone(),
+            assignment: self.assignment.clone(),
+            creation: self.creation.clone(),
+            result: self.result.clone(),
+            last_error: self.last_error.clone(),
+            cancel_requested_at_ms: self.cancel_requested_at_ms,
+            claim: self.claim.clone(),
+            absence_at_ms: self.absence_at_ms,
+            version: self.version,
+            generation: self.generation,
+            state: self.state,
+            evidence: self.evidence,
+            collection: self.collection,
+            cleanup: self.cleanup,
+            cleanup_attempts: self.cleanup_attempts,
+            reservation: self.reservation,
+            deadlines: self.deadlines,
+            artifacts: self.artifacts.clone(),
+            errors: self.errors.clone(),
+        }
+    }
+}
+
 impl ExecutionRecord {
     /// A fresh `accepted` record: version 1, generation 0, queue deadline
     /// fixed at acceptance (C13.4), due now.
@@ -311,7 +345,7 @@ impl ExecutionRecord {
             },
             key,
             fingerprint,
-            spec,
+            spec: SharedSpec::new(spec),
             accepted_at_ms: now_ms,
             updated_at_ms: now_ms,
             next_due_at_ms: Some(now_ms),
@@ -342,17 +376,38 @@ impl ExecutionRecord {
     /// # Errors
     /// `validation` naming the first broken rule.
     pub fn validate(&self) -> Result<(), Error> {
+        self.check(true)
+    }
+
+    /// [`Self::validate`] without the rules that read only fields no patch
+    /// writes — the key, the fingerprint, the spec, `managed_machine`
+    /// against the spec, the claim (with the generation) and the
+    /// assignment — for [`super::patch::apply_exec_steps`]: its later steps
+    /// start from a record whose first step passed the whole
+    /// [`Self::validate`], and a step ([`super::patch::ExecPatch`]) writes
+    /// none of those fields, so those rules hold again and skipping them
+    /// neither accepts a record [`Self::validate`] refuses nor changes the
+    /// first broken rule it names (every other rule runs in the same order).
+    pub(crate) fn validate_after_patch(&self) -> Result<(), Error> {
+        self.check(false)
+    }
+
+    /// Every rule of [`Self::validate`] in order; `patch_fixed` false
+    /// skips the ones [`Self::validate_after_patch`] names.
+    fn check(&self, patch_fixed: bool) -> Result<(), Error> {
         if self.schema != SCHEMA {
             return Err(Error::validation(Operation::StoreWrite, Reason::Schema));
         }
-        self.key.validate()?;
-        check_digest(&self.fingerprint)?;
-        self.spec.validate()?;
-        if self.managed_machine != self.spec.machine {
-            return Err(Error::validation(
-                Operation::StoreWrite,
-                Reason::ManagedMachine,
-            ));
+        if patch_fixed {
+            self.key.validate()?;
+            check_digest(&self.fingerprint)?;
+            self.spec.validate()?;
+            if self.managed_machine != self.spec.machine {
+                return Err(Error::validation(
+                    Operation::StoreWrite,
+                    Reason::ManagedMachine,
+                ));
+            }
         }
         for t in [self.accepted_at_ms, self.updated_at_ms] {
             check_time(t)?;
@@ -373,18 +428,20 @@ impl ExecutionRecord {
         if self.version == 0 || self.version > MAX_COUNTER || self.generation > MAX_COUNTER {
             return Err(Error::validation(Operation::StoreWrite, Reason::Version));
         }
-        if let Some(c) = &self.claim {
-            check_identifier(&c.owner)?;
-            check_time(c.until_ms)?;
-            if self.generation == 0 {
-                return Err(Error::validation(
-                    Operation::StoreWrite,
-                    Reason::ClaimGeneration,
-                ));
+        if patch_fixed {
+            if let Some(c) = &self.claim {
+                check_identifier(&c.owner)?;
+                check_time(c.until_ms)?;
+                if self.generation == 0 {
+                    return Err(Error::validation(
+                        Operation::StoreWrite,
+                        Reason::ClaimGeneration,
+                    ));
+                }
             }
-        }
-        if let Some(a) = &self.assignment {
-            check_assignment(a)?;
+            if let Some(a) = &self.assignment {
+                check_assignment(a)?;
+            }
         }
         if self.deadlines.queue_ms.is_none() {
             return Err(Error::validation(

@@ -8,6 +8,9 @@
 use crate::Operation;
 use crate::Reason;
 use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+
+use serde_json::value::RawValue;
 
 use serde::{Deserialize, Serialize};
 
@@ -342,6 +345,119 @@ pub struct GuestPathPolicy {
     pub roots: Vec<String>,
     /// Allowed working-directory roots.
     pub workdir_roots: Vec<String>,
+}
+
+/// The accepted spec of an execution record, shared by every copy of the
+/// record (a reference count, not the spec's strings, per copy): a patch
+/// never changes it (C13.3). Reads go through `Deref`; a write (`DerefMut`)
+/// gives this copy its own spec and forgets the cached JSON.
+///
+/// It carries the spec's canonical JSON once a record holding it was
+/// encoded ([`super::envelope::encode_exec`]): the next encodings of any
+/// copy splice those bytes (`serde_json`'s raw value, written verbatim)
+/// instead of serializing the spec again — the same bytes, as serializing
+/// is a function of the spec's value and the cache is dropped on any write.
+/// A decoded record starts without it, so the envelope's canonical
+/// re-encode check serializes everything. Once cached, the spec serializes
+/// as compact JSON through any `serde_json` formatter (nothing writes
+/// records pretty-printed).
+///
+/// Deliberately not `Clone`: `rec.spec.clone()` stays a copy of the
+/// [`ExecutionSpec`] (through `Deref`); [`Self::share`] is the cheap copy
+/// a record's `Clone` uses.
+pub struct SharedSpec(Arc<SpecCell>);
+
+#[derive(Clone)]
+struct SpecCell {
+    spec: ExecutionSpec,
+    json: OnceLock<Box<RawValue>>,
+}
+
+impl SharedSpec {
+    /// Shares `spec`.
+    pub fn new(spec: ExecutionSpec) -> Self {
+        Self(Arc::new(SpecCell {
+            spec,
+            json: OnceLock::new(),
+        }))
+    }
+
+    /// Another handle on the same spec (and its cached JSON).
+    #[must_use]
+    pub fn share(&self) -> Self {
+        Self(Arc::clone(&self.0))
+    }
+
+    /// The spec, owned (a copy when shared).
+    pub fn into_inner(self) -> ExecutionSpec {
+        Arc::try_unwrap(self.0).map_or_else(|shared| shared.spec.clone(), |cell| cell.spec)
+    }
+
+    /// Serializes the spec once and keeps the JSON for the next encodings
+    /// (the envelope calls this before writing a record).
+    pub(crate) fn cache_json(&self) {
+        if self.0.json.get().is_none()
+            && let Ok(raw) = serde_json::value::to_raw_value(&self.0.spec)
+        {
+            let _ = self.0.json.set(raw);
+        }
+    }
+
+    /// True when the JSON is cached (tests).
+    #[cfg(test)]
+    pub(crate) fn json_cached(&self) -> bool {
+        self.0.json.get().is_some()
+    }
+}
+
+impl From<ExecutionSpec> for SharedSpec {
+    fn from(spec: ExecutionSpec) -> Self {
+        Self::new(spec)
+    }
+}
+
+impl core::ops::Deref for SharedSpec {
+    type Target = ExecutionSpec;
+    fn deref(&self) -> &ExecutionSpec {
+        &self.0.spec
+    }
+}
+
+impl core::ops::DerefMut for SharedSpec {
+    fn deref_mut(&mut self) -> &mut ExecutionSpec {
+        let cell = Arc::make_mut(&mut self.0);
+        cell.json.take();
+        &mut cell.spec
+    }
+}
+
+impl PartialEq for SharedSpec {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0.spec == other.0.spec
+    }
+}
+
+impl Eq for SharedSpec {}
+
+impl core::fmt::Debug for SharedSpec {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        core::fmt::Debug::fmt(&self.0.spec, f)
+    }
+}
+
+impl Serialize for SharedSpec {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0.json.get() {
+            Some(raw) => raw.serialize(s),
+            None => self.0.spec.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for SharedSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        ExecutionSpec::deserialize(d).map(Self::new)
+    }
 }
 
 /// An execution specification (C12.4).
@@ -925,5 +1041,25 @@ mod tests {
         let mut with_argv = json;
         with_argv["argv"] = serde_json::json!(["sh"]);
         assert!(serde_json::from_value::<ManagedTerminalSpec>(with_argv).is_err());
+    }
+}
+
+#[cfg(test)]
+mod shared_spec_tests {
+    #![allow(clippy::unwrap_used)] // test code
+    use crate::managed::envelope::encode_exec_validated;
+    use crate::managed::testkit::{accepted, exec_spec, key};
+
+    #[test]
+    fn an_encoding_caches_the_json_for_every_copy_and_a_write_drops_it() {
+        let rec = accepted(key("s", "r"), exec_spec("x"), 1_700_000_000_000);
+        let copy = rec.clone();
+        assert!(!rec.spec.json_cached());
+        encode_exec_validated(&rec).unwrap();
+        assert!(rec.spec.json_cached() && copy.spec.json_cached());
+        let mut written = copy.clone();
+        written.spec.retention_ms += 1;
+        assert!(!written.spec.json_cached());
+        assert!(rec.spec.json_cached() && copy.spec.json_cached());
     }
 }
