@@ -897,6 +897,27 @@ mod tests {
         }
     }
 
+    /// A memory store and the runtime parts of an ephemeral runtime with
+    /// one worker `w1`.
+    fn w1_parts() -> (Arc<dyn Store>, Parts<()>) {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new(MemoryConfig::default()).unwrap());
+        let p = Builder::<Inert>::new(Arc::clone(&store), testkit::fingerprint_key())
+            .ephemeral(true)
+            .worker("w1", ())
+            .into_parts()
+            .unwrap();
+        (store, p)
+    }
+
+    /// A submission of `true` on `w1`'s machine `m1` under `key`.
+    fn submit_true(key: RecordKey) -> Submit {
+        let command = smolbox_core::exec::Command::new(["true"]);
+        let target = smolbox_core::managed::controller::RunTarget::unverified();
+        let spec =
+            smolbox_core::managed::controller::spec_for(&command, &target, "w1", "m1").unwrap();
+        Submit { key, spec }
+    }
+
     fn telemetry(id: &str) -> Telemetry {
         Telemetry {
             epoch: 0,
@@ -1080,24 +1101,12 @@ mod tests {
 
     #[test]
     fn a_store_op_that_cannot_start_answers_the_submitter_with_the_store_error() {
-        let store: Arc<dyn Store> = Arc::new(MemoryStore::new(MemoryConfig::default()).unwrap());
-        let p = Builder::<Inert>::new(store, testkit::fingerprint_key())
-            .ephemeral(true)
-            .worker("w1", ())
-            .into_parts()
-            .unwrap();
+        let (_store, p) = w1_parts();
         let mut host = p.host;
         let notices = Mutex::new(p.notices);
         let got = Arc::new(Mutex::new(None));
         let g = Arc::clone(&got);
-        let command = smolbox_core::exec::Command::new(["true"]);
-        let target = smolbox_core::managed::controller::RunTarget::unverified();
-        let spec =
-            smolbox_core::managed::controller::spec_for(&command, &target, "w1", "m1").unwrap();
-        let submit = Submit {
-            key: testkit::key("s", "e1"),
-            spec,
-        };
+        let submit = submit_true(testkit::key("s", "e1"));
         host.command(Command::Submit(
             Box::new(submit),
             Box::new(move |r| *g.lock().unwrap() = Some(r)),
@@ -1153,26 +1162,14 @@ mod tests {
     /// leaves the driven set only with its finished notice in place.
     #[test]
     fn a_submitter_sees_its_key_driven_when_answered_and_undriven_only_with_its_notice() {
-        let store: Arc<dyn Store> = Arc::new(MemoryStore::new(MemoryConfig::default()).unwrap());
-        let p = Builder::<Inert>::new(Arc::clone(&store), testkit::fingerprint_key())
-            .ephemeral(true)
-            .worker("w1", ())
-            .into_parts()
-            .unwrap();
+        let (store, p) = w1_parts();
         let mut host = p.host;
         let notices = Arc::new(Mutex::new(p.notices));
         let key = testkit::key("s", "d1");
         let seen = Arc::new(Mutex::new(None));
         let (n, k, s) = (Arc::clone(&notices), key.clone(), Arc::clone(&seen));
-        let command = smolbox_core::exec::Command::new(["true"]);
-        let target = smolbox_core::managed::controller::RunTarget::unverified();
-        let spec =
-            smolbox_core::managed::controller::spec_for(&command, &target, "w1", "m1").unwrap();
         host.command(Command::Submit(
-            Box::new(Submit {
-                key: key.clone(),
-                spec,
-            }),
+            Box::new(submit_true(key.clone())),
             Box::new(move |r| {
                 let driven = lock(&n).driven.contains(&k);
                 *s.lock().unwrap() = Some((r.is_ok(), driven));
@@ -1209,12 +1206,7 @@ mod tests {
 
     #[test]
     fn the_driver_wakes_waiters_on_a_delivery_and_stops_only_once_closed() {
-        let store: Arc<dyn Store> = Arc::new(MemoryStore::new(MemoryConfig::default()).unwrap());
-        let p = Builder::<Inert>::new(Arc::clone(&store), testkit::fingerprint_key())
-            .ephemeral(true)
-            .worker("w1", ())
-            .into_parts()
-            .unwrap();
+        let (store, p) = w1_parts();
         let shared = Arc::new(Shared::<Count>::new(p.notices));
         let woken = || shared.changed.0.load(std::sync::atomic::Ordering::SeqCst);
         let answers = Arc::new(Mutex::new(Vec::new()));
@@ -1236,14 +1228,7 @@ mod tests {
         assert!(matches!(step(&mut driver), Turn::Wait(_)));
         let before = woken();
         let got = Arc::clone(&answers);
-        let command = smolbox_core::exec::Command::new(["true"]);
-        let target = smolbox_core::managed::controller::RunTarget::unverified();
-        let spec =
-            smolbox_core::managed::controller::spec_for(&command, &target, "w1", "m1").unwrap();
-        let submit = Submit {
-            key: testkit::key("s", "e1"),
-            spec,
-        };
+        let submit = submit_true(testkit::key("s", "e1"));
         driver.handle(Input::Command(Command::Submit(
             Box::new(submit),
             Box::new(move |r| got.lock().unwrap().push(r)),
