@@ -281,13 +281,27 @@ fn claims_before_the_send(
 /// the claim is renewed before the send; below it, it is not.
 #[test]
 fn a_claim_answered_late_counts_from_its_request() {
-    let ttl = detached().lease_ttl_ms;
+    // The claim before the intent (the record is `ready` then).
+    late_by_a_third_renews_once(
+        detached,
+        "late",
+        |s, op| matches!(op, StoreOp::Claim { key: k, .. } if s.record(k).state == ExecState::Ready),
+    );
+}
+
+/// Submits `id` under `cfg()` and answers the store op `pick` names late,
+/// a third of the TTL less 1 ms (no renewal before the send), then exactly
+/// a third (one renewal); the command completes either way.
+fn late_by_a_third_renews_once(
+    cfg: fn() -> ControllerConfig,
+    id: &str,
+    pick: impl Fn(&Sim, &StoreOp) -> bool + Copy,
+) {
+    let ttl = cfg().lease_ttl_ms;
     for (gap, renewals) in [(ttl / 3 - 1, 0), (ttl / 3, 1)] {
-        let mut s = Sim::new(detached());
+        let mut s = Sim::new(cfg());
         s.settle();
-        let key = s.submit("late", &cmd());
-        // The claim before the intent (the record is `ready` then).
-        let pick = |s: &Sim, op: &StoreOp| matches!(op, StoreOp::Claim { key: k, .. } if s.record(k).state == ExecState::Ready);
+        let key = s.submit(id, &cmd());
         let n = claims_before_the_send(&mut s, &key, gap, pick);
         assert_eq!(n, renewals, "gap {gap} ms");
         s.answer_exec(exited(0, ""));
@@ -300,17 +314,9 @@ fn a_claim_answered_late_counts_from_its_request() {
 /// was asked leaves the claim due for renewal before the send.
 #[test]
 fn an_acceptance_answered_late_counts_its_claim_from_the_request() {
-    let ttl = config().lease_ttl_ms;
-    for (gap, renewals) in [(ttl / 3 - 1, 0), (ttl / 3, 1)] {
-        let mut s = Sim::new(config());
-        s.settle();
-        let key = s.submit("late-accept", &cmd());
-        let pick = |_: &Sim, op: &StoreOp| matches!(op, StoreOp::AcceptDispatching { .. });
-        let n = claims_before_the_send(&mut s, &key, gap, pick);
-        assert_eq!(n, renewals, "gap {gap} ms");
-        s.answer_exec(exited(0, ""));
-        assert_eq!(s.record(&key).state, ExecState::Completed);
-    }
+    late_by_a_third_renews_once(config, "late-accept", |_, op| {
+        matches!(op, StoreOp::AcceptDispatching { .. })
+    });
 }
 
 /// The same for a command submitted to a retained machine's slot with its
