@@ -98,3 +98,48 @@ impl Written {
         self.execs.len() + self.machines.len()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+    use super::*;
+    use smolbox_core::managed::state::ExecState;
+    use smolbox_core::managed::testkit;
+
+    fn pending(i: usize) -> Pending {
+        let key = testkit::key("s", &format!("w{i}"));
+        Pending {
+            execs: vec![Arc::new(
+                testkit::exec_in(ExecState::Accepted, key, 1_000).unwrap(),
+            )],
+            machines: Vec::new(),
+        }
+    }
+
+    /// At most `WRITTEN_ENTRIES` records per kind: the 256th is kept with
+    /// every earlier one; one more empties them before it is kept.
+    #[test]
+    fn entries_are_bounded_at_n_and_emptied_at_n_plus_one() {
+        let mut w = Written::default();
+        for i in 0..WRITTEN_ENTRIES {
+            w.committed(7, pending(i));
+        }
+        assert_eq!(w.len(), WRITTEN_ENTRIES);
+        assert!(w.begin(7));
+        assert!(w.exec(&testkit::key("s", "w0")).is_some());
+        // Writing a kept key again does not empty them.
+        w.committed(7, pending(0));
+        assert_eq!(w.len(), WRITTEN_ENTRIES);
+        w.committed(7, pending(WRITTEN_ENTRIES));
+        assert_eq!(w.len(), 1);
+        assert!(w.exec(&testkit::key("s", "w0")).is_none());
+        assert!(
+            w.exec(&testkit::key("s", &format!("w{WRITTEN_ENTRIES}")))
+                .is_some()
+        );
+        // Another data version trusts nothing.
+        assert!(!w.begin(8));
+        assert_eq!(w.len(), 0);
+    }
+}
